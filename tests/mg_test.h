@@ -1,0 +1,65 @@
+/* mg_test.h — the tiny check library every test program uses.
+   A test prints one line per check, "ok - NAME" or "not ok - NAME: why"; tests/run.sh counts
+   them. Multi-rank tests agree on each result first (mg_test_agree) and only world rank 0
+   prints. The first line of each test source is its spec for the runner:
+       /* mg-test: ranks=1,2,4 timeout=120 * /      (flavours: cpu, cuda, asan unless noted)  */
+#ifndef MG_TEST_H
+#define MG_TEST_H
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int mg_test_passed, mg_test_failed, mg_test_quiet; /* quiet: ranks other than 0 */
+
+static void mg_test_report(int ok, const char *name, const char *fmt, ...) {
+    if (ok) mg_test_passed++; else mg_test_failed++;
+    if (mg_test_quiet) return;
+    if (ok) { printf("ok - %s", name); } else { printf("not ok - %s", name); }
+    if (fmt && fmt[0]) {
+        va_list ap; va_start(ap, fmt);
+        printf(ok ? " (" : ": ");
+        vprintf(fmt, ap);
+        if (ok) printf(")");
+        va_end(ap);
+    }
+    printf("\n");
+    fflush(stdout);
+}
+#define CHECK(cond, name) mg_test_report(!!(cond), (name), "%s", (cond) ? "" : #cond)
+
+/* Max relative error, |a-b| / max(|b|, floor) elementwise; floor guards near-zero values. */
+static double mg_test_max_rel(const float *got, const float *want, long n, double floor) {
+    double worst = 0;
+    for (long i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - (double)want[i]);
+        double s = fabs((double)want[i]); if (s < floor) s = floor;
+        double r = d / s;
+        if (!(r <= worst)) worst = r;  /* nan propagates as failure */
+    }
+    return worst;
+}
+/* Checks got ≈ want with max relative error <= tol (floor: see above); prints the error. */
+static int mg_test_close(const char *name, const float *got, const float *want, long n,
+                         double tol, double floor) {
+    double e = mg_test_max_rel(got, want, n, floor);
+    int ok = e <= tol;
+    mg_test_report(ok, name, "max rel err %.3g, tol %.1g", e, tol);
+    return ok;
+}
+/* Reads a whole file; returns NULL if missing. */
+static void *mg_test_read_file(const char *path, long *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END); long n = ftell(f); fseek(f, 0, SEEK_SET);
+    void *p = malloc(n > 0 ? (size_t)n : 1);
+    if (fread(p, 1, (size_t)n, f) != (size_t)n) { fclose(f); free(p); return NULL; }
+    fclose(f);
+    if (len) *len = n;
+    return p;
+}
+static int mg_test_summary(void) {
+    if (!mg_test_quiet) printf("# %d passed, %d failed\n", mg_test_passed, mg_test_failed);
+    return mg_test_failed ? 1 : 0;
+}
+#endif

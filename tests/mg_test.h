@@ -1,8 +1,10 @@
 /* mg_test.h — the tiny check library every test program uses.
    A test prints one line per check, "ok - NAME" or "not ok - NAME: why"; tests/run.sh counts
-   them. Multi-rank tests agree on each result first (mg_test_agree) and only world rank 0
-   prints. The first line of each test source is its spec for the runner:
-       /* mg-test: ranks=1,2,4 timeout=120 * /      (flavours: cpu, cuda, asan unless noted)  */
+   them. Multi-rank tests agree on each result first (e.g. all-reduce the failure count) and
+   only world rank 0 prints (mg_test_quiet on the others). The first line of each test source
+   is its spec for the runner:
+       // mg-test: ranks=1,2,4 timeout=120 flavors=cpu,cuda,asan
+   (ranks default 1, timeout 300 s, flavors all three; a multi-rank test runs under mpirun). */
 #ifndef MG_TEST_H
 #define MG_TEST_H
 #include <math.h>
@@ -12,7 +14,7 @@
 
 static int mg_test_passed, mg_test_failed, mg_test_quiet; /* quiet: ranks other than 0 */
 
-static void mg_test_report(int ok, const char *name, const char *fmt, ...) {
+static inline void mg_test_report(int ok, const char *name, const char *fmt, ...) {
     if (ok) mg_test_passed++; else mg_test_failed++;
     if (mg_test_quiet) return;
     if (ok) { printf("ok - %s", name); } else { printf("not ok - %s", name); }
@@ -29,7 +31,7 @@ static void mg_test_report(int ok, const char *name, const char *fmt, ...) {
 #define CHECK(cond, name) mg_test_report(!!(cond), (name), "%s", (cond) ? "" : #cond)
 
 /* Max relative error, |a-b| / max(|b|, floor) elementwise; floor guards near-zero values. */
-static double mg_test_max_rel(const float *got, const float *want, long n, double floor) {
+static inline double mg_test_max_rel(const float *got, const float *want, long n, double floor) {
     double worst = 0;
     for (long i = 0; i < n; i++) {
         double d = fabs((double)got[i] - (double)want[i]);
@@ -40,7 +42,7 @@ static double mg_test_max_rel(const float *got, const float *want, long n, doubl
     return worst;
 }
 /* Checks got ≈ want with max relative error <= tol (floor: see above); prints the error. */
-static int mg_test_close(const char *name, const float *got, const float *want, long n,
+static inline int mg_test_close(const char *name, const float *got, const float *want, long n,
                          double tol, double floor) {
     double e = mg_test_max_rel(got, want, n, floor);
     int ok = e <= tol;
@@ -48,7 +50,7 @@ static int mg_test_close(const char *name, const float *got, const float *want, 
     return ok;
 }
 /* Reads a whole file; returns NULL if missing. */
-static void *mg_test_read_file(const char *path, long *len) {
+static inline void *mg_test_read_file(const char *path, long *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     fseek(f, 0, SEEK_END); long n = ftell(f); fseek(f, 0, SEEK_SET);
@@ -58,7 +60,7 @@ static void *mg_test_read_file(const char *path, long *len) {
     if (len) *len = n;
     return p;
 }
-static int mg_test_summary(void) {
+static inline int mg_test_summary(void) {
     if (!mg_test_quiet) printf("# %d passed, %d failed\n", mg_test_passed, mg_test_failed);
     return mg_test_failed ? 1 : 0;
 }

@@ -6,17 +6,7 @@
 #include <string.h>
 
 #include "mg_plan.h"
-/* tests/mg_test.h as committed trips -Wcomment (a slash-star inside its opening comment) and
-   -Wunused-function (helpers this test has no use for); silence both for the include only. */
-#if defined(__GNUC__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wcomment"
-#pragma GCC diagnostic ignored "-Wunused-function"
-#endif
 #include "tests/mg_test.h"
-#if defined(__GNUC__)
-#pragma GCC diagnostic pop
-#endif
 
 static int close_rel(double got, double want, double tol) {
     double d = fabs(got - want), s = fabs(want) > 0 ? fabs(want) : 1.0;

@@ -34,6 +34,7 @@ NVFLAGS := -O2 -std=c++17 $(NVARCH) -I. $(MPI_DEF) $(MPI_CFLAGS) $(BLAS_CFLAGS) 
 NVLIBS  := -lcublas -lnccl -lcudart $(MPI_LIBS) $(BLAS_LIBS) -lm -lgomp
 
 HEADERS := $(wildcard *.h)
+TESTHDRS:= $(wildcard tests/*.h)
 TESTS   := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 BENCHES := $(patsubst bench/%.c,%,$(wildcard bench/*.c))
 TOOLS   := $(patsubst tools/%.c,%,$(wildcard tools/*.c))
@@ -62,7 +63,7 @@ $(BUILD)/obj:
 # --- cpu flavour (cc) ---------------------------------------------------------------------------
 $(BUILD)/obj/impl_cpu.o: $(BUILD)/obj/impl.c $(HEADERS)
 	$(CC) $(CFLAGS) -c $< -o $@
-$(BUILD)/%.o: tests/%.c $(HEADERS) tests/mg_test.h | $(BUILD)/obj
+$(BUILD)/%.o: tests/%.c $(HEADERS) $(TESTHDRS) | $(BUILD)/obj
 	$(CC) $(CFLAGS) -c $< -o $@
 $(BUILD)/%.o: bench/%.c $(HEADERS) | $(BUILD)/obj
 	$(CC) $(CFLAGS) -c $< -o $@
@@ -76,15 +77,15 @@ $(addprefix $(BUILD)/,$(EXAMPLES)): $(BUILD)/%: examples/%.cu $(HEADERS) | $(BUI
 # --- asan flavour (cc, AddressSanitizer + UndefinedBehaviorSanitizer) ----------------------------
 $(BUILD)/obj/impl_asan.o: $(BUILD)/obj/impl.c $(HEADERS)
 	$(CC) $(CFLAGS) $(SANFLAGS) -c $< -o $@
-$(BUILD)/%_asan: tests/%.c $(BUILD)/obj/impl_asan.o $(HEADERS) tests/mg_test.h
+$(BUILD)/%_asan: tests/%.c $(BUILD)/obj/impl_asan.o $(HEADERS) $(TESTHDRS)
 	$(CC) $(CFLAGS) $(SANFLAGS) $< $(BUILD)/obj/impl_asan.o -o $@ $(LDLIBS) $(SANFLAGS)
 
 # --- cuda flavour (nvcc; sm_80 + sm_90; runs on the CPU where no GPU is present) ----------------
 $(BUILD)/obj/impl_cuda.o: $(BUILD)/obj/impl.c $(HEADERS)
 	$(NVCC) $(NVFLAGS) -x cu -c $< -o $@
-$(BUILD)/%_cuda.o: tests/%.c $(HEADERS) tests/mg_test.h | $(BUILD)/obj
+$(BUILD)/%_cuda.o: tests/%.c $(HEADERS) $(TESTHDRS) | $(BUILD)/obj
 	$(NVCC) $(NVFLAGS) -x cu -c $< -o $@
-$(BUILD)/%_cuda.o: tests/gpu/%.c $(HEADERS) tests/mg_test.h | $(BUILD)/obj
+$(BUILD)/%_cuda.o: tests/gpu/%.c $(HEADERS) $(TESTHDRS) | $(BUILD)/obj
 	$(NVCC) $(NVFLAGS) -x cu -c $< -o $@
 $(BUILD)/%_cuda.o: bench/%.c $(HEADERS) | $(BUILD)/obj
 	$(NVCC) $(NVFLAGS) -x cu -c $< -o $@

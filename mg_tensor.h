@@ -21,8 +21,15 @@
         embedding · layernorm · linear (forward, backward-input, backward-weight) · GELU ·
         causal attention core · residual add / scale / axpy · dropout · casts ·
         vocabulary-slice softmax cross-entropy · AdamW · sum of squares.
-     6. Implementation: shared per-element/per-row math (MG_HD functions), the CPU backend, the
-        CUDA backend (kernels, then launchers).
+     6. Implementation (under MG_IMPLEMENTATION): 6a errors, context, arena, copies · 6b dtypes
+        and tensors · 6c the shared per-element/per-row math (MG_HD functions: exp, GELU,
+        layernorm, softmax gradient, cross-entropy, dropout test, AdamW) · 6d the CPU backend
+        (OpenMP over rows/chunks/column blocks, `omp simd` inner loops, OpenBLAS) · 6e the CUDA
+        backend (kernels, then launchers; one pair of block-reduction helpers) · 6f the public
+        ops: shape/dtype validation and the row-major reasoning, shared, then the dispatch on
+        ctx->device.
+     The inline MG_HD functions of the API (16-bit conversions, mg_load/mg_store, the Philox
+     generator) are defined right after the API, since every translation unit needs them.
 
    CONVENTIONS
      - Activations are laid out sequence-major, [T, B, C] (Megatron's [s, b, h]): row r = t*B + b.
@@ -38,14 +45,18 @@
 #ifndef MG_TENSOR_H
 #define MG_TENSOR_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* ---------------------------------------------------------------------------------------------
    1. Configuration
    ------------------------------------------------------------------------------------------ */
 #ifndef MGDEF
-#ifdef MG_STATIC
+#if defined(MG_STATIC) && defined(__GNUC__)
+#define MGDEF static __attribute__((unused)) /* a program may use only some of the API */
+#elif defined(MG_STATIC)
 #define MGDEF static
 #else
 #define MGDEF extern
@@ -72,11 +83,19 @@ extern "C" {
 #endif
 
 /* Fatal-error hook: every failed check (bad shape, failed CUDA/cuBLAS call, arena exhausted)
-   goes through mg_fatal, which calls the settable handler (default: print "file:line: msg" to
-   stderr and abort()). mg_comm.h installs a handler that aborts the whole job. */
+   goes through mg_fatal, which calls the settable handler; if there is none, or it returns,
+   mg_fatal prints one line "file:line: msg" to stderr and exits with status 1. mg_comm.h
+   installs a handler that aborts the whole job; a test may longjmp out of its handler.     */
 typedef void (*mg_fatal_fn)(const char *file, int line, const char *msg);
 MGDEF void mg_set_fatal_handler(mg_fatal_fn fn);
-MGDEF void mg_fatal(const char *file, int line, const char *fmt, ...);
+#if defined(__GNUC__) || defined(__clang__)
+#define MG_NORETURN __attribute__((noreturn))
+#define MG_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define MG_NORETURN
+#define MG_PRINTF(f, a)
+#endif
+MGDEF MG_NORETURN void mg_fatal(const char *file, int line, const char *fmt, ...) MG_PRINTF(3, 4);
 #define MG_ASSERT(cond, ...) do { if (!(cond)) mg_fatal(__FILE__, __LINE__, __VA_ARGS__); } while (0)
 
 /* ---------------------------------------------------------------------------------------------
@@ -85,9 +104,11 @@ MGDEF void mg_fatal(const char *file, int line, const char *fmt, ...);
 typedef enum { MG_DEVICE_AUTO = 0, MG_DEVICE_CPU = 1, MG_DEVICE_CUDA = 2 } mg_device;
 
 typedef struct mg_ctx_desc {
-    mg_device device;     /* AUTO: CUDA when compiled by nvcc and a GPU is present, else CPU   */
+    mg_device device;     /* AUTO: the environment variable MG_DEVICE=cpu|cuda|auto if set, else
+                             CUDA when compiled by nvcc and a GPU answers, else CPU            */
     int cuda_device;      /* CUDA device ordinal (mg_comm picks it from the local rank)          */
-    int n_threads;        /* CPU threads for OpenMP/OpenBLAS; 0 = all cores                       */
+    int n_threads;        /* CPU threads (OpenMP; OpenBLAS runs single-threaded inside them);
+                             0 = omp_get_max_threads()                                         */
     size_t arena_bytes;   /* size of the one arena; every mg_alloc comes from it                  */
 } mg_ctx_desc;
 
@@ -106,7 +127,10 @@ MGDEF const char *mg_device_name(const mg_ctx *ctx);     /* "cpu" or "cuda:<name
 MGDEF int mg_cuda_available(void);                        /* 0 when not built by nvcc          */
 
 /* Arena: bump allocator, 256-byte aligned. mark/release give scoped scratch; arena_peak is the
-   high-water mark (used by bench/memory). mg_alloc fails through mg_fatal when exhausted.     */
+   high-water mark (used by bench/memory). mg_alloc fails through mg_fatal when exhausted.
+   Ops take temporary scratch from the arena (released before they return) in three cases:
+   16-bit tensors on the CPU (fp32 copies of operands / per-thread rows), attention dropout
+   (the dropped probabilities, att-sized) and mg_sumsq on CUDA (8 KiB). Leave room for it. */
 MGDEF void *mg_alloc(mg_ctx *ctx, size_t bytes);
 MGDEF size_t mg_arena_mark(const mg_ctx *ctx);
 MGDEF void mg_arena_release(mg_ctx *ctx, size_t mark);
@@ -157,10 +181,14 @@ MG_HD static inline void mg_store(void *p, mg_dtype dt, int64_t i, float v);
 /* ---------------------------------------------------------------------------------------------
    4. The GEMM seam (column-major BLAS arguments)
       C(m×n) = alpha · op(A)(m×k) · op(B)(k×n) + beta · C, with op(X) = X or Xᵀ.
-      A, B may be fp32, bf16 or fp16 (both the same dtype); C has its own dtype; compute is fp32.
+      A, B may be fp32, bf16 or fp16 (both the same dtype); C is that dtype or fp32 (what
+      cuBLAS accepts with CUBLAS_COMPUTE_32F; both backends reject other combinations); compute
+      is fp32. transa/transb: 0 = N, nonzero = T.
       CPU: cblas_sgemm(CblasColMajor, ...) (16-bit inputs are widened to fp32 in arena scratch
-      first: the products are exact in fp32, as with cuBLAS's fp32 compute). CUDA: cublasGemmEx
-      with CUBLAS_COMPUTE_32F, the very same arguments.
+      first: the products are exact in fp32, as with cuBLAS's fp32 compute; a 16-bit C is
+      computed in fp32 and rounded once). CUDA: cublasGemmEx / cublasGemmStridedBatchedEx with
+      CUBLAS_COMPUTE_32F, the very same arguments. Batched CPU GEMMs run OpenMP over the batch;
+      a single large one is split over threads by blocks of C.
    ------------------------------------------------------------------------------------------ */
 MGDEF void mg_gemm(mg_ctx *ctx, int transa, int transb, int m, int n, int k, float alpha,
                    const void *A, mg_dtype a_dt, int lda, const void *B, mg_dtype b_dt, int ldb,
@@ -181,7 +209,9 @@ MGDEF void mg_gemm_strided_batched(mg_ctx *ctx, int transa, int transb, int m, i
    (T_local = out rows / B), so a sequence-parallel shard can be embedded directly.
    out[t, b] = wte[tok - vocab_start] if vocab_start <= tok < vocab_start + wte rows, else 0;
              + wpe[t0 + t] when wpe is non-NULL.
-   backward: scatter-ADD dout into dwte (same range rule) and, if dwpe non-NULL, into dwpe.     */
+   backward: scatter-ADD dout into dwte (same range rule; dwte may be NULL) and, if dwpe is
+   non-NULL, into dwpe. The CPU adds rows in order (deterministic); CUDA uses atomic adds into
+   dwte, so rows sharing a token add in arbitrary order (fp32-rounding nondeterminism).      */
 MGDEF void mg_embedding_forward(mg_ctx *ctx, mg_tensor *out, const int32_t *tokens, int B, int T,
                                 int t0, const mg_tensor *wte, int64_t vocab_start,
                                 const mg_tensor *wpe);
@@ -226,12 +256,15 @@ MGDEF void mg_gelu_backward(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *inp,
    att: [B, n_head, T, T] probabilities after scale (1/√hd), causal mask and softmax (saved
         for backward; entries above the diagonal are 0).
    out: [T, B, n_head, hd] = [N, n_head·hd].
-   Dropout on the probabilities (p_drop > 0) uses mg_dropout's hash with the global head index
-   (head_offset + h, of n_head_total) so the mask does not depend on how heads are split.
+   Dropout on the probabilities (p_drop > 0) uses mg_dropout's keep test on element
+   (b, head_offset + h, t1, t2) of the global [B, n_head_total, T, T] tensor, so the mask does
+   not depend on how heads are split; att keeps the undropped P.
+   qkv, att and out (and dqkv, datt, dout) share one dtype; with 16-bit storage the scores are
+   rounded once before the softmax (as the GEMM writes them), like Megatron's unfused path.
    backward: datt is scratch [B, n_head, T, T]; dqkv OVERWRITTEN.                              */
 typedef struct mg_attn_dropout {
     float p;              /* 0 disables                                                         */
-    uint64_t seed;        /* mixes seed, layer, microbatch: see mg_dropout_key                  */
+    uint64_t seed;        /* the key: mg_dropout_key(seed, site, microbatch)                   */
     int head_offset;      /* global index of local head 0                                       */
     int n_head_total;     /* heads of the whole (unsplit) layer                                  */
 } mg_attn_dropout;
@@ -251,9 +284,12 @@ MGDEF void mg_fill(mg_ctx *ctx, mg_tensor *x, float value);
 MGDEF void mg_cast(mg_ctx *ctx, mg_tensor *dst, const mg_tensor *src);   /* any dtype -> any */
 
 /* Dropout keyed by global coordinates: element (row, col) of the full unsplit [rows, cols]
-   tensor is kept iff hash(key, row·cols + col) >= p·2^32, and scaled by 1/(1-p). The local
-   tensor holds global rows [row_offset, row_offset + local rows) and all cols. Backward
-   recomputes the same mask (nothing is stored). out may alias inp.                           */
+   tensor is kept iff mg_rand_u32(key, row·cols + col) >= floor(p·2^32), and then scaled by
+   1/(1-p) (0 <= p < 1; p = 0 copies). The local tensor holds global rows
+   [row_offset, row_offset + local rows) and all cols. Backward recomputes the same mask
+   (nothing is stored). out may alias inp. mg_dropout_key mixes (seed, site, microbatch) into
+   a key through Philox, so sites (layer and place in it) and microbatches get unrelated
+   masks.                                                                                     */
 MGDEF uint64_t mg_dropout_key(uint64_t seed, uint64_t site, uint64_t microbatch);
 MGDEF void mg_dropout_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp, float p,
                               uint64_t key, int64_t row_offset);
@@ -262,7 +298,9 @@ MGDEF void mg_dropout_backward(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *do
 
 /* Counter-based random numbers (used for initialisation and dropout): a pure function of
    (key, index), identical on every backend, so each rank makes exactly its shard of a tensor.
-   Philox-style mixing; normal via Box-Muller of two uniforms.                                */
+   mg_rand_u32(key, i) is word i mod 4 of Philox4x32-10 (Random123) at counter i / 4 under the
+   64-bit key; uniform = its top 24 bits / 2^24; normal = Box-Muller of two words of Philox at
+   a counter of its own (c3 = 1), computed in double and rounded once.                        */
 MG_HD static inline uint32_t mg_rand_u32(uint64_t key, uint64_t index);
 MG_HD static inline float mg_rand_uniform(uint64_t key, uint64_t index);  /* [0, 1)          */
 MG_HD static inline float mg_rand_normal(uint64_t key, uint64_t index);   /* N(0, 1)         */
@@ -280,7 +318,8 @@ MG_HD static inline float mg_rand_normal(uint64_t key, uint64_t index);   /* N(0
         mg_xent_backward: dlogits = (softmax - onehot(target)) · dloss  (padding -> 0);
                           dlogits may alias logits.
    With one slice (no merge) this is the ordinary cross-entropy.
-   rowmax, sumexp, tlogit, losses: fp32 [N], device memory on CUDA.                           */
+   rowmax, sumexp, tlogit, losses: fp32 [N], device memory on CUDA. Targets are not range
+   checked (the data loader validates token ids): an id >= vocab_size matches no column.    */
 MGDEF void mg_xent_max(mg_ctx *ctx, float *rowmax, const mg_tensor *logits,
                        int64_t vocab_start, int64_t vocab_size);
 MGDEF void mg_xent_sumexp(mg_ctx *ctx, float *sumexp, float *tlogit, const mg_tensor *logits,
@@ -306,9 +345,127 @@ MGDEF void mg_adamw_step(mg_ctx *ctx, float *param, const float *grad, float *m,
                          int64_t n, const mg_adamw_hparams *hp, float grad_scale,
                          void *param16, mg_dtype dt16);
 
-/* Σ x² over n fp32 values, accumulated in double on the CPU and in fp32 blocks + fp64 final on
-   CUDA; returned to the host (synchronises). Also reports whether any value is inf/nan.     */
+/* Σ x² over n fp32 values, accumulated in double on both backends (per-thread/per-block
+   partial sums, then the total); returned to the host (synchronises). *nonfinite (may be
+   NULL) is set to 1 iff some value is inf or nan — exactly when the double sum is not finite,
+   since the square of a finite fp32 never overflows a double.                              */
 MGDEF double mg_sumsq(mg_ctx *ctx, const float *x, int64_t n, int *nonfinite);
+
+/* ---------------------------------------------------------------------------------------------
+   Inline definitions of the MG_HD functions above. They live in the API part (not under
+   MG_IMPLEMENTATION) because every translation unit, host or device, needs their bodies.
+   ------------------------------------------------------------------------------------------ */
+MG_HD static inline uint32_t mg__f32_bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+MG_HD static inline float mg__bits_f32(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* bf16 is the top half of an fp32. Round to nearest even by adding 0x7FFF plus the lowest kept
+   bit; a carry out of the mantissa correctly bumps the exponent, up to inf on overflow. NaN is
+   kept a (quiet) NaN with its sign, since rounding could turn its payload into inf.           */
+MG_HD static inline uint16_t mg_f32_to_bf16(float f) {
+    uint32_t u = mg__f32_bits(f);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+MG_HD static inline float mg_bf16_to_f32(uint16_t h) { return mg__bits_f32((uint32_t)h << 16); }
+
+/* fp16: 1 sign, 5 exponent (bias 15), 10 mantissa bits. Integer-only so that flush-to-zero or
+   fast-math settings of the compiler cannot change the result.
+     |x| >= 65520 (max half 65504 + half an ulp, a tie that rounds to the odd-free inf) -> inf
+     2^-14 <= |x|   normal: rebias the exponent (127 -> 15), round 13 dropped bits to even
+     2^-25 < |x|    subnormal: value = m·2^-24, m rounded to even from the 24-bit mantissa
+     else           ±0 (2^-25 exactly is a tie and rounds to the even 0)                     */
+MG_HD static inline uint16_t mg_f32_to_f16(float f) {
+    uint32_t u = mg__f32_bits(f);
+    uint32_t sign = (u >> 16) & 0x8000u, ax = u & 0x7FFFFFFFu;
+    if (ax > 0x7F800000u) return (uint16_t)(sign | 0x7E00u | ((ax >> 13) & 0x3FFu));
+    if (ax >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u);
+    if (ax >= 0x38800000u) {
+        uint32_t r = ax - 0x38000000u; /* exponent bias 127 -> 15: subtract 112 << 23 */
+        return (uint16_t)(sign | ((r + 0x0FFFu + ((r >> 13) & 1u)) >> 13));
+    }
+    if (ax <= 0x33000000u) return (uint16_t)sign;
+    {
+        uint32_t mant = (ax & 0x007FFFFFu) | 0x00800000u, shift = 126u - (ax >> 23);
+        uint32_t m = mant >> shift, rem = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (m & 1u))) m++;
+        return (uint16_t)(sign | m);
+    }
+}
+MG_HD static inline float mg_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+    if (e == 0x1Fu) return mg__bits_f32(sign | 0x7F800000u | (m << 13));
+    if (e == 0) {
+        int ee = 1;
+        if (m == 0) return mg__bits_f32(sign);
+        while (!(m & 0x400u)) { m <<= 1; ee--; } /* normalise the subnormal */
+        return mg__bits_f32(sign | ((uint32_t)(ee + 112) << 23) | ((m & 0x3FFu) << 13));
+    }
+    return mg__bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+MG_HD static inline float mg_load(const void *p, mg_dtype dt, int64_t i) {
+    switch (dt) {
+    case MG_BF16: return mg_bf16_to_f32(((const uint16_t *)p)[i]);
+    case MG_F16:  return mg_f16_to_f32(((const uint16_t *)p)[i]);
+    default:      return ((const float *)p)[i];
+    }
+}
+MG_HD static inline void mg_store(void *p, mg_dtype dt, int64_t i, float v) {
+    switch (dt) {
+    case MG_BF16: ((uint16_t *)p)[i] = mg_f32_to_bf16(v); break;
+    case MG_F16:  ((uint16_t *)p)[i] = mg_f32_to_f16(v); break;
+    default:      ((float *)p)[i] = v; break;
+    }
+}
+
+/* Philox4x32-10 (Salmon et al., SC'11, "Parallel random numbers: as easy as 1, 2, 3"): ten
+   rounds of two 32x32->64 multiplies mixing a 128-bit counter under a 64-bit key that is bumped
+   by the Weyl constants between rounds. Output words x[0..3]. Checked against Random123's
+   known-answer vectors in tests/test_ops.c.                                                   */
+typedef struct mg__philox4 { uint32_t x[4]; } mg__philox4;
+#if defined(__CUDACC__)
+#define MG__FORCE_INLINE __forceinline__
+#elif defined(__GNUC__)
+#define MG__FORCE_INLINE inline __attribute__((always_inline))
+#else
+#define MG__FORCE_INLINE inline
+#endif
+MG_HD static MG__FORCE_INLINE mg__philox4 mg__philox4x32(uint64_t key, uint32_t c0, uint32_t c1,
+                                               uint32_t c2, uint32_t c3) {
+    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+    mg__philox4 r;
+    /* one round, then the key bump; written out 10 times (no loop) so that a host loop over
+       counters vectorises */
+#define MG__PHILOX_ROUND do { \
+        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2; \
+        c0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0; c1 = (uint32_t)p1; \
+        c2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1; c3 = (uint32_t)p0; \
+        k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; \
+    } while (0)
+    MG__PHILOX_ROUND; MG__PHILOX_ROUND; MG__PHILOX_ROUND; MG__PHILOX_ROUND; MG__PHILOX_ROUND;
+    MG__PHILOX_ROUND; MG__PHILOX_ROUND; MG__PHILOX_ROUND; MG__PHILOX_ROUND; MG__PHILOX_ROUND;
+#undef MG__PHILOX_ROUND
+    r.x[0] = c0; r.x[1] = c1; r.x[2] = c2; r.x[3] = c3;
+    return r;
+}
+/* Word (index mod 4) of Philox(key, counter = index / 4): consecutive indices share one Philox
+   evaluation, so a loop over a row can use all four words (see the CPU dropout).              */
+MG_HD static inline uint32_t mg_rand_u32(uint64_t key, uint64_t index) {
+    uint64_t c = index >> 2;
+    return mg__philox4x32(key, (uint32_t)c, (uint32_t)(c >> 32), 0, 0).x[index & 3];
+}
+MG_HD static inline float mg_rand_uniform(uint64_t key, uint64_t index) {
+    return (float)(mg_rand_u32(key, index) >> 8) * (1.0f / 16777216.0f); /* 24 bits: exact */
+}
+/* Box-Muller on two words of a counter of its own (c3 = 1 separates it from mg_rand_u32's):
+   u1 in (0, 1] so the log is finite. Computed in double and rounded once to float, so host
+   and device agree although their libm differ in the last double bits.                       */
+MG_HD static inline float mg_rand_normal(uint64_t key, uint64_t index) {
+    mg__philox4 r = mg__philox4x32(key, (uint32_t)index, (uint32_t)(index >> 32), 0, 1);
+    double u1 = ((double)r.x[0] + 1.0) * (1.0 / 4294967296.0);
+    double u2 = (double)r.x[1] * (1.0 / 4294967296.0);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2));
+}
 
 #ifdef __cplusplus
 }
@@ -323,7 +480,1909 @@ MGDEF double mg_sumsq(mg_ctx *ctx, const float *x, int64_t n, int *nonfinite);
 #ifndef MG_TENSOR_IMPLEMENTED
 #define MG_TENSOR_IMPLEMENTED
 
-/* (to be written: shared MG_HD math, CPU backend, CUDA backend) */
+#include <stdarg.h>
+#include <stdio.h>
+#include <float.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#include <cblas.h>
+#ifdef __CUDACC__
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+#endif
+
+/* =============================================================================================
+   6a. Errors, context, arena, copies
+   ========================================================================================== */
+static mg_fatal_fn mg__fatal_handler = NULL;
+
+MGDEF void mg_set_fatal_handler(mg_fatal_fn fn) { mg__fatal_handler = fn; }
+
+/* Formats the message, hands it to the handler; if there is none, or it returns, prints
+   "file:line: msg" and ends the process with exit status 1.                                 */
+MGDEF MG_NORETURN void mg_fatal(const char *file, int line, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (mg__fatal_handler) mg__fatal_handler(file, line, msg);
+    fprintf(stderr, "%s:%d: %s\n", file, line, msg);
+    fflush(stderr);
+    exit(1);
+}
+
+#ifdef __CUDACC__
+/* Every CUDA / cuBLAS call is checked; a failure names the call, file and line. */
+#define MG_CUDA_CHECK(call) do { cudaError_t mg__e = (call); if (mg__e != cudaSuccess) \
+    mg_fatal(__FILE__, __LINE__, "CUDA error %s (%s) in %s", cudaGetErrorName(mg__e), \
+             cudaGetErrorString(mg__e), #call); } while (0)
+#define MG_CUBLAS_CHECK(call) do { cublasStatus_t mg__s = (call); \
+    if (mg__s != CUBLAS_STATUS_SUCCESS) mg_fatal(__FILE__, __LINE__, "cuBLAS error %s in %s", \
+             cublasGetStatusString(mg__s), #call); } while (0)
+#define MG_CUDA_LAUNCH_CHECK() MG_CUDA_CHECK(cudaGetLastError())
+#define MG__STREAM(ctx) ((cudaStream_t)(ctx)->stream)
+#endif
+
+MGDEF int mg_cuda_available(void) {
+#ifdef __CUDACC__
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) { (void)cudaGetLastError(); return 0; }
+    return n > 0;
+#else
+    return 0;
+#endif
+}
+
+static inline int mg__is_cuda(const mg_ctx *ctx) { return ctx->device == MG_DEVICE_CUDA; }
+
+/* AUTO -> MG_DEVICE environment variable (cpu|cuda|auto) -> CUDA if built by nvcc and a GPU
+   answers, else CPU. An explicit CUDA request without CUDA is an error, not a silent CPU run. */
+static mg_device mg__resolve_device(mg_device want) {
+    if (want == MG_DEVICE_AUTO) {
+        const char *env = getenv("MG_DEVICE");
+        if (env && env[0]) {
+            if (!strcmp(env, "cpu")) want = MG_DEVICE_CPU;
+            else if (!strcmp(env, "cuda")) want = MG_DEVICE_CUDA;
+            else if (strcmp(env, "auto"))
+                mg_fatal(__FILE__, __LINE__, "MG_DEVICE=%s: expected cpu, cuda or auto", env);
+        }
+    }
+    if (want == MG_DEVICE_AUTO) return mg_cuda_available() ? MG_DEVICE_CUDA : MG_DEVICE_CPU;
+    if (want == MG_DEVICE_CUDA && !mg_cuda_available()) {
+#ifdef __CUDACC__
+        mg_fatal(__FILE__, __LINE__, "device cuda requested but no CUDA GPU is available");
+#else
+        mg_fatal(__FILE__, __LINE__, "device cuda requested but this program was not built "
+                 "by nvcc (build the _cuda flavour)");
+#endif
+    }
+    if (want != MG_DEVICE_CPU && want != MG_DEVICE_CUDA)
+        mg_fatal(__FILE__, __LINE__, "unknown device %d (expected auto, cpu or cuda)", (int)want);
+    return want;
+}
+
+#define MG__ARENA_ALIGN 256
+
+MGDEF void mg_ctx_init(mg_ctx *ctx, const mg_ctx_desc *desc) {
+    mg_ctx_desc d;
+    memset(ctx, 0, sizeof *ctx);
+    memset(&d, 0, sizeof d);
+    if (desc) d = *desc;
+    ctx->device = mg__resolve_device(d.device);
+    if (d.n_threads < 0) mg_fatal(__FILE__, __LINE__, "n_threads %d < 0", d.n_threads);
+#ifdef _OPENMP
+    ctx->n_threads = d.n_threads ? d.n_threads : omp_get_max_threads();
+#else
+    ctx->n_threads = 1;
+#endif
+    /* GEMMs are parallelised by the library (OpenMP over the batch or over blocks of C), each
+       thread calling a single-threaded OpenBLAS: one thread pool, none oversubscribed.    */
+    if (ctx->device == MG_DEVICE_CPU) openblas_set_num_threads(1);
+    ctx->arena_size = d.arena_bytes;
+    if (ctx->device == MG_DEVICE_CPU) {
+        if (d.arena_bytes) {
+            /* Over-allocate, align the base, and keep the raw pointer just below it. */
+            char *raw = (char *)MG_MALLOC(d.arena_bytes + MG__ARENA_ALIGN + sizeof(void *));
+            uintptr_t base;
+            if (!raw) mg_fatal(__FILE__, __LINE__, "cannot allocate an arena of %zu bytes",
+                               d.arena_bytes);
+            base = ((uintptr_t)(raw + sizeof(void *)) + MG__ARENA_ALIGN - 1) &
+                   ~(uintptr_t)(MG__ARENA_ALIGN - 1);
+            ctx->arena = (char *)base;
+            ((void **)ctx->arena)[-1] = raw;
+        }
+        return;
+    }
+#ifdef __CUDACC__
+    {
+        cudaStream_t stream;
+        cublasHandle_t handle;
+        MG_CUDA_CHECK(cudaSetDevice(d.cuda_device));
+        MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+        MG_CUBLAS_CHECK(cublasCreate(&handle));
+        MG_CUBLAS_CHECK(cublasSetStream(handle, stream));
+        ctx->stream = (void *)stream;
+        ctx->blas = (void *)handle;
+        if (d.arena_bytes) MG_CUDA_CHECK(cudaMalloc((void **)&ctx->arena, d.arena_bytes));
+    }
+#endif
+}
+
+MGDEF void mg_ctx_free(mg_ctx *ctx) {
+    if (ctx->device == MG_DEVICE_CPU) {
+        if (ctx->arena) MG_FREE(((void **)ctx->arena)[-1]);
+    }
+#ifdef __CUDACC__
+    else {
+        if (ctx->arena) MG_CUDA_CHECK(cudaFree(ctx->arena));
+        if (ctx->blas) MG_CUBLAS_CHECK(cublasDestroy((cublasHandle_t)ctx->blas));
+        if (ctx->stream) MG_CUDA_CHECK(cudaStreamDestroy(MG__STREAM(ctx)));
+    }
+#endif
+    memset(ctx, 0, sizeof *ctx);
+}
+
+MGDEF const char *mg_device_name(const mg_ctx *ctx) {
+#ifdef __CUDACC__
+    static char names[16][300];
+    if (mg__is_cuda(ctx)) {
+        int dev = 0;
+        struct cudaDeviceProp prop;
+        MG_CUDA_CHECK(cudaGetDevice(&dev));
+        MG_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+        dev &= 15;
+        snprintf(names[dev], sizeof names[dev], "cuda:%s", prop.name);
+        return names[dev];
+    }
+#endif
+    (void)ctx;
+    return "cpu";
+}
+
+MGDEF void *mg_alloc(mg_ctx *ctx, size_t bytes) {
+    size_t need = (bytes + MG__ARENA_ALIGN - 1) & ~(size_t)(MG__ARENA_ALIGN - 1);
+    void *p;
+    if (need < bytes || need > ctx->arena_size - ctx->arena_used)
+        mg_fatal(__FILE__, __LINE__, "arena exhausted: %zu bytes requested, %zu of %zu in use "
+                 "(raise arena_bytes)", bytes, ctx->arena_used, ctx->arena_size);
+    p = ctx->arena + ctx->arena_used;
+    ctx->arena_used += need;
+    if (ctx->arena_used > ctx->arena_peak) ctx->arena_peak = ctx->arena_used;
+    return p;
+}
+MGDEF size_t mg_arena_mark(const mg_ctx *ctx) { return ctx->arena_used; }
+MGDEF void mg_arena_release(mg_ctx *ctx, size_t mark) {
+    if (mark > ctx->arena_used)
+        mg_fatal(__FILE__, __LINE__, "arena release to %zu beyond the %zu bytes in use", mark,
+                 ctx->arena_used);
+    ctx->arena_used = mark;
+}
+MGDEF void mg_arena_reset_peak(mg_ctx *ctx) { ctx->arena_peak = ctx->arena_used; }
+
+/* The three copies: cudaMemcpyAsync on the context's stream (host transfers then wait, since
+   the host buffer may go away or be read next), memmove on the CPU.                          */
+static void mg__copy(mg_ctx *ctx, void *dst, const void *src, size_t bytes, int kind) {
+    if (!bytes || dst == src) return;
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        MG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, (cudaMemcpyKind)kind, MG__STREAM(ctx)));
+        if (kind != cudaMemcpyDeviceToDevice) MG_CUDA_CHECK(cudaStreamSynchronize(MG__STREAM(ctx)));
+        return;
+    }
+#endif
+    (void)ctx; (void)kind;
+    memmove(dst, src, bytes);
+}
+/* cudaMemcpyKind values (host->device 1, device->host 2, device->device 3). */
+MGDEF void mg_copy_to_device(mg_ctx *ctx, void *dst_dev, const void *src_host, size_t bytes) {
+    mg__copy(ctx, dst_dev, src_host, bytes, 1);
+}
+MGDEF void mg_copy_to_host(mg_ctx *ctx, void *dst_host, const void *src_dev, size_t bytes) {
+    mg__copy(ctx, dst_host, src_dev, bytes, 2);
+}
+MGDEF void mg_copy(mg_ctx *ctx, void *dst_dev, const void *src_dev, size_t bytes) {
+    mg__copy(ctx, dst_dev, src_dev, bytes, 3);
+}
+MGDEF void mg_memset_zero(mg_ctx *ctx, void *dst_dev, size_t bytes) {
+    if (!bytes) return;
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        MG_CUDA_CHECK(cudaMemsetAsync(dst_dev, 0, bytes, MG__STREAM(ctx)));
+        return;
+    }
+#endif
+    (void)ctx;
+    memset(dst_dev, 0, bytes);
+}
+MGDEF void mg_sync(mg_ctx *ctx) {
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) MG_CUDA_CHECK(cudaStreamSynchronize(MG__STREAM(ctx)));
+#endif
+    (void)ctx;
+}
+
+/* =============================================================================================
+   6b. Dtypes and tensors
+   ========================================================================================== */
+MGDEF size_t mg_dtype_size(mg_dtype dt) {
+    switch (dt) {
+    case MG_F32: return 4;
+    case MG_BF16: case MG_F16: return 2;
+    }
+    mg_fatal(__FILE__, __LINE__, "unknown dtype %d", (int)dt);
+}
+MGDEF const char *mg_dtype_name(mg_dtype dt) {
+    switch (dt) {
+    case MG_F32: return "fp32";
+    case MG_BF16: return "bf16";
+    case MG_F16: return "fp16";
+    }
+    return "unknown";
+}
+MGDEF int64_t mg_numel(const mg_tensor *t) {
+    int64_t n = 1;
+    int i;
+    for (i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+MGDEF size_t mg_nbytes(const mg_tensor *t) { return (size_t)mg_numel(t) * mg_dtype_size(t->dtype); }
+
+MGDEF mg_tensor mg_tensor_wrap(void *data, mg_dtype dt, int ndim, const int64_t *shape) {
+    mg_tensor t;
+    int i;
+    memset(&t, 0, sizeof t);
+    if (ndim < 1 || ndim > 4) mg_fatal(__FILE__, __LINE__, "tensor ndim %d (expected 1..4)", ndim);
+    (void)mg_dtype_size(dt);
+    for (i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            mg_fatal(__FILE__, __LINE__, "tensor dim %d is %lld (< 0)", i, (long long)shape[i]);
+        t.shape[i] = shape[i];
+    }
+    t.data = data;
+    t.dtype = dt;
+    t.ndim = ndim;
+    return t;
+}
+MGDEF mg_tensor mg_tensor_new(mg_ctx *ctx, mg_dtype dt, int ndim, const int64_t *shape) {
+    mg_tensor t = mg_tensor_wrap(NULL, dt, ndim, shape);
+    t.data = mg_alloc(ctx, mg_nbytes(&t));
+    return t;
+}
+MGDEF mg_tensor mg_tensor_2d(mg_ctx *ctx, mg_dtype dt, int64_t rows, int64_t cols) {
+    int64_t shape[2];
+    shape[0] = rows;
+    shape[1] = cols;
+    return mg_tensor_new(ctx, dt, 2, shape);
+}
+MGDEF mg_tensor mg_tensor_rows(const mg_tensor *t, int64_t r0, int64_t n) {
+    mg_tensor v = *t;
+    int64_t per_row = t->shape[0] ? mg_numel(t) / t->shape[0] : 0;
+    if (r0 < 0 || n < 0 || r0 + n > t->shape[0])
+        mg_fatal(__FILE__, __LINE__, "rows [%lld, %lld) outside a tensor of %lld rows",
+                 (long long)r0, (long long)(r0 + n), (long long)t->shape[0]);
+    v.data = (char *)t->data + (size_t)(r0 * per_row) * mg_dtype_size(t->dtype);
+    v.shape[0] = n;
+    return v;
+}
+MGDEF int64_t mg_rows(const mg_tensor *t) {
+    int64_t r = 1;
+    int i;
+    for (i = 0; i + 1 < t->ndim; i++) r *= t->shape[i];
+    return r;
+}
+MGDEF int64_t mg_cols(const mg_tensor *t) { return t->ndim ? t->shape[t->ndim - 1] : 0; }
+
+/* =============================================================================================
+   6c. Shared kernel math (host and device). The CPU backend loops over rows/elements calling
+       these; the CUDA kernels map rows to blocks and call the very same functions.
+   ========================================================================================== */
+#define MG__LN_EPS 1e-5f
+#define MG__SQRT_2_OVER_PI 0.7978845608028654f
+#define MG__GELU_C 0.044715f
+
+/* exp(x) for the kernels. Device code uses CUDA's expf. Host code uses a branch-free
+   Cody-Waite reduction + degree-6 polynomial (Cephes expf, ~1 ulp) that the compiler
+   vectorises inside `omp simd` loops, which glibc's expf is not. |x| is first clamped to 87
+   with integer operations on its bits (a float comparison would stop the vectoriser), so the
+   result saturates at e^±87 (1.6e-38 .. 6.1e37, enough for softmax and sigmoid); NaN stays
+   NaN. 2^n comes from the bits of x·log2(e) + 1.5·2^23, whose low mantissa bits hold round(n). */
+MG_HD static inline float mg__exp(float x) {
+#ifdef __CUDA_ARCH__
+    return expf(x);
+#else
+    const float magic = 12582912.0f; /* 1.5 * 2^23 */
+    uint32_t u = mg__f32_bits(x), ax = u & 0x7FFFFFFFu;
+    uint32_t clamp = (ax > 0x42AE0000u) & (ax <= 0x7F800000u); /* 87 < |x| <= inf */
+    float t, n, r, p;
+    x = mg__bits_f32(clamp ? (u & 0x80000000u) | 0x42AE0000u : u);
+    t = x * 1.44269504088896341f + magic;
+    n = t - magic;
+    r = x - n * 0.693359375f - n * -2.12194440e-4f;
+    p = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r +
+          4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    return p * mg__bits_f32((mg__f32_bits(t) - 0x4B400000u + 127u) << 23);
+#endif
+}
+
+/* GELU, tanh approximation (Hendrycks & Gimpel; GPT-2):
+     gelu(x) = ½·x·(1 + tanh(u)),  u = √(2/π)·(x + 0.044715·x³).
+   With s = σ(2u) = 1/(1 + e^(−2u)) we have ½(1 + tanh u) = s and 1 − tanh²u = 4s(1 − s), so
+     gelu(x)  = x·s
+     gelu'(x) = s + ½·x·4s(1−s)·u' = s·(1 + 2x·(1−s)·u'),  u' = √(2/π)·(1 + 3·0.044715·x²)
+   — one exp, no cancellation near tanh = −1.                                               */
+MG_HD static inline float mg__gelu_sigmoid(float x) {
+    float u = MG__SQRT_2_OVER_PI * (x + MG__GELU_C * x * x * x);
+    return 1.0f / (1.0f + mg__exp(-2.0f * u));
+}
+MG_HD static inline float mg__gelu(float x) { return x * mg__gelu_sigmoid(x); }
+MG_HD static inline float mg__gelu_grad(float x) {
+    float s = mg__gelu_sigmoid(x);
+    float du = MG__SQRT_2_OVER_PI * (1.0f + 3.0f * MG__GELU_C * x * x);
+    return s * (1.0f + 2.0f * x * (1.0f - s) * du);
+}
+
+/* LayerNorm of a row x[C]: mean μ, variance σ² = mean((x−μ)²) (biased, as PyTorch),
+   rstd = 1/√(σ²+ε), norm = (x−μ)·rstd, out = norm·w + b. Backward with g = dout·w:
+     dx = rstd · (g − mean(g) − norm · mean(g·norm)),  dw += dout·norm,  db += dout.          */
+MG_HD static inline float mg__ln_rstd(float var) { return 1.0f / sqrtf(var + MG__LN_EPS); }
+MG_HD static inline float mg__ln_dx(float g, float norm, float rstd, float mean_g,
+                                    float mean_g_norm) {
+    return rstd * (g - mean_g - norm * mean_g_norm);
+}
+
+/* Softmax backward for one row: ds = p · (dp − Σ_j p_j·dp_j). */
+MG_HD static inline float mg__softmax_grad(float p, float dp, float dot_p_dp) {
+    return p * (dp - dot_p_dp);
+}
+
+/* Dropout: element with global index g is kept iff its random word >= threshold = p·2^32;
+   kept values are scaled by 1/(1−p) so the expectation is unchanged.                       */
+MG_HD static inline float mg__dropout(float x, uint32_t bits, uint32_t threshold, float scale) {
+    return bits >= threshold ? x * scale : 0.0f;
+}
+static uint32_t mg__dropout_threshold(float p) {
+    double t = (double)p * 4294967296.0;
+    return t >= 4294967295.0 ? 0xFFFFFFFFu : (uint32_t)t;
+}
+
+/* Cross-entropy over a vocabulary slice. Real (non-padding) columns of a slice that starts at
+   vocab_start with Vs columns are the first mg__xent_real_cols of them.
+   Per row: loss = log Σ_j exp(l_j − max) + max − l_target,
+            dl_j = (exp(l_j − max)/Σ − [j = target]) · dloss.                                 */
+MG_HD static inline int64_t mg__xent_real_cols(int64_t vocab_start, int64_t vocab_size,
+                                               int64_t Vs) {
+    int64_t real = vocab_size - vocab_start;
+    return real < 0 ? 0 : (real > Vs ? Vs : real);
+}
+MG_HD static inline float mg__xent_loss(float rowmax, float sumexp, float tlogit) {
+    return logf(sumexp) + rowmax - tlogit;
+}
+MG_HD static inline float mg__xent_dlogit(float logit, float rowmax, float sumexp,
+                                          float onehot, float dloss) {
+    return (mg__exp(logit - rowmax) / sumexp - onehot) * dloss;
+}
+
+/* AdamW element, torch.optim.AdamW's order: decay, moments, bias-corrected step.
+   step_size = lr/(1−β1^t) and bc2_sqrt = √(1−β2^t) are computed once on the host.           */
+typedef struct mg__adamw_k {
+    float lr, beta1, beta2, eps, decay_factor /* 1 − lr·wd */, step_size, bc2_sqrt, grad_scale;
+} mg__adamw_k;
+MG_HD static inline float mg__adamw(float param, float grad, float *m, float *v,
+                                    const mg__adamw_k *k) {
+    float g = grad * k->grad_scale;
+    float mi = k->beta1 * *m + (1.0f - k->beta1) * g;
+    float vi = k->beta2 * *v + (1.0f - k->beta2) * g * g;
+    *m = mi;
+    *v = vi;
+    param *= k->decay_factor;
+    /* vi >= 0; the fabsf tells the compiler so (sqrtf then needs no errno branch and the host
+       loop vectorises) */
+    return param - k->step_size * mi / (sqrtf(fabsf(vi)) / k->bc2_sqrt + k->eps);
+}
+
+/* =============================================================================================
+   6d. CPU backend: OpenMP over rows / chunks / columns, OpenBLAS (single-threaded) for GEMMs.
+       fp32 tensors are used in place; 16-bit tensors are widened to fp32 rows or chunks, the
+       same fp32 code runs, and results are rounded back (one code path for the math).
+   ========================================================================================== */
+#ifdef _OPENMP
+#define MG__TID() omp_get_thread_num()
+#else
+#define MG__TID() 0
+#endif
+#define MG__PAR_MIN 32768 /* loops over fewer elements than this run on one thread */
+#define MG__CHUNK 2048    /* elements per chunk of the elementwise ops                */
+#define MG__COLBLOCK 64   /* columns per thread task in column reductions           */
+
+static void mg__cpu_widen(float *dst, const void *src, mg_dtype dt, int64_t off, int64_t n) {
+    int64_t i;
+    const uint16_t *h = (const uint16_t *)src + off;
+    switch (dt) {
+    case MG_F32: memcpy(dst, (const float *)src + off, (size_t)n * sizeof(float)); break;
+    case MG_BF16: for (i = 0; i < n; i++) dst[i] = mg_bf16_to_f32(h[i]); break;
+    case MG_F16: for (i = 0; i < n; i++) dst[i] = mg_f16_to_f32(h[i]); break;
+    }
+}
+static void mg__cpu_narrow(void *dst, mg_dtype dt, int64_t off, const float *src, int64_t n) {
+    int64_t i;
+    uint16_t *h = (uint16_t *)dst + off;
+    switch (dt) {
+    case MG_F32:
+        if ((float *)dst + off != src) memcpy((float *)dst + off, src, (size_t)n * sizeof(float));
+        break;
+    case MG_BF16: for (i = 0; i < n; i++) h[i] = mg_f32_to_bf16(src[i]); break;
+    case MG_F16: for (i = 0; i < n; i++) h[i] = mg_f32_to_f16(src[i]); break;
+    }
+}
+/* fp32 view of elements [off, off+n) of t: the storage itself when fp32, else a widened copy
+   in buf. mg__cpu_out_span is the writable counterpart; mg__cpu_commit rounds buf back.     */
+static const float *mg__cpu_span(const mg_tensor *t, int64_t off, int64_t n, float *buf) {
+    if (t->dtype == MG_F32) return (const float *)t->data + off;
+    mg__cpu_widen(buf, t->data, t->dtype, off, n);
+    return buf;
+}
+static float *mg__cpu_out_span(const mg_tensor *t, int64_t off, float *buf) {
+    return t->dtype == MG_F32 ? (float *)t->data + off : buf;
+}
+static void mg__cpu_commit(const mg_tensor *t, int64_t off, const float *v, int64_t n) {
+    if (t->dtype != MG_F32) mg__cpu_narrow(t->data, t->dtype, off, v, n);
+}
+/* Per-thread fp32 scratch (floats_per_thread each) from the arena, only when some tensor is
+   16-bit: fp32-only calls allocate nothing.                                                  */
+static float *mg__cpu_scratch(mg_ctx *ctx, int needed, size_t floats_per_thread) {
+    if (!needed) return NULL;
+    return (float *)mg_alloc(ctx, (size_t)ctx->n_threads * floats_per_thread * sizeof(float));
+}
+static int mg__f32(const mg_tensor *t) { return !t || t->dtype == MG_F32; }
+
+/* --- GEMM -------------------------------------------------------------------------------- */
+/* One sgemm of the batch, on OpenBLAS's calling thread (OpenBLAS is set single-threaded at
+   context init; parallelism is ours, so only one thread pool ever spins).                    */
+static void mg__cpu_sgemm1(int ta, int tb, int m, int n, int k, float alpha, const float *A,
+                           int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+/* Batched fp32 GEMM. Many matrices (batch >= threads): OpenMP over the batch. Few large ones:
+   each GEMM is split into per-thread blocks of C's columns (or rows when C is tall), which
+   only repeats the packing of the shared operand.                                            */
+static void mg__cpu_sgemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float alpha,
+                          const float *A, int lda, int64_t sA, const float *B, int ldb, int64_t sB,
+                          float beta, float *C, int ldc, int64_t sC, int batch) {
+    int nt = ctx->n_threads, i;
+    double flops = 2.0 * m * n * k * batch;
+    if (nt <= 1 || flops < 2.0 * 64 * 64 * 64) {
+        for (i = 0; i < batch; i++)
+            mg__cpu_sgemm1(ta, tb, m, n, k, alpha, A + i * sA, lda, B + i * sB, ldb, beta,
+                           C + i * sC, ldc);
+    } else if (batch >= nt) {
+        #pragma omp parallel for num_threads(nt) schedule(static)
+        for (i = 0; i < batch; i++)
+            mg__cpu_sgemm1(ta, tb, m, n, k, alpha, A + i * sA, lda, B + i * sB, ldb, beta,
+                           C + i * sC, ldc);
+    } else {
+        int split_n = n >= m, len = split_n ? n : m, parts = nt, b;
+        for (b = 0; b < batch; b++) {
+            const float *Ab = A + b * sA, *Bb = B + b * sB;
+            float *Cb = C + b * sC;
+            #pragma omp parallel for num_threads(nt) schedule(static)
+            for (i = 0; i < parts; i++) {
+                int lo = (int)((int64_t)len * i / parts), hi = (int)((int64_t)len * (i + 1) / parts);
+                if (hi <= lo) continue;
+                if (split_n) /* columns lo..hi of C and of op(B) */
+                    mg__cpu_sgemm1(ta, tb, m, hi - lo, k, alpha, Ab, lda,
+                                   Bb + (tb ? (int64_t)lo : (int64_t)lo * ldb), ldb, beta,
+                                   Cb + (int64_t)lo * ldc, ldc);
+                else         /* rows lo..hi of C and of op(A) */
+                    mg__cpu_sgemm1(ta, tb, hi - lo, n, k, alpha,
+                                   Ab + (ta ? (int64_t)lo * lda : (int64_t)lo), lda, Bb, ldb,
+                                   beta, Cb + lo, ldc);
+            }
+        }
+    }
+}
+/* Elements a column-major operand spans: (cols−1)·ld + rows, over the whole batch. */
+static int64_t mg__gemm_span(int rows, int cols, int ld, int64_t stride, int batch) {
+    if (rows == 0 || cols == 0 || batch == 0) return 0;
+    return (int64_t)(batch - 1) * stride + (int64_t)(cols - 1) * ld + rows;
+}
+/* 16-bit operands are widened into arena scratch (exact); a 16-bit C is widened (when β ≠ 0),
+   computed in fp32 and rounded back element by element — only the m×n entries of each
+   matrix, never the gaps between columns, which may belong to other data.                  */
+static void mg__cpu_gemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float alpha,
+                         const void *A, mg_dtype ab_dt, int lda, int64_t sA, const void *B,
+                         int ldb, int64_t sB, float beta, void *C, mg_dtype c_dt, int ldc,
+                         int64_t sC, int batch) {
+    size_t mark = mg_arena_mark(ctx);
+    const float *A32 = (const float *)A, *B32 = (const float *)B;
+    float *C32 = (float *)C;
+    int i, j;
+    if (ab_dt != MG_F32) {
+        int64_t na = mg__gemm_span(ta ? k : m, ta ? m : k, lda, sA, batch);
+        int64_t nb = mg__gemm_span(tb ? n : k, tb ? k : n, ldb, sB, batch);
+        float *a = (float *)mg_alloc(ctx, (size_t)na * sizeof(float));
+        float *b = (float *)mg_alloc(ctx, (size_t)nb * sizeof(float));
+        mg__cpu_widen(a, A, ab_dt, 0, na);
+        mg__cpu_widen(b, B, ab_dt, 0, nb);
+        A32 = a;
+        B32 = b;
+    }
+    if (c_dt != MG_F32) {
+        int64_t nc = mg__gemm_span(m, n, ldc, sC, batch);
+        C32 = (float *)mg_alloc(ctx, (size_t)nc * sizeof(float));
+        if (beta != 0.0f)
+            for (i = 0; i < batch; i++)
+                for (j = 0; j < n; j++)
+                    mg__cpu_widen(C32 + i * sC + (int64_t)j * ldc, C, c_dt,
+                                  i * sC + (int64_t)j * ldc, m);
+    }
+    mg__cpu_sgemm(ctx, ta, tb, m, n, k, alpha, A32, lda, sA, B32, ldb, sB, beta, C32, ldc, sC,
+                  batch);
+    if (c_dt != MG_F32)
+        for (i = 0; i < batch; i++)
+            for (j = 0; j < n; j++)
+                mg__cpu_narrow(C, c_dt, i * sC + (int64_t)j * ldc, C32 + i * sC + (int64_t)j * ldc, m);
+    mg_arena_release(ctx, mark);
+}
+
+/* --- elementwise: one fp32 kernel per op, run chunk by chunk ------------------------------ */
+typedef struct mg__map_args {
+    float alpha;                       /* axpy/scale/fill factor                              */
+    uint64_t key;                      /* dropout: global index of local element (r, c) is     */
+    uint32_t threshold;                /*   (row_offset + r)·global_cols + col_offset + c      */
+    float scale;                       /*   with r, c in the local [·, local_cols] view        */
+    int64_t local_cols, global_cols, row_offset, col_offset;
+} mg__map_args;
+/* The elementwise ops, by code: the CPU runs mg__map_fns[op] on fp32 chunks, the CUDA
+   backend one functor that switches on the code.                                            */
+typedef enum { MG__EW_ADD, MG__EW_AXPY, MG__EW_SCALE, MG__EW_FILL, MG__EW_COPY, MG__EW_GELU,
+               MG__EW_GELU_GRAD, MG__EW_DROPOUT, MG__EW_COUNT } mg__ew_op;
+/* out[0..n) = f(a[0..n), b[0..n)) for the chunk whose first element has flat index i0. */
+typedef void (*mg__map_fn)(float *out, const float *a, const float *b, int64_t n, int64_t i0,
+                           const mg__map_args *args);
+
+static void mg__map_add(float *o, const float *a, const float *b, int64_t n, int64_t i0,
+                        const mg__map_args *g) {
+    int64_t i;
+    (void)i0; (void)g;
+    #pragma omp simd
+    for (i = 0; i < n; i++) o[i] = a[i] + b[i];
+}
+static void mg__map_axpy(float *o, const float *a, const float *b, int64_t n, int64_t i0,
+                         const mg__map_args *g) {
+    int64_t i;
+    float alpha = g->alpha;
+    (void)i0;
+    #pragma omp simd
+    for (i = 0; i < n; i++) o[i] = a[i] + alpha * b[i];
+}
+static void mg__map_scale(float *o, const float *a, const float *b, int64_t n, int64_t i0,
+                          const mg__map_args *g) {
+    int64_t i;
+    float alpha = g->alpha;
+    (void)b; (void)i0;
+    #pragma omp simd
+    for (i = 0; i < n; i++) o[i] = alpha * a[i];
+}
+static void mg__map_fill(float *o, const float *a, const float *b, int64_t n, int64_t i0,
+                         const mg__map_args *g) {
+    int64_t i;
+    float v = g->alpha;
+    (void)a; (void)b; (void)i0;
+    for (i = 0; i < n; i++) o[i] = v;
+}
+static void mg__map_copy(float *o, const float *a, const float *b, int64_t n, int64_t i0,
+                         const mg__map_args *g) {
+    (void)b; (void)i0; (void)g;
+    if (o != a) memmove(o, a, (size_t)n * sizeof(float));
+}
+static void mg__map_gelu(float *o, const float *a, const float *b, int64_t n, int64_t i0,
+                         const mg__map_args *g) {
+    int64_t i;
+    (void)b; (void)i0; (void)g;
+    #pragma omp simd
+    for (i = 0; i < n; i++) o[i] = mg__gelu(a[i]);
+}
+/* a = gelu input, b = dout. */
+static void mg__map_gelu_grad(float *o, const float *a, const float *b, int64_t n, int64_t i0,
+                              const mg__map_args *g) {
+    int64_t i;
+    (void)i0; (void)g;
+    #pragma omp simd
+    for (i = 0; i < n; i++) o[i] = b[i] * mg__gelu_grad(a[i]);
+}
+/* Dropout of len consecutive elements whose global indices start at g0. The middle part runs
+   over whole aligned groups of 4 indices, one Philox evaluation per group (exactly the words
+   mg_rand_u32 returns), in a loop the compiler vectorises; head and tail go one by one.    */
+static void mg__dropout_run(float *o, const float *a, int64_t len, uint64_t g0,
+                            const mg__map_args *g) {
+    int64_t j = 0, q, groups;
+    uint64_t c0;
+    for (; j < len && ((g0 + (uint64_t)j) & 3); j++)
+        o[j] = mg__dropout(a[j], mg_rand_u32(g->key, g0 + (uint64_t)j), g->threshold, g->scale);
+    groups = (len - j) / 4;
+    c0 = (g0 + (uint64_t)j) >> 2;
+    #pragma omp simd
+    for (q = 0; q < groups; q++) {
+        uint64_t c = c0 + (uint64_t)q;
+        mg__philox4 w = mg__philox4x32(g->key, (uint32_t)c, (uint32_t)(c >> 32), 0, 0);
+        int64_t e = j + 4 * q;
+        o[e] = mg__dropout(a[e], w.x[0], g->threshold, g->scale);
+        o[e + 1] = mg__dropout(a[e + 1], w.x[1], g->threshold, g->scale);
+        o[e + 2] = mg__dropout(a[e + 2], w.x[2], g->threshold, g->scale);
+        o[e + 3] = mg__dropout(a[e + 3], w.x[3], g->threshold, g->scale);
+    }
+    for (j += 4 * groups; j < len; j++)
+        o[j] = mg__dropout(a[j], mg_rand_u32(g->key, g0 + (uint64_t)j), g->threshold, g->scale);
+}
+/* Dropout of a chunk: split at local row ends, so each piece has contiguous global indices. */
+static void mg__map_dropout(float *o, const float *a, const float *b, int64_t n, int64_t i0,
+                            const mg__map_args *g) {
+    int64_t done = 0;
+    (void)b;
+    while (done < n) {
+        int64_t li = i0 + done, r = li / g->local_cols, c = li % g->local_cols;
+        int64_t len = g->local_cols - c < n - done ? g->local_cols - c : n - done;
+        mg__dropout_run(o + done, a + done, len,
+                        (uint64_t)((g->row_offset + r) * g->global_cols + g->col_offset + c), g);
+        done += len;
+    }
+}
+
+static const mg__map_fn mg__map_fns[MG__EW_COUNT] = {
+    mg__map_add, mg__map_axpy, mg__map_scale, mg__map_fill, mg__map_copy, mg__map_gelu,
+    mg__map_gelu_grad, mg__map_dropout};
+
+static void mg__cpu_map(mg_ctx *ctx, mg__ew_op op, const mg_tensor *out, const mg_tensor *a,
+                        const mg_tensor *b, const mg__map_args *args) {
+    mg__map_fn fn = mg__map_fns[op];
+    int64_t n = mg_numel(out), nchunks = (n + MG__CHUNK - 1) / MG__CHUNK, c;
+    int direct = mg__f32(out) && mg__f32(a) && mg__f32(b);
+    #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (n > MG__PAR_MIN)
+    for (c = 0; c < nchunks; c++) {
+        int64_t i0 = c * MG__CHUNK, len = n - i0 < MG__CHUNK ? n - i0 : MG__CHUNK;
+        if (direct) {
+            fn((float *)out->data + i0, a ? (const float *)a->data + i0 : NULL,
+               b ? (const float *)b->data + i0 : NULL, len, i0, args);
+        } else {
+            float ob[MG__CHUNK], ab[MG__CHUNK], bb[MG__CHUNK];
+            if (a) mg__cpu_widen(ab, a->data, a->dtype, i0, len);
+            if (b) mg__cpu_widen(bb, b->data, b->dtype, i0, len);
+            fn(ob, a ? ab : NULL, b ? bb : NULL, len, i0, args);
+            mg__cpu_narrow(out->data, out->dtype, i0, ob, len);
+        }
+    }
+}
+
+/* --- column sums: dst[c] += Σ_r src[r, c] · (factor) -------------------------------------- */
+/* factor = 1, or the layernorm norm (inp[r,c] − mean[r])·rstd[r] when inp is given. Threads
+   own blocks of columns and walk all rows in order: deterministic, no atomics.               */
+static void mg__cpu_colsum(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *src,
+                           const mg_tensor *inp, const float *mean, const float *rstd) {
+    int64_t N = mg_rows(src), C = mg_cols(src), nblk = (C + MG__COLBLOCK - 1) / MG__COLBLOCK, blk;
+    #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
+    for (blk = 0; blk < nblk; blk++) {
+        int64_t c0 = blk * MG__COLBLOCK, w = C - c0 < MG__COLBLOCK ? C - c0 : MG__COLBLOCK, r, j;
+        float acc[MG__COLBLOCK], sbuf[MG__COLBLOCK], xbuf[MG__COLBLOCK], dbuf[MG__COLBLOCK];
+        const float *d;
+        float *o;
+        for (j = 0; j < w; j++) acc[j] = 0.0f;
+        for (r = 0; r < N; r++) {
+            const float *s = mg__cpu_span(src, r * C + c0, w, sbuf);
+            if (inp) {
+                const float *x = mg__cpu_span(inp, r * C + c0, w, xbuf);
+                float mu = mean[r], rs = rstd[r];
+                #pragma omp simd
+                for (j = 0; j < w; j++) acc[j] += s[j] * ((x[j] - mu) * rs);
+            } else {
+                #pragma omp simd
+                for (j = 0; j < w; j++) acc[j] += s[j];
+            }
+        }
+        d = mg__cpu_span(dst, c0, w, dbuf);
+        o = mg__cpu_out_span(dst, c0, dbuf);
+        for (j = 0; j < w; j++) o[j] = d[j] + acc[j];
+        mg__cpu_commit(dst, c0, o, w);
+    }
+}
+
+/* out[r, :] = row[:] for every row (the bias before a GEMM with β = 1). */
+static void mg__cpu_broadcast_rows(mg_ctx *ctx, const mg_tensor *out, const mg_tensor *row) {
+    int64_t N = mg_rows(out), C = mg_cols(out), r;
+    size_t mark = mg_arena_mark(ctx);
+    float *v = (float *)mg_alloc(ctx, (size_t)C * sizeof(float));
+    mg__cpu_widen(v, row->data, row->dtype, 0, C);
+    #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
+    for (r = 0; r < N; r++) mg__cpu_narrow(out->data, out->dtype, r * C, v, C);
+    mg_arena_release(ctx, mark);
+}
+
+/* --- embedding ----------------------------------------------------------------------------- */
+static void mg__cpu_embedding_forward(mg_ctx *ctx, const mg_tensor *out, const int32_t *tokens,
+                                      int B, int T, int t0, const mg_tensor *wte,
+                                      int64_t vocab_start, const mg_tensor *wpe) {
+    int64_t N = mg_rows(out), C = mg_cols(out), Vw = mg_rows(wte), r;
+    size_t mark = mg_arena_mark(ctx);
+    float *scratch = mg__cpu_scratch(ctx, !mg__f32(out) || !mg__f32(wte) || !mg__f32(wpe), 3 * C);
+    #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
+    for (r = 0; r < N; r++) {
+        float *sc = scratch ? scratch + (size_t)MG__TID() * 3 * C : NULL;
+        int64_t t = r / B, b = r % B, tok = tokens[b * T + t0 + t] - vocab_start, j;
+        float *o = mg__cpu_out_span(out, r * C, sc);
+        const float *e = tok >= 0 && tok < Vw ? mg__cpu_span(wte, tok * C, C, sc ? sc + C : NULL) : NULL;
+        const float *p = wpe ? mg__cpu_span(wpe, (t0 + t) * C, C, sc ? sc + 2 * C : NULL) : NULL;
+        if (e && p) {
+            #pragma omp simd
+            for (j = 0; j < C; j++) o[j] = e[j] + p[j];
+        } else if (e || p) {
+            memcpy(o, e ? e : p, (size_t)C * sizeof(float));
+        } else {
+            memset(o, 0, (size_t)C * sizeof(float));
+        }
+        mg__cpu_commit(out, r * C, o, C);
+    }
+    mg_arena_release(ctx, mark);
+}
+/* dwte: threads own column blocks and scatter every row into them in row order (two rows
+   with the same token never race). dwpe: position t collects its B rows.                    */
+static void mg__cpu_embedding_backward(mg_ctx *ctx, const mg_tensor *dwte, const mg_tensor *dwpe,
+                                       const mg_tensor *dout, const int32_t *tokens, int B,
+                                       int T, int t0, int64_t vocab_start) {
+    int64_t N = mg_rows(dout), C = mg_cols(dout), nblk = (C + MG__COLBLOCK - 1) / MG__COLBLOCK;
+    int64_t blk, t;
+    if (dwte) {
+        int64_t Vw = mg_rows(dwte);
+        #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
+        for (blk = 0; blk < nblk; blk++) {
+            int64_t c0 = blk * MG__COLBLOCK, w = C - c0 < MG__COLBLOCK ? C - c0 : MG__COLBLOCK, r, j;
+            float dbuf[MG__COLBLOCK], wbuf[MG__COLBLOCK];
+            for (r = 0; r < N; r++) {
+                int64_t tok = tokens[(r % B) * T + t0 + r / B] - vocab_start;
+                const float *d, *e;
+                float *o;
+                if (tok < 0 || tok >= Vw) continue;
+                d = mg__cpu_span(dout, r * C + c0, w, dbuf);
+                e = mg__cpu_span(dwte, tok * C + c0, w, wbuf);
+                o = mg__cpu_out_span(dwte, tok * C + c0, wbuf);
+                for (j = 0; j < w; j++) o[j] = e[j] + d[j];
+                mg__cpu_commit(dwte, tok * C + c0, o, w);
+            }
+        }
+    }
+    if (dwpe) {
+        int64_t Tl = N / B;
+        size_t mark = mg_arena_mark(ctx);
+        float *scratch = mg__cpu_scratch(ctx, !mg__f32(dwpe) || !mg__f32(dout), 2 * C);
+        #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
+        for (t = 0; t < Tl; t++) {
+            float *sc = scratch ? scratch + (size_t)MG__TID() * 2 * C : NULL;
+            int64_t pos = (t0 + t) * C, b, j;
+            const float *p = mg__cpu_span(dwpe, pos, C, sc);
+            float *o = mg__cpu_out_span(dwpe, pos, sc);
+            if (o != p) memcpy(o, p, (size_t)C * sizeof(float));
+            for (b = 0; b < B; b++) {
+                const float *d = mg__cpu_span(dout, (t * B + b) * C, C, sc ? sc + C : NULL);
+                for (j = 0; j < C; j++) o[j] += d[j];
+            }
+            mg__cpu_commit(dwpe, pos, o, C);
+        }
+        mg_arena_release(ctx, mark);
+    }
+}
+
+/* --- layernorm ----------------------------------------------------------------------------- */
+static void mg__cpu_layernorm_forward(mg_ctx *ctx, const mg_tensor *out, float *mean, float *rstd,
+                                      const mg_tensor *inp, const mg_tensor *weight,
+                                      const mg_tensor *bias) {
+    int64_t N = mg_rows(inp), C = mg_cols(inp), r;
+    size_t mark = mg_arena_mark(ctx);
+    float *wb = (float *)mg_alloc(ctx, 2 * (size_t)C * sizeof(float)); /* fp32 weight, bias */
+    float *scratch = mg__cpu_scratch(ctx, !mg__f32(inp) || !mg__f32(out), 2 * C);
+    mg__cpu_widen(wb, weight->data, weight->dtype, 0, C);
+    mg__cpu_widen(wb + C, bias->data, bias->dtype, 0, C);
+    #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
+    for (r = 0; r < N; r++) {
+        float *sc = scratch ? scratch + (size_t)MG__TID() * 2 * C : NULL;
+        const float *x = mg__cpu_span(inp, r * C, C, sc), *w = wb, *b = wb + C;
+        float *y = mg__cpu_out_span(out, r * C, sc ? sc + C : NULL);
+        float sum = 0.0f, sumsq = 0.0f, mu, rs;
+        int64_t j;
+        #pragma omp simd reduction(+ : sum)
+        for (j = 0; j < C; j++) sum += x[j];
+        mu = sum / (float)C;
+        #pragma omp simd reduction(+ : sumsq)
+        for (j = 0; j < C; j++) sumsq += (x[j] - mu) * (x[j] - mu);
+        rs = mg__ln_rstd(sumsq / (float)C);
+        #pragma omp simd
+        for (j = 0; j < C; j++) y[j] = (x[j] - mu) * rs * w[j] + b[j];
+        mg__cpu_commit(out, r * C, y, C);
+        mean[r] = mu;
+        rstd[r] = rs;
+    }
+    mg_arena_release(ctx, mark);
+}
+static void mg__cpu_layernorm_backward(mg_ctx *ctx, const mg_tensor *dinp, const mg_tensor *dweight,
+                                       const mg_tensor *dbias, const mg_tensor *dout,
+                                       const mg_tensor *inp, const mg_tensor *weight,
+                                       const float *mean, const float *rstd, int accumulate) {
+    int64_t N = mg_rows(inp), C = mg_cols(inp), r;
+    size_t mark = mg_arena_mark(ctx);
+    float *w = (float *)mg_alloc(ctx, (size_t)C * sizeof(float));
+    float *scratch = mg__cpu_scratch(ctx, !mg__f32(inp) || !mg__f32(dout) || !mg__f32(dinp), 3 * C);
+    mg__cpu_widen(w, weight->data, weight->dtype, 0, C);
+    /* dweight += Σ_r dout·norm, dbias += Σ_r dout — first, since dinp may alias dout */
+    if (dweight) mg__cpu_colsum(ctx, dweight, dout, inp, mean, rstd);
+    if (dbias) mg__cpu_colsum(ctx, dbias, dout, NULL, NULL, NULL);
+    /* dinp, row by row */
+    #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
+    for (r = 0; r < N; r++) {
+        float *sc = scratch ? scratch + (size_t)MG__TID() * 3 * C : NULL;
+        const float *x = mg__cpu_span(inp, r * C, C, sc);
+        const float *dy = mg__cpu_span(dout, r * C, C, sc ? sc + C : NULL);
+        float *dx = accumulate ? (float *)mg__cpu_span(dinp, r * C, C, sc ? sc + 2 * C : NULL)
+                               : mg__cpu_out_span(dinp, r * C, sc ? sc + 2 * C : NULL);
+        float mu = mean[r], rs = rstd[r], sum_g = 0.0f, sum_gn = 0.0f, mean_g, mean_gn;
+        int64_t j;
+        #pragma omp simd reduction(+ : sum_g, sum_gn)
+        for (j = 0; j < C; j++) {
+            float g = dy[j] * w[j];
+            sum_g += g;
+            sum_gn += g * ((x[j] - mu) * rs);
+        }
+        mean_g = sum_g / (float)C;
+        mean_gn = sum_gn / (float)C;
+        if (accumulate) {
+            #pragma omp simd
+            for (j = 0; j < C; j++)
+                dx[j] += mg__ln_dx(dy[j] * w[j], (x[j] - mu) * rs, rs, mean_g, mean_gn);
+        } else {
+            #pragma omp simd
+            for (j = 0; j < C; j++)
+                dx[j] = mg__ln_dx(dy[j] * w[j], (x[j] - mu) * rs, rs, mean_g, mean_gn);
+        }
+        mg__cpu_commit(dinp, r * C, dx, C);
+    }
+    mg_arena_release(ctx, mark);
+}
+
+/* --- attention softmax ---------------------------------------------------------------------
+   att viewed as rows of length T; row r is query position t1 = r mod T of batch r / T;
+   only keys t2 <= t1 are visible (causal).                                                 */
+static void mg__cpu_causal_softmax(mg_ctx *ctx, const mg_tensor *att, int T) {
+    int64_t R = mg_numel(att) / T, r;
+    size_t mark = mg_arena_mark(ctx);
+    float *scratch = mg__cpu_scratch(ctx, !mg__f32(att), T);
+    #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (R * T > MG__PAR_MIN)
+    for (r = 0; r < R; r++) {
+        float *sc = scratch ? scratch + (size_t)MG__TID() * T : NULL;
+        float *p = (float *)mg__cpu_span(att, r * T, T, sc);
+        int64_t n = r % T + 1, j;
+        float mx = -FLT_MAX, sum = 0.0f, inv;
+        #pragma omp simd reduction(max : mx)
+        for (j = 0; j < n; j++) mx = p[j] > mx ? p[j] : mx;
+        #pragma omp simd reduction(+ : sum)
+        for (j = 0; j < n; j++) { p[j] = mg__exp(p[j] - mx); sum += p[j]; }
+        inv = 1.0f / sum;
+        #pragma omp simd
+        for (j = 0; j < n; j++) p[j] *= inv;
+        for (j = n; j < T; j++) p[j] = 0.0f;
+        mg__cpu_commit(att, r * T, p, T);
+    }
+    mg_arena_release(ctx, mark);
+}
+/* datt <- p · (datt − Σ p·datt) row by row (masked entries have p = 0 and become 0). */
+static void mg__cpu_causal_softmax_backward(mg_ctx *ctx, const mg_tensor *datt,
+                                            const mg_tensor *att, int T) {
+    int64_t R = mg_numel(att) / T, r;
+    size_t mark = mg_arena_mark(ctx);
+    float *scratch = mg__cpu_scratch(ctx, !mg__f32(att) || !mg__f32(datt), 2 * (size_t)T);
+    #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (R * T > MG__PAR_MIN)
+    for (r = 0; r < R; r++) {
+        float *sc = scratch ? scratch + (size_t)MG__TID() * 2 * T : NULL;
+        const float *p = mg__cpu_span(att, r * T, T, sc);
+        float *dp = (float *)mg__cpu_span(datt, r * T, T, sc ? sc + T : NULL);
+        int64_t n = r % T + 1, j;
+        float dot = 0.0f;
+        #pragma omp simd reduction(+ : dot)
+        for (j = 0; j < n; j++) dot += p[j] * dp[j];
+        #pragma omp simd
+        for (j = 0; j < n; j++) dp[j] = mg__softmax_grad(p[j], dp[j], dot);
+        for (j = n; j < T; j++) dp[j] = 0.0f;
+        mg__cpu_commit(datt, r * T, dp, T);
+    }
+    mg_arena_release(ctx, mark);
+}
+
+/* --- vocabulary-slice cross-entropy --------------------------------------------------------- */
+static void mg__cpu_xent_max(mg_ctx *ctx, float *rowmax, const mg_tensor *logits, int64_t nreal) {
+    int64_t N = mg_rows(logits), Vs = mg_cols(logits), r;
+    size_t mark = mg_arena_mark(ctx);
+    float *scratch = mg__cpu_scratch(ctx, !mg__f32(logits), Vs);
+    #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * Vs > MG__PAR_MIN)
+    for (r = 0; r < N; r++) {
+        const float *l = mg__cpu_span(logits, r * Vs, nreal, scratch ? scratch + (size_t)MG__TID() * Vs : NULL);
+        float mx = -INFINITY;
+        int64_t j;
+        #pragma omp simd reduction(max : mx)
+        for (j = 0; j < nreal; j++) mx = l[j] > mx ? l[j] : mx;
+        rowmax[r] = mx;
+    }
+    mg_arena_release(ctx, mark);
+}
+static void mg__cpu_xent_sumexp(mg_ctx *ctx, float *sumexp, float *tlogit, const mg_tensor *logits,
+                                const int32_t *targets, const float *rowmax, int64_t vocab_start,
+                                int64_t nreal) {
+    int64_t N = mg_rows(logits), Vs = mg_cols(logits), r;
+    size_t mark = mg_arena_mark(ctx);
+    float *scratch = mg__cpu_scratch(ctx, !mg__f32(logits), Vs);
+    #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * Vs > MG__PAR_MIN)
+    for (r = 0; r < N; r++) {
+        const float *l = mg__cpu_span(logits, r * Vs, nreal, scratch ? scratch + (size_t)MG__TID() * Vs : NULL);
+        float mx = rowmax[r], s = 0.0f;
+        int64_t j, tgt = (int64_t)targets[r] - vocab_start;
+        #pragma omp simd reduction(+ : s)
+        for (j = 0; j < nreal; j++) s += mg__exp(l[j] - mx);
+        sumexp[r] = s;
+        tlogit[r] = (tgt >= 0 && tgt < nreal) ? l[tgt] : 0.0f;
+    }
+    mg_arena_release(ctx, mark);
+}
+static void mg__cpu_xent_backward(mg_ctx *ctx, const mg_tensor *dlogits, const mg_tensor *logits,
+                                  const int32_t *targets, const float *rowmax, const float *sumexp,
+                                  float dloss, int64_t vocab_start, int64_t nreal) {
+    int64_t N = mg_rows(logits), Vs = mg_cols(logits), r;
+    size_t mark = mg_arena_mark(ctx);
+    float *scratch = mg__cpu_scratch(ctx, !mg__f32(logits) || !mg__f32(dlogits), 2 * Vs);
+    #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * Vs > MG__PAR_MIN)
+    for (r = 0; r < N; r++) {
+        float *sc = scratch ? scratch + (size_t)MG__TID() * 2 * Vs : NULL;
+        const float *l = mg__cpu_span(logits, r * Vs, Vs, sc);
+        float *d = mg__cpu_out_span(dlogits, r * Vs, sc ? sc + Vs : NULL);
+        float mx = rowmax[r], se = sumexp[r];
+        int64_t j, tgt = (int64_t)targets[r] - vocab_start;
+        #pragma omp simd
+        for (j = 0; j < nreal; j++) d[j] = mg__xent_dlogit(l[j], mx, se, (float)(j == tgt), dloss);
+        for (j = nreal; j < Vs; j++) d[j] = 0.0f;
+        mg__cpu_commit(dlogits, r * Vs, d, Vs);
+    }
+    mg_arena_release(ctx, mark);
+}
+
+/* --- optimizer and norms -------------------------------------------------------------------- */
+static void mg__cpu_adamw(mg_ctx *ctx, float *param, const float *grad, float *m, float *v,
+                          int64_t n, const mg__adamw_k *k, void *param16, mg_dtype dt16) {
+    int64_t i;
+    #pragma omp parallel for simd num_threads(ctx->n_threads) schedule(static) if (n > MG__PAR_MIN)
+    for (i = 0; i < n; i++) param[i] = mg__adamw(param[i], grad[i], &m[i], &v[i], k);
+    if (param16) {
+        mg_tensor p32 = mg_tensor_wrap(param, MG_F32, 1, &n), p16 = mg_tensor_wrap(param16, dt16, 1, &n);
+        mg__cpu_map(ctx, MG__EW_COPY, &p16, &p32, NULL, NULL);
+    }
+}
+/* Σ x² in double; inf/nan anywhere makes the double sum non-finite (x² of a finite fp32 never
+   overflows a double), which is exactly the nonfinite flag.                                 */
+static double mg__cpu_sumsq(mg_ctx *ctx, const float *x, int64_t n) {
+    double s = 0.0;
+    int64_t i;
+    #pragma omp parallel for simd num_threads(ctx->n_threads) schedule(static) reduction(+ : s) if (n > MG__PAR_MIN)
+    for (i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
+    return s;
+}
+
+#ifdef __CUDACC__
+/* =============================================================================================
+   6e. CUDA backend. Kernels first — only the thread mapping lives here, the math is 6c —
+       then the launchers. Rows map to blocks; reductions use the one pair of block helpers.
+   ========================================================================================== */
+#define MG__CUDA_THREADS 256
+
+struct mg__op_sum {
+    template <class T> __device__ T operator()(T a, T b) const { return a + b; }
+};
+struct mg__op_max {
+    template <class T> __device__ T operator()(T a, T b) const { return a > b ? a : b; }
+};
+/* Block-wide reduction: butterfly shuffles inside each warp, one value per warp through shared
+   memory, a second butterfly. Every thread of the block must call it (blockDim.x a multiple of
+   32, at most 1024) and every thread receives the result. The leading __syncthreads makes
+   back-to-back calls safe (the shared slots are reused).                                     */
+template <class T, class Op> __device__ T mg__block_reduce(T v, Op op, T identity) {
+    __shared__ T warp_vals[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5, off;
+    for (off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, off));
+    __syncthreads();
+    if (lane == 0) warp_vals[warp] = v;
+    __syncthreads();
+    v = lane < nwarps ? warp_vals[lane] : identity;
+    for (off = 16; off > 0; off >>= 1) v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, off));
+    return v;
+}
+__device__ static inline float mg__block_sum(float v) { return mg__block_reduce(v, mg__op_sum(), 0.0f); }
+__device__ static inline float mg__block_max(float v) { return mg__block_reduce(v, mg__op_max(), -INFINITY); }
+
+/* Atomic p[i] += v for any storage dtype: fp32 natively, 16-bit by compare-and-swap on the
+   aligned 32-bit word holding the element (rounding with the library's own conversion).    */
+__device__ static inline void mg__atomic_add(void *p, mg_dtype dt, int64_t i, float v) {
+    if (dt == MG_F32) { atomicAdd((float *)p + i, v); return; }
+    {
+        uint16_t *h = (uint16_t *)p + i;
+        unsigned int *word = (unsigned int *)((size_t)h & ~(size_t)3);
+        unsigned int shift = ((size_t)h & 2) ? 16u : 0u, old = *word, assumed;
+        do {
+            float cur;
+            unsigned int nv;
+            assumed = old;
+            cur = (dt == MG_BF16) ? mg_bf16_to_f32((uint16_t)(assumed >> shift))
+                                  : mg_f16_to_f32((uint16_t)(assumed >> shift));
+            nv = (dt == MG_BF16) ? mg_f32_to_bf16(cur + v) : mg_f32_to_f16(cur + v);
+            old = atomicCAS(word, assumed, (assumed & ~(0xFFFFu << shift)) | (nv << shift));
+        } while (assumed != old);
+    }
+}
+
+/* --- elementwise: one functor, the op (mg__ew_op) chosen by a code uniform over the grid -- */
+struct mg__ew {
+    mg__ew_op op;
+    void *out; const void *a, *b;
+    mg_dtype od, ad, bd;
+    mg__map_args g;
+    __device__ void operator()(int64_t i) const {
+        float r;
+        switch (op) {
+        case MG__EW_ADD: r = mg_load(a, ad, i) + mg_load(b, bd, i); break;
+        case MG__EW_AXPY: r = mg_load(a, ad, i) + g.alpha * mg_load(b, bd, i); break;
+        case MG__EW_SCALE: r = g.alpha * mg_load(a, ad, i); break;
+        case MG__EW_FILL: r = g.alpha; break;
+        case MG__EW_GELU: r = mg__gelu(mg_load(a, ad, i)); break;
+        case MG__EW_GELU_GRAD: r = mg_load(b, bd, i) * mg__gelu_grad(mg_load(a, ad, i)); break;
+        case MG__EW_DROPOUT: {
+            int64_t row = i / g.local_cols, col = i % g.local_cols;
+            uint64_t gi = (uint64_t)((g.row_offset + row) * g.global_cols + g.col_offset + col);
+            r = mg__dropout(mg_load(a, ad, i), mg_rand_u32(g.key, gi), g.threshold, g.scale);
+            break;
+        }
+        default: r = mg_load(a, ad, i); break; /* MG__EW_COPY: a cast */
+        }
+        mg_store(out, od, i, r);
+    }
+};
+template <class F> static __global__ void mg__k_map(int64_t n, F f) {
+    int64_t i;
+    for (i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        f(i);
+}
+template <class F> static void mg__cuda_map(mg_ctx *ctx, int64_t n, F f) {
+    int64_t blocks = (n + MG__CUDA_THREADS - 1) / MG__CUDA_THREADS;
+    if (n <= 0) return;
+    if (blocks > 65536) blocks = 65536;
+    mg__k_map<<<(unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(n, f);
+    MG_CUDA_LAUNCH_CHECK();
+}
+static void mg__cuda_ew(mg_ctx *ctx, mg__ew_op op, const mg_tensor *out, const mg_tensor *a,
+                        const mg_tensor *b, const mg__map_args *g) {
+    mg__ew f;
+    memset(&f, 0, sizeof f);
+    f.op = op;
+    f.out = out->data; f.od = out->dtype;
+    if (a) { f.a = a->data; f.ad = a->dtype; }
+    if (b) { f.b = b->data; f.bd = b->dtype; }
+    if (g) f.g = *g;
+    mg__cuda_map(ctx, mg_numel(out), f);
+}
+
+/* --- row broadcast, column sums ------------------------------------------------------------ */
+struct mg__f_broadcast_rows {
+    void *out; mg_dtype od; const void *row; mg_dtype rd; int64_t C;
+    __device__ void operator()(int64_t i) const { mg_store(out, od, i, mg_load(row, rd, i % C)); }
+};
+/* dst[c] += Σ_r src[r,c] (· layernorm norm when inp is set). Block = 32 columns × 32 row
+   lanes; each lane walks rows with stride 32, then lane sums are added in a fixed order:
+   deterministic.                                                                           */
+static __global__ void mg__k_colsum(void *dst, mg_dtype dd, const void *src, mg_dtype sd, const void *inp,
+                             mg_dtype xd, const float *mean, const float *rstd, int64_t N,
+                             int64_t C) {
+    __shared__ float part[32][33];
+    int64_t c = blockIdx.x * 32 + threadIdx.x, r;
+    float acc = 0.0f;
+    if (c < C)
+        for (r = threadIdx.y; r < N; r += 32) {
+            float v = mg_load(src, sd, r * C + c);
+            if (inp) v *= (mg_load(inp, xd, r * C + c) - mean[r]) * rstd[r];
+            acc += v;
+        }
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float s = 0.0f;
+        int k;
+        for (k = 0; k < 32; k++) s += part[k][threadIdx.x];
+        mg_store(dst, dd, c, mg_load(dst, dd, c) + s);
+    }
+}
+static void mg__cuda_colsum(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *src,
+                            const mg_tensor *inp, const float *mean, const float *rstd) {
+    int64_t N = mg_rows(src), C = mg_cols(src);
+    if (C == 0) return;
+    mg__k_colsum<<<(unsigned)((C + 31) / 32), dim3(32, 32), 0, MG__STREAM(ctx)>>>(
+        dst->data, dst->dtype, src->data, src->dtype, inp ? inp->data : NULL,
+        inp ? inp->dtype : MG_F32, mean, rstd, N, C);
+    MG_CUDA_LAUNCH_CHECK();
+}
+
+/* --- embedding ----------------------------------------------------------------------------- */
+struct mg__f_embed {
+    void *out; mg_dtype od; const int32_t *tokens; int B, T, t0; int64_t C, Vw, vocab_start;
+    const void *wte; mg_dtype ed; const void *wpe; mg_dtype pd;
+    __device__ void operator()(int64_t i) const {
+        int64_t r = i / C, c = i % C, t = r / B, b = r % B;
+        int64_t tok = tokens[b * T + t0 + t] - vocab_start;
+        float v = (tok >= 0 && tok < Vw) ? mg_load(wte, ed, tok * C + c) : 0.0f;
+        if (wpe) v += mg_load(wpe, pd, (t0 + t) * C + c);
+        mg_store(out, od, i, v);
+    }
+};
+/* dwte: atomic scatter-add (rows sharing a token add in arbitrary order). */
+struct mg__f_embed_dwte {
+    void *dwte; mg_dtype wd; const void *dout; mg_dtype dd; const int32_t *tokens;
+    int B, T, t0; int64_t C, Vw, vocab_start;
+    __device__ void operator()(int64_t i) const {
+        int64_t r = i / C, c = i % C;
+        int64_t tok = tokens[(r % B) * T + t0 + r / B] - vocab_start;
+        if (tok >= 0 && tok < Vw) mg__atomic_add(dwte, wd, tok * C + c, mg_load(dout, dd, i));
+    }
+};
+/* dwpe: element (t, c) sums its B rows in order (no atomics). */
+struct mg__f_embed_dwpe {
+    void *dwpe; mg_dtype pd; const void *dout; mg_dtype dd; int B, t0; int64_t C;
+    __device__ void operator()(int64_t i) const {
+        int64_t t = i / C, c = i % C, p = (t0 + t) * C + c;
+        float s = mg_load(dwpe, pd, p);
+        int b;
+        for (b = 0; b < B; b++) s += mg_load(dout, dd, (t * B + b) * C + c);
+        mg_store(dwpe, pd, p, s);
+    }
+};
+
+/* --- layernorm: one block per row ----------------------------------------------------------- */
+static __global__ void mg__k_layernorm_forward(void *out, mg_dtype od, float *mean, float *rstd,
+                                        const void *inp, mg_dtype id, const void *w, mg_dtype wd,
+                                        const void *b, mg_dtype bd, int64_t C) {
+    int64_t base = blockIdx.x * C, j;
+    float s = 0.0f, mu, ss = 0.0f, rs;
+    for (j = threadIdx.x; j < C; j += blockDim.x) s += mg_load(inp, id, base + j);
+    mu = mg__block_sum(s) / (float)C;
+    for (j = threadIdx.x; j < C; j += blockDim.x) {
+        float d = mg_load(inp, id, base + j) - mu;
+        ss += d * d;
+    }
+    rs = mg__ln_rstd(mg__block_sum(ss) / (float)C);
+    for (j = threadIdx.x; j < C; j += blockDim.x)
+        mg_store(out, od, base + j,
+                 (mg_load(inp, id, base + j) - mu) * rs * mg_load(w, wd, j) + mg_load(b, bd, j));
+    if (threadIdx.x == 0) { mean[blockIdx.x] = mu; rstd[blockIdx.x] = rs; }
+}
+static __global__ void mg__k_layernorm_backward(void *dinp, mg_dtype did, const void *dout, mg_dtype dd,
+                                         const void *inp, mg_dtype id, const void *w, mg_dtype wd,
+                                         const float *mean, const float *rstd, int64_t C,
+                                         int accumulate) {
+    int64_t base = blockIdx.x * C, j;
+    float mu = mean[blockIdx.x], rs = rstd[blockIdx.x], sg = 0.0f, sgn = 0.0f, mean_g, mean_gn;
+    for (j = threadIdx.x; j < C; j += blockDim.x) {
+        float g = mg_load(dout, dd, base + j) * mg_load(w, wd, j);
+        sg += g;
+        sgn += g * (mg_load(inp, id, base + j) - mu) * rs;
+    }
+    mean_g = mg__block_sum(sg) / (float)C;
+    mean_gn = mg__block_sum(sgn) / (float)C;
+    for (j = threadIdx.x; j < C; j += blockDim.x) {
+        float d = mg__ln_dx(mg_load(dout, dd, base + j) * mg_load(w, wd, j),
+                            (mg_load(inp, id, base + j) - mu) * rs, rs, mean_g, mean_gn);
+        if (accumulate) d += mg_load(dinp, did, base + j);
+        mg_store(dinp, did, base + j, d);
+    }
+}
+
+/* --- causal softmax over rows of length T (row r is query t1 = r mod T) --------------------- */
+static __global__ void mg__k_causal_softmax(void *att, mg_dtype dt, int64_t T) {
+    int64_t base = blockIdx.x * T, n = blockIdx.x % T + 1, j;
+    float mx = -INFINITY, s = 0.0f, inv;
+    for (j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, mg_load(att, dt, base + j));
+    mx = mg__block_max(mx);
+    for (j = threadIdx.x; j < n; j += blockDim.x) s += mg__exp(mg_load(att, dt, base + j) - mx);
+    inv = 1.0f / mg__block_sum(s);
+    for (j = threadIdx.x; j < T; j += blockDim.x)
+        mg_store(att, dt, base + j, j < n ? mg__exp(mg_load(att, dt, base + j) - mx) * inv : 0.0f);
+}
+static __global__ void mg__k_causal_softmax_backward(void *datt, mg_dtype dd, const void *att,
+                                              mg_dtype ad, int64_t T) {
+    int64_t base = blockIdx.x * T, n = blockIdx.x % T + 1, j;
+    float dot = 0.0f;
+    for (j = threadIdx.x; j < n; j += blockDim.x)
+        dot += mg_load(att, ad, base + j) * mg_load(datt, dd, base + j);
+    dot = mg__block_sum(dot);
+    for (j = threadIdx.x; j < T; j += blockDim.x)
+        mg_store(datt, dd, base + j,
+                 j < n ? mg__softmax_grad(mg_load(att, ad, base + j), mg_load(datt, dd, base + j), dot)
+                       : 0.0f);
+}
+
+/* --- cross-entropy: one block per row ------------------------------------------------------- */
+static __global__ void mg__k_xent_max(float *rowmax, const void *logits, mg_dtype dt, int64_t Vs,
+                               int64_t nreal) {
+    int64_t base = blockIdx.x * Vs, j;
+    float mx = -INFINITY;
+    for (j = threadIdx.x; j < nreal; j += blockDim.x) mx = fmaxf(mx, mg_load(logits, dt, base + j));
+    mx = mg__block_max(mx);
+    if (threadIdx.x == 0) rowmax[blockIdx.x] = mx;
+}
+static __global__ void mg__k_xent_sumexp(float *sumexp, float *tlogit, const void *logits, mg_dtype dt,
+                                  const int32_t *targets, const float *rowmax, int64_t Vs,
+                                  int64_t nreal, int64_t vocab_start) {
+    int64_t base = blockIdx.x * Vs, j, tgt = (int64_t)targets[blockIdx.x] - vocab_start;
+    float mx = rowmax[blockIdx.x], s = 0.0f;
+    for (j = threadIdx.x; j < nreal; j += blockDim.x) s += mg__exp(mg_load(logits, dt, base + j) - mx);
+    s = mg__block_sum(s);
+    if (threadIdx.x == 0) {
+        sumexp[blockIdx.x] = s;
+        tlogit[blockIdx.x] = (tgt >= 0 && tgt < nreal) ? mg_load(logits, dt, base + tgt) : 0.0f;
+    }
+}
+static __global__ void mg__k_xent_backward(void *dlogits, mg_dtype dd, const void *logits, mg_dtype ld,
+                                    const int32_t *targets, const float *rowmax,
+                                    const float *sumexp, float dloss, int64_t Vs, int64_t nreal,
+                                    int64_t vocab_start) {
+    int64_t base = blockIdx.x * Vs, j, tgt = (int64_t)targets[blockIdx.x] - vocab_start;
+    float mx = rowmax[blockIdx.x], se = sumexp[blockIdx.x];
+    for (j = threadIdx.x; j < Vs; j += blockDim.x)
+        mg_store(dlogits, dd, base + j,
+                 j < nreal ? mg__xent_dlogit(mg_load(logits, ld, base + j), mx, se, (float)(j == tgt), dloss)
+                           : 0.0f);
+}
+struct mg__f_xent_loss {
+    float *losses; const float *rowmax, *sumexp, *tlogit;
+    __device__ void operator()(int64_t i) const {
+        losses[i] = mg__xent_loss(rowmax[i], sumexp[i], tlogit[i]);
+    }
+};
+
+/* --- optimizer and norms -------------------------------------------------------------------- */
+struct mg__f_adamw {
+    float *param; const float *grad; float *m, *v; mg__adamw_k k; void *param16; mg_dtype dt16;
+    __device__ void operator()(int64_t i) const {
+        float p = mg__adamw(param[i], grad[i], &m[i], &v[i], &k);
+        param[i] = p;
+        if (param16) mg_store(param16, dt16, i, p);
+    }
+};
+/* Per-block Σ x² in double (inf/nan propagate into it); the host adds the block sums. */
+static __global__ void mg__k_sumsq(double *partial, const float *x, int64_t n) {
+    int64_t i;
+    double s = 0.0;
+    for (i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        s += (double)x[i] * (double)x[i];
+    s = mg__block_reduce(s, mg__op_sum(), 0.0);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+#define MG__SUMSQ_BLOCKS 1024
+static double mg__cuda_sumsq(mg_ctx *ctx, const float *x, int64_t n) {
+    size_t mark = mg_arena_mark(ctx);
+    double *partial = (double *)mg_alloc(ctx, MG__SUMSQ_BLOCKS * sizeof(double));
+    double host[MG__SUMSQ_BLOCKS], s = 0.0;
+    int i;
+    mg__k_sumsq<<<MG__SUMSQ_BLOCKS, MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(partial, x, n);
+    MG_CUDA_LAUNCH_CHECK();
+    mg_copy_to_host(ctx, host, partial, sizeof host);
+    for (i = 0; i < MG__SUMSQ_BLOCKS; i++) s += host[i];
+    mg_arena_release(ctx, mark);
+    return s;
+}
+
+/* --- GEMM: the same column-major arguments, handed to cuBLAS -------------------------------- */
+static cudaDataType mg__cuda_dtype(mg_dtype dt) {
+    return dt == MG_BF16 ? CUDA_R_16BF : dt == MG_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+static void mg__cuda_gemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float alpha,
+                          const void *A, mg_dtype ab_dt, int lda, int64_t sA, const void *B,
+                          int ldb, int64_t sB, float beta, void *C, mg_dtype c_dt, int ldc,
+                          int64_t sC, int batch) {
+    cublasHandle_t h = (cublasHandle_t)ctx->blas;
+    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (batch == 1)
+        MG_CUBLAS_CHECK(cublasGemmEx(h, opa, opb, m, n, k, &alpha, A, mg__cuda_dtype(ab_dt), lda,
+                                     B, mg__cuda_dtype(ab_dt), ldb, &beta, C,
+                                     mg__cuda_dtype(c_dt), ldc, CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT));
+    else
+        MG_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+            h, opa, opb, m, n, k, &alpha, A, mg__cuda_dtype(ab_dt), lda, (long long)sA, B,
+            mg__cuda_dtype(ab_dt), ldb, (long long)sB, &beta, C, mg__cuda_dtype(c_dt), ldc,
+            (long long)sC, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+#endif /* __CUDACC__ */
+
+/* =============================================================================================
+   6f. Public ops: validate shapes and dtypes (shared), then dispatch on ctx->device.
+       Row-major / transpose reasoning for linear and attention lives here, above the seam.
+   ========================================================================================== */
+/* Element `off` of storage p of dtype dt. */
+static void *mg__at(const void *p, mg_dtype dt, int64_t off) {
+    return (char *)p + off * (int64_t)mg_dtype_size(dt);
+}
+static void mg__check_int(const char *op, const char *what, int64_t v) {
+    if (v < 0 || v > 2147483647)
+        mg_fatal(__FILE__, __LINE__, "%s: %s = %lld does not fit a BLAS int", op, what, (long long)v);
+}
+static void mg__check_2d(const char *op, const char *name, const mg_tensor *t, int64_t rows,
+                         int64_t cols) {
+    if (!t || (!t->data && rows * cols > 0))
+        mg_fatal(__FILE__, __LINE__, "%s: %s is missing", op, name);
+    if (mg_rows(t) != rows || mg_cols(t) != cols)
+        mg_fatal(__FILE__, __LINE__, "%s: %s is [%lld, %lld] (as rows x last dim), expected "
+                 "[%lld, %lld]", op, name, (long long)mg_rows(t), (long long)mg_cols(t),
+                 (long long)rows, (long long)cols);
+}
+static void mg__check_numel(const char *op, const char *name, const mg_tensor *t, int64_t n) {
+    if (!t || mg_numel(t) != n)
+        mg_fatal(__FILE__, __LINE__, "%s: %s has %lld elements, expected %lld", op, name,
+                 t ? (long long)mg_numel(t) : -1LL, (long long)n);
+}
+static void mg__check_same_dtype(const char *op, const mg_tensor *a, const mg_tensor *b) {
+    if (a->dtype != b->dtype)
+        mg_fatal(__FILE__, __LINE__, "%s: dtypes %s and %s must match", op,
+                 mg_dtype_name(a->dtype), mg_dtype_name(b->dtype));
+}
+
+/* --- GEMM seam ------------------------------------------------------------------------------ */
+/* The dtype combinations cuBLAS accepts with CUBLAS_COMPUTE_32F: A and B alike; C like them or
+   fp32. The CPU backend enforces the same rule so both backends accept the same calls.       */
+static void mg__check_gemm(int ta, int tb, int m, int n, int k, mg_dtype a_dt, int lda,
+                           mg_dtype b_dt, int ldb, mg_dtype c_dt, int ldc, int batch) {
+    int arows = ta ? k : m, brows = tb ? n : k;
+    if (m < 0 || n < 0 || k < 0 || batch < 0)
+        mg_fatal(__FILE__, __LINE__, "mg_gemm: negative size (m %d, n %d, k %d, batch %d)", m, n,
+                 k, batch);
+    (void)mg_dtype_size(a_dt); (void)mg_dtype_size(b_dt); (void)mg_dtype_size(c_dt);
+    if (a_dt != b_dt)
+        mg_fatal(__FILE__, __LINE__, "mg_gemm: A is %s but B is %s (they must match)",
+                 mg_dtype_name(a_dt), mg_dtype_name(b_dt));
+    if (c_dt != a_dt && c_dt != MG_F32)
+        mg_fatal(__FILE__, __LINE__, "mg_gemm: C is %s but the inputs are %s (C must be the "
+                 "inputs' dtype or fp32)", mg_dtype_name(c_dt), mg_dtype_name(a_dt));
+    if (lda < (arows > 1 ? arows : 1) || ldb < (brows > 1 ? brows : 1) || ldc < (m > 1 ? m : 1))
+        mg_fatal(__FILE__, __LINE__, "mg_gemm: leading dimensions lda %d ldb %d ldc %d too small "
+                 "(need >= %d, %d, %d)", lda, ldb, ldc, arows, brows, m);
+}
+MGDEF void mg_gemm(mg_ctx *ctx, int transa, int transb, int m, int n, int k, float alpha,
+                   const void *A, mg_dtype a_dt, int lda, const void *B, mg_dtype b_dt, int ldb,
+                   float beta, void *C, mg_dtype c_dt, int ldc) {
+    mg_gemm_strided_batched(ctx, transa, transb, m, n, k, alpha, A, a_dt, lda, 0, B, b_dt, ldb,
+                            0, beta, C, c_dt, ldc, 0, 1);
+}
+MGDEF void mg_gemm_strided_batched(mg_ctx *ctx, int transa, int transb, int m, int n, int k,
+                   float alpha, const void *A, mg_dtype a_dt, int lda, int64_t strideA,
+                   const void *B, mg_dtype b_dt, int ldb, int64_t strideB, float beta,
+                   void *C, mg_dtype c_dt, int ldc, int64_t strideC, int batch) {
+    mg__check_gemm(transa, transb, m, n, k, a_dt, lda, b_dt, ldb, c_dt, ldc, batch);
+    if (m == 0 || n == 0 || batch == 0) return;
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        mg__cuda_gemm(ctx, transa, transb, m, n, k, alpha, A, a_dt, lda, strideA, B, ldb, strideB,
+                      beta, C, c_dt, ldc, strideC, batch);
+        return;
+    }
+#endif
+    mg__cpu_gemm(ctx, transa, transb, m, n, k, alpha, A, a_dt, lda, strideA, B, ldb, strideB,
+                 beta, C, c_dt, ldc, strideC, batch);
+}
+
+/* --- internal dispatchers used by the shared op code --------------------------------------- */
+static void mg__map(mg_ctx *ctx, mg__ew_op op, const mg_tensor *out, const mg_tensor *a,
+                    const mg_tensor *b, const mg__map_args *args) {
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) { mg__cuda_ew(ctx, op, out, a, b, args); return; }
+#endif
+    mg__cpu_map(ctx, op, out, a, b, args);
+}
+static void mg__colsum(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *src) {
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) { mg__cuda_colsum(ctx, dst, src, NULL, NULL, NULL); return; }
+#endif
+    mg__cpu_colsum(ctx, dst, src, NULL, NULL, NULL);
+}
+static void mg__broadcast_rows(mg_ctx *ctx, const mg_tensor *out, const mg_tensor *row) {
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        mg__f_broadcast_rows f = {out->data, out->dtype, row->data, row->dtype, mg_cols(out)};
+        mg__cuda_map(ctx, mg_numel(out), f);
+        return;
+    }
+#endif
+    mg__cpu_broadcast_rows(ctx, out, row);
+}
+/* Dropout of a local [rows, local_cols] block that sits at (row_offset, col_offset) of a
+   global [·, global_cols] tensor: the keep test of element (r, c) uses global index
+   (row_offset + r)·global_cols + col_offset + c.                                           */
+static void mg__dropout_block(mg_ctx *ctx, const mg_tensor *out, const mg_tensor *inp, float p,
+                              uint64_t key, int64_t local_cols, int64_t global_cols,
+                              int64_t row_offset, int64_t col_offset) {
+    mg__map_args g;
+    memset(&g, 0, sizeof g);
+    g.key = key;
+    g.threshold = mg__dropout_threshold(p);
+    g.scale = 1.0f / (1.0f - p);
+    g.local_cols = local_cols;
+    g.global_cols = global_cols;
+    g.row_offset = row_offset;
+    g.col_offset = col_offset;
+    mg__map(ctx, MG__EW_DROPOUT, out, inp, NULL, &g);
+}
+
+/* --- embedding ------------------------------------------------------------------------------ */
+static void mg__check_embedding(const char *op, const mg_tensor *x, const int32_t *tokens, int B,
+                                int T, int t0, const mg_tensor *wte, const mg_tensor *wpe) {
+    int64_t N = mg_rows(x), C = mg_cols(x);
+    if (B <= 0 || T <= 0 || t0 < 0 || N % B || t0 + N / B > T || !tokens)
+        mg_fatal(__FILE__, __LINE__, "%s: %lld rows with B %d, T %d, t0 %d: need rows = B*T_local "
+                 "with t0 + T_local <= T and tokens [B, T]", op, (long long)N, B, T, t0);
+    if (wte && mg_cols(wte) != C)
+        mg_fatal(__FILE__, __LINE__, "%s: word embedding has %lld columns, activations %lld", op,
+                 (long long)mg_cols(wte), (long long)C);
+    if (wpe && (mg_cols(wpe) != C || mg_rows(wpe) < t0 + N / B))
+        mg_fatal(__FILE__, __LINE__, "%s: position embedding [%lld, %lld] does not cover positions "
+                 "%d..%lld of width %lld", op, (long long)mg_rows(wpe), (long long)mg_cols(wpe),
+                 t0, (long long)(t0 + N / B - 1), (long long)C);
+}
+MGDEF void mg_embedding_forward(mg_ctx *ctx, mg_tensor *out, const int32_t *tokens, int B, int T,
+                                int t0, const mg_tensor *wte, int64_t vocab_start,
+                                const mg_tensor *wpe) {
+    if (!wte) mg_fatal(__FILE__, __LINE__, "mg_embedding_forward: wte is NULL");
+    mg__check_embedding("mg_embedding_forward", out, tokens, B, T, t0, wte, wpe);
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        mg__f_embed f = {out->data, out->dtype, tokens, B, T, t0, mg_cols(out), mg_rows(wte),
+                         vocab_start, wte->data, wte->dtype, wpe ? wpe->data : NULL,
+                         wpe ? wpe->dtype : MG_F32};
+        mg__cuda_map(ctx, mg_numel(out), f);
+        return;
+    }
+#endif
+    mg__cpu_embedding_forward(ctx, out, tokens, B, T, t0, wte, vocab_start, wpe);
+}
+MGDEF void mg_embedding_backward(mg_ctx *ctx, mg_tensor *dwte, mg_tensor *dwpe,
+                                 const mg_tensor *dout, const int32_t *tokens, int B, int T,
+                                 int t0, int64_t vocab_start) {
+    mg__check_embedding("mg_embedding_backward", dout, tokens, B, T, t0, dwte, dwpe);
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        int64_t C = mg_cols(dout);
+        if (dwte) {
+            mg__f_embed_dwte f = {dwte->data, dwte->dtype, dout->data, dout->dtype, tokens, B, T,
+                                  t0, C, mg_rows(dwte), vocab_start};
+            mg__cuda_map(ctx, mg_numel(dout), f);
+        }
+        if (dwpe) {
+            mg__f_embed_dwpe f = {dwpe->data, dwpe->dtype, dout->data, dout->dtype, B, t0, C};
+            mg__cuda_map(ctx, mg_rows(dout) / B * C, f);
+        }
+        return;
+    }
+#endif
+    mg__cpu_embedding_backward(ctx, dwte, dwpe, dout, tokens, B, T, t0, vocab_start);
+}
+
+/* --- layernorm ------------------------------------------------------------------------------ */
+MGDEF void mg_layernorm_forward(mg_ctx *ctx, mg_tensor *out, float *mean, float *rstd,
+                                const mg_tensor *inp, const mg_tensor *weight,
+                                const mg_tensor *bias) {
+    const char *op = "mg_layernorm_forward";
+    int64_t N = mg_rows(inp), C = mg_cols(inp);
+    mg__check_2d(op, "out", out, N, C);
+    mg__check_numel(op, "weight", weight, C);
+    mg__check_numel(op, "bias", bias, C);
+    if (C <= 0 || !mean || !rstd) mg_fatal(__FILE__, __LINE__, "%s: need C > 0, mean and rstd", op);
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        if (N == 0) return;
+        mg__k_layernorm_forward<<<(unsigned)N, MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(
+            out->data, out->dtype, mean, rstd, inp->data, inp->dtype, weight->data,
+            weight->dtype, bias->data, bias->dtype, C);
+        MG_CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
+    mg__cpu_layernorm_forward(ctx, out, mean, rstd, inp, weight, bias);
+}
+MGDEF void mg_layernorm_backward(mg_ctx *ctx, mg_tensor *dinp, mg_tensor *dweight,
+                                 mg_tensor *dbias, const mg_tensor *dout, const mg_tensor *inp,
+                                 const mg_tensor *weight, const float *mean, const float *rstd,
+                                 int accumulate) {
+    const char *op = "mg_layernorm_backward";
+    int64_t N = mg_rows(inp), C = mg_cols(inp);
+    mg__check_2d(op, "dinp", dinp, N, C);
+    mg__check_2d(op, "dout", dout, N, C);
+    mg__check_numel(op, "weight", weight, C);
+    if (!mean || !rstd) mg_fatal(__FILE__, __LINE__, "%s: mean and rstd are required", op);
+    if (dweight) mg__check_numel(op, "dweight", dweight, C);
+    if (dbias) mg__check_numel(op, "dbias", dbias, C);
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        /* parameter gradients first: dinp may alias dout */
+        if (dweight) mg__cuda_colsum(ctx, dweight, dout, inp, mean, rstd);
+        if (dbias) mg__cuda_colsum(ctx, dbias, dout, NULL, NULL, NULL);
+        if (N == 0) return;
+        mg__k_layernorm_backward<<<(unsigned)N, MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(
+            dinp->data, dinp->dtype, dout->data, dout->dtype, inp->data, inp->dtype,
+            weight->data, weight->dtype, mean, rstd, C, accumulate);
+        MG_CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
+    mg__cpu_layernorm_backward(ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd,
+                               accumulate);
+}
+
+/* --- linear ----------------------------------------------------------------------------------
+   Row-major X[r, c] is the column-major matrix Xᵀ with leading dimension = its row length.
+   So with inp [N, In], weight [Out, In], out [N, Out] (all stored row-major):
+     forward  outᵀ (Out×N)  = W (Out×In) · inpᵀ (In×N)      A = weight, op T; B = inp, op N
+     dinp     dinpᵀ (In×N)  = Wᵀ (In×Out) · doutᵀ (Out×N)   A = weight, op N; B = dout, op N
+     dweight  dWᵀ (In×Out) += inpᵀ (In×N) · dout (N×Out)    A = inp, op N;    B = dout, op T
+   (In, Out rather than I, O: <complex.h>, pulled in by cblas.h, defines I.)                  */
+static void mg__check_linear(const char *op, const mg_tensor *x, const mg_tensor *w,
+                             const mg_tensor *y) {
+    int64_t N = mg_rows(x), In = mg_cols(x), Out = mg_rows(w);
+    if (mg_cols(w) != In)
+        mg_fatal(__FILE__, __LINE__, "%s: weight is [%lld, %lld] but the input has %lld features",
+                 op, (long long)Out, (long long)mg_cols(w), (long long)In);
+    mg__check_2d(op, "output", y, N, Out);
+    mg__check_same_dtype(op, x, w);
+    mg__check_int(op, "rows", N);
+    mg__check_int(op, "in_features", In);
+    mg__check_int(op, "out_features", Out);
+}
+MGDEF void mg_linear_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
+                             const mg_tensor *weight, const mg_tensor *bias) {
+    int N = (int)mg_rows(inp), In = (int)mg_cols(inp), Out = (int)mg_rows(weight);
+    mg__check_linear("mg_linear_forward", inp, weight, out);
+    if (bias) {
+        mg__check_numel("mg_linear_forward", "bias", bias, Out);
+        mg__broadcast_rows(ctx, out, bias); /* out = bias, then out += inp·Wᵀ */
+    }
+    mg_gemm(ctx, 1, 0, Out, N, In, 1.0f, weight->data, weight->dtype, In, inp->data, inp->dtype, In,
+            bias ? 1.0f : 0.0f, out->data, out->dtype, Out);
+}
+MGDEF void mg_linear_backward_input(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *dout,
+                                    const mg_tensor *weight, int accumulate) {
+    int N = (int)mg_rows(dout), Out = (int)mg_cols(dout), In = (int)mg_cols(weight);
+    mg__check_linear("mg_linear_backward_input", dinp, weight, dout);
+    mg_gemm(ctx, 0, 0, In, N, Out, 1.0f, weight->data, weight->dtype, In, dout->data, dout->dtype, Out,
+            accumulate ? 1.0f : 0.0f, dinp->data, dinp->dtype, In);
+}
+MGDEF void mg_linear_backward_weight(mg_ctx *ctx, mg_tensor *dweight, mg_tensor *dbias,
+                                     const mg_tensor *dout, const mg_tensor *inp) {
+    int N = (int)mg_rows(inp), In = (int)mg_cols(inp), Out = (int)mg_cols(dout);
+    mg__check_2d("mg_linear_backward_weight", "dout", dout, N, Out);
+    mg__check_2d("mg_linear_backward_weight", "dweight", dweight, Out, In);
+    mg__check_int("mg_linear_backward_weight", "rows", N);
+    mg_gemm(ctx, 0, 1, In, Out, N, 1.0f, inp->data, inp->dtype, In, dout->data, dout->dtype, Out, 1.0f,
+            dweight->data, dweight->dtype, In);
+    if (dbias) {
+        mg__check_numel("mg_linear_backward_weight", "dbias", dbias, Out);
+        mg__colsum(ctx, dbias, dout);
+    }
+}
+
+/* --- GELU ----------------------------------------------------------------------------------- */
+MGDEF void mg_gelu_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp) {
+    mg__check_numel("mg_gelu_forward", "out", out, mg_numel(inp));
+    mg__map(ctx, MG__EW_GELU, out, inp, NULL, NULL);
+}
+MGDEF void mg_gelu_backward(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *inp,
+                            const mg_tensor *dout) {
+    mg__check_numel("mg_gelu_backward", "dinp", dinp, mg_numel(inp));
+    mg__check_numel("mg_gelu_backward", "dout", dout, mg_numel(inp));
+    mg__map(ctx, MG__EW_GELU_GRAD, dinp, inp, dout, NULL);
+}
+
+/* --- causal self-attention core --------------------------------------------------------------
+   Batch i = b·nh + h. In qkv [T, B, nh, 3, hd] the matrices Q_i, K_i, V_i (T×hd, row-major)
+   start at i·3hd (+0, +hd, +2hd) with row stride ld = B·nh·3hd; out_i starts at i·hd with row
+   stride ldo = B·nh·hd; att_i is T×T at i·T². As column-major (Xᶜ = Xᵀ):
+     S    = scale·Q·Kᵀ:  Sᵀ = K·Qᵀ          A = K (op T), B = Q (op N), m = n = T, k = hd
+     out  = P·V:         outᵀ = Vᵀ·Pᵀ       A = V (N),    B = P (N),    m = hd, n = k = T
+     dV   = Pᵀ·dout:     dVᵀ = doutᵀ·P      A = dout (N), B = P (T)
+     dP   = dout·Vᵀ:     dPᵀ = V·doutᵀ      A = V (T),    B = dout (N), m = n = T, k = hd
+     dQ   = scale·dS·K:  dQᵀ = Kᵀ·dSᵀ       A = K (N),    B = dS (N)
+     dK   = scale·dSᵀ·Q: dKᵀ = Qᵀ·dS        A = Q (N),    B = dS (T)
+   with dS = softmax_backward(P, dP). Dropout acts on P: out = D(P)·V, dV = D(P)ᵀ·dout,
+   dP = D'(dout·Vᵀ), where D masks by the global head index.                                 */
+typedef struct mg__attn_dims {
+    int B, T, nh, hd, batch;
+    int64_t ld, ldo, TT;
+    float scale;
+} mg__attn_dims;
+static mg__attn_dims mg__check_attention(const char *op, const mg_tensor *out, const mg_tensor *att,
+                                         const mg_tensor *qkv, int B, int T, int n_head,
+                                         const mg_attn_dropout *drop) {
+    mg__attn_dims d;
+    int64_t C3 = mg_cols(qkv);
+    if (B <= 0 || T <= 0 || n_head <= 0 || C3 % (3 * n_head) || mg_rows(qkv) != (int64_t)B * T)
+        mg_fatal(__FILE__, __LINE__, "%s: qkv is [%lld, %lld]: expected [B*T = %lld, 3*n_head*hd] "
+                 "with n_head = %d", op, (long long)mg_rows(qkv), (long long)C3,
+                 (long long)B * T, n_head);
+    d.B = B; d.T = T; d.nh = n_head; d.hd = (int)(C3 / (3 * n_head)); d.batch = B * n_head;
+    d.ld = (int64_t)B * C3; d.ldo = (int64_t)B * n_head * d.hd; d.TT = (int64_t)T * T;
+    d.scale = 1.0f / sqrtf((float)d.hd);
+    mg__check_2d(op, "out", out, (int64_t)B * T, (int64_t)n_head * d.hd);
+    mg__check_numel(op, "att", att, (int64_t)d.batch * d.TT);
+    mg__check_same_dtype(op, qkv, att);
+    mg__check_same_dtype(op, qkv, out);
+    mg__check_int(op, "B*C3", d.ld);
+    if (drop && drop->p > 0.0f &&
+        (drop->p >= 1.0f || drop->head_offset < 0 || drop->head_offset + n_head > drop->n_head_total))
+        mg_fatal(__FILE__, __LINE__, "%s: dropout p %g, heads %d..%d of %d: need 0 <= p < 1 and the "
+                 "local heads inside the layer's", op, (double)drop->p, drop->head_offset,
+                 drop->head_offset + n_head - 1, drop->n_head_total);
+    return d;
+}
+/* D(src) -> dst over att-shaped [B, nh·T²] blocks of the global [B, nh_total·T²]. */
+static void mg__attn_dropout(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *src,
+                             const mg__attn_dims *d, const mg_attn_dropout *drop) {
+    mg__dropout_block(ctx, dst, src, drop->p, drop->seed, d->nh * d->TT,
+                      (int64_t)drop->n_head_total * d->TT, 0, (int64_t)drop->head_offset * d->TT);
+}
+MGDEF void mg_attention_forward(mg_ctx *ctx, mg_tensor *out, mg_tensor *att,
+                                const mg_tensor *qkv, int B, int T, int n_head,
+                                const mg_attn_dropout *drop) {
+    mg__attn_dims d = mg__check_attention("mg_attention_forward", out, att, qkv, B, T, n_head, drop);
+    mg_dtype dt = qkv->dtype;
+    const void *Q = qkv->data, *K = mg__at(qkv->data, dt, d.hd), *V = mg__at(qkv->data, dt, 2 * d.hd);
+    size_t mark = mg_arena_mark(ctx);
+    mg_tensor probs = *att;
+    mg_gemm_strided_batched(ctx, 1, 0, T, T, d.hd, d.scale, K, dt, (int)d.ld, 3 * d.hd, Q, dt,
+                            (int)d.ld, 3 * d.hd, 0.0f, att->data, dt, T, d.TT, d.batch);
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        mg__k_causal_softmax<<<(unsigned)(d.batch * (int64_t)T), MG__CUDA_THREADS, 0,
+                               MG__STREAM(ctx)>>>(att->data, dt, T);
+        MG_CUDA_LAUNCH_CHECK();
+    } else
+#endif
+        mg__cpu_causal_softmax(ctx, att, T);
+    if (drop && drop->p > 0.0f) { /* att keeps P for the backward; D(P) goes to scratch */
+        probs.data = mg_alloc(ctx, mg_nbytes(att));
+        mg__attn_dropout(ctx, &probs, att, &d, drop);
+    }
+    mg_gemm_strided_batched(ctx, 0, 0, d.hd, T, T, 1.0f, V, dt, (int)d.ld, 3 * d.hd, probs.data,
+                            dt, T, d.TT, 0.0f, out->data, out->dtype, (int)d.ldo, d.hd, d.batch);
+    mg_arena_release(ctx, mark);
+}
+MGDEF void mg_attention_backward(mg_ctx *ctx, mg_tensor *dqkv, mg_tensor *datt,
+                                 const mg_tensor *dout, const mg_tensor *qkv,
+                                 const mg_tensor *att, int B, int T, int n_head,
+                                 const mg_attn_dropout *drop) {
+    const char *op = "mg_attention_backward";
+    mg__attn_dims d = mg__check_attention(op, dout, att, qkv, B, T, n_head, drop);
+    mg_dtype dt = qkv->dtype;
+    const void *Q = qkv->data, *K = mg__at(qkv->data, dt, d.hd), *V = mg__at(qkv->data, dt, 2 * d.hd);
+    void *dQ, *dK, *dV;
+    int dropping = drop && drop->p > 0.0f;
+    mg__check_2d(op, "dqkv", dqkv, mg_rows(qkv), mg_cols(qkv));
+    mg__check_numel(op, "datt", datt, mg_numel(att));
+    mg__check_same_dtype(op, qkv, dqkv);
+    mg__check_same_dtype(op, qkv, datt);
+    dQ = dqkv->data; dK = mg__at(dqkv->data, dt, d.hd); dV = mg__at(dqkv->data, dt, 2 * d.hd);
+    /* dV = D(P)ᵀ·dout (datt holds D(P) meanwhile when dropping) */
+    if (dropping) mg__attn_dropout(ctx, datt, att, &d, drop);
+    mg_gemm_strided_batched(ctx, 0, 1, d.hd, T, T, 1.0f, dout->data, dt, (int)d.ldo, d.hd,
+                            dropping ? datt->data : att->data, dt, T, d.TT, 0.0f, dV, dt,
+                            (int)d.ld, 3 * d.hd, d.batch);
+    /* dP = D'(dout·Vᵀ), then dS = softmax backward, in place in datt */
+    mg_gemm_strided_batched(ctx, 1, 0, T, T, d.hd, 1.0f, V, dt, (int)d.ld, 3 * d.hd, dout->data,
+                            dt, (int)d.ldo, d.hd, 0.0f, datt->data, dt, T, d.TT, d.batch);
+    if (dropping) mg__attn_dropout(ctx, datt, datt, &d, drop);
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        mg__k_causal_softmax_backward<<<(unsigned)(d.batch * (int64_t)T), MG__CUDA_THREADS, 0,
+                                        MG__STREAM(ctx)>>>(datt->data, dt, att->data, dt, T);
+        MG_CUDA_LAUNCH_CHECK();
+    } else
+#endif
+        mg__cpu_causal_softmax_backward(ctx, datt, att, T);
+    /* dQ = scale·dS·K, dK = scale·dSᵀ·Q */
+    mg_gemm_strided_batched(ctx, 0, 0, d.hd, T, T, d.scale, K, dt, (int)d.ld, 3 * d.hd, datt->data,
+                            dt, T, d.TT, 0.0f, dQ, dt, (int)d.ld, 3 * d.hd, d.batch);
+    mg_gemm_strided_batched(ctx, 0, 1, d.hd, T, T, d.scale, Q, dt, (int)d.ld, 3 * d.hd, datt->data,
+                            dt, T, d.TT, 0.0f, dK, dt, (int)d.ld, 3 * d.hd, d.batch);
+}
+
+/* --- elementwise ---------------------------------------------------------------------------- */
+MGDEF void mg_add(mg_ctx *ctx, mg_tensor *out, const mg_tensor *a, const mg_tensor *b) {
+    mg__check_numel("mg_add", "a", a, mg_numel(out));
+    mg__check_numel("mg_add", "b", b, mg_numel(out));
+    mg__map(ctx, MG__EW_ADD, out, a, b, NULL);
+}
+MGDEF void mg_axpy(mg_ctx *ctx, mg_tensor *y, float alpha, const mg_tensor *x) {
+    mg__map_args g;
+    mg__check_numel("mg_axpy", "x", x, mg_numel(y));
+    memset(&g, 0, sizeof g);
+    g.alpha = alpha;
+    mg__map(ctx, MG__EW_AXPY, y, y, x, &g);
+}
+MGDEF void mg_scale(mg_ctx *ctx, mg_tensor *x, float alpha) {
+    mg__map_args g;
+    memset(&g, 0, sizeof g);
+    g.alpha = alpha;
+    mg__map(ctx, MG__EW_SCALE, x, x, NULL, &g);
+}
+MGDEF void mg_fill(mg_ctx *ctx, mg_tensor *x, float value) {
+    mg__map_args g;
+    memset(&g, 0, sizeof g);
+    g.alpha = value;
+    mg__map(ctx, MG__EW_FILL, x, NULL, NULL, &g);
+}
+MGDEF void mg_cast(mg_ctx *ctx, mg_tensor *dst, const mg_tensor *src) {
+    mg__check_numel("mg_cast", "src", src, mg_numel(dst));
+    if (dst->dtype == src->dtype) mg_copy(ctx, dst->data, src->data, mg_nbytes(dst));
+    else mg__map(ctx, MG__EW_COPY, dst, src, NULL, NULL);
+}
+
+/* --- dropout -------------------------------------------------------------------------------- */
+MGDEF uint64_t mg_dropout_key(uint64_t seed, uint64_t site, uint64_t microbatch) {
+    mg__philox4 w = mg__philox4x32(seed, (uint32_t)site, (uint32_t)(site >> 32),
+                                   (uint32_t)microbatch, (uint32_t)(microbatch >> 32));
+    return (uint64_t)w.x[0] | ((uint64_t)w.x[1] << 32);
+}
+static void mg__dropout_op(mg_ctx *ctx, const char *op, mg_tensor *out, const mg_tensor *inp,
+                        float p, uint64_t key, int64_t row_offset) {
+    int64_t cols = mg_cols(inp);
+    mg__check_numel(op, "output", out, mg_numel(inp));
+    if (!(p >= 0.0f && p < 1.0f) || row_offset < 0)
+        mg_fatal(__FILE__, __LINE__, "%s: p = %g, row_offset %lld: need 0 <= p < 1 and "
+                 "row_offset >= 0", op, (double)p, (long long)row_offset);
+    if (p == 0.0f) { mg_cast(ctx, out, inp); return; }
+    if (cols > 0) mg__dropout_block(ctx, out, inp, p, key, cols, cols, row_offset, 0);
+}
+MGDEF void mg_dropout_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp, float p,
+                              uint64_t key, int64_t row_offset) {
+    mg__dropout_op(ctx, "mg_dropout_forward", out, inp, p, key, row_offset);
+}
+MGDEF void mg_dropout_backward(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *dout, float p,
+                               uint64_t key, int64_t row_offset) {
+    mg__dropout_op(ctx, "mg_dropout_backward", dinp, dout, p, key, row_offset);
+}
+
+/* --- vocabulary-slice cross-entropy --------------------------------------------------------- */
+static int64_t mg__check_xent(const char *op, const mg_tensor *logits, int64_t vocab_start,
+                              int64_t vocab_size) {
+    if (vocab_start < 0 || vocab_size <= 0)
+        mg_fatal(__FILE__, __LINE__, "%s: vocab_start %lld, vocab_size %lld: need >= 0 and > 0", op,
+                 (long long)vocab_start, (long long)vocab_size);
+    return mg__xent_real_cols(vocab_start, vocab_size, mg_cols(logits));
+}
+MGDEF void mg_xent_max(mg_ctx *ctx, float *rowmax, const mg_tensor *logits,
+                       int64_t vocab_start, int64_t vocab_size) {
+    int64_t nreal = mg__check_xent("mg_xent_max", logits, vocab_start, vocab_size);
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        if (mg_rows(logits) == 0) return;
+        mg__k_xent_max<<<(unsigned)mg_rows(logits), MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(
+            rowmax, logits->data, logits->dtype, mg_cols(logits), nreal);
+        MG_CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
+    mg__cpu_xent_max(ctx, rowmax, logits, nreal);
+}
+MGDEF void mg_xent_sumexp(mg_ctx *ctx, float *sumexp, float *tlogit, const mg_tensor *logits,
+                          const int32_t *targets, const float *rowmax, int64_t vocab_start,
+                          int64_t vocab_size) {
+    int64_t nreal = mg__check_xent("mg_xent_sumexp", logits, vocab_start, vocab_size);
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        if (mg_rows(logits) == 0) return;
+        mg__k_xent_sumexp<<<(unsigned)mg_rows(logits), MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(
+            sumexp, tlogit, logits->data, logits->dtype, targets, rowmax, mg_cols(logits), nreal,
+            vocab_start);
+        MG_CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
+    mg__cpu_xent_sumexp(ctx, sumexp, tlogit, logits, targets, rowmax, vocab_start, nreal);
+}
+MGDEF void mg_xent_loss(mg_ctx *ctx, float *losses, const float *rowmax, const float *sumexp,
+                        const float *tlogit, int64_t N) {
+    int64_t r;
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        mg__f_xent_loss f = {losses, rowmax, sumexp, tlogit};
+        mg__cuda_map(ctx, N, f);
+        return;
+    }
+#endif
+    (void)ctx;
+    for (r = 0; r < N; r++) losses[r] = mg__xent_loss(rowmax[r], sumexp[r], tlogit[r]);
+}
+MGDEF void mg_xent_backward(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *logits,
+                            const int32_t *targets, const float *rowmax, const float *sumexp,
+                            float dloss, int64_t vocab_start, int64_t vocab_size) {
+    int64_t nreal = mg__check_xent("mg_xent_backward", logits, vocab_start, vocab_size);
+    mg__check_2d("mg_xent_backward", "dlogits", dlogits, mg_rows(logits), mg_cols(logits));
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        if (mg_rows(logits) == 0) return;
+        mg__k_xent_backward<<<(unsigned)mg_rows(logits), MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(
+            dlogits->data, dlogits->dtype, logits->data, logits->dtype, targets, rowmax, sumexp,
+            dloss, mg_cols(logits), nreal, vocab_start);
+        MG_CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
+    mg__cpu_xent_backward(ctx, dlogits, logits, targets, rowmax, sumexp, dloss, vocab_start, nreal);
+}
+
+/* --- optimizer and norms -------------------------------------------------------------------- */
+MGDEF void mg_adamw_step(mg_ctx *ctx, float *param, const float *grad, float *m, float *v,
+                         int64_t n, const mg_adamw_hparams *hp, float grad_scale,
+                         void *param16, mg_dtype dt16) {
+    mg__adamw_k k;
+    if (hp->step < 1 || n < 0)
+        mg_fatal(__FILE__, __LINE__, "mg_adamw_step: step %d (counts from 1), n %lld", hp->step,
+                 (long long)n);
+    if (param16) (void)mg_dtype_size(dt16);
+    k.lr = hp->lr; k.beta1 = hp->beta1; k.beta2 = hp->beta2; k.eps = hp->eps;
+    k.decay_factor = (float)(1.0 - (double)hp->lr * hp->weight_decay);
+    k.step_size = (float)(hp->lr / (1.0 - pow((double)hp->beta1, hp->step)));
+    k.bc2_sqrt = (float)sqrt(1.0 - pow((double)hp->beta2, hp->step));
+    k.grad_scale = grad_scale;
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        mg__f_adamw f = {param, grad, m, v, k, param16, dt16};
+        mg__cuda_map(ctx, n, f);
+        return;
+    }
+#endif
+    mg__cpu_adamw(ctx, param, grad, m, v, n, &k, param16, dt16);
+}
+MGDEF double mg_sumsq(mg_ctx *ctx, const float *x, int64_t n, int *nonfinite) {
+    double s;
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) s = mg__cuda_sumsq(ctx, x, n);
+    else
+#endif
+        s = mg__cpu_sumsq(ctx, x, n);
+    if (nonfinite) *nonfinite = !isfinite(s);
+    return s;
+}
 
 #endif /* MG_TENSOR_IMPLEMENTED */
 #endif /* MG_IMPLEMENTATION */
+
+/*
+------------------------------------------------------------------------------
+MIT License
+
+Copyright (c) 2026 The megatron.h authors
+
+Permission is hereby granted, free of charge, to any person obtaining a copy
+of this software and associated documentation files (the "Software"), to deal
+in the Software without restriction, including without limitation the rights
+to use, copy, modify, merge, publish, distribute, sublicense, and/or sell
+copies of the Software, and to permit persons to whom the Software is
+furnished to do so, subject to the following conditions:
+
+The above copyright notice and this permission notice shall be included in all
+copies or substantial portions of the Software.
+
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR
+IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY,
+FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE
+AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER
+LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
+OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE
+SOFTWARE.
+------------------------------------------------------------------------------
+*/

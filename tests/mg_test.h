@@ -11,6 +11,12 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#ifdef MG_USE_MPI
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1 /* OpenMPI's C++ bindings break nvcc builds */
+#endif
+#include <mpi.h>
+#endif
 
 static int mg_test_passed, mg_test_failed, mg_test_quiet; /* quiet: ranks other than 0 */
 
@@ -59,6 +65,18 @@ static inline void *mg_test_read_file(const char *path, long *len) {
     fclose(f);
     if (len) *len = n;
     return p;
+}
+/* 1 on every rank iff ok is 1 on every rank of the job (a logical AND over MPI_COMM_WORLD), so
+   all ranks report the same verdict. Without MPI: ok itself.                                  */
+static inline int mg_test_agree(int ok) {
+#ifdef MG_USE_MPI
+    int initialized = 0, all = ok;
+    MPI_Initialized(&initialized);
+    if (initialized) MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+    return all;
+#else
+    return ok;
+#endif
 }
 static inline int mg_test_summary(void) {
     if (!mg_test_quiet) printf("# %d passed, %d failed\n", mg_test_passed, mg_test_failed);

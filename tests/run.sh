@@ -6,6 +6,8 @@
 cd "$(dirname "$0")/.." || exit 1
 BUILD=${BUILD:-build}
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+# libgomp spins idle threads by default: on an oversubscribed machine that starves other ranks.
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 MPIRUN="mpirun --oversubscribe --bind-to none"
 [ "$(id -u)" = 0 ] && MPIRUN="$MPIRUN --allow-run-as-root"

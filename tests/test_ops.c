@@ -1,0 +1,379 @@
+// mg-test: ranks=1 timeout=120
+/* test_ops.c — every op of mg_tensor.h, forward and backward, against PyTorch float64
+   references (tests/data/ops_*.bin, written by tests/oracle/ops.py), in fp32 to <= 1e-5
+   relative; plus the layouts the model relies on: vocabulary slices of the embedding and of the
+   cross-entropy (1, 2, 3 slices merged by max/sum give the unsplit result), a sequence-parallel
+   shard of the embedding, the accumulate/overwrite gradient conventions and aliasing.        */
+#include "ops_util.h"
+
+enum { T = 7, B = 2, C = 12, NH = 3, V = 37, VP = 40, N = T * B };
+#define TOL 1e-5
+#define FLOOR 1e-6 /* relative error: against max(|want|, RMS(want)/10, FLOOR) */
+
+static void test_embedding(mg_ctx *ctx) {
+    ops_ref r;
+    size_t mark = mg_arena_mark(ctx);
+    const int32_t *tok_h;
+    int32_t *tok;
+    mg_tensor wte, wpe, dout, out, dwte, dwpe;
+    float *want2;
+    int i;
+    if (!ops_ref_load(&r, "embedding")) return;
+    tok_h = OPS_I32(&r, "tokens", B * T);
+    tok = ops_dev_i32(ctx, tok_h, B * T);
+    wte = ops_dev(ctx, MG_F32, OPS_F32(&r, "wte", VP * C), VP, C);
+    wpe = ops_dev(ctx, MG_F32, OPS_F32(&r, "wpe", (T + 1) * C), T + 1, C);
+    dout = ops_dev(ctx, MG_F32, OPS_F32(&r, "dout", N * C), N, C);
+    out = ops_dev(ctx, MG_F32, NULL, N, C);
+    dwte = ops_dev(ctx, MG_F32, NULL, VP, C);
+    dwpe = ops_dev(ctx, MG_F32, NULL, T + 1, C);
+    mg_embedding_forward(ctx, &out, tok, B, T, 0, &wte, 0, &wpe);
+    ops_close(ctx, "embedding forward", &out, OPS_F32(&r, "out", N * C), TOL, FLOOR);
+    mg_embedding_backward(ctx, &dwte, &dwpe, &dout, tok, B, T, 0, 0);
+    ops_close(ctx, "embedding backward dwte", &dwte, OPS_F32(&r, "dwte", VP * C), TOL, FLOOR);
+    ops_close(ctx, "embedding backward dwpe", &dwpe, OPS_F32(&r, "dwpe", (T + 1) * C), TOL, FLOOR);
+    /* parameter gradients accumulate: a second backward doubles them */
+    mg_embedding_backward(ctx, &dwte, &dwpe, &dout, tok, B, T, 0, 0);
+    want2 = (float *)malloc(VP * C * 4);
+    for (i = 0; i < VP * C; i++) want2[i] = 2 * OPS_F32(&r, "dwte", -1)[i];
+    ops_close(ctx, "embedding backward accumulates", &dwte, want2, TOL, FLOOR);
+    free(want2);
+
+    /* vocabulary-parallel: two slices of wte (rows 0..19, 20..39); each slice embeds only its
+       tokens (others 0), positions are added by one slice; the sum is the full embedding.  */
+    {
+        mg_tensor lo = mg_tensor_rows(&wte, 0, 20), hi = mg_tensor_rows(&wte, 20, 20);
+        mg_tensor o1 = ops_dev(ctx, MG_F32, NULL, N, C), o2 = ops_dev(ctx, MG_F32, NULL, N, C);
+        mg_tensor d1 = ops_dev(ctx, MG_F32, NULL, 20, C), d2 = ops_dev(ctx, MG_F32, NULL, 20, C);
+        mg_embedding_forward(ctx, &o1, tok, B, T, 0, &lo, 0, &wpe);
+        mg_embedding_forward(ctx, &o2, tok, B, T, 0, &hi, 20, NULL);
+        mg_add(ctx, &o1, &o1, &o2);
+        ops_close(ctx, "embedding vocab slices sum to the full output", &o1,
+                  OPS_F32(&r, "out", N * C), TOL, FLOOR);
+        mg_embedding_backward(ctx, &d1, NULL, &dout, tok, B, T, 0, 0);
+        mg_embedding_backward(ctx, &d2, NULL, &dout, tok, B, T, 0, 20);
+        ops_close(ctx, "embedding vocab slice 0 dwte", &d1, OPS_F32(&r, "dwte", -1), TOL, FLOOR);
+        ops_close(ctx, "embedding vocab slice 1 dwte", &d2, OPS_F32(&r, "dwte", -1) + 20 * C, TOL,
+                  FLOOR);
+    }
+    /* sequence-parallel shard: positions 3..6 only (rows 3B..7B of the full output) */
+    {
+        mg_tensor o = ops_dev(ctx, MG_F32, NULL, 4 * B, C), dp = ops_dev(ctx, MG_F32, NULL, T + 1, C);
+        mg_tensor ds = mg_tensor_rows(&dout, 3 * B, 4 * B);
+        float *want = (float *)calloc((T + 1) * C, 4);
+        mg_embedding_forward(ctx, &o, tok, B, T, 3, &wte, 0, &wpe);
+        ops_close(ctx, "embedding sequence shard t0=3", &o, OPS_F32(&r, "out", -1) + 3 * B * C,
+                  TOL, FLOOR);
+        mg_embedding_backward(ctx, NULL, &dp, &ds, tok, B, T, 3, 0);
+        memcpy(want + 3 * C, OPS_F32(&r, "dwpe", -1) + 3 * C, 4 * C * 4);
+        ops_close(ctx, "embedding sequence shard dwpe", &dp, want, TOL, FLOOR);
+        free(want);
+    }
+    OPS_EXPECT_FATAL("embedding rejects a shard past T", "t0 + T_local <= T",
+                     mg_embedding_forward(ctx, &out, tok, B, T, 1, &wte, 0, &wpe));
+    free(r.blob);
+    mg_arena_release(ctx, mark);
+}
+
+static void test_layernorm(mg_ctx *ctx) {
+    ops_ref r;
+    size_t mark = mg_arena_mark(ctx);
+    mg_tensor inp, w, b, dout, out, dinp, dw, db;
+    float *mean, *rstd, *h, *init, *want;
+    int i;
+    if (!ops_ref_load(&r, "layernorm")) return;
+    inp = ops_dev(ctx, MG_F32, OPS_F32(&r, "inp", N * C), N, C);
+    w = ops_dev(ctx, MG_F32, OPS_F32(&r, "weight", C), 1, C);
+    b = ops_dev(ctx, MG_F32, OPS_F32(&r, "bias", C), 1, C);
+    dout = ops_dev(ctx, MG_F32, OPS_F32(&r, "dout", N * C), N, C);
+    out = ops_dev(ctx, MG_F32, NULL, N, C);
+    dinp = ops_dev(ctx, MG_F32, NULL, N, C);
+    init = ops_randn_array(N * C, 1.0f); /* accumulate and parameter-gradient start values */
+    dw = ops_dev(ctx, MG_F32, init, 1, C);
+    db = ops_dev(ctx, MG_F32, init + C, 1, C);
+    mean = ops_dev_f32(ctx, NULL, N);
+    rstd = ops_dev_f32(ctx, NULL, N);
+    mg_layernorm_forward(ctx, &out, mean, rstd, &inp, &w, &b);
+    ops_close(ctx, "layernorm forward", &out, OPS_F32(&r, "out", N * C), TOL, FLOOR);
+    h = ops_host_f32(ctx, mean, N);
+    ops_close_host("layernorm mean", h, OPS_F32(&r, "mean", N), N, TOL, FLOOR);
+    free(h);
+    h = ops_host_f32(ctx, rstd, N);
+    ops_close_host("layernorm rstd", h, OPS_F32(&r, "rstd", N), N, TOL, FLOOR);
+    free(h);
+    mg_layernorm_backward(ctx, &dinp, &dw, &db, &dout, &inp, &w, mean, rstd, 0);
+    ops_close(ctx, "layernorm backward dinp", &dinp, OPS_F32(&r, "dinp", N * C), TOL, FLOOR);
+    want = (float *)malloc(N * C * 4);
+    for (i = 0; i < C; i++) want[i] = init[i] + OPS_F32(&r, "dweight", C)[i];
+    ops_close(ctx, "layernorm backward dweight (accumulated)", &dw, want, TOL, FLOOR);
+    for (i = 0; i < C; i++) want[i] = init[C + i] + OPS_F32(&r, "dbias", C)[i];
+    ops_close(ctx, "layernorm backward dbias (accumulated)", &db, want, TOL, FLOOR);
+    /* accumulate = 1 adds into dinp (the residual stream) */
+    mg_copy_to_device(ctx, dinp.data, init, N * C * 4);
+    mg_layernorm_backward(ctx, &dinp, NULL, NULL, &dout, &inp, &w, mean, rstd, 1);
+    for (i = 0; i < N * C; i++) want[i] = init[i] + OPS_F32(&r, "dinp", -1)[i];
+    ops_close(ctx, "layernorm backward dinp accumulate", &dinp, want, TOL, FLOOR);
+    /* dinp may alias dout */
+    mg_copy(ctx, dinp.data, dout.data, N * C * 4);
+    mg_layernorm_backward(ctx, &dinp, NULL, NULL, &dinp, &inp, &w, mean, rstd, 0);
+    ops_close(ctx, "layernorm backward dinp aliasing dout", &dinp, OPS_F32(&r, "dinp", -1), TOL,
+              FLOOR);
+    OPS_EXPECT_FATAL("layernorm rejects a wrong weight size", "weight has 11 elements",
+                     { mg_tensor w11 = mg_tensor_rows(&dinp, 0, 1); w11.shape[1] = 11;
+                       mg_layernorm_forward(ctx, &out, mean, rstd, &inp, &w11, &b); });
+    free(want);
+    free(init);
+    free(r.blob);
+    mg_arena_release(ctx, mark);
+}
+
+static void test_linear(mg_ctx *ctx) {
+    ops_ref r;
+    const char *tags[2] = {"up", "down"};
+    int fin[2] = {C, 4 * C}, fout[2] = {3 * C, C}, k;
+    if (!ops_ref_load(&r, "linear")) return;
+    for (k = 0; k < 2; k++) {
+        size_t mark = mg_arena_mark(ctx);
+        char nm[64], lbl[96];
+        int I = fin[k], O = fout[k], i;
+        mg_tensor inp, w, b, dout, out, dinp, dw, db;
+        float *want = (float *)malloc((size_t)(N * 4 * C) * 4), *init = ops_randn_array(N * 4 * C, 1);
+#define REF(name, n) (snprintf(nm, sizeof nm, "%s_%s", tags[k], name), OPS_F32(&r, nm, n))
+#define LBL(s) (snprintf(lbl, sizeof lbl, "linear %s %s", tags[k], s), lbl)
+        inp = ops_dev(ctx, MG_F32, REF("inp", N * I), N, I);
+        w = ops_dev(ctx, MG_F32, REF("weight", O * I), O, I);
+        b = ops_dev(ctx, MG_F32, REF("bias", O), 1, O);
+        dout = ops_dev(ctx, MG_F32, REF("dout", N * O), N, O);
+        out = ops_dev(ctx, MG_F32, NULL, N, O);
+        dinp = ops_dev(ctx, MG_F32, NULL, N, I);
+        dw = ops_dev(ctx, MG_F32, init, O, I);
+        db = ops_dev(ctx, MG_F32, init, 1, O);
+        b.ndim = 1; b.shape[0] = O;
+        mg_linear_forward(ctx, &out, &inp, &w, &b);
+        ops_close(ctx, LBL("forward"), &out, REF("out", N * O), TOL, FLOOR);
+        mg_linear_backward_input(ctx, &dinp, &dout, &w, 0);
+        ops_close(ctx, LBL("backward input"), &dinp, REF("dinp", N * I), TOL, FLOOR);
+        mg_linear_backward_weight(ctx, &dw, &db, &dout, &inp);
+        for (i = 0; i < O * I; i++) want[i] = init[i] + REF("dweight", O * I)[i];
+        ops_close(ctx, LBL("backward weight (accumulated)"), &dw, want, TOL, FLOOR);
+        for (i = 0; i < O; i++) want[i] = init[i] + REF("dbias", O)[i];
+        ops_close(ctx, LBL("backward bias (accumulated)"), &db, want, TOL, FLOOR);
+        /* backward_input with accumulate adds */
+        mg_copy_to_device(ctx, dinp.data, init, (size_t)N * I * 4);
+        mg_linear_backward_input(ctx, &dinp, &dout, &w, 1);
+        for (i = 0; i < N * I; i++) want[i] = init[i] + REF("dinp", -1)[i];
+        ops_close(ctx, LBL("backward input accumulate"), &dinp, want, TOL, FLOOR);
+        /* no bias: out = inp·Wᵀ = reference − bias */
+        mg_linear_forward(ctx, &out, &inp, &w, NULL);
+        {
+            const float *ref_out = REF("out", -1), *ref_bias = REF("bias", -1);
+            for (i = 0; i < N * O; i++) want[i] = ref_out[i] - ref_bias[i % O];
+        }
+        ops_close(ctx, LBL("forward without bias"), &out, want, TOL, FLOOR);
+#undef REF
+#undef LBL
+        free(want);
+        free(init);
+        if (k == 0)
+            OPS_EXPECT_FATAL("linear rejects mismatched features", "input has 12 features",
+                             mg_linear_forward(ctx, &dinp, &inp, &dout, NULL));
+        mg_arena_release(ctx, mark);
+    }
+    free(r.blob);
+}
+
+static void test_gelu(mg_ctx *ctx) {
+    ops_ref r;
+    size_t mark = mg_arena_mark(ctx);
+    int n = N * 4 * C;
+    mg_tensor inp, dout, out, dinp;
+    if (!ops_ref_load(&r, "gelu")) return;
+    inp = ops_dev(ctx, MG_F32, OPS_F32(&r, "inp", n), N, 4 * C);
+    dout = ops_dev(ctx, MG_F32, OPS_F32(&r, "dout", n), N, 4 * C);
+    out = ops_dev(ctx, MG_F32, NULL, N, 4 * C);
+    dinp = ops_dev(ctx, MG_F32, NULL, N, 4 * C);
+    mg_gelu_forward(ctx, &out, &inp);
+    ops_close(ctx, "gelu forward", &out, OPS_F32(&r, "out", n), TOL, FLOOR);
+    mg_gelu_backward(ctx, &dinp, &inp, &dout);
+    ops_close(ctx, "gelu backward", &dinp, OPS_F32(&r, "dinp", n), TOL, FLOOR);
+    mg_gelu_backward(ctx, &dout, &inp, &dout); /* dinp may alias dout */
+    ops_close(ctx, "gelu backward in place", &dout, OPS_F32(&r, "dinp", n), TOL, FLOOR);
+    free(r.blob);
+    mg_arena_release(ctx, mark);
+}
+
+static void test_attention(mg_ctx *ctx) {
+    ops_ref r;
+    size_t mark = mg_arena_mark(ctx);
+    mg_tensor qkv, dout, out, att, dqkv, datt;
+    if (!ops_ref_load(&r, "attention")) return;
+    qkv = ops_dev(ctx, MG_F32, OPS_F32(&r, "qkv", N * 3 * C), N, 3 * C);
+    dout = ops_dev(ctx, MG_F32, OPS_F32(&r, "dout", N * C), N, C);
+    out = ops_dev(ctx, MG_F32, NULL, N, C);
+    att = ops_dev(ctx, MG_F32, NULL, B * NH * T, T);
+    dqkv = ops_dev(ctx, MG_F32, NULL, N, 3 * C);
+    datt = ops_dev(ctx, MG_F32, NULL, B * NH * T, T);
+    mg_attention_forward(ctx, &out, &att, &qkv, B, T, NH, NULL);
+    ops_close(ctx, "attention forward out", &out, OPS_F32(&r, "out", N * C), TOL, FLOOR);
+    ops_close(ctx, "attention forward probabilities", &att, OPS_F32(&r, "att", B * NH * T * T),
+              TOL, FLOOR);
+    mg_attention_backward(ctx, &dqkv, &datt, &dout, &qkv, &att, B, T, NH, NULL);
+    ops_close(ctx, "attention backward dqkv", &dqkv, OPS_F32(&r, "dqkv", N * 3 * C), TOL, FLOOR);
+    /* p = 0 dropout is the same as none */
+    {
+        mg_attn_dropout d0 = {0.0f, 7, 0, NH};
+        mg_attention_forward(ctx, &out, &att, &qkv, B, T, NH, &d0);
+        ops_close(ctx, "attention with p=0 dropout", &out, OPS_F32(&r, "out", -1), TOL, FLOOR);
+    }
+    OPS_EXPECT_FATAL("attention rejects heads not dividing qkv", "n_head = 5",
+                     mg_attention_forward(ctx, &out, &att, &qkv, B, T, 5, NULL));
+    free(r.blob);
+    mg_arena_release(ctx, mark);
+}
+
+/* Cross-entropy with the vocabulary cut into `slices` equal slices of Vs columns (the last
+   ones padding), each run separately and merged on the host by max and sum — what the
+   all-reduces of the tensor-parallel group do.                                             */
+static void xent_sliced(mg_ctx *ctx, const float *logits_h, const int32_t *tgt, int Vp, int slices,
+                        float dloss, float *losses, float *dlogits) {
+    size_t mark = mg_arena_mark(ctx);
+    int Vs = Vp / slices, s, i, j;
+    float gmax[N], gsum[N], gt[N];
+    float *rowmax = ops_dev_f32(ctx, NULL, N), *sumexp = ops_dev_f32(ctx, NULL, N);
+    float *tlogit = ops_dev_f32(ctx, NULL, N), *lossd = ops_dev_f32(ctx, NULL, N);
+    int32_t *tgt_d = ops_dev_i32(ctx, tgt, N);
+    float *slice_h = (float *)malloc((size_t)N * Vs * 4);
+    mg_tensor *sl = (mg_tensor *)malloc(sizeof(mg_tensor) * slices);
+    for (i = 0; i < N; i++) { gmax[i] = -INFINITY; gsum[i] = 0; gt[i] = 0; }
+    for (s = 0; s < slices; s++) {
+        float *h;
+        for (i = 0; i < N; i++)
+            for (j = 0; j < Vs; j++) slice_h[i * Vs + j] = logits_h[i * Vp + s * Vs + j];
+        sl[s] = ops_dev(ctx, MG_F32, slice_h, N, Vs);
+        mg_xent_max(ctx, rowmax, &sl[s], (int64_t)s * Vs, V);
+        h = ops_host_f32(ctx, rowmax, N);
+        for (i = 0; i < N; i++) gmax[i] = h[i] > gmax[i] ? h[i] : gmax[i];
+        free(h);
+    }
+    mg_copy_to_device(ctx, rowmax, gmax, sizeof gmax);
+    for (s = 0; s < slices; s++) {
+        float *h1, *h2;
+        mg_xent_sumexp(ctx, sumexp, tlogit, &sl[s], tgt_d, rowmax, (int64_t)s * Vs, V);
+        h1 = ops_host_f32(ctx, sumexp, N);
+        h2 = ops_host_f32(ctx, tlogit, N);
+        for (i = 0; i < N; i++) { gsum[i] += h1[i]; gt[i] += h2[i]; }
+        free(h1);
+        free(h2);
+    }
+    mg_copy_to_device(ctx, sumexp, gsum, sizeof gsum);
+    mg_copy_to_device(ctx, tlogit, gt, sizeof gt);
+    mg_xent_loss(ctx, lossd, rowmax, sumexp, tlogit, N);
+    mg_copy_to_host(ctx, losses, lossd, sizeof(float) * N);
+    for (s = 0; s < slices; s++) {
+        float *h;
+        mg_xent_backward(ctx, &sl[s], &sl[s], tgt_d, rowmax, sumexp, dloss, (int64_t)s * Vs, V);
+        h = ops_host(ctx, &sl[s]);
+        for (i = 0; i < N; i++)
+            for (j = 0; j < Vs; j++) dlogits[i * Vp + s * Vs + j] = h[i * Vs + j];
+        free(h);
+    }
+    free(slice_h);
+    free(sl);
+    mg_arena_release(ctx, mark);
+}
+
+static void test_xent(mg_ctx *ctx) {
+    ops_ref r;
+    enum { VP3 = 42 }; /* 3 slices of 14; columns 37..41 padding */
+    const float *lref, *dref;
+    const int32_t *tgt;
+    float dloss, losses[N], *logits3, *dlog = (float *)malloc(N * VP3 * 4), *dref3;
+    char name[64];
+    int slices, i, j;
+    if (!ops_ref_load(&r, "xent")) { free(dlog); return; }
+    lref = OPS_F32(&r, "logits", N * VP);
+    tgt = OPS_I32(&r, "targets", N);
+    dref = OPS_F32(&r, "dlogits", N * VP);
+    dloss = OPS_F32(&r, "dloss", 1)[0];
+    logits3 = (float *)malloc(N * VP3 * 4);
+    dref3 = (float *)calloc(N * VP3, 4);
+    for (i = 0; i < N; i++)
+        for (j = 0; j < VP3; j++) {
+            logits3[i * VP3 + j] = j < VP ? lref[i * VP + j] : 1e4f; /* padding junk */
+            if (j < VP) dref3[i * VP3 + j] = dref[i * VP + j];
+        }
+    for (slices = 1; slices <= 3; slices++) {
+        int Vp = slices == 3 ? (int)VP3 : (int)VP;
+        xent_sliced(ctx, slices == 3 ? logits3 : lref, tgt, Vp, slices, dloss, losses, dlog);
+        snprintf(name, sizeof name, "xent loss, %d vocabulary slice%s", slices, slices > 1 ? "s" : "");
+        ops_close_host(name, losses, OPS_F32(&r, "losses", N), N, TOL, FLOOR);
+        snprintf(name, sizeof name, "xent dlogits, %d vocabulary slice%s (padding 0)", slices,
+                 slices > 1 ? "s" : "");
+        ops_close_host(name, dlog, slices == 3 ? dref3 : dref, N * Vp, TOL, FLOOR);
+    }
+    free(logits3);
+    free(dref3);
+    free(dlog);
+    free(r.blob);
+}
+
+static void test_adamw(mg_ctx *ctx) {
+    ops_ref r;
+    size_t mark = mg_arena_mark(ctx);
+    enum { n = 50 };
+    const float *hp_ref;
+    mg_adamw_hparams hp;
+    float *param, *grad, *m, *v, *h;
+    uint16_t *p16 = NULL, p16h[n], want16[n];
+    int step, i;
+    char nm[32], lbl[64];
+    if (!ops_ref_load(&r, "adamw")) return;
+    hp_ref = OPS_F32(&r, "hparams", 6);
+    hp.lr = hp_ref[0]; hp.beta1 = hp_ref[1]; hp.beta2 = hp_ref[2]; hp.eps = hp_ref[3];
+    hp.weight_decay = hp_ref[4];
+    param = ops_dev_f32(ctx, OPS_F32(&r, "param0", n), n);
+    grad = ops_dev_f32(ctx, NULL, n);
+    m = ops_dev_f32(ctx, NULL, n);
+    v = ops_dev_f32(ctx, NULL, n);
+    p16 = (uint16_t *)mg_alloc(ctx, n * 2);
+    for (step = 1; step <= 3; step++) {
+        hp.step = step;
+        snprintf(nm, sizeof nm, "grad%d", step);
+        mg_copy_to_device(ctx, grad, OPS_F32(&r, nm, n), n * 4);
+        mg_adamw_step(ctx, param, grad, m, v, n, &hp, hp_ref[5], p16, MG_BF16);
+        snprintf(nm, sizeof nm, "param%d", step);
+        snprintf(lbl, sizeof lbl, "adamw step %d param", step);
+        h = ops_host_f32(ctx, param, n);
+        ops_close_host(lbl, h, OPS_F32(&r, nm, n), n, TOL, FLOOR);
+        for (i = 0; i < n; i++) want16[i] = mg_f32_to_bf16(h[i]);
+        free(h);
+        snprintf(nm, sizeof nm, "m%d", step);
+        snprintf(lbl, sizeof lbl, "adamw step %d exp_avg", step);
+        h = ops_host_f32(ctx, m, n);
+        ops_close_host(lbl, h, OPS_F32(&r, nm, n), n, TOL, FLOOR);
+        free(h);
+        snprintf(nm, sizeof nm, "v%d", step);
+        snprintf(lbl, sizeof lbl, "adamw step %d exp_avg_sq", step);
+        h = ops_host_f32(ctx, v, n);
+        ops_close_host(lbl, h, OPS_F32(&r, nm, n), n, TOL, FLOOR);
+        free(h);
+    }
+    mg_copy_to_host(ctx, p16h, p16, sizeof p16h);
+    CHECK(!memcmp(p16h, want16, sizeof p16h), "adamw bf16 working copy = rounded master weights");
+    free(r.blob);
+    mg_arena_release(ctx, mark);
+}
+
+int main(void) {
+    mg_ctx ctx = ops_ctx_make((size_t)64 << 20);
+    printf("# device %s, %d threads\n", mg_device_name(&ctx), ctx.n_threads);
+    test_embedding(&ctx);
+    test_layernorm(&ctx);
+    test_linear(&ctx);
+    test_gelu(&ctx);
+    test_attention(&ctx);
+    test_xent(&ctx);
+    test_adamw(&ctx);
+    mg_ctx_free(&ctx);
+    return mg_test_summary();
+}

@@ -9,7 +9,8 @@
    function static (private to that translation unit).
 
    TOUR
-     1. Configuration macros: MGDEF, MG_HD, MG_ASSERT, MG_MALLOC/MG_FREE.
+     1. Configuration macros: MGDEF, MG_HD, MG_ASSERT, MG_MALLOC/MG_FREE; MG_CUDA_DEBUG (wait
+        for every CUDA kernel at its launch, so a fault names the kernel's launch site).
      2. Context: the device (CPU or CUDA), the arena allocator with its high-water mark, the BLAS /
         cuBLAS handle and the stream. Nothing allocates inside a training step: buffers come from
         the arena, set up once.
@@ -138,7 +139,8 @@ MGDEF void mg_arena_reset_peak(mg_ctx *ctx);
 
 MGDEF void mg_copy_to_device(mg_ctx *ctx, void *dst_dev, const void *src_host, size_t bytes);
 MGDEF void mg_copy_to_host(mg_ctx *ctx, void *dst_host, const void *src_dev, size_t bytes);
-MGDEF void mg_copy(mg_ctx *ctx, void *dst_dev, const void *src_dev, size_t bytes); /* dev->dev */
+/* dev->dev; the two ranges must be equal or disjoint (cudaMemcpy's rule, checked).          */
+MGDEF void mg_copy(mg_ctx *ctx, void *dst_dev, const void *src_dev, size_t bytes);
 MGDEF void mg_memset_zero(mg_ctx *ctx, void *dst_dev, size_t bytes);
 MGDEF void mg_sync(mg_ctx *ctx);                          /* wait for the stream (no-op CPU)  */
 
@@ -183,12 +185,14 @@ MG_HD static inline void mg_store(void *p, mg_dtype dt, int64_t i, float v);
       C(m×n) = alpha · op(A)(m×k) · op(B)(k×n) + beta · C, with op(X) = X or Xᵀ.
       A, B may be fp32, bf16 or fp16 (both the same dtype); C is that dtype or fp32 (what
       cuBLAS accepts with CUBLAS_COMPUTE_32F; both backends reject other combinations); compute
-      is fp32. transa/transb: 0 = N, nonzero = T.
+      is fp32. transa/transb: 0 = N, nonzero = T. k = 0 gives C = β·C (C = 0 when β = 0, C
+      not read), as in BLAS.
       CPU: cblas_sgemm(CblasColMajor, ...) (16-bit inputs are widened to fp32 in arena scratch
       first: the products are exact in fp32, as with cuBLAS's fp32 compute; a 16-bit C is
       computed in fp32 and rounded once). CUDA: cublasGemmEx / cublasGemmStridedBatchedEx with
-      CUBLAS_COMPUTE_32F, the very same arguments. Batched CPU GEMMs run OpenMP over the batch;
-      a single large one is split over threads by blocks of C.
+      CUBLAS_COMPUTE_32F, the very same arguments (the handle's reductions kept in fp32, no
+      TF32). Batched CPU GEMMs run OpenMP over the batch; a single large one is split over
+      threads by blocks of C.
    ------------------------------------------------------------------------------------------ */
 MGDEF void mg_gemm(mg_ctx *ctx, int transa, int transb, int m, int n, int k, float alpha,
                    const void *A, mg_dtype a_dt, int lda, const void *B, mg_dtype b_dt, int ldb,
@@ -521,7 +525,16 @@ MGDEF MG_NORETURN void mg_fatal(const char *file, int line, const char *fmt, ...
 #define MG_CUBLAS_CHECK(call) do { cublasStatus_t mg__s = (call); \
     if (mg__s != CUBLAS_STATUS_SUCCESS) mg_fatal(__FILE__, __LINE__, "cuBLAS error %s in %s", \
              cublasGetStatusString(mg__s), #call); } while (0)
+/* A launch reports configuration errors at once (cudaGetLastError); a fault while the kernel
+   runs (bad address, ...) surfaces at the next synchronising call, so it may be reported
+   there. Define MG_CUDA_DEBUG to wait for every kernel at its launch site instead (slow; for
+   a first run on new hardware, or with compute-sanitizer).                                  */
+#ifdef MG_CUDA_DEBUG
+#define MG_CUDA_LAUNCH_CHECK() do { MG_CUDA_CHECK(cudaGetLastError()); \
+    MG_CUDA_CHECK(cudaStreamSynchronize(MG__STREAM(ctx))); } while (0)
+#else
 #define MG_CUDA_LAUNCH_CHECK() MG_CUDA_CHECK(cudaGetLastError())
+#endif
 #define MG__STREAM(ctx) ((cudaStream_t)(ctx)->stream)
 #endif
 
@@ -602,7 +615,18 @@ MGDEF void mg_ctx_init(mg_ctx *ctx, const mg_ctx_desc *desc) {
         MG_CUDA_CHECK(cudaSetDevice(d.cuda_device));
         MG_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
         MG_CUBLAS_CHECK(cublasCreate(&handle));
+        /* Every op, copy and GEMM runs on this one stream, in issue order. It is non-blocking:
+           it does not wait for the legacy default stream (stream 0), so code outside the
+           library that touches the context's memory uses ctx->stream or calls mg_sync first. */
         MG_CUBLAS_CHECK(cublasSetStream(handle, stream));
+        /* alpha and beta of mg_gemm are host floats (the default mode, stated explicitly). */
+        MG_CUBLAS_CHECK(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST));
+        /* cuBLAS may otherwise do the split-K reduction of a GEMM with 16-bit C in that 16-bit
+           type (cublasMath_t: DISALLOW_REDUCED_PRECISION_REDUCTION "forces any reductions
+           during matrix multiplications to use the accumulator type ... and not the output
+           type"). The seam promises fp32 accumulation and one rounding, as on the CPU.       */
+        MG_CUBLAS_CHECK(cublasSetMathMode(handle, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
+                                          CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
         ctx->stream = (void *)stream;
         ctx->blas = (void *)handle;
         if (d.arena_bytes) MG_CUDA_CHECK(cudaMalloc((void **)&ctx->arena, d.arena_bytes));
@@ -616,6 +640,8 @@ MGDEF void mg_ctx_free(mg_ctx *ctx) {
     }
 #ifdef __CUDACC__
     else {
+        /* let queued work that uses the arena finish first (and report its errors here) */
+        if (ctx->stream) MG_CUDA_CHECK(cudaStreamSynchronize(MG__STREAM(ctx)));
         if (ctx->arena) MG_CUDA_CHECK(cudaFree(ctx->arena));
         if (ctx->blas) MG_CUBLAS_CHECK(cublasDestroy((cublasHandle_t)ctx->blas));
         if (ctx->stream) MG_CUDA_CHECK(cudaStreamDestroy(MG__STREAM(ctx)));
@@ -683,6 +709,10 @@ MGDEF void mg_copy_to_host(mg_ctx *ctx, void *dst_host, const void *src_dev, siz
     mg__copy(ctx, dst_host, src_dev, bytes, 2);
 }
 MGDEF void mg_copy(mg_ctx *ctx, void *dst_dev, const void *src_dev, size_t bytes) {
+    uintptr_t d = (uintptr_t)dst_dev, s = (uintptr_t)src_dev;
+    if (d != s && d < s + bytes && s < d + bytes)
+        mg_fatal(__FILE__, __LINE__, "mg_copy: %zu bytes from %p to %p: the ranges overlap "
+                 "(they must be equal or disjoint)", bytes, src_dev, dst_dev);
     mg__copy(ctx, dst_dev, src_dev, bytes, 3);
 }
 MGDEF void mg_memset_zero(mg_ctx *ctx, void *dst_dev, size_t bytes) {
@@ -1478,6 +1508,13 @@ static double mg__cpu_sumsq(mg_ctx *ctx, const float *x, int64_t n) {
        then the launchers. Rows map to blocks; reductions use the one pair of block helpers.
    ========================================================================================== */
 #define MG__CUDA_THREADS 256
+/* Kernels that map one row to one block launch `rows` blocks; gridDim.x is at most 2^31 − 1. */
+static unsigned mg__cuda_row_grid(int64_t rows) {
+    if (rows > 2147483647)
+        mg_fatal(__FILE__, __LINE__, "%lld rows exceed CUDA's limit of 2^31-1 blocks in a grid",
+                 (long long)rows);
+    return (unsigned)rows;
+}
 
 struct mg__op_sum {
     template <class T> __device__ T operator()(T a, T b) const { return a + b; }
@@ -1580,12 +1617,13 @@ struct mg__f_broadcast_rows {
 };
 /* dst[c] += Σ_r src[r,c] (· layernorm norm when inp is set). Block = 32 columns × 32 row
    lanes; each lane walks rows with stride 32, then lane sums are added in a fixed order:
-   deterministic.                                                                           */
-static __global__ void mg__k_colsum(void *dst, mg_dtype dd, const void *src, mg_dtype sd, const void *inp,
-                             mg_dtype xd, const float *mean, const float *rstd, int64_t N,
-                             int64_t C) {
+   deterministic. 1024 threads per block: __launch_bounds__ keeps the compiler to the 64
+   registers per thread that allows, in every build (-G included).                          */
+static __global__ void __launch_bounds__(1024) mg__k_colsum(void *dst, mg_dtype dd, const void *src,
+                             mg_dtype sd, const void *inp, mg_dtype xd, const float *mean,
+                             const float *rstd, int64_t N, int64_t C) {
     __shared__ float part[32][33];
-    int64_t c = blockIdx.x * 32 + threadIdx.x, r;
+    int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x, r;
     float acc = 0.0f;
     if (c < C)
         for (r = threadIdx.y; r < N; r += 32) {
@@ -1673,7 +1711,7 @@ static __global__ void mg__k_layernorm_backward(void *dinp, mg_dtype did, const 
     for (j = threadIdx.x; j < C; j += blockDim.x) {
         float g = mg_load(dout, dd, base + j) * mg_load(w, wd, j);
         sg += g;
-        sgn += g * (mg_load(inp, id, base + j) - mu) * rs;
+        sgn += g * ((mg_load(inp, id, base + j) - mu) * rs); /* the CPU's association */
     }
     mean_g = mg__block_sum(sg) / (float)C;
     mean_gn = mg__block_sum(sgn) / (float)C;
@@ -1780,16 +1818,36 @@ static double mg__cuda_sumsq(mg_ctx *ctx, const float *x, int64_t n) {
     return s;
 }
 
-/* --- GEMM: the same column-major arguments, handed to cuBLAS -------------------------------- */
+/* --- GEMM: the same column-major arguments, handed to cuBLAS --------------------------------
+   cublasGemmEx(handle, transa, transb, m, n, k, &alpha, A, Atype, lda, B, Btype, ldb, &beta,
+   C, Ctype, ldc, computeType, algo) takes cblas_sgemm's arguments in cblas_sgemm's order (the
+   strided-batched form adds a long long stride after each ld, and the batch count). With
+   CUBLAS_COMPUTE_32F, alpha and beta are host floats and (A, B, C) may be (32F, 32F, 32F),
+   (16F, 16F, 16F|32F) or (16BF, 16BF, 16BF|32F): the combinations mg__check_gemm allows.    */
 static cudaDataType mg__cuda_dtype(mg_dtype dt) {
     return dt == MG_BF16 ? CUDA_R_16BF : dt == MG_F16 ? CUDA_R_16F : CUDA_R_32F;
 }
+/* k = 0: C = β·C for each m×n matrix of the batch, 0 where β = 0 (C not read), as BLAS and
+   OpenBLAS do; cuBLAS's documentation does not state its k = 0 result, so it is not asked. */
+struct mg__f_gemm_beta_only {
+    void *C; mg_dtype dt; float beta; int m, n, ldc; int64_t sC;
+    __device__ void operator()(int64_t i) const {
+        int64_t mn = (int64_t)m * n, b = i / mn, col = i % mn / m, row = i % m;
+        int64_t at = b * sC + col * ldc + row;
+        mg_store(C, dt, at, beta == 0.0f ? 0.0f : beta * mg_load(C, dt, at));
+    }
+};
 static void mg__cuda_gemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float alpha,
                           const void *A, mg_dtype ab_dt, int lda, int64_t sA, const void *B,
                           int ldb, int64_t sB, float beta, void *C, mg_dtype c_dt, int ldc,
                           int64_t sC, int batch) {
     cublasHandle_t h = (cublasHandle_t)ctx->blas;
     cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (k == 0) {
+        mg__f_gemm_beta_only f = {C, c_dt, beta, m, n, ldc, sC};
+        mg__cuda_map(ctx, (int64_t)m * n * batch, f);
+        return;
+    }
     if (batch == 1)
         MG_CUBLAS_CHECK(cublasGemmEx(h, opa, opb, m, n, k, &alpha, A, mg__cuda_dtype(ab_dt), lda,
                                      B, mg__cuda_dtype(ab_dt), ldb, &beta, C,
@@ -1986,7 +2044,7 @@ MGDEF void mg_layernorm_forward(mg_ctx *ctx, mg_tensor *out, float *mean, float 
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         if (N == 0) return;
-        mg__k_layernorm_forward<<<(unsigned)N, MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(
+        mg__k_layernorm_forward<<<mg__cuda_row_grid(N), MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(
             out->data, out->dtype, mean, rstd, inp->data, inp->dtype, weight->data,
             weight->dtype, bias->data, bias->dtype, C);
         MG_CUDA_LAUNCH_CHECK();
@@ -2013,7 +2071,7 @@ MGDEF void mg_layernorm_backward(mg_ctx *ctx, mg_tensor *dinp, mg_tensor *dweigh
         if (dweight) mg__cuda_colsum(ctx, dweight, dout, inp, mean, rstd);
         if (dbias) mg__cuda_colsum(ctx, dbias, dout, NULL, NULL, NULL);
         if (N == 0) return;
-        mg__k_layernorm_backward<<<(unsigned)N, MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(
+        mg__k_layernorm_backward<<<mg__cuda_row_grid(N), MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(
             dinp->data, dinp->dtype, dout->data, dout->dtype, inp->data, inp->dtype,
             weight->data, weight->dtype, mean, rstd, C, accumulate);
         MG_CUDA_LAUNCH_CHECK();
@@ -2146,7 +2204,7 @@ MGDEF void mg_attention_forward(mg_ctx *ctx, mg_tensor *out, mg_tensor *att,
                             (int)d.ld, 3 * d.hd, 0.0f, att->data, dt, T, d.TT, d.batch);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
-        mg__k_causal_softmax<<<(unsigned)(d.batch * (int64_t)T), MG__CUDA_THREADS, 0,
+        mg__k_causal_softmax<<<mg__cuda_row_grid(d.batch * (int64_t)T), MG__CUDA_THREADS, 0,
                                MG__STREAM(ctx)>>>(att->data, dt, T);
         MG_CUDA_LAUNCH_CHECK();
     } else
@@ -2186,7 +2244,7 @@ MGDEF void mg_attention_backward(mg_ctx *ctx, mg_tensor *dqkv, mg_tensor *datt,
     if (dropping) mg__attn_dropout(ctx, datt, datt, &d, drop);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
-        mg__k_causal_softmax_backward<<<(unsigned)(d.batch * (int64_t)T), MG__CUDA_THREADS, 0,
+        mg__k_causal_softmax_backward<<<mg__cuda_row_grid(d.batch * (int64_t)T), MG__CUDA_THREADS, 0,
                                         MG__STREAM(ctx)>>>(datt->data, dt, att->data, dt, T);
         MG_CUDA_LAUNCH_CHECK();
     } else
@@ -2269,7 +2327,7 @@ MGDEF void mg_xent_max(mg_ctx *ctx, float *rowmax, const mg_tensor *logits,
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         if (mg_rows(logits) == 0) return;
-        mg__k_xent_max<<<(unsigned)mg_rows(logits), MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(
+        mg__k_xent_max<<<mg__cuda_row_grid(mg_rows(logits)), MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(
             rowmax, logits->data, logits->dtype, mg_cols(logits), nreal);
         MG_CUDA_LAUNCH_CHECK();
         return;
@@ -2284,7 +2342,7 @@ MGDEF void mg_xent_sumexp(mg_ctx *ctx, float *sumexp, float *tlogit, const mg_te
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         if (mg_rows(logits) == 0) return;
-        mg__k_xent_sumexp<<<(unsigned)mg_rows(logits), MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(
+        mg__k_xent_sumexp<<<mg__cuda_row_grid(mg_rows(logits)), MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(
             sumexp, tlogit, logits->data, logits->dtype, targets, rowmax, mg_cols(logits), nreal,
             vocab_start);
         MG_CUDA_LAUNCH_CHECK();
@@ -2314,7 +2372,7 @@ MGDEF void mg_xent_backward(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *lo
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         if (mg_rows(logits) == 0) return;
-        mg__k_xent_backward<<<(unsigned)mg_rows(logits), MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(
+        mg__k_xent_backward<<<mg__cuda_row_grid(mg_rows(logits)), MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(
             dlogits->data, dlogits->dtype, logits->data, logits->dtype, targets, rowmax, sumexp,
             dloss, mg_cols(logits), nreal, vocab_start);
         MG_CUDA_LAUNCH_CHECK();

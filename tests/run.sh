@@ -55,6 +55,22 @@ for src in tests/test_*.c; do
     done
   done
 done
+# tests/gpu/*: GPU against CPU, op by op. Without a GPU they compare two CPU contexts, which
+# keeps the programs themselves tested; on a GPU machine this is the CUDA backend's check.
+for src in tests/gpu/*.c; do
+  [ -f "$src" ] || continue
+  name=$(basename "$src" .c); bin=$BUILD/${name}_cuda
+  [ -n "$ONLY" ] && case "$name" in *$ONLY*) ;; *) continue ;; esac
+  [ -x "$bin" ] || continue
+  echo "# $name [cuda]"
+  timeout -k 5 300 "$bin" > "$log" 2>&1; rc=$?
+  p=$(grep -c '^ok ' "$log"); f=$(grep -c '^not ok ' "$log")
+  grep -E '^(not ok) ' "$log" | sed 's/^/  /'
+  if [ "$rc" != 0 ] && [ "$f" = 0 ]; then f=1; tail -n 15 "$log" | sed 's/^/  | /'; fi
+  [ "$f" != 0 ] && failures="$failures $name[cuda]"
+  passed=$((passed + p)); failed=$((failed + f))
+  echo "# $name [cuda]: $p passed, $f failed"
+done
 [ -n "$failures" ] && echo "# failing:$failures"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

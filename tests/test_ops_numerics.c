@@ -356,6 +356,34 @@ static void test_gemm(mg_ctx *ctx) {
                      mg_gemm(ctx, 0, 0, 2, 2, 2, 1, NULL, MG_F32, 2, NULL, MG_BF16, 2, 0, NULL, MG_F32, 2));
     OPS_EXPECT_FATAL("gemm rejects a short lda", "leading dimensions",
                      mg_gemm(ctx, 0, 0, 4, 2, 2, 1, NULL, MG_F32, 3, NULL, MG_F32, 2, 0, NULL, MG_F32, 4));
+    /* k = 0 (BLAS): C = β·C, and C = 0 with β = 0 without reading C (a NaN there does not
+       survive). Batch of 2 3×2 matrices, ldc 4, stride 9: the gaps stay untouched.        */
+    for (dt = 0; dt < 2; dt++) {
+        size_t mark = mg_arena_mark(ctx);
+        mg_dtype cdt = dt ? MG_BF16 : MG_F32; /* bf16 inputs with a bf16 C, or fp32 */
+        float h[18], want_b[18], want_z[18], zero[2] = {0, 0};
+        mg_tensor a = ops_dev(ctx, cdt, zero, 1, 2), c, z;
+        int bi, j, r;
+        for (r = 0; r < 18; r++) h[r] = want_b[r] = want_z[r] = (float)(r + 1);
+        for (bi = 0; bi < 2; bi++)
+            for (j = 0; j < 2; j++)
+                for (r = 0; r < 3; r++) {
+                    want_b[bi * 9 + j * 4 + r] *= 0.5f;
+                    want_z[bi * 9 + j * 4 + r] = 0.0f;
+                }
+        c = ops_dev(ctx, cdt, h, 1, 18);
+        mg_gemm_strided_batched(ctx, 0, 0, 3, 2, 0, 1.0f, a.data, cdt, 3, 0, a.data, cdt, 1, 0,
+                                0.5f, c.data, cdt, 4, 9, 2);
+        ops_close(ctx, dt ? "gemm k = 0: C = beta*C (bf16)" : "gemm k = 0: C = beta*C (fp32)",
+                  &c, want_b, 0.0, 1e-6);
+        h[5] = NAN;
+        z = ops_dev(ctx, cdt, h, 1, 18);
+        mg_gemm_strided_batched(ctx, 1, 1, 3, 2, 0, 1.0f, a.data, cdt, 1, 0, a.data, cdt, 2, 0,
+                                0.0f, z.data, cdt, 4, 9, 2);
+        ops_close(ctx, dt ? "gemm k = 0, beta = 0: C = 0, NaN not read (bf16)"
+                          : "gemm k = 0, beta = 0: C = 0, NaN not read (fp32)", &z, want_z, 0.0, 1e-6);
+        mg_arena_release(ctx, mark);
+    }
 }
 
 /* Large enough to take every CPU path: batch >= threads and the split single GEMM. */
@@ -454,6 +482,12 @@ static void test_elementwise(mg_ctx *ctx) {
         got = mg_sumsq(ctx, (const float *)ta.data, n, &nonfinite);
         CHECK(nonfinite == 0 && got > 8.9e76, "sumsq of a huge finite value is finite");
     }
+    /* device-to-device copies: equal or disjoint ranges (cudaMemcpy's rule, on both backends) */
+    mg_copy(ctx, o.data, ta.data, n * 4);
+    mg_copy(ctx, o.data, o.data, n * 4);
+    ops_close(ctx, "copy", &o, a, 0, 1e-6);
+    OPS_EXPECT_FATAL("copy rejects overlapping ranges", "ranges overlap",
+                     mg_copy(ctx, (float *)o.data + 1, o.data, 16));
     free(a); free(b); free(want);
     mg_arena_release(ctx, mark);
 }

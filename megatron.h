@@ -1,8 +1,2575 @@
-/* megatron.h — GPT training with Megatron-LM's PTD-P parallelism, header-only.
-   (being written: see issue 3) */
+/* megatron.h — GPT training with Megatron-LM's PTD-P parallelism, header-only (MIT license at
+   the end of the file).
+   The GPT-2 model built from Megatron-style (tensor-parallel ready) layers, the AdamW optimizer
+   with its learning-rate schedule and gradient clipping, checkpoints, import/export of llm.c and
+   Hugging Face weights, the command line and the training loop. Includes mg_tensor.h (ops),
+   mg_comm.h (communication), mg_pipeline.h (schedules) and mg_data.h (file formats).
+
+   DO THIS in exactly one C or CUDA file:
+       #define MG_IMPLEMENTATION
+       #include "megatron.h"
+   examples/gpt_train.cu is the trainer program built on it; read it next.
+
+   TOUR
+     1. Model configuration (mg_gpt_config) and this rank's layout (mg_gpt_layout): the tensor-
+        parallel coordinate, the micro-batch, the activation slots, the model chunks.
+     2. Parameters: one descriptor per tensor (name, global shape, split kind, init, decay),
+        ONE flat fp32 buffer of parameters and ONE of gradients in a documented order;
+        counter-based initialisation; global <-> shard copies; the naming table that maps the
+        tensors to our checkpoints, llm.c checkpoints and Hugging Face GPT-2 files.
+     3. Model: per (chunk, slot) activation storage, forward and backward of a model chunk for
+        one microbatch, the loss. A chunk's input/output activations and the gradient buffer
+        are exposed so a pipeline executor can send and receive them.
+     3b. Weight files: import llm.c checkpoints and Hugging Face GPT-2 safetensors (told apart
+        by content), export Hugging Face safetensors + config.json.
+     4. Optimizer: AdamW state, Megatron's learning-rate schedule, global-norm clipping.
+     5. Trainer (on one rank: issue 3): arguments (Megatron-LM's flag names), validation, the
+        iteration (gradient accumulation over microbatches), evaluation, logging, checkpoints
+        (save/load/resume), import/export, text generation.
+
+   CONVENTIONS (see mg_tensor.h for the op-level ones)
+     - T = sequence length, B = micro-batch size, N = T·B activation rows (sequence-major: row
+       r = t·B + b), C = hidden size, nh = heads, hd = C/nh, V = vocabulary, Vp = V padded to a
+       multiple of 128·t (the padding rows never enter the softmax or the loss).
+     - Linear weights are (out, in). The QKV weight's output rows are ordered (head, {q,k,v},
+       hd) — Megatron's interleaved layout — so a tensor-parallel rank owns a contiguous block
+       of rows (its heads). llm.c and Hugging Face store [q | k | v]: rows are permuted on
+       import and export.
+     - Loss = mean over all target tokens of the global batch: each microbatch's backward is
+       seeded with dloss = 1 / (global batch · T).
+     - Parameter gradients accumulate over microbatches; the trainer zeroes them per iteration.
+*/
 #ifndef MEGATRON_H
 #define MEGATRON_H
 #include "mg_tensor.h"
 #include "mg_comm.h"
 #include "mg_pipeline.h"
+#include "mg_data.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
 #endif
+
+/* ---------------------------------------------------------------------------------------------
+   1. Model configuration and layout
+   ------------------------------------------------------------------------------------------ */
+typedef struct mg_gpt_config {
+    int n_layer;          /* --num-layers                                                       */
+    int hidden;           /* --hidden-size, C                                                   */
+    int n_head;           /* --num-attention-heads                                              */
+    int seq_len;          /* --seq-length, T (tokens a sample is trained on)                    */
+    int max_pos;          /* --max-position-embeddings (rows of the position embedding, >= T)   */
+    int vocab_size;       /* --vocab-size, V: the real token ids 0 … V-1                        */
+    int padded_vocab;     /* Vp: V rounded up to a multiple of 128·t (mg_gpt_pad_vocab)         */
+} mg_gpt_config;
+
+/* Megatron's --make-vocab-size-divisible-by 128, times the tensor-parallel size. */
+MGDEF int mg_gpt_pad_vocab(int vocab_size, int tp_size);
+/* Checks sizes and divisibility (heads divide C, T <= max positions, …) for tp_size ranks.
+   Returns 0, or -1 with a one-line reason (what is wrong, what would be valid) in err.        */
+MGDEF int mg_gpt_config_check(const mg_gpt_config *cfg, int tp_size, char *err, size_t errlen);
+/* Parameter count of the whole model (Vp rows of the word embedding). */
+MGDEF int64_t mg_gpt_num_params(const mg_gpt_config *cfg);
+/* Model FLOPs of one iteration over `samples` sequences, forward + backward, no recomputation:
+   F = 72·samples·T·l·C²·(1 + T/(6C) + Vp/(12·l·C))  (Narayanan et al. 2021, eq. 3 without
+   the recomputed forward), i.e. 2 FLOPs per multiply-add of every GEMM, backward = 2 ×
+   forward.                                                                                  */
+MGDEF double mg_gpt_flops_per_iteration(const mg_gpt_config *cfg, int64_t samples);
+
+/* A model chunk: a contiguous range of layers; the first chunk of the model also embeds the
+   tokens, the last one holds the final layernorm, the (tied) output layer and the loss. One rank
+   holds one chunk, or v chunks with the interleaved pipeline schedule, or all of them.        */
+typedef struct mg_gpt_chunk {
+    int layer_begin, layer_end;  /* global layer indices [begin, end)                           */
+    int has_embedding;           /* token + position embedding in front of the layers           */
+    int has_head;                /* final layernorm + output layer + loss behind them           */
+} mg_gpt_chunk;
+
+#define MG_MAX_CHUNKS 32
+typedef struct mg_gpt_layout {
+    int tp_rank, tp_size;        /* tensor-parallel coordinate (a single rank: 0, 1)            */
+    int micro_batch;             /* B: sequences per microbatch                                 */
+    int n_slots;                 /* microbatches whose activations can be in flight per chunk   */
+    int max_microbatches;        /* per-token loss storage: microbatches per iteration          */
+    int n_chunks;
+    mg_gpt_chunk chunks[MG_MAX_CHUNKS];
+} mg_gpt_layout;
+
+/* The whole model as n_chunks chunks of (nearly) equal layer counts on this one rank, tensor
+   parallel size 1, one activation slot. n_chunks = 1 is the plain single-rank model.         */
+MGDEF mg_gpt_layout mg_gpt_layout_single(const mg_gpt_config *cfg, int micro_batch,
+                                         int max_microbatches, int n_chunks);
+
+/* ---------------------------------------------------------------------------------------------
+   2. Parameters
+      Flat-buffer order (each tensor starts at a multiple of 64 elements; the gaps are zero):
+        word embedding [Vp, C]          if a chunk has the embedding or the head (tied weight)
+        position embedding [max_pos, C] if a chunk has the embedding
+        for each held layer, in order, the 12 tensors of mg_gpt_layer_tensor
+        final layernorm weight, bias    if a chunk has the head
+      Shapes are GLOBAL in the descriptor; local_shape is this rank's shard:
+        column-parallel (QKV, MLP-up weight and bias): output rows split, QKV by heads
+        row-parallel (attention-out, MLP-down weight): input columns split
+        vocabulary-parallel (word embedding): rows split
+        replicated: layernorms, biases of row-parallel layers, position embedding
+   ------------------------------------------------------------------------------------------ */
+typedef enum { MG_TP_REPLICATED = 0, MG_TP_COLUMN, MG_TP_ROW, MG_TP_VOCAB } mg_tp_split;
+typedef enum { MG_INIT_NORMAL = 0, MG_INIT_ZERO, MG_INIT_ONE } mg_init_kind;
+
+/* The tensors of one transformer layer, in flat-buffer (and llm.c) order. */
+typedef enum {
+    MG_LN1_W = 0, MG_LN1_B, MG_QKV_W, MG_QKV_B, MG_PROJ_W, MG_PROJ_B,
+    MG_LN2_W, MG_LN2_B, MG_FC1_W, MG_FC1_B, MG_FC2_W, MG_FC2_B, MG_LAYER_TENSORS
+} mg_gpt_layer_tensor;
+/* The tensors outside the layers. */
+typedef enum {
+    MG_WTE = MG_LAYER_TENSORS, MG_WPE, MG_LNF_W, MG_LNF_B, MG_TENSOR_KINDS
+} mg_gpt_global_tensor;
+
+typedef struct mg_param_desc {
+    char name[80];          /* Megatron-Core name, e.g. decoder.layers.0.mlp.linear_fc1.weight */
+    int kind;               /* mg_gpt_layer_tensor or mg_gpt_global_tensor                     */
+    int layer;              /* global layer index, -1 outside the layers                       */
+    int ndim;               /* 1 or 2                                                          */
+    int64_t shape[2];       /* global shape                                                    */
+    int64_t local_shape[2]; /* this rank's shard                                               */
+    int64_t row0, col0;     /* the shard's first global row / column                           */
+    mg_tp_split split;
+    mg_init_kind init;
+    float init_std;         /* MG_INIT_NORMAL: 0.02, or 0.02/√(2·layers) for the output
+                               projections of attention and MLP                               */
+    int weight_decay;       /* 1 for weights; 0 for biases and layernorm parameters            */
+    int64_t offset;         /* first element in the flat buffers                               */
+    int64_t numel;          /* local elements                                                  */
+} mg_param_desc;
+
+/* ---------------------------------------------------------------------------------------------
+   3. Model
+   ------------------------------------------------------------------------------------------ */
+/* Activations one layer keeps for its backward, for one microbatch ([N, …] rows t·B + b). */
+typedef struct mg_gpt_layer_acts {
+    mg_tensor ln1;            /* [N, C]      input layernorm output                            */
+    float *ln1_mean, *ln1_rstd; /* [N]                                                         */
+    mg_tensor qkv;            /* [N, 3C/t]   per head [q k v]                                  */
+    mg_tensor att;            /* [B, nh/t, T, T] attention probabilities                       */
+    mg_tensor atty;           /* [N, C/t]    attention output before the projection            */
+    mg_tensor resid_mid;      /* [N, C]      residual stream after the attention block         */
+    mg_tensor ln2;            /* [N, C]                                                         */
+    float *ln2_mean, *ln2_rstd;
+    mg_tensor fc;             /* [N, 4C/t]   MLP-up output (pre-GELU)                          */
+    mg_tensor fc_gelu;        /* [N, 4C/t]                                                      */
+    mg_tensor out;            /* [N, C]      the layer's output: residual stream                */
+} mg_gpt_layer_acts;
+
+/* Everything one microbatch keeps while in flight through one chunk. */
+typedef struct mg_gpt_acts {
+    int32_t *tokens;          /* [B, T] int32 (first chunk), device memory                      */
+    int32_t *targets;         /* [N] int32, row order t·B + b (last chunk), device memory       */
+    mg_tensor input;          /* [N, C] residual stream entering the chunk: the embedding's
+                                 output (first chunk) or what the previous stage sent          */
+    mg_gpt_layer_acts *layers;/* one per layer of the chunk                                     */
+    mg_tensor lnf;            /* [N, C] final layernorm output (last chunk)                     */
+    float *lnf_mean, *lnf_rstd;
+    mg_tensor logits;         /* [N, Vp/t]; becomes dlogits in the backward                     */
+    float *rowmax, *sumexp, *tlogit; /* [N] cross-entropy statistics                           */
+} mg_gpt_acts;
+
+typedef struct mg_gpt {
+    mg_ctx *ctx;
+    mg_gpt_config cfg;
+    mg_gpt_layout layout;
+    int n_params;
+    mg_param_desc *params;    /* n_params descriptors, flat-buffer order                        */
+    int64_t n_elems;          /* length of each flat buffer (with alignment gaps)              */
+    float *param_buf;         /* ONE flat fp32 buffer of this rank's parameters (device)       */
+    float *grad_buf;          /* ONE flat fp32 buffer of their gradients (device)              */
+    mg_tensor *w, *g;         /* n_params tensor views into param_buf / grad_buf               */
+    int idx_global[4];        /* descriptor index of WTE, WPE, LNF_W, LNF_B (-1: not held)     */
+    int *idx_layer;           /* [n_layer]: index of the layer's first tensor, -1: not held    */
+    mg_gpt_acts *acts;        /* [n_chunks · n_slots], chunk-major                              */
+    /* scratch shared by every backward (one microbatch at a time)                              */
+    mg_tensor dresid;         /* [N, C] gradient of the residual stream: a chunk's backward
+                                 reads the gradient of its output here and leaves the gradient
+                                 of its input here                                            */
+    mg_tensor dC, dCt, d3C, d4C, datt; /* [N,C] [N,C/t] [N,3C/t] [N,4C/t] [B,nh/t,T,T]           */
+    float *losses;            /* [max_microbatches · N] per-token losses (device)               */
+    int32_t *host_tokens, *host_targets; /* host staging for mg_gpt_set_batch                  */
+    float *host_losses;       /* host staging for mg_gpt_loss_sum ([max_microbatches · N])    */
+} mg_gpt;
+
+/* Bytes of the context's arena the model needs (parameters, gradients, activations, scratch). */
+MGDEF size_t mg_gpt_arena_bytes(const mg_gpt_config *cfg, const mg_gpt_layout *layout);
+/* Builds descriptors, buffers and views; values are undefined until mg_gpt_init_weights or a
+   load. Returns 0, or -1 with the reason in err (bad config/layout).                         */
+MGDEF int mg_gpt_create(mg_gpt *m, mg_ctx *ctx, const mg_gpt_config *cfg,
+                        const mg_gpt_layout *layout, char *err, size_t errlen);
+MGDEF void mg_gpt_destroy(mg_gpt *m);  /* frees host allocations (the arena belongs to ctx) */
+/* Initialisation keyed by (seed, parameter name, global element index): normal(0, init_std)
+   weights, zero biases and padding rows, layernorm weight 1 and bias 0. Every rank makes
+   exactly its shard of the tensor the serial model would have.                               */
+MGDEF void mg_gpt_init_weights(mg_gpt *m, uint64_t seed);
+MGDEF int mg_gpt_find_param(const mg_gpt *m, const char *name);   /* -1 if not held */
+/* Copy one parameter (from the params or grads buffer) between the device shard and a host
+   array holding the GLOBAL tensor in our layout; on a single rank shard = global.           */
+MGDEF void mg_gpt_shard_to_global(const mg_gpt *m, int idx, const float *flat, float *global);
+MGDEF void mg_gpt_global_to_shard(mg_gpt *m, int idx, float *flat, const float *global);
+
+/* Upload microbatch data into (chunk, slot): samples is host int32 [B, T+1] (a sample is T+1
+   consecutive tokens); tokens become [B, T] and targets [N] in row order t·B + b.
+   Every id must be < V (checked).                                                          */
+MGDEF void mg_gpt_set_batch(mg_gpt *m, int chunk, int slot, const int32_t *samples);
+/* Forward of one chunk for the microbatch in `slot`. The first chunk embeds the tokens; any
+   other reads mg_gpt_chunk_input (filled by the caller). The last chunk writes the per-token
+   losses of this microbatch to losses[microbatch · N …].                                     */
+MGDEF void mg_gpt_forward(mg_gpt *m, int chunk, int slot, int microbatch);
+/* Backward of one chunk for the microbatch in `slot` (its forward must have run). The last
+   chunk seeds the gradient with dloss per token; any other reads the gradient of its output
+   from m->dresid (filled by the caller). Parameter gradients ACCUMULATE into grad_buf. On
+   return m->dresid holds the gradient of the chunk's input (none for the first chunk).       */
+MGDEF void mg_gpt_backward(mg_gpt *m, int chunk, int slot, float dloss);
+MGDEF mg_tensor *mg_gpt_chunk_input(mg_gpt *m, int chunk, int slot);
+MGDEF mg_tensor *mg_gpt_chunk_output(mg_gpt *m, int chunk, int slot);
+MGDEF void mg_gpt_zero_grad(mg_gpt *m);
+/* Σ of the per-token losses of microbatches [first, first + count) (copies them to the host). */
+MGDEF double mg_gpt_loss_sum(mg_gpt *m, int first, int count);
+/* One rank, all chunks in order: forward + backward of n_micro microbatches taken from
+   samples (host int32 [n_micro·B, T+1]) with dloss per token; returns the summed token loss.
+   Does not zero the gradients. backward = 0 runs forwards only (evaluation).                */
+MGDEF double mg_gpt_run_microbatches(mg_gpt *m, const int32_t *samples, int n_micro,
+                                     float dloss, int backward);
+/* Logits of one position after a forward of the last chunk: row t·B + b, the V real entries,
+   copied to the host. */
+MGDEF void mg_gpt_logits_row(mg_gpt *m, int slot, int t, int b, float *out_V);
+
+/* ---------------------------------------------------------------------------------------------
+   3b. Weight files: import (llm.c checkpoint, Hugging Face GPT-2 safetensors, or the model file
+       of one of our checkpoints — recognised by content) and export (Hugging Face).
+   ------------------------------------------------------------------------------------------ */
+typedef enum { MG_WEIGHTS_LLMC = 1, MG_WEIGHTS_HF, MG_WEIGHTS_MEGATRON } mg_weights_kind;
+typedef struct mg_weights_file {
+    mg_weights_kind kind;
+    char path[1100];
+    mg_llmc_checkpoint llmc;   /* MG_WEIGHTS_LLMC                                              */
+    mg_st_file st;             /* MG_WEIGHTS_HF / MG_WEIGHTS_MEGATRON                          */
+    char prefix[16];           /* Hugging Face names: "" or "transformer."                     */
+    mg_gpt_config cfg;         /* the architecture the file describes (padded_vocab left 0);
+                                  n_head 0 when unknown (safetensors without config.json)   */
+} mg_weights_file;
+/* Opens and checks a weights file; a directory means DIR/model.safetensors. The number of
+   heads of a safetensors file comes from config.json beside it or the file's metadata.     */
+MGDEF int mg_weights_open(mg_weights_file *f, const char *path, char *err, size_t errlen);
+MGDEF void mg_weights_close(mg_weights_file *f);
+/* Copies every parameter the model holds from the file (global tensor -> this rank's shard),
+   permuting QKV rows from [q | k | v] and transposing Hugging Face's Conv1D weights. The
+   file's architecture must equal the model's (checked, with the mismatch named).           */
+MGDEF int mg_gpt_import(mg_gpt *m, const mg_weights_file *f, char *err, size_t errlen);
+/* Writes DIR/model.safetensors (Hugging Face GPT-2 names and layout, fp32, V rows of the
+   word embedding) and DIR/config.json, each atomically; creates DIR if missing.           */
+MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen);
+
+/* ---------------------------------------------------------------------------------------------
+   4. Optimizer
+   ------------------------------------------------------------------------------------------ */
+typedef enum { MG_LR_CONSTANT = 0, MG_LR_LINEAR, MG_LR_COSINE } mg_lr_style;
+typedef struct mg_lr_schedule {
+    double max_lr, min_lr;       /* --lr, --min-lr                                              */
+    int64_t warmup_iters;        /* --lr-warmup-iters                                           */
+    int64_t decay_iters;         /* --lr-decay-iters (Megatron's default: --train-iters)        */
+    mg_lr_style style;           /* --lr-decay-style                                            */
+} mg_lr_schedule;
+/* Megatron-LM's OptimizerParamScheduler.get_lr after num_steps optimizer steps (iteration k,
+   1-based, trains with num_steps = k - 1):
+     warm-up (num_steps <= warmup, warmup > 0): max_lr · num_steps / warmup
+     constant: max_lr;  past decay_iters: min_lr
+     else ratio = (num_steps - warmup)/(decay - warmup), coeff = 1 - ratio (linear) or
+          ½(cos(π·ratio) + 1) (cosine), lr = min_lr + coeff·(max_lr - min_lr).              */
+MGDEF double mg_lr_at(const mg_lr_schedule *s, int64_t num_steps);
+
+typedef struct mg_adamw {
+    float *m, *v;                /* first and second moments, flat, like the gradients (device) */
+    int64_t step;                /* optimizer steps taken (skipped iterations do not count)    */
+    float beta1, beta2, eps, weight_decay;
+} mg_adamw;
+MGDEF void mg_adamw_create(mg_adamw *opt, mg_gpt *m, float beta1, float beta2, float eps,
+                           float weight_decay);  /* moments from the arena, zeroed */
+/* Global gradient norm (Σ over every parameter, counted once), clipping to clip_grad (0: off),
+   then AdamW with learning rate lr. Returns 1 if applied; 0 if the norm is inf/nan (the update
+   is skipped, nothing changes). *grad_norm receives the norm before clipping.               */
+MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, double *grad_norm);
+
+/* ---------------------------------------------------------------------------------------------
+   5. Trainer
+      mg_train_parse reads Megatron-LM's flags into mg_train_args (syntax and ranges only);
+      mg_trainer_setup checks everything else — combinations, files, sizes, memory — BEFORE any
+      work, then builds the model; each problem is one line in err. Then, per iteration,
+      mg_trainer_step; mg_trainer_evaluate every --eval-interval; mg_trainer_save every
+      --save-interval and at the end. examples/gpt_train.cu is that loop.
+   ------------------------------------------------------------------------------------------ */
+typedef struct mg_train_args {
+    /* model (optional when --init-from / --load supply them; they must agree if given)       */
+    int64_t num_layers, hidden_size, num_attention_heads, seq_length, max_position_embeddings,
+            vocab_size;
+    /* batch and length of the run                                                           */
+    int64_t micro_batch_size, global_batch_size, train_iters;
+    /* optimizer and schedule                                                                */
+    double lr, min_lr, weight_decay, clip_grad, adam_beta1, adam_beta2, adam_eps;
+    int lr_decay_style;                  /* mg_lr_style                                        */
+    int64_t lr_warmup_iters, lr_decay_iters;
+    /* logging, evaluation, checkpoints, data                                                */
+    int64_t seed, log_interval, eval_interval, eval_iters, save_interval, sample_tokens;
+    const char *save, *load, *data_path, *split, *init_from, *log_jsonl, *export_hf;
+    int data_order;                      /* mg_data_order                                      */
+    int device;                          /* mg_device                                          */
+    int help;
+    unsigned char given[64];             /* given[i]: flag i of the table was on the line     */
+} mg_train_args;
+
+/* Defaults (Megatron-LM's where it has them). */
+MGDEF void mg_train_args_default(mg_train_args *a);
+/* Returns 0, or -1 with "what is wrong, what would be valid" in err. --help sets a->help.   */
+MGDEF int mg_train_parse(mg_train_args *a, int argc, char **argv, char *err, size_t errlen);
+MGDEF int mg_train_flag_given(const mg_train_args *a, const char *flag); /* "--lr" -> 0/1 */
+MGDEF void mg_train_print_help(FILE *out, const char *prog);
+
+typedef struct mg_step_result {
+    double loss;              /* mean over the global batch's target tokens                     */
+    double grad_norm;         /* before clipping; nan when not finite                           */
+    double lr;                /* the learning rate this iteration used                          */
+    double elapsed_ms;        /* wall time of the iteration                                     */
+    int skipped;              /* 1: gradient not finite, update skipped                        */
+} mg_step_result;
+
+typedef struct mg_trainer {
+    mg_train_args args;
+    mg_gpt_config cfg;
+    mg_ctx ctx;
+    mg_gpt model;
+    mg_adamw opt;
+    mg_lr_schedule sched;
+    int n_micro;                        /* microbatches per iteration = global / micro          */
+    int has_data, has_valid;
+    mg_dataset data;
+    mg_sampler train_smp, valid_smp;
+    int32_t *batch;                     /* host [global_batch, T+1]                              */
+    int64_t iteration;                  /* completed iterations                                 */
+    int64_t consumed_samples, consumed_valid_samples;
+    int64_t skipped_iters, nan_iters;
+    int64_t loaded_iteration;           /* iteration of the checkpoint loaded (-1: none)       */
+    int64_t last_saved;                 /* iteration of the last checkpoint written (-1)       */
+    FILE *jsonl;
+    /* the log interval being accumulated                                                       */
+    double log_loss_sum, log_ms_sum;
+    int64_t log_count, log_skipped, log_nan;
+} mg_trainer;
+
+/* Validates and builds. Order: architecture (flags, --load checkpoint, --init-from file,
+   agreeing), sizes and combinations, data (opened, token ids < vocab, split, samplers),
+   output paths, memory; then the device, model, optimizer; weights from --load, else
+   --init-from, else the seed. Returns 0, or -1 with one line in err (nothing written).   */
+MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err, size_t errlen);
+MGDEF void mg_trainer_free(mg_trainer *tr);
+/* One iteration: the next global batch, forward/backward over its microbatches, clipping,
+   AdamW at the scheduled learning rate.                                                    */
+MGDEF mg_step_result mg_trainer_step(mg_trainer *tr);
+/* Accumulates a step into the log interval; every --log-interval iterations prints
+   Megatron's line to out (and a JSON object to --log-jsonl).                               */
+MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out);
+/* Mean loss over --eval-iters global batches of the validation part (the next ones);
+   prints Megatron's validation line to out when out is non-NULL.                           */
+MGDEF double mg_trainer_evaluate(mg_trainer *tr, FILE *out);
+/* Checkpoint DIR/iter_%07d/{model.safetensors, optimizer.safetensors, state.json} built under
+   a temporary name and renamed; then DIR/latest_checkpointed_iteration.txt, atomically.
+   Tensors are stored GLOBAL, by name, so any later layout can load them.                 */
+MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t errlen);
+/* Restores weights, optimizer state, iteration, consumed samples and counters from the
+   latest checkpoint in dir. Returns 1 if one was loaded, 0 if dir holds none, -1 on error. */
+MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t errlen);
+/* Generates n tokens after a prompt (the first tokens of the data, or token 0), sampling
+   from the softmax with a generator keyed by --seed; prints them as text when V <= 256
+   (byte-level), else as token ids.                                                         */
+MGDEF void mg_trainer_generate(mg_trainer *tr, int64_t n_tokens, FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MEGATRON_H */
+
+/* =============================================================================================
+   IMPLEMENTATION
+   ========================================================================================== */
+#ifdef MG_IMPLEMENTATION
+#ifndef MEGATRON_IMPLEMENTED
+#define MEGATRON_IMPLEMENTED
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+/* One error line into err (what is wrong, what would be valid); returns -1. */
+static int mg__err(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    if (!err || !errlen) return -1;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* =============================================================================================
+   1. Configuration
+   ========================================================================================== */
+MGDEF int mg_gpt_pad_vocab(int vocab_size, int tp_size) {
+    int64_t mult = 128 * (int64_t)(tp_size > 0 ? tp_size : 1);
+    return (int)((vocab_size + mult - 1) / mult * mult);
+}
+
+MGDEF int mg_gpt_config_check(const mg_gpt_config *c, int tp_size, char *err, size_t errlen) {
+    if (c->n_layer < 1)
+        return mg__err(err, errlen, "--num-layers %d: must be at least 1", c->n_layer);
+    if (c->hidden < 1)
+        return mg__err(err, errlen, "--hidden-size %d: must be at least 1", c->hidden);
+    if (c->n_head < 1)
+        return mg__err(err, errlen, "--num-attention-heads %d: must be at least 1", c->n_head);
+    if (c->hidden % c->n_head)
+        return mg__err(err, errlen, "--hidden-size %d is not divisible by "
+                       "--num-attention-heads %d (pick heads that divide the hidden size)",
+                       c->hidden, c->n_head);
+    if (c->n_head % tp_size)
+        return mg__err(err, errlen, "--num-attention-heads %d is not divisible by the tensor-"
+                       "parallel size %d", c->n_head, tp_size);
+    if (c->seq_len < 1)
+        return mg__err(err, errlen, "--seq-length %d: must be at least 1", c->seq_len);
+    if (c->max_pos < c->seq_len)
+        return mg__err(err, errlen, "--max-position-embeddings %d is smaller than --seq-length "
+                       "%d (it must be >= the sequence length)", c->max_pos, c->seq_len);
+    if (c->vocab_size < 2 || c->vocab_size > 1 << 30)
+        return mg__err(err, errlen, "--vocab-size %d: must be in 2 … %d", c->vocab_size, 1 << 30);
+    if (c->padded_vocab < c->vocab_size || c->padded_vocab % (128 * tp_size))
+        return mg__err(err, errlen, "padded vocabulary %d: must be >= %d and a multiple of %d",
+                       c->padded_vocab, c->vocab_size, 128 * tp_size);
+    /* Sizes are ints in the GEMM seam: every dimension product that becomes one must fit. */
+    if ((int64_t)c->hidden * 4 > INT32_MAX / 4 || (int64_t)c->seq_len * c->seq_len > INT32_MAX)
+        return mg__err(err, errlen, "--hidden-size %d / --seq-length %d too large", c->hidden,
+                       c->seq_len);
+    return 0;
+}
+
+MGDEF int64_t mg_gpt_num_params(const mg_gpt_config *c) {
+    int64_t C = c->hidden;
+    int64_t per_layer = 12 * C * C + 13 * C;   /* 4 weight matrices (C·3C, C·C, C·4C, 4C·C) +
+                                                  biases 3C + C + 4C + C + 2 layernorms 4C     */
+    return (int64_t)c->padded_vocab * C + (int64_t)c->max_pos * C + c->n_layer * per_layer +
+           2 * C;
+}
+
+MGDEF double mg_gpt_flops_per_iteration(const mg_gpt_config *c, int64_t samples) {
+    double s = c->seq_len, l = c->n_layer, h = c->hidden, V = c->padded_vocab;
+    return 72.0 * (double)samples * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
+}
+
+MGDEF mg_gpt_layout mg_gpt_layout_single(const mg_gpt_config *cfg, int micro_batch,
+                                         int max_microbatches, int n_chunks) {
+    mg_gpt_layout L;
+    int i;
+    memset(&L, 0, sizeof L);
+    L.tp_rank = 0;
+    L.tp_size = 1;
+    L.micro_batch = micro_batch;
+    L.n_slots = 1;
+    L.max_microbatches = max_microbatches;
+    if (n_chunks < 1) n_chunks = 1;
+    if (n_chunks > MG_MAX_CHUNKS) n_chunks = MG_MAX_CHUNKS;
+    L.n_chunks = n_chunks;
+    for (i = 0; i < n_chunks; i++) {
+        L.chunks[i].layer_begin = (int)((int64_t)cfg->n_layer * i / n_chunks);
+        L.chunks[i].layer_end = (int)((int64_t)cfg->n_layer * (i + 1) / n_chunks);
+        L.chunks[i].has_embedding = i == 0;
+        L.chunks[i].has_head = i == n_chunks - 1;
+    }
+    return L;
+}
+
+static int mg__layout_check(const mg_gpt_config *cfg, const mg_gpt_layout *L, char *err,
+                            size_t errlen) {
+    int i;
+    if (L->tp_size < 1 || L->tp_rank < 0 || L->tp_rank >= L->tp_size)
+        return mg__err(err, errlen, "tensor-parallel rank %d of %d", L->tp_rank, L->tp_size);
+    if (L->micro_batch < 1)
+        return mg__err(err, errlen, "--micro-batch-size %d: must be at least 1", L->micro_batch);
+    if (L->n_slots < 1 || L->max_microbatches < 1 || L->n_chunks < 1 ||
+        L->n_chunks > MG_MAX_CHUNKS)
+        return mg__err(err, errlen, "layout: %d slots, %d microbatches, %d chunks", L->n_slots,
+                       L->max_microbatches, L->n_chunks);
+    if ((int64_t)L->micro_batch * cfg->seq_len * 4 * cfg->hidden > INT32_MAX ||
+        (int64_t)L->micro_batch * cfg->seq_len * (cfg->padded_vocab / L->tp_size) > INT32_MAX)
+        return mg__err(err, errlen, "--micro-batch-size %d × --seq-length %d is too large for "
+                       "32-bit GEMM sizes", L->micro_batch, cfg->seq_len);
+    for (i = 0; i < L->n_chunks; i++) {
+        const mg_gpt_chunk *c = &L->chunks[i];
+        if (c->layer_begin < 0 || c->layer_end < c->layer_begin || c->layer_end > cfg->n_layer)
+            return mg__err(err, errlen, "chunk %d: layers [%d, %d) outside 0 … %d", i,
+                           c->layer_begin, c->layer_end, cfg->n_layer);
+        if (i > 0 && c->layer_begin < L->chunks[i - 1].layer_end)
+            return mg__err(err, errlen, "chunk %d overlaps chunk %d", i, i - 1);
+    }
+    return mg_gpt_config_check(cfg, L->tp_size, err, errlen);
+}
+
+/* =============================================================================================
+   2. Parameters
+   ========================================================================================== */
+
+/* The naming tables: one row per tensor kind, the single source of truth for names in our
+   checkpoints (Megatron-Core's), in Hugging Face GPT-2 files, and the llm.c checkpoint order
+   (its parameter arrays are the kinds' llm.c index order: wte, wpe, then the layer tensors
+   stacked over layers, then lnf). hf_conv1d: Hugging Face stores the weight (in, out).     */
+typedef struct mg__tensor_name {
+    const char *mg;        /* after "decoder.layers.{i}." for layer tensors                    */
+    const char *hf;        /* after "h.{i}." for layer tensors                                  */
+    int llmc_index;        /* position among llm.c's 16 parameter arrays                        */
+    int hf_conv1d;
+} mg__tensor_name;
+static const mg__tensor_name mg__names[MG_TENSOR_KINDS] = {
+    {"input_layernorm.weight", "ln_1.weight", 2, 0},
+    {"input_layernorm.bias", "ln_1.bias", 3, 0},
+    {"self_attention.linear_qkv.weight", "attn.c_attn.weight", 4, 1},
+    {"self_attention.linear_qkv.bias", "attn.c_attn.bias", 5, 0},
+    {"self_attention.linear_proj.weight", "attn.c_proj.weight", 6, 1},
+    {"self_attention.linear_proj.bias", "attn.c_proj.bias", 7, 0},
+    {"pre_mlp_layernorm.weight", "ln_2.weight", 8, 0},
+    {"pre_mlp_layernorm.bias", "ln_2.bias", 9, 0},
+    {"mlp.linear_fc1.weight", "mlp.c_fc.weight", 10, 1},
+    {"mlp.linear_fc1.bias", "mlp.c_fc.bias", 11, 0},
+    {"mlp.linear_fc2.weight", "mlp.c_proj.weight", 12, 1},
+    {"mlp.linear_fc2.bias", "mlp.c_proj.bias", 13, 0},
+    {"embedding.word_embeddings.weight", "wte.weight", 0, 0},
+    {"embedding.position_embeddings.weight", "wpe.weight", 1, 0},
+    {"decoder.final_layernorm.weight", "ln_f.weight", 14, 0},
+    {"decoder.final_layernorm.bias", "ln_f.bias", 15, 0},
+};
+
+/* Global shape, split kind and initialisation of a tensor kind. */
+static void mg__describe(mg_param_desc *d, const mg_gpt_config *c, int kind, int layer) {
+    int64_t C = c->hidden;
+    memset(d, 0, sizeof *d);
+    d->kind = kind;
+    d->layer = kind < MG_LAYER_TENSORS ? layer : -1;
+    if (kind < MG_LAYER_TENSORS)
+        snprintf(d->name, sizeof d->name, "decoder.layers.%d.%s", layer, mg__names[kind].mg);
+    else
+        snprintf(d->name, sizeof d->name, "%s", mg__names[kind].mg);
+    d->ndim = 1;
+    d->init = MG_INIT_ZERO;            /* biases */
+    d->split = MG_TP_REPLICATED;
+    switch (kind) {
+    case MG_LN1_W: case MG_LN2_W: case MG_LNF_W:
+        d->shape[0] = C; d->init = MG_INIT_ONE; break;
+    case MG_LN1_B: case MG_LN2_B: case MG_LNF_B: case MG_PROJ_B: case MG_FC2_B:
+        d->shape[0] = C; break;
+    case MG_QKV_B:
+        d->shape[0] = 3 * C; d->split = MG_TP_COLUMN; break;
+    case MG_FC1_B:
+        d->shape[0] = 4 * C; d->split = MG_TP_COLUMN; break;
+    default:
+        d->ndim = 2;
+        d->init = MG_INIT_NORMAL;
+        d->init_std = 0.02f;
+        d->weight_decay = 1;
+        switch (kind) {
+        case MG_QKV_W:  d->shape[0] = 3 * C; d->shape[1] = C; d->split = MG_TP_COLUMN; break;
+        case MG_FC1_W:  d->shape[0] = 4 * C; d->shape[1] = C; d->split = MG_TP_COLUMN; break;
+        case MG_PROJ_W: d->shape[0] = C; d->shape[1] = C; d->split = MG_TP_ROW; break;
+        case MG_FC2_W:  d->shape[0] = C; d->shape[1] = 4 * C; d->split = MG_TP_ROW; break;
+        case MG_WTE:    d->shape[0] = c->padded_vocab; d->shape[1] = C;
+                        d->split = MG_TP_VOCAB; break;
+        default:        d->shape[0] = c->max_pos; d->shape[1] = C; break;    /* MG_WPE */
+        }
+        if (kind == MG_PROJ_W || kind == MG_FC2_W)  /* GPT-2's scaled residual projections */
+            d->init_std = (float)(0.02 / sqrt(2.0 * c->n_layer));
+    }
+}
+
+/* This rank's shard of a described tensor: split dimension divided by tp_size. */
+static void mg__shard(mg_param_desc *d, int tp_rank, int tp_size) {
+    d->local_shape[0] = d->shape[0];
+    d->local_shape[1] = d->ndim == 2 ? d->shape[1] : 1;
+    d->row0 = d->col0 = 0;
+    if (d->split == MG_TP_COLUMN || d->split == MG_TP_VOCAB) {
+        d->local_shape[0] = d->shape[0] / tp_size;
+        d->row0 = d->local_shape[0] * tp_rank;
+    } else if (d->split == MG_TP_ROW) {
+        d->local_shape[1] = d->shape[1] / tp_size;
+        d->col0 = d->local_shape[1] * tp_rank;
+    }
+    d->numel = d->local_shape[0] * d->local_shape[1];
+}
+
+/* Appends the descriptor of (kind, layer) at flat offset *off (each tensor 64-aligned). */
+static void mg__add_param(const mg_gpt_config *c, const mg_gpt_layout *L, mg_param_desc *out,
+                          int *n, int64_t *off, int kind, int layer) {
+    mg_param_desc d;
+    mg__describe(&d, c, kind, layer);
+    mg__shard(&d, L->tp_rank, L->tp_size);
+    d.offset = *off;
+    *off += (d.numel + 63) / 64 * 64;
+    if (out) out[*n] = d;
+    (*n)++;
+}
+
+/* The descriptor list of this rank in flat-buffer order (out NULL: just count). */
+static int mg__build_params(const mg_gpt_config *c, const mg_gpt_layout *L, mg_param_desc *out,
+                            int64_t *n_elems) {
+    int has_emb = 0, has_head = 0, n = 0, ch, l, k;
+    int64_t off = 0;
+    for (ch = 0; ch < L->n_chunks; ch++) {
+        has_emb |= L->chunks[ch].has_embedding;
+        has_head |= L->chunks[ch].has_head;
+    }
+    if (has_emb || has_head) mg__add_param(c, L, out, &n, &off, MG_WTE, -1);  /* tied */
+    if (has_emb) mg__add_param(c, L, out, &n, &off, MG_WPE, -1);
+    for (ch = 0; ch < L->n_chunks; ch++)
+        for (l = L->chunks[ch].layer_begin; l < L->chunks[ch].layer_end; l++)
+            for (k = 0; k < MG_LAYER_TENSORS; k++) mg__add_param(c, L, out, &n, &off, k, l);
+    if (has_head) {
+        mg__add_param(c, L, out, &n, &off, MG_LNF_W, -1);
+        mg__add_param(c, L, out, &n, &off, MG_LNF_B, -1);
+    }
+    if (n_elems) *n_elems = off;
+    return n;
+}
+
+/* The init key of a tensor: seed mixed with a hash of its name, so the stream of each tensor
+   does not depend on which other tensors a rank holds (FNV-1a, then splitmix64's finaliser). */
+static uint64_t mg__param_key(uint64_t seed, const char *name) {
+    uint64_t h = 1469598103934665603ull, z;
+    for (; *name; name++) h = (h ^ (unsigned char)*name) * 1099511628211ull;
+    z = h ^ (seed + 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+MGDEF void mg_gpt_init_weights(mg_gpt *m, uint64_t seed) {
+    int i;
+    float *host = (float *)MG_MALLOC((size_t)m->n_elems * sizeof(float));
+    MG_ASSERT(host, "out of host memory (%lld floats)", (long long)m->n_elems);
+    memset(host, 0, (size_t)m->n_elems * sizeof(float));
+    for (i = 0; i < m->n_params; i++) {
+        const mg_param_desc *d = &m->params[i];
+        float *dst = host + d->offset;
+        uint64_t key = mg__param_key(seed, d->name);
+        int64_t r, rows = d->local_shape[0], cols = d->local_shape[1], gcols;
+        gcols = d->ndim == 2 ? d->shape[1] : 1;
+        if (d->init == MG_INIT_ONE) {
+            for (r = 0; r < d->numel; r++) dst[r] = 1.0f;
+            continue;
+        }
+        if (d->init == MG_INIT_ZERO) continue;
+        #pragma omp parallel for schedule(static)
+        for (r = 0; r < rows; r++) {
+            int64_t grow = d->row0 + r, j;
+            /* padding rows of the vocabulary stay zero: they are never used */
+            if (d->kind == MG_WTE && grow >= m->cfg.vocab_size) continue;
+            for (j = 0; j < cols; j++) {
+                uint64_t gidx = (uint64_t)(grow * gcols + d->col0 + j); /* global element */
+                dst[r * cols + j] = d->init_std * mg_rand_normal(key, gidx);
+            }
+        }
+    }
+    mg_copy_to_device(m->ctx, m->param_buf, host, (size_t)m->n_elems * sizeof(float));
+    MG_FREE(host);
+}
+
+MGDEF int mg_gpt_find_param(const mg_gpt *m, const char *name) {
+    int i;
+    for (i = 0; i < m->n_params; i++)
+        if (!strcmp(m->params[i].name, name)) return i;
+    return -1;
+}
+
+/* Copies between a host GLOBAL tensor (row-major, shape) and the local shard, in either
+   direction: the shard is rows [row0, row0 + local rows) × cols [col0, col0 + local cols). */
+static void mg__shard_copy(const mg_param_desc *d, float *shard, float *global, int to_global) {
+    int64_t r, rows = d->local_shape[0], cols = d->local_shape[1];
+    int64_t gcols = d->ndim == 2 ? d->shape[1] : 1;
+    for (r = 0; r < rows; r++) {
+        float *g = global + (d->row0 + r) * gcols + d->col0, *s = shard + r * cols;
+        if (to_global) memcpy(g, s, (size_t)cols * sizeof(float));
+        else memcpy(s, g, (size_t)cols * sizeof(float));
+    }
+}
+MGDEF void mg_gpt_shard_to_global(const mg_gpt *m, int idx, const float *flat, float *global) {
+    const mg_param_desc *d = &m->params[idx];
+    float *tmp = (float *)MG_MALLOC((size_t)d->numel * sizeof(float) + 1);
+    MG_ASSERT(tmp, "out of host memory");
+    mg_copy_to_host(m->ctx, tmp, flat + d->offset, (size_t)d->numel * sizeof(float));
+    mg__shard_copy(d, tmp, global, 1);
+    MG_FREE(tmp);
+}
+MGDEF void mg_gpt_global_to_shard(mg_gpt *m, int idx, float *flat, const float *global) {
+    const mg_param_desc *d = &m->params[idx];
+    float *tmp = (float *)MG_MALLOC((size_t)d->numel * sizeof(float) + 1);
+    MG_ASSERT(tmp, "out of host memory");
+    mg__shard_copy(d, tmp, (float *)global, 0);
+    mg_copy_to_device(m->ctx, flat + d->offset, tmp, (size_t)d->numel * sizeof(float));
+    MG_FREE(tmp);
+}
+
+/* =============================================================================================
+   3. Model: allocation
+   ========================================================================================== */
+
+/* Allocation runs twice through the same code: once counting bytes (ctx NULL), once taking them
+   from the arena, so mg_gpt_arena_bytes is exact by construction. */
+typedef struct mg__planner { mg_ctx *ctx; size_t bytes; } mg__planner;
+static void *mg__take(mg__planner *p, size_t bytes) {
+    p->bytes += (bytes + 255) / 256 * 256;        /* the arena's 256-byte alignment */
+    return p->ctx ? mg_alloc(p->ctx, bytes) : NULL;
+}
+static mg_tensor mg__take_tensor(mg__planner *p, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+    int64_t shape[4];
+    int nd = d3 ? 4 : d2 ? 3 : 2;
+    mg_tensor t;
+    shape[0] = d0; shape[1] = d1; shape[2] = d2; shape[3] = d3;
+    t = mg_tensor_wrap(NULL, MG_F32, nd, shape);
+    t.data = mg__take(p, mg_nbytes(&t));
+    return t;
+}
+static float *mg__take_f32(mg__planner *p, int64_t n) {
+    return (float *)mg__take(p, (size_t)n * sizeof(float));
+}
+
+/* Everything the model puts in the arena. With m->ctx NULL nothing is stored. */
+static void mg__plan_model(mg_gpt *m, mg__planner *p) {
+    const mg_gpt_config *c = &m->cfg;
+    const mg_gpt_layout *L = &m->layout;
+    int64_t B = L->micro_batch, T = c->seq_len, N = B * T, C = c->hidden, t = L->tp_size;
+    int64_t nh = c->n_head / t, Vl = c->padded_vocab / t;
+    int ch, s, l;
+    m->param_buf = mg__take_f32(p, m->n_elems);
+    m->grad_buf = mg__take_f32(p, m->n_elems);
+    for (ch = 0; ch < L->n_chunks; ch++) {
+        const mg_gpt_chunk *chunk = &L->chunks[ch];
+        for (s = 0; s < L->n_slots; s++) {
+            mg_gpt_acts *a = &m->acts[ch * L->n_slots + s];
+            a->tokens = (int32_t *)mg__take(p, (size_t)N * sizeof(int32_t));
+            a->targets = (int32_t *)mg__take(p, (size_t)N * sizeof(int32_t));
+            a->input = mg__take_tensor(p, N, C, 0, 0);
+            for (l = 0; l < chunk->layer_end - chunk->layer_begin; l++) {
+                mg_gpt_layer_acts *la = &a->layers[l];
+                la->ln1 = mg__take_tensor(p, N, C, 0, 0);
+                la->ln1_mean = mg__take_f32(p, N);
+                la->ln1_rstd = mg__take_f32(p, N);
+                la->qkv = mg__take_tensor(p, N, 3 * C / t, 0, 0);
+                la->att = mg__take_tensor(p, B, nh, T, T);
+                la->atty = mg__take_tensor(p, N, C / t, 0, 0);
+                la->resid_mid = mg__take_tensor(p, N, C, 0, 0);
+                la->ln2 = mg__take_tensor(p, N, C, 0, 0);
+                la->ln2_mean = mg__take_f32(p, N);
+                la->ln2_rstd = mg__take_f32(p, N);
+                la->fc = mg__take_tensor(p, N, 4 * C / t, 0, 0);
+                la->fc_gelu = mg__take_tensor(p, N, 4 * C / t, 0, 0);
+                la->out = mg__take_tensor(p, N, C, 0, 0);
+            }
+            if (chunk->has_head) {
+                a->lnf = mg__take_tensor(p, N, C, 0, 0);
+                a->lnf_mean = mg__take_f32(p, N);
+                a->lnf_rstd = mg__take_f32(p, N);
+                a->logits = mg__take_tensor(p, N, Vl, 0, 0);
+                a->rowmax = mg__take_f32(p, N);
+                a->sumexp = mg__take_f32(p, N);
+                a->tlogit = mg__take_f32(p, N);
+            }
+        }
+    }
+    m->dresid = mg__take_tensor(p, N, C, 0, 0);
+    m->dC = mg__take_tensor(p, N, C, 0, 0);
+    m->dCt = mg__take_tensor(p, N, C / t, 0, 0);
+    m->d3C = mg__take_tensor(p, N, 3 * C / t, 0, 0);
+    m->d4C = mg__take_tensor(p, N, 4 * C / t, 0, 0);
+    m->datt = mg__take_tensor(p, B, nh, T, T);
+    m->losses = mg__take_f32(p, (int64_t)L->max_microbatches * N);
+}
+
+/* Host-side arrays of the model (descriptors, views, activation records). */
+static void mg__alloc_host(mg_gpt *m) {
+    const mg_gpt_layout *L = &m->layout;
+    int ch, s, n_acts = L->n_chunks * L->n_slots;
+    m->n_params = mg__build_params(&m->cfg, L, NULL, &m->n_elems);
+    m->params = (mg_param_desc *)MG_MALLOC(sizeof(mg_param_desc) * (size_t)m->n_params);
+    m->w = (mg_tensor *)MG_MALLOC(sizeof(mg_tensor) * (size_t)m->n_params);
+    m->g = (mg_tensor *)MG_MALLOC(sizeof(mg_tensor) * (size_t)m->n_params);
+    m->idx_layer = (int *)MG_MALLOC(sizeof(int) * (size_t)m->cfg.n_layer);
+    m->acts = (mg_gpt_acts *)MG_MALLOC(sizeof(mg_gpt_acts) * (size_t)n_acts);
+    MG_ASSERT(m->params && m->w && m->g && m->idx_layer && m->acts, "out of host memory");
+    mg__build_params(&m->cfg, L, m->params, NULL);
+    memset(m->acts, 0, sizeof(mg_gpt_acts) * (size_t)n_acts);
+    for (ch = 0; ch < L->n_chunks; ch++)
+        for (s = 0; s < L->n_slots; s++) {
+            int nl = L->chunks[ch].layer_end - L->chunks[ch].layer_begin;
+            mg_gpt_acts *a = &m->acts[ch * L->n_slots + s];
+            a->layers = (mg_gpt_layer_acts *)MG_MALLOC(sizeof(mg_gpt_layer_acts) *
+                                                       (size_t)(nl > 0 ? nl : 1));
+            MG_ASSERT(a->layers, "out of host memory");
+            memset(a->layers, 0, sizeof(mg_gpt_layer_acts) * (size_t)(nl > 0 ? nl : 1));
+        }
+}
+
+MGDEF size_t mg_gpt_arena_bytes(const mg_gpt_config *cfg, const mg_gpt_layout *layout) {
+    mg_gpt m;
+    mg__planner p;
+    memset(&m, 0, sizeof m);
+    m.cfg = *cfg;
+    m.layout = *layout;
+    if (mg__layout_check(cfg, layout, NULL, 0)) return 0;
+    mg__alloc_host(&m);
+    p.ctx = NULL;
+    p.bytes = 0;
+    mg__plan_model(&m, &p);
+    mg_gpt_destroy(&m);
+    return p.bytes;
+}
+
+MGDEF int mg_gpt_create(mg_gpt *m, mg_ctx *ctx, const mg_gpt_config *cfg,
+                        const mg_gpt_layout *layout, char *err, size_t errlen) {
+    mg__planner p;
+    int i, l;
+    memset(m, 0, sizeof *m);
+    if (mg__layout_check(cfg, layout, err, errlen)) return -1;
+    m->ctx = ctx;
+    m->cfg = *cfg;
+    m->layout = *layout;
+    mg__alloc_host(m);
+    p.ctx = ctx;
+    p.bytes = 0;
+    mg__plan_model(m, &p);
+    mg_memset_zero(ctx, m->param_buf, (size_t)m->n_elems * sizeof(float));
+    mg_memset_zero(ctx, m->grad_buf, (size_t)m->n_elems * sizeof(float));
+    for (i = 0; i < 4; i++) m->idx_global[i] = -1;
+    for (l = 0; l < cfg->n_layer; l++) m->idx_layer[l] = -1;
+    for (i = 0; i < m->n_params; i++) {
+        const mg_param_desc *d = &m->params[i];
+        int64_t shape[2];
+        shape[0] = d->local_shape[0];
+        shape[1] = d->local_shape[1];
+        m->w[i] = mg_tensor_wrap(m->param_buf + d->offset, MG_F32, d->ndim, shape);
+        m->g[i] = mg_tensor_wrap(m->grad_buf + d->offset, MG_F32, d->ndim, shape);
+        if (d->kind >= MG_LAYER_TENSORS) m->idx_global[d->kind - MG_LAYER_TENSORS] = i;
+        else if (d->kind == 0) m->idx_layer[d->layer] = i;
+    }
+    m->host_tokens = (int32_t *)MG_MALLOC(sizeof(int32_t) * 2 * (size_t)layout->micro_batch *
+                                          (size_t)cfg->seq_len);
+    MG_ASSERT(m->host_tokens, "out of host memory");
+    m->host_targets = m->host_tokens + (size_t)layout->micro_batch * cfg->seq_len;
+    m->host_losses = (float *)MG_MALLOC(sizeof(float) * (size_t)layout->max_microbatches *
+                                        (size_t)layout->micro_batch * (size_t)cfg->seq_len);
+    MG_ASSERT(m->host_losses, "out of host memory");
+    return 0;
+}
+
+MGDEF void mg_gpt_destroy(mg_gpt *m) {
+    int i;
+    if (m->acts)
+        for (i = 0; i < m->layout.n_chunks * m->layout.n_slots; i++) MG_FREE(m->acts[i].layers);
+    MG_FREE(m->acts);
+    MG_FREE(m->params);
+    MG_FREE(m->w);
+    MG_FREE(m->g);
+    MG_FREE(m->idx_layer);
+    MG_FREE(m->host_tokens);
+    MG_FREE(m->host_losses);
+    memset(m, 0, sizeof *m);
+}
+
+/* =============================================================================================
+   3. Model: forward and backward
+   ========================================================================================== */
+static mg_gpt_acts *mg__acts(mg_gpt *m, int chunk, int slot) {
+    MG_ASSERT(chunk >= 0 && chunk < m->layout.n_chunks && slot >= 0 && slot < m->layout.n_slots,
+              "chunk %d / slot %d outside %d chunks × %d slots", chunk, slot,
+              m->layout.n_chunks, m->layout.n_slots);
+    return &m->acts[chunk * m->layout.n_slots + slot];
+}
+
+MGDEF mg_tensor *mg_gpt_chunk_input(mg_gpt *m, int chunk, int slot) {
+    return &mg__acts(m, chunk, slot)->input;
+}
+MGDEF mg_tensor *mg_gpt_chunk_output(mg_gpt *m, int chunk, int slot) {
+    mg_gpt_acts *a = mg__acts(m, chunk, slot);
+    int nl = m->layout.chunks[chunk].layer_end - m->layout.chunks[chunk].layer_begin;
+    return nl ? &a->layers[nl - 1].out : &a->input;
+}
+
+MGDEF void mg_gpt_set_batch(mg_gpt *m, int chunk, int slot, const int32_t *samples) {
+    mg_gpt_acts *a = mg__acts(m, chunk, slot);
+    const mg_gpt_chunk *c = &m->layout.chunks[chunk];
+    int B = m->layout.micro_batch, T = m->cfg.seq_len, b, t;
+    if (!c->has_embedding && !c->has_head) return;
+    for (b = 0; b < B; b++)
+        for (t = 0; t < T; t++) {
+            const int32_t *row = samples + (int64_t)b * (T + 1);
+            int32_t tok = row[t], next = row[t + 1];
+            MG_ASSERT(tok >= 0 && tok < m->cfg.vocab_size && next >= 0 &&
+                      next < m->cfg.vocab_size, "token id %d outside the vocabulary 0 … %d",
+                      (tok < 0 || tok >= m->cfg.vocab_size) ? tok : next, m->cfg.vocab_size - 1);
+            m->host_tokens[b * T + t] = tok;       /* [B, T] batch-major for the embedding */
+            m->host_targets[t * B + b] = next;     /* [T, B] row order of the activations  */
+        }
+    mg_copy_to_device(m->ctx, a->tokens, m->host_tokens, sizeof(int32_t) * (size_t)B * T);
+    mg_copy_to_device(m->ctx, a->targets, m->host_targets, sizeof(int32_t) * (size_t)B * T);
+}
+
+/* Tensor-parallel reduction points. With tp_size 1 there is nothing to reduce; the tensor-
+   parallel issue adds the all-reduce over the tensor group (mg_comm.h) here, and at each call
+   site below the comment names Megatron's operator (g in forward, f in backward).          */
+static void mg__tp_all_reduce(mg_gpt *m, float *buf, int64_t n, int op_max) {
+    (void)buf; (void)n; (void)op_max;
+    MG_ASSERT(m->layout.tp_size == 1, "tensor parallelism needs the tensor-parallel issue");
+}
+
+/* One transformer layer, forward: x [N, C] -> la->out [N, C].
+     ln1 = LN(x); qkv = ln1·Wqkvᵀ + b (column-parallel: this rank's heads)
+     atty = softmax(q·kᵀ/√hd, causal)·v;  resid_mid = x + atty·Wprojᵀ + b (row-parallel)
+     ln2 = LN(resid_mid); fc = ln2·Wfc1ᵀ + b (column-parallel); fc_gelu = GELU(fc)
+     out = resid_mid + fc_gelu·Wfc2ᵀ + b (row-parallel)
+   Row-parallel layers add their (replicated) bias on tensor-parallel rank 0 only, so the
+   all-reduce of the partial products adds it exactly once.                                 */
+static void mg__layer_forward(mg_gpt *m, int layer, mg_gpt_layer_acts *la, const mg_tensor *x) {
+    mg_ctx *ctx = m->ctx;
+    const mg_tensor *w = m->w + m->idx_layer[layer];
+    int B = m->layout.micro_batch, T = m->cfg.seq_len, nh = m->cfg.n_head / m->layout.tp_size;
+    int bias_here = m->layout.tp_rank == 0;
+    mg_layernorm_forward(ctx, &la->ln1, la->ln1_mean, la->ln1_rstd, x, &w[MG_LN1_W],
+                         &w[MG_LN1_B]);
+    mg_linear_forward(ctx, &la->qkv, &la->ln1, &w[MG_QKV_W], &w[MG_QKV_B]);
+    mg_attention_forward(ctx, &la->atty, &la->att, &la->qkv, B, T, nh, NULL);
+    mg_linear_forward(ctx, &la->resid_mid, &la->atty, &w[MG_PROJ_W],
+                      bias_here ? &w[MG_PROJ_B] : NULL);
+    mg__tp_all_reduce(m, (float *)la->resid_mid.data, mg_numel(&la->resid_mid), 0); /* g */
+    mg_add(ctx, &la->resid_mid, &la->resid_mid, x);
+    mg_layernorm_forward(ctx, &la->ln2, la->ln2_mean, la->ln2_rstd, &la->resid_mid,
+                         &w[MG_LN2_W], &w[MG_LN2_B]);
+    mg_linear_forward(ctx, &la->fc, &la->ln2, &w[MG_FC1_W], &w[MG_FC1_B]);
+    mg_gelu_forward(ctx, &la->fc_gelu, &la->fc);
+    mg_linear_forward(ctx, &la->out, &la->fc_gelu, &w[MG_FC2_W],
+                      bias_here ? &w[MG_FC2_B] : NULL);
+    mg__tp_all_reduce(m, (float *)la->out.data, mg_numel(&la->out), 0);             /* g */
+    mg_add(ctx, &la->out, &la->out, &la->resid_mid);
+}
+
+/* One transformer layer, backward. On entry m->dresid = dL/d(out); on return dL/dx. The
+   residual stream's gradient flows straight through, each block adds its branch:
+     MLP:  dfc_gelu = dresid·Wfc2; dfc = GELU'(fc)⊙dfc_gelu; dln2 = dfc·Wfc1;
+           dresid += LN2'(dln2)
+     attn: datty = dresid·Wproj; dqkv = attention'(datty); dln1 = dqkv·Wqkv;
+           dresid += LN1'(dln1)
+   Each linear's backward is its input half then its weight half (mg_linear_backward_weight:
+   dW += doutᵀ·inp, db += Σ dout), kept apart so a zero-bubble schedule can defer the latter. */
+static void mg__layer_backward(mg_gpt *m, int layer, mg_gpt_layer_acts *la, const mg_tensor *x) {
+    mg_ctx *ctx = m->ctx;
+    const mg_tensor *w = m->w + m->idx_layer[layer];
+    mg_tensor *g = m->g + m->idx_layer[layer];
+    int B = m->layout.micro_batch, T = m->cfg.seq_len, nh = m->cfg.n_head / m->layout.tp_size;
+    /* MLP block */
+    mg_linear_backward_input(ctx, &m->d4C, &m->dresid, &w[MG_FC2_W], 0);
+    mg_linear_backward_weight(ctx, &g[MG_FC2_W], &g[MG_FC2_B], &m->dresid, &la->fc_gelu);
+    mg_gelu_backward(ctx, &m->d4C, &la->fc, &m->d4C);
+    mg_linear_backward_input(ctx, &m->dC, &m->d4C, &w[MG_FC1_W], 0);
+    mg_linear_backward_weight(ctx, &g[MG_FC1_W], &g[MG_FC1_B], &m->d4C, &la->ln2);
+    mg__tp_all_reduce(m, (float *)m->dC.data, mg_numel(&m->dC), 0);                  /* f */
+    mg_layernorm_backward(ctx, &m->dresid, &g[MG_LN2_W], &g[MG_LN2_B], &m->dC, &la->resid_mid,
+                          &w[MG_LN2_W], la->ln2_mean, la->ln2_rstd, 1);
+    /* attention block */
+    mg_linear_backward_input(ctx, &m->dCt, &m->dresid, &w[MG_PROJ_W], 0);
+    mg_linear_backward_weight(ctx, &g[MG_PROJ_W], &g[MG_PROJ_B], &m->dresid, &la->atty);
+    mg_attention_backward(ctx, &m->d3C, &m->datt, &m->dCt, &la->qkv, &la->att, B, T, nh, NULL);
+    mg_linear_backward_input(ctx, &m->dC, &m->d3C, &w[MG_QKV_W], 0);
+    mg_linear_backward_weight(ctx, &g[MG_QKV_W], &g[MG_QKV_B], &m->d3C, &la->ln1);
+    mg__tp_all_reduce(m, (float *)m->dC.data, mg_numel(&m->dC), 0);                  /* f */
+    mg_layernorm_backward(ctx, &m->dresid, &g[MG_LN1_W], &g[MG_LN1_B], &m->dC, x,
+                          &w[MG_LN1_W], la->ln1_mean, la->ln1_rstd, 1);
+}
+
+/* The head's loss statistics: logits = lnf·wteᵀ over this rank's vocabulary slice, then the
+   three cross-entropy steps with their merge points (max, then sums) across the slices.     */
+static void mg__head_forward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, int microbatch) {
+    mg_ctx *ctx = m->ctx;
+    int64_t N = mg_rows(x), V = m->cfg.vocab_size;
+    int64_t vstart = m->params[m->idx_global[0]].row0;
+    const mg_tensor *w = m->w;
+    int iwte = m->idx_global[0], ilnf = m->idx_global[2];
+    MG_ASSERT(microbatch >= 0 && microbatch < m->layout.max_microbatches,
+              "microbatch %d outside 0 … %d", microbatch, m->layout.max_microbatches - 1);
+    mg_layernorm_forward(ctx, &a->lnf, a->lnf_mean, a->lnf_rstd, x, &w[ilnf], &w[ilnf + 1]);
+    mg_linear_forward(ctx, &a->logits, &a->lnf, &w[iwte], NULL);
+    mg_xent_max(ctx, a->rowmax, &a->logits, vstart, V);
+    mg__tp_all_reduce(m, a->rowmax, N, 1);                                      /* max */
+    mg_xent_sumexp(ctx, a->sumexp, a->tlogit, &a->logits, a->targets, a->rowmax, vstart, V);
+    mg__tp_all_reduce(m, a->sumexp, N, 0);                                      /* sum */
+    mg__tp_all_reduce(m, a->tlogit, N, 0);                                      /* sum */
+    mg_xent_loss(ctx, m->losses + (int64_t)microbatch * N, a->rowmax, a->sumexp, a->tlogit, N);
+}
+
+/* Head backward: dlogits = (softmax - onehot)·dloss (in place over the logits);
+   dlnf = dlogits·wte (partial over vocabulary slices: f); dwte += dlogitsᵀ·lnf;
+   dresid = LNf'(dlnf) (overwrites: the chunk's backward starts here).                      */
+static void mg__head_backward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, float dloss) {
+    mg_ctx *ctx = m->ctx;
+    int64_t vstart = m->params[m->idx_global[0]].row0;
+    int iwte = m->idx_global[0], ilnf = m->idx_global[2];
+    mg_xent_backward(ctx, &a->logits, &a->logits, a->targets, a->rowmax, a->sumexp, dloss,
+                     vstart, m->cfg.vocab_size);
+    mg_linear_backward_input(ctx, &m->dC, &a->logits, &m->w[iwte], 0);
+    mg_linear_backward_weight(ctx, &m->g[iwte], NULL, &a->logits, &a->lnf);
+    mg__tp_all_reduce(m, (float *)m->dC.data, mg_numel(&m->dC), 0);              /* f */
+    mg_layernorm_backward(ctx, &m->dresid, &m->g[ilnf], &m->g[ilnf + 1], &m->dC, x,
+                          &m->w[ilnf], a->lnf_mean, a->lnf_rstd, 0);
+}
+
+MGDEF void mg_gpt_forward(mg_gpt *m, int chunk, int slot, int microbatch) {
+    mg_gpt_acts *a = mg__acts(m, chunk, slot);
+    const mg_gpt_chunk *c = &m->layout.chunks[chunk];
+    const mg_tensor *x = &a->input;
+    int l;
+    if (c->has_embedding) {
+        /* vocabulary-parallel: ids outside this rank's rows embed to 0; the sum over ranks
+           (g) completes the lookup */
+        int iwte = m->idx_global[0];
+        mg_embedding_forward(m->ctx, &a->input, a->tokens, m->layout.micro_batch,
+                             m->cfg.seq_len, 0, &m->w[iwte], m->params[iwte].row0,
+                             &m->w[m->idx_global[1]]);
+        mg__tp_all_reduce(m, (float *)a->input.data, mg_numel(&a->input), 0);
+    }
+    for (l = c->layer_begin; l < c->layer_end; l++) {
+        mg_gpt_layer_acts *la = &a->layers[l - c->layer_begin];
+        mg__layer_forward(m, l, la, x);
+        x = &la->out;
+    }
+    if (c->has_head) mg__head_forward(m, a, x, microbatch);
+}
+
+MGDEF void mg_gpt_backward(mg_gpt *m, int chunk, int slot, float dloss) {
+    mg_gpt_acts *a = mg__acts(m, chunk, slot);
+    const mg_gpt_chunk *c = &m->layout.chunks[chunk];
+    int l;
+    if (c->has_head) mg__head_backward(m, a, mg_gpt_chunk_output(m, chunk, slot), dloss);
+    for (l = c->layer_end - 1; l >= c->layer_begin; l--) {
+        int i = l - c->layer_begin;
+        mg__layer_backward(m, l, &a->layers[i], i ? &a->layers[i - 1].out : &a->input);
+    }
+    if (c->has_embedding) {
+        int iwte = m->idx_global[0];
+        mg_embedding_backward(m->ctx, &m->g[iwte], &m->g[m->idx_global[1]], &m->dresid,
+                              a->tokens, m->layout.micro_batch, m->cfg.seq_len, 0,
+                              m->params[iwte].row0);
+    }
+}
+
+MGDEF void mg_gpt_zero_grad(mg_gpt *m) {
+    mg_memset_zero(m->ctx, m->grad_buf, (size_t)m->n_elems * sizeof(float));
+}
+
+MGDEF double mg_gpt_loss_sum(mg_gpt *m, int first, int count) {
+    int64_t N = (int64_t)m->layout.micro_batch * m->cfg.seq_len, i, n = N * count;
+    double sum = 0;
+    MG_ASSERT(first >= 0 && count >= 0 && first + count <= m->layout.max_microbatches,
+              "loss of microbatches [%d, %d) outside 0 … %d", first, first + count,
+              m->layout.max_microbatches);
+    mg_copy_to_host(m->ctx, m->host_losses, m->losses + first * N, (size_t)n * sizeof(float));
+    for (i = 0; i < n; i++) sum += m->host_losses[i];
+    return sum;
+}
+
+MGDEF double mg_gpt_run_microbatches(mg_gpt *m, const int32_t *samples, int n_micro,
+                                     float dloss, int backward) {
+    const mg_gpt_layout *L = &m->layout;
+    int64_t per_mb = (int64_t)L->micro_batch * (m->cfg.seq_len + 1);
+    int mb, ch, done = 0;
+    double sum = 0;
+    MG_ASSERT(L->chunks[0].has_embedding && L->chunks[L->n_chunks - 1].has_head,
+              "mg_gpt_run_microbatches needs the whole model on this rank");
+    for (mb = 0; mb < n_micro; mb++) {
+        /* per-token losses live in [max_microbatches · N]: sum and restart when full */
+        int slot_mb = mb - done;
+        if (slot_mb == L->max_microbatches) {
+            sum += mg_gpt_loss_sum(m, 0, slot_mb);
+            done = mb;
+            slot_mb = 0;
+        }
+        for (ch = 0; ch < L->n_chunks; ch++) mg_gpt_set_batch(m, ch, 0, samples + mb * per_mb);
+        for (ch = 0; ch < L->n_chunks; ch++) {
+            if (ch > 0) /* the pipeline "send/recv" between consecutive chunks on one rank */
+                mg_copy(m->ctx, mg_gpt_chunk_input(m, ch, 0)->data,
+                        mg_gpt_chunk_output(m, ch - 1, 0)->data,
+                        mg_nbytes(mg_gpt_chunk_input(m, ch, 0)));
+            mg_gpt_forward(m, ch, 0, slot_mb);
+        }
+        if (backward)
+            for (ch = L->n_chunks - 1; ch >= 0; ch--) mg_gpt_backward(m, ch, 0, dloss);
+    }
+    return sum + mg_gpt_loss_sum(m, 0, n_micro - done);
+}
+
+MGDEF void mg_gpt_logits_row(mg_gpt *m, int slot, int t, int b, float *out_V) {
+    int last = m->layout.n_chunks - 1;
+    mg_gpt_acts *a = mg__acts(m, last, slot);
+    int64_t row = (int64_t)t * m->layout.micro_batch + b, Vl = mg_cols(&a->logits);
+    MG_ASSERT(m->layout.chunks[last].has_head && m->layout.tp_size == 1,
+              "logits need the head on a single tensor-parallel rank");
+    mg_copy_to_host(m->ctx, out_V, (float *)a->logits.data + row * Vl,
+                    sizeof(float) * (size_t)m->cfg.vocab_size);
+}
+
+/* =============================================================================================
+   3b. Weight files
+   ========================================================================================== */
+
+/* Row r of Megatron's interleaved QKV layout (head, {q,k,v}, hd) is row mg__qkv_ext_row(r) of
+   the [q | k | v] layout of llm.c and Hugging Face (each C wide, heads contiguous inside). */
+static int64_t mg__qkv_ext_row(int64_t r, int64_t C, int64_t hd) {
+    int64_t h = r / (3 * hd), s = (r / hd) % 3, d = r % hd;
+    return s * C + h * hd + d;
+}
+
+/* Converts n file elements of dtype dt (possibly unaligned) to fp32. */
+static int mg__to_f32(float *dst, const void *src, int64_t n, mg_st_dtype dt) {
+    const unsigned char *p = (const unsigned char *)src;
+    int64_t i;
+    if (dt == MG_ST_F32) { memcpy(dst, src, (size_t)n * 4); return 0; }
+    if (dt != MG_ST_BF16 && dt != MG_ST_F16) return -1;
+    for (i = 0; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        dst[i] = dt == MG_ST_BF16 ? mg_bf16_to_f32(h) : mg_f16_to_f32(h);
+    }
+    return 0;
+}
+
+static int mg__is_dir(const char *path) {
+    FILE *f;
+    char probe[1100];
+    if (snprintf(probe, sizeof probe, "%s/.", path) >= (int)sizeof probe) return 0;
+    f = fopen(probe, "rb");
+    if (!f) return 0;
+    fclose(f);
+    return 1;
+}
+
+/* Hugging Face architecture: shapes give layers, C, V and positions; heads come from
+   config.json in the file's directory, else from the file's metadata, else stay 0.          */
+static int mg__hf_architecture(mg_weights_file *f, const char *dir, char *err, size_t errlen) {
+    char name[160], cfgpath[1100];
+    const mg_st_tensor *wte, *wpe;
+    mg_hf_config hc;
+    int l = 0;
+    const char *meta;
+    snprintf(name, sizeof name, "%swte.weight", f->prefix);
+    wte = mg_st_find(&f->st, name);
+    snprintf(name, sizeof name, "%swpe.weight", f->prefix);
+    wpe = mg_st_find(&f->st, name);
+    if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2 || wte->shape[1] != wpe->shape[1])
+        return mg__err(err, errlen, "%s: wte.weight / wpe.weight missing or not [V, C] and "
+                       "[positions, C]", f->path);
+    for (;; l++) {
+        snprintf(name, sizeof name, "%sh.%d.ln_1.weight", f->prefix, l);
+        if (!mg_st_find(&f->st, name)) break;
+    }
+    f->cfg.n_layer = l;
+    f->cfg.hidden = (int)wte->shape[1];
+    f->cfg.vocab_size = (int)wte->shape[0];
+    f->cfg.max_pos = (int)wpe->shape[0];
+    if (snprintf(cfgpath, sizeof cfgpath, "%s/config.json", dir) < (int)sizeof cfgpath) {
+        FILE *probe = fopen(cfgpath, "rb");
+        if (probe) {
+            char why[MG_ERRLEN];
+            fclose(probe);
+            if (mg_hf_config_read(cfgpath, &hc, why, sizeof why))
+                return mg__err(err, errlen, "%s", why);
+            if (hc.n_layer != l || hc.n_embd != f->cfg.hidden ||
+                hc.vocab_size != f->cfg.vocab_size || hc.n_positions != f->cfg.max_pos)
+                return mg__err(err, errlen, "%s (n_layer %d, n_embd %d, vocab_size %d, "
+                               "n_positions %d) does not match the tensors of %s (%d, %d, %d, %d)",
+                               cfgpath, hc.n_layer, hc.n_embd, hc.vocab_size, hc.n_positions,
+                               f->path, l, f->cfg.hidden, f->cfg.vocab_size, f->cfg.max_pos);
+            f->cfg.n_head = hc.n_head;
+            return 0;
+        }
+    }
+    meta = mg_st_meta(&f->st, "n_head");
+    if (meta) f->cfg.n_head = atoi(meta);
+    return 0;
+}
+
+MGDEF int mg_weights_open(mg_weights_file *f, const char *path, char *err, size_t errlen) {
+    char file[1100], dir[1100], why[MG_ERRLEN];
+    unsigned char head[4] = {0, 0, 0, 0};
+    FILE *fp;
+    char *slash;
+    memset(f, 0, sizeof *f);
+    if (mg__is_dir(path)) {
+        snprintf(file, sizeof file, "%s/model.safetensors", path);
+        snprintf(dir, sizeof dir, "%s", path);
+    } else {
+        snprintf(file, sizeof file, "%s", path);
+        snprintf(dir, sizeof dir, "%s", path);
+        slash = strrchr(dir, '/');
+        if (slash) *slash = 0; else snprintf(dir, sizeof dir, ".");
+    }
+    snprintf(f->path, sizeof f->path, "%s", file);
+    fp = fopen(file, "rb");
+    if (!fp) return mg__err(err, errlen, "%s: cannot open (%s)", file, strerror(errno));
+    if (fread(head, 1, 4, fp) != 4) head[0] = 0;
+    fclose(fp);
+    if (((uint32_t)head[0] | (uint32_t)head[1] << 8 | (uint32_t)head[2] << 16 |
+         (uint32_t)head[3] << 24) == 20240326u) {          /* an llm.c checkpoint's magic */
+        const mg_llmc_config *c = &f->llmc.cfg;
+        if (mg_llmc_open(file, &f->llmc, why, sizeof why)) return mg__err(err, errlen, "%s", why);
+        f->kind = MG_WEIGHTS_LLMC;
+        f->cfg.n_layer = c->num_layers;
+        f->cfg.hidden = c->channels;
+        f->cfg.n_head = c->num_heads;
+        f->cfg.max_pos = c->max_seq_len;
+        f->cfg.vocab_size = c->vocab_size;
+        return 0;
+    }
+    if (mg_st_open(file, &f->st, why, sizeof why))
+        return mg__err(err, errlen, "%s: neither an llm.c checkpoint (magic 20240326) nor a "
+                       "readable safetensors file: %s", file, why);
+    if (mg_st_find(&f->st, mg__names[MG_WTE].mg)) {
+        const char *keys[5] = {"num_layers", "hidden_size", "num_attention_heads",
+                               "max_position_embeddings", "vocab_size"};
+        int *vals[5], k;
+        f->kind = MG_WEIGHTS_MEGATRON;
+        vals[0] = &f->cfg.n_layer; vals[1] = &f->cfg.hidden; vals[2] = &f->cfg.n_head;
+        vals[3] = &f->cfg.max_pos; vals[4] = &f->cfg.vocab_size;
+        for (k = 0; k < 5; k++) {
+            const char *v = mg_st_meta(&f->st, keys[k]);
+            if (!v) {
+                mg_weights_close(f);
+                return mg__err(err, errlen, "%s: metadata key %s missing (not a megatron.h "
+                               "model file)", file, keys[k]);
+            }
+            *vals[k] = atoi(v);
+        }
+        return 0;
+    }
+    if (mg_st_find(&f->st, "transformer.wte.weight")) snprintf(f->prefix, sizeof f->prefix,
+                                                               "transformer.");
+    f->kind = MG_WEIGHTS_HF;
+    if (mg__hf_architecture(f, dir, err, errlen)) { mg_weights_close(f); return -1; }
+    return 0;
+}
+
+MGDEF void mg_weights_close(mg_weights_file *f) {
+    if (f->kind == MG_WEIGHTS_LLMC) mg_llmc_close(&f->llmc);
+    else if (f->kind) mg_st_close(&f->st);
+    memset(f, 0, sizeof *f);
+}
+
+/* The file name of a tensor under a naming scheme; layer tensors get the layer index. */
+static void mg__ext_name(char *out, size_t n, mg_weights_kind kind, const char *prefix,
+                         int tkind, int layer) {
+    if (kind == MG_WEIGHTS_MEGATRON) {        /* our names; prefix is a suffix here */
+        if (tkind < MG_LAYER_TENSORS)
+            snprintf(out, n, "decoder.layers.%d.%s%s", layer, mg__names[tkind].mg, prefix);
+        else
+            snprintf(out, n, "%s%s", mg__names[tkind].mg, prefix);
+    } else if (tkind < MG_LAYER_TENSORS) {
+        snprintf(out, n, "%sh.%d.%s", prefix, layer, mg__names[tkind].hf);
+    } else {
+        snprintf(out, n, "%s%s", prefix, mg__names[tkind].hf);
+    }
+}
+
+/* Reads one GLOBAL tensor of the model (our layout, d->shape) from the file into out. The
+   word embedding takes the file's first V rows, the padding rows are zero.                  */
+static int mg__weights_get(const mg_weights_file *f, const mg_gpt_config *cfg,
+                           const mg_param_desc *d, float *out, char *err, size_t errlen) {
+    int64_t rows = d->shape[0], cols = d->ndim == 2 ? d->shape[1] : 1;
+    int64_t copy_rows = d->kind == MG_WTE ? cfg->vocab_size : rows, numel = copy_rows * cols;
+    int64_t C = cfg->hidden, hd = cfg->hidden / cfg->n_head, r;
+    int transposed = f->kind == MG_WEIGHTS_HF && mg__names[d->kind].hf_conv1d;
+    float *tmp = (float *)MG_MALLOC((size_t)(rows * cols) * sizeof(float));
+    MG_ASSERT(tmp, "out of host memory");
+    memset(out, 0, (size_t)(rows * cols) * sizeof(float));
+    if (f->kind == MG_WEIGHTS_LLMC) {
+        const mg_llmc_param *p = &f->llmc.params[mg__names[d->kind].llmc_index];
+        int64_t per = d->layer >= 0 ? p->numel / f->llmc.cfg.num_layers : p->numel;
+        size_t esz = mg_st_dtype_size(f->llmc.dtype);
+        const char *src = (const char *)f->llmc.data +
+                          (size_t)(p->offset + (d->layer >= 0 ? d->layer : 0) * per) * esz;
+        mg__to_f32(tmp, src, numel, f->llmc.dtype);  /* the first V rows: row-major prefix */
+    } else {
+        char name[200];
+        const mg_st_tensor *t;
+        int64_t want0 = transposed ? cols : copy_rows, want1 = transposed ? rows : cols;
+        mg__ext_name(name, sizeof name, f->kind, f->prefix, d->kind, d->layer);
+        t = mg_st_find(&f->st, name);
+        if (!t) {
+            MG_FREE(tmp);
+            return mg__err(err, errlen, "%s: tensor %s missing", f->path, name);
+        }
+        /* the word embedding may carry padding rows (our files: Vp rows): take the first V */
+        if (t->ndim != d->ndim || t->shape[0] < want0 ||
+            (d->kind != MG_WTE && t->shape[0] != want0) || (d->ndim == 2 && t->shape[1] != want1)) {
+            MG_FREE(tmp);
+            return mg__err(err, errlen, "%s: tensor %s has shape [%lld%s%lld], expected "
+                           "[%lld%s%lld]",
+                           f->path, name, (long long)t->shape[0], t->ndim == 2 ? ", " : "",
+                           t->ndim == 2 ? (long long)t->shape[1] : 0LL, (long long)want0,
+                           d->ndim == 2 ? ", " : "", d->ndim == 2 ? (long long)want1 : 0LL);
+        }
+        if (mg__to_f32(tmp, t->data, numel, t->dtype)) {
+            MG_FREE(tmp);
+            return mg__err(err, errlen, "%s: tensor %s has dtype %s (F32, BF16 or F16 expected)",
+                           f->path, name, mg_st_dtype_name(t->dtype));
+        }
+    }
+    if (transposed) {                 /* Conv1D (in, out) -> Linear (out, in) */
+        int64_t c;
+        for (r = 0; r < rows; r++)
+            for (c = 0; c < cols; c++) out[r * cols + c] = tmp[c * rows + r];
+    } else {
+        memcpy(out, tmp, (size_t)numel * sizeof(float));
+    }
+    if (f->kind != MG_WEIGHTS_MEGATRON && (d->kind == MG_QKV_W || d->kind == MG_QKV_B)) {
+        memcpy(tmp, out, (size_t)(rows * cols) * sizeof(float));
+        for (r = 0; r < rows; r++)
+            memcpy(out + r * cols, tmp + mg__qkv_ext_row(r, C, hd) * cols,
+                   (size_t)cols * sizeof(float));
+    }
+    MG_FREE(tmp);
+    return 0;
+}
+
+/* Names the first architecture field where a and b differ (writes nothing if equal). */
+static int mg__config_mismatch(const mg_gpt_config *a, const mg_gpt_config *b, const char *what,
+                               char *err, size_t errlen) {
+    const char *flags[6] = {"--num-layers", "--hidden-size", "--num-attention-heads",
+                            "--max-position-embeddings", "--vocab-size", NULL};
+    int va[5], vb[5], k;
+    va[0] = a->n_layer; va[1] = a->hidden; va[2] = a->n_head; va[3] = a->max_pos;
+    va[4] = a->vocab_size;
+    vb[0] = b->n_layer; vb[1] = b->hidden; vb[2] = b->n_head; vb[3] = b->max_pos;
+    vb[4] = b->vocab_size;
+    for (k = 0; k < 5; k++)
+        if (va[k] != vb[k])
+            return mg__err(err, errlen, "%s %d does not match %s, which has %d", flags[k],
+                           va[k], what, vb[k]);
+    return 0;
+}
+
+MGDEF int mg_gpt_import(mg_gpt *m, const mg_weights_file *f, char *err, size_t errlen) {
+    int i;
+    int64_t biggest = 1;
+    float *global;
+    mg_gpt_config fc = f->cfg;
+    if (!fc.n_head) fc.n_head = m->cfg.n_head;   /* a safetensors file without config.json */
+    if (mg__config_mismatch(&m->cfg, &fc, f->path, err, errlen)) return -1;
+    for (i = 0; i < m->n_params; i++)
+        if (m->params[i].shape[0] * (m->params[i].ndim == 2 ? m->params[i].shape[1] : 1) > biggest)
+            biggest = m->params[i].shape[0] * (m->params[i].ndim == 2 ? m->params[i].shape[1] : 1);
+    global = (float *)MG_MALLOC((size_t)biggest * sizeof(float));
+    MG_ASSERT(global, "out of host memory");
+    for (i = 0; i < m->n_params; i++) {
+        if (mg__weights_get(f, &m->cfg, &m->params[i], global, err, errlen)) {
+            MG_FREE(global);
+            return -1;
+        }
+        mg_gpt_global_to_shard(m, i, m->param_buf, global);
+    }
+    MG_FREE(global);
+    return 0;
+}
+
+/* Largest global tensor of the model, in elements. */
+static int64_t mg__max_global(const mg_gpt *m) {
+    int64_t best = 1;
+    int i;
+    for (i = 0; i < m->n_params; i++) {
+        const mg_param_desc *d = &m->params[i];
+        int64_t n = d->shape[0] * (d->ndim == 2 ? d->shape[1] : 1);
+        if (n > best) best = n;
+    }
+    return best;
+}
+
+MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen) {
+    char path[1100], why[MG_ERRLEN];
+    mg_st_spec *spec = (mg_st_spec *)MG_MALLOC(sizeof(mg_st_spec) * (size_t)m->n_params);
+    char (*names)[160] = (char (*)[160])MG_MALLOC(160 * (size_t)m->n_params);
+    const char *mk[1] = {"format"}, *mv[1] = {"pt"};
+    float *global = (float *)MG_MALLOC((size_t)mg__max_global(m) * sizeof(float));
+    float *ext = (float *)MG_MALLOC((size_t)mg__max_global(m) * sizeof(float));
+    mg_st_writer w;
+    mg_hf_config hc;
+    int i, rc = 0;
+    int64_t C = m->cfg.hidden, hd = m->cfg.hidden / m->cfg.n_head;
+    MG_ASSERT(spec && names && global && ext, "out of host memory");
+    for (i = 0; i < m->cfg.n_layer; i++)
+        MG_ASSERT(m->idx_layer[i] >= 0, "export needs every layer on this rank");
+    MG_ASSERT(m->idx_global[1] >= 0 && m->idx_global[2] >= 0 && m->layout.tp_size == 1,
+              "export needs the whole model on this rank (gather it first)");
+    if (!mg__is_dir(dir) && mkdir(dir, 0755) != 0)
+        rc = mg__err(err, errlen, "%s: cannot create directory (%s)", dir, strerror(errno));
+    for (i = 0; i < m->n_params && !rc; i++) {
+        const mg_param_desc *d = &m->params[i];
+        int conv = mg__names[d->kind].hf_conv1d;
+        mg__ext_name(names[i], 160, MG_WEIGHTS_HF, "", d->kind, d->layer);
+        memset(&spec[i], 0, sizeof spec[i]);
+        spec[i].name = names[i];
+        spec[i].dtype = MG_ST_F32;
+        spec[i].ndim = d->ndim;
+        spec[i].shape[0] = conv ? d->shape[1] : d->kind == MG_WTE ? m->cfg.vocab_size : d->shape[0];
+        spec[i].shape[1] = conv ? d->shape[0] : d->shape[1];
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (!rc && mg_st_writer_begin(&w, path, NULL, 1, spec, m->n_params, mk, mv, 1, why, sizeof why))
+        rc = mg__err(err, errlen, "%s", why);
+    for (i = 0; i < m->n_params && !rc; i++) {
+        const mg_param_desc *d = &m->params[i];
+        int64_t rows = d->shape[0], cols = d->ndim == 2 ? d->shape[1] : 1, r, c;
+        int64_t n = spec[i].shape[0] * (d->ndim == 2 ? spec[i].shape[1] : 1);
+        mg_gpt_shard_to_global(m, i, m->param_buf, global);
+        if (d->kind == MG_QKV_W || d->kind == MG_QKV_B) {   /* back to [q | k | v] */
+            for (r = 0; r < rows; r++)
+                memcpy(ext + mg__qkv_ext_row(r, C, hd) * cols, global + r * cols,
+                       (size_t)cols * sizeof(float));
+            memcpy(global, ext, (size_t)(rows * cols) * sizeof(float));
+        }
+        if (mg__names[d->kind].hf_conv1d) {                   /* Linear -> Conv1D (in, out) */
+            for (r = 0; r < rows; r++)
+                for (c = 0; c < cols; c++) ext[c * rows + r] = global[r * cols + c];
+            memcpy(global, ext, (size_t)(rows * cols) * sizeof(float));
+        }
+        if (mg_st_writer_write(&w, i, 0, global, n, why, sizeof why)) {
+            mg_st_writer_abort(&w);
+            rc = mg__err(err, errlen, "%s", why);
+        }
+    }
+    if (!rc && mg_st_writer_commit(&w, why, sizeof why)) rc = mg__err(err, errlen, "%s", why);
+    hc.n_layer = m->cfg.n_layer;
+    hc.n_head = m->cfg.n_head;
+    hc.n_embd = m->cfg.hidden;
+    hc.n_positions = m->cfg.max_pos;
+    hc.vocab_size = m->cfg.vocab_size;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!rc && mg_hf_config_write(path, &hc, why, sizeof why)) rc = mg__err(err, errlen, "%s", why);
+    MG_FREE(spec);
+    MG_FREE(names);
+    MG_FREE(global);
+    MG_FREE(ext);
+    return rc;
+}
+
+/* =============================================================================================
+   4. Optimizer
+   ========================================================================================== */
+MGDEF double mg_lr_at(const mg_lr_schedule *s, int64_t num_steps) {
+    double ratio, coeff;
+    if (s->warmup_iters > 0 && num_steps <= s->warmup_iters)
+        return s->max_lr * (double)num_steps / (double)s->warmup_iters;
+    if (s->style == MG_LR_CONSTANT) return s->max_lr;
+    if (num_steps > s->decay_iters) return s->min_lr;
+    ratio = (double)(num_steps - s->warmup_iters) / (double)(s->decay_iters - s->warmup_iters);
+    coeff = s->style == MG_LR_LINEAR ? 1.0 - ratio
+                                     : 0.5 * (cos(3.14159265358979323846 * ratio) + 1.0);
+    return s->min_lr + coeff * (s->max_lr - s->min_lr);
+}
+
+MGDEF void mg_adamw_create(mg_adamw *opt, mg_gpt *m, float beta1, float beta2, float eps,
+                           float weight_decay) {
+    memset(opt, 0, sizeof *opt);
+    opt->m = (float *)mg_alloc(m->ctx, (size_t)m->n_elems * sizeof(float));
+    opt->v = (float *)mg_alloc(m->ctx, (size_t)m->n_elems * sizeof(float));
+    mg_memset_zero(m->ctx, opt->m, (size_t)m->n_elems * sizeof(float));
+    mg_memset_zero(m->ctx, opt->v, (size_t)m->n_elems * sizeof(float));
+    opt->beta1 = beta1;
+    opt->beta2 = beta2;
+    opt->eps = eps;
+    opt->weight_decay = weight_decay;
+}
+
+/* Σ g² over every parameter of the model counted once. On one rank that is the whole flat
+   buffer (its alignment gaps are zero). Tensor/pipeline/data parallelism add, here, the sum
+   over ranks of the parameters each rank owns (replicated ones counted on tp rank 0).       */
+static double mg__grad_sumsq(mg_gpt *m, int *nonfinite) {
+    return mg_sumsq(m->ctx, m->grad_buf, m->n_elems, nonfinite);
+}
+
+MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, double *grad_norm) {
+    int nonfinite = 0, i;
+    double norm = sqrt(mg__grad_sumsq(m, &nonfinite));
+    float scale = 1.0f;
+    mg_adamw_hparams hp;
+    if (grad_norm) *grad_norm = nonfinite ? NAN : norm;
+    if (nonfinite || !isfinite(norm)) return 0;
+    /* clip_grad_norm_: coefficient max_norm / (norm + 1e-6), applied when below 1 */
+    if (clip_grad > 0) {
+        double coef = clip_grad / (norm + 1e-6);
+        if (coef < 1.0) scale = (float)coef;
+    }
+    opt->step++;
+    hp.lr = lr;
+    hp.beta1 = opt->beta1;
+    hp.beta2 = opt->beta2;
+    hp.eps = opt->eps;
+    hp.step = (int)opt->step;
+    for (i = 0; i < m->n_params; i++) {
+        const mg_param_desc *d = &m->params[i];
+        hp.weight_decay = d->weight_decay ? opt->weight_decay : 0.0f;
+        mg_adamw_step(m->ctx, m->param_buf + d->offset, m->grad_buf + d->offset,
+                      opt->m + d->offset, opt->v + d->offset, d->numel, &hp, scale, NULL,
+                      MG_F32);
+    }
+    return 1;
+}
+
+/* =============================================================================================
+   5. Trainer: flags
+   ========================================================================================== */
+typedef enum { MG__F_INT, MG__F_FLOAT, MG__F_STR, MG__F_CHOICE, MG__F_HELP } mg__flag_type;
+typedef struct mg__flag {
+    const char *name;        /* as typed, with the leading "--"                               */
+    mg__flag_type type;
+    size_t offset;           /* field of mg_train_args                                         */
+    const char *metavar;     /* MG__F_CHOICE: the choices, "a|b|c" (stored as their index)    */
+    double lo, hi;           /* valid range of numbers                                         */
+    const char *help;
+} mg__flag;
+#define MG__OFF(field) offsetof(mg_train_args, field)
+#define MG__BIG 1e15
+/* The table is the one description of the command line: parsing, ranges, --help and the
+   configuration stored in checkpoints all read it. Section titles have type MG__F_HELP and
+   offset 0.                                                                                 */
+static const mg__flag mg__flags[] = {
+    {"model", MG__F_HELP, 0, NULL, 0, 0, "Model (optional with --init-from or --load, which "
+     "supply them; given ones must agree)"},
+    {"--num-layers", MG__F_INT, MG__OFF(num_layers), "N", 1, 1e6, "transformer layers"},
+    {"--hidden-size", MG__F_INT, MG__OFF(hidden_size), "C", 1, 1e6, "hidden size"},
+    {"--num-attention-heads", MG__F_INT, MG__OFF(num_attention_heads), "N", 1, 1e6,
+     "attention heads (must divide --hidden-size)"},
+    {"--seq-length", MG__F_INT, MG__OFF(seq_length), "T", 1, 1e7,
+     "tokens per training sample (default: --max-position-embeddings of a loaded model)"},
+    {"--max-position-embeddings", MG__F_INT, MG__OFF(max_position_embeddings), "N", 1, 1e7,
+     "rows of the position embedding, >= --seq-length (default: --seq-length)"},
+    {"--vocab-size", MG__F_INT, MG__OFF(vocab_size), "V", 2, 1 << 30,
+     "vocabulary size; every token id of the data must be below it; padded to a multiple of "
+     "128 inside the model"},
+    {"batch", MG__F_HELP, 0, NULL, 0, 0, "Batch and length of the run"},
+    {"--micro-batch-size", MG__F_INT, MG__OFF(micro_batch_size), "B", 1, 1e6,
+     "sequences per microbatch (default 1)"},
+    {"--global-batch-size", MG__F_INT, MG__OFF(global_batch_size), "N", 1, 1e9,
+     "sequences per iteration, a multiple of --micro-batch-size: gradients accumulate over "
+     "global/micro microbatches (default: --micro-batch-size)"},
+    {"--train-iters", MG__F_INT, MG__OFF(train_iters), "N", 0, MG__BIG,
+     "iterations to train (required; 0: no training, e.g. to convert or sample)"},
+    {"optimizer", MG__F_HELP, 0, NULL, 0, 0, "Optimizer: AdamW, decoupled weight decay (none on "
+     "biases and layernorms), global-norm gradient clipping"},
+    {"--lr", MG__F_FLOAT, MG__OFF(lr), "LR", 0, 1e3, "peak learning rate (required to train)"},
+    {"--min-lr", MG__F_FLOAT, MG__OFF(min_lr), "LR", 0, 1e3, "learning rate at the end of the "
+     "decay (default 0)"},
+    {"--lr-decay-style", MG__F_CHOICE, MG__OFF(lr_decay_style), "constant|linear|cosine", 0, 0,
+     "decay after the warm-up (default linear)"},
+    {"--lr-warmup-iters", MG__F_INT, MG__OFF(lr_warmup_iters), "N", 0, MG__BIG,
+     "linear warm-up from 0 over N iterations (default 0)"},
+    {"--lr-decay-iters", MG__F_INT, MG__OFF(lr_decay_iters), "N", 1, MG__BIG,
+     "iterations until --min-lr is reached (default: --train-iters)"},
+    {"--weight-decay", MG__F_FLOAT, MG__OFF(weight_decay), "WD", 0, 1e3,
+     "decoupled weight decay of the weights (default 0.01)"},
+    {"--clip-grad", MG__F_FLOAT, MG__OFF(clip_grad), "NORM", 0, 1e9,
+     "clip the global gradient norm to NORM; 0 disables (default 1.0)"},
+    {"--adam-beta1", MG__F_FLOAT, MG__OFF(adam_beta1), "B1", 0, 0.999999, "default 0.9"},
+    {"--adam-beta2", MG__F_FLOAT, MG__OFF(adam_beta2), "B2", 0, 0.999999, "default 0.999"},
+    {"--adam-eps", MG__F_FLOAT, MG__OFF(adam_eps), "EPS", 1e-30, 1, "default 1e-8"},
+    {"--seed", MG__F_INT, MG__OFF(seed), "N", 0, 4294967295.0,
+     "initialisation, data order and sampling (default 1234)"},
+    {"logging", MG__F_HELP, 0, NULL, 0, 0, "Logging and evaluation"},
+    {"--log-interval", MG__F_INT, MG__OFF(log_interval), "N", 1, MG__BIG,
+     "print the training line every N iterations (default 100)"},
+    {"--log-jsonl", MG__F_STR, MG__OFF(log_jsonl), "FILE",  0, 0,
+     "also append one JSON object per logged iteration to FILE"},
+    {"--eval-interval", MG__F_INT, MG__OFF(eval_interval), "N", 1, MG__BIG,
+     "validation loss every N iterations and at the end (default 1000)"},
+    {"--eval-iters", MG__F_INT, MG__OFF(eval_iters), "N", 0, MG__BIG,
+     "global batches per validation; 0 disables it (default 100)"},
+    {"--sample-tokens", MG__F_INT, MG__OFF(sample_tokens), "N", 0, 1e7,
+     "generate N tokens at the end and print them (default 0)"},
+    {"checkpoints", MG__F_HELP, 0, NULL, 0, 0, "Checkpoints"},
+    {"--save", MG__F_STR, MG__OFF(save), "DIR", 0, 0,
+     "save DIR/iter_NNNNNNN every --save-interval iterations and at the end"},
+    {"--save-interval", MG__F_INT, MG__OFF(save_interval), "N", 1, MG__BIG,
+     "iterations between checkpoints (needs --save)"},
+    {"--load", MG__F_STR, MG__OFF(load), "DIR",  0, 0,
+     "resume from the latest checkpoint in DIR (none there: start from scratch)"},
+    {"--init-from", MG__F_STR, MG__OFF(init_from), "FILE", 0, 0,
+     "initial weights: an llm.c checkpoint, a Hugging Face GPT-2 model.safetensors (or its "
+     "directory), or a model.safetensors of our checkpoints; told apart by content"},
+    {"--export-hf", MG__F_STR, MG__OFF(export_hf), "DIR", 0, 0,
+     "at the end, write DIR/model.safetensors + DIR/config.json for Hugging Face transformers"},
+    {"data", MG__F_HELP, 0, NULL, 0, 0, "Data"},
+    {"--data-path", MG__F_STR, MG__OFF(data_path), "PATH", 0, 0,
+     "a Megatron indexed dataset prefix (PATH.bin + PATH.idx) or an llm.c token file"},
+    {"--split", MG__F_STR, MG__OFF(split), "A,B,C", 0, 0,
+     "train,validation,test weights of the data's documents (default 969,30,1)"},
+    {"--data-order", MG__F_CHOICE, MG__OFF(data_order), "shuffled|sequential", 0, 0,
+     "shuffled: Megatron's GPTDataset order; sequential: sample i of iteration k is tokens "
+     "[(k*B+i)*T, (k*B+i)*T+T+1) of the split (default shuffled)"},
+    {"device", MG__F_HELP, 0, NULL, 0, 0, "Device"},
+    {"--device", MG__F_CHOICE, MG__OFF(device), "auto|cpu|cuda", 0, 0,
+     "auto: the GPU when built by nvcc and one is present, else the CPU (default auto; "
+     "OMP_NUM_THREADS sets the CPU threads)"},
+    {"--help", MG__F_HELP, MG__OFF(help), NULL, 0, 0, "print this help and exit"},
+};
+#define MG__NFLAGS ((int)(sizeof mg__flags / sizeof mg__flags[0]))
+typedef char mg__flags_fit_given[MG__NFLAGS <= 64 ? 1 : -1];  /* mg_train_args.given[64] */
+
+MGDEF void mg_train_args_default(mg_train_args *a) {
+    memset(a, 0, sizeof *a);
+    a->micro_batch_size = 1;
+    a->lr = -1;                          /* required                                           */
+    a->train_iters = -1;                 /* required                                           */
+    a->lr_decay_style = MG_LR_LINEAR;
+    a->weight_decay = 0.01;
+    a->clip_grad = 1.0;
+    a->adam_beta1 = 0.9;
+    a->adam_beta2 = 0.999;
+    a->adam_eps = 1e-8;
+    a->seed = 1234;
+    a->log_interval = 100;
+    a->eval_interval = 1000;
+    a->eval_iters = 100;
+    a->split = "969,30,1";
+    a->data_order = MG_ORDER_SHUFFLED;
+    a->device = MG_DEVICE_AUTO;
+}
+
+static int mg__flag_index(const char *name) {
+    int i;
+    for (i = 0; i < MG__NFLAGS; i++)
+        if (mg__flags[i].type != MG__F_HELP && !strcmp(mg__flags[i].name, name)) return i;
+    return -1;
+}
+MGDEF int mg_train_flag_given(const mg_train_args *a, const char *flag) {
+    int i = mg__flag_index(flag);
+    return i >= 0 && a->given[i];
+}
+
+/* Index of value among the "a|b|c" choices, or -1. */
+static int mg__choice(const char *choices, const char *value) {
+    int idx = 0;
+    size_t n = strlen(value);
+    const char *p = choices;
+    while (*p) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && !strncmp(p, value, n)) return idx;
+        idx++;
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return -1;
+}
+
+static int mg__set_flag(mg_train_args *a, const mg__flag *f, const char *v, char *err,
+                        size_t errlen) {
+    char *end = NULL;
+    char *field = (char *)a + f->offset;
+    if (f->type == MG__F_STR) {
+        if (!v[0])
+            return mg__err(err, errlen, "%s: empty value (expected %s)", f->name, f->metavar);
+        *(const char **)field = v;
+        return 0;
+    }
+    if (f->type == MG__F_CHOICE) {
+        int c = mg__choice(f->metavar, v);
+        if (c < 0)
+            return mg__err(err, errlen, "%s %s: invalid choice (expected one of %s)", f->name, v,
+                           f->metavar);
+        *(int *)field = c;
+        return 0;
+    }
+    errno = 0;
+    if (f->type == MG__F_INT) {
+        long long x = strtoll(v, &end, 10);
+        if (!v[0] || *end || errno)
+            return mg__err(err, errlen, "%s %s: not an integer (expected %s, a whole number)",
+                           f->name, v, f->metavar);
+        if ((double)x < f->lo || (double)x > f->hi)
+            return mg__err(err, errlen, "%s %s: out of range (expected %.17g … %.17g)", f->name,
+                           v, f->lo, f->hi);
+        *(int64_t *)field = x;
+    } else {
+        double x = strtod(v, &end);
+        if (!v[0] || *end || errno || !isfinite(x))
+            return mg__err(err, errlen, "%s %s: not a number (expected %s, e.g. 3e-4)", f->name,
+                           v, f->metavar);
+        if (x < f->lo || x > f->hi)
+            return mg__err(err, errlen, "%s %s: out of range (expected %g … %g)", f->name, v,
+                           f->lo, f->hi);
+        *(double *)field = x;
+    }
+    return 0;
+}
+
+MGDEF int mg_train_parse(mg_train_args *a, int argc, char **argv, char *err, size_t errlen) {
+    int i;
+    for (i = 1; i < argc; i++) {
+        const char *arg = argv[i], *value, *eq;
+        char name[64];
+        int k;
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) { a->help = 1; continue; }
+        if (strncmp(arg, "--", 2))
+            return mg__err(err, errlen, "unexpected argument '%s' (every option is --name value;"
+                           " see --help)", arg);
+        eq = strchr(arg, '=');
+        snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - arg) : (int)strlen(arg), arg);
+        k = mg__flag_index(name);
+        if (k < 0 || !strcmp(name, "--help"))
+            return mg__err(err, errlen, "unknown option %s (see --help for the list)", name);
+        if (eq) value = eq + 1;
+        else if (i + 1 < argc) value = argv[++i];
+        else return mg__err(err, errlen, "%s needs a value (%s)", name, mg__flags[k].metavar);
+        if (mg__set_flag(a, &mg__flags[k], value, err, errlen)) return -1;
+        a->given[k] = 1;
+    }
+    return 0;
+}
+
+/* "  LEFT   help text" with the help wrapped at 96 columns under its own indent. */
+static void mg__print_wrapped(FILE *out, const char *left, const char *text) {
+    const int indent = 36, width = 96;
+    int col, first = 1;
+    fprintf(out, "  %-33s", left);
+    col = 2 + (int)(strlen(left) > 33 ? strlen(left) : 33);
+    if (col >= indent) { fprintf(out, "\n%*s", indent, ""); col = indent; }
+    else { fprintf(out, "%*s", indent - col, ""); col = indent; }
+    while (*text) {
+        const char *sp = strchr(text, ' ');
+        int n = sp ? (int)(sp - text) : (int)strlen(text);
+        if (!first && col + 1 + n > width) { fprintf(out, "\n%*s", indent, ""); col = indent; }
+        else if (!first) { fputc(' ', out); col++; }
+        fprintf(out, "%.*s", n, text);
+        col += n;
+        first = 0;
+        text += n;
+        while (*text == ' ') text++;
+    }
+    fputc('\n', out);
+}
+
+MGDEF void mg_train_print_help(FILE *out, const char *prog) {
+    int i;
+    fprintf(out,
+        "usage: %s --data-path PATH --train-iters N --lr LR [model flags] [options]\n"
+        "Trains a GPT-2 model (pre-LayerNorm, GELU, learned positions, tied output layer)\n"
+        "with megatron.h. Flags carry Megatron-LM's names.\n", prog);
+    for (i = 0; i < MG__NFLAGS; i++) {
+        const mg__flag *f = &mg__flags[i];
+        char left[96];
+        if (f->type == MG__F_HELP && f->offset == 0) {
+            fprintf(out, "\n%s:\n", f->help);
+            continue;
+        }
+        if (f->metavar) snprintf(left, sizeof left, "%s %s", f->name, f->metavar);
+        else snprintf(left, sizeof left, "%s", f->name);
+        mg__print_wrapped(out, left, f->help);
+    }
+    fprintf(out,
+        "\nThe log line (every --log-interval iterations) shows iteration, consumed samples,\n"
+        "elapsed time per iteration (ms), throughput per GPU (TFLOP/s/GPU), tokens per second,\n"
+        "learning rate, global batch size, lm loss (mean over the interval), loss scale, grad\n"
+        "norm, skipped and nan iterations. FLOPs are counted as Megatron-LM does without\n"
+        "activation recomputation: per iteration 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)) for\n"
+        "global batch B, sequence s, layers l, hidden h, padded vocabulary V (2 FLOPs per\n"
+        "multiply-add of every GEMM, backward = 2 x forward), divided by the iteration time and\n"
+        "the number of GPUs (ranks). Errors: one line 'gpt_train: error: ...', exit status 2.\n");
+}
+
+/* =============================================================================================
+   5. Trainer: setup
+   ========================================================================================== */
+static double mg__now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* Parent directory of path exists (the path itself may not). */
+static int mg__parent_is_dir(const char *path) {
+    char dir[1100];
+    char *slash;
+    snprintf(dir, sizeof dir, "%s", path);
+    while ((slash = strrchr(dir, '/')) && slash[1] == 0 && slash != dir) *slash = 0; /* "a/" */
+    slash = strrchr(dir, '/');
+    if (!slash) return 1;                       /* relative name: the working directory */
+    if (slash == dir) return 1;                 /* "/name" */
+    *slash = 0;
+    return mg__is_dir(dir);
+}
+
+/* An output path: a directory (want_dir) or a file that may be created. */
+static int mg__check_output(const char *flag, const char *path, int want_dir, char *err,
+                            size_t errlen) {
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        if (want_dir && !S_ISDIR(st.st_mode))
+            return mg__err(err, errlen, "%s %s: exists and is not a directory", flag, path);
+        if (!want_dir && S_ISDIR(st.st_mode))
+            return mg__err(err, errlen, "%s %s: is a directory (expected a file name)", flag, path);
+        return 0;
+    }
+    if (!mg__parent_is_dir(path))
+        return mg__err(err, errlen, "%s %s: the directory it would be created in does not exist",
+                       flag, path);
+    return 0;
+}
+
+/* Reads DIR/latest_checkpointed_iteration.txt. Returns 1 with *iter set, 0 if there is no
+   checkpoint, -1 if the file is malformed. */
+static int mg__latest_iteration(const char *dir, int64_t *iter, char *err, size_t errlen) {
+    char path[1100], buf[64];
+    FILE *f;
+    size_t n;
+    char *end;
+    snprintf(path, sizeof path, "%s/latest_checkpointed_iteration.txt", dir);
+    f = fopen(path, "rb");
+    if (!f) return 0;
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    *iter = strtoll(buf, &end, 10);
+    while (*end == '\n' || *end == ' ' || *end == '\r') end++;
+    if (end == buf || *end || *iter < 0) {
+        for (end = buf; *end; end++) if ((unsigned char)*end < 32) *end = ' ';  /* one line */
+        return mg__err(err, errlen, "%s: expected an iteration number, found '%.20s'", path, buf);
+    }
+    return 1;
+}
+
+/* The checkpoint's state.json, parsed. */
+typedef struct mg__ckpt_state {
+    int64_t iteration, consumed, consumed_valid, adam_step, skipped, nan_iters, seed;
+    int64_t arch[6];          /* num_layers, hidden, heads, seq, max_pos, vocab               */
+    int data_order;
+} mg__ckpt_state;
+static const char *const mg__state_arch_keys[6] = {"num_layers", "hidden_size",
+    "num_attention_heads", "seq_length", "max_position_embeddings", "vocab_size"};
+
+static int mg__read_state(const char *path, mg__ckpt_state *s, char *err, size_t errlen) {
+    long len = 0;
+    char *text = NULL, why[MG_ERRLEN];
+    FILE *f = fopen(path, "rb");
+    mg_json js;
+    int k, rc = 0;
+    const char *ikeys[7] = {"iteration", "consumed_train_samples", "consumed_valid_samples",
+                            "adam_step", "skipped_iterations", "nan_iterations", "seed"};
+    int64_t *ivals[7];
+    int64_t order;
+    if (!f) return mg__err(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    text = (char *)MG_MALLOC((size_t)(len > 0 ? len : 1));
+    if (!text || fread(text, 1, (size_t)len, f) != (size_t)len) rc = -1;
+    fclose(f);
+    if (rc) { MG_FREE(text); return mg__err(err, errlen, "%s: cannot read", path); }
+    if (mg_json_parse(&js, text, (size_t)len, why, sizeof why)) {
+        MG_FREE(text);
+        return mg__err(err, errlen, "%s: %s", path, why);
+    }
+    ivals[0] = &s->iteration; ivals[1] = &s->consumed; ivals[2] = &s->consumed_valid;
+    ivals[3] = &s->adam_step; ivals[4] = &s->skipped; ivals[5] = &s->nan_iters;
+    ivals[6] = &s->seed;
+    for (k = 0; k < 7 && !rc; k++) {
+        int64_t t = js.toks[0].type == MG_JSON_OBJECT ? mg_json_get(&js, 0, ikeys[k]) : -1;
+        if (t < 0 || mg_json_int(&js, t, ivals[k]))
+            rc = mg__err(err, errlen, "%s: key %s missing or not an integer", path, ikeys[k]);
+    }
+    for (k = 0; k < 6 && !rc; k++) {
+        int64_t t = mg_json_get(&js, 0, mg__state_arch_keys[k]);
+        if (t < 0 || mg_json_int(&js, t, &s->arch[k]))
+            rc = mg__err(err, errlen, "%s: key %s missing or not an integer", path,
+                         mg__state_arch_keys[k]);
+    }
+    if (!rc) {
+        int64_t t = mg_json_get(&js, 0, "data_order_index");
+        if (t < 0 || mg_json_int(&js, t, &order))
+            rc = mg__err(err, errlen, "%s: key data_order_index missing", path);
+        s->data_order = (int)order;
+    }
+    mg_json_free(&js);
+    MG_FREE(text);
+    return rc;
+}
+
+/* Fills the architecture in *cfg from the flags and from a loaded source (checkpoint state
+   or weights file): a flag given must agree with the source; a missing one is taken from it. */
+static int mg__merge_arch(const mg_train_args *a, const int64_t src[6], const char *what,
+                          int64_t out[6], char *err, size_t errlen) {
+    const char *flags[6] = {"--num-layers", "--hidden-size", "--num-attention-heads",
+                            "--seq-length", "--max-position-embeddings", "--vocab-size"};
+    int64_t given[6];
+    int k;
+    given[0] = a->num_layers; given[1] = a->hidden_size; given[2] = a->num_attention_heads;
+    given[3] = a->seq_length; given[4] = a->max_position_embeddings; given[5] = a->vocab_size;
+    for (k = 0; k < 6; k++) {
+        out[k] = mg_train_flag_given(a, flags[k]) ? given[k] : 0;
+        if (!src || !src[k]) continue;
+        if (out[k] && out[k] != src[k])
+            return mg__err(err, errlen, "%s %lld does not match %s, which has %lld (leave the "
+                           "flag out to take it from there)", flags[k], (long long)out[k], what,
+                           (long long)src[k]);
+        out[k] = src[k];
+    }
+    if (!out[4]) out[4] = out[3];        /* max positions default: the sequence length */
+    if (!out[3]) out[3] = out[4];        /* sequence length default: the max positions */
+    for (k = 0; k < 6; k++)
+        if (!out[k])
+            return mg__err(err, errlen, "%s is required (or give a model with --init-from or "
+                           "--load)", flags[k]);
+    return 0;
+}
+
+/* Checks of numbers and their combinations, no files. */
+static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
+    if (a->train_iters < 0)
+        return mg__err(err, errlen, "--train-iters is required (the number of iterations, e.g. "
+                       "--train-iters 1000)");
+    if (a->lr < 0 && a->train_iters > 0)
+        return mg__err(err, errlen, "--lr is required (the peak learning rate, e.g. --lr 3e-4)");
+    if (a->lr >= 0 && a->min_lr > a->lr)
+        return mg__err(err, errlen, "--min-lr %g is larger than --lr %g (it must be <= --lr)",
+                       a->min_lr, a->lr);
+    if (a->global_batch_size % a->micro_batch_size)
+        return mg__err(err, errlen, "--global-batch-size %lld is not a multiple of "
+                       "--micro-batch-size %lld", (long long)a->global_batch_size,
+                       (long long)a->micro_batch_size);
+    if (a->lr_decay_style != MG_LR_CONSTANT && a->train_iters > 0) {
+        int64_t decay = a->lr_decay_iters ? a->lr_decay_iters : a->train_iters;
+        if (a->lr_warmup_iters >= decay)
+            return mg__err(err, errlen, "--lr-warmup-iters %lld must be smaller than "
+                           "--lr-decay-iters %lld (default: --train-iters) for the %s decay",
+                           (long long)a->lr_warmup_iters, (long long)decay,
+                           a->lr_decay_style == MG_LR_LINEAR ? "linear" : "cosine");
+    }
+    if (mg_train_flag_given(a, "--save-interval") && !a->save)
+        return mg__err(err, errlen, "--save-interval needs --save DIR (where to write)");
+    if (a->train_iters > 0 && !a->data_path)
+        return mg__err(err, errlen, "--data-path is required to train (an indexed dataset "
+                       "prefix or an llm.c token file; --train-iters 0 needs none)");
+    if (a->device == MG_DEVICE_CUDA && !mg_cuda_available())
+#ifdef __CUDACC__
+        return mg__err(err, errlen, "--device cuda: no CUDA GPU is available (use --device "
+                       "cpu or auto)");
+#else
+        return mg__err(err, errlen, "--device cuda: this program was built without CUDA (use "
+                       "the _cuda build, or --device cpu)");
+#endif
+    if (a->save && mg__check_output("--save", a->save, 1, err, errlen)) return -1;
+    if (a->log_jsonl && mg__check_output("--log-jsonl", a->log_jsonl, 0, err, errlen)) return -1;
+    if (a->export_hf && mg__check_output("--export-hf", a->export_hf, 1, err, errlen)) return -1;
+    if (a->load && !mg__is_dir(a->load) && !mg__parent_is_dir(a->load))
+        return mg__err(err, errlen, "--load %s: neither a directory nor a place one could be",
+                       a->load);
+    return 0;
+}
+
+/* Opens the data and its samplers; checks token ids against the vocabulary. */
+static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
+    const mg_train_args *a = &tr->args;
+    char why[MG_ERRLEN];
+    int64_t lo, hi, counts[3];
+    double weights[3];
+    mg_sampler_desc sd;
+    if (!a->data_path) return 0;
+    if (mg_dataset_open(a->data_path, &tr->data, why, sizeof why))
+        return mg__err(err, errlen, "--data-path: %s", why);
+    tr->has_data = 1;
+    mg_dataset_token_range(&tr->data, &lo, &hi);
+    if (lo < 0 || hi >= tr->cfg.vocab_size)
+        return mg__err(err, errlen, "--data-path %s: token id %lld is outside the vocabulary "
+                       "(--vocab-size %d: ids 0 … %d)", a->data_path,
+                       (long long)(lo < 0 ? lo : hi), tr->cfg.vocab_size, tr->cfg.vocab_size - 1);
+    if (mg_split_parse(a->split, weights, why, sizeof why))
+        return mg__err(err, errlen, "--split %s: %s", a->split, why);
+    mg_data_num_samples(a->train_iters, a->global_batch_size, a->eval_interval, a->eval_iters,
+                        counts);
+    memset(&sd, 0, sizeof sd);
+    sd.split = a->split;
+    sd.seq_len = tr->cfg.seq_len;
+    sd.seed = (uint32_t)a->seed;
+    sd.order = (mg_data_order)a->data_order;
+    if (a->train_iters > 0) {
+        sd.part = MG_SPLIT_TRAIN;
+        sd.n_samples = counts[0];
+        if (weights[0] <= 0)
+            return mg__err(err, errlen, "--split %s gives the training part no data", a->split);
+        if (mg_sampler_init(&tr->train_smp, &tr->data, &sd, why, sizeof why))
+            return mg__err(err, errlen, "--data-path %s, training part: %s", a->data_path, why);
+        if (tr->train_smp.part_tokens < (int64_t)tr->cfg.seq_len + 1)
+            return mg__err(err, errlen, "--data-path %s: the training part holds %lld tokens, "
+                           "fewer than one sample needs (--seq-length + 1 = %d)", a->data_path,
+                           (long long)tr->train_smp.part_tokens, tr->cfg.seq_len + 1);
+    }
+    if (a->eval_iters > 0 && weights[1] > 0) {
+        sd.part = MG_SPLIT_VALID;
+        sd.n_samples = counts[1];
+        if (mg_sampler_init(&tr->valid_smp, &tr->data, &sd, why, sizeof why))
+            return mg__err(err, errlen, "--data-path %s, validation part: %s", a->data_path, why);
+        tr->has_valid = 1;
+        if (tr->valid_smp.part_tokens < (int64_t)tr->cfg.seq_len + 1)
+            return mg__err(err, errlen, "--data-path %s: the validation part of --split %s "
+                           "holds %lld tokens, fewer than one sample needs (--seq-length + 1 = "
+                           "%d); use --eval-iters 0 or give it more", a->data_path, a->split,
+                           (long long)tr->valid_smp.part_tokens, tr->cfg.seq_len + 1);
+    }
+    return 0;
+}
+
+MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err, size_t errlen) {
+    mg_train_args *a = &tr->args;
+    mg_weights_file wf;
+    mg__ckpt_state st;
+    int64_t src[6], arch[6], load_iter = 0;
+    const int64_t *srcp = NULL;
+    const char *src_name = NULL;
+    char path[1100], srcdesc[1200];
+    int has_ckpt = 0, has_weights = 0, rc;
+    mg_gpt_layout layout;
+    mg_ctx_desc cd;
+    size_t bytes;
+    memset(tr, 0, sizeof *tr);
+    memset(&wf, 0, sizeof wf);
+    tr->args = *args;
+    tr->loaded_iteration = tr->last_saved = -1;
+    if (!mg_train_flag_given(a, "--global-batch-size")) a->global_batch_size = a->micro_batch_size;
+    if (mg__check_run(a, err, errlen)) return -1;
+    if (a->lr < 0) a->lr = 0;                       /* no training: no learning rate needed */
+    /* architecture: the checkpoint to resume, else the weights to start from, else flags */
+    if (a->load) {
+        rc = mg__latest_iteration(a->load, &load_iter, err, errlen);
+        if (rc < 0) return -1;
+        if (rc == 1) {
+            snprintf(path, sizeof path, "%s/iter_%07lld/state.json", a->load, (long long)load_iter);
+            if (mg__read_state(path, &st, err, errlen)) return -1;
+            has_ckpt = 1;
+            srcp = st.arch;
+            src_name = path;
+            if (mg_train_flag_given(a, "--seed") && st.seed != a->seed)
+                return mg__err(err, errlen, "--seed %lld differs from the checkpoint's %lld "
+                               "(the data order would change; leave --seed out to resume)",
+                               (long long)a->seed, (long long)st.seed);
+            if (mg_train_flag_given(a, "--data-order") && st.data_order != a->data_order)
+                return mg__err(err, errlen, "--data-order differs from the checkpoint's "
+                               "(leave it out to resume)");
+            a->seed = st.seed;
+            a->data_order = st.data_order;
+        }
+    }
+    if (!has_ckpt && a->init_from) {
+        if (mg_weights_open(&wf, a->init_from, err, errlen)) return -1;
+        has_weights = 1;
+        src[0] = wf.cfg.n_layer; src[1] = wf.cfg.hidden; src[2] = wf.cfg.n_head;
+        src[3] = 0; src[4] = wf.cfg.max_pos; src[5] = wf.cfg.vocab_size;
+        srcp = src;
+        src_name = wf.path;
+    }
+    snprintf(srcdesc, sizeof srcdesc, "%s", src_name ? src_name : "");
+    if (mg__merge_arch(a, srcp, srcdesc, arch, err, errlen)) goto fail;
+    tr->cfg.n_layer = (int)arch[0];
+    tr->cfg.hidden = (int)arch[1];
+    tr->cfg.n_head = (int)arch[2];
+    tr->cfg.seq_len = (int)arch[3];
+    tr->cfg.max_pos = (int)arch[4];
+    tr->cfg.vocab_size = (int)arch[5];
+    tr->cfg.padded_vocab = mg_gpt_pad_vocab(tr->cfg.vocab_size, 1);
+    if (mg_gpt_config_check(&tr->cfg, 1, err, errlen)) goto fail;
+    tr->n_micro = (int)(a->global_batch_size / a->micro_batch_size);
+    layout = mg_gpt_layout_single(&tr->cfg, (int)a->micro_batch_size, tr->n_micro, 1);
+    bytes = mg_gpt_arena_bytes(&tr->cfg, &layout);
+    if (!bytes && mg__layout_check(&tr->cfg, &layout, err, errlen)) goto fail;
+    /* AdamW moments (2 more copies of the parameters) and the ops' scratch */
+    {   /* AdamW's two moments, like the flat buffer, and the ops' scratch */
+        int64_t n_elems;
+        mg__build_params(&tr->cfg, &layout, NULL, &n_elems);
+        bytes += 2 * (((size_t)n_elems * sizeof(float) + 255) / 256 * 256) + ((size_t)8 << 20) +
+                 (size_t)64 * tr->cfg.hidden * sizeof(float);
+    }
+    {
+        double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
+        if (a->device != MG_DEVICE_CUDA && !mg_cuda_available() && phys > 0 && (double)bytes > phys)
+            { mg__err(err, errlen, "the model needs %.2f GiB of memory (parameters, optimizer "
+                      "state, activations of --micro-batch-size %lld), more than the %.2f GiB "
+                      "of this machine", bytes / 1073741824.0, (long long)a->micro_batch_size,
+                      phys / 1073741824.0); goto fail; }
+    }
+    if (mg__setup_data(tr, err, errlen)) goto fail;
+    /* everything checked: build */
+    memset(&cd, 0, sizeof cd);
+    cd.device = (mg_device)a->device;
+    cd.arena_bytes = bytes;
+    mg_ctx_init(&tr->ctx, &cd);
+    if (mg_gpt_create(&tr->model, &tr->ctx, &tr->cfg, &layout, err, errlen)) goto fail;
+    mg_adamw_create(&tr->opt, &tr->model, (float)a->adam_beta1, (float)a->adam_beta2,
+                    (float)a->adam_eps, (float)a->weight_decay);
+    tr->sched.max_lr = a->lr;
+    tr->sched.min_lr = a->min_lr;
+    tr->sched.warmup_iters = a->lr_warmup_iters;
+    tr->sched.decay_iters = a->lr_decay_iters ? a->lr_decay_iters : a->train_iters;
+    tr->sched.style = (mg_lr_style)a->lr_decay_style;
+    mg_gpt_init_weights(&tr->model, (uint64_t)a->seed);
+    if (has_ckpt) {
+        if (mg_trainer_load(tr, a->load, err, errlen) < 0) goto fail;
+    } else if (has_weights) {
+        if (mg_gpt_import(&tr->model, &wf, err, errlen)) goto fail;
+        mg_weights_close(&wf);
+        has_weights = 0;
+    }
+    tr->batch = (int32_t *)MG_MALLOC(sizeof(int32_t) * (size_t)a->global_batch_size *
+                                     (size_t)(tr->cfg.seq_len + 1));
+    MG_ASSERT(tr->batch, "out of host memory");
+    if (a->log_jsonl) {
+        tr->jsonl = fopen(a->log_jsonl, "ab");
+        if (!tr->jsonl) {
+            mg__err(err, errlen, "--log-jsonl %s: cannot open (%s)", a->log_jsonl, strerror(errno));
+            goto fail;
+        }
+    }
+    return 0;
+fail:
+    if (has_weights) mg_weights_close(&wf);
+    mg_trainer_free(tr);
+    return -1;
+}
+
+MGDEF void mg_trainer_free(mg_trainer *tr) {
+    if (tr->jsonl) fclose(tr->jsonl);
+    if (tr->has_valid) mg_sampler_free(&tr->valid_smp);
+    if (tr->has_data) {
+        if (tr->train_smp.ds) mg_sampler_free(&tr->train_smp);
+        mg_dataset_close(&tr->data);
+    }
+    if (tr->model.ctx) mg_gpt_destroy(&tr->model);
+    if (tr->ctx.arena || tr->ctx.device) mg_ctx_free(&tr->ctx);
+    MG_FREE(tr->batch);
+    memset(tr, 0, sizeof *tr);
+}
+
+/* =============================================================================================
+   5. Trainer: iteration, logging, evaluation
+   ========================================================================================== */
+/* Samples [first, first + count) of a sampler into tr->batch ([count, T+1]). */
+static void mg__fetch(mg_trainer *tr, const mg_sampler *smp, int64_t first, int64_t count) {
+    int64_t i;
+    char why[MG_ERRLEN];
+    for (i = 0; i < count; i++)
+        if (mg_sampler_get(smp, first + i, tr->batch + i * (tr->cfg.seq_len + 1), why, sizeof why))
+            mg_fatal(__FILE__, __LINE__, "sample %lld: %s", (long long)(first + i), why);
+}
+
+MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
+    mg_step_result r;
+    int64_t G = tr->args.global_batch_size;
+    double t0 = mg__now_ms(), tokens = (double)G * tr->cfg.seq_len;
+    memset(&r, 0, sizeof r);
+    mg__fetch(tr, &tr->train_smp, tr->consumed_samples, G);
+    mg_gpt_zero_grad(&tr->model);
+    r.loss = mg_gpt_run_microbatches(&tr->model, tr->batch, tr->n_micro, (float)(1.0 / tokens), 1)
+             / tokens;
+    r.lr = mg_lr_at(&tr->sched, tr->iteration);
+    r.skipped = !mg_adamw_update(&tr->opt, &tr->model, (float)r.lr, (float)tr->args.clip_grad,
+                                 &r.grad_norm);
+    if (r.skipped) { tr->skipped_iters++; tr->nan_iters++; }
+    tr->consumed_samples += G;
+    tr->iteration++;
+    mg_sync(&tr->ctx);
+    r.elapsed_ms = mg__now_ms() - t0;
+    return r;
+}
+
+/* A double for JSON: non-finite values become null. */
+static void mg__json_num(FILE *f, const char *key, double v, int last) {
+    if (isfinite(v)) fprintf(f, "\"%s\": %.9g%s", key, v, last ? "" : ", ");
+    else fprintf(f, "\"%s\": null%s", key, last ? "" : ", ");
+}
+
+MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
+    double ms, loss, tokens_per_s, tflops;
+    int64_t G = tr->args.global_batch_size;
+    time_t now;
+    char stamp[32];
+    tr->log_count++;
+    tr->log_ms_sum += r->elapsed_ms;
+    if (!r->skipped) tr->log_loss_sum += r->loss;
+    tr->log_skipped += r->skipped;
+    if (tr->iteration % tr->args.log_interval && tr->iteration != tr->args.train_iters) return;
+    ms = tr->log_ms_sum / (double)tr->log_count;
+    loss = tr->log_count > tr->log_skipped ?
+           tr->log_loss_sum / (double)(tr->log_count - tr->log_skipped) : NAN;
+    tokens_per_s = (double)G * tr->cfg.seq_len / (ms * 1e-3);
+    tflops = mg_gpt_flops_per_iteration(&tr->cfg, G) / (ms * 1e-3) / 1e12; /* one rank */
+    now = time(NULL);
+    strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
+    if (out) {
+        fprintf(out, " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
+                "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.3f | tokens per "
+                "second: %.0f | learning rate: %.6E | global batch size: %5lld | lm loss: %.6E |"
+                " loss scale: 1.0 | grad norm: %.3f | number of skipped iterations: %3lld | "
+                "number of nan iterations: %3lld |\n", stamp, (long long)tr->iteration,
+                (long long)tr->args.train_iters, (long long)tr->consumed_samples, ms, tflops,
+                tokens_per_s, r->lr, (long long)G, loss, r->grad_norm,
+                (long long)tr->log_skipped, (long long)tr->log_skipped);
+        fflush(out);
+    }
+    if (tr->jsonl) {
+        fprintf(tr->jsonl, "{\"iteration\": %lld, \"consumed_samples\": %lld, ",
+                (long long)tr->iteration, (long long)tr->consumed_samples);
+        mg__json_num(tr->jsonl, "lm_loss", loss, 0);
+        mg__json_num(tr->jsonl, "grad_norm", r->grad_norm, 0);
+        mg__json_num(tr->jsonl, "lr", r->lr, 0);
+        mg__json_num(tr->jsonl, "elapsed_ms", ms, 0);
+        mg__json_num(tr->jsonl, "tokens_per_sec", tokens_per_s, 0);
+        mg__json_num(tr->jsonl, "tflops_per_gpu", tflops, 0);
+        fprintf(tr->jsonl, "\"global_batch_size\": %lld, \"skipped_iterations\": %lld, "
+                "\"nan_iterations\": %lld}\n", (long long)G, (long long)tr->log_skipped,
+                (long long)tr->log_skipped);
+        fflush(tr->jsonl);
+    }
+    tr->log_count = tr->log_skipped = 0;
+    tr->log_loss_sum = tr->log_ms_sum = 0;
+}
+
+MGDEF double mg_trainer_evaluate(mg_trainer *tr, FILE *out) {
+    int64_t G = tr->args.global_batch_size, k;
+    double tokens = (double)G * tr->cfg.seq_len, sum = 0, loss;
+    if (!tr->has_valid || tr->args.eval_iters <= 0) return NAN;
+    for (k = 0; k < tr->args.eval_iters; k++) {
+        mg__fetch(tr, &tr->valid_smp, tr->consumed_valid_samples, G);
+        tr->consumed_valid_samples += G;
+        sum += mg_gpt_run_microbatches(&tr->model, tr->batch, tr->n_micro, 0.0f, 0) / tokens;
+    }
+    loss = sum / (double)tr->args.eval_iters;
+    if (out) {
+        fprintf(out, "-----------------------------------------------------------------------"
+                "-----------------------\n validation loss at iteration %lld | lm loss value: "
+                "%.6E | lm loss PPL: %.6E | \n----------------------------------------------"
+                "------------------------------------------------\n", (long long)tr->iteration,
+                loss, exp(loss < 700 ? loss : 700));
+        fflush(out);
+    }
+    if (tr->jsonl) {
+        fprintf(tr->jsonl, "{\"iteration\": %lld, ", (long long)tr->iteration);
+        mg__json_num(tr->jsonl, "valid_lm_loss", loss, 1);
+        fprintf(tr->jsonl, "}\n");
+        fflush(tr->jsonl);
+    }
+    return loss;
+}
+
+/* =============================================================================================
+   5. Trainer: checkpoints
+   ========================================================================================== */
+/* JSON string literal of s (quotes, backslashes and control characters escaped). */
+static void mg__json_str(char *out, size_t cap, const char *s) {
+    size_t n = 0;
+    if (cap < 3) { if (cap) out[0] = 0; return; }
+    out[n++] = '"';
+    for (; s && *s && n + 8 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') { out[n++] = '\\'; out[n++] = (char)c; }
+        else if (c < 0x20) n += (size_t)snprintf(out + n, cap - n, "\\u%04x", c);
+        else out[n++] = (char)c;
+    }
+    out[n++] = '"';
+    out[n] = 0;
+}
+
+/* state.json: the counters a resume needs, the architecture, and every flag of the run. */
+static char *mg__state_json(const mg_trainer *tr) {
+    size_t cap = 16384, n = 0;
+    char *s = (char *)MG_MALLOC(cap), val[1200];
+    const mg_train_args *a = &tr->args;
+    int64_t arch[6];
+    int i;
+    MG_ASSERT(s, "out of host memory");
+    arch[0] = tr->cfg.n_layer; arch[1] = tr->cfg.hidden; arch[2] = tr->cfg.n_head;
+    arch[3] = tr->cfg.seq_len; arch[4] = tr->cfg.max_pos; arch[5] = tr->cfg.vocab_size;
+    n += (size_t)snprintf(s + n, cap - n, "{\n  \"format\": \"megatron.h checkpoint\", "
+        "\"version\": 1,\n  \"iteration\": %lld, \"consumed_train_samples\": %lld, "
+        "\"consumed_valid_samples\": %lld,\n  \"adam_step\": %lld, \"skipped_iterations\": %lld,"
+        " \"nan_iterations\": %lld,\n  \"seed\": %lld, \"data_order_index\": %d,\n",
+        (long long)tr->iteration, (long long)tr->consumed_samples,
+        (long long)tr->consumed_valid_samples, (long long)tr->opt.step,
+        (long long)tr->skipped_iters, (long long)tr->nan_iters, (long long)a->seed, a->data_order);
+    for (i = 0; i < 6; i++)
+        n += (size_t)snprintf(s + n, cap - n, "  \"%s\": %lld,\n", mg__state_arch_keys[i],
+                              (long long)arch[i]);
+    n += (size_t)snprintf(s + n, cap - n, "  \"padded_vocab_size\": %d,\n  \"args\": {",
+                          tr->cfg.padded_vocab);
+    for (i = 0; i < MG__NFLAGS && n + 1300 < cap; i++) {
+        const mg__flag *f = &mg__flags[i];
+        const char *field = (const char *)a + f->offset;
+        if (f->type == MG__F_HELP) continue;
+        if (f->type == MG__F_INT)
+            snprintf(val, sizeof val, "%lld", (long long)*(const int64_t *)field);
+        else if (f->type == MG__F_FLOAT) snprintf(val, sizeof val, "%.17g", *(const double *)field);
+        else if (f->type == MG__F_CHOICE) {
+            char choice[64];
+            const char *p = f->metavar;
+            int k = *(const int *)field;
+            while (k-- > 0 && strchr(p, '|')) p = strchr(p, '|') + 1;
+            snprintf(choice, sizeof choice, "%.*s", (int)(strchr(p, '|') ? strchr(p, '|') - p :
+                     (long)strlen(p)), p);
+            mg__json_str(val, sizeof val, choice);
+        } else if (*(const char *const *)field)
+            mg__json_str(val, sizeof val, *(const char *const *)field);
+        else snprintf(val, sizeof val, "null");
+        n += (size_t)snprintf(s + n, cap - n, "%s\n    \"%s\": %s", n && s[n - 1] == '{' ? "" : ",",
+                              f->name + 2, val);
+    }
+    snprintf(s + n, cap - n, "\n  }\n}\n");
+    return s;
+}
+
+/* Writes the flat buffer `flat` (params or a moment) as one safetensors file of GLOBAL
+   tensors named name + suffix. */
+static int mg__save_tensors(mg_gpt *m, const float *flat, const char *path, const char *suffix,
+                            int with_meta, char *err, size_t errlen) {
+    mg_st_spec *spec = (mg_st_spec *)MG_MALLOC(sizeof(mg_st_spec) * (size_t)m->n_params);
+    char (*names)[120] = (char (*)[120])MG_MALLOC(120 * (size_t)m->n_params);
+    float *global = (float *)MG_MALLOC((size_t)mg__max_global(m) * sizeof(float));
+    const char *keys[6] = {"num_layers", "hidden_size", "num_attention_heads",
+                           "max_position_embeddings", "vocab_size", "format"};
+    char vals[5][24], why[MG_ERRLEN];
+    const char *vp[6];
+    mg_st_writer w;
+    int i, rc = 0;
+    MG_ASSERT(spec && names && global, "out of host memory");
+    snprintf(vals[0], 24, "%d", m->cfg.n_layer);
+    snprintf(vals[1], 24, "%d", m->cfg.hidden);
+    snprintf(vals[2], 24, "%d", m->cfg.n_head);
+    snprintf(vals[3], 24, "%d", m->cfg.max_pos);
+    snprintf(vals[4], 24, "%d", m->cfg.vocab_size);
+    for (i = 0; i < 5; i++) vp[i] = vals[i];
+    vp[5] = "pt";
+    for (i = 0; i < m->n_params; i++) {
+        const mg_param_desc *d = &m->params[i];
+        memset(&spec[i], 0, sizeof spec[i]);
+        snprintf(names[i], 120, "%s%s", d->name, suffix);
+        spec[i].name = names[i];
+        spec[i].dtype = MG_ST_F32;
+        spec[i].ndim = d->ndim;
+        spec[i].shape[0] = d->shape[0];
+        spec[i].shape[1] = d->shape[1];
+    }
+    if (mg_st_writer_begin(&w, path, NULL, 1, spec, m->n_params, with_meta ? keys : keys + 5,
+                           with_meta ? vp : vp + 5, with_meta ? 6 : 1, why, sizeof why))
+        rc = mg__err(err, errlen, "%s", why);
+    for (i = 0; i < m->n_params && !rc; i++) {
+        const mg_param_desc *d = &m->params[i];
+        mg_gpt_shard_to_global(m, i, flat, global);
+        if (mg_st_writer_write(&w, i, 0, global, d->shape[0] * (d->ndim == 2 ? d->shape[1] : 1),
+                               why, sizeof why)) {
+            mg_st_writer_abort(&w);
+            rc = mg__err(err, errlen, "%s", why);
+        }
+    }
+    if (!rc && mg_st_writer_commit(&w, why, sizeof why)) rc = mg__err(err, errlen, "%s", why);
+    MG_FREE(spec);
+    MG_FREE(names);
+    MG_FREE(global);
+    return rc;
+}
+
+MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t errlen) {
+    char iterdir[1100], tmp[1200], path[1300], why[MG_ERRLEN], latest[32];
+    char *state;
+    int rc = 0;
+    if (!mg__is_dir(dir) && mkdir(dir, 0755) != 0)
+        return mg__err(err, errlen, "--save %s: cannot create directory (%s)", dir,
+                       strerror(errno));
+    snprintf(iterdir, sizeof iterdir, "%s/iter_%07lld", dir, (long long)tr->iteration);
+    if (mg_atomic_dir_begin(iterdir, NULL, tmp, sizeof tmp, why, sizeof why))
+        return mg__err(err, errlen, "%s", why);
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    rc = mg__save_tensors(&tr->model, tr->model.param_buf, path, "", 1, err, errlen);
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
+    if (!rc) rc = mg__save_tensors(&tr->model, tr->opt.m, path, ".exp_avg", 0, err, errlen);
+    snprintf(path, sizeof path, "%s/optimizer_sq.safetensors", tmp);
+    if (!rc) rc = mg__save_tensors(&tr->model, tr->opt.v, path, ".exp_avg_sq", 0, err, errlen);
+    state = mg__state_json(tr);
+    snprintf(path, sizeof path, "%s/state.json", tmp);
+    if (!rc && mg_atomic_write(path, state, strlen(state), why, sizeof why))
+        rc = mg__err(err, errlen, "%s", why);
+    MG_FREE(state);
+    if (!rc && mg_atomic_dir_commit(tmp, iterdir, why, sizeof why))
+        rc = mg__err(err, errlen, "%s", why);
+    if (rc) { mg_atomic_dir_abort(tmp); return -1; }
+    snprintf(latest, sizeof latest, "%lld\n", (long long)tr->iteration);
+    snprintf(path, sizeof path, "%s/latest_checkpointed_iteration.txt", dir);
+    if (mg_atomic_write(path, latest, strlen(latest), why, sizeof why))
+        return mg__err(err, errlen, "%s", why);
+    tr->last_saved = tr->iteration;
+    return 0;
+}
+
+/* Loads one moment buffer from a checkpoint's optimizer file (names name + suffix). */
+static int mg__load_moment(mg_gpt *m, float *flat, const char *path, const char *suffix,
+                           char *err, size_t errlen) {
+    mg_weights_file f;
+    char why[MG_ERRLEN];
+    float *global = (float *)MG_MALLOC((size_t)mg__max_global(m) * sizeof(float));
+    int i, rc = 0;
+    MG_ASSERT(global, "out of host memory");
+    memset(&f, 0, sizeof f);
+    f.kind = MG_WEIGHTS_MEGATRON;
+    f.cfg = m->cfg;
+    snprintf(f.path, sizeof f.path, "%s", path);
+    snprintf(f.prefix, sizeof f.prefix, "%s", suffix);   /* a MEGATRON file's name suffix */
+    if (mg_st_open(path, &f.st, why, sizeof why)) {
+        MG_FREE(global);
+        return mg__err(err, errlen, "%s", why);
+    }
+    for (i = 0; i < m->n_params && !rc; i++) {
+        rc = mg__weights_get(&f, &m->cfg, &m->params[i], global, err, errlen);
+        if (!rc) mg_gpt_global_to_shard(m, i, flat, global);
+    }
+    mg_st_close(&f.st);
+    MG_FREE(global);
+    return rc;
+}
+
+MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t errlen) {
+    char path[1300];
+    int64_t iter = 0;
+    mg__ckpt_state st;
+    mg_weights_file wf;
+    int rc = mg__latest_iteration(dir, &iter, err, errlen);
+    if (rc <= 0) return rc;
+    snprintf(path, sizeof path, "%s/iter_%07lld/state.json", dir, (long long)iter);
+    if (mg__read_state(path, &st, err, errlen)) return -1;
+    snprintf(path, sizeof path, "%s/iter_%07lld/model.safetensors", dir, (long long)iter);
+    if (mg_weights_open(&wf, path, err, errlen)) return -1;
+    if (wf.kind != MG_WEIGHTS_MEGATRON) {
+        mg_weights_close(&wf);
+        return mg__err(err, errlen, "%s: not a megatron.h checkpoint model file", path);
+    }
+    rc = mg_gpt_import(&tr->model, &wf, err, errlen);
+    mg_weights_close(&wf);
+    if (rc) return -1;
+    snprintf(path, sizeof path, "%s/iter_%07lld/optimizer.safetensors", dir, (long long)iter);
+    if (mg__load_moment(&tr->model, tr->opt.m, path, ".exp_avg", err, errlen)) return -1;
+    snprintf(path, sizeof path, "%s/iter_%07lld/optimizer_sq.safetensors", dir, (long long)iter);
+    if (mg__load_moment(&tr->model, tr->opt.v, path, ".exp_avg_sq", err, errlen)) return -1;
+    tr->iteration = st.iteration;
+    tr->consumed_samples = st.consumed;
+    tr->consumed_valid_samples = st.consumed_valid;
+    tr->opt.step = st.adam_step;
+    tr->skipped_iters = st.skipped;
+    tr->nan_iters = st.nan_iters;
+    tr->loaded_iteration = tr->last_saved = st.iteration;
+    return 1;
+}
+
+/* =============================================================================================
+   5. Trainer: generation
+   ========================================================================================== */
+static void mg__print_token(FILE *out, int64_t tok, int bytes) {
+    if (!bytes) { fprintf(out, "%lld ", (long long)tok); return; }
+    if (tok == '\n' || tok == '\t' || (tok >= 32 && tok < 127)) fputc((int)tok, out);
+    else fprintf(out, "\\x%02x", (unsigned)tok);
+}
+
+MGDEF void mg_trainer_generate(mg_trainer *tr, int64_t n_tokens, FILE *out) {
+    int T = tr->cfg.seq_len, V = tr->cfg.vocab_size, B = (int)tr->args.micro_batch_size, b;
+    int64_t n_prompt = T / 4 < 16 ? (T / 4 > 0 ? T / 4 : 1) : 16, len = 0, i;
+    int64_t cap = n_prompt + n_tokens;
+    int32_t *seq = (int32_t *)MG_MALLOC(sizeof(int32_t) * (size_t)cap);
+    int32_t *rows = (int32_t *)MG_MALLOC(sizeof(int32_t) * (size_t)B * (size_t)(T + 1));
+    float *logits = (float *)MG_MALLOC(sizeof(float) * (size_t)V);
+    uint64_t key = mg__param_key((uint64_t)tr->args.seed, "sample");
+    int bytes = V <= 256;
+    MG_ASSERT(seq && rows && logits, "out of host memory");
+    /* prompt: the start of the first validation (else training) sample */
+    if (tr->has_data) {
+        const mg_sampler *smp = tr->has_valid ? &tr->valid_smp : &tr->train_smp;
+        int32_t *first = (int32_t *)MG_MALLOC(sizeof(int32_t) * (size_t)(T + 1));
+        char why[MG_ERRLEN];
+        MG_ASSERT(first, "out of host memory");
+        if (smp->ds && !mg_sampler_get(smp, 0, first, why, sizeof why))
+            for (len = 0; len < n_prompt; len++) seq[len] = first[len];
+        MG_FREE(first);
+    }
+    if (!len) seq[len++] = 0;
+    fprintf(out, "----- sample (%lld tokens after a %lld-token prompt, temperature 1) -----\n",
+            (long long)n_tokens, (long long)len);
+    for (i = 0; i < len; i++) mg__print_token(out, seq[i], bytes);
+    fprintf(out, bytes ? "" : "| ");
+    for (i = 0; i < n_tokens; i++) {
+        /* the last T tokens as row 0 of a microbatch (other rows repeat it); next-token
+           distribution at its last position */
+        int64_t w = len < T ? len : T, start = len - w, t;
+        double maxl = -1e30, sum = 0, u, acc = 0;
+        int next = V - 1, v;
+        for (b = 0; b < B; b++)
+            for (t = 0; t <= T; t++)
+                rows[b * (T + 1) + t] = t < w ? seq[start + t] : 0;
+        mg_gpt_run_microbatches(&tr->model, rows, 1, 0.0f, 0);
+        mg_gpt_logits_row(&tr->model, 0, (int)(w - 1), 0, logits);
+        for (v = 0; v < V; v++) if (logits[v] > maxl) maxl = logits[v];
+        for (v = 0; v < V; v++) sum += exp(logits[v] - maxl);
+        u = mg_rand_uniform(key, (uint64_t)i) * sum;
+        for (v = 0; v < V; v++) {
+            acc += exp(logits[v] - maxl);
+            if (u < acc) { next = v; break; }
+        }
+        seq[len++] = next;
+        mg__print_token(out, next, bytes);
+    }
+    fprintf(out, "\n-----\n");
+    fflush(out);
+    MG_FREE(seq);
+    MG_FREE(rows);
+    MG_FREE(logits);
+}
+
+#endif /* MEGATRON_IMPLEMENTED */
+#endif /* MG_IMPLEMENTATION */
+
+/*
+------------------------------------------------------------------------------
+MIT License
+
+Copyright (c) 2026 The megatron.h authors
+
+Permission is hereby granted, free of charge, to any person obtaining a copy
+of this software and associated documentation files (the "Software"), to deal
+in the Software without restriction, including without limitation the rights
+to use, copy, modify, merge, publish, distribute, sublicense, and/or sell
+copies of the Software, and to permit persons to whom the Software is
+furnished to do so, subject to the following conditions:
+
+The above copyright notice and this permission notice shall be included in all
+copies or substantial portions of the Software.
+
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR
+IMPLIED, INCLUDING BUT NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY,
+FITNESS FOR A PARTICULAR PURPOSE AND NONINFRINGEMENT. IN NO EVENT SHALL THE
+AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM, DAMAGES OR OTHER
+LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM,
+OUT OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE
+SOFTWARE.
+------------------------------------------------------------------------------
+*/

@@ -1,0 +1,152 @@
+/* bench/train — training throughput of megatron.h on the CPU, side by side with PyTorch.
+
+     build/train [--threads N] [--iters N] [--warmup N] [--rounds N] [--layers N] [--hidden N]
+                 [--heads N] [--seq N] [--batch N] [--no-peer]
+
+   Defaults: the GPT-2-shaped model of issue 3 — 6 layers, hidden 384, 6 heads, vocabulary 256,
+   sequence 256, micro-batch 4 (global batch 4) — on 2 threads, 2 warm-up iterations, then
+   6 rounds of 5 timed iterations, ours and the peer's alternating (so that a machine shared
+   with other work slows both alike); the best round of each side is reported.
+   Both sides inherit the environment. OMP_WAIT_POLICY matters on a pthreads OpenBLAS: with
+   the default (active) policy the OpenMP workers spin while OpenBLAS's own threads run the
+   GEMMs, and the peer, which enters far more parallel regions, loses most; the header line
+   says which policy was in effect — measure both. Both sides
+   train the same model from the same initial weights (exported by this
+   program as Hugging Face safetensors, loaded by the peer) on the same batches (one llm.c token
+   file read in the sequential order), fp32, AdamW, clipping at 1.0: a full iteration each
+   (forward, backward, clipping, update), data fetch included on both sides. The peer is
+   bench/train.py under /usr/bin/python3 with torch.set_num_threads(N). Printed: tokens per
+   second and ms per iteration of the best round, the first iteration's loss (equal on both
+   sides: the same model), and the ratio. */
+#include "megatron.h"
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Runs the PyTorch peer once; returns 0 and its numbers, or -1. */
+static int run_peer(const char *dir, int threads, int layers, int hidden, int heads, int seq,
+                    int batch, int warmup, int iters, double *tps, double *ms, double *loss) {
+    char cmd[2048], out[512] = {0};
+    FILE *p;
+    int ok;
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=%d /usr/bin/python3 bench/train.py --init "
+             "%s/init --data %s/tokens.bin --layers %d --hidden %d --heads %d --seq %d "
+             "--batch %d --warmup %d --iters %d --threads %d", threads, dir, dir, layers,
+             hidden, heads, seq, batch, warmup, iters, threads);
+    p = popen(cmd, "r");
+    ok = p && fgets(out, sizeof out, p) &&
+         sscanf(out, "peer tokens_per_sec=%lf ms_per_iter=%lf first_loss=%lf", tps, ms, loss) == 3;
+    if (p) pclose(p);
+    if (!ok) fprintf(stderr, "train: the PyTorch peer did not run (%s): %s\n", cmd, out);
+    return ok ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+    int threads = 2, iters = 5, warmup = 2, rounds = 6, layers = 6, hidden = 384, heads = 6;
+    int seq = 256, batch = 4, peer = 1, i, r;
+    char dir[] = "/tmp/mg_bench_train_XXXXXX", line[2048], path[512], err[MG_ERRLEN];
+    char cmd[600];
+    int64_t n_tokens, k;
+    int32_t *tokens;
+    mg_train_args args;
+    mg_trainer tr;
+    double first_loss = 0, best = 0, peer_best = 0, peer_ms = 0, peer_loss = 0;
+    for (i = 1; i < argc; i++) {
+        int *dst = NULL;
+        if (!strcmp(argv[i], "--no-peer")) { peer = 0; continue; }
+        if (!strcmp(argv[i], "--threads")) dst = &threads;
+        else if (!strcmp(argv[i], "--iters")) dst = &iters;
+        else if (!strcmp(argv[i], "--warmup")) dst = &warmup;
+        else if (!strcmp(argv[i], "--rounds")) dst = &rounds;
+        else if (!strcmp(argv[i], "--layers")) dst = &layers;
+        else if (!strcmp(argv[i], "--hidden")) dst = &hidden;
+        else if (!strcmp(argv[i], "--heads")) dst = &heads;
+        else if (!strcmp(argv[i], "--seq")) dst = &seq;
+        else if (!strcmp(argv[i], "--batch")) dst = &batch;
+        if (!dst || i + 1 >= argc || (*dst = atoi(argv[++i])) < 1) {
+            fprintf(stderr, "train: error: bad argument %s (see the comment at the top of "
+                    "bench/train.c)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
+    /* the batches: random bytes, one llm.c token file read sequentially by both sides */
+    n_tokens = (int64_t)(warmup + rounds * iters) * batch * seq + 1;
+    tokens = (int32_t *)malloc(sizeof(int32_t) * (size_t)n_tokens);
+    for (k = 0; k < n_tokens; k++) tokens[k] = (int32_t)(mg_rand_u32(7, (uint64_t)k) & 255);
+    snprintf(path, sizeof path, "%s/tokens.bin", dir);
+    if (mg_llmc_tokens_write(path, tokens, n_tokens, err, sizeof err)) {
+        fprintf(stderr, "train: error: %s\n", err);
+        return 1;
+    }
+    free(tokens);
+    omp_set_num_threads(threads);
+    snprintf(line, sizeof line, "--data-path %s --data-order sequential --split 1,0,0 "
+             "--vocab-size 256 --num-layers %d --hidden-size %d --num-attention-heads %d "
+             "--seq-length %d --micro-batch-size %d --global-batch-size %d --train-iters %d "
+             "--lr 1e-4 --lr-decay-style constant --eval-iters 0 --device cpu", path, layers,
+             hidden, heads, seq, batch, batch, warmup + rounds * iters);
+    {   /* the line as argv */
+        char *words[64], *w;
+        int n = 0;
+        words[n++] = (char *)"train";
+        for (w = strtok(line, " "); w && n < 63; w = strtok(NULL, " ")) words[n++] = w;
+        mg_train_args_default(&args);
+        if (mg_train_parse(&args, n, words, err, sizeof err) ||
+            mg_trainer_setup(&tr, &args, err, sizeof err)) {
+            fprintf(stderr, "train: error: %s\n", err);
+            return 1;
+        }
+    }
+    snprintf(path, sizeof path, "%s/init", dir);
+    if (peer && mg_gpt_export_hf(&tr.model, path, err, sizeof err)) {
+        fprintf(stderr, "train: error: %s\n", err);
+        return 1;
+    }
+    printf("bench/train: %d layers, hidden %d, %d heads, vocabulary 256, sequence %d, "
+           "micro-batch %d; %d threads; %d warm-up iterations, %d rounds of %d; "
+           "OMP_WAIT_POLICY=%s\n", layers, hidden, heads, seq, batch, threads, warmup, rounds,
+           iters, getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(unset: active)");
+    fflush(stdout);
+    for (k = 0; k < warmup; k++) {
+        mg_step_result s = mg_trainer_step(&tr);
+        if (k == 0) first_loss = s.loss;
+    }
+    for (r = 0; r < rounds; r++) {
+        double t0 = now_s(), tps, ptps, pms, ploss;
+        for (k = 0; k < iters; k++) mg_trainer_step(&tr);
+        tps = iters * (double)batch * seq / (now_s() - t0);
+        if (tps > best) best = tps;
+        printf("round %d: megatron.h %.0f tokens/s", r + 1, tps);
+        if (peer && !run_peer(dir, threads, layers, hidden, heads, seq, batch, warmup, iters,
+                              &ptps, &pms, &ploss)) {
+            printf(", PyTorch %.0f tokens/s", ptps);
+            if (ptps > peer_best) { peer_best = ptps; peer_ms = pms; }
+            peer_loss = ploss;
+        } else {
+            peer = 0;
+        }
+        printf("\n");
+        fflush(stdout);
+    }
+    mg_trainer_free(&tr);
+    printf("| implementation | tokens/s | ms/iteration | first loss |\n|---|---|---|---|\n");
+    printf("| megatron.h (cpu, %d threads) | %.0f | %.1f | %.6f |\n", threads, best,
+           1e3 * batch * seq / best, first_loss);
+    if (peer) {
+        printf("| PyTorch 1.13 (%d threads) | %.0f | %.1f | %.6f |\n", threads, peer_best,
+               peer_ms, peer_loss);
+        printf("speed-up over PyTorch: %.2fx (goal: 2x)\n", best / peer_best);
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "train: could not remove %s\n", dir);
+    return 0;
+}

@@ -1,0 +1,209 @@
+/* gpt_test_util.h — helpers shared by the model/trainer tests (tests/test_model.c,
+   tests/test_train.c, tests/test_cli.c): the PyTorch reference files of tests/oracle/gpt.py,
+   models built from them, comparisons, temporary directories.                               */
+#ifndef GPT_TEST_UTIL_H
+#define GPT_TEST_UTIL_H
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <unistd.h>
+#include "megatron.h"
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1   /* mg_test.h includes mpi.h: its C++ bindings do not build clean */
+#endif
+#include "mg_test.h"
+#include "ops_util.h"    /* ops_ctx_make: the context the runner asked for */
+
+#define GPT_DATA "tests/data/"
+
+/* A context on the device the runner chose (MG_DEVICE), with the given arena. */
+#define gpt_ctx ops_ctx_make
+
+/* A whole file as a NUL-terminated string (malloc'ed), or NULL. */
+static inline char *gpt_read_text(const char *path) {
+    long len = 0;
+    char *raw = (char *)mg_test_read_file(path, &len), *s;
+    if (!raw) return NULL;
+    s = (char *)malloc((size_t)len + 1);
+    memcpy(s, raw, (size_t)len);
+    s[len] = 0;
+    free(raw);
+    return s;
+}
+
+/* One number from tests/data/gpt_ref.json (the oracle's configuration). */
+static inline double gpt_ref_num(const char *key) {
+    char *text = gpt_read_text(GPT_DATA "gpt_ref.json"), *end;
+    mg_json js;
+    char err[MG_ERRLEN];
+    double v = NAN;
+    int64_t t;
+    if (!text) { fprintf(stderr, "missing %sgpt_ref.json\n", GPT_DATA); exit(1); }
+    if (mg_json_parse(&js, text, strlen(text), err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+    t = mg_json_get(&js, 0, key);
+    if (t >= 0) v = strtod(text + js.toks[t].start, &end);
+    mg_json_free(&js);
+    free(text);
+    if (t < 0) { fprintf(stderr, "gpt_ref.json: no key %s\n", key); exit(1); }
+    return v;
+}
+
+/* The oracle's model configuration. */
+static inline mg_gpt_config gpt_ref_config(void) {
+    mg_gpt_config c;
+    memset(&c, 0, sizeof c);
+    c.n_layer = (int)gpt_ref_num("n_layer");
+    c.hidden = (int)gpt_ref_num("n_embd");
+    c.n_head = (int)gpt_ref_num("n_head");
+    c.seq_len = (int)gpt_ref_num("seq_len");
+    c.max_pos = (int)gpt_ref_num("n_positions");
+    c.vocab_size = (int)gpt_ref_num("vocab_size");
+    c.padded_vocab = mg_gpt_pad_vocab(c.vocab_size, 1);
+    return c;
+}
+
+/* A model with its own context: micro-batch B, n_micro microbatches, n_chunks chunks. */
+typedef struct gpt_fixture { mg_ctx ctx; mg_gpt m; } gpt_fixture;
+static inline void gpt_fixture_make(gpt_fixture *f, const mg_gpt_config *cfg, int B, int n_micro,
+                             int n_chunks) {
+    char err[MG_ERRLEN];
+    mg_gpt_layout L = mg_gpt_layout_single(cfg, B, n_micro, n_chunks);
+    f->ctx = gpt_ctx(mg_gpt_arena_bytes(cfg, &L) + (8u << 20));
+    if (mg_gpt_create(&f->m, &f->ctx, cfg, &L, err, sizeof err)) {
+        fprintf(stderr, "mg_gpt_create: %s\n", err);
+        exit(1);
+    }
+}
+static inline void gpt_fixture_free(gpt_fixture *f) {
+    mg_gpt_destroy(&f->m);
+    mg_ctx_free(&f->ctx);
+}
+/* Imports a weights file into the model's parameters (or, with into_grads, its gradient
+   buffer: the oracle writes gradients as a weights file). Exits on error. */
+static inline void gpt_import(mg_gpt *m, const char *path, int into_grads) {
+    mg_weights_file wf;
+    char err[MG_ERRLEN];
+    if (mg_weights_open(&wf, path, err, sizeof err) || mg_gpt_import(m, &wf, err, sizeof err)) {
+        fprintf(stderr, "import %s: %s\n", path, err);
+        exit(1);
+    }
+    mg_weights_close(&wf);
+    if (into_grads) {   /* move what was imported into the gradient buffer */
+        mg_copy(m->ctx, m->grad_buf, m->param_buf, (size_t)m->n_elems * sizeof(float));
+        mg_memset_zero(m->ctx, m->param_buf, (size_t)m->n_elems * sizeof(float));
+    }
+}
+/* A flat device buffer of the model copied to the host (malloc'ed). */
+static inline float *gpt_host(mg_gpt *m, const float *flat) {
+    float *h = (float *)malloc((size_t)m->n_elems * sizeof(float));
+    mg_copy_to_host(m->ctx, h, flat, (size_t)m->n_elems * sizeof(float));
+    return h;
+}
+/* Relative error of got against want over one parameter: max |got - want| / max(|want|, RMS
+   of want over the tensor). Elements far below the tensor's typical size are measured against
+   that size: an fp32 sum whose terms cancel to a small value keeps the absolute error of the
+   terms, so a purely elementwise measure would test the cancellation, not the model.        */
+static inline double gpt_param_err(const mg_param_desc *d, const float *got, const float *want) {
+    double ss = 0;
+    int64_t i;
+    for (i = 0; i < d->numel; i++) ss += (double)want[d->offset + i] * want[d->offset + i];
+    return mg_test_max_rel(got + d->offset, want + d->offset, d->numel,
+                           sqrt(ss / (double)(d->numel ? d->numel : 1)) + 1e-30);
+}
+/* Worst gpt_param_err over all parameters; *worst names the parameter. */
+static inline double gpt_all_err(const mg_gpt *m, const float *got, const float *want, int *worst) {
+    double e = 0;
+    int i;
+    for (i = 0; i < m->n_params; i++) {
+        double ei = gpt_param_err(&m->params[i], got, want);
+        if (!(ei <= e)) { e = ei; if (worst) *worst = i; }
+    }
+    return e;
+}
+/* Zeroes the key part of every QKV bias in a host copy of a flat buffer. The key bias has an
+   exactly zero gradient (adding a constant to every key adds the same q.b to a softmax row,
+   which the softmax ignores), so two fp32 implementations compute different rounding noise
+   for it, and Adam, which divides by sqrt(v), turns that noise into lr-sized steps: after
+   training, those elements differ by ~lr between any two implementations and carry no
+   information. Comparisons of trained weights leave them out. */
+static inline void gpt_mask_key_bias(const mg_gpt *m, float *flat) {
+    int i;
+    int64_t r, hd = m->cfg.hidden / m->cfg.n_head;
+    for (i = 0; i < m->n_params; i++)
+        if (m->params[i].kind == MG_QKV_B)
+            for (r = 0; r < m->params[i].numel; r++)
+                if ((r / hd) % 3 == 1) flat[m->params[i].offset + r] = 0;  /* (head, {q,k,v}, hd) */
+}
+
+/* An indexed dataset PREFIX.bin/.idx of 50 documents of 40 tokens (ids < 37), so that a
+   --split has documents for each part. */
+static inline void gpt_make_docs(const char *prefix) {
+    mg_idx_writer w;
+    char err[MG_ERRLEN];
+    int32_t doc[40];
+    int d, i;
+    if (mg_idx_writer_begin(&w, prefix, MG_IDX_U16, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+    for (d = 0; d < 50; d++) {
+        for (i = 0; i < 40; i++) doc[i] = (d * 7 + i * i) % 37;
+        mg_idx_writer_add(&w, doc, 40, err, sizeof err);
+        mg_idx_writer_end_document(&w);
+    }
+    if (mg_idx_writer_finish(&w, err, sizeof err)) { fprintf(stderr, "%s\n", err); exit(1); }
+}
+
+/* mkdtemp under /tmp: a fresh directory name in out. */
+static inline void gpt_tmpdir(char *out, size_t cap, const char *tag) {
+    snprintf(out, cap, "/tmp/mg_%s_XXXXXX", tag);
+    if (!mkdtemp(out)) { perror("mkdtemp"); exit(1); }
+}
+static inline void gpt_rmtree(const char *dir) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+/* Reference tensor by name from an oracle safetensors file, as a malloc'ed fp32 array. */
+static inline float *gpt_ref_tensor(const char *path, const char *name, int64_t *n) {
+    mg_st_file st;
+    char err[MG_ERRLEN];
+    const mg_st_tensor *t;
+    float *out;
+    if (mg_st_open(path, &st, err, sizeof err)) { fprintf(stderr, "%s\n", err); exit(1); }
+    t = mg_st_find(&st, name);
+    if (!t) { fprintf(stderr, "%s: no tensor %s\n", path, name); exit(1); }
+    out = (float *)malloc(t->nbytes + 4);
+    memcpy(out, t->data, t->nbytes);
+    if (n) *n = t->numel;
+    mg_st_close(&st);
+    return out;
+}
+/* Parses a command line (words separated by spaces; no quoting) into args with the defaults
+   first. Returns mg_train_parse's result; err receives its message. The words stay allocated
+   (the args point into them). */
+static inline int gpt_parse_line(mg_train_args *a, const char *line, char *err, size_t errlen) {
+    char *buf = strdup(line);          /* args point into it: kept for the test's lifetime */
+    char *argv[128], *p;
+    int argc = 0;
+    argv[argc++] = (char *)"gpt_train";
+    for (p = strtok(buf, " "); p && argc < 127; p = strtok(NULL, " ")) argv[argc++] = p;
+    argv[argc] = NULL;
+    mg_train_args_default(a);
+    return mg_train_parse(a, argc, argv, err, errlen);
+}
+/* Parse + setup; exits with the message if either fails (for runs a test expects to work). */
+static inline void gpt_trainer_from_line(mg_trainer *tr, const char *line) {
+    mg_train_args a;
+    char err[MG_ERRLEN];
+    if (gpt_parse_line(&a, line, err, sizeof err) || mg_trainer_setup(tr, &a, err, sizeof err)) {
+        fprintf(stderr, "setup failed: %s\n  line: %s\n", err, line);
+        exit(1);
+    }
+}
+#endif

@@ -21,17 +21,17 @@
 static int mg_test_passed, mg_test_failed, mg_test_quiet; /* quiet: ranks other than 0 */
 
 static inline void mg_test_report(int ok, const char *name, const char *fmt, ...) {
+    char detail[1024] = "";
     if (ok) mg_test_passed++; else mg_test_failed++;
     if (mg_test_quiet) return;
-    if (ok) { printf("ok - %s", name); } else { printf("not ok - %s", name); }
-    if (fmt && fmt[0]) {
+    if (fmt) {
         va_list ap; va_start(ap, fmt);
-        printf(ok ? " (" : ": ");
-        vprintf(fmt, ap);
-        if (ok) printf(")");
+        vsnprintf(detail, sizeof detail, fmt, ap);
         va_end(ap);
     }
-    printf("\n");
+    if (!detail[0]) printf("%s - %s\n", ok ? "ok" : "not ok", name);
+    else if (ok) printf("ok - %s (%s)\n", name, detail);
+    else printf("not ok - %s: %s\n", name, detail);
     fflush(stdout);
 }
 #define CHECK(cond, name) mg_test_report(!!(cond), (name), "%s", (cond) ? "" : #cond)

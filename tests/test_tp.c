@@ -231,6 +231,91 @@ static void check_dropout_gradient(void) {
     mg_trainer_free(&tr);
 }
 
+/* A temporary directory made by rank 0, its name shared with every rank. */
+static void shared_tmpdir(char *dir, size_t cap) {
+    if (comm.world_rank == 0) gpt_tmpdir(dir, cap, "tp");
+#ifdef MG_USE_MPI
+    MPI_Bcast(dir, (int)cap, MPI_CHAR, 0, MPI_COMM_WORLD);
+#endif
+}
+/* 1 iff the two files hold the same bytes (checked by rank 0, agreed by all). */
+static int same_file(const char *a, const char *b) {
+    int ok = 0;
+    if (comm.world_rank == 0) {
+        long na = 0, nb = 0;
+        char *x = (char *)mg_test_read_file(a, &na), *y = (char *)mg_test_read_file(b, &nb);
+        ok = x && y && na == nb && !memcmp(x, y, (size_t)na);
+        free(x);
+        free(y);
+    }
+    return mg_test_agree(ok || comm.world_rank != 0);
+}
+
+/* Checkpoints and exports do not depend on t: the files a t-rank job writes (gathered, only
+   the V real rows of the word embedding) are byte for byte the serial model's; a checkpoint
+   saved at step 10 by t ranks (dropout and sequence parallelism on) resumes on one rank to the
+   same steps 11 … 20 as the uninterrupted t-rank run — dropout masks included, since they are
+   keyed by the iteration — and on t ranks to bit-identical ones.                            */
+static void check_checkpoints(void) {
+    char dir[256], line[2048], pline[2200], a[400], b[400], err[MG_ERRLEN], name[200];
+    mg_trainer par, ser, res;
+    float want[10], got1[10], gott[10];
+    int k, ok;
+    shared_tmpdir(dir, sizeof dir);
+    /* files written right after an import */
+    snprintf(line, sizeof line, BASE_LINE "--init-from " GPT_DATA "gpt_model.bin");
+    snprintf(pline, sizeof pline, "%s --tensor-model-parallel-size %d --sequence-parallel", line,
+             world);
+    trainer_make(&par, pline, 1);
+    trainer_make(&ser, line, 0);
+    snprintf(a, sizeof a, "%s/par", dir);
+    snprintf(b, sizeof b, "%s/ser", dir);
+    ok = mg_trainer_save(&par, a, err, sizeof err) == 0;
+    if (comm.world_rank == 0) ok &= mg_trainer_save(&ser, b, err, sizeof err) == 0;
+    snprintf(a, sizeof a, "%s/par/iter_0000000/model.safetensors", dir);
+    snprintf(b, sizeof b, "%s/ser/iter_0000000/model.safetensors", dir);
+    snprintf(name, sizeof name, "tp t=%d: checkpoint model file = the serial one, byte for byte",
+             world);
+    mg_test_report(mg_test_agree(ok) && same_file(a, b), name, "%s", "");
+    snprintf(a, sizeof a, "%s/hf_par", dir);
+    snprintf(b, sizeof b, "%s/hf_ser", dir);
+    ok = mg_gpt_export_hf(&par.model, a, err, sizeof err) == 0;
+    if (comm.world_rank == 0) ok &= mg_gpt_export_hf(&ser.model, b, err, sizeof err) == 0;
+    snprintf(a, sizeof a, "%s/hf_par/model.safetensors", dir);
+    snprintf(b, sizeof b, "%s/hf_ser/model.safetensors", dir);
+    snprintf(name, sizeof name, "tp t=%d: Hugging Face export = the serial one, byte for byte",
+             world);
+    mg_test_report(mg_test_agree(ok) && same_file(a, b), name, "%s", "");
+    mg_trainer_free(&par);
+    mg_trainer_free(&ser);
+    /* save at 10 on t ranks, resume on 1 and on t */
+    snprintf(line, sizeof line, BASE_LINE MODEL_FLAGS "--hidden-dropout 0.1 "
+             "--attention-dropout 0.1 --load %s/run", dir);
+    snprintf(pline, sizeof pline, "%s --tensor-model-parallel-size %d --sequence-parallel", line,
+             world);
+    trainer_make(&par, pline, 1);
+    for (k = 0; k < 10; k++) mg_trainer_step(&par);
+    snprintf(a, sizeof a, "%s/run", dir);
+    ok = mg_trainer_save(&par, a, err, sizeof err) == 0;
+    for (k = 0; k < 10; k++) want[k] = (float)mg_trainer_step(&par).loss;
+    mg_trainer_free(&par);
+    trainer_make(&res, pline, 1);
+    ok &= res.iteration == 10;
+    for (k = 0; k < 10; k++) gott[k] = (float)mg_trainer_step(&res).loss;
+    mg_trainer_free(&res);
+    trainer_make(&ser, line, 0);
+    ok &= ser.iteration == 10;
+    for (k = 0; k < 10; k++) got1[k] = (float)mg_trainer_step(&ser).loss;
+    mg_trainer_free(&ser);
+    snprintf(name, sizeof name, "tp t=%d sp dropout: saved at 10, resumed on %d ranks: steps "
+             "11-20 bit-identical", world, world);
+    mg_test_report(mg_test_agree(ok && !memcmp(gott, want, sizeof want)), name, "%s", "");
+    snprintf(name, sizeof name, "tp t=%d sp dropout: saved at 10, resumed on 1 rank: steps 11-20 "
+             "equal", world);
+    verdict_err(name, mg_test_max_rel(got1, want, 10, 0), 1e-5, "");
+    if (comm.world_rank == 0) gpt_rmtree(dir);
+}
+
 /* Bytes the tensor group sent during one forward + backward of one microbatch, with a model of
    n_layer layers. */
 static double traffic_one_microbatch(int n_layer, int sp) {
@@ -277,6 +362,7 @@ int main(int argc, char **argv) {
     check_run("dropout, sp", MODEL_FLAGS "--hidden-dropout 0.1 --attention-dropout 0.1 "
               "--sequence-parallel");
     check_dropout_gradient();
+    check_checkpoints();
     check_traffic();
     mg_comm_finalize(&comm);
     return mg_test_summary();

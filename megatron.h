@@ -238,6 +238,7 @@ typedef struct mg_gpt {
     int64_t row0;             /* first global row of them (tp_rank·n with sp, else 0)          */
     size_t act_bytes;         /* arena bytes of the per-microbatch activations (all chunks and
                                  slots; bench/memory reports them)                             */
+    size_t scratch_bytes;     /* arena bytes of the shared scratch below (one microbatch)      */
     /* training mode: dropout on, and the global index of this iteration's first microbatch   */
     int training;
     uint64_t microbatch_base;
@@ -929,6 +930,7 @@ static void mg__plan_model(mg_gpt *m, mg__planner *p) {
         }
     }
     m->act_bytes = p->bytes - acts_begin;
+    acts_begin = p->bytes;
     m->dresid = mg__take_tensor(p, n, C, 0, 0);
     m->dlocal = mg__take_tensor(p, n, C, 0, 0);
     if (m->sp) m->full_a = mg__take_tensor(p, N, C, 0, 0);
@@ -937,6 +939,7 @@ static void mg__plan_model(mg_gpt *m, mg__planner *p) {
     m->d3C = mg__take_tensor(p, N, 3 * C / t, 0, 0);
     m->d4C = mg__take_tensor(p, N, 4 * C / t, 0, 0);
     m->datt = mg__take_tensor(p, B, nh, T, T);
+    m->scratch_bytes = p->bytes - acts_begin;
     m->losses = mg__take_f32(p, (int64_t)L->max_microbatches * N);
     m->tp_scalars = mg__take_f32(p, 3 + 3 * t);
     m->vocab_row = mg__take_f32(p, c->padded_vocab);

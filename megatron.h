@@ -189,6 +189,32 @@ typedef struct mg_param_desc {
       Dropout masks are a pure function of (seed, site, global microbatch, global element
       index), so they do not depend on t, on sequence parallelism or on the pipeline split.
    ------------------------------------------------------------------------------------------ */
+/* Megatron's tensor-parallel operators, usable outside the GPT model (examples/tp_block.cu
+   builds an MLP block from them and mg_tensor.h's linear ops):
+     mg_tp_gather  before a column-parallel layer: plain TP — `local` is already the whole
+                   activation (Megatron's f / copy_to_tensor_model_parallel_region: identity
+                   forward); sequence parallel — all-gather the ranks' row blocks into `full`
+                   (gather_from_sequence_parallel_region). Returns the whole activation.
+     mg_tp_reduce  after a row-parallel layer: plain TP — all-reduce `partial` in place (g /
+                   reduce_from_tensor_model_parallel_region) and return it; sequence parallel
+                   — reduce-scatter it into this rank's rows `local` (reduce_scatter_to_
+                   sequence_parallel_region) and return `local`.
+   Each is the other's backward: the gradient of a gathered input is reduced, the gradient of
+   a reduced output is gathered. Row blocks are rank-ordered: rank r holds rows [r·n, (r+1)·n)
+   of the [N, …] activation. fp32 device buffers; group of size 1: no communication.       */
+typedef struct mg_tp_group {
+    mg_comm *comm;            /* comm->tensor is the group; may be NULL when size is 1         */
+    int rank, size;
+    int sequence_parallel;    /* in effect: requested and size > 1                            */
+} mg_tp_group;
+/* The tensor group of comm (set up by mg_comm_setup_groups); comm NULL: one rank. */
+MGDEF mg_tp_group mg_tp_group_make(mg_comm *comm, int sequence_parallel);
+MGDEF const mg_tensor *mg_tp_gather(const mg_tp_group *g, const mg_tensor *local,
+                                    mg_tensor *full);
+MGDEF mg_tensor *mg_tp_reduce(const mg_tp_group *g, mg_tensor *partial, mg_tensor *local);
+/* In-place sum (MG_SUM) or max (MG_MAX) of n floats over the group. */
+MGDEF void mg_tp_all_reduce(const mg_tp_group *g, float *buf, int64_t n, mg_redop op);
+
 /* Activations one layer keeps for its backward, for one microbatch. N = B·T rows; n = N/t
    rows with sequence parallelism, else n = N.                                              */
 typedef struct mg_gpt_layer_acts {
@@ -233,7 +259,8 @@ typedef struct mg_gpt {
     int idx_global[4];        /* descriptor index of WTE, WPE, LNF_W, LNF_B (-1: not held)     */
     int *idx_layer;           /* [n_layer]: index of the layer's first tensor, -1: not held    */
     mg_gpt_acts *acts;        /* [n_chunks · n_slots], chunk-major                              */
-    int sp;                   /* sequence parallelism in effect (layout flag and tp_size > 1)   */
+    mg_tp_group tp;           /* the tensor group (from the layout); tp.sequence_parallel: in
+                                 effect (layout flag and tp_size > 1)                         */
     int64_t n_rows;           /* n: residual-stream rows on this rank (N, or N/t with sp)      */
     int64_t row0;             /* first global row of them (tp_rank·n with sp, else 0)          */
     size_t act_bytes;         /* arena bytes of the per-microbatch activations (all chunks and
@@ -889,9 +916,12 @@ static void mg__plan_model(mg_gpt *m, mg__planner *p) {
     int64_t nh = c->n_head / t, Vl = c->padded_vocab / t, n;
     size_t acts_begin;
     int ch, s, l;
-    m->sp = L->sequence_parallel && t > 1;
-    m->n_rows = n = m->sp ? N / t : N;
-    m->row0 = m->sp ? n * L->tp_rank : 0;
+    m->tp.comm = L->comm;
+    m->tp.rank = L->tp_rank;
+    m->tp.size = L->tp_size;
+    m->tp.sequence_parallel = L->sequence_parallel && t > 1;
+    m->n_rows = n = m->tp.sequence_parallel ? N / t : N;
+    m->row0 = m->tp.sequence_parallel ? n * L->tp_rank : 0;
     m->param_buf = mg__take_f32(p, m->n_elems);
     m->grad_buf = mg__take_f32(p, m->n_elems);
     acts_begin = p->bytes;
@@ -933,7 +963,7 @@ static void mg__plan_model(mg_gpt *m, mg__planner *p) {
     acts_begin = p->bytes;
     m->dresid = mg__take_tensor(p, n, C, 0, 0);
     m->dlocal = mg__take_tensor(p, n, C, 0, 0);
-    if (m->sp) m->full_a = mg__take_tensor(p, N, C, 0, 0);
+    if (m->tp.sequence_parallel) m->full_a = mg__take_tensor(p, N, C, 0, 0);
     m->full_b = mg__take_tensor(p, N, C, 0, 0);
     m->dCt = mg__take_tensor(p, N, C / t, 0, 0);
     m->d3C = mg__take_tensor(p, N, 3 * C / t, 0, 0);
@@ -1076,55 +1106,62 @@ MGDEF void mg_gpt_set_batch(mg_gpt *m, int chunk, int slot, const int32_t *sampl
 }
 
 /* ---- Tensor-parallel communication: Megatron's conjugate operators (see section 3 above) ---- */
-static mg_comm *mg__tp_comm(mg_gpt *m) {
-    MG_ASSERT(m->layout.comm, "tensor-parallel size %d needs the layout's comm (mg_gpt_layout_tp)",
-              m->layout.tp_size);
-    return m->layout.comm;
+static mg_comm *mg__tp_comm(const mg_tp_group *g) {
+    MG_ASSERT(g->comm, "tensor-parallel size %d needs the job's comm (mg_gpt_layout_tp)", g->size);
+    return g->comm;
 }
-/* Sum (or max) of an fp32 device buffer over the tensor group, in place. */
-static void mg__tp_all_reduce(mg_gpt *m, float *buf, int64_t n, mg_redop op) {
+MGDEF mg_tp_group mg_tp_group_make(mg_comm *comm, int sequence_parallel) {
+    mg_tp_group g;
+    g.comm = comm;
+    g.rank = comm ? comm->tensor.rank : 0;
+    g.size = comm ? comm->tensor.size : 1;
+    g.sequence_parallel = sequence_parallel && g.size > 1;
+    return g;
+}
+MGDEF void mg_tp_all_reduce(const mg_tp_group *g, float *buf, int64_t n, mg_redop op) {
     mg_comm *comm;
-    if (m->layout.tp_size == 1) return;
-    comm = mg__tp_comm(m);
+    if (g->size == 1) return;
+    comm = mg__tp_comm(g);
     mg_all_reduce(comm, &comm->tensor, buf, buf, n, MG_F32, op);
 }
-/* The input of a column-parallel layer: the whole [N, C] activation. Plain TP: `local` already
-   is (operator f, identity forward). Sequence parallel: all-gather the n local rows of every
-   rank into `full` (rank r's rows land at r·n: the global row order).                       */
-static const mg_tensor *mg__tp_gather(mg_gpt *m, const mg_tensor *local, mg_tensor *full) {
+MGDEF const mg_tensor *mg_tp_gather(const mg_tp_group *g, const mg_tensor *local,
+                                    mg_tensor *full) {
     mg_comm *comm;
-    if (!m->sp) return local;
-    comm = mg__tp_comm(m);
+    if (!g->sequence_parallel) return local;
+    MG_ASSERT(mg_numel(full) == mg_numel(local) * g->size, "mg_tp_gather: %lld elements into "
+              "%lld (want %d x)", (long long)mg_numel(local), (long long)mg_numel(full), g->size);
+    comm = mg__tp_comm(g);
     mg_all_gather(comm, &comm->tensor, local->data, full->data, mg_numel(local), MG_F32);
     return full;
 }
-/* Where a row-parallel layer (or the vocabulary-parallel embedding) writes its partial sum
-   before mg__tp_reduce: straight into its [n, C] destination with plain TP (reduced in place),
-   into the [N, C] scratch with sequence parallelism (then reduce-scattered).                */
-static mg_tensor *mg__tp_partial(mg_gpt *m, mg_tensor *local) {
-    return m->sp ? &m->full_b : local;
-}
-/* Sum of the ranks' partial [N, C] results: all-reduce in place (g, plain TP), or reduce-
-   scatter into the n local rows. Returns the tensor holding this rank's rows of the sum.   */
-static mg_tensor *mg__tp_reduce(mg_gpt *m, mg_tensor *partial, mg_tensor *local) {
+MGDEF mg_tensor *mg_tp_reduce(const mg_tp_group *g, mg_tensor *partial, mg_tensor *local) {
     mg_comm *comm;
-    if (!m->sp) {
-        mg__tp_all_reduce(m, (float *)partial->data, mg_numel(partial), MG_SUM);
+    if (!g->sequence_parallel) {
+        mg_tp_all_reduce(g, (float *)partial->data, mg_numel(partial), MG_SUM);
         return partial;
     }
-    comm = mg__tp_comm(m);
+    MG_ASSERT(mg_numel(partial) == mg_numel(local) * g->size, "mg_tp_reduce: %lld elements "
+              "into %lld (want 1/%d)", (long long)mg_numel(partial), (long long)mg_numel(local),
+              g->size);
+    comm = mg__tp_comm(g);
     mg_reduce_scatter(comm, &comm->tensor, partial->data, local->data, mg_numel(local), MG_F32,
                       MG_SUM);
     return local;
 }
 
+/* Where a row-parallel layer (or the vocabulary-parallel embedding) writes its partial sum
+   before mg_tp_reduce: straight into its [n, C] destination with plain TP (reduced in place),
+   into the [N, C] scratch with sequence parallelism (then reduce-scattered).                */
+static mg_tensor *mg__tp_partial(mg_gpt *m, mg_tensor *local) {
+    return m->tp.sequence_parallel ? &m->full_b : local;
+}
 /* The verdict of tensor-parallel rank 0 (which writes files) on every rank of the group:
    nonzero rc there makes all return -1. Collective; no-op with one rank.                  */
 static int mg__tp_agree(mg_gpt *m, int rc) {
     mg_comm *comm;
     float flag = rc ? 1.0f : 0.0f;
     if (m->layout.tp_size == 1) return rc ? -1 : 0;
-    comm = mg__tp_comm(m);
+    comm = mg__tp_comm(&m->tp);
     mg_copy_to_device(m->ctx, m->tp_scalars, &flag, sizeof flag);
     mg_broadcast(comm, &comm->tensor, m->tp_scalars, m->tp_scalars, 1, MG_F32, 0);
     mg_copy_to_host(m->ctx, &flag, m->tp_scalars, sizeof flag);
@@ -1189,24 +1226,24 @@ static void mg__layer_forward(mg_gpt *m, int layer, mg_gpt_acts *a, mg_gpt_layer
     /* attention block */
     mg_layernorm_forward(ctx, &la->ln1, la->ln1_mean, la->ln1_rstd, x, &w[MG_LN1_W],
                          &w[MG_LN1_B]);
-    full = mg__tp_gather(m, &la->ln1, &m->full_a);
+    full = mg_tp_gather(&m->tp, &la->ln1, &m->full_a);
     mg_linear_forward(ctx, &la->qkv, full, &w[MG_QKV_W], &w[MG_QKV_B]);
     mg_attention_forward(ctx, &la->atty, &la->att, &la->qkv, B, T, nh,
                          mg__gpt_attn_dropout(m, a, layer, &adrop));
     partial = mg__tp_partial(m, &la->resid_mid);
     mg_linear_forward(ctx, partial, &la->atty, &w[MG_PROJ_W], bias_here ? &w[MG_PROJ_B] : NULL);
-    mg__tp_reduce(m, partial, &la->resid_mid);
+    mg_tp_reduce(&m->tp, partial, &la->resid_mid);
     mg__hidden_dropout(m, a, &la->resid_mid, MG__SITE_ATTN_OUT(layer));
     mg_add(ctx, &la->resid_mid, &la->resid_mid, x);
     /* MLP block */
     mg_layernorm_forward(ctx, &la->ln2, la->ln2_mean, la->ln2_rstd, &la->resid_mid,
                          &w[MG_LN2_W], &w[MG_LN2_B]);
-    full = mg__tp_gather(m, &la->ln2, &m->full_a);
+    full = mg_tp_gather(&m->tp, &la->ln2, &m->full_a);
     mg_linear_forward(ctx, &la->fc, full, &w[MG_FC1_W], &w[MG_FC1_B]);
     mg_gelu_forward(ctx, &la->fc_gelu, &la->fc);
     partial = mg__tp_partial(m, &la->out);
     mg_linear_forward(ctx, partial, &la->fc_gelu, &w[MG_FC2_W], bias_here ? &w[MG_FC2_B] : NULL);
-    mg__tp_reduce(m, partial, &la->out);
+    mg_tp_reduce(&m->tp, partial, &la->out);
     mg__hidden_dropout(m, a, &la->out, MG__SITE_MLP_OUT(layer));
     mg_add(ctx, &la->out, &la->out, &la->resid_mid);
 }
@@ -1231,27 +1268,27 @@ static void mg__layer_backward(mg_gpt *m, int layer, mg_gpt_acts *a, mg_gpt_laye
     mg_attn_dropout adrop;
     /* MLP block */
     g_out = mg__hidden_dropout_grad(m, a, &m->dresid, MG__SITE_MLP_OUT(layer));
-    g_out = mg__tp_gather(m, g_out, &m->full_b);
+    g_out = mg_tp_gather(&m->tp, g_out, &m->full_b);
     mg_linear_backward_input(ctx, &m->d4C, g_out, &w[MG_FC2_W], 0);
     mg_linear_backward_weight(ctx, &g[MG_FC2_W], &g[MG_FC2_B], g_out, &la->fc_gelu);
     mg_gelu_backward(ctx, &m->d4C, &la->fc, &m->d4C);
     mg_linear_backward_input(ctx, &m->full_b, &m->d4C, &w[MG_FC1_W], 0);
-    ln_full = mg__tp_gather(m, &la->ln2, &m->full_a);
+    ln_full = mg_tp_gather(&m->tp, &la->ln2, &m->full_a);
     mg_linear_backward_weight(ctx, &g[MG_FC1_W], &g[MG_FC1_B], &m->d4C, ln_full);
-    dln = mg__tp_reduce(m, &m->full_b, &m->dlocal);
+    dln = mg_tp_reduce(&m->tp, &m->full_b, &m->dlocal);
     mg_layernorm_backward(ctx, &m->dresid, &g[MG_LN2_W], &g[MG_LN2_B], dln, &la->resid_mid,
                           &w[MG_LN2_W], la->ln2_mean, la->ln2_rstd, 1);
     /* attention block */
     g_out = mg__hidden_dropout_grad(m, a, &m->dresid, MG__SITE_ATTN_OUT(layer));
-    g_out = mg__tp_gather(m, g_out, &m->full_b);
+    g_out = mg_tp_gather(&m->tp, g_out, &m->full_b);
     mg_linear_backward_input(ctx, &m->dCt, g_out, &w[MG_PROJ_W], 0);
     mg_linear_backward_weight(ctx, &g[MG_PROJ_W], &g[MG_PROJ_B], g_out, &la->atty);
     mg_attention_backward(ctx, &m->d3C, &m->datt, &m->dCt, &la->qkv, &la->att, B, T, nh,
                           mg__gpt_attn_dropout(m, a, layer, &adrop));
     mg_linear_backward_input(ctx, &m->full_b, &m->d3C, &w[MG_QKV_W], 0);
-    ln_full = mg__tp_gather(m, &la->ln1, &m->full_a);
+    ln_full = mg_tp_gather(&m->tp, &la->ln1, &m->full_a);
     mg_linear_backward_weight(ctx, &g[MG_QKV_W], &g[MG_QKV_B], &m->d3C, ln_full);
-    dln = mg__tp_reduce(m, &m->full_b, &m->dlocal);
+    dln = mg_tp_reduce(&m->tp, &m->full_b, &m->dlocal);
     mg_layernorm_backward(ctx, &m->dresid, &g[MG_LN1_W], &g[MG_LN1_B], dln, x,
                           &w[MG_LN1_W], la->ln1_mean, la->ln1_rstd, 1);
 }
@@ -1268,12 +1305,12 @@ static void mg__head_forward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, int 
     MG_ASSERT(microbatch >= 0 && microbatch < m->layout.max_microbatches,
               "microbatch %d outside 0 … %d", microbatch, m->layout.max_microbatches - 1);
     mg_layernorm_forward(ctx, &a->lnf, a->lnf_mean, a->lnf_rstd, x, &w[ilnf], &w[ilnf + 1]);
-    mg_linear_forward(ctx, &a->logits, mg__tp_gather(m, &a->lnf, &m->full_a), &w[iwte], NULL);
+    mg_linear_forward(ctx, &a->logits, mg_tp_gather(&m->tp, &a->lnf, &m->full_a), &w[iwte], NULL);
     mg_xent_max(ctx, a->rowmax, &a->logits, vstart, V);
-    mg__tp_all_reduce(m, a->rowmax, N, MG_MAX);
+    mg_tp_all_reduce(&m->tp, a->rowmax, N, MG_MAX);
     mg_xent_sumexp(ctx, a->sumexp, a->tlogit, &a->logits, a->targets, a->rowmax, vstart, V);
-    mg__tp_all_reduce(m, a->sumexp, N, MG_SUM);
-    mg__tp_all_reduce(m, a->tlogit, N, MG_SUM);
+    mg_tp_all_reduce(&m->tp, a->sumexp, N, MG_SUM);
+    mg_tp_all_reduce(&m->tp, a->tlogit, N, MG_SUM);
     mg_xent_loss(ctx, m->losses + (int64_t)microbatch * N, a->rowmax, a->sumexp, a->tlogit, N);
 }
 
@@ -1289,9 +1326,9 @@ static void mg__head_backward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, flo
                      vstart, m->cfg.vocab_size);
     mg_linear_backward_input(ctx, &m->full_b, &a->logits, &m->w[iwte], 0);
     mg_linear_backward_weight(ctx, &m->g[iwte], NULL, &a->logits,
-                              mg__tp_gather(m, &a->lnf, &m->full_a));
+                              mg_tp_gather(&m->tp, &a->lnf, &m->full_a));
     mg_layernorm_backward(ctx, &m->dresid, &m->g[ilnf], &m->g[ilnf + 1],
-                          mg__tp_reduce(m, &m->full_b, &m->dlocal), x, &m->w[ilnf],
+                          mg_tp_reduce(&m->tp, &m->full_b, &m->dlocal), x, &m->w[ilnf],
                           a->lnf_mean, a->lnf_rstd, 0);
 }
 
@@ -1305,13 +1342,13 @@ static void mg__embedding_forward(mg_gpt *m, mg_gpt_acts *a) {
     mg_embedding_forward(m->ctx, partial, a->tokens, m->layout.micro_batch, m->cfg.seq_len, 0,
                          &m->w[iwte], m->params[iwte].row0,
                          m->layout.tp_rank == 0 ? &m->w[m->idx_global[1]] : NULL);
-    mg__tp_reduce(m, partial, &a->input);
+    mg_tp_reduce(&m->tp, partial, &a->input);
     mg__hidden_dropout(m, a, &a->input, MG__SITE_EMBEDDING);
 }
 static void mg__embedding_backward(mg_gpt *m, mg_gpt_acts *a) {
     int iwte = m->idx_global[0];
     const mg_tensor *g_out = mg__hidden_dropout_grad(m, a, &m->dresid, MG__SITE_EMBEDDING);
-    g_out = mg__tp_gather(m, g_out, &m->full_b);
+    g_out = mg_tp_gather(&m->tp, g_out, &m->full_b);
     mg_embedding_backward(m->ctx, &m->g[iwte], &m->g[m->idx_global[1]], g_out, a->tokens,
                           m->layout.micro_batch, m->cfg.seq_len, 0, m->params[iwte].row0);
 }
@@ -1357,12 +1394,12 @@ MGDEF void mg_gpt_zero_grad(mg_gpt *m) {
    can wait for the end of the iteration (as Megatron's finalize_model_grads does).           */
 MGDEF void mg_gpt_reduce_grads(mg_gpt *m) {
     int i;
-    if (!m->sp) return;
+    if (!m->tp.sequence_parallel) return;
     for (i = 0; i < m->n_params; i++) {
         int k = m->params[i].kind;
         if (k == MG_LN1_W || k == MG_LN1_B || k == MG_LN2_W || k == MG_LN2_B || k == MG_LNF_W ||
             k == MG_LNF_B)
-            mg__tp_all_reduce(m, m->grad_buf + m->params[i].offset, m->params[i].numel, MG_SUM);
+            mg_tp_all_reduce(&m->tp, m->grad_buf + m->params[i].offset, m->params[i].numel, MG_SUM);
     }
 }
 
@@ -1414,7 +1451,7 @@ MGDEF void mg_gpt_logits_row(mg_gpt *m, int slot, int t, int b, float *out_V) {
     float *src = (float *)a->logits.data + row * Vl;
     MG_ASSERT(m->layout.chunks[last].has_head, "logits need the head on this rank");
     if (m->layout.tp_size > 1) {  /* the row's vocabulary slices, in rank order = id order */
-        mg_comm *comm = mg__tp_comm(m);
+        mg_comm *comm = mg__tp_comm(&m->tp);
         mg_all_gather(comm, &comm->tensor, src, m->vocab_row, Vl, MG_F32);
         src = m->vocab_row;
     }
@@ -1815,7 +1852,7 @@ static double mg__grad_sumsq(mg_gpt *m, int *nonfinite) {
     mine[2] = (float)*nonfinite;
     if (!isfinite(mine[0])) mine[0] = mine[1] = 0;     /* flagged by mine[2] */
     all = m->host_scalars;
-    comm = mg__tp_comm(m);
+    comm = mg__tp_comm(&m->tp);
     mg_copy_to_device(m->ctx, m->tp_scalars, mine, sizeof mine);
     mg_all_gather(comm, &comm->tensor, m->tp_scalars, m->tp_scalars + 3, 3, MG_F32);
     mg_copy_to_host(m->ctx, all, m->tp_scalars + 3, sizeof(float) * 3 * (size_t)t);

@@ -56,7 +56,7 @@ int main(int argc, char **argv) {
                 mg_gpt_num_params(&tr.cfg) / 1e6, comm.world_size, mg_device_name(&tr.ctx));
         if (tr.model.layout.tp_size > 1)
             fprintf(out, "gpt_train: tensor-parallel size %d%s\n", tr.model.layout.tp_size,
-                    tr.model.sp ? ", sequence parallel" : "");
+                    tr.model.tp.sequence_parallel ? ", sequence parallel" : "");
         if (iters > tr.iteration)
             fprintf(out, "gpt_train: global batch %lld = micro-batch %lld x %d microbatches; "
                     "iterations %lld … %lld\n", (long long)tr.args.global_batch_size,

@@ -17,20 +17,25 @@
         ONE flat fp32 buffer of parameters and ONE of gradients in a documented order;
         counter-based initialisation; global <-> shard copies; the naming table that maps the
         tensors to our checkpoints, llm.c checkpoints and Hugging Face GPT-2 files.
-     3. Model: per (chunk, slot) activation storage, forward and backward of a model chunk for
-        one microbatch, the loss. A chunk's input/output activations and the gradient buffer
-        are exposed so a pipeline executor can send and receive them.
+     3. Model: the tensor-parallel split (column/row/vocabulary-parallel layers, sequence
+        parallelism) and Megatron's communication operators as a public API (mg_tp_gather,
+        mg_tp_reduce); per (chunk, slot) activation storage, forward and backward of a model
+        chunk for one microbatch, the loss, dropout keyed by global coordinates. A chunk's
+        input/output activations and the gradient buffer are exposed so a pipeline executor
+        can send and receive them.
      3b. Weight files: import llm.c checkpoints and Hugging Face GPT-2 safetensors (told apart
         by content), export Hugging Face safetensors + config.json.
      4. Optimizer: AdamW state, Megatron's learning-rate schedule, global-norm clipping.
-     5. Trainer (on one rank: issue 3): arguments (Megatron-LM's flag names), validation, the
-        iteration (gradient accumulation over microbatches), evaluation, logging, checkpoints
-        (save/load/resume), import/export, text generation.
+     5. Trainer (one rank, or t tensor-parallel ranks under mpirun): arguments (Megatron-LM's
+        flag names), validation, the iteration (gradient accumulation over microbatches),
+        evaluation, logging, checkpoints (save/load/resume), import/export, text generation.
 
    CONVENTIONS (see mg_tensor.h for the op-level ones)
      - T = sequence length, B = micro-batch size, N = T·B activation rows (sequence-major: row
        r = t·B + b), C = hidden size, nh = heads, hd = C/nh, V = vocabulary, Vp = V padded to a
-       multiple of 128·t (the padding rows never enter the softmax or the loss).
+       multiple of 128·t (the padding rows never enter the softmax or the loss; they are
+       initialised to zero, stay zero, and checkpoints store only the V real rows, so files
+       and initialisation do not depend on t).
      - Linear weights are (out, in). The QKV weight's output rows are ordered (head, {q,k,v},
        hd) — Megatron's interleaved layout — so a tensor-parallel rank owns a contiguous block
        of rows (its heads). llm.c and Hugging Face store [q | k | v]: rows are permuted on
@@ -312,7 +317,11 @@ MGDEF void mg_gpt_global_to_shard(mg_gpt *m, int idx, float *flat, const float *
 MGDEF void mg_gpt_set_batch(mg_gpt *m, int chunk, int slot, const int32_t *samples);
 /* Forward of one chunk for the microbatch in `slot`. The first chunk embeds the tokens; any
    other reads mg_gpt_chunk_input (filled by the caller). The last chunk writes the per-token
-   losses of this microbatch to losses[microbatch · N …].                                     */
+   losses of this microbatch to losses[microbatch · N …]. With m->training set, dropout is on
+   and its masks are keyed by the global microbatch index m->microbatch_base + microbatch (the
+   backward reuses the forward's). Chunk inputs/outputs and m->dresid hold this rank's n rows
+   (N/t with sequence parallelism). With tensor parallelism every rank of the tensor group
+   makes the same calls in the same order (they communicate).                               */
 MGDEF void mg_gpt_forward(mg_gpt *m, int chunk, int slot, int microbatch);
 /* Backward of one chunk for the microbatch in `slot` (its forward must have run). The last
    chunk seeds the gradient with dloss per token; any other reads the gradient of its output
@@ -1922,7 +1931,7 @@ static const mg__flag mg__flags[] = {
      "rows of the position embedding, >= --seq-length (default: --seq-length)"},
     {"--vocab-size", MG__F_INT, MG__OFF(vocab_size), "V", 2, 1 << 30,
      "vocabulary size; every token id of the data must be below it; padded to a multiple of "
-     "128 inside the model"},
+     "128·t inside the model (t: --tensor-model-parallel-size)"},
     {"batch", MG__F_HELP, 0, NULL, 0, 0, "Batch and length of the run"},
     {"--micro-batch-size", MG__F_INT, MG__OFF(micro_batch_size), "B", 1, 1e6,
      "sequences per microbatch (default 1)"},

@@ -17,20 +17,25 @@
         ONE flat fp32 buffer of parameters and ONE of gradients in a documented order;
         counter-based initialisation; global <-> shard copies; the naming table that maps the
         tensors to our checkpoints, llm.c checkpoints and Hugging Face GPT-2 files.
-     3. Model: per (chunk, slot) activation storage, forward and backward of a model chunk for
-        one microbatch, the loss. A chunk's input/output activations and the gradient buffer
-        are exposed so a pipeline executor can send and receive them.
+     3. Model: the tensor-parallel split (column/row/vocabulary-parallel layers, sequence
+        parallelism) and Megatron's communication operators as a public API (mg_tp_gather,
+        mg_tp_reduce); per (chunk, slot) activation storage, forward and backward of a model
+        chunk for one microbatch, the loss, dropout keyed by global coordinates. A chunk's
+        input/output activations and the gradient buffer are exposed so a pipeline executor
+        can send and receive them.
      3b. Weight files: import llm.c checkpoints and Hugging Face GPT-2 safetensors (told apart
         by content), export Hugging Face safetensors + config.json.
      4. Optimizer: AdamW state, Megatron's learning-rate schedule, global-norm clipping.
-     5. Trainer (on one rank: issue 3): arguments (Megatron-LM's flag names), validation, the
-        iteration (gradient accumulation over microbatches), evaluation, logging, checkpoints
-        (save/load/resume), import/export, text generation.
+     5. Trainer (one rank, or t tensor-parallel ranks under mpirun): arguments (Megatron-LM's
+        flag names), validation, the iteration (gradient accumulation over microbatches),
+        evaluation, logging, checkpoints (save/load/resume), import/export, text generation.
 
    CONVENTIONS (see mg_tensor.h for the op-level ones)
      - T = sequence length, B = micro-batch size, N = T·B activation rows (sequence-major: row
        r = t·B + b), C = hidden size, nh = heads, hd = C/nh, V = vocabulary, Vp = V padded to a
-       multiple of 128·t (the padding rows never enter the softmax or the loss).
+       multiple of 128·t (the padding rows never enter the softmax or the loss; they are
+       initialised to zero, stay zero, and checkpoints store only the V real rows, so files
+       and initialisation do not depend on t).
      - Linear weights are (out, in). The QKV weight's output rows are ordered (head, {q,k,v},
        hd) — Megatron's interleaved layout — so a tensor-parallel rank owns a contiguous block
        of rows (its heads). llm.c and Hugging Face store [q | k | v]: rows are permuted on
@@ -65,6 +70,12 @@ typedef struct mg_gpt_config {
     int max_pos;          /* --max-position-embeddings (rows of the position embedding, >= T)   */
     int vocab_size;       /* --vocab-size, V: the real token ids 0 … V-1                        */
     int padded_vocab;     /* Vp: V rounded up to a multiple of 128·t (mg_gpt_pad_vocab)         */
+    /* dropout (training only; 0 = off): Megatron's --hidden-dropout after the embedding and
+       after attention-out and MLP-down (before the residual add), --attention-dropout on the
+       attention probabilities. Masks come from the counter-based generator keyed by
+       (dropout_seed, site, global microbatch index) at GLOBAL coordinates: see section 3.   */
+    float hidden_dropout, attention_dropout;
+    uint64_t dropout_seed;
 } mg_gpt_config;
 
 /* Megatron's --make-vocab-size-divisible-by 128, times the tensor-parallel size. */
@@ -92,6 +103,10 @@ typedef struct mg_gpt_chunk {
 #define MG_MAX_CHUNKS 32
 typedef struct mg_gpt_layout {
     int tp_rank, tp_size;        /* tensor-parallel coordinate (a single rank: 0, 1)            */
+    int sequence_parallel;       /* --sequence-parallel: layernorm/dropout/residual regions hold
+                                    T/t of the sequence (no effect with tp_size 1)            */
+    mg_comm *comm;               /* the job's groups (comm->tensor has tp_size ranks); may be
+                                    NULL with tp_size 1. mg_gpt_layout_tp fills these fields. */
     int micro_batch;             /* B: sequences per microbatch                                 */
     int n_slots;                 /* microbatches whose activations can be in flight per chunk   */
     int max_microbatches;        /* per-token loss storage: microbatches per iteration          */
@@ -103,6 +118,10 @@ typedef struct mg_gpt_layout {
    parallel size 1, one activation slot. n_chunks = 1 is the plain single-rank model.         */
 MGDEF mg_gpt_layout mg_gpt_layout_single(const mg_gpt_config *cfg, int micro_batch,
                                          int max_microbatches, int n_chunks);
+/* Makes a layout tensor-parallel over comm's tensor group (set up by mg_comm_setup_groups):
+   tp_rank/tp_size from the group, sequence parallelism on or off. cfg->padded_vocab must be
+   a multiple of 128·tp_size (mg_gpt_pad_vocab).                                            */
+MGDEF void mg_gpt_layout_tp(mg_gpt_layout *layout, mg_comm *comm, int sequence_parallel);
 
 /* ---------------------------------------------------------------------------------------------
    2. Parameters
@@ -149,30 +168,84 @@ typedef struct mg_param_desc {
 
 /* ---------------------------------------------------------------------------------------------
    3. Model
+      The tensor-parallel split (Megatron-LM; Narayanan et al. 2021 §2.3, Korthikanti et al.
+      2022 §4.2). Every rank of the tensor group holds the whole residual stream [N, C] (or,
+      with sequence parallelism, its n = N/t rows [r·n, (r+1)·n): T/t positions, since rows are
+      t·B + b) and 1/t of every weight matrix:
+        column-parallel  QKV (heads r·nh/t …), MLP-up: Y_r = X·A_rᵀ — needs all of X
+        row-parallel     attention-out, MLP-down: partial Z_r = Y_r·B_rᵀ, Z = Σ_r Z_r
+        vocab-parallel   word embedding rows [r·Vp/t, (r+1)·Vp/t) and the tied output layer
+      and the communication is Megatron's pair of conjugate operators around each block:
+                          before column-parallel        after row-parallel
+        plain TP          f: identity / all-reduce       g: all-reduce / identity
+        sequence-par.     all-gather / reduce-scatter    reduce-scatter / all-gather
+      (forward / backward). Per layer and microbatch that is 2 all-reduces of N·C floats
+      forward and 2 backward — ring cost 2(t−1)/t each, 8·N·C·(t−1)/t floats in all — or, with
+      sequence parallelism, 4 all-gathers + 4 reduce-scatters of (t−1)/t·N·C each plus 2 more
+      all-gathers in the backward that re-gather the layernorm outputs the column-parallel weight
+      gradients need (only the local rows are stored): 10·N·C·(t−1)/t floats.
+      Replicated parameters (layernorms, position embedding, row-parallel biases) keep equal
+      gradients on every rank: computed from the full (identical or gathered) gradient, except
+      the layernorms under sequence parallelism, which see their rows only — their gradients
+      are summed over the tensor group by mg_gpt_reduce_grads. Row-parallel biases and the
+      position embedding are added by tensor-parallel rank 0 before the reduction, so they
+      enter the sum once. The cross-entropy never gathers the logits: all-reduces of the row
+      max, the sum of exponentials and the target logit ([N] floats each) merge the slices.
+      Dropout masks are a pure function of (seed, site, global microbatch, global element
+      index), so they do not depend on t, on sequence parallelism or on the pipeline split.
    ------------------------------------------------------------------------------------------ */
-/* Activations one layer keeps for its backward, for one microbatch ([N, …] rows t·B + b). */
+/* Megatron's tensor-parallel operators, usable outside the GPT model (examples/tp_block.cu
+   builds an MLP block from them and mg_tensor.h's linear ops):
+     mg_tp_gather  before a column-parallel layer: plain TP — `local` is already the whole
+                   activation (Megatron's f / copy_to_tensor_model_parallel_region: identity
+                   forward); sequence parallel — all-gather the ranks' row blocks into `full`
+                   (gather_from_sequence_parallel_region). Returns the whole activation.
+     mg_tp_reduce  after a row-parallel layer: plain TP — all-reduce `partial` in place (g /
+                   reduce_from_tensor_model_parallel_region) and return it; sequence parallel
+                   — reduce-scatter it into this rank's rows `local` (reduce_scatter_to_
+                   sequence_parallel_region) and return `local`.
+   Each is the other's backward: the gradient of a gathered input is reduced, the gradient of
+   a reduced output is gathered. Row blocks are rank-ordered: rank r holds rows [r·n, (r+1)·n)
+   of the [N, …] activation. fp32 device buffers; group of size 1: no communication.       */
+typedef struct mg_tp_group {
+    mg_comm *comm;            /* comm->tensor is the group; may be NULL when size is 1         */
+    int rank, size;
+    int sequence_parallel;    /* in effect: requested and size > 1                            */
+} mg_tp_group;
+/* The tensor group of comm (set up by mg_comm_setup_groups); comm NULL: one rank. */
+MGDEF mg_tp_group mg_tp_group_make(mg_comm *comm, int sequence_parallel);
+MGDEF const mg_tensor *mg_tp_gather(const mg_tp_group *g, const mg_tensor *local,
+                                    mg_tensor *full);
+MGDEF mg_tensor *mg_tp_reduce(const mg_tp_group *g, mg_tensor *partial, mg_tensor *local);
+/* In-place sum (MG_SUM) or max (MG_MAX) of n floats over the group. */
+MGDEF void mg_tp_all_reduce(const mg_tp_group *g, float *buf, int64_t n, mg_redop op);
+
+/* Activations one layer keeps for its backward, for one microbatch. N = B·T rows; n = N/t
+   rows with sequence parallelism, else n = N.                                              */
 typedef struct mg_gpt_layer_acts {
-    mg_tensor ln1;            /* [N, C]      input layernorm output                            */
-    float *ln1_mean, *ln1_rstd; /* [N]                                                         */
+    mg_tensor ln1;            /* [n, C]      input layernorm output                            */
+    float *ln1_mean, *ln1_rstd; /* [n]                                                         */
     mg_tensor qkv;            /* [N, 3C/t]   per head [q k v]                                  */
-    mg_tensor att;            /* [B, nh/t, T, T] attention probabilities                       */
+    mg_tensor att;            /* [B, nh/t, T, T] attention probabilities (before dropout)     */
     mg_tensor atty;           /* [N, C/t]    attention output before the projection            */
-    mg_tensor resid_mid;      /* [N, C]      residual stream after the attention block         */
-    mg_tensor ln2;            /* [N, C]                                                         */
+    mg_tensor resid_mid;      /* [n, C]      residual stream after the attention block         */
+    mg_tensor ln2;            /* [n, C]                                                         */
     float *ln2_mean, *ln2_rstd;
     mg_tensor fc;             /* [N, 4C/t]   MLP-up output (pre-GELU)                          */
     mg_tensor fc_gelu;        /* [N, 4C/t]                                                      */
-    mg_tensor out;            /* [N, C]      the layer's output: residual stream                */
+    mg_tensor out;            /* [n, C]      the layer's output: residual stream                */
 } mg_gpt_layer_acts;
 
 /* Everything one microbatch keeps while in flight through one chunk. */
 typedef struct mg_gpt_acts {
     int32_t *tokens;          /* [B, T] int32 (first chunk), device memory                      */
     int32_t *targets;         /* [N] int32, row order t·B + b (last chunk), device memory       */
-    mg_tensor input;          /* [N, C] residual stream entering the chunk: the embedding's
+    uint64_t dropout_mb;      /* global microbatch index of the forward (keys its dropout)      */
+    int dropout_on;           /* the forward ran in training mode (the backward must match)     */
+    mg_tensor input;          /* [n, C] residual stream entering the chunk: the embedding's
                                  output (first chunk) or what the previous stage sent          */
     mg_gpt_layer_acts *layers;/* one per layer of the chunk                                     */
-    mg_tensor lnf;            /* [N, C] final layernorm output (last chunk)                     */
+    mg_tensor lnf;            /* [n, C] final layernorm output (last chunk)                     */
     float *lnf_mean, *lnf_rstd;
     mg_tensor logits;         /* [N, Vp/t]; becomes dlogits in the backward                     */
     float *rowmax, *sumexp, *tlogit; /* [N] cross-entropy statistics                           */
@@ -191,11 +264,29 @@ typedef struct mg_gpt {
     int idx_global[4];        /* descriptor index of WTE, WPE, LNF_W, LNF_B (-1: not held)     */
     int *idx_layer;           /* [n_layer]: index of the layer's first tensor, -1: not held    */
     mg_gpt_acts *acts;        /* [n_chunks · n_slots], chunk-major                              */
-    /* scratch shared by every backward (one microbatch at a time)                              */
-    mg_tensor dresid;         /* [N, C] gradient of the residual stream: a chunk's backward
+    mg_tp_group tp;           /* the tensor group (from the layout); tp.sequence_parallel: in
+                                 effect (layout flag and tp_size > 1)                         */
+    int64_t n_rows;           /* n: residual-stream rows on this rank (N, or N/t with sp)      */
+    int64_t row0;             /* first global row of them (tp_rank·n with sp, else 0)          */
+    size_t act_bytes;         /* arena bytes of the per-microbatch activations (all chunks and
+                                 slots; bench/memory reports them)                             */
+    size_t scratch_bytes;     /* arena bytes of the shared scratch below (one microbatch)      */
+    /* training mode: dropout on, and the global index of this iteration's first microbatch   */
+    int training;
+    uint64_t microbatch_base;
+    /* scratch shared by every forward/backward (one microbatch at a time)                     */
+    mg_tensor dresid;         /* [n, C] gradient of the residual stream: a chunk's backward
                                  reads the gradient of its output here and leaves the gradient
                                  of its input here                                            */
-    mg_tensor dC, dCt, d3C, d4C, datt; /* [N,C] [N,C/t] [N,3C/t] [N,4C/t] [B,nh/t,T,T]           */
+    mg_tensor dlocal;         /* [n, C] a branch's gradient after dropout; with sp also the
+                                 reduce-scattered input gradient of a column-parallel layer    */
+    mg_tensor full_a;         /* [N, C] sp: the all-gathered layernorm output                   */
+    mg_tensor full_b;         /* [N, C] row-parallel partial output (sp), gathered gradient
+                                 (sp), and the partial input gradient of column-parallel layers */
+    mg_tensor dCt, d3C, d4C, datt; /* [N,C/t] [N,3C/t] [N,4C/t] [B,nh/t,T,T]                   */
+    float *tp_scalars;        /* [3 + 3t] device floats: the tensor group's scalar exchanges   */
+    float *vocab_row;         /* [Vp] one row of logits gathered over the vocabulary slices    */
+    float *host_scalars;      /* [3t] host staging of the all-gathered scalars                  */
     float *losses;            /* [max_microbatches · N] per-token losses (device)               */
     int32_t *host_tokens, *host_targets; /* host staging for mg_gpt_set_batch                  */
     float *host_losses;       /* host staging for mg_gpt_loss_sum ([max_microbatches · N])    */
@@ -214,7 +305,9 @@ MGDEF void mg_gpt_destroy(mg_gpt *m);  /* frees host allocations (the arena belo
 MGDEF void mg_gpt_init_weights(mg_gpt *m, uint64_t seed);
 MGDEF int mg_gpt_find_param(const mg_gpt *m, const char *name);   /* -1 if not held */
 /* Copy one parameter (from the params or grads buffer) between the device shard and a host
-   array holding the GLOBAL tensor in our layout; on a single rank shard = global.           */
+   array holding the GLOBAL tensor in our layout; on a single rank shard = global. With
+   tensor parallelism mg_gpt_shard_to_global is collective over the tensor group (every rank
+   calls it; each receives the whole tensor); mg_gpt_global_to_shard is local.               */
 MGDEF void mg_gpt_shard_to_global(const mg_gpt *m, int idx, const float *flat, float *global);
 MGDEF void mg_gpt_global_to_shard(mg_gpt *m, int idx, float *flat, const float *global);
 
@@ -224,7 +317,11 @@ MGDEF void mg_gpt_global_to_shard(mg_gpt *m, int idx, float *flat, const float *
 MGDEF void mg_gpt_set_batch(mg_gpt *m, int chunk, int slot, const int32_t *samples);
 /* Forward of one chunk for the microbatch in `slot`. The first chunk embeds the tokens; any
    other reads mg_gpt_chunk_input (filled by the caller). The last chunk writes the per-token
-   losses of this microbatch to losses[microbatch · N …].                                     */
+   losses of this microbatch to losses[microbatch · N …]. With m->training set, dropout is on
+   and its masks are keyed by the global microbatch index m->microbatch_base + microbatch (the
+   backward reuses the forward's). Chunk inputs/outputs and m->dresid hold this rank's n rows
+   (N/t with sequence parallelism). With tensor parallelism every rank of the tensor group
+   makes the same calls in the same order (they communicate).                               */
 MGDEF void mg_gpt_forward(mg_gpt *m, int chunk, int slot, int microbatch);
 /* Backward of one chunk for the microbatch in `slot` (its forward must have run). The last
    chunk seeds the gradient with dloss per token; any other reads the gradient of its output
@@ -234,6 +331,10 @@ MGDEF void mg_gpt_backward(mg_gpt *m, int chunk, int slot, float dloss);
 MGDEF mg_tensor *mg_gpt_chunk_input(mg_gpt *m, int chunk, int slot);
 MGDEF mg_tensor *mg_gpt_chunk_output(mg_gpt *m, int chunk, int slot);
 MGDEF void mg_gpt_zero_grad(mg_gpt *m);
+/* After the last backward of an iteration: completes the gradients that are partial on this
+   rank — with sequence parallelism the layernorm gradients (each rank saw its rows) are
+   summed over the tensor group. A no-op on one rank.                                      */
+MGDEF void mg_gpt_reduce_grads(mg_gpt *m);
 /* Σ of the per-token losses of microbatches [first, first + count) (copies them to the host). */
 MGDEF double mg_gpt_loss_sum(mg_gpt *m, int first, int count);
 /* One rank, all chunks in order: forward + backward of n_micro microbatches taken from
@@ -242,7 +343,7 @@ MGDEF double mg_gpt_loss_sum(mg_gpt *m, int first, int count);
 MGDEF double mg_gpt_run_microbatches(mg_gpt *m, const int32_t *samples, int n_micro,
                                      float dloss, int backward);
 /* Logits of one position after a forward of the last chunk: row t·B + b, the V real entries,
-   copied to the host. */
+   copied to the host (with tensor parallelism gathered over the group: collective). */
 MGDEF void mg_gpt_logits_row(mg_gpt *m, int slot, int t, int b, float *out_V);
 
 /* ---------------------------------------------------------------------------------------------
@@ -322,6 +423,12 @@ typedef struct mg_train_args {
     /* logging, evaluation, checkpoints, data                                                */
     int64_t seed, log_interval, eval_interval, eval_iters, save_interval, sample_tokens;
     const char *save, *load, *data_path, *split, *init_from, *log_jsonl, *export_hf;
+    /* parallelism and regularisation                                                        */
+    int64_t tensor_model_parallel_size;
+    int sequence_parallel;               /* a switch: given = 1                                */
+    double hidden_dropout, attention_dropout;
+    mg_comm *comm;                       /* not a flag: the job's communicator (mg_comm_init),
+                                            NULL for a single rank without MPI               */
     int data_order;                      /* mg_data_order                                      */
     int device;                          /* mg_device                                          */
     int help;
@@ -351,6 +458,7 @@ typedef struct mg_trainer {
     mg_adamw opt;
     mg_lr_schedule sched;
     int n_micro;                        /* microbatches per iteration = global / micro          */
+    int writer;                         /* this rank writes files and logs (world rank 0)      */
     int has_data, has_valid;
     mg_dataset data;
     mg_sampler train_smp, valid_smp;
@@ -390,7 +498,8 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
 MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t errlen);
 /* Generates n tokens after a prompt (the first tokens of the data, or token 0), sampling
    from the softmax with a generator keyed by --seed; prints them as text when V <= 256
-   (byte-level), else as token ids.                                                         */
+   (byte-level), else as token ids (out NULL: nothing printed). With tensor parallelism every
+   rank calls it (the logits are gathered) and all draw the same tokens.                    */
 MGDEF void mg_trainer_generate(mg_trainer *tr, int64_t n_tokens, FILE *out);
 
 #ifdef __cplusplus
@@ -445,9 +554,14 @@ MGDEF int mg_gpt_config_check(const mg_gpt_config *c, int tp_size, char *err, si
         return mg__err(err, errlen, "--hidden-size %d is not divisible by "
                        "--num-attention-heads %d (pick heads that divide the hidden size)",
                        c->hidden, c->n_head);
+    if (c->hidden % tp_size)
+        return mg__err(err, errlen, "--hidden-size %d is not divisible by "
+                       "--tensor-model-parallel-size %d (each rank holds C/t columns)",
+                       c->hidden, tp_size);
     if (c->n_head % tp_size)
-        return mg__err(err, errlen, "--num-attention-heads %d is not divisible by the tensor-"
-                       "parallel size %d", c->n_head, tp_size);
+        return mg__err(err, errlen, "--num-attention-heads %d is not divisible by "
+                       "--tensor-model-parallel-size %d (heads are divided across the ranks)",
+                       c->n_head, tp_size);
     if (c->seq_len < 1)
         return mg__err(err, errlen, "--seq-length %d: must be at least 1", c->seq_len);
     if (c->max_pos < c->seq_len)
@@ -462,6 +576,11 @@ MGDEF int mg_gpt_config_check(const mg_gpt_config *c, int tp_size, char *err, si
     if ((int64_t)c->hidden * 4 > INT32_MAX / 4 || (int64_t)c->seq_len * c->seq_len > INT32_MAX)
         return mg__err(err, errlen, "--hidden-size %d / --seq-length %d too large", c->hidden,
                        c->seq_len);
+    if (!(c->hidden_dropout >= 0 && c->hidden_dropout < 1))
+        return mg__err(err, errlen, "--hidden-dropout %g: must be in [0, 1)", c->hidden_dropout);
+    if (!(c->attention_dropout >= 0 && c->attention_dropout < 1))
+        return mg__err(err, errlen, "--attention-dropout %g: must be in [0, 1)",
+                       c->attention_dropout);
     return 0;
 }
 
@@ -500,11 +619,26 @@ MGDEF mg_gpt_layout mg_gpt_layout_single(const mg_gpt_config *cfg, int micro_bat
     return L;
 }
 
+MGDEF void mg_gpt_layout_tp(mg_gpt_layout *L, mg_comm *comm, int sequence_parallel) {
+    L->comm = comm;
+    L->tp_rank = comm->tensor.rank;
+    L->tp_size = comm->tensor.size;
+    L->sequence_parallel = sequence_parallel;
+}
+
 static int mg__layout_check(const mg_gpt_config *cfg, const mg_gpt_layout *L, char *err,
                             size_t errlen) {
     int i;
     if (L->tp_size < 1 || L->tp_rank < 0 || L->tp_rank >= L->tp_size)
         return mg__err(err, errlen, "tensor-parallel rank %d of %d", L->tp_rank, L->tp_size);
+    if (L->comm && (L->comm->tensor.size != L->tp_size || L->comm->tensor.rank != L->tp_rank))
+        return mg__err(err, errlen, "layout: tensor-parallel rank %d of %d, but the tensor "
+                       "group has rank %d of %d", L->tp_rank, L->tp_size, L->comm->tensor.rank,
+                       L->comm->tensor.size);
+    if (L->sequence_parallel && L->tp_size > 1 && cfg->seq_len % L->tp_size)
+        return mg__err(err, errlen, "--seq-length %d is not divisible by "
+                       "--tensor-model-parallel-size %d (--sequence-parallel gives each rank "
+                       "T/t positions)", cfg->seq_len, L->tp_size);
     if (L->micro_batch < 1)
         return mg__err(err, errlen, "--micro-batch-size %d: must be at least 1", L->micro_batch);
     if (L->n_slots < 1 || L->max_microbatches < 1 || L->n_chunks < 1 ||
@@ -698,6 +832,15 @@ MGDEF int mg_gpt_find_param(const mg_gpt *m, const char *name) {
     return -1;
 }
 
+/* Elements of the largest global tensor of a model: the word embedding, the position
+   embedding or a 4C×C MLP weight.                                                          */
+static int64_t mg__max_global_elems(const mg_gpt_config *c) {
+    int64_t C = c->hidden, best = (int64_t)c->padded_vocab * C;
+    if ((int64_t)c->max_pos * C > best) best = (int64_t)c->max_pos * C;
+    if (4 * C * C > best) best = 4 * C * C;
+    return best;
+}
+
 /* Copies between a host GLOBAL tensor (row-major, shape) and the local shard, in either
    direction: the shard is rows [row0, row0 + local rows) × cols [col0, col0 + local cols). */
 static void mg__shard_copy(const mg_param_desc *d, float *shard, float *global, int to_global) {
@@ -709,12 +852,34 @@ static void mg__shard_copy(const mg_param_desc *d, float *shard, float *global, 
         else memcpy(s, g, (size_t)cols * sizeof(float));
     }
 }
+/* With t ranks: all-gather the t equal shards into arena scratch (rank order), copy them to
+   the host and place each at its rank's rows / columns.                                    */
 MGDEF void mg_gpt_shard_to_global(const mg_gpt *m, int idx, const float *flat, float *global) {
     const mg_param_desc *d = &m->params[idx];
-    float *tmp = (float *)MG_MALLOC((size_t)d->numel * sizeof(float) + 1);
+    int t = m->layout.tp_size, r;
+    int gathered = t > 1 && d->split != MG_TP_REPLICATED;
+    size_t bytes = (size_t)d->numel * sizeof(float), mark = 0;
+    const float *src = flat + d->offset;
+    float *tmp = (float *)MG_MALLOC(bytes * (size_t)(gathered ? t : 1) + 1);
     MG_ASSERT(tmp, "out of host memory");
-    mg_copy_to_host(m->ctx, tmp, flat + d->offset, (size_t)d->numel * sizeof(float));
-    mg__shard_copy(d, tmp, global, 1);
+    if (gathered) {
+        mg_comm *comm = m->layout.comm;
+        float *all;
+        MG_ASSERT(comm, "tensor-parallel size %d needs the layout's comm", t);
+        mark = mg_arena_mark(m->ctx);
+        all = (float *)mg_alloc(m->ctx, bytes * (size_t)t);
+        mg_all_gather(comm, &comm->tensor, src, all, d->numel, MG_F32);
+        mg_copy_to_host(m->ctx, tmp, all, bytes * (size_t)t);
+        mg_arena_release(m->ctx, mark);
+        for (r = 0; r < t; r++) {
+            mg_param_desc dr = *d;                 /* rank r's shard of the same tensor */
+            mg__shard(&dr, r, t);
+            mg__shard_copy(&dr, tmp + (size_t)r * (size_t)d->numel, global, 1);
+        }
+    } else {
+        mg_copy_to_host(m->ctx, tmp, src, bytes);
+        mg__shard_copy(d, tmp, global, 1);
+    }
     MG_FREE(tmp);
 }
 MGDEF void mg_gpt_global_to_shard(mg_gpt *m, int idx, float *flat, const float *global) {
@@ -750,42 +915,52 @@ static float *mg__take_f32(mg__planner *p, int64_t n) {
     return (float *)mg__take(p, (size_t)n * sizeof(float));
 }
 
-/* Everything the model puts in the arena. With m->ctx NULL nothing is stored. */
+/* Everything the model puts in the arena. With m->ctx NULL nothing is stored. Residual-
+   stream activations have n rows (N/t with sequence parallelism), the tensor-parallel ones
+   (qkv, attention, MLP hidden, logits) N rows and 1/t of the columns.                       */
 static void mg__plan_model(mg_gpt *m, mg__planner *p) {
     const mg_gpt_config *c = &m->cfg;
     const mg_gpt_layout *L = &m->layout;
     int64_t B = L->micro_batch, T = c->seq_len, N = B * T, C = c->hidden, t = L->tp_size;
-    int64_t nh = c->n_head / t, Vl = c->padded_vocab / t;
+    int64_t nh = c->n_head / t, Vl = c->padded_vocab / t, n;
+    size_t acts_begin;
     int ch, s, l;
+    m->tp.comm = L->comm;
+    m->tp.rank = L->tp_rank;
+    m->tp.size = L->tp_size;
+    m->tp.sequence_parallel = L->sequence_parallel && t > 1;
+    m->n_rows = n = m->tp.sequence_parallel ? N / t : N;
+    m->row0 = m->tp.sequence_parallel ? n * L->tp_rank : 0;
     m->param_buf = mg__take_f32(p, m->n_elems);
     m->grad_buf = mg__take_f32(p, m->n_elems);
+    acts_begin = p->bytes;
     for (ch = 0; ch < L->n_chunks; ch++) {
         const mg_gpt_chunk *chunk = &L->chunks[ch];
         for (s = 0; s < L->n_slots; s++) {
             mg_gpt_acts *a = &m->acts[ch * L->n_slots + s];
             a->tokens = (int32_t *)mg__take(p, (size_t)N * sizeof(int32_t));
             a->targets = (int32_t *)mg__take(p, (size_t)N * sizeof(int32_t));
-            a->input = mg__take_tensor(p, N, C, 0, 0);
+            a->input = mg__take_tensor(p, n, C, 0, 0);
             for (l = 0; l < chunk->layer_end - chunk->layer_begin; l++) {
                 mg_gpt_layer_acts *la = &a->layers[l];
-                la->ln1 = mg__take_tensor(p, N, C, 0, 0);
-                la->ln1_mean = mg__take_f32(p, N);
-                la->ln1_rstd = mg__take_f32(p, N);
+                la->ln1 = mg__take_tensor(p, n, C, 0, 0);
+                la->ln1_mean = mg__take_f32(p, n);
+                la->ln1_rstd = mg__take_f32(p, n);
                 la->qkv = mg__take_tensor(p, N, 3 * C / t, 0, 0);
                 la->att = mg__take_tensor(p, B, nh, T, T);
                 la->atty = mg__take_tensor(p, N, C / t, 0, 0);
-                la->resid_mid = mg__take_tensor(p, N, C, 0, 0);
-                la->ln2 = mg__take_tensor(p, N, C, 0, 0);
-                la->ln2_mean = mg__take_f32(p, N);
-                la->ln2_rstd = mg__take_f32(p, N);
+                la->resid_mid = mg__take_tensor(p, n, C, 0, 0);
+                la->ln2 = mg__take_tensor(p, n, C, 0, 0);
+                la->ln2_mean = mg__take_f32(p, n);
+                la->ln2_rstd = mg__take_f32(p, n);
                 la->fc = mg__take_tensor(p, N, 4 * C / t, 0, 0);
                 la->fc_gelu = mg__take_tensor(p, N, 4 * C / t, 0, 0);
-                la->out = mg__take_tensor(p, N, C, 0, 0);
+                la->out = mg__take_tensor(p, n, C, 0, 0);
             }
             if (chunk->has_head) {
-                a->lnf = mg__take_tensor(p, N, C, 0, 0);
-                a->lnf_mean = mg__take_f32(p, N);
-                a->lnf_rstd = mg__take_f32(p, N);
+                a->lnf = mg__take_tensor(p, n, C, 0, 0);
+                a->lnf_mean = mg__take_f32(p, n);
+                a->lnf_rstd = mg__take_f32(p, n);
                 a->logits = mg__take_tensor(p, N, Vl, 0, 0);
                 a->rowmax = mg__take_f32(p, N);
                 a->sumexp = mg__take_f32(p, N);
@@ -793,13 +968,20 @@ static void mg__plan_model(mg_gpt *m, mg__planner *p) {
             }
         }
     }
-    m->dresid = mg__take_tensor(p, N, C, 0, 0);
-    m->dC = mg__take_tensor(p, N, C, 0, 0);
+    m->act_bytes = p->bytes - acts_begin;
+    acts_begin = p->bytes;
+    m->dresid = mg__take_tensor(p, n, C, 0, 0);
+    m->dlocal = mg__take_tensor(p, n, C, 0, 0);
+    if (m->tp.sequence_parallel) m->full_a = mg__take_tensor(p, N, C, 0, 0);
+    m->full_b = mg__take_tensor(p, N, C, 0, 0);
     m->dCt = mg__take_tensor(p, N, C / t, 0, 0);
     m->d3C = mg__take_tensor(p, N, 3 * C / t, 0, 0);
     m->d4C = mg__take_tensor(p, N, 4 * C / t, 0, 0);
     m->datt = mg__take_tensor(p, B, nh, T, T);
+    m->scratch_bytes = p->bytes - acts_begin;
     m->losses = mg__take_f32(p, (int64_t)L->max_microbatches * N);
+    m->tp_scalars = mg__take_f32(p, 3 + 3 * t);
+    m->vocab_row = mg__take_f32(p, c->padded_vocab);
 }
 
 /* Host-side arrays of the model (descriptors, views, activation records). */
@@ -874,7 +1056,8 @@ MGDEF int mg_gpt_create(mg_gpt *m, mg_ctx *ctx, const mg_gpt_config *cfg,
     m->host_targets = m->host_tokens + (size_t)layout->micro_batch * cfg->seq_len;
     m->host_losses = (float *)MG_MALLOC(sizeof(float) * (size_t)layout->max_microbatches *
                                         (size_t)layout->micro_batch * (size_t)cfg->seq_len);
-    MG_ASSERT(m->host_losses, "out of host memory");
+    m->host_scalars = (float *)MG_MALLOC(sizeof(float) * 3 * (size_t)layout->tp_size);
+    MG_ASSERT(m->host_losses && m->host_scalars, "out of host memory");
     return 0;
 }
 
@@ -889,6 +1072,7 @@ MGDEF void mg_gpt_destroy(mg_gpt *m) {
     MG_FREE(m->idx_layer);
     MG_FREE(m->host_tokens);
     MG_FREE(m->host_losses);
+    MG_FREE(m->host_scalars);
     memset(m, 0, sizeof *m);
 }
 
@@ -930,133 +1114,273 @@ MGDEF void mg_gpt_set_batch(mg_gpt *m, int chunk, int slot, const int32_t *sampl
     mg_copy_to_device(m->ctx, a->targets, m->host_targets, sizeof(int32_t) * (size_t)B * T);
 }
 
-/* Tensor-parallel reduction points. With tp_size 1 there is nothing to reduce; the tensor-
-   parallel issue adds the all-reduce over the tensor group (mg_comm.h) here, and at each call
-   site below the comment names Megatron's operator (g in forward, f in backward).          */
-static void mg__tp_all_reduce(mg_gpt *m, float *buf, int64_t n, int op_max) {
-    (void)buf; (void)n; (void)op_max;
-    MG_ASSERT(m->layout.tp_size == 1, "tensor parallelism needs the tensor-parallel issue");
+/* ---- Tensor-parallel communication: Megatron's conjugate operators (see section 3 above) ---- */
+static mg_comm *mg__tp_comm(const mg_tp_group *g) {
+    MG_ASSERT(g->comm, "tensor-parallel size %d needs the job's comm (mg_gpt_layout_tp)", g->size);
+    return g->comm;
+}
+MGDEF mg_tp_group mg_tp_group_make(mg_comm *comm, int sequence_parallel) {
+    mg_tp_group g;
+    g.comm = comm;
+    g.rank = comm ? comm->tensor.rank : 0;
+    g.size = comm ? comm->tensor.size : 1;
+    g.sequence_parallel = sequence_parallel && g.size > 1;
+    return g;
+}
+MGDEF void mg_tp_all_reduce(const mg_tp_group *g, float *buf, int64_t n, mg_redop op) {
+    mg_comm *comm;
+    if (g->size == 1) return;
+    comm = mg__tp_comm(g);
+    mg_all_reduce(comm, &comm->tensor, buf, buf, n, MG_F32, op);
+}
+MGDEF const mg_tensor *mg_tp_gather(const mg_tp_group *g, const mg_tensor *local,
+                                    mg_tensor *full) {
+    mg_comm *comm;
+    if (!g->sequence_parallel) return local;
+    MG_ASSERT(mg_numel(full) == mg_numel(local) * g->size, "mg_tp_gather: %lld elements into "
+              "%lld (want %d x)", (long long)mg_numel(local), (long long)mg_numel(full), g->size);
+    comm = mg__tp_comm(g);
+    mg_all_gather(comm, &comm->tensor, local->data, full->data, mg_numel(local), MG_F32);
+    return full;
+}
+MGDEF mg_tensor *mg_tp_reduce(const mg_tp_group *g, mg_tensor *partial, mg_tensor *local) {
+    mg_comm *comm;
+    if (!g->sequence_parallel) {
+        mg_tp_all_reduce(g, (float *)partial->data, mg_numel(partial), MG_SUM);
+        return partial;
+    }
+    MG_ASSERT(mg_numel(partial) == mg_numel(local) * g->size, "mg_tp_reduce: %lld elements "
+              "into %lld (want 1/%d)", (long long)mg_numel(partial), (long long)mg_numel(local),
+              g->size);
+    comm = mg__tp_comm(g);
+    mg_reduce_scatter(comm, &comm->tensor, partial->data, local->data, mg_numel(local), MG_F32,
+                      MG_SUM);
+    return local;
 }
 
-/* One transformer layer, forward: x [N, C] -> la->out [N, C].
-     ln1 = LN(x); qkv = ln1·Wqkvᵀ + b (column-parallel: this rank's heads)
-     atty = softmax(q·kᵀ/√hd, causal)·v;  resid_mid = x + atty·Wprojᵀ + b (row-parallel)
-     ln2 = LN(resid_mid); fc = ln2·Wfc1ᵀ + b (column-parallel); fc_gelu = GELU(fc)
-     out = resid_mid + fc_gelu·Wfc2ᵀ + b (row-parallel)
-   Row-parallel layers add their (replicated) bias on tensor-parallel rank 0 only, so the
-   all-reduce of the partial products adds it exactly once.                                 */
-static void mg__layer_forward(mg_gpt *m, int layer, mg_gpt_layer_acts *la, const mg_tensor *x) {
+/* Where a row-parallel layer (or the vocabulary-parallel embedding) writes its partial sum
+   before mg_tp_reduce: straight into its [n, C] destination with plain TP (reduced in place),
+   into the [N, C] scratch with sequence parallelism (then reduce-scattered).                */
+static mg_tensor *mg__tp_partial(mg_gpt *m, mg_tensor *local) {
+    return m->tp.sequence_parallel ? &m->full_b : local;
+}
+/* The verdict of tensor-parallel rank 0 (which writes files) on every rank of the group:
+   nonzero rc there makes all return -1. Collective; no-op with one rank.                  */
+static int mg__tp_agree(mg_gpt *m, int rc) {
+    mg_comm *comm;
+    float flag = rc ? 1.0f : 0.0f;
+    if (m->layout.tp_size == 1) return rc ? -1 : 0;
+    comm = mg__tp_comm(&m->tp);
+    mg_copy_to_device(m->ctx, m->tp_scalars, &flag, sizeof flag);
+    mg_broadcast(comm, &comm->tensor, m->tp_scalars, m->tp_scalars, 1, MG_F32, 0);
+    mg_copy_to_host(m->ctx, &flag, m->tp_scalars, sizeof flag);
+    return flag != 0 ? -1 : 0;
+}
+
+/* ---- Dropout, keyed by global coordinates ----------------------------------------------------
+   Sites: 0 the embedding output; for layer l, 1 + 3l the attention probabilities, 2 + 3l the
+   attention-out branch, 3 + 3l the MLP-down branch. A hidden dropout treats the residual
+   stream as the global [N, C] tensor (this rank holds rows row0 … row0 + n − 1), the
+   attention dropout the global [B, nh, T, T] probabilities (this rank's heads at head
+   offset tp_rank·nh/t): the mask is independent of t and of sequence parallelism.          */
+#define MG__SITE_EMBEDDING 0
+#define MG__SITE_ATTN_PROBS(l) (1 + 3 * (uint64_t)(l))
+#define MG__SITE_ATTN_OUT(l) (2 + 3 * (uint64_t)(l))
+#define MG__SITE_MLP_OUT(l) (3 + 3 * (uint64_t)(l))
+static uint64_t mg__dropout_key(const mg_gpt *m, const mg_gpt_acts *a, uint64_t site) {
+    return mg_dropout_key(m->cfg.dropout_seed, site, a->dropout_mb);
+}
+/* x = dropout(x) on the residual-stream rows of this rank (forward, in place). */
+static void mg__hidden_dropout(mg_gpt *m, const mg_gpt_acts *a, mg_tensor *x, uint64_t site) {
+    if (!a->dropout_on || m->cfg.hidden_dropout <= 0) return;
+    mg_dropout_forward(m->ctx, x, x, m->cfg.hidden_dropout, mg__dropout_key(m, a, site), m->row0);
+}
+/* The gradient through that dropout: dout itself when it is off, else the masked and scaled
+   copy in m->dlocal.                                                                        */
+static const mg_tensor *mg__hidden_dropout_grad(mg_gpt *m, const mg_gpt_acts *a,
+                                                const mg_tensor *dout, uint64_t site) {
+    if (!a->dropout_on || m->cfg.hidden_dropout <= 0) return dout;
+    mg_dropout_backward(m->ctx, &m->dlocal, dout, m->cfg.hidden_dropout,
+                        mg__dropout_key(m, a, site), m->row0);
+    return &m->dlocal;
+}
+/* The attention-probability dropout of layer l (NULL: off). */
+static const mg_attn_dropout *mg__gpt_attn_dropout(mg_gpt *m, const mg_gpt_acts *a, int layer,
+                                                   mg_attn_dropout *d) {
+    if (!a->dropout_on || m->cfg.attention_dropout <= 0) return NULL;
+    d->p = m->cfg.attention_dropout;
+    d->seed = mg__dropout_key(m, a, MG__SITE_ATTN_PROBS(layer));
+    d->n_head_total = m->cfg.n_head;
+    d->head_offset = m->layout.tp_rank * (m->cfg.n_head / m->layout.tp_size);
+    return d;
+}
+
+/* One transformer layer, forward: x [n, C] -> la->out [n, C] (n = N, or N/t with sequence
+   parallelism). Megatron's operators in brackets:
+     ln1 = LN(x); [f / all-gather] qkv = ln1·Wqkvᵀ + b (column-parallel: this rank's heads)
+     atty = dropout(softmax(q·kᵀ/√hd, causal))·v
+     resid_mid = x + dropout([g / reduce-scatter] atty·Wprojᵀ + b)        (row-parallel)
+     ln2 = LN(resid_mid); [f / all-gather] fc = ln2·Wfc1ᵀ + b (column-parallel)
+     out = resid_mid + dropout([g / reduce-scatter] GELU(fc)·Wfc2ᵀ + b)   (row-parallel)
+   Row-parallel layers add their (replicated) bias on tensor-parallel rank 0 only, so the sum
+   of the partial products adds it exactly once.                                            */
+static void mg__layer_forward(mg_gpt *m, int layer, mg_gpt_acts *a, mg_gpt_layer_acts *la,
+                              const mg_tensor *x) {
     mg_ctx *ctx = m->ctx;
-    const mg_tensor *w = m->w + m->idx_layer[layer];
+    const mg_tensor *w = m->w + m->idx_layer[layer], *full;
     int B = m->layout.micro_batch, T = m->cfg.seq_len, nh = m->cfg.n_head / m->layout.tp_size;
     int bias_here = m->layout.tp_rank == 0;
+    mg_attn_dropout adrop;
+    mg_tensor *partial;
+    /* attention block */
     mg_layernorm_forward(ctx, &la->ln1, la->ln1_mean, la->ln1_rstd, x, &w[MG_LN1_W],
                          &w[MG_LN1_B]);
-    mg_linear_forward(ctx, &la->qkv, &la->ln1, &w[MG_QKV_W], &w[MG_QKV_B]);
-    mg_attention_forward(ctx, &la->atty, &la->att, &la->qkv, B, T, nh, NULL);
-    mg_linear_forward(ctx, &la->resid_mid, &la->atty, &w[MG_PROJ_W],
-                      bias_here ? &w[MG_PROJ_B] : NULL);
-    mg__tp_all_reduce(m, (float *)la->resid_mid.data, mg_numel(&la->resid_mid), 0); /* g */
+    full = mg_tp_gather(&m->tp, &la->ln1, &m->full_a);
+    mg_linear_forward(ctx, &la->qkv, full, &w[MG_QKV_W], &w[MG_QKV_B]);
+    mg_attention_forward(ctx, &la->atty, &la->att, &la->qkv, B, T, nh,
+                         mg__gpt_attn_dropout(m, a, layer, &adrop));
+    partial = mg__tp_partial(m, &la->resid_mid);
+    mg_linear_forward(ctx, partial, &la->atty, &w[MG_PROJ_W], bias_here ? &w[MG_PROJ_B] : NULL);
+    mg_tp_reduce(&m->tp, partial, &la->resid_mid);
+    mg__hidden_dropout(m, a, &la->resid_mid, MG__SITE_ATTN_OUT(layer));
     mg_add(ctx, &la->resid_mid, &la->resid_mid, x);
+    /* MLP block */
     mg_layernorm_forward(ctx, &la->ln2, la->ln2_mean, la->ln2_rstd, &la->resid_mid,
                          &w[MG_LN2_W], &w[MG_LN2_B]);
-    mg_linear_forward(ctx, &la->fc, &la->ln2, &w[MG_FC1_W], &w[MG_FC1_B]);
+    full = mg_tp_gather(&m->tp, &la->ln2, &m->full_a);
+    mg_linear_forward(ctx, &la->fc, full, &w[MG_FC1_W], &w[MG_FC1_B]);
     mg_gelu_forward(ctx, &la->fc_gelu, &la->fc);
-    mg_linear_forward(ctx, &la->out, &la->fc_gelu, &w[MG_FC2_W],
-                      bias_here ? &w[MG_FC2_B] : NULL);
-    mg__tp_all_reduce(m, (float *)la->out.data, mg_numel(&la->out), 0);             /* g */
+    partial = mg__tp_partial(m, &la->out);
+    mg_linear_forward(ctx, partial, &la->fc_gelu, &w[MG_FC2_W], bias_here ? &w[MG_FC2_B] : NULL);
+    mg_tp_reduce(&m->tp, partial, &la->out);
+    mg__hidden_dropout(m, a, &la->out, MG__SITE_MLP_OUT(layer));
     mg_add(ctx, &la->out, &la->out, &la->resid_mid);
 }
 
-/* One transformer layer, backward. On entry m->dresid = dL/d(out); on return dL/dx. The
-   residual stream's gradient flows straight through, each block adds its branch:
-     MLP:  dfc_gelu = dresid·Wfc2; dfc = GELU'(fc)⊙dfc_gelu; dln2 = dfc·Wfc1;
-           dresid += LN2'(dln2)
-     attn: datty = dresid·Wproj; dqkv = attention'(datty); dln1 = dqkv·Wqkv;
-           dresid += LN1'(dln1)
+/* One transformer layer, backward. On entry m->dresid = dL/d(out) [n, C]; on return dL/dx.
+   The residual stream's gradient flows straight through, each block adds its branch:
+     MLP:  g = [identity / all-gather] dropout'(dresid)
+           dfc_gelu = g·Wfc2; dfc = GELU'(fc)⊙dfc_gelu; partial dln2 = dfc·Wfc1
+           dresid += LN2'([all-reduce (f) / reduce-scatter] partial)
+     attn: the same with Wproj, attention' and Wqkv.
    Each linear's backward is its input half then its weight half (mg_linear_backward_weight:
-   dW += doutᵀ·inp, db += Σ dout), kept apart so a zero-bubble schedule can defer the latter. */
-static void mg__layer_backward(mg_gpt *m, int layer, mg_gpt_layer_acts *la, const mg_tensor *x) {
+   dW += doutᵀ·inp, db += Σ dout), kept apart so a zero-bubble schedule can defer the latter.
+   The column-parallel weight gradients need the whole layernorm output: with sequence
+   parallelism it is gathered again (only the local rows were kept). Row-parallel biases get
+   Σ over the whole gradient g, so they are complete on every rank.                          */
+static void mg__layer_backward(mg_gpt *m, int layer, mg_gpt_acts *a, mg_gpt_layer_acts *la,
+                               const mg_tensor *x) {
     mg_ctx *ctx = m->ctx;
-    const mg_tensor *w = m->w + m->idx_layer[layer];
-    mg_tensor *g = m->g + m->idx_layer[layer];
+    const mg_tensor *w = m->w + m->idx_layer[layer], *g_out, *ln_full;
+    mg_tensor *g = m->g + m->idx_layer[layer], *dln;
     int B = m->layout.micro_batch, T = m->cfg.seq_len, nh = m->cfg.n_head / m->layout.tp_size;
+    mg_attn_dropout adrop;
     /* MLP block */
-    mg_linear_backward_input(ctx, &m->d4C, &m->dresid, &w[MG_FC2_W], 0);
-    mg_linear_backward_weight(ctx, &g[MG_FC2_W], &g[MG_FC2_B], &m->dresid, &la->fc_gelu);
+    g_out = mg__hidden_dropout_grad(m, a, &m->dresid, MG__SITE_MLP_OUT(layer));
+    g_out = mg_tp_gather(&m->tp, g_out, &m->full_b);
+    mg_linear_backward_input(ctx, &m->d4C, g_out, &w[MG_FC2_W], 0);
+    mg_linear_backward_weight(ctx, &g[MG_FC2_W], &g[MG_FC2_B], g_out, &la->fc_gelu);
     mg_gelu_backward(ctx, &m->d4C, &la->fc, &m->d4C);
-    mg_linear_backward_input(ctx, &m->dC, &m->d4C, &w[MG_FC1_W], 0);
-    mg_linear_backward_weight(ctx, &g[MG_FC1_W], &g[MG_FC1_B], &m->d4C, &la->ln2);
-    mg__tp_all_reduce(m, (float *)m->dC.data, mg_numel(&m->dC), 0);                  /* f */
-    mg_layernorm_backward(ctx, &m->dresid, &g[MG_LN2_W], &g[MG_LN2_B], &m->dC, &la->resid_mid,
+    mg_linear_backward_input(ctx, &m->full_b, &m->d4C, &w[MG_FC1_W], 0);
+    ln_full = mg_tp_gather(&m->tp, &la->ln2, &m->full_a);
+    mg_linear_backward_weight(ctx, &g[MG_FC1_W], &g[MG_FC1_B], &m->d4C, ln_full);
+    dln = mg_tp_reduce(&m->tp, &m->full_b, &m->dlocal);
+    mg_layernorm_backward(ctx, &m->dresid, &g[MG_LN2_W], &g[MG_LN2_B], dln, &la->resid_mid,
                           &w[MG_LN2_W], la->ln2_mean, la->ln2_rstd, 1);
     /* attention block */
-    mg_linear_backward_input(ctx, &m->dCt, &m->dresid, &w[MG_PROJ_W], 0);
-    mg_linear_backward_weight(ctx, &g[MG_PROJ_W], &g[MG_PROJ_B], &m->dresid, &la->atty);
-    mg_attention_backward(ctx, &m->d3C, &m->datt, &m->dCt, &la->qkv, &la->att, B, T, nh, NULL);
-    mg_linear_backward_input(ctx, &m->dC, &m->d3C, &w[MG_QKV_W], 0);
-    mg_linear_backward_weight(ctx, &g[MG_QKV_W], &g[MG_QKV_B], &m->d3C, &la->ln1);
-    mg__tp_all_reduce(m, (float *)m->dC.data, mg_numel(&m->dC), 0);                  /* f */
-    mg_layernorm_backward(ctx, &m->dresid, &g[MG_LN1_W], &g[MG_LN1_B], &m->dC, x,
+    g_out = mg__hidden_dropout_grad(m, a, &m->dresid, MG__SITE_ATTN_OUT(layer));
+    g_out = mg_tp_gather(&m->tp, g_out, &m->full_b);
+    mg_linear_backward_input(ctx, &m->dCt, g_out, &w[MG_PROJ_W], 0);
+    mg_linear_backward_weight(ctx, &g[MG_PROJ_W], &g[MG_PROJ_B], g_out, &la->atty);
+    mg_attention_backward(ctx, &m->d3C, &m->datt, &m->dCt, &la->qkv, &la->att, B, T, nh,
+                          mg__gpt_attn_dropout(m, a, layer, &adrop));
+    mg_linear_backward_input(ctx, &m->full_b, &m->d3C, &w[MG_QKV_W], 0);
+    ln_full = mg_tp_gather(&m->tp, &la->ln1, &m->full_a);
+    mg_linear_backward_weight(ctx, &g[MG_QKV_W], &g[MG_QKV_B], &m->d3C, ln_full);
+    dln = mg_tp_reduce(&m->tp, &m->full_b, &m->dlocal);
+    mg_layernorm_backward(ctx, &m->dresid, &g[MG_LN1_W], &g[MG_LN1_B], dln, x,
                           &w[MG_LN1_W], la->ln1_mean, la->ln1_rstd, 1);
 }
 
-/* The head's loss statistics: logits = lnf·wteᵀ over this rank's vocabulary slice, then the
-   three cross-entropy steps with their merge points (max, then sums) across the slices.     */
+/* The head's loss statistics: lnf = LN(x); [f / all-gather]; logits = lnf·wteᵀ over this
+   rank's vocabulary slice [N, Vp/t], then the three cross-entropy steps with their merges
+   across the slices (max, then sums): the logits are never gathered.                       */
 static void mg__head_forward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, int microbatch) {
     mg_ctx *ctx = m->ctx;
-    int64_t N = mg_rows(x), V = m->cfg.vocab_size;
+    int64_t N = (int64_t)m->layout.micro_batch * m->cfg.seq_len, V = m->cfg.vocab_size;
     int64_t vstart = m->params[m->idx_global[0]].row0;
     const mg_tensor *w = m->w;
     int iwte = m->idx_global[0], ilnf = m->idx_global[2];
     MG_ASSERT(microbatch >= 0 && microbatch < m->layout.max_microbatches,
               "microbatch %d outside 0 … %d", microbatch, m->layout.max_microbatches - 1);
     mg_layernorm_forward(ctx, &a->lnf, a->lnf_mean, a->lnf_rstd, x, &w[ilnf], &w[ilnf + 1]);
-    mg_linear_forward(ctx, &a->logits, &a->lnf, &w[iwte], NULL);
+    mg_linear_forward(ctx, &a->logits, mg_tp_gather(&m->tp, &a->lnf, &m->full_a), &w[iwte], NULL);
     mg_xent_max(ctx, a->rowmax, &a->logits, vstart, V);
-    mg__tp_all_reduce(m, a->rowmax, N, 1);                                      /* max */
+    mg_tp_all_reduce(&m->tp, a->rowmax, N, MG_MAX);
     mg_xent_sumexp(ctx, a->sumexp, a->tlogit, &a->logits, a->targets, a->rowmax, vstart, V);
-    mg__tp_all_reduce(m, a->sumexp, N, 0);                                      /* sum */
-    mg__tp_all_reduce(m, a->tlogit, N, 0);                                      /* sum */
+    mg_tp_all_reduce(&m->tp, a->sumexp, N, MG_SUM);
+    mg_tp_all_reduce(&m->tp, a->tlogit, N, MG_SUM);
     mg_xent_loss(ctx, m->losses + (int64_t)microbatch * N, a->rowmax, a->sumexp, a->tlogit, N);
 }
 
 /* Head backward: dlogits = (softmax - onehot)·dloss (in place over the logits);
-   dlnf = dlogits·wte (partial over vocabulary slices: f); dwte += dlogitsᵀ·lnf;
-   dresid = LNf'(dlnf) (overwrites: the chunk's backward starts here).                      */
+   partial dlnf = dlogits·wte (this slice's share); dwte += dlogitsᵀ·lnf (gathered again with
+   sequence parallelism); dresid = LNf'([all-reduce / reduce-scatter] partial) — overwrites:
+   the chunk's backward starts here.                                                        */
 static void mg__head_backward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, float dloss) {
     mg_ctx *ctx = m->ctx;
     int64_t vstart = m->params[m->idx_global[0]].row0;
     int iwte = m->idx_global[0], ilnf = m->idx_global[2];
     mg_xent_backward(ctx, &a->logits, &a->logits, a->targets, a->rowmax, a->sumexp, dloss,
                      vstart, m->cfg.vocab_size);
-    mg_linear_backward_input(ctx, &m->dC, &a->logits, &m->w[iwte], 0);
-    mg_linear_backward_weight(ctx, &m->g[iwte], NULL, &a->logits, &a->lnf);
-    mg__tp_all_reduce(m, (float *)m->dC.data, mg_numel(&m->dC), 0);              /* f */
-    mg_layernorm_backward(ctx, &m->dresid, &m->g[ilnf], &m->g[ilnf + 1], &m->dC, x,
-                          &m->w[ilnf], a->lnf_mean, a->lnf_rstd, 0);
+    mg_linear_backward_input(ctx, &m->full_b, &a->logits, &m->w[iwte], 0);
+    mg_linear_backward_weight(ctx, &m->g[iwte], NULL, &a->logits,
+                              mg_tp_gather(&m->tp, &a->lnf, &m->full_a));
+    mg_layernorm_backward(ctx, &m->dresid, &m->g[ilnf], &m->g[ilnf + 1],
+                          mg_tp_reduce(&m->tp, &m->full_b, &m->dlocal), x, &m->w[ilnf],
+                          a->lnf_mean, a->lnf_rstd, 0);
 }
 
-MGDEF void mg_gpt_forward(mg_gpt *m, int chunk, int slot, int microbatch) {
+/* Embedding forward: vocabulary-parallel word embedding (ids outside this rank's rows give 0)
+   plus the position embedding (on rank 0 only), summed over the tensor group [g / reduce-
+   scatter], then dropout. Backward: the gradient [identity / all-gathered] scatter-added
+   into this rank's rows of dwte and into dwpe (the whole gradient on every rank: equal).    */
+static void mg__embedding_forward(mg_gpt *m, mg_gpt_acts *a) {
+    int iwte = m->idx_global[0];
+    mg_tensor *partial = mg__tp_partial(m, &a->input);
+    mg_embedding_forward(m->ctx, partial, a->tokens, m->layout.micro_batch, m->cfg.seq_len, 0,
+                         &m->w[iwte], m->params[iwte].row0,
+                         m->layout.tp_rank == 0 ? &m->w[m->idx_global[1]] : NULL);
+    mg_tp_reduce(&m->tp, partial, &a->input);
+    mg__hidden_dropout(m, a, &a->input, MG__SITE_EMBEDDING);
+}
+static void mg__embedding_backward(mg_gpt *m, mg_gpt_acts *a) {
+    int iwte = m->idx_global[0];
+    const mg_tensor *g_out = mg__hidden_dropout_grad(m, a, &m->dresid, MG__SITE_EMBEDDING);
+    g_out = mg_tp_gather(&m->tp, g_out, &m->full_b);
+    mg_embedding_backward(m->ctx, &m->g[iwte], &m->g[m->idx_global[1]], g_out, a->tokens,
+                          m->layout.micro_batch, m->cfg.seq_len, 0, m->params[iwte].row0);
+}
+
+/* Forward of one chunk; dropout_mb is the global microbatch index that keys the masks. */
+static void mg__gpt_forward(mg_gpt *m, int chunk, int slot, int microbatch, uint64_t dropout_mb) {
     mg_gpt_acts *a = mg__acts(m, chunk, slot);
     const mg_gpt_chunk *c = &m->layout.chunks[chunk];
     const mg_tensor *x = &a->input;
     int l;
-    if (c->has_embedding) {
-        /* vocabulary-parallel: ids outside this rank's rows embed to 0; the sum over ranks
-           (g) completes the lookup */
-        int iwte = m->idx_global[0];
-        mg_embedding_forward(m->ctx, &a->input, a->tokens, m->layout.micro_batch,
-                             m->cfg.seq_len, 0, &m->w[iwte], m->params[iwte].row0,
-                             &m->w[m->idx_global[1]]);
-        mg__tp_all_reduce(m, (float *)a->input.data, mg_numel(&a->input), 0);
-    }
+    a->dropout_mb = dropout_mb;
+    a->dropout_on = m->training;
+    if (c->has_embedding) mg__embedding_forward(m, a);
     for (l = c->layer_begin; l < c->layer_end; l++) {
         mg_gpt_layer_acts *la = &a->layers[l - c->layer_begin];
-        mg__layer_forward(m, l, la, x);
+        mg__layer_forward(m, l, a, la, x);
         x = &la->out;
     }
     if (c->has_head) mg__head_forward(m, a, x, microbatch);
+}
+
+MGDEF void mg_gpt_forward(mg_gpt *m, int chunk, int slot, int microbatch) {
+    mg__gpt_forward(m, chunk, slot, microbatch, m->microbatch_base + (uint64_t)microbatch);
 }
 
 MGDEF void mg_gpt_backward(mg_gpt *m, int chunk, int slot, float dloss) {
@@ -1066,18 +1390,26 @@ MGDEF void mg_gpt_backward(mg_gpt *m, int chunk, int slot, float dloss) {
     if (c->has_head) mg__head_backward(m, a, mg_gpt_chunk_output(m, chunk, slot), dloss);
     for (l = c->layer_end - 1; l >= c->layer_begin; l--) {
         int i = l - c->layer_begin;
-        mg__layer_backward(m, l, &a->layers[i], i ? &a->layers[i - 1].out : &a->input);
+        mg__layer_backward(m, l, a, &a->layers[i], i ? &a->layers[i - 1].out : &a->input);
     }
-    if (c->has_embedding) {
-        int iwte = m->idx_global[0];
-        mg_embedding_backward(m->ctx, &m->g[iwte], &m->g[m->idx_global[1]], &m->dresid,
-                              a->tokens, m->layout.micro_batch, m->cfg.seq_len, 0,
-                              m->params[iwte].row0);
-    }
+    if (c->has_embedding) mg__embedding_backward(m, a);
 }
 
 MGDEF void mg_gpt_zero_grad(mg_gpt *m) {
     mg_memset_zero(m->ctx, m->grad_buf, (size_t)m->n_elems * sizeof(float));
+}
+
+/* Parameter gradients accumulate linearly over microbatches, so the sum over the tensor group
+   can wait for the end of the iteration (as Megatron's finalize_model_grads does).           */
+MGDEF void mg_gpt_reduce_grads(mg_gpt *m) {
+    int i;
+    if (!m->tp.sequence_parallel) return;
+    for (i = 0; i < m->n_params; i++) {
+        int k = m->params[i].kind;
+        if (k == MG_LN1_W || k == MG_LN1_B || k == MG_LN2_W || k == MG_LN2_B || k == MG_LNF_W ||
+            k == MG_LNF_B)
+            mg_tp_all_reduce(&m->tp, m->grad_buf + m->params[i].offset, m->params[i].numel, MG_SUM);
+    }
 }
 
 MGDEF double mg_gpt_loss_sum(mg_gpt *m, int first, int count) {
@@ -1113,7 +1445,7 @@ MGDEF double mg_gpt_run_microbatches(mg_gpt *m, const int32_t *samples, int n_mi
                 mg_copy(m->ctx, mg_gpt_chunk_input(m, ch, 0)->data,
                         mg_gpt_chunk_output(m, ch - 1, 0)->data,
                         mg_nbytes(mg_gpt_chunk_input(m, ch, 0)));
-            mg_gpt_forward(m, ch, 0, slot_mb);
+            mg__gpt_forward(m, ch, 0, slot_mb, m->microbatch_base + (uint64_t)mb);
         }
         if (backward)
             for (ch = L->n_chunks - 1; ch >= 0; ch--) mg_gpt_backward(m, ch, 0, dloss);
@@ -1125,10 +1457,14 @@ MGDEF void mg_gpt_logits_row(mg_gpt *m, int slot, int t, int b, float *out_V) {
     int last = m->layout.n_chunks - 1;
     mg_gpt_acts *a = mg__acts(m, last, slot);
     int64_t row = (int64_t)t * m->layout.micro_batch + b, Vl = mg_cols(&a->logits);
-    MG_ASSERT(m->layout.chunks[last].has_head && m->layout.tp_size == 1,
-              "logits need the head on a single tensor-parallel rank");
-    mg_copy_to_host(m->ctx, out_V, (float *)a->logits.data + row * Vl,
-                    sizeof(float) * (size_t)m->cfg.vocab_size);
+    float *src = (float *)a->logits.data + row * Vl;
+    MG_ASSERT(m->layout.chunks[last].has_head, "logits need the head on this rank");
+    if (m->layout.tp_size > 1) {  /* the row's vocabulary slices, in rank order = id order */
+        mg_comm *comm = mg__tp_comm(&m->tp);
+        mg_all_gather(comm, &comm->tensor, src, m->vocab_row, Vl, MG_F32);
+        src = m->vocab_row;
+    }
+    mg_copy_to_host(m->ctx, out_V, src, sizeof(float) * (size_t)m->cfg.vocab_size);
 }
 
 /* =============================================================================================
@@ -1395,14 +1731,7 @@ MGDEF int mg_gpt_import(mg_gpt *m, const mg_weights_file *f, char *err, size_t e
 
 /* Largest global tensor of the model, in elements. */
 static int64_t mg__max_global(const mg_gpt *m) {
-    int64_t best = 1;
-    int i;
-    for (i = 0; i < m->n_params; i++) {
-        const mg_param_desc *d = &m->params[i];
-        int64_t n = d->shape[0] * (d->ndim == 2 ? d->shape[1] : 1);
-        if (n > best) best = n;
-    }
-    return best;
+    return mg__max_global_elems(&m->cfg);
 }
 
 MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen) {
@@ -1415,13 +1744,14 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
     mg_st_writer w;
     mg_hf_config hc;
     int i, rc = 0;
+    int writer = !m->layout.comm || m->layout.comm->world_rank == 0;   /* writes the files */
     int64_t C = m->cfg.hidden, hd = m->cfg.hidden / m->cfg.n_head;
     MG_ASSERT(spec && names && global && ext, "out of host memory");
     for (i = 0; i < m->cfg.n_layer; i++)
         MG_ASSERT(m->idx_layer[i] >= 0, "export needs every layer on this rank");
-    MG_ASSERT(m->idx_global[1] >= 0 && m->idx_global[2] >= 0 && m->layout.tp_size == 1,
+    MG_ASSERT(m->idx_global[1] >= 0 && m->idx_global[2] >= 0,
               "export needs the whole model on this rank (gather it first)");
-    if (!mg__is_dir(dir) && mkdir(dir, 0755) != 0)
+    if (writer && !mg__is_dir(dir) && mkdir(dir, 0755) != 0)
         rc = mg__err(err, errlen, "%s: cannot create directory (%s)", dir, strerror(errno));
     for (i = 0; i < m->n_params && !rc; i++) {
         const mg_param_desc *d = &m->params[i];
@@ -1435,13 +1765,15 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
         spec[i].shape[1] = conv ? d->shape[0] : d->shape[1];
     }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (!rc && mg_st_writer_begin(&w, path, NULL, 1, spec, m->n_params, mk, mv, 1, why, sizeof why))
+    if (writer && !rc &&
+        mg_st_writer_begin(&w, path, NULL, 1, spec, m->n_params, mk, mv, 1, why, sizeof why))
         rc = mg__err(err, errlen, "%s", why);
-    for (i = 0; i < m->n_params && !rc; i++) {
+    for (i = 0; i < m->n_params; i++) {
         const mg_param_desc *d = &m->params[i];
         int64_t rows = d->shape[0], cols = d->ndim == 2 ? d->shape[1] : 1, r, c;
         int64_t n = spec[i].shape[0] * (d->ndim == 2 ? spec[i].shape[1] : 1);
-        mg_gpt_shard_to_global(m, i, m->param_buf, global);
+        mg_gpt_shard_to_global(m, i, m->param_buf, global);  /* collective: every rank */
+        if (!writer || rc) continue;
         if (d->kind == MG_QKV_W || d->kind == MG_QKV_B) {   /* back to [q | k | v] */
             for (r = 0; r < rows; r++)
                 memcpy(ext + mg__qkv_ext_row(r, C, hd) * cols, global + r * cols,
@@ -1458,19 +1790,22 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
             rc = mg__err(err, errlen, "%s", why);
         }
     }
-    if (!rc && mg_st_writer_commit(&w, why, sizeof why)) rc = mg__err(err, errlen, "%s", why);
+    if (writer && !rc && mg_st_writer_commit(&w, why, sizeof why))
+        rc = mg__err(err, errlen, "%s", why);
     hc.n_layer = m->cfg.n_layer;
     hc.n_head = m->cfg.n_head;
     hc.n_embd = m->cfg.hidden;
     hc.n_positions = m->cfg.max_pos;
     hc.vocab_size = m->cfg.vocab_size;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!rc && mg_hf_config_write(path, &hc, why, sizeof why)) rc = mg__err(err, errlen, "%s", why);
+    if (writer && !rc && mg_hf_config_write(path, &hc, why, sizeof why))
+        rc = mg__err(err, errlen, "%s", why);
     MG_FREE(spec);
     MG_FREE(names);
     MG_FREE(global);
     MG_FREE(ext);
-    return rc;
+    if (mg__tp_agree(m, rc) && !rc) return mg__err(err, errlen, "rank 0 could not export");
+    return rc ? -1 : 0;
 }
 
 /* =============================================================================================
@@ -1502,10 +1837,39 @@ MGDEF void mg_adamw_create(mg_adamw *opt, mg_gpt *m, float beta1, float beta2, f
 }
 
 /* Σ g² over every parameter of the model counted once. On one rank that is the whole flat
-   buffer (its alignment gaps are zero). Tensor/pipeline/data parallelism add, here, the sum
-   over ranks of the parameters each rank owns (replicated ones counted on tp rank 0).       */
+   buffer (its alignment gaps are zero). With tensor parallelism each rank sums its shards of
+   the split tensors, and rank 0 adds the replicated ones (equal on every rank); the ranks'
+   double partial sums are exchanged exactly — each as two floats, hi = (float)x and
+   lo = (float)(x − hi) — by an all-gather, and every rank adds them in rank order, so all
+   get the same norm, as precise as the serial one.                                          */
 static double mg__grad_sumsq(mg_gpt *m, int *nonfinite) {
-    return mg_sumsq(m->ctx, m->grad_buf, m->n_elems, nonfinite);
+    int t = m->layout.tp_size, i, r;
+    double local = 0, total = 0;
+    float mine[3], *all;
+    mg_comm *comm;
+    if (t == 1) return mg_sumsq(m->ctx, m->grad_buf, m->n_elems, nonfinite);
+    *nonfinite = 0;
+    for (i = 0; i < m->n_params; i++) {
+        const mg_param_desc *d = &m->params[i];
+        int bad = 0;
+        if (d->split == MG_TP_REPLICATED && m->layout.tp_rank != 0) continue;
+        local += mg_sumsq(m->ctx, m->grad_buf + d->offset, d->numel, &bad);
+        *nonfinite |= bad;
+    }
+    mine[0] = (float)local;
+    mine[1] = (float)(local - (double)mine[0]);
+    mine[2] = (float)*nonfinite;
+    if (!isfinite(mine[0])) mine[0] = mine[1] = 0;     /* flagged by mine[2] */
+    all = m->host_scalars;
+    comm = mg__tp_comm(&m->tp);
+    mg_copy_to_device(m->ctx, m->tp_scalars, mine, sizeof mine);
+    mg_all_gather(comm, &comm->tensor, m->tp_scalars, m->tp_scalars + 3, 3, MG_F32);
+    mg_copy_to_host(m->ctx, all, m->tp_scalars + 3, sizeof(float) * 3 * (size_t)t);
+    for (r = 0; r < t; r++) {
+        total += (double)all[3 * r] + (double)all[3 * r + 1];
+        if (all[3 * r + 2] != 0) *nonfinite = 1;
+    }
+    return total;
 }
 
 MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, double *grad_norm) {
@@ -1539,7 +1903,8 @@ MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, d
 /* =============================================================================================
    5. Trainer: flags
    ========================================================================================== */
-typedef enum { MG__F_INT, MG__F_FLOAT, MG__F_STR, MG__F_CHOICE, MG__F_HELP } mg__flag_type;
+typedef enum { MG__F_INT, MG__F_FLOAT, MG__F_STR, MG__F_CHOICE, MG__F_HELP, MG__F_SWITCH }
+    mg__flag_type;  /* MG__F_SWITCH: takes no value; sets its int field to 1 */
 typedef struct mg__flag {
     const char *name;        /* as typed, with the leading "--"                               */
     mg__flag_type type;
@@ -1566,7 +1931,7 @@ static const mg__flag mg__flags[] = {
      "rows of the position embedding, >= --seq-length (default: --seq-length)"},
     {"--vocab-size", MG__F_INT, MG__OFF(vocab_size), "V", 2, 1 << 30,
      "vocabulary size; every token id of the data must be below it; padded to a multiple of "
-     "128 inside the model"},
+     "128·t inside the model (t: --tensor-model-parallel-size)"},
     {"batch", MG__F_HELP, 0, NULL, 0, 0, "Batch and length of the run"},
     {"--micro-batch-size", MG__F_INT, MG__OFF(micro_batch_size), "B", 1, 1e6,
      "sequences per microbatch (default 1)"},
@@ -1594,7 +1959,12 @@ static const mg__flag mg__flags[] = {
     {"--adam-beta2", MG__F_FLOAT, MG__OFF(adam_beta2), "B2", 0, 0.999999, "default 0.999"},
     {"--adam-eps", MG__F_FLOAT, MG__OFF(adam_eps), "EPS", 1e-30, 1, "default 1e-8"},
     {"--seed", MG__F_INT, MG__OFF(seed), "N", 0, 4294967295.0,
-     "initialisation, data order and sampling (default 1234)"},
+     "initialisation, data order, dropout masks and sampling (default 1234)"},
+    {"--hidden-dropout", MG__F_FLOAT, MG__OFF(hidden_dropout), "P", 0, 0.999999,
+     "dropout after the embedding and after attention-out and MLP-down, before the residual "
+     "add (default 0)"},
+    {"--attention-dropout", MG__F_FLOAT, MG__OFF(attention_dropout), "P", 0, 0.999999,
+     "dropout on the attention probabilities (default 0)"},
     {"logging", MG__F_HELP, 0, NULL, 0, 0, "Logging and evaluation"},
     {"--log-interval", MG__F_INT, MG__OFF(log_interval), "N", 1, MG__BIG,
      "print the training line every N iterations (default 100)"},
@@ -1626,6 +1996,14 @@ static const mg__flag mg__flags[] = {
     {"--data-order", MG__F_CHOICE, MG__OFF(data_order), "shuffled|sequential", 0, 0,
      "shuffled: Megatron's GPTDataset order; sequential: sample i of iteration k is tokens "
      "[(k*B+i)*T, (k*B+i)*T+T+1) of the split (default shuffled)"},
+    {"parallel", MG__F_HELP, 0, NULL, 0, 0, "Parallelism (launch with mpirun -np N; for now the "
+     "world size N must equal the tensor-parallel size)"},
+    {"--tensor-model-parallel-size", MG__F_INT, MG__OFF(tensor_model_parallel_size), "T", 1,
+     1024, "split every layer over T ranks: attention heads, MLP columns and vocabulary "
+     "divided, Megatron's column/row-parallel layers (default 1)"},
+    {"--sequence-parallel", MG__F_SWITCH, MG__OFF(sequence_parallel), NULL, 0, 0,
+     "with T > 1, also split the layernorm, dropout and residual regions along the sequence "
+     "(--seq-length divisible by T)"},
     {"device", MG__F_HELP, 0, NULL, 0, 0, "Device"},
     {"--device", MG__F_CHOICE, MG__OFF(device), "auto|cpu|cuda", 0, 0,
      "auto: the GPU when built by nvcc and one is present, else the CPU (default auto; "
@@ -1647,6 +2025,7 @@ MGDEF void mg_train_args_default(mg_train_args *a) {
     a->adam_beta2 = 0.999;
     a->adam_eps = 1e-8;
     a->seed = 1234;
+    a->tensor_model_parallel_size = 1;
     a->log_interval = 100;
     a->eval_interval = 1000;
     a->eval_iters = 100;
@@ -1738,6 +2117,12 @@ MGDEF int mg_train_parse(mg_train_args *a, int argc, char **argv, char *err, siz
         k = mg__flag_index(name);
         if (k < 0 || !strcmp(name, "--help"))
             return mg__err(err, errlen, "unknown option %s (see --help for the list)", name);
+        if (mg__flags[k].type == MG__F_SWITCH) {
+            if (eq) return mg__err(err, errlen, "%s takes no value", name);
+            *(int *)((char *)a + mg__flags[k].offset) = 1;
+            a->given[k] = 1;
+            continue;
+        }
         if (eq) value = eq + 1;
         else if (i + 1 < argc) value = argv[++i];
         else return mg__err(err, errlen, "%s needs a value (%s)", name, mg__flags[k].metavar);
@@ -2038,6 +2423,23 @@ static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
     return 0;
 }
 
+/* The job's shape against the parallel flags: world size = t·d (d data-parallel replicas,
+   which must be 1 until data parallelism exists). Pure: nothing is communicated.            */
+static int mg__check_world(const mg_train_args *a, char *err, size_t errlen) {
+    int world = a->comm ? a->comm->world_size : 1;
+    int64_t t = a->tensor_model_parallel_size;
+    if (world % t)
+        return mg__err(err, errlen, "--tensor-model-parallel-size %lld does not divide the %d "
+                       "ranks of the job (launch mpirun -np with a multiple of %lld)",
+                       (long long)t, world, (long long)t);
+    if (world / t > 1)
+        return mg__err(err, errlen, "%d ranks with --tensor-model-parallel-size %lld would "
+                       "leave %lld data-parallel replicas, which are not implemented yet "
+                       "(launch mpirun -np %lld)", world, (long long)t, (long long)(world / t),
+                       (long long)t);
+    return 0;
+}
+
 MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err, size_t errlen) {
     mg_train_args *a = &tr->args;
     mg_weights_file wf;
@@ -2046,7 +2448,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     const int64_t *srcp = NULL;
     const char *src_name = NULL;
     char path[1100], srcdesc[1200];
-    int has_ckpt = 0, has_weights = 0, rc;
+    int has_ckpt = 0, has_weights = 0, rc, tp;
     mg_gpt_layout layout;
     mg_ctx_desc cd;
     size_t bytes;
@@ -2054,6 +2456,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     memset(&wf, 0, sizeof wf);
     tr->args = *args;
     tr->loaded_iteration = tr->last_saved = -1;
+    tr->writer = !a->comm || a->comm->world_rank == 0;
     if (!mg_train_flag_given(a, "--global-batch-size")) a->global_batch_size = a->micro_batch_size;
     if (mg__check_run(a, err, errlen)) return -1;
     if (a->lr < 0) a->lr = 0;                       /* no training: no learning rate needed */
@@ -2094,10 +2497,18 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     tr->cfg.seq_len = (int)arch[3];
     tr->cfg.max_pos = (int)arch[4];
     tr->cfg.vocab_size = (int)arch[5];
-    tr->cfg.padded_vocab = mg_gpt_pad_vocab(tr->cfg.vocab_size, 1);
-    if (mg_gpt_config_check(&tr->cfg, 1, err, errlen)) goto fail;
+    tr->cfg.hidden_dropout = (float)a->hidden_dropout;
+    tr->cfg.attention_dropout = (float)a->attention_dropout;
+    tr->cfg.dropout_seed = (uint64_t)a->seed;
+    tp = (int)a->tensor_model_parallel_size;
+    tr->cfg.padded_vocab = mg_gpt_pad_vocab(tr->cfg.vocab_size, tp);
+    if (mg__check_world(a, err, errlen)) goto fail;
+    if (mg_gpt_config_check(&tr->cfg, tp, err, errlen)) goto fail;
     tr->n_micro = (int)(a->global_batch_size / a->micro_batch_size);
     layout = mg_gpt_layout_single(&tr->cfg, (int)a->micro_batch_size, tr->n_micro, 1);
+    layout.tp_size = tp;                 /* the rank and comm come with the groups, below */
+    layout.tp_rank = a->comm ? a->comm->world_rank % tp : 0;   /* tensor-parallel fastest */
+    layout.sequence_parallel = a->sequence_parallel;
     bytes = mg_gpt_arena_bytes(&tr->cfg, &layout);
     if (!bytes && mg__layout_check(&tr->cfg, &layout, err, errlen)) goto fail;
     /* AdamW moments (2 more copies of the parameters) and the ops' scratch */
@@ -2106,6 +2517,11 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         mg__build_params(&tr->cfg, &layout, NULL, &n_elems);
         bytes += 2 * (((size_t)n_elems * sizeof(float) + 255) / 256 * 256) + ((size_t)8 << 20) +
                  (size_t)64 * tr->cfg.hidden * sizeof(float);
+        if (tp > 1)            /* gathering the largest tensor for a checkpoint or export */
+            bytes += (size_t)mg__max_global_elems(&tr->cfg) * sizeof(float) + 256;
+        if (tr->cfg.attention_dropout > 0)  /* the dropped probabilities (op scratch) */
+            bytes += (size_t)a->micro_batch_size * (size_t)(tr->cfg.n_head / tp) *
+                     (size_t)tr->cfg.seq_len * (size_t)tr->cfg.seq_len * sizeof(float) + 256;
     }
     {
         double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
@@ -2120,7 +2536,15 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     memset(&cd, 0, sizeof cd);
     cd.device = (mg_device)a->device;
     cd.arena_bytes = bytes;
+    if (a->comm) {
+        cd.cuda_device = mg_comm_cuda_device(a->comm);
+        cd.n_threads = mg_comm_default_threads(a->comm);
+    }
     mg_ctx_init(&tr->ctx, &cd);
+    if (a->comm) {                       /* the first communication of the run */
+        mg_comm_setup_groups(a->comm, &tr->ctx, tp, 1, 1);
+        mg_gpt_layout_tp(&layout, a->comm, a->sequence_parallel);
+    }
     if (mg_gpt_create(&tr->model, &tr->ctx, &tr->cfg, &layout, err, errlen)) goto fail;
     mg_adamw_create(&tr->opt, &tr->model, (float)a->adam_beta1, (float)a->adam_beta2,
                     (float)a->adam_eps, (float)a->weight_decay);
@@ -2140,7 +2564,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     tr->batch = (int32_t *)MG_MALLOC(sizeof(int32_t) * (size_t)a->global_batch_size *
                                      (size_t)(tr->cfg.seq_len + 1));
     MG_ASSERT(tr->batch, "out of host memory");
-    if (a->log_jsonl) {
+    if (a->log_jsonl && tr->writer) {
         tr->jsonl = fopen(a->log_jsonl, "ab");
         if (!tr->jsonl) {
             mg__err(err, errlen, "--log-jsonl %s: cannot open (%s)", a->log_jsonl, strerror(errno));
@@ -2186,8 +2610,13 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     memset(&r, 0, sizeof r);
     mg__fetch(tr, &tr->train_smp, tr->consumed_samples, G);
     mg_gpt_zero_grad(&tr->model);
+    /* dropout on, keyed by the global microbatch index: iteration · microbatches + i */
+    tr->model.training = 1;
+    tr->model.microbatch_base = (uint64_t)tr->iteration * (uint64_t)tr->n_micro;
     r.loss = mg_gpt_run_microbatches(&tr->model, tr->batch, tr->n_micro, (float)(1.0 / tokens), 1)
              / tokens;
+    tr->model.training = 0;
+    mg_gpt_reduce_grads(&tr->model);
     r.lr = mg_lr_at(&tr->sched, tr->iteration);
     r.skipped = !mg_adamw_update(&tr->opt, &tr->model, (float)r.lr, (float)tr->args.clip_grad,
                                  &r.grad_norm);
@@ -2219,7 +2648,8 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
     loss = tr->log_count > tr->log_skipped ?
            tr->log_loss_sum / (double)(tr->log_count - tr->log_skipped) : NAN;
     tokens_per_s = (double)G * tr->cfg.seq_len / (ms * 1e-3);
-    tflops = mg_gpt_flops_per_iteration(&tr->cfg, G) / (ms * 1e-3) / 1e12; /* one rank */
+    tflops = mg_gpt_flops_per_iteration(&tr->cfg, G) / (ms * 1e-3) / 1e12 /
+             (tr->args.comm ? tr->args.comm->world_size : 1);
     now = time(NULL);
     strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
     if (out) {
@@ -2325,6 +2755,8 @@ static char *mg__state_json(const mg_trainer *tr) {
         if (f->type == MG__F_INT)
             snprintf(val, sizeof val, "%lld", (long long)*(const int64_t *)field);
         else if (f->type == MG__F_FLOAT) snprintf(val, sizeof val, "%.17g", *(const double *)field);
+        else if (f->type == MG__F_SWITCH)
+            snprintf(val, sizeof val, "%s", *(const int *)field ? "true" : "false");
         else if (f->type == MG__F_CHOICE) {
             char choice[64];
             const char *p = f->metavar;
@@ -2344,9 +2776,11 @@ static char *mg__state_json(const mg_trainer *tr) {
 }
 
 /* Writes the flat buffer `flat` (params or a moment) as one safetensors file of GLOBAL
-   tensors named name + suffix. */
+   tensors named name + suffix; the word embedding keeps its V real rows only, so the file
+   does not depend on the tensor-parallel padding. Every rank of the tensor group calls it
+   (each tensor is gathered); only `write` ranks write.                                     */
 static int mg__save_tensors(mg_gpt *m, const float *flat, const char *path, const char *suffix,
-                            int with_meta, char *err, size_t errlen) {
+                            int with_meta, int write, char *err, size_t errlen) {
     mg_st_spec *spec = (mg_st_spec *)MG_MALLOC(sizeof(mg_st_spec) * (size_t)m->n_params);
     char (*names)[120] = (char (*)[120])MG_MALLOC(120 * (size_t)m->n_params);
     float *global = (float *)MG_MALLOC((size_t)mg__max_global(m) * sizeof(float));
@@ -2371,56 +2805,68 @@ static int mg__save_tensors(mg_gpt *m, const float *flat, const char *path, cons
         spec[i].name = names[i];
         spec[i].dtype = MG_ST_F32;
         spec[i].ndim = d->ndim;
-        spec[i].shape[0] = d->shape[0];
+        spec[i].shape[0] = d->kind == MG_WTE ? m->cfg.vocab_size : d->shape[0];
         spec[i].shape[1] = d->shape[1];
     }
-    if (mg_st_writer_begin(&w, path, NULL, 1, spec, m->n_params, with_meta ? keys : keys + 5,
-                           with_meta ? vp : vp + 5, with_meta ? 6 : 1, why, sizeof why))
+    if (write && mg_st_writer_begin(&w, path, NULL, 1, spec, m->n_params,
+                                    with_meta ? keys : keys + 5, with_meta ? vp : vp + 5,
+                                    with_meta ? 6 : 1, why, sizeof why))
         rc = mg__err(err, errlen, "%s", why);
-    for (i = 0; i < m->n_params && !rc; i++) {
-        const mg_param_desc *d = &m->params[i];
-        mg_gpt_shard_to_global(m, i, flat, global);
-        if (mg_st_writer_write(&w, i, 0, global, d->shape[0] * (d->ndim == 2 ? d->shape[1] : 1),
-                               why, sizeof why)) {
+    for (i = 0; i < m->n_params; i++) {
+        mg_gpt_shard_to_global(m, i, flat, global);   /* collective: even after an error */
+        if (!write || rc) continue;
+        if (mg_st_writer_write(&w, i, 0, global, spec[i].shape[0] * (spec[i].ndim == 2 ?
+                               spec[i].shape[1] : 1), why, sizeof why)) {
             mg_st_writer_abort(&w);
             rc = mg__err(err, errlen, "%s", why);
         }
     }
-    if (!rc && mg_st_writer_commit(&w, why, sizeof why)) rc = mg__err(err, errlen, "%s", why);
+    if (write && !rc && mg_st_writer_commit(&w, why, sizeof why))
+        rc = mg__err(err, errlen, "%s", why);
     MG_FREE(spec);
     MG_FREE(names);
     MG_FREE(global);
     return rc;
 }
 
+/* The writer (world rank 0) owns the files; with tensor parallelism every rank of the group
+   takes part in gathering each tensor, and all return the writer's verdict.               */
 MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t errlen) {
     char iterdir[1100], tmp[1200], path[1300], why[MG_ERRLEN], latest[32];
     char *state;
-    int rc = 0;
-    if (!mg__is_dir(dir) && mkdir(dir, 0755) != 0)
-        return mg__err(err, errlen, "--save %s: cannot create directory (%s)", dir,
-                       strerror(errno));
+    int rc = 0, w = tr->writer;
+    mg_gpt *m = &tr->model;
+    tmp[0] = 0;
+    if (w && !mg__is_dir(dir) && mkdir(dir, 0755) != 0)
+        rc = mg__err(err, errlen, "--save %s: cannot create directory (%s)", dir,
+                     strerror(errno));
     snprintf(iterdir, sizeof iterdir, "%s/iter_%07lld", dir, (long long)tr->iteration);
-    if (mg_atomic_dir_begin(iterdir, NULL, tmp, sizeof tmp, why, sizeof why))
-        return mg__err(err, errlen, "%s", why);
+    if (w && !rc && mg_atomic_dir_begin(iterdir, NULL, tmp, sizeof tmp, why, sizeof why))
+        rc = mg__err(err, errlen, "%s", why);
+    if (mg__tp_agree(m, rc)) return w ? -1 : mg__err(err, errlen, "rank 0 could not save");
+    /* all three files are gathered by every rank even after a write error (the others do
+       not know of it); the writer stops writing at the first error                         */
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    rc = mg__save_tensors(&tr->model, tr->model.param_buf, path, "", 1, err, errlen);
+    rc = mg__save_tensors(m, m->param_buf, path, "", 1, w, err, errlen);
     snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
-    if (!rc) rc = mg__save_tensors(&tr->model, tr->opt.m, path, ".exp_avg", 0, err, errlen);
+    if (mg__save_tensors(m, tr->opt.m, path, ".exp_avg", 0, w && !rc, err, errlen)) rc = -1;
     snprintf(path, sizeof path, "%s/optimizer_sq.safetensors", tmp);
-    if (!rc) rc = mg__save_tensors(&tr->model, tr->opt.v, path, ".exp_avg_sq", 0, err, errlen);
-    state = mg__state_json(tr);
-    snprintf(path, sizeof path, "%s/state.json", tmp);
-    if (!rc && mg_atomic_write(path, state, strlen(state), why, sizeof why))
-        rc = mg__err(err, errlen, "%s", why);
-    MG_FREE(state);
-    if (!rc && mg_atomic_dir_commit(tmp, iterdir, why, sizeof why))
-        rc = mg__err(err, errlen, "%s", why);
-    if (rc) { mg_atomic_dir_abort(tmp); return -1; }
-    snprintf(latest, sizeof latest, "%lld\n", (long long)tr->iteration);
-    snprintf(path, sizeof path, "%s/latest_checkpointed_iteration.txt", dir);
-    if (mg_atomic_write(path, latest, strlen(latest), why, sizeof why))
-        return mg__err(err, errlen, "%s", why);
+    if (mg__save_tensors(m, tr->opt.v, path, ".exp_avg_sq", 0, w && !rc, err, errlen)) rc = -1;
+    if (w) {
+        state = mg__state_json(tr);
+        snprintf(path, sizeof path, "%s/state.json", tmp);
+        if (!rc && mg_atomic_write(path, state, strlen(state), why, sizeof why))
+            rc = mg__err(err, errlen, "%s", why);
+        MG_FREE(state);
+        if (!rc && mg_atomic_dir_commit(tmp, iterdir, why, sizeof why))
+            rc = mg__err(err, errlen, "%s", why);
+        if (rc) mg_atomic_dir_abort(tmp);
+        snprintf(latest, sizeof latest, "%lld\n", (long long)tr->iteration);
+        snprintf(path, sizeof path, "%s/latest_checkpointed_iteration.txt", dir);
+        if (!rc && mg_atomic_write(path, latest, strlen(latest), why, sizeof why))
+            rc = mg__err(err, errlen, "%s", why);
+    }
+    if (mg__tp_agree(m, rc)) return w ? -1 : mg__err(err, errlen, "rank 0 could not save");
     tr->last_saved = tr->iteration;
     return 0;
 }
@@ -2487,6 +2933,7 @@ MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t err
    5. Trainer: generation
    ========================================================================================== */
 static void mg__print_token(FILE *out, int64_t tok, int bytes) {
+    if (!out) return;
     if (!bytes) { fprintf(out, "%lld ", (long long)tok); return; }
     if (tok == '\n' || tok == '\t' || (tok >= 32 && tok < 127)) fputc((int)tok, out);
     else fprintf(out, "\\x%02x", (unsigned)tok);
@@ -2513,10 +2960,10 @@ MGDEF void mg_trainer_generate(mg_trainer *tr, int64_t n_tokens, FILE *out) {
         MG_FREE(first);
     }
     if (!len) seq[len++] = 0;
-    fprintf(out, "----- sample (%lld tokens after a %lld-token prompt, temperature 1) -----\n",
+    if (out) fprintf(out, "----- sample (%lld tokens after a %lld-token prompt, temperature 1) -----\n",
             (long long)n_tokens, (long long)len);
     for (i = 0; i < len; i++) mg__print_token(out, seq[i], bytes);
-    fprintf(out, bytes ? "" : "| ");
+    if (out) fprintf(out, bytes ? "" : "| ");
     for (i = 0; i < n_tokens; i++) {
         /* the last T tokens as row 0 of a microbatch (other rows repeat it); next-token
            distribution at its last position */
@@ -2538,8 +2985,10 @@ MGDEF void mg_trainer_generate(mg_trainer *tr, int64_t n_tokens, FILE *out) {
         seq[len++] = next;
         mg__print_token(out, next, bytes);
     }
-    fprintf(out, "\n-----\n");
-    fflush(out);
+    if (out) {
+        fprintf(out, "\n-----\n");
+        fflush(out);
+    }
     MG_FREE(seq);
     MG_FREE(rows);
     MG_FREE(logits);

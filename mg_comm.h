@@ -262,15 +262,11 @@ MGDEF void mg_comm_reset_traffic(mg_comm *comm);
 #include <nccl.h>
 #endif
 
-/* A parallel loop over n elements with the rank's nt threads (not the node's cores: ranks
-   share the node), serial below 64 Ki elements.                                             */
-#define MG__COMM_STR(x) #x
-#define MG__COMM_PRAGMA(x) _Pragma(MG__COMM_STR(x))
 #ifdef _OPENMP
-#define MG__COMM_PARALLEL_FOR(n, nt) \
-    MG__COMM_PRAGMA(omp parallel for simd num_threads(nt) schedule(static) if ((n) > 65536))
+#include <omp.h>
+#define MG__COMM_SIMD _Pragma("omp simd")
 #else
-#define MG__COMM_PARALLEL_FOR(n, nt)
+#define MG__COMM_SIMD
 #endif
 
 /* ---------------------------------------------------------------------------------------------
@@ -960,6 +956,69 @@ MGDEF void mg_comm_setup_groups(mg_comm *comm, mg_ctx *ctx, int t, int p, int v)
 }
 
 /* ---------------------------------------------------------------------------------------------
+   Conversions around 16-bit reductions on the CPU
+   ------------------------------------------------------------------------------------------ */
+/* dst[i] = src[i] / divisor for i in [lo, hi), one side fp32, the other fp32/bf16/fp16
+   (16-bit -> fp32 is exact; fp32 -> 16-bit rounds to nearest even; x / 1 is exact). One loop
+   per pair, so each vectorises.                                                              */
+static void mg__comm_convert_range(void *dst, mg_dtype dst_dt, const void *src, mg_dtype src_dt,
+                                   int64_t lo, int64_t hi, float divisor) {
+    if (src_dt == MG_F32) {
+        const float *x = (const float *)src;
+        if (dst_dt == MG_F32) {
+            float *y = (float *)dst;
+            MG__COMM_SIMD
+            for (int64_t i = lo; i < hi; i++) y[i] = x[i] / divisor;
+        } else if (dst_dt == MG_BF16) {
+            uint16_t *y = (uint16_t *)dst;
+            MG__COMM_SIMD
+            for (int64_t i = lo; i < hi; i++) y[i] = mg_f32_to_bf16(x[i] / divisor);
+        } else {
+            uint16_t *y = (uint16_t *)dst;
+            MG__COMM_SIMD
+            for (int64_t i = lo; i < hi; i++) y[i] = mg_f32_to_f16(x[i] / divisor);
+        }
+    } else {   /* widening: divisor is 1 */
+        const uint16_t *x = (const uint16_t *)src;
+        float *y = (float *)dst;
+        if (src_dt == MG_BF16) {
+            MG__COMM_SIMD
+            for (int64_t i = lo; i < hi; i++) y[i] = mg_bf16_to_f32(x[i]);
+        } else {
+            MG__COMM_SIMD
+            for (int64_t i = lo; i < hi; i++) y[i] = mg_f16_to_f32(x[i]);
+        }
+    }
+}
+
+/* The same over [0, n) with the rank's nt threads (its context's, not the node's cores: ranks
+   share the node). Below 64 Ki elements, or with one thread, no parallel region is opened:
+   even one that does not fork costs about a microsecond.                                     */
+static void mg__comm_convert(void *dst, mg_dtype dst_dt, const void *src, mg_dtype src_dt,
+                             int64_t n, float divisor, int nt) {
+#ifdef _OPENMP
+    if (nt > 1 && n > 65536) {
+#pragma omp parallel num_threads(nt)
+        {
+            int64_t t = omp_get_thread_num(), T = omp_get_num_threads();
+            mg__comm_convert_range(dst, dst_dt, src, src_dt, n * t / T, n * (t + 1) / T,
+                                   divisor);
+        }
+        return;
+    }
+#endif
+    (void)nt;
+    mg__comm_convert_range(dst, dst_dt, src, src_dt, 0, n, divisor);
+}
+
+#ifdef MG_USE_MPI
+/* The CPU threads this rank may use (its context's; 1 before mg_comm_setup_groups).         */
+static int mg__comm_threads(const mg_comm *comm) {
+    return comm->ctx && comm->ctx->n_threads > 0 ? comm->ctx->n_threads : 1;
+}
+#endif
+
+/* ---------------------------------------------------------------------------------------------
    Request slots
    ------------------------------------------------------------------------------------------ */
 static mg__request_slot *mg__slot_new(mg_comm *comm, const char *op, const mg_group *g) {
@@ -1080,27 +1139,12 @@ static int mg__slot_poll(mg_comm *comm, mg__request_slot *s) {
     return 1;
 }
 
-/* Runs the completion step: dst = src / divisor in fp32 (x / 1 is exact), stored as the
-   destination dtype (round to nearest even): scratch back to bf16/fp16, sums to averages, an
-   in-place reduce-scatter chunk into place. One loop per dtype, so each vectorises.         */
+/* Runs the completion step (see the slot): fp32 scratch -> storage dtype, sum -> average,
+   in-place reduce-scatter chunk -> its place.                                               */
 static void mg__slot_finish(mg__request_slot *s) {
-    const float *src = s->fin_src;
-    int64_t n = s->fin_n;
-    float div = (float)s->fin_divisor;
-    if (!src) return;
-    if (s->fin_dt == MG_F32) {
-        float *dst = (float *)s->fin_dst;
-        MG__COMM_PARALLEL_FOR(n, s->fin_threads)
-        for (int64_t i = 0; i < n; i++) dst[i] = src[i] / div;
-    } else if (s->fin_dt == MG_BF16) {
-        uint16_t *dst = (uint16_t *)s->fin_dst;
-        MG__COMM_PARALLEL_FOR(n, s->fin_threads)
-        for (int64_t i = 0; i < n; i++) dst[i] = mg_f32_to_bf16(src[i] / div);
-    } else {
-        uint16_t *dst = (uint16_t *)s->fin_dst;
-        MG__COMM_PARALLEL_FOR(n, s->fin_threads)
-        for (int64_t i = 0; i < n; i++) dst[i] = mg_f32_to_f16(src[i] / div);
-    }
+    if (s->fin_src)
+        mg__comm_convert(s->fin_dst, s->fin_dt, s->fin_src, MG_F32, s->fin_n,
+                         (float)s->fin_divisor, s->fin_threads);
 }
 
 /* Completes slot s: the GPU is polled (cudaEventQuery, NCCL's asynchronous errors) against the
@@ -1250,22 +1294,10 @@ static mg__request_slot *mg__coll_slot(mg_comm *comm, mg_group *g, const char *o
 static MPI_Comm mg__mpi(const mg_group *g) { return *(MPI_Comm *)g->mpi_comm; }
 static MPI_Datatype mg__mpi_type(mg_dtype dt) { return dt == MG_F32 ? MPI_FLOAT : MPI_UINT16_T; }
 static MPI_Op mg__mpi_op(mg_redop op) { return op == MG_MAX ? MPI_MAX : MPI_SUM; }
-/* The CPU threads this rank may use (its context's; 1 before mg_comm_setup_groups).         */
-static int mg__comm_threads(const mg_comm *comm) {
-    return comm->ctx && comm->ctx->n_threads > 0 ? comm->ctx->n_threads : 1;
-}
 /* 16-bit values widened to fp32 (exact) for a reduction in fp32.                              */
 static void mg__comm_widen(const mg_comm *comm, float *dst, const void *src, mg_dtype dt,
                            int64_t n) {
-    const uint16_t *h = (const uint16_t *)src;
-    if (dt == MG_BF16) {
-        MG__COMM_PARALLEL_FOR(n, mg__comm_threads(comm))
-        for (int64_t i = 0; i < n; i++) dst[i] = mg_bf16_to_f32(h[i]);
-    } else {
-        MG__COMM_PARALLEL_FOR(n, mg__comm_threads(comm))
-        for (int64_t i = 0; i < n; i++) dst[i] = mg_f16_to_f32(h[i]);
-    }
-    (void)comm;
+    mg__comm_convert(dst, MG_F32, src, dt, n, 1.0f, mg__comm_threads(comm));
 }
 static void mg__set_finish(const mg_comm *comm, mg__request_slot *s, const float *src, void *dst,
                            mg_dtype dt, int64_t n, int divisor) {

@@ -15,8 +15,6 @@
    compute (post, compute, test, wait); grouped send/recv in deadlock-prone orders; the real
    groups for every (t, p) the world size allows; the traffic counters. Buffers live on ctx's
    device (MG_DEVICE=cuda with a GPU per rank exercises NCCL; the runner uses the CPU). */
-#define OMPI_SKIP_MPICXX 1    /* MPI's C API only (mg_test.h includes mpi.h; nvcc compiles */
-#define MPICH_SKIP_MPICXX 1   /* this file as C++, and the C++ bindings do not build clean)  */
 #include "mg_comm.h"
 #include "mg_test.h"
 #include <string.h>

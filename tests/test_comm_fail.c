@@ -19,8 +19,6 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1   /* popen, readlink */
 #endif
-#define OMPI_SKIP_MPICXX 1    /* MPI's C API only (mg_test.h includes mpi.h; nvcc compiles */
-#define MPICH_SKIP_MPICXX 1   /* this file as C++, and the C++ bindings do not build clean)  */
 #include "mg_comm.h"
 #include "mg_test.h"
 #include <signal.h>

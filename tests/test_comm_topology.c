@@ -3,8 +3,6 @@
    without launching anything: Megatron's published 16-rank example (t=2, p=4; from the
    docstring of megatron/core/parallel_state.py initialize_model_parallel), partition
    properties for many (world, t, p), validation messages and the printable layout.         */
-#define OMPI_SKIP_MPICXX 1    /* MPI's C API only (mg_test.h includes mpi.h; nvcc compiles */
-#define MPICH_SKIP_MPICXX 1   /* this file as C++, and the C++ bindings do not build clean)  */
 #include "mg_comm.h"
 #include "mg_test.h"
 #include <string.h>

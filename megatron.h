@@ -1506,7 +1506,7 @@ static int mg__is_dir(const char *path) {
    config.json in the file's directory, else from the file's metadata, else stay 0.          */
 static int mg__hf_architecture(mg_weights_file *f, const char *dir, char *err, size_t errlen) {
     char name[160], cfgpath[1100];
-    const mg_st_tensor *wte, *wpe;
+    const mg_st_tensor *wte, *wpe, *head;
     mg_hf_config hc;
     int l = 0;
     const char *meta;
@@ -1517,6 +1517,13 @@ static int mg__hf_architecture(mg_weights_file *f, const char *dir, char *err, s
     if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2 || wte->shape[1] != wpe->shape[1])
         return mg__err(err, errlen, "%s: wte.weight / wpe.weight missing or not [V, C] and "
                        "[positions, C]", f->path);
+    /* the output layer is tied to wte here: an lm_head.weight of its own would be dropped */
+    head = mg_st_find(&f->st, "lm_head.weight");
+    if (head && (head->dtype != wte->dtype || head->nbytes != wte->nbytes ||
+                 memcmp(head->data, wte->data, wte->nbytes)))
+        return mg__err(err, errlen, "%s: lm_head.weight differs from wte.weight (an untied "
+                       "output layer); megatron.h ties the output layer to the word embedding, "
+                       "so only tied GPT-2 models can be imported", f->path);
     for (;; l++) {
         snprintf(name, sizeof name, "%sh.%d.ln_1.weight", f->prefix, l);
         if (!mg_st_find(&f->st, name)) break;

@@ -1,0 +1,337 @@
+// mg-test: ranks=1 timeout=120
+/* test_hf_interop.c — megatron.h against files written by the real Hugging Face `transformers`
+   and by llm.c's own checkpoint writer. tests/oracle/hf_interop.py (transformers 4.40.2) wrote
+   the fixtures in tests/data/hf_* (see its header); this test needs no Python:
+     - import of GPT2LMHeadModel.save_pretrained (`transformer.` prefix, lm_head absent) and of
+       GPT2Model.save_pretrained (no prefix, odd vocabulary 37): the architecture read from
+       the files and config.json, then the loss of a fixed batch = transformers' own forward
+       (labels=tokens) and every logit = transformers' (<= 1e-5 relative);
+     - a Hub-style file (h.{i}.attn.bias buffers, no config.json) and an llm.c checkpoint
+       (train_gpt2.py write_model: version 3, Vp 128) of the same weights import bit-identical
+       to the GPT2Model save;
+     - export (mg_gpt_export_hf): model.safetensors holds exactly the tensors transformers
+       saved, bit for bit (names without the prefix, V rows), config.json gives the GPT2Config
+       values that decide the math (the oracle recorded them from transformers), and the export
+       imports back bit-exactly; llm.c -> HF conversion gives the transformers file too;
+     - a model with an untied lm_head is refused with one clear error (megatron.h ties it).
+   That transformers itself loads our export (no missing/unexpected keys, same loss) is checked
+   live by the oracle script when build/gpt_train exists (make oracle).
+   Usage: test_hf_interop [DATADIR]   (default tests/data; the oracle passes its output dir) */
+#include "gpt_test_util.h"
+
+static const char *data_dir = "tests/data";
+
+static void data_path(char *out, size_t cap, const char *name) {
+    snprintf(out, cap, "%s/%s", data_dir, name);
+}
+
+/* --- the oracle's record: hf_ref.json (sizes, GPT2Config values) and hf_ref.safetensors --- */
+typedef struct hf_ref { char *text; mg_json js; } hf_ref;
+
+static void ref_open(hf_ref *r) {
+    char path[600], err[MG_ERRLEN];
+    data_path(path, sizeof path, "hf_ref.json");
+    r->text = gpt_read_text(path);
+    if (!r->text) { fprintf(stderr, "missing %s (run make oracle)\n", path); exit(1); }
+    if (mg_json_parse(&r->js, r->text, strlen(r->text), err, sizeof err)) {
+        fprintf(stderr, "%s: %s\n", path, err);
+        exit(1);
+    }
+}
+static void ref_close(hf_ref *r) { mg_json_free(&r->js); free(r->text); }
+
+/* An integer of the record: model.key, or the top-level key when model is NULL. */
+static int ref_int(const hf_ref *r, const char *model, const char *key) {
+    int64_t obj = model ? mg_json_get(&r->js, 0, model) : 0, v = 0;
+    int64_t tok = mg_json_get(&r->js, obj, key);
+    if (tok < 0 || mg_json_int(&r->js, tok, &v)) {
+        fprintf(stderr, "hf_ref.json: %s.%s missing or not an integer\n", model ? model : "",
+                key);
+        exit(1);
+    }
+    return (int)v;
+}
+
+/* The architecture of one oracle model ("lm" or "base"). */
+static mg_gpt_config ref_config(const hf_ref *r, const char *model) {
+    mg_gpt_config c;
+    memset(&c, 0, sizeof c);
+    c.n_layer = ref_int(r, model, "n_layer");
+    c.hidden = ref_int(r, model, "n_embd");
+    c.n_head = ref_int(r, model, "n_head");
+    c.seq_len = ref_int(r, model, "seq_len");
+    c.max_pos = ref_int(r, model, "n_positions");
+    c.vocab_size = ref_int(r, model, "vocab_size");
+    c.padded_vocab = mg_gpt_pad_vocab(c.vocab_size, 1);
+    return c;
+}
+
+/* A tensor of hf_ref.safetensors ("lm.tokens", "base.logits", ...), malloc'ed. */
+static void *ref_tensor(const char *name, int64_t *n) {
+    char path[600];
+    data_path(path, sizeof path, "hf_ref.safetensors");
+    return gpt_ref_tensor(path, name, n);
+}
+
+/* --- the model on the oracle's batch ----------------------------------------------------- */
+typedef struct hf_run {
+    gpt_fixture f;
+    float *params;       /* host copy of the imported flat parameter buffer                 */
+    double loss;         /* mean token loss of the batch                                    */
+    float *logits;       /* [B, T, V] as transformers lays them out                         */
+} hf_run;
+
+/* Imports `weights` into a model of cfg and runs the oracle batch of `model` forward. */
+static void hf_run_forward(hf_run *run, const hf_ref *r, const char *model, const char *weights) {
+    mg_gpt_config cfg = ref_config(r, model);
+    int B = ref_int(r, NULL, "batch"), T = cfg.seq_len, V = cfg.vocab_size, b, t;
+    char name[64];
+    int32_t *tokens;
+    snprintf(name, sizeof name, "%s.tokens", model);
+    tokens = (int32_t *)ref_tensor(name, NULL);
+    gpt_fixture_make(&run->f, &cfg, B, 1, 1);
+    gpt_import(&run->f.m, weights, 0);
+    run->params = gpt_host(&run->f.m, run->f.m.param_buf);
+    run->loss = mg_gpt_run_microbatches(&run->f.m, tokens, 1, 0.0f, 0) / ((double)B * T);
+    run->logits = (float *)malloc(sizeof(float) * (size_t)B * T * V);
+    for (b = 0; b < B; b++)
+        for (t = 0; t < T; t++)
+            mg_gpt_logits_row(&run->f.m, 0, t, b, run->logits + ((size_t)b * T + t) * V);
+    free(tokens);
+}
+static void hf_run_free(hf_run *run) {
+    free(run->params);
+    free(run->logits);
+    gpt_fixture_free(&run->f);
+}
+
+/* Loss and logits of a run against transformers' forward of the same batch. */
+static void check_against_transformers(const hf_run *run, const char *model, const char *label) {
+    char name[64], what[300];
+    int64_t n = 0, i;
+    float *want_loss, *want_logits, got_loss = (float)run->loss;
+    double ss = 0, rms;
+    snprintf(name, sizeof name, "%s.loss", model);
+    want_loss = (float *)ref_tensor(name, NULL);
+    snprintf(name, sizeof name, "%s.logits", model);
+    want_logits = (float *)ref_tensor(name, &n);
+    snprintf(what, sizeof what, "hf: %s: loss equals transformers' forward (labels=tokens)", label);
+    mg_test_close(what, &got_loss, want_loss, 1, 1e-5, 0);
+    for (i = 0; i < n; i++) ss += (double)want_logits[i] * want_logits[i];
+    rms = sqrt(ss / (double)n);
+    snprintf(what, sizeof what, "hf: %s: all %lld logits equal transformers'", label, (long long)n);
+    mg_test_close(what, run->logits, want_logits, (long)n, 1e-5, rms);
+    free(want_loss);
+    free(want_logits);
+}
+
+/* The architecture a weights file reports, against the oracle's sizes. */
+static void check_open(const hf_ref *r, const char *model, const char *file, mg_weights_kind kind,
+                       const char *prefix, int heads_known) {
+    mg_gpt_config want = ref_config(r, model);
+    mg_weights_file wf;
+    char path[600], err[MG_ERRLEN], what[300];
+    int rc, ok;
+    data_path(path, sizeof path, file);
+    rc = mg_weights_open(&wf, path, err, sizeof err);
+    ok = !rc && wf.kind == kind && !strcmp(wf.prefix, prefix) && wf.cfg.n_layer == want.n_layer &&
+         wf.cfg.hidden == want.hidden && wf.cfg.max_pos == want.max_pos &&
+         wf.cfg.vocab_size == want.vocab_size && wf.cfg.n_head == (heads_known ? want.n_head : 0);
+    snprintf(what, sizeof what, "hf: %s opens as %s%s%s with the oracle's architecture", file,
+             kind == MG_WEIGHTS_LLMC ? "an llm.c checkpoint" : "Hugging Face GPT-2",
+             prefix[0] ? ", prefix " : "", prefix);
+    if (rc) mg_test_report(0, what, "%s", err);
+    else mg_test_report(ok, what, "kind %d prefix '%s': %d layers, C %d, %d heads, %d positions, "
+                        "V %d", (int)wf.kind, wf.prefix, wf.cfg.n_layer, wf.cfg.hidden,
+                        wf.cfg.n_head, wf.cfg.max_pos, wf.cfg.vocab_size);
+    if (!rc) mg_weights_close(&wf);
+}
+
+/* --- export ------------------------------------------------------------------------------- */
+/* Every tensor of `want` (a transformers file; `prefix` stripped from its names) is in `got`
+   under the bare name with the same dtype, shape and bytes, and got has nothing else.      */
+static int same_tensors(const char *got_path, const char *want_path, const char *prefix,
+                        char *why, size_t cap) {
+    mg_st_file got, want;
+    char err[MG_ERRLEN];
+    size_t plen = strlen(prefix);
+    int i, ok = 1;
+    if (mg_st_open(got_path, &got, err, sizeof err)) { snprintf(why, cap, "%s", err); return 0; }
+    if (mg_st_open(want_path, &want, err, sizeof err)) {
+        mg_st_close(&got);
+        snprintf(why, cap, "%s", err);
+        return 0;
+    }
+    if (got.n_tensors != want.n_tensors) {
+        snprintf(why, cap, "%d tensors, transformers saved %d", got.n_tensors, want.n_tensors);
+        ok = 0;
+    }
+    for (i = 0; i < want.n_tensors && ok; i++) {
+        const mg_st_tensor *w = &want.tensors[i], *g;
+        const char *bare = strncmp(w->name, prefix, plen) ? w->name : w->name + plen;
+        int d;
+        g = mg_st_find(&got, bare);
+        if (!g) { snprintf(why, cap, "%s missing", bare); ok = 0; break; }
+        ok = g->dtype == w->dtype && g->ndim == w->ndim && g->nbytes == w->nbytes;
+        for (d = 0; ok && d < w->ndim; d++) ok = g->shape[d] == w->shape[d];
+        if (!ok) { snprintf(why, cap, "%s: dtype or shape differs", bare); break; }
+        if (memcmp(g->data, w->data, w->nbytes)) {
+            snprintf(why, cap, "%s: values differ", bare);
+            ok = 0;
+        }
+    }
+    mg_st_close(&got);
+    mg_st_close(&want);
+    return ok;
+}
+
+/* Tokens a and b (of js_a, js_b) hold the same JSON value: strings decoded, numbers by value,
+   true/false/null by type. */
+static int json_same(const mg_json *js_a, int64_t a, const mg_json *js_b, int64_t b) {
+    const mg_json_tok *ta = &js_a->toks[a], *tb = &js_b->toks[b];
+    int same = ta->type == tb->type;
+    if (same && ta->type == MG_JSON_NUMBER) {
+        same = strtod(js_a->text + ta->start, NULL) == strtod(js_b->text + tb->start, NULL);
+    } else if (same && ta->type == MG_JSON_STRING) {
+        char *sa = mg_json_strdup(js_a, a), *sb = mg_json_strdup(js_b, b);
+        same = sa && sb && !strcmp(sa, sb);
+        free(sa);
+        free(sb);
+    }
+    return same;
+}
+
+/* The config.json at `path` makes transformers build the oracle's model: each GPT2Config value
+   the oracle recorded for `model` is in the file with the same value, or the key is absent and
+   GPT2Config's default (also recorded; model_type has none) is that value.                  */
+static int config_has_values(const hf_ref *r, const char *model, const char *path, char *why,
+                             size_t cap) {
+    char *text = gpt_read_text(path), err[MG_ERRLEN];
+    mg_json js;
+    int64_t model_obj = mg_json_get(&r->js, 0, model), want, defaults, k;
+    int ok = 1;
+    if (!text) { snprintf(why, cap, "%s missing", path); return 0; }
+    if (mg_json_parse(&js, text, strlen(text), err, sizeof err)) {
+        snprintf(why, cap, "%s: %s", path, err);
+        free(text);
+        return 0;
+    }
+    want = mg_json_get(&r->js, model_obj, "config");
+    defaults = mg_json_get(&r->js, model_obj, "config_default");
+    if (want < 0 || defaults < 0) { snprintf(why, cap, "hf_ref.json: no %s.config", model); ok = 0; }
+    for (k = want + 1; ok && k < r->js.toks[want].next; k = r->js.toks[k + 1].next) {
+        char *key = mg_json_strdup(&r->js, k);
+        int64_t got = mg_json_get(&js, 0, key), dflt = mg_json_get(&r->js, defaults, key);
+        if (got >= 0 ? !json_same(&js, got, &r->js, k + 1)
+                     : dflt < 0 || !json_same(&r->js, dflt, &r->js, k + 1)) {
+            snprintf(why, cap, "\"%s\" %s", key, got >= 0 ? "differs" : "missing, and "
+                     "transformers' default is not the model's");
+            ok = 0;
+        }
+        free(key);
+    }
+    mg_json_free(&js);
+    free(text);
+    return ok;
+}
+
+/* Exports a run's model; checks the files against what transformers saved (want_dir holds
+   its model.safetensors and the prefix its names carry) and that the export imports back
+   bit-exactly. */
+static void check_export(const hf_ref *r, hf_run *run, const char *model, const char *label,
+                         const char *want_file, const char *prefix) {
+    char dir[256], path[600], want[600], err[MG_ERRLEN], why[1400] = "", what[300];
+    hf_run back;
+    gpt_tmpdir(dir, sizeof dir, "hfexport");
+    snprintf(path, sizeof path, "%s/out", dir);
+    if (mg_gpt_export_hf(&run->f.m, path, err, sizeof err)) {
+        snprintf(what, sizeof what, "hf: %s: export", label);
+        mg_test_report(0, what, "%s", err);
+        gpt_rmtree(dir);
+        return;
+    }
+    snprintf(path, sizeof path, "%s/out/model.safetensors", dir);
+    data_path(want, sizeof want, want_file);
+    snprintf(what, sizeof what, "hf: %s: exported tensors = those transformers saved, bit for "
+             "bit", label);
+    mg_test_report(same_tensors(path, want, prefix, why, sizeof why), what, "%s", why);
+    snprintf(path, sizeof path, "%s/out/config.json", dir);
+    why[0] = 0;
+    snprintf(what, sizeof what, "hf: %s: exported config.json gives transformers' GPT2Config "
+             "values", label);
+    mg_test_report(config_has_values(r, model, path, why, sizeof why), what, "%s", why);
+    snprintf(path, sizeof path, "%s/out", dir);
+    hf_run_forward(&back, r, model, path);
+    snprintf(what, sizeof what, "hf: %s: export -> import is bit-exact (weights, loss)", label);
+    CHECK(!memcmp(back.params, run->params, sizeof(float) * (size_t)run->f.m.n_elems) &&
+          back.loss == run->loss, what);
+    hf_run_free(&back);
+    gpt_rmtree(dir);
+}
+
+/* A GPT2LMHeadModel whose lm_head is not the word embedding cannot be represented: refused. */
+static void check_untied(void) {
+    mg_weights_file wf;
+    char path[600], err[MG_ERRLEN] = "";
+    int rc;
+    data_path(path, sizeof path, "hf_untied");
+    rc = mg_weights_open(&wf, path, err, sizeof err);
+    if (!rc) mg_weights_close(&wf);
+    mg_test_report(rc != 0 && strstr(err, "lm_head") && !strchr(err, '\n'),
+                   "hf: an untied lm_head.weight is refused with one line naming it", "%s",
+                   rc ? err : "opened without error");
+}
+
+/* check_open, then the oracle batch through the weights of data file `file`. */
+static void open_and_run(hf_run *run, const hf_ref *r, const char *model, const char *file,
+                         mg_weights_kind kind, const char *prefix, int heads_known) {
+    char path[600];
+    check_open(r, model, file, kind, prefix, heads_known);
+    data_path(path, sizeof path, file);
+    hf_run_forward(run, r, model, path);
+}
+
+/* Two imports of the same weights: bit-identical parameters, identical loss. */
+static void check_same_import(const hf_run *got, const hf_run *want, const char *what) {
+    CHECK(!memcmp(got->params, want->params, sizeof(float) * (size_t)want->f.m.n_elems) &&
+          got->loss == want->loss, what);
+}
+
+int main(int argc, char **argv) {
+    hf_ref r;
+    hf_run lm, base, hub, llmc;
+    if (argc > 1) data_dir = argv[1];
+    ref_open(&r);
+
+    /* GPT2LMHeadModel.save_pretrained: transformer.-prefixed names, tied lm_head absent */
+    open_and_run(&lm, &r, "lm", "hf_lm", MG_WEIGHTS_HF, "transformer.", 1);
+    check_against_transformers(&lm, "lm", "GPT2LMHeadModel save (V 50)");
+    check_export(&r, &lm, "lm", "GPT2LMHeadModel save", "hf_lm/model.safetensors",
+                 "transformer.");
+
+    /* GPT2Model.save_pretrained: bare names, vocabulary 37 (padded to 128 inside) */
+    open_and_run(&base, &r, "base", "hf_base", MG_WEIGHTS_HF, "", 1);
+    check_against_transformers(&base, "base", "GPT2Model save (V 37)");
+    check_export(&r, &base, "base", "GPT2Model save", "hf_base/model.safetensors", "");
+
+    /* the same weights as a Hub-style file (attn.bias buffers, no config.json) ... */
+    open_and_run(&hub, &r, "base", "hf_hub.safetensors", MG_WEIGHTS_HF, "", 0);
+    check_same_import(&hub, &base, "hf: Hub-style file (attn.bias buffers) imports "
+                      "bit-identical to the GPT2Model save");
+
+    /* ... and as llm.c's train_gpt2.py write_model writes it */
+    open_and_run(&llmc, &r, "base", "hf_llmc.bin", MG_WEIGHTS_LLMC, "", 1);
+    check_same_import(&llmc, &base, "hf: llm.c checkpoint (version 3, Vp 128) imports "
+                      "bit-identical to the GPT2Model save");
+    check_against_transformers(&llmc, "base", "llm.c checkpoint");
+    check_export(&r, &llmc, "base", "llm.c -> HF", "hf_base/model.safetensors", "");
+
+    check_untied();
+
+    hf_run_free(&lm);
+    hf_run_free(&base);
+    hf_run_free(&hub);
+    hf_run_free(&llmc);
+    ref_close(&r);
+    return mg_test_summary();
+}

@@ -118,3 +118,14 @@ train: deps
 
 clean:
 	rm -rf $(BUILD)
+
+# --- fuzz harnesses for mg_data.h (clang libFuzzer; not part of `make test`) ---------------------
+#   make fuzz && sh tests/fuzz/run.sh [SECONDS] [NAMES]
+CLANG   ?= clang
+FUZZERS := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+.PHONY: fuzz
+fuzz: $(FUZZERS)
+$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_util.h mg_data.h
+	@mkdir -p $(BUILD)/fuzz
+	$(CLANG) -g -O1 -std=c11 -D_GNU_SOURCE $(WARN) -I. -fsanitize=fuzzer,address,undefined \
+	  -fno-sanitize-recover=undefined $< -o $@ -lm

@@ -8,9 +8,12 @@
    (megatron.h programs get it through the one implementation file like every header.)
 
    TOUR
-     0. Conventions: every reader mmaps its file, checks magic, version and every size against
-        the file length and against each other, and rejects a bad file with ONE line in the
-        caller's buffer `err` (returns nonzero) — never a crash, never a read past the end.
+     0. Conventions: every reader mmaps its file (config.json: read whole, at most 16 MiB),
+        checks magic, version and every size against the file length and against each other,
+        and rejects a bad file with ONE line in the caller's buffer `err` (returns nonzero) —
+        never a crash, never a read past the end, never a wait on a pipe (anything but a
+        regular file is refused), never an allocation sized by a number the file claims.
+        tests/fuzz/ holds the libFuzzer harnesses that check this (docs: README, fuzzing).
         Every writer is atomic: it writes NAME.tmp.<tag>, fsyncs, renames, fsyncs the directory,
         so a failed run never leaves a half-written file under the final name.
      1. Token datasets (gpt_train --data-path): a Megatron indexed dataset (PREFIX.bin +
@@ -22,7 +25,8 @@
         numpy.random.RandomState(seed) — reproduced bit for bit, MT19937 included) or in plain
         sequential order.
      3. Atomic files and directories; a preallocated file that several processes fill in
-        parallel with pwrite (the base of the checkpoint writers).
+        parallel with pwrite (the base of the checkpoint writers); a bounded reader for small
+        text files (state files, config.json).
      4. llm.c GPT-2 checkpoints: read (version 3 fp32, version 5 bf16), write (version 3).
      5. safetensors: read (mmap; pointer/dtype/shape by name; __metadata__) and a writer that
         takes the full tensor list first, then pieces of any tensor from any process.
@@ -210,6 +214,12 @@ MGDEF void mg_mt19937_shuffle_i64(mg_mt19937 *mt, int64_t *x, int64_t n);
 /* ---------------------------------------------------------------------------------------------
    3. Atomic files and directories
    ------------------------------------------------------------------------------------------ */
+/* Reads a whole small file (a state file, a config.json) into a new NUL-terminated buffer
+   (*data, release with MG_FREE; *len bytes before the NUL). Refuses, with one line, what is
+   not a regular file (a directory, a named pipe: no waiting for a writer) and files larger
+   than max_bytes (so a wrong path cannot make it allocate gigabytes).                      */
+MGDEF int mg_read_file(const char *path, size_t max_bytes, char **data, size_t *len, char *err,
+                       size_t errlen);
 /* Writes data to PATH.tmp.<pid>, fsyncs it, renames it to PATH, fsyncs the directory.       */
 MGDEF int mg_atomic_write(const char *path, const void *data, size_t n, char *err, size_t errlen);
 /* Directory checkpoints: begin creates DIR.tmp.<tag> (tag NULL = the pid; ranks that write
@@ -469,25 +479,46 @@ static int mg__ends_with(const char *s, const char *suffix) {
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
+/* Opens a file for reading only if it is a regular file. O_NONBLOCK: opening a FIFO (a named
+   pipe, /dev/stdin from a shell pipe) would otherwise wait for a writer forever; regular
+   files ignore the flag. Directories, FIFOs, devices and sockets get their own message.   */
+static int mg__open_regular(const char *path, int *fd_out, int64_t *size, char *err,
+                            size_t errlen) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    *fd_out = -1;
+    if (fd < 0) return mg__fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return mg__fail(err, errlen, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return mg__fail(err, errlen, S_ISDIR(st.st_mode) ? "%s: is a directory, not a file"
+                        : "%s: not a regular file (a pipe, device or socket)", path);
+    }
+    *fd_out = fd;
+    *size = (int64_t)st.st_size;
+    return 0;
+}
+
 /* Maps a whole regular file read-only. An empty file maps to (NULL, 0).                     */
 static int mg__map_file(const char *path, void **map, size_t *len, char *err, size_t errlen) {
+    int fd;
+    int64_t size;
     *map = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return mg__fail(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return mg__fail(err, errlen, "%s: not a regular file", path);
-    }
-    if (st.st_size > 0) {
-        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (mg__open_regular(path, &fd, &size, err, errlen) != 0) return -1;
+    if (size > 0) {
+        void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
+            int e = errno;
             close(fd);
-            return mg__fail(err, errlen, "%s: mmap failed: %s", path, strerror(errno));
+            return mg__fail(err, errlen, "%s: mmap failed: %s", path, strerror(e));
         }
         *map = p;
-        *len = (size_t)st.st_size;
+        *len = (size_t)size;
     }
     close(fd);
     return 0;
@@ -504,15 +535,53 @@ static int mg__map_header(const char *path, size_t need, void **map, size_t *len
     *map = NULL;
     return mg__fail(err, errlen, "%s: truncated header (%zu bytes, need %zu)", path, *len, need);
 }
-/* Reads up to n bytes from the start of a file; -1 if it cannot be opened.                */
-static int64_t mg__peek(const char *path, unsigned char *buf, size_t n) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return -1;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) { close(fd); return -1; }
+/* Reads up to n bytes from the start of a regular file; -1 (with the reason in err) if it
+   cannot be opened, is not a regular file or cannot be read.                               */
+static int64_t mg__peek(const char *path, unsigned char *buf, size_t n, char *err, size_t errlen) {
+    int fd;
+    int64_t size;
+    if (mg__open_regular(path, &fd, &size, err, errlen) != 0) return -1;
     ssize_t got = read(fd, buf, n);
+    int e = errno;
     close(fd);
-    return got < 0 ? -1 : (int64_t)got;
+    if (got < 0) return mg__fail(err, errlen, "%s: cannot read: %s", path, strerror(e));
+    return (int64_t)got;
+}
+MGDEF int mg_read_file(const char *path, size_t max_bytes, char **data, size_t *len, char *err,
+                       size_t errlen) {
+    int fd;
+    int64_t size;
+    *data = NULL;
+    *len = 0;
+    if (mg__open_regular(path, &fd, &size, err, errlen) != 0) return -1;
+    if ((uint64_t)size > (uint64_t)max_bytes) {
+        close(fd);
+        return mg__fail(err, errlen, "%s: %lld bytes, more than the %zu this file may hold", path,
+                        (long long)size, max_bytes);
+    }
+    char *buf = (char *)mg__alloc((size_t)size + 1);
+    if (!buf) {
+        close(fd);
+        return mg__fail(err, errlen, "%s: out of memory", path);
+    }
+    size_t got = 0;
+    while (got < (size_t)size) {  /* a file that shrinks meanwhile ends the loop early */
+        ssize_t r = pread(fd, buf + got, (size_t)size - got, (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            int e = errno;
+            close(fd);
+            MG_FREE(buf);
+            return mg__fail(err, errlen, "%s: cannot read: %s", path, strerror(e));
+        }
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    buf[got] = 0;
+    *data = buf;
+    *len = got;
+    return 0;
 }
 static int mg__is_file(const char *path) {
     struct stat st;
@@ -852,7 +921,9 @@ static int mg__open_indexed(const char *prefix, mg_dataset *ds, char *err, size_
             return mg__fail(err, errlen, "%s: sequence %lld points to byte %lld, but the lengths "
                             "before it end at byte %lld", idx, (long long)i, (long long)ptr,
                             (long long)offset);
-        offset += (int64_t)n * ds->token_size;
+        if (!mg__add(offset, (int64_t)n * ds->token_size, &offset))
+            return mg__fail(err, errlen, "%s: sequence lengths add up to more than 2^63 bytes",
+                            idx);
     }
     if (mg__map_file(bin, &map, &len, err, errlen) != 0) return -1;
     ds->mg__map[1] = map; ds->mg__map_len[1] = len;
@@ -933,7 +1004,9 @@ MGDEF int mg_dataset_open(const char *path, mg_dataset *ds, char *err, size_t er
     strcpy(prefix, path);
     if (mg__ends_with(path, ".idx") || mg__ends_with(path, ".bin")) prefix[n - 4] = 0;
     snprintf(idx, sizeof idx, "%s.idx", prefix);
-    int64_t got = mg__peek(path, head, sizeof head);
+    char why[MG_ERRLEN] = "";  /* why the path itself cannot be read, if it cannot        */
+    int64_t got = mg__peek(path, head, sizeof head, why, sizeof why);
+    struct stat st;
     int rc;
     if (mg__ends_with(path, ".idx")) {
         rc = mg__open_indexed(prefix, ds, err, errlen);
@@ -949,9 +1022,14 @@ MGDEF int mg_dataset_open(const char *path, mg_dataset *ds, char *err, size_t er
     } else if (got >= 0) {
         rc = mg__fail(err, errlen, "%s: neither an llm.c token file (magic %d) nor part of a "
                       "Megatron indexed dataset (%s not found)", path, MG__LLMC_TOKENS_MAGIC, idx);
-    } else {
+    } else if (stat(path, &st) != 0 && errno == ENOENT) {
         rc = mg__fail(err, errlen, "%s: no such dataset (neither that file nor %s exists)", path,
                       idx);
+    } else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        rc = mg__fail(err, errlen, "%s: is a directory; a dataset is a file or a prefix (PREFIX "
+                      "for PREFIX.idx + PREFIX.bin), and %s does not exist", path, idx);
+    } else {
+        rc = mg__fail(err, errlen, "%s", why);  /* exists but unreadable: permission, a pipe */
     }
     if (rc == 0 && ds->n_tokens == 0)
         rc = mg__fail(err, errlen, "%s: empty dataset (no tokens)", path);
@@ -1374,6 +1452,14 @@ MGDEF int mg_sampler_init(mg_sampler *smp, const mg_dataset *ds, const mg_sample
     int64_t n_part = smp->seq_end - smp->seq_begin, num_samples, total;
     if (!mg__mul(epochs, n_part, &smp->n_doc_index) || !mg__mul(epochs, T, &total))
         return mg__fail(err, errlen, "%s: index too large", ds->path);
+    /* A part of few tokens but many sequences (e.g. mostly empty ones) asked for many
+       samples would need a document index of absurd size: refuse it before allocating.    */
+    if (smp->n_doc_index > INT32_MAX)
+        return mg__fail(err, errlen, "%s: %lld samples of %lld tokens need %lld epochs of the %s "
+                        "part's %lld sequences (%lld tokens): a document index of %lld entries "
+                        "(limit 2^31 - 1); use more data or fewer samples", ds->path,
+                        (long long)n, (long long)s, (long long)epochs, mg__part_name(desc->part),
+                        (long long)n_part, (long long)T, (long long)smp->n_doc_index);
     num_samples = (total - 1) / s;
     smp->doc_index = (int32_t *)mg__alloc((size_t)smp->n_doc_index * 4);
     smp->sample_index = (int64_t *)mg__alloc((size_t)(num_samples + 1) * 16);
@@ -1955,6 +2041,25 @@ static int mg__st_span_cmp(const void *a, const void *b) {
     return x->tensor - y->tensor;
 }
 
+/* Duplicate tensor names (JSON allows them, safetensors does not): the names sorted, then
+   neighbours compared, so that a header with millions of entries is checked in n·log n.   */
+static int mg__strptr_cmp(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+static int mg__st_check_unique(const mg_st_file *st, const char *path, char *err,
+                               size_t errlen) {
+    const char **names = (const char **)mg__alloc((size_t)st->n_tensors * sizeof(char *));
+    int rc = 0;
+    if (!names) return mg__fail(err, errlen, "%s: out of memory", path);
+    for (int i = 0; i < st->n_tensors; i++) names[i] = st->tensors[i].name;
+    qsort(names, (size_t)st->n_tensors, sizeof *names, mg__strptr_cmp);
+    for (int i = 1; i < st->n_tensors && rc == 0; i++)
+        if (strcmp(names[i], names[i - 1]) == 0)
+            rc = mg__fail(err, errlen, "%s: tensor '%s' appears twice", path, names[i]);
+    MG_FREE(names);
+    return rc;
+}
+
 /* Reads one tensor entry {"dtype", "shape", "data_offsets"} into t and its byte span.       */
 static int mg__st_entry(const mg_json *js, int64_t v, mg_st_tensor *t, mg__st_span *span,
                         const char *path, char *err, size_t errlen) {
@@ -2066,11 +2171,7 @@ static int mg__st_parse(mg_st_file *st, const char *path, mg_json *js, mg__st_sp
         st->n_tensors++;
         if (mg__st_entry(js, v, t, &spans[st->n_tensors - 1], path, err, errlen) != 0) return -1;
     }
-    for (int i = 0; i < st->n_tensors; i++)  /* duplicate names (JSON allows them, we don't) */
-        for (int j = 0; j < i; j++)
-            if (strcmp(st->tensors[i].name, st->tensors[j].name) == 0)
-                return mg__fail(err, errlen, "%s: tensor '%s' appears twice", path,
-                                st->tensors[i].name);
+    if (mg__st_check_unique(st, path, err, errlen) != 0) return -1;
     qsort(spans, (size_t)st->n_tensors, sizeof *spans, mg__st_span_cmp);
     int64_t at = 0, data_len = (int64_t)(len - 8 - hn);
     for (int i = 0; i < st->n_tensors; i++) {
@@ -2299,13 +2400,15 @@ MGDEF int mg_hf_config_write(const char *path, const mg_hf_config *cfg, char *er
     return mg_atomic_write(path, text, (size_t)n, err, errlen);
 }
 
+#define MG__CONFIG_MAX_BYTES (16u << 20)  /* GPT-2's config.json has ~1 KB              */
 MGDEF int mg_hf_config_read(const char *path, mg_hf_config *cfg, char *err, size_t errlen) {
-    void *map; size_t len;
-    if (mg__map_file(path, &map, &len, err, errlen) != 0) return -1;
+    char *text;
+    size_t len;
+    if (mg_read_file(path, MG__CONFIG_MAX_BYTES, &text, &len, err, errlen) != 0) return -1;
     mg_json js;
     char why[MG_ERRLEN];
     int rc = 0;
-    if (mg_json_parse(&js, (const char *)map, len, why, sizeof why) != 0) {
+    if (mg_json_parse(&js, text, len, why, sizeof why) != 0) {
         rc = mg__fail(err, errlen, "%s: %s", path, why);
     } else {
         static const char *const keys[5] = {"n_layer", "n_head", "n_embd", "n_positions",
@@ -2323,7 +2426,7 @@ MGDEF int mg_hf_config_read(const char *path, mg_hf_config *cfg, char *err, size
         }
         mg_json_free(&js);
     }
-    mg__unmap(map, len);
+    MG_FREE(text);
     return rc;
 }
 

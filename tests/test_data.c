@@ -711,6 +711,18 @@ static void test_hf_config(void) {
     put_file(tp("c3.json"), "{\"n_layer\": 2,", 14);
     expect_fail("config.json: malformed", mg_hf_config_read(tp("c3.json"), &r, err, sizeof err),
                 "malformed JSON");
+    /* A wrong path to something huge is refused by its size, before it is read or parsed.  */
+    int fits = truncate(tp("c3.json"), (off_t)17 << 20) == 0;
+    expect_fail("config.json: a 17 MB file is refused unread",
+                fits ? mg_hf_config_read(tp("c3.json"), &r, err, sizeof err) : 0, "more than the");
+    char *text = NULL;
+    size_t len = 0;
+    rc = mg_read_file(tp("c2.json"), 1000, &text, &len, err, sizeof err);
+    CHECK(rc == 0 && len == strlen(frac) && !strcmp(text, frac),
+          "mg_read_file: whole file, NUL-terminated");
+    free(text);
+    expect_fail("mg_read_file: a file over the limit", mg_read_file(tp("c2.json"), 10, &text, &len,
+                err, sizeof err), "more than the 10");
 }
 
 /* ---- bad files ------------------------------------------------------------------------------ */
@@ -943,6 +955,130 @@ static void test_bad_safetensors(void) {
         expect_fail(cases[i].name, open_st(cases[i].header, cases[i].data), cases[i].needle);
 }
 
+/* ---- careless input: pipes, directories, empty and unreadable files, huge headers -------- */
+static int read_dataset(const char *path) {
+    mg_dataset ds;
+    int rc = mg_dataset_open(path, &ds, err, sizeof err);
+    if (rc == 0) mg_dataset_close(&ds);
+    return rc;
+}
+static int read_safetensors(const char *path) {
+    mg_st_file st;
+    int rc = mg_st_open(path, &st, err, sizeof err);
+    if (rc == 0) mg_st_close(&st);
+    return rc;
+}
+static int read_checkpoint(const char *path) {
+    mg_llmc_checkpoint ck;
+    int rc = mg_llmc_open(path, &ck, err, sizeof err);
+    if (rc == 0) mg_llmc_close(&ck);
+    return rc;
+}
+static int read_config(const char *path) {
+    mg_hf_config c;
+    return mg_hf_config_read(path, &c, err, sizeof err);
+}
+static const struct { const char *name; int (*read)(const char *); const char *on_empty; }
+    readers[4] = {{"dataset", read_dataset, "neither an llm.c token file"},
+                  {"safetensors", read_safetensors, "truncated"},
+                  {"llm.c checkpoint", read_checkpoint, "truncated header"},
+                  {"config.json", read_config, "malformed JSON"}};
+
+/* Each reader, as root or not, on a file it may not read: checked in a child process that
+   runs as user nobody when the test runs as root (root reads everything). Returns a bit per
+   reader that failed to say "Permission denied"; 255 when the user cannot be changed.   */
+static int unreadable_child(const char *path) {
+    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) return 255;
+    int bad = 0;
+    for (int r = 0; r < 4; r++)
+        if (readers[r].read(path) == 0 || !strstr(err, "Permission denied") || strchr(err, '\n'))
+            bad |= 1 << r;
+    return bad;
+}
+
+static void test_careless_input(void) {
+    char label[128], path[600];
+    alarm(60);  /* a reader that blocks (on a pipe, say) ends the test instead of hanging it */
+    snprintf(path, sizeof path, "%s", tp("pipe"));
+    int have_fifo = mkfifo(path, 0600) == 0;
+    CHECK(have_fifo, "careless input: mkfifo for the named-pipe cases");
+    mkdir(tp("adir"), 0755);
+    put_file(tp("empty"), "", 0);
+    for (int r = 0; r < 4; r++) {
+        if (have_fifo) {
+            snprintf(label, sizeof label, "%s: a named pipe is refused, without waiting for a writer",
+                     readers[r].name);
+            expect_fail(label, readers[r].read(path), "not a regular file");
+        }
+        snprintf(label, sizeof label, "%s: a directory is refused", readers[r].name);
+        expect_fail(label, readers[r].read(tp("adir")), "is a directory");
+        snprintf(label, sizeof label, "%s: a directory with a trailing slash is refused",
+                 readers[r].name);
+        expect_fail(label, readers[r].read(tp("adir/")), "is a directory");
+        snprintf(label, sizeof label, "%s: a 0-byte file is refused", readers[r].name);
+        expect_fail(label, readers[r].read(tp("empty")), readers[r].on_empty);
+    }
+    expect_fail("dataset: /dev/null (a device) is refused", read_dataset("/dev/null"),
+                "not a regular file");
+    expect_fail("dataset: a path through a regular file", read_dataset(tp("empty/x")), "Not a directory");
+
+    /* Unreadable files (mode 0), as user nobody when the test runs as root.               */
+    put_file(tp("secret"), "{}", 2);
+    chmod(tp("secret"), 0);
+    snprintf(path, sizeof path, "%s", tp("secret"));
+    pid_t kid = fork();
+    if (kid == 0) _exit(unreadable_child(path));
+    int status = 0;
+    waitpid(kid, &status, 0);
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : 254;
+    if (code == 255) {
+        printf("# careless input: unreadable-file cases skipped (cannot switch to user nobody)\n");
+    } else {
+        for (int r = 0; r < 4; r++) {
+            snprintf(label, sizeof label, "%s: an unreadable file is refused with its reason",
+                     readers[r].name);
+            mg_test_report(!(code & (1 << r)), label, "child status %d", code);
+        }
+    }
+    alarm(0);
+
+    /* Duplicate names among 100,000 tensors: found (by sorting, not by comparing all pairs). */
+    const int nt = 100000;
+    size_t cap = (size_t)nt * 72 + 64, hn = 0;
+    char *h = (char *)malloc(cap);
+    hn += (size_t)snprintf(h, cap, "{");
+    for (int t = 0; t < nt; t++)
+        hn += (size_t)snprintf(h + hn, cap - hn, "%s\"t%d\":{\"dtype\":\"U8\",\"shape\":[1],"
+                               "\"data_offsets\":[%d,%d]}", t ? "," : "", t == nt - 1 ? 17 : t,
+                               t, t + 1);
+    hn += (size_t)snprintf(h + hn, cap - hn, "}");
+    expect_fail("safetensors: a duplicate name among 100000 tensors", open_st(h, (size_t)nt),
+                "tensor 't17' appears twice");
+    free(h);
+
+    /* A part of one 2-token sequence and 1000 empty ones, asked for 10^7 samples: the
+       document index would need 10^10 entries (40 GB); refused before allocating.          */
+    mg_idx_writer w;
+    int32_t two[2] = {1, 2};
+    int rc = mg_idx_writer_begin(&w, tp("sparse"), MG_IDX_U16, err, sizeof err);
+    for (int i = 0; rc == 0 && i < 1000; i++) rc = mg_idx_writer_add(&w, two, 0, err, sizeof err);
+    if (rc == 0) rc = mg_idx_writer_add(&w, two, 2, err, sizeof err);
+    if (rc == 0) rc = mg_idx_writer_finish(&w, err, sizeof err);
+    mg_dataset ds;
+    if (rc == 0) rc = mg_dataset_open(tp("sparse"), &ds, err, sizeof err);
+    if (rc != 0) {
+        mg_test_report(0, "sampler: sparse dataset fixture", "%s", err);
+    } else {
+        mg_sampler smp;
+        mg_sampler_desc d;
+        memset(&d, 0, sizeof d);
+        d.split = "1,0,0"; d.seq_len = 2; d.n_samples = 10000000; d.seed = 1;
+        expect_fail("sampler: absurd document index refused before allocating",
+                    mg_sampler_init(&smp, &ds, &d, err, sizeof err), "limit 2^31 - 1");
+        mg_dataset_close(&ds);
+    }
+}
+
 static void test_atomic(void) {
     int rc = mg_atomic_write(tp("a.txt"), "one", 3, err, sizeof err);
     if (rc == 0) rc = mg_atomic_write(tp("a.txt"), "second", 6, err, sizeof err);
@@ -1045,6 +1181,7 @@ int main(void) {
     test_bad_indexed();
     test_bad_llmc();
     test_bad_safetensors();
+    test_careless_input();
     test_atomic();
     test_mg_prepare();
     char cmd[300];

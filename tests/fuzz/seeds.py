@@ -1,0 +1,95 @@
+"""tests/fuzz/seeds.py OUTDIR — seed corpora for the mg_data.h fuzz harnesses, built from the
+valid fixtures in tests/data plus a few tiny hand-made files (nothing is committed but this
+script). Writes OUTDIR/{json,safetensors,idx,llmc}/<name>. Standard library only."""
+import os
+import struct
+import sys
+
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data")
+
+
+def read(name):
+    with open(os.path.join(DATA, name), "rb") as f:
+        return f.read()
+
+
+def put(out, kind, name, blob):
+    d = os.path.join(out, kind)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(blob)
+
+
+def st_header(blob):
+    (n,) = struct.unpack_from("<Q", blob)
+    return blob[8:8 + n]
+
+
+def tiny_safetensors():
+    """Two tensors and metadata, laid out as the reference writer does."""
+    hdr = (b'{"__metadata__":{"format":"pt"},'
+           b'"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},'
+           b'"b":{"dtype":"BF16","shape":[1,2],"data_offsets":[8,12]},'
+           b'"e":{"dtype":"I64","shape":[0,3],"data_offsets":[12,12]}}')
+    hdr += b" " * (-(8 + len(hdr)) % 8)
+    return struct.pack("<Q", len(hdr)) + hdr + bytes(range(12))
+
+
+def llmc_checkpoint(version, maxT=2, V=3, L=1, NH=1, C=2, Vp=4):
+    n = Vp * C + maxT * C + L * (12 * C * C + 13 * C) + 2 * C
+    header = struct.pack("<8i", 20240326, version, maxT, V, L, NH, C, Vp) + bytes(4 * 248)
+    size = 4 if version == 3 else 2
+    return header + bytes((i * 7) % 256 for i in range(n * size))
+
+
+def llmc_tokens(tokens):
+    header = struct.pack("<3i", 20240520, 1, len(tokens)) + bytes(4 * 253)
+    return header + struct.pack("<%dH" % len(tokens), *tokens)
+
+
+def idx_file(code, lengths, docs):
+    size = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 8: 2}[code]
+    head = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, code, len(lengths), len(docs))
+    ptrs, at = [], 0
+    for n in lengths:
+        ptrs.append(at)
+        at += n * size
+    body = struct.pack("<%di" % len(lengths), *lengths) + struct.pack("<%dq" % len(ptrs), *ptrs)
+    return head + body + struct.pack("<%dq" % len(docs), *docs), at
+
+
+def idx_seed(params, idx, bin_):
+    return bytes(params) + struct.pack("<I", len(idx)) + idx + bin_
+
+
+def main():
+    out = sys.argv[1]
+    # JSON: every JSON fixture, the safetensors headers, a few edge documents.
+    for name in ["gpt_config.json", "gpt_ref.json", "data_st_py.json", "data_mt19937.json"]:
+        put(out, "json", name, read(name))
+    for name in ["gpt_model.safetensors", "data_st_py.safetensors", "gpt_ref.safetensors"]:
+        put(out, "json", name + ".header", st_header(read(name)))
+    put(out, "json", "edge", b'{"a":[1,-2,3.5e2,true,false,null,{},[]],"b":"x\\u00e9\\ud83d\\ude00\\n"}')
+    put(out, "json", "deep", b"[" * 63 + b"]" * 63)
+    # safetensors: the small fixtures and a hand-made file.
+    for name in ["data_st_py.safetensors", "gpt_ref.safetensors"]:
+        put(out, "safetensors", name, read(name))
+    put(out, "safetensors", "tiny", tiny_safetensors())
+    # Megatron indexed datasets, with varied sampler parameters.
+    for k, name in enumerate(["data_megatron_u16", "data_megatron_i32"]):
+        params = [7 + k, 40, 0, k, 1, 0, 3, 0]
+        put(out, "idx", name, idx_seed(params, read(name + ".idx"), read(name + ".bin")))
+    idx, nbytes = idx_file(8, [3, 0, 2, 4], [0, 2, 4])
+    put(out, "idx", "tiny_u16", idx_seed([3, 9, 0, 0, 0, 0, 1, 0], idx, bytes(range(nbytes))))
+    idx, nbytes = idx_file(5, [2, 1], [0, 1, 2])
+    put(out, "idx", "tiny_i64", idx_seed([1, 5, 0, 1, 2, 1, 0, 0], idx, bytes(nbytes)))
+    # llm.c: the token fixture, tiny token files, tiny checkpoints (fp32 and bf16).
+    put(out, "llmc", "gpt_tokens.bin", read("gpt_tokens.bin"))
+    put(out, "llmc", "tokens_eot", llmc_tokens([50256, 1, 2, 3, 50256, 4, 50256, 50256, 5, 6]))
+    put(out, "llmc", "tokens_plain", llmc_tokens(list(range(1, 12))))
+    put(out, "llmc", "ckpt_v3", llmc_checkpoint(3))
+    put(out, "llmc", "ckpt_v5", llmc_checkpoint(5))
+
+
+if __name__ == "__main__":
+    main()

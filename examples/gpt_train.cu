@@ -1,4 +1,4 @@
-/* gpt_train — train a GPT-2 model with megatron.h (issue 3: one rank).
+/* gpt_train — train a GPT-2 model with megatron.h, on one rank or pipelined over several.
 
    Built by make as build/gpt_train (cc -x c: the CPU) and build/gpt_train_cuda (nvcc: the GPU
    when present, else the CPU). Megatron-LM's flag names; `gpt_train --help` lists them all.
@@ -8,16 +8,27 @@
            --train-iters 200 --lr 1e-3 --lr-decay-style cosine --lr-warmup-iters 20 \
            --log-interval 10 --eval-interval 50 --eval-iters 5 --save ckpt --sample-tokens 200
 
+   Pipeline parallel: launch p ranks, each holds layers/p of the model (or v interleaved chunks):
+       mpirun -np 4 build/gpt_train … --num-layers 8 --pipeline-model-parallel-size 4 \
+           --num-layers-per-virtual-pipeline-stage 1 --pipeline-trace run.trace
+       build/pipeline_sim --trace run.trace --svg run.svg       (the measured timeline)
+
    The program is the loop below; everything it calls is in megatron.h (section 5, "Trainer"):
    parse the flags, check the whole configuration and every file before any work (one line
    "gpt_train: error: …", exit status 2), build the model, then iterate: step, log, evaluate,
-   save. At the end: final checkpoint, validation, optional Hugging Face export and a sample. */
+   save. At the end: final checkpoint, validation, optional Hugging Face export and a sample.
+   Every rank runs this loop; world rank 0 prints. A configuration error stops every rank
+   with the same line (the ranks agree on it before any work).                              */
 #define MG_IMPLEMENTATION
 #include "megatron.h"
 
-static int usage_error(const char *msg) {
-    fprintf(stderr, "gpt_train: error: %s\n", msg);
-    return 2;
+static mg_comm comm;
+
+/* Ends every rank with status `code`; rank 0 prints msg (when given) as the one error line. */
+static int finish(int code, const char *msg) {
+    if (msg && comm.world_rank == 0) fprintf(stderr, "gpt_train: error: %s\n", msg);
+    mg_comm_finalize(&comm);
+    return code;
 }
 
 int main(int argc, char **argv) {
@@ -25,39 +36,58 @@ int main(int argc, char **argv) {
     mg_trainer tr;
     char err[MG_ERRLEN];
     int64_t iters;
+    FILE *out;
 
+    mg_comm_init(&comm, &argc, &argv);
+    out = comm.world_rank == 0 ? stdout : NULL;      /* what every rank knows, printed once */
     mg_train_args_default(&args);
-    if (mg_train_parse(&args, argc, argv, err, sizeof err)) return usage_error(err);
+    args.comm = &comm;
+    if (mg_train_parse(&args, argc, argv, err, sizeof err)) return finish(2, err);
     if (args.help) {
-        mg_train_print_help(stdout, "gpt_train");
-        return 0;
+        if (out) mg_train_print_help(stdout, "gpt_train");
+        return finish(0, NULL);
     }
-    if (mg_trainer_setup(&tr, &args, err, sizeof err)) return usage_error(err);
-
+    if (mg_trainer_setup(&tr, &args, err, sizeof err)) return finish(2, err);
     iters = tr.args.train_iters;
-    printf("gpt_train: %d layers, hidden %d, %d heads, sequence %d, vocabulary %d (padded %d): "
-           "%.3f M parameters on %s\n", tr.cfg.n_layer, tr.cfg.hidden, tr.cfg.n_head,
-           tr.cfg.seq_len, tr.cfg.vocab_size, tr.cfg.padded_vocab,
-           mg_gpt_num_params(&tr.cfg) / 1e6, mg_device_name(&tr.ctx));
-    if (iters > tr.iteration)
-        printf("gpt_train: global batch %lld = micro-batch %lld x %d microbatches; iterations "
-               "%lld … %lld\n", (long long)tr.args.global_batch_size,
-               (long long)tr.args.micro_batch_size, tr.n_micro, (long long)tr.iteration + 1,
-               (long long)iters);
-    if (tr.loaded_iteration >= 0)
-        printf("gpt_train: resumed from %s at iteration %lld%s\n", tr.args.load,
-               (long long)tr.loaded_iteration, tr.args.init_from ? " (--init-from not used: "
-               "the checkpoint has the weights)" : "");
-    fflush(stdout);
+    if (out) {
+        printf("gpt_train: %d layers, hidden %d, %d heads, sequence %d, vocabulary %d (padded %d): "
+               "%.3f M parameters on %s\n", tr.cfg.n_layer, tr.cfg.hidden, tr.cfg.n_head,
+               tr.cfg.seq_len, tr.cfg.vocab_size, tr.cfg.padded_vocab,
+               mg_gpt_num_params(&tr.cfg) / 1e6, mg_device_name(&tr.ctx));
+        if (tr.pp > 1)
+            printf("gpt_train: pipeline of %d ranks x %d model chunk%s of %d layer%s, schedule "
+                   "%s\n", tr.pp, tr.vp, tr.vp > 1 ? "s" : "", tr.cfg.n_layer / (tr.pp * tr.vp),
+                   tr.cfg.n_layer / (tr.pp * tr.vp) > 1 ? "s" : "",
+                   tr.args.pipeline_schedule_file ? tr.args.pipeline_schedule_file
+                                                  : mg_schedule_kind_name(tr.pipe_sched.kind));
+        if (iters > tr.iteration)
+            printf("gpt_train: global batch %lld = micro-batch %lld x %d microbatches; iterations "
+                   "%lld … %lld\n", (long long)tr.args.global_batch_size,
+                   (long long)tr.args.micro_batch_size, tr.n_micro, (long long)tr.iteration + 1,
+                   (long long)iters);
+        if (tr.loaded_iteration >= 0)
+            printf("gpt_train: resumed from %s at iteration %lld%s\n", tr.args.load,
+                   (long long)tr.loaded_iteration, tr.args.init_from ? " (--init-from not used: "
+                   "the checkpoint has the weights)" : "");
+        fflush(stdout);
+    }
 
     while (tr.iteration < iters) {
         mg_step_result r = mg_trainer_step(&tr);
-        mg_trainer_log(&tr, &r, stdout);
+        mg_trainer_log(&tr, &r, out);
         if (tr.args.eval_iters > 0 && tr.iteration % tr.args.eval_interval == 0)
-            mg_trainer_evaluate(&tr, stdout);
+            mg_trainer_evaluate(&tr, out);
         if (tr.args.save && tr.args.save_interval > 0 && tr.iteration % tr.args.save_interval == 0
             && mg_trainer_save(&tr, tr.args.save, err, sizeof err))
             fprintf(stderr, "gpt_train: warning: checkpoint not saved: %s\n", err);
+    }
+    if (tr.args.pipeline_trace) {     /* every rank writes its part, in turn */
+        if (mg_trainer_write_pipeline_trace(&tr, tr.args.pipeline_trace, err, sizeof err))
+            fprintf(stderr, "gpt_train: error: %s\n", err);
+        else if (out)
+            printf("gpt_train: pipeline trace of the last iteration written to %s (draw it: "
+                   "build/pipeline_sim --trace %s --svg run.svg)\n", tr.args.pipeline_trace,
+                   tr.args.pipeline_trace);
     }
 
     /* the end: checkpoint (unless just written), validation, export, sample */
@@ -65,22 +95,22 @@ int main(int argc, char **argv) {
         if (mg_trainer_save(&tr, tr.args.save, err, sizeof err)) {
             fprintf(stderr, "gpt_train: error: checkpoint not saved: %s\n", err);
             mg_trainer_free(&tr);
-            return 1;
+            return finish(1, NULL);
         }
         printf("gpt_train: saved %s/iter_%07lld\n", tr.args.save, (long long)tr.iteration);
     }
     if (iters > 0 && tr.args.eval_iters > 0 && tr.iteration % tr.args.eval_interval != 0)
-        mg_trainer_evaluate(&tr, stdout);
+        mg_trainer_evaluate(&tr, out);
     if (tr.args.export_hf) {
         if (mg_gpt_export_hf(&tr.model, tr.args.export_hf, err, sizeof err)) {
             fprintf(stderr, "gpt_train: error: export failed: %s\n", err);
             mg_trainer_free(&tr);
-            return 1;
+            return finish(1, NULL);
         }
         printf("gpt_train: exported %s/model.safetensors and %s/config.json\n",
                tr.args.export_hf, tr.args.export_hf);
     }
     if (tr.args.sample_tokens > 0) mg_trainer_generate(&tr, tr.args.sample_tokens, stdout);
     mg_trainer_free(&tr);
-    return 0;
+    return finish(0, NULL);
 }

@@ -2170,6 +2170,8 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
 #endif
     if (a->save && mg__check_output("--save", a->save, 1, err, errlen)) return -1;
     if (a->log_jsonl && mg__check_output("--log-jsonl", a->log_jsonl, 0, err, errlen)) return -1;
+    if (a->pipeline_trace &&
+        mg__check_output("--pipeline-trace", a->pipeline_trace, 0, err, errlen)) return -1;
     if (a->export_hf && mg__check_output("--export-hf", a->export_hf, 1, err, errlen)) return -1;
     if (a->load && !mg__is_dir(a->load) && !mg__parent_is_dir(a->load))
         return mg__err(err, errlen, "--load %s: neither a directory nor a place one could be",

@@ -12,7 +12,8 @@
 
    TOUR
      1. Model configuration (mg_gpt_config) and this rank's layout (mg_gpt_layout): the tensor-
-        parallel coordinate, the micro-batch, the activation slots, the model chunks.
+        and pipeline-parallel coordinates, the micro-batch, the activation slots, the model
+        chunks (Megatron's interleaved assignment: rank i of p holds virtual stages i, i+p, …).
      2. Parameters: one descriptor per tensor (name, global shape, split kind, init, decay),
         ONE flat fp32 buffer of parameters and ONE of gradients in a documented order;
         counter-based initialisation; global <-> shard copies; the naming table that maps the
@@ -23,9 +24,14 @@
      3b. Weight files: import llm.c checkpoints and Hugging Face GPT-2 safetensors (told apart
         by content), export Hugging Face safetensors + config.json.
      4. Optimizer: AdamW state, Megatron's learning-rate schedule, global-norm clipping.
-     5. Trainer (on one rank: issue 3): arguments (Megatron-LM's flag names), validation, the
-        iteration (gradient accumulation over microbatches), evaluation, logging, checkpoints
-        (save/load/resume), import/export, text generation.
+     5. Trainer: arguments (Megatron-LM's flag names), validation, the iteration (gradient
+        accumulation over microbatches), evaluation, logging, checkpoints (save/load/resume),
+        import/export, text generation. Pipeline parallelism (--pipeline-model-parallel-size):
+        the iteration runs mg_pipeline.h's executor with the chosen schedule through the
+        model's chunk callbacks (forward, backward, or backward-input and backward-weight for
+        ZB-H1), then all-reduces the tied word embedding's gradient between the first and
+        the last stage, and clips by the norm summed over the stages (the tied weight
+        counted once); the loss comes from the last stage, broadcast to all.
 
    CONVENTIONS (see mg_tensor.h for the op-level ones)
      - T = sequence length, B = micro-batch size, N = T·B activation rows (sequence-major: row

@@ -76,7 +76,7 @@ static void check_world_and_sizes(void) {
 }
 
 static void check_schedules(void) {
-    char line[2048], path[512];
+    char line[2048];
     expect_error(2, "1F1B with two chunks per rank", BASE "--pipeline-model-parallel-size 2 "
                  "--num-layers-per-virtual-pipeline-stage 1 --pipeline-schedule 1f1b",
                  "schedule 1f1b runs one model chunk per rank, but v = 2");
@@ -86,30 +86,27 @@ static void check_schedules(void) {
     expect_error(2, "interleaved with m = 3 microbatches", BASE "--pipeline-model-parallel-size "
                  "2 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 3",
                  "m = 3 microbatches must be a multiple of the microbatch group");
-    /* schedule files */
-    snprintf(line, sizeof line, BASE "--pipeline-model-parallel-size 2 --pipeline-schedule "
-             "1f1b --pipeline-schedule-file %s/ok.sched", tmp);
-    expect_error(2, "--pipeline-schedule and --pipeline-schedule-file", line,
-                 "--pipeline-schedule and --pipeline-schedule-file exclude each other");
-    snprintf(line, sizeof line, BASE "--pipeline-model-parallel-size 2 "
-             "--pipeline-schedule-file %s/missing.sched", tmp);
-    expect_error(2, "schedule file missing", line, "missing.sched");
-    snprintf(path, sizeof path, "%s/garbage.sched", tmp);
-    snprintf(line, sizeof line, BASE "--pipeline-model-parallel-size 2 "
-             "--pipeline-schedule-file %s", path);
-    expect_error(2, "schedule file with a bad token", line, "--pipeline-schedule-file");
-    snprintf(line, sizeof line, BASE "--pipeline-model-parallel-size 2 "
-             "--pipeline-schedule-file %s/three.sched", tmp);
-    expect_error(2, "schedule file for another p", line, "has 3 rank lines but the pipeline "
-                 "has p = 2 ranks");
-    snprintf(line, sizeof line, BASE "--pipeline-model-parallel-size 2 --global-batch-size 6 "
-             "--pipeline-schedule-file %s/ok.sched", tmp);
-    expect_error(2, "schedule file without every microbatch", line,
-                 "microbatch 4 never runs forward");
-    snprintf(line, sizeof line, BASE "--num-layers 6 --pipeline-model-parallel-size 2 "
-             "--pipeline-schedule-file %s/v2.sched", tmp);
-    expect_error(2, "schedule file whose p·v does not divide the layers", line,
-                 "--num-layers 6 is not divisible by p·v = 4");
+    /* schedule files (in tmp): extra flags, the file, the message */
+    {
+        static const char *const file_cases[][4] = {
+            {"--pipeline-schedule and --pipeline-schedule-file", "--pipeline-schedule 1f1b",
+             "ok.sched", "--pipeline-schedule and --pipeline-schedule-file exclude each other"},
+            {"schedule file missing", "", "missing.sched", "missing.sched': No such file"},
+            {"schedule file with a bad token", "", "garbage.sched", "unknown action 'X'"},
+            {"schedule file for another p", "", "three.sched",
+             "has 3 rank lines but the pipeline has p = 2 ranks"},
+            {"schedule file without every microbatch", "--global-batch-size 6", "ok.sched",
+             "microbatch 4 never runs forward"},
+            {"schedule file whose p·v does not divide the layers", "--num-layers 6", "v2.sched",
+             "--num-layers 6 is not divisible by p·v = 4"},
+        };
+        int i;
+        for (i = 0; i < (int)(sizeof file_cases / sizeof file_cases[0]); i++) {
+            snprintf(line, sizeof line, BASE "--pipeline-model-parallel-size 2 %s "
+                     "--pipeline-schedule-file %s/%s", file_cases[i][1], tmp, file_cases[i][2]);
+            expect_error(2, file_cases[i][0], line, file_cases[i][3]);
+        }
+    }
     /* a valid file is accepted (trained in tests/test_pp.c) */
     if (comm.world_size == 2) {
         mg_train_args a;

@@ -357,7 +357,8 @@ typedef struct mg_train_args {
     int data_order;                      /* mg_data_order                                      */
     int device;                          /* mg_device                                          */
     /* pipeline parallelism                                                                  */
-    int64_t pipeline_model_parallel_size, num_layers_per_virtual_pipeline_stage;
+    int64_t pipeline_model_parallel_size, num_layers_per_virtual_pipeline_stage,
+            microbatch_group_size_per_vp_stage;
     int pipeline_schedule;               /* mg_schedule_kind (default 1f1b; interleaved with K)  */
     const char *pipeline_schedule_file, *pipeline_trace;
     mg_comm *comm;                       /* not a flag: the world the program started
@@ -1815,6 +1816,9 @@ static const mg__flag mg__flags[] = {
     {"--pipeline-schedule", MG__F_CHOICE, MG__OFF(pipeline_schedule),
      "gpipe|1f1b|interleaved|zb-h1", 0, 0, "the order of forward and backward passes (default "
      "1f1b; interleaved when --num-layers-per-virtual-pipeline-stage is given)"},
+    {"--microbatch-group-size-per-virtual-pipeline-stage", MG__F_INT,
+     MG__OFF(microbatch_group_size_per_vp_stage), "N", 1, 1e6, "interleaved schedule: "
+     "microbatches each chunk runs before the next chunk takes over, p <= N <= m (default p)"},
     {"--pipeline-schedule-file", MG__F_STR, MG__OFF(pipeline_schedule_file), "FILE", 0, 0,
      "run the schedule written in FILE (mg_pipeline.h's text form: one line per rank, tokens "
      "like 0F0 1B0 0I2 0W2), validated before it runs"},
@@ -2298,6 +2302,8 @@ static int mg__pipe_configure(mg_trainer *tr, char *err, size_t errlen) {
     tr->vp = 1;
     if (p == 1) {
         const char *needs_p = K_given ? "--num-layers-per-virtual-pipeline-stage" :
+            mg_train_flag_given(a, "--microbatch-group-size-per-virtual-pipeline-stage") ?
+            "--microbatch-group-size-per-virtual-pipeline-stage" :
             mg_train_flag_given(a, "--pipeline-schedule") ? "--pipeline-schedule" :
             file ? "--pipeline-schedule-file" : a->pipeline_trace ? "--pipeline-trace" : NULL;
         if (needs_p)
@@ -2337,6 +2343,9 @@ static int mg__pipe_configure(mg_trainer *tr, char *err, size_t errlen) {
     if (file && mg_train_flag_given(a, "--pipeline-schedule"))
         return mg__err(err, errlen, "--pipeline-schedule and --pipeline-schedule-file exclude "
                        "each other (give one)");
+    if (file && mg_train_flag_given(a, "--microbatch-group-size-per-virtual-pipeline-stage"))
+        return mg__err(err, errlen, "--microbatch-group-size-per-virtual-pipeline-stage applies "
+                       "to the built-in interleaved schedule, not to --pipeline-schedule-file");
     if (file) {
         if (mg_schedule_load(&tr->pipe_sched, a->pipeline_schedule_file, p, K_given ? v : 0, m, why,
                              sizeof why))
@@ -2353,6 +2362,12 @@ static int mg__pipe_configure(mg_trainer *tr, char *err, size_t errlen) {
         kind = mg_train_flag_given(a, "--pipeline-schedule") ? a->pipeline_schedule
                : K_given ? MG_SCHED_INTERLEAVED : MG_SCHED_1F1B;
         sd = mg_schedule_desc_default(kind, p, v, m);
+        sd.microbatch_group = (int)a->microbatch_group_size_per_vp_stage;   /* 0: p */
+        if (mg_train_flag_given(a, "--microbatch-group-size-per-virtual-pipeline-stage") &&
+            kind != MG_SCHED_INTERLEAVED)
+            return mg__err(err, errlen, "--microbatch-group-size-per-virtual-pipeline-stage "
+                           "applies to the interleaved schedule only (not %s)",
+                           mg_schedule_kind_name(kind));
         if (mg_schedule_build(&tr->pipe_sched, &sd, why, sizeof why))
             return mg__err(err, errlen, "--pipeline-schedule %s with p = %d, v = %d and m = %d "
                            "microbatches (--global-batch-size / --micro-batch-size): %s",

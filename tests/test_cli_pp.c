@@ -86,12 +86,25 @@ static void check_schedules(void) {
     expect_error(2, "interleaved with m = 3 microbatches", BASE "--pipeline-model-parallel-size "
                  "2 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 3",
                  "m = 3 microbatches must be a multiple of the microbatch group");
+    expect_error(2, "microbatch group outside Megatron's rule", BASE "--pipeline-model-parallel-"
+                 "size 2 --num-layers-per-virtual-pipeline-stage 1 "
+                 "--microbatch-group-size-per-virtual-pipeline-stage 3", "microbatch group");
+    expect_error(2, "microbatch group with 1F1B", BASE "--pipeline-model-parallel-size 2 "
+                 "--microbatch-group-size-per-virtual-pipeline-stage 2",
+                 "applies to the interleaved schedule only (not 1f1b)");
+    expect_error(1, "microbatch group without a pipeline", BASE
+                 "--microbatch-group-size-per-virtual-pipeline-stage 2",
+                 "--microbatch-group-size-per-virtual-pipeline-stage needs "
+                 "--pipeline-model-parallel-size > 1");
     /* schedule files (in tmp): extra flags, the file, the message */
     {
         static const char *const file_cases[][4] = {
             {"--pipeline-schedule and --pipeline-schedule-file", "--pipeline-schedule 1f1b",
              "ok.sched", "--pipeline-schedule and --pipeline-schedule-file exclude each other"},
             {"schedule file missing", "", "missing.sched", "missing.sched': No such file"},
+            {"schedule file with a microbatch group",
+             "--microbatch-group-size-per-virtual-pipeline-stage 2", "ok.sched",
+             "not to --pipeline-schedule-file"},
             {"schedule file with a bad token", "", "garbage.sched", "unknown action 'X'"},
             {"schedule file for another p", "", "three.sched",
              "has 3 rank lines but the pipeline has p = 2 ranks"},
@@ -120,6 +133,14 @@ static void check_schedules(void) {
         ok = ok && mg_trainer_setup(&tr, &a, err, sizeof err) == 0;
         if (ok) mg_trainer_free(&tr);
         CHECK(mg_test_agree(ok), "cli pp (2 ranks): a valid schedule file is accepted");
+        ok = gpt_parse_line(&a, BASE "--pipeline-model-parallel-size 2 --global-batch-size 8 "
+                            "--num-layers-per-virtual-pipeline-stage 1 "
+                            "--microbatch-group-size-per-virtual-pipeline-stage 4", err,
+                            sizeof err) == 0;
+        a.comm = &comm;
+        ok = ok && mg_trainer_setup(&tr, &a, err, sizeof err) == 0;
+        if (ok) mg_trainer_free(&tr);
+        CHECK(mg_test_agree(ok), "cli pp (2 ranks): a valid microbatch group is accepted");
     }
 }
 

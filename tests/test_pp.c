@@ -24,15 +24,17 @@ typedef struct pp_case {
     const char *schedule;        /* --pipeline-schedule, or "file" (the 1F1B schedule written
                                     to a file and read back with --pipeline-schedule-file)    */
     pp_start start;
+    const char *extra;           /* more flags                                                */
 } pp_case;
 static const pp_case cases[] = {
-    {1, 2, 1, "gpipe", FROM_SEED}, {1, 2, 1, "1f1b", FROM_SEED},
-    {1, 2, 2, "interleaved", FROM_SEED}, {1, 2, 1, "zb-h1", FROM_SEED},
-    {1, 2, 2, "gpipe", FROM_SEED}, {1, 2, 1, "file", FROM_SEED},
-    {1, 2, 1, "1f1b", FROM_LLMC}, {1, 2, 1, "zb-h1", FROM_CHECKPOINT},
-    {1, 4, 1, "gpipe", FROM_SEED}, {1, 4, 1, "1f1b", FROM_SEED},
-    {1, 4, 2, "interleaved", FROM_SEED}, {1, 4, 1, "zb-h1", FROM_SEED},
-    {1, 4, 2, "interleaved", FROM_CHECKPOINT},
+    {1, 2, 1, "gpipe", FROM_SEED, ""}, {1, 2, 1, "1f1b", FROM_SEED, ""},
+    {1, 2, 2, "interleaved", FROM_SEED, ""}, {1, 2, 1, "zb-h1", FROM_SEED, ""},
+    {1, 2, 2, "gpipe", FROM_SEED, ""}, {1, 2, 1, "file", FROM_SEED, ""},
+    {1, 2, 1, "1f1b", FROM_LLMC, ""}, {1, 2, 1, "zb-h1", FROM_CHECKPOINT, ""},
+    {1, 2, 2, "interleaved", FROM_SEED, "--microbatch-group-size-per-virtual-pipeline-stage 4"},
+    {1, 4, 1, "gpipe", FROM_SEED, ""}, {1, 4, 1, "1f1b", FROM_SEED, ""},
+    {1, 4, 2, "interleaved", FROM_SEED, ""}, {1, 4, 1, "zb-h1", FROM_SEED, ""},
+    {1, 4, 2, "interleaved", FROM_CHECKPOINT, ""},
 };
 #define N_LAYERS 8               /* divisible by every p·v of the table                       */
 
@@ -118,7 +120,7 @@ static run_result *reference(pp_start start, run_result **cache, float **weights
 
 int main(int argc, char **argv) {
     mg_comm comm;
-    char tmp[256], prefix[300], line[2048], sched_path[300], ckpt[300], name[300];
+    char tmp[256], prefix[300], line[2048], sched_path[300], ckpt[300], name[400], label[300];
     run_result *serial_cache[3] = {NULL, NULL, NULL}, *serial;
     run_result *pipe = (run_result *)calloc(1, sizeof(run_result));
     float *serial_w_cache[3] = {NULL, NULL, NULL}, *serial_w;
@@ -192,6 +194,7 @@ int main(int argc, char **argv) {
         }
         if (c->start == FROM_CHECKPOINT)
             snprintf(line + strlen(line), sizeof line - strlen(line), " --load %s", ckpt);
+        snprintf(line + strlen(line), sizeof line - strlen(line), " %s", c->extra);
         train(pipe, line, &comm, ITERS);
         ran++;
         if (c->start == FROM_CHECKPOINT && pipe->first != ITERS / 2) loss_err = INFINITY;
@@ -205,18 +208,17 @@ int main(int argc, char **argv) {
         norm_err = world_max(norm_err);
         v_err = world_max(rel(pipe->valid, serial->valid));
         w_err = world_max(weights_err(&pipe->tr.model, &serial->tr.model, serial_w));
-        snprintf(name, sizeof name, "pp: t=%d p=%d v=%d %s%s: %d losses equal the serial run",
-                 c->t, c->p, c->v, c->schedule, start_name[c->start], ITERS - pipe->first);
+        snprintf(label, sizeof label, "pp: t=%d p=%d v=%d %s%s%s", c->t, c->p, c->v,
+                 c->schedule, c->extra[0] ? " (microbatch group 4)" : "", start_name[c->start]);
+        snprintf(name, sizeof name, "%s: %d losses equal the serial run", label,
+                 ITERS - pipe->first);
         mg_test_report(loss_err <= 1e-5, name, "max rel err %.2g (first %.6f, last %.6f)",
                        loss_err, serial->loss[0], serial->loss[ITERS - 1]);
-        snprintf(name, sizeof name, "pp: t=%d p=%d v=%d %s%s: gradient norms (tied embedding "
-                 "counted once)", c->t, c->p, c->v, c->schedule, start_name[c->start]);
+        snprintf(name, sizeof name, "%s: gradient norms (tied embedding counted once)", label);
         mg_test_report(norm_err <= 1e-5, name, "max rel err %.2g", norm_err);
-        snprintf(name, sizeof name, "pp: t=%d p=%d v=%d %s%s: validation loss (forward-only "
-                 "pipeline)", c->t, c->p, c->v, c->schedule, start_name[c->start]);
+        snprintf(name, sizeof name, "%s: validation loss (forward-only pipeline)", label);
         mg_test_report(v_err <= 1e-5, name, "rel err %.2g", v_err);
-        snprintf(name, sizeof name, "pp: t=%d p=%d v=%d %s%s: final weights of every stage",
-                 c->t, c->p, c->v, c->schedule, start_name[c->start]);
+        snprintf(name, sizeof name, "%s: final weights of every stage", label);
         mg_test_report(w_err <= 1e-5, name, "max rel err %.2g", w_err);
         mg_trainer_free(&pipe->tr);
     }

@@ -225,6 +225,7 @@ typedef struct mg_gpt {
     int32_t *host_tokens, *host_targets; /* host staging for mg_gpt_set_batch                  */
     float *host_losses;       /* host staging for mg_gpt_loss_sum ([max_microbatches · N])    */
     double *scalars;          /* [2·pp_size] device: doubles exchanged over the pipeline group  */
+    double *host_scalars;     /* [2·pp_size] their host staging                                 */
 } mg_gpt;
 
 /* Bytes of the context's arena the model needs (parameters, gradients, activations, scratch). */
@@ -960,6 +961,8 @@ MGDEF int mg_gpt_create(mg_gpt *m, mg_ctx *ctx, const mg_gpt_config *cfg,
     m->host_losses = (float *)MG_MALLOC(sizeof(float) * (size_t)layout->max_microbatches *
                                         (size_t)layout->micro_batch * (size_t)cfg->seq_len);
     MG_ASSERT(m->host_losses, "out of host memory");
+    m->host_scalars = (double *)MG_MALLOC(sizeof(double) * 2 * (size_t)layout->pp_size);
+    MG_ASSERT(m->host_scalars, "out of host memory");
     return 0;
 }
 
@@ -974,6 +977,7 @@ MGDEF void mg_gpt_destroy(mg_gpt *m) {
     MG_FREE(m->idx_layer);
     MG_FREE(m->host_tokens);
     MG_FREE(m->host_losses);
+    MG_FREE(m->host_scalars);
     memset(m, 0, sizeof *m);
 }
 
@@ -1638,14 +1642,13 @@ MGDEF void mg_adamw_create(mg_adamw *opt, mg_gpt *m, float beta1, float beta2, f
    fp32 words each (moved, never added — all-gather and broadcast do no arithmetic), through
    the model's device scratch; the sum is taken in group-rank order on every rank.         */
 static double mg__group_sum_f64(mg_gpt *m, mg_group *g, double x) {
-    double *all = (double *)MG_MALLOC(sizeof(double) * (size_t)g->size), sum = 0;
+    double sum = 0;
     int r;
-    MG_ASSERT(all && g->size <= m->layout.pp_size * 2, "group of %d ranks", g->size);
+    MG_ASSERT(g->size <= m->layout.pp_size * 2, "group of %d ranks", g->size);
     mg_copy_to_device(m->ctx, m->scalars + g->rank, &x, sizeof x);
     mg_all_gather(m->comm, g, m->scalars + g->rank, m->scalars, 2, MG_F32);
-    mg_copy_to_host(m->ctx, all, m->scalars, sizeof(double) * (size_t)g->size);
-    for (r = 0; r < g->size; r++) sum += all[r];
-    MG_FREE(all);
+    mg_copy_to_host(m->ctx, m->host_scalars, m->scalars, sizeof(double) * (size_t)g->size);
+    for (r = 0; r < g->size; r++) sum += m->host_scalars[r];
     return sum;
 }
 static double mg__group_bcast_f64(mg_gpt *m, mg_group *g, double x, int root) {

@@ -13,7 +13,10 @@
    is the same trainer with one stage and no communication, computed on every rank.
    Tensor × pipeline (t = 2, p = 2 on 4 ranks): every built-in schedule, with and without
    --sequence-parallel, against the same serial run; the weights are gathered over the
-   tensor group before the comparison. The table is the one place to add layouts.           */
+   tensor group before the comparison. Megatron's scatter/gather is on without sequence
+   parallelism: each rank's pipeline traffic must equal the sequence-parallel run's (both
+   send [B·T/t, C] per message; without scatter/gather it would be t times more). The table
+   is the one place to add layouts.                                                          */
 #include "gpt_test_util.h"
 
 #define ITERS 20
@@ -44,6 +47,7 @@ static const pp_case cases[] = {
     {2, 2, 2, "interleaved", FROM_SEED, "--sequence-parallel"},
     {2, 2, 1, "zb-h1", FROM_SEED, "--sequence-parallel"},
 };
+#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 #define N_LAYERS 8               /* divisible by every p·v of the table                       */
 
 /* The model and run every case shares: 8 layers, hidden 16, 2 heads, 8 tokens, global batch
@@ -141,6 +145,7 @@ int main(int argc, char **argv) {
     run_result *serial_cache[3] = {NULL, NULL, NULL}, *serial;
     run_result *pipe = (run_result *)calloc(1, sizeof(run_result));
     float *serial_w_cache[3] = {NULL, NULL, NULL}, *serial_w;
+    uint64_t pipe_bytes[N_CASES];       /* bytes this rank sent on its pipeline group      */
     int k, ran = 0, have_ckpt = 0;
     mg_comm_init(&comm, &argc, &argv);
     mg_test_quiet = comm.world_rank != 0;
@@ -157,10 +162,11 @@ int main(int argc, char **argv) {
     snprintf(ckpt, sizeof ckpt, "%s/ckpt", tmp);
     make_base(prefix);
 
-    for (k = 0; k < (int)(sizeof cases / sizeof cases[0]); k++) {
+    for (k = 0; k < N_CASES; k++) {
         const pp_case *c = &cases[k];
         double loss_err = 0, norm_err = 0, w_err, v_err;
-        int i;
+        uint64_t sent_before = comm.bytes_sent[MG_GROUP_PIPELINE];
+        int i, j;
         if (c->t * c->p != comm.world_size) continue;
         serial = reference(c->start, serial_cache, serial_w_cache);
         serial_w = serial_w_cache[c->start];
@@ -212,6 +218,7 @@ int main(int argc, char **argv) {
             snprintf(line + strlen(line), sizeof line - strlen(line), " --load %s", ckpt);
         snprintf(line + strlen(line), sizeof line - strlen(line), " %s", c->extra);
         train(pipe, line, &comm, ITERS);
+        pipe_bytes[k] = comm.bytes_sent[MG_GROUP_PIPELINE] - sent_before;
         ran++;
         if (c->start == FROM_CHECKPOINT && pipe->first != ITERS / 2) loss_err = INFINITY;
         for (i = pipe->first; i < ITERS; i++) {
@@ -236,6 +243,15 @@ int main(int argc, char **argv) {
         mg_test_report(v_err <= 1e-5, name, "rel err %.2g", v_err);
         snprintf(name, sizeof name, "%s: final weights of every stage", label);
         mg_test_report(w_err <= 1e-5, name, "max rel err %.2g", w_err);
+        for (j = 0; j < k && c->t > 1 && !strcmp(c->extra, "--sequence-parallel"); j++)
+            if (cases[j].t == c->t && cases[j].p == c->p && cases[j].v == c->v &&
+                !strcmp(cases[j].schedule, c->schedule) && !cases[j].extra[0]) {
+                snprintf(name, sizeof name, "%s: pipeline traffic = the scatter/gather run's "
+                         "without sequence parallelism", label);
+                mg_test_report(world_max(pipe_bytes[j] != pipe_bytes[k]) == 0, name,
+                               "rank 0: %llu bytes, without sp %llu", (unsigned long long)
+                               pipe_bytes[k], (unsigned long long)pipe_bytes[j]);
+            }
         mg_trainer_free(&pipe->tr);
     }
     CHECK(ran > 0, "pp: the table has cases for this world size");

@@ -555,7 +555,9 @@ MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t err
    rank calls it (the logits are gathered) and all draw the same tokens.                    */
 MGDEF void mg_trainer_generate(mg_trainer *tr, int64_t n_tokens, FILE *out);
 /* --pipeline-trace: writes the measured timeline of the last training iteration (mg_pipeline's
-   trace format; collective over the pipeline group). 0, or -1 with err.                     */
+   trace format). Every rank calls it; the pipeline group of tensor rank 0 writes (the t ranks
+   of a stage run the same actions), and the tensor group agrees on its verdict. 0, or -1
+   with err.                                                                                 */
 MGDEF int mg_trainer_write_pipeline_trace(mg_trainer *tr, const char *path, char *err,
                                           size_t errlen);
 
@@ -2914,10 +2916,16 @@ static double mg__pipe_run(mg_trainer *tr, mg_pipe_exec *ex, const int32_t *samp
 
 MGDEF int mg_trainer_write_pipeline_trace(mg_trainer *tr, const char *path, char *err,
                                           size_t errlen) {
+    int rc = 0;
     if (!tr->has_pipe_exec || !tr->pipe_exec.desc.trace)
         return mg__err(err, errlen, "no pipeline trace was recorded (--pipeline-trace with "
                        "--pipeline-model-parallel-size > 1)");
-    return mg_pipe_exec_write_trace(&tr->pipe_exec, path, err, errlen);
+    if (tr->model.layout.tp_rank == 0)
+        rc = mg_pipe_exec_write_trace(&tr->pipe_exec, path, err, errlen);
+    if (mg__tp_agree(&tr->model, rc) && !rc)
+        return mg__err(err, errlen, "tensor rank 0 of this stage could not write the pipeline "
+                       "trace %s", path);
+    return rc ? -1 : 0;
 }
 
 MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err, size_t errlen) {

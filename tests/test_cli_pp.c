@@ -71,6 +71,8 @@ static void check_world_and_sizes(void) {
                  "--pipeline-schedule needs --pipeline-model-parallel-size > 1");
     expect_error(1, "--pipeline-trace without a pipeline", BASE "--pipeline-trace /tmp/x.trace",
                  "--pipeline-trace needs --pipeline-model-parallel-size > 1");
+    expect_error(1, "--comm-timeout of 0", BASE "--comm-timeout 0",
+                 "--comm-timeout 0: out of range");
     expect_error(2, "bad schedule name", BASE "--pipeline-model-parallel-size 2 "
                  "--pipeline-schedule zerobubble",
                  "invalid choice (expected one of gpipe|1f1b|interleaved|zb-h1)");

@@ -12,7 +12,8 @@
 
    TOUR
      1. Model configuration (mg_gpt_config) and this rank's layout (mg_gpt_layout): the tensor-
-        parallel coordinate, the micro-batch, the activation slots, the model chunks.
+        and pipeline-parallel coordinates, the micro-batch, the activation slots, the model
+        chunks (Megatron's interleaved assignment: rank i of p holds virtual stages i, i+p, …).
      2. Parameters: one descriptor per tensor (name, global shape, split kind, init, decay),
         ONE flat fp32 buffer of parameters and ONE of gradients in a documented order;
         counter-based initialisation; global <-> shard copies; the naming table that maps the
@@ -26,9 +27,16 @@
      3b. Weight files: import llm.c checkpoints and Hugging Face GPT-2 safetensors (told apart
         by content), export Hugging Face safetensors + config.json.
      4. Optimizer: AdamW state, Megatron's learning-rate schedule, global-norm clipping.
-     5. Trainer (one rank, or t tensor-parallel ranks under mpirun): arguments (Megatron-LM's
-        flag names), validation, the iteration (gradient accumulation over microbatches),
-        evaluation, logging, checkpoints (save/load/resume), import/export, text generation.
+     5. Trainer (one rank, or t·p ranks under mpirun): arguments (Megatron-LM's flag names),
+        validation, the iteration (gradient accumulation over microbatches), evaluation,
+        logging, checkpoints (save/load/resume), import/export, text generation. Pipeline
+        parallelism (--pipeline-model-parallel-size): the iteration runs mg_pipeline.h's
+        executor with the chosen schedule through the model's chunk callbacks (forward,
+        backward, or backward-input and backward-weight for ZB-H1), then all-reduces the tied
+        word embedding's gradient between the first and the last stage (per tensor-parallel
+        shard), and clips by the norm summed over the tensor group (replicated parameters
+        counted once) and the stages (the tied weight counted once); the loss comes from the
+        last stage, broadcast to all. Tensor × pipeline compose: each stage is t ranks.
 
    CONVENTIONS (see mg_tensor.h for the op-level ones)
      - T = sequence length, B = micro-batch size, N = T·B activation rows (sequence-major: row
@@ -107,9 +115,13 @@ typedef struct mg_gpt_layout {
                                     T/t of the sequence (no effect with tp_size 1)            */
     mg_comm *comm;               /* the job's groups (comm->tensor has tp_size ranks); may be
                                     NULL with tp_size 1. mg_gpt_layout_tp fills these fields. */
+    int pp_rank, pp_size;        /* pipeline coordinate (a single stage: 0, 1)                  */
     int micro_batch;             /* B: sequences per microbatch                                 */
     int n_slots;                 /* microbatches whose activations can be in flight per chunk   */
     int max_microbatches;        /* per-token loss storage: microbatches per iteration          */
+    int split_backward;          /* 1: each slot also keeps the output gradients of its linears
+                                    so the weight half of the backward can run later (ZB-H1's
+                                    W action: mg_gpt_backward_input, then _weight)             */
     int n_chunks;
     mg_gpt_chunk chunks[MG_MAX_CHUNKS];
 } mg_gpt_layout;
@@ -122,6 +134,15 @@ MGDEF mg_gpt_layout mg_gpt_layout_single(const mg_gpt_config *cfg, int micro_bat
    tp_rank/tp_size from the group, sequence parallelism on or off. cfg->padded_vocab must be
    a multiple of 128·tp_size (mg_gpt_pad_vocab).                                            */
 MGDEF void mg_gpt_layout_tp(mg_gpt_layout *layout, mg_comm *comm, int sequence_parallel);
+/* Pipeline rank pp_rank of pp_size, with v model chunks per rank (Megatron's interleaved
+   assignment): the model's layers form S = pp_size·v virtual stages of n_layer/S consecutive
+   layers; virtual stage s lives on rank s % pp_size as its chunk s / pp_size, so rank i holds
+   stages i, i+p, i+2p, …. Stage 0 has the embeddings, stage S−1 the final layernorm, output
+   layer and loss. n_layer must divide by S (mg_gpt_config_check does not know S: the caller
+   checks). n_slots activation slots per chunk, split_backward as above.                      */
+MGDEF mg_gpt_layout mg_gpt_layout_pipeline(const mg_gpt_config *cfg, int micro_batch,
+                                           int max_microbatches, int pp_rank, int pp_size, int v,
+                                           int n_slots, int split_backward);
 
 /* ---------------------------------------------------------------------------------------------
    2. Parameters
@@ -234,6 +255,10 @@ typedef struct mg_gpt_layer_acts {
     mg_tensor fc;             /* [N, 4C/t]   MLP-up output (pre-GELU)                          */
     mg_tensor fc_gelu;        /* [N, 4C/t]                                                      */
     mg_tensor out;            /* [n, C]      the layer's output: residual stream                */
+    /* layout.split_backward only: d loss / d(output) of the four linears, kept by the input
+       half of the backward for the weight half (dW = doutᵀ·input); dout_fc2 and dout_proj
+       are the whole [N, C] gradient (all-gathered with sequence parallelism)               */
+    mg_tensor dout_fc2, dout_fc1, dout_proj, dout_qkv; /* [N,C] [N,4C/t] [N,C] [N,3C/t]     */
 } mg_gpt_layer_acts;
 
 /* Everything one microbatch keeps while in flight through one chunk. */
@@ -247,12 +272,15 @@ typedef struct mg_gpt_acts {
     mg_gpt_layer_acts *layers;/* one per layer of the chunk                                     */
     mg_tensor lnf;            /* [n, C] final layernorm output (last chunk)                     */
     float *lnf_mean, *lnf_rstd;
-    mg_tensor logits;         /* [N, Vp/t]; becomes dlogits in the backward                     */
+    mg_tensor logits;         /* [N, Vp/t]; becomes dlogits in the backward (and stays so for
+                                 the weight half of a split backward)                          */
     float *rowmax, *sumexp, *tlogit; /* [N] cross-entropy statistics                           */
 } mg_gpt_acts;
 
 typedef struct mg_gpt {
     mg_ctx *ctx;
+    mg_comm *comm;            /* the process groups (layout.comm; the trainer sets it too);
+                                 NULL: one rank, nothing to reduce across ranks                */
     mg_gpt_config cfg;
     mg_gpt_layout layout;
     int n_params;
@@ -286,10 +314,12 @@ typedef struct mg_gpt {
     mg_tensor dCt, d3C, d4C, datt; /* [N,C/t] [N,3C/t] [N,4C/t] [B,nh/t,T,T]                   */
     float *tp_scalars;        /* [3 + 3t] device floats: the tensor group's scalar exchanges   */
     float *vocab_row;         /* [Vp] one row of logits gathered over the vocabulary slices    */
-    float *host_scalars;      /* [3t] host staging of the all-gathered scalars                  */
     float *losses;            /* [max_microbatches · N] per-token losses (device)               */
     int32_t *host_tokens, *host_targets; /* host staging for mg_gpt_set_batch                  */
     float *host_losses;       /* host staging for mg_gpt_loss_sum ([max_microbatches · N])    */
+    double *scalars;          /* [2·max(t, p)] device: doubles exchanged over the tensor or the
+                                 pipeline group (mg__group_sum_f64)                           */
+    double *host_scalars;     /* [2·max(t, p)] their host staging                               */
 } mg_gpt;
 
 /* Bytes of the context's arena the model needs (parameters, gradients, activations, scratch). */
@@ -328,6 +358,12 @@ MGDEF void mg_gpt_forward(mg_gpt *m, int chunk, int slot, int microbatch);
    from m->dresid (filled by the caller). Parameter gradients ACCUMULATE into grad_buf. On
    return m->dresid holds the gradient of the chunk's input (none for the first chunk).       */
 MGDEF void mg_gpt_backward(mg_gpt *m, int chunk, int slot, float dloss);
+/* mg_gpt_backward in two halves (layout.split_backward): the input half computes every
+   activation gradient (and the cheap layernorm and embedding parameter gradients) and keeps
+   each linear's output gradient in the slot; the weight half, any time later, accumulates
+   the linears' weight and bias gradients from them. Together they equal mg_gpt_backward.   */
+MGDEF void mg_gpt_backward_input(mg_gpt *m, int chunk, int slot, float dloss);
+MGDEF void mg_gpt_backward_weight(mg_gpt *m, int chunk, int slot);
 MGDEF mg_tensor *mg_gpt_chunk_input(mg_gpt *m, int chunk, int slot);
 MGDEF mg_tensor *mg_gpt_chunk_output(mg_gpt *m, int chunk, int slot);
 MGDEF void mg_gpt_zero_grad(mg_gpt *m);
@@ -431,6 +467,12 @@ typedef struct mg_train_args {
                                             NULL for a single rank without MPI               */
     int data_order;                      /* mg_data_order                                      */
     int device;                          /* mg_device                                          */
+    /* pipeline parallelism                                                                  */
+    int64_t pipeline_model_parallel_size, num_layers_per_virtual_pipeline_stage,
+            microbatch_group_size_per_vp_stage;
+    int pipeline_schedule;               /* mg_schedule_kind (default 1f1b; interleaved with K)  */
+    const char *pipeline_schedule_file, *pipeline_trace;
+    double comm_timeout;                 /* --comm-timeout: the program sets comm->timeout_s  */
     int help;
     unsigned char given[64];             /* given[i]: flag i of the table was on the line     */
 } mg_train_args;
@@ -469,6 +511,17 @@ typedef struct mg_trainer {
     int64_t loaded_iteration;           /* iteration of the checkpoint loaded (-1: none)       */
     int64_t last_saved;                 /* iteration of the last checkpoint written (-1)       */
     FILE *jsonl;
+    /* pipeline parallelism (pp > 1): the schedules, their executors, the iteration's data     */
+    mg_comm *comm;                      /* args.comm                                             */
+    int pp, vp;                         /* pipeline ranks p, model chunks per rank v            */
+    mg_schedule pipe_sched, pipe_eval_sched; /* training; forward-only for evaluation           */
+    mg_pipe_exec pipe_exec, pipe_eval_exec;
+    int has_pipe_exec, has_pipe_eval_exec;
+    int *slot_mb;                       /* [v · n_slots]: microbatch held by each activation
+                                           slot of each chunk, -1 = free                        */
+    const int32_t *pipe_samples;        /* the microbatches the executor is running             */
+    float pipe_dloss;                   /* d loss per token (0 when evaluating)                 */
+    int pipe_forward_only;
     /* the log interval being accumulated                                                       */
     double log_loss_sum, log_ms_sum;
     int64_t log_count, log_skipped, log_nan;
@@ -501,6 +554,12 @@ MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t err
    (byte-level), else as token ids (out NULL: nothing printed). With tensor parallelism every
    rank calls it (the logits are gathered) and all draw the same tokens.                    */
 MGDEF void mg_trainer_generate(mg_trainer *tr, int64_t n_tokens, FILE *out);
+/* --pipeline-trace: writes the measured timeline of the last training iteration (mg_pipeline's
+   trace format). Every rank calls it; the pipeline group of tensor rank 0 writes (the t ranks
+   of a stage run the same actions), and the tensor group agrees on its verdict. 0, or -1
+   with err.                                                                                 */
+MGDEF int mg_trainer_write_pipeline_trace(mg_trainer *tr, const char *path, char *err,
+                                          size_t errlen);
 
 #ifdef __cplusplus
 }
@@ -604,6 +663,8 @@ MGDEF mg_gpt_layout mg_gpt_layout_single(const mg_gpt_config *cfg, int micro_bat
     memset(&L, 0, sizeof L);
     L.tp_rank = 0;
     L.tp_size = 1;
+    L.pp_rank = 0;
+    L.pp_size = 1;
     L.micro_batch = micro_batch;
     L.n_slots = 1;
     L.max_microbatches = max_microbatches;
@@ -626,6 +687,26 @@ MGDEF void mg_gpt_layout_tp(mg_gpt_layout *L, mg_comm *comm, int sequence_parall
     L->sequence_parallel = sequence_parallel;
 }
 
+MGDEF mg_gpt_layout mg_gpt_layout_pipeline(const mg_gpt_config *cfg, int micro_batch,
+                                           int max_microbatches, int pp_rank, int pp_size, int v,
+                                           int n_slots, int split_backward) {
+    mg_gpt_layout L = mg_gpt_layout_single(cfg, micro_batch, max_microbatches, 1);
+    int c, S = pp_size * v, per = S > 0 ? cfg->n_layer / S : 0;
+    L.pp_rank = pp_rank;
+    L.pp_size = pp_size;
+    L.n_slots = n_slots;
+    L.split_backward = split_backward;
+    L.n_chunks = v < 1 ? 1 : v > MG_MAX_CHUNKS ? MG_MAX_CHUNKS : v;
+    for (c = 0; c < L.n_chunks; c++) {
+        int stage = c * pp_size + pp_rank;       /* virtual stage of this rank's chunk c */
+        L.chunks[c].layer_begin = stage * per;
+        L.chunks[c].layer_end = (stage + 1) * per;
+        L.chunks[c].has_embedding = stage == 0;
+        L.chunks[c].has_head = stage == S - 1;
+    }
+    return L;
+}
+
 static int mg__layout_check(const mg_gpt_config *cfg, const mg_gpt_layout *L, char *err,
                             size_t errlen) {
     int i;
@@ -639,6 +720,8 @@ static int mg__layout_check(const mg_gpt_config *cfg, const mg_gpt_layout *L, ch
         return mg__err(err, errlen, "--seq-length %d is not divisible by "
                        "--tensor-model-parallel-size %d (--sequence-parallel gives each rank "
                        "T/t positions)", cfg->seq_len, L->tp_size);
+    if (L->pp_size < 1 || L->pp_rank < 0 || L->pp_rank >= L->pp_size)
+        return mg__err(err, errlen, "pipeline rank %d of %d", L->pp_rank, L->pp_size);
     if (L->micro_batch < 1)
         return mg__err(err, errlen, "--micro-batch-size %d: must be at least 1", L->micro_batch);
     if (L->n_slots < 1 || L->max_microbatches < 1 || L->n_chunks < 1 ||
@@ -915,6 +998,12 @@ static float *mg__take_f32(mg__planner *p, int64_t n) {
     return (float *)mg__take(p, (size_t)n * sizeof(float));
 }
 
+/* Doubles of the scalar exchange over the tensor or the pipeline group (one per rank, and
+   room for the all-gather's two-float halves).                                             */
+static int mg__scalar_slots(const mg_gpt_layout *L) {
+    return 2 * (L->tp_size > L->pp_size ? L->tp_size : L->pp_size);
+}
+
 /* Everything the model puts in the arena. With m->ctx NULL nothing is stored. Residual-
    stream activations have n rows (N/t with sequence parallelism), the tensor-parallel ones
    (qkv, attention, MLP hidden, logits) N rows and 1/t of the columns.                       */
@@ -956,6 +1045,12 @@ static void mg__plan_model(mg_gpt *m, mg__planner *p) {
                 la->fc = mg__take_tensor(p, N, 4 * C / t, 0, 0);
                 la->fc_gelu = mg__take_tensor(p, N, 4 * C / t, 0, 0);
                 la->out = mg__take_tensor(p, n, C, 0, 0);
+                if (L->split_backward) {
+                    la->dout_fc2 = mg__take_tensor(p, N, C, 0, 0);
+                    la->dout_fc1 = mg__take_tensor(p, N, 4 * C / t, 0, 0);
+                    la->dout_proj = mg__take_tensor(p, N, C, 0, 0);
+                    la->dout_qkv = mg__take_tensor(p, N, 3 * C / t, 0, 0);
+                }
             }
             if (chunk->has_head) {
                 a->lnf = mg__take_tensor(p, n, C, 0, 0);
@@ -982,6 +1077,7 @@ static void mg__plan_model(mg_gpt *m, mg__planner *p) {
     m->losses = mg__take_f32(p, (int64_t)L->max_microbatches * N);
     m->tp_scalars = mg__take_f32(p, 3 + 3 * t);
     m->vocab_row = mg__take_f32(p, c->padded_vocab);
+    m->scalars = (double *)mg__take(p, sizeof(double) * (size_t)mg__scalar_slots(L));
 }
 
 /* Host-side arrays of the model (descriptors, views, activation records). */
@@ -1032,6 +1128,7 @@ MGDEF int mg_gpt_create(mg_gpt *m, mg_ctx *ctx, const mg_gpt_config *cfg,
     m->ctx = ctx;
     m->cfg = *cfg;
     m->layout = *layout;
+    m->comm = layout->comm;
     mg__alloc_host(m);
     p.ctx = ctx;
     p.bytes = 0;
@@ -1056,8 +1153,9 @@ MGDEF int mg_gpt_create(mg_gpt *m, mg_ctx *ctx, const mg_gpt_config *cfg,
     m->host_targets = m->host_tokens + (size_t)layout->micro_batch * cfg->seq_len;
     m->host_losses = (float *)MG_MALLOC(sizeof(float) * (size_t)layout->max_microbatches *
                                         (size_t)layout->micro_batch * (size_t)cfg->seq_len);
-    m->host_scalars = (float *)MG_MALLOC(sizeof(float) * 3 * (size_t)layout->tp_size);
-    MG_ASSERT(m->host_losses && m->host_scalars, "out of host memory");
+    MG_ASSERT(m->host_losses, "out of host memory");
+    m->host_scalars = (double *)MG_MALLOC(sizeof(double) * (size_t)mg__scalar_slots(layout));
+    MG_ASSERT(m->host_scalars, "out of host memory");
     return 0;
 }
 
@@ -1257,49 +1355,75 @@ static void mg__layer_forward(mg_gpt *m, int layer, mg_gpt_acts *a, mg_gpt_layer
     mg_add(ctx, &la->out, &la->out, &la->resid_mid);
 }
 
+/* The weight half of the backward of the layer's linear `kind` (MG_QKV_W, MG_PROJ_W, MG_FC1_W
+   or MG_FC2_W; its bias follows it): dW += doutᵀ·inp, db += Σ_rows dout. */
+static void mg__linear_wgrad(mg_gpt *m, int layer, int kind, const mg_tensor *dout,
+                             const mg_tensor *inp) {
+    mg_tensor *g = m->g + m->idx_layer[layer];
+    mg_linear_backward_weight(m->ctx, &g[kind], &g[kind + 1], dout, inp);
+}
+
 /* One transformer layer, backward. On entry m->dresid = dL/d(out) [n, C]; on return dL/dx.
    The residual stream's gradient flows straight through, each block adds its branch:
      MLP:  g = [identity / all-gather] dropout'(dresid)
            dfc_gelu = g·Wfc2; dfc = GELU'(fc)⊙dfc_gelu; partial dln2 = dfc·Wfc1
            dresid += LN2'([all-reduce (f) / reduce-scatter] partial)
      attn: the same with Wproj, attention' and Wqkv.
-   Each linear's backward is its input half then its weight half (mg_linear_backward_weight:
-   dW += doutᵀ·inp, db += Σ dout), kept apart so a zero-bubble schedule can defer the latter.
-   The column-parallel weight gradients need the whole layernorm output: with sequence
-   parallelism it is gathered again (only the local rows were kept). Row-parallel biases get
-   Σ over the whole gradient g, so they are complete on every rank.                          */
+   Each linear's backward is its input half then its weight half (mg__linear_wgrad:
+   dW += doutᵀ·inp, db += Σ dout). The column-parallel weight gradients need the whole
+   layernorm output: with sequence parallelism it is gathered again (only the local rows were
+   kept). Row-parallel biases get Σ over the whole gradient g, so they are complete on every
+   rank. With defer_w (ZB-H1) the weight halves are left for mg__layer_backward_weight: the
+   output gradient each needs is written to (or, for the two that are g, copied into) the
+   slot's dout_* tensors instead of the shared scratch.                                     */
 static void mg__layer_backward(mg_gpt *m, int layer, mg_gpt_acts *a, mg_gpt_layer_acts *la,
-                               const mg_tensor *x) {
+                               const mg_tensor *x, int defer_w) {
     mg_ctx *ctx = m->ctx;
-    const mg_tensor *w = m->w + m->idx_layer[layer], *g_out, *ln_full;
+    const mg_tensor *w = m->w + m->idx_layer[layer], *g_out;
     mg_tensor *g = m->g + m->idx_layer[layer], *dln;
     int B = m->layout.micro_batch, T = m->cfg.seq_len, nh = m->cfg.n_head / m->layout.tp_size;
     mg_attn_dropout adrop;
+    mg_tensor *d_fc1 = defer_w ? &la->dout_fc1 : &m->d4C;     /* dfc_gelu, then dfc          */
+    mg_tensor *d_qkv = defer_w ? &la->dout_qkv : &m->d3C;
     /* MLP block */
     g_out = mg__hidden_dropout_grad(m, a, &m->dresid, MG__SITE_MLP_OUT(layer));
     g_out = mg_tp_gather(&m->tp, g_out, &m->full_b);
-    mg_linear_backward_input(ctx, &m->d4C, g_out, &w[MG_FC2_W], 0);
-    mg_linear_backward_weight(ctx, &g[MG_FC2_W], &g[MG_FC2_B], g_out, &la->fc_gelu);
-    mg_gelu_backward(ctx, &m->d4C, &la->fc, &m->d4C);
-    mg_linear_backward_input(ctx, &m->full_b, &m->d4C, &w[MG_FC1_W], 0);
-    ln_full = mg_tp_gather(&m->tp, &la->ln2, &m->full_a);
-    mg_linear_backward_weight(ctx, &g[MG_FC1_W], &g[MG_FC1_B], &m->d4C, ln_full);
+    if (defer_w) mg_copy(ctx, la->dout_fc2.data, g_out->data, mg_nbytes(g_out));
+    mg_linear_backward_input(ctx, d_fc1, g_out, &w[MG_FC2_W], 0);
+    if (!defer_w) mg__linear_wgrad(m, layer, MG_FC2_W, g_out, &la->fc_gelu);
+    mg_gelu_backward(ctx, d_fc1, &la->fc, d_fc1);
+    mg_linear_backward_input(ctx, &m->full_b, d_fc1, &w[MG_FC1_W], 0);
+    if (!defer_w)
+        mg__linear_wgrad(m, layer, MG_FC1_W, d_fc1, mg_tp_gather(&m->tp, &la->ln2, &m->full_a));
     dln = mg_tp_reduce(&m->tp, &m->full_b, &m->dlocal);
     mg_layernorm_backward(ctx, &m->dresid, &g[MG_LN2_W], &g[MG_LN2_B], dln, &la->resid_mid,
                           &w[MG_LN2_W], la->ln2_mean, la->ln2_rstd, 1);
     /* attention block */
     g_out = mg__hidden_dropout_grad(m, a, &m->dresid, MG__SITE_ATTN_OUT(layer));
     g_out = mg_tp_gather(&m->tp, g_out, &m->full_b);
+    if (defer_w) mg_copy(ctx, la->dout_proj.data, g_out->data, mg_nbytes(g_out));
     mg_linear_backward_input(ctx, &m->dCt, g_out, &w[MG_PROJ_W], 0);
-    mg_linear_backward_weight(ctx, &g[MG_PROJ_W], &g[MG_PROJ_B], g_out, &la->atty);
-    mg_attention_backward(ctx, &m->d3C, &m->datt, &m->dCt, &la->qkv, &la->att, B, T, nh,
+    if (!defer_w) mg__linear_wgrad(m, layer, MG_PROJ_W, g_out, &la->atty);
+    mg_attention_backward(ctx, d_qkv, &m->datt, &m->dCt, &la->qkv, &la->att, B, T, nh,
                           mg__gpt_attn_dropout(m, a, layer, &adrop));
-    mg_linear_backward_input(ctx, &m->full_b, &m->d3C, &w[MG_QKV_W], 0);
-    ln_full = mg_tp_gather(&m->tp, &la->ln1, &m->full_a);
-    mg_linear_backward_weight(ctx, &g[MG_QKV_W], &g[MG_QKV_B], &m->d3C, ln_full);
+    mg_linear_backward_input(ctx, &m->full_b, d_qkv, &w[MG_QKV_W], 0);
+    if (!defer_w)
+        mg__linear_wgrad(m, layer, MG_QKV_W, d_qkv, mg_tp_gather(&m->tp, &la->ln1, &m->full_a));
     dln = mg_tp_reduce(&m->tp, &m->full_b, &m->dlocal);
     mg_layernorm_backward(ctx, &m->dresid, &g[MG_LN1_W], &g[MG_LN1_B], dln, x,
                           &w[MG_LN1_W], la->ln1_mean, la->ln1_rstd, 1);
+}
+
+/* The weight halves mg__layer_backward(…, defer_w = 1) left, from the kept output gradients;
+   the layernorm outputs are all-gathered again with sequence parallelism (collective over
+   the tensor group, whose ranks run the same schedule).                                    */
+static void mg__layer_backward_weight(mg_gpt *m, int layer, mg_gpt_layer_acts *la) {
+    mg__linear_wgrad(m, layer, MG_FC2_W, &la->dout_fc2, &la->fc_gelu);
+    mg__linear_wgrad(m, layer, MG_FC1_W, &la->dout_fc1,
+                     mg_tp_gather(&m->tp, &la->ln2, &m->full_a));
+    mg__linear_wgrad(m, layer, MG_PROJ_W, &la->dout_proj, &la->atty);
+    mg__linear_wgrad(m, layer, MG_QKV_W, &la->dout_qkv,
+                     mg_tp_gather(&m->tp, &la->ln1, &m->full_a));
 }
 
 /* The head's loss statistics: lnf = LN(x); [f / all-gather]; logits = lnf·wteᵀ over this
@@ -1323,19 +1447,26 @@ static void mg__head_forward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, int 
     mg_xent_loss(ctx, m->losses + (int64_t)microbatch * N, a->rowmax, a->sumexp, a->tlogit, N);
 }
 
+/* The output layer's weight half: dwte += dlogitsᵀ·lnf (dlogits stay in the logits; lnf is
+   all-gathered again with sequence parallelism).                                           */
+static void mg__head_wgrad(mg_gpt *m, mg_gpt_acts *a) {
+    mg_linear_backward_weight(m->ctx, &m->g[m->idx_global[0]], NULL, &a->logits,
+                              mg_tp_gather(&m->tp, &a->lnf, &m->full_a));
+}
+
 /* Head backward: dlogits = (softmax - onehot)·dloss (in place over the logits);
    partial dlnf = dlogits·wte (this slice's share); dwte += dlogitsᵀ·lnf (gathered again with
-   sequence parallelism); dresid = LNf'([all-reduce / reduce-scatter] partial) — overwrites:
-   the chunk's backward starts here.                                                        */
-static void mg__head_backward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, float dloss) {
+   sequence parallelism; unless defer_w: mg__head_wgrad later); dresid =
+   LNf'([all-reduce / reduce-scatter] partial) — overwrites: the chunk's backward starts here. */
+static void mg__head_backward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, float dloss,
+                              int defer_w) {
     mg_ctx *ctx = m->ctx;
     int64_t vstart = m->params[m->idx_global[0]].row0;
     int iwte = m->idx_global[0], ilnf = m->idx_global[2];
     mg_xent_backward(ctx, &a->logits, &a->logits, a->targets, a->rowmax, a->sumexp, dloss,
                      vstart, m->cfg.vocab_size);
     mg_linear_backward_input(ctx, &m->full_b, &a->logits, &m->w[iwte], 0);
-    mg_linear_backward_weight(ctx, &m->g[iwte], NULL, &a->logits,
-                              mg_tp_gather(&m->tp, &a->lnf, &m->full_a));
+    if (!defer_w) mg__head_wgrad(m, a);
     mg_layernorm_backward(ctx, &m->dresid, &m->g[ilnf], &m->g[ilnf + 1],
                           mg_tp_reduce(&m->tp, &m->full_b, &m->dlocal), x, &m->w[ilnf],
                           a->lnf_mean, a->lnf_rstd, 0);
@@ -1383,16 +1514,35 @@ MGDEF void mg_gpt_forward(mg_gpt *m, int chunk, int slot, int microbatch) {
     mg__gpt_forward(m, chunk, slot, microbatch, m->microbatch_base + (uint64_t)microbatch);
 }
 
-MGDEF void mg_gpt_backward(mg_gpt *m, int chunk, int slot, float dloss) {
+/* A chunk's backward; defer_w: the input half only (see mg_gpt_backward_input). */
+static void mg__chunk_backward(mg_gpt *m, int chunk, int slot, float dloss, int defer_w) {
     mg_gpt_acts *a = mg__acts(m, chunk, slot);
     const mg_gpt_chunk *c = &m->layout.chunks[chunk];
     int l;
-    if (c->has_head) mg__head_backward(m, a, mg_gpt_chunk_output(m, chunk, slot), dloss);
+    MG_ASSERT(!defer_w || m->layout.split_backward, "a split backward needs a layout with "
+              "split_backward (the slots keep the output gradients)");
+    if (c->has_head)
+        mg__head_backward(m, a, mg_gpt_chunk_output(m, chunk, slot), dloss, defer_w);
     for (l = c->layer_end - 1; l >= c->layer_begin; l--) {
         int i = l - c->layer_begin;
-        mg__layer_backward(m, l, a, &a->layers[i], i ? &a->layers[i - 1].out : &a->input);
+        mg__layer_backward(m, l, a, &a->layers[i], i ? &a->layers[i - 1].out : &a->input,
+                           defer_w);
     }
     if (c->has_embedding) mg__embedding_backward(m, a);
+}
+MGDEF void mg_gpt_backward(mg_gpt *m, int chunk, int slot, float dloss) {
+    mg__chunk_backward(m, chunk, slot, dloss, 0);
+}
+MGDEF void mg_gpt_backward_input(mg_gpt *m, int chunk, int slot, float dloss) {
+    mg__chunk_backward(m, chunk, slot, dloss, 1);
+}
+MGDEF void mg_gpt_backward_weight(mg_gpt *m, int chunk, int slot) {
+    mg_gpt_acts *a = mg__acts(m, chunk, slot);
+    const mg_gpt_chunk *c = &m->layout.chunks[chunk];
+    int l;
+    if (c->has_head) mg__head_wgrad(m, a);
+    for (l = c->layer_end - 1; l >= c->layer_begin; l--)
+        mg__layer_backward_weight(m, l, &a->layers[l - c->layer_begin]);
 }
 
 MGDEF void mg_gpt_zero_grad(mg_gpt *m) {
@@ -1843,40 +1993,69 @@ MGDEF void mg_adamw_create(mg_adamw *opt, mg_gpt *m, float beta1, float beta2, f
     opt->weight_decay = weight_decay;
 }
 
+/* Doubles across a group, exactly and identically on every rank: their bits travel as two
+   fp32 words each (moved, never added — all-gather and broadcast do no arithmetic), through
+   the model's device scratch; the sum is taken in group-rank order on every rank.         */
+static double mg__group_sum_f64(mg_gpt *m, mg_group *g, double x) {
+    double sum = 0;
+    int r;
+    MG_ASSERT(g->size <= mg__scalar_slots(&m->layout), "group of %d ranks", g->size);
+    mg_copy_to_device(m->ctx, m->scalars + g->rank, &x, sizeof x);
+    mg_all_gather(m->comm, g, m->scalars + g->rank, m->scalars, 2, MG_F32);
+    mg_copy_to_host(m->ctx, m->host_scalars, m->scalars, sizeof(double) * (size_t)g->size);
+    for (r = 0; r < g->size; r++) sum += m->host_scalars[r];
+    return sum;
+}
+static double mg__group_bcast_f64(mg_gpt *m, mg_group *g, double x, int root) {
+    mg_copy_to_device(m->ctx, m->scalars, &x, sizeof x);
+    mg_broadcast(m->comm, g, m->scalars, m->scalars, 2, MG_F32, root);
+    mg_copy_to_host(m->ctx, &x, m->scalars, sizeof x);
+    return x;
+}
+
 /* Σ g² over every parameter of the model counted once. On one rank that is the whole flat
    buffer (its alignment gaps are zero). With tensor parallelism each rank sums its shards of
-   the split tensors, and rank 0 adds the replicated ones (equal on every rank); the ranks'
-   double partial sums are exchanged exactly — each as two floats, hi = (float)x and
-   lo = (float)(x − hi) — by an all-gather, and every rank adds them in rank order, so all
-   get the same norm, as precise as the serial one.                                          */
+   the split tensors and tensor rank 0 adds the replicated ones (equal on every rank); over a
+   pipeline each stage adds its own parameters, and the tied word embedding, held by the
+   first and the last stage with equal (all-reduced) gradients, counts on the first only.
+   The ranks' double partial sums are then summed exactly over the tensor group, then over
+   the pipeline group (mg__group_sum_f64: every rank adds the same values in the same order),
+   so all get the same norm, as precise as the serial one. Data parallelism adds its rule
+   here.                                                                                      */
 static double mg__grad_sumsq(mg_gpt *m, int *nonfinite) {
-    int t = m->layout.tp_size, i, r;
-    double local = 0, total = 0;
-    float mine[3], *all;
-    mg_comm *comm;
-    if (t == 1) return mg_sumsq(m->ctx, m->grad_buf, m->n_elems, nonfinite);
+    const mg_gpt_layout *L = &m->layout;
+    double local = 0;
+    int i, c, has_embedding = 0;
+    if (!m->comm || (L->tp_size == 1 && L->pp_size == 1))
+        return mg_sumsq(m->ctx, m->grad_buf, m->n_elems, nonfinite);
+    for (c = 0; c < L->n_chunks; c++) has_embedding |= L->chunks[c].has_embedding;
     *nonfinite = 0;
     for (i = 0; i < m->n_params; i++) {
         const mg_param_desc *d = &m->params[i];
         int bad = 0;
-        if (d->split == MG_TP_REPLICATED && m->layout.tp_rank != 0) continue;
+        if (d->split == MG_TP_REPLICATED && L->tp_rank != 0) continue;
+        if (d->kind == MG_WTE && !has_embedding) continue;   /* the last stage's tied copy */
         local += mg_sumsq(m->ctx, m->grad_buf + d->offset, d->numel, &bad);
         *nonfinite |= bad;
     }
-    mine[0] = (float)local;
-    mine[1] = (float)(local - (double)mine[0]);
-    mine[2] = (float)*nonfinite;
-    if (!isfinite(mine[0])) mine[0] = mine[1] = 0;     /* flagged by mine[2] */
-    all = m->host_scalars;
-    comm = mg__tp_comm(&m->tp);
-    mg_copy_to_device(m->ctx, m->tp_scalars, mine, sizeof mine);
-    mg_all_gather(comm, &comm->tensor, m->tp_scalars, m->tp_scalars + 3, 3, MG_F32);
-    mg_copy_to_host(m->ctx, all, m->tp_scalars + 3, sizeof(float) * 3 * (size_t)t);
-    for (r = 0; r < t; r++) {
-        total += (double)all[3 * r] + (double)all[3 * r + 1];
-        if (all[3 * r + 2] != 0) *nonfinite = 1;
-    }
-    return total;
+    if (*nonfinite) local = NAN;
+    if (L->tp_size > 1) local = mg__group_sum_f64(m, &m->comm->tensor, local);
+    if (L->pp_size > 1) local = mg__group_sum_f64(m, &m->comm->pipeline, local);
+    *nonfinite = !isfinite(local);
+    return local;
+}
+
+/* The tied word embedding's gradient: the first stage's (embedding) part plus the last
+   stage's (output layer) part, all-reduced over the embedding group so that both copies of
+   the weight take the same step and stay equal.                                           */
+static void mg__embedding_grad_all_reduce(mg_gpt *m) {
+    mg_group *g;
+    int iwte = m->idx_global[0];
+    if (!m->comm || m->layout.pp_size == 1 || iwte < 0) return;
+    g = &m->comm->embedding;
+    if (g->size > 1)
+        mg_all_reduce(m->comm, g, m->g[iwte].data, m->g[iwte].data, m->params[iwte].numel,
+                      MG_F32, MG_SUM);
 }
 
 MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, double *grad_norm) {
@@ -2004,13 +2183,34 @@ static const mg__flag mg__flags[] = {
      "shuffled: Megatron's GPTDataset order; sequential: sample i of iteration k is tokens "
      "[(k*B+i)*T, (k*B+i)*T+T+1) of the split (default shuffled)"},
     {"parallel", MG__F_HELP, 0, NULL, 0, 0, "Parallelism (launch with mpirun -np N; for now the "
-     "world size N must equal the tensor-parallel size)"},
+     "world size N must equal t·p, the tensor- times the pipeline-parallel size)"},
     {"--tensor-model-parallel-size", MG__F_INT, MG__OFF(tensor_model_parallel_size), "T", 1,
      1024, "split every layer over T ranks: attention heads, MLP columns and vocabulary "
      "divided, Megatron's column/row-parallel layers (default 1)"},
     {"--sequence-parallel", MG__F_SWITCH, MG__OFF(sequence_parallel), NULL, 0, 0,
      "with T > 1, also split the layernorm, dropout and residual regions along the sequence "
      "(--seq-length divisible by T)"},
+    {"--pipeline-model-parallel-size", MG__F_INT, MG__OFF(pipeline_model_parallel_size), "P", 1,
+     1e6, "pipeline stages p: the layers are divided over p groups of t ranks (t·p must divide "
+     "the world size, p --num-layers; default 1)"},
+    {"--num-layers-per-virtual-pipeline-stage", MG__F_INT,
+     MG__OFF(num_layers_per_virtual_pipeline_stage), "K", 1, 1e6, "interleaved schedule: each "
+     "rank holds v = layers/(p*K) model chunks of K layers (rank i: chunks i, i+p, …)"},
+    {"--pipeline-schedule", MG__F_CHOICE, MG__OFF(pipeline_schedule),
+     "gpipe|1f1b|interleaved|zb-h1", 0, 0, "the order of forward and backward passes (default "
+     "1f1b; interleaved when --num-layers-per-virtual-pipeline-stage is given)"},
+    {"--microbatch-group-size-per-virtual-pipeline-stage", MG__F_INT,
+     MG__OFF(microbatch_group_size_per_vp_stage), "N", 1, 1e6, "interleaved schedule: "
+     "microbatches each chunk runs before the next chunk takes over, p <= N <= m (default p)"},
+    {"--pipeline-schedule-file", MG__F_STR, MG__OFF(pipeline_schedule_file), "FILE", 0, 0,
+     "run the schedule written in FILE (mg_pipeline.h's text form: one line per rank, tokens "
+     "like 0F0 1B0 0I2 0W2), validated before it runs"},
+    {"--pipeline-trace", MG__F_STR, MG__OFF(pipeline_trace), "FILE", 0, 0,
+     "write the measured time of every action of the last iteration to FILE (draw it: "
+     "pipeline_sim --trace FILE --svg out.svg)"},
+    {"--comm-timeout", MG__F_FLOAT, MG__OFF(comm_timeout), "SECONDS", 1e-3, 1e9,
+     "a collective or pipeline transfer that waits longer than this stops the job with a "
+     "message naming the operation and group (default 600)"},
     {"device", MG__F_HELP, 0, NULL, 0, 0, "Device"},
     {"--device", MG__F_CHOICE, MG__OFF(device), "auto|cpu|cuda", 0, 0,
      "auto: the GPU when built by nvcc and one is present, else the CPU (default auto; "
@@ -2039,6 +2239,9 @@ MGDEF void mg_train_args_default(mg_train_args *a) {
     a->split = "969,30,1";
     a->data_order = MG_ORDER_SHUFFLED;
     a->device = MG_DEVICE_AUTO;
+    a->pipeline_model_parallel_size = 1;
+    a->comm_timeout = 600;
+    a->pipeline_schedule = MG_SCHED_1F1B;
 }
 
 static int mg__flag_index(const char *name) {
@@ -2371,6 +2574,8 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
 #endif
     if (a->save && mg__check_output("--save", a->save, 1, err, errlen)) return -1;
     if (a->log_jsonl && mg__check_output("--log-jsonl", a->log_jsonl, 0, err, errlen)) return -1;
+    if (a->pipeline_trace &&
+        mg__check_output("--pipeline-trace", a->pipeline_trace, 0, err, errlen)) return -1;
     if (a->export_hf && mg__check_output("--export-hf", a->export_hf, 1, err, errlen)) return -1;
     if (a->load && !mg__is_dir(a->load) && !mg__parent_is_dir(a->load))
         return mg__err(err, errlen, "--load %s: neither a directory nor a place one could be",
@@ -2430,21 +2635,304 @@ static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
     return 0;
 }
 
-/* The job's shape against the parallel flags: world size = t·d (d data-parallel replicas,
+/* The job's shape against the parallel flags: world size = t·p·d (d data-parallel replicas,
    which must be 1 until data parallelism exists). Pure: nothing is communicated.            */
 static int mg__check_world(const mg_train_args *a, char *err, size_t errlen) {
     int world = a->comm ? a->comm->world_size : 1;
-    int64_t t = a->tensor_model_parallel_size;
-    if (world % t)
-        return mg__err(err, errlen, "--tensor-model-parallel-size %lld does not divide the %d "
-                       "ranks of the job (launch mpirun -np with a multiple of %lld)",
-                       (long long)t, world, (long long)t);
-    if (world / t > 1)
-        return mg__err(err, errlen, "%d ranks with --tensor-model-parallel-size %lld would "
-                       "leave %lld data-parallel replicas, which are not implemented yet "
-                       "(launch mpirun -np %lld)", world, (long long)t, (long long)(world / t),
-                       (long long)t);
+    int64_t t = a->tensor_model_parallel_size, p = a->pipeline_model_parallel_size;
+    char split[160];
+    if (t > 1 && p > 1)
+        snprintf(split, sizeof split, "--tensor-model-parallel-size %lld x "
+                 "--pipeline-model-parallel-size %lld = %lld", (long long)t, (long long)p,
+                 (long long)(t * p));
+    else
+        snprintf(split, sizeof split, "--%s-model-parallel-size %lld", p > 1 ? "pipeline" :
+                 "tensor", (long long)(t * p));
+    if (world % (t * p))
+        return mg__err(err, errlen, "%s does not divide the %d launched ranks (mpirun -np N "
+                       "with N a multiple of %lld)", split, world, (long long)(t * p));
+    if (world / (t * p) > 1)
+        return mg__err(err, errlen, "%d ranks with %s would leave %lld data-parallel replicas, "
+                       "which are not implemented yet (launch mpirun -np %lld)", world, split,
+                       (long long)(world / (t * p)), (long long)(t * p));
     return 0;
+}
+
+/* ---- Pipeline parallelism: configuration ---------------------------------------------------- */
+
+/* Activation slots a chunk needs: the most microbatches of one chunk whose forward has run and
+   whose last backward action (B, or W when the backward is split) has not, on this rank. */
+static int mg__pipe_slots(const mg_schedule *s, int rank) {
+    const mg_pipe_action *a = mg_schedule_rank(s, rank);
+    int n = mg_schedule_count(s, rank), held[MG_MAX_CHUNKS], i, most = 1;
+    memset(held, 0, sizeof held);
+    for (i = 0; i < n; i++) {
+        int c = a[i].stage / s->p;
+        if (c >= MG_MAX_CHUNKS) continue;
+        if (a[i].op == MG_PIPE_F && ++held[c] > most) most = held[c];
+        if (a[i].op == MG_PIPE_B || a[i].op == MG_PIPE_W) held[c]--;
+    }
+    return most;
+}
+static int mg__pipe_split(const mg_schedule *s) {
+    int i;
+    for (i = 0; i < s->start[s->p]; i++)
+        if (s->actions[i].op == MG_PIPE_I) return 1;
+    return 0;
+}
+
+/* Bytes of message buffers the executor will take from the arena for this rank's part of s:
+   its pool size comes from a dry run of mg_pipe_exec_init (nothing communicates) on a
+   stand-in for the pipeline group, with one-element messages.                               */
+static void mg__pipe_nothing(void *user, const mg_pipe_io *io) { (void)user; (void)io; }
+static size_t mg__pipe_arena_bytes(const mg_schedule *s, int rank, size_t msg_bytes) {
+    mg_comm stand_in;
+    mg_pipe_exec ex;
+    mg_pipe_exec_desc d = mg_pipe_exec_desc_default();
+    size_t n;
+    memset(&stand_in, 0, sizeof stand_in);
+    stand_in.pipeline.size = s->p;
+    stand_in.pipeline.rank = rank;
+    stand_in.tensor.size = 1;
+    d.schedule = s;
+    d.msg_count = 1;
+    d.msg_dtype = MG_F32;
+    d.cb.forward = d.cb.backward = d.cb.backward_input = d.cb.backward_weight = mg__pipe_nothing;
+    if (mg_pipe_exec_init(&ex, &stand_in, &d, NULL, 0)) return 0;
+    n = (size_t)ex.n_buffers;
+    mg_pipe_exec_free(&ex);
+    return n * ((msg_bytes + 255) / 256 * 256);
+}
+
+/* The pipeline flags, checked against the model and the batch (no communication; the world
+   size against t·p is mg__check_world's): v = layers/(p·K),
+   p·v divides the layers, the schedule (built in or from a file) valid for p, v and m = the
+   microbatches per iteration. Builds tr->pipe_sched (and tr->pipe_eval_sched to evaluate). */
+static int mg__pipe_configure(mg_trainer *tr, char *err, size_t errlen) {
+    const mg_train_args *a = &tr->args;
+    int L = tr->cfg.n_layer, p, v = 1, kind;
+    int K_given = mg_train_flag_given(a, "--num-layers-per-virtual-pipeline-stage");
+    int file = a->pipeline_schedule_file != NULL, m = tr->n_micro;
+    char why[MG_ERRLEN];
+    mg_schedule_desc sd;
+    p = tr->pp = (int)a->pipeline_model_parallel_size;
+    tr->vp = 1;
+    if (p == 1) {
+        const char *needs_p = K_given ? "--num-layers-per-virtual-pipeline-stage" :
+            mg_train_flag_given(a, "--microbatch-group-size-per-virtual-pipeline-stage") ?
+            "--microbatch-group-size-per-virtual-pipeline-stage" :
+            mg_train_flag_given(a, "--pipeline-schedule") ? "--pipeline-schedule" :
+            file ? "--pipeline-schedule-file" : a->pipeline_trace ? "--pipeline-trace" : NULL;
+        if (needs_p)
+            return mg__err(err, errlen, "%s needs --pipeline-model-parallel-size > 1 (there is "
+                           "no pipeline with one stage)", needs_p);
+        return 0;
+    }
+    if (L % p)
+        return mg__err(err, errlen, "--num-layers %d is not divisible by "
+                       "--pipeline-model-parallel-size %d (each stage holds layers/p layers)",
+                       L, p);
+    if (K_given) {
+        int64_t K = a->num_layers_per_virtual_pipeline_stage;
+        if ((L / p) % K)
+            return mg__err(err, errlen, "--num-layers-per-virtual-pipeline-stage %lld does not "
+                           "divide the %d layers of a pipeline rank (--num-layers %d / "
+                           "--pipeline-model-parallel-size %d)", (long long)K, L / p, L, p);
+        v = (int)((L / p) / K);
+        if (v > MG_MAX_CHUNKS)
+            return mg__err(err, errlen, "--num-layers-per-virtual-pipeline-stage %lld gives %d "
+                           "model chunks per rank, more than %d", (long long)K, v, MG_MAX_CHUNKS);
+    }
+    if (file && mg_train_flag_given(a, "--pipeline-schedule"))
+        return mg__err(err, errlen, "--pipeline-schedule and --pipeline-schedule-file exclude "
+                       "each other (give one)");
+    if (file && mg_train_flag_given(a, "--microbatch-group-size-per-virtual-pipeline-stage"))
+        return mg__err(err, errlen, "--microbatch-group-size-per-virtual-pipeline-stage applies "
+                       "to the built-in interleaved schedule, not to --pipeline-schedule-file");
+    if (file) {
+        if (mg_schedule_load(&tr->pipe_sched, a->pipeline_schedule_file, p, K_given ? v : 0, m, why,
+                             sizeof why))
+            return mg__err(err, errlen, "--pipeline-schedule-file %s: %s",
+                           a->pipeline_schedule_file, why);
+        v = tr->pipe_sched.v;
+        if (L % (p * v)) {
+            mg_schedule_free(&tr->pipe_sched);
+            return mg__err(err, errlen, "--pipeline-schedule-file %s has %d model chunks per "
+                           "rank: --num-layers %d is not divisible by p·v = %d",
+                           a->pipeline_schedule_file, v, L, p * v);
+        }
+    } else {
+        kind = mg_train_flag_given(a, "--pipeline-schedule") ? a->pipeline_schedule
+               : K_given ? MG_SCHED_INTERLEAVED : MG_SCHED_1F1B;
+        sd = mg_schedule_desc_default(kind, p, v, m);
+        sd.microbatch_group = (int)a->microbatch_group_size_per_vp_stage;   /* 0: p */
+        if (mg_train_flag_given(a, "--microbatch-group-size-per-virtual-pipeline-stage") &&
+            kind != MG_SCHED_INTERLEAVED)
+            return mg__err(err, errlen, "--microbatch-group-size-per-virtual-pipeline-stage "
+                           "applies to the interleaved schedule only (not %s)",
+                           mg_schedule_kind_name(kind));
+        if (mg_schedule_build(&tr->pipe_sched, &sd, why, sizeof why))
+            return mg__err(err, errlen, "--pipeline-schedule %s with p = %d, v = %d and m = %d "
+                           "microbatches (--global-batch-size / --micro-batch-size): %s",
+                           mg_schedule_kind_name(kind), p, v, m, why);
+    }
+    tr->vp = v;
+    if (a->eval_iters > 0) {         /* evaluation: the forwards only, chunk by chunk */
+        sd = mg_schedule_desc_default(MG_SCHED_GPIPE, p, v, m);
+        sd.forward_only = 1;
+        if (mg_schedule_build(&tr->pipe_eval_sched, &sd, why, sizeof why)) {
+            mg_schedule_free(&tr->pipe_sched);
+            return mg__err(err, errlen, "evaluation schedule: %s", why);
+        }
+    }
+    {   /* not yet for a model split over ranks: they need the whole model in one place */
+        const char *whole = a->save ? "--save" : a->export_hf ? "--export-hf" :
+                            a->sample_tokens > 0 ? "--sample-tokens" : NULL;
+        if (whole) {
+            mg_schedule_free(&tr->pipe_sched);
+            mg_schedule_free(&tr->pipe_eval_sched);
+            return mg__err(err, errlen, "%s is not supported with pipeline parallelism yet "
+                           "(--pipeline-model-parallel-size %d)", whole, p);
+        }
+    }
+    return 0;
+}
+
+/* Every rank checks the same configuration; the ranks agree on the outcome (one all-reduce
+   and, on failure, one broadcast over the world, with host buffers), so that all stop with
+   the lowest failing rank's message, or all go on.                                         */
+static int mg__agree(mg_comm *comm, int failed, char *err, size_t errlen) {
+    float mine, first;
+    float msg[MG_ERRLEN / 4];
+    int root;
+    if (!comm || comm->world_size == 1) return failed ? -1 : 0;
+    comm->ctx = NULL;                /* host buffers, whatever an earlier trainer left       */
+    mine = failed ? (float)(comm->world_size - comm->world_rank) : 0.0f;
+    mg_all_reduce(comm, &comm->world, &mine, &first, 1, MG_F32, MG_MAX);
+    if (first == 0) return 0;
+    root = comm->world_size - (int)first;
+    memset(msg, 0, sizeof msg);
+    if (root == comm->world_rank) snprintf((char *)msg, sizeof msg, "%s", err ? err : "");
+    mg_broadcast(comm, &comm->world, msg, msg, MG_ERRLEN / 4, MG_F32, root);
+    ((char *)msg)[sizeof msg - 1] = 0;
+    if (!failed) mg__err(err, errlen, "rank %d: %s", root, (const char *)msg);
+    return -1;
+}
+
+/* ---- Pipeline parallelism: the model's callbacks for mg_pipeline's executor -------------- */
+
+/* The activation slot of (chunk, microbatch): taken by its forward, released after its last
+   backward action (B, or W) or, when evaluating, right after the forward.                 */
+static int mg__act_slot(mg_trainer *tr, int chunk, int mb, int take) {
+    int n = tr->model.layout.n_slots, s, want = take ? -1 : mb;
+    for (s = 0; s < n; s++)
+        if (tr->slot_mb[chunk * n + s] == want) {
+            if (take) tr->slot_mb[chunk * n + s] = mb;
+            return s;
+        }
+    mg_fatal(__FILE__, __LINE__, "pipeline: chunk %d %s microbatch %d (%d slots)", chunk,
+             take ? "has no free activation slot for" : "holds no", mb, n);
+    return -1;
+}
+static void mg__act_slot_release(mg_trainer *tr, int chunk, int slot) {
+    tr->slot_mb[chunk * tr->model.layout.n_slots + slot] = -1;
+}
+
+/* F: the first virtual stage embeds its microbatch's tokens, the last one keeps its targets;
+   any other stage starts from the activation received (io->input), and every stage but the
+   last hands its output to the executor to send (io->output).                             */
+static void mg__pipe_forward(void *user, const mg_pipe_io *io) {
+    mg_trainer *tr = (mg_trainer *)user;
+    mg_gpt *m = &tr->model;
+    const mg_gpt_chunk *c = &m->layout.chunks[io->chunk];
+    int slot = mg__act_slot(tr, io->chunk, io->mb, 1);
+    int64_t per_mb = (int64_t)m->layout.micro_batch * (m->cfg.seq_len + 1);
+    if (c->has_embedding || c->has_head)
+        mg_gpt_set_batch(m, io->chunk, slot, tr->pipe_samples + io->mb * per_mb);
+    if (io->input)
+        mg_copy(m->ctx, mg_gpt_chunk_input(m, io->chunk, slot)->data, io->input,
+                mg_nbytes(mg_gpt_chunk_input(m, io->chunk, slot)));
+    mg_gpt_forward(m, io->chunk, slot, io->mb);
+    if (io->output)
+        mg_copy(m->ctx, io->output, mg_gpt_chunk_output(m, io->chunk, slot)->data,
+                mg_nbytes(mg_gpt_chunk_output(m, io->chunk, slot)));
+    if (tr->pipe_forward_only) mg__act_slot_release(tr, io->chunk, slot);
+}
+/* B and I: the gradient of the chunk's output arrives in io->grad_output (the last stage
+   seeds it from the loss); the gradient of its input leaves through io->grad_input.       */
+static void mg__pipe_backward_io(mg_trainer *tr, const mg_pipe_io *io, int split) {
+    mg_gpt *m = &tr->model;
+    int slot = mg__act_slot(tr, io->chunk, io->mb, 0);
+    if (io->grad_output)
+        mg_copy(m->ctx, m->dresid.data, io->grad_output, mg_nbytes(&m->dresid));
+    if (split) mg_gpt_backward_input(m, io->chunk, slot, tr->pipe_dloss);
+    else mg_gpt_backward(m, io->chunk, slot, tr->pipe_dloss);
+    if (io->grad_input) mg_copy(m->ctx, io->grad_input, m->dresid.data, mg_nbytes(&m->dresid));
+    if (!split) mg__act_slot_release(tr, io->chunk, slot);
+}
+static void mg__pipe_backward(void *user, const mg_pipe_io *io) {
+    mg__pipe_backward_io((mg_trainer *)user, io, 0);
+}
+static void mg__pipe_backward_input(void *user, const mg_pipe_io *io) {
+    mg__pipe_backward_io((mg_trainer *)user, io, 1);
+}
+static void mg__pipe_backward_weight(void *user, const mg_pipe_io *io) {
+    mg_trainer *tr = (mg_trainer *)user;
+    int slot = mg__act_slot(tr, io->chunk, io->mb, 0);
+    mg_gpt_backward_weight(&tr->model, io->chunk, slot);
+    mg__act_slot_release(tr, io->chunk, slot);
+}
+
+/* Executor over schedule s running this trainer's model: fp32 messages of the residual
+   stream's n rows on this rank, [n, C] (n = B·T, or B·T/t with sequence parallelism, where
+   each tensor rank already sends its own slice). With tensor parallelism and no sequence
+   parallelism the [B·T, C] message is the same on the t ranks of a stage, so Megatron's
+   scatter/gather is on: each sends 1/t of it and the receivers all-gather the slices.      */
+static int mg__pipe_exec_make(mg_trainer *tr, mg_pipe_exec *ex, const mg_schedule *s, int trace,
+                              char *err, size_t errlen) {
+    mg_pipe_exec_desc d = mg_pipe_exec_desc_default();
+    d.schedule = s;
+    d.ctx = &tr->ctx;
+    d.msg_count = mg_numel(&tr->model.dresid);
+    d.scatter_gather = tr->model.layout.tp_size > 1 && !tr->model.tp.sequence_parallel;
+    d.msg_dtype = MG_F32;
+    d.cb.forward = mg__pipe_forward;
+    d.cb.backward = mg__pipe_backward;
+    d.cb.backward_input = mg__pipe_backward_input;
+    d.cb.backward_weight = mg__pipe_backward_weight;
+    d.cb.user = tr;
+    d.trace = trace;
+    return mg_pipe_exec_init(ex, tr->comm, &d, err, errlen);
+}
+
+/* Runs the executor over the microbatches in samples; returns the summed token loss, the same
+   on every rank (the last stage's, broadcast over the pipeline group).                     */
+static double mg__pipe_run(mg_trainer *tr, mg_pipe_exec *ex, const int32_t *samples, float dloss,
+                           int forward_only) {
+    mg_gpt *m = &tr->model;
+    int n = m->layout.n_chunks * m->layout.n_slots, i, p = tr->pp;
+    double sum = 0;
+    for (i = 0; i < n; i++) tr->slot_mb[i] = -1;
+    tr->pipe_samples = samples;
+    tr->pipe_dloss = dloss;
+    tr->pipe_forward_only = forward_only;
+    mg_pipe_exec_run(ex);
+    if (m->layout.chunks[m->layout.n_chunks - 1].has_head) sum = mg_gpt_loss_sum(m, 0, tr->n_micro);
+    return mg__group_bcast_f64(m, &tr->comm->pipeline, sum, p - 1);
+}
+
+MGDEF int mg_trainer_write_pipeline_trace(mg_trainer *tr, const char *path, char *err,
+                                          size_t errlen) {
+    int rc = 0;
+    if (!tr->has_pipe_exec || !tr->pipe_exec.desc.trace)
+        return mg__err(err, errlen, "no pipeline trace was recorded (--pipeline-trace with "
+                       "--pipeline-model-parallel-size > 1)");
+    if (tr->model.layout.tp_rank == 0)
+        rc = mg_pipe_exec_write_trace(&tr->pipe_exec, path, err, errlen);
+    if (mg__tp_agree(&tr->model, rc) && !rc)
+        return mg__err(err, errlen, "tensor rank 0 of this stage could not write the pipeline "
+                       "trace %s", path);
+    return rc ? -1 : 0;
 }
 
 MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err, size_t errlen) {
@@ -2455,41 +2943,48 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     const int64_t *srcp = NULL;
     const char *src_name = NULL;
     char path[1100], srcdesc[1200];
-    int has_ckpt = 0, has_weights = 0, rc, tp;
+    int has_ckpt = 0, has_weights = 0, agreed = 0, rc, tp, tp_rank = 0, pp_rank = 0, n_slots = 1;
+    int split = 0;
     mg_gpt_layout layout;
     mg_ctx_desc cd;
     size_t bytes;
     memset(tr, 0, sizeof *tr);
     memset(&wf, 0, sizeof wf);
     tr->args = *args;
+    tr->comm = args->comm;
     tr->loaded_iteration = tr->last_saved = -1;
     tr->writer = !a->comm || a->comm->world_rank == 0;
+    /* every check first (each failure: goto fail, where the ranks agree on it), then build   */
     if (!mg_train_flag_given(a, "--global-batch-size")) a->global_batch_size = a->micro_batch_size;
-    if (mg__check_run(a, err, errlen)) return -1;
+    if (mg__check_run(a, err, errlen)) goto fail;
     if (a->lr < 0) a->lr = 0;                       /* no training: no learning rate needed */
     /* architecture: the checkpoint to resume, else the weights to start from, else flags */
     if (a->load) {
         rc = mg__latest_iteration(a->load, &load_iter, err, errlen);
-        if (rc < 0) return -1;
+        if (rc < 0) goto fail;
         if (rc == 1) {
             snprintf(path, sizeof path, "%s/iter_%07lld/state.json", a->load, (long long)load_iter);
-            if (mg__read_state(path, &st, err, errlen)) return -1;
+            if (mg__read_state(path, &st, err, errlen)) goto fail;
             has_ckpt = 1;
             srcp = st.arch;
             src_name = path;
-            if (mg_train_flag_given(a, "--seed") && st.seed != a->seed)
-                return mg__err(err, errlen, "--seed %lld differs from the checkpoint's %lld "
-                               "(the data order would change; leave --seed out to resume)",
-                               (long long)a->seed, (long long)st.seed);
-            if (mg_train_flag_given(a, "--data-order") && st.data_order != a->data_order)
-                return mg__err(err, errlen, "--data-order differs from the checkpoint's "
-                               "(leave it out to resume)");
+            if (mg_train_flag_given(a, "--seed") && st.seed != a->seed) {
+                mg__err(err, errlen, "--seed %lld differs from the checkpoint's %lld (the data "
+                        "order would change; leave --seed out to resume)", (long long)a->seed,
+                        (long long)st.seed);
+                goto fail;
+            }
+            if (mg_train_flag_given(a, "--data-order") && st.data_order != a->data_order) {
+                mg__err(err, errlen, "--data-order differs from the checkpoint's (leave it out "
+                        "to resume)");
+                goto fail;
+            }
             a->seed = st.seed;
             a->data_order = st.data_order;
         }
     }
     if (!has_ckpt && a->init_from) {
-        if (mg_weights_open(&wf, a->init_from, err, errlen)) return -1;
+        if (mg_weights_open(&wf, a->init_from, err, errlen)) goto fail;
         has_weights = 1;
         src[0] = wf.cfg.n_layer; src[1] = wf.cfg.hidden; src[2] = wf.cfg.n_head;
         src[3] = 0; src[4] = wf.cfg.max_pos; src[5] = wf.cfg.vocab_size;
@@ -2512,12 +3007,33 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     if (mg__check_world(a, err, errlen)) goto fail;
     if (mg_gpt_config_check(&tr->cfg, tp, err, errlen)) goto fail;
     tr->n_micro = (int)(a->global_batch_size / a->micro_batch_size);
-    layout = mg_gpt_layout_single(&tr->cfg, (int)a->micro_batch_size, tr->n_micro, 1);
-    layout.tp_size = tp;                 /* the rank and comm come with the groups, below */
-    layout.tp_rank = a->comm ? a->comm->world_rank % tp : 0;   /* tensor-parallel fastest */
+    if (mg__pipe_configure(tr, err, errlen)) goto fail;
+    if (a->comm) {   /* this rank's coordinates, as mg_comm_setup_groups will place it (pure) */
+        mg_topology topo;
+        if (mg_topology_init(&topo, a->comm->world_size, a->comm->world_rank, tp, tr->pp, tr->vp,
+                             err, errlen)) goto fail;
+        tp_rank = topo.tp_rank;
+        pp_rank = topo.pp_rank;
+    }
+    if (tr->pp > 1) {                 /* this rank's chunks, slots for what is in flight      */
+        n_slots = mg__pipe_slots(&tr->pipe_sched, pp_rank);
+        split = mg__pipe_split(&tr->pipe_sched);
+        layout = mg_gpt_layout_pipeline(&tr->cfg, (int)a->micro_batch_size, tr->n_micro,
+                                        pp_rank, tr->pp, tr->vp, n_slots, split);
+    } else {
+        layout = mg_gpt_layout_single(&tr->cfg, (int)a->micro_batch_size, tr->n_micro, 1);
+    }
+    layout.tp_size = tp;                 /* the comm comes with the groups, below */
+    layout.tp_rank = tp_rank;
     layout.sequence_parallel = a->sequence_parallel;
     bytes = mg_gpt_arena_bytes(&tr->cfg, &layout);
     if (!bytes && mg__layout_check(&tr->cfg, &layout, err, errlen)) goto fail;
+    if (tr->pp > 1) {                 /* the executors' message buffers                        */
+        size_t msg = (size_t)a->micro_batch_size * (size_t)tr->cfg.seq_len *
+                     (size_t)tr->cfg.hidden * sizeof(float);
+        bytes += mg__pipe_arena_bytes(&tr->pipe_sched, pp_rank, msg);
+        if (a->eval_iters > 0) bytes += mg__pipe_arena_bytes(&tr->pipe_eval_sched, pp_rank, msg);
+    }
     /* AdamW moments (2 more copies of the parameters) and the ops' scratch */
     {   /* AdamW's two moments, like the flat buffer, and the ops' scratch */
         int64_t n_elems;
@@ -2539,20 +3055,35 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
                       phys / 1073741824.0); goto fail; }
     }
     if (mg__setup_data(tr, err, errlen)) goto fail;
+    if (mg__agree(tr->comm, 0, err, errlen)) { agreed = 1; goto fail; }   /* another rank's */
+    agreed = 1;
     /* everything checked: build */
     memset(&cd, 0, sizeof cd);
     cd.device = (mg_device)a->device;
     cd.arena_bytes = bytes;
-    if (a->comm) {
-        cd.cuda_device = mg_comm_cuda_device(a->comm);
-        cd.n_threads = mg_comm_default_threads(a->comm);
+    if (tr->comm) {
+        cd.cuda_device = mg_comm_cuda_device(tr->comm);
+        cd.n_threads = mg_comm_default_threads(tr->comm);
     }
     mg_ctx_init(&tr->ctx, &cd);
     if (a->comm) {                       /* the first communication of the run */
-        mg_comm_setup_groups(a->comm, &tr->ctx, tp, 1, 1);
+        mg_comm_setup_groups(a->comm, &tr->ctx, tp, tr->pp, tr->vp);
         mg_gpt_layout_tp(&layout, a->comm, a->sequence_parallel);
     }
     if (mg_gpt_create(&tr->model, &tr->ctx, &tr->cfg, &layout, err, errlen)) goto fail;
+    tr->model.comm = tr->comm;
+    if (tr->pp > 1) {
+        tr->slot_mb = (int *)MG_MALLOC(sizeof(int) * (size_t)(layout.n_chunks * n_slots));
+        MG_ASSERT(tr->slot_mb, "out of host memory");
+        if (mg__pipe_exec_make(tr, &tr->pipe_exec, &tr->pipe_sched, a->pipeline_trace != NULL,
+                               err, errlen)) goto fail;
+        tr->has_pipe_exec = 1;
+        if (a->eval_iters > 0) {
+            if (mg__pipe_exec_make(tr, &tr->pipe_eval_exec, &tr->pipe_eval_sched, 0, err, errlen))
+                goto fail;
+            tr->has_pipe_eval_exec = 1;
+        }
+    }
     mg_adamw_create(&tr->opt, &tr->model, (float)a->adam_beta1, (float)a->adam_beta2,
                     (float)a->adam_eps, (float)a->weight_decay);
     tr->sched.max_lr = a->lr;
@@ -2580,6 +3111,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     }
     return 0;
 fail:
+    if (!agreed) mg__agree(tr->comm, 1, err, errlen);
     if (has_weights) mg_weights_close(&wf);
     mg_trainer_free(tr);
     return -1;
@@ -2592,7 +3124,13 @@ MGDEF void mg_trainer_free(mg_trainer *tr) {
         if (tr->train_smp.ds) mg_sampler_free(&tr->train_smp);
         mg_dataset_close(&tr->data);
     }
+    if (tr->has_pipe_exec) mg_pipe_exec_free(&tr->pipe_exec);
+    if (tr->has_pipe_eval_exec) mg_pipe_exec_free(&tr->pipe_eval_exec);
+    mg_schedule_free(&tr->pipe_sched);
+    mg_schedule_free(&tr->pipe_eval_sched);
+    MG_FREE(tr->slot_mb);
     if (tr->model.ctx) mg_gpt_destroy(&tr->model);
+    if (tr->comm && tr->comm->ctx == &tr->ctx) tr->comm->ctx = NULL;  /* host buffers again */
     if (tr->ctx.arena || tr->ctx.device) mg_ctx_free(&tr->ctx);
     MG_FREE(tr->batch);
     memset(tr, 0, sizeof *tr);
@@ -2620,8 +3158,13 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     /* dropout on, keyed by the global microbatch index: iteration · microbatches + i */
     tr->model.training = 1;
     tr->model.microbatch_base = (uint64_t)tr->iteration * (uint64_t)tr->n_micro;
-    r.loss = mg_gpt_run_microbatches(&tr->model, tr->batch, tr->n_micro, (float)(1.0 / tokens), 1)
-             / tokens;
+    if (tr->pp > 1) {   /* the schedule's forwards and backwards over the pipeline ranks */
+        r.loss = mg__pipe_run(tr, &tr->pipe_exec, tr->batch, (float)(1.0 / tokens), 0) / tokens;
+        mg__embedding_grad_all_reduce(&tr->model);
+    } else {
+        r.loss = mg_gpt_run_microbatches(&tr->model, tr->batch, tr->n_micro,
+                                         (float)(1.0 / tokens), 1) / tokens;
+    }
     tr->model.training = 0;
     mg_gpt_reduce_grads(&tr->model);
     r.lr = mg_lr_at(&tr->sched, tr->iteration);
@@ -2656,7 +3199,7 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
            tr->log_loss_sum / (double)(tr->log_count - tr->log_skipped) : NAN;
     tokens_per_s = (double)G * tr->cfg.seq_len / (ms * 1e-3);
     tflops = mg_gpt_flops_per_iteration(&tr->cfg, G) / (ms * 1e-3) / 1e12 /
-             (tr->args.comm ? tr->args.comm->world_size : 1);
+             (tr->comm ? tr->comm->world_size : 1);                          /* per rank */
     now = time(NULL);
     strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
     if (out) {
@@ -2695,7 +3238,9 @@ MGDEF double mg_trainer_evaluate(mg_trainer *tr, FILE *out) {
     for (k = 0; k < tr->args.eval_iters; k++) {
         mg__fetch(tr, &tr->valid_smp, tr->consumed_valid_samples, G);
         tr->consumed_valid_samples += G;
-        sum += mg_gpt_run_microbatches(&tr->model, tr->batch, tr->n_micro, 0.0f, 0) / tokens;
+        sum += (tr->pp > 1 ? mg__pipe_run(tr, &tr->pipe_eval_exec, tr->batch, 0.0f, 1)
+                           : mg_gpt_run_microbatches(&tr->model, tr->batch, tr->n_micro, 0.0f, 0))
+               / tokens;
     }
     loss = sum / (double)tr->args.eval_iters;
     if (out) {

@@ -1,4 +1,5 @@
-/* gpt_train — train a GPT-2 model with megatron.h (one rank, or t tensor-parallel ranks).
+/* gpt_train — train a GPT-2 model with megatron.h: one rank, or t tensor-parallel × p pipeline
+   ranks under mpirun.
 
    Built by make as build/gpt_train (cc -x c: the CPU) and build/gpt_train_cuda (nvcc: the GPU
    when present, else the CPU). Megatron-LM's flag names; `gpt_train --help` lists them all.
@@ -10,6 +11,13 @@
 
    Tensor (and sequence) parallel over 4 ranks — the same run, the same math:
        mpirun -np 4 build/gpt_train --tensor-model-parallel-size 4 --sequence-parallel …
+   Pipeline parallel: launch p ranks, each holds layers/p of the model (or v interleaved chunks):
+       mpirun -np 4 build/gpt_train … --num-layers 8 --pipeline-model-parallel-size 4 \
+           --num-layers-per-virtual-pipeline-stage 1 --pipeline-trace run.trace
+       build/pipeline_sim --trace run.trace --svg run.svg       (the measured timeline)
+   Both: t·p ranks, each stage a tensor-parallel group of t (tensor-parallel ranks adjacent):
+       mpirun -np 4 build/gpt_train … --tensor-model-parallel-size 2 \
+           --pipeline-model-parallel-size 2
 
    The program is the loop below; everything it calls is in megatron.h (section 5, "Trainer"):
    parse the flags, check the whole configuration and every file before any work (one line
@@ -23,10 +31,11 @@
 
 static mg_comm comm;
 
-static int usage_error(const char *msg) {
-    if (comm.world_rank == 0) fprintf(stderr, "gpt_train: error: %s\n", msg);
+/* Ends every rank with status `code`; rank 0 prints msg (when given) as the one error line. */
+static int finish(int code, const char *msg) {
+    if (msg && comm.world_rank == 0) fprintf(stderr, "gpt_train: error: %s\n", msg);
     mg_comm_finalize(&comm);
-    return 2;
+    return code;
 }
 
 int main(int argc, char **argv) {
@@ -37,36 +46,41 @@ int main(int argc, char **argv) {
     FILE *out;
 
     mg_comm_init(&comm, &argc, &argv);
-    out = comm.world_rank == 0 ? stdout : NULL;        /* the log: rank 0 only */
+    out = comm.world_rank == 0 ? stdout : NULL;      /* what every rank knows, printed once */
     mg_train_args_default(&args);
-    if (mg_train_parse(&args, argc, argv, err, sizeof err)) return usage_error(err);
-    if (args.help) {
-        if (out) mg_train_print_help(out, "gpt_train");
-        mg_comm_finalize(&comm);
-        return 0;
-    }
     args.comm = &comm;
-    if (mg_trainer_setup(&tr, &args, err, sizeof err)) return usage_error(err);
-
+    if (mg_train_parse(&args, argc, argv, err, sizeof err)) return finish(2, err);
+    if (args.help) {
+        if (out) mg_train_print_help(stdout, "gpt_train");
+        return finish(0, NULL);
+    }
+    comm.timeout_s = args.comm_timeout;          /* --comm-timeout bounds every wait */
+    if (mg_trainer_setup(&tr, &args, err, sizeof err)) return finish(2, err);
     iters = tr.args.train_iters;
     if (out) {
-        fprintf(out, "gpt_train: %d layers, hidden %d, %d heads, sequence %d, vocabulary %d "
-                "(padded %d): %.3f M parameters on %d x %s\n", tr.cfg.n_layer, tr.cfg.hidden,
-                tr.cfg.n_head, tr.cfg.seq_len, tr.cfg.vocab_size, tr.cfg.padded_vocab,
-                mg_gpt_num_params(&tr.cfg) / 1e6, comm.world_size, mg_device_name(&tr.ctx));
+        printf("gpt_train: %d layers, hidden %d, %d heads, sequence %d, vocabulary %d (padded %d): "
+               "%.3f M parameters on %d x %s\n", tr.cfg.n_layer, tr.cfg.hidden, tr.cfg.n_head,
+               tr.cfg.seq_len, tr.cfg.vocab_size, tr.cfg.padded_vocab,
+               mg_gpt_num_params(&tr.cfg) / 1e6, comm.world_size, mg_device_name(&tr.ctx));
         if (tr.model.layout.tp_size > 1)
-            fprintf(out, "gpt_train: tensor-parallel size %d%s\n", tr.model.layout.tp_size,
-                    tr.model.tp.sequence_parallel ? ", sequence parallel" : "");
+            printf("gpt_train: tensor-parallel size %d%s\n", tr.model.layout.tp_size,
+                   tr.model.tp.sequence_parallel ? ", sequence parallel" : "");
+        if (tr.pp > 1)
+            printf("gpt_train: pipeline of %d ranks x %d model chunk%s of %d layer%s, schedule "
+                   "%s\n", tr.pp, tr.vp, tr.vp > 1 ? "s" : "", tr.cfg.n_layer / (tr.pp * tr.vp),
+                   tr.cfg.n_layer / (tr.pp * tr.vp) > 1 ? "s" : "",
+                   tr.args.pipeline_schedule_file ? tr.args.pipeline_schedule_file
+                                                  : mg_schedule_kind_name(tr.pipe_sched.kind));
         if (iters > tr.iteration)
-            fprintf(out, "gpt_train: global batch %lld = micro-batch %lld x %d microbatches; "
-                    "iterations %lld … %lld\n", (long long)tr.args.global_batch_size,
-                    (long long)tr.args.micro_batch_size, tr.n_micro, (long long)tr.iteration + 1,
-                    (long long)iters);
+            printf("gpt_train: global batch %lld = micro-batch %lld x %d microbatches; iterations "
+                   "%lld … %lld\n", (long long)tr.args.global_batch_size,
+                   (long long)tr.args.micro_batch_size, tr.n_micro, (long long)tr.iteration + 1,
+                   (long long)iters);
         if (tr.loaded_iteration >= 0)
-            fprintf(out, "gpt_train: resumed from %s at iteration %lld%s\n", tr.args.load,
-                    (long long)tr.loaded_iteration, tr.args.init_from ? " (--init-from not used: "
-                    "the checkpoint has the weights)" : "");
-        fflush(out);
+            printf("gpt_train: resumed from %s at iteration %lld%s\n", tr.args.load,
+                   (long long)tr.loaded_iteration, tr.args.init_from ? " (--init-from not used: "
+                   "the checkpoint has the weights)" : "");
+        fflush(stdout);
     }
 
     while (tr.iteration < iters) {
@@ -78,14 +92,21 @@ int main(int argc, char **argv) {
             && mg_trainer_save(&tr, tr.args.save, err, sizeof err) && out)
             fprintf(stderr, "gpt_train: warning: checkpoint not saved: %s\n", err);
     }
+    if (tr.args.pipeline_trace) {     /* every rank writes its part, in turn */
+        if (mg_trainer_write_pipeline_trace(&tr, tr.args.pipeline_trace, err, sizeof err))
+            fprintf(stderr, "gpt_train: error: %s\n", err);
+        else if (out)
+            printf("gpt_train: pipeline trace of the last iteration written to %s (draw it: "
+                   "build/pipeline_sim --trace %s --svg run.svg)\n", tr.args.pipeline_trace,
+                   tr.args.pipeline_trace);
+    }
 
     /* the end: checkpoint (unless just written), validation, export, sample */
     if (tr.args.save && tr.last_saved != tr.iteration) {
         if (mg_trainer_save(&tr, tr.args.save, err, sizeof err)) {
             if (out) fprintf(stderr, "gpt_train: error: checkpoint not saved: %s\n", err);
             mg_trainer_free(&tr);
-            mg_comm_finalize(&comm);
-            return 1;
+            return finish(1, NULL);
         }
         if (out) printf("gpt_train: saved %s/iter_%07lld\n", tr.args.save, (long long)tr.iteration);
     }
@@ -95,14 +116,12 @@ int main(int argc, char **argv) {
         if (mg_gpt_export_hf(&tr.model, tr.args.export_hf, err, sizeof err)) {
             if (out) fprintf(stderr, "gpt_train: error: export failed: %s\n", err);
             mg_trainer_free(&tr);
-            mg_comm_finalize(&comm);
-            return 1;
+            return finish(1, NULL);
         }
         if (out) printf("gpt_train: exported %s/model.safetensors and %s/config.json\n",
                         tr.args.export_hf, tr.args.export_hf);
     }
     if (tr.args.sample_tokens > 0) mg_trainer_generate(&tr, tr.args.sample_tokens, out);
     mg_trainer_free(&tr);
-    mg_comm_finalize(&comm);
-    return 0;
+    return finish(0, NULL);
 }

@@ -1,4 +1,5 @@
-/* gpt_train — train a GPT-2 model with megatron.h (one rank, or t tensor-parallel ranks).
+/* gpt_train — train a GPT-2 model with megatron.h (one rank, or t·d ranks: t tensor-parallel
+   × d data-parallel).
 
    Built by make as build/gpt_train (cc -x c: the CPU) and build/gpt_train_cuda (nvcc: the GPU
    when present, else the CPU). Megatron-LM's flag names; `gpt_train --help` lists them all.
@@ -10,6 +11,9 @@
 
    Tensor (and sequence) parallel over 4 ranks — the same run, the same math:
        mpirun -np 4 build/gpt_train --tensor-model-parallel-size 4 --sequence-parallel …
+   Tensor × data parallel over 4 ranks (d = 4/t = 2 replicas, each reading half of every global
+   batch; ZeRO-1 shards the AdamW moments over the replicas):
+       mpirun -np 4 build/gpt_train --tensor-model-parallel-size 2 --use-distributed-optimizer …
 
    The program is the loop below; everything it calls is in megatron.h (section 5, "Trainer"):
    parse the flags, check the whole configuration and every file before any work (one line
@@ -54,9 +58,22 @@ int main(int argc, char **argv) {
                 "(padded %d): %.3f M parameters on %d x %s\n", tr.cfg.n_layer, tr.cfg.hidden,
                 tr.cfg.n_head, tr.cfg.seq_len, tr.cfg.vocab_size, tr.cfg.padded_vocab,
                 mg_gpt_num_params(&tr.cfg) / 1e6, comm.world_size, mg_device_name(&tr.ctx));
-        if (tr.model.layout.tp_size > 1)
-            fprintf(out, "gpt_train: tensor-parallel size %d%s\n", tr.model.layout.tp_size,
-                    tr.model.tp.sequence_parallel ? ", sequence parallel" : "");
+        if (comm.world_size > 1) {   /* the layout: every rank's (tensor, pipeline, data) */
+            int need = mg_topology_describe(&comm.topo, NULL, 0);
+            char *text = (char *)malloc((size_t)need + 1);
+            fprintf(out, "gpt_train: layout t=%d (tensor-parallel%s) x d=%d (data-parallel: "
+                    "%lld samples per replica per iteration%s, gradient buckets of %lld "
+                    "elements); every rank holds layers 0-%d\n", tr.model.layout.tp_size,
+                    tr.model.tp.sequence_parallel ? ", sequence parallel" : "", tr.dp_size,
+                    (long long)(tr.args.global_batch_size / tr.dp_size),
+                    tr.opt.dp ? ", distributed optimizer" : "",
+                    (long long)(tr.dp.n_buckets ? tr.dp.bucket_begin[1] : 0), tr.cfg.n_layer - 1);
+            if (text) {
+                mg_topology_describe(&comm.topo, text, (size_t)need + 1);
+                fputs(text, out);
+                free(text);
+            }
+        }
         if (iters > tr.iteration)
             fprintf(out, "gpt_train: global batch %lld = micro-batch %lld x %d microbatches; "
                     "iterations %lld … %lld\n", (long long)tr.args.global_batch_size,

@@ -3,7 +3,7 @@
    line "what is wrong, what would be valid", on every rank, before any communication (the
    groups are never built and no byte is sent):
      world size not a multiple of --tensor-model-parallel-size; ranks left over for data
-     parallelism (not implemented yet); hidden size or heads not divisible by t; sequence
+     parallelism with a global batch they cannot share; hidden size or heads not divisible by t; sequence
      length not divisible by t with --sequence-parallel; --sequence-parallel given a value;
      dropout probabilities outside [0, 1); t out of range.
    Checked through the library (mg_train_parse + mg_trainer_setup with the job's comm) on 1, 2
@@ -49,10 +49,10 @@ static void check_library(void) {
              2 * world, world);
     expect_error("world size not a multiple of t", line, want);
     if (world > 1) {
-        snprintf(want, sizeof want, "%d ranks with --tensor-model-parallel-size 1 would leave %d "
-                 "data-parallel replicas", world, world);
-        expect_error("ranks left for data parallelism", BASE "--hidden-size 32 "
-                     "--num-attention-heads 4", want);
+        snprintf(want, sizeof want, "--global-batch-size 1 is not a multiple of "
+                 "--micro-batch-size 1 x %d data-parallel replicas", world);
+        expect_error("ranks left for data parallelism need a divisible batch", BASE
+                     "--hidden-size 32 --num-attention-heads 4", want);
         /* sizes against t = world */
         snprintf(line, sizeof line, BASE "--hidden-size %d --num-attention-heads 3 "
                  "--tensor-model-parallel-size %d", 3 * (t + 1), t);

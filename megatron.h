@@ -3100,22 +3100,34 @@ static char *mg__state_json(const mg_trainer *tr) {
     return s;
 }
 
-/* Writes the flat buffer `flat` (params or a moment) as one safetensors file of GLOBAL
-   tensors named name + suffix; the word embedding keeps its V real rows only, so the file
-   does not depend on the tensor-parallel padding. Every rank of the tensor group calls it
-   (each tensor is gathered); only `write` ranks write.                                     */
-static int mg__save_tensors(mg_gpt *m, const float *flat, const char *path, const char *suffix,
-                            int with_meta, int write, char *err, size_t errlen) {
+/* ---- Checkpoint files, written by all ranks in parallel ----------------------------------
+   Three safetensors files of GLOBAL tensors (names: the parameter's, + ".exp_avg", +
+   ".exp_avg_sq"); the word embedding keeps its V real rows, so no file depends on t or on the
+   padding. World rank 0 creates each file at its final size with the header (mg_st_writer,
+   preallocated), then every rank opens it and pwrites the pieces it owns:
+     parameters, and moments without the distributed optimizer: data-parallel rank 0 of each
+       tensor group writes its tensor-parallel shards (replicated tensors: tensor-parallel
+       rank 0 only), so each element is written exactly once;
+     moments with the distributed optimizer: each data-parallel rank writes its own pieces
+       of the buckets (mg__for_owned), mapped from the flat buffer to global coordinates.
+   Joiners fsync and close, the ranks agree, rank 0 commits (fsync, rename) — all inside the
+   temporary checkpoint directory, which is renamed into place before
+   latest_checkpointed_iteration.txt is updated.                                            */
+#define MG__CKPT_FILES 3
+static const char *const mg__ckpt_file[MG__CKPT_FILES] = {"model", "optimizer", "optimizer_sq"};
+static const char *const mg__ckpt_suffix[MG__CKPT_FILES] = {"", ".exp_avg", ".exp_avg_sq"};
+
+/* The tensor list of a checkpoint file: every parameter, global shape (V word-embedding rows). */
+static int mg__ckpt_begin(mg_gpt *m, mg_st_writer *w, const char *path, const char *tag,
+                          int file, int create, char *err, size_t errlen) {
     mg_st_spec *spec = (mg_st_spec *)MG_MALLOC(sizeof(mg_st_spec) * (size_t)m->n_params);
     char (*names)[120] = (char (*)[120])MG_MALLOC(120 * (size_t)m->n_params);
-    float *global = (float *)MG_MALLOC((size_t)mg__max_global(m) * sizeof(float));
     const char *keys[6] = {"num_layers", "hidden_size", "num_attention_heads",
                            "max_position_embeddings", "vocab_size", "format"};
     char vals[5][24], why[MG_ERRLEN];
     const char *vp[6];
-    mg_st_writer w;
-    int i, rc = 0;
-    MG_ASSERT(spec && names && global, "out of host memory");
+    int i, rc = 0, with_meta = file == 0;
+    MG_ASSERT(spec && names, "out of host memory");
     snprintf(vals[0], 24, "%d", m->cfg.n_layer);
     snprintf(vals[1], 24, "%d", m->cfg.hidden);
     snprintf(vals[2], 24, "%d", m->cfg.n_head);
@@ -3126,32 +3138,68 @@ static int mg__save_tensors(mg_gpt *m, const float *flat, const char *path, cons
     for (i = 0; i < m->n_params; i++) {
         const mg_param_desc *d = &m->params[i];
         memset(&spec[i], 0, sizeof spec[i]);
-        snprintf(names[i], 120, "%s%s", d->name, suffix);
+        snprintf(names[i], 120, "%s%s", d->name, mg__ckpt_suffix[file]);
         spec[i].name = names[i];
         spec[i].dtype = MG_ST_F32;
         spec[i].ndim = d->ndim;
         spec[i].shape[0] = d->kind == MG_WTE ? m->cfg.vocab_size : d->shape[0];
         spec[i].shape[1] = d->shape[1];
     }
-    if (write && mg_st_writer_begin(&w, path, NULL, 1, spec, m->n_params,
-                                    with_meta ? keys : keys + 5, with_meta ? vp : vp + 5,
-                                    with_meta ? 6 : 1, why, sizeof why))
-        rc = mg__err(err, errlen, "%s", why);
-    for (i = 0; i < m->n_params; i++) {
-        mg_gpt_shard_to_global(m, i, flat, global);   /* collective: even after an error */
-        if (!write || rc) continue;
-        if (mg_st_writer_write(&w, i, 0, global, spec[i].shape[0] * (spec[i].ndim == 2 ?
-                               spec[i].shape[1] : 1), why, sizeof why)) {
-            mg_st_writer_abort(&w);
-            rc = mg__err(err, errlen, "%s", why);
-        }
-    }
-    if (write && !rc && mg_st_writer_commit(&w, why, sizeof why))
+    if (mg_st_writer_begin(w, path, tag, create, spec, m->n_params, with_meta ? keys : keys + 5,
+                           with_meta ? vp : vp + 5, with_meta ? 6 : 1, why, sizeof why))
         rc = mg__err(err, errlen, "%s", why);
     MG_FREE(spec);
     MG_FREE(names);
-    MG_FREE(global);
     return rc;
+}
+
+/* One owned piece: local-shard elements [e0, e1) of tensor d (values in host `vals`) into the
+   file tensor `ti` at their global positions. Row-split shards are contiguous in the global
+   tensor; column-split ones are a segment per row. Word-embedding rows >= V are not stored. */
+static int mg__ckpt_write_piece(mg_gpt *m, mg_st_writer *w, int ti, const mg_param_desc *d,
+                                const float *vals, int64_t e0, int64_t e1, char *err,
+                                size_t errlen) {
+    int64_t lcols = d->ndim == 2 ? d->local_shape[1] : 1, gcols = d->ndim == 2 ? d->shape[1] : 1;
+    int64_t rows_stored = d->kind == MG_WTE ? m->cfg.vocab_size : d->shape[0], e = e0;
+    char why[MG_ERRLEN];
+    while (e < e1) {
+        int64_t r = e / lcols, c = e % lcols, grow = d->row0 + r, n;
+        /* a run of whole rows when the columns are not split, else up to the row's end */
+        n = lcols == gcols ? e1 - e : (lcols - c < e1 - e ? lcols - c : e1 - e);
+        if (grow * gcols + d->col0 + c + n > rows_stored * gcols)   /* padding rows: dropped */
+            n = rows_stored * gcols - (grow * gcols + d->col0 + c);
+        if (n <= 0) break;
+        if (mg_st_writer_write(w, ti, grow * gcols + d->col0 + c, vals + (e - e0), n, why,
+                               sizeof why))
+            return mg__err(err, errlen, "%s", why);
+        e += n;
+    }
+    return 0;
+}
+
+typedef struct {
+    mg_gpt *m; mg_st_writer *w; const float *src; float *host; int use_moment_index;
+    int rc; char *err; size_t errlen;
+} mg__ckpt_acc;
+static void mg__ckpt_visit(void *user, const mg_param_desc *d, int64_t x0, int64_t x1,
+                           int64_t moment0) {
+    mg__ckpt_acc *acc = (mg__ckpt_acc *)user;
+    int64_t src0 = acc->use_moment_index ? moment0 : x0;
+    if (acc->rc || (d->split == MG_TP_REPLICATED && acc->m->layout.tp_rank != 0)) return;
+    mg_copy_to_host(acc->m->ctx, acc->host, acc->src + src0, (size_t)(x1 - x0) * sizeof(float));
+    acc->rc = mg__ckpt_write_piece(acc->m, acc->w, (int)(d - acc->m->params), d, acc->host,
+                                   x0 - d->offset, x1 - d->offset, acc->err, acc->errlen);
+}
+
+/* Max over the world of a flag (0/1): a failure anywhere fails everywhere. Collective. */
+static int mg__world_any(mg_trainer *tr, int bad) {
+    mg_comm *comm = tr->args.comm;
+    float flag = bad ? 1.0f : 0.0f;
+    if (!comm || comm->world_size == 1) return bad != 0;
+    mg_copy_to_device(&tr->ctx, tr->dp.dev_scalars, &flag, sizeof flag);
+    mg_all_reduce(comm, &comm->world, tr->dp.dev_scalars, tr->dp.dev_scalars, 1, MG_F32, MG_MAX);
+    mg_copy_to_host(&tr->ctx, &flag, tr->dp.dev_scalars, sizeof flag);
+    return flag != 0;
 }
 
 /* The verdict of world rank 0 (the writer) on every rank of the job: nonzero rc there makes
@@ -3166,40 +3214,72 @@ static int mg__world_agree(mg_trainer *tr, int rc) {
     return flag != 0 ? -1 : 0;
 }
 
-/* A moment as a whole flat buffer: itself, or (distributed optimizer) its shards gathered
-   over the data group into the gradient buffer, free between iterations.                   */
-static float *mg__moment_flat(mg_trainer *tr, float *moment) {
-    if (!tr->opt.dp) return moment;
-    mg_dp_moment_flat(&tr->dp, moment, tr->model.grad_buf, 1);
-    return tr->model.grad_buf;
-}
-
-/* The writer (world rank 0) owns the files; with tensor parallelism every rank of the group
-   takes part in gathering each tensor, and all return the writer's verdict.               */
 MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t errlen) {
-    char iterdir[1100], tmp[1200], path[1300], why[MG_ERRLEN], latest[32];
+    char iterdir[1100], tmp[1200], path[1300], why[MG_ERRLEN], latest[32], tag[32];
     char *state;
-    int rc = 0, w = tr->writer;
+    int rc = 0, w = tr->writer, f, i, open_files = 0;
     mg_gpt *m = &tr->model;
-    tmp[0] = 0;
+    mg_st_writer files[MG__CKPT_FILES];
+    float *host;
+    int64_t max_numel = 1;
+    snprintf(iterdir, sizeof iterdir, "%s/iter_%07lld", dir, (long long)tr->iteration);
+    snprintf(tag, sizeof tag, "save%lld", (long long)tr->iteration);  /* common to all ranks */
+    snprintf(tmp, sizeof tmp, "%s.tmp.%s", iterdir, tag);              /* mg_atomic_dir_begin's */
     if (w && !mg__is_dir(dir) && mkdir(dir, 0755) != 0)
         rc = mg__err(err, errlen, "--save %s: cannot create directory (%s)", dir,
                      strerror(errno));
-    snprintf(iterdir, sizeof iterdir, "%s/iter_%07lld", dir, (long long)tr->iteration);
-    if (w && !rc && mg_atomic_dir_begin(iterdir, NULL, tmp, sizeof tmp, why, sizeof why))
+    if (w && !rc && mg_atomic_dir_begin(iterdir, tag, tmp, sizeof tmp, why, sizeof why))
         rc = mg__err(err, errlen, "%s", why);
-    if (mg__world_agree(tr, rc)) return w ? -1 : mg__err(err, errlen, "rank 0 could not save");
-    /* all three files are gathered by every rank even after a write error (the others do
-       not know of it); the writer stops writing at the first error                         */
-    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    rc = mg__save_tensors(m, m->param_buf, path, "", 1, w, err, errlen);
-    snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
-    if (mg__save_tensors(m, mg__moment_flat(tr, tr->opt.m), path, ".exp_avg", 0, w && !rc, err,
-                         errlen)) rc = -1;
-    snprintf(path, sizeof path, "%s/optimizer_sq.safetensors", tmp);
-    if (mg__save_tensors(m, mg__moment_flat(tr, tr->opt.v), path, ".exp_avg_sq", 0, w && !rc,
-                         err, errlen)) rc = -1;
-    if (w) {
+    /* rank 0 creates the three files at their final size; then every other rank joins */
+    for (f = 0; f < MG__CKPT_FILES && w && !rc; f++) {
+        snprintf(path, sizeof path, "%s/%s.safetensors", tmp, mg__ckpt_file[f]);
+        if (mg__ckpt_begin(m, &files[f], path, tag, f, 1, err, errlen)) rc = -1;
+        else open_files = f + 1;
+    }
+    if (mg__world_agree(tr, rc)) {
+        for (f = 0; f < open_files; f++) mg_st_writer_abort(&files[f]);
+        if (w && !mg__is_dir(iterdir)) mg_atomic_dir_abort(tmp);
+        return w ? -1 : mg__err(err, errlen, "rank 0 could not save");
+    }
+    for (f = 0; f < MG__CKPT_FILES && !w && !rc; f++) {
+        snprintf(path, sizeof path, "%s/%s.safetensors", tmp, mg__ckpt_file[f]);
+        if (mg__ckpt_begin(m, &files[f], path, tag, f, 0, err, errlen)) rc = -1;
+        else open_files = f + 1;
+    }
+    for (i = 0; i < m->n_params; i++)
+        if (m->params[i].numel > max_numel) max_numel = m->params[i].numel;
+    host = (float *)MG_MALLOC((size_t)max_numel * sizeof(float));
+    MG_ASSERT(host, "out of host memory");
+    for (f = 0; f < open_files && !rc; f++) {
+        mg__ckpt_acc acc;
+        acc.m = m;
+        acc.w = &files[f];
+        acc.src = f == 0 ? m->param_buf : f == 1 ? tr->opt.m : tr->opt.v;
+        acc.host = host;
+        acc.use_moment_index = f > 0;
+        acc.rc = 0;
+        acc.err = err;
+        acc.errlen = errlen;
+        if (f > 0 && tr->opt.dp) mg__for_owned(&tr->opt, m, mg__ckpt_visit, &acc); /* shards */
+        else if (tr->dp_rank == 0)     /* one replica writes what every replica holds */
+            for (i = 0; i < m->n_params && !acc.rc; i++)
+                mg__ckpt_visit(&acc, &m->params[i], m->params[i].offset,
+                               m->params[i].offset + m->params[i].numel, m->params[i].offset);
+        rc = acc.rc;
+    }
+    MG_FREE(host);
+    for (f = 0; f < open_files && !w; f++)   /* joiners: fsync and close */
+        if (mg_st_writer_close(&files[f], why, sizeof why) && !rc)
+            rc = mg__err(err, errlen, "%s", why);
+    if (mg__world_any(tr, rc)) {          /* some rank failed: nothing is committed */
+        for (f = 0; f < open_files && w; f++) mg_st_writer_abort(&files[f]);
+        if (w) mg_atomic_dir_abort(tmp);
+        return rc ? -1 : mg__err(err, errlen, "another rank could not write its part");
+    }
+    if (w) {   /* rank 0: commit the files, state.json, the directory, then "latest" */
+        for (f = 0; f < MG__CKPT_FILES; f++)
+            if (mg_st_writer_commit(&files[f], why, sizeof why) && !rc)
+                rc = mg__err(err, errlen, "%s", why);
         state = mg__state_json(tr);
         snprintf(path, sizeof path, "%s/state.json", tmp);
         if (!rc && mg_atomic_write(path, state, strlen(state), why, sizeof why))

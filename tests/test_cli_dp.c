@@ -1,0 +1,142 @@
+// mg-test: ranks=1,2,4 timeout=120
+/* test_cli_dp.c — the data-parallel flags of gpt_train (d = world / t replicas): every bad
+   combination fails with one line "what is wrong, what would be valid", on every rank, before
+   any communication (no groups built, nothing sent):
+     a global batch that the d replicas cannot share in whole microbatches; --bucket-size
+     negative; --use-distributed-optimizer given a value;
+   and valid lines with d > 1 (with and without the distributed optimizer) are accepted and
+   give each rank its data-parallel coordinate, its share of the batch and the sharded
+   optimizer state. From the 1-rank run, the program itself under mpirun -np 4 with t=2 (d=2):
+   exit status 0 and the log's first lines name every rank's (tp, dp, pp) coordinates; a bad
+   batch: one error line for the whole job, exit status 2.                                  */
+#include "gpt_test_util.h"
+
+static mg_comm comm;
+static int world;
+
+static void expect_error(const char *what, const char *line, const char *want) {
+    mg_train_args a;
+    mg_trainer tr;
+    char err[MG_ERRLEN] = {0}, name[300];
+    int failed = gpt_parse_line(&a, line, err, sizeof err) != 0;
+    if (!failed) {
+        a.comm = &comm;
+        failed = mg_trainer_setup(&tr, &a, err, sizeof err) != 0;
+        if (!failed) mg_trainer_free(&tr);
+    }
+    snprintf(name, sizeof name, "cli dp (%d rank%s): %s", world, world > 1 ? "s" : "", what);
+    if (!(failed && strstr(err, want) && !strchr(err, '\n')))
+        fprintf(stderr, "rank %d: %s: got '%s', want '%s'\n", comm.world_rank, what,
+                failed ? err : "accepted", want);
+    mg_test_report(mg_test_agree(failed && strstr(err, want) && !strchr(err, '\n')), name, "%s",
+                   failed ? err : "accepted");
+}
+
+#define BASE "--data-path " GPT_DATA "gpt_tokens.bin --vocab-size 37 --num-layers 1 " \
+             "--seq-length 16 --train-iters 2 --lr 1e-3 --split 1,0,0 --eval-iters 0 "     \
+             "--hidden-size 32 --num-attention-heads 4 "
+
+static void check_library(void) {
+    char line[1024], want[300];
+    uint64_t sent = 0;
+    int k;
+    if (world > 1) {
+        snprintf(line, sizeof line, BASE "--micro-batch-size 2 --global-batch-size %d",
+                 2 * world + 2);
+        snprintf(want, sizeof want, "--global-batch-size %d is not a multiple of "
+                 "--micro-batch-size 2 x %d data-parallel replicas (%d ranks / "
+                 "--tensor-model-parallel-size 1); use a multiple of %d", 2 * world + 2, world,
+                 world, 2 * world);
+        expect_error("global batch not shared by the replicas", line, want);
+    }
+    expect_error("negative bucket size", BASE "--bucket-size -5", "--bucket-size -5: out of range");
+    expect_error("--use-distributed-optimizer with a value", BASE
+                 "--use-distributed-optimizer=1", "--use-distributed-optimizer takes no value");
+    for (k = 0; k < MG_GROUP_KINDS; k++) sent += comm.bytes_sent[k];
+    mg_test_report(mg_test_agree(comm.data.size == 0 && sent == 0), "cli dp: every error came "
+                   "before any communication (no groups built, nothing sent)", "%s", "");
+    /* valid lines: t = 1 (d = world) with and without the distributed optimizer */
+    for (k = 0; k < 2; k++) {
+        mg_train_args a;
+        mg_trainer tr;
+        char err[MG_ERRLEN] = {0}, name[200];
+        int ok;
+        snprintf(line, sizeof line, BASE "--micro-batch-size 1 --global-batch-size %d%s",
+                 2 * world, k ? " --use-distributed-optimizer --bucket-size 1000" : "");
+        ok = gpt_parse_line(&a, line, err, sizeof err) == 0;
+        a.comm = &comm;
+        ok = ok && mg_trainer_setup(&tr, &a, err, sizeof err) == 0;
+        if (ok) {
+            ok = tr.dp_size == world && tr.dp_rank == comm.world_rank && tr.n_micro == 2 &&
+                 tr.opt.n == (k && world > 1 ? tr.model.n_elems / world : tr.model.n_elems) &&
+                 (k == 0 || world == 1 || tr.dp.n_buckets > 1);
+            mg_trainer_free(&tr);
+        } else fprintf(stderr, "rank %d: %s\n", comm.world_rank, err);
+        snprintf(name, sizeof name, "cli dp (%d rank%s): valid line%s accepted: d = %d, 2 "
+                 "microbatches per replica%s", world, world > 1 ? "s" : "",
+                 k ? " with --use-distributed-optimizer" : "", world,
+                 k ? ", moments sharded" : "");
+        mg_test_report(mg_test_agree(ok), name, "%s", err);
+    }
+}
+
+/* The program under mpirun -np 4: exit status, "gpt_train: error:" lines, and whether the
+   output names every rank's coordinates.                                                   */
+static int program_run(const char *flags, int *status, int *layout_lines, char *first,
+                       size_t cap) {
+    char cmd[2048], buf[2048];
+    FILE *p;
+    int n = 0, st;
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 mpirun --oversubscribe --bind-to none%s -np 4 "
+             "build/gpt_train " BASE "--device cpu %s 2>&1; echo \"status $?\"",
+             getuid() == 0 ? " --allow-run-as-root" : "", flags);
+    p = popen(cmd, "r");
+    *status = -1;
+    *layout_lines = 0;
+    first[0] = 0;
+    while (p && fgets(buf, sizeof buf, p)) {
+        if (!strncmp(buf, "gpt_train: error:", 17) && !n++) snprintf(first, cap, "%s", buf);
+        if (!strncmp(buf, "rank ", 5) && strstr(buf, " tp ") && strstr(buf, " dp ") &&
+            strstr(buf, " pp ")) (*layout_lines)++;
+        if (!strncmp(buf, "gpt_train: layout t=2", 21) && strstr(buf, "d=2")) (*layout_lines)++;
+        if (sscanf(buf, "status %d", &st) == 1) *status = st;
+    }
+    if (p) pclose(p);
+    return n;
+}
+
+static void check_program(void) {
+    char first[2048];
+    int status, n, lines;
+    if (access("build/gpt_train", X_OK) != 0) {
+        mg_test_report(0, "cli dp: build/gpt_train exists", "build it with make build/gpt_train");
+        return;
+    }
+    n = program_run("--tensor-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 4 "
+                    "--use-distributed-optimizer", &status, &lines, first, sizeof first);
+    mg_test_report(n == 0 && status == 0 && lines == 5, "cli dp: mpirun -np 4 gpt_train t=2 "
+                   "(d=2, distributed optimizer) trains; the log opens with the layout and the "
+                   "4 ranks' (tp, dp, pp)", "%d error lines, status %d, %d layout lines: %s", n,
+                   status, lines, first);
+    n = program_run("--tensor-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 3",
+                    &status, &lines, first, sizeof first);
+    mg_test_report(n == 1 && status == 2 && strstr(first, "data-parallel replicas"),
+                   "cli dp: mpirun -np 4 gpt_train with a batch 2 replicas cannot share: one "
+                   "error line, exit status 2", "%d lines, status %d: %s", n, status, first);
+}
+
+int main(int argc, char **argv) {
+    int alone = getenv("OMPI_COMM_WORLD_SIZE") == NULL && getenv("PMI_SIZE") == NULL;
+#if !defined(__CUDACC__) && !defined(__SANITIZE_ADDRESS__)  /* one flavour runs the program */
+    if (alone) check_program();
+#else
+    (void)alone;
+    (void)check_program;
+#endif
+    mg_comm_init(&comm, &argc, &argv);
+    world = comm.world_size;
+    mg_test_quiet = comm.world_rank != 0;
+    check_library();
+    mg_comm_finalize(&comm);
+    return mg_test_summary();
+}

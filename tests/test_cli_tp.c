@@ -14,24 +14,11 @@
 static mg_comm comm;
 static int world;
 
-/* The line must fail (parse or setup) with a one-line message containing `want` on every
-   rank, and without touching the network.                                                */
+/* The line must fail with one line containing `want` on every rank, before any communication. */
 static void expect_error(const char *what, const char *line, const char *want) {
-    mg_train_args a;
-    mg_trainer tr;
-    char err[MG_ERRLEN] = {0}, name[300];
-    int failed = gpt_parse_line(&a, line, err, sizeof err) != 0;
-    if (!failed) {
-        a.comm = &comm;
-        failed = mg_trainer_setup(&tr, &a, err, sizeof err) != 0;
-        if (!failed) mg_trainer_free(&tr);
-    }
-    snprintf(name, sizeof name, "cli tp (%d rank%s): %s", world, world > 1 ? "s" : "", what);
-    if (!(failed && strstr(err, want) && !strchr(err, '\n')))
-        fprintf(stderr, "rank %d: %s: got '%s', want '%s'\n", comm.world_rank, what,
-                failed ? err : "accepted", want);
-    mg_test_report(mg_test_agree(failed && strstr(err, want) && !strchr(err, '\n')), name, "%s",
-                   failed ? err : "accepted");
+    char label[64];
+    snprintf(label, sizeof label, "cli tp (%d rank%s)", world, world > 1 ? "s" : "");
+    gpt_expect_error(&comm, label, what, line, want);
 }
 
 #define BASE "--data-path " GPT_DATA "gpt_tokens.bin --vocab-size 37 --num-layers 1 " \

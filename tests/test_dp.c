@@ -51,14 +51,7 @@ static double agree_max(double x) {
 }
 
 static void trainer_make(mg_trainer *tr, const char *line, int with_comm) {
-    mg_train_args a;
-    char err[MG_ERRLEN];
-    if (gpt_parse_line(&a, line, err, sizeof err) == 0) {
-        a.comm = with_comm ? &comm : NULL;
-        if (mg_trainer_setup(tr, &a, err, sizeof err) == 0) return;
-    }
-    fprintf(stderr, "rank %d: setup failed: %s\n  line: %s\n", comm.world_rank, err, line);
-    exit(1);
+    gpt_setup_or_die(tr, line, with_comm ? &comm : NULL);
 }
 
 static void row_line(char *out, size_t cap, int t, int sp, int dist, int bucket, int dropout,

@@ -26,7 +26,11 @@
      3b. Weight files: import llm.c checkpoints and Hugging Face GPT-2 safetensors (told apart
         by content), export Hugging Face safetensors + config.json.
      4. Optimizer: AdamW state, Megatron's learning-rate schedule, global-norm clipping.
-     5. Trainer (one rank, or t tensor-parallel ranks under mpirun): arguments (Megatron-LM's
+     4b. Data parallelism (mg_dp): the gradient reduction over the d replicas in buckets started
+        during the last microbatch's backward; the distributed optimizer (ZeRO-1: sharded
+        moments, reduce-scatter / all-gather).
+     5. Trainer (one rank, or t·d ranks under mpirun: t tensor-parallel × d data-parallel):
+        arguments (Megatron-LM's
         flag names), validation, the iteration (gradient accumulation over microbatches),
         evaluation, logging, checkpoints (save/load/resume), import/export, text generation.
 
@@ -41,7 +45,8 @@
        of rows (its heads). llm.c and Hugging Face store [q | k | v]: rows are permuted on
        import and export.
      - Loss = mean over all target tokens of the global batch: each microbatch's backward is
-       seeded with dloss = 1 / (global batch · T).
+       seeded with dloss = 1 / (global batch · T), on every data-parallel replica too, so the
+       replicas' gradients are SUMMED (not averaged) over the data group.
      - Parameter gradients accumulate over microbatches; the trainer zeroes them per iteration.
 */
 #ifndef MEGATRON_H
@@ -472,8 +477,9 @@ MGDEF void mg_adamw_create(mg_adamw *opt, mg_gpt *m, float beta1, float beta2, f
                            float weight_decay);
 MGDEF void mg_adamw_create_dp(mg_adamw *opt, mg_gpt *m, const mg_dp *dp, float beta1,
                               float beta2, float eps, float weight_decay);
-/* Global gradient norm (Σ over every parameter, counted once), clipping to clip_grad (0: off),
-   then AdamW with learning rate lr. Returns 1 if applied; 0 if the norm is inf/nan (the update
+/* Global gradient norm (Σ over every parameter, counted once across the tensor and data
+   groups), clipping to clip_grad (0: off), then AdamW with learning rate lr (distributed
+   optimizer: this rank's pieces, then an all-gather of the parameters). Returns 1 if applied; 0 if the norm is inf/nan (the update
    is skipped, nothing changes). *grad_norm receives the norm before clipping.               */
 MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, double *grad_norm);
 
@@ -570,9 +576,10 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out);
 /* Mean loss over --eval-iters global batches of the validation part (the next ones);
    prints Megatron's validation line to out when out is non-NULL.                           */
 MGDEF double mg_trainer_evaluate(mg_trainer *tr, FILE *out);
-/* Checkpoint DIR/iter_%07d/{model.safetensors, optimizer.safetensors, state.json} built under
-   a temporary name and renamed; then DIR/latest_checkpointed_iteration.txt, atomically.
-   Tensors are stored GLOBAL, by name, so any later layout can load them.                 */
+/* Checkpoint DIR/iter_%07d/{model, optimizer, optimizer_sq}.safetensors + state.json built
+   under a temporary name and renamed; then DIR/latest_checkpointed_iteration.txt, atomically.
+   Tensors are stored GLOBAL, by name, so any later layout can load them. Collective: every
+   rank writes the pieces it owns into the preallocated files (no gathering).              */
 MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t errlen);
 /* Restores weights, optimizer state, iteration, consumed samples and counters from the
    latest checkpoint in dir. Returns 1 if one was loaded, 0 if dir holds none, -1 on error. */

@@ -66,29 +66,21 @@ static void check_library(void) {
     }
 }
 
-/* The program under mpirun -np 4: exit status, "gpt_train: error:" lines, and whether the
-   output names every rank's coordinates.                                                   */
+/* Counts the layout lines of the log: the summary line and one line per rank. */
+static void count_layout(const char *line, void *user) {
+    int *count = (int *)user;
+    if (!strncmp(line, "rank ", 5) && strstr(line, " tp ") && strstr(line, " dp ") &&
+        strstr(line, " pp ")) (*count)++;
+    if (!strncmp(line, "gpt_train: layout t=2", 21) && strstr(line, "d=2")) (*count)++;
+}
+
+/* The program under mpirun -np 4: error lines, exit status, layout lines of the log. */
 static int program_run(const char *flags, int *status, int *layout_lines, char *first,
                        size_t cap) {
-    char cmd[2048], buf[2048];
-    FILE *p;
-    int n = 0, st;
-    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 mpirun --oversubscribe --bind-to none%s -np 4 "
-             "build/gpt_train " BASE "--device cpu %s 2>&1; echo \"status $?\"",
-             getuid() == 0 ? " --allow-run-as-root" : "", flags);
-    p = popen(cmd, "r");
-    *status = -1;
+    char args[2048];
+    snprintf(args, sizeof args, BASE "--device cpu %s", flags);
     *layout_lines = 0;
-    first[0] = 0;
-    while (p && fgets(buf, sizeof buf, p)) {
-        if (!strncmp(buf, "gpt_train: error:", 17) && !n++) snprintf(first, cap, "%s", buf);
-        if (!strncmp(buf, "rank ", 5) && strstr(buf, " tp ") && strstr(buf, " dp ") &&
-            strstr(buf, " pp ")) (*layout_lines)++;
-        if (!strncmp(buf, "gpt_train: layout t=2", 21) && strstr(buf, "d=2")) (*layout_lines)++;
-        if (sscanf(buf, "status %d", &st) == 1) *status = st;
-    }
-    if (p) pclose(p);
-    return n;
+    return gpt_mpirun_train(4, args, status, first, cap, count_layout, layout_lines);
 }
 
 static void check_program(void) {

@@ -86,26 +86,11 @@ static void check_library(void) {
     }
 }
 
-/* The program on 2 ranks (mpirun from the 1-rank run only): one error line for the job,
-   exit status 2. Returns the captured stderr lines beginning "gpt_train: error:".        */
+/* The program on 2 ranks (mpirun from the 1-rank run only): the "gpt_train: error:" lines. */
 static int program_errors(const char *flags, int *status, char *first, size_t cap) {
-    char cmd[2048], buf[1024];
-    FILE *p;
-    int n = 0, st;
-    snprintf(cmd, sizeof cmd, "mpirun --oversubscribe --bind-to none%s -np 2 build/gpt_train "
-             BASE "%s 2>&1 >/dev/null; echo \"status $?\"",
-             getuid() == 0 ? " --allow-run-as-root" : "", flags);
-    p = popen(cmd, "r");
-    *status = -1;
-    first[0] = 0;
-    while (p && fgets(buf, sizeof buf, p)) {
-        if (!strncmp(buf, "gpt_train: error:", 17)) {
-            if (!n++) snprintf(first, cap, "%s", buf);
-        }
-        if (sscanf(buf, "status %d", &st) == 1) *status = st;
-    }
-    if (p) pclose(p);
-    return n;
+    char args[2048];
+    snprintf(args, sizeof args, BASE "%s", flags);
+    return gpt_mpirun_train(2, args, status, first, cap, NULL, NULL);
 }
 
 static void check_program(void) {

@@ -1946,6 +1946,7 @@ static double mg__group_sum(mg_ctx *ctx, mg_comm *comm, mg_group *g, float *dev,
         if (host[3 * r + 2] != 0) any = 1;
     }
     if (flag) *flag = any;
+    else if (any) total = NAN;          /* no flag to carry it: the sum itself says so */
     return total;
 }
 

@@ -16,6 +16,8 @@
    On 4 ranks: a checkpoint saved after 10 iterations under (t=2, d=2, distributed optimizer)
    is resumed under (t=1, d=4), (t=4, d=1), (t=2, d=2) without the distributed optimizer and
    on one rank: iterations 11–20 and the final weights equal the uninterrupted serial run.
+   On every world size: a NaN planted in one rank's weights makes every rank skip the step
+   (global non-finite detection), with and without the distributed optimizer.
    (p, v and the pipeline schedules join the table after the pipeline branch is merged.)    */
 #include "gpt_test_util.h"
 
@@ -202,6 +204,42 @@ static void check_resume(mg_trainer *ser, const float *want_loss) {
     }
 }
 
+/* A non-finite gradient on ONE replica (a NaN planted in the final layernorm weight of the
+   last data-parallel replica, on all its tensor-parallel ranks) is seen by every rank: the
+   loss and the norm are NaN everywhere, the step is skipped everywhere and no other
+   replica's weights change — with and without the distributed optimizer.                   */
+static void check_nonfinite(int dist) {
+    char line[2048], name[200];
+    mg_trainer tr;
+    mg_step_result r;
+    int t = world >= 4 ? 2 : 1, idx, k, ok;
+    float nan_value = NAN, *before, *after;
+    row_line(line, sizeof line, t, 0, dist, 2000, 0, STEPS, "");
+    trainer_make(&tr, line, 1);
+    mg_trainer_step(&tr);
+    idx = mg_gpt_find_param(&tr.model, "decoder.final_layernorm.weight");
+    before = (float *)malloc(sizeof(float) * (size_t)tr.model.n_elems);
+    after = (float *)malloc(sizeof(float) * (size_t)tr.model.n_elems);
+    mg_copy_to_host(&tr.ctx, before, tr.model.param_buf, sizeof(float) * (size_t)tr.model.n_elems);
+    if (tr.dp_rank == tr.dp_size - 1)
+        mg_copy_to_device(&tr.ctx, tr.model.param_buf + tr.model.params[idx].offset, &nan_value,
+                          sizeof nan_value);
+    r = mg_trainer_step(&tr);
+    mg_copy_to_host(&tr.ctx, after, tr.model.param_buf, sizeof(float) * (size_t)tr.model.n_elems);
+    ok = r.skipped == 1 && !(r.grad_norm == r.grad_norm) && !(r.loss == r.loss) &&
+         tr.skipped_iters == 1 &&
+         tr.opt.step == 1;
+    if (tr.dp_rank != tr.dp_size - 1)
+        for (k = 0; k < tr.model.n_elems; k++) ok &= memcmp(&before[k], &after[k], 4) == 0;
+    snprintf(name, sizeof name, "dp: a NaN in one replica of t=%d d=%d%s: loss NaN, the step "
+             "skipped on every rank, weights unchanged", t, world / t, dist ? " distopt" : "");
+    mg_test_report(mg_test_agree(ok), name, "skipped %d, loss %g, norm %g", r.skipped, r.loss,
+                   r.grad_norm);
+    free(before);
+    free(after);
+    mg_trainer_free(&tr);
+}
+
 int main(int argc, char **argv) {
     mg_trainer ser[2];
     float loss[2][STEPS], norm[2][STEPS];
@@ -219,6 +257,8 @@ int main(int argc, char **argv) {
         check_row(row, &ser[row->dropout], loss[row->dropout], norm[row->dropout]);
     }
     if (world == 4) check_resume(&ser[0], loss[0]);
+    check_nonfinite(0);
+    check_nonfinite(1);
     for (i = 0; i < 2; i++) if (have[i]) mg_trainer_free(&ser[i]);
     mg_comm_finalize(&comm);
     return mg_test_summary();

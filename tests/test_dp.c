@@ -17,7 +17,8 @@
    is resumed under (t=1, d=4), (t=4, d=1), (t=2, d=2) without the distributed optimizer and
    on one rank: iterations 11–20 and the final weights equal the uninterrupted serial run.
    On every world size: a NaN planted in one rank's weights makes every rank skip the step
-   (global non-finite detection), with and without the distributed optimizer.
+   (global non-finite detection), with and without the distributed optimizer; the validation
+   loss (each replica its share of the batches) equals the serial one.
    (p, v and the pipeline schedules join the table after the pipeline branch is merged.)    */
 #include "gpt_test_util.h"
 
@@ -240,6 +241,35 @@ static void check_nonfinite(int dist) {
     mg_trainer_free(&tr);
 }
 
+/* Validation under data parallelism: each replica evaluates its share of every validation
+   batch and the sums are added — the loss equals the serial evaluation's.                  */
+static void check_evaluate(void) {
+    char line[2048], name[160], dir[256], extra[600];
+    mg_trainer par, ser;
+    double lp, ls;
+    int t = world >= 4 ? 2 : 1;
+    gpt_tmpdir(dir, sizeof dir, "dp_valid");    /* each rank its own copy of one dataset */
+    snprintf(extra, sizeof extra, "--data-path %s/ds --data-order shuffled --split 8,2,0 "
+             "--eval-iters 2", dir);
+    {
+        char prefix[400];
+        snprintf(prefix, sizeof prefix, "%s/ds", dir);
+        gpt_make_docs(prefix);
+    }
+    row_line(line, sizeof line, t, 0, 1, 0, 0, STEPS, extra);   /* later flags win */
+    trainer_make(&par, line, 1);
+    row_line(line, sizeof line, 1, 0, 0, 0, 0, STEPS, extra);
+    trainer_make(&ser, line, 0);
+    lp = mg_trainer_evaluate(&par, NULL);
+    ls = mg_trainer_evaluate(&ser, NULL);
+    snprintf(name, sizeof name, "dp: validation loss under t=%d d=%d = serial", t, world / t);
+    mg_test_report(mg_test_agree(fabs(lp - ls) <= 1e-5 * fabs(ls) && lp == lp), name,
+                   "%.9g vs %.9g", lp, ls);
+    mg_trainer_free(&par);
+    mg_trainer_free(&ser);
+    gpt_rmtree(dir);
+}
+
 int main(int argc, char **argv) {
     mg_trainer ser[2];
     float loss[2][STEPS], norm[2][STEPS];
@@ -259,6 +289,7 @@ int main(int argc, char **argv) {
     if (world == 4) check_resume(&ser[0], loss[0]);
     check_nonfinite(0);
     check_nonfinite(1);
+    check_evaluate();
     for (i = 0; i < 2; i++) if (have[i]) mg_trainer_free(&ser[i]);
     mg_comm_finalize(&comm);
     return mg_test_summary();

@@ -13,13 +13,16 @@
        exactly zero, left out), and are bit-identical on every replica (checksum);
      - the optimizer state per rank: AdamW's two moments hold 8 bytes per element of the
        (padded) flat buffer, divided by d with the distributed optimizer.
+   Rows with p > 1 (pipeline schedules 1F1B, GPipe, ZB-H1, interleaved) compose all three.
    On 4 ranks: a checkpoint saved after 10 iterations under (t=2, d=2, distributed optimizer)
    is resumed under (t=1, d=4), (t=4, d=1), (t=2, d=2) without the distributed optimizer and
-   on one rank: iterations 11–20 and the final weights equal the uninterrupted serial run.
+   on one rank; on 8 ranks (4 layers) one saved under (t=2, p=2, d=2) + ZeRO is resumed under
+   (t=1, p=4, d=2), (t=4, p=1, d=2), (t=2, p=2, d=2) without ZeRO and on one rank:
+   iterations 11–20 and the final weights equal the uninterrupted serial run.
    On every world size: a NaN planted in one rank's weights makes every rank skip the step
    (global non-finite detection), with and without the distributed optimizer; the validation
    loss (each replica its share of the batches) equals the serial one.
-   (p, v and the pipeline schedules join the table after the pipeline branch is merged.)    */
+*/
 #include "gpt_test_util.h"
 
 static mg_comm comm;
@@ -37,14 +40,27 @@ typedef struct dp_row {
     int t, sp, dist;    /* tensor-parallel size, --sequence-parallel, --use-distributed-opt.  */
     int bucket;         /* --bucket-size (0: default, one bucket for this model)              */
     int dropout;        /* --hidden-dropout/--attention-dropout 0.1                           */
+    int p;              /* --pipeline-model-parallel-size (d = world / (t·p))                 */
+    const char *pipe;   /* pipeline flags (schedule, virtual stages; --num-layers 4 for v > 1) */
 } dp_row;
 static const dp_row rows[] = {
-    {2, 1, 0, 0, 0, 0}, {2, 1, 0, 1, 0, 0}, {2, 1, 0, 1, 3000, 1}, {2, 1, 0, 0, 1000, 0},
-    {4, 1, 0, 1, 2000, 0}, {4, 2, 0, 0, 0, 0}, {4, 2, 1, 1, 0, 0}, {4, 2, 1, 0, 4000, 1},
-    {4, 1, 0, 0, 1500, 1},
-    {8, 1, 0, 1, 0, 0}, {8, 2, 1, 1, 3000, 0}, {8, 4, 0, 0, 0, 1}, {8, 4, 1, 1, 2000, 0},
-    {8, 2, 0, 0, 0, 0},
+    {2, 1, 0, 0, 0, 0, 1, ""}, {2, 1, 0, 1, 0, 0, 1, ""}, {2, 1, 0, 1, 3000, 1, 1, ""},
+    {2, 1, 0, 0, 1000, 0, 1, ""},
+    {4, 1, 0, 1, 2000, 0, 1, ""}, {4, 2, 0, 0, 0, 0, 1, ""}, {4, 2, 1, 1, 0, 0, 1, ""},
+    {4, 2, 1, 0, 4000, 1, 1, ""}, {4, 1, 0, 0, 1500, 1, 1, ""},
+    {4, 1, 0, 1, 2000, 0, 2, "--pipeline-schedule 1f1b"},
+    {4, 1, 0, 0, 0, 1, 2, "--pipeline-schedule gpipe"},
+    {8, 1, 0, 1, 0, 0, 1, ""}, {8, 2, 1, 1, 3000, 0, 1, ""}, {8, 4, 0, 0, 0, 1, 1, ""},
+    {8, 4, 1, 1, 2000, 0, 1, ""}, {8, 2, 0, 0, 0, 0, 1, ""},
+    {8, 2, 1, 1, 2000, 0, 2, "--pipeline-schedule 1f1b"},
+    {8, 2, 0, 0, 0, 1, 2, "--pipeline-schedule zb-h1"},
+    {8, 1, 0, 1, 1000, 0, 2, "--num-layers 4 --num-layers-per-virtual-pipeline-stage 1"},
 };
+
+/* The serial run a row compares with: index dropout + 2·(4 layers). */
+static int serial_index(const dp_row *row) {
+    return row->dropout + (strstr(row->pipe, "--num-layers 4") ? 2 : 0);
+}
 
 static double agree_max(double x) {
     double all = x;
@@ -63,6 +79,14 @@ static void row_line(char *out, size_t cap, int t, int sp, int dist, int bucket,
              "--bucket-size %d%s %s", iters, t, sp ? " --sequence-parallel" : "",
              dist ? " --use-distributed-optimizer" : "", bucket,
              dropout ? " --hidden-dropout 0.1 --attention-dropout 0.1" : "", extra);
+}
+
+/* A row's line: the data-parallel flags, then the pipeline's (later flags win). */
+static void row_line_p(char *out, size_t cap, const dp_row *row, int iters, const char *extra) {
+    char more[1000];
+    snprintf(more, sizeof more, "--pipeline-model-parallel-size %d %s %s", row->p, row->pipe,
+             extra);
+    row_line(out, cap, row->t, row->sp, row->dist, row->bucket, row->dropout, iters, more);
 }
 
 /* Worst relative error of par's parameters (gathered over its tensor group) against ser's,
@@ -98,18 +122,27 @@ static double compare_weights(mg_gpt *par, mg_gpt *ser, uint64_t *sum) {
     return e;
 }
 
+/* x equal on every rank of the same pipeline stage (the gathered weights of one stage are
+   the same on all its tensor-parallel ranks and on every replica).                          */
 static int same_everywhere(uint64_t x) {
-    unsigned long long v = x, lo = 0, hi = 0;
-    MPI_Allreduce(&v, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
-    MPI_Allreduce(&v, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
-    return lo == hi;
+    unsigned long long mine[2], *all = (unsigned long long *)malloc(16 * (size_t)world);
+    int r, q, ok = 1;
+    mine[0] = (unsigned long long)comm.topo.pp_rank;
+    mine[1] = x;
+    MPI_Allgather(mine, 2, MPI_UNSIGNED_LONG_LONG, all, 2, MPI_UNSIGNED_LONG_LONG,
+                  MPI_COMM_WORLD);
+    for (r = 0; r < world; r++)
+        for (q = 0; q < world; q++)
+            if (all[2 * r] == all[2 * q] && all[2 * r + 1] != all[2 * q + 1]) ok = 0;
+    free(all);
+    return ok;
 }
 
 /* The serial run of a row's model (dropout or not): losses, norms and the trainer itself. */
-static void serial_run(mg_trainer *ser, int dropout, float *loss, float *norm) {
+static void serial_run(mg_trainer *ser, int index, float *loss, float *norm) {
     char line[2048];
     int k;
-    row_line(line, sizeof line, 1, 0, 0, 0, dropout, STEPS, "");
+    row_line(line, sizeof line, 1, 0, 0, 0, index & 1, STEPS, index & 2 ? "--num-layers 4" : "");
     trainer_make(ser, line, 0);
     for (k = 0; k < STEPS; k++) {
         mg_step_result r = mg_trainer_step(ser);
@@ -126,8 +159,8 @@ static void check_row(const dp_row *row, mg_trainer *ser, const float *want_loss
     double e_loss, e_norm, e_w;
     uint64_t sum;
     int64_t held;
-    int k, d = world / row->t, mem_ok;
-    row_line(line, sizeof line, row->t, row->sp, row->dist, row->bucket, row->dropout, STEPS, "");
+    int k, d = world / (row->t * row->p), mem_ok;
+    row_line_p(line, sizeof line, row, STEPS, "");
     trainer_make(&tr, line, 1);
     for (k = 0; k < STEPS; k++) {
         mg_step_result r = mg_trainer_step(&tr);
@@ -137,9 +170,9 @@ static void check_row(const dp_row *row, mg_trainer *ser, const float *want_loss
     e_loss = agree_max(mg_test_max_rel(loss, want_loss, STEPS, 0));
     e_norm = agree_max(mg_test_max_rel(norm, want_norm, STEPS, 0));
     e_w = agree_max(compare_weights(&tr.model, &ser->model, &sum));
-    snprintf(name, sizeof name, "dp: t=%d d=%d%s%s bucket=%d%s: 20 steps = serial", row->t, d,
-             row->sp ? " sp" : "", row->dist ? " distopt" : "", row->bucket,
-             row->dropout ? " dropout" : "");
+    snprintf(name, sizeof name, "dp: t=%d p=%d d=%d%s%s bucket=%d%s%s%s: 20 steps = serial",
+             row->t, row->p, d, row->sp ? " sp" : "", row->dist ? " distopt" : "", row->bucket,
+             row->dropout ? " dropout" : "", row->pipe[0] ? " " : "", row->pipe);
     mg_test_report(e_loss <= 1e-5 && e_norm <= 1e-5 && e_w <= 1e-5, name,
                    "losses %.3g, grad norms %.3g, weights %.3g (tol 1e-5)", e_loss, e_norm, e_w);
     CHECK(same_everywhere(sum), "dp: the final weights are bit-identical on every rank");
@@ -150,49 +183,66 @@ static void check_row(const dp_row *row, mg_trainer *ser, const float *want_loss
              tr.model.n_elems % (64 * d) == 0 && tr.model.n_elems >= held &&
              tr.model.n_elems < held + 64 * (tr.model.n_params + d);
     mem_ok = agree_max(mem_ok ? 0 : 1) == 0;
-    snprintf(name, sizeof name, "dp: t=%d d=%d%s: optimizer state %lld bytes/rank = 8 x %lld "
-             "elements%s", row->t, d, row->dist ? " distopt" : "", (long long)(tr.opt.n * 8),
+    snprintf(name, sizeof name, "dp: t=%d p=%d d=%d%s: optimizer state %lld bytes/rank = 8 x "
+             "%lld elements%s", row->t, row->p, d, row->dist ? " distopt" : "", (long long)(tr.opt.n * 8),
              (long long)tr.model.n_elems, row->dist ? " / d" : "");
     CHECK(mem_ok, name);
     mg_trainer_free(&tr);
 }
 
+/* Save after 10 iterations under one layout, resume under others: iterations 11-20 and the
+   final weights equal the uninterrupted serial run. 4 ranks: save (t=2, d=2) + ZeRO, resume
+   (t=1, d=4), (t=4, d=1), (t=2, d=2) without ZeRO, one rank; 8 ranks (4 layers): save
+   (t=2, p=2, d=2) + ZeRO, resume (t=1, p=4, d=2), (t=4, p=1, d=2), (t=2, p=2, d=2) without
+   ZeRO, one rank.                                                                           */
 static void check_resume(mg_trainer *ser, const float *want_loss) {
-    static const int layouts[][3] = {{1, 0, 1}, {4, 0, 1}, {2, 0, 1}, {1, 0, 0}};
-    char tmpl[] = "/tmp/mg_test_dp_XXXXXX", line[2048], extra[1200], name[200];
+    /* t, p, distributed optimizer, with the job's comm (0: one rank alone) */
+    static const int layouts4[][4] = {{1, 1, 0, 1}, {4, 1, 0, 1}, {2, 1, 0, 1}, {1, 1, 0, 0}};
+    static const int layouts8[][4] = {{1, 4, 0, 1}, {4, 1, 0, 1}, {2, 2, 0, 1}, {1, 1, 0, 0}};
+    const int (*layouts)[4] = world == 8 ? layouts8 : layouts4;
+    const char *layers = world == 8 ? "--num-layers 4" : "";
+    int save_p = world == 8 ? 2 : 1;
+    char tmpl[] = "/tmp/mg_test_dp_XXXXXX", line[2048], extra[1200], name[200], what[64];
     char *dir;
     mg_trainer tr;
     int k, i;
-    /* the saving job: t=2, d=2, distributed optimizer, 10 iterations then a checkpoint */
+    /* the saving job: t=2, (p=2,) d=2, distributed optimizer, 10 iterations, a checkpoint */
     dir = comm.world_rank == 0 ? mkdtemp(tmpl) : tmpl;
     MPI_Bcast(tmpl, (int)sizeof tmpl, MPI_CHAR, 0, MPI_COMM_WORLD);
     dir = tmpl;
-    snprintf(extra, sizeof extra, "--save %s/ck", dir);
+    snprintf(extra, sizeof extra, "%s --pipeline-model-parallel-size %d --save %s/ck", layers,
+             save_p, dir);
     row_line(line, sizeof line, 2, 1, 1, 2000, 0, STEPS, extra);
     trainer_make(&tr, line, 1);
     for (k = 0; k < 10; k++) mg_trainer_step(&tr);
     {
         char err[MG_ERRLEN];
         int rc = mg_trainer_save(&tr, tr.args.save, err, sizeof err);
-        CHECK(rc == 0, "dp: save under t=2 d=2 distopt (parallel ranks)");
+        snprintf(name, sizeof name, "dp: save under t=2 p=%d d=2 distopt (parallel ranks)",
+                 save_p);
+        mg_test_report(mg_test_agree(rc == 0), name, "%s", rc ? err : "");
     }
     mg_trainer_free(&tr);
     MPI_Barrier(MPI_COMM_WORLD);
     for (i = 0; i < 4; i++) {
-        int t = layouts[i][0], dist = layouts[i][1], with_comm = layouts[i][2];
+        int t = layouts[i][0], p = layouts[i][1], dist = layouts[i][2], with_comm = layouts[i][3];
         float loss[10];
         double e_loss, e_w;
         uint64_t sum;
-        snprintf(extra, sizeof extra, "--load %s/ck", dir);
+        snprintf(extra, sizeof extra, "%s --pipeline-model-parallel-size %d --load %s/ck", layers,
+                 p, dir);
         row_line(line, sizeof line, t, 0, dist, 0, 0, STEPS, extra);
         trainer_make(&tr, line, with_comm);
         for (k = 0; k < 10; k++) loss[k] = (float)mg_trainer_step(&tr).loss;
         e_loss = agree_max(mg_test_max_rel(loss, want_loss + 10, 10, 0));
-        e_w = agree_max(with_comm ? compare_weights(&tr.model, &ser->model, &sum)
-                                  : compare_weights(&tr.model, &ser->model, &sum));
-        snprintf(name, sizeof name, "dp: resume (t=2 d=2 distopt) -> %s: iterations 11-20 = "
-                 "uninterrupted", i == 3 ? "1 rank" : i == 0 ? "t=1 d=4" : i == 1 ? "t=4 d=1"
-                 : "t=2 d=2 no distopt");
+        e_w = agree_max(compare_weights(&tr.model, &ser->model, &sum));
+        if (with_comm)
+            snprintf(what, sizeof what, "t=%d p=%d d=%d%s", t, p, world / (t * p),
+                     dist ? " distopt" : "");
+        else
+            snprintf(what, sizeof what, "1 rank");
+        snprintf(name, sizeof name, "dp: resume (t=2 p=%d d=2 distopt) -> %s: iterations "
+                 "11-20 = uninterrupted", save_p, what);
         mg_test_report(tr.loaded_iteration == 10 && e_loss <= 1e-5 && e_w <= 1e-5, name,
                        "loaded %lld, losses %.3g, weights %.3g (tol 1e-5)",
                        (long long)tr.loaded_iteration, e_loss, e_w);
@@ -271,26 +321,28 @@ static void check_evaluate(void) {
 }
 
 int main(int argc, char **argv) {
-    mg_trainer ser[2];
-    float loss[2][STEPS], norm[2][STEPS];
-    int i, have[2] = {0, 0};
+    mg_trainer ser[4];
+    float loss[4][STEPS], norm[4][STEPS];
+    int i, have[4] = {0, 0, 0, 0};
     mg_comm_init(&comm, &argc, &argv);
     world = comm.world_size;
     mg_test_quiet = comm.world_rank != 0;
     for (i = 0; i < (int)(sizeof rows / sizeof rows[0]); i++) {
         const dp_row *row = &rows[i];
+        int s = serial_index(row);
         if (row->world != world) continue;
-        if (!have[row->dropout]) {
-            serial_run(&ser[row->dropout], row->dropout, loss[row->dropout], norm[row->dropout]);
-            have[row->dropout] = 1;
+        if (!have[s]) {
+            serial_run(&ser[s], s, loss[s], norm[s]);
+            have[s] = 1;
         }
-        check_row(row, &ser[row->dropout], loss[row->dropout], norm[row->dropout]);
+        check_row(row, &ser[s], loss[s], norm[s]);
     }
-    if (world == 4) check_resume(&ser[0], loss[0]);
+    if (world == 4 && have[0]) check_resume(&ser[0], loss[0]);
+    if (world == 8 && have[2]) check_resume(&ser[2], loss[2]);
     check_nonfinite(0);
     check_nonfinite(1);
     check_evaluate();
-    for (i = 0; i < 2; i++) if (have[i]) mg_trainer_free(&ser[i]);
+    for (i = 0; i < 4; i++) if (have[i]) mg_trainer_free(&ser[i]);
     mg_comm_finalize(&comm);
     return mg_test_summary();
 }

@@ -20,7 +20,8 @@
      3. Model: the tensor-parallel split (column/row/vocabulary-parallel layers, sequence
         parallelism) and Megatron's communication operators as a public API (mg_tp_gather,
         mg_tp_reduce); per (chunk, slot) activation storage, forward and backward of a model
-        chunk for one microbatch, the loss, dropout keyed by global coordinates. A chunk's
+        chunk for one microbatch, the loss, dropout keyed by global coordinates, activation
+        recomputation (selective: the attention core; full: whole layers). A chunk's
         input/output activations and the gradient buffer are exposed so a pipeline executor
         can send and receive them.
      3b. Weight files: import llm.c checkpoints and Hugging Face GPT-2 safetensors (told apart
@@ -100,6 +101,21 @@ typedef struct mg_gpt_chunk {
     int has_head;                /* final layernorm + output layer + loss behind them           */
 } mg_gpt_chunk;
 
+/* Activation recomputation (Korthikanti et al. 2022, Megatron's --recompute-granularity):
+     selective  the attention core (scores, softmax, dropout, ·V) of every layer is recomputed
+                in the backward from the stored qkv: its [B, nh/t, T, T] probabilities — the
+                5·a·s/h term of the activation memory — are never kept per microbatch;
+     full       a recomputed layer keeps only its input; the backward re-runs its forward.
+   Which layers are full-recomputed (Megatron's --recompute-method, per model chunk):
+     uniform    every layer, in groups of recompute_num_layers consecutive layers: only each
+                group's input is kept, the whole group is re-run before its backward;
+     block      the first recompute_num_layers layers of the chunk, each on its own; the rest
+                keep everything.
+   The recomputed forward regenerates identical bits (same inputs, same weights, dropout masks
+   keyed by global coordinates), so recomputation never changes losses or weights.        */
+typedef enum { MG_RECOMPUTE_NONE = 0, MG_RECOMPUTE_SELECTIVE, MG_RECOMPUTE_FULL } mg_recompute;
+typedef enum { MG_RECOMPUTE_UNIFORM = 0, MG_RECOMPUTE_BLOCK } mg_recompute_method;
+
 #define MG_MAX_CHUNKS 32
 typedef struct mg_gpt_layout {
     int tp_rank, tp_size;        /* tensor-parallel coordinate (a single rank: 0, 1)            */
@@ -112,6 +128,9 @@ typedef struct mg_gpt_layout {
     int max_microbatches;        /* per-token loss storage: microbatches per iteration          */
     int n_chunks;
     mg_gpt_chunk chunks[MG_MAX_CHUNKS];
+    int recompute_granularity;   /* mg_recompute (0: none)                                      */
+    int recompute_method;        /* mg_recompute_method (full only)                             */
+    int recompute_num_layers;    /* N of the method (full only; 0 counts as 1)                  */
 } mg_gpt_layout;
 
 /* The whole model as n_chunks chunks of (nearly) equal layer counts on this one rank, tensor
@@ -122,6 +141,14 @@ MGDEF mg_gpt_layout mg_gpt_layout_single(const mg_gpt_config *cfg, int micro_bat
    tp_rank/tp_size from the group, sequence parallelism on or off. cfg->padded_vocab must be
    a multiple of 128·tp_size (mg_gpt_pad_vocab).                                            */
 MGDEF void mg_gpt_layout_tp(mg_gpt_layout *layout, mg_comm *comm, int sequence_parallel);
+/* The forward FLOPs activation recomputation repeats in one iteration over `samples`
+   sequences, whole model: selective — the attention core of every layer, 4·samples·T²·C each
+   (q·kᵀ and P·v); full — the whole forward of each recomputed layer, 24·samples·T·C² +
+   4·samples·T²·C. Layers recomputed under `layout` (given per chunk on this rank) are counted
+   as if every pipeline stage held chunks like this rank's. Full recomputation of every layer
+   turns the 72 form above into the paper's 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)).          */
+MGDEF double mg_gpt_flops_recomputed(const mg_gpt_config *cfg, const mg_gpt_layout *layout,
+                                     int64_t samples);
 
 /* ---------------------------------------------------------------------------------------------
    2. Parameters
@@ -271,6 +298,13 @@ typedef struct mg_gpt {
     size_t act_bytes;         /* arena bytes of the per-microbatch activations (all chunks and
                                  slots; bench/memory reports them)                             */
     size_t scratch_bytes;     /* arena bytes of the shared scratch below (one microbatch)      */
+    /* activation recomputation's scratch, shared by every chunk and slot (one microbatch is
+       recomputed at a time): full — the activations of one group of layers (the layer structs
+       of recomputed layers point here, except a group's last output, kept per microbatch);
+       selective — the attention probabilities of one layer                                   */
+    mg_gpt_layer_acts *recompute_layers;
+    int n_recompute_layers;
+    mg_tensor recompute_att;  /* [B, nh/t, T, T]                                                */
     /* training mode: dropout on, and the global index of this iteration's first microbatch   */
     int training;
     uint64_t microbatch_base;
@@ -292,6 +326,10 @@ typedef struct mg_gpt {
     float *host_losses;       /* host staging for mg_gpt_loss_sum ([max_microbatches · N])    */
 } mg_gpt;
 
+/* How the layout recomputes layer i (0-based within its chunk of nl layers): mg_recompute;
+   for MG_RECOMPUTE_FULL also the chunk-relative group [*first, *last] re-run together.     */
+MGDEF int mg_gpt_recompute_kind(const mg_gpt_layout *layout, int nl, int i, int *first,
+                                int *last);
 /* Bytes of the context's arena the model needs (parameters, gradients, activations, scratch). */
 MGDEF size_t mg_gpt_arena_bytes(const mg_gpt_config *cfg, const mg_gpt_layout *layout);
 /* Builds descriptors, buffers and views; values are undefined until mg_gpt_init_weights or a
@@ -427,6 +465,9 @@ typedef struct mg_train_args {
     int64_t tensor_model_parallel_size;
     int sequence_parallel;               /* a switch: given = 1                                */
     double hidden_dropout, attention_dropout;
+    /* memory: activation recomputation (mg_recompute, mg_recompute_method)                  */
+    int recompute_granularity, recompute_method;
+    int64_t recompute_num_layers;
     mg_comm *comm;                       /* not a flag: the job's communicator (mg_comm_init),
                                             NULL for a single rank without MPI               */
     int data_order;                      /* mg_data_order                                      */
@@ -597,6 +638,22 @@ MGDEF double mg_gpt_flops_per_iteration(const mg_gpt_config *c, int64_t samples)
     return 72.0 * (double)samples * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
 }
 
+MGDEF double mg_gpt_flops_recomputed(const mg_gpt_config *c, const mg_gpt_layout *L,
+                                     int64_t samples) {
+    double s = c->seq_len, h = c->hidden, B = (double)samples;
+    double core = 4.0 * B * s * s * h, layer = 24.0 * B * s * h * h + core;
+    int ch, i, first = 0, last = -1, held = 0, full = 0;
+    if (L->recompute_granularity == MG_RECOMPUTE_SELECTIVE) return core * c->n_layer;
+    if (L->recompute_granularity != MG_RECOMPUTE_FULL) return 0;
+    for (ch = 0; ch < L->n_chunks; ch++) {
+        int nl = L->chunks[ch].layer_end - L->chunks[ch].layer_begin;
+        held += nl;
+        for (i = 0; i < nl; i++)
+            full += mg_gpt_recompute_kind(L, nl, i, &first, &last) == MG_RECOMPUTE_FULL;
+    }
+    return held ? layer * c->n_layer * (double)full / held : 0;
+}
+
 MGDEF mg_gpt_layout mg_gpt_layout_single(const mg_gpt_config *cfg, int micro_batch,
                                          int max_microbatches, int n_chunks) {
     mg_gpt_layout L;
@@ -649,6 +706,15 @@ static int mg__layout_check(const mg_gpt_config *cfg, const mg_gpt_layout *L, ch
         (int64_t)L->micro_batch * cfg->seq_len * (cfg->padded_vocab / L->tp_size) > INT32_MAX)
         return mg__err(err, errlen, "--micro-batch-size %d × --seq-length %d is too large for "
                        "32-bit GEMM sizes", L->micro_batch, cfg->seq_len);
+    if (L->recompute_granularity < MG_RECOMPUTE_NONE ||
+        L->recompute_granularity > MG_RECOMPUTE_FULL ||
+        L->recompute_method < MG_RECOMPUTE_UNIFORM || L->recompute_method > MG_RECOMPUTE_BLOCK)
+        return mg__err(err, errlen, "layout: recompute granularity %d / method %d (expected "
+                       "none, selective or full / uniform or block)", L->recompute_granularity,
+                       L->recompute_method);
+    if (L->recompute_num_layers < 0 || L->recompute_num_layers > cfg->n_layer)
+        return mg__err(err, errlen, "--recompute-num-layers %d: must be 1 … --num-layers %d",
+                       L->recompute_num_layers, cfg->n_layer);
     for (i = 0; i < L->n_chunks; i++) {
         const mg_gpt_chunk *c = &L->chunks[i];
         if (c->layer_begin < 0 || c->layer_end < c->layer_begin || c->layer_end > cfg->n_layer)
@@ -915,16 +981,66 @@ static float *mg__take_f32(mg__planner *p, int64_t n) {
     return (float *)mg__take(p, (size_t)n * sizeof(float));
 }
 
+MGDEF int mg_gpt_recompute_kind(const mg_gpt_layout *L, int nl, int i, int *first, int *last) {
+    int n = L->recompute_num_layers > 0 ? L->recompute_num_layers : 1;
+    if (L->recompute_granularity != MG_RECOMPUTE_FULL) return L->recompute_granularity;
+    if (L->recompute_method == MG_RECOMPUTE_BLOCK) {
+        if (i >= n) return MG_RECOMPUTE_NONE;
+        *first = *last = i;
+    } else {
+        *first = i / n * n;
+        *last = *first + n < nl ? *first + n - 1 : nl - 1;
+    }
+    return MG_RECOMPUTE_FULL;
+}
+/* Layers of the largest full-recomputation group of the layout (0: none). */
+static int mg__recompute_group_max(const mg_gpt_layout *L) {
+    int ch, i, first = 0, last = -1, most = 0;
+    for (ch = 0; ch < L->n_chunks; ch++) {
+        int nl = L->chunks[ch].layer_end - L->chunks[ch].layer_begin;
+        for (i = 0; i < nl; i++)
+            if (mg_gpt_recompute_kind(L, nl, i, &first, &last) == MG_RECOMPUTE_FULL &&
+                last - first + 1 > most)
+                most = last - first + 1;
+    }
+    return most;
+}
+
+/* One layer's activations for one microbatch: everything (own_all), or — for a layer whose
+   attention core is recomputed — everything but the probabilities; `out` alone (own_out)
+   for the last layer of a full-recomputation group. N rows, or n on the residual stream.  */
+static void mg__take_layer_acts(mg__planner *p, mg_gpt_layer_acts *la, int64_t N, int64_t n,
+                                int64_t C, int64_t t, int64_t B, int64_t nh, int64_t T,
+                                int own_all, int own_att, int own_out) {
+    if (own_all) {
+        la->ln1 = mg__take_tensor(p, n, C, 0, 0);
+        la->ln1_mean = mg__take_f32(p, n);
+        la->ln1_rstd = mg__take_f32(p, n);
+        la->qkv = mg__take_tensor(p, N, 3 * C / t, 0, 0);
+        if (own_att) la->att = mg__take_tensor(p, B, nh, T, T);
+        la->atty = mg__take_tensor(p, N, C / t, 0, 0);
+        la->resid_mid = mg__take_tensor(p, n, C, 0, 0);
+        la->ln2 = mg__take_tensor(p, n, C, 0, 0);
+        la->ln2_mean = mg__take_f32(p, n);
+        la->ln2_rstd = mg__take_f32(p, n);
+        la->fc = mg__take_tensor(p, N, 4 * C / t, 0, 0);
+        la->fc_gelu = mg__take_tensor(p, N, 4 * C / t, 0, 0);
+    }
+    if (own_out) la->out = mg__take_tensor(p, n, C, 0, 0);
+}
+
 /* Everything the model puts in the arena. With m->ctx NULL nothing is stored. Residual-
    stream activations have n rows (N/t with sequence parallelism), the tensor-parallel ones
-   (qkv, attention, MLP hidden, logits) N rows and 1/t of the columns.                       */
+   (qkv, attention, MLP hidden, logits) N rows and 1/t of the columns. With recomputation,
+   a full-recomputed layer keeps only its group's output and borrows the rest from the shared
+   group scratch; a selective one borrows the attention probabilities.                     */
 static void mg__plan_model(mg_gpt *m, mg__planner *p) {
     const mg_gpt_config *c = &m->cfg;
     const mg_gpt_layout *L = &m->layout;
     int64_t B = L->micro_batch, T = c->seq_len, N = B * T, C = c->hidden, t = L->tp_size;
     int64_t nh = c->n_head / t, Vl = c->padded_vocab / t, n;
     size_t acts_begin;
-    int ch, s, l;
+    int ch, s, l, k;
     m->tp.comm = L->comm;
     m->tp.rank = L->tp_rank;
     m->tp.size = L->tp_size;
@@ -936,26 +1052,18 @@ static void mg__plan_model(mg_gpt *m, mg__planner *p) {
     acts_begin = p->bytes;
     for (ch = 0; ch < L->n_chunks; ch++) {
         const mg_gpt_chunk *chunk = &L->chunks[ch];
+        int nl = chunk->layer_end - chunk->layer_begin;
         for (s = 0; s < L->n_slots; s++) {
             mg_gpt_acts *a = &m->acts[ch * L->n_slots + s];
             a->tokens = (int32_t *)mg__take(p, (size_t)N * sizeof(int32_t));
             a->targets = (int32_t *)mg__take(p, (size_t)N * sizeof(int32_t));
             a->input = mg__take_tensor(p, n, C, 0, 0);
-            for (l = 0; l < chunk->layer_end - chunk->layer_begin; l++) {
-                mg_gpt_layer_acts *la = &a->layers[l];
-                la->ln1 = mg__take_tensor(p, n, C, 0, 0);
-                la->ln1_mean = mg__take_f32(p, n);
-                la->ln1_rstd = mg__take_f32(p, n);
-                la->qkv = mg__take_tensor(p, N, 3 * C / t, 0, 0);
-                la->att = mg__take_tensor(p, B, nh, T, T);
-                la->atty = mg__take_tensor(p, N, C / t, 0, 0);
-                la->resid_mid = mg__take_tensor(p, n, C, 0, 0);
-                la->ln2 = mg__take_tensor(p, n, C, 0, 0);
-                la->ln2_mean = mg__take_f32(p, n);
-                la->ln2_rstd = mg__take_f32(p, n);
-                la->fc = mg__take_tensor(p, N, 4 * C / t, 0, 0);
-                la->fc_gelu = mg__take_tensor(p, N, 4 * C / t, 0, 0);
-                la->out = mg__take_tensor(p, n, C, 0, 0);
+            for (l = 0; l < nl; l++) {
+                int first = 0, last = -1;
+                int kind = mg_gpt_recompute_kind(L, nl, l, &first, &last);
+                mg__take_layer_acts(p, &a->layers[l], N, n, C, t, B, nh, T,
+                                    kind != MG_RECOMPUTE_FULL, kind == MG_RECOMPUTE_NONE,
+                                    kind != MG_RECOMPUTE_FULL || l == last);
             }
             if (chunk->has_head) {
                 a->lnf = mg__take_tensor(p, n, C, 0, 0);
@@ -978,6 +1086,26 @@ static void mg__plan_model(mg_gpt *m, mg__planner *p) {
     m->d3C = mg__take_tensor(p, N, 3 * C / t, 0, 0);
     m->d4C = mg__take_tensor(p, N, 4 * C / t, 0, 0);
     m->datt = mg__take_tensor(p, B, nh, T, T);
+    /* recomputation scratch, then the recomputed layers point into it */
+    for (k = 0; k < m->n_recompute_layers; k++)
+        mg__take_layer_acts(p, &m->recompute_layers[k], N, n, C, t, B, nh, T, 1, 1, 1);
+    if (L->recompute_granularity == MG_RECOMPUTE_SELECTIVE)
+        m->recompute_att = mg__take_tensor(p, B, nh, T, T);
+    for (ch = 0; ch < L->n_chunks; ch++) {
+        int nl = L->chunks[ch].layer_end - L->chunks[ch].layer_begin;
+        for (s = 0; s < L->n_slots; s++)
+            for (l = 0; l < nl; l++) {
+                mg_gpt_layer_acts *la = &m->acts[ch * L->n_slots + s].layers[l];
+                int first = 0, last = -1;
+                int kind = mg_gpt_recompute_kind(L, nl, l, &first, &last);
+                if (kind == MG_RECOMPUTE_SELECTIVE) la->att = m->recompute_att;
+                if (kind == MG_RECOMPUTE_FULL) {
+                    mg_tensor kept_out = la->out;
+                    *la = m->recompute_layers[l - first];
+                    if (l == last) la->out = kept_out;
+                }
+            }
+    }
     m->scratch_bytes = p->bytes - acts_begin;
     m->losses = mg__take_f32(p, (int64_t)L->max_microbatches * N);
     m->tp_scalars = mg__take_f32(p, 3 + 3 * t);
@@ -994,7 +1122,13 @@ static void mg__alloc_host(mg_gpt *m) {
     m->g = (mg_tensor *)MG_MALLOC(sizeof(mg_tensor) * (size_t)m->n_params);
     m->idx_layer = (int *)MG_MALLOC(sizeof(int) * (size_t)m->cfg.n_layer);
     m->acts = (mg_gpt_acts *)MG_MALLOC(sizeof(mg_gpt_acts) * (size_t)n_acts);
-    MG_ASSERT(m->params && m->w && m->g && m->idx_layer && m->acts, "out of host memory");
+    m->n_recompute_layers = mg__recompute_group_max(L);
+    m->recompute_layers = (mg_gpt_layer_acts *)MG_MALLOC(sizeof(mg_gpt_layer_acts) *
+                                                         (size_t)(m->n_recompute_layers + 1));
+    MG_ASSERT(m->params && m->w && m->g && m->idx_layer && m->acts && m->recompute_layers,
+              "out of host memory");
+    memset(m->recompute_layers, 0,
+           sizeof(mg_gpt_layer_acts) * (size_t)(m->n_recompute_layers + 1));
     mg__build_params(&m->cfg, L, m->params, NULL);
     memset(m->acts, 0, sizeof(mg_gpt_acts) * (size_t)n_acts);
     for (ch = 0; ch < L->n_chunks; ch++)
@@ -1066,6 +1200,7 @@ MGDEF void mg_gpt_destroy(mg_gpt *m) {
     if (m->acts)
         for (i = 0; i < m->layout.n_chunks * m->layout.n_slots; i++) MG_FREE(m->acts[i].layers);
     MG_FREE(m->acts);
+    MG_FREE(m->recompute_layers);
     MG_FREE(m->params);
     MG_FREE(m->w);
     MG_FREE(m->g);
@@ -1267,9 +1402,12 @@ static void mg__layer_forward(mg_gpt *m, int layer, mg_gpt_acts *a, mg_gpt_layer
    dW += doutᵀ·inp, db += Σ dout), kept apart so a zero-bubble schedule can defer the latter.
    The column-parallel weight gradients need the whole layernorm output: with sequence
    parallelism it is gathered again (only the local rows were kept). Row-parallel biases get
-   Σ over the whole gradient g, so they are complete on every rank.                          */
+   Σ over the whole gradient g, so they are complete on every rank.
+   Selective recomputation: the attention probabilities are recomputed from the stored qkv
+   (with the same dropout key) just before the attention backward; the recomputed attention
+   output is not needed (atty was kept) and lands in the dCt scratch, overwritten next.      */
 static void mg__layer_backward(mg_gpt *m, int layer, mg_gpt_acts *a, mg_gpt_layer_acts *la,
-                               const mg_tensor *x) {
+                               const mg_tensor *x, int selective) {
     mg_ctx *ctx = m->ctx;
     const mg_tensor *w = m->w + m->idx_layer[layer], *g_out, *ln_full;
     mg_tensor *g = m->g + m->idx_layer[layer], *dln;
@@ -1288,6 +1426,9 @@ static void mg__layer_backward(mg_gpt *m, int layer, mg_gpt_acts *a, mg_gpt_laye
     mg_layernorm_backward(ctx, &m->dresid, &g[MG_LN2_W], &g[MG_LN2_B], dln, &la->resid_mid,
                           &w[MG_LN2_W], la->ln2_mean, la->ln2_rstd, 1);
     /* attention block */
+    if (selective)
+        mg_attention_forward(ctx, &m->dCt, &la->att, &la->qkv, B, T, nh,
+                             mg__gpt_attn_dropout(m, a, layer, &adrop));
     g_out = mg__hidden_dropout_grad(m, a, &m->dresid, MG__SITE_ATTN_OUT(layer));
     g_out = mg_tp_gather(&m->tp, g_out, &m->full_b);
     mg_linear_backward_input(ctx, &m->dCt, g_out, &w[MG_PROJ_W], 0);
@@ -1386,11 +1527,17 @@ MGDEF void mg_gpt_forward(mg_gpt *m, int chunk, int slot, int microbatch) {
 MGDEF void mg_gpt_backward(mg_gpt *m, int chunk, int slot, float dloss) {
     mg_gpt_acts *a = mg__acts(m, chunk, slot);
     const mg_gpt_chunk *c = &m->layout.chunks[chunk];
-    int l;
+    int l, k, nl = c->layer_end - c->layer_begin;
     if (c->has_head) mg__head_backward(m, a, mg_gpt_chunk_output(m, chunk, slot), dloss);
     for (l = c->layer_end - 1; l >= c->layer_begin; l--) {
-        int i = l - c->layer_begin;
-        mg__layer_backward(m, l, a, &a->layers[i], i ? &a->layers[i - 1].out : &a->input);
+        int i = l - c->layer_begin, first = 0, last = -1;
+        int kind = mg_gpt_recompute_kind(&m->layout, nl, i, &first, &last);
+        if (kind == MG_RECOMPUTE_FULL && i == last)   /* re-run the group from its kept input */
+            for (k = first; k <= last; k++)
+                mg__layer_forward(m, c->layer_begin + k, a, &a->layers[k],
+                                  k ? &a->layers[k - 1].out : &a->input);
+        mg__layer_backward(m, l, a, &a->layers[i], i ? &a->layers[i - 1].out : &a->input,
+                           kind == MG_RECOMPUTE_SELECTIVE);
     }
     if (c->has_embedding) mg__embedding_backward(m, a);
 }
@@ -2004,6 +2151,18 @@ static const mg__flag mg__flags[] = {
     {"--sequence-parallel", MG__F_SWITCH, MG__OFF(sequence_parallel), NULL, 0, 0,
      "with T > 1, also split the layernorm, dropout and residual regions along the sequence "
      "(--seq-length divisible by T)"},
+    {"memory", MG__F_HELP, 0, NULL, 0, 0, "Activation recomputation (losses and weights are "
+     "bit-identical with and without it)"},
+    {"--recompute-granularity", MG__F_CHOICE, MG__OFF(recompute_granularity),
+     "none|selective|full", 0, 0, "selective: recompute the attention core (scores, softmax, "
+     "dropout, ·V) in the backward instead of storing the attention probabilities; full: "
+     "recomputed layers keep only their input and re-run their forward (default none)"},
+    {"--recompute-method", MG__F_CHOICE, MG__OFF(recompute_method), "uniform|block", 0, 0,
+     "with full: uniform — every layer, in groups of --recompute-num-layers whose input alone is "
+     "kept; block — only the first --recompute-num-layers layers of each model chunk "
+     "(default uniform)"},
+    {"--recompute-num-layers", MG__F_INT, MG__OFF(recompute_num_layers), "N", 1, 1e6,
+     "with full: layers per group (uniform) or recomputed layers per chunk (block) (default 1)"},
     {"device", MG__F_HELP, 0, NULL, 0, 0, "Device"},
     {"--device", MG__F_CHOICE, MG__OFF(device), "auto|cpu|cuda", 0, 0,
      "auto: the GPU when built by nvcc and one is present, else the CPU (default auto; "
@@ -2351,6 +2510,15 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
     }
     if (mg_train_flag_given(a, "--save-interval") && !a->save)
         return mg__err(err, errlen, "--save-interval needs --save DIR (where to write)");
+    if (a->recompute_granularity != MG_RECOMPUTE_FULL &&
+        (mg_train_flag_given(a, "--recompute-method") ||
+         mg_train_flag_given(a, "--recompute-num-layers")))
+        return mg__err(err, errlen, "--recompute-method and --recompute-num-layers apply to "
+                       "--recompute-granularity full only");
+    if (a->recompute_num_layers > 0 && a->num_layers > 0 &&
+        a->recompute_num_layers > a->num_layers)
+        return mg__err(err, errlen, "--recompute-num-layers %lld: must be 1 … --num-layers %lld",
+                       (long long)a->recompute_num_layers, (long long)a->num_layers);
     if (a->train_iters > 0 && !a->data_path)
         return mg__err(err, errlen, "--data-path is required to train (an indexed dataset "
                        "prefix or an llm.c token file; --train-iters 0 needs none)");
@@ -2509,6 +2677,9 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     layout.tp_size = tp;                 /* the rank and comm come with the groups, below */
     layout.tp_rank = a->comm ? a->comm->world_rank % tp : 0;   /* tensor-parallel fastest */
     layout.sequence_parallel = a->sequence_parallel;
+    layout.recompute_granularity = a->recompute_granularity;
+    layout.recompute_method = a->recompute_method;
+    layout.recompute_num_layers = (int)a->recompute_num_layers;
     bytes = mg_gpt_arena_bytes(&tr->cfg, &layout);
     if (!bytes && mg__layout_check(&tr->cfg, &layout, err, errlen)) goto fail;
     /* AdamW moments (2 more copies of the parameters) and the ops' scratch */
@@ -2635,7 +2806,7 @@ static void mg__json_num(FILE *f, const char *key, double v, int last) {
 }
 
 MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
-    double ms, loss, tokens_per_s, tflops;
+    double ms, loss, tokens_per_s, tflops, tflops_rc;
     int64_t G = tr->args.global_batch_size;
     time_t now;
     char stamp[32];
@@ -2648,18 +2819,22 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
     loss = tr->log_count > tr->log_skipped ?
            tr->log_loss_sum / (double)(tr->log_count - tr->log_skipped) : NAN;
     tokens_per_s = (double)G * tr->cfg.seq_len / (ms * 1e-3);
+    /* Megatron-LM's figure counts model FLOPs only; the second one adds the forward work
+       recomputation repeats (the paper's 96·B·s·l·h² form with full recomputation)          */
     tflops = mg_gpt_flops_per_iteration(&tr->cfg, G) / (ms * 1e-3) / 1e12 /
              (tr->args.comm ? tr->args.comm->world_size : 1);
+    tflops_rc = tflops * (1 + mg_gpt_flops_recomputed(&tr->cfg, &tr->model.layout, G) /
+                          mg_gpt_flops_per_iteration(&tr->cfg, G));
     now = time(NULL);
     strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
     if (out) {
         fprintf(out, " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
-                "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.3f | tokens per "
-                "second: %.0f | learning rate: %.6E | global batch size: %5lld | lm loss: %.6E |"
+                "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.3f | with recomputed "
+                "FLOPs (TFLOP/s/GPU): %.3f | tokens per second: %.0f | learning rate: %.6E | global batch size: %5lld | lm loss: %.6E |"
                 " loss scale: 1.0 | grad norm: %.3f | number of skipped iterations: %3lld | "
                 "number of nan iterations: %3lld |\n", stamp, (long long)tr->iteration,
                 (long long)tr->args.train_iters, (long long)tr->consumed_samples, ms, tflops,
-                tokens_per_s, r->lr, (long long)G, loss, r->grad_norm,
+                tflops_rc, tokens_per_s, r->lr, (long long)G, loss, r->grad_norm,
                 (long long)tr->log_skipped, (long long)tr->log_skipped);
         fflush(out);
     }
@@ -2672,6 +2847,7 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
         mg__json_num(tr->jsonl, "elapsed_ms", ms, 0);
         mg__json_num(tr->jsonl, "tokens_per_sec", tokens_per_s, 0);
         mg__json_num(tr->jsonl, "tflops_per_gpu", tflops, 0);
+        mg__json_num(tr->jsonl, "tflops_per_gpu_with_recompute", tflops_rc, 0);
         fprintf(tr->jsonl, "\"global_batch_size\": %lld, \"skipped_iterations\": %lld, "
                 "\"nan_iterations\": %lld}\n", (long long)G, (long long)tr->log_skipped,
                 (long long)tr->log_skipped);

@@ -131,6 +131,10 @@ typedef struct mg_gpt_layout {
     int recompute_granularity;   /* mg_recompute (0: none)                                      */
     int recompute_method;        /* mg_recompute_method (full only)                             */
     int recompute_num_layers;    /* N of the method (full only; 0 counts as 1)                  */
+    int dtype;                   /* mg_dtype of the weights' working copy, the activations and
+                                    their gradients: MG_F32, or MG_BF16 / MG_F16 for mixed
+                                    precision (--bf16 / --fp16; master weights, gradients,
+                                    Adam moments, norms' statistics and the logits stay fp32) */
 } mg_gpt_layout;
 
 /* The whole model as n_chunks chunks of (nearly) equal layer counts on this one rank, tensor
@@ -286,6 +290,10 @@ typedef struct mg_gpt {
     mg_param_desc *params;    /* n_params descriptors, flat-buffer order                        */
     int64_t n_elems;          /* length of each flat buffer (with alignment gaps)              */
     float *param_buf;         /* ONE flat fp32 buffer of this rank's parameters (device)       */
+    void *param16;            /* mixed precision: the 16-bit working copy of param_buf that the
+                                 forward and backward read (m->w views it); NULL with fp32.
+                                 mg_gpt_sync_weights refreshes it from the fp32 master.       */
+    mg_dtype dtype;           /* layout.dtype: activations, their gradients, param16            */
     float *grad_buf;          /* ONE flat fp32 buffer of their gradients (device)              */
     mg_tensor *w, *g;         /* n_params tensor views into param_buf / grad_buf               */
     int idx_global[4];        /* descriptor index of WTE, WPE, LNF_W, LNF_B (-1: not held)     */
@@ -318,6 +326,8 @@ typedef struct mg_gpt {
     mg_tensor full_b;         /* [N, C] row-parallel partial output (sp), gathered gradient
                                  (sp), and the partial input gradient of column-parallel layers */
     mg_tensor dCt, d3C, d4C, datt; /* [N,C/t] [N,3C/t] [N,4C/t] [B,nh/t,T,T]                   */
+    mg_tensor dlogits;        /* [N, Vp/t] 16-bit gradient of the fp32 logits (mixed precision;
+                                 with fp32 the logits are overwritten in place instead)      */
     float *tp_scalars;        /* [3 + 3t] device floats: the tensor group's scalar exchanges   */
     float *vocab_row;         /* [Vp] one row of logits gathered over the vocabulary slices    */
     float *host_scalars;      /* [3t] host staging of the all-gathered scalars                  */
@@ -369,6 +379,11 @@ MGDEF void mg_gpt_backward(mg_gpt *m, int chunk, int slot, float dloss);
 MGDEF mg_tensor *mg_gpt_chunk_input(mg_gpt *m, int chunk, int slot);
 MGDEF mg_tensor *mg_gpt_chunk_output(mg_gpt *m, int chunk, int slot);
 MGDEF void mg_gpt_zero_grad(mg_gpt *m);
+/* Mixed precision: rounds the fp32 master weights (param_buf) into the 16-bit working copy
+   that every forward and backward reads. Call it after anything writes param_buf (the
+   optimizer, initialisation, an import or load); mg_gpt_run_microbatches and the trainer call
+   it before their forwards. A no-op with fp32.                                              */
+MGDEF void mg_gpt_sync_weights(mg_gpt *m);
 /* After the last backward of an iteration: completes the gradients that are partial on this
    rank — with sequence parallelism the layernorm gradients (each rank saw its rows) are
    summed over the tensor group. A no-op on one rank.                                      */
@@ -432,13 +447,40 @@ typedef struct mg_adamw {
     float *m, *v;                /* first and second moments, flat, like the gradients (device) */
     int64_t step;                /* optimizer steps taken (skipped iterations do not count)    */
     float beta1, beta2, eps, weight_decay;
+    double loss_scale;           /* the gradients hold loss_scale × the true ones (fp16 loss
+                                    scaling; 1 otherwise): divided out before the norm, the
+                                    clipping and the update                                   */
 } mg_adamw;
 MGDEF void mg_adamw_create(mg_adamw *opt, mg_gpt *m, float beta1, float beta2, float eps,
                            float weight_decay);  /* moments from the arena, zeroed */
 /* Global gradient norm (Σ over every parameter, counted once), clipping to clip_grad (0: off),
-   then AdamW with learning rate lr. Returns 1 if applied; 0 if the norm is inf/nan (the update
-   is skipped, nothing changes). *grad_norm receives the norm before clipping.               */
+   then AdamW with learning rate lr. Returns 1 if applied; 0 if some gradient is inf/nan on
+   any rank (the update is skipped, nothing changes). *grad_norm receives the norm of the
+   unscaled gradients before clipping (nan when skipped).                                   */
 MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, double *grad_norm);
+
+/* Loss scaling for fp16 (Megatron-LM's DynamicGradScaler / ConstantGradScaler). The backward
+   is seeded with dloss · scale so small gradients survive fp16; the optimizer divides the
+   scale out (mg_adamw.loss_scale). After each iteration, update(found_inf), where found_inf
+   says some gradient on some rank was inf or nan (that iteration's update is skipped):
+     found_inf:  growth_tracker = 0; hysteresis_tracker -= 1;
+                 if hysteresis_tracker <= 0: scale = max(scale · backoff, min_scale)
+     clean:      growth_tracker += 1; if growth_tracker == growth_interval:
+                 growth_tracker = 0, hysteresis_tracker = hysteresis, scale ·= growth
+   Megatron's defaults: initial 2^32, min 1, growth 2, backoff 0.5, interval 1000,
+   hysteresis 2. A constant scaler (--loss-scale X) never changes; found_inf still skips.   */
+typedef struct mg_loss_scaler {
+    double scale;
+    int dynamic;                 /* 0: constant                                                */
+    double min_scale, growth_factor, backoff_factor;
+    int64_t growth_interval, growth_tracker;
+    int64_t hysteresis, hysteresis_tracker;
+} mg_loss_scaler;
+/* dynamic: initial scale, min_scale, growth interval (--loss-scale-window), hysteresis;
+   growth 2 and backoff 0.5. Constant (dynamic 0): scale = initial for good.                */
+MGDEF void mg_loss_scaler_init(mg_loss_scaler *s, int dynamic, double initial, double min_scale,
+                               int64_t growth_interval, int64_t hysteresis);
+MGDEF void mg_loss_scaler_update(mg_loss_scaler *s, int found_inf);
 
 /* ---------------------------------------------------------------------------------------------
    5. Trainer
@@ -468,6 +510,10 @@ typedef struct mg_train_args {
     /* memory: activation recomputation (mg_recompute, mg_recompute_method)                  */
     int recompute_granularity, recompute_method;
     int64_t recompute_num_layers;
+    /* mixed precision (switches) and fp16 loss scaling                                      */
+    int bf16, fp16;
+    double loss_scale, initial_loss_scale, min_loss_scale;  /* loss_scale 0: dynamic        */
+    int64_t loss_scale_window, hysteresis;
     mg_comm *comm;                       /* not a flag: the job's communicator (mg_comm_init),
                                             NULL for a single rank without MPI               */
     int data_order;                      /* mg_data_order                                      */
@@ -489,6 +535,7 @@ typedef struct mg_step_result {
     double lr;                /* the learning rate this iteration used                          */
     double elapsed_ms;        /* wall time of the iteration                                     */
     int skipped;              /* 1: gradient not finite, update skipped                        */
+    double loss_scale;        /* the loss scale this iteration used (1 without fp16)           */
 } mg_step_result;
 
 typedef struct mg_trainer {
@@ -498,6 +545,7 @@ typedef struct mg_trainer {
     mg_gpt model;
     mg_adamw opt;
     mg_lr_schedule sched;
+    mg_loss_scaler scaler;              /* fp16: the loss scale; else a constant 1             */
     int n_micro;                        /* microbatches per iteration = global / micro          */
     int writer;                         /* this rank writes files and logs (world rank 0)      */
     int has_data, has_valid;
@@ -712,6 +760,8 @@ static int mg__layout_check(const mg_gpt_config *cfg, const mg_gpt_layout *L, ch
         return mg__err(err, errlen, "layout: recompute granularity %d / method %d (expected "
                        "none, selective or full / uniform or block)", L->recompute_granularity,
                        L->recompute_method);
+    if (L->dtype != MG_F32 && L->dtype != MG_BF16 && L->dtype != MG_F16)
+        return mg__err(err, errlen, "layout: dtype %d (expected fp32, bf16 or fp16)", L->dtype);
     if (L->recompute_num_layers < 0 || L->recompute_num_layers > cfg->n_layer)
         return mg__err(err, errlen, "--recompute-num-layers %d: must be 1 … --num-layers %d",
                        L->recompute_num_layers, cfg->n_layer);
@@ -968,12 +1018,13 @@ static void *mg__take(mg__planner *p, size_t bytes) {
     p->bytes += (bytes + 255) / 256 * 256;        /* the arena's 256-byte alignment */
     return p->ctx ? mg_alloc(p->ctx, bytes) : NULL;
 }
-static mg_tensor mg__take_tensor(mg__planner *p, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+static mg_tensor mg__take_tensor(mg__planner *p, mg_dtype dt, int64_t d0, int64_t d1, int64_t d2,
+                                 int64_t d3) {
     int64_t shape[4];
     int nd = d3 ? 4 : d2 ? 3 : 2;
     mg_tensor t;
     shape[0] = d0; shape[1] = d1; shape[2] = d2; shape[3] = d3;
-    t = mg_tensor_wrap(NULL, MG_F32, nd, shape);
+    t = mg_tensor_wrap(NULL, dt, nd, shape);
     t.data = mg__take(p, mg_nbytes(&t));
     return t;
 }
@@ -1009,24 +1060,25 @@ static int mg__recompute_group_max(const mg_gpt_layout *L) {
 /* One layer's activations for one microbatch: everything (own_all), or — for a layer whose
    attention core is recomputed — everything but the probabilities; `out` alone (own_out)
    for the last layer of a full-recomputation group. N rows, or n on the residual stream.  */
-static void mg__take_layer_acts(mg__planner *p, mg_gpt_layer_acts *la, int64_t N, int64_t n,
+static void mg__take_layer_acts(mg__planner *p, mg_dtype dt, mg_gpt_layer_acts *la, int64_t N,
+                                int64_t n,
                                 int64_t C, int64_t t, int64_t B, int64_t nh, int64_t T,
                                 int own_all, int own_att, int own_out) {
     if (own_all) {
-        la->ln1 = mg__take_tensor(p, n, C, 0, 0);
+        la->ln1 = mg__take_tensor(p, dt, n, C, 0, 0);
         la->ln1_mean = mg__take_f32(p, n);
         la->ln1_rstd = mg__take_f32(p, n);
-        la->qkv = mg__take_tensor(p, N, 3 * C / t, 0, 0);
-        if (own_att) la->att = mg__take_tensor(p, B, nh, T, T);
-        la->atty = mg__take_tensor(p, N, C / t, 0, 0);
-        la->resid_mid = mg__take_tensor(p, n, C, 0, 0);
-        la->ln2 = mg__take_tensor(p, n, C, 0, 0);
+        la->qkv = mg__take_tensor(p, dt, N, 3 * C / t, 0, 0);
+        if (own_att) la->att = mg__take_tensor(p, dt, B, nh, T, T);
+        la->atty = mg__take_tensor(p, dt, N, C / t, 0, 0);
+        la->resid_mid = mg__take_tensor(p, dt, n, C, 0, 0);
+        la->ln2 = mg__take_tensor(p, dt, n, C, 0, 0);
         la->ln2_mean = mg__take_f32(p, n);
         la->ln2_rstd = mg__take_f32(p, n);
-        la->fc = mg__take_tensor(p, N, 4 * C / t, 0, 0);
-        la->fc_gelu = mg__take_tensor(p, N, 4 * C / t, 0, 0);
+        la->fc = mg__take_tensor(p, dt, N, 4 * C / t, 0, 0);
+        la->fc_gelu = mg__take_tensor(p, dt, N, 4 * C / t, 0, 0);
     }
-    if (own_out) la->out = mg__take_tensor(p, n, C, 0, 0);
+    if (own_out) la->out = mg__take_tensor(p, dt, n, C, 0, 0);
 }
 
 /* Everything the model puts in the arena. With m->ctx NULL nothing is stored. Residual-
@@ -1039,8 +1091,10 @@ static void mg__plan_model(mg_gpt *m, mg__planner *p) {
     const mg_gpt_layout *L = &m->layout;
     int64_t B = L->micro_batch, T = c->seq_len, N = B * T, C = c->hidden, t = L->tp_size;
     int64_t nh = c->n_head / t, Vl = c->padded_vocab / t, n;
+    mg_dtype dt = (mg_dtype)L->dtype;
     size_t acts_begin;
     int ch, s, l, k;
+    m->dtype = dt;
     m->tp.comm = L->comm;
     m->tp.rank = L->tp_rank;
     m->tp.size = L->tp_size;
@@ -1049,6 +1103,7 @@ static void mg__plan_model(mg_gpt *m, mg__planner *p) {
     m->row0 = m->tp.sequence_parallel ? n * L->tp_rank : 0;
     m->param_buf = mg__take_f32(p, m->n_elems);
     m->grad_buf = mg__take_f32(p, m->n_elems);
+    if (dt != MG_F32) m->param16 = mg__take(p, (size_t)m->n_elems * mg_dtype_size(dt));
     acts_begin = p->bytes;
     for (ch = 0; ch < L->n_chunks; ch++) {
         const mg_gpt_chunk *chunk = &L->chunks[ch];
@@ -1057,19 +1112,19 @@ static void mg__plan_model(mg_gpt *m, mg__planner *p) {
             mg_gpt_acts *a = &m->acts[ch * L->n_slots + s];
             a->tokens = (int32_t *)mg__take(p, (size_t)N * sizeof(int32_t));
             a->targets = (int32_t *)mg__take(p, (size_t)N * sizeof(int32_t));
-            a->input = mg__take_tensor(p, n, C, 0, 0);
+            a->input = mg__take_tensor(p, dt, n, C, 0, 0);
             for (l = 0; l < nl; l++) {
                 int first = 0, last = -1;
                 int kind = mg_gpt_recompute_kind(L, nl, l, &first, &last);
-                mg__take_layer_acts(p, &a->layers[l], N, n, C, t, B, nh, T,
+                mg__take_layer_acts(p, dt, &a->layers[l], N, n, C, t, B, nh, T,
                                     kind != MG_RECOMPUTE_FULL, kind == MG_RECOMPUTE_NONE,
                                     kind != MG_RECOMPUTE_FULL || l == last);
             }
             if (chunk->has_head) {
-                a->lnf = mg__take_tensor(p, n, C, 0, 0);
+                a->lnf = mg__take_tensor(p, dt, n, C, 0, 0);
                 a->lnf_mean = mg__take_f32(p, n);
                 a->lnf_rstd = mg__take_f32(p, n);
-                a->logits = mg__take_tensor(p, N, Vl, 0, 0);
+                a->logits = mg__take_tensor(p, MG_F32, N, Vl, 0, 0);   /* fp32: the loss */
                 a->rowmax = mg__take_f32(p, N);
                 a->sumexp = mg__take_f32(p, N);
                 a->tlogit = mg__take_f32(p, N);
@@ -1078,19 +1133,21 @@ static void mg__plan_model(mg_gpt *m, mg__planner *p) {
     }
     m->act_bytes = p->bytes - acts_begin;
     acts_begin = p->bytes;
-    m->dresid = mg__take_tensor(p, n, C, 0, 0);
-    m->dlocal = mg__take_tensor(p, n, C, 0, 0);
-    if (m->tp.sequence_parallel) m->full_a = mg__take_tensor(p, N, C, 0, 0);
-    m->full_b = mg__take_tensor(p, N, C, 0, 0);
-    m->dCt = mg__take_tensor(p, N, C / t, 0, 0);
-    m->d3C = mg__take_tensor(p, N, 3 * C / t, 0, 0);
-    m->d4C = mg__take_tensor(p, N, 4 * C / t, 0, 0);
-    m->datt = mg__take_tensor(p, B, nh, T, T);
+    m->dresid = mg__take_tensor(p, dt, n, C, 0, 0);
+    m->dlocal = mg__take_tensor(p, dt, n, C, 0, 0);
+    if (m->tp.sequence_parallel) m->full_a = mg__take_tensor(p, dt, N, C, 0, 0);
+    m->full_b = mg__take_tensor(p, dt, N, C, 0, 0);
+    m->dCt = mg__take_tensor(p, dt, N, C / t, 0, 0);
+    m->d3C = mg__take_tensor(p, dt, N, 3 * C / t, 0, 0);
+    m->d4C = mg__take_tensor(p, dt, N, 4 * C / t, 0, 0);
+    m->datt = mg__take_tensor(p, dt, B, nh, T, T);
+    if (dt != MG_F32 && L->chunks[L->n_chunks - 1].has_head)
+        m->dlogits = mg__take_tensor(p, dt, N, Vl, 0, 0);
     /* recomputation scratch, then the recomputed layers point into it */
     for (k = 0; k < m->n_recompute_layers; k++)
-        mg__take_layer_acts(p, &m->recompute_layers[k], N, n, C, t, B, nh, T, 1, 1, 1);
+        mg__take_layer_acts(p, dt, &m->recompute_layers[k], N, n, C, t, B, nh, T, 1, 1, 1);
     if (L->recompute_granularity == MG_RECOMPUTE_SELECTIVE)
-        m->recompute_att = mg__take_tensor(p, B, nh, T, T);
+        m->recompute_att = mg__take_tensor(p, dt, B, nh, T, T);
     for (ch = 0; ch < L->n_chunks; ch++) {
         int nl = L->chunks[ch].layer_end - L->chunks[ch].layer_begin;
         for (s = 0; s < L->n_slots; s++)
@@ -1179,7 +1236,9 @@ MGDEF int mg_gpt_create(mg_gpt *m, mg_ctx *ctx, const mg_gpt_config *cfg,
         int64_t shape[2];
         shape[0] = d->local_shape[0];
         shape[1] = d->local_shape[1];
-        m->w[i] = mg_tensor_wrap(m->param_buf + d->offset, MG_F32, d->ndim, shape);
+        m->w[i] = m->param16 ? mg_tensor_wrap((char *)m->param16 + (size_t)d->offset *
+                                              mg_dtype_size(m->dtype), m->dtype, d->ndim, shape)
+                             : mg_tensor_wrap(m->param_buf + d->offset, MG_F32, d->ndim, shape);
         m->g[i] = mg_tensor_wrap(m->grad_buf + d->offset, MG_F32, d->ndim, shape);
         if (d->kind >= MG_LAYER_TENSORS) m->idx_global[d->kind - MG_LAYER_TENSORS] = i;
         else if (d->kind == 0) m->idx_layer[d->layer] = i;
@@ -1275,21 +1334,25 @@ MGDEF const mg_tensor *mg_tp_gather(const mg_tp_group *g, const mg_tensor *local
     MG_ASSERT(mg_numel(full) == mg_numel(local) * g->size, "mg_tp_gather: %lld elements into "
               "%lld (want %d x)", (long long)mg_numel(local), (long long)mg_numel(full), g->size);
     comm = mg__tp_comm(g);
-    mg_all_gather(comm, &comm->tensor, local->data, full->data, mg_numel(local), MG_F32);
+    mg_all_gather(comm, &comm->tensor, local->data, full->data, mg_numel(local), local->dtype);
     return full;
 }
 MGDEF mg_tensor *mg_tp_reduce(const mg_tp_group *g, mg_tensor *partial, mg_tensor *local) {
     mg_comm *comm;
     if (!g->sequence_parallel) {
-        mg_tp_all_reduce(g, (float *)partial->data, mg_numel(partial), MG_SUM);
+        if (g->size > 1) {
+            comm = mg__tp_comm(g);
+            mg_all_reduce(comm, &comm->tensor, partial->data, partial->data, mg_numel(partial),
+                          partial->dtype, MG_SUM);
+        }
         return partial;
     }
     MG_ASSERT(mg_numel(partial) == mg_numel(local) * g->size, "mg_tp_reduce: %lld elements "
               "into %lld (want 1/%d)", (long long)mg_numel(partial), (long long)mg_numel(local),
               g->size);
     comm = mg__tp_comm(g);
-    mg_reduce_scatter(comm, &comm->tensor, partial->data, local->data, mg_numel(local), MG_F32,
-                      MG_SUM);
+    mg_reduce_scatter(comm, &comm->tensor, partial->data, local->data, mg_numel(local),
+                      partial->dtype, MG_SUM);
     return local;
 }
 
@@ -1472,10 +1535,11 @@ static void mg__head_backward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, flo
     mg_ctx *ctx = m->ctx;
     int64_t vstart = m->params[m->idx_global[0]].row0;
     int iwte = m->idx_global[0], ilnf = m->idx_global[2];
-    mg_xent_backward(ctx, &a->logits, &a->logits, a->targets, a->rowmax, a->sumexp, dloss,
+    mg_tensor *dlogits = m->dtype == MG_F32 ? &a->logits : &m->dlogits;
+    mg_xent_backward(ctx, dlogits, &a->logits, a->targets, a->rowmax, a->sumexp, dloss,
                      vstart, m->cfg.vocab_size);
-    mg_linear_backward_input(ctx, &m->full_b, &a->logits, &m->w[iwte], 0);
-    mg_linear_backward_weight(ctx, &m->g[iwte], NULL, &a->logits,
+    mg_linear_backward_input(ctx, &m->full_b, dlogits, &m->w[iwte], 0);
+    mg_linear_backward_weight(ctx, &m->g[iwte], NULL, dlogits,
                               mg_tp_gather(&m->tp, &a->lnf, &m->full_a));
     mg_layernorm_backward(ctx, &m->dresid, &m->g[ilnf], &m->g[ilnf + 1],
                           mg_tp_reduce(&m->tp, &m->full_b, &m->dlocal), x, &m->w[ilnf],
@@ -1546,6 +1610,16 @@ MGDEF void mg_gpt_zero_grad(mg_gpt *m) {
     mg_memset_zero(m->ctx, m->grad_buf, (size_t)m->n_elems * sizeof(float));
 }
 
+/* Megatron's _copy_main_params_to_model_params: the whole flat buffer in one cast (its
+   alignment gaps are zero and stay zero).                                                  */
+MGDEF void mg_gpt_sync_weights(mg_gpt *m) {
+    mg_tensor master, copy;
+    if (!m->param16) return;
+    master = mg_tensor_wrap(m->param_buf, MG_F32, 1, &m->n_elems);
+    copy = mg_tensor_wrap(m->param16, m->dtype, 1, &m->n_elems);
+    mg_cast(m->ctx, &copy, &master);
+}
+
 /* Parameter gradients accumulate linearly over microbatches, so the sum over the tensor group
    can wait for the end of the iteration (as Megatron's finalize_model_grads does).           */
 MGDEF void mg_gpt_reduce_grads(mg_gpt *m) {
@@ -1578,6 +1652,7 @@ MGDEF double mg_gpt_run_microbatches(mg_gpt *m, const int32_t *samples, int n_mi
     double sum = 0;
     MG_ASSERT(L->chunks[0].has_embedding && L->chunks[L->n_chunks - 1].has_head,
               "mg_gpt_run_microbatches needs the whole model on this rank");
+    mg_gpt_sync_weights(m);
     for (mb = 0; mb < n_micro; mb++) {
         /* per-token losses live in [max_microbatches · N]: sum and restart when full */
         int slot_mb = mb - done;
@@ -1981,6 +2056,7 @@ MGDEF void mg_adamw_create(mg_adamw *opt, mg_gpt *m, float beta1, float beta2, f
     opt->beta2 = beta2;
     opt->eps = eps;
     opt->weight_decay = weight_decay;
+    opt->loss_scale = 1.0;
 }
 
 /* Σ g² over every parameter of the model counted once. On one rank that is the whole flat
@@ -2021,15 +2097,16 @@ static double mg__grad_sumsq(mg_gpt *m, int *nonfinite) {
 
 MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, double *grad_norm) {
     int nonfinite = 0, i;
-    double norm = sqrt(mg__grad_sumsq(m, &nonfinite));
-    float scale = 1.0f;
+    double unscale = opt->loss_scale > 0 ? 1.0 / opt->loss_scale : 1.0;
+    double norm = sqrt(mg__grad_sumsq(m, &nonfinite)) * unscale;
+    float scale = (float)unscale;
     mg_adamw_hparams hp;
     if (grad_norm) *grad_norm = nonfinite ? NAN : norm;
     if (nonfinite || !isfinite(norm)) return 0;
     /* clip_grad_norm_: coefficient max_norm / (norm + 1e-6), applied when below 1 */
     if (clip_grad > 0) {
         double coef = clip_grad / (norm + 1e-6);
-        if (coef < 1.0) scale = (float)coef;
+        if (coef < 1.0) scale = (float)(coef * unscale);
     }
     opt->step++;
     hp.lr = lr;
@@ -2045,6 +2122,34 @@ MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, d
                       MG_F32);
     }
     return 1;
+}
+
+MGDEF void mg_loss_scaler_init(mg_loss_scaler *s, int dynamic, double initial, double min_scale,
+                               int64_t growth_interval, int64_t hysteresis) {
+    memset(s, 0, sizeof *s);
+    s->scale = initial;
+    s->dynamic = dynamic;
+    s->min_scale = min_scale;
+    s->growth_factor = 2.0;
+    s->backoff_factor = 0.5;
+    s->growth_interval = growth_interval;
+    s->hysteresis = s->hysteresis_tracker = hysteresis;
+}
+
+MGDEF void mg_loss_scaler_update(mg_loss_scaler *s, int found_inf) {
+    if (!s->dynamic) return;
+    if (found_inf) {
+        s->growth_tracker = 0;
+        s->hysteresis_tracker--;
+        if (s->hysteresis_tracker <= 0) {
+            double backed_off = s->scale * s->backoff_factor;
+            s->scale = backed_off > s->min_scale ? backed_off : s->min_scale;
+        }
+    } else if (++s->growth_tracker == s->growth_interval) {
+        s->growth_tracker = 0;
+        s->hysteresis_tracker = s->hysteresis;
+        s->scale *= s->growth_factor;
+    }
 }
 
 /* =============================================================================================
@@ -2163,6 +2268,23 @@ static const mg__flag mg__flags[] = {
      "(default uniform)"},
     {"--recompute-num-layers", MG__F_INT, MG__OFF(recompute_num_layers), "N", 1, 1e6,
      "with full: layers per group (uniform) or recomputed layers per chunk (block) (default 1)"},
+    {"precision", MG__F_HELP, 0, NULL, 0, 0, "Mixed precision: 16-bit weights (a copy of the "
+     "fp32 master weights), activations and activation gradients; fp32 GEMM accumulation, "
+     "gradients, Adam moments, layernorm/softmax statistics and loss"},
+    {"--bf16", MG__F_SWITCH, MG__OFF(bf16), NULL, 0, 0, "bfloat16 storage"},
+    {"--fp16", MG__F_SWITCH, MG__OFF(fp16), NULL, 0, 0, "float16 storage with loss scaling "
+     "(dynamic unless --loss-scale)"},
+    {"--loss-scale", MG__F_FLOAT, MG__OFF(loss_scale), "X", 1e-30, 1e30,
+     "with --fp16: a constant loss scale instead of the dynamic one"},
+    {"--initial-loss-scale", MG__F_FLOAT, MG__OFF(initial_loss_scale), "X", 1e-30, 1e30,
+     "with --fp16: the dynamic scale's start (default 2^32)"},
+    {"--min-loss-scale", MG__F_FLOAT, MG__OFF(min_loss_scale), "X", 1e-30, 1e30,
+     "with --fp16: the dynamic scale's floor (default 1)"},
+    {"--loss-scale-window", MG__F_INT, MG__OFF(loss_scale_window), "N", 1, MG__BIG,
+     "with --fp16: double the scale after N iterations without inf/nan (default 1000)"},
+    {"--hysteresis", MG__F_INT, MG__OFF(hysteresis), "N", 1, 1e9,
+     "with --fp16: halve the scale from the N-th inf/nan iteration since the last growth on "
+     "(default 2)"},
     {"device", MG__F_HELP, 0, NULL, 0, 0, "Device"},
     {"--device", MG__F_CHOICE, MG__OFF(device), "auto|cpu|cuda", 0, 0,
      "auto: the GPU when built by nvcc and one is present, else the CPU (default auto; "
@@ -2191,6 +2313,10 @@ MGDEF void mg_train_args_default(mg_train_args *a) {
     a->split = "969,30,1";
     a->data_order = MG_ORDER_SHUFFLED;
     a->device = MG_DEVICE_AUTO;
+    a->initial_loss_scale = 4294967296.0;  /* 2^32 */
+    a->min_loss_scale = 1.0;
+    a->loss_scale_window = 1000;
+    a->hysteresis = 2;
 }
 
 static int mg__flag_index(const char *name) {
@@ -2519,6 +2645,20 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
         a->recompute_num_layers > a->num_layers)
         return mg__err(err, errlen, "--recompute-num-layers %lld: must be 1 … --num-layers %lld",
                        (long long)a->recompute_num_layers, (long long)a->num_layers);
+    if (a->bf16 && a->fp16)
+        return mg__err(err, errlen, "--bf16 and --fp16 exclude each other (pick one)");
+    if (!a->fp16) {
+        static const char *const fp16_only[5] = {"--loss-scale", "--initial-loss-scale",
+            "--min-loss-scale", "--loss-scale-window", "--hysteresis"};
+        int k;
+        for (k = 0; k < 5; k++)
+            if (mg_train_flag_given(a, fp16_only[k]))
+                return mg__err(err, errlen, "%s applies to --fp16 only (bf16 and fp32 need no "
+                               "loss scaling)", fp16_only[k]);
+    }
+    if (a->fp16 && !a->loss_scale && a->min_loss_scale > a->initial_loss_scale)
+        return mg__err(err, errlen, "--min-loss-scale %g is larger than --initial-loss-scale %g",
+                       a->min_loss_scale, a->initial_loss_scale);
     if (a->train_iters > 0 && !a->data_path)
         return mg__err(err, errlen, "--data-path is required to train (an indexed dataset "
                        "prefix or an llm.c token file; --train-iters 0 needs none)");
@@ -2680,6 +2820,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     layout.recompute_granularity = a->recompute_granularity;
     layout.recompute_method = a->recompute_method;
     layout.recompute_num_layers = (int)a->recompute_num_layers;
+    layout.dtype = a->bf16 ? MG_BF16 : a->fp16 ? MG_F16 : MG_F32;
     bytes = mg_gpt_arena_bytes(&tr->cfg, &layout);
     if (!bytes && mg__layout_check(&tr->cfg, &layout, err, errlen)) goto fail;
     /* AdamW moments (2 more copies of the parameters) and the ops' scratch */
@@ -2693,6 +2834,16 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         if (tr->cfg.attention_dropout > 0)  /* the dropped probabilities (op scratch) */
             bytes += (size_t)a->micro_batch_size * (size_t)(tr->cfg.n_head / tp) *
                      (size_t)tr->cfg.seq_len * (size_t)tr->cfg.seq_len * sizeof(float) + 256;
+        if (layout.dtype != MG_F32 && (a->device == MG_DEVICE_CPU || !mg_cuda_available())) {
+            /* the CPU widens a 16-bit GEMM's A, B (and C) to fp32 scratch: 3 × the largest */
+            int64_t N = a->micro_batch_size * tr->cfg.seq_len, C = tr->cfg.hidden, big;
+            big = (int64_t)tr->cfg.padded_vocab / tp * C;
+            if (N * 4 * C / tp > big) big = N * 4 * C / tp;
+            if (N * tr->cfg.padded_vocab / tp > big) big = N * tr->cfg.padded_vocab / tp;
+            if (a->micro_batch_size * tr->cfg.n_head / tp * tr->cfg.seq_len * tr->cfg.seq_len > big)
+                big = a->micro_batch_size * tr->cfg.n_head / tp * tr->cfg.seq_len * tr->cfg.seq_len;
+            bytes += 3 * ((size_t)big * sizeof(float) + 256);
+        }
     }
     {
         double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
@@ -2719,6 +2870,12 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     if (mg_gpt_create(&tr->model, &tr->ctx, &tr->cfg, &layout, err, errlen)) goto fail;
     mg_adamw_create(&tr->opt, &tr->model, (float)a->adam_beta1, (float)a->adam_beta2,
                     (float)a->adam_eps, (float)a->weight_decay);
+    if (a->fp16)
+        mg_loss_scaler_init(&tr->scaler, a->loss_scale == 0,
+                            a->loss_scale ? a->loss_scale : a->initial_loss_scale,
+                            a->min_loss_scale, a->loss_scale_window, a->hysteresis);
+    else
+        mg_loss_scaler_init(&tr->scaler, 0, 1.0, 1.0, 1, 1);
     tr->sched.max_lr = a->lr;
     tr->sched.min_lr = a->min_lr;
     tr->sched.warmup_iters = a->lr_warmup_iters;
@@ -2784,14 +2941,18 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     /* dropout on, keyed by the global microbatch index: iteration · microbatches + i */
     tr->model.training = 1;
     tr->model.microbatch_base = (uint64_t)tr->iteration * (uint64_t)tr->n_micro;
-    r.loss = mg_gpt_run_microbatches(&tr->model, tr->batch, tr->n_micro, (float)(1.0 / tokens), 1)
-             / tokens;
+    /* fp16: the backward is seeded with the loss scale; AdamW divides it out */
+    r.loss = mg_gpt_run_microbatches(&tr->model, tr->batch, tr->n_micro,
+                                     (float)(tr->scaler.scale / tokens), 1) / tokens;
     tr->model.training = 0;
     mg_gpt_reduce_grads(&tr->model);
     r.lr = mg_lr_at(&tr->sched, tr->iteration);
+    r.loss_scale = tr->opt.loss_scale = tr->scaler.scale;
     r.skipped = !mg_adamw_update(&tr->opt, &tr->model, (float)r.lr, (float)tr->args.clip_grad,
                                  &r.grad_norm);
-    if (r.skipped) { tr->skipped_iters++; tr->nan_iters++; }
+    mg_loss_scaler_update(&tr->scaler, r.skipped);   /* found_inf: agreed by every rank */
+    tr->skipped_iters += r.skipped;
+    tr->nan_iters += !isfinite(r.loss);
     tr->consumed_samples += G;
     tr->iteration++;
     mg_sync(&tr->ctx);
@@ -2814,6 +2975,7 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
     tr->log_ms_sum += r->elapsed_ms;
     if (!r->skipped) tr->log_loss_sum += r->loss;
     tr->log_skipped += r->skipped;
+    tr->log_nan += !isfinite(r->loss);
     if (tr->iteration % tr->args.log_interval && tr->iteration != tr->args.train_iters) return;
     ms = tr->log_ms_sum / (double)tr->log_count;
     loss = tr->log_count > tr->log_skipped ?
@@ -2831,11 +2993,11 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
         fprintf(out, " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
                 "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.3f | with recomputed "
                 "FLOPs (TFLOP/s/GPU): %.3f | tokens per second: %.0f | learning rate: %.6E | global batch size: %5lld | lm loss: %.6E |"
-                " loss scale: 1.0 | grad norm: %.3f | number of skipped iterations: %3lld | "
+                " loss scale: %.1f | grad norm: %.3f | number of skipped iterations: %3lld | "
                 "number of nan iterations: %3lld |\n", stamp, (long long)tr->iteration,
                 (long long)tr->args.train_iters, (long long)tr->consumed_samples, ms, tflops,
-                tflops_rc, tokens_per_s, r->lr, (long long)G, loss, r->grad_norm,
-                (long long)tr->log_skipped, (long long)tr->log_skipped);
+                tflops_rc, tokens_per_s, r->lr, (long long)G, loss, r->loss_scale, r->grad_norm,
+                (long long)tr->log_skipped, (long long)tr->log_nan);
         fflush(out);
     }
     if (tr->jsonl) {
@@ -2844,16 +3006,17 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
         mg__json_num(tr->jsonl, "lm_loss", loss, 0);
         mg__json_num(tr->jsonl, "grad_norm", r->grad_norm, 0);
         mg__json_num(tr->jsonl, "lr", r->lr, 0);
+        mg__json_num(tr->jsonl, "loss_scale", r->loss_scale, 0);
         mg__json_num(tr->jsonl, "elapsed_ms", ms, 0);
         mg__json_num(tr->jsonl, "tokens_per_sec", tokens_per_s, 0);
         mg__json_num(tr->jsonl, "tflops_per_gpu", tflops, 0);
         mg__json_num(tr->jsonl, "tflops_per_gpu_with_recompute", tflops_rc, 0);
         fprintf(tr->jsonl, "\"global_batch_size\": %lld, \"skipped_iterations\": %lld, "
                 "\"nan_iterations\": %lld}\n", (long long)G, (long long)tr->log_skipped,
-                (long long)tr->log_skipped);
+                (long long)tr->log_nan);
         fflush(tr->jsonl);
     }
-    tr->log_count = tr->log_skipped = 0;
+    tr->log_count = tr->log_skipped = tr->log_nan = 0;
     tr->log_loss_sum = tr->log_ms_sum = 0;
 }
 

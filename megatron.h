@@ -2533,6 +2533,9 @@ typedef struct mg__ckpt_state {
     int64_t iteration, consumed, consumed_valid, adam_step, skipped, nan_iters, seed;
     int64_t arch[6];          /* num_layers, hidden, heads, seq, max_pos, vocab               */
     int data_order;
+    int has_scaler;           /* the loss scaler's state is present (not in older files)      */
+    double loss_scale;
+    int64_t growth_tracker, hysteresis_tracker;
 } mg__ckpt_state;
 static const char *const mg__state_arch_keys[6] = {"num_layers", "hidden_size",
     "num_attention_heads", "seq_length", "max_position_embeddings", "vocab_size"};
@@ -2578,6 +2581,16 @@ static int mg__read_state(const char *path, mg__ckpt_state *s, char *err, size_t
         if (t < 0 || mg_json_int(&js, t, &order))
             rc = mg__err(err, errlen, "%s: key data_order_index missing", path);
         s->data_order = (int)order;
+    }
+    if (!rc) {                /* optional: the loss scaler (fp16) */
+        int64_t t = mg_json_get(&js, 0, "loss_scale");
+        int64_t g = mg_json_get(&js, 0, "loss_scale_growth_tracker");
+        int64_t h = mg_json_get(&js, 0, "loss_scale_hysteresis_tracker");
+        s->has_scaler = t >= 0 && g >= 0 && h >= 0 && !mg_json_int(&js, g, &s->growth_tracker) &&
+                        !mg_json_int(&js, h, &s->hysteresis_tracker);
+        if (s->has_scaler) s->loss_scale = strtod(text + js.toks[t].start, NULL);
+        if (s->has_scaler && !(s->loss_scale > 0 && isfinite(s->loss_scale)))
+            rc = mg__err(err, errlen, "%s: loss_scale is not a positive number", path);
     }
     mg_json_free(&js);
     MG_FREE(text);
@@ -3078,10 +3091,14 @@ static char *mg__state_json(const mg_trainer *tr) {
     n += (size_t)snprintf(s + n, cap - n, "{\n  \"format\": \"megatron.h checkpoint\", "
         "\"version\": 1,\n  \"iteration\": %lld, \"consumed_train_samples\": %lld, "
         "\"consumed_valid_samples\": %lld,\n  \"adam_step\": %lld, \"skipped_iterations\": %lld,"
-        " \"nan_iterations\": %lld,\n  \"seed\": %lld, \"data_order_index\": %d,\n",
+        " \"nan_iterations\": %lld,\n  \"seed\": %lld, \"data_order_index\": %d,\n"
+        "  \"loss_scale\": %.17g, \"loss_scale_growth_tracker\": %lld, "
+        "\"loss_scale_hysteresis_tracker\": %lld,\n",
         (long long)tr->iteration, (long long)tr->consumed_samples,
         (long long)tr->consumed_valid_samples, (long long)tr->opt.step,
-        (long long)tr->skipped_iters, (long long)tr->nan_iters, (long long)a->seed, a->data_order);
+        (long long)tr->skipped_iters, (long long)tr->nan_iters, (long long)a->seed, a->data_order,
+        tr->scaler.scale, (long long)tr->scaler.growth_tracker,
+        (long long)tr->scaler.hysteresis_tracker);
     for (i = 0; i < 6; i++)
         n += (size_t)snprintf(s + n, cap - n, "  \"%s\": %lld,\n", mg__state_arch_keys[i],
                               (long long)arch[i]);
@@ -3264,6 +3281,11 @@ MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t err
     tr->opt.step = st.adam_step;
     tr->skipped_iters = st.skipped;
     tr->nan_iters = st.nan_iters;
+    if (st.has_scaler && tr->scaler.dynamic) {    /* Megatron restores the grad scaler too */
+        tr->scaler.scale = st.loss_scale;
+        tr->scaler.growth_tracker = st.growth_tracker;
+        tr->scaler.hysteresis_tracker = st.hysteresis_tracker;
+    }
     tr->loaded_iteration = tr->last_saved = st.iteration;
     return 1;
 }

@@ -21,7 +21,10 @@
       on every rank.
    4. Injected inf on one rank only: an inf poked into the last rank's gradient shard makes
       mg_adamw_update skip on EVERY rank (nothing changes anywhere, grad norm nan).
-   5. Memory: bf16/fp16 activations take half the fp32 bytes (act_bytes).                 */
+   5. Memory: bf16/fp16 activations take half the fp32 bytes (act_bytes).
+   6. Resume: the loss scaler's state (scale, growth and hysteresis trackers) travels in the
+      checkpoint: an fp16 run saved after 5 iterations and resumed gives the uninterrupted
+      run's next losses and scales bit for bit.                                            */
 #include "gpt_test_util.h"
 
 static mg_comm comm;
@@ -254,6 +257,48 @@ static void check_memory(void) {
     mg_ctx_free(&ctx);
 }
 
+/* ---- 6. resume keeps the scaler -------------------------------------------------------- */
+static void check_resume(void) {
+    char line[2048], rline[2400], dir[256], err[MG_ERRLEN], name[200];
+    mg_trainer a, b;
+    double la[4], sa[4], lb[4], sb[4];
+    int k, ok;
+    if (comm.world_rank == 0) gpt_tmpdir(dir, sizeof dir, "mp");
+#ifdef MG_USE_MPI
+    MPI_Bcast(dir, (int)sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+#endif
+    snprintf(line, sizeof line, BASE_LINE "--tensor-model-parallel-size %d --fp16 "
+             "--initial-loss-scale 4194304 --loss-scale-window 2 --hysteresis 2", world);
+    trainer_make(&a, line);
+    for (k = 0; k < 5; k++) mg_trainer_step(&a);
+    ok = mg_trainer_save(&a, dir, err, sizeof err) == 0;
+    for (k = 0; k < 4; k++) {
+        mg_step_result r = mg_trainer_step(&a);
+        la[k] = r.loss;
+        sa[k] = r.loss_scale;
+    }
+    snprintf(rline, sizeof rline, "%s --load %s", line, dir);
+    trainer_make(&b, rline);
+    for (k = 0; k < 4; k++) {
+        mg_step_result r = mg_trainer_step(&b);
+        lb[k] = r.loss;
+        sb[k] = r.loss_scale;
+    }
+    ok = ok && !memcmp(la, lb, sizeof la) && !memcmp(sa, sb, sizeof sa) &&
+         a.scaler.scale == b.scaler.scale && a.scaler.growth_tracker == b.scaler.growth_tracker &&
+         a.scaler.hysteresis_tracker == b.scaler.hysteresis_tracker;
+    snprintf(name, sizeof name, "fp16 t=%d: resume restores the loss scaler: next 4 losses and "
+             "scales bit-identical", world);
+    mg_test_report(mg_test_agree(ok), name, "scales %g %g %g %g vs %g %g %g %g", sa[0], sa[1],
+                   sa[2], sa[3], sb[0], sb[1], sb[2], sb[3]);
+    mg_trainer_free(&a);
+    mg_trainer_free(&b);
+#ifdef MG_USE_MPI
+    MPI_Barrier(MPI_COMM_WORLD);
+#endif
+    if (comm.world_rank == 0) gpt_rmtree(dir);
+}
+
 int main(int argc, char **argv) {
     mg_comm_init(&comm, &argc, &argv);
     world = comm.world_size;
@@ -264,6 +309,7 @@ int main(int argc, char **argv) {
     check_overflow_run();
     check_injected_inf();
     check_memory();
+    check_resume();
     mg_comm_finalize(&comm);
     return mg_test_summary();
 }

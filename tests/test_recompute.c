@@ -38,14 +38,7 @@ static const char *const settings[5] = {
 };
 
 static void trainer_make(mg_trainer *tr, const char *line) {
-    mg_train_args a;
-    char err[MG_ERRLEN];
-    if (gpt_parse_line(&a, line, err, sizeof err) == 0) {
-        a.comm = &comm;
-        if (mg_trainer_setup(tr, &a, err, sizeof err) == 0) return;
-    }
-    fprintf(stderr, "rank %d: setup failed: %s\n  line: %s\n", comm.world_rank, err, line);
-    exit(1);
+    gpt_trainer_on(tr, line, &comm);
 }
 
 /* 1 iff n device floats are bitwise equal in both models' contexts. */

@@ -3005,10 +3005,10 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
     if (out) {
         fprintf(out, " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
                 "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.3f | with recomputed "
-                "FLOPs (TFLOP/s/GPU): %.3f | tokens per second: %.0f | learning rate: %.6E | global batch size: %5lld | lm loss: %.6E |"
-                " loss scale: %.1f | grad norm: %.3f | number of skipped iterations: %3lld | "
-                "number of nan iterations: %3lld |\n", stamp, (long long)tr->iteration,
-                (long long)tr->args.train_iters, (long long)tr->consumed_samples, ms, tflops,
+                "FLOPs (TFLOP/s/GPU): %.3f | tokens per second: %.0f | learning rate: %.6E | "
+                "global batch size: %5lld | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f | "
+                "number of skipped iterations: %3lld | number of nan iterations: %3lld |\n", stamp,
+                (long long)tr->iteration, (long long)tr->args.train_iters, (long long)tr->consumed_samples, ms, tflops,
                 tflops_rc, tokens_per_s, r->lr, (long long)G, loss, r->loss_scale, r->grad_norm,
                 (long long)tr->log_skipped, (long long)tr->log_nan);
         fflush(out);

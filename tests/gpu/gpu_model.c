@@ -79,7 +79,8 @@ int main(void) {
     d.device = have_gpu ? MG_DEVICE_CUDA : MG_DEVICE_CPU;
     mg_ctx_init(&g_dev, &d);
     if (have_gpu) printf("# %s vs %s\n", mg_device_name(&g_dev), mg_device_name(&g_cpu));
-    else printf("# no GPU: comparing two CPU contexts (checks this program, not the CUDA backend)\n");
+    else
+        printf("# no GPU: comparing two CPU contexts (checks this program, not CUDA)\n");
     for (k = 0; k < 3; k++) {
         mg_dtype dt = k == 0 ? MG_F32 : k == 1 ? MG_BF16 : MG_F16;
         double tl = !have_gpu ? 0 : k == 0 ? 1e-5 : k == 1 ? 1.0 / 256 : 1.0 / 2048;

@@ -21,7 +21,8 @@
      3. Model: the tensor-parallel split (column/row/vocabulary-parallel layers, sequence
         parallelism) and Megatron's communication operators as a public API (mg_tp_gather,
         mg_tp_reduce); per (chunk, slot) activation storage, forward and backward of a model
-        chunk for one microbatch, the loss, dropout keyed by global coordinates. A chunk's
+        chunk for one microbatch, the loss, dropout keyed by global coordinates, activation
+        recomputation (selective: the attention core; full: whole layers). A chunk's
         input/output activations and the gradient buffer are exposed so a pipeline executor
         can send and receive them.
      3b. Weight files: import llm.c checkpoints and Hugging Face GPT-2 safetensors (told apart
@@ -114,6 +115,21 @@ typedef struct mg_gpt_chunk {
     int has_head;                /* final layernorm + output layer + loss behind them           */
 } mg_gpt_chunk;
 
+/* Activation recomputation (Korthikanti et al. 2022, Megatron's --recompute-granularity):
+     selective  the attention core (scores, softmax, dropout, ·V) of every layer is recomputed
+                in the backward from the stored qkv: its [B, nh/t, T, T] probabilities — the
+                5·a·s/h term of the activation memory — are never kept per microbatch;
+     full       a recomputed layer keeps only its input; the backward re-runs its forward.
+   Which layers are full-recomputed (Megatron's --recompute-method, per model chunk):
+     uniform    every layer, in groups of recompute_num_layers consecutive layers: only each
+                group's input is kept, the whole group is re-run before its backward;
+     block      the first recompute_num_layers layers of the chunk, each on its own; the rest
+                keep everything.
+   The recomputed forward regenerates identical bits (same inputs, same weights, dropout masks
+   keyed by global coordinates), so recomputation never changes losses or weights.        */
+typedef enum { MG_RECOMPUTE_NONE = 0, MG_RECOMPUTE_SELECTIVE, MG_RECOMPUTE_FULL } mg_recompute;
+typedef enum { MG_RECOMPUTE_UNIFORM = 0, MG_RECOMPUTE_BLOCK } mg_recompute_method;
+
 #define MG_MAX_CHUNKS 32
 typedef struct mg_gpt_layout {
     int tp_rank, tp_size;        /* tensor-parallel coordinate (a single rank: 0, 1)            */
@@ -133,6 +149,13 @@ typedef struct mg_gpt_layout {
                                     W action: mg_gpt_backward_input, then _weight)             */
     int n_chunks;
     mg_gpt_chunk chunks[MG_MAX_CHUNKS];
+    int recompute_granularity;   /* mg_recompute (0: none)                                      */
+    int recompute_method;        /* mg_recompute_method (full only)                             */
+    int recompute_num_layers;    /* N of the method (full only; 0 counts as 1)                  */
+    int dtype;                   /* mg_dtype of the weights' working copy, the activations and
+                                    their gradients: MG_F32, or MG_BF16 / MG_F16 for mixed
+                                    precision (--bf16 / --fp16; master weights, gradients,
+                                    Adam moments, norms' statistics and the logits stay fp32) */
 } mg_gpt_layout;
 
 /* The whole model as n_chunks chunks of (nearly) equal layer counts on this one rank, tensor
@@ -152,6 +175,14 @@ MGDEF void mg_gpt_layout_tp(mg_gpt_layout *layout, mg_comm *comm, int sequence_p
 MGDEF mg_gpt_layout mg_gpt_layout_pipeline(const mg_gpt_config *cfg, int micro_batch,
                                            int max_microbatches, int pp_rank, int pp_size, int v,
                                            int n_slots, int split_backward);
+/* The forward FLOPs activation recomputation repeats in one iteration over `samples`
+   sequences, whole model: selective — the attention core of every layer, 4·samples·T²·C each
+   (q·kᵀ and P·v); full — the whole forward of each recomputed layer, 24·samples·T·C² +
+   4·samples·T²·C. Layers recomputed under `layout` (given per chunk on this rank) are counted
+   as if every pipeline stage held chunks like this rank's. Full recomputation of every layer
+   turns the 72 form above into the paper's 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)).          */
+MGDEF double mg_gpt_flops_recomputed(const mg_gpt_config *cfg, const mg_gpt_layout *layout,
+                                     int64_t samples);
 
 /* ---------------------------------------------------------------------------------------------
    2. Parameters
@@ -296,6 +327,10 @@ typedef struct mg_gpt {
     mg_param_desc *params;    /* n_params descriptors, flat-buffer order                        */
     int64_t n_elems;          /* length of each flat buffer (with alignment gaps)              */
     float *param_buf;         /* ONE flat fp32 buffer of this rank's parameters (device)       */
+    void *param16;            /* mixed precision: the 16-bit working copy of param_buf that the
+                                 forward and backward read (m->w views it); NULL with fp32.
+                                 mg_gpt_sync_weights refreshes it from the fp32 master.       */
+    mg_dtype dtype;           /* layout.dtype: activations, their gradients, param16            */
     float *grad_buf;          /* ONE flat fp32 buffer of their gradients (device)              */
     mg_tensor *w, *g;         /* n_params tensor views into param_buf / grad_buf               */
     int idx_global[4];        /* descriptor index of WTE, WPE, LNF_W, LNF_B (-1: not held)     */
@@ -308,6 +343,13 @@ typedef struct mg_gpt {
     size_t act_bytes;         /* arena bytes of the per-microbatch activations (all chunks and
                                  slots; bench/memory reports them)                             */
     size_t scratch_bytes;     /* arena bytes of the shared scratch below (one microbatch)      */
+    /* activation recomputation's scratch, shared by every chunk and slot (one microbatch is
+       recomputed at a time): full — the activations of one group of layers (the layer structs
+       of recomputed layers point here, except a group's last output, kept per microbatch);
+       selective — the attention probabilities of one layer                                   */
+    mg_gpt_layer_acts *recompute_layers;
+    int n_recompute_layers;
+    mg_tensor recompute_att;  /* [B, nh/t, T, T]                                                */
     /* training mode: dropout on, and the global index of this iteration's first microbatch   */
     int training;
     uint64_t microbatch_base;
@@ -330,6 +372,8 @@ typedef struct mg_gpt {
     mg_tensor full_b;         /* [N, C] row-parallel partial output (sp), gathered gradient
                                  (sp), and the partial input gradient of column-parallel layers */
     mg_tensor dCt, d3C, d4C, datt; /* [N,C/t] [N,3C/t] [N,4C/t] [B,nh/t,T,T]                   */
+    mg_tensor dlogits;        /* [N, Vp/t] 16-bit gradient of the fp32 logits (mixed precision;
+                                 with fp32 the logits are overwritten in place instead)      */
     float *tp_scalars;        /* [3 + 3t] device floats: the tensor group's scalar exchanges   */
     float *vocab_row;         /* [Vp] one row of logits gathered over the vocabulary slices    */
     float *losses;            /* [max_microbatches · N] per-token losses (device)               */
@@ -340,6 +384,10 @@ typedef struct mg_gpt {
     double *host_scalars;     /* [2·max(t, p)] their host staging                               */
 } mg_gpt;
 
+/* How the layout recomputes layer i (0-based within its chunk of nl layers): mg_recompute;
+   for MG_RECOMPUTE_FULL also the chunk-relative group [*first, *last] re-run together.     */
+MGDEF int mg_gpt_recompute_kind(const mg_gpt_layout *layout, int nl, int i, int *first,
+                                int *last);
 /* Bytes of the context's arena the model needs (parameters, gradients, activations, scratch). */
 MGDEF size_t mg_gpt_arena_bytes(const mg_gpt_config *cfg, const mg_gpt_layout *layout);
 /* Builds descriptors, buffers and views; values are undefined until mg_gpt_init_weights or a
@@ -385,6 +433,11 @@ MGDEF void mg_gpt_backward_weight(mg_gpt *m, int chunk, int slot);
 MGDEF mg_tensor *mg_gpt_chunk_input(mg_gpt *m, int chunk, int slot);
 MGDEF mg_tensor *mg_gpt_chunk_output(mg_gpt *m, int chunk, int slot);
 MGDEF void mg_gpt_zero_grad(mg_gpt *m);
+/* Mixed precision: rounds the fp32 master weights (param_buf) into the 16-bit working copy
+   that every forward and backward reads. Call it after anything writes param_buf (the
+   optimizer, initialisation, an import or load); mg_gpt_run_microbatches and the trainer call
+   it before their forwards. A no-op with fp32.                                              */
+MGDEF void mg_gpt_sync_weights(mg_gpt *m);
 /* After the last backward of an iteration: completes the gradients that are partial on this
    rank — with sequence parallelism the layernorm gradients (each rank saw its rows) are
    summed over the tensor group. A no-op on one rank.                                      */
@@ -506,19 +559,46 @@ typedef struct mg_adamw {
     const mg_dp *dp;             /* distributed optimizer: the owner of the shards (else NULL) */
     int64_t step;                /* optimizer steps taken (skipped iterations do not count)    */
     float beta1, beta2, eps, weight_decay;
+    double loss_scale;           /* the gradients hold loss_scale × the true ones (fp16 loss
+                                    scaling; 1 otherwise): divided out before the norm, the
+                                    clipping and the update                                   */
 } mg_adamw;
 /* Moments from the arena, zeroed. dp NULL or not distributed: moments of the whole flat buffer;
    distributed: of this rank's shard, and mg_adamw_update becomes ZeRO-1 (collective over the
    data and tensor groups).                                                                  */
 MGDEF void mg_adamw_create(mg_adamw *opt, mg_gpt *m, float beta1, float beta2, float eps,
-                           float weight_decay);
+                           float weight_decay);  /* moments from the arena, zeroed */
 MGDEF void mg_adamw_create_dp(mg_adamw *opt, mg_gpt *m, const mg_dp *dp, float beta1,
                               float beta2, float eps, float weight_decay);
-/* Global gradient norm (Σ over every parameter, counted once across the tensor and data
-   groups), clipping to clip_grad (0: off), then AdamW with learning rate lr (distributed
-   optimizer: this rank's pieces, then an all-gather of the parameters). Returns 1 if applied; 0 if the norm is inf/nan (the update
-   is skipped, nothing changes). *grad_norm receives the norm before clipping.               */
+/* Global gradient norm (Σ over every parameter, counted once across the tensor, pipeline and
+   data groups), clipping to clip_grad (0: off), then AdamW with learning rate lr (distributed
+   optimizer: this rank's pieces, then an all-gather of the parameters). Returns 1 if applied;
+   0 if some gradient is inf/nan on any rank (the update is skipped, nothing changes).
+   *grad_norm receives the norm of the unscaled gradients before clipping (nan when skipped). */
 MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, double *grad_norm);
+
+/* Loss scaling for fp16 (Megatron-LM's DynamicGradScaler / ConstantGradScaler). The backward
+   is seeded with dloss · scale so small gradients survive fp16; the optimizer divides the
+   scale out (mg_adamw.loss_scale). After each iteration, update(found_inf), where found_inf
+   says some gradient on some rank was inf or nan (that iteration's update is skipped):
+     found_inf:  growth_tracker = 0; hysteresis_tracker -= 1;
+                 if hysteresis_tracker <= 0: scale = max(scale · backoff, min_scale)
+     clean:      growth_tracker += 1; if growth_tracker == growth_interval:
+                 growth_tracker = 0, hysteresis_tracker = hysteresis, scale ·= growth
+   Megatron's defaults: initial 2^32, min 1, growth 2, backoff 0.5, interval 1000,
+   hysteresis 2. A constant scaler (--loss-scale X) never changes; found_inf still skips.   */
+typedef struct mg_loss_scaler {
+    double scale;
+    int dynamic;                 /* 0: constant                                                */
+    double min_scale, growth_factor, backoff_factor;
+    int64_t growth_interval, growth_tracker;
+    int64_t hysteresis, hysteresis_tracker;
+} mg_loss_scaler;
+/* dynamic: initial scale, min_scale, growth interval (--loss-scale-window), hysteresis;
+   growth 2 and backoff 0.5. Constant (dynamic 0): scale = initial for good.                */
+MGDEF void mg_loss_scaler_init(mg_loss_scaler *s, int dynamic, double initial, double min_scale,
+                               int64_t growth_interval, int64_t hysteresis);
+MGDEF void mg_loss_scaler_update(mg_loss_scaler *s, int found_inf);
 
 /* ---------------------------------------------------------------------------------------------
    5. Trainer
@@ -547,6 +627,13 @@ typedef struct mg_train_args {
     int use_distributed_optimizer;       /* a switch: ZeRO-1 over the data-parallel group     */
     int64_t bucket_size;                 /* gradient-reduction bucket, elements (0: default)   */
     double hidden_dropout, attention_dropout;
+    /* memory: activation recomputation (mg_recompute, mg_recompute_method)                  */
+    int recompute_granularity, recompute_method;
+    int64_t recompute_num_layers;
+    /* mixed precision (switches) and fp16 loss scaling                                      */
+    int bf16, fp16;
+    double loss_scale, initial_loss_scale, min_loss_scale;  /* loss_scale 0: dynamic        */
+    int64_t loss_scale_window, hysteresis;
     mg_comm *comm;                       /* not a flag: the job's communicator (mg_comm_init),
                                             NULL for a single rank without MPI               */
     int data_order;                      /* mg_data_order                                      */
@@ -574,6 +661,7 @@ typedef struct mg_step_result {
     double lr;                /* the learning rate this iteration used                          */
     double elapsed_ms;        /* wall time of the iteration                                     */
     int skipped;              /* 1: gradient not finite, update skipped                        */
+    double loss_scale;        /* the loss scale this iteration used (1 without fp16)           */
 } mg_step_result;
 
 typedef struct mg_trainer {
@@ -583,6 +671,7 @@ typedef struct mg_trainer {
     mg_gpt model;
     mg_adamw opt;
     mg_lr_schedule sched;
+    mg_loss_scaler scaler;              /* fp16: the loss scale; else a constant 1             */
     int n_micro;                        /* microbatches per iteration on this rank =
                                            global / (micro · d)                                */
     int dp_rank, dp_size;               /* data-parallel coordinate: this rank reads samples
@@ -745,6 +834,22 @@ MGDEF double mg_gpt_flops_per_iteration(const mg_gpt_config *c, int64_t samples)
     return 72.0 * (double)samples * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
 }
 
+MGDEF double mg_gpt_flops_recomputed(const mg_gpt_config *c, const mg_gpt_layout *L,
+                                     int64_t samples) {
+    double s = c->seq_len, h = c->hidden, B = (double)samples;
+    double core = 4.0 * B * s * s * h, layer = 24.0 * B * s * h * h + core;
+    int ch, i, first = 0, last = -1, held = 0, full = 0;
+    if (L->recompute_granularity == MG_RECOMPUTE_SELECTIVE) return core * c->n_layer;
+    if (L->recompute_granularity != MG_RECOMPUTE_FULL) return 0;
+    for (ch = 0; ch < L->n_chunks; ch++) {
+        int nl = L->chunks[ch].layer_end - L->chunks[ch].layer_begin;
+        held += nl;
+        for (i = 0; i < nl; i++)
+            full += mg_gpt_recompute_kind(L, nl, i, &first, &last) == MG_RECOMPUTE_FULL;
+    }
+    return held ? layer * c->n_layer * (double)full / held : 0;
+}
+
 MGDEF mg_gpt_layout mg_gpt_layout_single(const mg_gpt_config *cfg, int micro_batch,
                                          int max_microbatches, int n_chunks) {
     mg_gpt_layout L;
@@ -822,6 +927,17 @@ static int mg__layout_check(const mg_gpt_config *cfg, const mg_gpt_layout *L, ch
         (int64_t)L->micro_batch * cfg->seq_len * (cfg->padded_vocab / L->tp_size) > INT32_MAX)
         return mg__err(err, errlen, "--micro-batch-size %d × --seq-length %d is too large for "
                        "32-bit GEMM sizes", L->micro_batch, cfg->seq_len);
+    if (L->recompute_granularity < MG_RECOMPUTE_NONE ||
+        L->recompute_granularity > MG_RECOMPUTE_FULL ||
+        L->recompute_method < MG_RECOMPUTE_UNIFORM || L->recompute_method > MG_RECOMPUTE_BLOCK)
+        return mg__err(err, errlen, "layout: recompute granularity %d / method %d (expected "
+                       "none, selective or full / uniform or block)", L->recompute_granularity,
+                       L->recompute_method);
+    if (L->dtype != MG_F32 && L->dtype != MG_BF16 && L->dtype != MG_F16)
+        return mg__err(err, errlen, "layout: dtype %d (expected fp32, bf16 or fp16)", L->dtype);
+    if (L->recompute_num_layers < 0 || L->recompute_num_layers > cfg->n_layer)
+        return mg__err(err, errlen, "--recompute-num-layers %d: must be 1 … --num-layers %d",
+                       L->recompute_num_layers, cfg->n_layer);
     for (i = 0; i < L->n_chunks; i++) {
         const mg_gpt_chunk *c = &L->chunks[i];
         if (c->layer_begin < 0 || c->layer_end < c->layer_begin || c->layer_end > cfg->n_layer)
@@ -1078,12 +1194,13 @@ static void *mg__take(mg__planner *p, size_t bytes) {
     p->bytes += (bytes + 255) / 256 * 256;        /* the arena's 256-byte alignment */
     return p->ctx ? mg_alloc(p->ctx, bytes) : NULL;
 }
-static mg_tensor mg__take_tensor(mg__planner *p, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+static mg_tensor mg__take_tensor(mg__planner *p, mg_dtype dt, int64_t d0, int64_t d1, int64_t d2,
+                                 int64_t d3) {
     int64_t shape[4];
     int nd = d3 ? 4 : d2 ? 3 : 2;
     mg_tensor t;
     shape[0] = d0; shape[1] = d1; shape[2] = d2; shape[3] = d3;
-    t = mg_tensor_wrap(NULL, MG_F32, nd, shape);
+    t = mg_tensor_wrap(NULL, dt, nd, shape);
     t.data = mg__take(p, mg_nbytes(&t));
     return t;
 }
@@ -1097,16 +1214,69 @@ static int mg__scalar_slots(const mg_gpt_layout *L) {
     return 2 * (L->tp_size > L->pp_size ? L->tp_size : L->pp_size);
 }
 
+MGDEF int mg_gpt_recompute_kind(const mg_gpt_layout *L, int nl, int i, int *first, int *last) {
+    int n = L->recompute_num_layers > 0 ? L->recompute_num_layers : 1;
+    if (L->recompute_granularity != MG_RECOMPUTE_FULL) return L->recompute_granularity;
+    if (L->recompute_method == MG_RECOMPUTE_BLOCK) {
+        if (i >= n) return MG_RECOMPUTE_NONE;
+        *first = *last = i;
+    } else {
+        *first = i / n * n;
+        *last = *first + n < nl ? *first + n - 1 : nl - 1;
+    }
+    return MG_RECOMPUTE_FULL;
+}
+/* Layers of the largest full-recomputation group of the layout (0: none). */
+static int mg__recompute_group_max(const mg_gpt_layout *L) {
+    int ch, i, first = 0, last = -1, most = 0;
+    for (ch = 0; ch < L->n_chunks; ch++) {
+        int nl = L->chunks[ch].layer_end - L->chunks[ch].layer_begin;
+        for (i = 0; i < nl; i++)
+            if (mg_gpt_recompute_kind(L, nl, i, &first, &last) == MG_RECOMPUTE_FULL &&
+                last - first + 1 > most)
+                most = last - first + 1;
+    }
+    return most;
+}
+
+/* One layer's activations for one microbatch: everything (own_all), or — for a layer whose
+   attention core is recomputed — everything but the probabilities; `out` alone (own_out)
+   for the last layer of a full-recomputation group. N rows, or n on the residual stream.  */
+static void mg__take_layer_acts(mg__planner *p, mg_dtype dt, mg_gpt_layer_acts *la, int64_t N,
+                                int64_t n,
+                                int64_t C, int64_t t, int64_t B, int64_t nh, int64_t T,
+                                int own_all, int own_att, int own_out) {
+    if (own_all) {
+        la->ln1 = mg__take_tensor(p, dt, n, C, 0, 0);
+        la->ln1_mean = mg__take_f32(p, n);
+        la->ln1_rstd = mg__take_f32(p, n);
+        la->qkv = mg__take_tensor(p, dt, N, 3 * C / t, 0, 0);
+        if (own_att) la->att = mg__take_tensor(p, dt, B, nh, T, T);
+        la->atty = mg__take_tensor(p, dt, N, C / t, 0, 0);
+        la->resid_mid = mg__take_tensor(p, dt, n, C, 0, 0);
+        la->ln2 = mg__take_tensor(p, dt, n, C, 0, 0);
+        la->ln2_mean = mg__take_f32(p, n);
+        la->ln2_rstd = mg__take_f32(p, n);
+        la->fc = mg__take_tensor(p, dt, N, 4 * C / t, 0, 0);
+        la->fc_gelu = mg__take_tensor(p, dt, N, 4 * C / t, 0, 0);
+    }
+    if (own_out) la->out = mg__take_tensor(p, dt, n, C, 0, 0);
+}
+
 /* Everything the model puts in the arena. With m->ctx NULL nothing is stored. Residual-
    stream activations have n rows (N/t with sequence parallelism), the tensor-parallel ones
-   (qkv, attention, MLP hidden, logits) N rows and 1/t of the columns.                       */
+   (qkv, attention, MLP hidden, logits) N rows and 1/t of the columns. With recomputation,
+   a full-recomputed layer keeps only its group's output and borrows the rest from the shared
+   group scratch; a selective one borrows the attention probabilities.                     */
 static void mg__plan_model(mg_gpt *m, mg__planner *p) {
     const mg_gpt_config *c = &m->cfg;
     const mg_gpt_layout *L = &m->layout;
     int64_t B = L->micro_batch, T = c->seq_len, N = B * T, C = c->hidden, t = L->tp_size;
     int64_t nh = c->n_head / t, Vl = c->padded_vocab / t, n;
+    mg_dtype dt = (mg_dtype)L->dtype;
     size_t acts_begin;
-    int ch, s, l;
+    int ch, s, l, k;
+    m->dtype = dt;
     m->tp.comm = L->comm;
     m->tp.rank = L->tp_rank;
     m->tp.size = L->tp_size;
@@ -1115,41 +1285,35 @@ static void mg__plan_model(mg_gpt *m, mg__planner *p) {
     m->row0 = m->tp.sequence_parallel ? n * L->tp_rank : 0;
     m->param_buf = mg__take_f32(p, m->n_elems);
     m->grad_buf = mg__take_f32(p, m->n_elems);
+    if (dt != MG_F32) m->param16 = mg__take(p, (size_t)m->n_elems * mg_dtype_size(dt));
     acts_begin = p->bytes;
     for (ch = 0; ch < L->n_chunks; ch++) {
         const mg_gpt_chunk *chunk = &L->chunks[ch];
+        int nl = chunk->layer_end - chunk->layer_begin;
         for (s = 0; s < L->n_slots; s++) {
             mg_gpt_acts *a = &m->acts[ch * L->n_slots + s];
             a->tokens = (int32_t *)mg__take(p, (size_t)N * sizeof(int32_t));
             a->targets = (int32_t *)mg__take(p, (size_t)N * sizeof(int32_t));
-            a->input = mg__take_tensor(p, n, C, 0, 0);
-            for (l = 0; l < chunk->layer_end - chunk->layer_begin; l++) {
+            a->input = mg__take_tensor(p, dt, n, C, 0, 0);
+            for (l = 0; l < nl; l++) {
                 mg_gpt_layer_acts *la = &a->layers[l];
-                la->ln1 = mg__take_tensor(p, n, C, 0, 0);
-                la->ln1_mean = mg__take_f32(p, n);
-                la->ln1_rstd = mg__take_f32(p, n);
-                la->qkv = mg__take_tensor(p, N, 3 * C / t, 0, 0);
-                la->att = mg__take_tensor(p, B, nh, T, T);
-                la->atty = mg__take_tensor(p, N, C / t, 0, 0);
-                la->resid_mid = mg__take_tensor(p, n, C, 0, 0);
-                la->ln2 = mg__take_tensor(p, n, C, 0, 0);
-                la->ln2_mean = mg__take_f32(p, n);
-                la->ln2_rstd = mg__take_f32(p, n);
-                la->fc = mg__take_tensor(p, N, 4 * C / t, 0, 0);
-                la->fc_gelu = mg__take_tensor(p, N, 4 * C / t, 0, 0);
-                la->out = mg__take_tensor(p, n, C, 0, 0);
-                if (L->split_backward) {
-                    la->dout_fc2 = mg__take_tensor(p, N, C, 0, 0);
-                    la->dout_fc1 = mg__take_tensor(p, N, 4 * C / t, 0, 0);
-                    la->dout_proj = mg__take_tensor(p, N, C, 0, 0);
-                    la->dout_qkv = mg__take_tensor(p, N, 3 * C / t, 0, 0);
+                int first = 0, last = -1;
+                int kind = mg_gpt_recompute_kind(L, nl, l, &first, &last);
+                mg__take_layer_acts(p, dt, la, N, n, C, t, B, nh, T,
+                                    kind != MG_RECOMPUTE_FULL, kind == MG_RECOMPUTE_NONE,
+                                    kind != MG_RECOMPUTE_FULL || l == last);
+                if (L->split_backward) {   /* ZB-H1: the output gradients the W half needs */
+                    la->dout_fc2 = mg__take_tensor(p, dt, N, C, 0, 0);
+                    la->dout_fc1 = mg__take_tensor(p, dt, N, 4 * C / t, 0, 0);
+                    la->dout_proj = mg__take_tensor(p, dt, N, C, 0, 0);
+                    la->dout_qkv = mg__take_tensor(p, dt, N, 3 * C / t, 0, 0);
                 }
             }
             if (chunk->has_head) {
-                a->lnf = mg__take_tensor(p, n, C, 0, 0);
+                a->lnf = mg__take_tensor(p, dt, n, C, 0, 0);
                 a->lnf_mean = mg__take_f32(p, n);
                 a->lnf_rstd = mg__take_f32(p, n);
-                a->logits = mg__take_tensor(p, N, Vl, 0, 0);
+                a->logits = mg__take_tensor(p, MG_F32, N, Vl, 0, 0);   /* fp32: the loss */
                 a->rowmax = mg__take_f32(p, N);
                 a->sumexp = mg__take_f32(p, N);
                 a->tlogit = mg__take_f32(p, N);
@@ -1158,14 +1322,36 @@ static void mg__plan_model(mg_gpt *m, mg__planner *p) {
     }
     m->act_bytes = p->bytes - acts_begin;
     acts_begin = p->bytes;
-    m->dresid = mg__take_tensor(p, n, C, 0, 0);
-    m->dlocal = mg__take_tensor(p, n, C, 0, 0);
-    if (m->tp.sequence_parallel) m->full_a = mg__take_tensor(p, N, C, 0, 0);
-    m->full_b = mg__take_tensor(p, N, C, 0, 0);
-    m->dCt = mg__take_tensor(p, N, C / t, 0, 0);
-    m->d3C = mg__take_tensor(p, N, 3 * C / t, 0, 0);
-    m->d4C = mg__take_tensor(p, N, 4 * C / t, 0, 0);
-    m->datt = mg__take_tensor(p, B, nh, T, T);
+    m->dresid = mg__take_tensor(p, dt, n, C, 0, 0);
+    m->dlocal = mg__take_tensor(p, dt, n, C, 0, 0);
+    if (m->tp.sequence_parallel) m->full_a = mg__take_tensor(p, dt, N, C, 0, 0);
+    m->full_b = mg__take_tensor(p, dt, N, C, 0, 0);
+    m->dCt = mg__take_tensor(p, dt, N, C / t, 0, 0);
+    m->d3C = mg__take_tensor(p, dt, N, 3 * C / t, 0, 0);
+    m->d4C = mg__take_tensor(p, dt, N, 4 * C / t, 0, 0);
+    m->datt = mg__take_tensor(p, dt, B, nh, T, T);
+    if (dt != MG_F32 && L->chunks[L->n_chunks - 1].has_head)
+        m->dlogits = mg__take_tensor(p, dt, N, Vl, 0, 0);
+    /* recomputation scratch, then the recomputed layers point into it */
+    for (k = 0; k < m->n_recompute_layers; k++)
+        mg__take_layer_acts(p, dt, &m->recompute_layers[k], N, n, C, t, B, nh, T, 1, 1, 1);
+    if (L->recompute_granularity == MG_RECOMPUTE_SELECTIVE)
+        m->recompute_att = mg__take_tensor(p, dt, B, nh, T, T);
+    for (ch = 0; ch < L->n_chunks; ch++) {
+        int nl = L->chunks[ch].layer_end - L->chunks[ch].layer_begin;
+        for (s = 0; s < L->n_slots; s++)
+            for (l = 0; l < nl; l++) {
+                mg_gpt_layer_acts *la = &m->acts[ch * L->n_slots + s].layers[l];
+                int first = 0, last = -1;
+                int kind = mg_gpt_recompute_kind(L, nl, l, &first, &last);
+                if (kind == MG_RECOMPUTE_SELECTIVE) la->att = m->recompute_att;
+                if (kind == MG_RECOMPUTE_FULL) {
+                    mg_tensor kept_out = la->out;
+                    *la = m->recompute_layers[l - first];
+                    if (l == last) la->out = kept_out;
+                }
+            }
+    }
     m->scratch_bytes = p->bytes - acts_begin;
     m->losses = mg__take_f32(p, (int64_t)L->max_microbatches * N);
     m->tp_scalars = mg__take_f32(p, 3 + 3 * t);
@@ -1183,7 +1369,13 @@ static void mg__alloc_host(mg_gpt *m) {
     m->g = (mg_tensor *)MG_MALLOC(sizeof(mg_tensor) * (size_t)m->n_params);
     m->idx_layer = (int *)MG_MALLOC(sizeof(int) * (size_t)m->cfg.n_layer);
     m->acts = (mg_gpt_acts *)MG_MALLOC(sizeof(mg_gpt_acts) * (size_t)n_acts);
-    MG_ASSERT(m->params && m->w && m->g && m->idx_layer && m->acts, "out of host memory");
+    m->n_recompute_layers = mg__recompute_group_max(L);
+    m->recompute_layers = (mg_gpt_layer_acts *)MG_MALLOC(sizeof(mg_gpt_layer_acts) *
+                                                         (size_t)(m->n_recompute_layers + 1));
+    MG_ASSERT(m->params && m->w && m->g && m->idx_layer && m->acts && m->recompute_layers,
+              "out of host memory");
+    memset(m->recompute_layers, 0,
+           sizeof(mg_gpt_layer_acts) * (size_t)(m->n_recompute_layers + 1));
     mg__build_params(&m->cfg, L, m->params, NULL);
     memset(m->acts, 0, sizeof(mg_gpt_acts) * (size_t)n_acts);
     for (ch = 0; ch < L->n_chunks; ch++)
@@ -1235,7 +1427,9 @@ MGDEF int mg_gpt_create(mg_gpt *m, mg_ctx *ctx, const mg_gpt_config *cfg,
         int64_t shape[2];
         shape[0] = d->local_shape[0];
         shape[1] = d->local_shape[1];
-        m->w[i] = mg_tensor_wrap(m->param_buf + d->offset, MG_F32, d->ndim, shape);
+        m->w[i] = m->param16 ? mg_tensor_wrap((char *)m->param16 + (size_t)d->offset *
+                                              mg_dtype_size(m->dtype), m->dtype, d->ndim, shape)
+                             : mg_tensor_wrap(m->param_buf + d->offset, MG_F32, d->ndim, shape);
         m->g[i] = mg_tensor_wrap(m->grad_buf + d->offset, MG_F32, d->ndim, shape);
         if (d->kind >= MG_LAYER_TENSORS) m->idx_global[d->kind - MG_LAYER_TENSORS] = i;
         else if (d->kind == 0) m->idx_layer[d->layer] = i;
@@ -1257,6 +1451,7 @@ MGDEF void mg_gpt_destroy(mg_gpt *m) {
     if (m->acts)
         for (i = 0; i < m->layout.n_chunks * m->layout.n_slots; i++) MG_FREE(m->acts[i].layers);
     MG_FREE(m->acts);
+    MG_FREE(m->recompute_layers);
     MG_FREE(m->params);
     MG_FREE(m->w);
     MG_FREE(m->g);
@@ -1331,21 +1526,25 @@ MGDEF const mg_tensor *mg_tp_gather(const mg_tp_group *g, const mg_tensor *local
     MG_ASSERT(mg_numel(full) == mg_numel(local) * g->size, "mg_tp_gather: %lld elements into "
               "%lld (want %d x)", (long long)mg_numel(local), (long long)mg_numel(full), g->size);
     comm = mg__tp_comm(g);
-    mg_all_gather(comm, &comm->tensor, local->data, full->data, mg_numel(local), MG_F32);
+    mg_all_gather(comm, &comm->tensor, local->data, full->data, mg_numel(local), local->dtype);
     return full;
 }
 MGDEF mg_tensor *mg_tp_reduce(const mg_tp_group *g, mg_tensor *partial, mg_tensor *local) {
     mg_comm *comm;
     if (!g->sequence_parallel) {
-        mg_tp_all_reduce(g, (float *)partial->data, mg_numel(partial), MG_SUM);
+        if (g->size > 1) {
+            comm = mg__tp_comm(g);
+            mg_all_reduce(comm, &comm->tensor, partial->data, partial->data, mg_numel(partial),
+                          partial->dtype, MG_SUM);
+        }
         return partial;
     }
     MG_ASSERT(mg_numel(partial) == mg_numel(local) * g->size, "mg_tp_reduce: %lld elements "
               "into %lld (want 1/%d)", (long long)mg_numel(partial), (long long)mg_numel(local),
               g->size);
     comm = mg__tp_comm(g);
-    mg_reduce_scatter(comm, &comm->tensor, partial->data, local->data, mg_numel(local), MG_F32,
-                      MG_SUM);
+    mg_reduce_scatter(comm, &comm->tensor, partial->data, local->data, mg_numel(local),
+                      partial->dtype, MG_SUM);
     return local;
 }
 
@@ -1468,9 +1667,12 @@ static void mg__linear_wgrad(mg_gpt *m, int layer, int kind, const mg_tensor *do
    kept). Row-parallel biases get Σ over the whole gradient g, so they are complete on every
    rank. With defer_w (ZB-H1) the weight halves are left for mg__layer_backward_weight: the
    output gradient each needs is written to (or, for the two that are g, copied into) the
-   slot's dout_* tensors instead of the shared scratch.                                     */
+   slot's dout_* tensors instead of the shared scratch.
+   Selective recomputation: the attention probabilities are recomputed from the stored qkv
+   (with the same dropout key) just before the attention backward; the recomputed attention
+   output is not needed (atty was kept) and lands in the dCt scratch, overwritten next.      */
 static void mg__layer_backward(mg_gpt *m, int layer, mg_gpt_acts *a, mg_gpt_layer_acts *la,
-                               const mg_tensor *x, int defer_w) {
+                               const mg_tensor *x, int selective, int defer_w) {
     mg_ctx *ctx = m->ctx;
     const mg_tensor *w = m->w + m->idx_layer[layer], *g_out;
     mg_tensor *g = m->g + m->idx_layer[layer], *dln;
@@ -1492,6 +1694,9 @@ static void mg__layer_backward(mg_gpt *m, int layer, mg_gpt_acts *a, mg_gpt_laye
     mg_layernorm_backward(ctx, &m->dresid, &g[MG_LN2_W], &g[MG_LN2_B], dln, &la->resid_mid,
                           &w[MG_LN2_W], la->ln2_mean, la->ln2_rstd, 1);
     /* attention block */
+    if (selective)
+        mg_attention_forward(ctx, &m->dCt, &la->att, &la->qkv, B, T, nh,
+                             mg__gpt_attn_dropout(m, a, layer, &adrop));
     g_out = mg__hidden_dropout_grad(m, a, &m->dresid, MG__SITE_ATTN_OUT(layer));
     g_out = mg_tp_gather(&m->tp, g_out, &m->full_b);
     if (defer_w) mg_copy(ctx, la->dout_proj.data, g_out->data, mg_nbytes(g_out));
@@ -1540,10 +1745,16 @@ static void mg__head_forward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, int 
     mg_xent_loss(ctx, m->losses + (int64_t)microbatch * N, a->rowmax, a->sumexp, a->tlogit, N);
 }
 
-/* The output layer's weight half: dwte += dlogitsᵀ·lnf (dlogits stay in the logits; lnf is
-   all-gathered again with sequence parallelism).                                           */
+/* Where the head's backward leaves dlogits: over the fp32 logits in place, or (16-bit) in
+   the model's dlogits scratch — so a deferred weight half (ZB-H1) needs fp32.              */
+static mg_tensor *mg__dlogits(mg_gpt *m, mg_gpt_acts *a) {
+    return m->dtype == MG_F32 ? &a->logits : &m->dlogits;
+}
+
+/* The output layer's weight half: dwte += dlogitsᵀ·lnf (lnf all-gathered again with sequence
+   parallelism).                                                                             */
 static void mg__head_wgrad(mg_gpt *m, mg_gpt_acts *a) {
-    mg_linear_backward_weight(m->ctx, &m->g[m->idx_global[0]], NULL, &a->logits,
+    mg_linear_backward_weight(m->ctx, &m->g[m->idx_global[0]], NULL, mg__dlogits(m, a),
                               mg_tp_gather(&m->tp, &a->lnf, &m->full_a));
 }
 
@@ -1556,9 +1767,10 @@ static void mg__head_backward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, flo
     mg_ctx *ctx = m->ctx;
     int64_t vstart = m->params[m->idx_global[0]].row0;
     int iwte = m->idx_global[0], ilnf = m->idx_global[2];
-    mg_xent_backward(ctx, &a->logits, &a->logits, a->targets, a->rowmax, a->sumexp, dloss,
+    mg_tensor *dlogits = mg__dlogits(m, a);
+    mg_xent_backward(ctx, dlogits, &a->logits, a->targets, a->rowmax, a->sumexp, dloss,
                      vstart, m->cfg.vocab_size);
-    mg_linear_backward_input(ctx, &m->full_b, &a->logits, &m->w[iwte], 0);
+    mg_linear_backward_input(ctx, &m->full_b, dlogits, &m->w[iwte], 0);
     if (!defer_w) mg__head_wgrad(m, a);
     mg_layernorm_backward(ctx, &m->dresid, &m->g[ilnf], &m->g[ilnf + 1],
                           mg_tp_reduce(&m->tp, &m->full_b, &m->dlocal), x, &m->w[ilnf],
@@ -1614,6 +1826,7 @@ static void mg__chunk_backward(mg_gpt *m, int chunk, int slot, float dloss, int 
     /* the data-parallel overlap hook: after each piece of a final backward its parameters'
        gradients are complete (not after a split backward's input half: the weights wait) */
     int l, hook = m->final_backward && m->grads_final && !defer_w;
+    int nl = c->layer_end - c->layer_begin;
     MG_ASSERT(!defer_w || m->layout.split_backward, "a split backward needs a layout with "
               "split_backward (the slots keep the output gradients)");
     if (c->has_head) {
@@ -1622,9 +1835,14 @@ static void mg__chunk_backward(mg_gpt *m, int chunk, int slot, float dloss, int 
                                  m->params[m->idx_global[MG_LNF_W - MG_LAYER_TENSORS]].offset);
     }
     for (l = c->layer_end - 1; l >= c->layer_begin; l--) {
-        int i = l - c->layer_begin;
+        int i = l - c->layer_begin, first = 0, last = -1, k;
+        int kind = mg_gpt_recompute_kind(&m->layout, nl, i, &first, &last);
+        if (kind == MG_RECOMPUTE_FULL && i == last)   /* re-run the group from its kept input */
+            for (k = first; k <= last; k++)
+                mg__layer_forward(m, c->layer_begin + k, a, &a->layers[k],
+                                  k ? &a->layers[k - 1].out : &a->input);
         mg__layer_backward(m, l, a, &a->layers[i], i ? &a->layers[i - 1].out : &a->input,
-                           defer_w);
+                           kind == MG_RECOMPUTE_SELECTIVE, defer_w);
         if (hook) m->grads_final(m->grads_final_user, m->params[m->idx_layer[l]].offset);
     }
     if (c->has_embedding) {
@@ -1649,6 +1867,16 @@ MGDEF void mg_gpt_backward_weight(mg_gpt *m, int chunk, int slot) {
 
 MGDEF void mg_gpt_zero_grad(mg_gpt *m) {
     mg_memset_zero(m->ctx, m->grad_buf, (size_t)m->n_elems * sizeof(float));
+}
+
+/* Megatron's _copy_main_params_to_model_params: the whole flat buffer in one cast (its
+   alignment gaps are zero and stay zero).                                                  */
+MGDEF void mg_gpt_sync_weights(mg_gpt *m) {
+    mg_tensor master, copy;
+    if (!m->param16) return;
+    master = mg_tensor_wrap(m->param_buf, MG_F32, 1, &m->n_elems);
+    copy = mg_tensor_wrap(m->param16, m->dtype, 1, &m->n_elems);
+    mg_cast(m->ctx, &copy, &master);
 }
 
 /* Parameter gradients accumulate linearly over microbatches, so the sum over the tensor group
@@ -1683,6 +1911,7 @@ MGDEF double mg_gpt_run_microbatches(mg_gpt *m, const int32_t *samples, int n_mi
     double sum = 0;
     MG_ASSERT(L->chunks[0].has_embedding && L->chunks[L->n_chunks - 1].has_head,
               "mg_gpt_run_microbatches needs the whole model on this rank");
+    mg_gpt_sync_weights(m);
     for (mb = 0; mb < n_micro; mb++) {
         /* per-token losses live in [max_microbatches · N]: sum and restart when full */
         int slot_mb = mb - done;
@@ -2246,6 +2475,7 @@ MGDEF void mg_adamw_create_dp(mg_adamw *opt, mg_gpt *m, const mg_dp *dp, float b
     opt->beta2 = beta2;
     opt->eps = eps;
     opt->weight_decay = weight_decay;
+    opt->loss_scale = 1.0;
 }
 
 /* Doubles across a group, exactly and identically on every rank: their bits travel as two
@@ -2371,15 +2601,17 @@ static void mg__adam_visit(void *user, const mg_param_desc *d, int64_t x0, int64
 
 MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, double *grad_norm) {
     int nonfinite = 0, k;
-    double norm = sqrt(mg__grad_sumsq(opt, m, &nonfinite));
+    /* fp16: the gradients carry the loss scale; the norm and the step see them unscaled */
+    double unscale = opt->loss_scale > 0 ? 1.0 / opt->loss_scale : 1.0;
+    double norm = sqrt(mg__grad_sumsq(opt, m, &nonfinite)) * unscale;
     mg__adam_acc acc;
     if (grad_norm) *grad_norm = nonfinite ? NAN : norm;
     if (nonfinite || !isfinite(norm)) return 0;
     /* clip_grad_norm_: coefficient max_norm / (norm + 1e-6), applied when below 1 */
-    acc.scale = 1.0f;
+    acc.scale = (float)unscale;
     if (clip_grad > 0) {
         double coef = clip_grad / (norm + 1e-6);
-        if (coef < 1.0) acc.scale = (float)coef;
+        if (coef < 1.0) acc.scale = (float)(coef * unscale);
     }
     opt->step++;
     acc.opt = opt;
@@ -2400,6 +2632,34 @@ MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, d
         for (k = 0; k < dp->n_buckets; k++) mg_wait(dp->comm, &dp->req[k]);
     }
     return 1;
+}
+
+MGDEF void mg_loss_scaler_init(mg_loss_scaler *s, int dynamic, double initial, double min_scale,
+                               int64_t growth_interval, int64_t hysteresis) {
+    memset(s, 0, sizeof *s);
+    s->scale = initial;
+    s->dynamic = dynamic;
+    s->min_scale = min_scale;
+    s->growth_factor = 2.0;
+    s->backoff_factor = 0.5;
+    s->growth_interval = growth_interval;
+    s->hysteresis = s->hysteresis_tracker = hysteresis;
+}
+
+MGDEF void mg_loss_scaler_update(mg_loss_scaler *s, int found_inf) {
+    if (!s->dynamic) return;
+    if (found_inf) {
+        s->growth_tracker = 0;
+        s->hysteresis_tracker--;
+        if (s->hysteresis_tracker <= 0) {
+            double backed_off = s->scale * s->backoff_factor;
+            s->scale = backed_off > s->min_scale ? backed_off : s->min_scale;
+        }
+    } else if (++s->growth_tracker == s->growth_interval) {
+        s->growth_tracker = 0;
+        s->hysteresis_tracker = s->hysteresis;
+        s->scale *= s->growth_factor;
+    }
 }
 
 /* =============================================================================================
@@ -2533,6 +2793,35 @@ static const mg__flag mg__flags[] = {
     {"--bucket-size", MG__F_INT, MG__OFF(bucket_size), "N", 0, MG__BIG,
      "elements per data-parallel gradient-reduction bucket, each reduced while the backward "
      "goes on (default 0: Megatron's max(40M, 1M x D))"},
+    {"memory", MG__F_HELP, 0, NULL, 0, 0, "Activation recomputation (losses and weights are "
+     "bit-identical with and without it)"},
+    {"--recompute-granularity", MG__F_CHOICE, MG__OFF(recompute_granularity),
+     "none|selective|full", 0, 0, "selective: recompute the attention core (scores, softmax, "
+     "dropout, ·V) in the backward instead of storing the attention probabilities; full: "
+     "recomputed layers keep only their input and re-run their forward (default none)"},
+    {"--recompute-method", MG__F_CHOICE, MG__OFF(recompute_method), "uniform|block", 0, 0,
+     "with full: uniform — every layer, in groups of --recompute-num-layers whose input alone is "
+     "kept; block — only the first --recompute-num-layers layers of each model chunk "
+     "(default uniform)"},
+    {"--recompute-num-layers", MG__F_INT, MG__OFF(recompute_num_layers), "N", 1, 1e6,
+     "with full: layers per group (uniform) or recomputed layers per chunk (block) (default 1)"},
+    {"precision", MG__F_HELP, 0, NULL, 0, 0, "Mixed precision: 16-bit weights (a copy of the "
+     "fp32 master weights), activations and activation gradients; fp32 GEMM accumulation, "
+     "gradients, Adam moments, layernorm/softmax statistics and loss"},
+    {"--bf16", MG__F_SWITCH, MG__OFF(bf16), NULL, 0, 0, "bfloat16 storage"},
+    {"--fp16", MG__F_SWITCH, MG__OFF(fp16), NULL, 0, 0, "float16 storage with loss scaling "
+     "(dynamic unless --loss-scale)"},
+    {"--loss-scale", MG__F_FLOAT, MG__OFF(loss_scale), "X", 1e-30, 1e30,
+     "with --fp16: a constant loss scale instead of the dynamic one"},
+    {"--initial-loss-scale", MG__F_FLOAT, MG__OFF(initial_loss_scale), "X", 1e-30, 1e30,
+     "with --fp16: the dynamic scale's start (default 2^32)"},
+    {"--min-loss-scale", MG__F_FLOAT, MG__OFF(min_loss_scale), "X", 1e-30, 1e30,
+     "with --fp16: the dynamic scale's floor (default 1)"},
+    {"--loss-scale-window", MG__F_INT, MG__OFF(loss_scale_window), "N", 1, MG__BIG,
+     "with --fp16: double the scale after N iterations without inf/nan (default 1000)"},
+    {"--hysteresis", MG__F_INT, MG__OFF(hysteresis), "N", 1, 1e9,
+     "with --fp16: halve the scale from the N-th inf/nan iteration since the last growth on "
+     "(default 2)"},
     {"device", MG__F_HELP, 0, NULL, 0, 0, "Device"},
     {"--device", MG__F_CHOICE, MG__OFF(device), "auto|cpu|cuda", 0, 0,
      "auto: the GPU when built by nvcc and one is present, else the CPU (default auto; "
@@ -2564,6 +2853,10 @@ MGDEF void mg_train_args_default(mg_train_args *a) {
     a->pipeline_model_parallel_size = 1;
     a->comm_timeout = 600;
     a->pipeline_schedule = MG_SCHED_1F1B;
+    a->initial_loss_scale = 4294967296.0;  /* 2^32 */
+    a->min_loss_scale = 1.0;
+    a->loss_scale_window = 1000;
+    a->hysteresis = 2;
 }
 
 static int mg__flag_index(const char *name) {
@@ -2780,6 +3073,9 @@ typedef struct mg__ckpt_state {
     int64_t iteration, consumed, consumed_valid, adam_step, skipped, nan_iters, seed;
     int64_t arch[6];          /* num_layers, hidden, heads, seq, max_pos, vocab               */
     int data_order;
+    int has_scaler;           /* the loss scaler's state is present (not in older files)      */
+    double loss_scale;
+    int64_t growth_tracker, hysteresis_tracker;
 } mg__ckpt_state;
 static const char *const mg__state_arch_keys[6] = {"num_layers", "hidden_size",
     "num_attention_heads", "seq_length", "max_position_embeddings", "vocab_size"};
@@ -2825,6 +3121,16 @@ static int mg__read_state(const char *path, mg__ckpt_state *s, char *err, size_t
         if (t < 0 || mg_json_int(&js, t, &order))
             rc = mg__err(err, errlen, "%s: key data_order_index missing", path);
         s->data_order = (int)order;
+    }
+    if (!rc) {                /* optional: the loss scaler (fp16) */
+        int64_t t = mg_json_get(&js, 0, "loss_scale");
+        int64_t g = mg_json_get(&js, 0, "loss_scale_growth_tracker");
+        int64_t h = mg_json_get(&js, 0, "loss_scale_hysteresis_tracker");
+        s->has_scaler = t >= 0 && g >= 0 && h >= 0 && !mg_json_int(&js, g, &s->growth_tracker) &&
+                        !mg_json_int(&js, h, &s->hysteresis_tracker);
+        if (s->has_scaler) s->loss_scale = strtod(text + js.toks[t].start, NULL);
+        if (s->has_scaler && !(s->loss_scale > 0 && isfinite(s->loss_scale)))
+            rc = mg__err(err, errlen, "%s: loss_scale is not a positive number", path);
     }
     mg_json_free(&js);
     MG_FREE(text);
@@ -2883,6 +3189,29 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
     }
     if (mg_train_flag_given(a, "--save-interval") && !a->save)
         return mg__err(err, errlen, "--save-interval needs --save DIR (where to write)");
+    if (a->recompute_granularity != MG_RECOMPUTE_FULL &&
+        (mg_train_flag_given(a, "--recompute-method") ||
+         mg_train_flag_given(a, "--recompute-num-layers")))
+        return mg__err(err, errlen, "--recompute-method and --recompute-num-layers apply to "
+                       "--recompute-granularity full only");
+    if (a->recompute_num_layers > 0 && a->num_layers > 0 &&
+        a->recompute_num_layers > a->num_layers)
+        return mg__err(err, errlen, "--recompute-num-layers %lld: must be 1 … --num-layers %lld",
+                       (long long)a->recompute_num_layers, (long long)a->num_layers);
+    if (a->bf16 && a->fp16)
+        return mg__err(err, errlen, "--bf16 and --fp16 exclude each other (pick one)");
+    if (!a->fp16) {
+        static const char *const fp16_only[5] = {"--loss-scale", "--initial-loss-scale",
+            "--min-loss-scale", "--loss-scale-window", "--hysteresis"};
+        int k;
+        for (k = 0; k < 5; k++)
+            if (mg_train_flag_given(a, fp16_only[k]))
+                return mg__err(err, errlen, "%s applies to --fp16 only (bf16 and fp32 need no "
+                               "loss scaling)", fp16_only[k]);
+    }
+    if (a->fp16 && !a->loss_scale && a->min_loss_scale > a->initial_loss_scale)
+        return mg__err(err, errlen, "--min-loss-scale %g is larger than --initial-loss-scale %g",
+                       a->min_loss_scale, a->initial_loss_scale);
     if (a->train_iters > 0 && !a->data_path)
         return mg__err(err, errlen, "--data-path is required to train (an indexed dataset "
                        "prefix or an llm.c token file; --train-iters 0 needs none)");
@@ -3213,7 +3542,8 @@ static void mg__pipe_backward_weight(void *user, const mg_pipe_io *io) {
     mg__act_slot_release(tr, io->chunk, slot);
 }
 
-/* Executor over schedule s running this trainer's model: fp32 messages of the residual
+/* Executor over schedule s running this trainer's model: messages (the model's activation
+   dtype: fp32, or bf16/fp16 with mixed precision) of the residual
    stream's n rows on this rank, [n, C] (n = B·T, or B·T/t with sequence parallelism, where
    each tensor rank already sends its own slice). With tensor parallelism and no sequence
    parallelism the [B·T, C] message is the same on the t ranks of a stage, so Megatron's
@@ -3225,7 +3555,7 @@ static int mg__pipe_exec_make(mg_trainer *tr, mg_pipe_exec *ex, const mg_schedul
     d.ctx = &tr->ctx;
     d.msg_count = mg_numel(&tr->model.dresid);
     d.scatter_gather = tr->model.layout.tp_size > 1 && !tr->model.tp.sequence_parallel;
-    d.msg_dtype = MG_F32;
+    d.msg_dtype = tr->model.dresid.dtype;     /* 16-bit activations travel as 16 bits */
     d.cb.forward = mg__pipe_forward;
     d.cb.backward = mg__pipe_backward;
     d.cb.backward_input = mg__pipe_backward_input;
@@ -3246,6 +3576,7 @@ static double mg__pipe_run(mg_trainer *tr, mg_pipe_exec *ex, const int32_t *samp
     tr->pipe_samples = samples;
     tr->pipe_dloss = dloss;
     tr->pipe_forward_only = forward_only;
+    mg_gpt_sync_weights(m);        /* 16-bit: the working copy of the master weights */
     mg_pipe_exec_run(ex);
     if (m->layout.chunks[m->layout.n_chunks - 1].has_head) sum = mg_gpt_loss_sum(m, 0, tr->n_micro);
     return mg__group_bcast_f64(m, &tr->comm->pipeline, sum, p - 1);
@@ -3361,11 +3692,24 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     layout.tp_rank = tp_rank;
     layout.dp_size = tr->dp_size;
     layout.sequence_parallel = a->sequence_parallel;
+    layout.recompute_granularity = a->recompute_granularity;
+    layout.recompute_method = a->recompute_method;
+    layout.recompute_num_layers = (int)a->recompute_num_layers;
+    layout.dtype = a->bf16 ? MG_BF16 : a->fp16 ? MG_F16 : MG_F32;
+    if (split && (layout.dtype != MG_F32 || layout.recompute_granularity == MG_RECOMPUTE_FULL)) {
+        /* ZB-H1's deferred weight halves read the slot's activations and dlogits later: full
+           recomputation's shared scratch and the 16-bit dlogits scratch are gone by then */
+        mg__err(err, errlen, "the zb-h1 schedule (split backward) runs with fp32 and without "
+                "full recomputation for now: drop %s or use --pipeline-schedule 1f1b",
+                layout.dtype != MG_F32 ? (a->bf16 ? "--bf16" : "--fp16")
+                                       : "--recompute-granularity full");
+        goto fail;
+    }
     bytes = mg_gpt_arena_bytes(&tr->cfg, &layout);
     if (!bytes && mg__layout_check(&tr->cfg, &layout, err, errlen)) goto fail;
     if (tr->pp > 1) {                 /* the executors' message buffers                        */
         size_t msg = (size_t)a->micro_batch_size * (size_t)tr->cfg.seq_len *
-                     (size_t)tr->cfg.hidden * sizeof(float);
+                     (size_t)tr->cfg.hidden * mg_dtype_size((mg_dtype)layout.dtype);
         bytes += mg__pipe_arena_bytes(&tr->pipe_sched, pp_rank, msg);
         if (a->eval_iters > 0) bytes += mg__pipe_arena_bytes(&tr->pipe_eval_sched, pp_rank, msg);
     }
@@ -3382,6 +3726,16 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         if (tr->cfg.attention_dropout > 0)  /* the dropped probabilities (op scratch) */
             bytes += (size_t)a->micro_batch_size * (size_t)(tr->cfg.n_head / tp) *
                      (size_t)tr->cfg.seq_len * (size_t)tr->cfg.seq_len * sizeof(float) + 256;
+        if (layout.dtype != MG_F32 && (a->device == MG_DEVICE_CPU || !mg_cuda_available())) {
+            /* the CPU widens a 16-bit GEMM's A, B (and C) to fp32 scratch: 3 × the largest */
+            int64_t N = a->micro_batch_size * tr->cfg.seq_len, C = tr->cfg.hidden, big;
+            big = (int64_t)tr->cfg.padded_vocab / tp * C;
+            if (N * 4 * C / tp > big) big = N * 4 * C / tp;
+            if (N * tr->cfg.padded_vocab / tp > big) big = N * tr->cfg.padded_vocab / tp;
+            if (a->micro_batch_size * tr->cfg.n_head / tp * tr->cfg.seq_len * tr->cfg.seq_len > big)
+                big = a->micro_batch_size * tr->cfg.n_head / tp * tr->cfg.seq_len * tr->cfg.seq_len;
+            bytes += 3 * ((size_t)big * sizeof(float) + 256);
+        }
     }
     {
         double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
@@ -3425,6 +3779,12 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     if (tr->pp > 1) tr->dp.overlap = 0;  /* reduced after the pipeline flush (mg_trainer_step) */
     mg_adamw_create_dp(&tr->opt, &tr->model, &tr->dp, (float)a->adam_beta1, (float)a->adam_beta2,
                        (float)a->adam_eps, (float)a->weight_decay);
+    if (a->fp16)
+        mg_loss_scaler_init(&tr->scaler, a->loss_scale == 0,
+                            a->loss_scale ? a->loss_scale : a->initial_loss_scale,
+                            a->min_loss_scale, a->loss_scale_window, a->hysteresis);
+    else
+        mg_loss_scaler_init(&tr->scaler, 0, 1.0, 1.0, 1, 1);
     tr->sched.max_lr = a->lr;
     tr->sched.min_lr = a->min_lr;
     tr->sched.warmup_iters = a->lr_warmup_iters;
@@ -3496,15 +3856,18 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     mg_step_result r;
     int64_t G = tr->args.global_batch_size, Gl = G / tr->dp_size;
     double t0 = mg__now_ms(), tokens = (double)G * tr->cfg.seq_len, sum;
+    float dloss;
     memset(&r, 0, sizeof r);
     mg__fetch(tr, &tr->train_smp, tr->consumed_samples + tr->dp_rank * Gl, Gl);
     mg_gpt_zero_grad(&tr->model);
     /* dropout on, keyed by the global microbatch index: iteration · microbatches + i */
     tr->model.training = 1;
+    /* fp16: the backward is seeded with the loss scale; AdamW divides it out */
+    dloss = (float)(tr->scaler.scale / tokens);
     tr->model.microbatch_base = (uint64_t)tr->iteration * (uint64_t)tr->n_micro * tr->dp_size +
                                 (uint64_t)tr->dp_rank * (uint64_t)tr->n_micro;
     if (tr->pp > 1) {   /* the schedule's forwards and backwards over the pipeline ranks */
-        sum = mg__pipe_run(tr, &tr->pipe_exec, tr->batch, (float)(1.0 / tokens), 0);
+        sum = mg__pipe_run(tr, &tr->pipe_exec, tr->batch, dloss, 0);
         /* the tied embedding's two stage parts first (the stages' flat buffers differ, so
            their data-parallel pieces do too), then every bucket over the replicas after the
            flush (no overlap hook: the executor interleaves microbatches across chunks) */
@@ -3513,17 +3876,19 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
         mg_dp_finish(&tr->dp);
     } else {
         mg_dp_start(&tr->dp);  /* buckets reduced during the last microbatch's backward */
-        sum = mg_gpt_run_microbatches(&tr->model, tr->batch, tr->n_micro, (float)(1.0 / tokens),
-                                      1);
+        sum = mg_gpt_run_microbatches(&tr->model, tr->batch, tr->n_micro, dloss, 1);
         mg_dp_finish(&tr->dp);
     }
     r.loss = mg_dp_sum(&tr->dp, sum) / tokens;
     tr->model.training = 0;
     mg_gpt_reduce_grads(&tr->model);
     r.lr = mg_lr_at(&tr->sched, tr->iteration);
+    r.loss_scale = tr->opt.loss_scale = tr->scaler.scale;
     r.skipped = !mg_adamw_update(&tr->opt, &tr->model, (float)r.lr, (float)tr->args.clip_grad,
                                  &r.grad_norm);
-    if (r.skipped) { tr->skipped_iters++; tr->nan_iters++; }
+    mg_loss_scaler_update(&tr->scaler, r.skipped);   /* found_inf: agreed by every rank */
+    tr->skipped_iters += r.skipped;
+    tr->nan_iters += !isfinite(r.loss);
     tr->consumed_samples += G;
     tr->iteration++;
     mg_sync(&tr->ctx);
@@ -3538,7 +3903,7 @@ static void mg__json_num(FILE *f, const char *key, double v, int last) {
 }
 
 MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
-    double ms, loss, tokens_per_s, tflops;
+    double ms, loss, tokens_per_s, tflops, tflops_rc;
     int64_t G = tr->args.global_batch_size;
     time_t now;
     char stamp[32];
@@ -3546,24 +3911,29 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
     tr->log_ms_sum += r->elapsed_ms;
     if (!r->skipped) tr->log_loss_sum += r->loss;
     tr->log_skipped += r->skipped;
+    tr->log_nan += !isfinite(r->loss);
     if (tr->iteration % tr->args.log_interval && tr->iteration != tr->args.train_iters) return;
     ms = tr->log_ms_sum / (double)tr->log_count;
     loss = tr->log_count > tr->log_skipped ?
            tr->log_loss_sum / (double)(tr->log_count - tr->log_skipped) : NAN;
     tokens_per_s = (double)G * tr->cfg.seq_len / (ms * 1e-3);
+    /* Megatron-LM's figure counts model FLOPs only; the second one adds the forward work
+       recomputation repeats (the paper's 96·B·s·l·h² form with full recomputation)          */
     tflops = mg_gpt_flops_per_iteration(&tr->cfg, G) / (ms * 1e-3) / 1e12 /
              (tr->comm ? tr->comm->world_size : 1);                          /* per rank */
+    tflops_rc = tflops * (1 + mg_gpt_flops_recomputed(&tr->cfg, &tr->model.layout, G) /
+                          mg_gpt_flops_per_iteration(&tr->cfg, G));
     now = time(NULL);
     strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
     if (out) {
         fprintf(out, " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
-                "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.3f | tokens per "
-                "second: %.0f | learning rate: %.6E | global batch size: %5lld | lm loss: %.6E |"
-                " loss scale: 1.0 | grad norm: %.3f | number of skipped iterations: %3lld | "
-                "number of nan iterations: %3lld |\n", stamp, (long long)tr->iteration,
-                (long long)tr->args.train_iters, (long long)tr->consumed_samples, ms, tflops,
-                tokens_per_s, r->lr, (long long)G, loss, r->grad_norm,
-                (long long)tr->log_skipped, (long long)tr->log_skipped);
+                "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.3f | with recomputed "
+                "FLOPs (TFLOP/s/GPU): %.3f | tokens per second: %.0f | learning rate: %.6E | "
+                "global batch size: %5lld | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f | "
+                "number of skipped iterations: %3lld | number of nan iterations: %3lld |\n", stamp,
+                (long long)tr->iteration, (long long)tr->args.train_iters, (long long)tr->consumed_samples, ms, tflops,
+                tflops_rc, tokens_per_s, r->lr, (long long)G, loss, r->loss_scale, r->grad_norm,
+                (long long)tr->log_skipped, (long long)tr->log_nan);
         fflush(out);
     }
     if (tr->jsonl) {
@@ -3572,15 +3942,17 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
         mg__json_num(tr->jsonl, "lm_loss", loss, 0);
         mg__json_num(tr->jsonl, "grad_norm", r->grad_norm, 0);
         mg__json_num(tr->jsonl, "lr", r->lr, 0);
+        mg__json_num(tr->jsonl, "loss_scale", r->loss_scale, 0);
         mg__json_num(tr->jsonl, "elapsed_ms", ms, 0);
         mg__json_num(tr->jsonl, "tokens_per_sec", tokens_per_s, 0);
         mg__json_num(tr->jsonl, "tflops_per_gpu", tflops, 0);
+        mg__json_num(tr->jsonl, "tflops_per_gpu_with_recompute", tflops_rc, 0);
         fprintf(tr->jsonl, "\"global_batch_size\": %lld, \"skipped_iterations\": %lld, "
                 "\"nan_iterations\": %lld}\n", (long long)G, (long long)tr->log_skipped,
-                (long long)tr->log_skipped);
+                (long long)tr->log_nan);
         fflush(tr->jsonl);
     }
-    tr->log_count = tr->log_skipped = 0;
+    tr->log_count = tr->log_skipped = tr->log_nan = 0;
     tr->log_loss_sum = tr->log_ms_sum = 0;
 }
 
@@ -3646,10 +4018,14 @@ static char *mg__state_json(const mg_trainer *tr) {
     n += (size_t)snprintf(s + n, cap - n, "{\n  \"format\": \"megatron.h checkpoint\", "
         "\"version\": 1,\n  \"iteration\": %lld, \"consumed_train_samples\": %lld, "
         "\"consumed_valid_samples\": %lld,\n  \"adam_step\": %lld, \"skipped_iterations\": %lld,"
-        " \"nan_iterations\": %lld,\n  \"seed\": %lld, \"data_order_index\": %d,\n",
+        " \"nan_iterations\": %lld,\n  \"seed\": %lld, \"data_order_index\": %d,\n"
+        "  \"loss_scale\": %.17g, \"loss_scale_growth_tracker\": %lld, "
+        "\"loss_scale_hysteresis_tracker\": %lld,\n",
         (long long)tr->iteration, (long long)tr->consumed_samples,
         (long long)tr->consumed_valid_samples, (long long)tr->opt.step,
-        (long long)tr->skipped_iters, (long long)tr->nan_iters, (long long)a->seed, a->data_order);
+        (long long)tr->skipped_iters, (long long)tr->nan_iters, (long long)a->seed, a->data_order,
+        tr->scaler.scale, (long long)tr->scaler.growth_tracker,
+        (long long)tr->scaler.hysteresis_tracker);
     for (i = 0; i < 6; i++)
         n += (size_t)snprintf(s + n, cap - n, "  \"%s\": %lld,\n", mg__state_arch_keys[i],
                               (long long)arch[i]);
@@ -3958,6 +4334,11 @@ MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t err
     tr->opt.step = st.adam_step;
     tr->skipped_iters = st.skipped;
     tr->nan_iters = st.nan_iters;
+    if (st.has_scaler && tr->scaler.dynamic) {    /* Megatron restores the grad scaler too */
+        tr->scaler.scale = st.loss_scale;
+        tr->scaler.growth_tracker = st.growth_tracker;
+        tr->scaler.hysteresis_tracker = st.hysteresis_tracker;
+    }
     tr->loaded_iteration = tr->last_saved = st.iteration;
     return 1;
 }

@@ -90,6 +90,13 @@ int main(int argc, char **argv) {
                 free(text);
             }
         }
+        if (tr.model.dtype != MG_F32 || tr.model.layout.recompute_granularity)
+            printf("gpt_train: %s activations and weight copy (fp32 master weights)%s; "
+                   "recomputation %s\n", mg_dtype_name(tr.model.dtype),
+                   tr.args.fp16 ? (tr.scaler.dynamic ? ", dynamic loss scale"
+                                                     : ", constant loss scale") : "",
+                   tr.model.layout.recompute_granularity == MG_RECOMPUTE_FULL ? "full"
+                   : tr.model.layout.recompute_granularity ? "selective" : "none");
         if (iters > tr.iteration)
             printf("gpt_train: global batch %lld = micro-batch %lld x %d microbatches; iterations "
                    "%lld … %lld\n", (long long)tr.args.global_batch_size,

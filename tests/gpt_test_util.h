@@ -265,4 +265,16 @@ static inline void gpt_trainer_from_line(mg_trainer *tr, const char *line) {
         exit(1);
     }
 }
+/* Parse + setup over the job's communicator (NULL: a serial model); exits naming the rank. */
+static inline void gpt_trainer_on(mg_trainer *tr, const char *line, mg_comm *comm) {
+    mg_train_args a;
+    char err[MG_ERRLEN];
+    if (gpt_parse_line(&a, line, err, sizeof err) == 0) {
+        a.comm = comm;
+        if (mg_trainer_setup(tr, &a, err, sizeof err) == 0) return;
+    }
+    fprintf(stderr, "rank %d: setup failed: %s\n  line: %s\n", comm ? comm->world_rank : 0, err,
+            line);
+    exit(1);
+}
 #endif

@@ -1,10 +1,11 @@
 // mg-test: ranks=1,2 timeout=120
 /* test_cli_pp.c — every bad pipeline-parallel configuration of gpt_train gets one line "what
    is wrong, what would be valid" on every rank before any work, and nothing is written:
-     world size and p (p does not divide it; a batch the d = world/(t·p)
-     replicas cannot share; p > 1 without enough ranks), layers and p·v, --num-layers-per-virtual-pipeline-
+     world size and p (p does not divide it; a batch the d = world/(t·p) replicas cannot
+     share; p > 1 without enough ranks), layers and p·v, --num-layers-per-virtual-pipeline-
      stage, the pipeline flags without a pipeline, schedules that cannot run the chunks or
-     the microbatches (1F1B or ZB-H1 with v > 1, interleaved with a bad microbatch count),
+     the microbatches (1F1B or ZB-H1 with v > 1, ZB-H1 with 16 bits or full recomputation,
+     interleaved with a bad microbatch count),
      --pipeline-schedule with --pipeline-schedule-file, schedule files (missing, malformed,
      for another p, missing a microbatch, v·p not dividing the layers), the --pipeline-trace
      path, outputs that need the whole model (--export-hf) and a bad schedule name. A problem
@@ -86,6 +87,12 @@ static void check_schedules(void) {
     expect_error(2, "ZB-H1 with two chunks per rank", BASE "--pipeline-model-parallel-size 2 "
                  "--num-layers-per-virtual-pipeline-stage 1 --pipeline-schedule zb-h1",
                  "schedule zb-h1 runs one model chunk per rank, but v = 2");
+    expect_error(2, "ZB-H1 with bf16", BASE "--pipeline-model-parallel-size 2 "
+                 "--pipeline-schedule zb-h1 --bf16", "zb-h1 schedule (split backward) runs with "
+                 "fp32 and without full recomputation for now: drop --bf16");
+    expect_error(2, "ZB-H1 with full recomputation", BASE "--pipeline-model-parallel-size 2 "
+                 "--pipeline-schedule zb-h1 --recompute-granularity full",
+                 "drop --recompute-granularity full");
     expect_error(2, "interleaved with m = 3 microbatches", BASE "--pipeline-model-parallel-size "
                  "2 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 3",
                  "m = 3 microbatches must be a multiple of the microbatch group");

@@ -5,24 +5,30 @@
 # paragraphs is printed every 50 iterations), saves a checkpoint, and prints a generated sample.
 # Everything it writes lives in build/demo/ (removed and rebuilt each run).
 #
-# The run is parallel, PTD-P style, on CPU ranks under mpirun: by default 4 ranks = tensor-
-# parallel t=2 (with sequence parallelism) x data-parallel d=2 (the distributed optimizer
-# shards the AdamW moments over the 2 replicas); pipeline parallelism (p) is not in this branch
-# yet — once merged the layout becomes t x p x d. The log's first lines show which rank holds
-# which (tensor, data, pipeline) coordinates. The math is the single-rank run's (tests/test_dp.c).
-#   RANKS=1 sh tools/train-demo.sh                   one process, no MPI layout
-#   RANKS=8 TP=4 ITERS=600 sh tools/train-demo.sh    another layout, a longer run
+# The run is parallel, PTD-P style, on CPU ranks under mpirun: by default 4 ranks = pipeline-
+# parallel p=2 (1F1B, 3 layers per stage) x data-parallel d=2 (the distributed optimizer shards
+# the AdamW moments over the 2 replicas), tensor-parallel t=1. A full 3-D layout (t=2, p=2,
+# d=2) needs 8 ranks — too slow for a demo on 2 cores, but `RANKS=8 TP=2` runs it. The log's
+# first lines show which rank holds which (tensor, data, pipeline) coordinates. The math is the
+# single-rank run's (tests/test_dp.c). Generation needs the whole model on one rank: with p > 1
+# the sample comes from one process loading the final checkpoint.
+#   RANKS=1 sh tools/train-demo.sh                        one process, no MPI layout
+#   RANKS=4 TP=2 PP=1 sh tools/train-demo.sh              t=2 (sequence parallel) x d=2
+#   RANKS=8 TP=2 PP=2 ITERS=600 sh tools/train-demo.sh    t=2 x p=2 x d=2, a longer run
 set -e
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 RANKS=${RANKS:-4}
-TP=${TP:-2}
+TP=${TP:-1}
+PP=${PP:-2}
 THREADS=${THREADS:-2}
 # 4 ranks on 2 cores run ~1.8 s per iteration (communication and oversubscription; one rank
 # with 2 threads is faster here — the layout is the point): a shorter default run in parallel
-if [ "$RANKS" -gt 1 ]; then ITERS=${ITERS:-200}; SAMPLE=${SAMPLE:-200}; fi
+# (micro-batches of 2: 4 microbatches per replica and iteration keep the pipeline busy)
+if [ "$RANKS" -gt 1 ]; then ITERS=${ITERS:-200}; SAMPLE=${SAMPLE:-200}; MB=${MB:-2}; fi
 ITERS=${ITERS:-600}
 SAMPLE=${SAMPLE:-400}
+MB=${MB:-8}
 OUT=$BUILD/demo
 for prog in mg_prepare gpt_train; do
   [ -x "$BUILD/$prog" ] || { echo "train-demo: $BUILD/$prog is missing (run make cpu)" >&2; exit 1; }
@@ -33,12 +39,13 @@ mkdir -p "$OUT"
 if [ "$RANKS" -gt 1 ]; then
   LAUNCH="mpirun --oversubscribe --bind-to none -np $RANKS"
   [ "$(id -u)" = 0 ] && LAUNCH="$LAUNCH --allow-run-as-root"
-  PAR="--tensor-model-parallel-size $TP --use-distributed-optimizer"
+  PAR="--tensor-model-parallel-size $TP --pipeline-model-parallel-size $PP"
+  PAR="$PAR --use-distributed-optimizer"
   [ "$TP" -gt 1 ] && PAR="$PAR --sequence-parallel"
   # the ranks share the cores: one OpenMP thread each (at least one)
   THREADS=$(( THREADS / RANKS > 0 ? THREADS / RANKS : 1 ))
-  echo "train-demo: $RANKS CPU ranks = tensor-parallel t=$TP x data-parallel d=$((RANKS / TP))" \
-       "(distributed optimizer), pipeline p=1 (not merged yet)"
+  echo "train-demo: $RANKS CPU ranks = tensor-parallel t=$TP x pipeline-parallel p=$PP x" \
+       "data-parallel d=$((RANKS / (TP * PP))) (distributed optimizer)"
 else
   LAUNCH=""
   PAR=""
@@ -51,10 +58,17 @@ OMP_NUM_THREADS=$THREADS OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} \
 OMPI_MCA_btl_vader_single_copy_mechanism=none $LAUNCH "$BUILD/gpt_train" \
   --data-path "$OUT/corpus" --split 95,5,0 --vocab-size 256 \
   --num-layers 6 --hidden-size 192 --num-attention-heads 6 --seq-length 128 \
-  --micro-batch-size 8 --global-batch-size 16 --train-iters "$ITERS" \
+  --micro-batch-size "$MB" --global-batch-size 16 --train-iters "$ITERS" \
   --lr 2e-3 --min-lr 2e-4 --lr-decay-style cosine --lr-warmup-iters 50 \
   --weight-decay 0.1 --adam-beta2 0.95 --clip-grad 1.0 \
   --log-interval 10 --eval-interval 50 --eval-iters 2 \
   --save "$OUT/checkpoints" --log-jsonl "$OUT/log.jsonl" \
-  --device cpu --sample-tokens "$SAMPLE" $PAR
+  --device cpu --sample-tokens "$([ "$RANKS" -gt 1 ] && [ "$PP" -gt 1 ] && echo 0 || echo "$SAMPLE")" \
+  $PAR
+if [ "$RANKS" -gt 1 ] && [ "$PP" -gt 1 ]; then   # the sample: one rank, the final checkpoint
+  OMP_NUM_THREADS=${THREADS} "$BUILD/gpt_train" --data-path "$OUT/corpus" --split 95,5,0 \
+    --micro-batch-size 8 --global-batch-size 16 --train-iters "$ITERS" --lr 2e-3 \
+    --eval-iters 0 --load "$OUT/checkpoints" --device cpu --sample-tokens "$SAMPLE" \
+    | grep -v '^gpt_train: resumed'
+fi
 echo "train-demo: checkpoint in $OUT/checkpoints, log in $OUT/log.jsonl"

@@ -2411,7 +2411,8 @@ static void mg__dp_start_bucket(mg_dp *dp, int k) {
 static void mg__dp_grads_final(void *user, int64_t first) {
     mg_dp *dp = (mg_dp *)user;
     int k;
-    while (dp->next >= 0 && first <= dp->bucket_begin[dp->next]) mg__dp_start_bucket(dp, dp->next--);
+    while (dp->next >= 0 && first <= dp->bucket_begin[dp->next])
+        mg__dp_start_bucket(dp, dp->next--);
     for (k = dp->next + 1; k < dp->n_buckets; k++)
         if (dp->req[k].id) mg_test(dp->comm, &dp->req[k]);
 }
@@ -3931,8 +3932,8 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
                 "FLOPs (TFLOP/s/GPU): %.3f | tokens per second: %.0f | learning rate: %.6E | "
                 "global batch size: %5lld | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f | "
                 "number of skipped iterations: %3lld | number of nan iterations: %3lld |\n", stamp,
-                (long long)tr->iteration, (long long)tr->args.train_iters, (long long)tr->consumed_samples, ms, tflops,
-                tflops_rc, tokens_per_s, r->lr, (long long)G, loss, r->loss_scale, r->grad_norm,
+                (long long)tr->iteration, (long long)tr->args.train_iters,
+                (long long)tr->consumed_samples, ms, tflops, tflops_rc, tokens_per_s, r->lr, (long long)G, loss, r->loss_scale, r->grad_norm,
                 (long long)tr->log_skipped, (long long)tr->log_nan);
         fflush(out);
     }

@@ -203,8 +203,8 @@ static void check_row(const dp_row *row, mg_trainer *ser, const float *want_loss
              tr.model.n_elems < held + 64 * (tr.model.n_params + d);
     mem_ok = agree_max(mem_ok ? 0 : 1) == 0;
     snprintf(name, sizeof name, "dp: t=%d p=%d d=%d%s: optimizer state %lld bytes/rank = 8 x "
-             "%lld elements%s", row->t, row->p, d, row->dist ? " distopt" : "", (long long)(tr.opt.n * 8),
-             (long long)tr.model.n_elems, row->dist ? " / d" : "");
+             "%lld elements%s", row->t, row->p, d, row->dist ? " distopt" : "",
+             (long long)(tr.opt.n * 8), (long long)tr.model.n_elems, row->dist ? " / d" : "");
     CHECK(mem_ok, name);
     mg_trainer_free(&tr);
 }

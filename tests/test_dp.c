@@ -23,7 +23,8 @@
    iterations 11–20 and the final weights equal the uninterrupted serial run.
    On every world size: a NaN planted in one rank's weights makes every rank skip the step
    (global non-finite detection), with and without the distributed optimizer; the validation
-   loss (each replica its share of the batches) equals the serial one.
+   loss (each replica its share of the batches) equals the serial one, also through a
+   forward-only pipeline (p=2) on 4 and 8 ranks.
 */
 #include "gpt_test_util.h"
 
@@ -312,11 +313,11 @@ static void check_nonfinite(int dist) {
 
 /* Validation under data parallelism: each replica evaluates its share of every validation
    batch and the sums are added — the loss equals the serial evaluation's.                  */
-static void check_evaluate(void) {
+static void check_evaluate(int p) {
     char line[2048], name[160], dir[256], extra[600];
     mg_trainer par, ser;
     double lp, ls;
-    int t = world >= 4 ? 2 : 1;
+    int t = world >= 4 * p ? 2 : 1;
     gpt_tmpdir(dir, sizeof dir, "dp_valid");    /* each rank its own copy of one dataset */
     snprintf(extra, sizeof extra, "--data-path %s/ds --data-order shuffled --split 8,2,0 "
              "--eval-iters 2", dir);
@@ -325,13 +326,18 @@ static void check_evaluate(void) {
         snprintf(prefix, sizeof prefix, "%s/ds", dir);
         gpt_make_docs(prefix);
     }
-    row_line(line, sizeof line, t, 0, 1, 0, 0, STEPS, extra);   /* later flags win */
+    {   /* later flags win: the data, then the pipeline */
+        char more[700];
+        snprintf(more, sizeof more, "%s --pipeline-model-parallel-size %d", extra, p);
+        row_line(line, sizeof line, t, 0, 1, 0, 0, STEPS, more);
+    }
     trainer_make(&par, line, 1);
     row_line(line, sizeof line, 1, 0, 0, 0, 0, STEPS, extra);
     trainer_make(&ser, line, 0);
     lp = mg_trainer_evaluate(&par, NULL);
     ls = mg_trainer_evaluate(&ser, NULL);
-    snprintf(name, sizeof name, "dp: validation loss under t=%d d=%d = serial", t, world / t);
+    snprintf(name, sizeof name, "dp: validation loss under t=%d p=%d d=%d = serial", t, p,
+             world / (t * p));
     mg_test_report(mg_test_agree(fabs(lp - ls) <= 1e-5 * fabs(ls) && lp == lp), name,
                    "%.9g vs %.9g", lp, ls);
     mg_trainer_free(&par);
@@ -360,7 +366,8 @@ int main(int argc, char **argv) {
     if (world == 8 && have[2]) check_resume(&ser[2], loss[2]);
     check_nonfinite(0);
     check_nonfinite(1);
-    check_evaluate();
+    check_evaluate(1);
+    if (world >= 4) check_evaluate(2);   /* the forward-only pipeline on each replica */
     for (i = 0; i < 8; i++) if (have[i]) mg_trainer_free(&ser[i]);
     mg_comm_finalize(&comm);
     return mg_test_summary();

@@ -21,13 +21,17 @@
      3. Model: the tensor-parallel split (column/row/vocabulary-parallel layers, sequence
         parallelism) and Megatron's communication operators as a public API (mg_tp_gather,
         mg_tp_reduce); per (chunk, slot) activation storage, forward and backward of a model
-        chunk for one microbatch, the loss, dropout keyed by global coordinates. A chunk's
+        chunk for one microbatch, the loss, dropout keyed by global coordinates, activation
+        recomputation (selective: the attention core; full: whole layers). A chunk's
         input/output activations and the gradient buffer are exposed so a pipeline executor
         can send and receive them.
      3b. Weight files: import llm.c checkpoints and Hugging Face GPT-2 safetensors (told apart
         by content), export Hugging Face safetensors + config.json.
      4. Optimizer: AdamW state, Megatron's learning-rate schedule, global-norm clipping.
-     5. Trainer (one rank, or t·p ranks under mpirun): arguments (Megatron-LM's flag names),
+     4b. Data parallelism (mg_dp): the gradient reduction over the d replicas in buckets started
+        during the last microbatch's backward; the distributed optimizer (ZeRO-1: sharded
+        moments, reduce-scatter / all-gather).
+     5. Trainer (one rank, or t·p·d ranks under mpirun): arguments (Megatron-LM's flag names),
         validation, the iteration (gradient accumulation over microbatches), evaluation,
         logging, checkpoints (save/load/resume), import/export, text generation. Pipeline
         parallelism (--pipeline-model-parallel-size): the iteration runs mg_pipeline.h's
@@ -36,7 +40,9 @@
         word embedding's gradient between the first and the last stage (per tensor-parallel
         shard), and clips by the norm summed over the tensor group (replicated parameters
         counted once) and the stages (the tied weight counted once); the loss comes from the
-        last stage, broadcast to all. Tensor × pipeline compose: each stage is t ranks.
+        last stage, broadcast to all. Tensor × pipeline × data compose: each stage is t ranks,
+        each (tensor, pipeline) position is replicated d = world/(t·p) times; with p > 1 the
+        data-parallel gradient reduction runs after the pipeline flush (no overlap hook).
 
    CONVENTIONS (see mg_tensor.h for the op-level ones)
      - T = sequence length, B = micro-batch size, N = T·B activation rows (sequence-major: row
@@ -49,7 +55,8 @@
        of rows (its heads). llm.c and Hugging Face store [q | k | v]: rows are permuted on
        import and export.
      - Loss = mean over all target tokens of the global batch: each microbatch's backward is
-       seeded with dloss = 1 / (global batch · T).
+       seeded with dloss = 1 / (global batch · T), on every data-parallel replica too, so the
+       replicas' gradients are SUMMED (not averaged) over the data group.
      - Parameter gradients accumulate over microbatches; the trainer zeroes them per iteration.
 */
 #ifndef MEGATRON_H
@@ -108,6 +115,21 @@ typedef struct mg_gpt_chunk {
     int has_head;                /* final layernorm + output layer + loss behind them           */
 } mg_gpt_chunk;
 
+/* Activation recomputation (Korthikanti et al. 2022, Megatron's --recompute-granularity):
+     selective  the attention core (scores, softmax, dropout, ·V) of every layer is recomputed
+                in the backward from the stored qkv: its [B, nh/t, T, T] probabilities — the
+                5·a·s/h term of the activation memory — are never kept per microbatch;
+     full       a recomputed layer keeps only its input; the backward re-runs its forward.
+   Which layers are full-recomputed (Megatron's --recompute-method, per model chunk):
+     uniform    every layer, in groups of recompute_num_layers consecutive layers: only each
+                group's input is kept, the whole group is re-run before its backward;
+     block      the first recompute_num_layers layers of the chunk, each on its own; the rest
+                keep everything.
+   The recomputed forward regenerates identical bits (same inputs, same weights, dropout masks
+   keyed by global coordinates), so recomputation never changes losses or weights.        */
+typedef enum { MG_RECOMPUTE_NONE = 0, MG_RECOMPUTE_SELECTIVE, MG_RECOMPUTE_FULL } mg_recompute;
+typedef enum { MG_RECOMPUTE_UNIFORM = 0, MG_RECOMPUTE_BLOCK } mg_recompute_method;
+
 #define MG_MAX_CHUNKS 32
 typedef struct mg_gpt_layout {
     int tp_rank, tp_size;        /* tensor-parallel coordinate (a single rank: 0, 1)            */
@@ -117,6 +139,9 @@ typedef struct mg_gpt_layout {
                                     NULL with tp_size 1. mg_gpt_layout_tp fills these fields. */
     int pp_rank, pp_size;        /* pipeline coordinate (a single stage: 0, 1)                  */
     int micro_batch;             /* B: sequences per microbatch                                 */
+    int dp_size;                 /* data-parallel replicas d (0 or 1: none). The flat buffers are
+                                    padded to a multiple of 64·d elements so that every bucket
+                                    of the gradient reduction splits into d equal pieces       */
     int n_slots;                 /* microbatches whose activations can be in flight per chunk   */
     int max_microbatches;        /* per-token loss storage: microbatches per iteration          */
     int split_backward;          /* 1: each slot also keeps the output gradients of its linears
@@ -124,6 +149,13 @@ typedef struct mg_gpt_layout {
                                     W action: mg_gpt_backward_input, then _weight)             */
     int n_chunks;
     mg_gpt_chunk chunks[MG_MAX_CHUNKS];
+    int recompute_granularity;   /* mg_recompute (0: none)                                      */
+    int recompute_method;        /* mg_recompute_method (full only)                             */
+    int recompute_num_layers;    /* N of the method (full only; 0 counts as 1)                  */
+    int dtype;                   /* mg_dtype of the weights' working copy, the activations and
+                                    their gradients: MG_F32, or MG_BF16 / MG_F16 for mixed
+                                    precision (--bf16 / --fp16; master weights, gradients,
+                                    Adam moments, norms' statistics and the logits stay fp32) */
 } mg_gpt_layout;
 
 /* The whole model as n_chunks chunks of (nearly) equal layer counts on this one rank, tensor
@@ -143,6 +175,14 @@ MGDEF void mg_gpt_layout_tp(mg_gpt_layout *layout, mg_comm *comm, int sequence_p
 MGDEF mg_gpt_layout mg_gpt_layout_pipeline(const mg_gpt_config *cfg, int micro_batch,
                                            int max_microbatches, int pp_rank, int pp_size, int v,
                                            int n_slots, int split_backward);
+/* The forward FLOPs activation recomputation repeats in one iteration over `samples`
+   sequences, whole model: selective — the attention core of every layer, 4·samples·T²·C each
+   (q·kᵀ and P·v); full — the whole forward of each recomputed layer, 24·samples·T·C² +
+   4·samples·T²·C. Layers recomputed under `layout` (given per chunk on this rank) are counted
+   as if every pipeline stage held chunks like this rank's. Full recomputation of every layer
+   turns the 72 form above into the paper's 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)).          */
+MGDEF double mg_gpt_flops_recomputed(const mg_gpt_config *cfg, const mg_gpt_layout *layout,
+                                     int64_t samples);
 
 /* ---------------------------------------------------------------------------------------------
    2. Parameters
@@ -287,6 +327,10 @@ typedef struct mg_gpt {
     mg_param_desc *params;    /* n_params descriptors, flat-buffer order                        */
     int64_t n_elems;          /* length of each flat buffer (with alignment gaps)              */
     float *param_buf;         /* ONE flat fp32 buffer of this rank's parameters (device)       */
+    void *param16;            /* mixed precision: the 16-bit working copy of param_buf that the
+                                 forward and backward read (m->w views it); NULL with fp32.
+                                 mg_gpt_sync_weights refreshes it from the fp32 master.       */
+    mg_dtype dtype;           /* layout.dtype: activations, their gradients, param16            */
     float *grad_buf;          /* ONE flat fp32 buffer of their gradients (device)              */
     mg_tensor *w, *g;         /* n_params tensor views into param_buf / grad_buf               */
     int idx_global[4];        /* descriptor index of WTE, WPE, LNF_W, LNF_B (-1: not held)     */
@@ -299,9 +343,25 @@ typedef struct mg_gpt {
     size_t act_bytes;         /* arena bytes of the per-microbatch activations (all chunks and
                                  slots; bench/memory reports them)                             */
     size_t scratch_bytes;     /* arena bytes of the shared scratch below (one microbatch)      */
+    /* activation recomputation's scratch, shared by every chunk and slot (one microbatch is
+       recomputed at a time): full — the activations of one group of layers (the layer structs
+       of recomputed layers point here, except a group's last output, kept per microbatch);
+       selective — the attention probabilities of one layer                                   */
+    mg_gpt_layer_acts *recompute_layers;
+    int n_recompute_layers;
+    mg_tensor recompute_att;  /* [B, nh/t, T, T]                                                */
     /* training mode: dropout on, and the global index of this iteration's first microbatch   */
     int training;
     uint64_t microbatch_base;
+    /* gradient-ready hook (data parallelism): while final_backward is set — the caller sets it
+       for the last microbatch's backward of the iteration — mg_gpt_backward calls
+       grads_final(grads_final_user, first) each time the gradients of flat offsets
+       [first, n_elems) have become final: after the head (first = the final layernorm), after
+       each layer (its first tensor), after the embedding (0). Backward runs from the end of the
+       flat buffer to its start, so `first` only falls.                                       */
+    int final_backward;
+    void (*grads_final)(void *user, int64_t first);
+    void *grads_final_user;
     /* scratch shared by every forward/backward (one microbatch at a time)                     */
     mg_tensor dresid;         /* [n, C] gradient of the residual stream: a chunk's backward
                                  reads the gradient of its output here and leaves the gradient
@@ -312,6 +372,8 @@ typedef struct mg_gpt {
     mg_tensor full_b;         /* [N, C] row-parallel partial output (sp), gathered gradient
                                  (sp), and the partial input gradient of column-parallel layers */
     mg_tensor dCt, d3C, d4C, datt; /* [N,C/t] [N,3C/t] [N,4C/t] [B,nh/t,T,T]                   */
+    mg_tensor dlogits;        /* [N, Vp/t] 16-bit gradient of the fp32 logits (mixed precision;
+                                 with fp32 the logits are overwritten in place instead)      */
     float *tp_scalars;        /* [3 + 3t] device floats: the tensor group's scalar exchanges   */
     float *vocab_row;         /* [Vp] one row of logits gathered over the vocabulary slices    */
     float *losses;            /* [max_microbatches · N] per-token losses (device)               */
@@ -322,6 +384,10 @@ typedef struct mg_gpt {
     double *host_scalars;     /* [2·max(t, p)] their host staging                               */
 } mg_gpt;
 
+/* How the layout recomputes layer i (0-based within its chunk of nl layers): mg_recompute;
+   for MG_RECOMPUTE_FULL also the chunk-relative group [*first, *last] re-run together.     */
+MGDEF int mg_gpt_recompute_kind(const mg_gpt_layout *layout, int nl, int i, int *first,
+                                int *last);
 /* Bytes of the context's arena the model needs (parameters, gradients, activations, scratch). */
 MGDEF size_t mg_gpt_arena_bytes(const mg_gpt_config *cfg, const mg_gpt_layout *layout);
 /* Builds descriptors, buffers and views; values are undefined until mg_gpt_init_weights or a
@@ -367,6 +433,11 @@ MGDEF void mg_gpt_backward_weight(mg_gpt *m, int chunk, int slot);
 MGDEF mg_tensor *mg_gpt_chunk_input(mg_gpt *m, int chunk, int slot);
 MGDEF mg_tensor *mg_gpt_chunk_output(mg_gpt *m, int chunk, int slot);
 MGDEF void mg_gpt_zero_grad(mg_gpt *m);
+/* Mixed precision: rounds the fp32 master weights (param_buf) into the 16-bit working copy
+   that every forward and backward reads. Call it after anything writes param_buf (the
+   optimizer, initialisation, an import or load); mg_gpt_run_microbatches and the trainer call
+   it before their forwards. A no-op with fp32.                                              */
+MGDEF void mg_gpt_sync_weights(mg_gpt *m);
 /* After the last backward of an iteration: completes the gradients that are partial on this
    rank — with sequence parallelism the layernorm gradients (each rank saw its rows) are
    summed over the tensor group. A no-op on one rank.                                      */
@@ -426,17 +497,108 @@ typedef struct mg_lr_schedule {
           ½(cos(π·ratio) + 1) (cosine), lr = min_lr + coeff·(max_lr - min_lr).              */
 MGDEF double mg_lr_at(const mg_lr_schedule *s, int64_t num_steps);
 
+/* 4b. Data parallelism (d replicas of the model; Megatron's DistributedDataParallel and
+       DistributedOptimizer). Each data-parallel rank runs its own microbatches of the global
+       batch; every backward is seeded with dloss = 1 / (global batch · T), so the gradient a
+       rank holds is its share of the gradient of the mean loss and the SUM over the data group
+       is the whole gradient (no averaging). The flat gradient buffer is cut into buckets of
+       about --bucket-size elements (boundaries at multiples of 64·d, the buffer padded to
+       one); during the last microbatch's backward, a bucket's reduction is started (nonblocking)
+       as soon as the backward has passed its first element — the hook of mg_gpt — and
+       mg_dp_finish starts the rest and waits for all before the optimizer.
+         plain:        all-reduce of each bucket: every rank holds the whole summed gradient
+                       and runs the whole AdamW (moments of every parameter on every rank).
+         distributed   (--use-distributed-optimizer, ZeRO-1): reduce-scatter of each bucket:
+                       rank r of the data group owns piece r (1/d of it, contiguous) of every
+                       bucket and keeps the AdamW moments of its pieces only; it updates those
+                       parameters and an all-gather of each bucket sends the updated pieces to
+                       every rank. Optimizer state per rank: 2 moments × 4 bytes × padded
+                       elements / d (the fp32 parameters are the master weights; full on every
+                       rank, as they are needed for the forward).                            */
+typedef struct mg_dp {
+    mg_gpt *model;
+    mg_comm *comm;               /* NULL: one replica                                          */
+    int rank, size;              /* data-parallel coordinate and d                             */
+    int distributed;             /* ZeRO-1: reduce-scatter, sharded moments, all-gather         */
+    int overlap;                 /* 1 (default): start buckets from the backward hook; 0: all
+                                    from mg_dp_finish (bench/overlap compares them)            */
+    int n_buckets;
+    int64_t *bucket_begin;       /* [n_buckets + 1] flat offsets, multiples of 64·d            */
+    mg_request *req;             /* [n_buckets] in-flight reductions                            */
+    int next;                    /* highest bucket not started yet (-1: all started)            */
+    int64_t shard_elems;         /* elements this rank owns (distributed): n_elems / d          */
+    float *dev_scalars;          /* [3 + 3·world] device staging of exact scalar sums           */
+    float *host_scalars;         /* [3·world]                                                   */
+    double wait_ms;              /* time mg_dp_finish spent waiting (accumulates; bench)        */
+} mg_dp;
+/* Megatron's default bucket: max(40 M, 1 M · d) elements. */
+MGDEF int64_t mg_dp_default_bucket(int dp_size);
+/* Sets up the reduction of m's gradients over comm's data group (comm NULL or d = 1: none);
+   m's layout must have dp_size = d. Device scratch comes from m's context arena
+   (mg_dp_arena_bytes). bucket_elems <= 0: the default.                                      */
+MGDEF void mg_dp_init(mg_dp *dp, mg_gpt *m, mg_comm *comm, int distributed, int64_t bucket_elems);
+MGDEF size_t mg_dp_arena_bytes(int world_size);
+MGDEF void mg_dp_free(mg_dp *dp);
+/* Arms the hook for one iteration (call before the microbatches; the caller sets
+   m->final_backward for the last one — mg_gpt_run_microbatches does).                      */
+MGDEF void mg_dp_start(mg_dp *dp);
+/* Starts the buckets not yet started and waits for every reduction. */
+MGDEF void mg_dp_finish(mg_dp *dp);
+/* Σ over the data group of a double, exact to ~1e-14 relative and identical on every rank
+   (partial sums exchanged as float pairs and added in rank order). */
+MGDEF double mg_dp_sum(mg_dp *dp, double local);
+/* Copies a moment between its sharded form (shard_elems, this rank's pieces in bucket order)
+   and the whole flat layout (n_elems): to_flat gathers the pieces of every rank (collective
+   over the data group); !to_flat copies this rank's pieces out of flat (local).             */
+MGDEF void mg_dp_moment_flat(mg_dp *dp, float *shard, float *flat, int to_flat);
+
 typedef struct mg_adamw {
-    float *m, *v;                /* first and second moments, flat, like the gradients (device) */
+    float *m, *v;                /* first and second moments (device): flat like the gradients,
+                                    or, with a distributed dp, this rank's shard_elems          */
+    int64_t n;                   /* elements of each moment                                     */
+    const mg_dp *dp;             /* distributed optimizer: the owner of the shards (else NULL) */
     int64_t step;                /* optimizer steps taken (skipped iterations do not count)    */
     float beta1, beta2, eps, weight_decay;
+    double loss_scale;           /* the gradients hold loss_scale × the true ones (fp16 loss
+                                    scaling; 1 otherwise): divided out before the norm, the
+                                    clipping and the update                                   */
 } mg_adamw;
+/* Moments from the arena, zeroed. dp NULL or not distributed: moments of the whole flat buffer;
+   distributed: of this rank's shard, and mg_adamw_update becomes ZeRO-1 (collective over the
+   data and tensor groups).                                                                  */
 MGDEF void mg_adamw_create(mg_adamw *opt, mg_gpt *m, float beta1, float beta2, float eps,
                            float weight_decay);  /* moments from the arena, zeroed */
-/* Global gradient norm (Σ over every parameter, counted once), clipping to clip_grad (0: off),
-   then AdamW with learning rate lr. Returns 1 if applied; 0 if the norm is inf/nan (the update
-   is skipped, nothing changes). *grad_norm receives the norm before clipping.               */
+MGDEF void mg_adamw_create_dp(mg_adamw *opt, mg_gpt *m, const mg_dp *dp, float beta1,
+                              float beta2, float eps, float weight_decay);
+/* Global gradient norm (Σ over every parameter, counted once across the tensor, pipeline and
+   data groups), clipping to clip_grad (0: off), then AdamW with learning rate lr (distributed
+   optimizer: this rank's pieces, then an all-gather of the parameters). Returns 1 if applied;
+   0 if some gradient is inf/nan on any rank (the update is skipped, nothing changes).
+   *grad_norm receives the norm of the unscaled gradients before clipping (nan when skipped). */
 MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, double *grad_norm);
+
+/* Loss scaling for fp16 (Megatron-LM's DynamicGradScaler / ConstantGradScaler). The backward
+   is seeded with dloss · scale so small gradients survive fp16; the optimizer divides the
+   scale out (mg_adamw.loss_scale). After each iteration, update(found_inf), where found_inf
+   says some gradient on some rank was inf or nan (that iteration's update is skipped):
+     found_inf:  growth_tracker = 0; hysteresis_tracker -= 1;
+                 if hysteresis_tracker <= 0: scale = max(scale · backoff, min_scale)
+     clean:      growth_tracker += 1; if growth_tracker == growth_interval:
+                 growth_tracker = 0, hysteresis_tracker = hysteresis, scale ·= growth
+   Megatron's defaults: initial 2^32, min 1, growth 2, backoff 0.5, interval 1000,
+   hysteresis 2. A constant scaler (--loss-scale X) never changes; found_inf still skips.   */
+typedef struct mg_loss_scaler {
+    double scale;
+    int dynamic;                 /* 0: constant                                                */
+    double min_scale, growth_factor, backoff_factor;
+    int64_t growth_interval, growth_tracker;
+    int64_t hysteresis, hysteresis_tracker;
+} mg_loss_scaler;
+/* dynamic: initial scale, min_scale, growth interval (--loss-scale-window), hysteresis;
+   growth 2 and backoff 0.5. Constant (dynamic 0): scale = initial for good.                */
+MGDEF void mg_loss_scaler_init(mg_loss_scaler *s, int dynamic, double initial, double min_scale,
+                               int64_t growth_interval, int64_t hysteresis);
+MGDEF void mg_loss_scaler_update(mg_loss_scaler *s, int found_inf);
 
 /* ---------------------------------------------------------------------------------------------
    5. Trainer
@@ -462,7 +624,16 @@ typedef struct mg_train_args {
     /* parallelism and regularisation                                                        */
     int64_t tensor_model_parallel_size;
     int sequence_parallel;               /* a switch: given = 1                                */
+    int use_distributed_optimizer;       /* a switch: ZeRO-1 over the data-parallel group     */
+    int64_t bucket_size;                 /* gradient-reduction bucket, elements (0: default)   */
     double hidden_dropout, attention_dropout;
+    /* memory: activation recomputation (mg_recompute, mg_recompute_method)                  */
+    int recompute_granularity, recompute_method;
+    int64_t recompute_num_layers;
+    /* mixed precision (switches) and fp16 loss scaling                                      */
+    int bf16, fp16;
+    double loss_scale, initial_loss_scale, min_loss_scale;  /* loss_scale 0: dynamic        */
+    int64_t loss_scale_window, hysteresis;
     mg_comm *comm;                       /* not a flag: the job's communicator (mg_comm_init),
                                             NULL for a single rank without MPI               */
     int data_order;                      /* mg_data_order                                      */
@@ -474,7 +645,7 @@ typedef struct mg_train_args {
     const char *pipeline_schedule_file, *pipeline_trace;
     double comm_timeout;                 /* --comm-timeout: the program sets comm->timeout_s  */
     int help;
-    unsigned char given[64];             /* given[i]: flag i of the table was on the line     */
+    unsigned char given[128];            /* given[i]: flag i of the table was on the line     */
 } mg_train_args;
 
 /* Defaults (Megatron-LM's where it has them). */
@@ -490,6 +661,7 @@ typedef struct mg_step_result {
     double lr;                /* the learning rate this iteration used                          */
     double elapsed_ms;        /* wall time of the iteration                                     */
     int skipped;              /* 1: gradient not finite, update skipped                        */
+    double loss_scale;        /* the loss scale this iteration used (1 without fp16)           */
 } mg_step_result;
 
 typedef struct mg_trainer {
@@ -499,12 +671,17 @@ typedef struct mg_trainer {
     mg_gpt model;
     mg_adamw opt;
     mg_lr_schedule sched;
-    int n_micro;                        /* microbatches per iteration = global / micro          */
+    mg_loss_scaler scaler;              /* fp16: the loss scale; else a constant 1             */
+    int n_micro;                        /* microbatches per iteration on this rank =
+                                           global / (micro · d)                                */
+    int dp_rank, dp_size;               /* data-parallel coordinate: this rank reads samples
+                                           [dp_rank·G/d, (dp_rank+1)·G/d) of each global batch */
+    mg_dp dp;                           /* the gradient reduction over the data group          */
     int writer;                         /* this rank writes files and logs (world rank 0)      */
     int has_data, has_valid;
     mg_dataset data;
     mg_sampler train_smp, valid_smp;
-    int32_t *batch;                     /* host [global_batch, T+1]                              */
+    int32_t *batch;                     /* host [global_batch / d, T+1]: this rank's samples    */
     int64_t iteration;                  /* completed iterations                                 */
     int64_t consumed_samples, consumed_valid_samples;
     int64_t skipped_iters, nan_iters;
@@ -542,9 +719,10 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out);
 /* Mean loss over --eval-iters global batches of the validation part (the next ones);
    prints Megatron's validation line to out when out is non-NULL.                           */
 MGDEF double mg_trainer_evaluate(mg_trainer *tr, FILE *out);
-/* Checkpoint DIR/iter_%07d/{model.safetensors, optimizer.safetensors, state.json} built under
-   a temporary name and renamed; then DIR/latest_checkpointed_iteration.txt, atomically.
-   Tensors are stored GLOBAL, by name, so any later layout can load them.                 */
+/* Checkpoint DIR/iter_%07d/{model, optimizer, optimizer_sq}.safetensors + state.json built
+   under a temporary name and renamed; then DIR/latest_checkpointed_iteration.txt, atomically.
+   Tensors are stored GLOBAL, by name, so any later layout can load them. Collective: every
+   rank writes the pieces it owns into the preallocated files (no gathering).              */
 MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t errlen);
 /* Restores weights, optimizer state, iteration, consumed samples and counters from the
    latest checkpoint in dir. Returns 1 if one was loaded, 0 if dir holds none, -1 on error. */
@@ -656,6 +834,22 @@ MGDEF double mg_gpt_flops_per_iteration(const mg_gpt_config *c, int64_t samples)
     return 72.0 * (double)samples * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
 }
 
+MGDEF double mg_gpt_flops_recomputed(const mg_gpt_config *c, const mg_gpt_layout *L,
+                                     int64_t samples) {
+    double s = c->seq_len, h = c->hidden, B = (double)samples;
+    double core = 4.0 * B * s * s * h, layer = 24.0 * B * s * h * h + core;
+    int ch, i, first = 0, last = -1, held = 0, full = 0;
+    if (L->recompute_granularity == MG_RECOMPUTE_SELECTIVE) return core * c->n_layer;
+    if (L->recompute_granularity != MG_RECOMPUTE_FULL) return 0;
+    for (ch = 0; ch < L->n_chunks; ch++) {
+        int nl = L->chunks[ch].layer_end - L->chunks[ch].layer_begin;
+        held += nl;
+        for (i = 0; i < nl; i++)
+            full += mg_gpt_recompute_kind(L, nl, i, &first, &last) == MG_RECOMPUTE_FULL;
+    }
+    return held ? layer * c->n_layer * (double)full / held : 0;
+}
+
 MGDEF mg_gpt_layout mg_gpt_layout_single(const mg_gpt_config *cfg, int micro_batch,
                                          int max_microbatches, int n_chunks) {
     mg_gpt_layout L;
@@ -666,6 +860,7 @@ MGDEF mg_gpt_layout mg_gpt_layout_single(const mg_gpt_config *cfg, int micro_bat
     L.pp_rank = 0;
     L.pp_size = 1;
     L.micro_batch = micro_batch;
+    L.dp_size = 1;
     L.n_slots = 1;
     L.max_microbatches = max_microbatches;
     if (n_chunks < 1) n_chunks = 1;
@@ -732,6 +927,17 @@ static int mg__layout_check(const mg_gpt_config *cfg, const mg_gpt_layout *L, ch
         (int64_t)L->micro_batch * cfg->seq_len * (cfg->padded_vocab / L->tp_size) > INT32_MAX)
         return mg__err(err, errlen, "--micro-batch-size %d × --seq-length %d is too large for "
                        "32-bit GEMM sizes", L->micro_batch, cfg->seq_len);
+    if (L->recompute_granularity < MG_RECOMPUTE_NONE ||
+        L->recompute_granularity > MG_RECOMPUTE_FULL ||
+        L->recompute_method < MG_RECOMPUTE_UNIFORM || L->recompute_method > MG_RECOMPUTE_BLOCK)
+        return mg__err(err, errlen, "layout: recompute granularity %d / method %d (expected "
+                       "none, selective or full / uniform or block)", L->recompute_granularity,
+                       L->recompute_method);
+    if (L->dtype != MG_F32 && L->dtype != MG_BF16 && L->dtype != MG_F16)
+        return mg__err(err, errlen, "layout: dtype %d (expected fp32, bf16 or fp16)", L->dtype);
+    if (L->recompute_num_layers < 0 || L->recompute_num_layers > cfg->n_layer)
+        return mg__err(err, errlen, "--recompute-num-layers %d: must be 1 … --num-layers %d",
+                       L->recompute_num_layers, cfg->n_layer);
     for (i = 0; i < L->n_chunks; i++) {
         const mg_gpt_chunk *c = &L->chunks[i];
         if (c->layer_begin < 0 || c->layer_end < c->layer_begin || c->layer_end > cfg->n_layer)
@@ -862,7 +1068,10 @@ static int mg__build_params(const mg_gpt_config *c, const mg_gpt_layout *L, mg_p
         mg__add_param(c, L, out, &n, &off, MG_LNF_W, -1);
         mg__add_param(c, L, out, &n, &off, MG_LNF_B, -1);
     }
-    if (n_elems) *n_elems = off;
+    if (n_elems) {   /* padded for the data-parallel buckets: a multiple of 64·d */
+        int64_t unit = 64 * (int64_t)(L->dp_size > 1 ? L->dp_size : 1);
+        *n_elems = (off + unit - 1) / unit * unit;
+    }
     return n;
 }
 
@@ -985,12 +1194,13 @@ static void *mg__take(mg__planner *p, size_t bytes) {
     p->bytes += (bytes + 255) / 256 * 256;        /* the arena's 256-byte alignment */
     return p->ctx ? mg_alloc(p->ctx, bytes) : NULL;
 }
-static mg_tensor mg__take_tensor(mg__planner *p, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+static mg_tensor mg__take_tensor(mg__planner *p, mg_dtype dt, int64_t d0, int64_t d1, int64_t d2,
+                                 int64_t d3) {
     int64_t shape[4];
     int nd = d3 ? 4 : d2 ? 3 : 2;
     mg_tensor t;
     shape[0] = d0; shape[1] = d1; shape[2] = d2; shape[3] = d3;
-    t = mg_tensor_wrap(NULL, MG_F32, nd, shape);
+    t = mg_tensor_wrap(NULL, dt, nd, shape);
     t.data = mg__take(p, mg_nbytes(&t));
     return t;
 }
@@ -1004,16 +1214,69 @@ static int mg__scalar_slots(const mg_gpt_layout *L) {
     return 2 * (L->tp_size > L->pp_size ? L->tp_size : L->pp_size);
 }
 
+MGDEF int mg_gpt_recompute_kind(const mg_gpt_layout *L, int nl, int i, int *first, int *last) {
+    int n = L->recompute_num_layers > 0 ? L->recompute_num_layers : 1;
+    if (L->recompute_granularity != MG_RECOMPUTE_FULL) return L->recompute_granularity;
+    if (L->recompute_method == MG_RECOMPUTE_BLOCK) {
+        if (i >= n) return MG_RECOMPUTE_NONE;
+        *first = *last = i;
+    } else {
+        *first = i / n * n;
+        *last = *first + n < nl ? *first + n - 1 : nl - 1;
+    }
+    return MG_RECOMPUTE_FULL;
+}
+/* Layers of the largest full-recomputation group of the layout (0: none). */
+static int mg__recompute_group_max(const mg_gpt_layout *L) {
+    int ch, i, first = 0, last = -1, most = 0;
+    for (ch = 0; ch < L->n_chunks; ch++) {
+        int nl = L->chunks[ch].layer_end - L->chunks[ch].layer_begin;
+        for (i = 0; i < nl; i++)
+            if (mg_gpt_recompute_kind(L, nl, i, &first, &last) == MG_RECOMPUTE_FULL &&
+                last - first + 1 > most)
+                most = last - first + 1;
+    }
+    return most;
+}
+
+/* One layer's activations for one microbatch: everything (own_all), or — for a layer whose
+   attention core is recomputed — everything but the probabilities; `out` alone (own_out)
+   for the last layer of a full-recomputation group. N rows, or n on the residual stream.  */
+static void mg__take_layer_acts(mg__planner *p, mg_dtype dt, mg_gpt_layer_acts *la, int64_t N,
+                                int64_t n,
+                                int64_t C, int64_t t, int64_t B, int64_t nh, int64_t T,
+                                int own_all, int own_att, int own_out) {
+    if (own_all) {
+        la->ln1 = mg__take_tensor(p, dt, n, C, 0, 0);
+        la->ln1_mean = mg__take_f32(p, n);
+        la->ln1_rstd = mg__take_f32(p, n);
+        la->qkv = mg__take_tensor(p, dt, N, 3 * C / t, 0, 0);
+        if (own_att) la->att = mg__take_tensor(p, dt, B, nh, T, T);
+        la->atty = mg__take_tensor(p, dt, N, C / t, 0, 0);
+        la->resid_mid = mg__take_tensor(p, dt, n, C, 0, 0);
+        la->ln2 = mg__take_tensor(p, dt, n, C, 0, 0);
+        la->ln2_mean = mg__take_f32(p, n);
+        la->ln2_rstd = mg__take_f32(p, n);
+        la->fc = mg__take_tensor(p, dt, N, 4 * C / t, 0, 0);
+        la->fc_gelu = mg__take_tensor(p, dt, N, 4 * C / t, 0, 0);
+    }
+    if (own_out) la->out = mg__take_tensor(p, dt, n, C, 0, 0);
+}
+
 /* Everything the model puts in the arena. With m->ctx NULL nothing is stored. Residual-
    stream activations have n rows (N/t with sequence parallelism), the tensor-parallel ones
-   (qkv, attention, MLP hidden, logits) N rows and 1/t of the columns.                       */
+   (qkv, attention, MLP hidden, logits) N rows and 1/t of the columns. With recomputation,
+   a full-recomputed layer keeps only its group's output and borrows the rest from the shared
+   group scratch; a selective one borrows the attention probabilities.                     */
 static void mg__plan_model(mg_gpt *m, mg__planner *p) {
     const mg_gpt_config *c = &m->cfg;
     const mg_gpt_layout *L = &m->layout;
     int64_t B = L->micro_batch, T = c->seq_len, N = B * T, C = c->hidden, t = L->tp_size;
     int64_t nh = c->n_head / t, Vl = c->padded_vocab / t, n;
+    mg_dtype dt = (mg_dtype)L->dtype;
     size_t acts_begin;
-    int ch, s, l;
+    int ch, s, l, k;
+    m->dtype = dt;
     m->tp.comm = L->comm;
     m->tp.rank = L->tp_rank;
     m->tp.size = L->tp_size;
@@ -1022,41 +1285,35 @@ static void mg__plan_model(mg_gpt *m, mg__planner *p) {
     m->row0 = m->tp.sequence_parallel ? n * L->tp_rank : 0;
     m->param_buf = mg__take_f32(p, m->n_elems);
     m->grad_buf = mg__take_f32(p, m->n_elems);
+    if (dt != MG_F32) m->param16 = mg__take(p, (size_t)m->n_elems * mg_dtype_size(dt));
     acts_begin = p->bytes;
     for (ch = 0; ch < L->n_chunks; ch++) {
         const mg_gpt_chunk *chunk = &L->chunks[ch];
+        int nl = chunk->layer_end - chunk->layer_begin;
         for (s = 0; s < L->n_slots; s++) {
             mg_gpt_acts *a = &m->acts[ch * L->n_slots + s];
             a->tokens = (int32_t *)mg__take(p, (size_t)N * sizeof(int32_t));
             a->targets = (int32_t *)mg__take(p, (size_t)N * sizeof(int32_t));
-            a->input = mg__take_tensor(p, n, C, 0, 0);
-            for (l = 0; l < chunk->layer_end - chunk->layer_begin; l++) {
+            a->input = mg__take_tensor(p, dt, n, C, 0, 0);
+            for (l = 0; l < nl; l++) {
                 mg_gpt_layer_acts *la = &a->layers[l];
-                la->ln1 = mg__take_tensor(p, n, C, 0, 0);
-                la->ln1_mean = mg__take_f32(p, n);
-                la->ln1_rstd = mg__take_f32(p, n);
-                la->qkv = mg__take_tensor(p, N, 3 * C / t, 0, 0);
-                la->att = mg__take_tensor(p, B, nh, T, T);
-                la->atty = mg__take_tensor(p, N, C / t, 0, 0);
-                la->resid_mid = mg__take_tensor(p, n, C, 0, 0);
-                la->ln2 = mg__take_tensor(p, n, C, 0, 0);
-                la->ln2_mean = mg__take_f32(p, n);
-                la->ln2_rstd = mg__take_f32(p, n);
-                la->fc = mg__take_tensor(p, N, 4 * C / t, 0, 0);
-                la->fc_gelu = mg__take_tensor(p, N, 4 * C / t, 0, 0);
-                la->out = mg__take_tensor(p, n, C, 0, 0);
-                if (L->split_backward) {
-                    la->dout_fc2 = mg__take_tensor(p, N, C, 0, 0);
-                    la->dout_fc1 = mg__take_tensor(p, N, 4 * C / t, 0, 0);
-                    la->dout_proj = mg__take_tensor(p, N, C, 0, 0);
-                    la->dout_qkv = mg__take_tensor(p, N, 3 * C / t, 0, 0);
+                int first = 0, last = -1;
+                int kind = mg_gpt_recompute_kind(L, nl, l, &first, &last);
+                mg__take_layer_acts(p, dt, la, N, n, C, t, B, nh, T,
+                                    kind != MG_RECOMPUTE_FULL, kind == MG_RECOMPUTE_NONE,
+                                    kind != MG_RECOMPUTE_FULL || l == last);
+                if (L->split_backward) {   /* ZB-H1: the output gradients the W half needs */
+                    la->dout_fc2 = mg__take_tensor(p, dt, N, C, 0, 0);
+                    la->dout_fc1 = mg__take_tensor(p, dt, N, 4 * C / t, 0, 0);
+                    la->dout_proj = mg__take_tensor(p, dt, N, C, 0, 0);
+                    la->dout_qkv = mg__take_tensor(p, dt, N, 3 * C / t, 0, 0);
                 }
             }
             if (chunk->has_head) {
-                a->lnf = mg__take_tensor(p, n, C, 0, 0);
+                a->lnf = mg__take_tensor(p, dt, n, C, 0, 0);
                 a->lnf_mean = mg__take_f32(p, n);
                 a->lnf_rstd = mg__take_f32(p, n);
-                a->logits = mg__take_tensor(p, N, Vl, 0, 0);
+                a->logits = mg__take_tensor(p, MG_F32, N, Vl, 0, 0);   /* fp32: the loss */
                 a->rowmax = mg__take_f32(p, N);
                 a->sumexp = mg__take_f32(p, N);
                 a->tlogit = mg__take_f32(p, N);
@@ -1065,14 +1322,36 @@ static void mg__plan_model(mg_gpt *m, mg__planner *p) {
     }
     m->act_bytes = p->bytes - acts_begin;
     acts_begin = p->bytes;
-    m->dresid = mg__take_tensor(p, n, C, 0, 0);
-    m->dlocal = mg__take_tensor(p, n, C, 0, 0);
-    if (m->tp.sequence_parallel) m->full_a = mg__take_tensor(p, N, C, 0, 0);
-    m->full_b = mg__take_tensor(p, N, C, 0, 0);
-    m->dCt = mg__take_tensor(p, N, C / t, 0, 0);
-    m->d3C = mg__take_tensor(p, N, 3 * C / t, 0, 0);
-    m->d4C = mg__take_tensor(p, N, 4 * C / t, 0, 0);
-    m->datt = mg__take_tensor(p, B, nh, T, T);
+    m->dresid = mg__take_tensor(p, dt, n, C, 0, 0);
+    m->dlocal = mg__take_tensor(p, dt, n, C, 0, 0);
+    if (m->tp.sequence_parallel) m->full_a = mg__take_tensor(p, dt, N, C, 0, 0);
+    m->full_b = mg__take_tensor(p, dt, N, C, 0, 0);
+    m->dCt = mg__take_tensor(p, dt, N, C / t, 0, 0);
+    m->d3C = mg__take_tensor(p, dt, N, 3 * C / t, 0, 0);
+    m->d4C = mg__take_tensor(p, dt, N, 4 * C / t, 0, 0);
+    m->datt = mg__take_tensor(p, dt, B, nh, T, T);
+    if (dt != MG_F32 && L->chunks[L->n_chunks - 1].has_head)
+        m->dlogits = mg__take_tensor(p, dt, N, Vl, 0, 0);
+    /* recomputation scratch, then the recomputed layers point into it */
+    for (k = 0; k < m->n_recompute_layers; k++)
+        mg__take_layer_acts(p, dt, &m->recompute_layers[k], N, n, C, t, B, nh, T, 1, 1, 1);
+    if (L->recompute_granularity == MG_RECOMPUTE_SELECTIVE)
+        m->recompute_att = mg__take_tensor(p, dt, B, nh, T, T);
+    for (ch = 0; ch < L->n_chunks; ch++) {
+        int nl = L->chunks[ch].layer_end - L->chunks[ch].layer_begin;
+        for (s = 0; s < L->n_slots; s++)
+            for (l = 0; l < nl; l++) {
+                mg_gpt_layer_acts *la = &m->acts[ch * L->n_slots + s].layers[l];
+                int first = 0, last = -1;
+                int kind = mg_gpt_recompute_kind(L, nl, l, &first, &last);
+                if (kind == MG_RECOMPUTE_SELECTIVE) la->att = m->recompute_att;
+                if (kind == MG_RECOMPUTE_FULL) {
+                    mg_tensor kept_out = la->out;
+                    *la = m->recompute_layers[l - first];
+                    if (l == last) la->out = kept_out;
+                }
+            }
+    }
     m->scratch_bytes = p->bytes - acts_begin;
     m->losses = mg__take_f32(p, (int64_t)L->max_microbatches * N);
     m->tp_scalars = mg__take_f32(p, 3 + 3 * t);
@@ -1090,7 +1369,13 @@ static void mg__alloc_host(mg_gpt *m) {
     m->g = (mg_tensor *)MG_MALLOC(sizeof(mg_tensor) * (size_t)m->n_params);
     m->idx_layer = (int *)MG_MALLOC(sizeof(int) * (size_t)m->cfg.n_layer);
     m->acts = (mg_gpt_acts *)MG_MALLOC(sizeof(mg_gpt_acts) * (size_t)n_acts);
-    MG_ASSERT(m->params && m->w && m->g && m->idx_layer && m->acts, "out of host memory");
+    m->n_recompute_layers = mg__recompute_group_max(L);
+    m->recompute_layers = (mg_gpt_layer_acts *)MG_MALLOC(sizeof(mg_gpt_layer_acts) *
+                                                         (size_t)(m->n_recompute_layers + 1));
+    MG_ASSERT(m->params && m->w && m->g && m->idx_layer && m->acts && m->recompute_layers,
+              "out of host memory");
+    memset(m->recompute_layers, 0,
+           sizeof(mg_gpt_layer_acts) * (size_t)(m->n_recompute_layers + 1));
     mg__build_params(&m->cfg, L, m->params, NULL);
     memset(m->acts, 0, sizeof(mg_gpt_acts) * (size_t)n_acts);
     for (ch = 0; ch < L->n_chunks; ch++)
@@ -1142,7 +1427,9 @@ MGDEF int mg_gpt_create(mg_gpt *m, mg_ctx *ctx, const mg_gpt_config *cfg,
         int64_t shape[2];
         shape[0] = d->local_shape[0];
         shape[1] = d->local_shape[1];
-        m->w[i] = mg_tensor_wrap(m->param_buf + d->offset, MG_F32, d->ndim, shape);
+        m->w[i] = m->param16 ? mg_tensor_wrap((char *)m->param16 + (size_t)d->offset *
+                                              mg_dtype_size(m->dtype), m->dtype, d->ndim, shape)
+                             : mg_tensor_wrap(m->param_buf + d->offset, MG_F32, d->ndim, shape);
         m->g[i] = mg_tensor_wrap(m->grad_buf + d->offset, MG_F32, d->ndim, shape);
         if (d->kind >= MG_LAYER_TENSORS) m->idx_global[d->kind - MG_LAYER_TENSORS] = i;
         else if (d->kind == 0) m->idx_layer[d->layer] = i;
@@ -1164,6 +1451,7 @@ MGDEF void mg_gpt_destroy(mg_gpt *m) {
     if (m->acts)
         for (i = 0; i < m->layout.n_chunks * m->layout.n_slots; i++) MG_FREE(m->acts[i].layers);
     MG_FREE(m->acts);
+    MG_FREE(m->recompute_layers);
     MG_FREE(m->params);
     MG_FREE(m->w);
     MG_FREE(m->g);
@@ -1238,21 +1526,25 @@ MGDEF const mg_tensor *mg_tp_gather(const mg_tp_group *g, const mg_tensor *local
     MG_ASSERT(mg_numel(full) == mg_numel(local) * g->size, "mg_tp_gather: %lld elements into "
               "%lld (want %d x)", (long long)mg_numel(local), (long long)mg_numel(full), g->size);
     comm = mg__tp_comm(g);
-    mg_all_gather(comm, &comm->tensor, local->data, full->data, mg_numel(local), MG_F32);
+    mg_all_gather(comm, &comm->tensor, local->data, full->data, mg_numel(local), local->dtype);
     return full;
 }
 MGDEF mg_tensor *mg_tp_reduce(const mg_tp_group *g, mg_tensor *partial, mg_tensor *local) {
     mg_comm *comm;
     if (!g->sequence_parallel) {
-        mg_tp_all_reduce(g, (float *)partial->data, mg_numel(partial), MG_SUM);
+        if (g->size > 1) {
+            comm = mg__tp_comm(g);
+            mg_all_reduce(comm, &comm->tensor, partial->data, partial->data, mg_numel(partial),
+                          partial->dtype, MG_SUM);
+        }
         return partial;
     }
     MG_ASSERT(mg_numel(partial) == mg_numel(local) * g->size, "mg_tp_reduce: %lld elements "
               "into %lld (want 1/%d)", (long long)mg_numel(partial), (long long)mg_numel(local),
               g->size);
     comm = mg__tp_comm(g);
-    mg_reduce_scatter(comm, &comm->tensor, partial->data, local->data, mg_numel(local), MG_F32,
-                      MG_SUM);
+    mg_reduce_scatter(comm, &comm->tensor, partial->data, local->data, mg_numel(local),
+                      partial->dtype, MG_SUM);
     return local;
 }
 
@@ -1375,9 +1667,12 @@ static void mg__linear_wgrad(mg_gpt *m, int layer, int kind, const mg_tensor *do
    kept). Row-parallel biases get Σ over the whole gradient g, so they are complete on every
    rank. With defer_w (ZB-H1) the weight halves are left for mg__layer_backward_weight: the
    output gradient each needs is written to (or, for the two that are g, copied into) the
-   slot's dout_* tensors instead of the shared scratch.                                     */
+   slot's dout_* tensors instead of the shared scratch.
+   Selective recomputation: the attention probabilities are recomputed from the stored qkv
+   (with the same dropout key) just before the attention backward; the recomputed attention
+   output is not needed (atty was kept) and lands in the dCt scratch, overwritten next.      */
 static void mg__layer_backward(mg_gpt *m, int layer, mg_gpt_acts *a, mg_gpt_layer_acts *la,
-                               const mg_tensor *x, int defer_w) {
+                               const mg_tensor *x, int selective, int defer_w) {
     mg_ctx *ctx = m->ctx;
     const mg_tensor *w = m->w + m->idx_layer[layer], *g_out;
     mg_tensor *g = m->g + m->idx_layer[layer], *dln;
@@ -1399,6 +1694,9 @@ static void mg__layer_backward(mg_gpt *m, int layer, mg_gpt_acts *a, mg_gpt_laye
     mg_layernorm_backward(ctx, &m->dresid, &g[MG_LN2_W], &g[MG_LN2_B], dln, &la->resid_mid,
                           &w[MG_LN2_W], la->ln2_mean, la->ln2_rstd, 1);
     /* attention block */
+    if (selective)
+        mg_attention_forward(ctx, &m->dCt, &la->att, &la->qkv, B, T, nh,
+                             mg__gpt_attn_dropout(m, a, layer, &adrop));
     g_out = mg__hidden_dropout_grad(m, a, &m->dresid, MG__SITE_ATTN_OUT(layer));
     g_out = mg_tp_gather(&m->tp, g_out, &m->full_b);
     if (defer_w) mg_copy(ctx, la->dout_proj.data, g_out->data, mg_nbytes(g_out));
@@ -1447,10 +1745,16 @@ static void mg__head_forward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, int 
     mg_xent_loss(ctx, m->losses + (int64_t)microbatch * N, a->rowmax, a->sumexp, a->tlogit, N);
 }
 
-/* The output layer's weight half: dwte += dlogitsᵀ·lnf (dlogits stay in the logits; lnf is
-   all-gathered again with sequence parallelism).                                           */
+/* Where the head's backward leaves dlogits: over the fp32 logits in place, or (16-bit) in
+   the model's dlogits scratch — so a deferred weight half (ZB-H1) needs fp32.              */
+static mg_tensor *mg__dlogits(mg_gpt *m, mg_gpt_acts *a) {
+    return m->dtype == MG_F32 ? &a->logits : &m->dlogits;
+}
+
+/* The output layer's weight half: dwte += dlogitsᵀ·lnf (lnf all-gathered again with sequence
+   parallelism).                                                                             */
 static void mg__head_wgrad(mg_gpt *m, mg_gpt_acts *a) {
-    mg_linear_backward_weight(m->ctx, &m->g[m->idx_global[0]], NULL, &a->logits,
+    mg_linear_backward_weight(m->ctx, &m->g[m->idx_global[0]], NULL, mg__dlogits(m, a),
                               mg_tp_gather(&m->tp, &a->lnf, &m->full_a));
 }
 
@@ -1463,9 +1767,10 @@ static void mg__head_backward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, flo
     mg_ctx *ctx = m->ctx;
     int64_t vstart = m->params[m->idx_global[0]].row0;
     int iwte = m->idx_global[0], ilnf = m->idx_global[2];
-    mg_xent_backward(ctx, &a->logits, &a->logits, a->targets, a->rowmax, a->sumexp, dloss,
+    mg_tensor *dlogits = mg__dlogits(m, a);
+    mg_xent_backward(ctx, dlogits, &a->logits, a->targets, a->rowmax, a->sumexp, dloss,
                      vstart, m->cfg.vocab_size);
-    mg_linear_backward_input(ctx, &m->full_b, &a->logits, &m->w[iwte], 0);
+    mg_linear_backward_input(ctx, &m->full_b, dlogits, &m->w[iwte], 0);
     if (!defer_w) mg__head_wgrad(m, a);
     mg_layernorm_backward(ctx, &m->dresid, &m->g[ilnf], &m->g[ilnf + 1],
                           mg_tp_reduce(&m->tp, &m->full_b, &m->dlocal), x, &m->w[ilnf],
@@ -1518,17 +1823,32 @@ MGDEF void mg_gpt_forward(mg_gpt *m, int chunk, int slot, int microbatch) {
 static void mg__chunk_backward(mg_gpt *m, int chunk, int slot, float dloss, int defer_w) {
     mg_gpt_acts *a = mg__acts(m, chunk, slot);
     const mg_gpt_chunk *c = &m->layout.chunks[chunk];
-    int l;
+    /* the data-parallel overlap hook: after each piece of a final backward its parameters'
+       gradients are complete (not after a split backward's input half: the weights wait) */
+    int l, hook = m->final_backward && m->grads_final && !defer_w;
+    int nl = c->layer_end - c->layer_begin;
     MG_ASSERT(!defer_w || m->layout.split_backward, "a split backward needs a layout with "
               "split_backward (the slots keep the output gradients)");
-    if (c->has_head)
+    if (c->has_head) {
         mg__head_backward(m, a, mg_gpt_chunk_output(m, chunk, slot), dloss, defer_w);
-    for (l = c->layer_end - 1; l >= c->layer_begin; l--) {
-        int i = l - c->layer_begin;
-        mg__layer_backward(m, l, a, &a->layers[i], i ? &a->layers[i - 1].out : &a->input,
-                           defer_w);
+        if (hook) m->grads_final(m->grads_final_user,
+                                 m->params[m->idx_global[MG_LNF_W - MG_LAYER_TENSORS]].offset);
     }
-    if (c->has_embedding) mg__embedding_backward(m, a);
+    for (l = c->layer_end - 1; l >= c->layer_begin; l--) {
+        int i = l - c->layer_begin, first = 0, last = -1, k;
+        int kind = mg_gpt_recompute_kind(&m->layout, nl, i, &first, &last);
+        if (kind == MG_RECOMPUTE_FULL && i == last)   /* re-run the group from its kept input */
+            for (k = first; k <= last; k++)
+                mg__layer_forward(m, c->layer_begin + k, a, &a->layers[k],
+                                  k ? &a->layers[k - 1].out : &a->input);
+        mg__layer_backward(m, l, a, &a->layers[i], i ? &a->layers[i - 1].out : &a->input,
+                           kind == MG_RECOMPUTE_SELECTIVE, defer_w);
+        if (hook) m->grads_final(m->grads_final_user, m->params[m->idx_layer[l]].offset);
+    }
+    if (c->has_embedding) {
+        mg__embedding_backward(m, a);
+        if (hook) m->grads_final(m->grads_final_user, 0);
+    }
 }
 MGDEF void mg_gpt_backward(mg_gpt *m, int chunk, int slot, float dloss) {
     mg__chunk_backward(m, chunk, slot, dloss, 0);
@@ -1547,6 +1867,16 @@ MGDEF void mg_gpt_backward_weight(mg_gpt *m, int chunk, int slot) {
 
 MGDEF void mg_gpt_zero_grad(mg_gpt *m) {
     mg_memset_zero(m->ctx, m->grad_buf, (size_t)m->n_elems * sizeof(float));
+}
+
+/* Megatron's _copy_main_params_to_model_params: the whole flat buffer in one cast (its
+   alignment gaps are zero and stay zero).                                                  */
+MGDEF void mg_gpt_sync_weights(mg_gpt *m) {
+    mg_tensor master, copy;
+    if (!m->param16) return;
+    master = mg_tensor_wrap(m->param_buf, MG_F32, 1, &m->n_elems);
+    copy = mg_tensor_wrap(m->param16, m->dtype, 1, &m->n_elems);
+    mg_cast(m->ctx, &copy, &master);
 }
 
 /* Parameter gradients accumulate linearly over microbatches, so the sum over the tensor group
@@ -1581,6 +1911,7 @@ MGDEF double mg_gpt_run_microbatches(mg_gpt *m, const int32_t *samples, int n_mi
     double sum = 0;
     MG_ASSERT(L->chunks[0].has_embedding && L->chunks[L->n_chunks - 1].has_head,
               "mg_gpt_run_microbatches needs the whole model on this rank");
+    mg_gpt_sync_weights(m);
     for (mb = 0; mb < n_micro; mb++) {
         /* per-token losses live in [max_microbatches · N]: sum and restart when full */
         int slot_mb = mb - done;
@@ -1597,8 +1928,10 @@ MGDEF double mg_gpt_run_microbatches(mg_gpt *m, const int32_t *samples, int n_mi
                         mg_nbytes(mg_gpt_chunk_input(m, ch, 0)));
             mg__gpt_forward(m, ch, 0, slot_mb, m->microbatch_base + (uint64_t)mb);
         }
+        m->final_backward = backward && mb == n_micro - 1;   /* fires the gradient hook */
         if (backward)
             for (ch = L->n_chunks - 1; ch >= 0; ch--) mg_gpt_backward(m, ch, 0, dloss);
+        m->final_backward = 0;
     }
     return sum + mg_gpt_loss_sum(m, 0, n_micro - done);
 }
@@ -1980,17 +2313,170 @@ MGDEF double mg_lr_at(const mg_lr_schedule *s, int64_t num_steps) {
     return s->min_lr + coeff * (s->max_lr - s->min_lr);
 }
 
-MGDEF void mg_adamw_create(mg_adamw *opt, mg_gpt *m, float beta1, float beta2, float eps,
-                           float weight_decay) {
+/* ---- Exact sums of doubles over a group ---------------------------------------------------
+   Each rank's partial sum x travels as two floats, hi = (float)x and lo = (float)(x − hi), with
+   a flag (e.g. "not finite"), by an all-gather; every rank adds them in rank order, so all get
+   the same sum, as precise as a serial one. dev has room for 3 + 3·size floats, host 3·size.  */
+static double mg__group_sum(mg_ctx *ctx, mg_comm *comm, mg_group *g, float *dev, float *host,
+                            double local, int *flag) {
+    float mine[3];
+    double total = 0;
+    int r, any = 0;
+    mine[0] = (float)local;
+    mine[1] = (float)(local - (double)mine[0]);
+    mine[2] = (float)(flag && *flag);
+    if (!isfinite(mine[0])) { mine[0] = mine[1] = 0; mine[2] = 1; }   /* flagged instead */
+    mg_copy_to_device(ctx, dev, mine, sizeof mine);
+    mg_all_gather(comm, g, dev, dev + 3, 3, MG_F32);
+    mg_copy_to_host(ctx, host, dev + 3, sizeof(float) * 3 * (size_t)g->size);
+    for (r = 0; r < g->size; r++) {
+        total += (double)host[3 * r] + (double)host[3 * r + 1];
+        if (host[3 * r + 2] != 0) any = 1;
+    }
+    if (flag) *flag = any;
+    else if (any) total = NAN;          /* no flag to carry it: the sum itself says so */
+    return total;
+}
+
+/* ---- 4b. Data parallelism ------------------------------------------------------------------ */
+static double mg__now_ms(void);
+MGDEF int64_t mg_dp_default_bucket(int dp_size) {
+    return dp_size > 40 ? (int64_t)1000000 * dp_size : 40000000;
+}
+
+MGDEF size_t mg_dp_arena_bytes(int world_size) {
+    return (size_t)(3 + 3 * world_size) * sizeof(float) + 256;
+}
+
+MGDEF void mg_dp_init(mg_dp *dp, mg_gpt *m, mg_comm *comm, int distributed, int64_t bucket_elems) {
+    int64_t unit, n = m->n_elems, per, k;
+    int d = comm ? comm->data.size : 1, world = comm ? comm->world_size : 1;
+    memset(dp, 0, sizeof *dp);
+    dp->model = m;
+    dp->comm = d > 1 ? comm : NULL;
+    dp->size = d > 1 ? d : 1;
+    dp->rank = d > 1 ? comm->data.rank : 0;
+    dp->distributed = distributed && d > 1;
+    dp->overlap = 1;
+    MG_ASSERT((m->layout.dp_size > 1 ? m->layout.dp_size : 1) == dp->size,
+              "the model's layout has dp_size %d, the data group %d ranks", m->layout.dp_size,
+              dp->size);
+    unit = 64 * (int64_t)dp->size;                 /* n is a multiple of it (mg__build_params) */
+    if (bucket_elems <= 0) bucket_elems = mg_dp_default_bucket(dp->size);
+    per = (bucket_elems + unit - 1) / unit;        /* units per bucket, at most ~200 buckets */
+    if (per < (n / unit + 199) / 200) per = (n / unit + 199) / 200;
+    if (per < 1) per = 1;
+    dp->n_buckets = (int)((n / unit + per - 1) / per);
+    if (dp->n_buckets < 1) dp->n_buckets = 1;
+    dp->bucket_begin = (int64_t *)MG_MALLOC(sizeof(int64_t) * (size_t)(dp->n_buckets + 1));
+    dp->req = (mg_request *)MG_MALLOC(sizeof(mg_request) * (size_t)dp->n_buckets);
+    dp->host_scalars = (float *)MG_MALLOC(sizeof(float) * 3 * (size_t)world);
+    MG_ASSERT(dp->bucket_begin && dp->req && dp->host_scalars, "out of host memory");
+    for (k = 0; k < dp->n_buckets; k++) {
+        dp->bucket_begin[k] = k * per * unit;
+        dp->req[k].id = 0;
+    }
+    dp->bucket_begin[dp->n_buckets] = n;
+    dp->shard_elems = n / dp->size;
+    dp->next = -1;
+    dp->dev_scalars = (float *)mg_alloc(m->ctx, (size_t)(3 + 3 * world) * sizeof(float));
+}
+
+MGDEF void mg_dp_free(mg_dp *dp) {
+    if (dp->model && dp->model->grads_final_user == dp) {
+        dp->model->grads_final = NULL;
+        dp->model->grads_final_user = NULL;
+    }
+    MG_FREE(dp->bucket_begin);
+    MG_FREE(dp->req);
+    MG_FREE(dp->host_scalars);
+    memset(dp, 0, sizeof *dp);
+}
+
+/* Bucket k: all-reduce (plain) or reduce-scatter into piece `rank` (distributed), in place. */
+static void mg__dp_start_bucket(mg_dp *dp, int k) {
+    float *g = dp->model->grad_buf + dp->bucket_begin[k];
+    int64_t len = dp->bucket_begin[k + 1] - dp->bucket_begin[k], piece = len / dp->size;
+    if (dp->distributed)
+        dp->req[k] = mg_ireduce_scatter(dp->comm, &dp->comm->data, g, g + dp->rank * piece, piece,
+                                        MG_F32, MG_SUM);
+    else
+        dp->req[k] = mg_iall_reduce(dp->comm, &dp->comm->data, g, g, len, MG_F32, MG_SUM);
+}
+
+/* The hook: gradients of [first, n_elems) are final; start every bucket that lies there (on
+   the GPU the communication stream first waits for the gradients queued on the compute
+   stream: mg_comm.h). Then poll the buckets in flight: OpenMPI advances nonblocking
+   collectives only inside MPI calls, so each layer's hook gives them a push on the CPU.    */
+static void mg__dp_grads_final(void *user, int64_t first) {
+    mg_dp *dp = (mg_dp *)user;
+    int k;
+    while (dp->next >= 0 && first <= dp->bucket_begin[dp->next])
+        mg__dp_start_bucket(dp, dp->next--);
+    for (k = dp->next + 1; k < dp->n_buckets; k++)
+        if (dp->req[k].id) mg_test(dp->comm, &dp->req[k]);
+}
+
+MGDEF void mg_dp_start(mg_dp *dp) {
+    if (!dp->comm) return;
+    dp->next = dp->n_buckets - 1;
+    dp->model->grads_final = dp->overlap ? mg__dp_grads_final : NULL;
+    dp->model->grads_final_user = dp->overlap ? dp : NULL;
+}
+
+MGDEF void mg_dp_finish(mg_dp *dp) {
+    int k;
+    double t0;
+    if (!dp->comm) return;
+    mg__dp_grads_final(dp, 0);                    /* whatever the hook has not started */
+    t0 = mg__now_ms();
+    for (k = 0; k < dp->n_buckets; k++) mg_wait(dp->comm, &dp->req[k]);
+    dp->wait_ms += mg__now_ms() - t0;
+    dp->model->grads_final = NULL;
+    dp->model->grads_final_user = NULL;
+}
+
+MGDEF double mg_dp_sum(mg_dp *dp, double local) {
+    if (!dp->comm) return local;
+    return mg__group_sum(dp->model->ctx, dp->comm, &dp->comm->data, dp->dev_scalars,
+                         dp->host_scalars, local, NULL);
+}
+
+/* This rank's piece of bucket k: flat offsets [*lo, *lo + piece), shard offset begin/d. */
+static int64_t mg__dp_piece(const mg_dp *dp, int k, int64_t *lo) {
+    int64_t len = dp->bucket_begin[k + 1] - dp->bucket_begin[k], piece = len / dp->size;
+    *lo = dp->bucket_begin[k] + dp->rank * piece;
+    return piece;
+}
+
+MGDEF void mg_dp_moment_flat(mg_dp *dp, float *shard, float *flat, int to_flat) {
+    int k;
+    for (k = 0; k < dp->n_buckets; k++) {
+        int64_t lo, piece = mg__dp_piece(dp, k, &lo);
+        float *mine = shard + dp->bucket_begin[k] / dp->size;
+        if (to_flat)
+            mg_all_gather(dp->comm, &dp->comm->data, mine, flat + dp->bucket_begin[k], piece,
+                          MG_F32);
+        else
+            mg_copy(dp->model->ctx, mine, flat + lo, (size_t)piece * sizeof(float));
+    }
+}
+
+/* ---- 4. Optimizer --------------------------------------------------------------------------- */
+MGDEF void mg_adamw_create_dp(mg_adamw *opt, mg_gpt *m, const mg_dp *dp, float beta1,
+                              float beta2, float eps, float weight_decay) {
     memset(opt, 0, sizeof *opt);
-    opt->m = (float *)mg_alloc(m->ctx, (size_t)m->n_elems * sizeof(float));
-    opt->v = (float *)mg_alloc(m->ctx, (size_t)m->n_elems * sizeof(float));
-    mg_memset_zero(m->ctx, opt->m, (size_t)m->n_elems * sizeof(float));
-    mg_memset_zero(m->ctx, opt->v, (size_t)m->n_elems * sizeof(float));
+    opt->dp = dp && dp->distributed ? dp : NULL;
+    opt->n = opt->dp ? dp->shard_elems : m->n_elems;
+    opt->m = (float *)mg_alloc(m->ctx, (size_t)opt->n * sizeof(float));
+    opt->v = (float *)mg_alloc(m->ctx, (size_t)opt->n * sizeof(float));
+    mg_memset_zero(m->ctx, opt->m, (size_t)opt->n * sizeof(float));
+    mg_memset_zero(m->ctx, opt->v, (size_t)opt->n * sizeof(float));
     opt->beta1 = beta1;
     opt->beta2 = beta2;
     opt->eps = eps;
     opt->weight_decay = weight_decay;
+    opt->loss_scale = 1.0;
 }
 
 /* Doubles across a group, exactly and identically on every rank: their bits travel as two
@@ -2013,32 +2499,78 @@ static double mg__group_bcast_f64(mg_gpt *m, mg_group *g, double x, int root) {
     return x;
 }
 
+MGDEF void mg_adamw_create(mg_adamw *opt, mg_gpt *m, float beta1, float beta2, float eps,
+                           float weight_decay) {
+    mg_adamw_create_dp(opt, m, NULL, beta1, beta2, eps, weight_decay);
+}
+
+/* The parts of the flat buffer the optimizer of this rank owns, as (parameter, flat range,
+   moment offset) pieces: every parameter whole (plain), or the intersection of each parameter
+   with this rank's piece of each bucket (distributed). visit returns nothing; it is handed
+   [x0, x1) in the flat buffers and the moment index of x0.                                   */
+typedef void (*mg__owned_fn)(void *user, const mg_param_desc *d, int64_t x0, int64_t x1,
+                             int64_t moment0);
+static void mg__for_owned(const mg_adamw *opt, const mg_gpt *m, mg__owned_fn visit, void *user) {
+    int i, k;
+    if (!opt->dp) {
+        for (i = 0; i < m->n_params; i++)
+            visit(user, &m->params[i], m->params[i].offset, m->params[i].offset +
+                  m->params[i].numel, m->params[i].offset);
+        return;
+    }
+    for (k = 0; k < opt->dp->n_buckets; k++) {
+        int64_t lo, piece = mg__dp_piece(opt->dp, k, &lo), hi = lo + piece;
+        int64_t shard0 = opt->dp->bucket_begin[k] / opt->dp->size;
+        for (i = 0; i < m->n_params; i++) {
+            const mg_param_desc *d = &m->params[i];
+            int64_t x0 = d->offset > lo ? d->offset : lo;
+            int64_t x1 = d->offset + d->numel < hi ? d->offset + d->numel : hi;
+            if (x0 < x1) visit(user, d, x0, x1, shard0 + (x0 - lo));
+        }
+    }
+}
+
+typedef struct { mg_gpt *m; double sum; int nonfinite, has_embedding; } mg__sumsq_acc;
+static void mg__sumsq_visit(void *user, const mg_param_desc *d, int64_t x0, int64_t x1,
+                            int64_t moment0) {
+    mg__sumsq_acc *acc = (mg__sumsq_acc *)user;
+    int bad = 0;
+    (void)moment0;
+    /* replicated tensors are equal on every tensor-parallel rank: count them on rank 0 only */
+    if (d->split == MG_TP_REPLICATED && acc->m->layout.tp_rank != 0) return;
+    if (d->kind == MG_WTE && !acc->has_embedding) return;   /* the last stage's tied copy */
+    acc->sum += mg_sumsq(acc->m->ctx, acc->m->grad_buf + x0, x1 - x0, &bad);
+    acc->nonfinite |= bad;
+}
+
 /* Σ g² over every parameter of the model counted once. On one rank that is the whole flat
    buffer (its alignment gaps are zero). With tensor parallelism each rank sums its shards of
    the split tensors and tensor rank 0 adds the replicated ones (equal on every rank); over a
    pipeline each stage adds its own parameters, and the tied word embedding, held by the
-   first and the last stage with equal (all-reduced) gradients, counts on the first only.
-   The ranks' double partial sums are then summed exactly over the tensor group, then over
-   the pipeline group (mg__group_sum_f64: every rank adds the same values in the same order),
-   so all get the same norm, as precise as the serial one. Data parallelism adds its rule
-   here.                                                                                      */
-static double mg__grad_sumsq(mg_gpt *m, int *nonfinite) {
+   first and the last stage with equal (all-reduced) gradients, counts on the first only;
+   with the distributed optimizer each data-parallel rank sums only the pieces it owns (the
+   others' are not reduced there) and the partial sums are added over the data group (plain
+   data parallelism leaves equal gradients on every replica: nothing to add). The partial
+   sums are then summed exactly over the tensor group, then over the pipeline group
+   (mg__group_sum_f64: every rank adds the same values in the same order), so all get the
+   same norm, as precise as the serial one.                                                  */
+static double mg__grad_sumsq(mg_adamw *opt, mg_gpt *m, int *nonfinite) {
     const mg_gpt_layout *L = &m->layout;
-    double local = 0;
-    int i, c, has_embedding = 0;
-    if (!m->comm || (L->tp_size == 1 && L->pp_size == 1))
+    mg__sumsq_acc acc;
+    double local;
+    int c;
+    if (!opt->dp && (!m->comm || (L->tp_size == 1 && L->pp_size == 1)))
         return mg_sumsq(m->ctx, m->grad_buf, m->n_elems, nonfinite);
-    for (c = 0; c < L->n_chunks; c++) has_embedding |= L->chunks[c].has_embedding;
-    *nonfinite = 0;
-    for (i = 0; i < m->n_params; i++) {
-        const mg_param_desc *d = &m->params[i];
-        int bad = 0;
-        if (d->split == MG_TP_REPLICATED && L->tp_rank != 0) continue;
-        if (d->kind == MG_WTE && !has_embedding) continue;   /* the last stage's tied copy */
-        local += mg_sumsq(m->ctx, m->grad_buf + d->offset, d->numel, &bad);
-        *nonfinite |= bad;
-    }
-    if (*nonfinite) local = NAN;
+    acc.m = m;
+    acc.sum = 0;
+    acc.nonfinite = 0;
+    acc.has_embedding = 0;
+    for (c = 0; c < L->n_chunks; c++) acc.has_embedding |= L->chunks[c].has_embedding;
+    mg__for_owned(opt, m, mg__sumsq_visit, &acc);
+    local = acc.nonfinite ? NAN : acc.sum;
+    if (opt->dp)
+        local = mg__group_sum(m->ctx, opt->dp->comm, &opt->dp->comm->data, opt->dp->dev_scalars,
+                              opt->dp->host_scalars, local, NULL);
     if (L->tp_size > 1) local = mg__group_sum_f64(m, &m->comm->tensor, local);
     if (L->pp_size > 1) local = mg__group_sum_f64(m, &m->comm->pipeline, local);
     *nonfinite = !isfinite(local);
@@ -2058,32 +2590,77 @@ static void mg__embedding_grad_all_reduce(mg_gpt *m) {
                       MG_F32, MG_SUM);
 }
 
+typedef struct { mg_adamw *opt; mg_gpt *m; mg_adamw_hparams hp; float scale; } mg__adam_acc;
+static void mg__adam_visit(void *user, const mg_param_desc *d, int64_t x0, int64_t x1,
+                           int64_t moment0) {
+    mg__adam_acc *acc = (mg__adam_acc *)user;
+    acc->hp.weight_decay = d->weight_decay ? acc->opt->weight_decay : 0.0f;
+    mg_adamw_step(acc->m->ctx, acc->m->param_buf + x0, acc->m->grad_buf + x0,
+                  acc->opt->m + moment0, acc->opt->v + moment0, x1 - x0, &acc->hp, acc->scale,
+                  NULL, MG_F32);
+}
+
 MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, double *grad_norm) {
-    int nonfinite = 0, i;
-    double norm = sqrt(mg__grad_sumsq(m, &nonfinite));
-    float scale = 1.0f;
-    mg_adamw_hparams hp;
+    int nonfinite = 0, k;
+    /* fp16: the gradients carry the loss scale; the norm and the step see them unscaled */
+    double unscale = opt->loss_scale > 0 ? 1.0 / opt->loss_scale : 1.0;
+    double norm = sqrt(mg__grad_sumsq(opt, m, &nonfinite)) * unscale;
+    mg__adam_acc acc;
     if (grad_norm) *grad_norm = nonfinite ? NAN : norm;
     if (nonfinite || !isfinite(norm)) return 0;
     /* clip_grad_norm_: coefficient max_norm / (norm + 1e-6), applied when below 1 */
+    acc.scale = (float)unscale;
     if (clip_grad > 0) {
         double coef = clip_grad / (norm + 1e-6);
-        if (coef < 1.0) scale = (float)coef;
+        if (coef < 1.0) acc.scale = (float)(coef * unscale);
     }
     opt->step++;
-    hp.lr = lr;
-    hp.beta1 = opt->beta1;
-    hp.beta2 = opt->beta2;
-    hp.eps = opt->eps;
-    hp.step = (int)opt->step;
-    for (i = 0; i < m->n_params; i++) {
-        const mg_param_desc *d = &m->params[i];
-        hp.weight_decay = d->weight_decay ? opt->weight_decay : 0.0f;
-        mg_adamw_step(m->ctx, m->param_buf + d->offset, m->grad_buf + d->offset,
-                      opt->m + d->offset, opt->v + d->offset, d->numel, &hp, scale, NULL,
-                      MG_F32);
+    acc.opt = opt;
+    acc.m = m;
+    acc.hp.lr = lr;
+    acc.hp.beta1 = opt->beta1;
+    acc.hp.beta2 = opt->beta2;
+    acc.hp.eps = opt->eps;
+    acc.hp.step = (int)opt->step;
+    mg__for_owned(opt, m, mg__adam_visit, &acc);
+    if (opt->dp) {   /* ZeRO-1: every rank gets the pieces the others updated */
+        const mg_dp *dp = opt->dp;
+        for (k = 0; k < dp->n_buckets; k++) {
+            int64_t lo, piece = mg__dp_piece(dp, k, &lo);
+            dp->req[k] = mg_iall_gather(dp->comm, &dp->comm->data, m->param_buf + lo,
+                                        m->param_buf + dp->bucket_begin[k], piece, MG_F32);
+        }
+        for (k = 0; k < dp->n_buckets; k++) mg_wait(dp->comm, &dp->req[k]);
     }
     return 1;
+}
+
+MGDEF void mg_loss_scaler_init(mg_loss_scaler *s, int dynamic, double initial, double min_scale,
+                               int64_t growth_interval, int64_t hysteresis) {
+    memset(s, 0, sizeof *s);
+    s->scale = initial;
+    s->dynamic = dynamic;
+    s->min_scale = min_scale;
+    s->growth_factor = 2.0;
+    s->backoff_factor = 0.5;
+    s->growth_interval = growth_interval;
+    s->hysteresis = s->hysteresis_tracker = hysteresis;
+}
+
+MGDEF void mg_loss_scaler_update(mg_loss_scaler *s, int found_inf) {
+    if (!s->dynamic) return;
+    if (found_inf) {
+        s->growth_tracker = 0;
+        s->hysteresis_tracker--;
+        if (s->hysteresis_tracker <= 0) {
+            double backed_off = s->scale * s->backoff_factor;
+            s->scale = backed_off > s->min_scale ? backed_off : s->min_scale;
+        }
+    } else if (++s->growth_tracker == s->growth_interval) {
+        s->growth_tracker = 0;
+        s->hysteresis_tracker = s->hysteresis;
+        s->scale *= s->growth_factor;
+    }
 }
 
 /* =============================================================================================
@@ -2182,8 +2759,8 @@ static const mg__flag mg__flags[] = {
     {"--data-order", MG__F_CHOICE, MG__OFF(data_order), "shuffled|sequential", 0, 0,
      "shuffled: Megatron's GPTDataset order; sequential: sample i of iteration k is tokens "
      "[(k*B+i)*T, (k*B+i)*T+T+1) of the split (default shuffled)"},
-    {"parallel", MG__F_HELP, 0, NULL, 0, 0, "Parallelism (launch with mpirun -np N; for now the "
-     "world size N must equal t·p, the tensor- times the pipeline-parallel size)"},
+    {"parallel", MG__F_HELP, 0, NULL, 0, 0, "Parallelism (launch with mpirun -np N; N = T x P x D: "
+     "D = N/(T*P) data-parallel replicas, each reading 1/D of every global batch)"},
     {"--tensor-model-parallel-size", MG__F_INT, MG__OFF(tensor_model_parallel_size), "T", 1,
      1024, "split every layer over T ranks: attention heads, MLP columns and vocabulary "
      "divided, Megatron's column/row-parallel layers (default 1)"},
@@ -2211,6 +2788,41 @@ static const mg__flag mg__flags[] = {
     {"--comm-timeout", MG__F_FLOAT, MG__OFF(comm_timeout), "SECONDS", 1e-3, 1e9,
      "a collective or pipeline transfer that waits longer than this stops the job with a "
      "message naming the operation and group (default 600)"},
+    {"--use-distributed-optimizer", MG__F_SWITCH, MG__OFF(use_distributed_optimizer), NULL, 0,
+     0, "ZeRO-1: shard the AdamW moments over the D data-parallel replicas (reduce-scatter of "
+     "the gradients, all-gather of the updated parameters)"},
+    {"--bucket-size", MG__F_INT, MG__OFF(bucket_size), "N", 0, MG__BIG,
+     "elements per data-parallel gradient-reduction bucket, each reduced while the backward "
+     "goes on (default 0: Megatron's max(40M, 1M x D))"},
+    {"memory", MG__F_HELP, 0, NULL, 0, 0, "Activation recomputation (losses and weights are "
+     "bit-identical with and without it)"},
+    {"--recompute-granularity", MG__F_CHOICE, MG__OFF(recompute_granularity),
+     "none|selective|full", 0, 0, "selective: recompute the attention core (scores, softmax, "
+     "dropout, ·V) in the backward instead of storing the attention probabilities; full: "
+     "recomputed layers keep only their input and re-run their forward (default none)"},
+    {"--recompute-method", MG__F_CHOICE, MG__OFF(recompute_method), "uniform|block", 0, 0,
+     "with full: uniform — every layer, in groups of --recompute-num-layers whose input alone is "
+     "kept; block — only the first --recompute-num-layers layers of each model chunk "
+     "(default uniform)"},
+    {"--recompute-num-layers", MG__F_INT, MG__OFF(recompute_num_layers), "N", 1, 1e6,
+     "with full: layers per group (uniform) or recomputed layers per chunk (block) (default 1)"},
+    {"precision", MG__F_HELP, 0, NULL, 0, 0, "Mixed precision: 16-bit weights (a copy of the "
+     "fp32 master weights), activations and activation gradients; fp32 GEMM accumulation, "
+     "gradients, Adam moments, layernorm/softmax statistics and loss"},
+    {"--bf16", MG__F_SWITCH, MG__OFF(bf16), NULL, 0, 0, "bfloat16 storage"},
+    {"--fp16", MG__F_SWITCH, MG__OFF(fp16), NULL, 0, 0, "float16 storage with loss scaling "
+     "(dynamic unless --loss-scale)"},
+    {"--loss-scale", MG__F_FLOAT, MG__OFF(loss_scale), "X", 1e-30, 1e30,
+     "with --fp16: a constant loss scale instead of the dynamic one"},
+    {"--initial-loss-scale", MG__F_FLOAT, MG__OFF(initial_loss_scale), "X", 1e-30, 1e30,
+     "with --fp16: the dynamic scale's start (default 2^32)"},
+    {"--min-loss-scale", MG__F_FLOAT, MG__OFF(min_loss_scale), "X", 1e-30, 1e30,
+     "with --fp16: the dynamic scale's floor (default 1)"},
+    {"--loss-scale-window", MG__F_INT, MG__OFF(loss_scale_window), "N", 1, MG__BIG,
+     "with --fp16: double the scale after N iterations without inf/nan (default 1000)"},
+    {"--hysteresis", MG__F_INT, MG__OFF(hysteresis), "N", 1, 1e9,
+     "with --fp16: halve the scale from the N-th inf/nan iteration since the last growth on "
+     "(default 2)"},
     {"device", MG__F_HELP, 0, NULL, 0, 0, "Device"},
     {"--device", MG__F_CHOICE, MG__OFF(device), "auto|cpu|cuda", 0, 0,
      "auto: the GPU when built by nvcc and one is present, else the CPU (default auto; "
@@ -2218,7 +2830,7 @@ static const mg__flag mg__flags[] = {
     {"--help", MG__F_HELP, MG__OFF(help), NULL, 0, 0, "print this help and exit"},
 };
 #define MG__NFLAGS ((int)(sizeof mg__flags / sizeof mg__flags[0]))
-typedef char mg__flags_fit_given[MG__NFLAGS <= 64 ? 1 : -1];  /* mg_train_args.given[64] */
+typedef char mg__flags_fit_given[MG__NFLAGS <= 128 ? 1 : -1]; /* mg_train_args.given[128] */
 
 MGDEF void mg_train_args_default(mg_train_args *a) {
     memset(a, 0, sizeof *a);
@@ -2242,6 +2854,10 @@ MGDEF void mg_train_args_default(mg_train_args *a) {
     a->pipeline_model_parallel_size = 1;
     a->comm_timeout = 600;
     a->pipeline_schedule = MG_SCHED_1F1B;
+    a->initial_loss_scale = 4294967296.0;  /* 2^32 */
+    a->min_loss_scale = 1.0;
+    a->loss_scale_window = 1000;
+    a->hysteresis = 2;
 }
 
 static int mg__flag_index(const char *name) {
@@ -2458,6 +3074,9 @@ typedef struct mg__ckpt_state {
     int64_t iteration, consumed, consumed_valid, adam_step, skipped, nan_iters, seed;
     int64_t arch[6];          /* num_layers, hidden, heads, seq, max_pos, vocab               */
     int data_order;
+    int has_scaler;           /* the loss scaler's state is present (not in older files)      */
+    double loss_scale;
+    int64_t growth_tracker, hysteresis_tracker;
 } mg__ckpt_state;
 static const char *const mg__state_arch_keys[6] = {"num_layers", "hidden_size",
     "num_attention_heads", "seq_length", "max_position_embeddings", "vocab_size"};
@@ -2503,6 +3122,16 @@ static int mg__read_state(const char *path, mg__ckpt_state *s, char *err, size_t
         if (t < 0 || mg_json_int(&js, t, &order))
             rc = mg__err(err, errlen, "%s: key data_order_index missing", path);
         s->data_order = (int)order;
+    }
+    if (!rc) {                /* optional: the loss scaler (fp16) */
+        int64_t t = mg_json_get(&js, 0, "loss_scale");
+        int64_t g = mg_json_get(&js, 0, "loss_scale_growth_tracker");
+        int64_t h = mg_json_get(&js, 0, "loss_scale_hysteresis_tracker");
+        s->has_scaler = t >= 0 && g >= 0 && h >= 0 && !mg_json_int(&js, g, &s->growth_tracker) &&
+                        !mg_json_int(&js, h, &s->hysteresis_tracker);
+        if (s->has_scaler) s->loss_scale = strtod(text + js.toks[t].start, NULL);
+        if (s->has_scaler && !(s->loss_scale > 0 && isfinite(s->loss_scale)))
+            rc = mg__err(err, errlen, "%s: loss_scale is not a positive number", path);
     }
     mg_json_free(&js);
     MG_FREE(text);
@@ -2561,6 +3190,29 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
     }
     if (mg_train_flag_given(a, "--save-interval") && !a->save)
         return mg__err(err, errlen, "--save-interval needs --save DIR (where to write)");
+    if (a->recompute_granularity != MG_RECOMPUTE_FULL &&
+        (mg_train_flag_given(a, "--recompute-method") ||
+         mg_train_flag_given(a, "--recompute-num-layers")))
+        return mg__err(err, errlen, "--recompute-method and --recompute-num-layers apply to "
+                       "--recompute-granularity full only");
+    if (a->recompute_num_layers > 0 && a->num_layers > 0 &&
+        a->recompute_num_layers > a->num_layers)
+        return mg__err(err, errlen, "--recompute-num-layers %lld: must be 1 … --num-layers %lld",
+                       (long long)a->recompute_num_layers, (long long)a->num_layers);
+    if (a->bf16 && a->fp16)
+        return mg__err(err, errlen, "--bf16 and --fp16 exclude each other (pick one)");
+    if (!a->fp16) {
+        static const char *const fp16_only[5] = {"--loss-scale", "--initial-loss-scale",
+            "--min-loss-scale", "--loss-scale-window", "--hysteresis"};
+        int k;
+        for (k = 0; k < 5; k++)
+            if (mg_train_flag_given(a, fp16_only[k]))
+                return mg__err(err, errlen, "%s applies to --fp16 only (bf16 and fp32 need no "
+                               "loss scaling)", fp16_only[k]);
+    }
+    if (a->fp16 && !a->loss_scale && a->min_loss_scale > a->initial_loss_scale)
+        return mg__err(err, errlen, "--min-loss-scale %g is larger than --initial-loss-scale %g",
+                       a->min_loss_scale, a->initial_loss_scale);
     if (a->train_iters > 0 && !a->data_path)
         return mg__err(err, errlen, "--data-path is required to train (an indexed dataset "
                        "prefix or an llm.c token file; --train-iters 0 needs none)");
@@ -2635,11 +3287,13 @@ static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
     return 0;
 }
 
-/* The job's shape against the parallel flags: world size = t·p·d (d data-parallel replicas,
-   which must be 1 until data parallelism exists). Pure: nothing is communicated.            */
+/* The job's shape against the parallel flags: world size = t·p·d, d data-parallel replicas
+   that each run global batch / (micro-batch · d) microbatches. Pure: nothing is communicated,
+   so every rank reaches the same verdict before the first collective.                      */
 static int mg__check_world(const mg_train_args *a, char *err, size_t errlen) {
     int world = a->comm ? a->comm->world_size : 1;
-    int64_t t = a->tensor_model_parallel_size, p = a->pipeline_model_parallel_size;
+    int64_t t = a->tensor_model_parallel_size, p = a->pipeline_model_parallel_size, d;
+    int64_t B = a->micro_batch_size;
     char split[160];
     if (t > 1 && p > 1)
         snprintf(split, sizeof split, "--tensor-model-parallel-size %lld x "
@@ -2651,10 +3305,15 @@ static int mg__check_world(const mg_train_args *a, char *err, size_t errlen) {
     if (world % (t * p))
         return mg__err(err, errlen, "%s does not divide the %d launched ranks (mpirun -np N "
                        "with N a multiple of %lld)", split, world, (long long)(t * p));
-    if (world / (t * p) > 1)
-        return mg__err(err, errlen, "%d ranks with %s would leave %lld data-parallel replicas, "
-                       "which are not implemented yet (launch mpirun -np %lld)", world, split,
-                       (long long)(world / (t * p)), (long long)(t * p));
+    d = world / (t * p);
+    if (a->global_batch_size % (B * d))
+        return mg__err(err, errlen, "--global-batch-size %lld is not a multiple of "
+                       "--micro-batch-size %lld x %lld data-parallel replicas (%d ranks / "
+                       "%s); use a multiple of %lld", (long long)a->global_batch_size,
+                       (long long)B, (long long)d, world, split, (long long)(B * d));
+    if (a->use_distributed_optimizer && d == 1 && world > 1 && a->comm && a->comm->world_rank == 0)
+        fprintf(stderr, "gpt_train: note: --use-distributed-optimizer with one data-parallel "
+                "replica shards nothing\n");
     return 0;
 }
 
@@ -2785,8 +3444,9 @@ static int mg__pipe_configure(mg_trainer *tr, char *err, size_t errlen) {
             return mg__err(err, errlen, "evaluation schedule: %s", why);
         }
     }
-    {   /* not yet for a model split over ranks: they need the whole model in one place */
-        const char *whole = a->save ? "--save" : a->export_hf ? "--export-hf" :
+    {   /* not yet for a model split over ranks: they need the whole model in one place
+           (checkpoints do not: every stage writes its own tensors into the shared files) */
+        const char *whole = a->export_hf ? "--export-hf" :
                             a->sample_tokens > 0 ? "--sample-tokens" : NULL;
         if (whole) {
             mg_schedule_free(&tr->pipe_sched);
@@ -2883,7 +3543,8 @@ static void mg__pipe_backward_weight(void *user, const mg_pipe_io *io) {
     mg__act_slot_release(tr, io->chunk, slot);
 }
 
-/* Executor over schedule s running this trainer's model: fp32 messages of the residual
+/* Executor over schedule s running this trainer's model: messages (the model's activation
+   dtype: fp32, or bf16/fp16 with mixed precision) of the residual
    stream's n rows on this rank, [n, C] (n = B·T, or B·T/t with sequence parallelism, where
    each tensor rank already sends its own slice). With tensor parallelism and no sequence
    parallelism the [B·T, C] message is the same on the t ranks of a stage, so Megatron's
@@ -2895,7 +3556,7 @@ static int mg__pipe_exec_make(mg_trainer *tr, mg_pipe_exec *ex, const mg_schedul
     d.ctx = &tr->ctx;
     d.msg_count = mg_numel(&tr->model.dresid);
     d.scatter_gather = tr->model.layout.tp_size > 1 && !tr->model.tp.sequence_parallel;
-    d.msg_dtype = MG_F32;
+    d.msg_dtype = tr->model.dresid.dtype;     /* 16-bit activations travel as 16 bits */
     d.cb.forward = mg__pipe_forward;
     d.cb.backward = mg__pipe_backward;
     d.cb.backward_input = mg__pipe_backward_input;
@@ -2916,6 +3577,7 @@ static double mg__pipe_run(mg_trainer *tr, mg_pipe_exec *ex, const int32_t *samp
     tr->pipe_samples = samples;
     tr->pipe_dloss = dloss;
     tr->pipe_forward_only = forward_only;
+    mg_gpt_sync_weights(m);        /* 16-bit: the working copy of the master weights */
     mg_pipe_exec_run(ex);
     if (m->layout.chunks[m->layout.n_chunks - 1].has_head) sum = mg_gpt_loss_sum(m, 0, tr->n_micro);
     return mg__group_bcast_f64(m, &tr->comm->pipeline, sum, p - 1);
@@ -3006,7 +3668,10 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     tr->cfg.padded_vocab = mg_gpt_pad_vocab(tr->cfg.vocab_size, tp);
     if (mg__check_world(a, err, errlen)) goto fail;
     if (mg_gpt_config_check(&tr->cfg, tp, err, errlen)) goto fail;
-    tr->n_micro = (int)(a->global_batch_size / a->micro_batch_size);
+    /* d = world/(t·p) replicas, each running 1/d of the global batch's microbatches */
+    tr->dp_size = (a->comm ? a->comm->world_size : 1) / (tp * (int)a->pipeline_model_parallel_size);
+    tr->dp_rank = 0;
+    tr->n_micro = (int)(a->global_batch_size / (a->micro_batch_size * tr->dp_size));
     if (mg__pipe_configure(tr, err, errlen)) goto fail;
     if (a->comm) {   /* this rank's coordinates, as mg_comm_setup_groups will place it (pure) */
         mg_topology topo;
@@ -3014,6 +3679,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
                              err, errlen)) goto fail;
         tp_rank = topo.tp_rank;
         pp_rank = topo.pp_rank;
+        tr->dp_rank = topo.dp_rank;
     }
     if (tr->pp > 1) {                 /* this rank's chunks, slots for what is in flight      */
         n_slots = mg__pipe_slots(&tr->pipe_sched, pp_rank);
@@ -3025,26 +3691,52 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     }
     layout.tp_size = tp;                 /* the comm comes with the groups, below */
     layout.tp_rank = tp_rank;
+    layout.dp_size = tr->dp_size;
     layout.sequence_parallel = a->sequence_parallel;
+    layout.recompute_granularity = a->recompute_granularity;
+    layout.recompute_method = a->recompute_method;
+    layout.recompute_num_layers = (int)a->recompute_num_layers;
+    layout.dtype = a->bf16 ? MG_BF16 : a->fp16 ? MG_F16 : MG_F32;
+    if (split && (layout.dtype != MG_F32 || layout.recompute_granularity == MG_RECOMPUTE_FULL)) {
+        /* ZB-H1's deferred weight halves read the slot's activations and dlogits later: full
+           recomputation's shared scratch and the 16-bit dlogits scratch are gone by then */
+        mg__err(err, errlen, "the zb-h1 schedule (split backward) runs with fp32 and without "
+                "full recomputation for now: drop %s or use --pipeline-schedule 1f1b",
+                layout.dtype != MG_F32 ? (a->bf16 ? "--bf16" : "--fp16")
+                                       : "--recompute-granularity full");
+        goto fail;
+    }
     bytes = mg_gpt_arena_bytes(&tr->cfg, &layout);
     if (!bytes && mg__layout_check(&tr->cfg, &layout, err, errlen)) goto fail;
     if (tr->pp > 1) {                 /* the executors' message buffers                        */
         size_t msg = (size_t)a->micro_batch_size * (size_t)tr->cfg.seq_len *
-                     (size_t)tr->cfg.hidden * sizeof(float);
+                     (size_t)tr->cfg.hidden * mg_dtype_size((mg_dtype)layout.dtype);
         bytes += mg__pipe_arena_bytes(&tr->pipe_sched, pp_rank, msg);
         if (a->eval_iters > 0) bytes += mg__pipe_arena_bytes(&tr->pipe_eval_sched, pp_rank, msg);
     }
     /* AdamW moments (2 more copies of the parameters) and the ops' scratch */
-    {   /* AdamW's two moments, like the flat buffer, and the ops' scratch */
+    {   /* AdamW's two moments, like the flat buffer (or its 1/d shard), and the ops' scratch */
         int64_t n_elems;
         mg__build_params(&tr->cfg, &layout, NULL, &n_elems);
+        if (a->use_distributed_optimizer) n_elems /= tr->dp_size;
         bytes += 2 * (((size_t)n_elems * sizeof(float) + 255) / 256 * 256) + ((size_t)8 << 20) +
-                 (size_t)64 * tr->cfg.hidden * sizeof(float);
+                 (size_t)64 * tr->cfg.hidden * sizeof(float) +
+                 mg_dp_arena_bytes(a->comm ? a->comm->world_size : 1);
         if (tp > 1)            /* gathering the largest tensor for a checkpoint or export */
             bytes += (size_t)mg__max_global_elems(&tr->cfg) * sizeof(float) + 256;
         if (tr->cfg.attention_dropout > 0)  /* the dropped probabilities (op scratch) */
             bytes += (size_t)a->micro_batch_size * (size_t)(tr->cfg.n_head / tp) *
                      (size_t)tr->cfg.seq_len * (size_t)tr->cfg.seq_len * sizeof(float) + 256;
+        if (layout.dtype != MG_F32 && (a->device == MG_DEVICE_CPU || !mg_cuda_available())) {
+            /* the CPU widens a 16-bit GEMM's A, B (and C) to fp32 scratch: 3 × the largest */
+            int64_t N = a->micro_batch_size * tr->cfg.seq_len, C = tr->cfg.hidden, big;
+            big = (int64_t)tr->cfg.padded_vocab / tp * C;
+            if (N * 4 * C / tp > big) big = N * 4 * C / tp;
+            if (N * tr->cfg.padded_vocab / tp > big) big = N * tr->cfg.padded_vocab / tp;
+            if (a->micro_batch_size * tr->cfg.n_head / tp * tr->cfg.seq_len * tr->cfg.seq_len > big)
+                big = a->micro_batch_size * tr->cfg.n_head / tp * tr->cfg.seq_len * tr->cfg.seq_len;
+            bytes += 3 * ((size_t)big * sizeof(float) + 256);
+        }
     }
     {
         double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
@@ -3084,8 +3776,16 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
             tr->has_pipe_eval_exec = 1;
         }
     }
-    mg_adamw_create(&tr->opt, &tr->model, (float)a->adam_beta1, (float)a->adam_beta2,
-                    (float)a->adam_eps, (float)a->weight_decay);
+    mg_dp_init(&tr->dp, &tr->model, a->comm, a->use_distributed_optimizer, a->bucket_size);
+    if (tr->pp > 1) tr->dp.overlap = 0;  /* reduced after the pipeline flush (mg_trainer_step) */
+    mg_adamw_create_dp(&tr->opt, &tr->model, &tr->dp, (float)a->adam_beta1, (float)a->adam_beta2,
+                       (float)a->adam_eps, (float)a->weight_decay);
+    if (a->fp16)
+        mg_loss_scaler_init(&tr->scaler, a->loss_scale == 0,
+                            a->loss_scale ? a->loss_scale : a->initial_loss_scale,
+                            a->min_loss_scale, a->loss_scale_window, a->hysteresis);
+    else
+        mg_loss_scaler_init(&tr->scaler, 0, 1.0, 1.0, 1, 1);
     tr->sched.max_lr = a->lr;
     tr->sched.min_lr = a->min_lr;
     tr->sched.warmup_iters = a->lr_warmup_iters;
@@ -3099,8 +3799,8 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         mg_weights_close(&wf);
         has_weights = 0;
     }
-    tr->batch = (int32_t *)MG_MALLOC(sizeof(int32_t) * (size_t)a->global_batch_size *
-                                     (size_t)(tr->cfg.seq_len + 1));
+    tr->batch = (int32_t *)MG_MALLOC(sizeof(int32_t) * (size_t)(a->global_batch_size /
+                                     tr->dp_size) * (size_t)(tr->cfg.seq_len + 1));
     MG_ASSERT(tr->batch, "out of host memory");
     if (a->log_jsonl && tr->writer) {
         tr->jsonl = fopen(a->log_jsonl, "ab");
@@ -3129,6 +3829,7 @@ MGDEF void mg_trainer_free(mg_trainer *tr) {
     mg_schedule_free(&tr->pipe_sched);
     mg_schedule_free(&tr->pipe_eval_sched);
     MG_FREE(tr->slot_mb);
+    if (tr->dp.model) mg_dp_free(&tr->dp);
     if (tr->model.ctx) mg_gpt_destroy(&tr->model);
     if (tr->comm && tr->comm->ctx == &tr->ctx) tr->comm->ctx = NULL;  /* host buffers again */
     if (tr->ctx.arena || tr->ctx.device) mg_ctx_free(&tr->ctx);
@@ -3148,29 +3849,47 @@ static void mg__fetch(mg_trainer *tr, const mg_sampler *smp, int64_t first, int6
             mg_fatal(__FILE__, __LINE__, "sample %lld: %s", (long long)(first + i), why);
 }
 
+/* Data parallelism: replica r of d takes samples [r·G/d, (r+1)·G/d) of the global batch
+   (microbatches r·n_micro … of the serial run's order: the dropout keys match too), seeds
+   each backward with 1/(G·T) like the serial run, and the gradients and the loss are SUMMED
+   over the data group — so the step equals the serial one up to the order of additions.   */
 MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     mg_step_result r;
-    int64_t G = tr->args.global_batch_size;
-    double t0 = mg__now_ms(), tokens = (double)G * tr->cfg.seq_len;
+    int64_t G = tr->args.global_batch_size, Gl = G / tr->dp_size;
+    double t0 = mg__now_ms(), tokens = (double)G * tr->cfg.seq_len, sum;
+    float dloss;
     memset(&r, 0, sizeof r);
-    mg__fetch(tr, &tr->train_smp, tr->consumed_samples, G);
+    mg__fetch(tr, &tr->train_smp, tr->consumed_samples + tr->dp_rank * Gl, Gl);
     mg_gpt_zero_grad(&tr->model);
     /* dropout on, keyed by the global microbatch index: iteration · microbatches + i */
     tr->model.training = 1;
-    tr->model.microbatch_base = (uint64_t)tr->iteration * (uint64_t)tr->n_micro;
+    /* fp16: the backward is seeded with the loss scale; AdamW divides it out */
+    dloss = (float)(tr->scaler.scale / tokens);
+    tr->model.microbatch_base = (uint64_t)tr->iteration * (uint64_t)tr->n_micro * tr->dp_size +
+                                (uint64_t)tr->dp_rank * (uint64_t)tr->n_micro;
     if (tr->pp > 1) {   /* the schedule's forwards and backwards over the pipeline ranks */
-        r.loss = mg__pipe_run(tr, &tr->pipe_exec, tr->batch, (float)(1.0 / tokens), 0) / tokens;
+        sum = mg__pipe_run(tr, &tr->pipe_exec, tr->batch, dloss, 0);
+        /* the tied embedding's two stage parts first (the stages' flat buffers differ, so
+           their data-parallel pieces do too), then every bucket over the replicas after the
+           flush (no overlap hook: the executor interleaves microbatches across chunks) */
         mg__embedding_grad_all_reduce(&tr->model);
+        mg_dp_start(&tr->dp);
+        mg_dp_finish(&tr->dp);
     } else {
-        r.loss = mg_gpt_run_microbatches(&tr->model, tr->batch, tr->n_micro,
-                                         (float)(1.0 / tokens), 1) / tokens;
+        mg_dp_start(&tr->dp);  /* buckets reduced during the last microbatch's backward */
+        sum = mg_gpt_run_microbatches(&tr->model, tr->batch, tr->n_micro, dloss, 1);
+        mg_dp_finish(&tr->dp);
     }
+    r.loss = mg_dp_sum(&tr->dp, sum) / tokens;
     tr->model.training = 0;
     mg_gpt_reduce_grads(&tr->model);
     r.lr = mg_lr_at(&tr->sched, tr->iteration);
+    r.loss_scale = tr->opt.loss_scale = tr->scaler.scale;
     r.skipped = !mg_adamw_update(&tr->opt, &tr->model, (float)r.lr, (float)tr->args.clip_grad,
                                  &r.grad_norm);
-    if (r.skipped) { tr->skipped_iters++; tr->nan_iters++; }
+    mg_loss_scaler_update(&tr->scaler, r.skipped);   /* found_inf: agreed by every rank */
+    tr->skipped_iters += r.skipped;
+    tr->nan_iters += !isfinite(r.loss);
     tr->consumed_samples += G;
     tr->iteration++;
     mg_sync(&tr->ctx);
@@ -3185,7 +3904,7 @@ static void mg__json_num(FILE *f, const char *key, double v, int last) {
 }
 
 MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
-    double ms, loss, tokens_per_s, tflops;
+    double ms, loss, tokens_per_s, tflops, tflops_rc;
     int64_t G = tr->args.global_batch_size;
     time_t now;
     char stamp[32];
@@ -3193,24 +3912,29 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
     tr->log_ms_sum += r->elapsed_ms;
     if (!r->skipped) tr->log_loss_sum += r->loss;
     tr->log_skipped += r->skipped;
+    tr->log_nan += !isfinite(r->loss);
     if (tr->iteration % tr->args.log_interval && tr->iteration != tr->args.train_iters) return;
     ms = tr->log_ms_sum / (double)tr->log_count;
     loss = tr->log_count > tr->log_skipped ?
            tr->log_loss_sum / (double)(tr->log_count - tr->log_skipped) : NAN;
     tokens_per_s = (double)G * tr->cfg.seq_len / (ms * 1e-3);
+    /* Megatron-LM's figure counts model FLOPs only; the second one adds the forward work
+       recomputation repeats (the paper's 96·B·s·l·h² form with full recomputation)          */
     tflops = mg_gpt_flops_per_iteration(&tr->cfg, G) / (ms * 1e-3) / 1e12 /
              (tr->comm ? tr->comm->world_size : 1);                          /* per rank */
+    tflops_rc = tflops * (1 + mg_gpt_flops_recomputed(&tr->cfg, &tr->model.layout, G) /
+                          mg_gpt_flops_per_iteration(&tr->cfg, G));
     now = time(NULL);
     strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
     if (out) {
         fprintf(out, " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
-                "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.3f | tokens per "
-                "second: %.0f | learning rate: %.6E | global batch size: %5lld | lm loss: %.6E |"
-                " loss scale: 1.0 | grad norm: %.3f | number of skipped iterations: %3lld | "
-                "number of nan iterations: %3lld |\n", stamp, (long long)tr->iteration,
-                (long long)tr->args.train_iters, (long long)tr->consumed_samples, ms, tflops,
-                tokens_per_s, r->lr, (long long)G, loss, r->grad_norm,
-                (long long)tr->log_skipped, (long long)tr->log_skipped);
+                "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.3f | with recomputed "
+                "FLOPs (TFLOP/s/GPU): %.3f | tokens per second: %.0f | learning rate: %.6E | "
+                "global batch size: %5lld | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f | "
+                "number of skipped iterations: %3lld | number of nan iterations: %3lld |\n", stamp,
+                (long long)tr->iteration, (long long)tr->args.train_iters,
+                (long long)tr->consumed_samples, ms, tflops, tflops_rc, tokens_per_s, r->lr, (long long)G, loss, r->loss_scale, r->grad_norm,
+                (long long)tr->log_skipped, (long long)tr->log_nan);
         fflush(out);
     }
     if (tr->jsonl) {
@@ -3219,27 +3943,31 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
         mg__json_num(tr->jsonl, "lm_loss", loss, 0);
         mg__json_num(tr->jsonl, "grad_norm", r->grad_norm, 0);
         mg__json_num(tr->jsonl, "lr", r->lr, 0);
+        mg__json_num(tr->jsonl, "loss_scale", r->loss_scale, 0);
         mg__json_num(tr->jsonl, "elapsed_ms", ms, 0);
         mg__json_num(tr->jsonl, "tokens_per_sec", tokens_per_s, 0);
         mg__json_num(tr->jsonl, "tflops_per_gpu", tflops, 0);
+        mg__json_num(tr->jsonl, "tflops_per_gpu_with_recompute", tflops_rc, 0);
         fprintf(tr->jsonl, "\"global_batch_size\": %lld, \"skipped_iterations\": %lld, "
                 "\"nan_iterations\": %lld}\n", (long long)G, (long long)tr->log_skipped,
-                (long long)tr->log_skipped);
+                (long long)tr->log_nan);
         fflush(tr->jsonl);
     }
-    tr->log_count = tr->log_skipped = 0;
+    tr->log_count = tr->log_skipped = tr->log_nan = 0;
     tr->log_loss_sum = tr->log_ms_sum = 0;
 }
 
 MGDEF double mg_trainer_evaluate(mg_trainer *tr, FILE *out) {
-    int64_t G = tr->args.global_batch_size, k;
+    int64_t G = tr->args.global_batch_size, Gl = G / tr->dp_size, k;
     double tokens = (double)G * tr->cfg.seq_len, sum = 0, loss;
     if (!tr->has_valid || tr->args.eval_iters <= 0) return NAN;
-    for (k = 0; k < tr->args.eval_iters; k++) {
-        mg__fetch(tr, &tr->valid_smp, tr->consumed_valid_samples, G);
+    for (k = 0; k < tr->args.eval_iters; k++) {   /* each replica its share, summed */
+        mg__fetch(tr, &tr->valid_smp, tr->consumed_valid_samples + tr->dp_rank * Gl, Gl);
         tr->consumed_valid_samples += G;
-        sum += (tr->pp > 1 ? mg__pipe_run(tr, &tr->pipe_eval_exec, tr->batch, 0.0f, 1)
-                           : mg_gpt_run_microbatches(&tr->model, tr->batch, tr->n_micro, 0.0f, 0))
+        sum += mg_dp_sum(&tr->dp, tr->pp > 1 ? mg__pipe_run(tr, &tr->pipe_eval_exec, tr->batch,
+                                                            0.0f, 1)
+                                             : mg_gpt_run_microbatches(&tr->model, tr->batch,
+                                                                       tr->n_micro, 0.0f, 0))
                / tokens;
     }
     loss = sum / (double)tr->args.eval_iters;
@@ -3291,10 +4019,14 @@ static char *mg__state_json(const mg_trainer *tr) {
     n += (size_t)snprintf(s + n, cap - n, "{\n  \"format\": \"megatron.h checkpoint\", "
         "\"version\": 1,\n  \"iteration\": %lld, \"consumed_train_samples\": %lld, "
         "\"consumed_valid_samples\": %lld,\n  \"adam_step\": %lld, \"skipped_iterations\": %lld,"
-        " \"nan_iterations\": %lld,\n  \"seed\": %lld, \"data_order_index\": %d,\n",
+        " \"nan_iterations\": %lld,\n  \"seed\": %lld, \"data_order_index\": %d,\n"
+        "  \"loss_scale\": %.17g, \"loss_scale_growth_tracker\": %lld, "
+        "\"loss_scale_hysteresis_tracker\": %lld,\n",
         (long long)tr->iteration, (long long)tr->consumed_samples,
         (long long)tr->consumed_valid_samples, (long long)tr->opt.step,
-        (long long)tr->skipped_iters, (long long)tr->nan_iters, (long long)a->seed, a->data_order);
+        (long long)tr->skipped_iters, (long long)tr->nan_iters, (long long)a->seed, a->data_order,
+        tr->scaler.scale, (long long)tr->scaler.growth_tracker,
+        (long long)tr->scaler.hysteresis_tracker);
     for (i = 0; i < 6; i++)
         n += (size_t)snprintf(s + n, cap - n, "  \"%s\": %lld,\n", mg__state_arch_keys[i],
                               (long long)arch[i]);
@@ -3327,22 +4059,40 @@ static char *mg__state_json(const mg_trainer *tr) {
     return s;
 }
 
-/* Writes the flat buffer `flat` (params or a moment) as one safetensors file of GLOBAL
-   tensors named name + suffix; the word embedding keeps its V real rows only, so the file
-   does not depend on the tensor-parallel padding. Every rank of the tensor group calls it
-   (each tensor is gathered); only `write` ranks write.                                     */
-static int mg__save_tensors(mg_gpt *m, const float *flat, const char *path, const char *suffix,
-                            int with_meta, int write, char *err, size_t errlen) {
-    mg_st_spec *spec = (mg_st_spec *)MG_MALLOC(sizeof(mg_st_spec) * (size_t)m->n_params);
-    char (*names)[120] = (char (*)[120])MG_MALLOC(120 * (size_t)m->n_params);
-    float *global = (float *)MG_MALLOC((size_t)mg__max_global(m) * sizeof(float));
+/* ---- Checkpoint files, written by all ranks in parallel ----------------------------------
+   Three safetensors files of GLOBAL tensors (names: the parameter's, + ".exp_avg", +
+   ".exp_avg_sq"); the word embedding keeps its V real rows, so no file depends on t or on the
+   padding. World rank 0 creates each file at its final size with the header (mg_st_writer,
+   preallocated), then every rank opens it and pwrites the pieces it owns:
+     parameters, and moments without the distributed optimizer: data-parallel rank 0 of each
+       tensor group writes its tensor-parallel shards (replicated tensors: tensor-parallel
+       rank 0 only), so each element is written exactly once;
+     moments with the distributed optimizer: each data-parallel rank writes its own pieces
+       of the buckets (mg__for_owned), mapped from the flat buffer to global coordinates.
+   Joiners fsync and close, the ranks agree, rank 0 commits (fsync, rename) — all inside the
+   temporary checkpoint directory, which is renamed into place before
+   latest_checkpointed_iteration.txt is updated.                                            */
+#define MG__CKPT_FILES 3
+static const char *const mg__ckpt_file[MG__CKPT_FILES] = {"model", "optimizer", "optimizer_sq"};
+static const char *const mg__ckpt_suffix[MG__CKPT_FILES] = {"", ".exp_avg", ".exp_avg_sq"};
+
+/* The tensor list of a checkpoint file: every parameter of the WHOLE model (whatever this
+   rank's pipeline stage holds, so that all ranks name the same header), global shape (V word-
+   embedding rows). A rank finds its tensors in it by name (mg__ckpt_visit).               */
+static int mg__ckpt_begin(mg_gpt *m, mg_st_writer *w, const char *path, const char *tag,
+                          int file, int create, char *err, size_t errlen) {
+    int cap = MG_LAYER_TENSORS * m->cfg.n_layer + 4, n_all;
+    mg_gpt_layout whole = mg_gpt_layout_single(&m->cfg, 1, 1, 1);
+    mg_param_desc *all = (mg_param_desc *)MG_MALLOC(sizeof(mg_param_desc) * (size_t)cap);
+    mg_st_spec *spec = (mg_st_spec *)MG_MALLOC(sizeof(mg_st_spec) * (size_t)cap);
+    char (*names)[120] = (char (*)[120])MG_MALLOC(120 * (size_t)cap);
     const char *keys[6] = {"num_layers", "hidden_size", "num_attention_heads",
                            "max_position_embeddings", "vocab_size", "format"};
     char vals[5][24], why[MG_ERRLEN];
     const char *vp[6];
-    mg_st_writer w;
-    int i, rc = 0;
-    MG_ASSERT(spec && names && global, "out of host memory");
+    int i, rc = 0, with_meta = file == 0;
+    MG_ASSERT(all && spec && names, "out of host memory");
+    n_all = mg__build_params(&m->cfg, &whole, all, NULL);
     snprintf(vals[0], 24, "%d", m->cfg.n_layer);
     snprintf(vals[1], 24, "%d", m->cfg.hidden);
     snprintf(vals[2], 24, "%d", m->cfg.n_head);
@@ -3350,61 +4100,162 @@ static int mg__save_tensors(mg_gpt *m, const float *flat, const char *path, cons
     snprintf(vals[4], 24, "%d", m->cfg.vocab_size);
     for (i = 0; i < 5; i++) vp[i] = vals[i];
     vp[5] = "pt";
-    for (i = 0; i < m->n_params; i++) {
-        const mg_param_desc *d = &m->params[i];
+    for (i = 0; i < n_all; i++) {
+        const mg_param_desc *d = &all[i];
         memset(&spec[i], 0, sizeof spec[i]);
-        snprintf(names[i], 120, "%s%s", d->name, suffix);
+        snprintf(names[i], 120, "%s%s", d->name, mg__ckpt_suffix[file]);
         spec[i].name = names[i];
         spec[i].dtype = MG_ST_F32;
         spec[i].ndim = d->ndim;
         spec[i].shape[0] = d->kind == MG_WTE ? m->cfg.vocab_size : d->shape[0];
         spec[i].shape[1] = d->shape[1];
     }
-    if (write && mg_st_writer_begin(&w, path, NULL, 1, spec, m->n_params,
-                                    with_meta ? keys : keys + 5, with_meta ? vp : vp + 5,
-                                    with_meta ? 6 : 1, why, sizeof why))
+    if (mg_st_writer_begin(w, path, tag, create, spec, n_all, with_meta ? keys : keys + 5,
+                           with_meta ? vp : vp + 5, with_meta ? 6 : 1, why, sizeof why))
         rc = mg__err(err, errlen, "%s", why);
-    for (i = 0; i < m->n_params; i++) {
-        mg_gpt_shard_to_global(m, i, flat, global);   /* collective: even after an error */
-        if (!write || rc) continue;
-        if (mg_st_writer_write(&w, i, 0, global, spec[i].shape[0] * (spec[i].ndim == 2 ?
-                               spec[i].shape[1] : 1), why, sizeof why)) {
-            mg_st_writer_abort(&w);
-            rc = mg__err(err, errlen, "%s", why);
-        }
-    }
-    if (write && !rc && mg_st_writer_commit(&w, why, sizeof why))
-        rc = mg__err(err, errlen, "%s", why);
+    MG_FREE(all);
     MG_FREE(spec);
     MG_FREE(names);
-    MG_FREE(global);
     return rc;
 }
 
-/* The writer (world rank 0) owns the files; with tensor parallelism every rank of the group
-   takes part in gathering each tensor, and all return the writer's verdict.               */
+/* One owned piece: local-shard elements [e0, e1) of tensor d (values in host `vals`) into the
+   file tensor `ti` at their global positions. Row-split shards are contiguous in the global
+   tensor; column-split ones are a segment per row. Word-embedding rows >= V are not stored. */
+static int mg__ckpt_write_piece(mg_gpt *m, mg_st_writer *w, int ti, const mg_param_desc *d,
+                                const float *vals, int64_t e0, int64_t e1, char *err,
+                                size_t errlen) {
+    int64_t lcols = d->ndim == 2 ? d->local_shape[1] : 1, gcols = d->ndim == 2 ? d->shape[1] : 1;
+    int64_t rows_stored = d->kind == MG_WTE ? m->cfg.vocab_size : d->shape[0], e = e0;
+    char why[MG_ERRLEN];
+    while (e < e1) {
+        int64_t r = e / lcols, c = e % lcols, grow = d->row0 + r, n;
+        /* a run of whole rows when the columns are not split, else up to the row's end */
+        n = lcols == gcols ? e1 - e : (lcols - c < e1 - e ? lcols - c : e1 - e);
+        if (grow * gcols + d->col0 + c + n > rows_stored * gcols)   /* padding rows: dropped */
+            n = rows_stored * gcols - (grow * gcols + d->col0 + c);
+        if (n <= 0) break;
+        if (mg_st_writer_write(w, ti, grow * gcols + d->col0 + c, vals + (e - e0), n, why,
+                               sizeof why))
+            return mg__err(err, errlen, "%s", why);
+        e += n;
+    }
+    return 0;
+}
+
+typedef struct {
+    mg_gpt *m; mg_st_writer *w; const char *suffix; const float *src; float *host;
+    int use_moment_index, has_embedding; int rc; char *err; size_t errlen;
+} mg__ckpt_acc;
+static void mg__ckpt_visit(void *user, const mg_param_desc *d, int64_t x0, int64_t x1,
+                           int64_t moment0) {
+    mg__ckpt_acc *acc = (mg__ckpt_acc *)user;
+    int64_t src0 = acc->use_moment_index ? moment0 : x0;
+    char name[120];
+    int ti;
+    if (acc->rc || (d->split == MG_TP_REPLICATED && acc->m->layout.tp_rank != 0)) return;
+    if (d->kind == MG_WTE && !acc->has_embedding) return;  /* the last stage's tied copy */
+    snprintf(name, sizeof name, "%s%s", d->name, acc->suffix);
+    ti = mg_st_writer_find(acc->w, name);
+    MG_ASSERT(ti >= 0, "checkpoint header without %s", name);
+    mg_copy_to_host(acc->m->ctx, acc->host, acc->src + src0, (size_t)(x1 - x0) * sizeof(float));
+    acc->rc = mg__ckpt_write_piece(acc->m, acc->w, ti, d, acc->host, x0 - d->offset,
+                                   x1 - d->offset, acc->err, acc->errlen);
+}
+
+/* Max over the world of a flag (0/1): a failure anywhere fails everywhere. Collective. */
+static int mg__world_any(mg_trainer *tr, int bad) {
+    mg_comm *comm = tr->args.comm;
+    float flag = bad ? 1.0f : 0.0f;
+    if (!comm || comm->world_size == 1) return bad != 0;
+    mg_copy_to_device(&tr->ctx, tr->dp.dev_scalars, &flag, sizeof flag);
+    mg_all_reduce(comm, &comm->world, tr->dp.dev_scalars, tr->dp.dev_scalars, 1, MG_F32, MG_MAX);
+    mg_copy_to_host(&tr->ctx, &flag, tr->dp.dev_scalars, sizeof flag);
+    return flag != 0;
+}
+
+/* The verdict of world rank 0 (the writer) on every rank of the job: nonzero rc there makes
+   all return -1. Collective over the world; no-op with one rank.                           */
+static int mg__world_agree(mg_trainer *tr, int rc) {
+    mg_comm *comm = tr->args.comm;
+    float flag = rc ? 1.0f : 0.0f;
+    if (!comm || comm->world_size == 1) return rc ? -1 : 0;
+    mg_copy_to_device(&tr->ctx, tr->dp.dev_scalars, &flag, sizeof flag);
+    mg_broadcast(comm, &comm->world, tr->dp.dev_scalars, tr->dp.dev_scalars, 1, MG_F32, 0);
+    mg_copy_to_host(&tr->ctx, &flag, tr->dp.dev_scalars, sizeof flag);
+    return flag != 0 ? -1 : 0;
+}
+
 MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t errlen) {
-    char iterdir[1100], tmp[1200], path[1300], why[MG_ERRLEN], latest[32];
+    char iterdir[1100], tmp[1200], path[1300], why[MG_ERRLEN], latest[32], tag[32];
     char *state;
-    int rc = 0, w = tr->writer;
+    int rc = 0, w = tr->writer, f, i, open_files = 0;
     mg_gpt *m = &tr->model;
-    tmp[0] = 0;
+    mg_st_writer files[MG__CKPT_FILES];
+    float *host;
+    int64_t max_numel = 1;
+    snprintf(iterdir, sizeof iterdir, "%s/iter_%07lld", dir, (long long)tr->iteration);
+    snprintf(tag, sizeof tag, "save%lld", (long long)tr->iteration);  /* common to all ranks */
+    snprintf(tmp, sizeof tmp, "%s.tmp.%s", iterdir, tag);              /* mg_atomic_dir_begin's */
     if (w && !mg__is_dir(dir) && mkdir(dir, 0755) != 0)
         rc = mg__err(err, errlen, "--save %s: cannot create directory (%s)", dir,
                      strerror(errno));
-    snprintf(iterdir, sizeof iterdir, "%s/iter_%07lld", dir, (long long)tr->iteration);
-    if (w && !rc && mg_atomic_dir_begin(iterdir, NULL, tmp, sizeof tmp, why, sizeof why))
+    if (w && !rc && mg_atomic_dir_begin(iterdir, tag, tmp, sizeof tmp, why, sizeof why))
         rc = mg__err(err, errlen, "%s", why);
-    if (mg__tp_agree(m, rc)) return w ? -1 : mg__err(err, errlen, "rank 0 could not save");
-    /* all three files are gathered by every rank even after a write error (the others do
-       not know of it); the writer stops writing at the first error                         */
-    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    rc = mg__save_tensors(m, m->param_buf, path, "", 1, w, err, errlen);
-    snprintf(path, sizeof path, "%s/optimizer.safetensors", tmp);
-    if (mg__save_tensors(m, tr->opt.m, path, ".exp_avg", 0, w && !rc, err, errlen)) rc = -1;
-    snprintf(path, sizeof path, "%s/optimizer_sq.safetensors", tmp);
-    if (mg__save_tensors(m, tr->opt.v, path, ".exp_avg_sq", 0, w && !rc, err, errlen)) rc = -1;
-    if (w) {
+    /* rank 0 creates the three files at their final size; then every other rank joins */
+    for (f = 0; f < MG__CKPT_FILES && w && !rc; f++) {
+        snprintf(path, sizeof path, "%s/%s.safetensors", tmp, mg__ckpt_file[f]);
+        if (mg__ckpt_begin(m, &files[f], path, tag, f, 1, err, errlen)) rc = -1;
+        else open_files = f + 1;
+    }
+    if (mg__world_agree(tr, rc)) {
+        for (f = 0; f < open_files; f++) mg_st_writer_abort(&files[f]);
+        if (w && !mg__is_dir(iterdir)) mg_atomic_dir_abort(tmp);
+        return w ? -1 : mg__err(err, errlen, "rank 0 could not save");
+    }
+    for (f = 0; f < MG__CKPT_FILES && !w && !rc; f++) {
+        snprintf(path, sizeof path, "%s/%s.safetensors", tmp, mg__ckpt_file[f]);
+        if (mg__ckpt_begin(m, &files[f], path, tag, f, 0, err, errlen)) rc = -1;
+        else open_files = f + 1;
+    }
+    for (i = 0; i < m->n_params; i++)
+        if (m->params[i].numel > max_numel) max_numel = m->params[i].numel;
+    host = (float *)MG_MALLOC((size_t)max_numel * sizeof(float));
+    MG_ASSERT(host, "out of host memory");
+    for (f = 0; f < open_files && !rc; f++) {
+        mg__ckpt_acc acc;
+        acc.m = m;
+        acc.w = &files[f];
+        acc.src = f == 0 ? m->param_buf : f == 1 ? tr->opt.m : tr->opt.v;
+        acc.host = host;
+        acc.use_moment_index = f > 0;
+        acc.suffix = mg__ckpt_suffix[f];
+        acc.has_embedding = 0;
+        for (i = 0; i < m->layout.n_chunks; i++)
+            acc.has_embedding |= m->layout.chunks[i].has_embedding;
+        acc.rc = 0;
+        acc.err = err;
+        acc.errlen = errlen;
+        if (f > 0 && tr->opt.dp) mg__for_owned(&tr->opt, m, mg__ckpt_visit, &acc); /* shards */
+        else if (tr->dp_rank == 0)     /* one replica writes what every replica holds */
+            for (i = 0; i < m->n_params && !acc.rc; i++)
+                mg__ckpt_visit(&acc, &m->params[i], m->params[i].offset,
+                               m->params[i].offset + m->params[i].numel, m->params[i].offset);
+        rc = acc.rc;
+    }
+    MG_FREE(host);
+    for (f = 0; f < open_files && !w; f++)   /* joiners: fsync and close */
+        if (mg_st_writer_close(&files[f], why, sizeof why) && !rc)
+            rc = mg__err(err, errlen, "%s", why);
+    if (mg__world_any(tr, rc)) {          /* some rank failed: nothing is committed */
+        for (f = 0; f < open_files && w; f++) mg_st_writer_abort(&files[f]);
+        if (w) mg_atomic_dir_abort(tmp);
+        return rc ? -1 : mg__err(err, errlen, "another rank could not write its part");
+    }
+    if (w) {   /* rank 0: commit the files, state.json, the directory, then "latest" */
+        for (f = 0; f < MG__CKPT_FILES; f++)
+            if (mg_st_writer_commit(&files[f], why, sizeof why) && !rc)
+                rc = mg__err(err, errlen, "%s", why);
         state = mg__state_json(tr);
         snprintf(path, sizeof path, "%s/state.json", tmp);
         if (!rc && mg_atomic_write(path, state, strlen(state), why, sizeof why))
@@ -3418,7 +4269,7 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
         if (!rc && mg_atomic_write(path, latest, strlen(latest), why, sizeof why))
             rc = mg__err(err, errlen, "%s", why);
     }
-    if (mg__tp_agree(m, rc)) return w ? -1 : mg__err(err, errlen, "rank 0 could not save");
+    if (mg__world_agree(tr, rc)) return w ? -1 : mg__err(err, errlen, "rank 0 could not save");
     tr->last_saved = tr->iteration;
     return 0;
 }
@@ -3467,16 +4318,28 @@ MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t err
     rc = mg_gpt_import(&tr->model, &wf, err, errlen);
     mg_weights_close(&wf);
     if (rc) return -1;
+    /* moments: straight into the flat buffers, or (distributed optimizer) into the free
+       gradient buffer, then this rank's pieces out of it                                   */
     snprintf(path, sizeof path, "%s/iter_%07lld/optimizer.safetensors", dir, (long long)iter);
-    if (mg__load_moment(&tr->model, tr->opt.m, path, ".exp_avg", err, errlen)) return -1;
+    if (mg__load_moment(&tr->model, tr->opt.dp ? tr->model.grad_buf : tr->opt.m, path,
+                        ".exp_avg", err, errlen)) return -1;
+    if (tr->opt.dp) mg_dp_moment_flat(&tr->dp, tr->opt.m, tr->model.grad_buf, 0);
     snprintf(path, sizeof path, "%s/iter_%07lld/optimizer_sq.safetensors", dir, (long long)iter);
-    if (mg__load_moment(&tr->model, tr->opt.v, path, ".exp_avg_sq", err, errlen)) return -1;
+    if (mg__load_moment(&tr->model, tr->opt.dp ? tr->model.grad_buf : tr->opt.v, path,
+                        ".exp_avg_sq", err, errlen)) return -1;
+    if (tr->opt.dp) mg_dp_moment_flat(&tr->dp, tr->opt.v, tr->model.grad_buf, 0);
+    mg_gpt_zero_grad(&tr->model);
     tr->iteration = st.iteration;
     tr->consumed_samples = st.consumed;
     tr->consumed_valid_samples = st.consumed_valid;
     tr->opt.step = st.adam_step;
     tr->skipped_iters = st.skipped;
     tr->nan_iters = st.nan_iters;
+    if (st.has_scaler && tr->scaler.dynamic) {    /* Megatron restores the grad scaler too */
+        tr->scaler.scale = st.loss_scale;
+        tr->scaler.growth_tracker = st.growth_tracker;
+        tr->scaler.hysteresis_tracker = st.hysteresis_tracker;
+    }
     tr->loaded_iteration = tr->last_saved = st.iteration;
     return 1;
 }

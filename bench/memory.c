@@ -1,32 +1,37 @@
-/* bench/memory — activation memory per rank under tensor and sequence parallelism, beside
-   Korthikanti et al.'s per-layer formulas.
+/* bench/memory — activation memory per rank under tensor and sequence parallelism and
+   activation recomputation, beside Korthikanti et al.'s per-layer formulas.
 
      mpirun -np T build/memory [--layers N] [--hidden N] [--heads N] [--seq N] [--batch N]
-                               [--vocab N]          (T = 1, 2, 4, …; or build/memory alone)
+                               [--vocab N] [--bf16]   (T = 1, 2, 4, …; or build/memory alone)
 
    Defaults: 4 layers, hidden 256, 8 heads, sequence 512, micro-batch 2, vocabulary 8192 —
-   a model whose attention scores matter (a·s/h = 16), small enough for a CPU.
+   a model whose attention scores matter (a·s/h = 16), small enough for a CPU. --bf16 stores
+   activations in 16 bits (e = 2 bytes per element), as the paper's formulas assume; without
+   it e = 4 (fp32).
 
-   Two tables, each for t = the number of ranks of the job, without and with
-   --sequence-parallel:
-   1. Per layer and microbatch: the bytes one transformer layer keeps for its backward, measured
-      as the growth of the arena's activation block from a model of l−1 layers to one of l
-      (the arena hands out every activation; mg_gpt.act_bytes is its size), beside
-        paper16  Korthikanti's formula, 16-bit activations and 1-byte dropout masks
-                 (mg_plan_activation_bytes_per_layer with 2-byte elements): s·b·h·(34 + 5as/h),
-                 s·b·h·(10 + 24/t + 5as/(ht)) with t, s·b·h·(34 + 5as/h)/t with sequence par.;
-        paper32  the same accounting with 4-byte elements (megatron.h keeps fp32 activations);
-        ours     paper32 less what megatron.h does not store: the dropout masks (recomputed from
-                 the counter-based generator in the backward: 2·s·b·h·r + a·s²·b/t bytes, r =
-                 1/t with sequence parallelism, else 1) and the dropped attention probabilities
-                 (4·a·s²·b/t: recomputed from the kept probabilities and the mask).
-      and the ratio measured / ours (the layernorms' mean and 1/σ, 16·s·b·r bytes, are the
-      rest).
+   For t = the number of ranks of the job, each recomputation setting (none, selective, full
+   uniform with groups of 1) without and with --sequence-parallel:
+   1. Per layer and microbatch: the bytes one transformer layer keeps for its backward,
+      measured as the growth of the arena's activation block from a model of l−1 layers to one
+      of l (the arena hands out every activation; mg_gpt.act_bytes is its size), beside
+        paper   Korthikanti's formula at e bytes per element and 1-byte dropout masks
+                (mg_plan_activation_bytes_per_layer): none s·b·h·(10 + 24/t + 5as/(ht)) — with
+                e = 2 the paper's 34 + 5as/h at t = 1 — or s·b·h·(34 + 5as/h)/t with sequence
+                parallelism; selective: the 5as/h term dropped; full: the layer input, s·b·h·e
+                (/t with sequence parallelism);
+        ours    paper less what megatron.h does not store: the dropout masks (recomputed from
+                the counter-based generator in the backward: 2·s·b·h·r + a·s²·b/t bytes, r =
+                1/t with sequence parallelism, else 1) and the dropped attention probabilities
+                (e·a·s²·b/t: recomputed from the kept probabilities and the mask);
+      and the ratio measured / ours (the layernorms' fp32 mean and 1/σ, 16·s·b·r bytes, and the
+      arena's 256-byte alignment are the rest).
    2. Per rank for the whole model: the activation block (all layers, embedding output, final
-      layernorm, logits [s·b, Vp/t], loss statistics), the shared scratch (the residual
-      gradient and the gathered/partial [s·b, h] buffers, one layer's backward temporaries),
-      and the arena's high-water mark above the model during a real forward + backward of one
-      microbatch on these ranks (ops' temporary scratch), all measured from the arena.      */
+      layernorm, logits [s·b, Vp/t] in fp32, loss statistics), the shared scratch (the residual
+      gradient and the gathered/partial [s·b, h] buffers, one layer's backward temporaries, the
+      recomputation scratch: one layer's activations for full, the probabilities for
+      selective), and the arena's high-water mark above the model during a real forward +
+      backward of one microbatch on these ranks (ops' temporary scratch, e.g. the CPU's fp32
+      copies of 16-bit GEMM operands), all measured from the arena; their sum is the peak.  */
 #include "megatron.h"
 #include "mg_plan.h"       /* the paper's per-layer formula: mg_plan_activation_bytes_per_layer */
 #include <stdio.h>
@@ -35,7 +40,7 @@
 
 static mg_comm comm;
 
-typedef struct bench_args { int layers, hidden, heads, seq, batch, vocab; } bench_args;
+typedef struct bench_args { int layers, hidden, heads, seq, batch, vocab, bf16; } bench_args;
 
 static mg_gpt_config config_of(const bench_args *a, int layers, int t) {
     mg_gpt_config c;
@@ -51,12 +56,15 @@ static mg_gpt_config config_of(const bench_args *a, int layers, int t) {
 }
 
 /* A model of `layers` layers on this job's tensor group; returns the arena bytes it took. */
-static size_t build(mg_gpt *m, mg_ctx *ctx, const bench_args *a, int layers, int sp) {
+static size_t build(mg_gpt *m, mg_ctx *ctx, const bench_args *a, int layers, int sp,
+                    int recompute) {
     char err[MG_ERRLEN];
     mg_gpt_config c = config_of(a, layers, comm.world_size);
     mg_gpt_layout L = mg_gpt_layout_single(&c, a->batch, 1, 1);
     size_t before = mg_arena_mark(ctx);
     mg_gpt_layout_tp(&L, &comm, sp);
+    L.recompute_granularity = recompute;        /* full: uniform, groups of 1 layer */
+    L.dtype = a->bf16 ? MG_BF16 : MG_F32;
     if (mg_gpt_create(m, ctx, &c, &L, err, sizeof err)) {
         if (comm.world_rank == 0) fprintf(stderr, "memory: %s\n", err);
         mg_comm_abort(&comm, __FILE__, __LINE__, "bad model");
@@ -65,27 +73,33 @@ static size_t build(mg_gpt *m, mg_ctx *ctx, const bench_args *a, int layers, int
 }
 
 int main(int argc, char **argv) {
-    bench_args a = {4, 256, 8, 512, 2, 8192};
-    int i, sp, t;
+    static const char *const rc_name[3] = {"none", "selective", "full"};
+    bench_args a = {4, 256, 8, 512, 2, 8192, 0};
+    int i, sp, t, rc;
     mg_ctx ctx;
     mg_ctx_desc cd;
     double M = 1024.0 * 1024.0;
-    struct { double layer, paper16, paper32, ours, acts, scratch, transient, total; } row[2];
+    struct { double layer, paper, ours, acts, scratch, transient, total; } row[3][2];
     mg_comm_init(&comm, &argc, &argv);
     t = comm.world_size;
-    for (i = 1; i + 1 < argc; i += 2) {
-        int v = atoi(argv[i + 1]);
-        if (!strcmp(argv[i], "--layers")) a.layers = v;
-        else if (!strcmp(argv[i], "--hidden")) a.hidden = v;
-        else if (!strcmp(argv[i], "--heads")) a.heads = v;
-        else if (!strcmp(argv[i], "--seq")) a.seq = v;
-        else if (!strcmp(argv[i], "--batch")) a.batch = v;
-        else if (!strcmp(argv[i], "--vocab")) a.vocab = v;
+    for (i = 1; i < argc; i++) {
+        int v = i + 1 < argc ? atoi(argv[i + 1]) : 0;
+        if (!strcmp(argv[i], "--bf16")) { a.bf16 = 1; continue; }
+        if (i + 1 >= argc) v = -1;
+        if (!strcmp(argv[i], "--layers") && v > 1) a.layers = v;
+        else if (!strcmp(argv[i], "--hidden") && v > 0) a.hidden = v;
+        else if (!strcmp(argv[i], "--heads") && v > 0) a.heads = v;
+        else if (!strcmp(argv[i], "--seq") && v > 0) a.seq = v;
+        else if (!strcmp(argv[i], "--batch") && v > 0) a.batch = v;
+        else if (!strcmp(argv[i], "--vocab") && v > 1) a.vocab = v;
         else {
-            if (comm.world_rank == 0) fprintf(stderr, "memory: unknown option %s\n", argv[i]);
+            if (comm.world_rank == 0)
+                fprintf(stderr, "memory: bad option %s (expected --layers N>1, --hidden N, "
+                        "--heads N, --seq N, --batch N, --vocab N, --bf16)\n", argv[i]);
             mg_comm_finalize(&comm);
             return 2;
         }
+        i++;
     }
     memset(&cd, 0, sizeof cd);
     cd.device = MG_DEVICE_AUTO;
@@ -95,63 +109,74 @@ int main(int argc, char **argv) {
         mg_gpt_config c = config_of(&a, a.layers, t);
         mg_gpt_layout L = mg_gpt_layout_single(&c, a.batch, 1, 1);
         L.tp_size = t;
-        cd.arena_bytes = 3 * mg_gpt_arena_bytes(&c, &L) + ((size_t)64 << 20);
+        cd.arena_bytes = 4 * mg_gpt_arena_bytes(&c, &L) + ((size_t)64 << 20);
     }
     mg_ctx_init(&ctx, &cd);
     mg_comm_setup_groups(&comm, &ctx, t, 1, 1);
-    for (sp = 0; sp < 2; sp++) {
-        mg_gpt big, small;
-        mg_plan_model pm;
-        double s = a.seq, b = a.batch, h = a.hidden, heads = a.heads, r = sp && t > 1 ? 1.0 / t : 1;
-        size_t mark = mg_arena_mark(&ctx), used;
-        int32_t *samples = (int32_t *)malloc(sizeof(int32_t) * (size_t)a.batch * (a.seq + 1));
-        int64_t k;
-        /* 1. per layer: the activation block of l layers minus that of l-1 */
-        build(&small, &ctx, &a, a.layers - 1, sp);
-        build(&big, &ctx, &a, a.layers, sp);
-        row[sp].layer = (double)(big.act_bytes - small.act_bytes);
-        memset(&pm, 0, sizeof pm);
-        pm.num_layers = a.layers;
-        pm.hidden_size = a.hidden;
-        pm.num_attention_heads = a.heads;
-        pm.seq_length = a.seq;
-        pm.vocab_size = a.vocab;
-        row[sp].paper16 = mg_plan_activation_bytes_per_layer(&pm, a.batch, t, sp, 0, 2);
-        row[sp].paper32 = mg_plan_activation_bytes_per_layer(&pm, a.batch, t, sp, 0, 4);
-        row[sp].ours = row[sp].paper32 - 2 * s * b * h * r - heads * s * s * b / t
-                       - 4 * heads * s * s * b / t;
-        /* 2. the whole model, and a real forward + backward on these ranks */
-        row[sp].acts = (double)big.act_bytes;
-        used = mg_arena_mark(&ctx);
-        row[sp].scratch = (double)big.scratch_bytes;
-        for (k = 0; k < (int64_t)a.batch * (a.seq + 1); k++)
-            samples[k] = (int32_t)((k * 2654435761u) % (uint32_t)a.vocab);
-        mg_arena_reset_peak(&ctx);
-        mg_gpt_run_microbatches(&big, samples, 1, 1.0f / (float)(a.batch * a.seq), 1);
-        mg_sync(&ctx);
-        row[sp].transient = (double)(ctx.arena_peak - used);
-        row[sp].total = row[sp].acts + row[sp].scratch + row[sp].transient;
-        free(samples);
-        mg_gpt_destroy(&big);
-        mg_gpt_destroy(&small);
-        mg_arena_release(&ctx, mark);
-    }
+    for (rc = 0; rc < 3; rc++)
+        for (sp = 0; sp < 2; sp++) {
+            mg_gpt big, small;
+            mg_plan_model pm;
+            double s = a.seq, b = a.batch, h = a.hidden, heads = a.heads, e = a.bf16 ? 2 : 4;
+            double r = sp && t > 1 ? 1.0 / t : 1;
+            size_t mark = mg_arena_mark(&ctx), used;
+            int32_t *samples = (int32_t *)malloc(sizeof(int32_t) * (size_t)a.batch * (a.seq + 1));
+            int64_t k;
+            /* 1. per layer: the activation block of l layers minus that of l-1 */
+            build(&small, &ctx, &a, a.layers - 1, sp, rc);
+            build(&big, &ctx, &a, a.layers, sp, rc);
+            row[rc][sp].layer = (double)(big.act_bytes - small.act_bytes);
+            memset(&pm, 0, sizeof pm);
+            pm.num_layers = a.layers;
+            pm.hidden_size = a.hidden;
+            pm.num_attention_heads = a.heads;
+            pm.seq_length = a.seq;
+            pm.vocab_size = a.vocab;
+            /* MG_PLAN_RECOMPUTE_* and mg_recompute share their numbering */
+            row[rc][sp].paper = mg_plan_activation_bytes_per_layer(&pm, a.batch, t, sp, rc,
+                                                                   (int)e);
+            row[rc][sp].ours = row[rc][sp].paper;
+            if (rc != MG_RECOMPUTE_FULL)        /* hidden dropout masks are never stored */
+                row[rc][sp].ours -= 2 * s * b * h * r;
+            if (rc == MG_RECOMPUTE_NONE)        /* nor the attention mask and dropped probs */
+                row[rc][sp].ours -= (1 + e) * heads * s * s * b / t;
+            /* 2. the whole model, and a real forward + backward on these ranks */
+            row[rc][sp].acts = (double)big.act_bytes;
+            used = mg_arena_mark(&ctx);
+            row[rc][sp].scratch = (double)big.scratch_bytes;
+            for (k = 0; k < (int64_t)a.batch * (a.seq + 1); k++)
+                samples[k] = (int32_t)((k * 2654435761u) % (uint32_t)a.vocab);
+            mg_arena_reset_peak(&ctx);
+            mg_gpt_run_microbatches(&big, samples, 1, 1.0f / (float)(a.batch * a.seq), 1);
+            mg_sync(&ctx);
+            row[rc][sp].transient = (double)(ctx.arena_peak - used);
+            row[rc][sp].total = row[rc][sp].acts + row[rc][sp].scratch + row[rc][sp].transient;
+            free(samples);
+            mg_gpt_destroy(&big);
+            mg_gpt_destroy(&small);
+            mg_arena_release(&ctx, mark);
+        }
     if (comm.world_rank == 0) {
-        printf("# memory: l=%d h=%d a=%d s=%d b=%d V=%d, t=%d (%s); MiB per rank\n", a.layers,
-               a.hidden, a.heads, a.seq, a.batch, a.vocab, t, mg_device_name(&ctx));
-        printf("| t | sp | per layer measured | paper16 | paper32 | ours (paper32 - masks - "
-               "dropout out) | measured/ours |\n|---|---|---|---|---|---|---|\n");
-        for (sp = 0; sp < 2; sp++)
-            printf("| %d | %s | %.3f | %.3f | %.3f | %.3f | %.4f |\n", t, sp ? "yes" : "no",
-                   row[sp].layer / M, row[sp].paper16 / M, row[sp].paper32 / M, row[sp].ours / M,
-                   row[sp].layer / row[sp].ours);
-        printf("\n| t | sp | activations, %d layers + embedding + head | scratch | op scratch "
-               "(peak during fwd+bwd) | activation peak per rank |\n|---|---|---|---|---|---|\n",
-               a.layers);
-        for (sp = 0; sp < 2; sp++)
-            printf("| %d | %s | %.3f | %.3f | %.3f | %.3f |\n", t, sp ? "yes" : "no",
-                   row[sp].acts / M, row[sp].scratch / M, row[sp].transient / M,
-                   row[sp].total / M);
+        printf("# memory: l=%d h=%d a=%d s=%d b=%d V=%d, t=%d, %s activations (%s); MiB per "
+               "rank\n", a.layers, a.hidden, a.heads, a.seq, a.batch, a.vocab, t,
+               a.bf16 ? "bf16" : "fp32", mg_device_name(&ctx));
+        printf("| t | sp | recompute | per layer measured | paper (e=%d) | ours (paper - masks - "
+               "dropout out) | measured/ours | measured/paper |\n"
+               "|---|---|---|---|---|---|---|---|\n", a.bf16 ? 2 : 4);
+        for (rc = 0; rc < 3; rc++)
+            for (sp = 0; sp < 2; sp++)
+                printf("| %d | %s | %s | %.3f | %.3f | %.3f | %.4f | %.4f |\n", t,
+                       sp ? "yes" : "no", rc_name[rc], row[rc][sp].layer / M,
+                       row[rc][sp].paper / M, row[rc][sp].ours / M,
+                       row[rc][sp].layer / row[rc][sp].ours, row[rc][sp].layer / row[rc][sp].paper);
+        printf("\n| t | sp | recompute | activations, %d layers + embedding + head | scratch | "
+               "op scratch (peak during fwd+bwd) | activation peak per rank |\n"
+               "|---|---|---|---|---|---|---|\n", a.layers);
+        for (rc = 0; rc < 3; rc++)
+            for (sp = 0; sp < 2; sp++)
+                printf("| %d | %s | %s | %.3f | %.3f | %.3f | %.3f |\n", t, sp ? "yes" : "no",
+                       rc_name[rc], row[rc][sp].acts / M, row[rc][sp].scratch / M,
+                       row[rc][sp].transient / M, row[rc][sp].total / M);
     }
     mg_ctx_free(&ctx);
     mg_comm_finalize(&comm);

@@ -1,5 +1,5 @@
 /* gpt_train — train a GPT-2 model with megatron.h: one rank, or t tensor-parallel × p pipeline
-   ranks under mpirun.
+   × d data-parallel ranks under mpirun (d = ranks / (t·p)).
 
    Built by make as build/gpt_train (cc -x c: the CPU) and build/gpt_train_cuda (nvcc: the GPU
    when present, else the CPU). Megatron-LM's flag names; `gpt_train --help` lists them all.
@@ -11,13 +11,16 @@
 
    Tensor (and sequence) parallel over 4 ranks — the same run, the same math:
        mpirun -np 4 build/gpt_train --tensor-model-parallel-size 4 --sequence-parallel …
-   Pipeline parallel: launch p ranks, each holds layers/p of the model (or v interleaved chunks):
+  Pipeline parallel: launch p ranks, each holds layers/p of the model (or v interleaved chunks):
        mpirun -np 4 build/gpt_train … --num-layers 8 --pipeline-model-parallel-size 4 \
            --num-layers-per-virtual-pipeline-stage 1 --pipeline-trace run.trace
        build/pipeline_sim --trace run.trace --svg run.svg       (the measured timeline)
    Both: t·p ranks, each stage a tensor-parallel group of t (tensor-parallel ranks adjacent):
        mpirun -np 4 build/gpt_train … --tensor-model-parallel-size 2 \
            --pipeline-model-parallel-size 2
+   Tensor × data parallel over 4 ranks (d = 4/t = 2 replicas, each reading half of every global
+   batch; ZeRO-1 shards the AdamW moments over the replicas):
+       mpirun -np 4 build/gpt_train --tensor-model-parallel-size 2 --use-distributed-optimizer …
 
    The program is the loop below; everything it calls is in megatron.h (section 5, "Trainer"):
    parse the flags, check the whole configuration and every file before any work (one line
@@ -71,6 +74,29 @@ int main(int argc, char **argv) {
                    tr.cfg.n_layer / (tr.pp * tr.vp) > 1 ? "s" : "",
                    tr.args.pipeline_schedule_file ? tr.args.pipeline_schedule_file
                                                   : mg_schedule_kind_name(tr.pipe_sched.kind));
+        if (comm.world_size > 1)
+            printf("gpt_train: layout t=%d x p=%d x d=%d (data-parallel: %lld samples per replica "
+                   "per iteration%s, gradient buckets of %lld elements)\n",
+                   tr.model.layout.tp_size, tr.pp, tr.dp_size,
+                   (long long)(tr.args.global_batch_size / tr.dp_size),
+                   tr.opt.dp ? ", distributed optimizer" : "",
+                   (long long)(tr.dp.n_buckets ? tr.dp.bucket_begin[1] : 0));
+        if (comm.world_size > 1) {   /* the layout: every rank's (tensor, pipeline, data) */
+            int need = mg_topology_describe(&comm.topo, NULL, 0);
+            char *text = (char *)malloc((size_t)need + 1);
+            if (text) {
+                mg_topology_describe(&comm.topo, text, (size_t)need + 1);
+                fputs(text, stdout);
+                free(text);
+            }
+        }
+        if (tr.model.dtype != MG_F32 || tr.model.layout.recompute_granularity)
+            printf("gpt_train: %s activations and weight copy (fp32 master weights)%s; "
+                   "recomputation %s\n", mg_dtype_name(tr.model.dtype),
+                   tr.args.fp16 ? (tr.scaler.dynamic ? ", dynamic loss scale"
+                                                     : ", constant loss scale") : "",
+                   tr.model.layout.recompute_granularity == MG_RECOMPUTE_FULL ? "full"
+                   : tr.model.layout.recompute_granularity ? "selective" : "none");
         if (iters > tr.iteration)
             printf("gpt_train: global batch %lld = micro-batch %lld x %d microbatches; iterations "
                    "%lld … %lld\n", (long long)tr.args.global_batch_size,

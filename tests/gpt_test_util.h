@@ -197,6 +197,65 @@ static inline int gpt_parse_line(mg_train_args *a, const char *line, char *err, 
     mg_train_args_default(a);
     return mg_train_parse(a, argc, argv, err, errlen);
 }
+/* Parse + setup over comm (NULL: one rank, no communication); 0, or -1 with the reason. */
+static inline int gpt_setup_line(mg_trainer *tr, const char *line, mg_comm *comm, char *err,
+                                 size_t errlen) {
+    mg_train_args a;
+    if (gpt_parse_line(&a, line, err, errlen)) return -1;
+    a.comm = comm;
+    return mg_trainer_setup(tr, &a, err, errlen);
+}
+/* A run a test expects to work, over comm: exits with the rank and the message otherwise. */
+static inline void gpt_setup_or_die(mg_trainer *tr, const char *line, mg_comm *comm) {
+    char err[MG_ERRLEN];
+    if (gpt_setup_line(tr, line, comm, err, sizeof err) == 0) return;
+    fprintf(stderr, "rank %d: setup failed: %s\n  line: %s\n", comm ? comm->world_rank : 0, err,
+            line);
+    exit(1);
+}
+/* The line must fail (parse or setup over comm, every rank of the job) with a one-line
+   message containing `want`; reported as "label: what", the verdict agreed over the ranks. */
+static inline void gpt_expect_error(mg_comm *comm, const char *label, const char *what,
+                                    const char *line, const char *want) {
+    mg_trainer tr;
+    char err[MG_ERRLEN] = {0}, name[300];
+    int failed = gpt_setup_line(&tr, line, comm, err, sizeof err) != 0, ok;
+    if (!failed) mg_trainer_free(&tr);
+    ok = failed && strstr(err, want) && !strchr(err, '\n');
+    snprintf(name, sizeof name, "%s: %s", label, what);
+    if (!ok)
+        fprintf(stderr, "rank %d: %s: got '%s', want '%s'\n", comm ? comm->world_rank : 0, what,
+                failed ? err : "accepted", want);
+    mg_test_report(mg_test_agree(ok), name, "%s", failed ? err : "accepted");
+}
+/* build/gpt_train ARGS under `mpirun -np np` (one OpenMP thread per rank), its stdout and
+   stderr read line by line: returns the number of "gpt_train: error:" lines (the first one
+   copied to first), *status the exit status (-1: it did not run); on_line (may be NULL)
+   sees every line.                                                                         */
+static inline int gpt_mpirun_train(int np, const char *args, int *status, char *first,
+                                   size_t cap, void (*on_line)(const char *line, void *user),
+                                   void *user) {
+    char cmd[4096], buf[4096];
+    FILE *p;
+    int n = 0, st;
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 mpirun --oversubscribe --bind-to none%s -np %d "
+             "build/gpt_train %s 2>&1; echo \"status $?\"", getuid() == 0 ?
+             " --allow-run-as-root" : "", np, args);
+    p = popen(cmd, "r");
+    *status = -1;
+    first[0] = 0;
+    while (p && fgets(buf, sizeof buf, p)) {
+        if (!strncmp(buf, "gpt_train: error:", 17) && !n++ && cap > 0) {
+            size_t len = strlen(buf) < cap ? strlen(buf) : cap - 1;
+            memcpy(first, buf, len);
+            first[len] = 0;
+        }
+        if (sscanf(buf, "status %d", &st) == 1) *status = st;
+        else if (on_line) on_line(buf, user);
+    }
+    if (p) pclose(p);
+    return n;
+}
 /* Parse + setup; exits with the message if either fails (for runs a test expects to work). */
 static inline void gpt_trainer_from_line(mg_trainer *tr, const char *line) {
     mg_train_args a;
@@ -205,5 +264,17 @@ static inline void gpt_trainer_from_line(mg_trainer *tr, const char *line) {
         fprintf(stderr, "setup failed: %s\n  line: %s\n", err, line);
         exit(1);
     }
+}
+/* Parse + setup over the job's communicator (NULL: a serial model); exits naming the rank. */
+static inline void gpt_trainer_on(mg_trainer *tr, const char *line, mg_comm *comm) {
+    mg_train_args a;
+    char err[MG_ERRLEN];
+    if (gpt_parse_line(&a, line, err, sizeof err) == 0) {
+        a.comm = comm;
+        if (mg_trainer_setup(tr, &a, err, sizeof err) == 0) return;
+    }
+    fprintf(stderr, "rank %d: setup failed: %s\n  line: %s\n", comm ? comm->world_rank : 0, err,
+            line);
+    exit(1);
 }
 #endif

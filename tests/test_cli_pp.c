@@ -1,14 +1,15 @@
 // mg-test: ranks=1,2 timeout=120
 /* test_cli_pp.c — every bad pipeline-parallel configuration of gpt_train gets one line "what
    is wrong, what would be valid" on every rank before any work, and nothing is written:
-     world size and p (p does not divide it; d = world/p > 1 while data parallelism does not
-     exist; p > 1 without enough ranks), layers and p·v, --num-layers-per-virtual-pipeline-
+     world size and p (p does not divide it; a batch the d = world/(t·p) replicas cannot
+     share; p > 1 without enough ranks), layers and p·v, --num-layers-per-virtual-pipeline-
      stage, the pipeline flags without a pipeline, schedules that cannot run the chunks or
-     the microbatches (1F1B or ZB-H1 with v > 1, interleaved with a bad microbatch count),
+     the microbatches (1F1B or ZB-H1 with v > 1, ZB-H1 with 16 bits or full recomputation,
+     interleaved with a bad microbatch count),
      --pipeline-schedule with --pipeline-schedule-file, schedule files (missing, malformed,
      for another p, missing a microbatch, v·p not dividing the layers), the --pipeline-trace
-     path, outputs that need the whole model (--save) and a bad schedule name. A problem seen
-     by one rank only stops every rank, with that rank's message. On one rank, the built
+     path, outputs that need the whole model (--export-hf) and a bad schedule name. A problem
+     seen by one rank only stops every rank, with that rank's message. On one rank, the built
      program build/gpt_train exits with status 2 and one line.
    Each case runs on the world size it needs (1 or 2 ranks; the runner starts both).       */
 #include "gpt_test_util.h"
@@ -53,9 +54,9 @@ static void check_world_and_sizes(void) {
                  "--pipeline-model-parallel-size 2 does not divide the 1 launched ranks");
     expect_error(2, "p does not divide the world", BASE "--pipeline-model-parallel-size 4",
                  "--pipeline-model-parallel-size 4 does not divide the 2 launched ranks");
-    expect_error(2, "data parallel replicas (d = world/p > 1)", BASE,
-                 "2 ranks with --tensor-model-parallel-size 1 would leave 2 data-parallel "
-                 "replicas");
+    expect_error(2, "d = world/p replicas need a divisible batch", BASE "--global-batch-size 3",
+                 "--global-batch-size 3 is not a multiple of --micro-batch-size 1 x 2 "
+                 "data-parallel replicas");
     expect_error(2, "layers not divisible by p", BASE "--num-layers 3 "
                  "--pipeline-model-parallel-size 2",
                  "--num-layers 3 is not divisible by --pipeline-model-parallel-size 2");
@@ -86,6 +87,12 @@ static void check_schedules(void) {
     expect_error(2, "ZB-H1 with two chunks per rank", BASE "--pipeline-model-parallel-size 2 "
                  "--num-layers-per-virtual-pipeline-stage 1 --pipeline-schedule zb-h1",
                  "schedule zb-h1 runs one model chunk per rank, but v = 2");
+    expect_error(2, "ZB-H1 with bf16", BASE "--pipeline-model-parallel-size 2 "
+                 "--pipeline-schedule zb-h1 --bf16", "zb-h1 schedule (split backward) runs with "
+                 "fp32 and without full recomputation for now: drop --bf16");
+    expect_error(2, "ZB-H1 with full recomputation", BASE "--pipeline-model-parallel-size 2 "
+                 "--pipeline-schedule zb-h1 --recompute-granularity full",
+                 "drop --recompute-granularity full");
     expect_error(2, "interleaved with m = 3 microbatches", BASE "--pipeline-model-parallel-size "
                  "2 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 3",
                  "m = 3 microbatches must be a multiple of the microbatch group");
@@ -159,9 +166,9 @@ static void check_outputs_and_agreement(void) {
     expect_error(2, "a failed setup writes no trace", line, "is not divisible");
     if (comm.world_size == 2)
         CHECK(mg_test_agree(stat(path, &st) != 0), "cli pp (2 ranks): no trace file written");
-    snprintf(line, sizeof line, BASE "--pipeline-model-parallel-size 2 --save %s/ckpt", tmp);
-    expect_error(2, "--save needs the whole model", line,
-                 "--save is not supported with pipeline parallelism yet");
+    snprintf(line, sizeof line, BASE "--pipeline-model-parallel-size 2 --export-hf %s/hf", tmp);
+    expect_error(2, "--export-hf needs the whole model", line,
+                 "--export-hf is not supported with pipeline parallelism yet");
     if (comm.world_size == 2) {   /* rank 1 alone sees a problem: every rank stops with it */
         mg_train_args a;
         mg_trainer tr;

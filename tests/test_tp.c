@@ -66,14 +66,7 @@ static void fetch_first_batch(mg_trainer *tr) {
 
 /* A trainer from a command line; with_comm: over the job's ranks (else a serial model). */
 static void trainer_make(mg_trainer *tr, const char *line, int with_comm) {
-    mg_train_args a;
-    char err[MG_ERRLEN];
-    if (gpt_parse_line(&a, line, err, sizeof err) == 0) {
-        a.comm = with_comm ? &comm : NULL;
-        if (mg_trainer_setup(tr, &a, err, sizeof err) == 0) return;
-    }
-    fprintf(stderr, "rank %d: setup failed: %s\n  line: %s\n", comm.world_rank, err, line);
-    exit(1);
+    gpt_setup_or_die(tr, line, with_comm ? &comm : NULL);
 }
 
 /* Worst relative error of the parallel model's parameters (gathered) against the serial

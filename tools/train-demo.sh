@@ -1,15 +1,37 @@
 #!/bin/sh
 # tools/train-demo.sh — what `make train` runs after building: turns the small corpus shipped in
 # data/ into a byte-level indexed dataset (build/mg_prepare), trains a small GPT on it for a few
-# minutes with 2 CPU threads (the training loss falls from ln 256 = 5.5; the validation loss on
-# the held-out paragraphs is printed every 50 iterations), saves a checkpoint, and prints a
-# generated sample. Everything it writes lives in build/demo/ (removed and rebuilt each run).
-#   THREADS=4 ITERS=1200 sh tools/train-demo.sh     more threads, a longer run
+# minutes (the training loss falls from ln 256 = 5.5; the validation loss on the held-out
+# paragraphs is printed every 50 iterations), saves a checkpoint, and prints a generated sample.
+# Everything it writes lives in build/demo/ (removed and rebuilt each run).
+#
+# The run is parallel, PTD-P style, on CPU ranks under mpirun: by default 4 ranks = pipeline-
+# parallel p=2 (1F1B, 3 layers per stage) x data-parallel d=2 (the distributed optimizer shards
+# the AdamW moments over the 2 replicas), tensor-parallel t=1. A full 3-D layout (t=2, p=2,
+# d=2) needs 8 ranks — too slow for a demo on 2 cores, but `RANKS=8 TP=2` runs it. The log's
+# first lines show which rank holds which (tensor, data, pipeline) coordinates. The math is the
+# single-rank run's (tests/test_dp.c). Generation needs the whole model on one rank: with p > 1
+# the sample comes from one process loading the final checkpoint.
+#   RANKS=1 sh tools/train-demo.sh                        one process, no MPI layout
+#   RANKS=4 TP=2 PP=1 sh tools/train-demo.sh              t=2 (sequence parallel) x d=2
+#   RANKS=8 TP=2 PP=2 ITERS=600 sh tools/train-demo.sh    t=2 x p=2 x d=2, a longer run
 set -e
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
+RANKS=${RANKS:-4}
+TP=${TP:-1}
+PP=${PP:-2}
 THREADS=${THREADS:-2}
+# 4 ranks on 2 cores (t=1 x p=2 x d=2) run ~0.26 s per iteration (communication and
+# oversubscription; one rank with 2 threads is faster here — the layout is the point): a shorter
+# default run in parallel (micro-batches of 2: 4 per replica and iteration keep the pipeline busy)
+if [ "$RANKS" -gt 1 ]; then ITERS=${ITERS:-200}; SAMPLE=${SAMPLE:-200}; MB=${MB:-2}; fi
+# generation needs the whole model on one rank: with p > 1 it runs after training (below)
+TRAIN_SAMPLE=${SAMPLE:-400}
+[ "$RANKS" -gt 1 ] && [ "${PP:-2}" -gt 1 ] && TRAIN_SAMPLE=0
 ITERS=${ITERS:-600}
+SAMPLE=${SAMPLE:-400}
+MB=${MB:-8}
 OUT=$BUILD/demo
 for prog in mg_prepare gpt_train; do
   [ -x "$BUILD/$prog" ] || { echo "train-demo: $BUILD/$prog is missing (run make cpu)" >&2; exit 1; }
@@ -17,17 +39,38 @@ done
 rm -rf "$OUT"
 mkdir -p "$OUT"
 "$BUILD/mg_prepare" --documents paragraph -o "$OUT/corpus" data/*.txt
+if [ "$RANKS" -gt 1 ]; then
+  LAUNCH="mpirun --oversubscribe --bind-to none -np $RANKS"
+  [ "$(id -u)" = 0 ] && LAUNCH="$LAUNCH --allow-run-as-root"
+  PAR="--tensor-model-parallel-size $TP --pipeline-model-parallel-size $PP"
+  PAR="$PAR --use-distributed-optimizer"
+  [ "$TP" -gt 1 ] && PAR="$PAR --sequence-parallel"
+  # the ranks share the cores: one OpenMP thread each (at least one)
+  THREADS=$(( THREADS / RANKS > 0 ? THREADS / RANKS : 1 ))
+  echo "train-demo: $RANKS CPU ranks = tensor-parallel t=$TP x pipeline-parallel p=$PP x" \
+       "data-parallel d=$((RANKS / (TP * PP))) (distributed optimizer)"
+else
+  LAUNCH=""
+  PAR=""
+fi
 echo "train-demo: a 6-layer GPT (hidden 192, 6 heads, 2.7 M parameters), byte vocabulary,"
-echo "train-demo: $ITERS iterations of 16 sequences x 128 bytes on $THREADS CPU threads"
+echo "train-demo: $ITERS iterations of 16 sequences x 128 bytes, $THREADS thread(s) per rank"
 # PASSIVE: idle OpenMP workers sleep instead of spinning while OpenBLAS's own (pthreads) threads
 # run the GEMMs; on a busy 2-core machine spinning workers slow the run several times.
-OMP_NUM_THREADS=$THREADS OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} "$BUILD/gpt_train" \
+OMP_NUM_THREADS=$THREADS OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} \
+OMPI_MCA_btl_vader_single_copy_mechanism=none $LAUNCH "$BUILD/gpt_train" \
   --data-path "$OUT/corpus" --split 95,5,0 --vocab-size 256 \
   --num-layers 6 --hidden-size 192 --num-attention-heads 6 --seq-length 128 \
-  --micro-batch-size 8 --global-batch-size 16 --train-iters "$ITERS" \
+  --micro-batch-size "$MB" --global-batch-size 16 --train-iters "$ITERS" \
   --lr 2e-3 --min-lr 2e-4 --lr-decay-style cosine --lr-warmup-iters 50 \
   --weight-decay 0.1 --adam-beta2 0.95 --clip-grad 1.0 \
   --log-interval 10 --eval-interval 50 --eval-iters 2 \
   --save "$OUT/checkpoints" --log-jsonl "$OUT/log.jsonl" \
-  --device cpu --sample-tokens 400
+  --device cpu --sample-tokens "$TRAIN_SAMPLE" $PAR
+if [ "$RANKS" -gt 1 ] && [ "$PP" -gt 1 ]; then   # the sample: one rank, the final checkpoint
+  OMP_NUM_THREADS=${THREADS} "$BUILD/gpt_train" --data-path "$OUT/corpus" --split 95,5,0 \
+    --micro-batch-size 8 --global-batch-size 16 --train-iters "$ITERS" --lr 2e-3 \
+    --eval-iters 0 --load "$OUT/checkpoints" --device cpu --sample-tokens "$SAMPLE" \
+    | grep -v '^gpt_train: resumed'
+fi
 echo "train-demo: checkpoint in $OUT/checkpoints, log in $OUT/log.jsonl"

@@ -1,0 +1,121 @@
+// mg-test: ranks=1,2,4 timeout=120
+/* test_cli_dp.c — the data-parallel flags of gpt_train (d = world / t replicas): every bad
+   combination fails with one line "what is wrong, what would be valid", on every rank, before
+   any group is built (only the world agrees on the verdict):
+     a global batch that the d replicas cannot share in whole microbatches; --bucket-size
+     negative; --use-distributed-optimizer given a value;
+   and valid lines with d > 1 (with and without the distributed optimizer) are accepted and
+   give each rank its data-parallel coordinate, its share of the batch and the sharded
+   optimizer state. From the 1-rank run, the program itself under mpirun -np 4 with t=2 (d=2):
+   exit status 0 and the log's first lines name every rank's (tp, dp, pp) coordinates; a bad
+   batch: one error line for the whole job, exit status 2.                                  */
+#include "gpt_test_util.h"
+
+static mg_comm comm;
+static int world;
+
+/* The line must fail with one line containing `want` on every rank, before any communication. */
+static void expect_error(const char *what, const char *line, const char *want) {
+    char label[64];
+    snprintf(label, sizeof label, "cli dp (%d rank%s)", world, world > 1 ? "s" : "");
+    gpt_expect_error(&comm, label, what, line, want);
+}
+
+#define BASE "--data-path " GPT_DATA "gpt_tokens.bin --vocab-size 37 --num-layers 1 " \
+             "--seq-length 16 --train-iters 2 --lr 1e-3 --split 1,0,0 --eval-iters 0 "     \
+             "--hidden-size 32 --num-attention-heads 4 "
+
+static void check_library(void) {
+    char line[1024], want[300];
+    uint64_t sent = 0;
+    int k;
+    if (world > 1) {
+        snprintf(line, sizeof line, BASE "--micro-batch-size 2 --global-batch-size %d",
+                 2 * world + 2);
+        snprintf(want, sizeof want, "--global-batch-size %d is not a multiple of "
+                 "--micro-batch-size 2 x %d data-parallel replicas (%d ranks / "
+                 "--tensor-model-parallel-size 1); use a multiple of %d", 2 * world + 2, world,
+                 world, 2 * world);
+        expect_error("global batch not shared by the replicas", line, want);
+    }
+    expect_error("negative bucket size", BASE "--bucket-size -5", "--bucket-size -5: out of range");
+    expect_error("--use-distributed-optimizer with a value", BASE
+                 "--use-distributed-optimizer=1", "--use-distributed-optimizer takes no value");
+    for (k = 0; k < MG_GROUP_KINDS; k++)   /* the world's verdict agreement aside */
+        if (k != MG_GROUP_WORLD) sent += comm.bytes_sent[k];
+    mg_test_report(mg_test_agree(comm.data.size == 0 && sent == 0), "cli dp: every error came "
+                   "before any group was built (no data group, nothing sent on one)", "%s", "");
+    /* valid lines: t = 1 (d = world) with and without the distributed optimizer */
+    for (k = 0; k < 2; k++) {
+        mg_trainer tr;
+        char err[MG_ERRLEN] = {0}, name[200];
+        int ok;
+        snprintf(line, sizeof line, BASE "--micro-batch-size 1 --global-batch-size %d%s",
+                 2 * world, k ? " --use-distributed-optimizer --bucket-size 1000" : "");
+        ok = gpt_setup_line(&tr, line, &comm, err, sizeof err) == 0;
+        if (ok) {
+            ok = tr.dp_size == world && tr.dp_rank == comm.world_rank && tr.n_micro == 2 &&
+                 tr.opt.n == (k && world > 1 ? tr.model.n_elems / world : tr.model.n_elems) &&
+                 (k == 0 || world == 1 || tr.dp.n_buckets > 1);
+            mg_trainer_free(&tr);
+        } else fprintf(stderr, "rank %d: %s\n", comm.world_rank, err);
+        snprintf(name, sizeof name, "cli dp (%d rank%s): valid line%s accepted: d = %d, 2 "
+                 "microbatches per replica%s", world, world > 1 ? "s" : "",
+                 k ? " with --use-distributed-optimizer" : "", world,
+                 k ? ", moments sharded" : "");
+        mg_test_report(mg_test_agree(ok), name, "%s", err);
+    }
+}
+
+/* Counts the layout lines of the log: the summary line and one line per rank. */
+static void count_layout(const char *line, void *user) {
+    int *count = (int *)user;
+    if (!strncmp(line, "rank ", 5) && strstr(line, " tp ") && strstr(line, " dp ") &&
+        strstr(line, " pp ")) (*count)++;
+    if (!strncmp(line, "gpt_train: layout t=2", 21) && strstr(line, "x d=2")) (*count)++;
+}
+
+/* The program under mpirun -np 4: error lines, exit status, layout lines of the log. */
+static int program_run(const char *flags, int *status, int *layout_lines, char *first,
+                       size_t cap) {
+    char args[2048];
+    snprintf(args, sizeof args, BASE "--device cpu %s", flags);
+    *layout_lines = 0;
+    return gpt_mpirun_train(4, args, status, first, cap, count_layout, layout_lines);
+}
+
+static void check_program(void) {
+    char first[2048];
+    int status, n, lines;
+    if (access("build/gpt_train", X_OK) != 0) {
+        mg_test_report(0, "cli dp: build/gpt_train exists", "build it with make build/gpt_train");
+        return;
+    }
+    n = program_run("--tensor-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 4 "
+                    "--use-distributed-optimizer", &status, &lines, first, sizeof first);
+    mg_test_report(n == 0 && status == 0 && lines == 5, "cli dp: mpirun -np 4 gpt_train t=2 "
+                   "(d=2, distributed optimizer) trains; the log opens with the layout and the "
+                   "4 ranks' (tp, dp, pp)", "%d error lines, status %d, %d layout lines: %s", n,
+                   status, lines, first);
+    n = program_run("--tensor-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 3",
+                    &status, &lines, first, sizeof first);
+    mg_test_report(n == 1 && status == 2 && strstr(first, "data-parallel replicas"),
+                   "cli dp: mpirun -np 4 gpt_train with a batch 2 replicas cannot share: one "
+                   "error line, exit status 2", "%d lines, status %d: %s", n, status, first);
+}
+
+int main(int argc, char **argv) {
+    int alone = getenv("OMPI_COMM_WORLD_SIZE") == NULL && getenv("PMI_SIZE") == NULL;
+#if !defined(__CUDACC__) && !defined(__SANITIZE_ADDRESS__)  /* one flavour runs the program */
+    if (alone) check_program();
+#else
+    (void)alone;
+    (void)check_program;
+#endif
+    mg_comm_init(&comm, &argc, &argv);
+    world = comm.world_size;
+    mg_test_quiet = comm.world_rank != 0;
+    check_library();
+    mg_comm_finalize(&comm);
+    return mg_test_summary();
+}

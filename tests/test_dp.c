@@ -1,0 +1,374 @@
+// mg-test: ranks=2,4,8 timeout=240
+/* test_dp.c — data parallelism and the distributed optimizer never change the math (issue 7).
+
+   A table of layouts, one row per configuration (tensor-parallel size t, sequence parallelism,
+   --use-distributed-optimizer, --bucket-size, dropout), filtered by the world size W of the
+   run (d = W/t replicas). For each row the job trains 20 AdamW steps (warm-up + cosine decay,
+   weight decay, clipping, a global batch of 8 = micro-batch 1 × 8/d microbatches per replica)
+   and, in the same process on every rank, the serial model (one rank, no communication) on
+   the same data; then:
+     - the 20 losses and gradient norms equal the serial run's to <= 1e-5 relative;
+     - the final weights, gathered from the tensor-parallel shards, equal the serial model's
+       to <= 1e-5 relative (per tensor, against its RMS; the key bias, whose gradient is
+       exactly zero, left out), and are bit-identical on every replica (checksum);
+     - the optimizer state per rank: AdamW's two moments hold 8 bytes per element of the
+       (padded) flat buffer, divided by d with the distributed optimizer.
+   Rows with p > 1 (pipeline schedules 1F1B, GPipe, ZB-H1, interleaved) compose all three,
+   also with full or selective recomputation (fp32 bounds) and with bf16 (against the serial
+   bf16 run, within two bf16 unit roundoffs: the pipeline messages are 16-bit).
+   On 4 ranks: a checkpoint saved after 10 iterations under (t=2, d=2, distributed optimizer)
+   is resumed under (t=1, d=4), (t=4, d=1), (t=2, d=2) without the distributed optimizer and
+   on one rank; on 8 ranks (4 layers) one saved under (t=2, p=2, d=2) + ZeRO is resumed under
+   (t=1, p=4, d=2), (t=4, p=1, d=2), (t=2, p=2, d=2) without ZeRO and on one rank:
+   iterations 11–20 and the final weights equal the uninterrupted serial run.
+   On every world size: a NaN planted in one rank's weights makes every rank skip the step
+   (global non-finite detection), with and without the distributed optimizer; the validation
+   loss (each replica its share of the batches) equals the serial one, also through a
+   forward-only pipeline (p=2) on 4 and 8 ranks.
+*/
+#include "gpt_test_util.h"
+
+static mg_comm comm;
+static int world;
+
+#define STEPS 20
+#define BASE_LINE "--data-path " GPT_DATA "gpt_tokens.bin --data-order sequential --split 1,0,0 " \
+    "--eval-iters 0 --seq-length 16 --micro-batch-size 1 --global-batch-size 8 "                \
+    "--lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 3 --lr-decay-iters 20 --lr-decay-style cosine "  \
+    "--weight-decay 0.1 --adam-beta2 0.95 --clip-grad 1.0 --seed 99 "                            \
+    "--vocab-size 37 --num-layers 2 --hidden-size 32 --num-attention-heads 4 "
+
+typedef struct dp_row {
+    int world;          /* ranks the row runs on                                              */
+    int t, sp, dist;    /* tensor-parallel size, --sequence-parallel, --use-distributed-opt.  */
+    int bucket;         /* --bucket-size (0: default, one bucket for this model)              */
+    int dropout;        /* --hidden-dropout/--attention-dropout 0.1                           */
+    int p;              /* --pipeline-model-parallel-size (d = world / (t·p))                 */
+    const char *pipe;   /* pipeline flags (schedule, virtual stages; --num-layers 4 for v > 1) */
+} dp_row;
+static const dp_row rows[] = {
+    {2, 1, 0, 0, 0, 0, 1, ""}, {2, 1, 0, 1, 0, 0, 1, ""}, {2, 1, 0, 1, 3000, 1, 1, ""},
+    {2, 1, 0, 0, 1000, 0, 1, ""},
+    {4, 1, 0, 1, 2000, 0, 1, ""}, {4, 2, 0, 0, 0, 0, 1, ""}, {4, 2, 1, 1, 0, 0, 1, ""},
+    {4, 2, 1, 0, 4000, 1, 1, ""}, {4, 1, 0, 0, 1500, 1, 1, ""},
+    {4, 1, 0, 1, 2000, 0, 2, "--pipeline-schedule 1f1b"},
+    {4, 1, 0, 0, 0, 1, 2, "--pipeline-schedule gpipe"},
+    {8, 1, 0, 1, 0, 0, 1, ""}, {8, 2, 1, 1, 3000, 0, 1, ""}, {8, 4, 0, 0, 0, 1, 1, ""},
+    {8, 4, 1, 1, 2000, 0, 1, ""}, {8, 2, 0, 0, 0, 0, 1, ""},
+    {8, 2, 1, 1, 2000, 0, 2, "--pipeline-schedule 1f1b"},
+    {8, 2, 0, 0, 0, 1, 2, "--pipeline-schedule zb-h1"},
+    {8, 1, 0, 1, 1000, 0, 2, "--num-layers 4 --num-layers-per-virtual-pipeline-stage 1"},
+    /* recomputation and mixed precision through the pipeline (16-bit messages) */
+    {4, 1, 0, 1, 2000, 1, 2, "--pipeline-schedule 1f1b --recompute-granularity full"},
+    {8, 2, 1, 0, 0, 1, 2, "--pipeline-schedule 1f1b --recompute-granularity selective"},
+    {4, 1, 0, 1, 0, 0, 2, "--pipeline-schedule 1f1b --bf16"},
+    {8, 1, 0, 0, 0, 0, 2, "--num-layers 4 --num-layers-per-virtual-pipeline-stage 1 --bf16"},
+};
+
+/* The serial run a row compares with: index dropout + 2·(4 layers) + 4·(bf16). */
+static int serial_index(const dp_row *row) {
+    return row->dropout + (strstr(row->pipe, "--num-layers 4") ? 2 : 0) +
+           (strstr(row->pipe, "--bf16") ? 4 : 0);
+}
+
+/* The tolerance of a row against its serial run: 1e-5 in fp32 (the order of additions);
+   with bf16 the serial run is bf16 too, and a different order of the fp32 sums flips some
+   bf16 roundings of weight copies and activations, which 20 Adam steps carry on: two bf16
+   unit roundoffs, 2^-7 (measured: losses ~4e-5, grad norms ~1e-3, weights ~4e-3).         */
+static double row_tol(const dp_row *row) {
+    return strstr(row->pipe, "--bf16") ? 2.0 / 256 : 1e-5;
+}
+
+static double agree_max(double x) {
+    double all = x;
+    if (!(x == x)) x = 1e300;                                  /* nan: fail everywhere */
+    MPI_Allreduce(&x, &all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return all;
+}
+
+static void trainer_make(mg_trainer *tr, const char *line, int with_comm) {
+    gpt_setup_or_die(tr, line, with_comm ? &comm : NULL);
+}
+
+static void row_line(char *out, size_t cap, int t, int sp, int dist, int bucket, int dropout,
+                     int iters, const char *extra) {
+    snprintf(out, cap, BASE_LINE "--train-iters %d --tensor-model-parallel-size %d%s%s "
+             "--bucket-size %d%s %s", iters, t, sp ? " --sequence-parallel" : "",
+             dist ? " --use-distributed-optimizer" : "", bucket,
+             dropout ? " --hidden-dropout 0.1 --attention-dropout 0.1" : "", extra);
+}
+
+/* A row's line: the data-parallel flags, then the pipeline's (later flags win). */
+static void row_line_p(char *out, size_t cap, const dp_row *row, int iters, const char *extra) {
+    char more[1000];
+    snprintf(more, sizeof more, "--pipeline-model-parallel-size %d %s %s", row->p, row->pipe,
+             extra);
+    row_line(out, cap, row->t, row->sp, row->dist, row->bucket, row->dropout, iters, more);
+}
+
+/* Worst relative error of par's parameters (gathered over its tensor group) against ser's,
+   per tensor against its RMS, the key bias left out; *sum: a checksum of the gathered
+   weights (equal on every replica iff they are bit-identical).                             */
+static double compare_weights(mg_gpt *par, mg_gpt *ser, uint64_t *sum) {
+    double e = 0;
+    int i;
+    *sum = 1469598103934665603ull;
+    for (i = 0; i < par->n_params; i++) {
+        const mg_param_desc *d = &par->params[i];
+        int j = mg_gpt_find_param(ser, d->name);
+        int64_t cols = d->ndim == 2 ? d->shape[1] : 1, r, n;
+        int64_t rows_par = d->shape[0], rows_ser = ser->params[j].shape[0];
+        float *got = (float *)malloc(sizeof(float) * (size_t)(rows_par * cols));
+        float *want = (float *)malloc(sizeof(float) * (size_t)(rows_ser * cols));
+        const unsigned char *bytes = (const unsigned char *)got;
+        double ss = 0, ei;
+        mg_gpt_shard_to_global(par, i, par->param_buf, got);    /* collective */
+        mg_gpt_shard_to_global(ser, j, ser->param_buf, want);
+        n = d->kind == MG_WTE ? (int64_t)par->cfg.vocab_size * cols : rows_par * cols;
+        for (r = 0; r < n * 4; r++) *sum = (*sum ^ bytes[r]) * 1099511628211ull;
+        if (d->kind == MG_QKV_B) {
+            int64_t hd = par->cfg.hidden / par->cfg.n_head;
+            for (r = 0; r < n; r++) if ((r / hd) % 3 == 1) got[r] = want[r] = 0;
+        }
+        for (r = 0; r < n; r++) ss += (double)want[r] * want[r];
+        ei = mg_test_max_rel(got, want, (long)n, sqrt(ss / (double)n) + 1e-30);
+        if (!(ei <= e)) e = ei;
+        free(got);
+        free(want);
+    }
+    return e;
+}
+
+/* x equal on every rank of the same pipeline stage (the gathered weights of one stage are
+   the same on all its tensor-parallel ranks and on every replica).                          */
+static int same_everywhere(uint64_t x) {
+    unsigned long long mine[2], *all = (unsigned long long *)malloc(16 * (size_t)world);
+    int r, q, ok = 1;
+    mine[0] = (unsigned long long)comm.topo.pp_rank;
+    mine[1] = x;
+    MPI_Allgather(mine, 2, MPI_UNSIGNED_LONG_LONG, all, 2, MPI_UNSIGNED_LONG_LONG,
+                  MPI_COMM_WORLD);
+    for (r = 0; r < world; r++)
+        for (q = 0; q < world; q++)
+            if (all[2 * r] == all[2 * q] && all[2 * r + 1] != all[2 * q + 1]) ok = 0;
+    free(all);
+    return ok;
+}
+
+/* The serial run of a row's model (dropout or not): losses, norms and the trainer itself. */
+static void serial_run(mg_trainer *ser, int index, float *loss, float *norm) {
+    char line[2048];
+    int k;
+    row_line(line, sizeof line, 1, 0, 0, 0, index & 1, STEPS,
+             index & 6 ? (index & 2 ? (index & 4 ? "--num-layers 4 --bf16" : "--num-layers 4")
+                                    : "--bf16") : "");
+    trainer_make(ser, line, 0);
+    for (k = 0; k < STEPS; k++) {
+        mg_step_result r = mg_trainer_step(ser);
+        loss[k] = (float)r.loss;
+        norm[k] = (float)r.grad_norm;
+    }
+}
+
+static void check_row(const dp_row *row, mg_trainer *ser, const float *want_loss,
+                      const float *want_norm) {
+    char line[2048], name[200];
+    mg_trainer tr;
+    float loss[STEPS], norm[STEPS];
+    double e_loss, e_norm, e_w;
+    uint64_t sum;
+    int64_t held;
+    int k, d = world / (row->t * row->p), mem_ok;
+    row_line_p(line, sizeof line, row, STEPS, "");
+    trainer_make(&tr, line, 1);
+    for (k = 0; k < STEPS; k++) {
+        mg_step_result r = mg_trainer_step(&tr);
+        loss[k] = (float)r.loss;
+        norm[k] = (float)r.grad_norm;
+    }
+    e_loss = agree_max(mg_test_max_rel(loss, want_loss, STEPS, 0));
+    e_norm = agree_max(mg_test_max_rel(norm, want_norm, STEPS, 0));
+    e_w = agree_max(compare_weights(&tr.model, &ser->model, &sum));
+    snprintf(name, sizeof name, "dp: t=%d p=%d d=%d%s%s bucket=%d%s%s%s: 20 steps = serial",
+             row->t, row->p, d, row->sp ? " sp" : "", row->dist ? " distopt" : "", row->bucket,
+             row->dropout ? " dropout" : "", row->pipe[0] ? " " : "", row->pipe);
+    mg_test_report(e_loss <= row_tol(row) && e_norm <= row_tol(row) && e_w <= row_tol(row),
+                   name, "losses %.3g, grad norms %.3g, weights %.3g (tol %.3g)", e_loss, e_norm,
+                   e_w, row_tol(row));
+    CHECK(same_everywhere(sum), "dp: the final weights are bit-identical on every rank");
+    /* optimizer state: 2 moments x 4 bytes per element of the padded flat buffer, / d */
+    for (k = 0, held = 0; k < tr.model.n_params; k++) held += tr.model.params[k].numel;
+    /* the flat buffer: this rank's parameters, gaps below 64 per tensor, padding below 64·d */
+    mem_ok = tr.opt.n * 8 == (row->dist ? 8 * tr.model.n_elems / d : 8 * tr.model.n_elems) &&
+             tr.model.n_elems % (64 * d) == 0 && tr.model.n_elems >= held &&
+             tr.model.n_elems < held + 64 * (tr.model.n_params + d);
+    mem_ok = agree_max(mem_ok ? 0 : 1) == 0;
+    snprintf(name, sizeof name, "dp: t=%d p=%d d=%d%s: optimizer state %lld bytes/rank = 8 x "
+             "%lld elements%s", row->t, row->p, d, row->dist ? " distopt" : "",
+             (long long)(tr.opt.n * 8), (long long)tr.model.n_elems, row->dist ? " / d" : "");
+    CHECK(mem_ok, name);
+    mg_trainer_free(&tr);
+}
+
+/* Save after 10 iterations under one layout, resume under others: iterations 11-20 and the
+   final weights equal the uninterrupted serial run. 4 ranks: save (t=2, d=2) + ZeRO, resume
+   (t=1, d=4), (t=4, d=1), (t=2, d=2) without ZeRO, one rank; 8 ranks (4 layers): save
+   (t=2, p=2, d=2) + ZeRO, resume (t=1, p=4, d=2), (t=4, p=1, d=2), (t=2, p=2, d=2) without
+   ZeRO, one rank.                                                                           */
+static void check_resume(mg_trainer *ser, const float *want_loss) {
+    /* t, p, distributed optimizer, with the job's comm (0: one rank alone) */
+    static const int layouts4[][4] = {{1, 1, 0, 1}, {4, 1, 0, 1}, {2, 1, 0, 1}, {1, 1, 0, 0}};
+    static const int layouts8[][4] = {{1, 4, 0, 1}, {4, 1, 0, 1}, {2, 2, 0, 1}, {1, 1, 0, 0}};
+    const int (*layouts)[4] = world == 8 ? layouts8 : layouts4;
+    const char *layers = world == 8 ? "--num-layers 4" : "";
+    int save_p = world == 8 ? 2 : 1;
+    char tmpl[] = "/tmp/mg_test_dp_XXXXXX", line[2048], extra[1200], name[200], what[64];
+    char *dir;
+    mg_trainer tr;
+    int k, i;
+    /* the saving job: t=2, (p=2,) d=2, distributed optimizer, 10 iterations, a checkpoint */
+    dir = comm.world_rank == 0 ? mkdtemp(tmpl) : tmpl;
+    MPI_Bcast(tmpl, (int)sizeof tmpl, MPI_CHAR, 0, MPI_COMM_WORLD);
+    dir = tmpl;
+    snprintf(extra, sizeof extra, "%s --pipeline-model-parallel-size %d --save %s/ck", layers,
+             save_p, dir);
+    row_line(line, sizeof line, 2, 1, 1, 2000, 0, STEPS, extra);
+    trainer_make(&tr, line, 1);
+    for (k = 0; k < 10; k++) mg_trainer_step(&tr);
+    {
+        char err[MG_ERRLEN];
+        int rc = mg_trainer_save(&tr, tr.args.save, err, sizeof err);
+        snprintf(name, sizeof name, "dp: save under t=2 p=%d d=2 distopt (parallel ranks)",
+                 save_p);
+        mg_test_report(mg_test_agree(rc == 0), name, "%s", rc ? err : "");
+    }
+    mg_trainer_free(&tr);
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (i = 0; i < 4; i++) {
+        int t = layouts[i][0], p = layouts[i][1], dist = layouts[i][2], with_comm = layouts[i][3];
+        float loss[10];
+        double e_loss, e_w;
+        uint64_t sum;
+        snprintf(extra, sizeof extra, "%s --pipeline-model-parallel-size %d --load %s/ck", layers,
+                 p, dir);
+        row_line(line, sizeof line, t, 0, dist, 0, 0, STEPS, extra);
+        trainer_make(&tr, line, with_comm);
+        for (k = 0; k < 10; k++) loss[k] = (float)mg_trainer_step(&tr).loss;
+        e_loss = agree_max(mg_test_max_rel(loss, want_loss + 10, 10, 0));
+        e_w = agree_max(compare_weights(&tr.model, &ser->model, &sum));
+        if (with_comm)
+            snprintf(what, sizeof what, "t=%d p=%d d=%d%s", t, p, world / (t * p),
+                     dist ? " distopt" : "");
+        else
+            snprintf(what, sizeof what, "1 rank");
+        snprintf(name, sizeof name, "dp: resume (t=2 p=%d d=2 distopt) -> %s: iterations "
+                 "11-20 = uninterrupted", save_p, what);
+        mg_test_report(tr.loaded_iteration == 10 && e_loss <= 1e-5 && e_w <= 1e-5, name,
+                       "loaded %lld, losses %.3g, weights %.3g (tol 1e-5)",
+                       (long long)tr.loaded_iteration, e_loss, e_w);
+        mg_trainer_free(&tr);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (comm.world_rank == 0) {
+        snprintf(line, sizeof line, "rm -rf %s", dir);
+        if (system(line) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    }
+}
+
+/* A non-finite gradient on ONE replica (a NaN planted in the final layernorm weight of the
+   last data-parallel replica, on all its tensor-parallel ranks) is seen by every rank: the
+   loss and the norm are NaN everywhere, the step is skipped everywhere and no other
+   replica's weights change — with and without the distributed optimizer.                   */
+static void check_nonfinite(int dist) {
+    char line[2048], name[200];
+    mg_trainer tr;
+    mg_step_result r;
+    int t = world >= 4 ? 2 : 1, idx, k, ok;
+    float nan_value = NAN, *before, *after;
+    row_line(line, sizeof line, t, 0, dist, 2000, 0, STEPS, "");
+    trainer_make(&tr, line, 1);
+    mg_trainer_step(&tr);
+    idx = mg_gpt_find_param(&tr.model, "decoder.final_layernorm.weight");
+    before = (float *)malloc(sizeof(float) * (size_t)tr.model.n_elems);
+    after = (float *)malloc(sizeof(float) * (size_t)tr.model.n_elems);
+    mg_copy_to_host(&tr.ctx, before, tr.model.param_buf, sizeof(float) * (size_t)tr.model.n_elems);
+    if (tr.dp_rank == tr.dp_size - 1)
+        mg_copy_to_device(&tr.ctx, tr.model.param_buf + tr.model.params[idx].offset, &nan_value,
+                          sizeof nan_value);
+    r = mg_trainer_step(&tr);
+    mg_copy_to_host(&tr.ctx, after, tr.model.param_buf, sizeof(float) * (size_t)tr.model.n_elems);
+    ok = r.skipped == 1 && !(r.grad_norm == r.grad_norm) && !(r.loss == r.loss) &&
+         tr.skipped_iters == 1 &&
+         tr.opt.step == 1;
+    if (tr.dp_rank != tr.dp_size - 1)
+        for (k = 0; k < tr.model.n_elems; k++) ok &= memcmp(&before[k], &after[k], 4) == 0;
+    snprintf(name, sizeof name, "dp: a NaN in one replica of t=%d d=%d%s: loss NaN, the step "
+             "skipped on every rank, weights unchanged", t, world / t, dist ? " distopt" : "");
+    mg_test_report(mg_test_agree(ok), name, "skipped %d, loss %g, norm %g", r.skipped, r.loss,
+                   r.grad_norm);
+    free(before);
+    free(after);
+    mg_trainer_free(&tr);
+}
+
+/* Validation under data parallelism: each replica evaluates its share of every validation
+   batch and the sums are added — the loss equals the serial evaluation's.                  */
+static void check_evaluate(int p) {
+    char line[2048], name[160], dir[256], extra[600];
+    mg_trainer par, ser;
+    double lp, ls;
+    int t = world >= 4 * p ? 2 : 1;
+    gpt_tmpdir(dir, sizeof dir, "dp_valid");    /* each rank its own copy of one dataset */
+    snprintf(extra, sizeof extra, "--data-path %s/ds --data-order shuffled --split 8,2,0 "
+             "--eval-iters 2", dir);
+    {
+        char prefix[400];
+        snprintf(prefix, sizeof prefix, "%s/ds", dir);
+        gpt_make_docs(prefix);
+    }
+    {   /* later flags win: the data, then the pipeline */
+        char more[700];
+        snprintf(more, sizeof more, "%s --pipeline-model-parallel-size %d", extra, p);
+        row_line(line, sizeof line, t, 0, 1, 0, 0, STEPS, more);
+    }
+    trainer_make(&par, line, 1);
+    row_line(line, sizeof line, 1, 0, 0, 0, 0, STEPS, extra);
+    trainer_make(&ser, line, 0);
+    lp = mg_trainer_evaluate(&par, NULL);
+    ls = mg_trainer_evaluate(&ser, NULL);
+    snprintf(name, sizeof name, "dp: validation loss under t=%d p=%d d=%d = serial", t, p,
+             world / (t * p));
+    mg_test_report(mg_test_agree(fabs(lp - ls) <= 1e-5 * fabs(ls) && lp == lp), name,
+                   "%.9g vs %.9g", lp, ls);
+    mg_trainer_free(&par);
+    mg_trainer_free(&ser);
+    gpt_rmtree(dir);
+}
+
+int main(int argc, char **argv) {
+    mg_trainer ser[8];
+    float loss[8][STEPS], norm[8][STEPS];
+    int i, have[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    mg_comm_init(&comm, &argc, &argv);
+    world = comm.world_size;
+    mg_test_quiet = comm.world_rank != 0;
+    for (i = 0; i < (int)(sizeof rows / sizeof rows[0]); i++) {
+        const dp_row *row = &rows[i];
+        int s = serial_index(row);
+        if (row->world != world) continue;
+        if (!have[s]) {
+            serial_run(&ser[s], s, loss[s], norm[s]);
+            have[s] = 1;
+        }
+        check_row(row, &ser[s], loss[s], norm[s]);
+    }
+    if (world == 4 && have[0]) check_resume(&ser[0], loss[0]);
+    if (world == 8 && have[2]) check_resume(&ser[2], loss[2]);
+    check_nonfinite(0);
+    check_nonfinite(1);
+    check_evaluate(1);
+    if (world >= 4) check_evaluate(2);   /* the forward-only pipeline on each replica */
+    for (i = 0; i < 8; i++) if (have[i]) mg_trainer_free(&ser[i]);
+    mg_comm_finalize(&comm);
+    return mg_test_summary();
+}

@@ -1,0 +1,191 @@
+// mg-test: ranks=1,2 timeout=300
+/* test_recompute.c — activation recomputation changes nothing (issue 8).
+
+   On W ranks (the runner uses 1 and 2: t = W tensor-parallel ranks) every recomputation
+   setting trains 6 AdamW steps (2 microbatches of 2, 3 layers, hidden and attention dropout
+   0.1 on, so every recomputed forward must regenerate the same masks) beside the same run
+   without recomputation, and:
+     - the 6 losses and gradient norms are BIT-identical (memcmp of the doubles);
+     - every rank's parameter shard and both Adam moments are bit-identical afterwards;
+   for selective, full uniform (groups of 1 and of 2 layers: 3 layers make a short last
+   group), full block (1 and 2 layers), each with and without --sequence-parallel.
+   Also, on the model level (one rank's view, the serial model, 2 chunks of 3 and 2 layers so
+   that block counts per chunk): the gradients of one dropout forward/backward are bit-
+   identical under every setting; and the per-microbatch activation bytes fall as promised
+   (none > selective > full, block in between), so the stored tensors really are gone — a
+   recomputed layer's borrowed scratch is overwritten by the next layer's forward, so a
+   backward that skipped the recomputation would read another layer's values and fail the
+   bit-identity above.                                                                     */
+#include "gpt_test_util.h"
+
+static mg_comm comm;
+static int world;
+
+#define STEPS 6
+#define BASE_LINE "--data-path " GPT_DATA "gpt_tokens.bin --data-order sequential --split 1,0,0 " \
+    "--eval-iters 0 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 "                \
+    "--train-iters 6 --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 2 --lr-decay-style cosine "      \
+    "--weight-decay 0.1 --adam-beta2 0.95 --clip-grad 1.0 --seed 7 "                            \
+    "--vocab-size 37 --num-layers 3 --hidden-size 32 --num-attention-heads 4 "                  \
+    "--hidden-dropout 0.1 --attention-dropout 0.1 "
+
+static const char *const settings[5] = {
+    "--recompute-granularity selective",
+    "--recompute-granularity full",
+    "--recompute-granularity full --recompute-method uniform --recompute-num-layers 2",
+    "--recompute-granularity full --recompute-method block --recompute-num-layers 1",
+    "--recompute-granularity full --recompute-method block --recompute-num-layers 2",
+};
+
+static void trainer_make(mg_trainer *tr, const char *line) {
+    gpt_trainer_on(tr, line, &comm);
+}
+
+/* 1 iff n device floats are bitwise equal in both models' contexts. */
+static int same_bits(mg_gpt *a, const float *x, mg_gpt *b, const float *y, int64_t n) {
+    float *hx = (float *)malloc(sizeof(float) * (size_t)n);
+    float *hy = (float *)malloc(sizeof(float) * (size_t)n);
+    int same;
+    mg_copy_to_host(a->ctx, hx, x, sizeof(float) * (size_t)n);
+    mg_copy_to_host(b->ctx, hy, y, sizeof(float) * (size_t)n);
+    same = !memcmp(hx, hy, sizeof(float) * (size_t)n);
+    free(hx);
+    free(hy);
+    return same;
+}
+
+/* The trainer with `setting` against the plain one, STEPS steps, t = world. */
+static void check_training(const char *setting, int sp) {
+    char line[2048], name[300];
+    mg_trainer plain, rc;
+    double lp[STEPS], lr[STEPS], gp[STEPS], gr[STEPS];
+    int k, same;
+    snprintf(line, sizeof line, BASE_LINE "--tensor-model-parallel-size %d%s", world,
+             sp ? " --sequence-parallel" : "");
+    trainer_make(&plain, line);
+    snprintf(line + strlen(line), sizeof line - strlen(line), " %s", setting);
+    trainer_make(&rc, line);
+    for (k = 0; k < STEPS; k++) {
+        mg_step_result a = mg_trainer_step(&plain), b = mg_trainer_step(&rc);
+        lp[k] = a.loss; lr[k] = b.loss; gp[k] = a.grad_norm; gr[k] = b.grad_norm;
+    }
+    snprintf(name, sizeof name, "recompute t=%d%s %s: %d losses and grad norms bit-identical",
+             world, sp ? " sp" : "", setting + 24, STEPS);
+    same = !memcmp(lp, lr, sizeof lp) && !memcmp(gp, gr, sizeof gp) &&
+           lp[STEPS - 1] == lp[STEPS - 1];   /* and not nan */
+    mg_test_report(mg_test_agree(same), name, "last loss %.9g vs %.9g", lr[STEPS - 1],
+                   lp[STEPS - 1]);
+    snprintf(name, sizeof name, "recompute t=%d%s %s: weights and Adam moments bit-identical",
+             world, sp ? " sp" : "", setting + 24);
+    same = same_bits(&plain.model, plain.model.param_buf, &rc.model, rc.model.param_buf,
+                     plain.model.n_elems) &&
+           same_bits(&plain.model, plain.opt.m, &rc.model, rc.opt.m, plain.model.n_elems) &&
+           same_bits(&plain.model, plain.opt.v, &rc.model, rc.opt.v, plain.model.n_elems);
+    mg_test_report(mg_test_agree(same), name, "%s", "");
+    mg_trainer_free(&rc);
+    mg_trainer_free(&plain);
+}
+
+/* Serial model of 5 layers in 2 chunks; one dropout forward/backward of 2 microbatches. */
+static void model_make(gpt_fixture *f, int gran, int method, int n) {
+    mg_gpt_config c;
+    mg_gpt_layout L;
+    char err[MG_ERRLEN];
+    memset(&c, 0, sizeof c);
+    c.n_layer = 5; c.hidden = 32; c.n_head = 4; c.seq_len = 8; c.max_pos = 8;
+    c.vocab_size = 37; c.padded_vocab = mg_gpt_pad_vocab(37, 1);
+    c.hidden_dropout = 0.1f; c.attention_dropout = 0.2f; c.dropout_seed = 11;
+    L = mg_gpt_layout_single(&c, 2, 2, 2);
+    L.recompute_granularity = gran;
+    L.recompute_method = method;
+    L.recompute_num_layers = n;
+    f->ctx = gpt_ctx(mg_gpt_arena_bytes(&c, &L) + (8u << 20));
+    if (mg_gpt_create(&f->m, &f->ctx, &c, &L, err, sizeof err)) {
+        fprintf(stderr, "mg_gpt_create: %s\n", err);
+        exit(1);
+    }
+    mg_gpt_init_weights(&f->m, 5);
+}
+
+static void check_model_chunks(void) {
+    static const int cases[5][3] = {{MG_RECOMPUTE_SELECTIVE, 0, 0},
+                                    {MG_RECOMPUTE_FULL, MG_RECOMPUTE_UNIFORM, 1},
+                                    {MG_RECOMPUTE_FULL, MG_RECOMPUTE_UNIFORM, 2},
+                                    {MG_RECOMPUTE_FULL, MG_RECOMPUTE_BLOCK, 1},
+                                    {MG_RECOMPUTE_FULL, MG_RECOMPUTE_BLOCK, 2}};
+    int32_t samples[2 * 2 * 9];
+    gpt_fixture ref, f;
+    double loss_ref, loss;
+    size_t bytes[5];
+    int i, k;
+    char name[200];
+    for (i = 0; i < 2 * 2 * 9; i++) samples[i] = (i * 7 + 3) % 37;
+    model_make(&ref, MG_RECOMPUTE_NONE, 0, 0);
+    ref.m.training = 1;
+    mg_gpt_zero_grad(&ref.m);
+    loss_ref = mg_gpt_run_microbatches(&ref.m, samples, 2, 0.03f, 1);
+    for (k = 0; k < 5; k++) {
+        model_make(&f, cases[k][0], cases[k][1], cases[k][2]);
+        f.m.training = 1;
+        mg_gpt_zero_grad(&f.m);
+        loss = mg_gpt_run_microbatches(&f.m, samples, 2, 0.03f, 1);
+        bytes[k] = f.m.act_bytes;
+        snprintf(name, sizeof name, "recompute model, 2 chunks, %s %s N=%d: loss and gradients "
+                 "bit-identical", cases[k][0] == MG_RECOMPUTE_FULL ? "full" : "selective",
+                 cases[k][1] == MG_RECOMPUTE_BLOCK ? "block" : "uniform", cases[k][2]);
+        mg_test_report(mg_test_agree(loss == loss_ref &&
+                                     same_bits(&f.m, f.m.grad_buf, &ref.m, ref.m.grad_buf,
+                                               f.m.n_elems)), name, "loss %.9g vs %.9g", loss,
+                       loss_ref);
+        gpt_fixture_free(&f);
+    }
+    snprintf(name, sizeof name, "recompute: activation bytes none %zu > block-1 %zu > "
+             "block-2 %zu > full %zu; none > selective %zu > full", ref.m.act_bytes, bytes[3],
+             bytes[4], bytes[1], bytes[0]);
+    mg_test_report(mg_test_agree(ref.m.act_bytes > bytes[3] && bytes[3] > bytes[4] &&
+                                 bytes[4] > bytes[1] && ref.m.act_bytes > bytes[0] &&
+                                 bytes[0] > bytes[1] && bytes[2] < bytes[1]), name, "%s", "");
+    gpt_fixture_free(&ref);
+}
+
+/* Recomputed FLOPs: full recomputation of every layer turns the 72 form into the paper's
+   96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)); selective adds the attention core 4·B·s²·h per layer;
+   block recomputes N layers per chunk.                                                    */
+static void check_flops(void) {
+    mg_gpt_config c;
+    mg_gpt_layout L;
+    double B = 8, s, h, l, V, paper, got;
+    memset(&c, 0, sizeof c);
+    c.n_layer = 6; c.hidden = 64; c.n_head = 4; c.seq_len = 32; c.max_pos = 32;
+    c.vocab_size = 300; c.padded_vocab = mg_gpt_pad_vocab(300, 1);
+    s = c.seq_len; h = c.hidden; l = c.n_layer; V = c.padded_vocab;
+    L = mg_gpt_layout_single(&c, 1, 1, 2);
+    L.recompute_granularity = MG_RECOMPUTE_FULL;
+    paper = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+    got = mg_gpt_flops_per_iteration(&c, 8) + mg_gpt_flops_recomputed(&c, &L, 8);
+    mg_test_report(fabs(got / paper - 1) < 1e-12, "recompute FLOPs: full = the paper's 96 form",
+                   "%.6g vs %.6g", got, paper);
+    L.recompute_granularity = MG_RECOMPUTE_SELECTIVE;
+    mg_test_report(mg_gpt_flops_recomputed(&c, &L, 8) == 4 * B * s * s * h * l,
+                   "recompute FLOPs: selective = 4·B·s²·h per layer", "%.6g",
+                   mg_gpt_flops_recomputed(&c, &L, 8));
+    L.recompute_granularity = MG_RECOMPUTE_FULL;
+    L.recompute_method = MG_RECOMPUTE_BLOCK;
+    L.recompute_num_layers = 1;            /* 1 of the 3 layers of each chunk */
+    got = mg_gpt_flops_recomputed(&c, &L, 8);
+    mg_test_report(fabs(got / ((24 * B * s * h * h + 4 * B * s * s * h) * 2) - 1) < 1e-12,
+                   "recompute FLOPs: block N=1 over 2 chunks = 2 layer forwards", "%.6g", got);
+}
+
+int main(int argc, char **argv) {
+    int i, sp;
+    mg_comm_init(&comm, &argc, &argv);
+    world = comm.world_size;
+    mg_test_quiet = comm.world_rank != 0;
+    for (sp = 0; sp < (world > 1 ? 2 : 1); sp++)
+        for (i = 0; i < 5; i++) check_training(settings[i], sp);
+    check_model_chunks();
+    check_flops();
+    mg_comm_finalize(&comm);
+    return mg_test_summary();
+}

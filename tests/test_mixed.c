@@ -11,7 +11,7 @@
       for the first loss and 2u for all 20, u the unit roundoff of the format (bf16 2^-8,
       fp16 2^-11): a relative error u in logits of size ~1 moves the loss by ~u nats, and the
       mean over the batch's tokens averages the independent roundings down rather than up;
-      the measured errors sit 20-60x below the bounds (docs-wip/mp.md), while a stale 16-bit
+      the measured errors sit 20-60x below the bounds (README, "Activation recomputation and mixed precision"), while a stale 16-bit
       weight copy or an fp16 overflow misses them by orders of magnitude.
    3. fp16 dynamic scaling on a real overflow: --initial-loss-scale 2^32 overflows the fp16
       gradients at once (dloss · 2^32 > 65504), so iterations are skipped — weights, Adam

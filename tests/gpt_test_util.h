@@ -277,4 +277,23 @@ static inline void gpt_trainer_on(mg_trainer *tr, const char *line, mg_comm *com
             line);
     exit(1);
 }
+/* main() of a command-line test in two parts: check_program runs build/gpt_train itself under
+   its own mpirun, so it runs only when this test was launched alone (not by mpirun) and only in
+   the plain cc flavour; check_library then runs on every rank of the runner's job. */
+static inline int gpt_cli_main(int *argc, char ***argv, mg_comm *comm, int *world,
+                               void (*check_program)(void), void (*check_library)(void)) {
+    int alone = getenv("OMPI_COMM_WORLD_SIZE") == NULL && getenv("PMI_SIZE") == NULL;
+#if !defined(__CUDACC__) && !defined(__SANITIZE_ADDRESS__)
+    if (alone) check_program();
+#else
+    (void)alone;
+    (void)check_program;
+#endif
+    mg_comm_init(comm, argc, argv);
+    *world = comm->world_size;
+    mg_test_quiet = comm->world_rank != 0;
+    check_library();
+    mg_comm_finalize(comm);
+    return mg_test_summary();
+}
 #endif

@@ -121,18 +121,5 @@ static void check_program(void) {
 }
 
 int main(int argc, char **argv) {
-    /* launched alone (not by mpirun): the program checks start their own mpirun first */
-    int alone = getenv("OMPI_COMM_WORLD_SIZE") == NULL && getenv("PMI_SIZE") == NULL;
-#if !defined(__CUDACC__) && !defined(__SANITIZE_ADDRESS__)  /* one flavour runs the program */
-    if (alone) check_program();
-#else
-    (void)alone;
-    (void)check_program;
-#endif
-    mg_comm_init(&comm, &argc, &argv);
-    world = comm.world_size;
-    mg_test_quiet = comm.world_rank != 0;
-    check_library();
-    mg_comm_finalize(&comm);
-    return mg_test_summary();
+    return gpt_cli_main(&argc, &argv, &comm, &world, check_program, check_library);
 }

@@ -1923,7 +1923,10 @@ MGDEF void mg_pipe_timeline_free(mg_pipe_timeline *tl) {
     memset(tl, 0, sizeof *tl);
 }
 MGDEF double mg_pipe_idle_fraction(const mg_pipe_timeline *tl, int rank) {
-    return tl->makespan > 0 ? (tl->makespan - tl->busy[rank]) / tl->makespan : 0;
+    /* A rank cannot be busy longer than the makespan: busy is a sum of durations, so for
+       back-to-back actions it can exceed the makespan by rounding alone — that is no idle time. */
+    double idle = tl->makespan > 0 ? (tl->makespan - tl->busy[rank]) / tl->makespan : 0;
+    return idle > 0 ? idle : 0;
 }
 
 MGDEF int mg_pipe_trace_parse(const char *text, mg_pipe_timeline *tl, char *err,

@@ -360,12 +360,15 @@ static void run_trace(void) {
         if (mg_pipe_trace_load(path, &tl, err, sizeof err) == 0) {
             int computes = 0, i, want = s.start[p];
             for (i = 0; i < tl.n_events; i++) computes += tl.events[i].a.op != MG_PIPE_COMM;
+            double idle = 0;
             ok = tl.p == p && computes == want && tl.makespan > 0;
             for (r = 0; r < p && ok; r++) {
-                double idle = mg_pipe_idle_fraction(&tl, r);
+                idle = mg_pipe_idle_fraction(&tl, r);
                 ok = idle >= 0 && idle <= 1 && tl.peak_in_flight[r] <= p;
             }
-            if (!ok) snprintf(err, sizeof err, "%d compute events for %d actions", computes, want);
+            if (!ok)
+                snprintf(err, sizeof err, "%d compute events for %d actions, makespan %.9g s, "
+                         "idle fraction %.17g (rank %d)", computes, want, tl.makespan, idle, r - 1);
             mg_pipe_timeline_free(&tl);
         } else {
             ok = 0;

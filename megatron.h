@@ -156,6 +156,11 @@ typedef struct mg_gpt_layout {
                                     their gradients: MG_F32, or MG_BF16 / MG_F16 for mixed
                                     precision (--bf16 / --fp16; master weights, gradients,
                                     Adam moments, norms' statistics and the logits stay fp32) */
+    int shard_master;            /* mixed precision with the distributed optimizer (dp_size > 1,
+                                    a 16-bit dtype): the model keeps NO whole fp32 copy of its
+                                    parameters — the optimizer owns this rank's 1/d of the fp32
+                                    master weights (mg_adamw.master), the model the 16-bit
+                                    working copy. See mg_gpt_fp32_params.                     */
 } mg_gpt_layout;
 
 /* The whole model as n_chunks chunks of (nearly) equal layer counts on this one rank, tensor
@@ -326,10 +331,17 @@ typedef struct mg_gpt {
     int n_params;
     mg_param_desc *params;    /* n_params descriptors, flat-buffer order                        */
     int64_t n_elems;          /* length of each flat buffer (with alignment gaps)              */
-    float *param_buf;         /* ONE flat fp32 buffer of this rank's parameters (device)       */
-    void *param16;            /* mixed precision: the 16-bit working copy of param_buf that the
-                                 forward and backward read (m->w views it); NULL with fp32.
-                                 mg_gpt_sync_weights refreshes it from the fp32 master.       */
+    float *param_buf;         /* ONE flat fp32 buffer of this rank's parameters (device): the
+                                 weights (fp32) or their master copy (mixed precision); NULL
+                                 with layout.shard_master (see mg_gpt_fp32_params)            */
+    void *param16;            /* mixed precision: the 16-bit working copy of the master weights
+                                 that the forward and backward read (m->w views it); NULL with
+                                 fp32. mg_gpt_sync_weights refreshes it from param_buf; with a
+                                 sharded master the optimizer writes it (mg_adamw_update).    */
+    int fp32_staging;         /* layout.shard_master: what grad_buf holds besides gradients —
+                                 MG_STAGING_WRITTEN: parameters just written (init, import,
+                                 load), not yet taken by the optimizer; MG_STAGING_GATHERED:
+                                 the master weights gathered for reading (export); 0: none */
     mg_dtype dtype;           /* layout.dtype: activations, their gradients, param16            */
     float *grad_buf;          /* ONE flat fp32 buffer of their gradients (device)              */
     mg_tensor *w, *g;         /* n_params tensor views into param_buf / grad_buf               */
@@ -436,8 +448,19 @@ MGDEF void mg_gpt_zero_grad(mg_gpt *m);
 /* Mixed precision: rounds the fp32 master weights (param_buf) into the 16-bit working copy
    that every forward and backward reads. Call it after anything writes param_buf (the
    optimizer, initialisation, an import or load); mg_gpt_run_microbatches and the trainer call
-   it before their forwards. A no-op with fp32.                                              */
+   it before their forwards. A no-op with fp32, and with a sharded master unless parameters
+   were just written (mg_gpt_fp32_params).                                                  */
 MGDEF void mg_gpt_sync_weights(mg_gpt *m);
+/* The whole flat fp32 parameters (n_elems floats, flat-buffer order) that initialisation,
+   import and checkpoint loads write and export reads: param_buf. With layout.shard_master the
+   model has no such buffer and grad_buf stands in for it (Megatron-LM's distributed optimizer
+   also keeps only the 16-bit parameters whole): a write stages the fp32 values there
+   (MG_STAGING_WRITTEN) until mg_adamw_take_master keeps this rank's pieces as its master
+   weights and rounds the 16-bit copy; mg_adamw_gather_master puts every rank's pieces there
+   for reading (MG_STAGING_GATHERED). The next backward overwrites them; mg_gpt_zero_grad
+   refuses to drop written values the optimizer has not taken.                              */
+enum { MG_STAGING_WRITTEN = 1, MG_STAGING_GATHERED = 2 };
+MGDEF float *mg_gpt_fp32_params(mg_gpt *m);
 /* After the last backward of an iteration: completes the gradients that are partial on this
    rank — with sequence parallelism the layernorm gradients (each rank saw its rows) are
    summed over the tensor group. A no-op on one rank.                                      */
@@ -512,9 +535,13 @@ MGDEF double mg_lr_at(const mg_lr_schedule *s, int64_t num_steps);
                        rank r of the data group owns piece r (1/d of it, contiguous) of every
                        bucket and keeps the AdamW moments of its pieces only; it updates those
                        parameters and an all-gather of each bucket sends the updated pieces to
-                       every rank. Optimizer state per rank: 2 moments × 4 bytes × padded
-                       elements / d (the fp32 parameters are the master weights; full on every
-                       rank, as they are needed for the forward).                            */
+                       every rank. With mixed precision (layout.shard_master) the rank also
+                       keeps only its pieces of the fp32 master weights: it updates them, rounds
+                       them into the 16-bit working copy and the all-gather moves 16-bit
+                       parameters (half the bytes); optimizer state per rank is then 12 bytes
+                       (master + 2 moments) × padded elements / d, as in Megatron-LM. With fp32
+                       training the fp32 parameters ARE the weights every rank's forward needs:
+                       only the moments are sharded, 8 bytes × elements / d.                 */
 typedef struct mg_dp {
     mg_gpt *model;
     mg_comm *comm;               /* NULL: one replica                                          */
@@ -550,11 +577,14 @@ MGDEF double mg_dp_sum(mg_dp *dp, double local);
 /* Copies a moment between its sharded form (shard_elems, this rank's pieces in bucket order)
    and the whole flat layout (n_elems): to_flat gathers the pieces of every rank (collective
    over the data group); !to_flat copies this rank's pieces out of flat (local).             */
-MGDEF void mg_dp_moment_flat(mg_dp *dp, float *shard, float *flat, int to_flat);
+MGDEF void mg_dp_moment_flat(const mg_dp *dp, float *shard, float *flat, int to_flat);
 
 typedef struct mg_adamw {
     float *m, *v;                /* first and second moments (device): flat like the gradients,
                                     or, with a distributed dp, this rank's shard_elems          */
+    float *master;               /* the model's layout.shard_master: this rank's pieces of the
+                                    fp32 master weights, indexed like the moments; NULL: the
+                                    model's param_buf is the master                           */
     int64_t n;                   /* elements of each moment                                     */
     const mg_dp *dp;             /* distributed optimizer: the owner of the shards (else NULL) */
     int64_t step;                /* optimizer steps taken (skipped iterations do not count)    */
@@ -576,6 +606,21 @@ MGDEF void mg_adamw_create_dp(mg_adamw *opt, mg_gpt *m, const mg_dp *dp, float b
    0 if some gradient is inf/nan on any rank (the update is skipped, nothing changes).
    *grad_norm receives the norm of the unscaled gradients before clipping (nan when skipped). */
 MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, double *grad_norm);
+/* Sharded master (opt->master): after anything wrote the model's fp32 parameters (init,
+   import, a checkpoint load — staged in grad_buf, mg_gpt_fp32_params), keep this rank's
+   pieces as the master weights and round the 16-bit working copy from the written values.
+   Otherwise: mg_gpt_sync_weights. Local.                                                    */
+MGDEF void mg_adamw_take_master(mg_adamw *opt, mg_gpt *m);
+/* Sharded master: every rank's pieces of the master weights into the model's grad_buf, which
+   then holds the whole fp32 parameters for reading (export) until the next mg_gpt_zero_grad.
+   Collective over the data group. A no-op without a sharded master (param_buf holds them). */
+MGDEF void mg_adamw_gather_master(mg_adamw *opt, mg_gpt *m);
+/* Optimizer-state bytes this rank holds: the two moments, plus the fp32 master weights with
+   mixed precision (the model's param_buf, or opt->master when sharded) — with fp32 training
+   the weights are the model's own and not counted: 12 bytes (fp32: 8) × elements / d with
+   the distributed optimizer (and, with 16 bits, its sharded master), 12 / 8 × elements
+   without it.                                                                             */
+MGDEF size_t mg_adamw_state_bytes(const mg_adamw *opt, const mg_gpt *m);
 
 /* Loss scaling for fp16 (Megatron-LM's DynamicGradScaler / ConstantGradScaler). The backward
    is seeded with dloss · scale so small gradients survive fp16; the optimizer divides the
@@ -727,6 +772,9 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
 /* Restores weights, optimizer state, iteration, consumed samples and counters from the
    latest checkpoint in dir. Returns 1 if one was loaded, 0 if dir holds none, -1 on error. */
 MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t errlen);
+/* --export-hf DIR: mg_gpt_export_hf of the trained fp32 weights (a sharded master is gathered
+   over the data group first). Collective; world rank 0 writes.                            */
+MGDEF int mg_trainer_export_hf(mg_trainer *tr, const char *dir, char *err, size_t errlen);
 /* Generates n tokens after a prompt (the first tokens of the data, or token 0), sampling
    from the softmax with a generator keyed by --seed; prints them as text when V <= 256
    (byte-level), else as token ids (out NULL: nothing printed). With tensor parallelism every
@@ -935,6 +983,9 @@ static int mg__layout_check(const mg_gpt_config *cfg, const mg_gpt_layout *L, ch
                        L->recompute_method);
     if (L->dtype != MG_F32 && L->dtype != MG_BF16 && L->dtype != MG_F16)
         return mg__err(err, errlen, "layout: dtype %d (expected fp32, bf16 or fp16)", L->dtype);
+    if (L->shard_master && (L->dtype == MG_F32 || L->dp_size < 2))
+        return mg__err(err, errlen, "layout: a sharded master needs 16-bit weights and at least "
+                       "2 data-parallel replicas (dtype %d, dp_size %d)", L->dtype, L->dp_size);
     if (L->recompute_num_layers < 0 || L->recompute_num_layers > cfg->n_layer)
         return mg__err(err, errlen, "--recompute-num-layers %d: must be 1 … --num-layers %d",
                        L->recompute_num_layers, cfg->n_layer);
@@ -1113,7 +1164,8 @@ MGDEF void mg_gpt_init_weights(mg_gpt *m, uint64_t seed) {
             }
         }
     }
-    mg_copy_to_device(m->ctx, m->param_buf, host, (size_t)m->n_elems * sizeof(float));
+    mg_copy_to_device(m->ctx, mg_gpt_fp32_params(m), host, (size_t)m->n_elems * sizeof(float));
+    if (m->layout.shard_master) m->fp32_staging = MG_STAGING_WRITTEN;
     MG_FREE(host);
 }
 
@@ -1283,7 +1335,7 @@ static void mg__plan_model(mg_gpt *m, mg__planner *p) {
     m->tp.sequence_parallel = L->sequence_parallel && t > 1;
     m->n_rows = n = m->tp.sequence_parallel ? N / t : N;
     m->row0 = m->tp.sequence_parallel ? n * L->tp_rank : 0;
-    m->param_buf = mg__take_f32(p, m->n_elems);
+    if (!L->shard_master) m->param_buf = mg__take_f32(p, m->n_elems);  /* else the optimizer's */
     m->grad_buf = mg__take_f32(p, m->n_elems);
     if (dt != MG_F32) m->param16 = mg__take(p, (size_t)m->n_elems * mg_dtype_size(dt));
     acts_begin = p->bytes;
@@ -1418,7 +1470,7 @@ MGDEF int mg_gpt_create(mg_gpt *m, mg_ctx *ctx, const mg_gpt_config *cfg,
     p.ctx = ctx;
     p.bytes = 0;
     mg__plan_model(m, &p);
-    mg_memset_zero(ctx, m->param_buf, (size_t)m->n_elems * sizeof(float));
+    if (m->param_buf) mg_memset_zero(ctx, m->param_buf, (size_t)m->n_elems * sizeof(float));
     mg_memset_zero(ctx, m->grad_buf, (size_t)m->n_elems * sizeof(float));
     for (i = 0; i < 4; i++) m->idx_global[i] = -1;
     for (l = 0; l < cfg->n_layer; l++) m->idx_layer[l] = -1;
@@ -1829,6 +1881,8 @@ static void mg__chunk_backward(mg_gpt *m, int chunk, int slot, float dloss, int 
     int nl = c->layer_end - c->layer_begin;
     MG_ASSERT(!defer_w || m->layout.split_backward, "a split backward needs a layout with "
               "split_backward (the slots keep the output gradients)");
+    MG_ASSERT(!m->fp32_staging, "a backward into the gradient buffer while it holds fp32 "
+              "parameters (sharded master): mg_adamw_take_master / mg_gpt_zero_grad first");
     if (c->has_head) {
         mg__head_backward(m, a, mg_gpt_chunk_output(m, chunk, slot), dloss, defer_w);
         if (hook) m->grads_final(m->grads_final_user,
@@ -1866,15 +1920,25 @@ MGDEF void mg_gpt_backward_weight(mg_gpt *m, int chunk, int slot) {
 }
 
 MGDEF void mg_gpt_zero_grad(mg_gpt *m) {
+    MG_ASSERT(m->fp32_staging != MG_STAGING_WRITTEN, "the fp32 parameters written into the "
+              "gradient buffer (sharded master) were not taken by the optimizer: call "
+              "mg_adamw_take_master first");
+    m->fp32_staging = 0;
     mg_memset_zero(m->ctx, m->grad_buf, (size_t)m->n_elems * sizeof(float));
 }
 
+MGDEF float *mg_gpt_fp32_params(mg_gpt *m) {
+    return m->layout.shard_master ? m->grad_buf : m->param_buf;
+}
+
 /* Megatron's _copy_main_params_to_model_params: the whole flat buffer in one cast (its
-   alignment gaps are zero and stay zero).                                                  */
+   alignment gaps are zero and stay zero). With a sharded master only freshly written values
+   are cast here; afterwards the optimizer keeps the 16-bit copy current.                   */
 MGDEF void mg_gpt_sync_weights(mg_gpt *m) {
     mg_tensor master, copy;
     if (!m->param16) return;
-    master = mg_tensor_wrap(m->param_buf, MG_F32, 1, &m->n_elems);
+    if (m->layout.shard_master && m->fp32_staging != MG_STAGING_WRITTEN) return;
+    master = mg_tensor_wrap(mg_gpt_fp32_params(m), MG_F32, 1, &m->n_elems);
     copy = mg_tensor_wrap(m->param16, m->dtype, 1, &m->n_elems);
     mg_cast(m->ctx, &copy, &master);
 }
@@ -2213,8 +2277,9 @@ MGDEF int mg_gpt_import(mg_gpt *m, const mg_weights_file *f, char *err, size_t e
             MG_FREE(global);
             return -1;
         }
-        mg_gpt_global_to_shard(m, i, m->param_buf, global);
+        mg_gpt_global_to_shard(m, i, mg_gpt_fp32_params(m), global);
     }
+    if (m->layout.shard_master) m->fp32_staging = MG_STAGING_WRITTEN;
     MG_FREE(global);
     return 0;
 }
@@ -2241,6 +2306,8 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
         MG_ASSERT(m->idx_layer[i] >= 0, "export needs every layer on this rank");
     MG_ASSERT(m->idx_global[1] >= 0 && m->idx_global[2] >= 0,
               "export needs the whole model on this rank (gather it first)");
+    MG_ASSERT(!m->layout.shard_master || m->fp32_staging, "export of a model whose master "
+              "weights are sharded: gather them first (mg_adamw_gather_master)");
     if (writer && !mg__is_dir(dir) && mkdir(dir, 0755) != 0)
         rc = mg__err(err, errlen, "%s: cannot create directory (%s)", dir, strerror(errno));
     for (i = 0; i < m->n_params && !rc; i++) {
@@ -2262,7 +2329,7 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
         const mg_param_desc *d = &m->params[i];
         int64_t rows = d->shape[0], cols = d->ndim == 2 ? d->shape[1] : 1, r, c;
         int64_t n = spec[i].shape[0] * (d->ndim == 2 ? spec[i].shape[1] : 1);
-        mg_gpt_shard_to_global(m, i, m->param_buf, global);  /* collective: every rank */
+        mg_gpt_shard_to_global(m, i, mg_gpt_fp32_params(m), global);  /* collective */
         if (!writer || rc) continue;
         if (d->kind == MG_QKV_W || d->kind == MG_QKV_B) {   /* back to [q | k | v] */
             for (r = 0; r < rows; r++)
@@ -2449,7 +2516,7 @@ static int64_t mg__dp_piece(const mg_dp *dp, int k, int64_t *lo) {
     return piece;
 }
 
-MGDEF void mg_dp_moment_flat(mg_dp *dp, float *shard, float *flat, int to_flat) {
+MGDEF void mg_dp_moment_flat(const mg_dp *dp, float *shard, float *flat, int to_flat) {
     int k;
     for (k = 0; k < dp->n_buckets; k++) {
         int64_t lo, piece = mg__dp_piece(dp, k, &lo);
@@ -2467,11 +2534,17 @@ MGDEF void mg_adamw_create_dp(mg_adamw *opt, mg_gpt *m, const mg_dp *dp, float b
                               float beta2, float eps, float weight_decay) {
     memset(opt, 0, sizeof *opt);
     opt->dp = dp && dp->distributed ? dp : NULL;
+    MG_ASSERT(!m->layout.shard_master || opt->dp, "a model with a sharded master needs the "
+              "distributed optimizer over its %d data-parallel replicas", m->layout.dp_size);
     opt->n = opt->dp ? dp->shard_elems : m->n_elems;
     opt->m = (float *)mg_alloc(m->ctx, (size_t)opt->n * sizeof(float));
     opt->v = (float *)mg_alloc(m->ctx, (size_t)opt->n * sizeof(float));
     mg_memset_zero(m->ctx, opt->m, (size_t)opt->n * sizeof(float));
     mg_memset_zero(m->ctx, opt->v, (size_t)opt->n * sizeof(float));
+    if (m->layout.shard_master) {   /* filled by mg_adamw_take_master */
+        opt->master = (float *)mg_alloc(m->ctx, (size_t)opt->n * sizeof(float));
+        mg_memset_zero(m->ctx, opt->master, (size_t)opt->n * sizeof(float));
+    }
     opt->beta1 = beta1;
     opt->beta2 = beta2;
     opt->eps = eps;
@@ -2594,10 +2667,16 @@ typedef struct { mg_adamw *opt; mg_gpt *m; mg_adamw_hparams hp; float scale; } m
 static void mg__adam_visit(void *user, const mg_param_desc *d, int64_t x0, int64_t x1,
                            int64_t moment0) {
     mg__adam_acc *acc = (mg__adam_acc *)user;
+    mg_gpt *m = acc->m;
     acc->hp.weight_decay = d->weight_decay ? acc->opt->weight_decay : 0.0f;
-    mg_adamw_step(acc->m->ctx, acc->m->param_buf + x0, acc->m->grad_buf + x0,
-                  acc->opt->m + moment0, acc->opt->v + moment0, x1 - x0, &acc->hp, acc->scale,
-                  NULL, MG_F32);
+    if (acc->opt->master)   /* sharded master: update it, round the pieces into the copy */
+        mg_adamw_step(m->ctx, acc->opt->master + moment0, m->grad_buf + x0,
+                      acc->opt->m + moment0, acc->opt->v + moment0, x1 - x0, &acc->hp,
+                      acc->scale, (char *)m->param16 + (size_t)x0 * mg_dtype_size(m->dtype),
+                      m->dtype);
+    else
+        mg_adamw_step(m->ctx, m->param_buf + x0, m->grad_buf + x0, acc->opt->m + moment0,
+                      acc->opt->v + moment0, x1 - x0, &acc->hp, acc->scale, NULL, MG_F32);
 }
 
 MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, double *grad_norm) {
@@ -2625,14 +2704,42 @@ MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, d
     mg__for_owned(opt, m, mg__adam_visit, &acc);
     if (opt->dp) {   /* ZeRO-1: every rank gets the pieces the others updated */
         const mg_dp *dp = opt->dp;
+        /* the weights the forward reads: fp32, or the 16-bit copy of a sharded master */
+        mg_dtype dt = opt->master ? m->dtype : MG_F32;
+        char *base = opt->master ? (char *)m->param16 : (char *)m->param_buf;
+        size_t es = mg_dtype_size(dt);
         for (k = 0; k < dp->n_buckets; k++) {
             int64_t lo, piece = mg__dp_piece(dp, k, &lo);
-            dp->req[k] = mg_iall_gather(dp->comm, &dp->comm->data, m->param_buf + lo,
-                                        m->param_buf + dp->bucket_begin[k], piece, MG_F32);
+            dp->req[k] = mg_iall_gather(dp->comm, &dp->comm->data, base + (size_t)lo * es,
+                                        base + (size_t)dp->bucket_begin[k] * es, piece, dt);
         }
         for (k = 0; k < dp->n_buckets; k++) mg_wait(dp->comm, &dp->req[k]);
     }
     return 1;
+}
+
+MGDEF void mg_adamw_take_master(mg_adamw *opt, mg_gpt *m) {
+    if (!opt->master) {
+        mg_gpt_sync_weights(m);
+        return;
+    }
+    if (m->fp32_staging != MG_STAGING_WRITTEN) return;   /* nothing new was written */
+    mg_gpt_sync_weights(m);                                /* the 16-bit copy, whole */
+    mg_dp_moment_flat(opt->dp, opt->master, m->grad_buf, 0);
+    m->fp32_staging = 0;
+}
+
+MGDEF void mg_adamw_gather_master(mg_adamw *opt, mg_gpt *m) {
+    if (!opt->master) return;
+    MG_ASSERT(m->fp32_staging != MG_STAGING_WRITTEN, "gathering the master over parameters "
+              "written but not taken (mg_adamw_take_master)");
+    mg_dp_moment_flat(opt->dp, opt->master, m->grad_buf, 1);
+    m->fp32_staging = MG_STAGING_GATHERED;
+}
+
+MGDEF size_t mg_adamw_state_bytes(const mg_adamw *opt, const mg_gpt *m) {
+    int64_t master = opt->master ? opt->n : m->param16 ? m->n_elems : 0;
+    return (size_t)(2 * opt->n + master) * sizeof(float);
 }
 
 MGDEF void mg_loss_scaler_init(mg_loss_scaler *s, int dynamic, double initial, double min_scale,
@@ -3697,6 +3804,9 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     layout.recompute_method = a->recompute_method;
     layout.recompute_num_layers = (int)a->recompute_num_layers;
     layout.dtype = a->bf16 ? MG_BF16 : a->fp16 ? MG_F16 : MG_F32;
+    /* ZeRO-1 with mixed precision: each replica keeps 1/d of the fp32 master weights */
+    layout.shard_master = layout.dtype != MG_F32 && a->use_distributed_optimizer &&
+                          tr->dp_size > 1;
     if (split && (layout.dtype != MG_F32 || layout.recompute_granularity == MG_RECOMPUTE_FULL)) {
         /* ZB-H1's deferred weight halves read the slot's activations and dlogits later: full
            recomputation's shared scratch and the 16-bit dlogits scratch are gone by then */
@@ -3715,11 +3825,13 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         if (a->eval_iters > 0) bytes += mg__pipe_arena_bytes(&tr->pipe_eval_sched, pp_rank, msg);
     }
     /* AdamW moments (2 more copies of the parameters) and the ops' scratch */
-    {   /* AdamW's two moments, like the flat buffer (or its 1/d shard), and the ops' scratch */
+    {   /* AdamW's two moments (and a sharded master), like the flat buffer (or its 1/d
+           shard), and the ops' scratch */
         int64_t n_elems;
         mg__build_params(&tr->cfg, &layout, NULL, &n_elems);
         if (a->use_distributed_optimizer) n_elems /= tr->dp_size;
-        bytes += 2 * (((size_t)n_elems * sizeof(float) + 255) / 256 * 256) + ((size_t)8 << 20) +
+        bytes += (size_t)(layout.shard_master ? 3 : 2) *
+                     (((size_t)n_elems * sizeof(float) + 255) / 256 * 256) + ((size_t)8 << 20) +
                  (size_t)64 * tr->cfg.hidden * sizeof(float) +
                  mg_dp_arena_bytes(a->comm ? a->comm->world_size : 1);
         if (tp > 1)            /* gathering the largest tensor for a checkpoint or export */
@@ -3799,6 +3911,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         mg_weights_close(&wf);
         has_weights = 0;
     }
+    mg_adamw_take_master(&tr->opt, &tr->model);   /* the 16-bit copy (and sharded master) */
     tr->batch = (int32_t *)MG_MALLOC(sizeof(int32_t) * (size_t)(a->global_batch_size /
                                      tr->dp_size) * (size_t)(tr->cfg.seq_len + 1));
     MG_ASSERT(tr->batch, "out of host memory");
@@ -4067,8 +4180,9 @@ static char *mg__state_json(const mg_trainer *tr) {
      parameters, and moments without the distributed optimizer: data-parallel rank 0 of each
        tensor group writes its tensor-parallel shards (replicated tensors: tensor-parallel
        rank 0 only), so each element is written exactly once;
-     moments with the distributed optimizer: each data-parallel rank writes its own pieces
-       of the buckets (mg__for_owned), mapped from the flat buffer to global coordinates.
+     moments with the distributed optimizer, and parameters with a sharded master (mixed
+       precision): each data-parallel rank writes its own pieces of the buckets
+       (mg__for_owned), mapped from the flat buffer to global coordinates.
    Joiners fsync and close, the ranks agree, rank 0 commits (fsync, rename) — all inside the
    temporary checkpoint directory, which is renamed into place before
    latest_checkpointed_iteration.txt is updated.                                            */
@@ -4226,9 +4340,11 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
         mg__ckpt_acc acc;
         acc.m = m;
         acc.w = &files[f];
-        acc.src = f == 0 ? m->param_buf : f == 1 ? tr->opt.m : tr->opt.v;
+        /* the fp32 parameters: the model's, or this rank's pieces of a sharded master */
+        acc.src = f == 1 ? tr->opt.m : f == 2 ? tr->opt.v : tr->opt.master ? tr->opt.master
+                                                                          : m->param_buf;
         acc.host = host;
-        acc.use_moment_index = f > 0;
+        acc.use_moment_index = f > 0 || tr->opt.master;
         acc.suffix = mg__ckpt_suffix[f];
         acc.has_embedding = 0;
         for (i = 0; i < m->layout.n_chunks; i++)
@@ -4236,7 +4352,8 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
         acc.rc = 0;
         acc.err = err;
         acc.errlen = errlen;
-        if (f > 0 && tr->opt.dp) mg__for_owned(&tr->opt, m, mg__ckpt_visit, &acc); /* shards */
+        if (acc.use_moment_index && tr->opt.dp)           /* shards: each owner its pieces */
+            mg__for_owned(&tr->opt, m, mg__ckpt_visit, &acc);
         else if (tr->dp_rank == 0)     /* one replica writes what every replica holds */
             for (i = 0; i < m->n_params && !acc.rc; i++)
                 mg__ckpt_visit(&acc, &m->params[i], m->params[i].offset,
@@ -4272,6 +4389,11 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
     if (mg__world_agree(tr, rc)) return w ? -1 : mg__err(err, errlen, "rank 0 could not save");
     tr->last_saved = tr->iteration;
     return 0;
+}
+
+MGDEF int mg_trainer_export_hf(mg_trainer *tr, const char *dir, char *err, size_t errlen) {
+    mg_adamw_gather_master(&tr->opt, &tr->model);
+    return mg_gpt_export_hf(&tr->model, dir, err, errlen);
 }
 
 /* Loads one moment buffer from a checkpoint's optimizer file (names name + suffix). */
@@ -4318,6 +4440,7 @@ MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t err
     rc = mg_gpt_import(&tr->model, &wf, err, errlen);
     mg_weights_close(&wf);
     if (rc) return -1;
+    mg_adamw_take_master(&tr->opt, &tr->model);   /* before the moments use the staging */
     /* moments: straight into the flat buffers, or (distributed optimizer) into the free
        gradient buffer, then this rank's pieces out of it                                   */
     snprintf(path, sizeof path, "%s/iter_%07lld/optimizer.safetensors", dir, (long long)iter);

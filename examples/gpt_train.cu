@@ -139,7 +139,7 @@ int main(int argc, char **argv) {
     if (iters > 0 && tr.args.eval_iters > 0 && tr.iteration % tr.args.eval_interval != 0)
         mg_trainer_evaluate(&tr, out);
     if (tr.args.export_hf) {
-        if (mg_gpt_export_hf(&tr.model, tr.args.export_hf, err, sizeof err)) {
+        if (mg_trainer_export_hf(&tr, tr.args.export_hf, err, sizeof err)) {
             if (out) fprintf(stderr, "gpt_train: error: export failed: %s\n", err);
             mg_trainer_free(&tr);
             return finish(1, NULL);

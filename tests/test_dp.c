@@ -11,8 +11,10 @@
      - the final weights, gathered from the tensor-parallel shards, equal the serial model's
        to <= 1e-5 relative (per tensor, against its RMS; the key bias, whose gradient is
        exactly zero, left out), and are bit-identical on every replica (checksum);
-     - the optimizer state per rank: AdamW's two moments hold 8 bytes per element of the
-       (padded) flat buffer, divided by d with the distributed optimizer.
+     - the optimizer state per rank: AdamW's two moments and, with bf16, the fp32 master
+       weights hold 8 or 12 bytes per element of the (padded) flat buffer, divided by d with
+       the distributed optimizer — which with bf16 shards the master too, so the model keeps
+       no whole fp32 copy (its arena is 4 bytes per element smaller).
    Rows with p > 1 (pipeline schedules 1F1B, GPipe, ZB-H1, interleaved) compose all three,
    also with full or selective recomputation (fp32 bounds) and with bf16 (against the serial
    bf16 run, within two bf16 unit roundoffs: the pipeline messages are 16-bit).
@@ -21,6 +23,8 @@
    on one rank; on 8 ranks (4 layers) one saved under (t=2, p=2, d=2) + ZeRO is resumed under
    (t=1, p=4, d=2), (t=4, p=1, d=2), (t=2, p=2, d=2) without ZeRO and on one rank:
    iterations 11–20 and the final weights equal the uninterrupted serial run.
+   On 2 ranks: a bf16 run with a sharded master saved after 5 iterations resumes bit for bit
+   under its own layout, and within the bf16 bound without the distributed optimizer.
    On every world size: a NaN planted in one rank's weights makes every rank skip the step
    (global non-finite detection), with and without the distributed optimizer; the validation
    loss (each replica its share of the batches) equals the serial one, also through a
@@ -48,14 +52,14 @@ typedef struct dp_row {
 } dp_row;
 static const dp_row rows[] = {
     {2, 1, 0, 0, 0, 0, 1, ""}, {2, 1, 0, 1, 0, 0, 1, ""}, {2, 1, 0, 1, 3000, 1, 1, ""},
-    {2, 1, 0, 0, 1000, 0, 1, ""},
+    {2, 1, 0, 0, 1000, 0, 1, ""}, {2, 1, 0, 1, 1000, 0, 1, "--bf16"},
     {4, 1, 0, 1, 2000, 0, 1, ""}, {4, 2, 0, 0, 0, 0, 1, ""}, {4, 2, 1, 1, 0, 0, 1, ""},
     {4, 2, 1, 0, 4000, 1, 1, ""}, {4, 1, 0, 0, 1500, 1, 1, ""},
     {4, 1, 0, 1, 2000, 0, 2, "--pipeline-schedule 1f1b"},
     {4, 1, 0, 0, 0, 1, 2, "--pipeline-schedule gpipe"},
     {8, 1, 0, 1, 0, 0, 1, ""}, {8, 2, 1, 1, 3000, 0, 1, ""}, {8, 4, 0, 0, 0, 1, 1, ""},
     {8, 4, 1, 1, 2000, 0, 1, ""}, {8, 2, 0, 0, 0, 0, 1, ""},
-    {8, 2, 1, 1, 2000, 0, 2, "--pipeline-schedule 1f1b"},
+    {8, 2, 1, 1, 2000, 0, 2, "--pipeline-schedule 1f1b"}, {8, 1, 0, 1, 1000, 0, 1, "--bf16"},
     {8, 2, 0, 0, 0, 1, 2, "--pipeline-schedule zb-h1"},
     {8, 1, 0, 1, 1000, 0, 2, "--num-layers 4 --num-layers-per-virtual-pipeline-stage 1"},
     /* recomputation and mixed precision through the pipeline (16-bit messages) */
@@ -106,9 +110,10 @@ static void row_line_p(char *out, size_t cap, const dp_row *row, int iters, cons
     row_line(out, cap, row->t, row->sp, row->dist, row->bucket, row->dropout, iters, more);
 }
 
-/* Worst relative error of par's parameters (gathered over its tensor group) against ser's,
-   per tensor against its RMS, the key bias left out; *sum: a checksum of the gathered
-   weights (equal on every replica iff they are bit-identical).                             */
+/* Worst relative error of par's fp32 parameters (gathered over its tensor group; a sharded
+   master must have been gathered: mg_adamw_gather_master) against ser's, per tensor against
+   its RMS, the key bias left out; *sum: a checksum of the gathered weights (equal on every
+   replica iff they are bit-identical).                                                      */
 static double compare_weights(mg_gpt *par, mg_gpt *ser, uint64_t *sum) {
     double e = 0;
     int i;
@@ -122,8 +127,8 @@ static double compare_weights(mg_gpt *par, mg_gpt *ser, uint64_t *sum) {
         float *want = (float *)malloc(sizeof(float) * (size_t)(rows_ser * cols));
         const unsigned char *bytes = (const unsigned char *)got;
         double ss = 0, ei;
-        mg_gpt_shard_to_global(par, i, par->param_buf, got);    /* collective */
-        mg_gpt_shard_to_global(ser, j, ser->param_buf, want);
+        mg_gpt_shard_to_global(par, i, mg_gpt_fp32_params(par), got);    /* collective */
+        mg_gpt_shard_to_global(ser, j, mg_gpt_fp32_params(ser), want);
         n = d->kind == MG_WTE ? (int64_t)par->cfg.vocab_size * cols : rows_par * cols;
         for (r = 0; r < n * 4; r++) *sum = (*sum ^ bytes[r]) * 1099511628211ull;
         if (d->kind == MG_QKV_B) {
@@ -178,7 +183,7 @@ static void check_row(const dp_row *row, mg_trainer *ser, const float *want_loss
     double e_loss, e_norm, e_w;
     uint64_t sum;
     int64_t held;
-    int k, d = world / (row->t * row->p), mem_ok;
+    int k, d = world / (row->t * row->p), mem_ok, bytes_per;
     row_line_p(line, sizeof line, row, STEPS, "");
     trainer_make(&tr, line, 1);
     for (k = 0; k < STEPS; k++) {
@@ -188,6 +193,7 @@ static void check_row(const dp_row *row, mg_trainer *ser, const float *want_loss
     }
     e_loss = agree_max(mg_test_max_rel(loss, want_loss, STEPS, 0));
     e_norm = agree_max(mg_test_max_rel(norm, want_norm, STEPS, 0));
+    mg_adamw_gather_master(&tr.opt, &tr.model);
     e_w = agree_max(compare_weights(&tr.model, &ser->model, &sum));
     snprintf(name, sizeof name, "dp: t=%d p=%d d=%d%s%s bucket=%d%s%s%s: 20 steps = serial",
              row->t, row->p, d, row->sp ? " sp" : "", row->dist ? " distopt" : "", row->bucket,
@@ -196,16 +202,29 @@ static void check_row(const dp_row *row, mg_trainer *ser, const float *want_loss
                    name, "losses %.3g, grad norms %.3g, weights %.3g (tol %.3g)", e_loss, e_norm,
                    e_w, row_tol(row));
     CHECK(same_everywhere(sum), "dp: the final weights are bit-identical on every rank");
-    /* optimizer state: 2 moments x 4 bytes per element of the padded flat buffer, / d */
+    /* optimizer state per element of the padded flat buffer: 2 fp32 moments, plus the fp32
+       master weights with 16-bit training — 8 or 12 bytes — divided by d with the
+       distributed optimizer (which then also leaves the model without a whole fp32 copy) */
     for (k = 0, held = 0; k < tr.model.n_params; k++) held += tr.model.params[k].numel;
+    bytes_per = strstr(row->pipe, "--bf16") ? 12 : 8;
     /* the flat buffer: this rank's parameters, gaps below 64 per tensor, padding below 64·d */
-    mem_ok = tr.opt.n * 8 == (row->dist ? 8 * tr.model.n_elems / d : 8 * tr.model.n_elems) &&
+    mem_ok = (int64_t)mg_adamw_state_bytes(&tr.opt, &tr.model) ==
+                 (row->dist ? bytes_per * tr.model.n_elems / d : bytes_per * tr.model.n_elems) &&
              tr.model.n_elems % (64 * d) == 0 && tr.model.n_elems >= held &&
              tr.model.n_elems < held + 64 * (tr.model.n_params + d);
+    if (row->dist && bytes_per == 12) {   /* no whole fp32 copy: the arena shrinks by 4 B/elem */
+        mg_gpt_layout whole = tr.model.layout;
+        whole.shard_master = 0;
+        mem_ok &= tr.model.param_buf == NULL && tr.model.layout.shard_master &&
+                  mg_gpt_arena_bytes(&tr.model.cfg, &whole) -
+                      mg_gpt_arena_bytes(&tr.model.cfg, &tr.model.layout) >=
+                  (size_t)tr.model.n_elems * 4;
+    }
     mem_ok = agree_max(mem_ok ? 0 : 1) == 0;
-    snprintf(name, sizeof name, "dp: t=%d p=%d d=%d%s: optimizer state %lld bytes/rank = 8 x "
+    snprintf(name, sizeof name, "dp: t=%d p=%d d=%d%s%s: optimizer state %lld bytes/rank = %d x "
              "%lld elements%s", row->t, row->p, d, row->dist ? " distopt" : "",
-             (long long)(tr.opt.n * 8), (long long)tr.model.n_elems, row->dist ? " / d" : "");
+             bytes_per == 12 ? " bf16" : "", (long long)mg_adamw_state_bytes(&tr.opt, &tr.model),
+             bytes_per, (long long)tr.model.n_elems, row->dist ? " / d" : "");
     CHECK(mem_ok, name);
     mg_trainer_free(&tr);
 }
@@ -273,6 +292,73 @@ static void check_resume(mg_trainer *ser, const float *want_loss) {
         snprintf(line, sizeof line, "rm -rf %s", dir);
         if (system(line) != 0) fprintf(stderr, "could not remove %s\n", dir);
     }
+}
+
+/* The sharded fp32 master (--bf16 + --use-distributed-optimizer, d = W) travels in the
+   checkpoint: each replica writes its pieces of the master weights and moments. Saved after 5
+   iterations and resumed under the same layout, iterations 6-10 and the gathered master
+   weights are bit-identical to the uninterrupted run; resumed without the distributed
+   optimizer (a whole master on every replica) they stay within the bf16 bound of row_tol
+   (the all-reduce and the reduce-scatter add in different orders).                         */
+static void check_resume_master(void) {
+    static const char *layouts[2] = {"--use-distributed-optimizer", ""};
+    char tmpl[] = "/tmp/mg_test_dp_XXXXXX", line[2048], extra[1200], name[200];
+    float want[10], got[5];
+    float *w_want, *w_got;
+    mg_trainer tr;
+    int k, i, n;
+    if (comm.world_rank == 0 && !mkdtemp(tmpl)) tmpl[0] = 0;
+    MPI_Bcast(tmpl, (int)sizeof tmpl, MPI_CHAR, 0, MPI_COMM_WORLD);
+    snprintf(extra, sizeof extra, "--bf16 --use-distributed-optimizer --save %s/ck", tmpl);
+    row_line(line, sizeof line, 1, 0, 0, 1000, 0, STEPS, extra);
+    trainer_make(&tr, line, 1);
+    for (k = 0; k < 10; k++) {
+        want[k] = (float)mg_trainer_step(&tr).loss;
+        if (k == 4) {
+            char err[MG_ERRLEN];
+            int rc = mg_trainer_save(&tr, tr.args.save, err, sizeof err);
+            mg_test_report(mg_test_agree(rc == 0), "dp: save bf16 with a sharded master "
+                           "(each replica its pieces)", "%s", rc ? err : "");
+        }
+    }
+    n = (int)tr.model.n_elems;
+    mg_adamw_gather_master(&tr.opt, &tr.model);
+    w_want = gpt_host(&tr.model, mg_gpt_fp32_params(&tr.model));
+    mg_trainer_free(&tr);
+    for (i = 0; i < 2; i++) {
+        double e_loss, e_w = 0;
+        int j;
+        snprintf(extra, sizeof extra, "--bf16 %s --load %s/ck", layouts[i], tmpl);
+        row_line(line, sizeof line, 1, 0, 0, 1000, 0, STEPS, extra);
+        trainer_make(&tr, line, 1);
+        for (k = 0; k < 5; k++) got[k] = (float)mg_trainer_step(&tr).loss;
+        mg_adamw_gather_master(&tr.opt, &tr.model);
+        w_got = gpt_host(&tr.model, mg_gpt_fp32_params(&tr.model));
+        if (i == 0) {
+            int same = tr.loaded_iteration == 5 && memcmp(got, want + 5, sizeof got) == 0 &&
+                       memcmp(w_got, w_want, sizeof(float) * (size_t)n) == 0;
+            snprintf(name, sizeof name, "dp: resume bf16 d=%d distopt (sharded master) -> "
+                     "same layout: iterations 6-10 and master weights bit-identical", world);
+            mg_test_report(mg_test_agree(same), name, "loaded %lld",
+                           (long long)tr.loaded_iteration);
+        } else {
+            e_loss = agree_max(mg_test_max_rel(got, want + 5, 5, 0));
+            for (j = 0; j < n; j++) {
+                double e = fabs((double)w_got[j] - w_want[j]);
+                if (e > e_w) e_w = e;
+            }
+            e_w = agree_max(e_w);
+            snprintf(name, sizeof name, "dp: resume bf16 d=%d distopt -> d=%d without it "
+                     "(whole master): iterations 6-10 within 2^-7", world, world);
+            mg_test_report(tr.loaded_iteration == 5 && e_loss <= 2.0 / 256 && e_w <= 2.0 / 256,
+                           name, "losses %.3g, weights %.3g (abs)", e_loss, e_w);
+        }
+        free(w_got);
+        mg_trainer_free(&tr);
+    }
+    free(w_want);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (comm.world_rank == 0) gpt_rmtree(tmpl);
 }
 
 /* A non-finite gradient on ONE replica (a NaN planted in the final layernorm weight of the
@@ -364,6 +450,7 @@ int main(int argc, char **argv) {
     }
     if (world == 4 && have[0]) check_resume(&ser[0], loss[0]);
     if (world == 8 && have[2]) check_resume(&ser[2], loss[2]);
+    if (world == 2) check_resume_master();
     check_nonfinite(0);
     check_nonfinite(1);
     check_evaluate(1);

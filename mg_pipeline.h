@@ -1526,9 +1526,15 @@ MGDEF mg_pipe_exec_desc mg_pipe_exec_desc_default(void) {
     return d;
 }
 
+/* The trace clock: POSIX's monotonic clock where there is one (wall-clock time can step
+   under NTP and reorder a timeline), else C11's timespec_get.                             */
 static double mg__pipe_now(void) {
     struct timespec ts;
+#if defined(CLOCK_MONOTONIC) && defined(_POSIX_C_SOURCE) && _POSIX_C_SOURCE >= 199309L
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+#else
     timespec_get(&ts, TIME_UTC);
+#endif
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 

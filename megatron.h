@@ -499,7 +499,10 @@ MGDEF void mg_weights_close(mg_weights_file *f);
    file's architecture must equal the model's (checked, with the mismatch named).           */
 MGDEF int mg_gpt_import(mg_gpt *m, const mg_weights_file *f, char *err, size_t errlen);
 /* Writes DIR/model.safetensors (Hugging Face GPT-2 names and layout, fp32, V rows of the
-   word embedding) and DIR/config.json, each atomically; creates DIR if missing.           */
+   word embedding) and DIR/config.json, each atomically; creates DIR if missing. Collective
+   over every rank of the job (comm NULL: one rank): each tensor is gathered over the tensor
+   group of the pipeline stage that holds it and sent from that stage to the first; world
+   rank 0 writes. The files do not depend on the layout (t, p, v, d).                    */
 MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen);
 
 /* ---------------------------------------------------------------------------------------------
@@ -777,8 +780,11 @@ MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t err
 MGDEF int mg_trainer_export_hf(mg_trainer *tr, const char *dir, char *err, size_t errlen);
 /* Generates n tokens after a prompt (the first tokens of the data, or token 0), sampling
    from the softmax with a generator keyed by --seed; prints them as text when V <= 256
-   (byte-level), else as token ids (out NULL: nothing printed). With tensor parallelism every
-   rank calls it (the logits are gathered) and all draw the same tokens.                    */
+   (byte-level), else as token ids (out NULL: nothing printed). Every rank calls it. With a
+   pipeline each token's forward runs stage by stage, the activations sent between the
+   pipeline ranks; the last stage draws the token and broadcasts it over the pipeline group.
+   With tensor parallelism the logits are gathered. Same weights: every layout draws the
+   serial run's tokens (up to tensor parallelism's fp32 rounding of the logits).           */
 MGDEF void mg_trainer_generate(mg_trainer *tr, int64_t n_tokens, FILE *out);
 /* --pipeline-trace: writes the measured timeline of the last training iteration (mg_pipeline's
    trace format). Every rank calls it; the pipeline group of tensor rank 0 writes (the t ranks
@@ -1606,17 +1612,22 @@ MGDEF mg_tensor *mg_tp_reduce(const mg_tp_group *g, mg_tensor *partial, mg_tenso
 static mg_tensor *mg__tp_partial(mg_gpt *m, mg_tensor *local) {
     return m->tp.sequence_parallel ? &m->full_b : local;
 }
-/* The verdict of tensor-parallel rank 0 (which writes files) on every rank of the group:
-   nonzero rc there makes all return -1. Collective; no-op with one rank.                  */
-static int mg__tp_agree(mg_gpt *m, int rc) {
-    mg_comm *comm;
+/* The verdict of rank 0 of comm's group of that kind (the rank that writes files) on every
+   rank of the group: nonzero rc there makes all return -1. Collective; no-op without comm
+   or with a group of one.                                                                  */
+static int mg__group_agree(mg_gpt *m, mg_comm *comm, mg_group_kind kind, int rc) {
     float flag = rc ? 1.0f : 0.0f;
-    if (m->layout.tp_size == 1) return rc ? -1 : 0;
-    comm = mg__tp_comm(&m->tp);
+    mg_group *g = comm ? mg_comm_group(comm, kind) : NULL;
+    if (!g || g->size <= 1) return rc ? -1 : 0;
     mg_copy_to_device(m->ctx, m->tp_scalars, &flag, sizeof flag);
-    mg_broadcast(comm, &comm->tensor, m->tp_scalars, m->tp_scalars, 1, MG_F32, 0);
+    mg_broadcast(comm, g, m->tp_scalars, m->tp_scalars, 1, MG_F32, 0);
     mg_copy_to_host(m->ctx, &flag, m->tp_scalars, sizeof flag);
     return flag != 0 ? -1 : 0;
+}
+/* The verdict of tensor-parallel rank 0 on every rank of the tensor group. */
+static int mg__tp_agree(mg_gpt *m, int rc) {
+    if (m->layout.tp_size == 1) return rc ? -1 : 0;
+    return mg__group_agree(m, mg__tp_comm(&m->tp), MG_GROUP_TENSOR, rc);
 }
 
 /* ---- Dropout, keyed by global coordinates ----------------------------------------------------
@@ -2289,10 +2300,58 @@ static int64_t mg__max_global(const mg_gpt *m) {
     return mg__max_global_elems(&m->cfg);
 }
 
+/* The pipeline rank that exports tensor d of the whole model: the lowest one whose stages
+   hold it — rank 0 for the tied word embedding, which the last stage holds too (its copy is
+   equal: the two gradients are all-reduced). A layer lives on the rank of its virtual stage
+   (mg_gpt_layout_pipeline). One stage: rank 0.                                              */
+static int mg__export_source(const mg_gpt *m, const mg_param_desc *d) {
+    int p = m->layout.pp_size, r, c;
+    for (r = 0; r < p && p > 1; r++) {
+        mg_gpt_layout L = mg_gpt_layout_pipeline(&m->cfg, 1, 1, r, p, m->layout.n_chunks, 1, 0);
+        for (c = 0; c < L.n_chunks; c++) {
+            const mg_gpt_chunk *ch = &L.chunks[c];
+            int lnf = d->kind == MG_LNF_W || d->kind == MG_LNF_B;
+            if (d->layer >= 0 ? d->layer >= ch->layer_begin && d->layer < ch->layer_end
+                              : lnf ? ch->has_head : ch->has_embedding)
+                return r;
+        }
+    }
+    return 0;
+}
+
+/* Moves a host tensor of n floats from pipeline rank src to pipeline rank 0, through device
+   scratch (the group may be NCCL's). Only the pipeline group of the writer, world rank 0 —
+   tensor rank 0, data-parallel rank 0 — moves it: the other groups hold equal copies.     */
+static void mg__export_move(mg_gpt *m, float *host, int64_t n, int src) {
+    mg_comm *comm = m->layout.comm;
+    int me = m->layout.pp_rank;
+    size_t mark, bytes = (size_t)n * sizeof(float);
+    float *dev;
+    MG_ASSERT(comm, "pipeline size %d needs the layout's comm", m->layout.pp_size);
+    if (comm->tensor.rank != 0 || comm->data.rank != 0 || (me != src && me != 0)) return;
+    mark = mg_arena_mark(m->ctx);
+    dev = (float *)mg_alloc(m->ctx, bytes);
+    if (me == src) {
+        mg_copy_to_device(m->ctx, dev, host, bytes);
+        mg_send(comm, &comm->pipeline, dev, n, MG_F32, 0);
+    } else {
+        mg_recv(comm, &comm->pipeline, dev, n, MG_F32, src);
+        mg_copy_to_host(m->ctx, host, dev, bytes);
+    }
+    mg_arena_release(m->ctx, mark);
+}
+
+/* Every tensor of the WHOLE model, in the serial model's flat order (so the file does not
+   depend on the layout): the stage that holds it gathers it over its tensor group
+   (mg_gpt_shard_to_global, every rank of that stage), then, with a pipeline, it travels
+   from that stage's pipeline rank to rank 0, where world rank 0 writes it.                 */
 MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen) {
     char path[1100], why[MG_ERRLEN];
-    mg_st_spec *spec = (mg_st_spec *)MG_MALLOC(sizeof(mg_st_spec) * (size_t)m->n_params);
-    char (*names)[160] = (char (*)[160])MG_MALLOC(160 * (size_t)m->n_params);
+    int n_all = MG_LAYER_TENSORS * m->cfg.n_layer + 4;
+    mg_gpt_layout whole = mg_gpt_layout_single(&m->cfg, 1, 1, 1);   /* global shapes */
+    mg_param_desc *all = (mg_param_desc *)MG_MALLOC(sizeof(mg_param_desc) * (size_t)n_all);
+    mg_st_spec *spec = (mg_st_spec *)MG_MALLOC(sizeof(mg_st_spec) * (size_t)n_all);
+    char (*names)[160] = (char (*)[160])MG_MALLOC(160 * (size_t)n_all);
     const char *mk[1] = {"format"}, *mv[1] = {"pt"};
     float *global = (float *)MG_MALLOC((size_t)mg__max_global(m) * sizeof(float));
     float *ext = (float *)MG_MALLOC((size_t)mg__max_global(m) * sizeof(float));
@@ -2301,20 +2360,17 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
     int i, rc = 0;
     int writer = !m->layout.comm || m->layout.comm->world_rank == 0;   /* writes the files */
     int64_t C = m->cfg.hidden, hd = m->cfg.hidden / m->cfg.n_head;
-    MG_ASSERT(spec && names && global && ext, "out of host memory");
-    for (i = 0; i < m->cfg.n_layer; i++)
-        MG_ASSERT(m->idx_layer[i] >= 0, "export needs every layer on this rank");
-    MG_ASSERT(m->idx_global[1] >= 0 && m->idx_global[2] >= 0,
-              "export needs the whole model on this rank (gather it first)");
+    MG_ASSERT(all && spec && names && global && ext, "out of host memory");
     MG_ASSERT(!m->layout.shard_master || m->fp32_staging, "export of a model whose master "
               "weights are sharded: gather them first (mg_adamw_gather_master)");
+    mg__build_params(&m->cfg, &whole, all, NULL);     /* n_all tensors */
+    memset(spec, 0, sizeof(mg_st_spec) * (size_t)n_all);
     if (writer && !mg__is_dir(dir) && mkdir(dir, 0755) != 0)
         rc = mg__err(err, errlen, "%s: cannot create directory (%s)", dir, strerror(errno));
-    for (i = 0; i < m->n_params && !rc; i++) {
-        const mg_param_desc *d = &m->params[i];
+    for (i = 0; i < n_all; i++) {
+        const mg_param_desc *d = &all[i];
         int conv = mg__names[d->kind].hf_conv1d;
         mg__ext_name(names[i], 160, MG_WEIGHTS_HF, "", d->kind, d->layer);
-        memset(&spec[i], 0, sizeof spec[i]);
         spec[i].name = names[i];
         spec[i].dtype = MG_ST_F32;
         spec[i].ndim = d->ndim;
@@ -2323,13 +2379,16 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
     }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (writer && !rc &&
-        mg_st_writer_begin(&w, path, NULL, 1, spec, m->n_params, mk, mv, 1, why, sizeof why))
+        mg_st_writer_begin(&w, path, NULL, 1, spec, n_all, mk, mv, 1, why, sizeof why))
         rc = mg__err(err, errlen, "%s", why);
-    for (i = 0; i < m->n_params; i++) {
-        const mg_param_desc *d = &m->params[i];
+    for (i = 0; i < n_all; i++) {
+        const mg_param_desc *d = &all[i];
         int64_t rows = d->shape[0], cols = d->ndim == 2 ? d->shape[1] : 1, r, c;
         int64_t n = spec[i].shape[0] * (d->ndim == 2 ? spec[i].shape[1] : 1);
-        mg_gpt_shard_to_global(m, i, mg_gpt_fp32_params(m), global);  /* collective */
+        int src = mg__export_source(m, d), mine = mg_gpt_find_param(m, d->name);
+        if (mine >= 0 && m->layout.pp_rank == src)   /* collective: the stage's every rank */
+            mg_gpt_shard_to_global(m, mine, mg_gpt_fp32_params(m), global);
+        if (src != 0) mg__export_move(m, global, rows * cols, src);
         if (!writer || rc) continue;
         if (d->kind == MG_QKV_W || d->kind == MG_QKV_B) {   /* back to [q | k | v] */
             for (r = 0; r < rows; r++)
@@ -2357,11 +2416,13 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
     snprintf(path, sizeof path, "%s/config.json", dir);
     if (writer && !rc && mg_hf_config_write(path, &hc, why, sizeof why))
         rc = mg__err(err, errlen, "%s", why);
+    MG_FREE(all);
     MG_FREE(spec);
     MG_FREE(names);
     MG_FREE(global);
     MG_FREE(ext);
-    if (mg__tp_agree(m, rc) && !rc) return mg__err(err, errlen, "rank 0 could not export");
+    if (mg__group_agree(m, m->layout.comm, MG_GROUP_WORLD, rc) && !rc)
+        return mg__err(err, errlen, "rank 0 could not export");
     return rc ? -1 : 0;
 }
 
@@ -3551,17 +3612,6 @@ static int mg__pipe_configure(mg_trainer *tr, char *err, size_t errlen) {
             return mg__err(err, errlen, "evaluation schedule: %s", why);
         }
     }
-    {   /* not yet for a model split over ranks: they need the whole model in one place
-           (checkpoints do not: every stage writes its own tensors into the shared files) */
-        const char *whole = a->export_hf ? "--export-hf" :
-                            a->sample_tokens > 0 ? "--sample-tokens" : NULL;
-        if (whole) {
-            mg_schedule_free(&tr->pipe_sched);
-            mg_schedule_free(&tr->pipe_eval_sched);
-            return mg__err(err, errlen, "%s is not supported with pipeline parallelism yet "
-                           "(--pipeline-model-parallel-size %d)", whole, p);
-        }
-    }
     return 0;
 }
 
@@ -3834,7 +3884,8 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
                      (((size_t)n_elems * sizeof(float) + 255) / 256 * 256) + ((size_t)8 << 20) +
                  (size_t)64 * tr->cfg.hidden * sizeof(float) +
                  mg_dp_arena_bytes(a->comm ? a->comm->world_size : 1);
-        if (tp > 1)            /* gathering the largest tensor for a checkpoint or export */
+        if (tp > 1 || tr->pp > 1)  /* the largest tensor gathered for a checkpoint or export,
+                                      or sent to the first stage for an export            */
             bytes += (size_t)mg__max_global_elems(&tr->cfg) * sizeof(float) + 256;
         if (tr->cfg.attention_dropout > 0)  /* the dropped probabilities (op scratch) */
             bytes += (size_t)a->micro_batch_size * (size_t)(tr->cfg.n_head / tp) *
@@ -4477,8 +4528,34 @@ static void mg__print_token(FILE *out, int64_t tok, int bytes) {
     else fprintf(out, "\\x%02x", (unsigned)tok);
 }
 
+/* One forward of the microbatch `rows` (host [B, T+1]) through the whole model, slot 0 of
+   every chunk: virtual stage s = 0 … p·v−1 runs on pipeline rank s % p as its chunk s / p;
+   its input comes from stage s−1 — received from that stage's rank (p > 1; the ranks of a
+   stage's tensor group each exchange their own [n, C] rows with their counterpart), or copied
+   from the previous chunk on this rank (p = 1) — and with a pipeline its output is sent on
+   to stage s+1. Afterwards the last stage (pipeline rank p−1) holds the logits. No dropout
+   (m->training is 0), so every layout computes the serial run's activations.              */
+static void mg__generate_forward(mg_gpt *m, const int32_t *rows) {
+    int p = m->layout.pp_size, S = p * m->layout.n_chunks, me = m->layout.pp_rank, s;
+    mg_comm *comm = m->layout.comm;
+    for (s = 0; s < S; s++) {
+        int c = s / p;
+        mg_tensor *in = mg_gpt_chunk_input(m, c, 0), *out = mg_gpt_chunk_output(m, c, 0);
+        if (s % p != me) continue;
+        mg_gpt_set_batch(m, c, 0, rows);          /* tokens (first stage), targets (last) */
+        if (s > 0 && p > 1)
+            mg_recv(comm, &comm->pipeline, in->data, mg_numel(in), in->dtype, (s - 1) % p);
+        else if (s > 0)
+            mg_copy(m->ctx, in->data, mg_gpt_chunk_output(m, c - 1, 0)->data, mg_nbytes(in));
+        mg_gpt_forward(m, c, 0, 0);
+        if (s < S - 1 && p > 1)
+            mg_send(comm, &comm->pipeline, out->data, mg_numel(out), out->dtype, (s + 1) % p);
+    }
+}
+
 MGDEF void mg_trainer_generate(mg_trainer *tr, int64_t n_tokens, FILE *out) {
     int T = tr->cfg.seq_len, V = tr->cfg.vocab_size, B = (int)tr->args.micro_batch_size, b;
+    int p = tr->model.layout.pp_size, last = tr->model.layout.pp_rank == p - 1;
     int64_t n_prompt = T / 4 < 16 ? (T / 4 > 0 ? T / 4 : 1) : 16, len = 0, i;
     int64_t cap = n_prompt + n_tokens;
     int32_t *seq = (int32_t *)MG_MALLOC(sizeof(int32_t) * (size_t)cap);
@@ -4502,24 +4579,30 @@ MGDEF void mg_trainer_generate(mg_trainer *tr, int64_t n_tokens, FILE *out) {
             (long long)n_tokens, (long long)len);
     for (i = 0; i < len; i++) mg__print_token(out, seq[i], bytes);
     if (out) fprintf(out, bytes ? "" : "| ");
+    mg_gpt_sync_weights(&tr->model);     /* 16-bit: the working copy of the master weights */
     for (i = 0; i < n_tokens; i++) {
         /* the last T tokens as row 0 of a microbatch (other rows repeat it); next-token
-           distribution at its last position */
+           distribution at its last position, drawn on the last stage and broadcast over the
+           pipeline group (every tensor rank of the last stage draws the same token) */
         int64_t w = len < T ? len : T, start = len - w, t;
         double maxl = -1e30, sum = 0, u, acc = 0;
         int next = V - 1, v;
         for (b = 0; b < B; b++)
             for (t = 0; t <= T; t++)
                 rows[b * (T + 1) + t] = t < w ? seq[start + t] : 0;
-        mg_gpt_run_microbatches(&tr->model, rows, 1, 0.0f, 0);
-        mg_gpt_logits_row(&tr->model, 0, (int)(w - 1), 0, logits);
-        for (v = 0; v < V; v++) if (logits[v] > maxl) maxl = logits[v];
-        for (v = 0; v < V; v++) sum += exp(logits[v] - maxl);
-        u = mg_rand_uniform(key, (uint64_t)i) * sum;
-        for (v = 0; v < V; v++) {
-            acc += exp(logits[v] - maxl);
-            if (u < acc) { next = v; break; }
+        mg__generate_forward(&tr->model, rows);
+        if (last) {
+            mg_gpt_logits_row(&tr->model, 0, (int)(w - 1), 0, logits);
+            for (v = 0; v < V; v++) if (logits[v] > maxl) maxl = logits[v];
+            for (v = 0; v < V; v++) sum += exp(logits[v] - maxl);
+            u = mg_rand_uniform(key, (uint64_t)i) * sum;
+            for (v = 0; v < V; v++) {
+                acc += exp(logits[v] - maxl);
+                if (u < acc) { next = v; break; }
+            }
         }
+        if (p > 1)
+            next = (int)mg__group_bcast_f64(&tr->model, &tr->comm->pipeline, next, p - 1);
         seq[len++] = next;
         mg__print_token(out, next, bytes);
     }

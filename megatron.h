@@ -4342,13 +4342,7 @@ static int mg__world_any(mg_trainer *tr, int bad) {
 /* The verdict of world rank 0 (the writer) on every rank of the job: nonzero rc there makes
    all return -1. Collective over the world; no-op with one rank.                           */
 static int mg__world_agree(mg_trainer *tr, int rc) {
-    mg_comm *comm = tr->args.comm;
-    float flag = rc ? 1.0f : 0.0f;
-    if (!comm || comm->world_size == 1) return rc ? -1 : 0;
-    mg_copy_to_device(&tr->ctx, tr->dp.dev_scalars, &flag, sizeof flag);
-    mg_broadcast(comm, &comm->world, tr->dp.dev_scalars, tr->dp.dev_scalars, 1, MG_F32, 0);
-    mg_copy_to_host(&tr->ctx, &flag, tr->dp.dev_scalars, sizeof flag);
-    return flag != 0 ? -1 : 0;
+    return mg__group_agree(&tr->model, tr->args.comm, MG_GROUP_WORLD, rc);
 }
 
 MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t errlen) {

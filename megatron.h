@@ -185,7 +185,10 @@ MGDEF mg_gpt_layout mg_gpt_layout_pipeline(const mg_gpt_config *cfg, int micro_b
    (q·kᵀ and P·v); full — the whole forward of each recomputed layer, 24·samples·T·C² +
    4·samples·T²·C. Layers recomputed under `layout` (given per chunk on this rank) are counted
    as if every pipeline stage held chunks like this rank's. Full recomputation of every layer
-   turns the 72 form above into the paper's 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)).          */
+   turns the 72 form above into the paper's 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)). With a split
+   backward (layout.split_backward, ZB-H1) a full-recomputed layer's forward runs twice more —
+   before the input half and again before the weight half (mg_gpt_backward_weight) — and is
+   counted twice; selective recomputation once (the weight half needs no probabilities).     */
 MGDEF double mg_gpt_flops_recomputed(const mg_gpt_config *cfg, const mg_gpt_layout *layout,
                                      int64_t samples);
 
@@ -302,7 +305,8 @@ typedef struct mg_gpt_layer_acts {
     mg_tensor out;            /* [n, C]      the layer's output: residual stream                */
     /* layout.split_backward only: d loss / d(output) of the four linears, kept by the input
        half of the backward for the weight half (dW = doutᵀ·input); dout_fc2 and dout_proj
-       are the whole [N, C] gradient (all-gathered with sequence parallelism)               */
+       are the whole [N, C] gradient (all-gathered with sequence parallelism). The slot's own
+       also for a full-recomputed layer (whose other tensors are the shared scratch)       */
     mg_tensor dout_fc2, dout_fc1, dout_proj, dout_qkv; /* [N,C] [N,4C/t] [N,C] [N,3C/t]     */
 } mg_gpt_layer_acts;
 
@@ -319,6 +323,10 @@ typedef struct mg_gpt_acts {
     float *lnf_mean, *lnf_rstd;
     mg_tensor logits;         /* [N, Vp/t]; becomes dlogits in the backward (and stays so for
                                  the weight half of a split backward)                          */
+    mg_tensor dlogits;        /* 16-bit and layout.split_backward only: [N, Vp/t] 16-bit view of
+                                 the first half of the logits' bytes, where the input half
+                                 keeps dlogits for the weight half (the fp32 logits are dead
+                                 once the cross-entropy backward has read them)               */
     float *rowmax, *sumexp, *tlogit; /* [N] cross-entropy statistics                           */
 } mg_gpt_acts;
 
@@ -438,8 +446,11 @@ MGDEF void mg_gpt_forward(mg_gpt *m, int chunk, int slot, int microbatch);
 MGDEF void mg_gpt_backward(mg_gpt *m, int chunk, int slot, float dloss);
 /* mg_gpt_backward in two halves (layout.split_backward): the input half computes every
    activation gradient (and the cheap layernorm and embedding parameter gradients) and keeps
-   each linear's output gradient in the slot; the weight half, any time later, accumulates
-   the linears' weight and bias gradients from them. Together they equal mg_gpt_backward.   */
+   each linear's output gradient in the slot; the weight half, any time later (other
+   microbatches' halves may run between), accumulates the linears' weight and bias gradients
+   from them — re-running the forward of full-recomputed layers, whose inputs lived in the
+   shared scratch. Together they equal mg_gpt_backward bit for bit, in every precision and
+   with every recomputation setting.                                                         */
 MGDEF void mg_gpt_backward_input(mg_gpt *m, int chunk, int slot, float dloss);
 MGDEF void mg_gpt_backward_weight(mg_gpt *m, int chunk, int slot);
 MGDEF mg_tensor *mg_gpt_chunk_input(mg_gpt *m, int chunk, int slot);
@@ -901,7 +912,7 @@ MGDEF double mg_gpt_flops_recomputed(const mg_gpt_config *c, const mg_gpt_layout
         for (i = 0; i < nl; i++)
             full += mg_gpt_recompute_kind(L, nl, i, &first, &last) == MG_RECOMPUTE_FULL;
     }
-    return held ? layer * c->n_layer * (double)full / held : 0;
+    return held ? layer * c->n_layer * (double)full / held * (L->split_backward ? 2 : 1) : 0;
 }
 
 MGDEF mg_gpt_layout mg_gpt_layout_single(const mg_gpt_config *cfg, int micro_batch,
@@ -1372,6 +1383,8 @@ static void mg__plan_model(mg_gpt *m, mg__planner *p) {
                 a->lnf_mean = mg__take_f32(p, n);
                 a->lnf_rstd = mg__take_f32(p, n);
                 a->logits = mg__take_tensor(p, MG_F32, N, Vl, 0, 0);   /* fp32: the loss */
+                if (L->split_backward && dt != MG_F32)   /* ZB-H1: no bytes of its own */
+                    a->dlogits = mg_tensor_wrap(a->logits.data, dt, 2, a->logits.shape);
                 a->rowmax = mg__take_f32(p, N);
                 a->sumexp = mg__take_f32(p, N);
                 a->tlogit = mg__take_f32(p, N);
@@ -1404,9 +1417,16 @@ static void mg__plan_model(mg_gpt *m, mg__planner *p) {
                 int kind = mg_gpt_recompute_kind(L, nl, l, &first, &last);
                 if (kind == MG_RECOMPUTE_SELECTIVE) la->att = m->recompute_att;
                 if (kind == MG_RECOMPUTE_FULL) {
-                    mg_tensor kept_out = la->out;
+                    /* the group's last output and (split backward) the output gradients stay
+                       the slot's own: the weight half reads them after other microbatches
+                       have reused the scratch                                             */
+                    mg_gpt_layer_acts own = *la;
                     *la = m->recompute_layers[l - first];
-                    if (l == last) la->out = kept_out;
+                    if (l == last) la->out = own.out;
+                    la->dout_fc2 = own.dout_fc2;
+                    la->dout_fc1 = own.dout_fc1;
+                    la->dout_proj = own.dout_proj;
+                    la->dout_qkv = own.dout_qkv;
                 }
             }
     }
@@ -1808,33 +1828,46 @@ static void mg__head_forward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, int 
     mg_xent_loss(ctx, m->losses + (int64_t)microbatch * N, a->rowmax, a->sumexp, a->tlogit, N);
 }
 
-/* Where the head's backward leaves dlogits: over the fp32 logits in place, or (16-bit) in
-   the model's dlogits scratch — so a deferred weight half (ZB-H1) needs fp32.              */
+/* Where the head's backward writes dlogits: over the fp32 logits in place (fp32), or — 16
+   bits — into the model's dlogits scratch (the cross-entropy backward reads the fp32 logits
+   while it writes, so it cannot write 16 bits over them). A deferred weight half (ZB-H1)
+   finds them where the slot kept them: mg__dlogits_kept.                                    */
 static mg_tensor *mg__dlogits(mg_gpt *m, mg_gpt_acts *a) {
     return m->dtype == MG_F32 ? &a->logits : &m->dlogits;
+}
+/* 16 bits: the scratch is another microbatch's by the time W runs, so the input half copies
+   dlogits into a->dlogits — the first half of the slot's own fp32 logits bytes, dead by then:
+   one [N, Vp/t] 16-bit copy per microbatch and no memory of its own (a separate per-slot
+   buffer would add half the logits' bytes per slot; computing the output layer's weight
+   gradient in the input half instead would move the largest GEMM of the last stage out of
+   the W actions that fill the schedule's bubble).                                          */
+static mg_tensor *mg__dlogits_kept(mg_gpt *m, mg_gpt_acts *a) {
+    return m->dtype == MG_F32 ? &a->logits : &a->dlogits;
 }
 
 /* The output layer's weight half: dwte += dlogitsᵀ·lnf (lnf all-gathered again with sequence
    parallelism).                                                                             */
-static void mg__head_wgrad(mg_gpt *m, mg_gpt_acts *a) {
-    mg_linear_backward_weight(m->ctx, &m->g[m->idx_global[0]], NULL, mg__dlogits(m, a),
+static void mg__head_wgrad(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *dlogits) {
+    mg_linear_backward_weight(m->ctx, &m->g[m->idx_global[0]], NULL, dlogits,
                               mg_tp_gather(&m->tp, &a->lnf, &m->full_a));
 }
 
 /* Head backward: dlogits = (softmax - onehot)·dloss (in place over the logits);
    partial dlnf = dlogits·wte (this slice's share); dwte += dlogitsᵀ·lnf (gathered again with
-   sequence parallelism; unless defer_w: mg__head_wgrad later); dresid =
-   LNf'([all-reduce / reduce-scatter] partial) — overwrites: the chunk's backward starts here. */
+   sequence parallelism; unless defer_w: mg__head_wgrad later, from the dlogits the slot
+   keeps); dresid = LNf'([all-reduce / reduce-scatter] partial) — overwrites: the chunk's
+   backward starts here.                                                                     */
 static void mg__head_backward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, float dloss,
                               int defer_w) {
     mg_ctx *ctx = m->ctx;
     int64_t vstart = m->params[m->idx_global[0]].row0;
     int iwte = m->idx_global[0], ilnf = m->idx_global[2];
-    mg_tensor *dlogits = mg__dlogits(m, a);
+    mg_tensor *dlogits = mg__dlogits(m, a), *kept = mg__dlogits_kept(m, a);
     mg_xent_backward(ctx, dlogits, &a->logits, a->targets, a->rowmax, a->sumexp, dloss,
                      vstart, m->cfg.vocab_size);
     mg_linear_backward_input(ctx, &m->full_b, dlogits, &m->w[iwte], 0);
-    if (!defer_w) mg__head_wgrad(m, a);
+    if (!defer_w) mg__head_wgrad(m, a, dlogits);
+    else if (kept != dlogits) mg_copy(ctx, kept->data, dlogits->data, mg_nbytes(dlogits));
     mg_layernorm_backward(ctx, &m->dresid, &m->g[ilnf], &m->g[ilnf + 1],
                           mg_tp_reduce(&m->tp, &m->full_b, &m->dlocal), x, &m->w[ilnf],
                           a->lnf_mean, a->lnf_rstd, 0);
@@ -1882,6 +1915,19 @@ MGDEF void mg_gpt_forward(mg_gpt *m, int chunk, int slot, int microbatch) {
     mg__gpt_forward(m, chunk, slot, microbatch, m->microbatch_base + (uint64_t)microbatch);
 }
 
+/* Full recomputation: re-runs the forward of the chunk-relative layer group [first, last] from
+   its kept input (the previous layer's kept output, or the chunk's input) into the shared
+   scratch the group's layer structs point at (its last output into the slot's own, with the
+   same bits). Deterministic — the same inputs, weights and dropout keys — so it regenerates
+   exactly what the original forward computed.                                              */
+static void mg__recompute_group(mg_gpt *m, const mg_gpt_chunk *c, mg_gpt_acts *a, int first,
+                                int last) {
+    int k;
+    for (k = first; k <= last; k++)
+        mg__layer_forward(m, c->layer_begin + k, a, &a->layers[k],
+                          k ? &a->layers[k - 1].out : &a->input);
+}
+
 /* A chunk's backward; defer_w: the input half only (see mg_gpt_backward_input). */
 static void mg__chunk_backward(mg_gpt *m, int chunk, int slot, float dloss, int defer_w) {
     mg_gpt_acts *a = mg__acts(m, chunk, slot);
@@ -1900,12 +1946,10 @@ static void mg__chunk_backward(mg_gpt *m, int chunk, int slot, float dloss, int 
                                  m->params[m->idx_global[MG_LNF_W - MG_LAYER_TENSORS]].offset);
     }
     for (l = c->layer_end - 1; l >= c->layer_begin; l--) {
-        int i = l - c->layer_begin, first = 0, last = -1, k;
+        int i = l - c->layer_begin, first = 0, last = -1;
         int kind = mg_gpt_recompute_kind(&m->layout, nl, i, &first, &last);
         if (kind == MG_RECOMPUTE_FULL && i == last)   /* re-run the group from its kept input */
-            for (k = first; k <= last; k++)
-                mg__layer_forward(m, c->layer_begin + k, a, &a->layers[k],
-                                  k ? &a->layers[k - 1].out : &a->input);
+            mg__recompute_group(m, c, a, first, last);
         mg__layer_backward(m, l, a, &a->layers[i], i ? &a->layers[i - 1].out : &a->input,
                            kind == MG_RECOMPUTE_SELECTIVE, defer_w);
         if (hook) m->grads_final(m->grads_final_user, m->params[m->idx_layer[l]].offset);
@@ -1921,13 +1965,29 @@ MGDEF void mg_gpt_backward(mg_gpt *m, int chunk, int slot, float dloss) {
 MGDEF void mg_gpt_backward_input(mg_gpt *m, int chunk, int slot, float dloss) {
     mg__chunk_backward(m, chunk, slot, dloss, 1);
 }
+/* The weight half reads each linear's input and the output gradient the input half kept in
+   the slot (dout_*, and dlogits: mg__dlogits_kept). A full-recomputed layer's inputs lived in
+   the shared recomputation scratch, which the microbatches run since the input half have
+   overwritten: the weight half re-runs the group's forward once more (mg__recompute_group,
+   the same bits) rather than keeping the four linears' inputs per slot — full recomputation
+   is chosen to save memory, and those inputs (ln1, atty, ln2, fc_gelu: 2·n·C + 5·N·C/t
+   elements per layer and slot) would add 70% to what such a layer keeps per slot under
+   ZB-H1 (at t = 1: 7·N·C over the input N·C and the output gradients 9·N·C). The price is
+   one more forward of the recomputed layers per microbatch, counted by
+   mg_gpt_flops_recomputed. Selective recomputation needs nothing again: W reads no
+   attention probabilities.                                                                 */
 MGDEF void mg_gpt_backward_weight(mg_gpt *m, int chunk, int slot) {
     mg_gpt_acts *a = mg__acts(m, chunk, slot);
     const mg_gpt_chunk *c = &m->layout.chunks[chunk];
-    int l;
-    if (c->has_head) mg__head_wgrad(m, a);
-    for (l = c->layer_end - 1; l >= c->layer_begin; l--)
-        mg__layer_backward_weight(m, l, &a->layers[l - c->layer_begin]);
+    int l, nl = c->layer_end - c->layer_begin;
+    if (c->has_head) mg__head_wgrad(m, a, mg__dlogits_kept(m, a));
+    for (l = c->layer_end - 1; l >= c->layer_begin; l--) {
+        int i = l - c->layer_begin, first = 0, last = -1;
+        if (mg_gpt_recompute_kind(&m->layout, nl, i, &first, &last) == MG_RECOMPUTE_FULL &&
+            i == last)
+            mg__recompute_group(m, c, a, first, last);
+        mg__layer_backward_weight(m, l, &a->layers[i]);
+    }
 }
 
 MGDEF void mg_gpt_zero_grad(mg_gpt *m) {
@@ -3857,15 +3917,6 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     /* ZeRO-1 with mixed precision: each replica keeps 1/d of the fp32 master weights */
     layout.shard_master = layout.dtype != MG_F32 && a->use_distributed_optimizer &&
                           tr->dp_size > 1;
-    if (split && (layout.dtype != MG_F32 || layout.recompute_granularity == MG_RECOMPUTE_FULL)) {
-        /* ZB-H1's deferred weight halves read the slot's activations and dlogits later: full
-           recomputation's shared scratch and the 16-bit dlogits scratch are gone by then */
-        mg__err(err, errlen, "the zb-h1 schedule (split backward) runs with fp32 and without "
-                "full recomputation for now: drop %s or use --pipeline-schedule 1f1b",
-                layout.dtype != MG_F32 ? (a->bf16 ? "--bf16" : "--fp16")
-                                       : "--recompute-granularity full");
-        goto fail;
-    }
     bytes = mg_gpt_arena_bytes(&tr->cfg, &layout);
     if (!bytes && mg__layout_check(&tr->cfg, &layout, err, errlen)) goto fail;
     if (tr->pp > 1) {                 /* the executors' message buffers                        */

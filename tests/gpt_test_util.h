@@ -277,6 +277,57 @@ static inline void gpt_trainer_on(mg_trainer *tr, const char *line, mg_comm *com
             line);
     exit(1);
 }
+/* A training run kept for a bit-for-bit comparison with another: per step the loss, gradient
+   norm, loss scale and whether it was skipped; then this rank's fp32 weights (its pieces of a
+   sharded master) and Adam moments (host copies). gpt_run_train trains `steps` (<= GPT_RUN_STEPS) iterations of `line` over
+   comm; gpt_run_same is 1 iff two runs agree in every bit (and the losses are not nan).   */
+#define GPT_RUN_STEPS 32
+typedef struct gpt_run {
+    double loss[GPT_RUN_STEPS], norm[GPT_RUN_STEPS], scale[GPT_RUN_STEPS];
+    int steps, skipped;
+    float *w, *m, *v;
+    int64_t n_w, n_mom;
+} gpt_run;
+static inline float *gpt_run_host(mg_ctx *ctx, const float *dev, int64_t n) {
+    float *h = (float *)malloc(sizeof(float) * (size_t)(n + 1));
+    mg_copy_to_host(ctx, h, dev, sizeof(float) * (size_t)n);
+    return h;
+}
+static inline void gpt_run_train(gpt_run *r, const char *line, mg_comm *comm, int steps) {
+    mg_trainer tr;
+    int k;
+    memset(r, 0, sizeof *r);
+    r->steps = steps < GPT_RUN_STEPS ? steps : GPT_RUN_STEPS;
+    gpt_trainer_on(&tr, line, comm);
+    for (k = 0; k < r->steps; k++) {
+        mg_step_result s = mg_trainer_step(&tr);
+        r->loss[k] = s.loss;
+        r->norm[k] = s.grad_norm;
+        r->scale[k] = s.loss_scale;
+        r->skipped += s.skipped;
+    }
+    /* the fp32 (master) weights: the whole flat buffer, or this rank's sharded pieces */
+    r->n_w = tr.opt.master ? tr.opt.n : tr.model.n_elems;
+    r->n_mom = tr.opt.n;
+    r->w = gpt_run_host(&tr.ctx, tr.opt.master ? tr.opt.master : tr.model.param_buf, r->n_w);
+    r->m = gpt_run_host(&tr.ctx, tr.opt.m, r->n_mom);
+    r->v = gpt_run_host(&tr.ctx, tr.opt.v, r->n_mom);
+    mg_trainer_free(&tr);
+}
+static inline int gpt_run_same(const gpt_run *a, const gpt_run *b) {
+    size_t steps = sizeof(double) * (size_t)a->steps, w = sizeof(float) * (size_t)a->n_w;
+    size_t mom = sizeof(float) * (size_t)a->n_mom;
+    return a->steps == b->steps && a->n_w == b->n_w && a->n_mom == b->n_mom &&
+           !memcmp(a->loss, b->loss, steps) && !memcmp(a->norm, b->norm, steps) &&
+           !memcmp(a->scale, b->scale, steps) && a->skipped == b->skipped &&
+           a->loss[a->steps - 1] == a->loss[a->steps - 1] && !memcmp(a->w, b->w, w) &&
+           !memcmp(a->m, b->m, mom) && !memcmp(a->v, b->v, mom);
+}
+static inline void gpt_run_free(gpt_run *r) {
+    free(r->w);
+    free(r->m);
+    free(r->v);
+}
 /* main() of a command-line test in two parts: check_program runs build/gpt_train itself under
    its own mpirun, so it runs only when this test was launched alone (not by mpirun) and only in
    the plain cc flavour; check_library then runs on every rank of the runner's job. */

@@ -4,8 +4,9 @@
      world size and p (p does not divide it; a batch the d = world/(t·p) replicas cannot
      share; p > 1 without enough ranks), layers and p·v, --num-layers-per-virtual-pipeline-
      stage, the pipeline flags without a pipeline, schedules that cannot run the chunks or
-     the microbatches (1F1B or ZB-H1 with v > 1, ZB-H1 with 16 bits or full recomputation,
-     interleaved with a bad microbatch count),
+     the microbatches (1F1B or ZB-H1 with v > 1, interleaved with a bad microbatch count;
+     ZB-H1 with 16 bits and full recomputation is accepted — trained in test_recompute,
+     test_mixed and test_dp),
      --pipeline-schedule with --pipeline-schedule-file, schedule files (missing, malformed,
      for another p, missing a microbatch, v·p not dividing the layers), the --pipeline-trace
      path and a bad schedule name. A problem seen by one rank only stops every rank, with
@@ -36,6 +37,21 @@ static void expect_error(int world, const char *what, const char *line, const ch
     ok = mg_test_agree(failed && strstr(err, want) && !strchr(err, '\n'));
     snprintf(name, sizeof name, "cli pp (%d rank%s): %s", world, world > 1 ? "s" : "", what);
     mg_test_report(ok, name, "%s", failed ? err : "accepted");
+}
+
+/* On a world of `world` ranks only: the line must pass parse and setup on every rank. */
+static void expect_ok(int world, const char *what, const char *line) {
+    mg_train_args a;
+    mg_trainer tr;
+    char err[MG_ERRLEN] = {0}, name[300];
+    int ok;
+    if (comm.world_size != world) return;
+    ok = gpt_parse_line(&a, line, err, sizeof err) == 0;
+    a.comm = &comm;
+    ok = ok && mg_trainer_setup(&tr, &a, err, sizeof err) == 0;
+    if (ok) mg_trainer_free(&tr);
+    snprintf(name, sizeof name, "cli pp (%d rank%s): %s", world, world > 1 ? "s" : "", what);
+    mg_test_report(mg_test_agree(ok), name, "%s", err);
 }
 
 /* A valid base: 4 layers, 4 microbatches of 1. */
@@ -87,12 +103,11 @@ static void check_schedules(void) {
     expect_error(2, "ZB-H1 with two chunks per rank", BASE "--pipeline-model-parallel-size 2 "
                  "--num-layers-per-virtual-pipeline-stage 1 --pipeline-schedule zb-h1",
                  "schedule zb-h1 runs one model chunk per rank, but v = 2");
-    expect_error(2, "ZB-H1 with bf16", BASE "--pipeline-model-parallel-size 2 "
-                 "--pipeline-schedule zb-h1 --bf16", "zb-h1 schedule (split backward) runs with "
-                 "fp32 and without full recomputation for now: drop --bf16");
-    expect_error(2, "ZB-H1 with full recomputation", BASE "--pipeline-model-parallel-size 2 "
-                 "--pipeline-schedule zb-h1 --recompute-granularity full",
-                 "drop --recompute-granularity full");
+    expect_ok(2, "ZB-H1 with bf16 is accepted", BASE "--pipeline-model-parallel-size 2 "
+              "--pipeline-schedule zb-h1 --bf16");
+    expect_ok(2, "ZB-H1 with fp16 and full block recomputation is accepted", BASE
+              "--pipeline-model-parallel-size 2 --pipeline-schedule zb-h1 --fp16 "
+              "--recompute-granularity full --recompute-method block");
     expect_error(2, "interleaved with m = 3 microbatches", BASE "--pipeline-model-parallel-size "
                  "2 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 3",
                  "m = 3 microbatches must be a multiple of the microbatch group");

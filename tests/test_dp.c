@@ -17,7 +17,13 @@
        no whole fp32 copy (its arena is 4 bytes per element smaller).
    Rows with p > 1 (pipeline schedules 1F1B, GPipe, ZB-H1, interleaved) compose all three,
    also with full or selective recomputation (fp32 bounds) and with bf16 (against the serial
-   bf16 run, within two bf16 unit roundoffs: the pipeline messages are 16-bit).
+   bf16 run, within two bf16 unit roundoffs: the pipeline messages are 16-bit) — ZB-H1 among
+   them with bf16 + ZeRO (t=1, p=2, d=4) and with full recomputation + sp + dropout (t=2,
+   p=2, d=2). At t = 2 bf16 runs differ from the serial bf16 run by more than that bound (each
+   rank's row-parallel partial sum is rounded to bf16 before the reduction: 1F1B too), so on 8
+   ranks ZB-H1 with everything at once — bf16, full recomputation, sp, dropout, ZeRO, t=2,
+   p=2, d=2 — is held to the same layout's plain 1F1B bf16 run instead: losses, grad norms,
+   every rank's weights and Adam moment shards bit-identical.
    On 4 ranks: a checkpoint saved after 10 iterations under (t=2, d=2, distributed optimizer)
    is resumed under (t=1, d=4), (t=4, d=1), (t=2, d=2) without the distributed optimizer and
    on one rank; on 8 ranks (4 layers) one saved under (t=2, p=2, d=2) + ZeRO is resumed under
@@ -67,6 +73,9 @@ static const dp_row rows[] = {
     {8, 2, 1, 0, 0, 1, 2, "--pipeline-schedule 1f1b --recompute-granularity selective"},
     {4, 1, 0, 1, 0, 0, 2, "--pipeline-schedule 1f1b --bf16"},
     {8, 1, 0, 0, 0, 0, 2, "--num-layers 4 --num-layers-per-virtual-pipeline-stage 1 --bf16"},
+    /* ZB-H1's deferred weight halves with 16 bits and with full recomputation */
+    {8, 1, 0, 1, 2000, 0, 2, "--pipeline-schedule zb-h1 --bf16"},
+    {8, 2, 1, 0, 0, 1, 2, "--pipeline-schedule zb-h1 --recompute-granularity full"},
 };
 
 /* The serial run a row compares with: index dropout + 2·(4 layers) + 4·(bf16). */
@@ -227,6 +236,28 @@ static void check_row(const dp_row *row, mg_trainer *ser, const float *want_loss
              bytes_per, (long long)tr.model.n_elems, row->dist ? " / d" : "");
     CHECK(mem_ok, name);
     mg_trainer_free(&tr);
+}
+
+/* ZB-H1 + bf16 + full recomputation against 1F1B + bf16 without recomputation, t=2 sp p=2
+   d=2 ZeRO, dropout on: bit-identical (the split backward and the recomputation redo the same
+   16-bit operations on the same bits; each gradient is summed in the same order).         */
+static void check_zb_twin(void) {
+    static const char *const pipe[2] = {"--pipeline-model-parallel-size 2 --pipeline-schedule "
+                                        "zb-h1 --bf16 --recompute-granularity full",
+                                        "--pipeline-model-parallel-size 2 --pipeline-schedule "
+                                        "1f1b --bf16"};
+    char line[2048];
+    gpt_run run[2];
+    int i;
+    for (i = 0; i < 2; i++) {
+        row_line(line, sizeof line, 2, 1, 1, 2000, 1, STEPS, pipe[i]);
+        gpt_run_train(&run[i], line, &comm, STEPS);
+    }
+    mg_test_report(mg_test_agree(gpt_run_same(&run[0], &run[1])), "dp: t=2 p=2 d=2 sp distopt "
+                   "dropout: zb-h1 + bf16 + full recomputation = 1f1b + bf16, 20 losses, grad "
+                   "norms, weights and Adam moment shards bit-identical", "last loss %.9g vs %.9g",
+                   run[0].loss[STEPS - 1], run[1].loss[STEPS - 1]);
+    for (i = 0; i < 2; i++) gpt_run_free(&run[i]);
 }
 
 /* Save after 10 iterations under one layout, resume under others: iterations 11-20 and the
@@ -451,6 +482,7 @@ int main(int argc, char **argv) {
     if (world == 4 && have[0]) check_resume(&ser[0], loss[0]);
     if (world == 8 && have[2]) check_resume(&ser[2], loss[2]);
     if (world == 2) check_resume_master();
+    if (world == 8) check_zb_twin();
     check_nonfinite(0);
     check_nonfinite(1);
     check_evaluate(1);

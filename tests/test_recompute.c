@@ -9,13 +9,28 @@
      - every rank's parameter shard and both Adam moments are bit-identical afterwards;
    for selective, full uniform (groups of 1 and of 2 layers: 3 layers make a short last
    group), full block (1 and 2 layers), each with and without --sequence-parallel.
+   On 2 ranks also through the ZB-H1 pipeline (p = 2, 4 layers, 4 microbatches of 1: the
+   weight half W of a microbatch runs after later microbatches' forwards and input halves
+   have reused the shared scratch): every setting above, plus bf16 with full recomputation
+   and fp16 (constant loss scale) with full block recomputation, trains 6 steps bit-identical
+   — losses, grad norms, each stage's weights and Adam moments — to ZB-H1 without
+   recomputation AND to 1F1B without recomputation in the same precision (the split backward
+   does the same operations on the same bits, each parameter's gradient summed over the
+   microbatches in the same order).
    Also, on the model level (one rank's view, the serial model, 2 chunks of 3 and 2 layers so
    that block counts per chunk): the gradients of one dropout forward/backward are bit-
    identical under every setting; and the per-microbatch activation bytes fall as promised
    (none > selective > full, block in between), so the stored tensors really are gone — a
    recomputed layer's borrowed scratch is overwritten by the next layer's forward, so a
    backward that skipped the recomputation would read another layer's values and fail the
-   bit-identity above.                                                                     */
+   bit-identity above. The same model with the backward split the ZB-H1 way (forwards of
+   both microbatches, then both input halves, then both weight halves; fp32 and bf16, every
+   setting) gives the unsplit gradients bit for bit (the tied word embedding to 1e-6: its
+   embedding part, from I, and output-layer part, from W, are added in another order when
+   one rank holds both), and a split layout's activation bytes
+   exceed the unsplit one's by exactly the kept output gradients (the 16-bit dlogits W reads
+   take no bytes of their own). The recomputed-FLOP count of a split backward counts full
+   recomputation twice (W re-runs the forward), selective once.                          */
 #include "gpt_test_util.h"
 
 static mg_comm comm;
@@ -86,8 +101,39 @@ static void check_training(const char *setting, int sp) {
     mg_trainer_free(&plain);
 }
 
-/* Serial model of 5 layers in 2 chunks; one dropout forward/backward of 2 microbatches. */
-static void model_make(gpt_fixture *f, int gran, int method, int n) {
+/* p = 2 (2 ranks): ZB-H1 with `setting` in `precision` against ZB-H1 and 1F1B without
+   recomputation in the same precision.                                                   */
+#define ZB_LINE BASE_LINE "--num-layers 4 --micro-batch-size 1 --pipeline-model-parallel-size 2 "
+static void check_zb(const char *precision, const char *const *zb_settings, int n_settings) {
+    char line[2048], name[300];
+    gpt_run zb, f1b, rc;
+    int i;
+    snprintf(line, sizeof line, ZB_LINE "--pipeline-schedule zb-h1 %s", precision);
+    gpt_run_train(&zb, line, &comm, STEPS);
+    snprintf(line, sizeof line, ZB_LINE "--pipeline-schedule 1f1b %s", precision);
+    gpt_run_train(&f1b, line, &comm, STEPS);
+    snprintf(name, sizeof name, "recompute zb-h1 p=2 %s: no recomputation = 1f1b bit for bit",
+             precision[0] ? precision : "fp32");
+    mg_test_report(mg_test_agree(gpt_run_same(&zb, &f1b)), name, "last loss %.9g vs %.9g",
+                   zb.loss[STEPS - 1], f1b.loss[STEPS - 1]);
+    for (i = 0; i < n_settings; i++) {
+        snprintf(line, sizeof line, ZB_LINE "--pipeline-schedule zb-h1 %s %s", precision,
+                 zb_settings[i]);
+        gpt_run_train(&rc, line, &comm, STEPS);
+        snprintf(name, sizeof name, "recompute zb-h1 p=2 %s %s: %d losses, grad norms, weights "
+                 "and Adam moments bit-identical to zb-h1 and to 1f1b without recomputation",
+                 precision[0] ? precision : "fp32", zb_settings[i] + 24, STEPS);
+        mg_test_report(mg_test_agree(gpt_run_same(&rc, &zb) && gpt_run_same(&rc, &f1b)), name,
+                       "last loss %.9g vs %.9g", rc.loss[STEPS - 1], zb.loss[STEPS - 1]);
+        gpt_run_free(&rc);
+    }
+    gpt_run_free(&zb);
+    gpt_run_free(&f1b);
+}
+
+/* Serial model of 5 layers in 2 chunks; one dropout forward/backward of 2 microbatches.
+   split: 2 activation slots and a split backward (layout.split_backward).                 */
+static void model_make(gpt_fixture *f, int gran, int method, int n, mg_dtype dt, int split) {
     mg_gpt_config c;
     mg_gpt_layout L;
     char err[MG_ERRLEN];
@@ -96,6 +142,9 @@ static void model_make(gpt_fixture *f, int gran, int method, int n) {
     c.vocab_size = 37; c.padded_vocab = mg_gpt_pad_vocab(37, 1);
     c.hidden_dropout = 0.1f; c.attention_dropout = 0.2f; c.dropout_seed = 11;
     L = mg_gpt_layout_single(&c, 2, 2, 2);
+    L.dtype = dt;
+    L.n_slots = split ? 2 : 1;
+    L.split_backward = split;
     L.recompute_granularity = gran;
     L.recompute_method = method;
     L.recompute_num_layers = n;
@@ -120,12 +169,12 @@ static void check_model_chunks(void) {
     int i, k;
     char name[200];
     for (i = 0; i < 2 * 2 * 9; i++) samples[i] = (i * 7 + 3) % 37;
-    model_make(&ref, MG_RECOMPUTE_NONE, 0, 0);
+    model_make(&ref, MG_RECOMPUTE_NONE, 0, 0, MG_F32, 0);
     ref.m.training = 1;
     mg_gpt_zero_grad(&ref.m);
     loss_ref = mg_gpt_run_microbatches(&ref.m, samples, 2, 0.03f, 1);
     for (k = 0; k < 5; k++) {
-        model_make(&f, cases[k][0], cases[k][1], cases[k][2]);
+        model_make(&f, cases[k][0], cases[k][1], cases[k][2], MG_F32, 0);
         f.m.training = 1;
         mg_gpt_zero_grad(&f.m);
         loss = mg_gpt_run_microbatches(&f.m, samples, 2, 0.03f, 1);
@@ -146,6 +195,103 @@ static void check_model_chunks(void) {
                                  bytes[4] > bytes[1] && ref.m.act_bytes > bytes[0] &&
                                  bytes[0] > bytes[1] && bytes[2] < bytes[1]), name, "%s", "");
     gpt_fixture_free(&ref);
+}
+
+/* The two microbatches of samples through every chunk with the backward split the ZB-H1 way
+   — F0 F1, then the input halves I0 I1, then the weight halves W0 W1 — so that microbatch
+   1's forward and input half overwrite the shared scratch (recomputation's, the 16-bit
+   dlogits) between microbatch 0's input and weight halves. Returns the summed token loss. */
+static double run_split(mg_gpt *m, const int32_t *samples, float dloss) {
+    int64_t per_mb = (int64_t)m->layout.micro_batch * (m->cfg.seq_len + 1);
+    int mb, ch, nc = m->layout.n_chunks;
+    mg_gpt_sync_weights(m);
+    for (mb = 0; mb < 2; mb++)
+        for (ch = 0; ch < nc; ch++) {
+            mg_gpt_set_batch(m, ch, mb, samples + mb * per_mb);
+            if (ch > 0)
+                mg_copy(m->ctx, mg_gpt_chunk_input(m, ch, mb)->data,
+                        mg_gpt_chunk_output(m, ch - 1, mb)->data,
+                        mg_nbytes(mg_gpt_chunk_input(m, ch, mb)));
+            mg_gpt_forward(m, ch, mb, mb);
+        }
+    for (mb = 0; mb < 2; mb++)
+        for (ch = nc - 1; ch >= 0; ch--) mg_gpt_backward_input(m, ch, mb, dloss);
+    for (mb = 0; mb < 2; mb++)
+        for (ch = nc - 1; ch >= 0; ch--) mg_gpt_backward_weight(m, ch, mb);
+    return mg_gpt_loss_sum(m, 0, 2);
+}
+
+/* The split backward equals the whole one bit for bit, fp32 and bf16, every setting; a split
+   layout stores exactly the output gradients more.                                        */
+static void check_model_split(void) {
+    static const int cases[5][3] = {{MG_RECOMPUTE_NONE, 0, 0},
+                                    {MG_RECOMPUTE_SELECTIVE, 0, 0},
+                                    {MG_RECOMPUTE_FULL, MG_RECOMPUTE_UNIFORM, 1},
+                                    {MG_RECOMPUTE_FULL, MG_RECOMPUTE_UNIFORM, 2},
+                                    {MG_RECOMPUTE_FULL, MG_RECOMPUTE_BLOCK, 1}};
+    static const mg_dtype dts[2] = {MG_F32, MG_BF16};
+    int32_t samples[2 * 2 * 9];
+    gpt_fixture ref, f;
+    double loss_ref, loss;
+    int i, k, d;
+    char name[300], what[40];
+    for (i = 0; i < 2 * 2 * 9; i++) samples[i] = (i * 5 + 1) % 37;
+    for (d = 0; d < 2; d++) {
+        model_make(&ref, MG_RECOMPUTE_NONE, 0, 0, dts[d], 0);
+        ref.m.training = 1;
+        mg_gpt_zero_grad(&ref.m);
+        loss_ref = mg_gpt_run_microbatches(&ref.m, samples, 2, 0.03f, 1);
+        for (k = 0; k < 5; k++) {
+            size_t dout, want;
+            model_make(&f, cases[k][0], cases[k][1], cases[k][2], dts[d], 1);
+            f.m.training = 1;
+            mg_gpt_zero_grad(&f.m);
+            loss = run_split(&f.m, samples, 0.03f);
+            snprintf(what, sizeof what, "%s N=%d", cases[k][0] == MG_RECOMPUTE_FULL ?
+                     (cases[k][1] == MG_RECOMPUTE_BLOCK ? "full block" : "full uniform") :
+                     cases[k][0] ? "selective" : "none", cases[k][2]);
+            snprintf(name, sizeof name, "recompute model, split backward (F0 F1 I0 I1 W0 W1), %s "
+                     "%s: loss and gradients = the whole backward's, bit for bit (the tied "
+                     "embedding to 1e-6)", dts[d] == MG_F32 ? "fp32" : "bf16", what);
+            {
+                float *got = gpt_host(&f.m, f.m.grad_buf), *want = gpt_host(&ref.m, ref.m.grad_buf);
+                double e_wte = 0;
+                int same = 1;
+                for (i = 0; i < f.m.n_params; i++) {
+                    const mg_param_desc *pd = &f.m.params[i];
+                    if (pd->kind == MG_WTE) e_wte = gpt_param_err(pd, got, want);
+                    else same &= !memcmp(got + pd->offset, want + pd->offset,
+                                         sizeof(float) * (size_t)pd->numel);
+                }
+                mg_test_report(mg_test_agree(loss == loss_ref && same && e_wte <= 1e-6), name,
+                               "loss %.9g vs %.9g, other tensors %s, tied wte %.3g", loss,
+                               loss_ref, same ? "bit-identical" : "DIFFER", e_wte);
+                free(got);
+                free(want);
+            }
+            /* against the same layout unsplit: the dout_* of every layer and slot (the
+               slot's own also for recomputed layers), [N,C] [N,4C] [N,C] [N,3C] each — N = 16,
+               C = 32 — and nothing for the 16-bit dlogits                                  */
+            {
+                const mg_gpt_layer_acts *la = &f.m.acts[0].layers[0];
+                mg_gpt_layout L = f.m.layout;
+                size_t e = mg_dtype_size(dts[d]), unsplit, split;
+                dout = (size_t)(mg_numel(&la->dout_fc2) + mg_numel(&la->dout_fc1) +
+                                mg_numel(&la->dout_proj) + mg_numel(&la->dout_qkv)) * e;
+                split = mg_gpt_arena_bytes(&f.m.cfg, &L);
+                L.split_backward = 0;
+                unsplit = mg_gpt_arena_bytes(&f.m.cfg, &L);
+                want = unsplit + 2 * 5 * dout;
+                snprintf(name, sizeof name, "recompute model, split backward %s %s: arena = "
+                         "unsplit + 2 slots x 5 layers x output gradients (%zu + 10 x %zu)",
+                         dts[d] == MG_F32 ? "fp32" : "bf16", what, unsplit, dout);
+                mg_test_report(mg_test_agree(split == want && dout == 16 * 32 * 9 * e), name,
+                               "%zu vs %zu", split, want);
+            }
+            gpt_fixture_free(&f);
+        }
+        gpt_fixture_free(&ref);
+    }
 }
 
 /* Recomputed FLOPs: full recomputation of every layer turns the 72 form into the paper's
@@ -175,6 +321,14 @@ static void check_flops(void) {
     got = mg_gpt_flops_recomputed(&c, &L, 8);
     mg_test_report(fabs(got / ((24 * B * s * h * h + 4 * B * s * s * h) * 2) - 1) < 1e-12,
                    "recompute FLOPs: block N=1 over 2 chunks = 2 layer forwards", "%.6g", got);
+    L.split_backward = 1;                  /* ZB-H1: W re-runs the recomputed forwards */
+    mg_test_report(mg_gpt_flops_recomputed(&c, &L, 8) == 2 * got,
+                   "recompute FLOPs: split backward counts full recomputation twice", "%.6g",
+                   mg_gpt_flops_recomputed(&c, &L, 8));
+    L.recompute_granularity = MG_RECOMPUTE_SELECTIVE;
+    mg_test_report(mg_gpt_flops_recomputed(&c, &L, 8) == 4 * B * s * s * h * l,
+                   "recompute FLOPs: split backward counts selective once", "%.6g",
+                   mg_gpt_flops_recomputed(&c, &L, 8));
 }
 
 int main(int argc, char **argv) {
@@ -184,7 +338,13 @@ int main(int argc, char **argv) {
     mg_test_quiet = comm.world_rank != 0;
     for (sp = 0; sp < (world > 1 ? 2 : 1); sp++)
         for (i = 0; i < 5; i++) check_training(settings[i], sp);
+    if (world == 2) {
+        check_zb("", settings, 5);
+        check_zb("--bf16", settings + 1, 2);
+        check_zb("--fp16 --loss-scale 1024", settings + 3, 1);
+    }
     check_model_chunks();
+    check_model_split();
     check_flops();
     mg_comm_finalize(&comm);
     return mg_test_summary();

@@ -42,7 +42,8 @@
         counted once) and the stages (the tied weight counted once); the loss comes from the
         last stage, broadcast to all. Tensor × pipeline × data compose: each stage is t ranks,
         each (tensor, pipeline) position is replicated d = world/(t·p) times; with p > 1 the
-        data-parallel gradient reduction runs after the pipeline flush (no overlap hook).
+        data-parallel buckets start during each chunk's last backward too, those holding the
+        tied word embedding after its embedding-group all-reduce at the flush.
 
    CONVENTIONS (see mg_tensor.h for the op-level ones)
      - T = sequence length, B = micro-batch size, N = T·B activation rows (sequence-major: row
@@ -374,13 +375,21 @@ typedef struct mg_gpt {
     int training;
     uint64_t microbatch_base;
     /* gradient-ready hook (data parallelism): while final_backward is set — the caller sets it
-       for the last microbatch's backward of the iteration — mg_gpt_backward calls
-       grads_final(grads_final_user, first) each time the gradients of flat offsets
-       [first, n_elems) have become final: after the head (first = the final layernorm), after
-       each layer (its first tensor), after the embedding (0). Backward runs from the end of the
-       flat buffer to its start, so `first` only falls.                                       */
+       for a chunk's last backward of the iteration (mg_gpt_backward, or with a split backward
+       mg_gpt_backward_weight: the weight half of the chunk's last microbatch) — the model calls
+       grads_final(grads_final_user, first, end) when the gradients of flat offsets [first,
+       end) have become final: after the head (the final layernorm up to n_elems), after each
+       layer (its 12 tensors), after the embedding (the position embedding, and the word
+       embedding when this rank holds the whole model). Each range runs from a tensor's offset
+       to the next held tensor's (alignment gaps and the end padding included), so over an
+       iteration the reports cover the flat buffer once — except the word embedding with
+       pp_size > 1: the first and the last stage each hold a part of its gradient, final only
+       after the embedding group's all-reduce at the flush, so it is never reported (mg_dp
+       reduces the buckets it touches after that). Executors run the chunks' last backwards in
+       any order; with pp_size 1 the chunk with the embedding must run after the one with the
+       head (the word embedding's two parts; mg_gpt_run_microbatches does).               */
     int final_backward;
-    void (*grads_final)(void *user, int64_t first);
+    void (*grads_final)(void *user, int64_t first, int64_t end);
     void *grads_final_user;
     /* scratch shared by every forward/backward (one microbatch at a time)                     */
     mg_tensor dresid;         /* [n, C] gradient of the residual stream: a chunk's backward
@@ -541,8 +550,11 @@ MGDEF double mg_lr_at(const mg_lr_schedule *s, int64_t num_steps);
        is the whole gradient (no averaging). The flat gradient buffer is cut into buckets of
        about --bucket-size elements (boundaries at multiples of 64·d, the buffer padded to
        one); during the last microbatch's backward, a bucket's reduction is started (nonblocking)
-       as soon as the backward has passed its first element — the hook of mg_gpt — and
-       mg_dp_finish starts the rest and waits for all before the optimizer.
+       as soon as the hook of mg_gpt has reported every element of it final — also under a
+       pipeline schedule, where each chunk's last backward (or weight half) reports its
+       pieces — and mg_dp_finish starts the rest (with p > 1 those touching the word
+       embedding, after the trainer's embedding-group all-reduce) and waits for all before
+       the optimizer.
          plain:        all-reduce of each bucket: every rank holds the whole summed gradient
                        and runs the whole AdamW (moments of every parameter on every rank).
          distributed   (--use-distributed-optimizer, ZeRO-1): reduce-scatter of each bucket:
@@ -566,7 +578,10 @@ typedef struct mg_dp {
     int n_buckets;
     int64_t *bucket_begin;       /* [n_buckets + 1] flat offsets, multiples of 64·d            */
     mg_request *req;             /* [n_buckets] in-flight reductions                            */
-    int next;                    /* highest bucket not started yet (-1: all started)            */
+    int64_t *pending;            /* [n_buckets] elements of the bucket not reported final yet
+                                    this iteration (0: started)                               */
+    int n_early;                 /* buckets the last iteration started from the hook, before
+                                    mg_dp_finish (tests check that overlap happens)           */
     int64_t shard_elems;         /* elements this rank owns (distributed): n_elems / d          */
     float *dev_scalars;          /* [3 + 3·world] device staging of exact scalar sums           */
     float *host_scalars;         /* [3·world]                                                   */
@@ -581,7 +596,8 @@ MGDEF void mg_dp_init(mg_dp *dp, mg_gpt *m, mg_comm *comm, int distributed, int6
 MGDEF size_t mg_dp_arena_bytes(int world_size);
 MGDEF void mg_dp_free(mg_dp *dp);
 /* Arms the hook for one iteration (call before the microbatches; the caller sets
-   m->final_backward for the last one — mg_gpt_run_microbatches does).                      */
+   m->final_backward for each chunk's last backward — mg_gpt_run_microbatches and the
+   trainer's pipeline callbacks do).                                                         */
 MGDEF void mg_dp_start(mg_dp *dp);
 /* Starts the buckets not yet started and waits for every reduction. */
 MGDEF void mg_dp_finish(mg_dp *dp);
@@ -758,6 +774,10 @@ typedef struct mg_trainer {
     const int32_t *pipe_samples;        /* the microbatches the executor is running             */
     float pipe_dloss;                   /* d loss per token (0 when evaluating)                 */
     int pipe_forward_only;
+    int pipe_backwards_left[MG_MAX_CHUNKS]; /* per chunk: backward actions (B, or W when the
+                                           backward is split) still to run this iteration; the
+                                           one that brings it to 0 is the chunk's last
+                                           (final_backward: the gradient hook fires)          */
     /* the log interval being accumulated                                                       */
     double log_loss_sum, log_ms_sum;
     int64_t log_count, log_skipped, log_nan;
@@ -1928,12 +1948,41 @@ static void mg__recompute_group(mg_gpt *m, const mg_gpt_chunk *c, mg_gpt_acts *a
                           k ? &a->layers[k - 1].out : &a->input);
 }
 
+/* The word embedding's gradient is split over two pipeline stages (the embedding's part on
+   the first, the output layer's on the last) until the embedding group's all-reduce.      */
+static int mg__wte_split_over_stages(const mg_gpt *m) {
+    return m->comm && m->layout.pp_size > 1 && m->idx_global[0] >= 0;
+}
+
+/* The gradient hook (see mg_gpt): the gradients of descriptors [i0, i1) are final, reported as
+   the flat range from the first one's offset to the next held descriptor's (n_elems after the
+   last), so that the reports of an iteration tile the flat buffer.                        */
+static void mg__grads_final_params(mg_gpt *m, int i0, int i1) {
+    m->grads_final(m->grads_final_user, m->params[i0].offset,
+                   i1 < m->n_params ? m->params[i1].offset : m->n_elems);
+}
+/* The pieces of a chunk's backward: the head (its final layernorm; the output layer's part
+   of the word embedding is the embedding piece's to report), layer l, the embedding (the
+   position embedding and — unless split over stages — the word embedding just before it). */
+static void mg__grads_final_head(mg_gpt *m) {
+    int ilnf = m->idx_global[2];
+    mg__grads_final_params(m, ilnf, ilnf + 2);
+}
+static void mg__grads_final_layer(mg_gpt *m, int l) {
+    mg__grads_final_params(m, m->idx_layer[l], m->idx_layer[l] + MG_LAYER_TENSORS);
+}
+static void mg__grads_final_embedding(mg_gpt *m) {
+    int iwte = m->idx_global[0], iwpe = m->idx_global[1];
+    mg__grads_final_params(m, mg__wte_split_over_stages(m) ? iwpe : iwte, iwpe + 1);
+}
+
 /* A chunk's backward; defer_w: the input half only (see mg_gpt_backward_input). */
 static void mg__chunk_backward(mg_gpt *m, int chunk, int slot, float dloss, int defer_w) {
     mg_gpt_acts *a = mg__acts(m, chunk, slot);
     const mg_gpt_chunk *c = &m->layout.chunks[chunk];
     /* the data-parallel overlap hook: after each piece of a final backward its parameters'
-       gradients are complete (not after a split backward's input half: the weights wait) */
+       gradients are complete (not after a split backward's input half: the weights wait for
+       the weight half, mg_gpt_backward_weight, which reports them)                          */
     int l, hook = m->final_backward && m->grads_final && !defer_w;
     int nl = c->layer_end - c->layer_begin;
     MG_ASSERT(!defer_w || m->layout.split_backward, "a split backward needs a layout with "
@@ -1942,8 +1991,7 @@ static void mg__chunk_backward(mg_gpt *m, int chunk, int slot, float dloss, int 
               "parameters (sharded master): mg_adamw_take_master / mg_gpt_zero_grad first");
     if (c->has_head) {
         mg__head_backward(m, a, mg_gpt_chunk_output(m, chunk, slot), dloss, defer_w);
-        if (hook) m->grads_final(m->grads_final_user,
-                                 m->params[m->idx_global[MG_LNF_W - MG_LAYER_TENSORS]].offset);
+        if (hook) mg__grads_final_head(m);
     }
     for (l = c->layer_end - 1; l >= c->layer_begin; l--) {
         int i = l - c->layer_begin, first = 0, last = -1;
@@ -1952,11 +2000,11 @@ static void mg__chunk_backward(mg_gpt *m, int chunk, int slot, float dloss, int 
             mg__recompute_group(m, c, a, first, last);
         mg__layer_backward(m, l, a, &a->layers[i], i ? &a->layers[i - 1].out : &a->input,
                            kind == MG_RECOMPUTE_SELECTIVE, defer_w);
-        if (hook) m->grads_final(m->grads_final_user, m->params[m->idx_layer[l]].offset);
+        if (hook) mg__grads_final_layer(m, l);
     }
     if (c->has_embedding) {
         mg__embedding_backward(m, a);
-        if (hook) m->grads_final(m->grads_final_user, 0);
+        if (hook) mg__grads_final_embedding(m);
     }
 }
 MGDEF void mg_gpt_backward(mg_gpt *m, int chunk, int slot, float dloss) {
@@ -1979,15 +2027,22 @@ MGDEF void mg_gpt_backward_input(mg_gpt *m, int chunk, int slot, float dloss) {
 MGDEF void mg_gpt_backward_weight(mg_gpt *m, int chunk, int slot) {
     mg_gpt_acts *a = mg__acts(m, chunk, slot);
     const mg_gpt_chunk *c = &m->layout.chunks[chunk];
-    int l, nl = c->layer_end - c->layer_begin;
-    if (c->has_head) mg__head_wgrad(m, a, mg__dlogits_kept(m, a));
+    /* the hook of a split backward: the chunk's last weight half completes each piece (its
+       layernorm and embedding gradients came with the input halves, all run before)     */
+    int l, nl = c->layer_end - c->layer_begin, hook = m->final_backward && m->grads_final;
+    if (c->has_head) {
+        mg__head_wgrad(m, a, mg__dlogits_kept(m, a));
+        if (hook) mg__grads_final_head(m);
+    }
     for (l = c->layer_end - 1; l >= c->layer_begin; l--) {
         int i = l - c->layer_begin, first = 0, last = -1;
         if (mg_gpt_recompute_kind(&m->layout, nl, i, &first, &last) == MG_RECOMPUTE_FULL &&
             i == last)
             mg__recompute_group(m, c, a, first, last);
         mg__layer_backward_weight(m, l, &a->layers[i]);
+        if (hook) mg__grads_final_layer(m, l);
     }
+    if (hook && c->has_embedding) mg__grads_final_embedding(m);
 }
 
 MGDEF void mg_gpt_zero_grad(mg_gpt *m) {
@@ -2558,15 +2613,17 @@ MGDEF void mg_dp_init(mg_dp *dp, mg_gpt *m, mg_comm *comm, int distributed, int6
     if (dp->n_buckets < 1) dp->n_buckets = 1;
     dp->bucket_begin = (int64_t *)MG_MALLOC(sizeof(int64_t) * (size_t)(dp->n_buckets + 1));
     dp->req = (mg_request *)MG_MALLOC(sizeof(mg_request) * (size_t)dp->n_buckets);
+    dp->pending = (int64_t *)MG_MALLOC(sizeof(int64_t) * (size_t)dp->n_buckets);
     dp->host_scalars = (float *)MG_MALLOC(sizeof(float) * 3 * (size_t)world);
-    MG_ASSERT(dp->bucket_begin && dp->req && dp->host_scalars, "out of host memory");
+    MG_ASSERT(dp->bucket_begin && dp->req && dp->pending && dp->host_scalars,
+              "out of host memory");
     for (k = 0; k < dp->n_buckets; k++) {
         dp->bucket_begin[k] = k * per * unit;
         dp->req[k].id = 0;
+        dp->pending[k] = 0;
     }
     dp->bucket_begin[dp->n_buckets] = n;
     dp->shard_elems = n / dp->size;
-    dp->next = -1;
     dp->dev_scalars = (float *)mg_alloc(m->ctx, (size_t)(3 + 3 * world) * sizeof(float));
 }
 
@@ -2577,6 +2634,7 @@ MGDEF void mg_dp_free(mg_dp *dp) {
     }
     MG_FREE(dp->bucket_begin);
     MG_FREE(dp->req);
+    MG_FREE(dp->pending);
     MG_FREE(dp->host_scalars);
     memset(dp, 0, sizeof *dp);
 }
@@ -2592,22 +2650,37 @@ static void mg__dp_start_bucket(mg_dp *dp, int k) {
         dp->req[k] = mg_iall_reduce(dp->comm, &dp->comm->data, g, g, len, MG_F32, MG_SUM);
 }
 
-/* The hook: gradients of [first, n_elems) are final; start every bucket that lies there (on
-   the GPU the communication stream first waits for the gradients queued on the compute
-   stream: mg_comm.h). Then poll the buckets in flight: OpenMPI advances nonblocking
-   collectives only inside MPI calls, so each layer's hook gives them a push on the CPU.    */
-static void mg__dp_grads_final(void *user, int64_t first) {
+/* The hook: the gradients of [first, end) are final. Each bucket counts the elements still
+   pending; those it brings to zero start, highest first (on the GPU the communication stream
+   first waits for the gradients queued on the compute stream: mg_comm.h). The ranks of the
+   data group hold the same pieces and run the same schedule, so they start the buckets in
+   the same order. Then poll the buckets in flight: OpenMPI advances nonblocking collectives
+   only inside MPI calls, so each layer's hook gives them a push on the CPU.               */
+static void mg__dp_grads_final(void *user, int64_t first, int64_t end) {
     mg_dp *dp = (mg_dp *)user;
     int k;
-    while (dp->next >= 0 && first <= dp->bucket_begin[dp->next])
-        mg__dp_start_bucket(dp, dp->next--);
-    for (k = dp->next + 1; k < dp->n_buckets; k++)
+    for (k = dp->n_buckets - 1; k >= 0; k--) {
+        int64_t lo = first > dp->bucket_begin[k] ? first : dp->bucket_begin[k];
+        int64_t hi = end < dp->bucket_begin[k + 1] ? end : dp->bucket_begin[k + 1];
+        if (lo >= hi) continue;
+        MG_ASSERT(dp->pending[k] >= hi - lo, "data parallelism: gradients [%lld, %lld) "
+                  "reported final twice in one iteration", (long long)first, (long long)end);
+        dp->pending[k] -= hi - lo;
+        if (dp->pending[k] == 0) {
+            mg__dp_start_bucket(dp, k);
+            dp->n_early++;
+        }
+    }
+    for (k = 0; k < dp->n_buckets; k++)
         if (dp->req[k].id) mg_test(dp->comm, &dp->req[k]);
 }
 
 MGDEF void mg_dp_start(mg_dp *dp) {
+    int k;
     if (!dp->comm) return;
-    dp->next = dp->n_buckets - 1;
+    for (k = 0; k < dp->n_buckets; k++)
+        dp->pending[k] = dp->bucket_begin[k + 1] - dp->bucket_begin[k];
+    dp->n_early = 0;
     dp->model->grads_final = dp->overlap ? mg__dp_grads_final : NULL;
     dp->model->grads_final_user = dp->overlap ? dp : NULL;
 }
@@ -2616,7 +2689,11 @@ MGDEF void mg_dp_finish(mg_dp *dp) {
     int k;
     double t0;
     if (!dp->comm) return;
-    mg__dp_grads_final(dp, 0);                    /* whatever the hook has not started */
+    for (k = dp->n_buckets - 1; k >= 0; k--)      /* whatever the hook has not started */
+        if (dp->pending[k] > 0) {
+            dp->pending[k] = 0;
+            mg__dp_start_bucket(dp, k);
+        }
     t0 = mg__now_ms();
     for (k = 0; k < dp->n_buckets; k++) mg_wait(dp->comm, &dp->req[k]);
     dp->wait_ms += mg__now_ms() - t0;
@@ -2777,7 +2854,7 @@ static double mg__grad_sumsq(mg_adamw *opt, mg_gpt *m, int *nonfinite) {
 static void mg__embedding_grad_all_reduce(mg_gpt *m) {
     mg_group *g;
     int iwte = m->idx_global[0];
-    if (!m->comm || m->layout.pp_size == 1 || iwte < 0) return;
+    if (!mg__wte_split_over_stages(m)) return;
     g = &m->comm->embedding;
     if (g->size > 1)
         mg_all_reduce(m->comm, g, m->g[iwte].data, m->g[iwte].data, m->params[iwte].numel,
@@ -3735,6 +3812,12 @@ static void mg__pipe_forward(void *user, const mg_pipe_io *io) {
                 mg_nbytes(mg_gpt_chunk_output(m, io->chunk, slot)));
     if (tr->pipe_forward_only) mg__act_slot_release(tr, io->chunk, slot);
 }
+/* Whether this B (or W) is the chunk's last of the iteration: the schedule runs one per
+   microbatch in whatever order, so the n_micro-th is the last. The model's gradient hook
+   (data-parallel overlap) fires during it: each chunk's parameters are final after it.     */
+static int mg__pipe_last_backward(mg_trainer *tr, int chunk) {
+    return --tr->pipe_backwards_left[chunk] == 0;
+}
 /* B and I: the gradient of the chunk's output arrives in io->grad_output (the last stage
    seeds it from the loss); the gradient of its input leaves through io->grad_input.       */
 static void mg__pipe_backward_io(mg_trainer *tr, const mg_pipe_io *io, int split) {
@@ -3743,7 +3826,11 @@ static void mg__pipe_backward_io(mg_trainer *tr, const mg_pipe_io *io, int split
     if (io->grad_output)
         mg_copy(m->ctx, m->dresid.data, io->grad_output, mg_nbytes(&m->dresid));
     if (split) mg_gpt_backward_input(m, io->chunk, slot, tr->pipe_dloss);
-    else mg_gpt_backward(m, io->chunk, slot, tr->pipe_dloss);
+    else {
+        m->final_backward = mg__pipe_last_backward(tr, io->chunk);
+        mg_gpt_backward(m, io->chunk, slot, tr->pipe_dloss);
+        m->final_backward = 0;
+    }
     if (io->grad_input) mg_copy(m->ctx, io->grad_input, m->dresid.data, mg_nbytes(&m->dresid));
     if (!split) mg__act_slot_release(tr, io->chunk, slot);
 }
@@ -3756,7 +3843,9 @@ static void mg__pipe_backward_input(void *user, const mg_pipe_io *io) {
 static void mg__pipe_backward_weight(void *user, const mg_pipe_io *io) {
     mg_trainer *tr = (mg_trainer *)user;
     int slot = mg__act_slot(tr, io->chunk, io->mb, 0);
+    tr->model.final_backward = mg__pipe_last_backward(tr, io->chunk);
     mg_gpt_backward_weight(&tr->model, io->chunk, slot);
+    tr->model.final_backward = 0;
     mg__act_slot_release(tr, io->chunk, slot);
 }
 
@@ -3791,6 +3880,7 @@ static double mg__pipe_run(mg_trainer *tr, mg_pipe_exec *ex, const int32_t *samp
     int n = m->layout.n_chunks * m->layout.n_slots, i, p = tr->pp;
     double sum = 0;
     for (i = 0; i < n; i++) tr->slot_mb[i] = -1;
+    for (i = 0; i < m->layout.n_chunks; i++) tr->pipe_backwards_left[i] = tr->n_micro;
     tr->pipe_samples = samples;
     tr->pipe_dloss = dloss;
     tr->pipe_forward_only = forward_only;
@@ -3991,7 +4081,6 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         }
     }
     mg_dp_init(&tr->dp, &tr->model, a->comm, a->use_distributed_optimizer, a->bucket_size);
-    if (tr->pp > 1) tr->dp.overlap = 0;  /* reduced after the pipeline flush (mg_trainer_step) */
     mg_adamw_create_dp(&tr->opt, &tr->model, &tr->dp, (float)a->adam_beta1, (float)a->adam_beta2,
                        (float)a->adam_eps, (float)a->weight_decay);
     if (a->fp16)
@@ -4082,19 +4171,17 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     dloss = (float)(tr->scaler.scale / tokens);
     tr->model.microbatch_base = (uint64_t)tr->iteration * (uint64_t)tr->n_micro * tr->dp_size +
                                 (uint64_t)tr->dp_rank * (uint64_t)tr->n_micro;
-    if (tr->pp > 1) {   /* the schedule's forwards and backwards over the pipeline ranks */
+    mg_dp_start(&tr->dp);   /* buckets reduced during each chunk's last backward (B, or W) */
+    if (tr->pp > 1) {       /* the schedule's forwards and backwards over the pipeline ranks */
         sum = mg__pipe_run(tr, &tr->pipe_exec, tr->batch, dloss, 0);
-        /* the tied embedding's two stage parts first (the stages' flat buffers differ, so
-           their data-parallel pieces do too), then every bucket over the replicas after the
-           flush (no overlap hook: the executor interleaves microbatches across chunks) */
+        /* the buckets touching the tied word embedding wait for this: its two stage parts
+           summed over the embedding group first (the stages' flat buffers differ, so their
+           data-parallel pieces do too), then mg_dp_finish starts them */
         mg__embedding_grad_all_reduce(&tr->model);
-        mg_dp_start(&tr->dp);
-        mg_dp_finish(&tr->dp);
     } else {
-        mg_dp_start(&tr->dp);  /* buckets reduced during the last microbatch's backward */
         sum = mg_gpt_run_microbatches(&tr->model, tr->batch, tr->n_micro, dloss, 1);
-        mg_dp_finish(&tr->dp);
     }
+    mg_dp_finish(&tr->dp);
     r.loss = mg_dp_sum(&tr->dp, sum) / tokens;
     tr->model.training = 0;
     mg_gpt_reduce_grads(&tr->model);

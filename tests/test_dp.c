@@ -15,6 +15,10 @@
        weights hold 8 or 12 bytes per element of the (padded) flat buffer, divided by d with
        the distributed optimizer — which with bf16 shards the master too, so the model keeps
        no whole fp32 copy (its arena is 4 bytes per element smaller).
+     - overlap: in the last iteration every bucket was started from the backward hook (before
+       mg_dp_finish) except, with p > 1, those touching the tied word embedding (they wait
+       for its embedding-group all-reduce at the flush); a row with buckets has some started
+       early on every rank, so overlap cannot silently stay off.
    Rows with p > 1 (pipeline schedules 1F1B, GPipe, ZB-H1, interleaved) compose all three,
    also with full or selective recomputation (fp32 bounds) and with bf16 (against the serial
    bf16 run, within two bf16 unit roundoffs: the pipeline messages are 16-bit) — ZB-H1 among
@@ -63,6 +67,10 @@ static const dp_row rows[] = {
     {4, 2, 1, 0, 4000, 1, 1, ""}, {4, 1, 0, 0, 1500, 1, 1, ""},
     {4, 1, 0, 1, 2000, 0, 2, "--pipeline-schedule 1f1b"},
     {4, 1, 0, 0, 0, 1, 2, "--pipeline-schedule gpipe"},
+    /* buckets small enough to start during the pipeline's backwards (the overlap check) */
+    {4, 1, 0, 0, 1500, 1, 2, "--pipeline-schedule gpipe"},
+    {4, 1, 0, 1, 1000, 0, 2, "--pipeline-schedule zb-h1"},
+    {4, 1, 0, 0, 2000, 0, 2, "--num-layers 4 --num-layers-per-virtual-pipeline-stage 1"},
     {8, 1, 0, 1, 0, 0, 1, ""}, {8, 2, 1, 1, 3000, 0, 1, ""}, {8, 4, 0, 0, 0, 1, 1, ""},
     {8, 4, 1, 1, 2000, 0, 1, ""}, {8, 2, 0, 0, 0, 0, 1, ""},
     {8, 2, 1, 1, 2000, 0, 2, "--pipeline-schedule 1f1b"}, {8, 1, 0, 1, 1000, 0, 1, "--bf16"},
@@ -191,8 +199,8 @@ static void check_row(const dp_row *row, mg_trainer *ser, const float *want_loss
     float loss[STEPS], norm[STEPS];
     double e_loss, e_norm, e_w;
     uint64_t sum;
-    int64_t held;
-    int k, d = world / (row->t * row->p), mem_ok, bytes_per;
+    int64_t held, wte_end;
+    int k, d = world / (row->t * row->p), mem_ok, bytes_per, early_ok, expected;
     row_line_p(line, sizeof line, row, STEPS, "");
     trainer_make(&tr, line, 1);
     for (k = 0; k < STEPS; k++) {
@@ -211,6 +219,20 @@ static void check_row(const dp_row *row, mg_trainer *ser, const float *want_loss
                    name, "losses %.3g, grad norms %.3g, weights %.3g (tol %.3g)", e_loss, e_norm,
                    e_w, row_tol(row));
     CHECK(same_everywhere(sum), "dp: the final weights are bit-identical on every rank");
+    /* overlap: in the last iteration every bucket was started from the backward hook (each
+       chunk's last backward, or weight half with ZB-H1), except with p > 1 those touching the
+       tied word embedding [0, the next tensor's offset), started after its embedding-group
+       all-reduce; rows with buckets must have some started early on every rank */
+    wte_end = row->p > 1 && tr.model.idx_global[0] >= 0
+                  ? tr.model.params[tr.model.idx_global[0] + 1].offset : 0;
+    for (k = 0, expected = tr.dp.n_buckets; k < tr.dp.n_buckets; k++)
+        expected -= tr.dp.bucket_begin[k] < wte_end;
+    early_ok = tr.dp.n_early == expected && (row->bucket == 0 || expected > 0);
+    snprintf(name, sizeof name, "dp: t=%d p=%d d=%d bucket=%d%s%s: buckets started during the "
+             "backward = those clear of the tied embedding", row->t, row->p, d, row->bucket,
+             row->pipe[0] ? " " : "", row->pipe);
+    mg_test_report(agree_max(early_ok ? 0 : 1) == 0, name, "rank %d: %d of %d started early, "
+                   "%d expected", comm.world_rank, tr.dp.n_early, tr.dp.n_buckets, expected);
     /* optimizer state per element of the padded flat buffer: 2 fp32 moments, plus the fp32
        master weights with 16-bit training — 8 or 12 bytes — divided by d with the
        distributed optimizer (which then also leaves the model without a whole fp32 copy) */

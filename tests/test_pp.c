@@ -11,6 +11,11 @@
    (--init-from, each stage importing its own tensors) and a serial run's checkpoint after
    10 iterations (--load: the pipeline resumes it and trains the last 10). The serial run
    is the same trainer with one stage and no communication, computed on every rank.
+   In the last iteration (without sequence parallelism) the model's gradient hook — what
+   data-parallel overlap starts buckets from — must report every gradient exactly once and
+   only when final (bit-identical to the end of the step), the word embedding never (its
+   stage parts are summed after the flush): during each chunk's last backward, or with ZB-H1
+   its last weight half.
    Tensor × pipeline (t = 2, p = 2 on 4 ranks): every built-in schedule, with and without
    --sequence-parallel, against the same serial run; the weights are gathered over the
    tensor group before the comparison. Megatron's scatter/gather is on without sequence
@@ -68,11 +73,52 @@ static void make_base(const char *data) {
 typedef struct run_result {
     double loss[ITERS], norm[ITERS], valid;
     int first;                   /* the iteration the run started at (a resumed one: > 0)    */
+    int64_t hook_bad;            /* elements the gradient hook got wrong in the last iteration */
     mg_trainer tr;               /* kept for its weights                                       */
 } run_result;
 
-/* Sets up the trainer of line and trains it up to iteration `until`; validates at the end. */
-static void train(run_result *r, const char *line, mg_comm *comm, int until) {
+/* The gradient hook's timing, which data-parallel overlap relies on: a hook installed on the
+   model for one iteration (with d = 1 the trainer's mg_dp leaves it alone) copies every range
+   the model reports final. After the step each reported element must be what the backward
+   finally left there, bit for bit, and the reports must cover the flat buffer exactly once
+   — except the word embedding with p > 1, never reported (its two stage parts are summed
+   over the embedding group after the flush).                                             */
+typedef struct hook_record { mg_gpt *m; float *seen; int *times; } hook_record;
+static void hook_record_range(void *user, int64_t first, int64_t end) {
+    hook_record *h = (hook_record *)user;
+    int64_t i;
+    mg_copy_to_host(h->m->ctx, h->seen + first, h->m->grad_buf + first,
+                    sizeof(float) * (size_t)(end - first));
+    for (i = first; i < end; i++) h->times[i]++;
+}
+static void hook_begin(hook_record *h, mg_gpt *m) {
+    h->m = m;
+    h->seen = (float *)calloc((size_t)m->n_elems, sizeof(float));
+    h->times = (int *)calloc((size_t)m->n_elems, sizeof(int));
+    m->grads_final = hook_record_range;
+    m->grads_final_user = h;
+}
+/* Elements reported wrongly (too early, twice, or not at all). */
+static int64_t hook_end(hook_record *h) {
+    mg_gpt *m = h->m;
+    float *grads = gpt_host(m, m->grad_buf);
+    int iwte = m->idx_global[0];
+    int64_t wte_end = m->layout.pp_size > 1 && iwte >= 0 ? m->params[iwte + 1].offset : 0;
+    int64_t i, bad = 0;
+    for (i = 0; i < m->n_elems; i++)
+        bad += i < wte_end ? h->times[i] != 0
+                           : h->times[i] != 1 || memcmp(&h->seen[i], &grads[i], sizeof(float));
+    m->grads_final = NULL;
+    m->grads_final_user = NULL;
+    free(grads);
+    free(h->seen);
+    free(h->times);
+    return bad;
+}
+
+/* Sets up the trainer of line and trains it up to iteration `until`; validates at the end.
+   check_hook: records the gradient hook during the last iteration (r->hook_bad).          */
+static void train(run_result *r, const char *line, mg_comm *comm, int until, int check_hook) {
     mg_train_args a;
     char err[MG_ERRLEN];
     if (gpt_parse_line(&a, line, err, sizeof err)) { fprintf(stderr, "%s\n", err); exit(1); }
@@ -82,9 +128,14 @@ static void train(run_result *r, const char *line, mg_comm *comm, int until) {
         exit(1);
     }
     r->first = (int)r->tr.iteration;
+    r->hook_bad = 0;
     while (r->tr.iteration < until) {
-        int i = (int)r->tr.iteration;
-        mg_step_result s = mg_trainer_step(&r->tr);
+        int i = (int)r->tr.iteration, last = check_hook && i == until - 1;
+        hook_record h;
+        mg_step_result s;
+        if (last) hook_begin(&h, &r->tr.model);
+        s = mg_trainer_step(&r->tr);
+        if (last) r->hook_bad = hook_end(&h);
         r->loss[i] = s.loss;
         r->norm[i] = s.grad_norm;
     }
@@ -133,7 +184,7 @@ static double weights_err(mg_gpt *pipe, mg_gpt *serial, float *serial_host) {
 static run_result *reference(pp_start start, run_result **cache, float **weights) {
     if (!cache[start]) {
         cache[start] = (run_result *)calloc(1, sizeof(run_result));
-        train(cache[start], start == FROM_LLMC ? base_llmc : base, NULL, ITERS);
+        train(cache[start], start == FROM_LLMC ? base_llmc : base, NULL, ITERS, 0);
         weights[start] = gpt_host(&cache[start]->tr.model, cache[start]->tr.model.param_buf);
     }
     return cache[start];
@@ -141,7 +192,7 @@ static run_result *reference(pp_start start, run_result **cache, float **weights
 
 int main(int argc, char **argv) {
     mg_comm comm;
-    char tmp[256], prefix[300], line[2048], sched_path[300], ckpt[300], name[400], label[300];
+    char tmp[256], prefix[300], line[2048], sched_path[300], ckpt[300], name[500], label[300];
     run_result *serial_cache[3] = {NULL, NULL, NULL}, *serial;
     run_result *pipe = (run_result *)calloc(1, sizeof(run_result));
     float *serial_w_cache[3] = {NULL, NULL, NULL}, *serial_w;
@@ -174,7 +225,7 @@ int main(int argc, char **argv) {
             if (comm.world_rank == 0) {
                 run_result *half = (run_result *)calloc(1, sizeof(run_result));
                 char err[MG_ERRLEN];
-                train(half, base, NULL, ITERS / 2);
+                train(half, base, NULL, ITERS / 2, 0);
                 if (mg_trainer_save(&half->tr, ckpt, err, sizeof err)) {
                     fprintf(stderr, "%s\n", err);
                     exit(1);
@@ -217,7 +268,9 @@ int main(int argc, char **argv) {
         if (c->start == FROM_CHECKPOINT)
             snprintf(line + strlen(line), sizeof line - strlen(line), " --load %s", ckpt);
         snprintf(line + strlen(line), sizeof line - strlen(line), " %s", c->extra);
-        train(pipe, line, &comm, ITERS);
+        /* (sequence parallelism sums the layernorm gradients over the tensor group after the
+           hook: the snapshot would differ there by design) */
+        train(pipe, line, &comm, ITERS, !strstr(c->extra, "--sequence-parallel"));
         pipe_bytes[k] = comm.bytes_sent[MG_GROUP_PIPELINE] - sent_before;
         ran++;
         if (c->start == FROM_CHECKPOINT && pipe->first != ITERS / 2) loss_err = INFINITY;
@@ -243,6 +296,14 @@ int main(int argc, char **argv) {
         mg_test_report(v_err <= 1e-5, name, "rel err %.2g", v_err);
         snprintf(name, sizeof name, "%s: final weights of every stage", label);
         mg_test_report(w_err <= 1e-5, name, "max rel err %.2g", w_err);
+        if (!strstr(c->extra, "--sequence-parallel")) {
+            snprintf(name, sizeof name, "%s: the gradient hook reports each chunk's gradients "
+                     "once, when final (during its last backward%s)", label,
+                     strcmp(c->schedule, "zb-h1") ? "" : "'s weight half");
+            mg_test_report(world_max((double)pipe->hook_bad) == 0, name, "rank %d: %lld "
+                           "elements reported early, twice or never", comm.world_rank,
+                           (long long)pipe->hook_bad);
+        }
         for (j = 0; j < k && c->t > 1 && !strcmp(c->extra, "--sequence-parallel"); j++)
             if (cases[j].t == c->t && cases[j].p == c->p && cases[j].v == c->v &&
                 !strcmp(cases[j].schedule, c->schedule) && !cases[j].extra[0]) {

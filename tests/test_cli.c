@@ -146,12 +146,21 @@ static void check_paths_and_data(void) {
     expect_error("--split without training data", BASE "--split 0,1,0", "--split");
 }
 
+/* A checkpoint of iteration 1 (the base line, --seed 7) in dir. */
+static void save_one_iteration(const char *dir) {
+    char line[2048], err[MG_ERRLEN];
+    mg_trainer tr;
+    snprintf(line, sizeof line, BASE "--save %s --seed 7", dir);
+    gpt_trainer_from_line(&tr, line);
+    mg_trainer_step(&tr);
+    if (mg_trainer_save(&tr, dir, err, sizeof err)) fprintf(stderr, "%s\n", err);
+    mg_trainer_free(&tr);
+}
+
 static void check_weights_and_checkpoints(void) {
     char line[2048], path[700], dir[512], sub[700];
     long len = 0;
     char *model = (char *)mg_test_read_file(GPT_DATA "gpt_model.bin", &len);
-    mg_trainer tr;
-    char err[MG_ERRLEN];
     struct stat st1, st2;
     /* --init-from */
     expect_error("--init-from missing file", BASE "--init-from /nonexistent/model.bin",
@@ -174,11 +183,7 @@ static void check_weights_and_checkpoints(void) {
                  "--num-attention-heads is required");
     /* --load: a checkpoint, then damage copies of it */
     snprintf(dir, sizeof dir, "%s/ckpt", tmp);
-    snprintf(line, sizeof line, BASE "--save %s --seed 7", dir);
-    gpt_trainer_from_line(&tr, line);
-    mg_trainer_step(&tr);
-    if (mg_trainer_save(&tr, dir, err, sizeof err)) fprintf(stderr, "%s\n", err);
-    mg_trainer_free(&tr);
+    save_one_iteration(dir);
     snprintf(line, sizeof line, BASE "--load %s --seed 8", dir);
     expect_error("--load with another --seed", line, "--seed 8 differs from the checkpoint's 7");
     snprintf(line, sizeof line, BASE "--load %s --hidden-size 32 --num-attention-heads 2", dir);
@@ -264,11 +269,7 @@ static void check_small_files(void) {
         {"loss_scale_growth_tracker", "-2", "loss_scale_growth_tracker and"},
     };
     snprintf(dir, sizeof dir, "%s/small", tmp);
-    snprintf(line, sizeof line, BASE "--save %s --seed 7", dir);
-    gpt_trainer_from_line(&tr, line);
-    mg_trainer_step(&tr);
-    if (mg_trainer_save(&tr, dir, err, sizeof err)) fprintf(stderr, "%s\n", err);
-    mg_trainer_free(&tr);
+    save_one_iteration(dir);
     snprintf(latest, sizeof latest, "%s/latest_checkpointed_iteration.txt", dir);
     snprintf(state, sizeof state, "%s/iter_0000001/state.json", dir);
     snprintf(line, sizeof line, BASE "--load %s", dir);

@@ -786,7 +786,8 @@ typedef struct mg_trainer {
 /* Validates and builds. Order: architecture (flags, --load checkpoint, --init-from file,
    agreeing), sizes and combinations, data (opened, token ids < vocab, split, samplers),
    output paths, memory; then the device, model, optimizer; weights from --load, else
-   --init-from, else the seed. Returns 0, or -1 with one line in err (nothing written).   */
+   --init-from, else the seed (a --load release: its weights, as --init-from would, from
+   iteration 0). Returns 0, or -1 with one line in err (nothing written).               */
 MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err, size_t errlen);
 MGDEF void mg_trainer_free(mg_trainer *tr);
 /* One iteration: the next global batch, forward/backward over its microbatches, clipping,
@@ -804,7 +805,10 @@ MGDEF double mg_trainer_evaluate(mg_trainer *tr, FILE *out);
    rank writes the pieces it owns into the preallocated files (no gathering).              */
 MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t errlen);
 /* Restores weights, optimizer state, iteration, consumed samples and counters from the
-   latest checkpoint in dir. Returns 1 if one was loaded, 0 if dir holds none, -1 on error. */
+   latest checkpoint in dir. Returns 1 if one was loaded, 0 if dir holds none, -1 on error.
+   A latest_checkpointed_iteration.txt holding "release" (Megatron-LM's released
+   checkpoints) loads the weights of DIR/release (any file mg_weights_open reads) and
+   nothing else, as Megatron starts a release at iteration 0 without optimizer state.     */
 MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t errlen);
 /* --export-hf DIR: mg_gpt_export_hf of the trained fp32 weights (a sharded master is gathered
    over the data group first). Collective; world rank 0 writes.                            */
@@ -850,10 +854,13 @@ MGDEF int mg_trainer_write_pipeline_trace(mg_trainer *tr, const char *path, char
 /* One error line into err (what is wrong, what would be valid); returns -1. */
 static int mg__err(char *err, size_t errlen, const char *fmt, ...) {
     va_list ap;
+    char *c;
     if (!err || !errlen) return -1;
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
+    for (c = err; *c; c++)   /* one line, whatever a quoted file held */
+        if (*c == '\n' || *c == '\r') *c = ' ';
     return -1;
 }
 
@@ -2166,22 +2173,46 @@ static int mg__to_f32(float *dst, const void *src, int64_t n, mg_st_dtype dt) {
 }
 
 static int mg__is_dir(const char *path) {
-    FILE *f;
-    char probe[1100];
-    if (snprintf(probe, sizeof probe, "%s/.", path) >= (int)sizeof probe) return 0;
-    f = fopen(probe, "rb");
-    if (!f) return 0;
-    fclose(f);
-    return 1;
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* A whole decimal number in [lo, hi] (ASCII blanks around it allowed, as Python's int()
+   strips them), from a file or a file's metadata: 0 with *out, or -1.                       */
+static int mg__parse_int(const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    char *end;
+    long long v;
+    while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r') s++;
+    if (!(*s == '-' || (*s >= '0' && *s <= '9'))) return -1;   /* no "+", no "0x" */
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if (end == s || errno) return -1;
+    while (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r') end++;
+    if (*end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+/* A dimension read from a file, which must fit an int (and be positive): 0, or -1 with err. */
+static int mg__file_dim(const char *path, const char *what, int64_t v, int *out, char *err,
+                        size_t errlen) {
+    if (v <= 0 || v > INT32_MAX)
+        return mg__err(err, errlen, "%s: %s is %lld (must be 1 ... 2147483647)", path, what,
+                       (long long)v);
+    *out = (int)v;
+    return 0;
 }
 
 /* Hugging Face architecture: shapes give layers, C, V and positions; heads come from
-   config.json in the file's directory, else from the file's metadata, else stay 0.          */
+   config.json in the file's directory (which must then describe the same model, in every
+   key that changes the math: mg_hf_config_read), else from the file's metadata, else stay 0. */
 static int mg__hf_architecture(mg_weights_file *f, const char *dir, char *err, size_t errlen) {
     char name[160], cfgpath[1100];
     const mg_st_tensor *wte, *wpe, *head;
     mg_hf_config hc;
+    struct stat sb;
     int l = 0;
+    int64_t meta_heads;
     const char *meta;
     snprintf(name, sizeof name, "%swte.weight", f->prefix);
     wte = mg_st_find(&f->st, name);
@@ -2202,35 +2233,41 @@ static int mg__hf_architecture(mg_weights_file *f, const char *dir, char *err, s
         if (!mg_st_find(&f->st, name)) break;
     }
     f->cfg.n_layer = l;
-    f->cfg.hidden = (int)wte->shape[1];
-    f->cfg.vocab_size = (int)wte->shape[0];
-    f->cfg.max_pos = (int)wpe->shape[0];
-    if (snprintf(cfgpath, sizeof cfgpath, "%s/config.json", dir) < (int)sizeof cfgpath) {
-        FILE *probe = fopen(cfgpath, "rb");
-        if (probe) {
-            char why[MG_ERRLEN];
-            fclose(probe);
-            if (mg_hf_config_read(cfgpath, &hc, why, sizeof why))
-                return mg__err(err, errlen, "%s", why);
-            if (hc.n_layer != l || hc.n_embd != f->cfg.hidden ||
-                hc.vocab_size != f->cfg.vocab_size || hc.n_positions != f->cfg.max_pos)
-                return mg__err(err, errlen, "%s (n_layer %d, n_embd %d, vocab_size %d, "
-                               "n_positions %d) does not match the tensors of %s (%d, %d, %d, %d)",
-                               cfgpath, hc.n_layer, hc.n_embd, hc.vocab_size, hc.n_positions,
-                               f->path, l, f->cfg.hidden, f->cfg.vocab_size, f->cfg.max_pos);
-            f->cfg.n_head = hc.n_head;
-            return 0;
-        }
+    /* safetensors shapes are int64: the model's sizes are ints */
+    if (mg__file_dim(f->path, "the rows of wte.weight (vocab_size)", wte->shape[0],
+                     &f->cfg.vocab_size, err, errlen) ||
+        mg__file_dim(f->path, "the rows of wpe.weight (n_positions)", wpe->shape[0],
+                     &f->cfg.max_pos, err, errlen) ||
+        mg__file_dim(f->path, "the width of wte.weight (n_embd)", wte->shape[1], &f->cfg.hidden,
+                     err, errlen))
+        return -1;
+    if (snprintf(cfgpath, sizeof cfgpath, "%s/config.json", dir) >= (int)sizeof cfgpath)
+        return mg__err(err, errlen, "%s: directory name too long", dir);
+    /* config.json present (whatever it is: a directory or a pipe is refused by the reader) */
+    if (stat(cfgpath, &sb) == 0 || errno != ENOENT) {
+        char why[MG_ERRLEN];
+        if (mg_hf_config_read(cfgpath, &hc, why, sizeof why))
+            return mg__err(err, errlen, "%s", why);
+        if (hc.n_layer != l || hc.n_embd != f->cfg.hidden ||
+            hc.vocab_size != f->cfg.vocab_size || hc.n_positions != f->cfg.max_pos)
+            return mg__err(err, errlen, "%s (n_layer %d, n_embd %d, vocab_size %d, "
+                           "n_positions %d) does not match the tensors of %s (%d, %d, %d, %d)",
+                           cfgpath, hc.n_layer, hc.n_embd, hc.vocab_size, hc.n_positions,
+                           f->path, l, f->cfg.hidden, f->cfg.vocab_size, f->cfg.max_pos);
+        f->cfg.n_head = hc.n_head;
+        return 0;
     }
     meta = mg_st_meta(&f->st, "n_head");
-    if (meta) f->cfg.n_head = atoi(meta);
+    if (meta && mg__parse_int(meta, 1, INT32_MAX, &meta_heads))
+        return mg__err(err, errlen, "%s: metadata n_head is '%.40s', not a positive integer",
+                       f->path, meta);
+    if (meta) f->cfg.n_head = (int)meta_heads;
     return 0;
 }
 
 MGDEF int mg_weights_open(mg_weights_file *f, const char *path, char *err, size_t errlen) {
     char file[1100], dir[1100], why[MG_ERRLEN];
     unsigned char head[4] = {0, 0, 0, 0};
-    FILE *fp;
     char *slash;
     memset(f, 0, sizeof *f);
     if (mg__is_dir(path)) {
@@ -2243,10 +2280,8 @@ MGDEF int mg_weights_open(mg_weights_file *f, const char *path, char *err, size_
         if (slash) *slash = 0; else snprintf(dir, sizeof dir, ".");
     }
     snprintf(f->path, sizeof f->path, "%s", file);
-    fp = fopen(file, "rb");
-    if (!fp) return mg__err(err, errlen, "%s: cannot open (%s)", file, strerror(errno));
-    if (fread(head, 1, 4, fp) != 4) head[0] = 0;
-    fclose(fp);
+    /* the first 4 bytes tell the format (a pipe or a directory is refused, not waited on) */
+    if (mg_read_head(file, head, 4, why, sizeof why) < 0) return mg__err(err, errlen, "%s", why);
     if (((uint32_t)head[0] | (uint32_t)head[1] << 8 | (uint32_t)head[2] << 16 |
          (uint32_t)head[3] << 24) == 20240326u) {          /* an llm.c checkpoint's magic */
         const mg_llmc_config *c = &f->llmc.cfg;
@@ -2271,12 +2306,16 @@ MGDEF int mg_weights_open(mg_weights_file *f, const char *path, char *err, size_
         vals[3] = &f->cfg.max_pos; vals[4] = &f->cfg.vocab_size;
         for (k = 0; k < 5; k++) {
             const char *v = mg_st_meta(&f->st, keys[k]);
-            if (!v) {
+            int64_t x;
+            if (!v || mg__parse_int(v, 1, INT32_MAX, &x)) {
+                if (v) mg__err(err, errlen, "%s: metadata %s is '%.40s', not a positive integer",
+                               file, keys[k], v);
+                else mg__err(err, errlen, "%s: metadata key %s missing (not a megatron.h model "
+                             "file)", file, keys[k]);
                 mg_weights_close(f);
-                return mg__err(err, errlen, "%s: metadata key %s missing (not a megatron.h "
-                               "model file)", file, keys[k]);
+                return -1;
             }
-            *vals[k] = atoi(v);
+            *vals[k] = (int)x;
         }
         return 0;
     }
@@ -3352,26 +3391,42 @@ static int mg__check_output(const char *flag, const char *path, int want_dir, ch
     return 0;
 }
 
-/* Reads DIR/latest_checkpointed_iteration.txt. Returns 1 with *iter set, 0 if there is no
-   checkpoint, -1 if the file is malformed. */
+/* Reads DIR/latest_checkpointed_iteration.txt as Megatron-LM's read_metadata does: a whole
+   number (the iteration), or "release" (a released checkpoint: weights in DIR/release, which
+   Megatron loads as iteration 0 without optimizer state — a fine-tuning start). Returns 1
+   with *iter set, 2 for "release" (*iter = 0; DIR/release/model.safetensors must exist), 0
+   if there is no such file (no checkpoint yet), -1 with err if it is not a small regular file
+   holding one of those.                                                                    */
+#define MG__LATEST_MAX_BYTES 4096   /* Megatron writes "300" or "release" */
 static int mg__latest_iteration(const char *dir, int64_t *iter, char *err, size_t errlen) {
-    char path[1100], buf[64];
-    FILE *f;
-    size_t n;
-    char *end;
+    char path[1100], release[1200], why[MG_ERRLEN], *text = NULL, *b, *e, *c;
+    size_t len = 0;
+    struct stat sb;
+    int rc = 1;
     snprintf(path, sizeof path, "%s/latest_checkpointed_iteration.txt", dir);
-    f = fopen(path, "rb");
-    if (!f) return 0;
-    n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    *iter = strtoll(buf, &end, 10);
-    while (*end == '\n' || *end == ' ' || *end == '\r') end++;
-    if (end == buf || *end || *iter < 0) {
-        for (end = buf; *end; end++) if ((unsigned char)*end < 32) *end = ' ';  /* one line */
-        return mg__err(err, errlen, "%s: expected an iteration number, found '%.20s'", path, buf);
+    if (stat(path, &sb) != 0 && errno == ENOENT) return 0;
+    if (mg_read_file(path, MG__LATEST_MAX_BYTES, &text, &len, why, sizeof why))
+        return mg__err(err, errlen, "%s", why);
+    *iter = 0;
+    for (b = text; *b == ' ' || *b == '\n' || *b == '\r' || *b == '\t'; b++) {}
+    for (e = text + len; e > b && (e[-1] == ' ' || e[-1] == '\n' || e[-1] == '\r' ||
+                                   e[-1] == '\t'); e--) {}
+    *e = 0;                                                  /* [b, e): Python's strip() */
+    if (!strcmp(b, "release")) {
+        snprintf(release, sizeof release, "%s/release/model.safetensors", dir);
+        rc = stat(release, &sb) == 0 ? 2 :
+             mg__err(err, errlen, "%s says 'release', but %s does not exist (megatron.h reads a "
+                     "release directory holding model.safetensors; Megatron-LM's torch files "
+                     "release/mp_rank_*/model_optim_rng.pt must be converted, e.g. to Hugging "
+                     "Face safetensors for --init-from)", path, release);
+    } else if ((size_t)(e - b) != strlen(b) || mg__parse_int(b, 0, INT64_MAX, iter)) {
+        for (c = b; c < e; c++)
+            if ((unsigned char)*c < 32 || (unsigned char)*c > 126) *c = '?';   /* one line */
+        rc = mg__err(err, errlen, "%s holds '%.40s%s', not an iteration number (Megatron-LM "
+                     "writes a whole number >= 0, or 'release')", path, b, e - b > 40 ? "..." : "");
     }
-    return 1;
+    MG_FREE(text);
+    return rc;
 }
 
 /* The checkpoint's state.json, parsed. */
@@ -3386,57 +3441,69 @@ typedef struct mg__ckpt_state {
 static const char *const mg__state_arch_keys[6] = {"num_layers", "hidden_size",
     "num_attention_heads", "seq_length", "max_position_embeddings", "vocab_size"};
 
-static int mg__read_state(const char *path, mg__ckpt_state *s, char *err, size_t errlen) {
-    long len = 0;
+/* Reads a checkpoint's state.json (at most 1 MiB: ours hold ~3 KB) written for iteration
+   `iteration`; every value must be in range for what it counts (so nothing read here can wrap
+   an int later), else one line names the file and the key.                                */
+#define MG__STATE_MAX_BYTES (1u << 20)
+static int mg__read_state(const char *path, int64_t iteration, mg__ckpt_state *s, char *err,
+                          size_t errlen) {
+    size_t len = 0;
     char *text = NULL, why[MG_ERRLEN];
-    FILE *f = fopen(path, "rb");
     mg_json js;
     int k, rc = 0;
-    const char *ikeys[7] = {"iteration", "consumed_train_samples", "consumed_valid_samples",
-                            "adam_step", "skipped_iterations", "nan_iterations", "seed"};
-    int64_t *ivals[7];
-    int64_t order;
-    if (!f) return mg__err(err, errlen, "%s: cannot open (%s)", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    text = (char *)MG_MALLOC((size_t)(len > 0 ? len : 1));
-    if (!text || fread(text, 1, (size_t)len, f) != (size_t)len) rc = -1;
-    fclose(f);
-    if (rc) { MG_FREE(text); return mg__err(err, errlen, "%s: cannot read", path); }
-    if (mg_json_parse(&js, text, (size_t)len, why, sizeof why)) {
+    /* the counters (each >= 0, up to hi), then the architecture (each 1 ... 2^31 - 1) */
+    const char *ikeys[8] = {"iteration", "consumed_train_samples", "consumed_valid_samples",
+                            "adam_step", "skipped_iterations", "nan_iterations", "seed",
+                            "data_order_index"};
+    const int64_t hi[8] = {INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX, INT64_MAX,
+                           4294967295LL /* --seed */, MG_ORDER_SEQUENTIAL};
+    int64_t *ivals[8], order = 0;
+    if (mg_read_file(path, MG__STATE_MAX_BYTES, &text, &len, why, sizeof why))
+        return mg__err(err, errlen, "%s", why);
+    if (mg_json_parse(&js, text, len, why, sizeof why)) {
         MG_FREE(text);
         return mg__err(err, errlen, "%s: %s", path, why);
     }
     ivals[0] = &s->iteration; ivals[1] = &s->consumed; ivals[2] = &s->consumed_valid;
     ivals[3] = &s->adam_step; ivals[4] = &s->skipped; ivals[5] = &s->nan_iters;
-    ivals[6] = &s->seed;
-    for (k = 0; k < 7 && !rc; k++) {
-        int64_t t = js.toks[0].type == MG_JSON_OBJECT ? mg_json_get(&js, 0, ikeys[k]) : -1;
-        if (t < 0 || mg_json_int(&js, t, ivals[k]))
-            rc = mg__err(err, errlen, "%s: key %s missing or not an integer", path, ikeys[k]);
+    ivals[6] = &s->seed; ivals[7] = &order;
+    if (js.toks[0].type != MG_JSON_OBJECT)
+        rc = mg__err(err, errlen, "%s: not a JSON object", path);
+    for (k = 0; k < 8 + 6 && !rc; k++) {
+        const char *key = k < 8 ? ikeys[k] : mg__state_arch_keys[k - 8];
+        int64_t t = mg_json_get(&js, 0, key), *dst = k < 8 ? ivals[k] : &s->arch[k - 8];
+        int64_t min = k < 8 ? 0 : 1, max = k < 8 ? hi[k] : INT32_MAX, q, n;
+        if (t < 0) {
+            rc = mg__err(err, errlen, "%s: key %s missing", path, key);
+        } else if (mg_json_int(&js, t, dst) || *dst < min || *dst > max) {
+            q = js.toks[t].type == MG_JSON_STRING;             /* shown with its quotes */
+            n = js.toks[t].end - js.toks[t].start + 2 * q;
+            rc = mg__err(err, errlen, "%s: %s is %.*s, not an integer in [%lld, %lld]", path, key,
+                         (int)(n > 40 ? 40 : n), text + js.toks[t].start - q, (long long)min,
+                         (long long)max);
+        }
     }
-    for (k = 0; k < 6 && !rc; k++) {
-        int64_t t = mg_json_get(&js, 0, mg__state_arch_keys[k]);
-        if (t < 0 || mg_json_int(&js, t, &s->arch[k]))
-            rc = mg__err(err, errlen, "%s: key %s missing or not an integer", path,
-                         mg__state_arch_keys[k]);
-    }
-    if (!rc) {
-        int64_t t = mg_json_get(&js, 0, "data_order_index");
-        if (t < 0 || mg_json_int(&js, t, &order))
-            rc = mg__err(err, errlen, "%s: key data_order_index missing", path);
-        s->data_order = (int)order;
-    }
+    if (!rc && s->iteration != iteration)
+        rc = mg__err(err, errlen, "%s: iteration is %lld, but the file lies in the directory of "
+                     "iteration %lld (a copied or damaged checkpoint)", path,
+                     (long long)s->iteration, (long long)iteration);
+    s->data_order = (int)order;
     if (!rc) {                /* optional: the loss scaler (fp16) */
         int64_t t = mg_json_get(&js, 0, "loss_scale");
         int64_t g = mg_json_get(&js, 0, "loss_scale_growth_tracker");
         int64_t h = mg_json_get(&js, 0, "loss_scale_hysteresis_tracker");
-        s->has_scaler = t >= 0 && g >= 0 && h >= 0 && !mg_json_int(&js, g, &s->growth_tracker) &&
-                        !mg_json_int(&js, h, &s->hysteresis_tracker);
-        if (s->has_scaler) s->loss_scale = strtod(text + js.toks[t].start, NULL);
-        if (s->has_scaler && !(s->loss_scale > 0 && isfinite(s->loss_scale)))
-            rc = mg__err(err, errlen, "%s: loss_scale is not a positive number", path);
+        s->has_scaler = t >= 0 && g >= 0 && h >= 0;
+        if (s->has_scaler && (mg_json_int(&js, g, &s->growth_tracker) || s->growth_tracker < 0 ||
+                              mg_json_int(&js, h, &s->hysteresis_tracker) ||
+                              s->hysteresis_tracker < 0))
+            rc = mg__err(err, errlen, "%s: loss_scale_growth_tracker and "
+                         "loss_scale_hysteresis_tracker must be integers >= 0", path);
+        if (!rc && s->has_scaler) {
+            s->loss_scale = js.toks[t].type == MG_JSON_NUMBER ?
+                            strtod(text + js.toks[t].start, NULL) : 0;
+            if (!(s->loss_scale > 0 && isfinite(s->loss_scale)))
+                rc = mg__err(err, errlen, "%s: loss_scale is not a positive number", path);
+        }
     }
     mg_json_free(&js);
     MG_FREE(text);
@@ -3910,8 +3977,8 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     mg__ckpt_state st;
     int64_t src[6], arch[6], load_iter = 0;
     const int64_t *srcp = NULL;
-    const char *src_name = NULL;
-    char path[1100], srcdesc[1200];
+    const char *src_name = NULL, *weights_from = args->init_from;
+    char path[1100], srcdesc[1200], release[1100];
     int has_ckpt = 0, has_weights = 0, agreed = 0, rc, tp, tp_rank = 0, pp_rank = 0, n_slots = 1;
     int split = 0;
     mg_gpt_layout layout;
@@ -3931,9 +3998,13 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     if (a->load) {
         rc = mg__latest_iteration(a->load, &load_iter, err, errlen);
         if (rc < 0) goto fail;
+        if (rc == 2) {   /* Megatron's 'release': its weights, from iteration 0 (as --init-from) */
+            snprintf(release, sizeof release, "%s/release", a->load);
+            weights_from = release;
+        }
         if (rc == 1) {
             snprintf(path, sizeof path, "%s/iter_%07lld/state.json", a->load, (long long)load_iter);
-            if (mg__read_state(path, &st, err, errlen)) goto fail;
+            if (mg__read_state(path, load_iter, &st, err, errlen)) goto fail;
             has_ckpt = 1;
             srcp = st.arch;
             src_name = path;
@@ -3952,8 +4023,8 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
             a->data_order = st.data_order;
         }
     }
-    if (!has_ckpt && a->init_from) {
-        if (mg_weights_open(&wf, a->init_from, err, errlen)) goto fail;
+    if (!has_ckpt && weights_from) {
+        if (mg_weights_open(&wf, weights_from, err, errlen)) goto fail;
         has_weights = 1;
         src[0] = wf.cfg.n_layer; src[1] = wf.cfg.hidden; src[2] = wf.cfg.n_head;
         src[3] = 0; src[4] = wf.cfg.max_pos; src[5] = wf.cfg.vocab_size;
@@ -4612,8 +4683,17 @@ MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t err
     mg_weights_file wf;
     int rc = mg__latest_iteration(dir, &iter, err, errlen);
     if (rc <= 0) return rc;
+    if (rc == 2) {       /* 'release': the weights only (Megatron: no optimizer, iteration 0) */
+        snprintf(path, sizeof path, "%s/release", dir);
+        if (mg_weights_open(&wf, path, err, errlen)) return -1;
+        rc = mg_gpt_import(&tr->model, &wf, err, errlen);
+        mg_weights_close(&wf);
+        if (rc) return -1;
+        mg_adamw_take_master(&tr->opt, &tr->model);
+        return 1;
+    }
     snprintf(path, sizeof path, "%s/iter_%07lld/state.json", dir, (long long)iter);
-    if (mg__read_state(path, &st, err, errlen)) return -1;
+    if (mg__read_state(path, iter, &st, err, errlen)) return -1;
     snprintf(path, sizeof path, "%s/iter_%07lld/model.safetensors", dir, (long long)iter);
     if (mg_weights_open(&wf, path, err, errlen)) return -1;
     if (wf.kind != MG_WEIGHTS_MEGATRON) {

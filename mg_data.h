@@ -220,6 +220,10 @@ MGDEF void mg_mt19937_shuffle_i64(mg_mt19937 *mt, int64_t *x, int64_t n);
    than max_bytes (so a wrong path cannot make it allocate gigabytes).                      */
 MGDEF int mg_read_file(const char *path, size_t max_bytes, char **data, size_t *len, char *err,
                        size_t errlen);
+/* Reads up to n bytes from the start of a regular file (to tell formats apart by their first
+   bytes); returns the count read, or -1 with one line in err if it cannot be opened, is not a
+   regular file (directory, named pipe: refused without waiting) or cannot be read.        */
+MGDEF int64_t mg_read_head(const char *path, void *buf, size_t n, char *err, size_t errlen);
 /* Writes data to PATH.tmp.<pid>, fsyncs it, renames it to PATH, fsyncs the directory.       */
 MGDEF int mg_atomic_write(const char *path, const void *data, size_t n, char *err, size_t errlen);
 /* Directory checkpoints: begin creates DIR.tmp.<tag> (tag NULL = the pid; ranks that write
@@ -362,9 +366,24 @@ MGDEF void mg_st_writer_abort(mg_st_writer *w);
 typedef struct mg_hf_config {
     int n_layer, n_head, n_embd, n_positions, vocab_size;
 } mg_hf_config;
-/* Writes a GPT2Config-compatible config.json (model_type gpt2, gelu_new, eps 1e-5, ...).    */
+/* Writes a GPT2Config-compatible config.json: the sizes, and every key that decides the math
+   stated explicitly with megatron.h's value (model_type gpt2, activation gelu_new, layernorm
+   eps 1e-5, scaled attention, no per-layer scaling, no cross-attention, n_inner null, tied
+   word embeddings).                                                                        */
 MGDEF int mg_hf_config_write(const char *path, const mg_hf_config *cfg, char *err, size_t errlen);
-/* Reads the five keys (positive integers; other keys ignored).                             */
+/* Reads a GPT-2 config.json (at most 16 MiB, a JSON object). The five sizes are positive
+   integers below 2^31. The GPT2Config keys that change the function the model computes must
+   hold what megatron.h computes, else one line names the key, its value and ours:
+     model_type "gpt2"; activation_function one of the tanh GELUs ("gelu_new",
+     "gelu_pytorch_tanh", "gelu_fast", "gelu_accurate": one function, equal to fp32
+     rounding); layer_norm_epsilon 1e-5; scale_attn_weights true;
+     scale_attn_by_inverse_layer_idx false; add_cross_attention false; n_inner null or
+     4·n_embd; tie_word_embeddings true; reorder_and_upcast_attn true or false (it only
+     upcasts the attention scores to fp32 and scales before the product: the same in fp32).
+   A missing key means GPT2Config's default (transformers 4.40.2), sizes included: n_layer 12,
+   n_head 12, n_embd 768, n_positions 1024, vocab_size 50257; the math keys' defaults are
+   the values above. Other keys (dropout rates, token ids, summary_*) do not change the
+   function and are ignored.                                                                */
 MGDEF int mg_hf_config_read(const char *path, mg_hf_config *cfg, char *err, size_t errlen);
 
 /* ---------------------------------------------------------------------------------------------
@@ -535,9 +554,7 @@ static int mg__map_header(const char *path, size_t need, void **map, size_t *len
     *map = NULL;
     return mg__fail(err, errlen, "%s: truncated header (%zu bytes, need %zu)", path, *len, need);
 }
-/* Reads up to n bytes from the start of a regular file; -1 (with the reason in err) if it
-   cannot be opened, is not a regular file or cannot be read.                               */
-static int64_t mg__peek(const char *path, unsigned char *buf, size_t n, char *err, size_t errlen) {
+MGDEF int64_t mg_read_head(const char *path, void *buf, size_t n, char *err, size_t errlen) {
     int fd;
     int64_t size;
     if (mg__open_regular(path, &fd, &size, err, errlen) != 0) return -1;
@@ -1005,7 +1022,7 @@ MGDEF int mg_dataset_open(const char *path, mg_dataset *ds, char *err, size_t er
     if (mg__ends_with(path, ".idx") || mg__ends_with(path, ".bin")) prefix[n - 4] = 0;
     snprintf(idx, sizeof idx, "%s.idx", prefix);
     char why[MG_ERRLEN] = "";  /* why the path itself cannot be read, if it cannot        */
-    int64_t got = mg__peek(path, head, sizeof head, why, sizeof why);
+    int64_t got = mg_read_head(path, head, sizeof head, why, sizeof why);
     struct stat st;
     int rc;
     if (mg__ends_with(path, ".idx")) {
@@ -2379,6 +2396,7 @@ MGDEF int mg_hf_config_write(const char *path, const mg_hf_config *cfg, char *er
     int n = snprintf(text, sizeof text,
         "{\n"
         "  \"activation_function\": \"gelu_new\",\n"
+        "  \"add_cross_attention\": false,\n"
         "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
         "  \"attn_pdrop\": 0.0,\n"
         "  \"embd_pdrop\": 0.0,\n"
@@ -2391,13 +2409,111 @@ MGDEF int mg_hf_config_write(const char *path, const mg_hf_config *cfg, char *er
         "  \"n_inner\": null,\n"
         "  \"n_layer\": %d,\n"
         "  \"n_positions\": %d,\n"
+        "  \"reorder_and_upcast_attn\": false,\n"
         "  \"resid_pdrop\": 0.0,\n"
+        "  \"scale_attn_by_inverse_layer_idx\": false,\n"
+        "  \"scale_attn_weights\": true,\n"
         "  \"tie_word_embeddings\": true,\n"
         "  \"vocab_size\": %d\n"
         "}\n",
         cfg->n_positions, cfg->n_embd, cfg->n_head, cfg->n_layer, cfg->n_positions,
         cfg->vocab_size);
+    if (n < 0 || n >= (int)sizeof text)
+        return mg__fail(err, errlen, "%s: config text does not fit its buffer", path);
     return mg_atomic_write(path, text, (size_t)n, err, errlen);
+}
+
+/* A value of the config as it stands in the file (strings with their quotes), for messages. */
+static void mg__json_shown(const mg_json *js, int64_t tok, char *out, size_t cap) {
+    const mg_json_tok *t = &js->toks[tok];
+    int q = t->type == MG_JSON_STRING, len = (int)(t->end - t->start);
+    if (t->type == MG_JSON_OBJECT || t->type == MG_JSON_ARRAY) {
+        snprintf(out, cap, "%s", t->type == MG_JSON_OBJECT ? "an object" : "an array");
+        return;
+    }
+    snprintf(out, cap, "%s%.*s%s%s", q ? "\"" : "", len > 40 ? 40 : len, js->text + t->start,
+             len > 40 ? "..." : "", q ? "\"" : "");
+    for (char *c = out; *c; c++)
+        if ((unsigned char)*c < 0x20) *c = ' ';  /* one line */
+}
+
+/* The GPT2Config keys (transformers 4.40.2) that change the function a GPT-2 computes, each
+   against what megatron.h computes; an absent key is GPT2Config's default, which is ours.
+   The first one that differs is named in err.                                              */
+static int mg__hf_config_math(const mg_json *js, const char *path, int64_t n_embd, char *err,
+                              size_t errlen) {
+    /* our GELU is the tanh approximation; these four names all compute it (gelu_pytorch_tanh
+       in one fused op, gelu_fast with the constant folded, gelu_accurate spelled out) */
+    static const char *const gelus[4] = {"gelu_new", "gelu_pytorch_tanh", "gelu_fast",
+                                         "gelu_accurate"};
+    /* booleans: the value required (-1: either); why it is ours */
+    static const struct { const char *key; int want; const char *why; } flags[5] = {
+        {"scale_attn_weights", 1, "attention scores are divided by sqrt(head size)"},
+        {"scale_attn_by_inverse_layer_idx", 0, "no extra 1/(layer index + 1) on the scores"},
+        {"add_cross_attention", 0, "a decoder-only model: no cross-attention blocks"},
+        {"tie_word_embeddings", 1, "the output layer is the word embedding"},
+        {"reorder_and_upcast_attn", -1, ""},   /* fp32 scores either way: the same numbers */
+    };
+    char shown[64];
+    int64_t tok = mg_json_get(js, 0, "model_type");
+    if (tok >= 0) {
+        char *v = mg_json_strdup(js, tok);
+        int ok = v && strcmp(v, "gpt2") == 0;
+        MG_FREE(v);
+        if (!ok) {
+            mg__json_shown(js, tok, shown, sizeof shown);
+            return mg__fail(err, errlen, "%s: \"model_type\" is %s; megatron.h imports GPT-2 "
+                            "(\"gpt2\")", path, shown);
+        }
+    }
+    tok = mg_json_get(js, 0, "activation_function");
+    if (tok >= 0) {
+        char *v = mg_json_strdup(js, tok);
+        int ok = 0;
+        for (int k = 0; v && k < 4; k++) ok |= strcmp(v, gelus[k]) == 0;
+        MG_FREE(v);
+        if (!ok) {
+            mg__json_shown(js, tok, shown, sizeof shown);
+            return mg__fail(err, errlen, "%s: \"activation_function\" is %s; megatron.h computes "
+                            "GELU's tanh approximation (\"gelu_new\", also accepted: "
+                            "\"gelu_pytorch_tanh\", \"gelu_fast\", \"gelu_accurate\")", path,
+                            shown);
+        }
+    }
+    tok = mg_json_get(js, 0, "layer_norm_epsilon");
+    if (tok >= 0) {   /* 1e-5 as written by Python, or its float32 rounding */
+        double eps = js->toks[tok].type == MG_JSON_NUMBER ? strtod(js->text + js->toks[tok].start,
+                                                                   NULL) : -1;
+        if (!(fabs(eps - 1e-5) <= 1e-11)) {
+            mg__json_shown(js, tok, shown, sizeof shown);
+            return mg__fail(err, errlen, "%s: \"layer_norm_epsilon\" is %s; megatron.h's "
+                            "layernorms use 1e-05", path, shown);
+        }
+    }
+    for (int k = 0; k < 5; k++) {
+        tok = mg_json_get(js, 0, flags[k].key);
+        if (tok < 0) continue;
+        mg_json_type type = js->toks[tok].type;
+        int is_bool = type == MG_JSON_TRUE || type == MG_JSON_FALSE;
+        if (is_bool && (flags[k].want < 0 || (type == MG_JSON_TRUE) == flags[k].want)) continue;
+        mg__json_shown(js, tok, shown, sizeof shown);
+        if (flags[k].want < 0 || !is_bool)
+            return mg__fail(err, errlen, "%s: \"%s\" is %s, not true or false", path,
+                            flags[k].key, shown);
+        return mg__fail(err, errlen, "%s: \"%s\" is %s; megatron.h needs %s (%s)", path,
+                        flags[k].key, shown, flags[k].want ? "true" : "false", flags[k].why);
+    }
+    tok = mg_json_get(js, 0, "n_inner");
+    if (tok >= 0 && js->toks[tok].type != MG_JSON_NULL) {
+        int64_t inner;
+        if (mg_json_int(js, tok, &inner) != 0 || inner != 4 * n_embd) {
+            mg__json_shown(js, tok, shown, sizeof shown);
+            return mg__fail(err, errlen, "%s: \"n_inner\" is %s; megatron.h's MLP is 4 x n_embd "
+                            "= %lld wide (give null or %lld)", path, shown,
+                            (long long)(4 * n_embd), (long long)(4 * n_embd));
+        }
+    }
+    return 0;
 }
 
 #define MG__CONFIG_MAX_BYTES (16u << 20)  /* GPT-2's config.json has ~1 KB              */
@@ -2410,20 +2526,29 @@ MGDEF int mg_hf_config_read(const char *path, mg_hf_config *cfg, char *err, size
     int rc = 0;
     if (mg_json_parse(&js, text, len, why, sizeof why) != 0) {
         rc = mg__fail(err, errlen, "%s: %s", path, why);
+    } else if (js.toks[0].type != MG_JSON_OBJECT) {
+        rc = mg__fail(err, errlen, "%s: not a JSON object (a config.json is {\"n_layer\": ...})",
+                      path);
+        mg_json_free(&js);
     } else {
+        /* the sizes, with GPT2Config's defaults (GPT-2 small) for absent keys */
         static const char *const keys[5] = {"n_layer", "n_head", "n_embd", "n_positions",
                                             "vocab_size"};
+        static const int defaults[5] = {12, 12, 768, 1024, 50257};
         int *fields[5] = {&cfg->n_layer, &cfg->n_head, &cfg->n_embd, &cfg->n_positions,
                           &cfg->vocab_size};
         for (int k = 0; k < 5 && rc == 0; k++) {
-            int64_t tok = mg_json_get(&js, 0, keys[k]), v;
-            if (tok < 0)
-                rc = mg__fail(err, errlen, "%s: missing \"%s\"", path, keys[k]);
-            else if (mg_json_int(&js, tok, &v) != 0 || v <= 0 || v > INT32_MAX)
-                rc = mg__fail(err, errlen, "%s: \"%s\" must be a positive integer", path, keys[k]);
-            else
+            int64_t tok = mg_json_get(&js, 0, keys[k]), v = defaults[k];
+            if (tok >= 0 && (mg_json_int(&js, tok, &v) != 0 || v <= 0 || v > INT32_MAX)) {
+                char shown[64];
+                mg__json_shown(&js, tok, shown, sizeof shown);
+                rc = mg__fail(err, errlen, "%s: \"%s\" is %s, not a positive integer below 2^31",
+                              path, keys[k], shown);
+            } else {
                 *fields[k] = (int)v;
+            }
         }
+        if (rc == 0) rc = mg__hf_config_math(&js, path, cfg->n_embd, err, errlen);
         mg_json_free(&js);
     }
     MG_FREE(text);

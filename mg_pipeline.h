@@ -349,10 +349,13 @@ MGDEF void mg_pipe_timeline_free(mg_pipe_timeline *tl);
 #define MG_PIPELINE_IMPLEMENTED
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Limits that keep every table (p·v·m entries) and token small. */
 #define MG__PIPE_MAX_ITEMS (1 << 24)
@@ -821,11 +824,22 @@ MGDEF int mg_schedule_parse(mg_schedule *s, const char *text, int p, int v, int 
    string; NULL with err on failure. `what` names the file in messages.                    */
 static char *mg__pipe_read_text(const char *path, const char *what, long max_bytes, char *err,
                                 size_t errlen) {
-    FILE *f = fopen(path, "rb");
+    /* O_NONBLOCK: a named pipe is refused below instead of waiting for a writer forever */
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    struct stat st;
+    FILE *f = NULL;
     char *text;
     long len = -1;
-    if (!f) {
+    if (fd < 0) {
         mg__pipe_fail(err, errlen, "cannot open %s '%s': %s", what, path, strerror(errno));
+        return NULL;
+    }
+    memset(&st, 0, sizeof st);
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !(f = fdopen(fd, "rb"))) {
+        close(fd);
+        mg__pipe_fail(err, errlen, "cannot read %s '%s': %s", what, path,
+                      S_ISDIR(st.st_mode) ? "it is a directory"
+                                          : "not a regular file (a pipe, device or socket)");
         return NULL;
     }
     if (fseek(f, 0, SEEK_END) != 0 || (len = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0 ||

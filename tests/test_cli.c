@@ -146,12 +146,21 @@ static void check_paths_and_data(void) {
     expect_error("--split without training data", BASE "--split 0,1,0", "--split");
 }
 
+/* A checkpoint of iteration 1 (the base line, --seed 7) in dir. */
+static void save_one_iteration(const char *dir) {
+    char line[2048], err[MG_ERRLEN];
+    mg_trainer tr;
+    snprintf(line, sizeof line, BASE "--save %s --seed 7", dir);
+    gpt_trainer_from_line(&tr, line);
+    mg_trainer_step(&tr);
+    if (mg_trainer_save(&tr, dir, err, sizeof err)) fprintf(stderr, "%s\n", err);
+    mg_trainer_free(&tr);
+}
+
 static void check_weights_and_checkpoints(void) {
     char line[2048], path[700], dir[512], sub[700];
     long len = 0;
     char *model = (char *)mg_test_read_file(GPT_DATA "gpt_model.bin", &len);
-    mg_trainer tr;
-    char err[MG_ERRLEN];
     struct stat st1, st2;
     /* --init-from */
     expect_error("--init-from missing file", BASE "--init-from /nonexistent/model.bin",
@@ -174,11 +183,7 @@ static void check_weights_and_checkpoints(void) {
                  "--num-attention-heads is required");
     /* --load: a checkpoint, then damage copies of it */
     snprintf(dir, sizeof dir, "%s/ckpt", tmp);
-    snprintf(line, sizeof line, BASE "--save %s --seed 7", dir);
-    gpt_trainer_from_line(&tr, line);
-    mg_trainer_step(&tr);
-    if (mg_trainer_save(&tr, dir, err, sizeof err)) fprintf(stderr, "%s\n", err);
-    mg_trainer_free(&tr);
+    save_one_iteration(dir);
     snprintf(line, sizeof line, BASE "--load %s --seed 8", dir);
     expect_error("--load with another --seed", line, "--seed 8 differs from the checkpoint's 7");
     snprintf(line, sizeof line, BASE "--load %s --hidden-size 32 --num-attention-heads 2", dir);
@@ -197,7 +202,8 @@ static void check_weights_and_checkpoints(void) {
     snprintf(path, sizeof path, "%s/latest_checkpointed_iteration.txt", dir);
     write_file(path, "seven\n", 6);
     snprintf(line, sizeof line, BASE "--load %s", dir);
-    expect_error("--load with a malformed latest file", line, "expected an iteration number");
+    expect_error("--load with a malformed latest file", line,
+                 "latest_checkpointed_iteration.txt holds 'seven', not an iteration number");
     write_file(path, "9\n", 2);
     expect_error("--load whose latest names a missing iteration", line, "iter_0000009");
     write_file(path, "1\n", 2);
@@ -214,6 +220,176 @@ static void check_weights_and_checkpoints(void) {
     write_file(sub, "{\"iteration\": 1,", 16);
     expect_error("--load with a corrupt state.json", line, "state.json");
     free(model);
+}
+
+/* text with the value of "key": (up to the next ',') replaced by value; malloc'ed. */
+static char *patch_key(const char *text, const char *key, const char *value) {
+    char pat[80], *out = (char *)malloc(strlen(text) + strlen(value) + 1);
+    const char *at, *end;
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    at = strstr(text, pat);
+    if (!out || !at || !(end = strchr(at, ','))) { fprintf(stderr, "no %s\n", key); exit(1); }
+    at += strlen(pat);
+    sprintf(out, "%.*s%s%s", (int)(at - text), text, value, end);
+    return out;
+}
+
+/* The checkpoint's small files as a careless user (or a damaged disk) leaves them:
+   latest_checkpointed_iteration.txt and state.json as garbage, out-of-range numbers, a named
+   pipe, a directory, an oversized file; Megatron's 'release'. Each refused with one line
+   naming the file (and the key), or, for 'release', loaded as Megatron does.               */
+static void check_small_files(void) {
+    char line[2048], dir[512], latest[700], state[700], rel[700], path[700], cmd[2000];
+    char err[MG_ERRLEN];
+    char *good_state, *bad;
+    long len = 0;
+    size_t i;
+    mg_trainer tr, ref;
+    float *want, *got;
+    int rc;
+    static const char *const latest_bad[][2] = {
+        {"-3\n", "holds '-3', not an iteration number"},
+        {"99999999999999999999\n", "holds '99999999999999999999', not an iteration number"},
+        {"", "holds '', not an iteration number"},
+        {"1 2\n", "holds '1 2', not"},
+        {"0x10\n", "holds '0x10', not"},
+        {"Release\n", "holds 'Release', not"},
+        {"1\0002\n", "holds '1?2', not"},       /* a NUL inside: 4 bytes written */
+    };
+    static const char *const state_bad[][3] = {   /* key, value, the error */
+        {"iteration", "5", "iteration is 5, but the file lies in the directory of iteration 1"},
+        {"consumed_train_samples", "-1", "consumed_train_samples is -1, not an integer in [0, "},
+        {"num_layers", "1099511627776", "num_layers is 1099511627776, not an integer in [1, "
+                                        "2147483647]"},
+        {"hidden_size", "16.5", "hidden_size is 16.5, not an integer"},
+        {"seed", "4294967296", "seed is 4294967296, not an integer in [0, 4294967295]"},
+        {"data_order_index", "7", "data_order_index is 7, not an integer in [0, 1]"},
+        {"vocab_size", "\"37\"", "vocab_size is \"37\", not an integer"},
+        {"loss_scale", "\"big\"", "loss_scale is not a positive number"},
+        {"loss_scale_growth_tracker", "-2", "loss_scale_growth_tracker and"},
+    };
+    snprintf(dir, sizeof dir, "%s/small", tmp);
+    save_one_iteration(dir);
+    snprintf(latest, sizeof latest, "%s/latest_checkpointed_iteration.txt", dir);
+    snprintf(state, sizeof state, "%s/iter_0000001/state.json", dir);
+    snprintf(line, sizeof line, BASE "--load %s", dir);
+    good_state = (char *)mg_test_read_file(state, &len);
+    if (!good_state) { fprintf(stderr, "no %s\n", state); exit(1); }
+    good_state = (char *)realloc(good_state, (size_t)len + 1);
+    good_state[len] = 0;
+
+    /* latest_checkpointed_iteration.txt */
+    for (i = 0; i < sizeof latest_bad / sizeof latest_bad[0]; i++) {
+        char what[160];
+        write_file(latest, latest_bad[i][0], i == 6 ? 4 : strlen(latest_bad[i][0]));
+        snprintf(what, sizeof what, "--load, latest file '%.20s': refused", latest_bad[i][0]);
+        for (char *c = what; *c; c++) if (*c == '\n') *c = ' ';
+        expect_error(what, line, latest_bad[i][1]);
+    }
+    write_file(latest, " 1 \r\n", 5);   /* Python's strip(): Megatron reads it as 1 */
+    rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+    mg_test_report(!rc && tr.iteration == 1 && tr.loaded_iteration == 1,
+                   "cli: --load, latest file ' 1 \\r\\n': iteration 1 (blanks stripped as "
+                   "Megatron does)", "%s", rc ? err : "");
+    if (!rc) mg_trainer_free(&tr);
+    alarm(60);   /* a reader that waits on a pipe ends the test instead of hanging it */
+    remove(latest);
+    if (mkfifo(latest, 0600) == 0)
+        expect_error("--load, latest file a named pipe: refused without waiting", line,
+                     "latest_checkpointed_iteration.txt: not a regular file");
+    remove(latest);
+    mkdir(latest, 0755);
+    expect_error("--load, latest file a directory: refused", line,
+                 "latest_checkpointed_iteration.txt: is a directory");
+    rmdir(latest);
+    bad = (char *)malloc(5000);
+    memset(bad, '1', 5000);
+    write_file(latest, bad, 5000);
+    free(bad);
+    expect_error("--load, latest file of 5000 bytes: refused unread", line,
+                 "5000 bytes, more than the 4096");
+
+    /* 'release': Megatron's released checkpoint, weights from DIR/release, iteration 0 */
+    write_file(latest, "release\n", 8);
+    expect_error("--load 'release' without DIR/release/model.safetensors: refused", line,
+                 "says 'release', but");
+    snprintf(rel, sizeof rel, "%s/release", dir);
+    mkdir(rel, 0755);
+    snprintf(cmd, sizeof cmd, "cp %s/iter_0000001/model.safetensors %s/", dir, rel);
+    if (system(cmd) != 0) fprintf(stderr, "%s failed\n", cmd);
+    rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+    write_file(latest, "1\n", 2);
+    gpt_setup_or_die(&ref, line, NULL);
+    want = gpt_host(&ref.model, ref.model.param_buf);
+    got = rc ? NULL : gpt_host(&tr.model, tr.model.param_buf);
+    mg_test_report(!rc && tr.iteration == 0 && tr.loaded_iteration == -1 && tr.opt.step == 0 &&
+                   tr.consumed_samples == 0 && !memcmp(got, want, sizeof(float) *
+                   (size_t)ref.model.n_elems), "cli: --load 'release': the release's weights "
+                   "(= iteration 1's), from iteration 0 without optimizer state", "%s",
+                   rc ? err : "");
+    free(got);
+    if (!rc) {   /* the library call alone: weights only, nothing else changes */
+        mg_gpt_init_weights(&tr.model, 99);
+        write_file(latest, "release", 7);
+        rc = mg_trainer_load(&tr, dir, err, sizeof err);
+        got = gpt_host(&tr.model, tr.model.param_buf);
+        mg_test_report(rc == 1 && tr.iteration == 0 && !memcmp(got, want, sizeof(float) *
+                       (size_t)ref.model.n_elems), "cli: mg_trainer_load of a 'release': its "
+                       "weights", "rc %d %s", rc, rc == 1 ? "" : err);
+        free(got);
+        write_file(latest, "1\n", 2);
+        mg_trainer_free(&tr);
+    }
+    free(want);
+    mg_trainer_free(&ref);
+
+    /* state.json */
+    for (i = 0; i < sizeof state_bad / sizeof state_bad[0]; i++) {
+        char what[200];
+        bad = patch_key(good_state, state_bad[i][0], state_bad[i][1]);
+        write_file(state, bad, strlen(bad));
+        free(bad);
+        snprintf(what, sizeof what, "--load, state.json with %s %s: refused", state_bad[i][0],
+                 state_bad[i][1]);
+        expect_error(what, line, state_bad[i][2]);
+    }
+    write_file(state, "[1]", 3);
+    expect_error("--load, state.json not an object: refused", line, "state.json: not a JSON object");
+    remove(state);
+    if (mkfifo(state, 0600) == 0)
+        expect_error("--load, state.json a named pipe: refused without waiting", line,
+                     "state.json: not a regular file");
+    remove(state);
+    mkdir(state, 0755);
+    expect_error("--load, state.json a directory: refused", line, "state.json: is a directory");
+    rmdir(state);
+    write_file(state, good_state, (size_t)len);
+    if (truncate(state, (off_t)2 << 20) == 0)
+        expect_error("--load, state.json of 2 MiB: refused unread", line,
+                     "2097152 bytes, more than the 1048576");
+    write_file(state, good_state, (size_t)len);
+    rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+    mg_test_report(!rc && tr.iteration == 1, "cli: --load of the restored checkpoint works", "%s",
+                   rc ? err : "");
+    if (!rc) mg_trainer_free(&tr);
+
+    /* --init-from a pipe or a directory without weights */
+    snprintf(path, sizeof path, "%s/fifo.bin", tmp);
+    if (mkfifo(path, 0600) == 0) {
+        snprintf(line, sizeof line, BASE "--init-from %s", path);
+        expect_error("--init-from a named pipe: refused without waiting", line,
+                     "fifo.bin: not a regular file");
+    }
+    snprintf(line, sizeof line, BASE "--init-from %s", rel);
+    remove(rel);
+    snprintf(cmd, sizeof cmd, "%s/model.safetensors", rel);
+    remove(cmd);
+    rmdir(rel);
+    mkdir(rel, 0755);
+    expect_error("--init-from a directory without model.safetensors", line,
+                 "release/model.safetensors: cannot open");
+    alarm(0);
+    free(good_state);
 }
 
 /* The program itself: exit status 2 and one stderr line for a bad flag; a short real run. */
@@ -264,6 +440,7 @@ int main(void) {
     check_required_and_sizes();
     check_paths_and_data();
     check_weights_and_checkpoints();
+    check_small_files();
     check_program();
     gpt_rmtree(tmp);
     return mg_test_summary();

@@ -137,6 +137,9 @@ static void check_schedules(void) {
              "microbatch 4 never runs forward"},
             {"schedule file whose p·v does not divide the layers", "--num-layers 6", "v2.sched",
              "--num-layers 6 is not divisible by p·v = 4"},
+            {"schedule file a named pipe (refused, not waited on)", "", "pipe.sched",
+             "pipe.sched': not a regular file"},
+            {"schedule file a directory", "", "dir.sched", "dir.sched': it is a directory"},
         };
         int i;
         for (i = 0; i < (int)(sizeof file_cases / sizeof file_cases[0]); i++) {
@@ -236,6 +239,10 @@ int main(int argc, char **argv) {
         write_text(path, "0F0 0X0 0B0\n1F0 1B0\n");
         snprintf(path, sizeof path, "%s/three.sched", tmp);
         write_text(path, "0F0 0B0\n1F0 1B0\n2F0 2B0\n");
+        snprintf(path, sizeof path, "%s/pipe.sched", tmp);         /* no writer, ever */
+        if (mkfifo(path, 0600) != 0) perror(path);
+        snprintf(path, sizeof path, "%s/dir.sched", tmp);
+        if (mkdir(path, 0755) != 0) perror(path);
         snprintf(path, sizeof path, "%s/v2.sched", tmp);           /* GPipe, p = 2, v = 2 */
         write_text(path, "0F0 0F1 0F2 0F3 2F0 2F1 2F2 2F3 2B0 2B1 2B2 2B3 0B0 0B1 0B2 0B3\n"
                          "1F0 1F1 1F2 1F3 3F0 3F1 3F2 3F3 3B0 3B1 3B2 3B3 1B0 1B1 1B2 1B3\n");

@@ -702,12 +702,21 @@ static void test_hf_config(void) {
     CHECK(rc == 0 && !memcmp(&c, &r, sizeof c), "config.json: write -> read");
     const char *missing = "{\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 8, \"vocab_size\": 9}";
     put_file(tp("c1.json"), missing, strlen(missing));
-    expect_fail("config.json: missing n_positions", mg_hf_config_read(tp("c1.json"), &r, err, sizeof err),
-                "missing \"n_positions\"");
+    rc = mg_hf_config_read(tp("c1.json"), &r, err, sizeof err);
+    CHECK(rc == 0 && r.n_layer == 2 && r.n_positions == 1024,
+          "config.json: a missing n_positions is GPT2Config's default, 1024");
+    put_file(tp("c1.json"), "{}", 2);
+    rc = mg_hf_config_read(tp("c1.json"), &r, err, sizeof err);
+    CHECK(rc == 0 && r.n_layer == 12 && r.n_head == 12 && r.n_embd == 768 &&
+          r.n_positions == 1024 && r.vocab_size == 50257,
+          "config.json: {} is GPT2Config() (GPT-2 small: 12, 12, 768, 1024, 50257)");
+    put_file(tp("c1.json"), "[12]", 4);
+    expect_fail("config.json: not an object", mg_hf_config_read(tp("c1.json"), &r, err, sizeof err),
+                "not a JSON object");
     const char *frac = "{\"n_layer\": 2, \"n_head\": 2.5, \"n_embd\": 8, \"n_positions\": 4, \"vocab_size\": 9}";
     put_file(tp("c2.json"), frac, strlen(frac));
     expect_fail("config.json: fractional n_head", mg_hf_config_read(tp("c2.json"), &r, err, sizeof err),
-                "positive integer");
+                "\"n_head\" is 2.5, not a positive integer");
     put_file(tp("c3.json"), "{\"n_layer\": 2,", 14);
     expect_fail("config.json: malformed", mg_hf_config_read(tp("c3.json"), &r, err, sizeof err),
                 "malformed JSON");
@@ -723,6 +732,97 @@ static void test_hf_config(void) {
     free(text);
     expect_fail("mg_read_file: a file over the limit", mg_read_file(tp("c2.json"), 10, &text, &len,
                 err, sizeof err), "more than the 10");
+}
+
+/* The GPT2Config keys that change the math (transformers 4.40.2): what megatron.h computes
+   is accepted, anything else refused with the key named; the writer states every one.      */
+static void test_hf_config_math(void) {
+    /* a valid config of n_embd 8 with one member put first (the first of a name counts) */
+    static const char *const base = "{%s\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 8, "
+                                    "\"n_positions\": 4, \"vocab_size\": 9}";
+    static const struct { const char *member, *needle; } bad[] = {
+        {"\"model_type\": \"gpt_neo\"", "\"model_type\" is \"gpt_neo\"; megatron.h imports GPT-2"},
+        {"\"model_type\": null", "\"model_type\" is null"},
+        {"\"activation_function\": \"gelu\"", "\"activation_function\" is \"gelu\"; megatron.h"},
+        {"\"activation_function\": \"relu\"", "\"activation_function\" is \"relu\""},
+        {"\"activation_function\": 1", "\"activation_function\" is 1"},
+        {"\"layer_norm_epsilon\": 1e-6", "\"layer_norm_epsilon\" is 1e-6; megatron.h's layernorms"},
+        {"\"layer_norm_epsilon\": \"1e-5\"", "\"layer_norm_epsilon\" is \"1e-5\""},
+        {"\"scale_attn_weights\": false", "\"scale_attn_weights\" is false; megatron.h needs true"},
+        {"\"scale_attn_weights\": \"true\"", "\"scale_attn_weights\" is \"true\", not true or false"},
+        {"\"scale_attn_by_inverse_layer_idx\": true",
+         "\"scale_attn_by_inverse_layer_idx\" is true; megatron.h needs false"},
+        {"\"reorder_and_upcast_attn\": 0", "\"reorder_and_upcast_attn\" is 0, not true or false"},
+        {"\"add_cross_attention\": true", "\"add_cross_attention\" is true; megatron.h needs false"},
+        {"\"tie_word_embeddings\": false", "\"tie_word_embeddings\" is false; megatron.h needs true"},
+        {"\"n_inner\": 100", "\"n_inner\" is 100; megatron.h's MLP is 4 x n_embd = 32 wide"},
+        {"\"n_inner\": 32.5", "\"n_inner\" is 32.5"},
+        {"\"n_layer\": 0", "\"n_layer\" is 0, not a positive integer"},
+        {"\"vocab_size\": 3000000000", "\"vocab_size\" is 3000000000, not a positive integer below 2^31"},
+    };
+    static const char *const good[] = {
+        "", "\"model_type\": \"gpt2\"", "\"activation_function\": \"gelu_new\"",
+        "\"activation_function\": \"gelu_pytorch_tanh\"", "\"activation_function\": \"gelu_fast\"",
+        "\"activation_function\": \"gelu_accurate\"", "\"layer_norm_epsilon\": 1e-05",
+        "\"layer_norm_epsilon\": 9.99999974737875e-06", "\"reorder_and_upcast_attn\": true",
+        "\"reorder_and_upcast_attn\": false", "\"n_inner\": null", "\"n_inner\": 32",
+        "\"scale_attn_weights\": true", "\"scale_attn_by_inverse_layer_idx\": false",
+        "\"add_cross_attention\": false", "\"tie_word_embeddings\": true"};
+    char text[512], label[200], member[200];
+    mg_hf_config c;
+    int ok = 1;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(member, sizeof member, "%s, ", bad[i].member);
+        snprintf(text, sizeof text, base, member);
+        put_file(tp("math.json"), text, strlen(text));
+        snprintf(label, sizeof label, "config.json: %s is refused, the key named", bad[i].member);
+        expect_fail(label, mg_hf_config_read(tp("math.json"), &c, err, sizeof err), bad[i].needle);
+    }
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        member[0] = 0;
+        if (good[i][0]) snprintf(member, sizeof member, "%s, ", good[i]);
+        snprintf(text, sizeof text, base, member);
+        put_file(tp("math.json"), text, strlen(text));
+        if (mg_hf_config_read(tp("math.json"), &c, err, sizeof err) != 0 || c.n_embd != 8) {
+            mg_test_report(0, "config.json: what megatron.h computes is accepted", "%s: %s",
+                           good[i], err);
+            ok = 0;
+        }
+    }
+    if (ok) mg_test_report(1, "config.json: what megatron.h computes is accepted", "%d variants",
+                           (int)(sizeof good / sizeof good[0]));
+    /* config.json files as transformers 4.40.2 saved them (GPT2LMHeadModel, GPT2Model) */
+    ok = mg_hf_config_read("tests/data/hf_lm/config.json", &c, err, sizeof err) == 0 &&
+         c.n_layer == 2 && c.n_embd == 24 && c.n_head == 4;
+    ok = ok && mg_hf_config_read("tests/data/hf_base/config.json", &c, err, sizeof err) == 0 &&
+         c.n_layer == 1 && c.vocab_size == 37;
+    mg_test_report(ok, "config.json: transformers' own files (hf_lm, hf_base) read", "%s", err);
+    /* the writer states every math key with our value (no reader has to know the defaults) */
+    mg_hf_config w = {2, 2, 8, 4, 9};
+    char *written = NULL;
+    size_t len = 0;
+    mg_json js;
+    int rc = mg_hf_config_write(tp("written.json"), &w, err, sizeof err);
+    if (rc == 0) rc = mg_read_file(tp("written.json"), 4096, &written, &len, err, sizeof err);
+    if (rc == 0) rc = mg_json_parse(&js, written, len, err, sizeof err);
+    static const char *const stated[][2] = {
+        {"model_type", "\"gpt2\""}, {"activation_function", "\"gelu_new\""},
+        {"layer_norm_epsilon", "1e-05"}, {"scale_attn_weights", "true"},
+        {"scale_attn_by_inverse_layer_idx", "false"}, {"reorder_and_upcast_attn", "false"},
+        {"add_cross_attention", "false"}, {"n_inner", "null"}, {"tie_word_embeddings", "true"}};
+    ok = rc == 0;
+    for (int k = 0; ok && k < 9; k++) {
+        int64_t t = mg_json_get(&js, 0, stated[k][0]);
+        const char *at = t < 0 ? "" : written + js.toks[t].start -
+                                      (js.toks[t].type == MG_JSON_STRING);
+        ok = t >= 0 && !strncmp(at, stated[k][1], strlen(stated[k][1]));
+        if (!ok) snprintf(err, sizeof err, "%s missing or not %s", stated[k][0], stated[k][1]);
+    }
+    if (rc == 0) mg_json_free(&js);
+    free(written);
+    mg_test_report(ok, "config.json: the writer states each math key with megatron.h's value",
+                   "%s", ok ? "" : err);
+    err[0] = 0;
 }
 
 /* ---- bad files ------------------------------------------------------------------------------ */
@@ -1018,6 +1118,15 @@ static void test_careless_input(void) {
         snprintf(label, sizeof label, "%s: a 0-byte file is refused", readers[r].name);
         expect_fail(label, readers[r].read(tp("empty")), readers[r].on_empty);
     }
+    unsigned char head[8] = {0};
+    put_file(tp("four"), "abcd", 4);
+    CHECK(mg_read_head(tp("four"), head, sizeof head, err, sizeof err) == 4 &&
+          !memcmp(head, "abcd", 4), "mg_read_head: the first bytes of a short file");
+    if (have_fifo)
+        expect_fail("mg_read_head: a named pipe is refused, without waiting for a writer",
+                    (int)mg_read_head(path, head, 4, err, sizeof err), "not a regular file");
+    expect_fail("mg_read_head: a directory is refused",
+                (int)mg_read_head(tp("adir"), head, 4, err, sizeof err), "is a directory");
     expect_fail("dataset: /dev/null (a device) is refused", read_dataset("/dev/null"),
                 "not a regular file");
     expect_fail("dataset: a path through a regular file", read_dataset(tp("empty/x")), "Not a directory");
@@ -1163,6 +1272,33 @@ static void test_mg_prepare(void) {
              tp("a.txt"), tp("missing.txt"));
     CHECK(system(cmd) != 0 && count_names("prep_bad") == 0,
           "mg_prepare: a missing input fails and writes nothing");
+    /* inputs that are not small regular files: one stderr line, exit 1, nothing written, and
+       a named pipe without a writer is refused at once (timeout 20 s ends a hang) */
+    static const char *const inputs[3][2] = {{"adir", "is a directory"},
+                                             {"pipe", "not a regular file"},
+                                             {"huge.txt", "more than the 1073741824"}};
+    mkdir(tp("adir"), 0755);           /* both may exist already (test_careless_input) */
+    mkfifo(tp("pipe"), 0600);
+    put_file(tp("huge.txt"), "", 0);
+    int sparse = truncate(tp("huge.txt"), ((off_t)1 << 30) + 1) == 0;   /* no disk used */
+    for (int i = 0; i < 3; i++) {
+        char out[1024] = "", label[160];
+        if (i == 2 && !sparse) continue;
+        snprintf(cmd, sizeof cmd, "timeout 20 %s --quiet -o %s %s %s 2>&1 >/dev/null; "
+                 "echo \"status $?\"", tool, tp("prep_bad"), tp("a.txt"), tp(inputs[i][0]));
+        FILE *p = popen(cmd, "r");
+        size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+        out[n] = 0;
+        if (p) pclose(p);
+        char *nl = strchr(out, '\n');
+        snprintf(label, sizeof label, "mg_prepare: an input that is %s: one line, exit 1, nothing "
+                 "written", i == 0 ? "a directory" : i == 1 ? "a named pipe" : "over 1 GiB");
+        mg_test_report(!strncmp(out, "mg_prepare: ", 12) && nl && strstr(out, inputs[i][1]) &&
+                       strstr(out, inputs[i][1]) < nl && !strcmp(nl + 1, "status 1\n") &&
+                       count_names("prep_bad") == 0, label, "%.*s", nl ? (int)(nl - out) : 200,
+                       out);
+    }
+    unlink(tp("huge.txt"));
 }
 
 int main(void) {
@@ -1178,6 +1314,7 @@ int main(void) {
     test_safetensors_roundtrip();
     test_safetensors_python();
     test_hf_config();
+    test_hf_config_math();
     test_bad_indexed();
     test_bad_llmc();
     test_bad_safetensors();

@@ -18,6 +18,7 @@
    live by the oracle script when build/gpt_train exists (make oracle).
    Usage: test_hf_interop [DATADIR]   (default tests/data; the oracle passes its output dir) */
 #include "gpt_test_util.h"
+#include <sys/stat.h>
 
 static const char *data_dir = "tests/data";
 
@@ -282,6 +283,187 @@ static void check_untied(void) {
                    rc ? err : "opened without error");
 }
 
+/* --- careless and unsupported input ------------------------------------------------------- */
+/* mg_weights_open(path) must fail with one line holding `needle`. */
+static void expect_open_fails(const char *what, const char *path, const char *needle) {
+    mg_weights_file wf;
+    char err[MG_ERRLEN] = "", name[400];
+    int rc = mg_weights_open(&wf, path, err, sizeof err);
+    if (!rc) mg_weights_close(&wf);
+    snprintf(name, sizeof name, "hf: %s", what);
+    mg_test_report(rc != 0 && strstr(err, needle) && !strchr(err, '\n'), name, "%s",
+                   rc ? err : "opened without error");
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(text, 1, strlen(text), f) != strlen(text)) { perror(path); exit(1); }
+    fclose(f);
+}
+
+/* A safetensors file of zero-filled F32 tensors (shape [rows, cols]) and string metadata. */
+static void write_st(const char *path, int n, const char *const *names, const int64_t (*shapes)[2],
+                     const char *const *meta_keys, const char *const *meta_vals, int n_meta) {
+    mg_st_spec spec[4];
+    mg_st_writer w;
+    char err[MG_ERRLEN];
+    int i, rc;
+    memset(spec, 0, sizeof spec);
+    for (i = 0; i < n; i++) {
+        spec[i].name = names[i];
+        spec[i].dtype = MG_ST_F32;
+        spec[i].ndim = 2;
+        spec[i].shape[0] = shapes[i][0];
+        spec[i].shape[1] = shapes[i][1];
+    }
+    rc = mg_st_writer_begin(&w, path, NULL, 1, spec, n, meta_keys, meta_vals, n_meta, err,
+                            sizeof err);
+    for (i = 0; i < n && !rc; i++) {
+        int64_t numel = shapes[i][0] * shapes[i][1];
+        float *zeros = (float *)calloc((size_t)(numel ? numel : 1), sizeof(float));
+        rc = mg_st_writer_write(&w, i, 0, zeros, numel, err, sizeof err);
+        free(zeros);
+    }
+    if (!rc) rc = mg_st_writer_commit(&w, err, sizeof err);
+    if (rc) { fprintf(stderr, "%s: %s\n", path, err); exit(1); }
+}
+
+/* The real GPT2Model save (hf_base) beside a config.json that changes one math-deciding key:
+   refused with the key named; the other keys' accepted values open. Then config.json and the
+   weights path as a named pipe, a directory, an oversized or a garbage file; shapes and
+   metadata that do not fit an int.                                                         */
+static void check_careless(void) {
+    static const char *const bad[][2] = {   /* member put first (it wins), key in the error */
+        {"\"model_type\": \"gpt_neo\"", "\"model_type\" is \"gpt_neo\""},
+        {"\"activation_function\": \"relu\"", "\"activation_function\" is \"relu\""},
+        {"\"activation_function\": \"gelu\"", "\"activation_function\" is \"gelu\""},
+        {"\"layer_norm_epsilon\": 1e-06", "\"layer_norm_epsilon\" is 1e-06"},
+        {"\"scale_attn_weights\": false", "\"scale_attn_weights\" is false"},
+        {"\"scale_attn_by_inverse_layer_idx\": true", "\"scale_attn_by_inverse_layer_idx\" is true"},
+        {"\"add_cross_attention\": true", "\"add_cross_attention\" is true"},
+        {"\"n_inner\": 48", "\"n_inner\" is 48"},
+        {"\"tie_word_embeddings\": false", "\"tie_word_embeddings\" is false"},
+        {"\"reorder_and_upcast_attn\": null", "\"reorder_and_upcast_attn\" is null"},
+    };
+    static const char *const good[] = {"\"reorder_and_upcast_attn\": true",
+                                       "\"activation_function\": \"gelu_pytorch_tanh\"",
+                                       "\"n_inner\": 64"};
+    char dir[256], path[600], cfg[600], text[4096], what[300];
+    char *orig;
+    long len = 0;
+    void *weights;
+    size_t i;
+    mg_weights_file wf;
+    char err[MG_ERRLEN];
+    gpt_tmpdir(dir, sizeof dir, "hfcareless");
+    data_path(path, sizeof path, "hf_base/config.json");
+    orig = gpt_read_text(path);
+    data_path(path, sizeof path, "hf_base/model.safetensors");
+    weights = mg_test_read_file(path, &len);
+    if (!orig || !weights || orig[0] != '{') { fprintf(stderr, "hf_base fixture missing\n"); exit(1); }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    {
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(weights, 1, (size_t)len, f) != (size_t)len) { perror(path); exit(1); }
+        fclose(f);
+    }
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(text, sizeof text, "{%s,%s", bad[i][0], orig + 1);
+        write_text(cfg, text);
+        snprintf(what, sizeof what, "config.json with %s beside transformers' weights: refused, "
+                 "the key named", bad[i][0]);
+        expect_open_fails(what, dir, bad[i][1]);
+    }
+    for (i = 0; i < sizeof good / sizeof good[0]; i++) {
+        int rc;
+        snprintf(text, sizeof text, "{%s,%s", good[i], orig + 1);
+        write_text(cfg, text);
+        rc = mg_weights_open(&wf, dir, err, sizeof err);
+        snprintf(what, sizeof what, "hf: config.json with %s (the same function): opens", good[i]);
+        mg_test_report(!rc && wf.cfg.n_head == 2 && wf.cfg.hidden == 16, what, "%s", rc ? err : "");
+        if (!rc) mg_weights_close(&wf);
+    }
+    /* config.json that is no small regular file: refused, never waited on */
+    alarm(60);
+    remove(cfg);
+    if (mkfifo(cfg, 0600) == 0)
+        expect_open_fails("config.json as a named pipe: refused without waiting for a writer",
+                          dir, "not a regular file");
+    remove(cfg);
+    mkdir(cfg, 0755);
+    expect_open_fails("config.json as a directory: refused", dir, "is a directory");
+    rmdir(cfg);
+    write_text(cfg, "{\"n_layer\": 1,");
+    expect_open_fails("config.json cut short: refused", dir, "malformed JSON");
+    if (truncate(cfg, (off_t)17 << 20) == 0)
+        expect_open_fails("a 17 MB config.json: refused unread", dir, "more than the");
+    remove(cfg);
+    /* the weights path itself */
+    snprintf(path, sizeof path, "%s/fifo.safetensors", dir);
+    if (mkfifo(path, 0600) == 0)
+        expect_open_fails("weights path a named pipe: refused without waiting for a writer", path,
+                          "not a regular file");
+    snprintf(path, sizeof path, "%s/empty_dir", dir);
+    mkdir(path, 0755);
+    expect_open_fails("a directory without model.safetensors: refused", path,
+                      "model.safetensors: cannot open");
+    alarm(0);
+    {   /* int64 shapes and metadata strings that do not fit the model's ints */
+        static const char *const hf_names[2] = {"wte.weight", "wpe.weight"};
+        static const char *const mg_names[1] = {"embedding.word_embeddings.weight"};
+        static const int64_t huge[2][2] = {{3000000000LL, 0}, {4, 0}}, small[2][2] = {{5, 4}, {3, 4}};
+        const char *heads_key[1] = {"n_head"}, *heads_val[1] = {"two"};
+        const char *arch_keys[5] = {"num_layers", "hidden_size", "num_attention_heads",
+                                    "max_position_embeddings", "vocab_size"};
+        const char *arch_vals[5] = {"1", "4", "2", "99999999999", "5"};
+        snprintf(path, sizeof path, "%s/huge.safetensors", dir);
+        write_st(path, 2, hf_names, huge, NULL, NULL, 0);
+        expect_open_fails("wte.weight of 3e9 rows (int64 shape): refused, not wrapped", path,
+                          "the rows of wte.weight (vocab_size) is 3000000000");
+        snprintf(path, sizeof path, "%s/heads.safetensors", dir);
+        write_st(path, 2, hf_names, small, heads_key, heads_val, 1);
+        expect_open_fails("metadata n_head 'two' (no config.json): refused", path,
+                          "metadata n_head is 'two', not a positive integer");
+        snprintf(path, sizeof path, "%s/ours.safetensors", dir);
+        write_st(path, 1, mg_names, small, arch_keys, arch_vals, 5);
+        expect_open_fails("our model file with max_position_embeddings 99999999999: refused", path,
+                          "metadata max_position_embeddings is '99999999999', not a positive");
+    }
+    free(orig);
+    free(weights);
+    gpt_rmtree(dir);
+}
+
+/* Export states each GPT2Config key that decides the math, with megatron.h's value, instead
+   of leaving it to transformers' defaults. */
+static void check_export_states_keys(hf_run *run) {
+    static const char *const keys[9] = {"model_type", "activation_function",
+        "layer_norm_epsilon", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
+        "reorder_and_upcast_attn", "add_cross_attention", "n_inner", "tie_word_embeddings"};
+    char dir[256], path[600], err[MG_ERRLEN], missing[200] = "";
+    char *text;
+    mg_json js;
+    mg_hf_config c;
+    int k, ok, parsed;
+    gpt_tmpdir(dir, sizeof dir, "hfkeys");
+    ok = mg_gpt_export_hf(&run->f.m, dir, err, sizeof err) == 0;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    text = ok ? gpt_read_text(path) : NULL;
+    ok = parsed = text && mg_json_parse(&js, text, strlen(text), err, sizeof err) == 0;
+    for (k = 0; ok && k < 9; k++)
+        if (mg_json_get(&js, 0, keys[k]) < 0) {
+            snprintf(missing, sizeof missing, "%s not stated", keys[k]);
+            ok = 0;
+        }
+    if (parsed) mg_json_free(&js);
+    ok = ok && mg_hf_config_read(path, &c, err, sizeof err) == 0;   /* and reads back */
+    mg_test_report(ok, "hf: exported config.json states every math-deciding key (and reads back)",
+                   "%s", missing[0] ? missing : ok ? "" : err);
+    free(text);
+    gpt_rmtree(dir);
+}
+
 /* check_open, then the oracle batch through the weights of data file `file`. */
 static void open_and_run(hf_run *run, const hf_ref *r, const char *model, const char *file,
                          mg_weights_kind kind, const char *prefix, int heads_known) {
@@ -327,6 +509,8 @@ int main(int argc, char **argv) {
     check_export(&r, &llmc, "base", "llm.c -> HF", "hf_base/model.safetensors", "");
 
     check_untied();
+    check_careless();
+    check_export_states_keys(&base);
 
     hf_run_free(&lm);
     hf_run_free(&base);

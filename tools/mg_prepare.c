@@ -34,22 +34,11 @@ static void usage(FILE *to) {
         "                              after blank lines; line: one document per line\n"
         "  --dtype T                   token storage of the indexed dataset (default uint16, as\n"
         "                              Megatron's preprocess_data for vocabularies < 65500)\n"
-        "Tokens are bytes (vocabulary 256).\n");
+        "Tokens are bytes (vocabulary 256). Each TEXTFILE is a regular file of at most 1 GiB.\n");
 }
 
-static unsigned char *read_file(const char *path, long *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    unsigned char *buf = NULL;
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
-        buf = (unsigned char *)malloc((size_t)n + 1);
-        if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
-    }
-    fclose(f);
-    *len = n;
-    return buf;
-}
+/* Each input file is read whole (its tokens are int32: 5 bytes of memory per input byte).  */
+#define MAX_INPUT_BYTES ((size_t)1 << 30)
 
 /* End (exclusive) of the document starting at `start` in text[0..n).                     */
 static long document_end(const unsigned char *text, long n, long start, doc_mode mode) {
@@ -116,7 +105,7 @@ int main(int argc, char **argv) {
         return 2;
     }
 
-    char err[MG_ERRLEN];
+    char err[MG_ERRLEN] = "";
     mg_idx_writer w;
     int32_t *stream = NULL;            /* llm.c: all tokens */
     int64_t n_stream = 0, cap_stream = 0, n_docs = 0, n_tokens = 0;
@@ -127,20 +116,35 @@ int main(int argc, char **argv) {
     }
     int rc = 0;
     for (int a = first_file; a < argc && rc == 0; a++) {
-        long n = 0;
-        unsigned char *text = read_file(argv[a], &n);
-        if (!text) {
-            fprintf(stderr, "mg_prepare: %s: cannot read\n", argv[a]);
+        char *bytes = NULL;
+        size_t len = 0;
+        /* a directory, a named pipe or an oversized file: one line, nothing waited on */
+        if (mg_read_file(argv[a], MAX_INPUT_BYTES, &bytes, &len, err, sizeof err) != 0) {
             rc = 1;
             break;
         }
+        const unsigned char *text = (const unsigned char *)bytes;
+        long n = (long)len;
         free(tokens);
         tokens = (int32_t *)malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+        if (!tokens) {
+            snprintf(err, sizeof err, "%s: out of memory for %ld tokens", argv[a], n);
+            free(bytes);   /* MG_FREE of the library: free by default */
+            rc = 1;
+            break;
+        }
         for (long i = 0; i < n; i++) tokens[i] = text[i];
         if (llmc) {
             if (n_stream + n > cap_stream) {
                 cap_stream = 2 * (n_stream + n);
                 int32_t *grown = (int32_t *)malloc((size_t)cap_stream * sizeof(int32_t));
+                if (!grown) {
+                    snprintf(err, sizeof err, "out of memory for %lld tokens",
+                             (long long)cap_stream);
+                    free(bytes);
+                    rc = 1;
+                    break;
+                }
                 if (n_stream) memcpy(grown, stream, (size_t)n_stream * sizeof(int32_t));
                 free(stream);
                 stream = grown;
@@ -158,7 +162,7 @@ int main(int argc, char **argv) {
             }
             start = end;
         }
-        free(text);
+        free(bytes);
     }
     free(tokens);
     if (rc == 0 && prefix) rc = mg_idx_writer_finish(&w, err, sizeof err);

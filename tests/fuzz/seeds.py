@@ -1,6 +1,6 @@
 """tests/fuzz/seeds.py OUTDIR — seed corpora for the mg_data.h fuzz harnesses, built from the
 valid fixtures in tests/data plus a few tiny hand-made files (nothing is committed but this
-script). Writes OUTDIR/{json,safetensors,idx,llmc}/<name>. Standard library only."""
+script). Writes OUTDIR/{json,safetensors,idx,llmc,state}/<name>. Standard library only."""
 import os
 import struct
 import sys
@@ -89,6 +89,42 @@ def main():
     put(out, "llmc", "tokens_plain", llmc_tokens(list(range(1, 12))))
     put(out, "llmc", "ckpt_v3", llmc_checkpoint(3))
     put(out, "llmc", "ckpt_v5", llmc_checkpoint(5))
+    # the trainer's small files: a state.json as mg_trainer_save writes it (fp16 run, the
+    # flag dump shortened), config.json files, and latest_checkpointed_iteration.txt lines.
+    put(out, "state", "state.json", STATE_JSON)
+    put(out, "state", "state_fp32.json", STATE_JSON.replace(
+        b'  "loss_scale": 4294967296, "loss_scale_growth_tracker": 0, '
+        b'"loss_scale_hysteresis_tracker": 1,\n', b""))
+    for name in ["hf_lm/config.json", "hf_base/config.json", "gpt_config.json"]:
+        put(out, "state", name.replace("/", "_"), read(name))
+        put(out, "json", name.replace("/", "_"), read(name))
+    for k, line in enumerate([b"1\n", b"300", b" 42 \r\n", b"release\n", b"0"]):
+        put(out, "state", "latest_%d" % k, line)
+
+
+STATE_JSON = b"""{
+  "format": "megatron.h checkpoint", "version": 1,
+  "iteration": 1, "consumed_train_samples": 1, "consumed_valid_samples": 0,
+  "adam_step": 0, "skipped_iterations": 1, "nan_iterations": 0,
+  "seed": 1234, "data_order_index": 0,
+  "loss_scale": 4294967296, "loss_scale_growth_tracker": 0, "loss_scale_hysteresis_tracker": 1,
+  "num_layers": 1,
+  "hidden_size": 16,
+  "num_attention_heads": 2,
+  "seq_length": 8,
+  "max_position_embeddings": 8,
+  "vocab_size": 37,
+  "padded_vocab_size": 128,
+  "args": {
+    "num-layers": 1,
+    "hidden-size": 16,
+    "lr": 0.001,
+    "fp16": true,
+    "data-path": "tests/data/gpt_tokens.bin",
+    "save": null
+  }
+}
+"""
 
 
 if __name__ == "__main__":

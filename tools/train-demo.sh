@@ -5,24 +5,24 @@
 # paragraphs is printed every 50 iterations), saves a checkpoint, and prints a generated sample.
 # Everything it writes lives in build/demo/ (removed and rebuilt each run).
 #
-# The run is parallel, PTD-P style, on CPU ranks under mpirun: by default 4 ranks = pipeline-
-# parallel p=2 (1F1B, 3 layers per stage) x data-parallel d=2 (the distributed optimizer shards
-# the AdamW moments over the 2 replicas), tensor-parallel t=1. A full 3-D layout (t=2, p=2,
-# d=2) needs 8 ranks — too slow for a demo on 2 cores, but `RANKS=8 TP=2` runs it. The log's
-# first lines show which rank holds which (tensor, data, pipeline) coordinates. The math is the
-# single-rank run's (tests/test_dp.c). The sample at the end is generated through the same
-# layout (with p > 1, token by token through the pipeline stages).
+# The run is parallel, PTD-P style, on CPU ranks under mpirun: by default 8 ranks, the full
+# 3-D layout = tensor-parallel t=2 (sequence parallel) x pipeline-parallel p=2 (1F1B, 3 layers
+# per stage) x data-parallel d=2 (the distributed optimizer shards the AdamW moments over the
+# 2 replicas). The log's first lines show which rank holds which (tensor, data, pipeline)
+# coordinates. The math is the single-rank run's (tests/test_dp.c). The sample at the end is
+# generated through the same layout (token by token through the pipeline stages).
 #   RANKS=1 sh tools/train-demo.sh                        one process, no MPI layout
+#   RANKS=4 TP=1 PP=2 sh tools/train-demo.sh              p=2 x d=2 on 4 ranks
 #   RANKS=4 TP=2 PP=1 sh tools/train-demo.sh              t=2 (sequence parallel) x d=2
-#   RANKS=8 TP=2 PP=2 ITERS=600 sh tools/train-demo.sh    t=2 x p=2 x d=2, a longer run
+#   ITERS=600 sh tools/train-demo.sh                      the 3-D layout, a longer run
 set -e
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-RANKS=${RANKS:-4}
-TP=${TP:-1}
+RANKS=${RANKS:-8}
+TP=${TP:-2}
 PP=${PP:-2}
 THREADS=${THREADS:-2}
-# 4 ranks on 2 cores (t=1 x p=2 x d=2) run ~0.26 s per iteration (communication and
+# 8 ranks on 2 cores (t=2 x p=2 x d=2) run ~0.3 s per iteration (communication and
 # oversubscription; one rank with 2 threads is faster here — the layout is the point): a shorter
 # default run in parallel (micro-batches of 2: 4 per replica and iteration keep the pipeline busy)
 if [ "$RANKS" -gt 1 ]; then ITERS=${ITERS:-200}; SAMPLE=${SAMPLE:-200}; MB=${MB:-2}; fi

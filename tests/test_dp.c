@@ -34,7 +34,9 @@
    (t=1, p=4, d=2), (t=4, p=1, d=2), (t=2, p=2, d=2) without ZeRO and on one rank:
    iterations 11–20 and the final weights equal the uninterrupted serial run.
    On 2 ranks: a bf16 run with a sharded master saved after 5 iterations resumes bit for bit
-   under its own layout, and within the bf16 bound without the distributed optimizer.
+   under its own layout, and within the bf16 bound without the distributed optimizer; an fp16
+   run with dynamic loss scaling (skipped iterations, then updates) and a sharded master
+   equals the run without the distributed optimizer bit for bit.
    On every world size: a NaN planted in one rank's weights makes every rank skip the step
    (global non-finite detection), with and without the distributed optimizer; the validation
    loss (each replica its share of the batches) equals the serial one, also through a
@@ -414,6 +416,49 @@ static void check_resume_master(void) {
     if (comm.world_rank == 0) gpt_rmtree(tmpl);
 }
 
+/* fp16 with dynamic loss scaling and a sharded master (d = 2): an initial scale of 2^23
+   overflows the fp16 gradients, so the first iterations are skipped — the master pieces, the
+   16-bit copy and the moments must stay untouched — until the scale has backed off; the run
+   equals the same fp16 run without the distributed optimizer bit for bit (losses, scales,
+   skips and the gathered fp32 master: at d = 2 the all-reduce and the reduce-scatter add the
+   same two numbers).                                                                       */
+static void check_fp16_master(void) {
+    static const char *layouts[2] = {"--use-distributed-optimizer", ""};
+    char line[2048], extra[400];
+    double loss[2][12], scale[2][12];
+    int skipped[2] = {0, 0}, i, k, same;
+    float *w[2];
+    int64_t n = 0;
+    for (i = 0; i < 2; i++) {
+        mg_trainer tr;
+        snprintf(extra, sizeof extra, "--fp16 --initial-loss-scale 8388608 "
+                 "--loss-scale-window 4 --hysteresis 2 %s", layouts[i]);
+        row_line(line, sizeof line, 1, 0, 0, 1000, 0, STEPS, extra);
+        trainer_make(&tr, line, 1);
+        for (k = 0; k < 12; k++) {
+            mg_step_result r = mg_trainer_step(&tr);
+            loss[i][k] = r.loss;
+            scale[i][k] = r.loss_scale;
+            skipped[i] += r.skipped;
+        }
+        mg_adamw_gather_master(&tr.opt, &tr.model);
+        n = tr.model.n_elems;
+        w[i] = gpt_host(&tr.model, mg_gpt_fp32_params(&tr.model));
+        if (i == 0) CHECK(tr.model.layout.shard_master && tr.opt.master, "dp: fp16 + distopt "
+                          "shards the master");
+        mg_trainer_free(&tr);
+    }
+    same = skipped[0] > 0 && skipped[0] < 12 && skipped[0] == skipped[1] &&
+           !memcmp(loss[0], loss[1], sizeof loss[0]) &&
+           !memcmp(scale[0], scale[1], sizeof scale[0]) &&
+           !memcmp(w[0], w[1], sizeof(float) * (size_t)n);
+    mg_test_report(mg_test_agree(same), "dp: fp16 d=2, dynamic scaling from 2^23: sharded "
+                   "master = whole master bit for bit (losses, scales, skipped iterations, "
+                   "weights)", "skipped %d vs %d", skipped[0], skipped[1]);
+    free(w[0]);
+    free(w[1]);
+}
+
 /* A non-finite gradient on ONE replica (a NaN planted in the final layernorm weight of the
    last data-parallel replica, on all its tensor-parallel ranks) is seen by every rank: the
    loss and the norm are NaN everywhere, the step is skipped everywhere and no other
@@ -504,6 +549,7 @@ int main(int argc, char **argv) {
     if (world == 4 && have[0]) check_resume(&ser[0], loss[0]);
     if (world == 8 && have[2]) check_resume(&ser[2], loss[2]);
     if (world == 2) check_resume_master();
+    if (world == 2) check_fp16_master();
     if (world == 8) check_zb_twin();
     check_nonfinite(0);
     check_nonfinite(1);

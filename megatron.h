@@ -552,9 +552,9 @@ MGDEF double mg_lr_at(const mg_lr_schedule *s, int64_t num_steps);
        one); during the last microbatch's backward, a bucket's reduction is started (nonblocking)
        as soon as the hook of mg_gpt has reported every element of it final — also under a
        pipeline schedule, where each chunk's last backward (or weight half) reports its
-       pieces — and mg_dp_finish starts the rest (with p > 1 those touching the word
-       embedding, after the trainer's embedding-group all-reduce) and waits for all before
-       the optimizer.
+       pieces — and mg_dp_finish starts the rest (with p > 1 the word embedding's, a bucket
+       of its own as in Megatron-LM, after the trainer's embedding-group all-reduce) and
+       waits for all before the optimizer.
          plain:        all-reduce of each bucket: every rank holds the whole summed gradient
                        and runs the whole AdamW (moments of every parameter on every rank).
          distributed   (--use-distributed-optimizer, ZeRO-1): reduce-scatter of each bucket:
@@ -2631,7 +2631,7 @@ MGDEF size_t mg_dp_arena_bytes(int world_size) {
 }
 
 MGDEF void mg_dp_init(mg_dp *dp, mg_gpt *m, mg_comm *comm, int distributed, int64_t bucket_elems) {
-    int64_t unit, n = m->n_elems, per, k;
+    int64_t unit, n = m->n_elems, per, k, first_cut = 0;
     int d = comm ? comm->data.size : 1, world = comm ? comm->world_size : 1;
     memset(dp, 0, sizeof *dp);
     dp->model = m;
@@ -2645,10 +2645,19 @@ MGDEF void mg_dp_init(mg_dp *dp, mg_gpt *m, mg_comm *comm, int distributed, int6
               dp->size);
     unit = 64 * (int64_t)dp->size;                 /* n is a multiple of it (mg__build_params) */
     if (bucket_elems <= 0) bucket_elems = mg_dp_default_bucket(dp->size);
+    /* With a pipeline the tied word embedding (flat offset 0) is reduced over the data group
+       only after its embedding-group all-reduce at the flush: as Megatron-LM does, it gets a
+       bucket of its own — [0, its end rounded up to a unit) — so that it holds back nothing
+       else; the buckets of the rest start during the backward.                            */
+    if (mg__wte_split_over_stages(m)) {
+        const mg_param_desc *wte = &m->params[m->idx_global[0]];
+        first_cut = (wte->offset + wte->numel + unit - 1) / unit * unit;
+        if (first_cut >= n) first_cut = 0;
+    }
     per = (bucket_elems + unit - 1) / unit;        /* units per bucket, at most ~200 buckets */
     if (per < (n / unit + 199) / 200) per = (n / unit + 199) / 200;
     if (per < 1) per = 1;
-    dp->n_buckets = (int)((n / unit + per - 1) / per);
+    dp->n_buckets = (first_cut > 0) + (int)(((n - first_cut) / unit + per - 1) / per);
     if (dp->n_buckets < 1) dp->n_buckets = 1;
     dp->bucket_begin = (int64_t *)MG_MALLOC(sizeof(int64_t) * (size_t)(dp->n_buckets + 1));
     dp->req = (mg_request *)MG_MALLOC(sizeof(mg_request) * (size_t)dp->n_buckets);
@@ -2657,7 +2666,8 @@ MGDEF void mg_dp_init(mg_dp *dp, mg_gpt *m, mg_comm *comm, int distributed, int6
     MG_ASSERT(dp->bucket_begin && dp->req && dp->pending && dp->host_scalars,
               "out of host memory");
     for (k = 0; k < dp->n_buckets; k++) {
-        dp->bucket_begin[k] = k * per * unit;
+        dp->bucket_begin[k] = first_cut > 0 ? (k ? first_cut + (k - 1) * per * unit : 0)
+                                            : k * per * unit;
         dp->req[k].id = 0;
         dp->pending[k] = 0;
     }

@@ -222,14 +222,20 @@ static void check_row(const dp_row *row, mg_trainer *ser, const float *want_loss
                    e_w, row_tol(row));
     CHECK(same_everywhere(sum), "dp: the final weights are bit-identical on every rank");
     /* overlap: in the last iteration every bucket was started from the backward hook (each
-       chunk's last backward, or weight half with ZB-H1), except with p > 1 those touching the
-       tied word embedding [0, the next tensor's offset), started after its embedding-group
-       all-reduce; rows with buckets must have some started early on every rank */
+       chunk's last backward, or weight half with ZB-H1), except with p > 1 the one holding the
+       tied word embedding [0, the next tensor's offset) — a bucket of its own — started
+       after its embedding-group all-reduce; so every rank starts some early */
     wte_end = row->p > 1 && tr.model.idx_global[0] >= 0
                   ? tr.model.params[tr.model.idx_global[0] + 1].offset : 0;
     for (k = 0, expected = tr.dp.n_buckets; k < tr.dp.n_buckets; k++)
         expected -= tr.dp.bucket_begin[k] < wte_end;
-    early_ok = tr.dp.n_early == expected && (row->bucket == 0 || expected > 0);
+    early_ok = tr.dp.n_early == expected && expected > 0;
+    if (wte_end > 0) {   /* the split tied embedding has a bucket of its own, as in Megatron */
+        const mg_param_desc *wte = &tr.model.params[tr.model.idx_global[0]];
+        int64_t gap = tr.dp.n_buckets > 1 ? tr.dp.bucket_begin[1] - (wte->offset + wte->numel)
+                                          : -1;
+        early_ok &= gap >= 0 && gap < 64 * d;
+    }
     snprintf(name, sizeof name, "dp: t=%d p=%d d=%d bucket=%d%s%s: buckets started during the "
              "backward = those clear of the tied embedding", row->t, row->p, d, row->bucket,
              row->pipe[0] ? " " : "", row->pipe);

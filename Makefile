@@ -34,7 +34,7 @@ NVFLAGS := -O2 -std=c++17 $(NVARCH) -I. $(MPI_DEF) $(MPI_CFLAGS) $(BLAS_CFLAGS) 
 NVLIBS  := -lcublas -lnccl -lcudart $(MPI_LIBS) $(BLAS_LIBS) -lm -lgomp
 
 HEADERS := $(wildcard *.h)
-TESTHDRS:= $(wildcard tests/*.h)
+TESTHDRS:= $(wildcard tests/*.h) $(wildcard bench/*.h)
 TESTS   := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 BENCHES := $(patsubst bench/%.c,%,$(wildcard bench/*.c))
 TOOLS   := $(patsubst tools/%.c,%,$(wildcard tools/*.c))
@@ -65,7 +65,7 @@ $(BUILD)/obj/impl_cpu.o: $(BUILD)/obj/impl.c $(HEADERS)
 	$(CC) $(CFLAGS) -c $< -o $@
 $(BUILD)/%.o: tests/%.c $(HEADERS) $(TESTHDRS) | $(BUILD)/obj
 	$(CC) $(CFLAGS) -c $< -o $@
-$(BUILD)/%.o: bench/%.c $(HEADERS) | $(BUILD)/obj
+$(BUILD)/%.o: bench/%.c $(HEADERS) $(TESTHDRS) | $(BUILD)/obj
 	$(CC) $(CFLAGS) -c $< -o $@
 $(BUILD)/%.o: tools/%.c $(HEADERS) | $(BUILD)/obj
 	$(CC) $(CFLAGS) -c $< -o $@
@@ -87,7 +87,7 @@ $(BUILD)/%_cuda.o: tests/%.c $(HEADERS) $(TESTHDRS) | $(BUILD)/obj
 	$(NVCC) $(NVFLAGS) -x cu -c $< -o $@
 $(BUILD)/%_cuda.o: tests/gpu/%.c $(HEADERS) $(TESTHDRS) | $(BUILD)/obj
 	$(NVCC) $(NVFLAGS) -x cu -c $< -o $@
-$(BUILD)/%_cuda.o: bench/%.c $(HEADERS) | $(BUILD)/obj
+$(BUILD)/%_cuda.o: bench/%.c $(HEADERS) $(TESTHDRS) | $(BUILD)/obj
 	$(NVCC) $(NVFLAGS) -x cu -c $< -o $@
 $(BUILD)/%_cuda.o: tools/%.c $(HEADERS) | $(BUILD)/obj
 	$(NVCC) $(NVFLAGS) -x cu -c $< -o $@

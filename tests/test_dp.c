@@ -21,7 +21,8 @@
        early on every rank, so overlap cannot silently stay off.
    Rows with p > 1 (pipeline schedules 1F1B, GPipe, ZB-H1, interleaved) compose all three,
    also with full or selective recomputation (fp32 bounds) and with bf16 (against the serial
-   bf16 run, within two bf16 unit roundoffs: the pipeline messages are 16-bit) — ZB-H1 among
+   bf16 run, within twice the serial bf16 run's own spread under other micro-batch sizes: see
+   bf16_spread) — ZB-H1 among
    them with bf16 + ZeRO (t=1, p=2, d=4) and with full recomputation + sp + dropout (t=2,
    p=2, d=2). At t = 2 bf16 runs differ from the serial bf16 run by more than that bound (each
    rank's row-parallel partial sum is rounded to bf16 before the reduction: 1F1B too), so on 8
@@ -94,13 +95,10 @@ static int serial_index(const dp_row *row) {
            (strstr(row->pipe, "--bf16") ? 4 : 0);
 }
 
-/* The tolerance of a row against its serial run: 1e-5 in fp32 (the order of additions);
-   with bf16 the serial run is bf16 too, and a different order of the fp32 sums flips some
-   bf16 roundings of weight copies and activations, which 20 Adam steps carry on: two bf16
-   unit roundoffs, 2^-7 (measured: losses ~4e-5, grad norms ~1e-3, weights ~4e-3).         */
-static double row_tol(const dp_row *row) {
-    return strstr(row->pipe, "--bf16") ? 2.0 / 256 : 1e-5;
-}
+/* The tolerance of a fp32 row against its serial run: 1e-5 (the order of additions). A bf16
+   row's tolerances are measured instead: see bf16_spread.                                  */
+#define FP32_TOL 1e-5
+static int row_bf16(const dp_row *row) { return strstr(row->pipe, "--bf16") != NULL; }
 
 static double agree_max(double x) {
     double all = x;
@@ -194,8 +192,58 @@ static void serial_run(mg_trainer *ser, int index, float *loss, float *norm) {
     }
 }
 
+/* What "the same run" can mean in 16 bits. A layout changes nothing but the order of fp32
+   sums: gradients accumulated over fewer microbatches per replica, the replicas' partial
+   sums added by the reduction, GEMMs of other shapes. In bf16 such a difference in the last
+   fp32 bit now and then moves a master weight across a bf16 rounding boundary of its working
+   copy; the forward then sees a weight one bf16 ulp off, and 20 AdamW steps carry that on
+   (Adam's step is normalised per element: an element whose gradient is near zero moves by
+   about the learning rate whichever way the noise tips it). How far this takes a run depends
+   on the BLAS kernels of the machine, so a fixed bound cannot be right everywhere: two bf16
+   unit roundoffs held on one machine and failed the next (weights 9.3e-3 against 7.8e-3).
+   The bound is measured: the serial bf16 run itself, with micro-batch sizes 2, 4 and 8
+   instead of 1 (the same math, other fp32 sums), differs from the micro-batch-1 run by
+   spread[] = {losses, grad norms, weights} (the largest of the three runs, each metric as
+   check_row measures it). A bf16 row must stay within twice that: the data-parallel run is
+   one more such reordering. (Measured on one machine: the d = 2 run and the serial
+   micro-batch-4 run differ from the serial run by the same 4.3e-5, 2.8e-3, 8.1e-3 — they
+   split the batch alike. For scale: a learning rate 0.3% off moves the losses by 5e-4, ten
+   times the spread, and the fp32 run's weights lie 0.04 from the bf16 run's.) Computed on
+   rank 0 (the serial model needs no communication) and broadcast.                         */
+static double compare_weights(mg_gpt *par, mg_gpt *ser, uint64_t *sum);
+static void bf16_spread(int index, mg_trainer *ser, const float *loss, const float *norm,
+                        double spread[3]) {
+    static const char *const micro[3] = {"2", "4", "8"};
+    int q, k;
+    spread[0] = spread[1] = spread[2] = 0;
+    if (comm.world_rank == 0) {
+        for (q = 0; q < 3; q++) {
+            char line[2048], extra[100];
+            mg_trainer ref;
+            float l[STEPS], n[STEPS];
+            uint64_t sum;
+            double e[3];
+            snprintf(extra, sizeof extra, "%s--bf16 --micro-batch-size %s",
+                     index & 2 ? "--num-layers 4 " : "", micro[q]);
+            row_line(line, sizeof line, 1, 0, 0, 0, index & 1, STEPS, extra);
+            trainer_make(&ref, line, 0);
+            for (k = 0; k < STEPS; k++) {
+                mg_step_result r = mg_trainer_step(&ref);
+                l[k] = (float)r.loss;
+                n[k] = (float)r.grad_norm;
+            }
+            e[0] = mg_test_max_rel(l, loss, STEPS, 0);
+            e[1] = mg_test_max_rel(n, norm, STEPS, 0);
+            e[2] = compare_weights(&ref.model, &ser->model, &sum);
+            for (k = 0; k < 3; k++) if (!(e[k] <= spread[k])) spread[k] = e[k];
+            mg_trainer_free(&ref);
+        }
+    }
+    MPI_Bcast(spread, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+}
+
 static void check_row(const dp_row *row, mg_trainer *ser, const float *want_loss,
-                      const float *want_norm) {
+                      const float *want_norm, const double *spread) {
     char line[2048], name[200];
     mg_trainer tr;
     float loss[STEPS], norm[STEPS];
@@ -217,9 +265,18 @@ static void check_row(const dp_row *row, mg_trainer *ser, const float *want_loss
     snprintf(name, sizeof name, "dp: t=%d p=%d d=%d%s%s bucket=%d%s%s%s: 20 steps = serial",
              row->t, row->p, d, row->sp ? " sp" : "", row->dist ? " distopt" : "", row->bucket,
              row->dropout ? " dropout" : "", row->pipe[0] ? " " : "", row->pipe);
-    mg_test_report(e_loss <= row_tol(row) && e_norm <= row_tol(row) && e_w <= row_tol(row),
-                   name, "losses %.3g, grad norms %.3g, weights %.3g (tol %.3g)", e_loss, e_norm,
-                   e_w, row_tol(row));
+    if (row_bf16(row)) {   /* within twice the serial bf16 run's own spread, metric by metric */
+        double tol[3];
+        for (k = 0; k < 3; k++) tol[k] = spread[k] * 2 > FP32_TOL ? spread[k] * 2 : FP32_TOL;
+        mg_test_report(e_loss <= tol[0] && e_norm <= tol[1] && e_w <= tol[2], name,
+                       "losses %.3g, grad norms %.3g, weights %.3g (tol: twice the serial bf16 "
+                       "run's spread, %.3g, %.3g, %.3g)", e_loss, e_norm, e_w, tol[0], tol[1],
+                       tol[2]);
+    } else {
+        mg_test_report(e_loss <= FP32_TOL && e_norm <= FP32_TOL && e_w <= FP32_TOL, name,
+                       "losses %.3g, grad norms %.3g, weights %.3g (tol %.3g)", e_loss, e_norm,
+                       e_w, FP32_TOL);
+    }
     CHECK(same_everywhere(sum), "dp: the final weights are bit-identical on every rank");
     /* overlap: in the last iteration every bucket was started from the backward hook (each
        chunk's last backward, or weight half with ZB-H1), except with p > 1 the one holding the
@@ -245,7 +302,7 @@ static void check_row(const dp_row *row, mg_trainer *ser, const float *want_loss
        master weights with 16-bit training — 8 or 12 bytes — divided by d with the
        distributed optimizer (which then also leaves the model without a whole fp32 copy) */
     for (k = 0, held = 0; k < tr.model.n_params; k++) held += tr.model.params[k].numel;
-    bytes_per = strstr(row->pipe, "--bf16") ? 12 : 8;
+    bytes_per = row_bf16(row) ? 12 : 8;
     /* the flat buffer: this rank's parameters, gaps below 64 per tensor, padding below 64·d */
     mem_ok = (int64_t)mg_adamw_state_bytes(&tr.opt, &tr.model) ==
                  (row->dist ? bytes_per * tr.model.n_elems / d : bytes_per * tr.model.n_elems) &&
@@ -359,8 +416,8 @@ static void check_resume(mg_trainer *ser, const float *want_loss) {
    checkpoint: each replica writes its pieces of the master weights and moments. Saved after 5
    iterations and resumed under the same layout, iterations 6-10 and the gathered master
    weights are bit-identical to the uninterrupted run; resumed without the distributed
-   optimizer (a whole master on every replica) they stay within the bf16 bound of row_tol
-   (the all-reduce and the reduce-scatter add in different orders).                         */
+   optimizer (a whole master on every replica) they stay within 2^-7 (absolute, 5 steps: the
+   all-reduce and the reduce-scatter add in different orders; measured identical at d = 2).                         */
 static void check_resume_master(void) {
     static const char *layouts[2] = {"--use-distributed-optimizer", ""};
     char tmpl[] = "/tmp/mg_test_dp_XXXXXX", line[2048], extra[1200], name[200];
@@ -538,6 +595,7 @@ static void check_evaluate(int p) {
 int main(int argc, char **argv) {
     mg_trainer ser[8];
     float loss[8][STEPS], norm[8][STEPS];
+    double spread[8][3];
     int i, have[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     mg_comm_init(&comm, &argc, &argv);
     world = comm.world_size;
@@ -548,9 +606,10 @@ int main(int argc, char **argv) {
         if (row->world != world) continue;
         if (!have[s]) {
             serial_run(&ser[s], s, loss[s], norm[s]);
+            if (s & 4) bf16_spread(s, &ser[s], loss[s], norm[s], spread[s]);
             have[s] = 1;
         }
-        check_row(row, &ser[s], loss[s], norm[s]);
+        check_row(row, &ser[s], loss[s], norm[s], spread[s]);
     }
     if (world == 4 && have[0]) check_resume(&ser[0], loss[0]);
     if (world == 8 && have[2]) check_resume(&ser[2], loss[2]);

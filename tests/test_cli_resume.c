@@ -12,7 +12,8 @@
    (--log-jsonl, every iteration) must equal the serial run's, and its final checkpoint — the
    weights and both AdamW moments, every tensor by name — must equal the serial run's
    (≤ 1e-5 relative, per tensor against its RMS; the key bias, whose gradient is exactly zero,
-   left out). Runs in the cc flavour only (it drives build/gpt_train, the cc build).       */
+   left out; the second moments ≤ 2e-5: they average g², whose relative rounding error is
+   twice g's — measured 7.2e-6 on one machine, 4.4e-6 on another). Runs in the cc flavour only (it drives build/gpt_train, the cc build).       */
 #include "gpt_test_util.h"
 
 #define TOL 1e-5
@@ -139,14 +140,14 @@ static void check_program(void) {
                    "(--log-jsonl) = uninterrupted", "max rel err %.3g (tol %.0e), iteration 20: "
                    "%.9g vs %.9g", e_loss, TOL, resumed[20], serial[20]);
     for (i = 0; i < 3; i++) {
-        double e;
+        double e, tol = i == 2 ? 2 * TOL : TOL;   /* g² doubles g's relative rounding error */
         snprintf(got, sizeof got, "%s/ck4/iter_0000020/%s.safetensors", tmp, files[i]);
         snprintf(want, sizeof want, "%s/ck1/iter_0000020/%s.safetensors", tmp, files[i]);
         e = file_err(got, want, worst, sizeof worst);
         snprintf(name, sizeof name, "cli resume: -> (t=4 p=1 d=1): final checkpoint's %s = "
                  "uninterrupted (every tensor)", i == 0 ? "weights" : i == 1 ?
                  "first AdamW moments" : "second AdamW moments");
-        mg_test_report(ok && e <= TOL, name, "max rel err %.3g in %s (tol %.0e)", e, worst, TOL);
+        mg_test_report(ok && e <= tol, name, "max rel err %.3g in %s (tol %.0e)", e, worst, tol);
     }
     gpt_rmtree(tmp);
 }

@@ -1,4 +1,4 @@
-// mg-test: ranks=1,2 timeout=300
+// mg-test: ranks=1,2,4,8 timeout=300
 /* test_mixed.c — mixed precision (--bf16, --fp16) and fp16 loss scaling (issue 8).
 
    1. The loss-scaler state machine against hand-worked sequences of Megatron-LM's
@@ -33,7 +33,15 @@
       losses, grad norms, loss scales, skipped iterations, each stage's weights and Adam
       moments — since the split backward does the same 16-bit operations on the same bits
       and sums each parameter's gradient over the microbatches in the same order: a bound
-      would hide a W that read another microbatch's data at the 16-bit rounding level.   */
+      would hide a W that read another microbatch's data at the 16-bit rounding level.      8. Every parallel layout (4 and 8 ranks): data parallelism with and without the
+      distributed optimizer (which shards the fp32 master in 16-bit runs), tensor + sequence
+      parallelism, 1F1B, GPipe, ZB-H1 and interleaved pipelines, and t × p × d together, each
+      in bf16 and fp16 (scale 1024), track the SERIAL fp32 run (one rank, in the same process)
+      within the bounds of 2.; and fp16 with dynamic scaling from 2^32 skips exactly the
+      iterations the serial fp16 run skips, with the same scale at every step (the overflow
+      of dloss·2^32 does not depend on the layout; every rank agrees through the global
+      non-finite check).
+   */
 #include "gpt_test_util.h"
 
 static mg_comm comm;
@@ -44,11 +52,12 @@ static int world;
 #define TOL_FIRST_FP16 (1.0 / 2048)    /* u = 2^-11: 11 significant bits */
 #define TOL_BF16 (2 * TOL_FIRST_BF16)
 #define TOL_FP16 (2 * TOL_FIRST_FP16)
-#define BASE_LINE "--data-path " GPT_DATA "gpt_tokens.bin --data-order sequential --split 1,0,0 " \
+#define TRAIN_LINE "--data-path " GPT_DATA "gpt_tokens.bin --data-order sequential --split 1,0,0 " \
     "--eval-iters 0 --seq-length 16 --micro-batch-size 2 --global-batch-size 4 "                \
     "--train-iters 20 --lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 3 --lr-decay-style cosine "     \
-    "--weight-decay 0.1 --adam-beta2 0.95 --clip-grad 1.0 --seed 99 "                           \
-    "--init-from " GPT_DATA "gpt_model.bin "
+    "--weight-decay 0.1 --adam-beta2 0.95 --clip-grad 1.0 --seed 99 "
+#define ORACLE_MODEL "--init-from " GPT_DATA "gpt_model.bin "
+#define BASE_LINE TRAIN_LINE ORACLE_MODEL
 
 static double agree_max(double x) {
 #ifdef MG_USE_MPI
@@ -301,6 +310,16 @@ static void check_resume(void) {
     if (comm.world_rank == 0) gpt_rmtree(dir);
 }
 
+/* |loss − ref| of a run: at the first step and the worst over all, the maxima over the ranks. */
+static void loss_gap(const gpt_run *run, const gpt_run *ref, double *first, double *worst) {
+    int k;
+    *worst = 0;
+    for (k = 0; k < run->steps; k++)
+        if (!(fabs(run->loss[k] - ref->loss[k]) <= *worst)) *worst = fabs(run->loss[k] - ref->loss[k]);
+    *worst = agree_max(*worst);
+    *first = agree_max(fabs(run->loss[0] - ref->loss[0]));
+}
+
 /* ---- 7. ZB-H1 (split backward) in 16 bits ----------------------------------------------- */
 static void check_zb(void) {
 #define ZB_LINE BASE_LINE "--micro-batch-size 1 --pipeline-model-parallel-size 2 "
@@ -310,7 +329,7 @@ static void check_zb(void) {
                                                                       TOL_FIRST_FP16};
     char line[2048], name[300];
     gpt_run ref, zb, f1b;
-    int p, k;
+    int p;
     gpt_run_train(&ref, ZB_LINE "--pipeline-schedule zb-h1", &comm, STEPS);
     for (p = 0; p < 3; p++) {
         snprintf(line, sizeof line, ZB_LINE "--pipeline-schedule zb-h1 %s", prec[p]);
@@ -318,10 +337,8 @@ static void check_zb(void) {
         snprintf(line, sizeof line, ZB_LINE "--pipeline-schedule 1f1b %s", prec[p]);
         gpt_run_train(&f1b, line, &comm, STEPS);
         if (p < 2) {
-            double worst = 0, first = agree_max(fabs(zb.loss[0] - ref.loss[0]));
-            for (k = 0; k < STEPS; k++)
-                if (!(fabs(zb.loss[k] - ref.loss[k]) <= worst)) worst = fabs(zb.loss[k] - ref.loss[k]);
-            worst = agree_max(worst);
+            double worst, first;
+            loss_gap(&zb, &ref, &first, &worst);
             snprintf(name, sizeof name, "mixed zb-h1 p=2 %s: first loss within %g, %d losses "
                      "within %g of fp32 zb-h1, none skipped", p ? "fp16" : "bf16", tol_first[p],
                      STEPS, tol[p]);
@@ -343,10 +360,96 @@ static void check_zb(void) {
     gpt_run_free(&ref);
 }
 
+/* ---- 8. every parallel layout tracks the serial fp32 run ---------------------------------- */
+typedef struct mixed_layout {
+    int world;
+    const char *flags;   /* t, p, schedule, v, sp, distributed optimizer */
+    int four_layers;     /* interleaving needs p·v | layers: random init, 4 layers            */
+} mixed_layout;
+static const mixed_layout layouts[] = {
+    {4, "--use-distributed-optimizer", 0},
+    {4, "--tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer", 0},
+    {4, "--pipeline-model-parallel-size 2 --pipeline-schedule 1f1b --use-distributed-optimizer",
+     0},
+    {4, "--pipeline-model-parallel-size 2 --pipeline-schedule gpipe", 0},
+    {4, "--pipeline-model-parallel-size 2 --pipeline-schedule zb-h1 --use-distributed-optimizer "
+        "--bucket-size 1000", 0},
+    {4, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel", 0},
+    {4, "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1", 1},
+    {8, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --sequence-parallel "
+        "--use-distributed-optimizer", 0},
+    {8, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 "
+        "--num-layers-per-virtual-pipeline-stage 1 --use-distributed-optimizer", 1},
+};
+#define LAYOUT_LINE TRAIN_LINE "--micro-batch-size 1 "
+#define FOUR_LAYERS "--num-layers 4 --vocab-size 37 --hidden-size 32 --num-attention-heads 4 "
+static void check_layouts(void) {
+    static const char *const prec[2] = {"--bf16", "--fp16 --loss-scale 1024"};
+    static const double tol[2] = {TOL_BF16, TOL_FP16}, tol_first[2] = {TOL_FIRST_BF16,
+                                                                      TOL_FIRST_FP16};
+    gpt_run ref[2], dyn[2];   /* serial fp32 and serial fp16 dynamic, per model (2 / 4 layers) */
+    int have[2] = {0, 0}, i, p, k;
+    for (i = 0; i < (int)(sizeof layouts / sizeof layouts[0]); i++) {
+        const mixed_layout *L = &layouts[i];
+        const char *model = L->four_layers ? FOUR_LAYERS : ORACLE_MODEL;
+        char line[2048], name[400];
+        gpt_run run;
+        if (L->world != world) continue;
+        if (!have[L->four_layers]) {   /* the serial runs: one rank each, no communication */
+            snprintf(line, sizeof line, LAYOUT_LINE "%s", model);
+            gpt_run_train(&ref[L->four_layers], line, NULL, STEPS);
+            snprintf(line, sizeof line, LAYOUT_LINE "%s --fp16", model);
+            gpt_run_train(&dyn[L->four_layers], line, NULL, STEPS);
+            have[L->four_layers] = 1;
+        }
+        for (p = 0; p < 2; p++) {
+            const gpt_run *want = &ref[L->four_layers];
+            double worst, first;
+            snprintf(line, sizeof line, LAYOUT_LINE "%s %s %s", model, L->flags, prec[p]);
+            gpt_run_train(&run, line, &comm, STEPS);
+            loss_gap(&run, want, &first, &worst);
+            snprintf(name, sizeof name, "mixed %d ranks %s%s %s: first loss within %g, %d losses "
+                     "within %g of the serial fp32 run, none skipped", world,
+                     L->four_layers ? "(4 layers) " : "", L->flags, p ? "fp16" : "bf16",
+                     tol_first[p], STEPS, tol[p]);
+            mg_test_report(first <= tol_first[p] && worst <= tol[p] &&
+                           mg_test_agree(run.skipped == 0), name,
+                           "first |diff| %.3g, max %.3g, skipped %d", first, worst, run.skipped);
+            gpt_run_free(&run);
+        }
+        /* fp16, dynamic scaling from 2^32: the serial run's skips and scales, step by step */
+        {
+            const gpt_run *want = &dyn[L->four_layers];
+            int same = 1;
+            snprintf(line, sizeof line, LAYOUT_LINE "%s %s --fp16", model, L->flags);
+            gpt_run_train(&run, line, &comm, STEPS);
+            for (k = 0; k < STEPS; k++) same &= run.scale[k] == want->scale[k];
+            snprintf(name, sizeof name, "mixed %d ranks %s%s fp16 dynamic: %d skipped iterations "
+                     "and the loss scale of every step = the serial fp16 run's", world,
+                     L->four_layers ? "(4 layers) " : "", L->flags, want->skipped);
+            mg_test_report(mg_test_agree(same && run.skipped == want->skipped &&
+                                         want->skipped > 0 && want->skipped < STEPS), name,
+                           "skipped %d vs %d, last scale %g vs %g", run.skipped, want->skipped,
+                           run.scale[STEPS - 1], want->scale[STEPS - 1]);
+            gpt_run_free(&run);
+        }
+    }
+    for (i = 0; i < 2; i++)
+        if (have[i]) {
+            gpt_run_free(&ref[i]);
+            gpt_run_free(&dyn[i]);
+        }
+}
+
 int main(int argc, char **argv) {
     mg_comm_init(&comm, &argc, &argv);
     world = comm.world_size;
     mg_test_quiet = comm.world_rank != 0;
+    if (world >= 4) {   /* the layouts of 4 and 8 ranks; the rest runs on 1 and 2 */
+        check_layouts();
+        mg_comm_finalize(&comm);
+        return mg_test_summary();
+    }
     check_scaler_unit();
     check_tracking(0);
     if (world > 1) check_tracking(1);

@@ -125,7 +125,7 @@ CLANG   ?= clang
 FUZZERS := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 .PHONY: fuzz
 fuzz: $(FUZZERS)
-$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_util.h mg_data.h
+$(BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_util.h $(HEADERS)
 	@mkdir -p $(BUILD)/fuzz
 	$(CLANG) -g -O1 -std=c11 -D_GNU_SOURCE $(WARN) -I. -fsanitize=fuzzer,address,undefined \
-	  -fno-sanitize-recover=undefined $< -o $@ -lm
+	  -fno-sanitize-recover=undefined $(BLAS_CFLAGS) $< -o $@ $(BLAS_LIBS) -lm

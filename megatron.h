@@ -3502,12 +3502,17 @@ static int mg__read_state(const char *path, int64_t iteration, mg__ckpt_state *s
         int64_t t = mg_json_get(&js, 0, "loss_scale");
         int64_t g = mg_json_get(&js, 0, "loss_scale_growth_tracker");
         int64_t h = mg_json_get(&js, 0, "loss_scale_hysteresis_tracker");
+        /* the hysteresis tracker may be negative: each inf decrements it and only a growth
+           re-arms it (Megatron's DynamicGradScaler), so after k infs since the last growth
+           (or the start) it holds hysteresis − k — below 0 once k > hysteresis               */
         s->has_scaler = t >= 0 && g >= 0 && h >= 0;
-        if (s->has_scaler && (mg_json_int(&js, g, &s->growth_tracker) || s->growth_tracker < 0 ||
-                              mg_json_int(&js, h, &s->hysteresis_tracker) ||
-                              s->hysteresis_tracker < 0))
-            rc = mg__err(err, errlen, "%s: loss_scale_growth_tracker and "
-                         "loss_scale_hysteresis_tracker must be integers >= 0", path);
+        if (s->has_scaler && (mg_json_int(&js, g, &s->growth_tracker) || s->growth_tracker < 0))
+            rc = mg__err(err, errlen, "%s: loss_scale_growth_tracker must be an integer >= 0",
+                         path);
+        if (!rc && s->has_scaler && (mg_json_int(&js, h, &s->hysteresis_tracker) ||
+                                     s->hysteresis_tracker < -(int64_t)MG__BIG))
+            rc = mg__err(err, errlen, "%s: loss_scale_hysteresis_tracker must be an integer "
+                         ">= -1e15 (one decrement per skipped iteration)", path);
         if (!rc && s->has_scaler) {
             s->loss_scale = js.toks[t].type == MG_JSON_NUMBER ?
                             strtod(text + js.toks[t].start, NULL) : 0;

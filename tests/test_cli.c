@@ -266,7 +266,13 @@ static void check_small_files(void) {
         {"data_order_index", "7", "data_order_index is 7, not an integer in [0, 1]"},
         {"vocab_size", "\"37\"", "vocab_size is \"37\", not an integer"},
         {"loss_scale", "\"big\"", "loss_scale is not a positive number"},
-        {"loss_scale_growth_tracker", "-2", "loss_scale_growth_tracker and"},
+        {"loss_scale_growth_tracker", "-2", "loss_scale_growth_tracker must be an integer >= 0"},
+        /* negative is legitimate (each inf decrements it): only a non-integer or an absurd
+           value is refused */
+        {"loss_scale_hysteresis_tracker", "1.5", "loss_scale_hysteresis_tracker must be an "
+                                                 "integer >= -1e15"},
+        {"loss_scale_hysteresis_tracker", "-10000000000000000", "loss_scale_hysteresis_tracker "
+                                                                "must be an integer >= -1e15"},
     };
     snprintf(dir, sizeof dir, "%s/small", tmp);
     save_one_iteration(dir);

@@ -67,19 +67,25 @@ static void check_library(void) {
     }
 }
 
-/* Counts the layout lines of the log: the summary line and one line per rank. */
+/* Counts the layout lines of the log: the summary line, one line per rank, and which layers
+   each pipeline stage holds (with p = 1 one line for every rank).                          */
 static void count_layout(const char *line, void *user) {
     int *count = (int *)user;
     if (!strncmp(line, "rank ", 5) && strstr(line, " tp ") && strstr(line, " dp ") &&
         strstr(line, " pp ")) (*count)++;
-    if (!strncmp(line, "gpt_train: layout t=2", 21) && strstr(line, "x d=2")) (*count)++;
+    if (!strncmp(line, "gpt_train: layout t=", 20) && strstr(line, "x d=2")) (*count)++;
+    if (!strcmp(line, "every rank holds the embeddings, layers 0-1, the final layernorm, "
+                      "output layer and loss\n") ||
+        !strcmp(line, "pipeline stage 0 holds the embeddings, layer 0\n") ||
+        !strcmp(line, "pipeline stage 1 holds layer 1, the final layernorm, output layer and "
+                      "loss\n")) (*count)++;
 }
 
 /* The program under mpirun -np 4: error lines, exit status, layout lines of the log. */
 static int program_run(const char *flags, int *status, int *layout_lines, char *first,
                        size_t cap) {
     char args[2048];
-    snprintf(args, sizeof args, BASE "--device cpu %s", flags);
+    snprintf(args, sizeof args, BASE "--num-layers 2 --device cpu %s", flags);   /* later flags win */
     *layout_lines = 0;
     return gpt_mpirun_train(4, args, status, first, cap, count_layout, layout_lines);
 }
@@ -93,10 +99,16 @@ static void check_program(void) {
     }
     n = program_run("--tensor-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 4 "
                     "--use-distributed-optimizer", &status, &lines, first, sizeof first);
-    mg_test_report(n == 0 && status == 0 && lines == 5, "cli dp: mpirun -np 4 gpt_train t=2 "
-                   "(d=2, distributed optimizer) trains; the log opens with the layout and the "
-                   "4 ranks' (tp, dp, pp)", "%d error lines, status %d, %d layout lines: %s", n,
-                   status, lines, first);
+    mg_test_report(n == 0 && status == 0 && lines == 6, "cli dp: mpirun -np 4 gpt_train t=2 "
+                   "(d=2, distributed optimizer) trains; the log opens with the layout, the "
+                   "4 ranks' (tp, dp, pp) and their layers", "%d error lines, status %d, %d "
+                   "layout lines: %s", n, status, lines, first);
+    n = program_run("--pipeline-model-parallel-size 2 --micro-batch-size 1 --global-batch-size "
+                    "4", &status, &lines, first, sizeof first);
+    mg_test_report(n == 0 && status == 0 && lines == 7, "cli dp: mpirun -np 4 gpt_train p=2 "
+                   "(d=2) trains; the log gives the layout, the 4 ranks' (tp, dp, pp) and the "
+                   "layers of each pipeline stage", "%d error lines, status %d, %d layout "
+                   "lines: %s", n, status, lines, first);
     n = program_run("--tensor-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 3",
                     &status, &lines, first, sizeof first);
     mg_test_report(n == 1 && status == 2 && strstr(first, "data-parallel replicas"),

@@ -97,18 +97,24 @@ static void check_program(void) {
         mg_test_report(0, "cli dp: build/gpt_train exists", "build it with make build/gpt_train");
         return;
     }
-    n = program_run("--tensor-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 4 "
-                    "--use-distributed-optimizer", &status, &lines, first, sizeof first);
-    mg_test_report(n == 0 && status == 0 && lines == 6, "cli dp: mpirun -np 4 gpt_train t=2 "
-                   "(d=2, distributed optimizer) trains; the log opens with the layout, the "
-                   "4 ranks' (tp, dp, pp) and their layers", "%d error lines, status %d, %d "
-                   "layout lines: %s", n, status, lines, first);
-    n = program_run("--pipeline-model-parallel-size 2 --micro-batch-size 1 --global-batch-size "
-                    "4", &status, &lines, first, sizeof first);
-    mg_test_report(n == 0 && status == 0 && lines == 7, "cli dp: mpirun -np 4 gpt_train p=2 "
-                   "(d=2) trains; the log gives the layout, the 4 ranks' (tp, dp, pp) and the "
-                   "layers of each pipeline stage", "%d error lines, status %d, %d layout "
-                   "lines: %s", n, status, lines, first);
+    /* flags, layout lines expected (summary + 4 ranks + the layers: one line with p = 1,
+       one per stage with p = 2), what the run is */
+    static const struct { const char *flags; int lines; const char *what; } runs[2] = {
+        {"--tensor-model-parallel-size 2 --use-distributed-optimizer", 6,
+         "t=2 (d=2, distributed optimizer)"},
+        {"--pipeline-model-parallel-size 2", 7, "p=2 (d=2)"}};
+    int i;
+    for (i = 0; i < 2; i++) {
+        char flags[300], name[300];
+        snprintf(flags, sizeof flags, "%s --micro-batch-size 1 --global-batch-size 4",
+                 runs[i].flags);
+        n = program_run(flags, &status, &lines, first, sizeof first);
+        snprintf(name, sizeof name, "cli dp: mpirun -np 4 gpt_train %s trains; the log opens "
+                 "with the layout, the 4 ranks' (tp, dp, pp) and the layers they hold",
+                 runs[i].what);
+        mg_test_report(n == 0 && status == 0 && lines == runs[i].lines, name, "%d error lines, "
+                       "status %d, %d layout lines: %s", n, status, lines, first);
+    }
     n = program_run("--tensor-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 3",
                     &status, &lines, first, sizeof first);
     mg_test_report(n == 1 && status == 2 && strstr(first, "data-parallel replicas"),

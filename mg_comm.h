@@ -385,8 +385,11 @@ static void mg__mpi_failed(int err, const char *call, const char *file, int line
     if (mg__rc != MPI_SUCCESS) mg__mpi_failed(mg__rc, #call, __FILE__, __LINE__); } while (0)
 #endif
 #ifdef __CUDACC__
+/* Every communicator is created blocking (mg__nccl_config), so a call returns only once its
+   work is on the stream: ncclInProgress would mean an event recorded after it could complete
+   before the transfer, and is an error here.                                                */
 #define MG__NCCL_CHECK(call) do { ncclResult_t mg__r = (call); \
-    if (mg__r != ncclSuccess && mg__r != ncclInProgress) \
+    if (mg__r != ncclSuccess) \
         mg_fatal(__FILE__, __LINE__, "%s failed: %s (%s)", #call, ncclGetErrorString(mg__r), \
                  ncclGetLastError(NULL)); } while (0)
 #endif
@@ -842,15 +845,25 @@ MGDEF mg_group *mg_comm_group(mg_comm *comm, mg_group_kind kind) {
    ------------------------------------------------------------------------------------------ */
 #ifdef __CUDACC__
 /* The world's NCCL communicator: rank 0 makes the unique id, MPI carries it to the others.   */
+/* Communicators are blocking whatever NCCL_COMM_BLOCKING says: with a nonblocking one a
+   collective may return ncclInProgress before its kernel is enqueued, and the request's event
+   (recorded right after the call) would complete before the data moved.                    */
+static ncclConfig_t mg__nccl_config(void) {
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    cfg.blocking = 1;
+    return cfg;
+}
+
 static void mg__nccl_world(mg_comm *comm) {
     ncclUniqueId id;
     ncclComm_t c;
+    ncclConfig_t cfg = mg__nccl_config();
     if (comm->world.nccl_comm) return;
     if (comm->world_rank == 0) MG__NCCL_CHECK(ncclGetUniqueId(&id));
 #ifdef MG_USE_MPI
     MG__MPI_CHECK(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, *(MPI_Comm *)comm->world.mpi_comm));
 #endif
-    MG__NCCL_CHECK(ncclCommInitRank(&c, comm->world_size, id, comm->world_rank));
+    MG__NCCL_CHECK(ncclCommInitRankConfig(&c, comm->world_size, id, comm->world_rank, &cfg));
     comm->world.nccl_comm = c;
 }
 
@@ -859,9 +872,10 @@ static void mg__nccl_world(mg_comm *comm) {
    over the group, whose members all reach it at the same point).                            */
 static void mg__nccl_group(mg_comm *comm, mg_group *g, int color) {
     ncclComm_t c = NULL;
+    ncclConfig_t cfg = mg__nccl_config();
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0) && !defined(MG_COMM_NO_NCCL_SPLIT)
     MG__NCCL_CHECK(ncclCommSplit((ncclComm_t)comm->world.nccl_comm,
-                                 g->size ? color : NCCL_SPLIT_NOCOLOR, g->rank, &c, NULL));
+                                 g->size ? color : NCCL_SPLIT_NOCOLOR, g->rank, &c, &cfg));
 #else
     ncclUniqueId id;
     (void)comm; (void)color;
@@ -870,7 +884,7 @@ static void mg__nccl_group(mg_comm *comm, mg_group *g, int color) {
 #ifdef MG_USE_MPI
     MG__MPI_CHECK(MPI_Bcast(&id, (int)sizeof id, MPI_BYTE, 0, *(MPI_Comm *)g->mpi_comm));
 #endif
-    MG__NCCL_CHECK(ncclCommInitRank(&c, g->size, id, g->rank));
+    MG__NCCL_CHECK(ncclCommInitRankConfig(&c, g->size, id, g->rank, &cfg));
 #endif
     g->nccl_comm = c;
 }

@@ -601,8 +601,8 @@ MGDEF void mg_dp_free(mg_dp *dp);
 MGDEF void mg_dp_start(mg_dp *dp);
 /* Starts the buckets not yet started and waits for every reduction. */
 MGDEF void mg_dp_finish(mg_dp *dp);
-/* Σ over the data group of a double, exact to ~1e-14 relative and identical on every rank
-   (partial sums exchanged as float pairs and added in rank order). */
+/* Σ over the data group of a double, as exact as a serial sum and identical on every rank
+   (partial sums exchanged bit for bit as doubles and added in rank order). */
 MGDEF double mg_dp_sum(mg_dp *dp, double local);
 /* Copies a moment between its sharded form (shard_elems, this rank's pieces in bucket order)
    and the whole flat layout (n_elems): to_flat gathers the pieces of every rank (collective
@@ -2596,23 +2596,26 @@ MGDEF double mg_lr_at(const mg_lr_schedule *s, int64_t num_steps) {
 }
 
 /* ---- Exact sums of doubles over a group ---------------------------------------------------
-   Each rank's partial sum x travels as two floats, hi = (float)x and lo = (float)(x − hi), with
-   a flag (e.g. "not finite"), by an all-gather; every rank adds them in rank order, so all get
-   the same sum, as precise as a serial one. dev has room for 3 + 3·size floats, host 3·size.  */
+   Each rank's partial sum x travels bit for bit (its 8 bytes in the first two of three float
+   slots; collectives only copy them) with a flag (e.g. "not finite") in the third, by an
+   all-gather; every rank adds them in rank order, so all get the same sum, as precise as a
+   serial one — also a finite x beyond the float range (a Σg² of a diverging run), which a
+   float could not carry. dev has room for 3 + 3·size floats, host 3·size.                  */
 static double mg__group_sum(mg_ctx *ctx, mg_comm *comm, mg_group *g, float *dev, float *host,
                             double local, int *flag) {
     float mine[3];
     double total = 0;
     int r, any = 0;
-    mine[0] = (float)local;
-    mine[1] = (float)(local - (double)mine[0]);
-    mine[2] = (float)(flag && *flag);
-    if (!isfinite(mine[0])) { mine[0] = mine[1] = 0; mine[2] = 1; }   /* flagged instead */
+    if (!isfinite(local)) { local = 0; any = 1; }                   /* flagged instead */
+    memcpy(mine, &local, sizeof local);
+    mine[2] = (float)(any || (flag && *flag));
     mg_copy_to_device(ctx, dev, mine, sizeof mine);
     mg_all_gather(comm, g, dev, dev + 3, 3, MG_F32);
     mg_copy_to_host(ctx, host, dev + 3, sizeof(float) * 3 * (size_t)g->size);
-    for (r = 0; r < g->size; r++) {
-        total += (double)host[3 * r] + (double)host[3 * r + 1];
+    for (r = 0, any = 0; r < g->size; r++) {
+        double x;
+        memcpy(&x, host + 3 * r, sizeof x);
+        total += x;
         if (host[3 * r + 2] != 0) any = 1;
     }
     if (flag) *flag = any;

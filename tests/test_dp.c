@@ -558,6 +558,28 @@ static void check_nonfinite(int dist) {
     mg_trainer_free(&tr);
 }
 
+/* mg_dp_sum over the data group: every rank gets the same sum, added in rank order from the
+   partial sums bit for bit — also finite ones beyond the float range (a diverging run's Σg²
+   under the distributed optimizer must clip, not skip, as on one rank) — and a non-finite
+   partial sum anywhere makes it NaN everywhere.                                           */
+static void check_dp_sum(void) {
+    char line[2048], name[200];
+    mg_trainer tr;
+    double want = 0, got, bad;
+    int r, d;
+    row_line(line, sizeof line, 1, 0, 1, 2000, 0, STEPS, "");
+    trainer_make(&tr, line, 1);
+    d = tr.dp_size;
+    for (r = 0; r < d; r++) want += 1e39 * (r + 1) + 1.0 / 3.0 * r;
+    got = mg_dp_sum(&tr.dp, 1e39 * (tr.dp_rank + 1) + 1.0 / 3.0 * tr.dp_rank);
+    bad = mg_dp_sum(&tr.dp, tr.dp_rank == d - 1 ? INFINITY : 1.0);
+    snprintf(name, sizeof name, "dp: mg_dp_sum over d=%d: partial sums of 1e39 added exactly, "
+             "an inf on one replica gives NaN on every rank", d);
+    mg_test_report(mg_test_agree(got == want && !(bad == bad)), name, "%.17g vs %.17g, %g", got,
+                   want, bad);
+    mg_trainer_free(&tr);
+}
+
 /* Validation under data parallelism: each replica evaluates its share of every validation
    batch and the sums are added — the loss equals the serial evaluation's.                  */
 static void check_evaluate(int p) {
@@ -618,6 +640,7 @@ int main(int argc, char **argv) {
     if (world == 8) check_zb_twin();
     check_nonfinite(0);
     check_nonfinite(1);
+    check_dp_sum();
     check_evaluate(1);
     if (world >= 4) check_evaluate(2);   /* the forward-only pipeline on each replica */
     for (i = 0; i < 8; i++) if (have[i]) mg_trainer_free(&ser[i]);

@@ -92,13 +92,19 @@ int main(int argc, char **argv) {
                    tr.cfg.n_layer / (tr.pp * tr.vp) > 1 ? "s" : "",
                    tr.args.pipeline_schedule_file ? tr.args.pipeline_schedule_file
                                                   : mg_schedule_kind_name(tr.pipe_sched.kind));
-        if (comm.world_size > 1)
+        if (comm.world_size > 1) {   /* rank 0's buckets (with p > 1 the tied embedding's own first) */
+            int64_t largest = 0;
+            int k;
+            for (k = 0; k < tr.dp.n_buckets; k++)
+                if (tr.dp.bucket_begin[k + 1] - tr.dp.bucket_begin[k] > largest)
+                    largest = tr.dp.bucket_begin[k + 1] - tr.dp.bucket_begin[k];
             printf("gpt_train: layout t=%d x p=%d x d=%d (data-parallel: %lld samples per replica "
-                   "per iteration%s, gradient buckets of %lld elements)\n",
+                   "per iteration%s, %d gradient bucket%s of up to %lld elements)\n",
                    tr.model.layout.tp_size, tr.pp, tr.dp_size,
                    (long long)(tr.args.global_batch_size / tr.dp_size),
-                   tr.opt.dp ? ", distributed optimizer" : "",
-                   (long long)(tr.dp.n_buckets ? tr.dp.bucket_begin[1] : 0));
+                   tr.opt.dp ? ", distributed optimizer" : "", tr.dp.n_buckets,
+                   tr.dp.n_buckets == 1 ? "" : "s", (long long)largest);
+        }
         if (comm.world_size > 1) {   /* the layout: every rank's (tensor, pipeline, data) */
             int need = mg_topology_describe(&comm.topo, NULL, 0);
             char *text = (char *)malloc((size_t)need + 1);

@@ -27,6 +27,8 @@ THREADS=${THREADS:-2}
 # default run in parallel (micro-batches of 2: 4 per replica and iteration keep the pipeline busy)
 if [ "$RANKS" -gt 1 ]; then ITERS=${ITERS:-200}; SAMPLE=${SAMPLE:-200}; MB=${MB:-2}; fi
 ITERS=${ITERS:-600}
+# warm-up: 50 iterations, or a tenth of a shorter run (it must end before the decay does)
+WARMUP=$(( ITERS >= 500 ? 50 : ITERS / 10 ))
 SAMPLE=${SAMPLE:-400}
 MB=${MB:-8}
 OUT=$BUILD/demo
@@ -59,7 +61,7 @@ OMPI_MCA_btl_vader_single_copy_mechanism=none $LAUNCH "$BUILD/gpt_train" \
   --data-path "$OUT/corpus" --split 95,5,0 --vocab-size 256 \
   --num-layers 6 --hidden-size 192 --num-attention-heads 6 --seq-length 128 \
   --micro-batch-size "$MB" --global-batch-size 16 --train-iters "$ITERS" \
-  --lr 2e-3 --min-lr 2e-4 --lr-decay-style cosine --lr-warmup-iters 50 \
+  --lr 2e-3 --min-lr 2e-4 --lr-decay-style cosine --lr-warmup-iters "$WARMUP" \
   --weight-decay 0.1 --adam-beta2 0.95 --clip-grad 1.0 \
   --log-interval 10 --eval-interval 50 --eval-iters 2 \
   --save "$OUT/checkpoints" --log-jsonl "$OUT/log.jsonl" \

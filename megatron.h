@@ -535,8 +535,9 @@ typedef struct mg_lr_schedule {
     int64_t decay_iters;         /* --lr-decay-iters (Megatron's default: --train-iters)        */
     mg_lr_style style;           /* --lr-decay-style                                            */
 } mg_lr_schedule;
-/* Megatron-LM's OptimizerParamScheduler.get_lr after num_steps optimizer steps (iteration k,
-   1-based, trains with num_steps = k - 1):
+/* Megatron-LM's OptimizerParamScheduler.get_lr after num_steps successful optimizer updates
+   (iteration k, 1-based, trains with num_steps = k − 1 − the iterations skipped before it;
+   Megatron advances the scheduler only when an update succeeded):
      warm-up (num_steps <= warmup, warmup > 0): max_lr · num_steps / warmup
      constant: max_lr;  past decay_iters: min_lr
      else ratio = (num_steps - warmup)/(decay - warmup), coeff = 1 - ratio (linear) or
@@ -4274,7 +4275,10 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     r.loss = mg_dp_sum(&tr->dp, sum) / tokens;
     tr->model.training = 0;
     mg_gpt_reduce_grads(&tr->model);
-    r.lr = mg_lr_at(&tr->sched, tr->iteration);
+    /* the schedule counts optimizer updates, not iterations: Megatron-LM steps its
+       OptimizerParamScheduler only after a successful update, so skipped (fp16 overflow)
+       iterations neither warm up nor decay the learning rate                               */
+    r.lr = mg_lr_at(&tr->sched, tr->opt.step);
     r.loss_scale = tr->opt.loss_scale = tr->scaler.scale;
     r.skipped = !mg_adamw_update(&tr->opt, &tr->model, (float)r.lr, (float)tr->args.clip_grad,
                                  &r.grad_norm);

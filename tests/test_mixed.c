@@ -165,7 +165,9 @@ static void check_overflow_run(void) {
     char line[2048], name[200];
     mg_trainer tr;
     mg_loss_scaler model;
-    int k, ok_untouched = 1, ok_scale = 1, n_skipped = 0, n_clean = 0, first_skipped = 0;
+    int k, ok_untouched = 1, ok_scale = 1, ok_lr = 1, n_skipped = 0, n_clean = 0,
+        first_skipped = 0;
+    double lr_want = 0, lr_last = 0;
     snprintf(line, sizeof line, BASE_LINE "--tensor-model-parallel-size %d --fp16 "
              "--loss-scale-window 3 --hysteresis 2", world);
     trainer_make(&tr, line);
@@ -174,6 +176,11 @@ static void check_overflow_run(void) {
         float *w = gpt_host(&tr.model, tr.model.param_buf), *mom = gpt_host(&tr.model, tr.opt.v);
         int64_t step = tr.opt.step;
         mg_step_result r = mg_trainer_step(&tr);
+        /* Megatron's scheduler advances only after a successful update: the learning rate
+           of iteration k is the schedule's after the clean iterations before it */
+        lr_want = mg_lr_at(&tr.sched, n_clean);
+        if (r.lr != lr_want) ok_lr = 0;
+        lr_last = r.lr;
         if (r.loss_scale != model.scale) ok_scale = 0;
         mg_loss_scaler_update(&model, r.skipped);
         if (tr.scaler.scale != model.scale) ok_scale = 0;
@@ -199,6 +206,11 @@ static void check_overflow_run(void) {
              "clean updates", world, tr.scaler.scale, n_clean);
     mg_test_report(mg_test_agree(ok_scale && n_clean > 0 && n_skipped > 1), name,
                    "skipped %d clean %d", n_skipped, n_clean);
+    snprintf(name, sizeof name, "fp16 t=%d: skipped iterations do not advance the learning "
+             "rate schedule (Megatron: the scheduler steps after successful updates only); "
+             "warm-up from 0 over the %d clean ones", world, n_clean);
+    mg_test_report(mg_test_agree(ok_lr && n_skipped > 3), name, "last lr %g, schedule %g",
+                   lr_last, lr_want);
     snprintf(name, sizeof name, "fp16 t=%d: scale and skipped-iteration count equal on every "
              "rank; the trainer counted them", world);
     mg_test_report(mg_test_agree(agree_same(tr.scaler.scale) && agree_same(n_skipped) &&

@@ -27,8 +27,9 @@ THREADS=${THREADS:-2}
 # default run in parallel (micro-batches of 2: 4 per replica and iteration keep the pipeline busy)
 if [ "$RANKS" -gt 1 ]; then ITERS=${ITERS:-200}; SAMPLE=${SAMPLE:-200}; MB=${MB:-2}; fi
 ITERS=${ITERS:-600}
-# warm-up: 50 iterations, or a tenth of a shorter run (it must end before the decay does)
-WARMUP=$(( ITERS >= 500 ? 50 : ITERS / 10 ))
+# warm-up: 50 iterations (both defaults), or a tenth of a run of 100 or fewer (it must end
+# before the decay does: ITERS=20 would fail on --lr-warmup-iters 50)
+WARMUP=$(( ITERS > 100 ? 50 : ITERS / 10 ))
 SAMPLE=${SAMPLE:-400}
 MB=${MB:-8}
 OUT=$BUILD/demo

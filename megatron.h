@@ -2606,14 +2606,14 @@ static double mg__group_sum(mg_ctx *ctx, mg_comm *comm, mg_group *g, float *dev,
                             double local, int *flag) {
     float mine[3];
     double total = 0;
-    int r, any = 0;
-    if (!isfinite(local)) { local = 0; any = 1; }                   /* flagged instead */
+    int r, any = 0, bad_here = !isfinite(local);
+    if (bad_here) local = 0;                                        /* flagged instead */
     memcpy(mine, &local, sizeof local);
-    mine[2] = (float)(any || (flag && *flag));
+    mine[2] = (float)(bad_here || (flag && *flag));
     mg_copy_to_device(ctx, dev, mine, sizeof mine);
     mg_all_gather(comm, g, dev, dev + 3, 3, MG_F32);
     mg_copy_to_host(ctx, host, dev + 3, sizeof(float) * 3 * (size_t)g->size);
-    for (r = 0, any = 0; r < g->size; r++) {
+    for (r = 0; r < g->size; r++) {
         double x;
         memcpy(&x, host + 3 * r, sizeof x);
         total += x;

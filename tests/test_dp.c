@@ -177,19 +177,24 @@ static int same_everywhere(uint64_t x) {
     return ok;
 }
 
+/* STEPS training steps of tr, recording each step's loss and gradient norm. */
+static void train_steps(mg_trainer *tr, float *loss, float *norm) {
+    int k;
+    for (k = 0; k < STEPS; k++) {
+        mg_step_result r = mg_trainer_step(tr);
+        loss[k] = (float)r.loss;
+        norm[k] = (float)r.grad_norm;
+    }
+}
+
 /* The serial run of a row's model (dropout or not): losses, norms and the trainer itself. */
 static void serial_run(mg_trainer *ser, int index, float *loss, float *norm) {
     char line[2048];
-    int k;
     row_line(line, sizeof line, 1, 0, 0, 0, index & 1, STEPS,
              index & 6 ? (index & 2 ? (index & 4 ? "--num-layers 4 --bf16" : "--num-layers 4")
                                     : "--bf16") : "");
     trainer_make(ser, line, 0);
-    for (k = 0; k < STEPS; k++) {
-        mg_step_result r = mg_trainer_step(ser);
-        loss[k] = (float)r.loss;
-        norm[k] = (float)r.grad_norm;
-    }
+    train_steps(ser, loss, norm);
 }
 
 /* What "the same run" can mean in 16 bits. A layout changes nothing but the order of fp32
@@ -207,7 +212,7 @@ static void serial_run(mg_trainer *ser, int index, float *loss, float *norm) {
    check_row measures it). A bf16 row must stay within twice that: the data-parallel run is
    one more such reordering. (Measured on one machine: the d = 2 run and the serial
    micro-batch-4 run differ from the serial run by the same 4.3e-5, 2.8e-3, 8.1e-3 — they
-   split the batch alike. For scale: a learning rate 0.3% off moves the losses by 5e-4, ten
+   split the batch alike. For scale: a learning rate 0.3% off moves the losses by 5e-4, eight
    times the spread, and the fp32 run's weights lie 0.04 from the bf16 run's.) Computed on
    rank 0 (the serial model needs no communication) and broadcast.                         */
 static double compare_weights(mg_gpt *par, mg_gpt *ser, uint64_t *sum);
@@ -227,11 +232,7 @@ static void bf16_spread(int index, mg_trainer *ser, const float *loss, const flo
                      index & 2 ? "--num-layers 4 " : "", micro[q]);
             row_line(line, sizeof line, 1, 0, 0, 0, index & 1, STEPS, extra);
             trainer_make(&ref, line, 0);
-            for (k = 0; k < STEPS; k++) {
-                mg_step_result r = mg_trainer_step(&ref);
-                l[k] = (float)r.loss;
-                n[k] = (float)r.grad_norm;
-            }
+            train_steps(&ref, l, n);
             e[0] = mg_test_max_rel(l, loss, STEPS, 0);
             e[1] = mg_test_max_rel(n, norm, STEPS, 0);
             e[2] = compare_weights(&ref.model, &ser->model, &sum);
@@ -253,11 +254,7 @@ static void check_row(const dp_row *row, mg_trainer *ser, const float *want_loss
     int k, d = world / (row->t * row->p), mem_ok, bytes_per, early_ok, expected;
     row_line_p(line, sizeof line, row, STEPS, "");
     trainer_make(&tr, line, 1);
-    for (k = 0; k < STEPS; k++) {
-        mg_step_result r = mg_trainer_step(&tr);
-        loss[k] = (float)r.loss;
-        norm[k] = (float)r.grad_norm;
-    }
+    train_steps(&tr, loss, norm);
     e_loss = agree_max(mg_test_max_rel(loss, want_loss, STEPS, 0));
     e_norm = agree_max(mg_test_max_rel(norm, want_norm, STEPS, 0));
     mg_adamw_gather_master(&tr.opt, &tr.model);
@@ -417,7 +414,7 @@ static void check_resume(mg_trainer *ser, const float *want_loss) {
    iterations and resumed under the same layout, iterations 6-10 and the gathered master
    weights are bit-identical to the uninterrupted run; resumed without the distributed
    optimizer (a whole master on every replica) they stay within 2^-7 (absolute, 5 steps: the
-   all-reduce and the reduce-scatter add in different orders; measured identical at d = 2).                         */
+   all-reduce and the reduce-scatter add in different orders; measured identical at d = 2). */
 static void check_resume_master(void) {
     static const char *layouts[2] = {"--use-distributed-optimizer", ""};
     char tmpl[] = "/tmp/mg_test_dp_XXXXXX", line[2048], extra[1200], name[200];

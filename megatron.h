@@ -3,7 +3,8 @@
    The GPT-2 model built from Megatron-style (tensor-parallel ready) layers, the AdamW optimizer
    with its learning-rate schedule and gradient clipping, checkpoints, import/export of llm.c and
    Hugging Face weights, the command line and the training loop. Includes mg_tensor.h (ops),
-   mg_comm.h (communication), mg_pipeline.h (schedules) and mg_data.h (file formats).
+   mg_comm.h (communication), mg_transformer.h (the tensor-parallel layer), mg_pipeline.h
+   (schedules) and mg_data.h (file formats).
 
    DO THIS in exactly one C or CUDA file:
        #define MG_IMPLEMENTATION
@@ -18,11 +19,11 @@
         ONE flat fp32 buffer of parameters and ONE of gradients in a documented order;
         counter-based initialisation; global <-> shard copies; the naming table that maps the
         tensors to our checkpoints, llm.c checkpoints and Hugging Face GPT-2 files.
-     3. Model: the tensor-parallel split (column/row/vocabulary-parallel layers, sequence
-        parallelism) and Megatron's communication operators as a public API (mg_tp_gather,
-        mg_tp_reduce); per (chunk, slot) activation storage, forward and backward of a model
-        chunk for one microbatch, the loss, dropout keyed by global coordinates, activation
-        recomputation (selective: the attention core; full: whole layers). A chunk's
+     3. Model: chunks of mg_transformer.h's tensor-parallel layers between the vocabulary-
+        parallel embedding and the head (final layernorm, tied output layer, parallel cross-
+        entropy); per (chunk, slot) activation storage, forward and backward of a model chunk
+        for one microbatch, dropout keyed by global coordinates, activation recomputation
+        (selective: the attention core; full: whole layers or groups of them re-run). A chunk's
         input/output activations and the gradient buffer are exposed so a pipeline executor
         can send and receive them.
      3b. Weight files: import llm.c checkpoints and Hugging Face GPT-2 safetensors (told apart
@@ -64,6 +65,7 @@
 #define MEGATRON_H
 #include "mg_tensor.h"
 #include "mg_comm.h"
+#include "mg_transformer.h"
 #include "mg_pipeline.h"
 #include "mg_data.h"
 
@@ -198,7 +200,7 @@ MGDEF double mg_gpt_flops_recomputed(const mg_gpt_config *cfg, const mg_gpt_layo
       Flat-buffer order (each tensor starts at a multiple of 64 elements; the gaps are zero):
         word embedding [Vp, C]          if a chunk has the embedding or the head (tied weight)
         position embedding [max_pos, C] if a chunk has the embedding
-        for each held layer, in order, the 12 tensors of mg_gpt_layer_tensor
+        for each held layer, in order, the 12 tensors of mg_layer_tensor
         final layernorm weight, bias    if a chunk has the head
       Shapes are GLOBAL in the descriptor; local_shape is this rank's shard:
         column-parallel (QKV, MLP-up weight and bias): output rows split, QKV by heads
@@ -209,19 +211,14 @@ MGDEF double mg_gpt_flops_recomputed(const mg_gpt_config *cfg, const mg_gpt_layo
 typedef enum { MG_TP_REPLICATED = 0, MG_TP_COLUMN, MG_TP_ROW, MG_TP_VOCAB } mg_tp_split;
 typedef enum { MG_INIT_NORMAL = 0, MG_INIT_ZERO, MG_INIT_ONE } mg_init_kind;
 
-/* The tensors of one transformer layer, in flat-buffer (and llm.c) order. */
-typedef enum {
-    MG_LN1_W = 0, MG_LN1_B, MG_QKV_W, MG_QKV_B, MG_PROJ_W, MG_PROJ_B,
-    MG_LN2_W, MG_LN2_B, MG_FC1_W, MG_FC1_B, MG_FC2_W, MG_FC2_B, MG_LAYER_TENSORS
-} mg_gpt_layer_tensor;
-/* The tensors outside the layers. */
+/* The tensors outside the layers (a layer's 12 are mg_transformer.h's mg_layer_tensor). */
 typedef enum {
     MG_WTE = MG_LAYER_TENSORS, MG_WPE, MG_LNF_W, MG_LNF_B, MG_TENSOR_KINDS
 } mg_gpt_global_tensor;
 
 typedef struct mg_param_desc {
     char name[80];          /* Megatron-Core name, e.g. decoder.layers.0.mlp.linear_fc1.weight */
-    int kind;               /* mg_gpt_layer_tensor or mg_gpt_global_tensor                     */
+    int kind;               /* mg_layer_tensor or mg_gpt_global_tensor                     */
     int layer;              /* global layer index, -1 outside the layers                       */
     int ndim;               /* 1 or 2                                                          */
     int64_t shape[2];       /* global shape                                                    */
@@ -238,79 +235,20 @@ typedef struct mg_param_desc {
 
 /* ---------------------------------------------------------------------------------------------
    3. Model
-      The tensor-parallel split (Megatron-LM; Narayanan et al. 2021 §2.3, Korthikanti et al.
-      2022 §4.2). Every rank of the tensor group holds the whole residual stream [N, C] (or,
-      with sequence parallelism, its n = N/t rows [r·n, (r+1)·n): T/t positions, since rows are
-      t·B + b) and 1/t of every weight matrix:
-        column-parallel  QKV (heads r·nh/t …), MLP-up: Y_r = X·A_rᵀ — needs all of X
-        row-parallel     attention-out, MLP-down: partial Z_r = Y_r·B_rᵀ, Z = Σ_r Z_r
-        vocab-parallel   word embedding rows [r·Vp/t, (r+1)·Vp/t) and the tied output layer
-      and the communication is Megatron's pair of conjugate operators around each block:
-                          before column-parallel        after row-parallel
-        plain TP          f: identity / all-reduce       g: all-reduce / identity
-        sequence-par.     all-gather / reduce-scatter    reduce-scatter / all-gather
-      (forward / backward). Per layer and microbatch that is 2 all-reduces of N·C floats
-      forward and 2 backward — ring cost 2(t−1)/t each, 8·N·C·(t−1)/t floats in all — or, with
-      sequence parallelism, 4 all-gathers + 4 reduce-scatters of (t−1)/t·N·C each plus 2 more
-      all-gathers in the backward that re-gather the layernorm outputs the column-parallel weight
-      gradients need (only the local rows are stored): 10·N·C·(t−1)/t floats.
-      Replicated parameters (layernorms, position embedding, row-parallel biases) keep equal
-      gradients on every rank: computed from the full (identical or gathered) gradient, except
-      the layernorms under sequence parallelism, which see their rows only — their gradients
-      are summed over the tensor group by mg_gpt_reduce_grads. Row-parallel biases and the
-      position embedding are added by tensor-parallel rank 0 before the reduction, so they
-      enter the sum once. The cross-entropy never gathers the logits: all-reduces of the row
-      max, the sum of exponentials and the target logit ([N] floats each) merge the slices.
-      Dropout masks are a pure function of (seed, site, global microbatch, global element
-      index), so they do not depend on t, on sequence parallelism or on the pipeline split.
+      The transformer layers and their tensor-parallel split (column/row-parallel linears,
+      Megatron's f/g operators, sequence parallelism) are mg_transformer.h's; the model adds
+      what surrounds them, split the same way:
+        vocab-parallel   word embedding rows [r·Vp/t, (r+1)·Vp/t) and the tied output layer;
+                         the embedding's partial sum is reduced like a row-parallel output
+        replicated       position embedding (added by tensor-parallel rank 0 before the
+                         reduction, so it enters the sum once) and the final layernorm
+      The cross-entropy never gathers the logits: all-reduces of the row max, the sum of
+      exponentials and the target logit ([N] floats each) merge the slices. The layernorm
+      gradients under sequence parallelism are partial (each rank saw its rows) and are summed
+      over the tensor group by mg_gpt_reduce_grads. Dropout masks are a pure function of
+      (seed, site, global microbatch, global element index), so they do not depend on t, on
+      sequence parallelism or on the pipeline split.
    ------------------------------------------------------------------------------------------ */
-/* Megatron's tensor-parallel operators, usable outside the GPT model (examples/tp_block.cu
-   builds an MLP block from them and mg_tensor.h's linear ops):
-     mg_tp_gather  before a column-parallel layer: plain TP — `local` is already the whole
-                   activation (Megatron's f / copy_to_tensor_model_parallel_region: identity
-                   forward); sequence parallel — all-gather the ranks' row blocks into `full`
-                   (gather_from_sequence_parallel_region). Returns the whole activation.
-     mg_tp_reduce  after a row-parallel layer: plain TP — all-reduce `partial` in place (g /
-                   reduce_from_tensor_model_parallel_region) and return it; sequence parallel
-                   — reduce-scatter it into this rank's rows `local` (reduce_scatter_to_
-                   sequence_parallel_region) and return `local`.
-   Each is the other's backward: the gradient of a gathered input is reduced, the gradient of
-   a reduced output is gathered. Row blocks are rank-ordered: rank r holds rows [r·n, (r+1)·n)
-   of the [N, …] activation. fp32 device buffers; group of size 1: no communication.       */
-typedef struct mg_tp_group {
-    mg_comm *comm;            /* comm->tensor is the group; may be NULL when size is 1         */
-    int rank, size;
-    int sequence_parallel;    /* in effect: requested and size > 1                            */
-} mg_tp_group;
-/* The tensor group of comm (set up by mg_comm_setup_groups); comm NULL: one rank. */
-MGDEF mg_tp_group mg_tp_group_make(mg_comm *comm, int sequence_parallel);
-MGDEF const mg_tensor *mg_tp_gather(const mg_tp_group *g, const mg_tensor *local,
-                                    mg_tensor *full);
-MGDEF mg_tensor *mg_tp_reduce(const mg_tp_group *g, mg_tensor *partial, mg_tensor *local);
-/* In-place sum (MG_SUM) or max (MG_MAX) of n floats over the group. */
-MGDEF void mg_tp_all_reduce(const mg_tp_group *g, float *buf, int64_t n, mg_redop op);
-
-/* Activations one layer keeps for its backward, for one microbatch. N = B·T rows; n = N/t
-   rows with sequence parallelism, else n = N.                                              */
-typedef struct mg_gpt_layer_acts {
-    mg_tensor ln1;            /* [n, C]      input layernorm output                            */
-    float *ln1_mean, *ln1_rstd; /* [n]                                                         */
-    mg_tensor qkv;            /* [N, 3C/t]   per head [q k v]                                  */
-    mg_tensor att;            /* [B, nh/t, T, T] attention probabilities (before dropout)     */
-    mg_tensor atty;           /* [N, C/t]    attention output before the projection            */
-    mg_tensor resid_mid;      /* [n, C]      residual stream after the attention block         */
-    mg_tensor ln2;            /* [n, C]                                                         */
-    float *ln2_mean, *ln2_rstd;
-    mg_tensor fc;             /* [N, 4C/t]   MLP-up output (pre-GELU)                          */
-    mg_tensor fc_gelu;        /* [N, 4C/t]                                                      */
-    mg_tensor out;            /* [n, C]      the layer's output: residual stream                */
-    /* layout.split_backward only: d loss / d(output) of the four linears, kept by the input
-       half of the backward for the weight half (dW = doutᵀ·input); dout_fc2 and dout_proj
-       are the whole [N, C] gradient (all-gathered with sequence parallelism). The slot's own
-       also for a full-recomputed layer (whose other tensors are the shared scratch)       */
-    mg_tensor dout_fc2, dout_fc1, dout_proj, dout_qkv; /* [N,C] [N,4C/t] [N,C] [N,3C/t]     */
-} mg_gpt_layer_acts;
-
 /* Everything one microbatch keeps while in flight through one chunk. */
 typedef struct mg_gpt_acts {
     int32_t *tokens;          /* [B, T] int32 (first chunk), device memory                      */
@@ -319,7 +257,7 @@ typedef struct mg_gpt_acts {
     int dropout_on;           /* the forward ran in training mode (the backward must match)     */
     mg_tensor input;          /* [n, C] residual stream entering the chunk: the embedding's
                                  output (first chunk) or what the previous stage sent          */
-    mg_gpt_layer_acts *layers;/* one per layer of the chunk                                     */
+    mg_layer_acts *layers;    /* one per layer of the chunk                                     */
     mg_tensor lnf;            /* [n, C] final layernorm output (last chunk)                     */
     float *lnf_mean, *lnf_rstd;
     mg_tensor logits;         /* [N, Vp/t]; becomes dlogits in the backward (and stays so for
@@ -357,10 +295,10 @@ typedef struct mg_gpt {
     int idx_global[4];        /* descriptor index of WTE, WPE, LNF_W, LNF_B (-1: not held)     */
     int *idx_layer;           /* [n_layer]: index of the layer's first tensor, -1: not held    */
     mg_gpt_acts *acts;        /* [n_chunks · n_slots], chunk-major                              */
-    mg_tp_group tp;           /* the tensor group (from the layout); tp.sequence_parallel: in
-                                 effect (layout flag and tp_size > 1)                         */
-    int64_t n_rows;           /* n: residual-stream rows on this rank (N, or N/t with sp)      */
-    int64_t row0;             /* first global row of them (tp_rank·n with sp, else 0)          */
+    mg_transformer tf;        /* the layers' shared state (mg_transformer.h): the tensor group
+                                 tf.tp, this rank's residual-stream rows tf.n_rows from
+                                 tf.row0, and the scratch every forward/backward shares —
+                                 tf.dresid is the gradient of the residual stream            */
     size_t act_bytes;         /* arena bytes of the per-microbatch activations (all chunks and
                                  slots; bench/memory reports them)                             */
     size_t scratch_bytes;     /* arena bytes of the shared scratch below (one microbatch)      */
@@ -368,7 +306,7 @@ typedef struct mg_gpt {
        recomputed at a time): full — the activations of one group of layers (the layer structs
        of recomputed layers point here, except a group's last output, kept per microbatch);
        selective — the attention probabilities of one layer                                   */
-    mg_gpt_layer_acts *recompute_layers;
+    mg_layer_acts *recompute_layers;
     int n_recompute_layers;
     mg_tensor recompute_att;  /* [B, nh/t, T, T]                                                */
     /* training mode: dropout on, and the global index of this iteration's first microbatch   */
@@ -391,16 +329,6 @@ typedef struct mg_gpt {
     int final_backward;
     void (*grads_final)(void *user, int64_t first, int64_t end);
     void *grads_final_user;
-    /* scratch shared by every forward/backward (one microbatch at a time)                     */
-    mg_tensor dresid;         /* [n, C] gradient of the residual stream: a chunk's backward
-                                 reads the gradient of its output here and leaves the gradient
-                                 of its input here                                            */
-    mg_tensor dlocal;         /* [n, C] a branch's gradient after dropout; with sp also the
-                                 reduce-scattered input gradient of a column-parallel layer    */
-    mg_tensor full_a;         /* [N, C] sp: the all-gathered layernorm output                   */
-    mg_tensor full_b;         /* [N, C] row-parallel partial output (sp), gathered gradient
-                                 (sp), and the partial input gradient of column-parallel layers */
-    mg_tensor dCt, d3C, d4C, datt; /* [N,C/t] [N,3C/t] [N,4C/t] [B,nh/t,T,T]                   */
     mg_tensor dlogits;        /* [N, Vp/t] 16-bit gradient of the fp32 logits (mixed precision;
                                  with fp32 the logits are overwritten in place instead)      */
     float *tp_scalars;        /* [3 + 3t] device floats: the tensor group's scalar exchanges   */
@@ -444,14 +372,14 @@ MGDEF void mg_gpt_set_batch(mg_gpt *m, int chunk, int slot, const int32_t *sampl
    other reads mg_gpt_chunk_input (filled by the caller). The last chunk writes the per-token
    losses of this microbatch to losses[microbatch · N …]. With m->training set, dropout is on
    and its masks are keyed by the global microbatch index m->microbatch_base + microbatch (the
-   backward reuses the forward's). Chunk inputs/outputs and m->dresid hold this rank's n rows
+   backward reuses the forward's). Chunk inputs/outputs and m->tf.dresid hold this rank's n rows
    (N/t with sequence parallelism). With tensor parallelism every rank of the tensor group
    makes the same calls in the same order (they communicate).                               */
 MGDEF void mg_gpt_forward(mg_gpt *m, int chunk, int slot, int microbatch);
 /* Backward of one chunk for the microbatch in `slot` (its forward must have run). The last
    chunk seeds the gradient with dloss per token; any other reads the gradient of its output
-   from m->dresid (filled by the caller). Parameter gradients ACCUMULATE into grad_buf. On
-   return m->dresid holds the gradient of the chunk's input (none for the first chunk).       */
+   from m->tf.dresid (filled by the caller). Parameter gradients ACCUMULATE into grad_buf. On
+   return m->tf.dresid holds the gradient of the chunk's input (none for the first chunk).       */
 MGDEF void mg_gpt_backward(mg_gpt *m, int chunk, int slot, float dloss);
 /* mg_gpt_backward in two halves (layout.split_backward): the input half computes every
    activation gradient (and the cheap layernorm and embedding parameter gradients) and keeps
@@ -1284,26 +1212,8 @@ MGDEF void mg_gpt_global_to_shard(mg_gpt *m, int idx, float *flat, const float *
    3. Model: allocation
    ========================================================================================== */
 
-/* Allocation runs twice through the same code: once counting bytes (ctx NULL), once taking them
-   from the arena, so mg_gpt_arena_bytes is exact by construction. */
-typedef struct mg__planner { mg_ctx *ctx; size_t bytes; } mg__planner;
-static void *mg__take(mg__planner *p, size_t bytes) {
-    p->bytes += (bytes + 255) / 256 * 256;        /* the arena's 256-byte alignment */
-    return p->ctx ? mg_alloc(p->ctx, bytes) : NULL;
-}
-static mg_tensor mg__take_tensor(mg__planner *p, mg_dtype dt, int64_t d0, int64_t d1, int64_t d2,
-                                 int64_t d3) {
-    int64_t shape[4];
-    int nd = d3 ? 4 : d2 ? 3 : 2;
-    mg_tensor t;
-    shape[0] = d0; shape[1] = d1; shape[2] = d2; shape[3] = d3;
-    t = mg_tensor_wrap(NULL, dt, nd, shape);
-    t.data = mg__take(p, mg_nbytes(&t));
-    return t;
-}
-static float *mg__take_f32(mg__planner *p, int64_t n) {
-    return (float *)mg__take(p, (size_t)n * sizeof(float));
-}
+/* Allocation runs twice through the same code (mg_claim): once counting bytes (ctx NULL),
+   once taking them from the arena, so mg_gpt_arena_bytes is exact by construction. */
 
 /* Doubles of the scalar exchange over the tensor or the pipeline group (one per rank, and
    room for the all-gather's two-float halves).                                             */
@@ -1336,36 +1246,12 @@ static int mg__recompute_group_max(const mg_gpt_layout *L) {
     return most;
 }
 
-/* One layer's activations for one microbatch: everything (own_all), or — for a layer whose
-   attention core is recomputed — everything but the probabilities; `out` alone (own_out)
-   for the last layer of a full-recomputation group. N rows, or n on the residual stream.  */
-static void mg__take_layer_acts(mg__planner *p, mg_dtype dt, mg_gpt_layer_acts *la, int64_t N,
-                                int64_t n,
-                                int64_t C, int64_t t, int64_t B, int64_t nh, int64_t T,
-                                int own_all, int own_att, int own_out) {
-    if (own_all) {
-        la->ln1 = mg__take_tensor(p, dt, n, C, 0, 0);
-        la->ln1_mean = mg__take_f32(p, n);
-        la->ln1_rstd = mg__take_f32(p, n);
-        la->qkv = mg__take_tensor(p, dt, N, 3 * C / t, 0, 0);
-        if (own_att) la->att = mg__take_tensor(p, dt, B, nh, T, T);
-        la->atty = mg__take_tensor(p, dt, N, C / t, 0, 0);
-        la->resid_mid = mg__take_tensor(p, dt, n, C, 0, 0);
-        la->ln2 = mg__take_tensor(p, dt, n, C, 0, 0);
-        la->ln2_mean = mg__take_f32(p, n);
-        la->ln2_rstd = mg__take_f32(p, n);
-        la->fc = mg__take_tensor(p, dt, N, 4 * C / t, 0, 0);
-        la->fc_gelu = mg__take_tensor(p, dt, N, 4 * C / t, 0, 0);
-    }
-    if (own_out) la->out = mg__take_tensor(p, dt, n, C, 0, 0);
-}
-
 /* Everything the model puts in the arena. With m->ctx NULL nothing is stored. Residual-
    stream activations have n rows (N/t with sequence parallelism), the tensor-parallel ones
    (qkv, attention, MLP hidden, logits) N rows and 1/t of the columns. With recomputation,
    a full-recomputed layer keeps only its group's output and borrows the rest from the shared
    group scratch; a selective one borrows the attention probabilities.                     */
-static void mg__plan_model(mg_gpt *m, mg__planner *p) {
+static void mg__plan_model(mg_gpt *m, mg_claim *p) {
     const mg_gpt_config *c = &m->cfg;
     const mg_gpt_layout *L = &m->layout;
     int64_t B = L->micro_batch, T = c->seq_len, N = B * T, C = c->hidden, t = L->tp_size;
@@ -1373,74 +1259,72 @@ static void mg__plan_model(mg_gpt *m, mg__planner *p) {
     mg_dtype dt = (mg_dtype)L->dtype;
     size_t acts_begin;
     int ch, s, l, k;
+    mg_layer_config lc;
+    mg_tp_group tp;
     m->dtype = dt;
-    m->tp.comm = L->comm;
-    m->tp.rank = L->tp_rank;
-    m->tp.size = L->tp_size;
-    m->tp.sequence_parallel = L->sequence_parallel && t > 1;
-    m->n_rows = n = m->tp.sequence_parallel ? N / t : N;
-    m->row0 = m->tp.sequence_parallel ? n * L->tp_rank : 0;
-    if (!L->shard_master) m->param_buf = mg__take_f32(p, m->n_elems);  /* else the optimizer's */
-    m->grad_buf = mg__take_f32(p, m->n_elems);
-    if (dt != MG_F32) m->param16 = mg__take(p, (size_t)m->n_elems * mg_dtype_size(dt));
+    lc.hidden = c->hidden;
+    lc.n_head = c->n_head;
+    lc.seq_len = c->seq_len;
+    lc.micro_batch = L->micro_batch;
+    lc.dtype = dt;
+    lc.hidden_dropout = c->hidden_dropout;
+    lc.attention_dropout = c->attention_dropout;
+    lc.dropout_seed = c->dropout_seed;
+    tp.comm = L->comm;
+    tp.rank = L->tp_rank;
+    tp.size = L->tp_size;
+    tp.sequence_parallel = L->sequence_parallel;
+    mg_transformer_init(&m->tf, m->ctx, &lc, tp);
+    n = m->tf.n_rows;
+    if (!L->shard_master) m->param_buf = mg_claim_f32(p, m->n_elems);  /* else the optimizer's */
+    m->grad_buf = mg_claim_f32(p, m->n_elems);
+    if (dt != MG_F32) m->param16 = mg_claim_bytes(p, (size_t)m->n_elems * mg_dtype_size(dt));
     acts_begin = p->bytes;
     for (ch = 0; ch < L->n_chunks; ch++) {
         const mg_gpt_chunk *chunk = &L->chunks[ch];
         int nl = chunk->layer_end - chunk->layer_begin;
         for (s = 0; s < L->n_slots; s++) {
             mg_gpt_acts *a = &m->acts[ch * L->n_slots + s];
-            a->tokens = (int32_t *)mg__take(p, (size_t)N * sizeof(int32_t));
-            a->targets = (int32_t *)mg__take(p, (size_t)N * sizeof(int32_t));
-            a->input = mg__take_tensor(p, dt, n, C, 0, 0);
+            a->tokens = (int32_t *)mg_claim_bytes(p, (size_t)N * sizeof(int32_t));
+            a->targets = (int32_t *)mg_claim_bytes(p, (size_t)N * sizeof(int32_t));
+            a->input = mg_claim_tensor(p, dt, n, C, 0, 0);
             for (l = 0; l < nl; l++) {
-                mg_gpt_layer_acts *la = &a->layers[l];
+                mg_layer_acts *la = &a->layers[l];
                 int first = 0, last = -1;
                 int kind = mg_gpt_recompute_kind(L, nl, l, &first, &last);
-                mg__take_layer_acts(p, dt, la, N, n, C, t, B, nh, T,
-                                    kind != MG_RECOMPUTE_FULL, kind == MG_RECOMPUTE_NONE,
-                                    kind != MG_RECOMPUTE_FULL || l == last);
-                if (L->split_backward) {   /* ZB-H1: the output gradients the W half needs */
-                    la->dout_fc2 = mg__take_tensor(p, dt, N, C, 0, 0);
-                    la->dout_fc1 = mg__take_tensor(p, dt, N, 4 * C / t, 0, 0);
-                    la->dout_proj = mg__take_tensor(p, dt, N, C, 0, 0);
-                    la->dout_qkv = mg__take_tensor(p, dt, N, 3 * C / t, 0, 0);
-                }
+                /* ZB-H1 (split backward): also the output gradients the W half needs */
+                mg_layer_acts_claim(&m->tf, p, la, kind != MG_RECOMPUTE_FULL,
+                                    kind == MG_RECOMPUTE_NONE,
+                                    kind != MG_RECOMPUTE_FULL || l == last, L->split_backward);
             }
             if (chunk->has_head) {
-                a->lnf = mg__take_tensor(p, dt, n, C, 0, 0);
-                a->lnf_mean = mg__take_f32(p, n);
-                a->lnf_rstd = mg__take_f32(p, n);
-                a->logits = mg__take_tensor(p, MG_F32, N, Vl, 0, 0);   /* fp32: the loss */
+                a->lnf = mg_claim_tensor(p, dt, n, C, 0, 0);
+                a->lnf_mean = mg_claim_f32(p, n);
+                a->lnf_rstd = mg_claim_f32(p, n);
+                a->logits = mg_claim_tensor(p, MG_F32, N, Vl, 0, 0);   /* fp32: the loss */
                 if (L->split_backward && dt != MG_F32)   /* ZB-H1: no bytes of its own */
                     a->dlogits = mg_tensor_wrap(a->logits.data, dt, 2, a->logits.shape);
-                a->rowmax = mg__take_f32(p, N);
-                a->sumexp = mg__take_f32(p, N);
-                a->tlogit = mg__take_f32(p, N);
+                a->rowmax = mg_claim_f32(p, N);
+                a->sumexp = mg_claim_f32(p, N);
+                a->tlogit = mg_claim_f32(p, N);
             }
         }
     }
     m->act_bytes = p->bytes - acts_begin;
     acts_begin = p->bytes;
-    m->dresid = mg__take_tensor(p, dt, n, C, 0, 0);
-    m->dlocal = mg__take_tensor(p, dt, n, C, 0, 0);
-    if (m->tp.sequence_parallel) m->full_a = mg__take_tensor(p, dt, N, C, 0, 0);
-    m->full_b = mg__take_tensor(p, dt, N, C, 0, 0);
-    m->dCt = mg__take_tensor(p, dt, N, C / t, 0, 0);
-    m->d3C = mg__take_tensor(p, dt, N, 3 * C / t, 0, 0);
-    m->d4C = mg__take_tensor(p, dt, N, 4 * C / t, 0, 0);
-    m->datt = mg__take_tensor(p, dt, B, nh, T, T);
+    mg_transformer_claim_scratch(&m->tf, p);
     if (dt != MG_F32 && L->chunks[L->n_chunks - 1].has_head)
-        m->dlogits = mg__take_tensor(p, dt, N, Vl, 0, 0);
+        m->dlogits = mg_claim_tensor(p, dt, N, Vl, 0, 0);
     /* recomputation scratch, then the recomputed layers point into it */
     for (k = 0; k < m->n_recompute_layers; k++)
-        mg__take_layer_acts(p, dt, &m->recompute_layers[k], N, n, C, t, B, nh, T, 1, 1, 1);
+        mg_layer_acts_claim(&m->tf, p, &m->recompute_layers[k], 1, 1, 1, 0);
     if (L->recompute_granularity == MG_RECOMPUTE_SELECTIVE)
-        m->recompute_att = mg__take_tensor(p, dt, B, nh, T, T);
+        m->recompute_att = mg_claim_tensor(p, dt, B, nh, T, T);
     for (ch = 0; ch < L->n_chunks; ch++) {
         int nl = L->chunks[ch].layer_end - L->chunks[ch].layer_begin;
         for (s = 0; s < L->n_slots; s++)
             for (l = 0; l < nl; l++) {
-                mg_gpt_layer_acts *la = &m->acts[ch * L->n_slots + s].layers[l];
+                mg_layer_acts *la = &m->acts[ch * L->n_slots + s].layers[l];
                 int first = 0, last = -1;
                 int kind = mg_gpt_recompute_kind(L, nl, l, &first, &last);
                 if (kind == MG_RECOMPUTE_SELECTIVE) la->att = m->recompute_att;
@@ -1448,7 +1332,7 @@ static void mg__plan_model(mg_gpt *m, mg__planner *p) {
                     /* the group's last output and (split backward) the output gradients stay
                        the slot's own: the weight half reads them after other microbatches
                        have reused the scratch                                             */
-                    mg_gpt_layer_acts own = *la;
+                    mg_layer_acts own = *la;
                     *la = m->recompute_layers[l - first];
                     if (l == last) la->out = own.out;
                     la->dout_fc2 = own.dout_fc2;
@@ -1459,10 +1343,10 @@ static void mg__plan_model(mg_gpt *m, mg__planner *p) {
             }
     }
     m->scratch_bytes = p->bytes - acts_begin;
-    m->losses = mg__take_f32(p, (int64_t)L->max_microbatches * N);
-    m->tp_scalars = mg__take_f32(p, 3 + 3 * t);
-    m->vocab_row = mg__take_f32(p, c->padded_vocab);
-    m->scalars = (double *)mg__take(p, sizeof(double) * (size_t)mg__scalar_slots(L));
+    m->losses = mg_claim_f32(p, (int64_t)L->max_microbatches * N);
+    m->tp_scalars = mg_claim_f32(p, 3 + 3 * t);
+    m->vocab_row = mg_claim_f32(p, c->padded_vocab);
+    m->scalars = (double *)mg_claim_bytes(p, sizeof(double) * (size_t)mg__scalar_slots(L));
 }
 
 /* Host-side arrays of the model (descriptors, views, activation records). */
@@ -1476,28 +1360,28 @@ static void mg__alloc_host(mg_gpt *m) {
     m->idx_layer = (int *)MG_MALLOC(sizeof(int) * (size_t)m->cfg.n_layer);
     m->acts = (mg_gpt_acts *)MG_MALLOC(sizeof(mg_gpt_acts) * (size_t)n_acts);
     m->n_recompute_layers = mg__recompute_group_max(L);
-    m->recompute_layers = (mg_gpt_layer_acts *)MG_MALLOC(sizeof(mg_gpt_layer_acts) *
+    m->recompute_layers = (mg_layer_acts *)MG_MALLOC(sizeof(mg_layer_acts) *
                                                          (size_t)(m->n_recompute_layers + 1));
     MG_ASSERT(m->params && m->w && m->g && m->idx_layer && m->acts && m->recompute_layers,
               "out of host memory");
     memset(m->recompute_layers, 0,
-           sizeof(mg_gpt_layer_acts) * (size_t)(m->n_recompute_layers + 1));
+           sizeof(mg_layer_acts) * (size_t)(m->n_recompute_layers + 1));
     mg__build_params(&m->cfg, L, m->params, NULL);
     memset(m->acts, 0, sizeof(mg_gpt_acts) * (size_t)n_acts);
     for (ch = 0; ch < L->n_chunks; ch++)
         for (s = 0; s < L->n_slots; s++) {
             int nl = L->chunks[ch].layer_end - L->chunks[ch].layer_begin;
             mg_gpt_acts *a = &m->acts[ch * L->n_slots + s];
-            a->layers = (mg_gpt_layer_acts *)MG_MALLOC(sizeof(mg_gpt_layer_acts) *
+            a->layers = (mg_layer_acts *)MG_MALLOC(sizeof(mg_layer_acts) *
                                                        (size_t)(nl > 0 ? nl : 1));
             MG_ASSERT(a->layers, "out of host memory");
-            memset(a->layers, 0, sizeof(mg_gpt_layer_acts) * (size_t)(nl > 0 ? nl : 1));
+            memset(a->layers, 0, sizeof(mg_layer_acts) * (size_t)(nl > 0 ? nl : 1));
         }
 }
 
 MGDEF size_t mg_gpt_arena_bytes(const mg_gpt_config *cfg, const mg_gpt_layout *layout) {
     mg_gpt m;
-    mg__planner p;
+    mg_claim p;
     memset(&m, 0, sizeof m);
     m.cfg = *cfg;
     m.layout = *layout;
@@ -1512,7 +1396,7 @@ MGDEF size_t mg_gpt_arena_bytes(const mg_gpt_config *cfg, const mg_gpt_layout *l
 
 MGDEF int mg_gpt_create(mg_gpt *m, mg_ctx *ctx, const mg_gpt_config *cfg,
                         const mg_gpt_layout *layout, char *err, size_t errlen) {
-    mg__planner p;
+    mg_claim p;
     int i, l;
     memset(m, 0, sizeof *m);
     if (mg__layout_check(cfg, layout, err, errlen)) return -1;
@@ -1606,60 +1490,6 @@ MGDEF void mg_gpt_set_batch(mg_gpt *m, int chunk, int slot, const int32_t *sampl
     mg_copy_to_device(m->ctx, a->targets, m->host_targets, sizeof(int32_t) * (size_t)B * T);
 }
 
-/* ---- Tensor-parallel communication: Megatron's conjugate operators (see section 3 above) ---- */
-static mg_comm *mg__tp_comm(const mg_tp_group *g) {
-    MG_ASSERT(g->comm, "tensor-parallel size %d needs the job's comm (mg_gpt_layout_tp)", g->size);
-    return g->comm;
-}
-MGDEF mg_tp_group mg_tp_group_make(mg_comm *comm, int sequence_parallel) {
-    mg_tp_group g;
-    g.comm = comm;
-    g.rank = comm ? comm->tensor.rank : 0;
-    g.size = comm ? comm->tensor.size : 1;
-    g.sequence_parallel = sequence_parallel && g.size > 1;
-    return g;
-}
-MGDEF void mg_tp_all_reduce(const mg_tp_group *g, float *buf, int64_t n, mg_redop op) {
-    mg_comm *comm;
-    if (g->size == 1) return;
-    comm = mg__tp_comm(g);
-    mg_all_reduce(comm, &comm->tensor, buf, buf, n, MG_F32, op);
-}
-MGDEF const mg_tensor *mg_tp_gather(const mg_tp_group *g, const mg_tensor *local,
-                                    mg_tensor *full) {
-    mg_comm *comm;
-    if (!g->sequence_parallel) return local;
-    MG_ASSERT(mg_numel(full) == mg_numel(local) * g->size, "mg_tp_gather: %lld elements into "
-              "%lld (want %d x)", (long long)mg_numel(local), (long long)mg_numel(full), g->size);
-    comm = mg__tp_comm(g);
-    mg_all_gather(comm, &comm->tensor, local->data, full->data, mg_numel(local), local->dtype);
-    return full;
-}
-MGDEF mg_tensor *mg_tp_reduce(const mg_tp_group *g, mg_tensor *partial, mg_tensor *local) {
-    mg_comm *comm;
-    if (!g->sequence_parallel) {
-        if (g->size > 1) {
-            comm = mg__tp_comm(g);
-            mg_all_reduce(comm, &comm->tensor, partial->data, partial->data, mg_numel(partial),
-                          partial->dtype, MG_SUM);
-        }
-        return partial;
-    }
-    MG_ASSERT(mg_numel(partial) == mg_numel(local) * g->size, "mg_tp_reduce: %lld elements "
-              "into %lld (want 1/%d)", (long long)mg_numel(partial), (long long)mg_numel(local),
-              g->size);
-    comm = mg__tp_comm(g);
-    mg_reduce_scatter(comm, &comm->tensor, partial->data, local->data, mg_numel(local),
-                      partial->dtype, MG_SUM);
-    return local;
-}
-
-/* Where a row-parallel layer (or the vocabulary-parallel embedding) writes its partial sum
-   before mg_tp_reduce: straight into its [n, C] destination with plain TP (reduced in place),
-   into the [N, C] scratch with sequence parallelism (then reduce-scattered).                */
-static mg_tensor *mg__tp_partial(mg_gpt *m, mg_tensor *local) {
-    return m->tp.sequence_parallel ? &m->full_b : local;
-}
 /* The verdict of rank 0 of comm's group of that kind (the rank that writes files) on every
    rank of the group: nonzero rc there makes all return -1. Collective; no-op without comm
    or with a group of one.                                                                  */
@@ -1675,164 +1505,24 @@ static int mg__group_agree(mg_gpt *m, mg_comm *comm, mg_group_kind kind, int rc)
 /* The verdict of tensor-parallel rank 0 on every rank of the tensor group. */
 static int mg__tp_agree(mg_gpt *m, int rc) {
     if (m->layout.tp_size == 1) return rc ? -1 : 0;
-    return mg__group_agree(m, mg__tp_comm(&m->tp), MG_GROUP_TENSOR, rc);
+    return mg__group_agree(m, mg_tp_comm(&m->tf.tp), MG_GROUP_TENSOR, rc);
 }
 
-/* ---- Dropout, keyed by global coordinates ----------------------------------------------------
-   Sites: 0 the embedding output; for layer l, 1 + 3l the attention probabilities, 2 + 3l the
-   attention-out branch, 3 + 3l the MLP-down branch. A hidden dropout treats the residual
-   stream as the global [N, C] tensor (this rank holds rows row0 … row0 + n − 1), the
-   attention dropout the global [B, nh, T, T] probabilities (this rank's heads at head
-   offset tp_rank·nh/t): the mask is independent of t and of sequence parallelism.          */
-#define MG__SITE_EMBEDDING 0
-#define MG__SITE_ATTN_PROBS(l) (1 + 3 * (uint64_t)(l))
-#define MG__SITE_ATTN_OUT(l) (2 + 3 * (uint64_t)(l))
-#define MG__SITE_MLP_OUT(l) (3 + 3 * (uint64_t)(l))
-static uint64_t mg__dropout_key(const mg_gpt *m, const mg_gpt_acts *a, uint64_t site) {
-    return mg_dropout_key(m->cfg.dropout_seed, site, a->dropout_mb);
+/* ---- The layers (mg_transformer.h) of a chunk ----------------------------------------------
+   Dropout masks are keyed by (seed, site, global microbatch) at global coordinates (sites:
+   MG_SITE_EMBEDDING, and three per layer: mg_transformer.h), so they depend neither on t, nor
+   on sequence parallelism, nor on the pipeline split.                                       */
+static mg_layer_id mg__layer_id(const mg_gpt_acts *a, int layer) {
+    mg_layer_id id;
+    id.layer = layer;
+    id.dropout_on = a->dropout_on;
+    id.microbatch = a->dropout_mb;
+    return id;
 }
-/* x = dropout(x) on the residual-stream rows of this rank (forward, in place). */
-static void mg__hidden_dropout(mg_gpt *m, const mg_gpt_acts *a, mg_tensor *x, uint64_t site) {
-    if (!a->dropout_on || m->cfg.hidden_dropout <= 0) return;
-    mg_dropout_forward(m->ctx, x, x, m->cfg.hidden_dropout, mg__dropout_key(m, a, site), m->row0);
-}
-/* The gradient through that dropout: dout itself when it is off, else the masked and scaled
-   copy in m->dlocal.                                                                        */
-static const mg_tensor *mg__hidden_dropout_grad(mg_gpt *m, const mg_gpt_acts *a,
-                                                const mg_tensor *dout, uint64_t site) {
-    if (!a->dropout_on || m->cfg.hidden_dropout <= 0) return dout;
-    mg_dropout_backward(m->ctx, &m->dlocal, dout, m->cfg.hidden_dropout,
-                        mg__dropout_key(m, a, site), m->row0);
-    return &m->dlocal;
-}
-/* The attention-probability dropout of layer l (NULL: off). */
-static const mg_attn_dropout *mg__gpt_attn_dropout(mg_gpt *m, const mg_gpt_acts *a, int layer,
-                                                   mg_attn_dropout *d) {
-    if (!a->dropout_on || m->cfg.attention_dropout <= 0) return NULL;
-    d->p = m->cfg.attention_dropout;
-    d->seed = mg__dropout_key(m, a, MG__SITE_ATTN_PROBS(layer));
-    d->n_head_total = m->cfg.n_head;
-    d->head_offset = m->layout.tp_rank * (m->cfg.n_head / m->layout.tp_size);
-    return d;
-}
-
-/* One transformer layer, forward: x [n, C] -> la->out [n, C] (n = N, or N/t with sequence
-   parallelism). Megatron's operators in brackets:
-     ln1 = LN(x); [f / all-gather] qkv = ln1·Wqkvᵀ + b (column-parallel: this rank's heads)
-     atty = dropout(softmax(q·kᵀ/√hd, causal))·v
-     resid_mid = x + dropout([g / reduce-scatter] atty·Wprojᵀ + b)        (row-parallel)
-     ln2 = LN(resid_mid); [f / all-gather] fc = ln2·Wfc1ᵀ + b (column-parallel)
-     out = resid_mid + dropout([g / reduce-scatter] GELU(fc)·Wfc2ᵀ + b)   (row-parallel)
-   Row-parallel layers add their (replicated) bias on tensor-parallel rank 0 only, so the sum
-   of the partial products adds it exactly once.                                            */
-static void mg__layer_forward(mg_gpt *m, int layer, mg_gpt_acts *a, mg_gpt_layer_acts *la,
+static void mg__layer_forward(mg_gpt *m, int layer, const mg_gpt_acts *a, mg_layer_acts *la,
                               const mg_tensor *x) {
-    mg_ctx *ctx = m->ctx;
-    const mg_tensor *w = m->w + m->idx_layer[layer], *full;
-    int B = m->layout.micro_batch, T = m->cfg.seq_len, nh = m->cfg.n_head / m->layout.tp_size;
-    int bias_here = m->layout.tp_rank == 0;
-    mg_attn_dropout adrop;
-    mg_tensor *partial;
-    /* attention block */
-    mg_layernorm_forward(ctx, &la->ln1, la->ln1_mean, la->ln1_rstd, x, &w[MG_LN1_W],
-                         &w[MG_LN1_B]);
-    full = mg_tp_gather(&m->tp, &la->ln1, &m->full_a);
-    mg_linear_forward(ctx, &la->qkv, full, &w[MG_QKV_W], &w[MG_QKV_B]);
-    mg_attention_forward(ctx, &la->atty, &la->att, &la->qkv, B, T, nh,
-                         mg__gpt_attn_dropout(m, a, layer, &adrop));
-    partial = mg__tp_partial(m, &la->resid_mid);
-    mg_linear_forward(ctx, partial, &la->atty, &w[MG_PROJ_W], bias_here ? &w[MG_PROJ_B] : NULL);
-    mg_tp_reduce(&m->tp, partial, &la->resid_mid);
-    mg__hidden_dropout(m, a, &la->resid_mid, MG__SITE_ATTN_OUT(layer));
-    mg_add(ctx, &la->resid_mid, &la->resid_mid, x);
-    /* MLP block */
-    mg_layernorm_forward(ctx, &la->ln2, la->ln2_mean, la->ln2_rstd, &la->resid_mid,
-                         &w[MG_LN2_W], &w[MG_LN2_B]);
-    full = mg_tp_gather(&m->tp, &la->ln2, &m->full_a);
-    mg_linear_forward(ctx, &la->fc, full, &w[MG_FC1_W], &w[MG_FC1_B]);
-    mg_gelu_forward(ctx, &la->fc_gelu, &la->fc);
-    partial = mg__tp_partial(m, &la->out);
-    mg_linear_forward(ctx, partial, &la->fc_gelu, &w[MG_FC2_W], bias_here ? &w[MG_FC2_B] : NULL);
-    mg_tp_reduce(&m->tp, partial, &la->out);
-    mg__hidden_dropout(m, a, &la->out, MG__SITE_MLP_OUT(layer));
-    mg_add(ctx, &la->out, &la->out, &la->resid_mid);
-}
-
-/* The weight half of the backward of the layer's linear `kind` (MG_QKV_W, MG_PROJ_W, MG_FC1_W
-   or MG_FC2_W; its bias follows it): dW += doutᵀ·inp, db += Σ_rows dout. */
-static void mg__linear_wgrad(mg_gpt *m, int layer, int kind, const mg_tensor *dout,
-                             const mg_tensor *inp) {
-    mg_tensor *g = m->g + m->idx_layer[layer];
-    mg_linear_backward_weight(m->ctx, &g[kind], &g[kind + 1], dout, inp);
-}
-
-/* One transformer layer, backward. On entry m->dresid = dL/d(out) [n, C]; on return dL/dx.
-   The residual stream's gradient flows straight through, each block adds its branch:
-     MLP:  g = [identity / all-gather] dropout'(dresid)
-           dfc_gelu = g·Wfc2; dfc = GELU'(fc)⊙dfc_gelu; partial dln2 = dfc·Wfc1
-           dresid += LN2'([all-reduce (f) / reduce-scatter] partial)
-     attn: the same with Wproj, attention' and Wqkv.
-   Each linear's backward is its input half then its weight half (mg__linear_wgrad:
-   dW += doutᵀ·inp, db += Σ dout). The column-parallel weight gradients need the whole
-   layernorm output: with sequence parallelism it is gathered again (only the local rows were
-   kept). Row-parallel biases get Σ over the whole gradient g, so they are complete on every
-   rank. With defer_w (ZB-H1) the weight halves are left for mg__layer_backward_weight: the
-   output gradient each needs is written to (or, for the two that are g, copied into) the
-   slot's dout_* tensors instead of the shared scratch.
-   Selective recomputation: the attention probabilities are recomputed from the stored qkv
-   (with the same dropout key) just before the attention backward; the recomputed attention
-   output is not needed (atty was kept) and lands in the dCt scratch, overwritten next.      */
-static void mg__layer_backward(mg_gpt *m, int layer, mg_gpt_acts *a, mg_gpt_layer_acts *la,
-                               const mg_tensor *x, int selective, int defer_w) {
-    mg_ctx *ctx = m->ctx;
-    const mg_tensor *w = m->w + m->idx_layer[layer], *g_out;
-    mg_tensor *g = m->g + m->idx_layer[layer], *dln;
-    int B = m->layout.micro_batch, T = m->cfg.seq_len, nh = m->cfg.n_head / m->layout.tp_size;
-    mg_attn_dropout adrop;
-    mg_tensor *d_fc1 = defer_w ? &la->dout_fc1 : &m->d4C;     /* dfc_gelu, then dfc          */
-    mg_tensor *d_qkv = defer_w ? &la->dout_qkv : &m->d3C;
-    /* MLP block */
-    g_out = mg__hidden_dropout_grad(m, a, &m->dresid, MG__SITE_MLP_OUT(layer));
-    g_out = mg_tp_gather(&m->tp, g_out, &m->full_b);
-    if (defer_w) mg_copy(ctx, la->dout_fc2.data, g_out->data, mg_nbytes(g_out));
-    mg_linear_backward_input(ctx, d_fc1, g_out, &w[MG_FC2_W], 0);
-    if (!defer_w) mg__linear_wgrad(m, layer, MG_FC2_W, g_out, &la->fc_gelu);
-    mg_gelu_backward(ctx, d_fc1, &la->fc, d_fc1);
-    mg_linear_backward_input(ctx, &m->full_b, d_fc1, &w[MG_FC1_W], 0);
-    if (!defer_w)
-        mg__linear_wgrad(m, layer, MG_FC1_W, d_fc1, mg_tp_gather(&m->tp, &la->ln2, &m->full_a));
-    dln = mg_tp_reduce(&m->tp, &m->full_b, &m->dlocal);
-    mg_layernorm_backward(ctx, &m->dresid, &g[MG_LN2_W], &g[MG_LN2_B], dln, &la->resid_mid,
-                          &w[MG_LN2_W], la->ln2_mean, la->ln2_rstd, 1);
-    /* attention block */
-    if (selective)
-        mg_attention_forward(ctx, &m->dCt, &la->att, &la->qkv, B, T, nh,
-                             mg__gpt_attn_dropout(m, a, layer, &adrop));
-    g_out = mg__hidden_dropout_grad(m, a, &m->dresid, MG__SITE_ATTN_OUT(layer));
-    g_out = mg_tp_gather(&m->tp, g_out, &m->full_b);
-    if (defer_w) mg_copy(ctx, la->dout_proj.data, g_out->data, mg_nbytes(g_out));
-    mg_linear_backward_input(ctx, &m->dCt, g_out, &w[MG_PROJ_W], 0);
-    if (!defer_w) mg__linear_wgrad(m, layer, MG_PROJ_W, g_out, &la->atty);
-    mg_attention_backward(ctx, d_qkv, &m->datt, &m->dCt, &la->qkv, &la->att, B, T, nh,
-                          mg__gpt_attn_dropout(m, a, layer, &adrop));
-    mg_linear_backward_input(ctx, &m->full_b, d_qkv, &w[MG_QKV_W], 0);
-    if (!defer_w)
-        mg__linear_wgrad(m, layer, MG_QKV_W, d_qkv, mg_tp_gather(&m->tp, &la->ln1, &m->full_a));
-    dln = mg_tp_reduce(&m->tp, &m->full_b, &m->dlocal);
-    mg_layernorm_backward(ctx, &m->dresid, &g[MG_LN1_W], &g[MG_LN1_B], dln, x,
-                          &w[MG_LN1_W], la->ln1_mean, la->ln1_rstd, 1);
-}
-
-/* The weight halves mg__layer_backward(…, defer_w = 1) left, from the kept output gradients;
-   the layernorm outputs are all-gathered again with sequence parallelism (collective over
-   the tensor group, whose ranks run the same schedule).                                    */
-static void mg__layer_backward_weight(mg_gpt *m, int layer, mg_gpt_layer_acts *la) {
-    mg__linear_wgrad(m, layer, MG_FC2_W, &la->dout_fc2, &la->fc_gelu);
-    mg__linear_wgrad(m, layer, MG_FC1_W, &la->dout_fc1,
-                     mg_tp_gather(&m->tp, &la->ln2, &m->full_a));
-    mg__linear_wgrad(m, layer, MG_PROJ_W, &la->dout_proj, &la->atty);
-    mg__linear_wgrad(m, layer, MG_QKV_W, &la->dout_qkv,
-                     mg_tp_gather(&m->tp, &la->ln1, &m->full_a));
+    mg_layer_id id = mg__layer_id(a, layer);
+    mg_transformer_layer_forward(&m->tf, &id, m->w + m->idx_layer[layer], la, x);
 }
 
 /* The head's loss statistics: lnf = LN(x); [f / all-gather]; logits = lnf·wteᵀ over this
@@ -1847,12 +1537,12 @@ static void mg__head_forward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, int 
     MG_ASSERT(microbatch >= 0 && microbatch < m->layout.max_microbatches,
               "microbatch %d outside 0 … %d", microbatch, m->layout.max_microbatches - 1);
     mg_layernorm_forward(ctx, &a->lnf, a->lnf_mean, a->lnf_rstd, x, &w[ilnf], &w[ilnf + 1]);
-    mg_linear_forward(ctx, &a->logits, mg_tp_gather(&m->tp, &a->lnf, &m->full_a), &w[iwte], NULL);
+    mg_linear_forward(ctx, &a->logits, mg_tp_gather(&m->tf.tp, &a->lnf, &m->tf.full_a), &w[iwte], NULL);
     mg_xent_max(ctx, a->rowmax, &a->logits, vstart, V);
-    mg_tp_all_reduce(&m->tp, a->rowmax, N, MG_MAX);
+    mg_tp_all_reduce(&m->tf.tp, a->rowmax, N, MG_MAX);
     mg_xent_sumexp(ctx, a->sumexp, a->tlogit, &a->logits, a->targets, a->rowmax, vstart, V);
-    mg_tp_all_reduce(&m->tp, a->sumexp, N, MG_SUM);
-    mg_tp_all_reduce(&m->tp, a->tlogit, N, MG_SUM);
+    mg_tp_all_reduce(&m->tf.tp, a->sumexp, N, MG_SUM);
+    mg_tp_all_reduce(&m->tf.tp, a->tlogit, N, MG_SUM);
     mg_xent_loss(ctx, m->losses + (int64_t)microbatch * N, a->rowmax, a->sumexp, a->tlogit, N);
 }
 
@@ -1877,7 +1567,7 @@ static mg_tensor *mg__dlogits_kept(mg_gpt *m, mg_gpt_acts *a) {
    parallelism).                                                                             */
 static void mg__head_wgrad(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *dlogits) {
     mg_linear_backward_weight(m->ctx, &m->g[m->idx_global[0]], NULL, dlogits,
-                              mg_tp_gather(&m->tp, &a->lnf, &m->full_a));
+                              mg_tp_gather(&m->tf.tp, &a->lnf, &m->tf.full_a));
 }
 
 /* Head backward: dlogits = (softmax - onehot)·dloss (in place over the logits);
@@ -1893,11 +1583,11 @@ static void mg__head_backward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, flo
     mg_tensor *dlogits = mg__dlogits(m, a), *kept = mg__dlogits_kept(m, a);
     mg_xent_backward(ctx, dlogits, &a->logits, a->targets, a->rowmax, a->sumexp, dloss,
                      vstart, m->cfg.vocab_size);
-    mg_linear_backward_input(ctx, &m->full_b, dlogits, &m->w[iwte], 0);
+    mg_linear_backward_input(ctx, &m->tf.full_b, dlogits, &m->w[iwte], 0);
     if (!defer_w) mg__head_wgrad(m, a, dlogits);
     else if (kept != dlogits) mg_copy(ctx, kept->data, dlogits->data, mg_nbytes(dlogits));
-    mg_layernorm_backward(ctx, &m->dresid, &m->g[ilnf], &m->g[ilnf + 1],
-                          mg_tp_reduce(&m->tp, &m->full_b, &m->dlocal), x, &m->w[ilnf],
+    mg_layernorm_backward(ctx, &m->tf.dresid, &m->g[ilnf], &m->g[ilnf + 1],
+                          mg_tp_reduce(&m->tf.tp, &m->tf.full_b, &m->tf.dlocal), x, &m->w[ilnf],
                           a->lnf_mean, a->lnf_rstd, 0);
 }
 
@@ -1907,17 +1597,20 @@ static void mg__head_backward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, flo
    into this rank's rows of dwte and into dwpe (the whole gradient on every rank: equal).    */
 static void mg__embedding_forward(mg_gpt *m, mg_gpt_acts *a) {
     int iwte = m->idx_global[0];
-    mg_tensor *partial = mg__tp_partial(m, &a->input);
+    mg_layer_id id = mg__layer_id(a, -1);
+    mg_tensor *partial = mg_transformer_partial(&m->tf, &a->input);
     mg_embedding_forward(m->ctx, partial, a->tokens, m->layout.micro_batch, m->cfg.seq_len, 0,
                          &m->w[iwte], m->params[iwte].row0,
                          m->layout.tp_rank == 0 ? &m->w[m->idx_global[1]] : NULL);
-    mg_tp_reduce(&m->tp, partial, &a->input);
-    mg__hidden_dropout(m, a, &a->input, MG__SITE_EMBEDDING);
+    mg_tp_reduce(&m->tf.tp, partial, &a->input);
+    mg_transformer_dropout(&m->tf, &id, &a->input, MG_SITE_EMBEDDING);
 }
 static void mg__embedding_backward(mg_gpt *m, mg_gpt_acts *a) {
     int iwte = m->idx_global[0];
-    const mg_tensor *g_out = mg__hidden_dropout_grad(m, a, &m->dresid, MG__SITE_EMBEDDING);
-    g_out = mg_tp_gather(&m->tp, g_out, &m->full_b);
+    mg_layer_id id = mg__layer_id(a, -1);
+    const mg_tensor *g_out = mg_transformer_dropout_grad(&m->tf, &id, &m->tf.dresid,
+                                                         MG_SITE_EMBEDDING);
+    g_out = mg_tp_gather(&m->tf.tp, g_out, &m->tf.full_b);
     mg_embedding_backward(m->ctx, &m->g[iwte], &m->g[m->idx_global[1]], g_out, a->tokens,
                           m->layout.micro_batch, m->cfg.seq_len, 0, m->params[iwte].row0);
 }
@@ -1932,7 +1625,7 @@ static void mg__gpt_forward(mg_gpt *m, int chunk, int slot, int microbatch, uint
     a->dropout_on = m->training;
     if (c->has_embedding) mg__embedding_forward(m, a);
     for (l = c->layer_begin; l < c->layer_end; l++) {
-        mg_gpt_layer_acts *la = &a->layers[l - c->layer_begin];
+        mg_layer_acts *la = &a->layers[l - c->layer_begin];
         mg__layer_forward(m, l, a, la, x);
         x = &la->out;
     }
@@ -2006,8 +1699,10 @@ static void mg__chunk_backward(mg_gpt *m, int chunk, int slot, float dloss, int 
         int kind = mg_gpt_recompute_kind(&m->layout, nl, i, &first, &last);
         if (kind == MG_RECOMPUTE_FULL && i == last)   /* re-run the group from its kept input */
             mg__recompute_group(m, c, a, first, last);
-        mg__layer_backward(m, l, a, &a->layers[i], i ? &a->layers[i - 1].out : &a->input,
-                           kind == MG_RECOMPUTE_SELECTIVE, defer_w);
+        mg_layer_id id = mg__layer_id(a, l);
+        mg_transformer_layer_backward(&m->tf, &id, m->w + m->idx_layer[l], m->g + m->idx_layer[l],
+                                      &a->layers[i], i ? &a->layers[i - 1].out : &a->input,
+                                      kind == MG_RECOMPUTE_SELECTIVE, defer_w);
         if (hook) mg__grads_final_layer(m, l);
     }
     if (c->has_embedding) {
@@ -2047,7 +1742,7 @@ MGDEF void mg_gpt_backward_weight(mg_gpt *m, int chunk, int slot) {
         if (mg_gpt_recompute_kind(&m->layout, nl, i, &first, &last) == MG_RECOMPUTE_FULL &&
             i == last)
             mg__recompute_group(m, c, a, first, last);
-        mg__layer_backward_weight(m, l, &a->layers[i]);
+        mg_transformer_layer_backward_weight(&m->tf, m->g + m->idx_layer[l], &a->layers[i]);
         if (hook) mg__grads_final_layer(m, l);
     }
     if (hook && c->has_embedding) mg__grads_final_embedding(m);
@@ -2081,12 +1776,12 @@ MGDEF void mg_gpt_sync_weights(mg_gpt *m) {
    can wait for the end of the iteration (as Megatron's finalize_model_grads does).           */
 MGDEF void mg_gpt_reduce_grads(mg_gpt *m) {
     int i;
-    if (!m->tp.sequence_parallel) return;
+    if (!m->tf.tp.sequence_parallel) return;
     for (i = 0; i < m->n_params; i++) {
         int k = m->params[i].kind;
         if (k == MG_LN1_W || k == MG_LN1_B || k == MG_LN2_W || k == MG_LN2_B || k == MG_LNF_W ||
             k == MG_LNF_B)
-            mg_tp_all_reduce(&m->tp, m->grad_buf + m->params[i].offset, m->params[i].numel, MG_SUM);
+            mg_tp_all_reduce(&m->tf.tp, m->grad_buf + m->params[i].offset, m->params[i].numel, MG_SUM);
     }
 }
 
@@ -2141,7 +1836,7 @@ MGDEF void mg_gpt_logits_row(mg_gpt *m, int slot, int t, int b, float *out_V) {
     float *src = (float *)a->logits.data + row * Vl;
     MG_ASSERT(m->layout.chunks[last].has_head, "logits need the head on this rank");
     if (m->layout.tp_size > 1) {  /* the row's vocabulary slices, in rank order = id order */
-        mg_comm *comm = mg__tp_comm(&m->tp);
+        mg_comm *comm = mg_tp_comm(&m->tf.tp);
         mg_all_gather(comm, &comm->tensor, src, m->vocab_row, Vl, MG_F32);
         src = m->vocab_row;
     }
@@ -3910,14 +3605,14 @@ static void mg__pipe_backward_io(mg_trainer *tr, const mg_pipe_io *io, int split
     mg_gpt *m = &tr->model;
     int slot = mg__act_slot(tr, io->chunk, io->mb, 0);
     if (io->grad_output)
-        mg_copy(m->ctx, m->dresid.data, io->grad_output, mg_nbytes(&m->dresid));
+        mg_copy(m->ctx, m->tf.dresid.data, io->grad_output, mg_nbytes(&m->tf.dresid));
     if (split) mg_gpt_backward_input(m, io->chunk, slot, tr->pipe_dloss);
     else {
         m->final_backward = mg__pipe_last_backward(tr, io->chunk);
         mg_gpt_backward(m, io->chunk, slot, tr->pipe_dloss);
         m->final_backward = 0;
     }
-    if (io->grad_input) mg_copy(m->ctx, io->grad_input, m->dresid.data, mg_nbytes(&m->dresid));
+    if (io->grad_input) mg_copy(m->ctx, io->grad_input, m->tf.dresid.data, mg_nbytes(&m->tf.dresid));
     if (!split) mg__act_slot_release(tr, io->chunk, slot);
 }
 static void mg__pipe_backward(void *user, const mg_pipe_io *io) {
@@ -3946,9 +3641,9 @@ static int mg__pipe_exec_make(mg_trainer *tr, mg_pipe_exec *ex, const mg_schedul
     mg_pipe_exec_desc d = mg_pipe_exec_desc_default();
     d.schedule = s;
     d.ctx = &tr->ctx;
-    d.msg_count = mg_numel(&tr->model.dresid);
-    d.scatter_gather = tr->model.layout.tp_size > 1 && !tr->model.tp.sequence_parallel;
-    d.msg_dtype = tr->model.dresid.dtype;     /* 16-bit activations travel as 16 bits */
+    d.msg_count = mg_numel(&tr->model.tf.dresid);
+    d.scatter_gather = tr->model.layout.tp_size > 1 && !tr->model.tf.tp.sequence_parallel;
+    d.msg_dtype = tr->model.tf.dresid.dtype;     /* 16-bit activations travel as 16 bits */
     d.cb.forward = mg__pipe_forward;
     d.cb.backward = mg__pipe_backward;
     d.cb.backward_input = mg__pipe_backward_input;

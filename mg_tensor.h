@@ -16,6 +16,8 @@
         the arena, set up once.
      3. Tensors: a data pointer (device memory on CUDA), a storage dtype (fp32, bf16, fp16) and a
         row-major shape of up to 4 dims. Every op accumulates in fp32 whatever the storage.
+        Two-pass allocation (mg_claim): count the bytes a sequence of tensors needs, then take
+        them from the arena with the same code.
      4. The GEMM seam: BLAS column-major arguments, passed unchanged to cblas_sgemm (CPU) or
         cublasGemmEx / cublasGemmStridedBatchedEx (CUDA). All row-major reasoning lives above it.
      5. Ops, each forward beside its backward, shapes stated once per op:
@@ -167,6 +169,16 @@ MGDEF mg_tensor mg_tensor_2d(mg_ctx *ctx, mg_dtype dt, int64_t rows, int64_t col
 MGDEF mg_tensor mg_tensor_wrap(void *data, mg_dtype dt, int ndim, const int64_t *shape);
 /* Rows [r0, r0+n) of a tensor viewed as (shape[0], rest): a view sharing memory. */
 MGDEF mg_tensor mg_tensor_rows(const mg_tensor *t, int64_t r0, int64_t n);
+/* Two-pass allocation: a sequence of claims on an mg_claim with ctx NULL only counts the bytes
+   (each rounded to the arena's alignment) that the same sequence takes from ctx's arena when
+   ctx is set, so a size computed by the first pass is exact by construction (mg_gpt_arena_bytes
+   runs the model's allocation code once each way). Tensors are contiguous; a rank of 2, 3 or 4
+   follows from the trailing zero dimensions (d2 = d3 = 0: [d0, d1]).                         */
+typedef struct mg_claim { mg_ctx *ctx; size_t bytes; } mg_claim;
+MGDEF void *mg_claim_bytes(mg_claim *c, size_t bytes);
+MGDEF float *mg_claim_f32(mg_claim *c, int64_t n);
+MGDEF mg_tensor mg_claim_tensor(mg_claim *c, mg_dtype dt, int64_t d0, int64_t d1, int64_t d2,
+                                int64_t d3);
 /* rows = product of all dims but the last; cols = last dim. */
 MGDEF int64_t mg_rows(const mg_tensor *t);
 MGDEF int64_t mg_cols(const mg_tensor *t);
@@ -786,6 +798,23 @@ MGDEF mg_tensor mg_tensor_2d(mg_ctx *ctx, mg_dtype dt, int64_t rows, int64_t col
     shape[1] = cols;
     return mg_tensor_new(ctx, dt, 2, shape);
 }
+MGDEF void *mg_claim_bytes(mg_claim *c, size_t bytes) {
+    c->bytes += (bytes + MG__ARENA_ALIGN - 1) / MG__ARENA_ALIGN * MG__ARENA_ALIGN;
+    return c->ctx ? mg_alloc(c->ctx, bytes) : NULL;
+}
+MGDEF float *mg_claim_f32(mg_claim *c, int64_t n) {
+    return (float *)mg_claim_bytes(c, (size_t)n * sizeof(float));
+}
+MGDEF mg_tensor mg_claim_tensor(mg_claim *c, mg_dtype dt, int64_t d0, int64_t d1, int64_t d2,
+                                int64_t d3) {
+    int64_t shape[4];
+    mg_tensor t;
+    shape[0] = d0; shape[1] = d1; shape[2] = d2; shape[3] = d3;
+    t = mg_tensor_wrap(NULL, dt, d3 ? 4 : d2 ? 3 : 2, shape);
+    t.data = mg_claim_bytes(c, mg_nbytes(&t));
+    return t;
+}
+
 MGDEF mg_tensor mg_tensor_rows(const mg_tensor *t, int64_t r0, int64_t n) {
     mg_tensor v = *t;
     int64_t per_row = t->shape[0] ? mg_numel(t) / t->shape[0] : 0;

@@ -61,7 +61,7 @@ static inline traffic traffic_formula(const mg_trainer *tr) {
     const mg_gpt_layout *L = &tr->model.layout;
     traffic f;
     int t = L->tp_size, p = tr->pp, v = tr->vp, d = tr->dp_size > 1 ? tr->dp_size : 1;
-    int sp = tr->model.tp.sequence_parallel, c;
+    int sp = tr->model.tf.tp.sequence_parallel, c;
     int has_head = L->chunks[L->n_chunks - 1].has_head;
     double m = tr->n_micro, e = (double)mg_dtype_size((mg_dtype)L->dtype);
     double bs = (double)L->micro_batch * tr->cfg.seq_len, bsh = bs * tr->cfg.hidden;

@@ -85,7 +85,7 @@ int main(int argc, char **argv) {
                mg_gpt_num_params(&tr.cfg) / 1e6, comm.world_size, mg_device_name(&tr.ctx));
         if (tr.model.layout.tp_size > 1)
             printf("gpt_train: tensor-parallel size %d%s\n", tr.model.layout.tp_size,
-                   tr.model.tp.sequence_parallel ? ", sequence parallel" : "");
+                   tr.model.tf.tp.sequence_parallel ? ", sequence parallel" : "");
         if (tr.pp > 1)
             printf("gpt_train: pipeline of %d ranks x %d model chunk%s of %d layer%s, schedule "
                    "%s\n", tr.pp, tr.vp, tr.vp > 1 ? "s" : "", tr.cfg.n_layer / (tr.pp * tr.vp),

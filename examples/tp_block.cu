@@ -1,6 +1,7 @@
-/* tp_block.cu — a tensor-parallel MLP block built from megatron.h's pieces, outside the GPT
-   model, checked against the same block computed serially. A starting point for trying
-   Megatron's split on layers of your own.
+/* tp_block.cu — a tensor-parallel MLP block built from mg_transformer.h's layers, outside the
+   GPT model, checked against the same block computed serially. A starting point for trying
+   Megatron's split on layers of your own: it includes mg_transformer.h alone (which brings
+   mg_comm.h and mg_tensor.h), not megatron.h.
 
      make build/tp_block
      mpirun -np 4 build/tp_block                        (t = 4, plain tensor parallelism)
@@ -12,19 +13,21 @@
      A, a  column-parallel: rank r holds output rows [r·4C/t, (r+1)·4C/t) — so GELU is local;
      B     row-parallel: rank r holds the same 4C/t input columns; each rank's product is a
            partial sum of Z, and b (replicated) is added by rank 0 only.
-   Communication (mg_tp_gather before the column-parallel layer, mg_tp_reduce after the row-
-   parallel one; each is the other's backward):
+   The layers are mg_transformer.h's ColumnParallelLinear and RowParallelLinear, which wrap
+   Megatron's communication operators (mg_tp_gather before the column-parallel layer,
+   mg_tp_reduce after the row-parallel one; each is the other's backward):
      plain TP:        X whole on every rank   -> ... -> all-reduce of Z   (backward: all-reduce
                       of dX; dZ is whole on every rank)
      sequence par.:   X split by rows         -> all-gather X -> ... -> reduce-scatter of Z
                       (backward: all-gather dZ, reduce-scatter dX)
-   Everything else is mg_tensor.h's ops: mg_linear_forward, mg_gelu_forward and their
-   backward halves (input gradient, weight gradient). The check: this rank's part of Z and dX
+   The GELU between them is mg_tensor.h's mg_gelu_forward / mg_gelu_backward. The check: this rank's part of Z and dX
    (its rows with sequence parallelism), of dA, da, dB (its slices) and db equal the serial
    block's to 1e-5 relative, with the data and upstream gradient drawn from the counter-based
    generator, so every rank can make the whole serial problem. Exit status 0 iff all match. */
 #define MG_IMPLEMENTATION
-#include "megatron.h"
+#include "mg_transformer.h"
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,26 +59,40 @@ static mg_tensor upload(mg_ctx *ctx, const float *src, int64_t src_cols, int64_t
 /* The block's tensors on one rank (the serial block: t = 1, everything whole). */
 typedef struct block {
     mg_tensor A, a, B, b, dA, da, dB, db;      /* weights and their gradients (slices)      */
-    mg_tensor x, h, g, z_part, z, dz, dg, dx_part, dx;
-    mg_tensor x_full, dz_full;                 /* sequence parallel: the gathered activations */
+    mg_tensor x, h, g, z, dz, dg, dx;          /* x, z, dz, dx: this rank's rows         */
 } block;
 
-/* Forward and backward of the block on group g; x, dz hold this rank's rows. */
-static void block_run(mg_ctx *ctx, const mg_tp_group *g, block *k) {
-    const mg_tensor *x = mg_tp_gather(g, &k->x, &k->x_full), *dz;
-    /* forward: column-parallel A, local GELU, row-parallel B, reduce */
-    mg_linear_forward(ctx, &k->h, x, &k->A, &k->a);
-    mg_gelu_forward(ctx, &k->g, &k->h);
-    mg_linear_forward(ctx, &k->z_part, &k->g, &k->B, g->rank == 0 ? &k->b : NULL);
-    mg_tp_reduce(g, &k->z_part, &k->z);
+/* Forward and backward of the block on tf's tensor group; x, dz hold this rank's rows. The
+   layers share tf's scratch: the gathered activations with sequence parallelism, the partial
+   sums before each reduction.                                                               */
+static void block_run(mg_transformer *tf, block *k) {
+    const mg_tensor *dx;
+    /* forward: column-parallel A (gathers X), local GELU, row-parallel B (reduces Z) */
+    mg_column_parallel_linear_forward(tf, &k->h, &k->x, &k->A, &k->a);
+    mg_gelu_forward(tf->ctx, &k->g, &k->h);
+    mg_row_parallel_linear_forward(tf, &k->z, &k->g, &k->B, &k->b);
     /* backward: the reduce's conjugate gathers dZ; the gather's conjugate reduces dX */
-    dz = mg_tp_gather(g, &k->dz, &k->dz_full);
-    mg_linear_backward_input(ctx, &k->dg, dz, &k->B, 0);
-    mg_linear_backward_weight(ctx, &k->dB, &k->db, dz, &k->g);
-    mg_gelu_backward(ctx, &k->dg, &k->h, &k->dg);
-    mg_linear_backward_input(ctx, &k->dx_part, &k->dg, &k->A, 0);
-    mg_linear_backward_weight(ctx, &k->dA, &k->da, &k->dg, x);
-    mg_tp_reduce(g, &k->dx_part, &k->dx);
+    mg_row_parallel_linear_backward(tf, &k->dg, &k->dz, &k->g, &k->B, &k->dB, &k->db, NULL);
+    mg_gelu_backward(tf->ctx, &k->dg, &k->h, &k->dg);
+    dx = mg_column_parallel_linear_backward(tf, &k->dg, &k->x, &k->A, &k->dA, &k->da);
+    mg_copy(tf->ctx, k->dx.data, dx->data, mg_nbytes(dx));     /* out of the shared scratch */
+}
+
+/* The layers' shared state for group g: an MLP of width C on N rows (the attention fields of
+   mg_layer_config are set but unused here: one head per rank, N positions of one sequence). */
+static void block_layers(mg_transformer *tf, mg_ctx *ctx, mg_tp_group g) {
+    mg_layer_config lc;
+    mg_claim claim;
+    memset(&lc, 0, sizeof lc);
+    lc.hidden = C;
+    lc.n_head = g.size;
+    lc.seq_len = N;
+    lc.micro_batch = 1;
+    lc.dtype = MG_F32;
+    mg_transformer_init(tf, ctx, &lc, g);
+    claim.ctx = ctx;
+    claim.bytes = 0;
+    mg_transformer_claim_scratch(tf, &claim);
 }
 
 /* Rank r's block, cut from the serial problem: t ranks, n rows of activations each. */
@@ -94,15 +111,11 @@ static void block_make(mg_ctx *ctx, block *k, const float *const *host, int r, i
     k->b.shape[0] = k->db.shape[0] = C;
     k->x = upload(ctx, host[4], C, row0, n, 0, C);
     k->dz = upload(ctx, host[5], C, row0, n, 0, C);
-    k->x_full = mg_tensor_2d(ctx, MG_F32, N, C);
-    k->dz_full = mg_tensor_2d(ctx, MG_F32, N, C);
     k->h = mg_tensor_2d(ctx, MG_F32, N, F);
     k->g = mg_tensor_2d(ctx, MG_F32, N, F);
     k->dg = mg_tensor_2d(ctx, MG_F32, N, F);
-    k->z_part = mg_tensor_2d(ctx, MG_F32, N, C);
-    k->dx_part = mg_tensor_2d(ctx, MG_F32, N, C);
-    k->z = sp ? mg_tensor_2d(ctx, MG_F32, n, C) : k->z_part;     /* reduced in place */
-    k->dx = sp ? mg_tensor_2d(ctx, MG_F32, n, C) : k->dx_part;
+    k->z = mg_tensor_2d(ctx, MG_F32, n, C);
+    k->dx = mg_tensor_2d(ctx, MG_F32, n, C);
 }
 
 /* Max relative error of rank-local `got` against the block `want` of the serial result
@@ -132,7 +145,8 @@ int main(int argc, char **argv) {
     static mg_comm comm;
     mg_ctx ctx;
     mg_ctx_desc cd;
-    mg_tp_group serial, group;
+    mg_tp_group group;
+    mg_transformer ser_layers, par_layers;
     block par, ser;
     float *host[6];
     int sp = argc > 1 && !strcmp(argv[1], "--sequence-parallel"), t, r, i;
@@ -156,7 +170,8 @@ int main(int argc, char **argv) {
     mg_ctx_init(&ctx, &cd);
     mg_comm_setup_groups(&comm, &ctx, t, 1, 1);        /* every rank in one tensor group */
     group = mg_tp_group_make(&comm, sp);
-    serial = mg_tp_group_make(NULL, 0);
+    block_layers(&ser_layers, &ctx, mg_tp_group_make(NULL, 0));
+    block_layers(&par_layers, &ctx, group);
     r = group.rank;
     /* the serial problem, the same on every rank: A, a, B, b, X, dZ */
     host[0] = randn(1, 4 * C * C, 0.2f);
@@ -167,8 +182,8 @@ int main(int argc, char **argv) {
     host[5] = randn(6, N * C, 1.0f);
     block_make(&ctx, &ser, (const float *const *)host, 0, 1, 0);
     block_make(&ctx, &par, (const float *const *)host, r, t, sp);
-    block_run(&ctx, &serial, &ser);
-    block_run(&ctx, &group, &par);
+    block_run(&ser_layers, &ser);
+    block_run(&par_layers, &par);
     {
         int64_t F = 4 * C / t, row0 = sp ? r * (N / t) : 0;
         err[0] = compare(&ctx, &par.z, &ser.z, row0, 0);

@@ -273,7 +273,7 @@ static void check_model_split(void) {
                slot's own also for recomputed layers), [N,C] [N,4C] [N,C] [N,3C] each — N = 16,
                C = 32 — and nothing for the 16-bit dlogits                                  */
             {
-                const mg_gpt_layer_acts *la = &f.m.acts[0].layers[0];
+                const mg_layer_acts *la = &f.m.acts[0].layers[0];
                 mg_gpt_layout L = f.m.layout;
                 size_t e = mg_dtype_size(dts[d]), unsplit, split;
                 dout = (size_t)(mg_numel(&la->dout_fc2) + mg_numel(&la->dout_fc1) +

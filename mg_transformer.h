@@ -1,0 +1,528 @@
+/* mg_transformer.h — the tensor-parallel transformer layer of Megatron-LM, header-only (MIT
+   license at the end of the file). Needs mg_tensor.h (ops) and mg_comm.h (groups) and nothing
+   above them: a program can build its own model from these pieces without megatron.h.
+
+   DO THIS in exactly one C or CUDA file:
+       #define MG_IMPLEMENTATION
+       #include "mg_transformer.h"   (includes mg_comm.h and mg_tensor.h)
+   examples/tp_block.cu builds a tensor-parallel MLP from section 2 and checks it against the
+   serial block; megatron.h builds the GPT model from section 3.
+
+   TOUR
+     1. Megatron's communication operators over the tensor group (mg_tp_group): mg_tp_gather
+        before a column-parallel layer, mg_tp_reduce after a row-parallel one, each the other's
+        backward; plain tensor parallelism or sequence parallelism.
+     2. Tensor-parallel linear layers: ColumnParallelLinear and RowParallelLinear, each forward
+        with its input-gradient and weight-gradient halves (so that a pipeline schedule can run
+        the weight half later, ZB-H1), on a shared scratch (mg_transformer).
+     3. The transformer layer (GPT-2: pre-LayerNorm, causal self-attention, GELU MLP): its
+        configuration, its 12 parameter tensors and how each is split, the activations one
+        microbatch keeps, forward, backward (optionally recomputing the attention core:
+        selective recomputation), the deferred weight half, and dropout keyed by global
+        coordinates so that masks never depend on the split.
+
+   THE SPLIT (Megatron-LM; Narayanan et al. 2021 §2.3, Korthikanti et al. 2022 §4.2)
+     Every rank of the tensor group holds the whole residual stream [N, C] (N = T·B rows,
+     sequence-major: row t·B + b) — or, with sequence parallelism, its n = N/t rows
+     [r·n, (r+1)·n), i.e. T/t positions — and 1/t of every weight matrix:
+       column-parallel  QKV (this rank's heads), MLP-up: Y_r = X·A_rᵀ + a_r — needs all of X
+       row-parallel     attention-out, MLP-down: partial Z_r = Y_r·B_rᵀ, Z = Σ_r Z_r + b
+     and the communication is Megatron's pair of conjugate operators around each block
+     (forward / backward):
+                         before column-parallel        after row-parallel
+       plain TP          f: identity / all-reduce       g: all-reduce / identity
+       sequence-par.     all-gather / reduce-scatter    reduce-scatter / all-gather
+     Per layer and microbatch that is 2 all-reduces of N·C floats forward and 2 backward
+     (8·N·C·(t−1)/t floats over a ring), or with sequence parallelism 4 all-gathers + 4
+     reduce-scatters of (t−1)/t·N·C each plus 2 all-gathers in the backward that re-gather the
+     layernorm outputs the column-parallel weight gradients need: 10·N·C·(t−1)/t floats.
+     Row-parallel biases are added by tensor-parallel rank 0 only, so the sum adds them once;
+     their gradients come from the whole (gathered) output gradient, equal on every rank. The
+     layernorms under sequence parallelism see their rows only: their gradients are partial
+     sums that the caller all-reduces over the tensor group once per iteration
+     (mg_gpt_reduce_grads does).
+
+   CONVENTIONS
+     Activations are [rows, features] row-major, in the dtype of mg_layer_config (fp32, bf16
+     or fp16; every op accumulates in fp32); parameters and their gradients are fp32 views
+     (the 16-bit working copy for the weights in mixed precision). Linear weights are (out, in):
+     y = x·Wᵀ + b. Parameter gradients ACCUMULATE (+=) over microbatches; activation gradients
+     overwrite, except the residual stream's, to which each block adds its branch.
+*/
+#ifndef MG_TRANSFORMER_H
+#define MG_TRANSFORMER_H
+#include "mg_tensor.h"
+#include "mg_comm.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+   1. Megatron's tensor-parallel operators
+     mg_tp_gather  before a column-parallel layer: plain TP — `local` is already the whole
+                   activation (Megatron's f / copy_to_tensor_model_parallel_region: identity
+                   forward); sequence parallel — all-gather the ranks' row blocks into `full`
+                   (gather_from_sequence_parallel_region). Returns the whole activation.
+     mg_tp_reduce  after a row-parallel layer: plain TP — all-reduce `partial` in place (g /
+                   reduce_from_tensor_model_parallel_region) and return it; sequence parallel
+                   — reduce-scatter it into this rank's rows `local` (reduce_scatter_to_
+                   sequence_parallel_region) and return `local`.
+   Each is the other's backward: the gradient of a gathered input is reduced, the gradient of
+   a reduced output is gathered. Row blocks are rank-ordered: rank r holds rows [r·n, (r+1)·n)
+   of the [N, …] activation. Device buffers; a group of size 1 communicates nothing.
+   ------------------------------------------------------------------------------------------ */
+typedef struct mg_tp_group {
+    mg_comm *comm;            /* comm->tensor is the group; may be NULL when size is 1         */
+    int rank, size;
+    int sequence_parallel;    /* in effect: requested and size > 1                            */
+} mg_tp_group;
+/* The tensor group of comm (set up by mg_comm_setup_groups); comm NULL: one rank. */
+MGDEF mg_tp_group mg_tp_group_make(mg_comm *comm, int sequence_parallel);
+MGDEF const mg_tensor *mg_tp_gather(const mg_tp_group *g, const mg_tensor *local,
+                                    mg_tensor *full);
+MGDEF mg_tensor *mg_tp_reduce(const mg_tp_group *g, mg_tensor *partial, mg_tensor *local);
+/* In-place sum (MG_SUM) or max (MG_MAX) of n fp32 values over the group. */
+MGDEF void mg_tp_all_reduce(const mg_tp_group *g, float *buf, int64_t n, mg_redop op);
+/* The group's communicator (fatal when the group has several ranks but no comm). */
+MGDEF mg_comm *mg_tp_comm(const mg_tp_group *g);
+
+/* ---------------------------------------------------------------------------------------------
+   3a. The layer's configuration and the per-rank state its calls share (declared before
+       section 2, whose layers run on that state)
+   ------------------------------------------------------------------------------------------ */
+typedef struct mg_layer_config {
+    int hidden;               /* C                                                              */
+    int n_head;               /* attention heads of the whole layer; t must divide them         */
+    int seq_len;              /* T                                                              */
+    int micro_batch;          /* B: a call processes N = T·B rows                               */
+    mg_dtype dtype;           /* activations and their gradients                                */
+    /* dropout (training only; 0 = off): hidden_dropout on the attention-out and MLP-down
+       branches before the residual add, attention_dropout on the attention probabilities.
+       Masks: mg_dropout_key(dropout_seed, site, global microbatch) at global coordinates.    */
+    float hidden_dropout, attention_dropout;
+    uint64_t dropout_seed;
+} mg_layer_config;
+
+/* One rank's share of the layers: the configuration, the tensor group, where this rank's
+   residual-stream rows sit, and the scratch every forward and backward shares (one
+   microbatch at a time). Set up by mg_transformer_init + mg_transformer_claim_scratch.      */
+typedef struct mg_transformer {
+    mg_ctx *ctx;
+    mg_layer_config cfg;
+    mg_tp_group tp;           /* tp.sequence_parallel: in effect (requested and t > 1)         */
+    int64_t n_rows;           /* n: residual-stream rows on this rank (N, or N/t with sp)      */
+    int64_t row0;             /* first global row of them (tp.rank·n with sp, else 0)          */
+    mg_tensor dresid;         /* [n, C] gradient of the residual stream: a layer's backward
+                                 reads the gradient of its output here and leaves the gradient
+                                 of its input here                                            */
+    mg_tensor dlocal;         /* [n, C] a branch's gradient after dropout; with sp also the
+                                 reduce-scattered input gradient of a column-parallel layer    */
+    mg_tensor full_a;         /* [N, C] sp: the all-gathered layernorm output                   */
+    mg_tensor full_b;         /* [N, C] row-parallel partial output (sp), gathered gradient
+                                 (sp), and the partial input gradient of column-parallel layers */
+    mg_tensor dCt, d3C, d4C, datt; /* [N,C/t] [N,3C/t] [N,4C/t] [B,nh/t,T,T]                   */
+} mg_transformer;
+
+/* Fills tf (no allocation): the rows this rank holds follow from tp and cfg. */
+MGDEF void mg_transformer_init(mg_transformer *tf, mg_ctx *ctx, const mg_layer_config *cfg,
+                               mg_tp_group tp);
+/* Claims the shared scratch (see mg_claim: counts with c->ctx NULL). */
+MGDEF void mg_transformer_claim_scratch(mg_transformer *tf, mg_claim *c);
+
+/* ---------------------------------------------------------------------------------------------
+   2. Tensor-parallel linear layers (Megatron-Core's ColumnParallelLinear / RowParallelLinear).
+      Weights are this rank's slices: column-parallel W_r [out/t, in] and b_r [out/t];
+      row-parallel W_r [out, in/t] and b [out] (replicated, added on rank 0).
+        column forward    y [N, out/t] = gather(x)·W_rᵀ + b_r      x: [n, in] this rank's rows
+        column backward   dW_r += dyᵀ·gather(x), db_r += Σ dy; dx = reduce(dy·W_r) [n, in]
+        row forward       z [n, out] = reduce(y_r·W_rᵀ) (+ b)      y_r: [N, in/t]
+        row backward      g = gather(dz); dy_r = g·W_r [N, in/t]; dW_r += gᵀ·y_r, db += Σ g
+      A NULL weight-gradient pointer skips the weight half (run it later with the
+      ..._backward_weight function: the deferred W of a zero-bubble schedule).
+   ------------------------------------------------------------------------------------------ */
+MGDEF void mg_column_parallel_linear_forward(mg_transformer *tf, mg_tensor *y, const mg_tensor *x,
+                                             const mg_tensor *w, const mg_tensor *b);
+/* Returns dx: tf->dlocal with sequence parallelism, else tf->full_b (both scratch). */
+MGDEF mg_tensor *mg_column_parallel_linear_backward(mg_transformer *tf, const mg_tensor *dy,
+                                                    const mg_tensor *x, const mg_tensor *w,
+                                                    mg_tensor *dw, mg_tensor *db);
+MGDEF void mg_column_parallel_linear_backward_weight(mg_transformer *tf, const mg_tensor *dy,
+                                                     const mg_tensor *x, mg_tensor *dw,
+                                                     mg_tensor *db);
+/* z is this rank's [n, out] rows; the partial product goes through tf->full_b with sp. */
+MGDEF void mg_row_parallel_linear_forward(mg_transformer *tf, mg_tensor *z, const mg_tensor *y,
+                                          const mg_tensor *w, const mg_tensor *b);
+/* dy [N, in/t] = g·W_r where g is dz gathered; keep_g (may be NULL) receives a copy of g, the
+   output gradient a deferred weight half needs. Returns g (dz itself without sp).          */
+MGDEF const mg_tensor *mg_row_parallel_linear_backward(mg_transformer *tf, mg_tensor *dy,
+                                                       const mg_tensor *dz, const mg_tensor *y,
+                                                       const mg_tensor *w, mg_tensor *dw,
+                                                       mg_tensor *db, mg_tensor *keep_g);
+/* Where a row-parallel layer (or a vocabulary-parallel embedding) writes its partial sum
+   before mg_tp_reduce: straight into its [n, C] destination with plain TP (reduced in place),
+   into the [N, C] scratch tf->full_b with sequence parallelism (then reduce-scattered).     */
+MGDEF mg_tensor *mg_transformer_partial(mg_transformer *tf, mg_tensor *local);
+
+/* ---------------------------------------------------------------------------------------------
+   3b. The layer's parameters, in flat-buffer (and llm.c) order. Split: QKV weight and bias and
+       MLP-up (FC1) weight and bias column-parallel (QKV by heads: rows ordered (head, {q,k,v},
+       hd), Megatron's interleaved layout, so rank r owns a contiguous block); attention-out
+       (PROJ) and MLP-down (FC2) weights row-parallel; layernorms and the row-parallel biases
+       replicated.
+   ------------------------------------------------------------------------------------------ */
+typedef enum {
+    MG_LN1_W = 0, MG_LN1_B, MG_QKV_W, MG_QKV_B, MG_PROJ_W, MG_PROJ_B,
+    MG_LN2_W, MG_LN2_B, MG_FC1_W, MG_FC1_B, MG_FC2_W, MG_FC2_B, MG_LAYER_TENSORS
+} mg_layer_tensor;
+
+/* Activations one layer keeps for its backward, for one microbatch. n = N/t rows with
+   sequence parallelism, else n = N.                                                        */
+typedef struct mg_layer_acts {
+    mg_tensor ln1;            /* [n, C]      input layernorm output                            */
+    float *ln1_mean, *ln1_rstd; /* [n]                                                         */
+    mg_tensor qkv;            /* [N, 3C/t]   per head [q k v]                                  */
+    mg_tensor att;            /* [B, nh/t, T, T] attention probabilities (before dropout)     */
+    mg_tensor atty;           /* [N, C/t]    attention output before the projection            */
+    mg_tensor resid_mid;      /* [n, C]      residual stream after the attention block         */
+    mg_tensor ln2;            /* [n, C]                                                         */
+    float *ln2_mean, *ln2_rstd;
+    mg_tensor fc;             /* [N, 4C/t]   MLP-up output (pre-GELU)                          */
+    mg_tensor fc_gelu;        /* [N, 4C/t]                                                      */
+    mg_tensor out;            /* [n, C]      the layer's output: residual stream                */
+    /* a split backward only (defer_w): d loss / d(output) of the four linears, kept by the
+       input half for the weight half (dW = doutᵀ·input); dout_fc2 and dout_proj are the whole
+       [N, C] gradient (all-gathered with sequence parallelism)                              */
+    mg_tensor dout_fc2, dout_fc1, dout_proj, dout_qkv; /* [N,C] [N,4C/t] [N,C] [N,3C/t]     */
+} mg_layer_acts;
+
+/* Claims one layer's activations: everything (own_all) or — for a layer whose attention core
+   is recomputed (own_att 0) — everything but the probabilities; `out` alone (own_out) for
+   the last layer of a full-recomputation group; the four output gradients with douts (a
+   split backward).                                                                         */
+MGDEF void mg_layer_acts_claim(const mg_transformer *tf, mg_claim *c, mg_layer_acts *la,
+                               int own_all, int own_att, int own_out, int douts);
+
+/* Which call this is, for dropout: layer (global index) keys the layer's sites, microbatch
+   (global index) the masks; dropout_on is the training flag of the forward (its backward must
+   pass the same).                                                                           */
+typedef struct mg_layer_id {
+    int layer;
+    int dropout_on;
+    uint64_t microbatch;
+} mg_layer_id;
+
+/* Dropout sites: 0 the embedding output; for layer l, 1 + 3l the attention probabilities,
+   2 + 3l the attention-out branch, 3 + 3l the MLP-down branch.                             */
+#define MG_SITE_EMBEDDING 0
+#define MG_SITE_ATTN_PROBS(l) (1 + 3 * (uint64_t)(l))
+#define MG_SITE_ATTN_OUT(l) (2 + 3 * (uint64_t)(l))
+#define MG_SITE_MLP_OUT(l) (3 + 3 * (uint64_t)(l))
+/* Hidden dropout on this rank's residual-stream rows (the global [N, C] tensor's rows row0 …
+   row0 + n − 1: the mask does not depend on t or sequence parallelism), in place; and the
+   gradient through it: dout itself when off, else the masked, scaled copy in tf->dlocal.    */
+MGDEF void mg_transformer_dropout(mg_transformer *tf, const mg_layer_id *id, mg_tensor *x,
+                                  uint64_t site);
+MGDEF const mg_tensor *mg_transformer_dropout_grad(mg_transformer *tf, const mg_layer_id *id,
+                                                   const mg_tensor *dout, uint64_t site);
+
+/* One layer, forward: x [n, C] -> la->out [n, C]. w: the layer's 12 tensors (mg_layer_tensor
+   order, this rank's slices).                                                               */
+MGDEF void mg_transformer_layer_forward(mg_transformer *tf, const mg_layer_id *id,
+                                        const mg_tensor *w, mg_layer_acts *la,
+                                        const mg_tensor *x);
+/* One layer, backward: on entry tf->dresid = dL/d(out) [n, C]; on return dL/dx. g: the 12
+   gradient tensors (accumulated). selective: recompute the attention probabilities from the
+   kept qkv first (la->att is shared scratch). defer_w: leave the linears' weight halves for
+   mg_transformer_layer_backward_weight (the output gradients are kept in la->dout_*).       */
+MGDEF void mg_transformer_layer_backward(mg_transformer *tf, const mg_layer_id *id,
+                                         const mg_tensor *w, mg_tensor *g, mg_layer_acts *la,
+                                         const mg_tensor *x, int selective, int defer_w);
+MGDEF void mg_transformer_layer_backward_weight(mg_transformer *tf, mg_tensor *g,
+                                                mg_layer_acts *la);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MG_TRANSFORMER_H */
+
+/* =============================================================================================
+   IMPLEMENTATION
+   ========================================================================================== */
+#ifdef MG_IMPLEMENTATION
+#ifndef MG_TRANSFORMER_IMPLEMENTED
+#define MG_TRANSFORMER_IMPLEMENTED
+#include <stdio.h>
+#include <string.h>
+
+/* ---- 1. Communication operators ------------------------------------------------------------ */
+MGDEF mg_comm *mg_tp_comm(const mg_tp_group *g) {
+    MG_ASSERT(g->comm, "tensor-parallel size %d needs the job's comm (mg_gpt_layout_tp)", g->size);
+    return g->comm;
+}
+MGDEF mg_tp_group mg_tp_group_make(mg_comm *comm, int sequence_parallel) {
+    mg_tp_group g;
+    g.comm = comm;
+    g.rank = comm ? comm->tensor.rank : 0;
+    g.size = comm ? comm->tensor.size : 1;
+    g.sequence_parallel = sequence_parallel && g.size > 1;
+    return g;
+}
+MGDEF void mg_tp_all_reduce(const mg_tp_group *g, float *buf, int64_t n, mg_redop op) {
+    mg_comm *comm;
+    if (g->size == 1) return;
+    comm = mg_tp_comm(g);
+    mg_all_reduce(comm, &comm->tensor, buf, buf, n, MG_F32, op);
+}
+MGDEF const mg_tensor *mg_tp_gather(const mg_tp_group *g, const mg_tensor *local,
+                                    mg_tensor *full) {
+    mg_comm *comm;
+    if (!g->sequence_parallel) return local;
+    MG_ASSERT(mg_numel(full) == mg_numel(local) * g->size, "mg_tp_gather: %lld elements into "
+              "%lld (want %d x)", (long long)mg_numel(local), (long long)mg_numel(full), g->size);
+    comm = mg_tp_comm(g);
+    mg_all_gather(comm, &comm->tensor, local->data, full->data, mg_numel(local), local->dtype);
+    return full;
+}
+MGDEF mg_tensor *mg_tp_reduce(const mg_tp_group *g, mg_tensor *partial, mg_tensor *local) {
+    mg_comm *comm;
+    if (!g->sequence_parallel) {
+        if (g->size > 1) {
+            comm = mg_tp_comm(g);
+            mg_all_reduce(comm, &comm->tensor, partial->data, partial->data, mg_numel(partial),
+                          partial->dtype, MG_SUM);
+        }
+        return partial;
+    }
+    MG_ASSERT(mg_numel(partial) == mg_numel(local) * g->size, "mg_tp_reduce: %lld elements "
+              "into %lld (want 1/%d)", (long long)mg_numel(partial), (long long)mg_numel(local),
+              g->size);
+    comm = mg_tp_comm(g);
+    mg_reduce_scatter(comm, &comm->tensor, partial->data, local->data, mg_numel(local),
+                      partial->dtype, MG_SUM);
+    return local;
+}
+
+/* ---- 3a. Configuration and shared state ---------------------------------------------------- */
+MGDEF void mg_transformer_init(mg_transformer *tf, mg_ctx *ctx, const mg_layer_config *cfg,
+                               mg_tp_group tp) {
+    int64_t N = (int64_t)cfg->micro_batch * cfg->seq_len;
+    memset(tf, 0, sizeof *tf);
+    tf->ctx = ctx;
+    tf->cfg = *cfg;
+    tf->tp = tp;
+    tf->tp.sequence_parallel = tp.sequence_parallel && tp.size > 1;
+    tf->n_rows = tf->tp.sequence_parallel ? N / tp.size : N;
+    tf->row0 = tf->tp.sequence_parallel ? tf->n_rows * tp.rank : 0;
+}
+
+MGDEF void mg_transformer_claim_scratch(mg_transformer *tf, mg_claim *c) {
+    const mg_layer_config *k = &tf->cfg;
+    int64_t B = k->micro_batch, T = k->seq_len, N = B * T, C = k->hidden, t = tf->tp.size;
+    int64_t n = tf->n_rows, nh = k->n_head / t;
+    mg_dtype dt = k->dtype;
+    tf->dresid = mg_claim_tensor(c, dt, n, C, 0, 0);
+    tf->dlocal = mg_claim_tensor(c, dt, n, C, 0, 0);
+    if (tf->tp.sequence_parallel) tf->full_a = mg_claim_tensor(c, dt, N, C, 0, 0);
+    tf->full_b = mg_claim_tensor(c, dt, N, C, 0, 0);
+    tf->dCt = mg_claim_tensor(c, dt, N, C / t, 0, 0);
+    tf->d3C = mg_claim_tensor(c, dt, N, 3 * C / t, 0, 0);
+    tf->d4C = mg_claim_tensor(c, dt, N, 4 * C / t, 0, 0);
+    tf->datt = mg_claim_tensor(c, dt, B, nh, T, T);
+}
+
+MGDEF void mg_layer_acts_claim(const mg_transformer *tf, mg_claim *c, mg_layer_acts *la,
+                               int own_all, int own_att, int own_out, int douts) {
+    const mg_layer_config *k = &tf->cfg;
+    int64_t B = k->micro_batch, T = k->seq_len, N = B * T, C = k->hidden, t = tf->tp.size;
+    int64_t n = tf->n_rows, nh = k->n_head / t;
+    mg_dtype dt = k->dtype;
+    if (own_all) {
+        la->ln1 = mg_claim_tensor(c, dt, n, C, 0, 0);
+        la->ln1_mean = mg_claim_f32(c, n);
+        la->ln1_rstd = mg_claim_f32(c, n);
+        la->qkv = mg_claim_tensor(c, dt, N, 3 * C / t, 0, 0);
+        if (own_att) la->att = mg_claim_tensor(c, dt, B, nh, T, T);
+        la->atty = mg_claim_tensor(c, dt, N, C / t, 0, 0);
+        la->resid_mid = mg_claim_tensor(c, dt, n, C, 0, 0);
+        la->ln2 = mg_claim_tensor(c, dt, n, C, 0, 0);
+        la->ln2_mean = mg_claim_f32(c, n);
+        la->ln2_rstd = mg_claim_f32(c, n);
+        la->fc = mg_claim_tensor(c, dt, N, 4 * C / t, 0, 0);
+        la->fc_gelu = mg_claim_tensor(c, dt, N, 4 * C / t, 0, 0);
+    }
+    if (own_out) la->out = mg_claim_tensor(c, dt, n, C, 0, 0);
+    if (douts) {
+        la->dout_fc2 = mg_claim_tensor(c, dt, N, C, 0, 0);
+        la->dout_fc1 = mg_claim_tensor(c, dt, N, 4 * C / t, 0, 0);
+        la->dout_proj = mg_claim_tensor(c, dt, N, C, 0, 0);
+        la->dout_qkv = mg_claim_tensor(c, dt, N, 3 * C / t, 0, 0);
+    }
+}
+
+/* ---- 2. Tensor-parallel linear layers -------------------------------------------------------- */
+MGDEF mg_tensor *mg_transformer_partial(mg_transformer *tf, mg_tensor *local) {
+    return tf->tp.sequence_parallel ? &tf->full_b : local;
+}
+MGDEF void mg_column_parallel_linear_forward(mg_transformer *tf, mg_tensor *y, const mg_tensor *x,
+                                             const mg_tensor *w, const mg_tensor *b) {
+    mg_linear_forward(tf->ctx, y, mg_tp_gather(&tf->tp, x, &tf->full_a), w, b);
+}
+MGDEF void mg_column_parallel_linear_backward_weight(mg_transformer *tf, const mg_tensor *dy,
+                                                     const mg_tensor *x, mg_tensor *dw,
+                                                     mg_tensor *db) {
+    /* only this rank's rows of x were kept: gathered again with sequence parallelism */
+    mg_linear_backward_weight(tf->ctx, dw, db, dy, mg_tp_gather(&tf->tp, x, &tf->full_a));
+}
+MGDEF mg_tensor *mg_column_parallel_linear_backward(mg_transformer *tf, const mg_tensor *dy,
+                                                    const mg_tensor *x, const mg_tensor *w,
+                                                    mg_tensor *dw, mg_tensor *db) {
+    mg_linear_backward_input(tf->ctx, &tf->full_b, dy, w, 0);      /* this rank's partial dx */
+    if (dw) mg_column_parallel_linear_backward_weight(tf, dy, x, dw, db);
+    return mg_tp_reduce(&tf->tp, &tf->full_b, &tf->dlocal);
+}
+MGDEF void mg_row_parallel_linear_forward(mg_transformer *tf, mg_tensor *z, const mg_tensor *y,
+                                          const mg_tensor *w, const mg_tensor *b) {
+    mg_tensor *partial = mg_transformer_partial(tf, z);
+    mg_linear_forward(tf->ctx, partial, y, w, tf->tp.rank == 0 ? b : NULL);
+    mg_tp_reduce(&tf->tp, partial, z);
+}
+MGDEF const mg_tensor *mg_row_parallel_linear_backward(mg_transformer *tf, mg_tensor *dy,
+                                                       const mg_tensor *dz, const mg_tensor *y,
+                                                       const mg_tensor *w, mg_tensor *dw,
+                                                       mg_tensor *db, mg_tensor *keep_g) {
+    const mg_tensor *g = mg_tp_gather(&tf->tp, dz, &tf->full_b);
+    if (keep_g) mg_copy(tf->ctx, keep_g->data, g->data, mg_nbytes(g));
+    mg_linear_backward_input(tf->ctx, dy, g, w, 0);
+    if (dw) mg_linear_backward_weight(tf->ctx, dw, db, g, y);
+    return g;
+}
+
+/* ---- 3. The layer ------------------------------------------------------------------------- */
+static uint64_t mg__layer_key(const mg_transformer *tf, const mg_layer_id *id, uint64_t site) {
+    return mg_dropout_key(tf->cfg.dropout_seed, site, id->microbatch);
+}
+MGDEF void mg_transformer_dropout(mg_transformer *tf, const mg_layer_id *id, mg_tensor *x,
+                                  uint64_t site) {
+    if (!id->dropout_on || tf->cfg.hidden_dropout <= 0) return;
+    mg_dropout_forward(tf->ctx, x, x, tf->cfg.hidden_dropout, mg__layer_key(tf, id, site),
+                       tf->row0);
+}
+MGDEF const mg_tensor *mg_transformer_dropout_grad(mg_transformer *tf, const mg_layer_id *id,
+                                                   const mg_tensor *dout, uint64_t site) {
+    if (!id->dropout_on || tf->cfg.hidden_dropout <= 0) return dout;
+    mg_dropout_backward(tf->ctx, &tf->dlocal, dout, tf->cfg.hidden_dropout,
+                        mg__layer_key(tf, id, site), tf->row0);
+    return &tf->dlocal;
+}
+/* The attention-probability dropout of the layer (NULL: off): the global [B, nh, T, T]
+   probabilities' mask, this rank's heads at head offset tp.rank·nh/t.                       */
+static const mg_attn_dropout *mg__layer_attn_dropout(const mg_transformer *tf,
+                                                     const mg_layer_id *id, mg_attn_dropout *d) {
+    if (!id->dropout_on || tf->cfg.attention_dropout <= 0) return NULL;
+    d->p = tf->cfg.attention_dropout;
+    d->seed = mg__layer_key(tf, id, MG_SITE_ATTN_PROBS(id->layer));
+    d->n_head_total = tf->cfg.n_head;
+    d->head_offset = tf->tp.rank * (tf->cfg.n_head / tf->tp.size);
+    return d;
+}
+
+/* Forward, with Megatron's operators in brackets:
+     ln1 = LN(x); [f / all-gather] qkv = ln1·Wqkvᵀ + b (column-parallel: this rank's heads)
+     atty = dropout(softmax(q·kᵀ/√hd, causal))·v
+     resid_mid = x + dropout([g / reduce-scatter] atty·Wprojᵀ + b)        (row-parallel)
+     ln2 = LN(resid_mid); [f / all-gather] fc = ln2·Wfc1ᵀ + b (column-parallel)
+     out = resid_mid + dropout([g / reduce-scatter] GELU(fc)·Wfc2ᵀ + b)   (row-parallel)   */
+MGDEF void mg_transformer_layer_forward(mg_transformer *tf, const mg_layer_id *id,
+                                        const mg_tensor *w, mg_layer_acts *la,
+                                        const mg_tensor *x) {
+    mg_ctx *ctx = tf->ctx;
+    int B = tf->cfg.micro_batch, T = tf->cfg.seq_len, nh = tf->cfg.n_head / tf->tp.size;
+    mg_attn_dropout adrop;
+    /* attention block */
+    mg_layernorm_forward(ctx, &la->ln1, la->ln1_mean, la->ln1_rstd, x, &w[MG_LN1_W],
+                         &w[MG_LN1_B]);
+    mg_column_parallel_linear_forward(tf, &la->qkv, &la->ln1, &w[MG_QKV_W], &w[MG_QKV_B]);
+    mg_attention_forward(ctx, &la->atty, &la->att, &la->qkv, B, T, nh,
+                         mg__layer_attn_dropout(tf, id, &adrop));
+    mg_row_parallel_linear_forward(tf, &la->resid_mid, &la->atty, &w[MG_PROJ_W], &w[MG_PROJ_B]);
+    mg_transformer_dropout(tf, id, &la->resid_mid, MG_SITE_ATTN_OUT(id->layer));
+    mg_add(ctx, &la->resid_mid, &la->resid_mid, x);
+    /* MLP block */
+    mg_layernorm_forward(ctx, &la->ln2, la->ln2_mean, la->ln2_rstd, &la->resid_mid,
+                         &w[MG_LN2_W], &w[MG_LN2_B]);
+    mg_column_parallel_linear_forward(tf, &la->fc, &la->ln2, &w[MG_FC1_W], &w[MG_FC1_B]);
+    mg_gelu_forward(ctx, &la->fc_gelu, &la->fc);
+    mg_row_parallel_linear_forward(tf, &la->out, &la->fc_gelu, &w[MG_FC2_W], &w[MG_FC2_B]);
+    mg_transformer_dropout(tf, id, &la->out, MG_SITE_MLP_OUT(id->layer));
+    mg_add(ctx, &la->out, &la->out, &la->resid_mid);
+}
+
+/* Backward. The residual stream's gradient tf->dresid flows straight through; each block adds
+   its branch:
+     MLP:  g = [identity / all-gather] dropout'(dresid)
+           dfc_gelu = g·Wfc2; dfc = GELU'(fc)⊙dfc_gelu; partial dln2 = dfc·Wfc1
+           dresid += LN2'([all-reduce (f) / reduce-scatter] partial)
+     attn: the same with Wproj, attention' and Wqkv.
+   Each linear's backward is its input half then its weight half. With defer_w the weight
+   halves are left for mg_transformer_layer_backward_weight: the output gradient each needs is
+   written to (or, for the two row-parallel ones, copied into) la->dout_* instead of the
+   shared scratch. Selective recomputation: the attention probabilities are recomputed from
+   the stored qkv (with the same dropout key) just before the attention backward; the
+   recomputed attention output is not needed (atty was kept) and lands in the dCt scratch,
+   overwritten next.                                                                          */
+MGDEF void mg_transformer_layer_backward(mg_transformer *tf, const mg_layer_id *id,
+                                         const mg_tensor *w, mg_tensor *g, mg_layer_acts *la,
+                                         const mg_tensor *x, int selective, int defer_w) {
+    mg_ctx *ctx = tf->ctx;
+    int B = tf->cfg.micro_batch, T = tf->cfg.seq_len, nh = tf->cfg.n_head / tf->tp.size;
+    mg_attn_dropout adrop;
+    const mg_tensor *g_out;
+    mg_tensor *dln;
+    mg_tensor *d_fc1 = defer_w ? &la->dout_fc1 : &tf->d4C;     /* dfc_gelu, then dfc         */
+    mg_tensor *d_qkv = defer_w ? &la->dout_qkv : &tf->d3C;
+    /* MLP block */
+    g_out = mg_transformer_dropout_grad(tf, id, &tf->dresid, MG_SITE_MLP_OUT(id->layer));
+    mg_row_parallel_linear_backward(tf, d_fc1, g_out, &la->fc_gelu, &w[MG_FC2_W],
+                                    defer_w ? NULL : &g[MG_FC2_W], &g[MG_FC2_B],
+                                    defer_w ? &la->dout_fc2 : NULL);
+    mg_gelu_backward(ctx, d_fc1, &la->fc, d_fc1);
+    dln = mg_column_parallel_linear_backward(tf, d_fc1, &la->ln2, &w[MG_FC1_W],
+                                             defer_w ? NULL : &g[MG_FC1_W], &g[MG_FC1_B]);
+    mg_layernorm_backward(ctx, &tf->dresid, &g[MG_LN2_W], &g[MG_LN2_B], dln, &la->resid_mid,
+                          &w[MG_LN2_W], la->ln2_mean, la->ln2_rstd, 1);
+    /* attention block */
+    if (selective)
+        mg_attention_forward(ctx, &tf->dCt, &la->att, &la->qkv, B, T, nh,
+                             mg__layer_attn_dropout(tf, id, &adrop));
+    g_out = mg_transformer_dropout_grad(tf, id, &tf->dresid, MG_SITE_ATTN_OUT(id->layer));
+    mg_row_parallel_linear_backward(tf, &tf->dCt, g_out, &la->atty, &w[MG_PROJ_W],
+                                    defer_w ? NULL : &g[MG_PROJ_W], &g[MG_PROJ_B],
+                                    defer_w ? &la->dout_proj : NULL);
+    mg_attention_backward(ctx, d_qkv, &tf->datt, &tf->dCt, &la->qkv, &la->att, B, T, nh,
+                          mg__layer_attn_dropout(tf, id, &adrop));
+    dln = mg_column_parallel_linear_backward(tf, d_qkv, &la->ln1, &w[MG_QKV_W],
+                                             defer_w ? NULL : &g[MG_QKV_W], &g[MG_QKV_B]);
+    mg_layernorm_backward(ctx, &tf->dresid, &g[MG_LN1_W], &g[MG_LN1_B], dln, x,
+                          &w[MG_LN1_W], la->ln1_mean, la->ln1_rstd, 1);
+}
+
+/* The weight halves a deferred backward left, from the kept output gradients; the layernorm
+   outputs are all-gathered again with sequence parallelism (collective over the tensor group,
+   whose ranks run the same schedule).                                                       */
+MGDEF void mg_transformer_layer_backward_weight(mg_transformer *tf, mg_tensor *g,
+                                                mg_layer_acts *la) {
+    mg_linear_backward_weight(tf->ctx, &g[MG_FC2_W], &g[MG_FC2_B], &la->dout_fc2, &la->fc_gelu);
+    mg_column_parallel_linear_backward_weight(tf, &la->dout_fc1, &la->ln2, &g[MG_FC1_W],
+                                              &g[MG_FC1_B]);
+    mg_linear_backward_weight(tf->ctx, &g[MG_PROJ_W], &g[MG_PROJ_B], &la->dout_proj, &la->atty);
+    mg_column_parallel_linear_backward_weight(tf, &la->dout_qkv, &la->ln1, &g[MG_QKV_W],
+                                              &g[MG_QKV_B]);
+}
+
+#endif /* MG_TRANSFORMER_IMPLEMENTED */
+#endif /* MG_IMPLEMENTATION */
+
+/*
+MIT License — Copyright (c) 2025 the megatron.h authors. See LICENSE for the full text.
+*/

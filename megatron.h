@@ -94,7 +94,32 @@ typedef struct mg_gpt_config {
        (dropout_seed, site, global microbatch index) at GLOBAL coordinates: see section 3.   */
     float hidden_dropout, attention_dropout;
     uint64_t dropout_seed;
+    /* The Llama family's switches, Megatron-LM's flags. Zero is GPT-2 everywhere, so a config
+       that sets none of them is the GPT-2 model (mg_gpt_layer_config resolves the defaults). */
+    int normalization;    /* --normalization: MG_NORM_LAYERNORM (0) or MG_NORM_RMSNORM          */
+    float norm_epsilon;   /* --norm-epsilon (0: 1e-5)                                           */
+    int swiglu;           /* --swiglu: MLP = down(silu(gate(x)) ⊙ up(x))                         */
+    int ffn_hidden;       /* --ffn-hidden-size (0: 4C, or with SwiGLU Megatron-LM's
+                             int(4C·2/3 / 64)·64)                                              */
+    int position_embedding; /* --position-embedding-type: MG_POS_LEARNED (0), MG_POS_ROPE,
+                               MG_POS_NONE                                                      */
+    float rotary_base;    /* --rotary-base, θ (0: 10000)                                        */
+    float rotary_percent; /* --rotary-percent: share of each head's dims rotated (0: 1.0)        */
+    int use_rope_scaling; /* --use-rope-scaling: Llama 3's frequency scaling, with            */
+    float rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor; /* (0: 8, 1, 4)   */
+    int rope_original_max_pos;  /* (0: 8192)                                                   */
+    int n_query_groups;   /* --num-query-groups with --group-query-attention (0: n_head)        */
+    int kv_channels;      /* --kv-channels, the head dimension (0: C / n_head)                  */
+    int untie_embeddings; /* --untie-embeddings-and-output-weights: an output layer of its own  */
+    int disable_bias_linear; /* --disable-bias-linear: no biases on the linear layers           */
+    int add_qkv_bias;     /* --add-qkv-bias: the Q/K/V bias even so (Qwen2)                     */
 } mg_gpt_config;
+enum { MG_NORM_LAYERNORM = 0, MG_NORM_RMSNORM = 1 };
+enum { MG_POS_LEARNED = 0, MG_POS_ROPE = 1, MG_POS_NONE = 2 };
+/* The transformer layer of this model (mg_transformer.h), its defaults resolved: head
+   dimension, query groups, MLP width, norm epsilon, rotary dims and frequencies.          */
+MGDEF mg_layer_config mg_gpt_layer_config(const mg_gpt_config *cfg, int micro_batch,
+                                          mg_dtype dtype);
 
 /* Megatron's --make-vocab-size-divisible-by 128, times the tensor-parallel size. */
 MGDEF int mg_gpt_pad_vocab(int vocab_size, int tp_size);
@@ -211,10 +236,13 @@ MGDEF double mg_gpt_flops_recomputed(const mg_gpt_config *cfg, const mg_gpt_layo
 typedef enum { MG_TP_REPLICATED = 0, MG_TP_COLUMN, MG_TP_ROW, MG_TP_VOCAB } mg_tp_split;
 typedef enum { MG_INIT_NORMAL = 0, MG_INIT_ZERO, MG_INIT_ONE } mg_init_kind;
 
-/* The tensors outside the layers (a layer's 12 are mg_transformer.h's mg_layer_tensor). */
+/* The tensors outside the layers (a layer's are mg_transformer.h's mg_layer_tensor): the word
+   embedding, the position embedding (learned positions), the final norm, and the output
+   layer when it is not tied to the word embedding.                                         */
 typedef enum {
-    MG_WTE = MG_LAYER_TENSORS, MG_WPE, MG_LNF_W, MG_LNF_B, MG_TENSOR_KINDS
+    MG_WTE = MG_LAYER_TENSORS, MG_WPE, MG_LNF_W, MG_LNF_B, MG_OUT_W, MG_TENSOR_KINDS
 } mg_gpt_global_tensor;
+#define MG_GLOBAL_TENSORS (MG_TENSOR_KINDS - MG_LAYER_TENSORS)
 
 typedef struct mg_param_desc {
     char name[80];          /* Megatron-Core name, e.g. decoder.layers.0.mlp.linear_fc1.weight */
@@ -292,8 +320,13 @@ typedef struct mg_gpt {
     mg_dtype dtype;           /* layout.dtype: activations, their gradients, param16            */
     float *grad_buf;          /* ONE flat fp32 buffer of their gradients (device)              */
     mg_tensor *w, *g;         /* n_params tensor views into param_buf / grad_buf               */
-    int idx_global[4];        /* descriptor index of WTE, WPE, LNF_W, LNF_B (-1: not held)     */
+    int idx_global[MG_GLOBAL_TENSORS]; /* descriptor index of WTE, WPE, LNF_W, LNF_B, OUT_W
+                                 (-1: not held)                                               */
     int *idx_layer;           /* [n_layer]: index of the layer's first tensor, -1: not held    */
+    int layer_tensors;        /* tensors per layer (the configuration's, mg_layer_has_tensor)   */
+    mg_tensor (*lw)[MG_LAYER_TENSORS], (*lg)[MG_LAYER_TENSORS]; /* [n_layer]: each held layer's
+                                 weights / gradients by kind (absent kinds: data NULL), the
+                                 arrays mg_transformer.h's layer calls take                    */
     mg_gpt_acts *acts;        /* [n_chunks · n_slots], chunk-major                              */
     mg_transformer tf;        /* the layers' shared state (mg_transformer.h): the tensor group
                                  tf.tp, this rank's residual-stream rows tf.n_rows from
@@ -808,10 +841,10 @@ MGDEF int mg_gpt_config_check(const mg_gpt_config *c, int tp_size, char *err, si
         return mg__err(err, errlen, "--hidden-size %d: must be at least 1", c->hidden);
     if (c->n_head < 1)
         return mg__err(err, errlen, "--num-attention-heads %d: must be at least 1", c->n_head);
-    if (c->hidden % c->n_head)
+    if (c->hidden % c->n_head && c->kv_channels <= 0)
         return mg__err(err, errlen, "--hidden-size %d is not divisible by "
-                       "--num-attention-heads %d (pick heads that divide the hidden size)",
-                       c->hidden, c->n_head);
+                       "--num-attention-heads %d (pick heads that divide the hidden size, or "
+                       "give the head dimension with --kv-channels)", c->hidden, c->n_head);
     if (c->hidden % tp_size)
         return mg__err(err, errlen, "--hidden-size %d is not divisible by "
                        "--tensor-model-parallel-size %d (each rank holds C/t columns)",
@@ -820,6 +853,45 @@ MGDEF int mg_gpt_config_check(const mg_gpt_config *c, int tp_size, char *err, si
         return mg__err(err, errlen, "--num-attention-heads %d is not divisible by "
                        "--tensor-model-parallel-size %d (heads are divided across the ranks)",
                        c->n_head, tp_size);
+    if (c->n_query_groups < 0 || (c->n_query_groups > 0 && c->n_head % c->n_query_groups))
+        return mg__err(err, errlen, "--num-query-groups %d does not divide "
+                       "--num-attention-heads %d (each key/value group serves the same number "
+                       "of query heads; 1 is multi-query attention)", c->n_query_groups,
+                       c->n_head);
+    if (c->n_query_groups > 0 && c->n_query_groups % tp_size)
+        return mg__err(err, errlen, "--num-query-groups %d is not divisible by "
+                       "--tensor-model-parallel-size %d (a rank holds whole key/value groups, "
+                       "as in Megatron-LM)", c->n_query_groups, tp_size);
+    if (c->kv_channels < 0 || c->ffn_hidden < 0)
+        return mg__err(err, errlen, "--kv-channels %d / --ffn-hidden-size %d: must be positive",
+                       c->kv_channels, c->ffn_hidden);
+    {
+        mg_layer_config k = mg_gpt_layer_config(c, 1, MG_F32);
+        if (k.ffn_hidden < 1 || k.ffn_hidden % tp_size)
+            return mg__err(err, errlen, "the MLP width %d (--ffn-hidden-size%s) is not a "
+                           "positive multiple of --tensor-model-parallel-size %d", k.ffn_hidden,
+                           c->ffn_hidden > 0 ? "" : ", SwiGLU's default 2/3·4h rounded to 64",
+                           tp_size);
+        if (c->position_embedding == MG_POS_ROPE && k.rot_dim < 2)
+            return mg__err(err, errlen, "rotary positions rotate pairs of dims: head "
+                           "dimension %d × --rotary-percent %g leaves %d (need at least 2)",
+                           k.head_dim, c->rotary_percent > 0 ? c->rotary_percent : 1.0,
+                           k.rot_dim);
+        if (c->position_embedding == MG_POS_ROPE && k.head_dim % 2)
+            return mg__err(err, errlen, "rotary positions need an even head dimension (%d: "
+                           "--hidden-size / --num-attention-heads or --kv-channels)",
+                           k.head_dim);
+        if (!(k.norm.eps > 0 && k.norm.eps < 1))
+            return mg__err(err, errlen, "--norm-epsilon %g: must be in (0, 1)", k.norm.eps);
+        if (!(k.rope_freq.base > 1) || (c->rotary_percent != 0 && !(c->rotary_percent > 0 &&
+                                                                   c->rotary_percent <= 1)))
+            return mg__err(err, errlen, "--rotary-base %g must be > 1 and --rotary-percent %g "
+                           "in (0, 1]", k.rope_freq.base, c->rotary_percent);
+        if (c->use_rope_scaling && !(k.rope_freq.high_freq_factor > k.rope_freq.low_freq_factor))
+            return mg__err(err, errlen, "Llama 3 rope scaling needs high_freq_factor %g > "
+                           "low_freq_factor %g", k.rope_freq.high_freq_factor,
+                           k.rope_freq.low_freq_factor);
+    }
     if (c->seq_len < 1)
         return mg__err(err, errlen, "--seq-length %d: must be at least 1", c->seq_len);
     if (c->max_pos < c->seq_len)
@@ -842,23 +914,80 @@ MGDEF int mg_gpt_config_check(const mg_gpt_config *c, int tp_size, char *err, si
     return 0;
 }
 
-MGDEF int64_t mg_gpt_num_params(const mg_gpt_config *c) {
-    int64_t C = c->hidden;
-    int64_t per_layer = 12 * C * C + 13 * C;   /* 4 weight matrices (C·3C, C·C, C·4C, 4C·C) +
-                                                  biases 3C + C + 4C + C + 2 layernorms 4C     */
-    return (int64_t)c->padded_vocab * C + (int64_t)c->max_pos * C + c->n_layer * per_layer +
-           2 * C;
+MGDEF mg_layer_config mg_gpt_layer_config(const mg_gpt_config *c, int micro_batch,
+                                          mg_dtype dtype) {
+    mg_layer_config k;
+    memset(&k, 0, sizeof k);
+    k.hidden = c->hidden;
+    k.n_head = c->n_head;
+    k.n_group = c->n_query_groups > 0 ? c->n_query_groups : c->n_head;
+    k.head_dim = c->kv_channels > 0 ? c->kv_channels : c->n_head > 0 ? c->hidden / c->n_head : 0;
+    /* Megatron-LM: 4h, or with SwiGLU 2/3 of it (the gate is a third matrix) rounded down to a
+       multiple of 64 */
+    k.ffn_hidden = c->ffn_hidden > 0 ? c->ffn_hidden
+                   : c->swiglu       ? (int)((4.0 * c->hidden * 2.0 / 3.0) / 64.0) * 64
+                                     : 4 * c->hidden;
+    k.seq_len = c->seq_len;
+    k.micro_batch = micro_batch;
+    k.dtype = dtype;
+    k.norm.rms = c->normalization == MG_NORM_RMSNORM;
+    k.norm.eps = c->norm_epsilon > 0 ? c->norm_epsilon : 1e-5f;
+    k.swiglu = c->swiglu;
+    k.bias = !c->disable_bias_linear;
+    k.qkv_bias = c->add_qkv_bias;
+    k.rope = c->position_embedding == MG_POS_ROPE;
+    /* Megatron-LM: int(kv_channels · rotary_percent); an odd count rotates one dim fewer */
+    k.rot_dim = (int)(k.head_dim * (c->rotary_percent > 0 ? c->rotary_percent : 1.0f)) / 2 * 2;
+    k.rope_freq.base = c->rotary_base > 0 ? c->rotary_base : 10000.0f;
+    k.rope_freq.llama3 = c->use_rope_scaling;
+    k.rope_freq.factor = c->rope_scaling_factor > 0 ? c->rope_scaling_factor : 8.0f;
+    k.rope_freq.low_freq_factor = c->rope_low_freq_factor > 0 ? c->rope_low_freq_factor : 1.0f;
+    k.rope_freq.high_freq_factor = c->rope_high_freq_factor > 0 ? c->rope_high_freq_factor : 4.0f;
+    k.rope_freq.original_max_pos = c->rope_original_max_pos > 0 ? c->rope_original_max_pos : 8192;
+    k.hidden_dropout = c->hidden_dropout;
+    k.attention_dropout = c->attention_dropout;
+    k.dropout_seed = c->dropout_seed;
+    return k;
 }
 
+static int mg__build_params(const mg_gpt_config *c, const mg_gpt_layout *L, mg_param_desc *out,
+                            int64_t *n_elems);   /* section 2 */
+
+/* Every tensor of the whole model counted once, from the descriptors themselves. */
+MGDEF int64_t mg_gpt_num_params(const mg_gpt_config *c) {
+    mg_gpt_layout whole = mg_gpt_layout_single(c, 1, 1, 1);
+    int n = mg__build_params(c, &whole, NULL, NULL), i;
+    int64_t total = 0;
+    mg_param_desc *d = (mg_param_desc *)MG_MALLOC(sizeof(mg_param_desc) * (size_t)n);
+    MG_ASSERT(d, "out of host memory");
+    mg__build_params(c, &whole, d, NULL);
+    for (i = 0; i < n; i++) total += d[i].numel;
+    MG_FREE(d);
+    return total;
+}
+
+/* Megatron-LM's num_floating_point_operations: per layer, 12·s·h²·[(1 + g/a + s/h)·(q/h) +
+   (F/h)·(3/2 with SwiGLU)] — the QKV, attention and projection GEMMs (q = a·hd query width,
+   g key/value groups), the MLP's — plus the logits' 12·s·h²·Vp/(2·l·h) per layer, all times
+   3 (forward, backward input and weight) and 2 FLOPs per multiply-add. With GPT-2's defaults
+   this is 72·B·s·l·h²·(1 + s/(6h) + Vp/(12·l·h)), eq. 3 of Narayanan et al. 2021 without the
+   recomputed forward.                                                                       */
 MGDEF double mg_gpt_flops_per_iteration(const mg_gpt_config *c, int64_t samples) {
+    mg_layer_config k = mg_gpt_layer_config(c, 1, MG_F32);
     double s = c->seq_len, l = c->n_layer, h = c->hidden, V = c->padded_vocab;
-    return 72.0 * (double)samples * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
+    double q = (double)k.n_head * k.head_dim, g = k.n_group, a = k.n_head;
+    double attn = (1.0 + g / a + s / h) * (q / h), mlp = k.ffn_hidden / h * (k.swiglu ? 1.5 : 1.0);
+    return 12.0 * (double)samples * s * l * h * h * (attn + mlp + V / (2.0 * l * h));
 }
 
 MGDEF double mg_gpt_flops_recomputed(const mg_gpt_config *c, const mg_gpt_layout *L,
                                      int64_t samples) {
+    mg_layer_config k = mg_gpt_layer_config(c, 1, MG_F32);
     double s = c->seq_len, h = c->hidden, B = (double)samples;
-    double core = 4.0 * B * s * s * h, layer = 24.0 * B * s * h * h + core;
+    double q = (double)k.n_head * k.head_dim, kv = (double)k.n_group * k.head_dim;
+    double F = k.ffn_hidden * (k.swiglu ? 3.0 : 2.0);   /* the MLP's matrices, h×F each */
+    /* one layer's forward: QKV, scores and P·V (the core), projection, MLP */
+    double core = 4.0 * B * s * s * q, layer = 2.0 * B * s * h * (q + 2 * kv + q + F) + core;
     int ch, i, first = 0, last = -1, held = 0, full = 0;
     if (L->recompute_granularity == MG_RECOMPUTE_SELECTIVE) return core * c->n_layer;
     if (L->recompute_granularity != MG_RECOMPUTE_FULL) return 0;
@@ -1000,13 +1129,17 @@ static const mg__tensor_name mg__names[MG_TENSOR_KINDS] = {
     {"mlp.linear_fc1.bias", "mlp.c_fc.bias", 11, 0},
     {"mlp.linear_fc2.weight", "mlp.c_proj.weight", 12, 1},
     {"mlp.linear_fc2.bias", "mlp.c_proj.bias", 13, 0},
+    {"mlp.linear_fc1_gate.weight", "", -1, 0},   /* SwiGLU's gate: no GPT-2 counterpart */
+    {"mlp.linear_fc1_gate.bias", "", -1, 0},
     {"embedding.word_embeddings.weight", "wte.weight", 0, 0},
     {"embedding.position_embeddings.weight", "wpe.weight", 1, 0},
     {"decoder.final_layernorm.weight", "ln_f.weight", 14, 0},
     {"decoder.final_layernorm.bias", "ln_f.bias", 15, 0},
+    {"output_layer.weight", "", -1, 0},          /* untied output layer */
 };
 
-/* Global shape, split kind and initialisation of a tensor kind. */
+/* Global shape, split kind and initialisation of a tensor kind. A layer's shapes and splits
+   are mg_transformer.h's (mg_layer_tensor_shape); the vocabulary-sized tensors split by rows. */
 static void mg__describe(mg_param_desc *d, const mg_gpt_config *c, int kind, int layer) {
     int64_t C = c->hidden;
     memset(d, 0, sizeof *d);
@@ -1016,36 +1149,34 @@ static void mg__describe(mg_param_desc *d, const mg_gpt_config *c, int kind, int
         snprintf(d->name, sizeof d->name, "decoder.layers.%d.%s", layer, mg__names[kind].mg);
     else
         snprintf(d->name, sizeof d->name, "%s", mg__names[kind].mg);
-    d->ndim = 1;
-    d->init = MG_INIT_ZERO;            /* biases */
     d->split = MG_TP_REPLICATED;
-    switch (kind) {
-    case MG_LN1_W: case MG_LN2_W: case MG_LNF_W:
-        d->shape[0] = C; d->init = MG_INIT_ONE; break;
-    case MG_LN1_B: case MG_LN2_B: case MG_LNF_B: case MG_PROJ_B: case MG_FC2_B:
-        d->shape[0] = C; break;
-    case MG_QKV_B:
-        d->shape[0] = 3 * C; d->split = MG_TP_COLUMN; break;
-    case MG_FC1_B:
-        d->shape[0] = 4 * C; d->split = MG_TP_COLUMN; break;
-    default:
-        d->ndim = 2;
+    if (kind < MG_LAYER_TENSORS) {
+        mg_layer_config lc = mg_gpt_layer_config(c, 1, MG_F32);
+        int split = mg_layer_tensor_shape(&lc, kind, d->shape);
+        d->split = split == 1 ? MG_TP_COLUMN : split == 2 ? MG_TP_ROW : MG_TP_REPLICATED;
+    } else if (kind == MG_WTE || kind == MG_OUT_W) {
+        d->shape[0] = c->padded_vocab; d->shape[1] = C; d->split = MG_TP_VOCAB;
+    } else if (kind == MG_WPE) {
+        d->shape[0] = c->max_pos; d->shape[1] = C;
+    } else {
+        d->shape[0] = C;   /* final norm */
+    }
+    d->ndim = d->shape[1] ? 2 : 1;
+    if (d->ndim == 2) {
         d->init = MG_INIT_NORMAL;
         d->init_std = 0.02f;
         d->weight_decay = 1;
-        switch (kind) {
-        case MG_QKV_W:  d->shape[0] = 3 * C; d->shape[1] = C; d->split = MG_TP_COLUMN; break;
-        case MG_FC1_W:  d->shape[0] = 4 * C; d->shape[1] = C; d->split = MG_TP_COLUMN; break;
-        case MG_PROJ_W: d->shape[0] = C; d->shape[1] = C; d->split = MG_TP_ROW; break;
-        case MG_FC2_W:  d->shape[0] = C; d->shape[1] = 4 * C; d->split = MG_TP_ROW; break;
-        case MG_WTE:    d->shape[0] = c->padded_vocab; d->shape[1] = C;
-                        d->split = MG_TP_VOCAB; break;
-        default:        d->shape[0] = c->max_pos; d->shape[1] = C; break;    /* MG_WPE */
-        }
         if (kind == MG_PROJ_W || kind == MG_FC2_W)  /* GPT-2's scaled residual projections */
             d->init_std = (float)(0.02 / sqrt(2.0 * c->n_layer));
+    } else {
+        d->init = kind == MG_LN1_W || kind == MG_LN2_W || kind == MG_LNF_W ? MG_INIT_ONE
+                                                                          : MG_INIT_ZERO;
     }
 }
+
+/* The vocabulary-sized tensors (word embedding, untied output layer): Vp rows, of which the
+   V real ones are stored in files and initialised; the padding rows stay zero.            */
+static int mg__vocab_rows(int kind) { return kind == MG_WTE || kind == MG_OUT_W; }
 
 /* This rank's shard of a described tensor: split dimension divided by tp_size. */
 static void mg__shard(mg_param_desc *d, int tp_rank, int tp_size) {
@@ -1079,18 +1210,24 @@ static int mg__build_params(const mg_gpt_config *c, const mg_gpt_layout *L, mg_p
                             int64_t *n_elems) {
     int has_emb = 0, has_head = 0, n = 0, ch, l, k;
     int64_t off = 0;
+    mg_layer_config lc = mg_gpt_layer_config(c, 1, MG_F32);
     for (ch = 0; ch < L->n_chunks; ch++) {
         has_emb |= L->chunks[ch].has_embedding;
         has_head |= L->chunks[ch].has_head;
     }
-    if (has_emb || has_head) mg__add_param(c, L, out, &n, &off, MG_WTE, -1);  /* tied */
-    if (has_emb) mg__add_param(c, L, out, &n, &off, MG_WPE, -1);
+    /* the word embedding, also the output layer's weight when tied */
+    if (has_emb || (has_head && !c->untie_embeddings))
+        mg__add_param(c, L, out, &n, &off, MG_WTE, -1);
+    if (has_emb && c->position_embedding == MG_POS_LEARNED)
+        mg__add_param(c, L, out, &n, &off, MG_WPE, -1);
     for (ch = 0; ch < L->n_chunks; ch++)
         for (l = L->chunks[ch].layer_begin; l < L->chunks[ch].layer_end; l++)
-            for (k = 0; k < MG_LAYER_TENSORS; k++) mg__add_param(c, L, out, &n, &off, k, l);
+            for (k = 0; k < MG_LAYER_TENSORS; k++)
+                if (mg_layer_has_tensor(&lc, k)) mg__add_param(c, L, out, &n, &off, k, l);
     if (has_head) {
         mg__add_param(c, L, out, &n, &off, MG_LNF_W, -1);
-        mg__add_param(c, L, out, &n, &off, MG_LNF_B, -1);
+        if (c->normalization != MG_NORM_RMSNORM) mg__add_param(c, L, out, &n, &off, MG_LNF_B, -1);
+        if (c->untie_embeddings) mg__add_param(c, L, out, &n, &off, MG_OUT_W, -1);
     }
     if (n_elems) {   /* padded for the data-parallel buckets: a multiple of 64·d */
         int64_t unit = 64 * (int64_t)(L->dp_size > 1 ? L->dp_size : 1);
@@ -1130,7 +1267,7 @@ MGDEF void mg_gpt_init_weights(mg_gpt *m, uint64_t seed) {
         for (r = 0; r < rows; r++) {
             int64_t grow = d->row0 + r, j;
             /* padding rows of the vocabulary stay zero: they are never used */
-            if (d->kind == MG_WTE && grow >= m->cfg.vocab_size) continue;
+            if (mg__vocab_rows(d->kind) && grow >= m->cfg.vocab_size) continue;
             for (j = 0; j < cols; j++) {
                 uint64_t gidx = (uint64_t)(grow * gcols + d->col0 + j); /* global element */
                 dst[r * cols + j] = d->init_std * mg_rand_normal(key, gidx);
@@ -1152,9 +1289,14 @@ MGDEF int mg_gpt_find_param(const mg_gpt *m, const char *name) {
 /* Elements of the largest global tensor of a model: the word embedding, the position
    embedding or a 4C×C MLP weight.                                                          */
 static int64_t mg__max_global_elems(const mg_gpt_config *c) {
-    int64_t C = c->hidden, best = (int64_t)c->padded_vocab * C;
+    mg_layer_config lc = mg_gpt_layer_config(c, 1, MG_F32);
+    int64_t C = c->hidden, best = (int64_t)c->padded_vocab * C, shape[2];
+    int k;
     if ((int64_t)c->max_pos * C > best) best = (int64_t)c->max_pos * C;
-    if (4 * C * C > best) best = 4 * C * C;
+    for (k = 0; k < MG_LAYER_TENSORS; k++) {
+        mg_layer_tensor_shape(&lc, k, shape);
+        if (shape[0] * (shape[1] ? shape[1] : 1) > best) best = shape[0] * (shape[1] ? shape[1] : 1);
+    }
     return best;
 }
 
@@ -1262,14 +1404,7 @@ static void mg__plan_model(mg_gpt *m, mg_claim *p) {
     mg_layer_config lc;
     mg_tp_group tp;
     m->dtype = dt;
-    lc.hidden = c->hidden;
-    lc.n_head = c->n_head;
-    lc.seq_len = c->seq_len;
-    lc.micro_batch = L->micro_batch;
-    lc.dtype = dt;
-    lc.hidden_dropout = c->hidden_dropout;
-    lc.attention_dropout = c->attention_dropout;
-    lc.dropout_seed = c->dropout_seed;
+    lc = mg_gpt_layer_config(c, L->micro_batch, dt);
     tp.comm = L->comm;
     tp.rank = L->tp_rank;
     tp.size = L->tp_size;
@@ -1410,8 +1545,17 @@ MGDEF int mg_gpt_create(mg_gpt *m, mg_ctx *ctx, const mg_gpt_config *cfg,
     mg__plan_model(m, &p);
     if (m->param_buf) mg_memset_zero(ctx, m->param_buf, (size_t)m->n_elems * sizeof(float));
     mg_memset_zero(ctx, m->grad_buf, (size_t)m->n_elems * sizeof(float));
-    for (i = 0; i < 4; i++) m->idx_global[i] = -1;
+    for (i = 0; i < MG_GLOBAL_TENSORS; i++) m->idx_global[i] = -1;
     for (l = 0; l < cfg->n_layer; l++) m->idx_layer[l] = -1;
+    m->lw = (mg_tensor (*)[MG_LAYER_TENSORS])MG_MALLOC(sizeof *m->lw * (size_t)cfg->n_layer);
+    m->lg = (mg_tensor (*)[MG_LAYER_TENSORS])MG_MALLOC(sizeof *m->lg * (size_t)cfg->n_layer);
+    MG_ASSERT(m->lw && m->lg, "out of host memory");
+    memset(m->lw, 0, sizeof *m->lw * (size_t)cfg->n_layer);
+    memset(m->lg, 0, sizeof *m->lg * (size_t)cfg->n_layer);
+    {
+        mg_layer_config lc = mg_gpt_layer_config(cfg, 1, MG_F32);
+        for (i = 0; i < MG_LAYER_TENSORS; i++) m->layer_tensors += mg_layer_has_tensor(&lc, i);
+    }
     for (i = 0; i < m->n_params; i++) {
         const mg_param_desc *d = &m->params[i];
         int64_t shape[2];
@@ -1421,8 +1565,13 @@ MGDEF int mg_gpt_create(mg_gpt *m, mg_ctx *ctx, const mg_gpt_config *cfg,
                                               mg_dtype_size(m->dtype), m->dtype, d->ndim, shape)
                              : mg_tensor_wrap(m->param_buf + d->offset, MG_F32, d->ndim, shape);
         m->g[i] = mg_tensor_wrap(m->grad_buf + d->offset, MG_F32, d->ndim, shape);
-        if (d->kind >= MG_LAYER_TENSORS) m->idx_global[d->kind - MG_LAYER_TENSORS] = i;
-        else if (d->kind == 0) m->idx_layer[d->layer] = i;
+        if (d->kind >= MG_LAYER_TENSORS) {
+            m->idx_global[d->kind - MG_LAYER_TENSORS] = i;
+        } else {
+            if (d->kind == 0) m->idx_layer[d->layer] = i;
+            m->lw[d->layer][d->kind] = m->w[i];
+            m->lg[d->layer][d->kind] = m->g[i];
+        }
     }
     m->host_tokens = (int32_t *)MG_MALLOC(sizeof(int32_t) * 2 * (size_t)layout->micro_batch *
                                           (size_t)cfg->seq_len);
@@ -1446,6 +1595,8 @@ MGDEF void mg_gpt_destroy(mg_gpt *m) {
     MG_FREE(m->w);
     MG_FREE(m->g);
     MG_FREE(m->idx_layer);
+    MG_FREE(m->lw);
+    MG_FREE(m->lg);
     MG_FREE(m->host_tokens);
     MG_FREE(m->host_losses);
     MG_FREE(m->host_scalars);
@@ -1522,22 +1673,36 @@ static mg_layer_id mg__layer_id(const mg_gpt_acts *a, int layer) {
 static void mg__layer_forward(mg_gpt *m, int layer, const mg_gpt_acts *a, mg_layer_acts *la,
                               const mg_tensor *x) {
     mg_layer_id id = mg__layer_id(a, layer);
-    mg_transformer_layer_forward(&m->tf, &id, m->w + m->idx_layer[layer], la, x);
+    mg_transformer_layer_forward(&m->tf, &id, m->lw[layer], la, x);
 }
 
-/* The head's loss statistics: lnf = LN(x); [f / all-gather]; logits = lnf·wteᵀ over this
-   rank's vocabulary slice [N, Vp/t], then the three cross-entropy steps with their merges
-   across the slices (max, then sums): the logits are never gathered.                       */
+/* Descriptor indices of the head's tensors: the output layer's weight (the word embedding
+   when tied), the final norm's weight and bias (-1: RMSNorm has none).                      */
+static int mg__iout(const mg_gpt *m) {
+    return m->idx_global[(m->cfg.untie_embeddings ? MG_OUT_W : MG_WTE) - MG_LAYER_TENSORS];
+}
+static int mg__ilnf(const mg_gpt *m) { return m->idx_global[MG_LNF_W - MG_LAYER_TENSORS]; }
+static const mg_tensor *mg__lnf_bias(const mg_gpt *m, const mg_tensor *t) {
+    int i = m->idx_global[MG_LNF_B - MG_LAYER_TENSORS];
+    return i >= 0 ? &t[i] : NULL;
+}
+
+/* The head's loss statistics: lnf = norm(x); [f / all-gather]; logits = lnf·Woutᵀ over this
+   rank's vocabulary slice [N, Vp/t] (Wout: the word embedding, tied, or the output layer),
+   then the three cross-entropy steps with their merges across the slices (max, then sums):
+   the logits are never gathered.                                                          */
 static void mg__head_forward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, int microbatch) {
     mg_ctx *ctx = m->ctx;
     int64_t N = (int64_t)m->layout.micro_batch * m->cfg.seq_len, V = m->cfg.vocab_size;
-    int64_t vstart = m->params[m->idx_global[0]].row0;
+    int iout = mg__iout(m), ilnf = mg__ilnf(m);
+    int64_t vstart = m->params[iout].row0;
     const mg_tensor *w = m->w;
-    int iwte = m->idx_global[0], ilnf = m->idx_global[2];
     MG_ASSERT(microbatch >= 0 && microbatch < m->layout.max_microbatches,
               "microbatch %d outside 0 … %d", microbatch, m->layout.max_microbatches - 1);
-    mg_layernorm_forward(ctx, &a->lnf, a->lnf_mean, a->lnf_rstd, x, &w[ilnf], &w[ilnf + 1]);
-    mg_linear_forward(ctx, &a->logits, mg_tp_gather(&m->tf.tp, &a->lnf, &m->tf.full_a), &w[iwte], NULL);
+    mg_norm_forward(ctx, &m->tf.cfg.norm, &a->lnf, a->lnf_mean, a->lnf_rstd, x, &w[ilnf],
+                    mg__lnf_bias(m, w));
+    mg_linear_forward(ctx, &a->logits, mg_tp_gather(&m->tf.tp, &a->lnf, &m->tf.full_a),
+                      &w[iout], NULL);
     mg_xent_max(ctx, a->rowmax, &a->logits, vstart, V);
     mg_tp_all_reduce(&m->tf.tp, a->rowmax, N, MG_MAX);
     mg_xent_sumexp(ctx, a->sumexp, a->tlogit, &a->logits, a->targets, a->rowmax, vstart, V);
@@ -1563,32 +1728,33 @@ static mg_tensor *mg__dlogits_kept(mg_gpt *m, mg_gpt_acts *a) {
     return m->dtype == MG_F32 ? &a->logits : &a->dlogits;
 }
 
-/* The output layer's weight half: dwte += dlogitsᵀ·lnf (lnf all-gathered again with sequence
+/* The output layer's weight half: dWout += dlogitsᵀ·lnf (lnf all-gathered again with sequence
    parallelism).                                                                             */
 static void mg__head_wgrad(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *dlogits) {
-    mg_linear_backward_weight(m->ctx, &m->g[m->idx_global[0]], NULL, dlogits,
+    mg_linear_backward_weight(m->ctx, &m->g[mg__iout(m)], NULL, dlogits,
                               mg_tp_gather(&m->tf.tp, &a->lnf, &m->tf.full_a));
 }
 
 /* Head backward: dlogits = (softmax - onehot)·dloss (in place over the logits);
-   partial dlnf = dlogits·wte (this slice's share); dwte += dlogitsᵀ·lnf (gathered again with
+   partial dlnf = dlogits·Wout (this slice's share); dWout += dlogitsᵀ·lnf (gathered again with
    sequence parallelism; unless defer_w: mg__head_wgrad later, from the dlogits the slot
-   keeps); dresid = LNf'([all-reduce / reduce-scatter] partial) — overwrites: the chunk's
+   keeps); dresid = norm'([all-reduce / reduce-scatter] partial) — overwrites: the chunk's
    backward starts here.                                                                     */
 static void mg__head_backward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, float dloss,
                               int defer_w) {
     mg_ctx *ctx = m->ctx;
-    int64_t vstart = m->params[m->idx_global[0]].row0;
-    int iwte = m->idx_global[0], ilnf = m->idx_global[2];
+    int iout = mg__iout(m), ilnf = mg__ilnf(m);
+    int64_t vstart = m->params[iout].row0;
     mg_tensor *dlogits = mg__dlogits(m, a), *kept = mg__dlogits_kept(m, a);
     mg_xent_backward(ctx, dlogits, &a->logits, a->targets, a->rowmax, a->sumexp, dloss,
                      vstart, m->cfg.vocab_size);
-    mg_linear_backward_input(ctx, &m->tf.full_b, dlogits, &m->w[iwte], 0);
+    mg_linear_backward_input(ctx, &m->tf.full_b, dlogits, &m->w[iout], 0);
     if (!defer_w) mg__head_wgrad(m, a, dlogits);
     else if (kept != dlogits) mg_copy(ctx, kept->data, dlogits->data, mg_nbytes(dlogits));
-    mg_layernorm_backward(ctx, &m->tf.dresid, &m->g[ilnf], &m->g[ilnf + 1],
-                          mg_tp_reduce(&m->tf.tp, &m->tf.full_b, &m->tf.dlocal), x, &m->w[ilnf],
-                          a->lnf_mean, a->lnf_rstd, 0);
+    mg_norm_backward(ctx, &m->tf.cfg.norm, &m->tf.dresid, &m->g[ilnf],
+                     (mg_tensor *)mg__lnf_bias(m, m->g),
+                     mg_tp_reduce(&m->tf.tp, &m->tf.full_b, &m->tf.dlocal), x, &m->w[ilnf],
+                     a->lnf_mean, a->lnf_rstd, 0);
 }
 
 /* Embedding forward: vocabulary-parallel word embedding (ids outside this rank's rows give 0)
@@ -1596,22 +1762,24 @@ static void mg__head_backward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, flo
    scatter], then dropout. Backward: the gradient [identity / all-gathered] scatter-added
    into this rank's rows of dwte and into dwpe (the whole gradient on every rank: equal).    */
 static void mg__embedding_forward(mg_gpt *m, mg_gpt_acts *a) {
-    int iwte = m->idx_global[0];
+    int iwte = m->idx_global[MG_WTE - MG_LAYER_TENSORS];
     mg_layer_id id = mg__layer_id(a, -1);
     mg_tensor *partial = mg_transformer_partial(&m->tf, &a->input);
+    int iwpe = m->idx_global[MG_WPE - MG_LAYER_TENSORS];   /* -1: no learned positions */
     mg_embedding_forward(m->ctx, partial, a->tokens, m->layout.micro_batch, m->cfg.seq_len, 0,
                          &m->w[iwte], m->params[iwte].row0,
-                         m->layout.tp_rank == 0 ? &m->w[m->idx_global[1]] : NULL);
+                         m->layout.tp_rank == 0 && iwpe >= 0 ? &m->w[iwpe] : NULL);
     mg_tp_reduce(&m->tf.tp, partial, &a->input);
     mg_transformer_dropout(&m->tf, &id, &a->input, MG_SITE_EMBEDDING);
 }
 static void mg__embedding_backward(mg_gpt *m, mg_gpt_acts *a) {
-    int iwte = m->idx_global[0];
+    int iwte = m->idx_global[MG_WTE - MG_LAYER_TENSORS];
     mg_layer_id id = mg__layer_id(a, -1);
     const mg_tensor *g_out = mg_transformer_dropout_grad(&m->tf, &id, &m->tf.dresid,
                                                          MG_SITE_EMBEDDING);
     g_out = mg_tp_gather(&m->tf.tp, g_out, &m->tf.full_b);
-    mg_embedding_backward(m->ctx, &m->g[iwte], &m->g[m->idx_global[1]], g_out, a->tokens,
+    int iwpe = m->idx_global[MG_WPE - MG_LAYER_TENSORS];
+    mg_embedding_backward(m->ctx, &m->g[iwte], iwpe >= 0 ? &m->g[iwpe] : NULL, g_out, a->tokens,
                           m->layout.micro_batch, m->cfg.seq_len, 0, m->params[iwte].row0);
 }
 
@@ -1652,7 +1820,8 @@ static void mg__recompute_group(mg_gpt *m, const mg_gpt_chunk *c, mg_gpt_acts *a
 /* The word embedding's gradient is split over two pipeline stages (the embedding's part on
    the first, the output layer's on the last) until the embedding group's all-reduce.      */
 static int mg__wte_split_over_stages(const mg_gpt *m) {
-    return m->comm && m->layout.pp_size > 1 && m->idx_global[0] >= 0;
+    return m->comm && m->layout.pp_size > 1 && m->idx_global[MG_WTE - MG_LAYER_TENSORS] >= 0 &&
+           !m->cfg.untie_embeddings;
 }
 
 /* The gradient hook (see mg_gpt): the gradients of descriptors [i0, i1) are final, reported as
@@ -1662,19 +1831,21 @@ static void mg__grads_final_params(mg_gpt *m, int i0, int i1) {
     m->grads_final(m->grads_final_user, m->params[i0].offset,
                    i1 < m->n_params ? m->params[i1].offset : m->n_elems);
 }
-/* The pieces of a chunk's backward: the head (its final layernorm; the output layer's part
-   of the word embedding is the embedding piece's to report), layer l, the embedding (the
-   position embedding and — unless split over stages — the word embedding just before it). */
+/* The pieces of a chunk's backward: the head (its final norm and an untied output layer, the
+   last descriptors of the flat order; a tied output layer's part of the word embedding is
+   the embedding piece's to report), layer l, the embedding (the position embedding if any
+   and — unless split over stages — the word embedding just before it).                    */
 static void mg__grads_final_head(mg_gpt *m) {
-    int ilnf = m->idx_global[2];
-    mg__grads_final_params(m, ilnf, ilnf + 2);
+    mg__grads_final_params(m, mg__ilnf(m), m->n_params);
 }
 static void mg__grads_final_layer(mg_gpt *m, int l) {
-    mg__grads_final_params(m, m->idx_layer[l], m->idx_layer[l] + MG_LAYER_TENSORS);
+    mg__grads_final_params(m, m->idx_layer[l], m->idx_layer[l] + m->layer_tensors);
 }
 static void mg__grads_final_embedding(mg_gpt *m) {
-    int iwte = m->idx_global[0], iwpe = m->idx_global[1];
-    mg__grads_final_params(m, mg__wte_split_over_stages(m) ? iwpe : iwte, iwpe + 1);
+    int iwte = m->idx_global[MG_WTE - MG_LAYER_TENSORS];
+    int iwpe = m->idx_global[MG_WPE - MG_LAYER_TENSORS];
+    int first = mg__wte_split_over_stages(m) ? iwpe : iwte;   /* -1: nothing final here */
+    if (first >= 0) mg__grads_final_params(m, first, (iwpe >= 0 ? iwpe : iwte) + 1);
 }
 
 /* A chunk's backward; defer_w: the input half only (see mg_gpt_backward_input). */
@@ -1700,8 +1871,8 @@ static void mg__chunk_backward(mg_gpt *m, int chunk, int slot, float dloss, int 
         if (kind == MG_RECOMPUTE_FULL && i == last)   /* re-run the group from its kept input */
             mg__recompute_group(m, c, a, first, last);
         mg_layer_id id = mg__layer_id(a, l);
-        mg_transformer_layer_backward(&m->tf, &id, m->w + m->idx_layer[l], m->g + m->idx_layer[l],
-                                      &a->layers[i], i ? &a->layers[i - 1].out : &a->input,
+        mg_transformer_layer_backward(&m->tf, &id, m->lw[l], m->lg[l], &a->layers[i],
+                                      i ? &a->layers[i - 1].out : &a->input,
                                       kind == MG_RECOMPUTE_SELECTIVE, defer_w);
         if (hook) mg__grads_final_layer(m, l);
     }
@@ -1742,7 +1913,7 @@ MGDEF void mg_gpt_backward_weight(mg_gpt *m, int chunk, int slot) {
         if (mg_gpt_recompute_kind(&m->layout, nl, i, &first, &last) == MG_RECOMPUTE_FULL &&
             i == last)
             mg__recompute_group(m, c, a, first, last);
-        mg_transformer_layer_backward_weight(&m->tf, m->g + m->idx_layer[l], &a->layers[i]);
+        mg_transformer_layer_backward_weight(&m->tf, m->lg[l], &a->layers[i]);
         if (hook) mg__grads_final_layer(m, l);
     }
     if (hook && c->has_embedding) mg__grads_final_embedding(m);
@@ -2048,7 +2219,7 @@ static void mg__ext_name(char *out, size_t n, mg_weights_kind kind, const char *
 static int mg__weights_get(const mg_weights_file *f, const mg_gpt_config *cfg,
                            const mg_param_desc *d, float *out, char *err, size_t errlen) {
     int64_t rows = d->shape[0], cols = d->ndim == 2 ? d->shape[1] : 1;
-    int64_t copy_rows = d->kind == MG_WTE ? cfg->vocab_size : rows, numel = copy_rows * cols;
+    int64_t copy_rows = mg__vocab_rows(d->kind) ? cfg->vocab_size : rows, numel = copy_rows * cols;
     int64_t C = cfg->hidden, hd = cfg->hidden / cfg->n_head, r;
     int transposed = f->kind == MG_WEIGHTS_HF && mg__names[d->kind].hf_conv1d;
     float *tmp = (float *)MG_MALLOC((size_t)(rows * cols) * sizeof(float));
@@ -2073,7 +2244,8 @@ static int mg__weights_get(const mg_weights_file *f, const mg_gpt_config *cfg,
         }
         /* the word embedding may carry padding rows (our files: Vp rows): take the first V */
         if (t->ndim != d->ndim || t->shape[0] < want0 ||
-            (d->kind != MG_WTE && t->shape[0] != want0) || (d->ndim == 2 && t->shape[1] != want1)) {
+            (!mg__vocab_rows(d->kind) && t->shape[0] != want0) ||
+            (d->ndim == 2 && t->shape[1] != want1)) {
             MG_FREE(tmp);
             return mg__err(err, errlen, "%s: tensor %s has shape [%lld%s%lld], expected "
                            "[%lld%s%lld]",
@@ -2224,7 +2396,8 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
         spec[i].name = names[i];
         spec[i].dtype = MG_ST_F32;
         spec[i].ndim = d->ndim;
-        spec[i].shape[0] = conv ? d->shape[1] : d->kind == MG_WTE ? m->cfg.vocab_size : d->shape[0];
+        spec[i].shape[0] = conv                        ? d->shape[1]
+                           : mg__vocab_rows(d->kind) ? m->cfg.vocab_size : d->shape[0];
         spec[i].shape[1] = conv ? d->shape[0] : d->shape[1];
     }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -2349,7 +2522,7 @@ MGDEF void mg_dp_init(mg_dp *dp, mg_gpt *m, mg_comm *comm, int distributed, int6
        bucket of its own — [0, its end rounded up to a unit) — so that it holds back nothing
        else; the buckets of the rest start during the backward.                            */
     if (mg__wte_split_over_stages(m)) {
-        const mg_param_desc *wte = &m->params[m->idx_global[0]];
+        const mg_param_desc *wte = &m->params[m->idx_global[MG_WTE - MG_LAYER_TENSORS]];
         first_cut = (wte->offset + wte->numel + unit - 1) / unit * unit;
         if (first_cut >= n) first_cut = 0;
     }
@@ -2601,7 +2774,7 @@ static double mg__grad_sumsq(mg_adamw *opt, mg_gpt *m, int *nonfinite) {
    the weight take the same step and stay equal.                                           */
 static void mg__embedding_grad_all_reduce(mg_gpt *m) {
     mg_group *g;
-    int iwte = m->idx_global[0];
+    int iwte = m->idx_global[MG_WTE - MG_LAYER_TENSORS];
     if (!mg__wte_split_over_stages(m)) return;
     g = &m->comm->embedding;
     if (g->size > 1)
@@ -4172,7 +4345,7 @@ static const char *const mg__ckpt_suffix[MG__CKPT_FILES] = {"", ".exp_avg", ".ex
    embedding rows). A rank finds its tensors in it by name (mg__ckpt_visit).               */
 static int mg__ckpt_begin(mg_gpt *m, mg_st_writer *w, const char *path, const char *tag,
                           int file, int create, char *err, size_t errlen) {
-    int cap = MG_LAYER_TENSORS * m->cfg.n_layer + 4, n_all;
+    int cap = MG_LAYER_TENSORS * m->cfg.n_layer + MG_GLOBAL_TENSORS, n_all;
     mg_gpt_layout whole = mg_gpt_layout_single(&m->cfg, 1, 1, 1);
     mg_param_desc *all = (mg_param_desc *)MG_MALLOC(sizeof(mg_param_desc) * (size_t)cap);
     mg_st_spec *spec = (mg_st_spec *)MG_MALLOC(sizeof(mg_st_spec) * (size_t)cap);
@@ -4198,7 +4371,7 @@ static int mg__ckpt_begin(mg_gpt *m, mg_st_writer *w, const char *path, const ch
         spec[i].name = names[i];
         spec[i].dtype = MG_ST_F32;
         spec[i].ndim = d->ndim;
-        spec[i].shape[0] = d->kind == MG_WTE ? m->cfg.vocab_size : d->shape[0];
+        spec[i].shape[0] = mg__vocab_rows(d->kind) ? m->cfg.vocab_size : d->shape[0];
         spec[i].shape[1] = d->shape[1];
     }
     if (mg_st_writer_begin(w, path, tag, create, spec, n_all, with_meta ? keys : keys + 5,
@@ -4217,7 +4390,7 @@ static int mg__ckpt_write_piece(mg_gpt *m, mg_st_writer *w, int ti, const mg_par
                                 const float *vals, int64_t e0, int64_t e1, char *err,
                                 size_t errlen) {
     int64_t lcols = d->ndim == 2 ? d->local_shape[1] : 1, gcols = d->ndim == 2 ? d->shape[1] : 1;
-    int64_t rows_stored = d->kind == MG_WTE ? m->cfg.vocab_size : d->shape[0], e = e0;
+    int64_t rows_stored = mg__vocab_rows(d->kind) ? m->cfg.vocab_size : d->shape[0], e = e0;
     char why[MG_ERRLEN];
     while (e < e1) {
         int64_t r = e / lcols, c = e % lcols, grow = d->row0 + r, n;

@@ -33,14 +33,14 @@ static inline char *gpt_read_text(const char *path) {
     return s;
 }
 
-/* One number from tests/data/gpt_ref.json (the oracle's configuration). */
-static inline double gpt_ref_num(const char *key) {
-    char *text = gpt_read_text(GPT_DATA "gpt_ref.json"), *end;
+/* One number of an oracle's JSON file (its configuration and hyper-parameters). */
+static inline double gpt_json_num(const char *path, const char *key) {
+    char *text = gpt_read_text(path), *end;
     mg_json js;
     char err[MG_ERRLEN];
     double v = NAN;
     int64_t t;
-    if (!text) { fprintf(stderr, "missing %sgpt_ref.json\n", GPT_DATA); exit(1); }
+    if (!text) { fprintf(stderr, "missing %s\n", path); exit(1); }
     if (mg_json_parse(&js, text, strlen(text), err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
         exit(1);
@@ -49,8 +49,12 @@ static inline double gpt_ref_num(const char *key) {
     if (t >= 0) v = strtod(text + js.toks[t].start, &end);
     mg_json_free(&js);
     free(text);
-    if (t < 0) { fprintf(stderr, "gpt_ref.json: no key %s\n", key); exit(1); }
+    if (t < 0) { fprintf(stderr, "%s: no key %s\n", path, key); exit(1); }
     return v;
+}
+/* One number from tests/data/gpt_ref.json (the GPT-2 oracle's configuration). */
+static inline double gpt_ref_num(const char *key) {
+    return gpt_json_num(GPT_DATA "gpt_ref.json", key);
 }
 
 /* The oracle's model configuration. */

@@ -118,6 +118,23 @@ NQ, G, D, ROT = 4, 2, 8, 6
 ROPE_BASE, ROPE_FACTOR, ROPE_LOW, ROPE_HIGH, ROPE_OLD = 500000.0, 8.0, 1.0, 4.0, 8
 
 
+def rope_inv_freq(dim, base, llama3=None):
+    """transformers 4.44's rotary frequencies in fp32: _compute_default_rope_parameters, and with
+    llama3 = (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings)
+    _compute_llama3_parameters."""
+    inv = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    if llama3 is None:
+        return inv
+    factor, low, high, old = llama3
+    low_wl, high_wl = old / low, old / high
+    wl = 2 * math.pi / inv
+    inv_l = torch.where(wl > low_wl, inv / factor, inv)
+    smooth = (old / wl - low) / (high - low)
+    smoothed = (1 - smooth) * inv_l / factor + smooth * inv_l
+    medium = ~(wl < high_wl) * ~(wl > low_wl)
+    return torch.where(medium, smoothed, inv_l)
+
+
 def rmsnorm(x, w):
     return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
 
@@ -276,15 +293,8 @@ def main():
         w.add(k, v)
     # rotary tables exactly as transformers 4.44 computes them (fp32), rot = 6 of 8 dims
     for tag, llama3 in (("rope", False), ("rope3", True)):
-        inv = 1.0 / (ROPE_BASE ** (torch.arange(0, ROT, 2, dtype=torch.int64).float() / ROT))
-        if llama3:
-            low_wl, high_wl = ROPE_OLD / ROPE_LOW, ROPE_OLD / ROPE_HIGH
-            wl = 2 * math.pi / inv
-            inv_l = torch.where(wl > low_wl, inv / ROPE_FACTOR, inv)
-            smooth = (ROPE_OLD / wl - ROPE_LOW) / (ROPE_HIGH - ROPE_LOW)
-            smoothed = (1 - smooth) * inv_l / ROPE_FACTOR + smooth * inv_l
-            medium = ~(wl < high_wl) * ~(wl > low_wl)
-            inv = torch.where(medium, smoothed, inv_l)
+        inv = rope_inv_freq(ROT, ROPE_BASE, (ROPE_FACTOR, ROPE_LOW, ROPE_HIGH, ROPE_OLD)
+                            if llama3 else None)
         pos = torch.arange(T + 3, dtype=torch.float32)
         ang = inv[:, None].float() @ pos[None, :]          # [ROT/2, positions] in fp32
         table = torch.stack([ang.t().cos(), ang.t().sin()], -1)   # [positions, ROT/2, 2]

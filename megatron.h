@@ -754,7 +754,9 @@ typedef struct mg_trainer {
                                            [dp_rank·G/d, (dp_rank+1)·G/d) of each global batch */
     mg_dp dp;                           /* the gradient reduction over the data group          */
     int writer;                         /* this rank writes files and logs (world rank 0)      */
-    int has_data, has_valid;
+    int has_data, has_valid;            /* has_valid: a validation set exists (else the
+                                           evaluations are skipped; valid_note says why)       */
+    char valid_note[MG_ERRLEN];         /* "validation skipped: …" or empty                    */
     mg_dataset data;
     mg_sampler train_smp, valid_smp;
     int32_t *batch;                     /* host [global_batch / d, T+1]: this rank's samples    */
@@ -798,7 +800,9 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr);
    Megatron's line to out (and a JSON object to --log-jsonl).                               */
 MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out);
 /* Mean loss over --eval-iters global batches of the validation part (the next ones);
-   prints Megatron's validation line to out when out is non-NULL.                           */
+   prints Megatron's validation line to out when out is non-NULL (and a JSON object to
+   --log-jsonl). Without a validation set (tr->has_valid 0: see tr->valid_note) it returns
+   NAN and prints and writes nothing.                                                       */
 MGDEF double mg_trainer_evaluate(mg_trainer *tr, FILE *out);
 /* Checkpoint DIR/iter_%07d/{model, optimizer, optimizer_sq}.safetensors + state.json built
    under a temporary name and renamed; then DIR/latest_checkpointed_iteration.txt, atomically.
@@ -3626,6 +3630,57 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
     return 0;
 }
 
+/* "1 document", "20 documents" (or sequences, where a document holds several: the split
+   counts sequences, which Megatron's GPTDataset calls documents).                           */
+static const char *mg__units(const mg_dataset *ds, int64_t n) {
+    int docs = ds->n_documents == ds->n_sequences;
+    return n == 1 ? (docs ? "document" : "sequence") : (docs ? "documents" : "sequences");
+}
+
+/* The validation sampler, Megatron-LM's way: a validation part that gets no sequence (a small
+   dataset under the default --split 969,30,1) or fewer tokens than one sample builds no
+   validation set; the run trains and skips every evaluation (each --eval-interval and the
+   final one), and tr->valid_note says why in one line. A --split that gives validation no
+   weight skips it too, with a note only when --eval-interval or --eval-iters asked for it. */
+static int mg__setup_valid(mg_trainer *tr, const mg_sampler_desc *sd, double weight, char *err,
+                           size_t errlen) {
+    const mg_train_args *a = &tr->args;
+    const mg_dataset *ds = &tr->data;
+    int64_t S = ds->n_sequences, n = mg_split_count(a->split, MG_SPLIT_VALID, S);
+    char why[MG_ERRLEN], hold_out[160] = "";
+    if (weight <= 0) {
+        if (mg_train_flag_given(a, "--eval-interval") || mg_train_flag_given(a, "--eval-iters"))
+            snprintf(tr->valid_note, sizeof tr->valid_note, "validation skipped: --split %s "
+                     "gives the validation part no weight, so --eval-interval and --eval-iters "
+                     "do nothing (give it a share, e.g. --split 98,2,0)", a->split);
+        return 0;
+    }
+    if (n == 0) {
+        if (S >= 2)   /* weights S-1, 1, 0: the last sequence alone is the validation part */
+            snprintf(hold_out, sizeof hold_out, ", or a larger validation share (--split "
+                     "%lld,1,0 holds out 1 of these %lld)", (long long)(S - 1), (long long)S);
+        snprintf(tr->valid_note, sizeof tr->valid_note, "validation skipped: --split %s gives "
+                 "the validation part none of the %lld %s of %s; a validation set needs %lld or "
+                 "more %s with this split%s", a->split, (long long)S, mg__units(ds, S),
+                 a->data_path, (long long)mg_split_min_sequences(a->split, MG_SPLIT_VALID),
+                 mg__units(ds, 2), S >= 2 ? hold_out : " (one cannot be split)");
+        return 0;
+    }
+    if (mg_sampler_init(&tr->valid_smp, ds, sd, why, sizeof why))
+        return mg__err(err, errlen, "--data-path %s, validation part: %s", a->data_path, why);
+    if (tr->valid_smp.part_tokens < (int64_t)tr->cfg.seq_len + 1) {
+        snprintf(tr->valid_note, sizeof tr->valid_note, "validation skipped: the validation "
+                 "part of --split %s (%lld of the %lld %s of %s) holds %lld tokens, fewer than "
+                 "one sample needs (--seq-length + 1 = %d); more data or a larger validation "
+                 "share give one", a->split, (long long)n, (long long)S, mg__units(ds, S),
+                 a->data_path, (long long)tr->valid_smp.part_tokens, tr->cfg.seq_len + 1);
+        mg_sampler_free(&tr->valid_smp);
+        return 0;
+    }
+    tr->has_valid = 1;
+    return 0;
+}
+
 /* Opens the data and its samplers; checks token ids against the vocabulary. */
 static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
     const mg_train_args *a = &tr->args;
@@ -3663,17 +3718,10 @@ static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
                            "fewer than one sample needs (--seq-length + 1 = %d)", a->data_path,
                            (long long)tr->train_smp.part_tokens, tr->cfg.seq_len + 1);
     }
-    if (a->eval_iters > 0 && weights[1] > 0) {
+    if (a->eval_iters > 0) {
         sd.part = MG_SPLIT_VALID;
         sd.n_samples = counts[1];
-        if (mg_sampler_init(&tr->valid_smp, &tr->data, &sd, why, sizeof why))
-            return mg__err(err, errlen, "--data-path %s, validation part: %s", a->data_path, why);
-        tr->has_valid = 1;
-        if (tr->valid_smp.part_tokens < (int64_t)tr->cfg.seq_len + 1)
-            return mg__err(err, errlen, "--data-path %s: the validation part of --split %s "
-                           "holds %lld tokens, fewer than one sample needs (--seq-length + 1 = "
-                           "%d); use --eval-iters 0 or give it more", a->data_path, a->split,
-                           (long long)tr->valid_smp.part_tokens, tr->cfg.seq_len + 1);
+        return mg__setup_valid(tr, &sd, weights[1], err, errlen);
     }
     return 0;
 }

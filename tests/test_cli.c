@@ -8,7 +8,9 @@
      checkpoints (bad latest file, missing or corrupt state, other seed), device, memory.
    Checked through the library (mg_train_parse + mg_trainer_setup: the message) and, for a
    few, through the built program build/gpt_train (exit status 2, one stderr line, no output);
-   plus a short successful run of the program (train, save, export, sample).                */
+   plus a short successful run of the program (train, save, export, sample), and a data set
+   too small for its --split to give validation a document or a sample: it trains without
+   validation (as Megatron-LM does) and one line says why.                                  */
 #include "gpt_test_util.h"
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -144,6 +146,96 @@ static void check_paths_and_data(void) {
     expect_error("data shorter than one sample", line, "fewer than one sample needs");
     expect_error("--split not numbers", BASE "--split a,b,c", "--split a,b,c");
     expect_error("--split without training data", BASE "--split 0,1,0", "--split");
+}
+
+/* A data set too small for its --split to give validation a document (or a sample) trains
+   without validation, as Megatron-LM does: setup succeeds, has_valid is 0, valid_note says
+   why in one line, and mg_trainer_evaluate returns NAN and writes nothing to --log-jsonl. */
+static void check_no_validation(void) {
+    char line[2048], one[512], jsonl[512], err[MG_ERRLEN];
+    int32_t toks[200];
+    int i, rc;
+    long len = 0;
+    char *text;
+    mg_trainer tr;
+    double loss;
+    CHECK(mg_split_min_sequences("969,30,1", MG_SPLIT_VALID) == 17 &&
+          mg_split_count("969,30,1", MG_SPLIT_VALID, 16) == 0 &&
+          mg_split_count("969,30,1", MG_SPLIT_VALID, 17) == 1 &&
+          mg_split_min_sequences("98,2,0", MG_SPLIT_VALID) == 25 &&
+          mg_split_count("98,2,0", MG_SPLIT_VALID, 24) == 0 &&
+          mg_split_min_sequences("1,0,0", MG_SPLIT_VALID) == -1,
+          "cli: the validation part needs 17 documents under 969,30,1 and 25 under 98,2,0");
+    {   /* the bound holds for every size above it, not only at it */
+        int64_t S, bad = 0, need = mg_split_min_sequences("969,30,1", MG_SPLIT_VALID);
+        for (S = need; S < 5000; S++) bad += mg_split_count("969,30,1", MG_SPLIT_VALID, S) < 1;
+        CHECK(bad == 0, "cli: every data set of 17 or more documents has a validation part");
+    }
+    for (i = 0; i < 200; i++) toks[i] = (i * 5) % 37;      /* no end-of-text: one document */
+    snprintf(one, sizeof one, "%s/one.bin", tmp);
+    if (mg_llmc_tokens_write(one, toks, 200, err, sizeof err)) { fprintf(stderr, "%s\n", err); exit(1); }
+    snprintf(jsonl, sizeof jsonl, "%s/novalid.jsonl", tmp);
+    snprintf(line, sizeof line, "--data-path %s --vocab-size 37 --num-layers 1 --hidden-size 16 "
+             "--num-attention-heads 2 --seq-length 8 --train-iters 2 --lr 1e-3 --eval-interval 1 "
+             "--log-interval 1 "
+             "--log-jsonl %s", one, jsonl);
+    rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+    if (!rc) {
+        mg_step_result r = mg_trainer_step(&tr);
+        mg_trainer_log(&tr, &r, NULL);
+        loss = mg_trainer_evaluate(&tr, NULL);
+        mg_test_report(!tr.has_valid && isnan(loss) && tr.consumed_valid_samples == 0 &&
+                       strstr(tr.valid_note, "validation skipped: --split 969,30,1 gives the "
+                              "validation part none of the 1 document of ") &&
+                       strstr(tr.valid_note, "needs 17 or more documents with this split (one "
+                              "cannot be split)") && !strchr(tr.valid_note, '\n'),
+                       "cli: one document, default --split: trains, no validation, one note "
+                       "line why", "%s", tr.valid_note);
+        mg_trainer_free(&tr);
+        text = (char *)mg_test_read_file(jsonl, &len);
+        mg_test_report(text && len > 0 && !memmem(text, (size_t)len, "valid", 5) &&
+                       !memmem(text, (size_t)len, "null", 4), "cli: no validation: the JSONL "
+                       "log holds the training line only (no validation object, no null)", "%.*s",
+                       (int)len, text ? text : "");
+        free(text);
+    } else mg_test_report(0, "cli: one document, default --split: trains", "%s", err);
+    /* five documents of 40 tokens: none for validation; holding out one is suggested */
+    snprintf(one, sizeof one, "%s/five.bin", tmp);
+    {
+        int32_t five[205];
+        for (i = 0; i < 205; i++) five[i] = i % 41 == 0 ? MG_LLMC_EOT : (i * 3) % 37;
+        if (mg_llmc_tokens_write(one, five, 205, err, sizeof err)) { fprintf(stderr, "%s\n", err); exit(1); }
+    }
+    snprintf(line, sizeof line, "--data-path %s --vocab-size 50257 --num-layers 1 --hidden-size 16 "
+             "--num-attention-heads 2 --seq-length 8 --train-iters 2 --lr 1e-3", one);
+    rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+    mg_test_report(!rc && !tr.has_valid && strstr(tr.valid_note, "none of the 5 documents") &&
+                   strstr(tr.valid_note, "or a larger validation share (--split 4,1,0 holds out "
+                          "1 of these 5)"), "cli: five documents, default --split: no "
+                   "validation; the note suggests --split 4,1,0", "%s", rc ? err : tr.valid_note);
+    if (!rc) mg_trainer_free(&tr);
+    /* a validation document shorter than one sample (sequence 64 > the 40 tokens held out) */
+    snprintf(line, sizeof line, "--data-path %s --vocab-size 50257 --num-layers 1 --hidden-size 16 "
+             "--num-attention-heads 2 --seq-length 64 --train-iters 2 --lr 1e-3 --split 4,1,0", one);
+    rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+    mg_test_report(!rc && !tr.has_valid && strstr(tr.valid_note, "validation skipped: the "
+                   "validation part of --split 4,1,0 (1 of the 5 documents of ") &&
+                   strstr(tr.valid_note, ") holds 41 tokens, fewer than one sample needs "
+                          "(--seq-length + 1 = 65)"), "cli: a validation part shorter than one "
+                   "sample: no validation, one note line", "%s", rc ? err : tr.valid_note);
+    if (!rc) mg_trainer_free(&tr);
+    /* --split without a validation weight: a note only when evaluation was asked for */
+    rc = gpt_setup_line(&tr, BASE, NULL, err, sizeof err);
+    mg_test_report(!rc && !tr.has_valid && !tr.valid_note[0], "cli: --split 1,0,0 --eval-iters "
+                   "0: no validation, no note", "%s", rc ? err : tr.valid_note);
+    if (!rc) mg_trainer_free(&tr);
+    rc = gpt_setup_line(&tr, BASE "--eval-iters 2 --eval-interval 5", NULL, err, sizeof err);
+    mg_test_report(!rc && !tr.has_valid && strstr(tr.valid_note, "validation skipped: --split "
+                   "1,0,0 gives the validation part no weight, so --eval-interval and "
+                   "--eval-iters do nothing"), "cli: --split 1,0,0 with --eval-interval: no "
+                   "validation, a note says the flags do nothing", "%s",
+                   rc ? err : tr.valid_note);
+    if (!rc) mg_trainer_free(&tr);
 }
 
 /* A checkpoint of iteration 1 (the base line, --seed 7) in dir. */
@@ -438,6 +530,25 @@ static void check_program(void) {
           strstr(out, "----- sample") && strstr(out, "status 0\n"),
           "cli: gpt_train trains, validates, saves, exports and samples");
     if (!strstr(out, "status 0\n")) fprintf(stderr, "%s\n", out);
+    /* one document, the default --split 969,30,1: trains, one line says validation is
+       skipped, no validation at --eval-interval nor at the end */
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s --data-path %s/one.bin --vocab-size 37 "
+             "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
+             "--train-iters 3 --lr 1e-3 --log-interval 1 --eval-interval 2 2>&1; "
+             "echo \"status $?\"", prog, tmp);
+    p = popen(cmd, "r");
+    n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    if (p) pclose(p);
+    {
+        const char *skip = strstr(out, "\ngpt_train: validation skipped: --split 969,30,1 gives "
+                                  "the validation part none of the 1 document of ");
+        CHECK(skip && !strstr(skip + 30, "validation skipped") && strstr(out, "iteration        "
+              "3/       3") && !strstr(out, "validation loss") && !strstr(out, "error") &&
+              strstr(out, "status 0\n"), "cli: gpt_train on one document with the default "
+              "--split trains and prints once that validation is skipped");
+        if (!skip || !strstr(out, "status 0\n")) fprintf(stderr, "%s\n", out);
+    }
 }
 
 int main(void) {
@@ -445,6 +556,7 @@ int main(void) {
     check_flags();
     check_required_and_sizes();
     check_paths_and_data();
+    check_no_validation();
     check_weights_and_checkpoints();
     check_small_files();
     check_program();

@@ -845,12 +845,14 @@ MGDEF int mg_trainer_write_pipeline_trace(mg_trainer *tr, const char *path, char
 #ifndef MEGATRON_IMPLEMENTED
 #define MEGATRON_IMPLEMENTED
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
@@ -3233,15 +3235,15 @@ MGDEF int mg_train_flag_given(const mg_train_args *a, const char *flag) {
     return i >= 0 && a->given[i];
 }
 
-/* Index of value among the "a|b|c" choices, or -1. */
-static int mg__choice(const char *choices, const char *value) {
+/* Index of value among the "a|b|c" choices (nocase: ignoring upper/lower case), or -1. */
+static int mg__choice(const char *choices, const char *value, int nocase) {
     int idx = 0;
     size_t n = strlen(value);
     const char *p = choices;
     while (*p) {
         const char *bar = strchr(p, '|');
         size_t len = bar ? (size_t)(bar - p) : strlen(p);
-        if (len == n && !strncmp(p, value, n)) return idx;
+        if (len == n && !(nocase ? strncasecmp(p, value, n) : strncmp(p, value, n))) return idx;
         idx++;
         if (!bar) break;
         p = bar + 1;
@@ -3249,71 +3251,193 @@ static int mg__choice(const char *choices, const char *value) {
     return -1;
 }
 
+/* What a flag's value must be, for messages: "B, a whole number in 1 … 1000000",
+   "LR, a number >= 0", "one of constant|linear|cosine", "DIR". */
+static void mg__expects(const mg__flag *f, char *out, size_t cap) {
+    const char *kind = f->type == MG__F_INT ? "a whole number" : "a number";
+    if (f->type == MG__F_CHOICE) snprintf(out, cap, "one of %s", f->metavar);
+    else if (f->type != MG__F_INT && f->type != MG__F_FLOAT) snprintf(out, cap, "%s", f->metavar);
+    else if (f->hi >= MG__BIG) snprintf(out, cap, "%s, %s >= %g", f->metavar, kind, f->lo);
+    else if (f->type == MG__F_INT) snprintf(out, cap, "%s, %s in %.0f … %.0f", f->metavar, kind,
+                                            f->lo, f->hi);
+    else if (f->hi == 0.999999)   /* the table's bound for [lo, 1): probabilities, betas */
+        snprintf(out, cap, "%s, %s >= %g and below 1", f->metavar, kind, f->lo);
+    else snprintf(out, cap, "%s, %s in %g … %g", f->metavar, kind, f->lo, f->hi);
+}
+
+/* Edit distance (insertions, deletions, substitutions) of two short strings. */
+static int mg__edit_distance(const char *x, const char *y) {
+    int row[64], i, j, nx = (int)strlen(x), ny = (int)strlen(y);
+    if (nx > 63 || ny > 63) return 99;
+    for (j = 0; j <= ny; j++) row[j] = j;
+    for (i = 1; i <= nx; i++) {
+        int diag = row[0];                     /* distance of x[0..i-1) and y[0..j-1) */
+        row[0] = i;
+        for (j = 1; j <= ny; j++) {
+            int up = row[j], best = diag + (x[i - 1] != y[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[ny];
+}
+
+/* Words of a flag name ("--lr-decay-style": lr, decay, style) that the other name holds too. */
+static int mg__shared_words(const char *typed, const char *name, int *n_typed) {
+    char words[64], *w, *save = NULL;
+    int shared = 0;
+    snprintf(words, sizeof words, "%s", typed);
+    *n_typed = 0;
+    for (w = strtok_r(words, "-_", &save); w; w = strtok_r(NULL, "-_", &save)) {
+        const char *at = name, *hit;
+        size_t n = strlen(w);
+        (*n_typed)++;
+        while ((hit = strstr(at, w)) && !((hit[-1] == '-') && (hit[n] == '-' || !hit[n])))
+            at = hit + 1;
+        shared += hit != NULL;
+    }
+    return shared;
+}
+
+/* " did you mean --a or --b?" for an unknown flag, or "": the flags within a small edit
+   distance (a typo, '_' for '-'), else those it begins (--lr-decay: --lr-decay-style,
+   --lr-decay-iters), else those holding all its words (--tensor-parallel:
+   --tensor-model-parallel-size). At most three, in the table's order. */
+static void mg__suggest_flag(const char *name, char *out, size_t cap) {
+    int score[MG__NFLAGS], i, best = 99, n = 0, rule;
+    char typed[64];
+    size_t len, used;
+    for (len = 0; name[len] && len + 1 < sizeof typed; len++)   /* --Num_Layers: --num-layers */
+        typed[len] = name[len] == '_' ? '-' : (char)tolower((unsigned char)name[len]);
+    typed[len] = 0;
+    for (rule = 0; rule < 3 && best == 99; rule++)
+        for (i = 0; i < MG__NFLAGS; i++) {
+            const mg__flag *f = &mg__flags[i];
+            int words = 0, d;
+            score[i] = 99;
+            if (f->type == MG__F_HELP && f->offset == 0) continue;
+            if (!strcmp(name, f->name)) continue;
+            if (rule == 0 && (d = mg__edit_distance(typed, f->name)) <=
+                             (len > 16 ? 3 : len > 10 ? 2 : 1))
+                score[i] = d;
+            if (rule == 1 && len > 3 && !strncmp(typed, f->name, len)) score[i] = 0;
+            if (rule == 2 && mg__shared_words(typed, f->name, &words) == words && words > 1)
+                score[i] = 0;
+            if (score[i] < best) best = score[i];
+        }
+    out[0] = 0;
+    for (i = 0, used = 0; i < MG__NFLAGS && n < 3 && best < 99; i++)
+        if (score[i] == best) {
+            used += (size_t)snprintf(out + used, used < cap ? cap - used : 0, "%s%s", n == 0 ?
+                                     "; did you mean " : " or ", mg__flags[i].name);
+            n++;
+        }
+    if (n && used + 1 < cap) snprintf(out + used, cap - used, "?");
+}
+
 static int mg__set_flag(mg_train_args *a, const mg__flag *f, const char *v, char *err,
                         size_t errlen) {
-    char *end = NULL;
+    char *end = NULL, want[160];
     char *field = (char *)a + f->offset;
+    mg__expects(f, want, sizeof want);
+    if (!v[0])
+        return mg__err(err, errlen, "%s: empty value (expected %s)", f->name, want);
     if (f->type == MG__F_STR) {
-        if (!v[0])
-            return mg__err(err, errlen, "%s: empty value (expected %s)", f->name, f->metavar);
         *(const char **)field = v;
         return 0;
     }
     if (f->type == MG__F_CHOICE) {
-        int c = mg__choice(f->metavar, v);
-        if (c < 0)
-            return mg__err(err, errlen, "%s %s: invalid choice (expected one of %s)", f->name, v,
-                           f->metavar);
-        *(int *)field = c;
-        return 0;
+        int c = mg__choice(f->metavar, v, 0);
+        char lower[64];
+        size_t k;
+        if (c >= 0) {
+            *(int *)field = c;
+            return 0;
+        }
+        for (k = 0; v[k] && k + 1 < sizeof lower; k++) lower[k] = (char)tolower((unsigned char)v[k]);
+        lower[k] = 0;
+        if (mg__choice(f->metavar, v, 1) >= 0)
+            return mg__err(err, errlen, "%s %s: invalid choice (expected %s; did you mean %s?)",
+                           f->name, v, want, lower);
+        return mg__err(err, errlen, "%s %s: invalid choice (expected %s)", f->name, v, want);
     }
     errno = 0;
     if (f->type == MG__F_INT) {
         long long x = strtoll(v, &end, 10);
-        if (!v[0] || *end || errno)
-            return mg__err(err, errlen, "%s %s: not an integer (expected %s, a whole number)",
-                           f->name, v, f->metavar);
+        if (*end || errno)
+            return mg__err(err, errlen, "%s %s: not an integer (expected %s)", f->name, v, want);
         if ((double)x < f->lo || (double)x > f->hi)
-            return mg__err(err, errlen, "%s %s: out of range (expected %.17g … %.17g)", f->name,
-                           v, f->lo, f->hi);
+            return mg__err(err, errlen, "%s %s: out of range (expected %s)", f->name, v, want);
         *(int64_t *)field = x;
     } else {
         double x = strtod(v, &end);
-        if (!v[0] || *end || errno || !isfinite(x))
-            return mg__err(err, errlen, "%s %s: not a number (expected %s, e.g. 3e-4)", f->name,
-                           v, f->metavar);
+        if (*end || errno || !isfinite(x))
+            return mg__err(err, errlen, "%s %s: not a number (expected %s, e.g. %s)", f->name, v,
+                           want, f->lo > 0 ? "1e-8" : "3e-4");
         if (x < f->lo || x > f->hi)
-            return mg__err(err, errlen, "%s %s: out of range (expected %g … %g)", f->name, v,
-                           f->lo, f->hi);
+            return mg__err(err, errlen, "%s %s: out of range (expected %s)", f->name, v, want);
         *(double *)field = x;
     }
     return 0;
+}
+
+/* The flag named by arg ("--name" or "--name=value"), or -1; *eq at the '=' or NULL. */
+static int mg__arg_flag(const char *arg, const char **eq) {
+    char name[64];
+    *eq = strchr(arg, '=');
+    snprintf(name, sizeof name, "%.*s", *eq ? (int)(*eq - arg) : (int)strlen(arg), arg);
+    return strncmp(arg, "--", 2) || !strcmp(name, "--help") ? -1 : mg__flag_index(name);
 }
 
 MGDEF int mg_train_parse(mg_train_args *a, int argc, char **argv, char *err, size_t errlen) {
     int i;
     for (i = 1; i < argc; i++) {
         const char *arg = argv[i], *value, *eq;
-        char name[64];
+        char name[64], hint[200], want[160];
         int k;
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) { a->help = 1; continue; }
-        if (strncmp(arg, "--", 2))
-            return mg__err(err, errlen, "unexpected argument '%s' (every option is --name value;"
-                           " see --help)", arg);
-        eq = strchr(arg, '=');
+        if (strncmp(arg, "--", 2)) {   /* a word where a flag belongs */
+            const char *eq2;
+            snprintf(name, sizeof name, "-%s", arg);           /* -lr: --lr */
+            if (arg[0] == '-' && mg__arg_flag(name, &eq2) >= 0)
+                return mg__err(err, errlen, "unexpected argument '%s' (flags start with two "
+                               "dashes: did you mean -%s?)", arg, arg);
+            snprintf(name, sizeof name, "--%s", arg);          /* lr: --lr */
+            if (mg__arg_flag(name, &eq2) >= 0)
+                return mg__err(err, errlen, "unexpected argument '%s' (did you mean --%s?)", arg,
+                               arg);
+            if (i > 1 && (k = mg__arg_flag(argv[i - 1], &eq2)) >= 0 &&
+                mg__flags[k].type == MG__F_SWITCH)
+                return mg__err(err, errlen, "unexpected argument '%s' after %s, which takes no "
+                               "value (give the flag alone to turn it on)", arg, argv[i - 1]);
+            return mg__err(err, errlen, "unexpected argument '%s' (flags are --name VALUE or "
+                           "--name=VALUE; see --help)", arg);
+        }
+        k = mg__arg_flag(arg, &eq);
         snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - arg) : (int)strlen(arg), arg);
-        k = mg__flag_index(name);
-        if (k < 0 || !strcmp(name, "--help"))
-            return mg__err(err, errlen, "unknown option %s (see --help for the list)", name);
+        if (!strcmp(name, "--help"))
+            return mg__err(err, errlen, "--help takes no value (give it alone)");
+        if (k < 0) {
+            mg__suggest_flag(name, hint, sizeof hint);
+            return mg__err(err, errlen, "unknown flag %s%s (see --help for every flag)", name, hint);
+        }
         if (mg__flags[k].type == MG__F_SWITCH) {
-            if (eq) return mg__err(err, errlen, "%s takes no value", name);
+            if (eq) return mg__err(err, errlen, "%s takes no value (give the flag alone to turn "
+                                   "it on)", name);
             *(int *)((char *)a + mg__flags[k].offset) = 1;
             a->given[k] = 1;
             continue;
         }
+        mg__expects(&mg__flags[k], want, sizeof want);
         if (eq) value = eq + 1;
-        else if (i + 1 < argc) value = argv[++i];
-        else return mg__err(err, errlen, "%s needs a value (%s)", name, mg__flags[k].metavar);
+        else if (i + 1 < argc && !(argv[i + 1][0] == '-' && argv[i + 1][1] == '-'))
+            value = argv[++i];
+        else if (i + 1 < argc)     /* the next word is a flag: this one lost its value */
+            return mg__err(err, errlen, "%s needs a value before %s (expected %s)", name,
+                           argv[i + 1], want);
+        else return mg__err(err, errlen, "%s needs a value (expected %s)", name, want);
         if (mg__set_flag(a, &mg__flags[k], value, err, errlen)) return -1;
         a->given[k] = 1;
     }
@@ -3573,8 +3697,11 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
                        a->min_lr, a->lr);
     if (a->global_batch_size % a->micro_batch_size)
         return mg__err(err, errlen, "--global-batch-size %lld is not a multiple of "
-                       "--micro-batch-size %lld", (long long)a->global_batch_size,
-                       (long long)a->micro_batch_size);
+                       "--micro-batch-size %lld (gradients accumulate over whole microbatches: "
+                       "use a multiple of %lld, e.g. %lld)", (long long)a->global_batch_size,
+                       (long long)a->micro_batch_size, (long long)a->micro_batch_size,
+                       (long long)((a->global_batch_size / a->micro_batch_size + 1) *
+                                   a->micro_batch_size));
     if (a->lr_decay_style != MG_LR_CONSTANT && a->train_iters > 0) {
         int64_t decay = a->lr_decay_iters ? a->lr_decay_iters : a->train_iters;
         if (a->lr_warmup_iters >= decay)
@@ -3588,8 +3715,10 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
     if (a->recompute_granularity != MG_RECOMPUTE_FULL &&
         (mg_train_flag_given(a, "--recompute-method") ||
          mg_train_flag_given(a, "--recompute-num-layers")))
-        return mg__err(err, errlen, "--recompute-method and --recompute-num-layers apply to "
-                       "--recompute-granularity full only");
+        return mg__err(err, errlen, "%s applies to --recompute-granularity full only (add "
+                       "--recompute-granularity full, or leave it out)",
+                       mg_train_flag_given(a, "--recompute-method") ? "--recompute-method" :
+                       "--recompute-num-layers");
     if (a->recompute_num_layers > 0 && a->num_layers > 0 &&
         a->recompute_num_layers > a->num_layers)
         return mg__err(err, errlen, "--recompute-num-layers %lld: must be 1 … --num-layers %lld",
@@ -3625,7 +3754,8 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
         mg__check_output("--pipeline-trace", a->pipeline_trace, 0, err, errlen)) return -1;
     if (a->export_hf && mg__check_output("--export-hf", a->export_hf, 1, err, errlen)) return -1;
     if (a->load && !mg__is_dir(a->load) && !mg__parent_is_dir(a->load))
-        return mg__err(err, errlen, "--load %s: neither a directory nor a place one could be",
+        return mg__err(err, errlen, "--load %s: no such directory, nor the directory it would "
+                       "be in (give a checkpoint directory, or a new one to start from scratch)",
                        a->load);
     return 0;
 }
@@ -3697,8 +3827,8 @@ static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
         return mg__err(err, errlen, "--data-path %s: token id %lld is outside the vocabulary "
                        "(--vocab-size %d: ids 0 … %d)", a->data_path,
                        (long long)(lo < 0 ? lo : hi), tr->cfg.vocab_size, tr->cfg.vocab_size - 1);
-    if (mg_split_parse(a->split, weights, why, sizeof why))
-        return mg__err(err, errlen, "--split %s: %s", a->split, why);
+    if (mg_split_parse(a->split, weights, why, sizeof why))   /* its message names --split */
+        return mg__err(err, errlen, "%s", why);
     mg_data_num_samples(a->train_iters, a->global_batch_size, a->eval_interval, a->eval_iters,
                         counts);
     memset(&sd, 0, sizeof sd);
@@ -3710,7 +3840,8 @@ static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
         sd.part = MG_SPLIT_TRAIN;
         sd.n_samples = counts[0];
         if (weights[0] <= 0)
-            return mg__err(err, errlen, "--split %s gives the training part no data", a->split);
+            return mg__err(err, errlen, "--split %s gives the training part no weight (the "
+                           "first number is the training share, e.g. --split 98,2,0)", a->split);
         if (mg_sampler_init(&tr->train_smp, &tr->data, &sd, why, sizeof why))
             return mg__err(err, errlen, "--data-path %s, training part: %s", a->data_path, why);
         if (tr->train_smp.part_tokens < (int64_t)tr->cfg.seq_len + 1)
@@ -3828,8 +3959,8 @@ static int mg__pipe_configure(mg_trainer *tr, char *err, size_t errlen) {
     }
     if (L % p)
         return mg__err(err, errlen, "--num-layers %d is not divisible by "
-                       "--pipeline-model-parallel-size %d (each stage holds layers/p layers)",
-                       L, p);
+                       "--pipeline-model-parallel-size %d (each stage holds layers/p layers: "
+                       "use a multiple of %d, e.g. --num-layers %d)", L, p, p, (L / p + 1) * p);
     if (K_given) {
         int64_t K = a->num_layers_per_virtual_pipeline_stage;
         if ((L / p) % K)
@@ -4045,7 +4176,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     int64_t src[6], arch[6], load_iter = 0;
     const int64_t *srcp = NULL;
     const char *src_name = NULL, *weights_from = args->init_from;
-    char path[1100], srcdesc[1200], release[1100];
+    char path[1100], srcdesc[1200], release[1100], why[MG_ERRLEN];
     int has_ckpt = 0, has_weights = 0, agreed = 0, rc, tp, tp_rank = 0, pp_rank = 0, n_slots = 1;
     int split = 0;
     mg_gpt_layout layout;
@@ -4063,15 +4194,25 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     if (a->lr < 0) a->lr = 0;                       /* no training: no learning rate needed */
     /* architecture: the checkpoint to resume, else the weights to start from, else flags */
     if (a->load) {
-        rc = mg__latest_iteration(a->load, &load_iter, err, errlen);
-        if (rc < 0) goto fail;
+        rc = mg__latest_iteration(a->load, &load_iter, why, sizeof why);
+        if (rc < 0) { mg__err(err, errlen, "--load %s: %s", a->load, why); goto fail; }
         if (rc == 2) {   /* Megatron's 'release': its weights, from iteration 0 (as --init-from) */
             snprintf(release, sizeof release, "%s/release", a->load);
             weights_from = release;
         }
         if (rc == 1) {
             snprintf(path, sizeof path, "%s/iter_%07lld/state.json", a->load, (long long)load_iter);
-            if (mg__read_state(path, load_iter, &st, err, errlen)) goto fail;
+            if (access(path, F_OK) != 0) {
+                mg__err(err, errlen, "--load %s: latest_checkpointed_iteration.txt names iteration "
+                        "%lld, but %s does not exist (a checkpoint moved or cut short: write an "
+                        "iteration that is there into that file)", a->load, (long long)load_iter,
+                        path);
+                goto fail;
+            }
+            if (mg__read_state(path, load_iter, &st, why, sizeof why)) {
+                mg__err(err, errlen, "--load %s: %s", a->load, why);
+                goto fail;
+            }
             has_ckpt = 1;
             srcp = st.arch;
             src_name = path;
@@ -4082,8 +4223,10 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
                 goto fail;
             }
             if (mg_train_flag_given(a, "--data-order") && st.data_order != a->data_order) {
-                mg__err(err, errlen, "--data-order differs from the checkpoint's (leave it out "
-                        "to resume)");
+                mg__err(err, errlen, "--data-order %s differs from the checkpoint's %s (the "
+                        "samples would change; leave --data-order out to resume)",
+                        a->data_order == MG_ORDER_SEQUENTIAL ? "sequential" : "shuffled",
+                        st.data_order == MG_ORDER_SEQUENTIAL ? "sequential" : "shuffled");
                 goto fail;
             }
             a->seed = st.seed;
@@ -4091,7 +4234,13 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         }
     }
     if (!has_ckpt && weights_from) {
-        if (mg_weights_open(&wf, weights_from, err, errlen)) goto fail;
+        if (mg_weights_open(&wf, weights_from, why, sizeof why)) {
+            mg__err(err, errlen, "%s %s: %s%s", weights_from == a->init_from ? "--init-from" :
+                    "--load", weights_from == a->init_from ? a->init_from : a->load, why,
+                    strstr(why, "cannot open") ? " (expected an llm.c checkpoint, a "
+                    "model.safetensors, or a directory holding one)" : "");
+            goto fail;
+        }
         has_weights = 1;
         src[0] = wf.cfg.n_layer; src[1] = wf.cfg.hidden; src[2] = wf.cfg.n_head;
         src[3] = 0; src[4] = wf.cfg.max_pos; src[5] = wf.cfg.vocab_size;
@@ -4185,8 +4334,10 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         if (a->device != MG_DEVICE_CUDA && !mg_cuda_available() && phys > 0 && (double)bytes > phys)
             { mg__err(err, errlen, "the model needs %.2f GiB of memory (parameters, optimizer "
                       "state, activations of --micro-batch-size %lld), more than the %.2f GiB "
-                      "of this machine", bytes / 1073741824.0, (long long)a->micro_batch_size,
-                      phys / 1073741824.0); goto fail; }
+                      "of this machine (a smaller --hidden-size, --num-layers or "
+                      "--micro-batch-size, or more ranks with --tensor-model-parallel-size or "
+                      "--pipeline-model-parallel-size, needs less)", bytes / 1073741824.0,
+                      (long long)a->micro_batch_size, phys / 1073741824.0); goto fail; }
     }
     if (mg__setup_data(tr, err, errlen)) goto fail;
     if (mg__agree(tr->comm, 0, err, errlen)) { agreed = 1; goto fail; }   /* another rank's */
@@ -4234,7 +4385,10 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     tr->sched.style = (mg_lr_style)a->lr_decay_style;
     mg_gpt_init_weights(&tr->model, (uint64_t)a->seed);
     if (has_ckpt) {
-        if (mg_trainer_load(tr, a->load, err, errlen) < 0) goto fail;
+        if (mg_trainer_load(tr, a->load, why, sizeof why) < 0) {
+            mg__err(err, errlen, "--load %s: %s", a->load, why);
+            goto fail;
+        }
     } else if (has_weights) {
         if (mg_gpt_import(&tr->model, &wf, err, errlen)) goto fail;
         mg_weights_close(&wf);

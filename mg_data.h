@@ -1330,17 +1330,19 @@ MGDEF int mg_split_parse(const char *split, double weights[3], char *err, size_t
         char num[64];
         size_t len = (size_t)(s - start);
         if (dots > 1 || len >= sizeof num || (len == 1 && *start == '.'))
-            return mg__fail(err, errlen, "--split '%s': bad number '%.*s'", split, (int)len,
-                            start);
+            return mg__fail(err, errlen, "--split '%s': bad number '%.*s' (expected three "
+                            "train,valid,test weights like 969,30,1)", split, (int)len, start);
         if (count == 3)
-            return mg__fail(err, errlen, "--split '%s': more than three weights", split);
+            return mg__fail(err, errlen, "--split '%s': more than three weights (expected "
+                            "train,valid,test like 969,30,1)", split);
         memcpy(num, start, len);
         num[len] = 0;
         weights[count++] = strtod(num, NULL);
     }
     double sum = weights[0] + weights[1] + weights[2];
     if (count == 0 || !(sum > 0) || !isfinite(sum))
-        return mg__fail(err, errlen, "--split '%s': expected weights like 969,30,1", split);
+        return mg__fail(err, errlen, "--split '%s': expected weights like 969,30,1 (train, "
+                        "valid and test shares with a positive sum)", split);
     for (int i = 0; i < 3; i++) weights[i] /= sum;
     return 0;
 }

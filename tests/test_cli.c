@@ -17,7 +17,8 @@
 
 static char tmp[256];
 
-/* The line must fail (in parse or setup) with a one-line message containing `want`. */
+/* The line must fail (in parse or setup) with a one-line message containing `want` (a want
+   that starts with '^': the message starts with the rest). */
 static void expect_error(const char *what, const char *line, const char *want) {
     mg_train_args a;
     mg_trainer tr;
@@ -28,8 +29,9 @@ static void expect_error(const char *what, const char *line, const char *want) {
         if (!failed) mg_trainer_free(&tr);
     }
     snprintf(name, sizeof name, "cli: %s", what);
-    mg_test_report(failed && strstr(err, want) && !strchr(err, '\n'), name, "%s",
-                   failed ? err : "accepted");
+    mg_test_report(failed && (want[0] == '^' ? !strncmp(err, want + 1, strlen(want + 1))
+                                             : strstr(err, want) != NULL) &&
+                   !strchr(err, '\n'), name, "%s", failed ? err : "accepted");
 }
 
 /* A valid base line on the oracle's data, to which one wrong thing is added. */
@@ -48,8 +50,33 @@ static void check_flags(void) {
     mg_train_args a;
     char err[MG_ERRLEN];
     CHECK(gpt_parse_line(&a, BASE, err, sizeof err) == 0, "cli: the base line parses");
-    expect_error("unknown flag", BASE "--num-layer 2", "unknown option --num-layer");
-    expect_error("flag without its value", BASE "--lr", "--lr needs a value");
+    expect_error("unknown flag", BASE "--num-layer 2",
+                 "^unknown flag --num-layer; did you mean --num-layers? (see --help");
+    expect_error("unknown flag, the start of two", BASE "--lr-decay cosine", "^unknown flag "
+                 "--lr-decay; did you mean --lr-decay-style or --lr-decay-iters?");
+    expect_error("unknown flag, the words of one", BASE "--tensor-parallel 2",
+                 "^unknown flag --tensor-parallel; did you mean --tensor-model-parallel-size?");
+    expect_error("unknown flag, '_' and capitals", BASE "--Num_Layers 2",
+                 "^unknown flag --Num_Layers; did you mean --num-layers?");
+    expect_error("unknown flag, nothing close", BASE "--fp32",
+                 "^unknown flag --fp32 (see --help for every flag)");
+    expect_error("flag without its value", BASE "--lr",
+                 "^--lr needs a value (expected LR, a number in 0 … 1000)");
+    expect_error("flag followed by a flag", BASE "--micro-batch-size --seed 3",
+                 "^--micro-batch-size needs a value before --seed (expected B, a whole number "
+                 "in 1 … 1000000)");
+    expect_error("empty number", BASE "--train-iters=",
+                 "^--train-iters: empty value (expected N, a whole number >= 0)");
+    expect_error("zero interval", BASE "--eval-interval 0",
+                 "^--eval-interval 0: out of range (expected N, a whole number >= 1)");
+    expect_error("choice in capitals", BASE "--lr-decay-style Cosine", "^--lr-decay-style Cosine: "
+                 "invalid choice (expected one of constant|linear|cosine; did you mean cosine?)");
+    expect_error("one dash", BASE "-lr 1", "^unexpected argument '-lr' (flags start with two "
+                 "dashes: did you mean --lr?)");
+    expect_error("no dashes", BASE "lr 1", "^unexpected argument 'lr' (did you mean --lr?)");
+    expect_error("a value after a switch", BASE "--bf16 true", "^unexpected argument 'true' "
+                 "after --bf16, which takes no value");
+    expect_error("--help with a value", BASE "--help=1", "^--help takes no value");
     expect_error("not an integer", BASE "--micro-batch-size two", "not an integer");
     expect_error("integer with junk", BASE "--train-iters 10x", "not an integer");
     expect_error("not a number", BASE "--lr fast", "not a number");
@@ -87,7 +114,10 @@ static void check_required_and_sizes(void) {
     expect_error("sequence longer than positions", BASE "--max-position-embeddings 4",
                  "--max-position-embeddings 4 is smaller than --seq-length 8");
     expect_error("global batch not a multiple", BASE "--micro-batch-size 4 --global-batch-size 6",
-                 "--global-batch-size 6 is not a multiple of --micro-batch-size 4");
+                 "^--global-batch-size 6 is not a multiple of --micro-batch-size 4 (gradients "
+                 "accumulate over whole microbatches: use a multiple of 4, e.g. 8)");
+    expect_error("recompute layers without full", BASE "--recompute-num-layers 1",
+                 "^--recompute-num-layers applies to --recompute-granularity full only");
     expect_error("warm-up not shorter than decay", BASE "--lr-warmup-iters 5 --lr-decay-iters 5",
                  "--lr-warmup-iters 5 must be smaller than --lr-decay-iters 5");
     expect_error("min-lr above lr", BASE "--min-lr 0.1", "--min-lr 0.1 is larger than --lr");
@@ -144,8 +174,14 @@ static void check_paths_and_data(void) {
     snprintf(line, sizeof line, "--data-path %s --vocab-size 37 --num-layers 1 --hidden-size 16 "
              "--num-attention-heads 2 --seq-length 8 --train-iters 2 --lr 1 --split 1,0,0", path);
     expect_error("data shorter than one sample", line, "fewer than one sample needs");
-    expect_error("--split not numbers", BASE "--split a,b,c", "--split a,b,c");
-    expect_error("--split without training data", BASE "--split 0,1,0", "--split");
+    expect_error("--split not numbers", BASE "--split a,b,c",
+                 "^--split 'a,b,c': expected weights like 969,30,1");
+    expect_error("--split of four numbers", BASE "--split 1,2,3,4",
+                 "^--split '1,2,3,4': more than three weights (expected train,valid,test");
+    expect_error("--split without training data", BASE "--split 0,1,0", "^--split 0,1,0 gives "
+                 "the training part no weight (the first number is the training share");
+    expect_error("--load under a missing directory", BASE "--load /nonexistent/x/y",
+                 "^--load /nonexistent/x/y: no such directory, nor the directory it would be in");
 }
 
 /* A data set too small for its --split to give validation a document (or a sample) trains
@@ -256,7 +292,7 @@ static void check_weights_and_checkpoints(void) {
     struct stat st1, st2;
     /* --init-from */
     expect_error("--init-from missing file", BASE "--init-from /nonexistent/model.bin",
-                 "cannot open");
+                 "^--init-from /nonexistent/model.bin: /nonexistent/model.bin: cannot open");
     snprintf(path, sizeof path, "%s/truncated.bin", tmp);
     write_file(path, model, 5000);
     snprintf(line, sizeof line, BASE "--init-from %s", path);
@@ -278,6 +314,9 @@ static void check_weights_and_checkpoints(void) {
     save_one_iteration(dir);
     snprintf(line, sizeof line, BASE "--load %s --seed 8", dir);
     expect_error("--load with another --seed", line, "--seed 8 differs from the checkpoint's 7");
+    snprintf(line, sizeof line, BASE "--load %s --data-order sequential", dir);
+    expect_error("--load with another --data-order", line, "^--data-order sequential differs "
+                 "from the checkpoint's shuffled");
     snprintf(line, sizeof line, BASE "--load %s --hidden-size 32 --num-attention-heads 2", dir);
     expect_error("--load with another architecture", line, "--hidden-size 32 does not match");
     /* nothing on disk changes when setup fails */
@@ -297,7 +336,8 @@ static void check_weights_and_checkpoints(void) {
     expect_error("--load with a malformed latest file", line,
                  "latest_checkpointed_iteration.txt holds 'seven', not an iteration number");
     write_file(path, "9\n", 2);
-    expect_error("--load whose latest names a missing iteration", line, "iter_0000009");
+    expect_error("--load whose latest names a missing iteration", line, "latest_checkpointed_"
+                 "iteration.txt names iteration 9, but ");
     write_file(path, "1\n", 2);
     {   /* the weights file cut short */
         char *st;
@@ -485,7 +525,8 @@ static void check_small_files(void) {
     rmdir(rel);
     mkdir(rel, 0755);
     expect_error("--init-from a directory without model.safetensors", line,
-                 "release/model.safetensors: cannot open");
+                 "release/model.safetensors: cannot open: No such file or directory (expected an "
+                 "llm.c checkpoint, a model.safetensors, or a directory holding one)");
     alarm(0);
     free(good_state);
 }
@@ -506,8 +547,8 @@ static void check_program(void) {
     n = p ? fread(out, 1, sizeof out - 1, p) : 0;
     out[n] = 0;
     status = p ? pclose(p) : -1;
-    CHECK(status == 0 && !strcmp(out, "gpt_train: error: unknown option --bogus (see --help for "
-          "the list)\nstatus 2\n"), "cli: gpt_train prints one error line and exits with 2");
+    CHECK(status == 0 && !strcmp(out, "gpt_train: error: unknown flag --bogus (see --help for "
+          "every flag)\nstatus 2\n"), "cli: gpt_train prints one error line and exits with 2");
     snprintf(cmd, sizeof cmd, "%s --help > /dev/null; echo \"status $?\"", prog);
     p = popen(cmd, "r");
     n = p ? fread(out, 1, sizeof out - 1, p) : 0;

@@ -3846,8 +3846,10 @@ static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
             return mg__err(err, errlen, "--data-path %s, training part: %s", a->data_path, why);
         if (tr->train_smp.part_tokens < (int64_t)tr->cfg.seq_len + 1)
             return mg__err(err, errlen, "--data-path %s: the training part holds %lld tokens, "
-                           "fewer than one sample needs (--seq-length + 1 = %d)", a->data_path,
-                           (long long)tr->train_smp.part_tokens, tr->cfg.seq_len + 1);
+                           "fewer than one sample needs (--seq-length + 1 = %d); --seq-length "
+                           "%lld or less, or more data, fits", a->data_path,
+                           (long long)tr->train_smp.part_tokens, tr->cfg.seq_len + 1,
+                           (long long)tr->train_smp.part_tokens - 1);
     }
     if (a->eval_iters > 0) {
         sd.part = MG_SPLIT_VALID;

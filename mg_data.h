@@ -1047,8 +1047,13 @@ MGDEF int mg_dataset_open(const char *path, mg_dataset *ds, char *err, size_t er
         rc = mg__fail(err, errlen, "%s: neither an llm.c token file (magic %d) nor part of a "
                       "Megatron indexed dataset (%s not found)", path, MG__LLMC_TOKENS_MAGIC, idx);
     } else if (stat(path, &st) != 0 && errno == ENOENT) {
-        rc = mg__fail(err, errlen, "%s: no such dataset (neither that file nor %s exists)", path,
-                      idx);
+        char bin[1110];       /* an llm.c file named without its .bin: name it in full */
+        snprintf(bin, sizeof bin, "%s.bin", prefix);
+        rc = mg__is_file(bin) && !mg__ends_with(path, ".bin")
+             ? mg__fail(err, errlen, "%s: no such dataset (neither that file nor %s exists; %s "
+                        "does: an llm.c token file is given by its full name)", path, idx, bin)
+             : mg__fail(err, errlen, "%s: no such dataset (neither that file nor %s exists)",
+                        path, idx);
     } else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
         rc = mg__fail(err, errlen, "%s: is a directory; a dataset is a file or a prefix (PREFIX "
                       "for PREFIX.idx + PREFIX.bin), and %s does not exist", path, idx);

@@ -173,7 +173,12 @@ static void check_paths_and_data(void) {
     mg_llmc_tokens_write(path, toks, 5, err, sizeof err);
     snprintf(line, sizeof line, "--data-path %s --vocab-size 37 --num-layers 1 --hidden-size 16 "
              "--num-attention-heads 2 --seq-length 8 --train-iters 2 --lr 1 --split 1,0,0", path);
-    expect_error("data shorter than one sample", line, "fewer than one sample needs");
+    expect_error("data shorter than one sample", line, "fewer than one sample needs "
+                 "(--seq-length + 1 = 9); --seq-length 4 or less, or more data, fits");
+    expect_error("an llm.c file named without .bin", "--data-path " GPT_DATA "gpt_tokens "
+                 "--vocab-size 37 --num-layers 1 --hidden-size 16 --num-attention-heads 2 "
+                 "--seq-length 8 --train-iters 2 --lr 1", "gpt_tokens.bin does: an llm.c token "
+                 "file is given by its full name)");
     expect_error("--split not numbers", BASE "--split a,b,c",
                  "^--split 'a,b,c': expected weights like 969,30,1");
     expect_error("--split of four numbers", BASE "--split 1,2,3,4",

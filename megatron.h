@@ -730,6 +730,9 @@ MGDEF void mg_train_args_default(mg_train_args *a);
 MGDEF int mg_train_parse(mg_train_args *a, int argc, char **argv, char *err, size_t errlen);
 MGDEF int mg_train_flag_given(const mg_train_args *a, const char *flag); /* "--lr" -> 0/1 */
 MGDEF void mg_train_print_help(FILE *out, const char *prog);
+/* Flag i of the table ("--lr"; NULL past the last one) and the --help group it is listed
+   under (*group: "learning rate"), for tools and tests that walk the command line.        */
+MGDEF const char *mg_train_flag_name(int i, const char **group);
 
 typedef struct mg_step_result {
     double loss;              /* mean over the global batch's target tokens                     */
@@ -3043,23 +3046,41 @@ typedef struct mg__flag {
 #define MG__OFF(field) offsetof(mg_train_args, field)
 #define MG__BIG 1e15
 /* The table is the one description of the command line: parsing, ranges, --help and the
-   configuration stored in checkpoints all read it. Section titles have type MG__F_HELP and
-   offset 0.                                                                                 */
+   configuration stored in checkpoints all read it. The flags come in Megatron-LM's argument
+   groups (arguments.py: network size, regularization, training, initialization, learning
+   rate, checkpointing, mixed precision, distributed, validation, data and dataloader,
+   logging; then ours: inference, device): a group heading has type MG__F_HELP, offset 0,
+   its title as name and a description (or "") as help. Every flag lies under one heading. */
 static const mg__flag mg__flags[] = {
-    {"model", MG__F_HELP, 0, NULL, 0, 0, "Model (optional with --init-from or --load, which "
-     "supply them; given ones must agree)"},
+    {"options", MG__F_HELP, 0, NULL, 0, 0, ""},
+    {"--help", MG__F_HELP, MG__OFF(help), NULL, 0, 0, "print this help and exit"},
+    {"network size", MG__F_HELP, 0, NULL, 0, 0, "the model; optional with --init-from or --load, "
+     "which supply it (flags given must agree)"},
     {"--num-layers", MG__F_INT, MG__OFF(num_layers), "N", 1, 1e6, "transformer layers"},
     {"--hidden-size", MG__F_INT, MG__OFF(hidden_size), "C", 1, 1e6, "hidden size"},
     {"--num-attention-heads", MG__F_INT, MG__OFF(num_attention_heads), "N", 1, 1e6,
      "attention heads (must divide --hidden-size)"},
-    {"--seq-length", MG__F_INT, MG__OFF(seq_length), "T", 1, 1e7,
-     "tokens per training sample (default: --max-position-embeddings of a loaded model)"},
     {"--max-position-embeddings", MG__F_INT, MG__OFF(max_position_embeddings), "N", 1, 1e7,
      "rows of the position embedding, >= --seq-length (default: --seq-length)"},
     {"--vocab-size", MG__F_INT, MG__OFF(vocab_size), "V", 2, 1 << 30,
      "vocabulary size; every token id of the data must be below it; padded to a multiple of "
      "128·t inside the model (t: --tensor-model-parallel-size)"},
-    {"batch", MG__F_HELP, 0, NULL, 0, 0, "Batch and length of the run"},
+    {"regularization", MG__F_HELP, 0, NULL, 0, 0, "AdamW with decoupled weight decay (none on "
+     "biases and layernorms), global-norm gradient clipping, dropout"},
+    {"--weight-decay", MG__F_FLOAT, MG__OFF(weight_decay), "WD", 0, 1e3,
+     "decoupled weight decay of the weights (default 0.01)"},
+    {"--clip-grad", MG__F_FLOAT, MG__OFF(clip_grad), "NORM", 0, 1e9,
+     "clip the global gradient norm to NORM; 0 disables (default 1.0)"},
+    {"--adam-beta1", MG__F_FLOAT, MG__OFF(adam_beta1), "B1", 0, 0.999999, "default 0.9"},
+    {"--adam-beta2", MG__F_FLOAT, MG__OFF(adam_beta2), "B2", 0, 0.999999, "default 0.999"},
+    {"--adam-eps", MG__F_FLOAT, MG__OFF(adam_eps), "EPS", 1e-30, 1, "default 1e-8"},
+    {"--hidden-dropout", MG__F_FLOAT, MG__OFF(hidden_dropout), "P", 0, 0.999999,
+     "dropout after the embedding and after attention-out and MLP-down, before the residual "
+     "add (default 0)"},
+    {"--attention-dropout", MG__F_FLOAT, MG__OFF(attention_dropout), "P", 0, 0.999999,
+     "dropout on the attention probabilities (default 0)"},
+    {"training", MG__F_HELP, 0, NULL, 0, 0, "the batch, the length of the run, activation "
+     "recomputation (losses and weights are bit-identical with and without it)"},
     {"--micro-batch-size", MG__F_INT, MG__OFF(micro_batch_size), "B", 1, 1e6,
      "sequences per microbatch (default 1)"},
     {"--global-batch-size", MG__F_INT, MG__OFF(global_batch_size), "N", 1, 1e9,
@@ -3067,8 +3088,23 @@ static const mg__flag mg__flags[] = {
      "global/micro microbatches (default: --micro-batch-size)"},
     {"--train-iters", MG__F_INT, MG__OFF(train_iters), "N", 0, MG__BIG,
      "iterations to train (required; 0: no training, e.g. to convert or sample)"},
-    {"optimizer", MG__F_HELP, 0, NULL, 0, 0, "Optimizer: AdamW, decoupled weight decay (none on "
-     "biases and layernorms), global-norm gradient clipping"},
+    {"--recompute-granularity", MG__F_CHOICE, MG__OFF(recompute_granularity),
+     "none|selective|full", 0, 0, "selective: recompute the attention core (scores, softmax, "
+     "dropout, ·V) in the backward instead of storing the attention probabilities; full: "
+     "recomputed layers keep only their input and re-run their forward (default none)"},
+    {"--recompute-method", MG__F_CHOICE, MG__OFF(recompute_method), "uniform|block", 0, 0,
+     "with full: uniform — every layer, in groups of --recompute-num-layers whose input alone is "
+     "kept; block — only the first --recompute-num-layers layers of each model chunk "
+     "(default uniform)"},
+    {"--recompute-num-layers", MG__F_INT, MG__OFF(recompute_num_layers), "N", 1, 1e6,
+     "with full: layers per group (uniform) or recomputed layers per chunk (block) (default 1)"},
+    {"initialization", MG__F_HELP, 0, NULL, 0, 0, ""},
+    {"--seed", MG__F_INT, MG__OFF(seed), "N", 0, 4294967295.0,
+     "initialisation, data order, dropout masks and sampling (default 1234)"},
+    {"--init-from", MG__F_STR, MG__OFF(init_from), "FILE", 0, 0,
+     "initial weights: an llm.c checkpoint, a Hugging Face GPT-2 model.safetensors (or its "
+     "directory), or a model.safetensors of our checkpoints; told apart by content"},
+    {"learning rate", MG__F_HELP, 0, NULL, 0, 0, "warm-up, then decay"},
     {"--lr", MG__F_FLOAT, MG__OFF(lr), "LR", 0, 1e3, "peak learning rate (required to train)"},
     {"--min-lr", MG__F_FLOAT, MG__OFF(min_lr), "LR", 0, 1e3, "learning rate at the end of the "
      "decay (default 0)"},
@@ -3078,53 +3114,34 @@ static const mg__flag mg__flags[] = {
      "linear warm-up from 0 over N iterations (default 0)"},
     {"--lr-decay-iters", MG__F_INT, MG__OFF(lr_decay_iters), "N", 1, MG__BIG,
      "iterations until --min-lr is reached (default: --train-iters)"},
-    {"--weight-decay", MG__F_FLOAT, MG__OFF(weight_decay), "WD", 0, 1e3,
-     "decoupled weight decay of the weights (default 0.01)"},
-    {"--clip-grad", MG__F_FLOAT, MG__OFF(clip_grad), "NORM", 0, 1e9,
-     "clip the global gradient norm to NORM; 0 disables (default 1.0)"},
-    {"--adam-beta1", MG__F_FLOAT, MG__OFF(adam_beta1), "B1", 0, 0.999999, "default 0.9"},
-    {"--adam-beta2", MG__F_FLOAT, MG__OFF(adam_beta2), "B2", 0, 0.999999, "default 0.999"},
-    {"--adam-eps", MG__F_FLOAT, MG__OFF(adam_eps), "EPS", 1e-30, 1, "default 1e-8"},
-    {"--seed", MG__F_INT, MG__OFF(seed), "N", 0, 4294967295.0,
-     "initialisation, data order, dropout masks and sampling (default 1234)"},
-    {"--hidden-dropout", MG__F_FLOAT, MG__OFF(hidden_dropout), "P", 0, 0.999999,
-     "dropout after the embedding and after attention-out and MLP-down, before the residual "
-     "add (default 0)"},
-    {"--attention-dropout", MG__F_FLOAT, MG__OFF(attention_dropout), "P", 0, 0.999999,
-     "dropout on the attention probabilities (default 0)"},
-    {"logging", MG__F_HELP, 0, NULL, 0, 0, "Logging and evaluation"},
-    {"--log-interval", MG__F_INT, MG__OFF(log_interval), "N", 1, MG__BIG,
-     "print the training line every N iterations (default 100)"},
-    {"--log-jsonl", MG__F_STR, MG__OFF(log_jsonl), "FILE",  0, 0,
-     "also append one JSON object per logged iteration to FILE"},
-    {"--eval-interval", MG__F_INT, MG__OFF(eval_interval), "N", 1, MG__BIG,
-     "validation loss every N iterations and at the end (default 1000)"},
-    {"--eval-iters", MG__F_INT, MG__OFF(eval_iters), "N", 0, MG__BIG,
-     "global batches per validation; 0 disables it (default 100)"},
-    {"--sample-tokens", MG__F_INT, MG__OFF(sample_tokens), "N", 0, 1e7,
-     "generate N tokens at the end and print them (default 0)"},
-    {"checkpoints", MG__F_HELP, 0, NULL, 0, 0, "Checkpoints"},
+    {"checkpointing", MG__F_HELP, 0, NULL, 0, 0, ""},
     {"--save", MG__F_STR, MG__OFF(save), "DIR", 0, 0,
      "save DIR/iter_NNNNNNN every --save-interval iterations and at the end"},
     {"--save-interval", MG__F_INT, MG__OFF(save_interval), "N", 1, MG__BIG,
      "iterations between checkpoints (needs --save)"},
     {"--load", MG__F_STR, MG__OFF(load), "DIR",  0, 0,
      "resume from the latest checkpoint in DIR (none there: start from scratch)"},
-    {"--init-from", MG__F_STR, MG__OFF(init_from), "FILE", 0, 0,
-     "initial weights: an llm.c checkpoint, a Hugging Face GPT-2 model.safetensors (or its "
-     "directory), or a model.safetensors of our checkpoints; told apart by content"},
     {"--export-hf", MG__F_STR, MG__OFF(export_hf), "DIR", 0, 0,
      "at the end, write DIR/model.safetensors + DIR/config.json for Hugging Face transformers"},
-    {"data", MG__F_HELP, 0, NULL, 0, 0, "Data"},
-    {"--data-path", MG__F_STR, MG__OFF(data_path), "PATH", 0, 0,
-     "a Megatron indexed dataset prefix (PATH.bin + PATH.idx) or an llm.c token file"},
-    {"--split", MG__F_STR, MG__OFF(split), "A,B,C", 0, 0,
-     "train,validation,test weights of the data's documents (default 969,30,1)"},
-    {"--data-order", MG__F_CHOICE, MG__OFF(data_order), "shuffled|sequential", 0, 0,
-     "shuffled: Megatron's GPTDataset order; sequential: sample i of iteration k is tokens "
-     "[(k*B+i)*T, (k*B+i)*T+T+1) of the split (default shuffled)"},
-    {"parallel", MG__F_HELP, 0, NULL, 0, 0, "Parallelism (launch with mpirun -np N; N = T x P x D: "
-     "D = N/(T*P) data-parallel replicas, each reading 1/D of every global batch)"},
+    {"mixed precision", MG__F_HELP, 0, NULL, 0, 0, "16-bit weights (a copy of the fp32 master "
+     "weights), activations and activation gradients; fp32 GEMM accumulation, gradients, Adam "
+     "moments, layernorm/softmax statistics and loss"},
+    {"--bf16", MG__F_SWITCH, MG__OFF(bf16), NULL, 0, 0, "bfloat16 storage"},
+    {"--fp16", MG__F_SWITCH, MG__OFF(fp16), NULL, 0, 0, "float16 storage with loss scaling "
+     "(dynamic unless --loss-scale)"},
+    {"--loss-scale", MG__F_FLOAT, MG__OFF(loss_scale), "X", 1e-30, 1e30,
+     "with --fp16: a constant loss scale instead of the dynamic one"},
+    {"--initial-loss-scale", MG__F_FLOAT, MG__OFF(initial_loss_scale), "X", 1e-30, 1e30,
+     "with --fp16: the dynamic scale's start (default 2^32)"},
+    {"--min-loss-scale", MG__F_FLOAT, MG__OFF(min_loss_scale), "X", 1e-30, 1e30,
+     "with --fp16: the dynamic scale's floor (default 1)"},
+    {"--loss-scale-window", MG__F_INT, MG__OFF(loss_scale_window), "N", 1, MG__BIG,
+     "with --fp16: double the scale after N iterations without inf/nan (default 1000)"},
+    {"--hysteresis", MG__F_INT, MG__OFF(hysteresis), "N", 1, 1e9,
+     "with --fp16: halve the scale from the N-th inf/nan iteration since the last growth on "
+     "(default 2)"},
+    {"distributed", MG__F_HELP, 0, NULL, 0, 0, "launch with mpirun -np N; N = T x P x D: D = "
+     "N/(T*P) data-parallel replicas, each reading 1/D of every global batch"},
     {"--tensor-model-parallel-size", MG__F_INT, MG__OFF(tensor_model_parallel_size), "T", 1,
      1024, "split every layer over T ranks: attention heads, MLP columns and vocabulary "
      "divided, Megatron's column/row-parallel layers (default 1)"},
@@ -3149,49 +3166,44 @@ static const mg__flag mg__flags[] = {
     {"--pipeline-trace", MG__F_STR, MG__OFF(pipeline_trace), "FILE", 0, 0,
      "write the measured time of every action of the last iteration to FILE (draw it: "
      "pipeline_sim --trace FILE --svg out.svg)"},
-    {"--comm-timeout", MG__F_FLOAT, MG__OFF(comm_timeout), "SECONDS", 1e-3, 1e9,
-     "a collective or pipeline transfer that waits longer than this stops the job with a "
-     "message naming the operation and group (default 600)"},
     {"--use-distributed-optimizer", MG__F_SWITCH, MG__OFF(use_distributed_optimizer), NULL, 0,
      0, "ZeRO-1: shard the AdamW moments over the D data-parallel replicas (reduce-scatter of "
      "the gradients, all-gather of the updated parameters)"},
     {"--bucket-size", MG__F_INT, MG__OFF(bucket_size), "N", 0, MG__BIG,
      "elements per data-parallel gradient-reduction bucket, each reduced while the backward "
      "goes on (default 0: Megatron's max(40M, 1M x D))"},
-    {"memory", MG__F_HELP, 0, NULL, 0, 0, "Activation recomputation (losses and weights are "
-     "bit-identical with and without it)"},
-    {"--recompute-granularity", MG__F_CHOICE, MG__OFF(recompute_granularity),
-     "none|selective|full", 0, 0, "selective: recompute the attention core (scores, softmax, "
-     "dropout, ·V) in the backward instead of storing the attention probabilities; full: "
-     "recomputed layers keep only their input and re-run their forward (default none)"},
-    {"--recompute-method", MG__F_CHOICE, MG__OFF(recompute_method), "uniform|block", 0, 0,
-     "with full: uniform — every layer, in groups of --recompute-num-layers whose input alone is "
-     "kept; block — only the first --recompute-num-layers layers of each model chunk "
-     "(default uniform)"},
-    {"--recompute-num-layers", MG__F_INT, MG__OFF(recompute_num_layers), "N", 1, 1e6,
-     "with full: layers per group (uniform) or recomputed layers per chunk (block) (default 1)"},
-    {"precision", MG__F_HELP, 0, NULL, 0, 0, "Mixed precision: 16-bit weights (a copy of the "
-     "fp32 master weights), activations and activation gradients; fp32 GEMM accumulation, "
-     "gradients, Adam moments, layernorm/softmax statistics and loss"},
-    {"--bf16", MG__F_SWITCH, MG__OFF(bf16), NULL, 0, 0, "bfloat16 storage"},
-    {"--fp16", MG__F_SWITCH, MG__OFF(fp16), NULL, 0, 0, "float16 storage with loss scaling "
-     "(dynamic unless --loss-scale)"},
-    {"--loss-scale", MG__F_FLOAT, MG__OFF(loss_scale), "X", 1e-30, 1e30,
-     "with --fp16: a constant loss scale instead of the dynamic one"},
-    {"--initial-loss-scale", MG__F_FLOAT, MG__OFF(initial_loss_scale), "X", 1e-30, 1e30,
-     "with --fp16: the dynamic scale's start (default 2^32)"},
-    {"--min-loss-scale", MG__F_FLOAT, MG__OFF(min_loss_scale), "X", 1e-30, 1e30,
-     "with --fp16: the dynamic scale's floor (default 1)"},
-    {"--loss-scale-window", MG__F_INT, MG__OFF(loss_scale_window), "N", 1, MG__BIG,
-     "with --fp16: double the scale after N iterations without inf/nan (default 1000)"},
-    {"--hysteresis", MG__F_INT, MG__OFF(hysteresis), "N", 1, 1e9,
-     "with --fp16: halve the scale from the N-th inf/nan iteration since the last growth on "
-     "(default 2)"},
-    {"device", MG__F_HELP, 0, NULL, 0, 0, "Device"},
+    {"--comm-timeout", MG__F_FLOAT, MG__OFF(comm_timeout), "SECONDS", 1e-3, 1e9,
+     "a collective or pipeline transfer that waits longer than this stops the job with a "
+     "message naming the operation and group (default 600)"},
+    {"validation", MG__F_HELP, 0, NULL, 0, 0, "the loss on the validation part of --split; a "
+     "data set too small to give that part a document (or one sample) trains without "
+     "validation, as Megatron-LM does, and one line says so"},
+    {"--eval-interval", MG__F_INT, MG__OFF(eval_interval), "N", 1, MG__BIG,
+     "validation loss every N iterations and at the end (default 1000)"},
+    {"--eval-iters", MG__F_INT, MG__OFF(eval_iters), "N", 0, MG__BIG,
+     "global batches per validation; 0 disables it (default 100)"},
+    {"data and dataloader", MG__F_HELP, 0, NULL, 0, 0, ""},
+    {"--data-path", MG__F_STR, MG__OFF(data_path), "PATH", 0, 0,
+     "a Megatron indexed dataset prefix (PATH.bin + PATH.idx) or an llm.c token file"},
+    {"--split", MG__F_STR, MG__OFF(split), "A,B,C", 0, 0,
+     "train,validation,test weights of the data's documents (default 969,30,1)"},
+    {"--seq-length", MG__F_INT, MG__OFF(seq_length), "T", 1, 1e7,
+     "tokens per training sample (default: --max-position-embeddings of a loaded model)"},
+    {"--data-order", MG__F_CHOICE, MG__OFF(data_order), "shuffled|sequential", 0, 0,
+     "shuffled: Megatron's GPTDataset order; sequential: sample i of iteration k is tokens "
+     "[(k*B+i)*T, (k*B+i)*T+T+1) of the split (default shuffled)"},
+    {"logging", MG__F_HELP, 0, NULL, 0, 0, ""},
+    {"--log-interval", MG__F_INT, MG__OFF(log_interval), "N", 1, MG__BIG,
+     "print the training line every N iterations (default 100)"},
+    {"--log-jsonl", MG__F_STR, MG__OFF(log_jsonl), "FILE",  0, 0,
+     "also append one JSON object per logged iteration to FILE"},
+    {"inference", MG__F_HELP, 0, NULL, 0, 0, ""},
+    {"--sample-tokens", MG__F_INT, MG__OFF(sample_tokens), "N", 0, 1e7,
+     "generate N tokens at the end and print them (default 0)"},
+    {"device", MG__F_HELP, 0, NULL, 0, 0, ""},
     {"--device", MG__F_CHOICE, MG__OFF(device), "auto|cpu|cuda", 0, 0,
      "auto: the GPU when built by nvcc and one is present, else the CPU (default auto; "
      "OMP_NUM_THREADS sets the CPU threads)"},
-    {"--help", MG__F_HELP, MG__OFF(help), NULL, 0, 0, "print this help and exit"},
 };
 #define MG__NFLAGS ((int)(sizeof mg__flags / sizeof mg__flags[0]))
 typedef char mg__flags_fit_given[MG__NFLAGS <= 128 ? 1 : -1]; /* mg_train_args.given[128] */
@@ -3444,14 +3456,10 @@ MGDEF int mg_train_parse(mg_train_args *a, int argc, char **argv, char *err, siz
     return 0;
 }
 
-/* "  LEFT   help text" with the help wrapped at 96 columns under its own indent. */
-static void mg__print_wrapped(FILE *out, const char *left, const char *text) {
-    const int indent = 36, width = 96;
-    int col, first = 1;
-    fprintf(out, "  %-33s", left);
-    col = 2 + (int)(strlen(left) > 33 ? strlen(left) : 33);
-    if (col >= indent) { fprintf(out, "\n%*s", indent, ""); col = indent; }
-    else { fprintf(out, "%*s", indent - col, ""); col = indent; }
+/* text from column `indent` on (the cursor is there), wrapped at 96 columns under it. */
+static void mg__print_wrapped_text(FILE *out, int indent, const char *text) {
+    const int width = 96;
+    int col = indent, first = 1;
     while (*text) {
         const char *sp = strchr(text, ' ');
         int n = sp ? (int)(sp - text) : (int)strlen(text);
@@ -3465,6 +3473,30 @@ static void mg__print_wrapped(FILE *out, const char *left, const char *text) {
     }
     fputc('\n', out);
 }
+/* "  LEFT   help text" with the help wrapped at 96 columns under its own indent. */
+static void mg__print_wrapped(FILE *out, const char *left, const char *text) {
+    const int indent = 36;
+    fprintf(out, "  %-33s", left);
+    if (strlen(left) > 33) fprintf(out, "\n%*s", indent, "");   /* too long: help below */
+    else fprintf(out, " ");
+    mg__print_wrapped_text(out, indent, text);
+}
+
+MGDEF const char *mg_train_flag_name(int i, const char **group) {
+    int k, n = 0;
+    const char *heading = NULL;
+    for (k = 0; k < MG__NFLAGS; k++) {
+        if (mg__flags[k].type == MG__F_HELP && mg__flags[k].offset == 0) {
+            heading = mg__flags[k].name;
+            continue;
+        }
+        if (n++ == i) {
+            if (group) *group = heading;
+            return mg__flags[k].name;
+        }
+    }
+    return NULL;
+}
 
 MGDEF void mg_train_print_help(FILE *out, const char *prog) {
     int i;
@@ -3475,8 +3507,12 @@ MGDEF void mg_train_print_help(FILE *out, const char *prog) {
     for (i = 0; i < MG__NFLAGS; i++) {
         const mg__flag *f = &mg__flags[i];
         char left[96];
-        if (f->type == MG__F_HELP && f->offset == 0) {
-            fprintf(out, "\n%s:\n", f->help);
+        if (f->type == MG__F_HELP && f->offset == 0) {   /* a group, argparse's way */
+            fprintf(out, "\n%s:\n", f->name);
+            if (f->help[0]) {
+                fprintf(out, "  ");
+                mg__print_wrapped_text(out, 2, f->help);
+            }
             continue;
         }
         if (f->metavar) snprintf(left, sizeof left, "%s %s", f->name, f->metavar);

@@ -189,6 +189,69 @@ static void check_paths_and_data(void) {
                  "^--load /nonexistent/x/y: no such directory, nor the directory it would be in");
 }
 
+/* --help lists the flags in Megatron-LM's argument groups: the headings in their order, and
+   every flag of the table exactly once, under the heading of its group (no line for a flag
+   the table does not hold). */
+static void check_help(void) {
+    static const char *const groups[] = {"options", "network size", "regularization", "training",
+        "initialization", "learning rate", "checkpointing", "mixed precision", "distributed",
+        "validation", "data and dataloader", "logging", "inference", "device"};
+    const int n_groups = (int)(sizeof groups / sizeof groups[0]);
+    char lines[400][160], heading[160] = "";
+    int n = 0, i, k, g = 0, headings_ok = 1, flags = 0, misplaced = 0, stray = 0;
+    const char *name, *group;
+    char where[400] = "";
+    FILE *f = tmpfile();
+    if (!f) { perror("tmpfile"); exit(1); }
+    mg_train_print_help(f, "gpt_train");
+    rewind(f);
+    while (n < 400 && fgets(lines[n], sizeof lines[n], f)) n++;
+    fclose(f);
+    /* headings: "title:" after a blank line, in Megatron-LM's order */
+    for (i = 1; i < n; i++) {
+        size_t len = strlen(lines[i]);
+        if (lines[i - 1][0] == '\n' && lines[i][0] != ' ' && len > 2 && lines[i][len - 2] == ':') {
+            if (g >= n_groups || strncmp(lines[i], groups[g], len - 2) || strlen(groups[g]) != len - 2)
+                headings_ok = 0;
+            g++;
+        }
+    }
+    mg_test_report(headings_ok && g == n_groups, "cli: --help has Megatron-LM's group headings, "
+                   "network size … data and dataloader, logging, in order", "%d headings", g);
+    /* each flag: one line "  --name ..." whose heading above is its group's */
+    for (k = 0; (name = mg_train_flag_name(k, &group)) != NULL; k++) {
+        int seen = 0, under_it = 0;
+        size_t len = strlen(name);
+        flags++;
+        heading[0] = 0;
+        for (i = 0; i < n; i++) {
+            size_t ll = strlen(lines[i]);
+            if (lines[i][0] != ' ' && ll > 2 && lines[i][ll - 2] == ':')
+                snprintf(heading, sizeof heading, "%.*s", (int)(ll - 2), lines[i]);
+            if (!strncmp(lines[i], "  ", 2) && !strncmp(lines[i] + 2, name, len) &&
+                (lines[i][2 + len] == ' ' || lines[i][2 + len] == '\n')) {
+                seen++;
+                under_it = group && !strcmp(heading, group);
+            }
+        }
+        if (seen != 1 || !under_it) {
+            misplaced++;
+            snprintf(where + strlen(where), sizeof where - strlen(where), " %s(%d, %s)", name,
+                     seen, group ? group : "no group");
+        }
+    }
+    for (i = 0; i < n; i++)       /* every "  --x" line is a flag of the table */
+        if (!strncmp(lines[i], "  --", 4)) {
+            char word[96];
+            sscanf(lines[i] + 2, "%95s", word);
+            for (k = 0; (name = mg_train_flag_name(k, NULL)) != NULL && strcmp(name, word); k++) {}
+            stray += name == NULL;
+        }
+    mg_test_report(flags > 50 && misplaced == 0 && stray == 0, "cli: --help lists every flag "
+                   "exactly once, under its group's heading", "%d flags, %d misplaced:%s, %d "
+                   "lines of no flag", flags, misplaced, where, stray);
+}
+
 /* A data set too small for its --split to give validation a document (or a sample) trains
    without validation, as Megatron-LM does: setup succeeds, has_valid is 0, valid_note says
    why in one line, and mg_trainer_evaluate returns NAN and writes nothing to --log-jsonl. */
@@ -600,6 +663,7 @@ static void check_program(void) {
 int main(void) {
     gpt_tmpdir(tmp, sizeof tmp, "cli");
     check_flags();
+    check_help();
     check_required_and_sizes();
     check_paths_and_data();
     check_no_validation();

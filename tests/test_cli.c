@@ -660,6 +660,55 @@ static void check_program(void) {
     }
 }
 
+/* `make help` lists every phony target of the Makefile (each .PHONY line) and the
+   per-program patterns, one line each: "  TARGET  what it does". */
+static void check_make_help(void) {
+    char out[8192] = {0}, *mk, *at, *end, want[96];
+    const char *const patterns[3] = {"build/<name>", "build/<name>_cuda", "build/<name>_asan"};
+    FILE *p;
+    size_t n;
+    long len = 0;
+    int listed = 0, missing = 0, i;
+    char missed[512] = "";
+    mk = (char *)mg_test_read_file("Makefile", &len);
+    p = popen("make -s --no-print-directory help 2>&1", "r");
+    n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    if (p) pclose(p);
+    if (!mk) { mg_test_report(0, "cli: make help", "no Makefile here"); return; }
+    mk = (char *)realloc(mk, (size_t)len + 1);
+    mk[len] = 0;
+    for (at = strstr(mk, "\n.PHONY:"); at; at = strstr(end, "\n.PHONY:")) {
+        char *word;
+        at += 8;
+        end = strchr(at, '\n');
+        if (!end) end = at + strlen(at);
+        while (at < end) {                       /* each target named on the line */
+            while (at < end && *at == ' ') at++;
+            word = at;
+            while (at < end && *at != ' ') at++;
+            if (at == word) continue;
+            snprintf(want, sizeof want, "\n  %.*s ", (int)(at - word), word);
+            listed++;
+            if (!strstr(out, want)) {
+                missing++;
+                snprintf(missed + strlen(missed), sizeof missed - strlen(missed), " %.*s",
+                         (int)(at - word), word);
+            }
+        }
+    }
+    for (i = 0; i < 3; i++) {
+        snprintf(want, sizeof want, "\n  %s ", patterns[i]);
+        missing += !strstr(out, want);
+    }
+    mg_test_report(listed >= 11 && missing == 0, "cli: make help lists every phony target of "
+                   "the Makefile and build/<name>, _cuda, _asan", "%d targets, missing:%s",
+                   listed, missed);
+    CHECK(strstr(out, "\n  RANKS TP PP ") && strstr(out, "\n  ITERS ") && strstr(out, "\n  CC="),
+          "cli: make help lists the variables (CC, NVCC, RANKS, TP, PP, ITERS, …)");
+    free(mk);
+}
+
 int main(void) {
     gpt_tmpdir(tmp, sizeof tmp, "cli");
     check_flags();
@@ -670,6 +719,7 @@ int main(void) {
     check_weights_and_checkpoints();
     check_small_files();
     check_program();
+    check_make_help();
     gpt_rmtree(tmp);
     return mg_test_summary();
 }

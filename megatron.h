@@ -3558,14 +3558,15 @@ static int mg__check_output(const char *flag, const char *path, int want_dir, ch
     struct stat st;
     if (stat(path, &st) == 0) {
         if (want_dir && !S_ISDIR(st.st_mode))
-            return mg__err(err, errlen, "%s %s: exists and is not a directory", flag, path);
+            return mg__err(err, errlen, "%s %s: exists and is not a directory (give a directory, "
+                           "or a new name to create one)", flag, path);
         if (!want_dir && S_ISDIR(st.st_mode))
             return mg__err(err, errlen, "%s %s: is a directory (expected a file name)", flag, path);
         return 0;
     }
     if (!mg__parent_is_dir(path))
-        return mg__err(err, errlen, "%s %s: the directory it would be created in does not exist",
-                       flag, path);
+        return mg__err(err, errlen, "%s %s: the directory it would be created in does not exist "
+                       "(create that first, or give a path in an existing directory)", flag, path);
     return 0;
 }
 

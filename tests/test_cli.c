@@ -141,9 +141,11 @@ static void check_paths_and_data(void) {
     snprintf(path, sizeof path, "%s/plainfile", tmp);
     write_file(path, "x", 1);
     snprintf(line, sizeof line, BASE "--save %s", path);
-    expect_error("--save names a file", line, "exists and is not a directory");
+    expect_error("--save names a file", line, "exists and is not a directory (give a directory, "
+                 "or a new name to create one)");
     snprintf(line, sizeof line, BASE "--save %s/no/such/dir", tmp);
-    expect_error("--save under a missing directory", line, "does not exist");
+    expect_error("--save under a missing directory", line, "the directory it would be created in "
+                 "does not exist (create that first, or give a path in an existing directory)");
     expect_error("--save-interval without --save", BASE "--save-interval 5",
                  "--save-interval needs --save");
     snprintf(line, sizeof line, BASE "--log-jsonl %s", tmp);

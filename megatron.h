@@ -861,16 +861,20 @@ MGDEF int mg_trainer_write_pipeline_trace(mg_trainer *tr, const char *path, char
 #include <time.h>
 #include <unistd.h>
 
+/* Line breaks in a message become blanks: one line, whatever a quoted file or path held. */
+static void mg__one_line(char *text) {
+    for (; *text; text++)
+        if (*text == '\n' || *text == '\r') *text = ' ';
+}
+
 /* One error line into err (what is wrong, what would be valid); returns -1. */
 static int mg__err(char *err, size_t errlen, const char *fmt, ...) {
     va_list ap;
-    char *c;
     if (!err || !errlen) return -1;
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
-    for (c = err; *c; c++)   /* one line, whatever a quoted file held */
-        if (*c == '\n' || *c == '\r') *c = ' ';
+    mg__one_line(err);
     return -1;
 }
 
@@ -3820,9 +3824,7 @@ static int mg__setup_valid(mg_trainer *tr, const mg_sampler_desc *sd, double wei
             snprintf(tr->valid_note, sizeof tr->valid_note, "validation skipped: --split %s "
                      "gives the validation part no weight, so --eval-interval and --eval-iters "
                      "do nothing (give it a share, e.g. --split 98,2,0)", a->split);
-        return 0;
-    }
-    if (n == 0) {
+    } else if (n == 0) {
         if (S >= 2)   /* weights S-1, 1, 0: the last sequence alone is the validation part */
             snprintf(hold_out, sizeof hold_out, ", or a larger validation share (--split "
                      "%lld,1,0 holds out 1 of these %lld)", (long long)(S - 1), (long long)S);
@@ -3831,20 +3833,19 @@ static int mg__setup_valid(mg_trainer *tr, const mg_sampler_desc *sd, double wei
                  "more %s with this split%s", a->split, (long long)S, mg__units(ds, S),
                  a->data_path, (long long)mg_split_min_sequences(a->split, MG_SPLIT_VALID),
                  mg__units(ds, 2), S >= 2 ? hold_out : " (one cannot be split)");
-        return 0;
-    }
-    if (mg_sampler_init(&tr->valid_smp, ds, sd, why, sizeof why))
+    } else if (mg_sampler_init(&tr->valid_smp, ds, sd, why, sizeof why)) {
         return mg__err(err, errlen, "--data-path %s, validation part: %s", a->data_path, why);
-    if (tr->valid_smp.part_tokens < (int64_t)tr->cfg.seq_len + 1) {
+    } else if (tr->valid_smp.part_tokens < (int64_t)tr->cfg.seq_len + 1) {
         snprintf(tr->valid_note, sizeof tr->valid_note, "validation skipped: the validation "
                  "part of --split %s (%lld of the %lld %s of %s) holds %lld tokens, fewer than "
                  "one sample needs (--seq-length + 1 = %d); more data or a larger validation "
                  "share give one", a->split, (long long)n, (long long)S, mg__units(ds, S),
                  a->data_path, (long long)tr->valid_smp.part_tokens, tr->cfg.seq_len + 1);
         mg_sampler_free(&tr->valid_smp);
-        return 0;
+    } else {
+        tr->has_valid = 1;
     }
-    tr->has_valid = 1;
+    mg__one_line(tr->valid_note);
     return 0;
 }
 

@@ -2,7 +2,8 @@
    × d data-parallel ranks under mpirun (d = ranks / (t·p)).
 
    Built by make as build/gpt_train (cc -x c: the CPU) and build/gpt_train_cuda (nvcc: the GPU
-   when present, else the CPU). Megatron-LM's flag names; `gpt_train --help` lists them all.
+   when present, else the CPU). Megatron-LM's flag names; `gpt_train --help` lists them all in
+   Megatron-LM's argument groups (network size, regularization, training, …).
 
        build/gpt_train --data-path data/tiny --vocab-size 256 --num-layers 4 --hidden-size 128 \
            --num-attention-heads 4 --seq-length 128 --micro-batch-size 8 --global-batch-size 16 \

@@ -1,7 +1,8 @@
 // mg-test: ranks=1 timeout=300
 /* test_cli.c — every class of bad input to gpt_train gets one line "what is wrong, what would be
    valid" before any work, and nothing on disk changes:
-     flags (unknown, missing value, not a number, out of range, bad choice, stray argument),
+     flags (unknown: the closest flags suggested; missing value, not a number, out of range,
+     bad choice, stray argument),
      required flags, model sizes and their combinations, batch sizes, the schedule, output
      paths, data files (missing, not a dataset, a checkpoint, ids outside the vocabulary, too
      short, bad --split), weight files (missing, truncated, not weights, other architecture),
@@ -10,7 +11,8 @@
    few, through the built program build/gpt_train (exit status 2, one stderr line, no output);
    plus a short successful run of the program (train, save, export, sample), and a data set
    too small for its --split to give validation a document or a sample: it trains without
-   validation (as Megatron-LM does) and one line says why.                                  */
+   validation (as Megatron-LM does) and one line says why. --help lists every flag once under
+   its Megatron-LM argument group; `make help` lists every phony target and the variables.  */
 #include "gpt_test_util.h"
 #include <sys/stat.h>
 #include <sys/wait.h>

@@ -3834,7 +3834,9 @@ static int mg__setup_valid(mg_trainer *tr, const mg_sampler_desc *sd, double wei
                  a->data_path, (long long)mg_split_min_sequences(a->split, MG_SPLIT_VALID),
                  mg__units(ds, 2), S >= 2 ? hold_out : " (one cannot be split)");
     } else if (mg_sampler_init(&tr->valid_smp, ds, sd, why, sizeof why)) {
-        return mg__err(err, errlen, "--data-path %s, validation part: %s", a->data_path, why);
+        return mg__err(err, errlen, "--data-path %s, validation part (%lld samples: --eval-iters "
+                       "x --global-batch-size per validation): %s", a->data_path,
+                       (long long)sd->n_samples, why);
     } else if (tr->valid_smp.part_tokens < (int64_t)tr->cfg.seq_len + 1) {
         snprintf(tr->valid_note, sizeof tr->valid_note, "validation skipped: the validation "
                  "part of --split %s (%lld of the %lld %s of %s) holds %lld tokens, fewer than "
@@ -3881,7 +3883,9 @@ static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
             return mg__err(err, errlen, "--split %s gives the training part no weight (the "
                            "first number is the training share, e.g. --split 98,2,0)", a->split);
         if (mg_sampler_init(&tr->train_smp, &tr->data, &sd, why, sizeof why))
-            return mg__err(err, errlen, "--data-path %s, training part: %s", a->data_path, why);
+            return mg__err(err, errlen, "--data-path %s, training part (%lld samples: "
+                           "--train-iters x --global-batch-size): %s", a->data_path,
+                           (long long)counts[0], why);
         if (tr->train_smp.part_tokens < (int64_t)tr->cfg.seq_len + 1)
             return mg__err(err, errlen, "--data-path %s: the training part holds %lld tokens, "
                            "fewer than one sample needs (--seq-length + 1 = %d); --seq-length "
@@ -4373,11 +4377,13 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
         if (a->device != MG_DEVICE_CUDA && !mg_cuda_available() && phys > 0 && (double)bytes > phys)
             { mg__err(err, errlen, "the model needs %.2f GiB of memory (parameters, optimizer "
-                      "state, activations of --micro-batch-size %lld), more than the %.2f GiB "
-                      "of this machine (a smaller --hidden-size, --num-layers or "
-                      "--micro-batch-size, or more ranks with --tensor-model-parallel-size or "
+                      "state, activations of --micro-batch-size %lld, buffers of the %d "
+                      "microbatches of --global-batch-size %lld), more than the %.2f GiB of "
+                      "this machine (a smaller --hidden-size, --num-layers, --micro-batch-size or "
+                      "--global-batch-size, or more ranks with --tensor-model-parallel-size or "
                       "--pipeline-model-parallel-size, needs less)", bytes / 1073741824.0,
-                      (long long)a->micro_batch_size, phys / 1073741824.0); goto fail; }
+                      (long long)a->micro_batch_size, tr->n_micro,
+                      (long long)a->global_batch_size, phys / 1073741824.0); goto fail; }
     }
     if (mg__setup_data(tr, err, errlen)) goto fail;
     if (mg__agree(tr->comm, 0, err, errlen)) { agreed = 1; goto fail; }   /* another rank's */

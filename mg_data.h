@@ -1484,7 +1484,10 @@ MGDEF int mg_sampler_init(mg_sampler *smp, const mg_dataset *ds, const mg_sample
     if (desc->order != MG_ORDER_SHUFFLED && desc->order != MG_ORDER_SEQUENTIAL)
         return mg__fail(err, errlen, "unknown data order %d", (int)desc->order);
     if (s < (desc->order == MG_ORDER_SHUFFLED ? 2 : 1))
-        return mg__fail(err, errlen, "sequence length %lld too small", (long long)s);
+        return mg__fail(err, errlen, "sequence length (--seq-length) %lld too small: %s",
+                        (long long)s, desc->order == MG_ORDER_SHUFFLED ? "the shuffled order "
+                        "(Megatron's GPTDataset) needs at least 2; --data-order sequential "
+                        "takes 1" : "the sequential order needs at least 1");
     if (n < 1) return mg__fail(err, errlen, "no samples requested (%lld)", (long long)n);
     if (!mg__mul(n, s, &need_tokens) || !mg__add(need_tokens, 1, &need_tokens))
         return mg__fail(err, errlen, "%lld samples of %lld tokens overflow", (long long)n,

@@ -179,6 +179,10 @@ static void check_paths_and_data(void) {
              "--num-attention-heads 2 --seq-length 8 --train-iters 2 --lr 1 --split 1,0,0", path);
     expect_error("data shorter than one sample", line, "fewer than one sample needs "
                  "(--seq-length + 1 = 9); --seq-length 4 or less, or more data, fits");
+    expect_error("sequence of one token, shuffled", BASE "--seq-length 1", "training part (2 "
+                 "samples: --train-iters x --global-batch-size): sequence length (--seq-length) "
+                 "1 too small: the shuffled order (Megatron's GPTDataset) needs at least 2; "
+                 "--data-order sequential takes 1");
     expect_error("an llm.c file named without .bin", "--data-path " GPT_DATA "gpt_tokens "
                  "--vocab-size 37 --num-layers 1 --hidden-size 16 --num-attention-heads 2 "
                  "--seq-length 8 --train-iters 2 --lr 1", "gpt_tokens.bin does: an llm.c token "

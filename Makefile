@@ -2,6 +2,7 @@
 #   make           build every program with cc into build/ (and with nvcc, as build/<name>_cuda)
 #   make test      install what is missing (as root), build all flavours, run the whole suite
 #   make train     train a small GPT on the corpus shipped in data/ and print a sample
+#   make help      every target and the variables a user sets
 #
 # Programs are discovered, never listed: tests/test_*.c, bench/*.c, tools/*.c, examples/*.cu.
 # Tests, benches and tools link one implementation object per flavour (build/obj/impl_*.o:
@@ -48,7 +49,7 @@ ifneq ($(NVCC),)
 CUDA_PROGS := $(addprefix $(BUILD)/,$(addsuffix _cuda,$(LINKED) $(EXAMPLES) $(GPUTESTS)))
 endif
 
-.PHONY: all cpu cuda asan test deps oracle train clean
+.PHONY: all cpu cuda asan test deps oracle train clean help
 all: cpu cuda
 cpu: $(CPU_PROGS)
 cuda: $(CUDA_PROGS)
@@ -118,6 +119,38 @@ train: deps
 
 clean:
 	rm -rf $(BUILD)
+
+# One line per target, then the variables; make passes VAR=value to the scripts it runs
+# (tools/train-demo.sh reads RANKS, TP, PP, ITERS, …; tests/run.sh reads ONLY).
+help:
+	@printf '%s\n' \
+	'Targets (programs are found, not listed: tests/test_*.c, bench/*.c, tools/*.c, examples/*.cu):' \
+	'  all                every program with cc and, where nvcc is found, with nvcc (cpu + cuda)' \
+	'  cpu                every program with cc: build/<name>' \
+	'  cuda               every program with nvcc: build/<name>_cuda (GPU if present, else CPU)' \
+	'  asan               every test with AddressSanitizer + UBSan: build/<name>_asan' \
+	'  test               deps, oracle, all and asan, then tests/run.sh: the whole suite' \
+	'  train              deps, cpu, then tools/train-demo.sh: a small GPT on data/, and a sample' \
+	'  deps               install what is missing (as root): tools/install-deps.sh' \
+	'  oracle             regenerate the PyTorch reference files in tests/data (if torch imports)' \
+	'  fuzz               libFuzzer harnesses of mg_data.h with clang: build/fuzz/<name>' \
+	'                     (run them: sh tests/fuzz/run.sh [SECONDS] [NAMES])' \
+	'  clean              remove build/' \
+	'  help               this list' \
+	'  build/<name>       one program with cc, e.g. build/gpt_train, build/test_cli' \
+	'  build/<name>_cuda  one program with nvcc, e.g. build/gpt_train_cuda' \
+	'  build/<name>_asan  one test with the sanitizers, e.g. build/test_cli_asan' \
+	'' \
+	'Variables (make VAR=value ...):' \
+	'  CC=$(CC)  NVCC=$(NVCC)  CLANG=$(CLANG)  PYTHON=$(PYTHON)' \
+	'  CFLAGS       compiler flags of the cc builds (default -O2 -g -march=x86-64-v2)' \
+	'  RANKS TP PP  train: MPI ranks (default 8; 1: one process, no mpirun), tensor- and' \
+	'               pipeline-parallel sizes (default 2 and 2; data parallel = RANKS/(TP*PP)),' \
+	'               e.g. make train RANKS=4 TP=1 PP=2' \
+	'  ITERS        train: iterations (default 200 with several ranks, 600 with one)' \
+	'  MB SAMPLE    train: micro-batch size (default 2 / 8), tokens sampled at the end (200 / 400)' \
+	'  THREADS      train: OpenMP threads of the whole run, shared by the ranks (default 2)' \
+	'  ONLY         test: run only the tests whose name contains it (also: ONLY=cli sh tests/run.sh)'
 
 # --- fuzz harnesses for mg_data.h (clang libFuzzer; not part of `make test`) ---------------------
 #   make fuzz && sh tests/fuzz/run.sh [SECONDS] [NAMES]

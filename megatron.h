@@ -691,6 +691,9 @@ MGDEF void mg_train_args_default(mg_train_args *a);
 MGDEF int mg_train_parse(mg_train_args *a, int argc, char **argv, char *err, size_t errlen);
 MGDEF int mg_train_flag_given(const mg_train_args *a, const char *flag); /* "--lr" -> 0/1 */
 MGDEF void mg_train_print_help(FILE *out, const char *prog);
+/* Flag i of the table ("--lr"; NULL past the last one) and the --help group it is listed
+   under (*group: "learning rate"), for tools and tests that walk the command line.        */
+MGDEF const char *mg_train_flag_name(int i, const char **group);
 
 typedef struct mg_step_result {
     double loss;              /* mean over the global batch's target tokens                     */
@@ -715,7 +718,9 @@ typedef struct mg_trainer {
                                            [dp_rank·G/d, (dp_rank+1)·G/d) of each global batch */
     mg_dp dp;                           /* the gradient reduction over the data group          */
     int writer;                         /* this rank writes files and logs (world rank 0)      */
-    int has_data, has_valid;
+    int has_data, has_valid;            /* has_valid: a validation set exists (else the
+                                           evaluations are skipped; valid_note says why)       */
+    char valid_note[MG_ERRLEN];         /* "validation skipped: …" or empty                    */
     mg_dataset data;
     mg_sampler train_smp, valid_smp;
     int32_t *batch;                     /* host [global_batch / d, T+1]: this rank's samples    */
@@ -759,7 +764,9 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr);
    Megatron's line to out (and a JSON object to --log-jsonl).                               */
 MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out);
 /* Mean loss over --eval-iters global batches of the validation part (the next ones);
-   prints Megatron's validation line to out when out is non-NULL.                           */
+   prints Megatron's validation line to out when out is non-NULL (and a JSON object to
+   --log-jsonl). Without a validation set (tr->has_valid 0: see tr->valid_note) it returns
+   NAN and prints and writes nothing.                                                       */
 MGDEF double mg_trainer_evaluate(mg_trainer *tr, FILE *out);
 /* Checkpoint DIR/iter_%07d/{model, optimizer, optimizer_sq}.safetensors + state.json built
    under a temporary name and renamed; then DIR/latest_checkpointed_iteration.txt, atomically.
@@ -802,27 +809,33 @@ MGDEF int mg_trainer_write_pipeline_trace(mg_trainer *tr, const char *path, char
 #ifndef MEGATRON_IMPLEMENTED
 #define MEGATRON_IMPLEMENTED
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 
+/* Line breaks in a message become blanks: one line, whatever a quoted file or path held. */
+static void mg__one_line(char *text) {
+    for (; *text; text++)
+        if (*text == '\n' || *text == '\r') *text = ' ';
+}
+
 /* One error line into err (what is wrong, what would be valid); returns -1. */
 static int mg__err(char *err, size_t errlen, const char *fmt, ...) {
     va_list ap;
-    char *c;
     if (!err || !errlen) return -1;
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
-    for (c = err; *c; c++)   /* one line, whatever a quoted file held */
-        if (*c == '\n' || *c == '\r') *c = ' ';
+    mg__one_line(err);
     return -1;
 }
 
@@ -2905,23 +2918,41 @@ typedef struct mg__flag {
 #define MG__OFF(field) offsetof(mg_train_args, field)
 #define MG__BIG 1e15
 /* The table is the one description of the command line: parsing, ranges, --help and the
-   configuration stored in checkpoints all read it. Section titles have type MG__F_HELP and
-   offset 0.                                                                                 */
+   configuration stored in checkpoints all read it. The flags come in Megatron-LM's argument
+   groups (arguments.py: network size, regularization, training, initialization, learning
+   rate, checkpointing, mixed precision, distributed, validation, data and dataloader,
+   logging; then ours: inference, device): a group heading has type MG__F_HELP, offset 0,
+   its title as name and a description (or "") as help. Every flag lies under one heading. */
 static const mg__flag mg__flags[] = {
-    {"model", MG__F_HELP, 0, NULL, 0, 0, "Model (optional with --init-from or --load, which "
-     "supply them; given ones must agree)"},
+    {"options", MG__F_HELP, 0, NULL, 0, 0, ""},
+    {"--help", MG__F_HELP, MG__OFF(help), NULL, 0, 0, "print this help and exit"},
+    {"network size", MG__F_HELP, 0, NULL, 0, 0, "the model; optional with --init-from or --load, "
+     "which supply it (flags given must agree)"},
     {"--num-layers", MG__F_INT, MG__OFF(num_layers), "N", 1, 1e6, "transformer layers"},
     {"--hidden-size", MG__F_INT, MG__OFF(hidden_size), "C", 1, 1e6, "hidden size"},
     {"--num-attention-heads", MG__F_INT, MG__OFF(num_attention_heads), "N", 1, 1e6,
      "attention heads (must divide --hidden-size)"},
-    {"--seq-length", MG__F_INT, MG__OFF(seq_length), "T", 1, 1e7,
-     "tokens per training sample (default: --max-position-embeddings of a loaded model)"},
     {"--max-position-embeddings", MG__F_INT, MG__OFF(max_position_embeddings), "N", 1, 1e7,
      "rows of the position embedding, >= --seq-length (default: --seq-length)"},
     {"--vocab-size", MG__F_INT, MG__OFF(vocab_size), "V", 2, 1 << 30,
      "vocabulary size; every token id of the data must be below it; padded to a multiple of "
      "128·t inside the model (t: --tensor-model-parallel-size)"},
-    {"batch", MG__F_HELP, 0, NULL, 0, 0, "Batch and length of the run"},
+    {"regularization", MG__F_HELP, 0, NULL, 0, 0, "AdamW with decoupled weight decay (none on "
+     "biases and layernorms), global-norm gradient clipping, dropout"},
+    {"--weight-decay", MG__F_FLOAT, MG__OFF(weight_decay), "WD", 0, 1e3,
+     "decoupled weight decay of the weights (default 0.01)"},
+    {"--clip-grad", MG__F_FLOAT, MG__OFF(clip_grad), "NORM", 0, 1e9,
+     "clip the global gradient norm to NORM; 0 disables (default 1.0)"},
+    {"--adam-beta1", MG__F_FLOAT, MG__OFF(adam_beta1), "B1", 0, 0.999999, "default 0.9"},
+    {"--adam-beta2", MG__F_FLOAT, MG__OFF(adam_beta2), "B2", 0, 0.999999, "default 0.999"},
+    {"--adam-eps", MG__F_FLOAT, MG__OFF(adam_eps), "EPS", 1e-30, 1, "default 1e-8"},
+    {"--hidden-dropout", MG__F_FLOAT, MG__OFF(hidden_dropout), "P", 0, 0.999999,
+     "dropout after the embedding and after attention-out and MLP-down, before the residual "
+     "add (default 0)"},
+    {"--attention-dropout", MG__F_FLOAT, MG__OFF(attention_dropout), "P", 0, 0.999999,
+     "dropout on the attention probabilities (default 0)"},
+    {"training", MG__F_HELP, 0, NULL, 0, 0, "the batch, the length of the run, activation "
+     "recomputation (losses and weights are bit-identical with and without it)"},
     {"--micro-batch-size", MG__F_INT, MG__OFF(micro_batch_size), "B", 1, 1e6,
      "sequences per microbatch (default 1)"},
     {"--global-batch-size", MG__F_INT, MG__OFF(global_batch_size), "N", 1, 1e9,
@@ -2929,8 +2960,23 @@ static const mg__flag mg__flags[] = {
      "global/micro microbatches (default: --micro-batch-size)"},
     {"--train-iters", MG__F_INT, MG__OFF(train_iters), "N", 0, MG__BIG,
      "iterations to train (required; 0: no training, e.g. to convert or sample)"},
-    {"optimizer", MG__F_HELP, 0, NULL, 0, 0, "Optimizer: AdamW, decoupled weight decay (none on "
-     "biases and layernorms), global-norm gradient clipping"},
+    {"--recompute-granularity", MG__F_CHOICE, MG__OFF(recompute_granularity),
+     "none|selective|full", 0, 0, "selective: recompute the attention core (scores, softmax, "
+     "dropout, ·V) in the backward instead of storing the attention probabilities; full: "
+     "recomputed layers keep only their input and re-run their forward (default none)"},
+    {"--recompute-method", MG__F_CHOICE, MG__OFF(recompute_method), "uniform|block", 0, 0,
+     "with full: uniform — every layer, in groups of --recompute-num-layers whose input alone is "
+     "kept; block — only the first --recompute-num-layers layers of each model chunk "
+     "(default uniform)"},
+    {"--recompute-num-layers", MG__F_INT, MG__OFF(recompute_num_layers), "N", 1, 1e6,
+     "with full: layers per group (uniform) or recomputed layers per chunk (block) (default 1)"},
+    {"initialization", MG__F_HELP, 0, NULL, 0, 0, ""},
+    {"--seed", MG__F_INT, MG__OFF(seed), "N", 0, 4294967295.0,
+     "initialisation, data order, dropout masks and sampling (default 1234)"},
+    {"--init-from", MG__F_STR, MG__OFF(init_from), "FILE", 0, 0,
+     "initial weights: an llm.c checkpoint, a Hugging Face GPT-2 model.safetensors (or its "
+     "directory), or a model.safetensors of our checkpoints; told apart by content"},
+    {"learning rate", MG__F_HELP, 0, NULL, 0, 0, "warm-up, then decay"},
     {"--lr", MG__F_FLOAT, MG__OFF(lr), "LR", 0, 1e3, "peak learning rate (required to train)"},
     {"--min-lr", MG__F_FLOAT, MG__OFF(min_lr), "LR", 0, 1e3, "learning rate at the end of the "
      "decay (default 0)"},
@@ -2940,53 +2986,34 @@ static const mg__flag mg__flags[] = {
      "linear warm-up from 0 over N iterations (default 0)"},
     {"--lr-decay-iters", MG__F_INT, MG__OFF(lr_decay_iters), "N", 1, MG__BIG,
      "iterations until --min-lr is reached (default: --train-iters)"},
-    {"--weight-decay", MG__F_FLOAT, MG__OFF(weight_decay), "WD", 0, 1e3,
-     "decoupled weight decay of the weights (default 0.01)"},
-    {"--clip-grad", MG__F_FLOAT, MG__OFF(clip_grad), "NORM", 0, 1e9,
-     "clip the global gradient norm to NORM; 0 disables (default 1.0)"},
-    {"--adam-beta1", MG__F_FLOAT, MG__OFF(adam_beta1), "B1", 0, 0.999999, "default 0.9"},
-    {"--adam-beta2", MG__F_FLOAT, MG__OFF(adam_beta2), "B2", 0, 0.999999, "default 0.999"},
-    {"--adam-eps", MG__F_FLOAT, MG__OFF(adam_eps), "EPS", 1e-30, 1, "default 1e-8"},
-    {"--seed", MG__F_INT, MG__OFF(seed), "N", 0, 4294967295.0,
-     "initialisation, data order, dropout masks and sampling (default 1234)"},
-    {"--hidden-dropout", MG__F_FLOAT, MG__OFF(hidden_dropout), "P", 0, 0.999999,
-     "dropout after the embedding and after attention-out and MLP-down, before the residual "
-     "add (default 0)"},
-    {"--attention-dropout", MG__F_FLOAT, MG__OFF(attention_dropout), "P", 0, 0.999999,
-     "dropout on the attention probabilities (default 0)"},
-    {"logging", MG__F_HELP, 0, NULL, 0, 0, "Logging and evaluation"},
-    {"--log-interval", MG__F_INT, MG__OFF(log_interval), "N", 1, MG__BIG,
-     "print the training line every N iterations (default 100)"},
-    {"--log-jsonl", MG__F_STR, MG__OFF(log_jsonl), "FILE",  0, 0,
-     "also append one JSON object per logged iteration to FILE"},
-    {"--eval-interval", MG__F_INT, MG__OFF(eval_interval), "N", 1, MG__BIG,
-     "validation loss every N iterations and at the end (default 1000)"},
-    {"--eval-iters", MG__F_INT, MG__OFF(eval_iters), "N", 0, MG__BIG,
-     "global batches per validation; 0 disables it (default 100)"},
-    {"--sample-tokens", MG__F_INT, MG__OFF(sample_tokens), "N", 0, 1e7,
-     "generate N tokens at the end and print them (default 0)"},
-    {"checkpoints", MG__F_HELP, 0, NULL, 0, 0, "Checkpoints"},
+    {"checkpointing", MG__F_HELP, 0, NULL, 0, 0, ""},
     {"--save", MG__F_STR, MG__OFF(save), "DIR", 0, 0,
      "save DIR/iter_NNNNNNN every --save-interval iterations and at the end"},
     {"--save-interval", MG__F_INT, MG__OFF(save_interval), "N", 1, MG__BIG,
      "iterations between checkpoints (needs --save)"},
     {"--load", MG__F_STR, MG__OFF(load), "DIR",  0, 0,
      "resume from the latest checkpoint in DIR (none there: start from scratch)"},
-    {"--init-from", MG__F_STR, MG__OFF(init_from), "FILE", 0, 0,
-     "initial weights: an llm.c checkpoint, a Hugging Face GPT-2 model.safetensors (or its "
-     "directory), or a model.safetensors of our checkpoints; told apart by content"},
     {"--export-hf", MG__F_STR, MG__OFF(export_hf), "DIR", 0, 0,
      "at the end, write DIR/model.safetensors + DIR/config.json for Hugging Face transformers"},
-    {"data", MG__F_HELP, 0, NULL, 0, 0, "Data"},
-    {"--data-path", MG__F_STR, MG__OFF(data_path), "PATH", 0, 0,
-     "a Megatron indexed dataset prefix (PATH.bin + PATH.idx) or an llm.c token file"},
-    {"--split", MG__F_STR, MG__OFF(split), "A,B,C", 0, 0,
-     "train,validation,test weights of the data's documents (default 969,30,1)"},
-    {"--data-order", MG__F_CHOICE, MG__OFF(data_order), "shuffled|sequential", 0, 0,
-     "shuffled: Megatron's GPTDataset order; sequential: sample i of iteration k is tokens "
-     "[(k*B+i)*T, (k*B+i)*T+T+1) of the split (default shuffled)"},
-    {"parallel", MG__F_HELP, 0, NULL, 0, 0, "Parallelism (launch with mpirun -np N; N = T x P x D: "
-     "D = N/(T*P) data-parallel replicas, each reading 1/D of every global batch)"},
+    {"mixed precision", MG__F_HELP, 0, NULL, 0, 0, "16-bit weights (a copy of the fp32 master "
+     "weights), activations and activation gradients; fp32 GEMM accumulation, gradients, Adam "
+     "moments, layernorm/softmax statistics and loss"},
+    {"--bf16", MG__F_SWITCH, MG__OFF(bf16), NULL, 0, 0, "bfloat16 storage"},
+    {"--fp16", MG__F_SWITCH, MG__OFF(fp16), NULL, 0, 0, "float16 storage with loss scaling "
+     "(dynamic unless --loss-scale)"},
+    {"--loss-scale", MG__F_FLOAT, MG__OFF(loss_scale), "X", 1e-30, 1e30,
+     "with --fp16: a constant loss scale instead of the dynamic one"},
+    {"--initial-loss-scale", MG__F_FLOAT, MG__OFF(initial_loss_scale), "X", 1e-30, 1e30,
+     "with --fp16: the dynamic scale's start (default 2^32)"},
+    {"--min-loss-scale", MG__F_FLOAT, MG__OFF(min_loss_scale), "X", 1e-30, 1e30,
+     "with --fp16: the dynamic scale's floor (default 1)"},
+    {"--loss-scale-window", MG__F_INT, MG__OFF(loss_scale_window), "N", 1, MG__BIG,
+     "with --fp16: double the scale after N iterations without inf/nan (default 1000)"},
+    {"--hysteresis", MG__F_INT, MG__OFF(hysteresis), "N", 1, 1e9,
+     "with --fp16: halve the scale from the N-th inf/nan iteration since the last growth on "
+     "(default 2)"},
+    {"distributed", MG__F_HELP, 0, NULL, 0, 0, "launch with mpirun -np N; N = T x P x D: D = "
+     "N/(T*P) data-parallel replicas, each reading 1/D of every global batch"},
     {"--tensor-model-parallel-size", MG__F_INT, MG__OFF(tensor_model_parallel_size), "T", 1,
      1024, "split every layer over T ranks: attention heads, MLP columns and vocabulary "
      "divided, Megatron's column/row-parallel layers (default 1)"},
@@ -3011,49 +3038,44 @@ static const mg__flag mg__flags[] = {
     {"--pipeline-trace", MG__F_STR, MG__OFF(pipeline_trace), "FILE", 0, 0,
      "write the measured time of every action of the last iteration to FILE (draw it: "
      "pipeline_sim --trace FILE --svg out.svg)"},
-    {"--comm-timeout", MG__F_FLOAT, MG__OFF(comm_timeout), "SECONDS", 1e-3, 1e9,
-     "a collective or pipeline transfer that waits longer than this stops the job with a "
-     "message naming the operation and group (default 600)"},
     {"--use-distributed-optimizer", MG__F_SWITCH, MG__OFF(use_distributed_optimizer), NULL, 0,
      0, "ZeRO-1: shard the AdamW moments over the D data-parallel replicas (reduce-scatter of "
      "the gradients, all-gather of the updated parameters)"},
     {"--bucket-size", MG__F_INT, MG__OFF(bucket_size), "N", 0, MG__BIG,
      "elements per data-parallel gradient-reduction bucket, each reduced while the backward "
      "goes on (default 0: Megatron's max(40M, 1M x D))"},
-    {"memory", MG__F_HELP, 0, NULL, 0, 0, "Activation recomputation (losses and weights are "
-     "bit-identical with and without it)"},
-    {"--recompute-granularity", MG__F_CHOICE, MG__OFF(recompute_granularity),
-     "none|selective|full", 0, 0, "selective: recompute the attention core (scores, softmax, "
-     "dropout, ·V) in the backward instead of storing the attention probabilities; full: "
-     "recomputed layers keep only their input and re-run their forward (default none)"},
-    {"--recompute-method", MG__F_CHOICE, MG__OFF(recompute_method), "uniform|block", 0, 0,
-     "with full: uniform — every layer, in groups of --recompute-num-layers whose input alone is "
-     "kept; block — only the first --recompute-num-layers layers of each model chunk "
-     "(default uniform)"},
-    {"--recompute-num-layers", MG__F_INT, MG__OFF(recompute_num_layers), "N", 1, 1e6,
-     "with full: layers per group (uniform) or recomputed layers per chunk (block) (default 1)"},
-    {"precision", MG__F_HELP, 0, NULL, 0, 0, "Mixed precision: 16-bit weights (a copy of the "
-     "fp32 master weights), activations and activation gradients; fp32 GEMM accumulation, "
-     "gradients, Adam moments, layernorm/softmax statistics and loss"},
-    {"--bf16", MG__F_SWITCH, MG__OFF(bf16), NULL, 0, 0, "bfloat16 storage"},
-    {"--fp16", MG__F_SWITCH, MG__OFF(fp16), NULL, 0, 0, "float16 storage with loss scaling "
-     "(dynamic unless --loss-scale)"},
-    {"--loss-scale", MG__F_FLOAT, MG__OFF(loss_scale), "X", 1e-30, 1e30,
-     "with --fp16: a constant loss scale instead of the dynamic one"},
-    {"--initial-loss-scale", MG__F_FLOAT, MG__OFF(initial_loss_scale), "X", 1e-30, 1e30,
-     "with --fp16: the dynamic scale's start (default 2^32)"},
-    {"--min-loss-scale", MG__F_FLOAT, MG__OFF(min_loss_scale), "X", 1e-30, 1e30,
-     "with --fp16: the dynamic scale's floor (default 1)"},
-    {"--loss-scale-window", MG__F_INT, MG__OFF(loss_scale_window), "N", 1, MG__BIG,
-     "with --fp16: double the scale after N iterations without inf/nan (default 1000)"},
-    {"--hysteresis", MG__F_INT, MG__OFF(hysteresis), "N", 1, 1e9,
-     "with --fp16: halve the scale from the N-th inf/nan iteration since the last growth on "
-     "(default 2)"},
-    {"device", MG__F_HELP, 0, NULL, 0, 0, "Device"},
+    {"--comm-timeout", MG__F_FLOAT, MG__OFF(comm_timeout), "SECONDS", 1e-3, 1e9,
+     "a collective or pipeline transfer that waits longer than this stops the job with a "
+     "message naming the operation and group (default 600)"},
+    {"validation", MG__F_HELP, 0, NULL, 0, 0, "the loss on the validation part of --split; a "
+     "data set too small to give that part a document (or one sample) trains without "
+     "validation, as Megatron-LM does, and one line says so"},
+    {"--eval-interval", MG__F_INT, MG__OFF(eval_interval), "N", 1, MG__BIG,
+     "validation loss every N iterations and at the end (default 1000)"},
+    {"--eval-iters", MG__F_INT, MG__OFF(eval_iters), "N", 0, MG__BIG,
+     "global batches per validation; 0 disables it (default 100)"},
+    {"data and dataloader", MG__F_HELP, 0, NULL, 0, 0, ""},
+    {"--data-path", MG__F_STR, MG__OFF(data_path), "PATH", 0, 0,
+     "a Megatron indexed dataset prefix (PATH.bin + PATH.idx) or an llm.c token file"},
+    {"--split", MG__F_STR, MG__OFF(split), "A,B,C", 0, 0,
+     "train,validation,test weights of the data's documents (default 969,30,1)"},
+    {"--seq-length", MG__F_INT, MG__OFF(seq_length), "T", 1, 1e7,
+     "tokens per training sample (default: --max-position-embeddings of a loaded model)"},
+    {"--data-order", MG__F_CHOICE, MG__OFF(data_order), "shuffled|sequential", 0, 0,
+     "shuffled: Megatron's GPTDataset order; sequential: sample i of iteration k is tokens "
+     "[(k*B+i)*T, (k*B+i)*T+T+1) of the split (default shuffled)"},
+    {"logging", MG__F_HELP, 0, NULL, 0, 0, ""},
+    {"--log-interval", MG__F_INT, MG__OFF(log_interval), "N", 1, MG__BIG,
+     "print the training line every N iterations (default 100)"},
+    {"--log-jsonl", MG__F_STR, MG__OFF(log_jsonl), "FILE",  0, 0,
+     "also append one JSON object per logged iteration to FILE"},
+    {"inference", MG__F_HELP, 0, NULL, 0, 0, ""},
+    {"--sample-tokens", MG__F_INT, MG__OFF(sample_tokens), "N", 0, 1e7,
+     "generate N tokens at the end and print them (default 0)"},
+    {"device", MG__F_HELP, 0, NULL, 0, 0, ""},
     {"--device", MG__F_CHOICE, MG__OFF(device), "auto|cpu|cuda", 0, 0,
      "auto: the GPU when built by nvcc and one is present, else the CPU (default auto; "
      "OMP_NUM_THREADS sets the CPU threads)"},
-    {"--help", MG__F_HELP, MG__OFF(help), NULL, 0, 0, "print this help and exit"},
 };
 #define MG__NFLAGS ((int)(sizeof mg__flags / sizeof mg__flags[0]))
 typedef char mg__flags_fit_given[MG__NFLAGS <= 128 ? 1 : -1]; /* mg_train_args.given[128] */
@@ -3097,15 +3119,15 @@ MGDEF int mg_train_flag_given(const mg_train_args *a, const char *flag) {
     return i >= 0 && a->given[i];
 }
 
-/* Index of value among the "a|b|c" choices, or -1. */
-static int mg__choice(const char *choices, const char *value) {
+/* Index of value among the "a|b|c" choices (nocase: ignoring upper/lower case), or -1. */
+static int mg__choice(const char *choices, const char *value, int nocase) {
     int idx = 0;
     size_t n = strlen(value);
     const char *p = choices;
     while (*p) {
         const char *bar = strchr(p, '|');
         size_t len = bar ? (size_t)(bar - p) : strlen(p);
-        if (len == n && !strncmp(p, value, n)) return idx;
+        if (len == n && !(nocase ? strncasecmp(p, value, n) : strncmp(p, value, n))) return idx;
         idx++;
         if (!bar) break;
         p = bar + 1;
@@ -3113,85 +3135,203 @@ static int mg__choice(const char *choices, const char *value) {
     return -1;
 }
 
+/* What a flag's value must be, for messages: "B, a whole number in 1 … 1000000",
+   "LR, a number >= 0", "one of constant|linear|cosine", "DIR". */
+static void mg__expects(const mg__flag *f, char *out, size_t cap) {
+    const char *kind = f->type == MG__F_INT ? "a whole number" : "a number";
+    if (f->type == MG__F_CHOICE) snprintf(out, cap, "one of %s", f->metavar);
+    else if (f->type != MG__F_INT && f->type != MG__F_FLOAT) snprintf(out, cap, "%s", f->metavar);
+    else if (f->hi >= MG__BIG) snprintf(out, cap, "%s, %s >= %g", f->metavar, kind, f->lo);
+    else if (f->type == MG__F_INT) snprintf(out, cap, "%s, %s in %.0f … %.0f", f->metavar, kind,
+                                            f->lo, f->hi);
+    else if (f->hi == 0.999999)   /* the table's bound for [lo, 1): probabilities, betas */
+        snprintf(out, cap, "%s, %s >= %g and below 1", f->metavar, kind, f->lo);
+    else snprintf(out, cap, "%s, %s in %g … %g", f->metavar, kind, f->lo, f->hi);
+}
+
+/* Edit distance (insertions, deletions, substitutions) of two short strings. */
+static int mg__edit_distance(const char *x, const char *y) {
+    int row[64], i, j, nx = (int)strlen(x), ny = (int)strlen(y);
+    if (nx > 63 || ny > 63) return 99;
+    for (j = 0; j <= ny; j++) row[j] = j;
+    for (i = 1; i <= nx; i++) {
+        int diag = row[0];                     /* distance of x[0..i-1) and y[0..j-1) */
+        row[0] = i;
+        for (j = 1; j <= ny; j++) {
+            int up = row[j], best = diag + (x[i - 1] != y[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[ny];
+}
+
+/* Words of a flag name ("--lr-decay-style": lr, decay, style) that the other name holds too. */
+static int mg__shared_words(const char *typed, const char *name, int *n_typed) {
+    char words[64], *w, *save = NULL;
+    int shared = 0;
+    snprintf(words, sizeof words, "%s", typed);
+    *n_typed = 0;
+    for (w = strtok_r(words, "-_", &save); w; w = strtok_r(NULL, "-_", &save)) {
+        const char *at = name, *hit;
+        size_t n = strlen(w);
+        (*n_typed)++;
+        while ((hit = strstr(at, w)) && !((hit[-1] == '-') && (hit[n] == '-' || !hit[n])))
+            at = hit + 1;
+        shared += hit != NULL;
+    }
+    return shared;
+}
+
+/* " did you mean --a or --b?" for an unknown flag, or "": the flags within a small edit
+   distance (a typo, '_' for '-'), else those it begins (--lr-decay: --lr-decay-style,
+   --lr-decay-iters), else those holding all its words (--tensor-parallel:
+   --tensor-model-parallel-size). At most three, in the table's order. */
+static void mg__suggest_flag(const char *name, char *out, size_t cap) {
+    int score[MG__NFLAGS], i, best = 99, n = 0, rule;
+    char typed[64];
+    size_t len, used;
+    for (len = 0; name[len] && len + 1 < sizeof typed; len++)   /* --Num_Layers: --num-layers */
+        typed[len] = name[len] == '_' ? '-' : (char)tolower((unsigned char)name[len]);
+    typed[len] = 0;
+    for (rule = 0; rule < 3 && best == 99; rule++)
+        for (i = 0; i < MG__NFLAGS; i++) {
+            const mg__flag *f = &mg__flags[i];
+            int words = 0, d;
+            score[i] = 99;
+            if (f->type == MG__F_HELP && f->offset == 0) continue;
+            if (!strcmp(name, f->name)) continue;
+            if (rule == 0 && (d = mg__edit_distance(typed, f->name)) <=
+                             (len > 16 ? 3 : len > 10 ? 2 : 1))
+                score[i] = d;
+            if (rule == 1 && len > 3 && !strncmp(typed, f->name, len)) score[i] = 0;
+            if (rule == 2 && mg__shared_words(typed, f->name, &words) == words && words > 1)
+                score[i] = 0;
+            if (score[i] < best) best = score[i];
+        }
+    out[0] = 0;
+    for (i = 0, used = 0; i < MG__NFLAGS && n < 3 && best < 99; i++)
+        if (score[i] == best) {
+            used += (size_t)snprintf(out + used, used < cap ? cap - used : 0, "%s%s", n == 0 ?
+                                     "; did you mean " : " or ", mg__flags[i].name);
+            n++;
+        }
+    if (n && used + 1 < cap) snprintf(out + used, cap - used, "?");
+}
+
 static int mg__set_flag(mg_train_args *a, const mg__flag *f, const char *v, char *err,
                         size_t errlen) {
-    char *end = NULL;
+    char *end = NULL, want[160];
     char *field = (char *)a + f->offset;
+    mg__expects(f, want, sizeof want);
+    if (!v[0])
+        return mg__err(err, errlen, "%s: empty value (expected %s)", f->name, want);
     if (f->type == MG__F_STR) {
-        if (!v[0])
-            return mg__err(err, errlen, "%s: empty value (expected %s)", f->name, f->metavar);
         *(const char **)field = v;
         return 0;
     }
     if (f->type == MG__F_CHOICE) {
-        int c = mg__choice(f->metavar, v);
-        if (c < 0)
-            return mg__err(err, errlen, "%s %s: invalid choice (expected one of %s)", f->name, v,
-                           f->metavar);
-        *(int *)field = c;
-        return 0;
+        int c = mg__choice(f->metavar, v, 0);
+        char lower[64];
+        size_t k;
+        if (c >= 0) {
+            *(int *)field = c;
+            return 0;
+        }
+        for (k = 0; v[k] && k + 1 < sizeof lower; k++) lower[k] = (char)tolower((unsigned char)v[k]);
+        lower[k] = 0;
+        if (mg__choice(f->metavar, v, 1) >= 0)
+            return mg__err(err, errlen, "%s %s: invalid choice (expected %s; did you mean %s?)",
+                           f->name, v, want, lower);
+        return mg__err(err, errlen, "%s %s: invalid choice (expected %s)", f->name, v, want);
     }
     errno = 0;
     if (f->type == MG__F_INT) {
         long long x = strtoll(v, &end, 10);
-        if (!v[0] || *end || errno)
-            return mg__err(err, errlen, "%s %s: not an integer (expected %s, a whole number)",
-                           f->name, v, f->metavar);
+        if (*end || errno)
+            return mg__err(err, errlen, "%s %s: not an integer (expected %s)", f->name, v, want);
         if ((double)x < f->lo || (double)x > f->hi)
-            return mg__err(err, errlen, "%s %s: out of range (expected %.17g … %.17g)", f->name,
-                           v, f->lo, f->hi);
+            return mg__err(err, errlen, "%s %s: out of range (expected %s)", f->name, v, want);
         *(int64_t *)field = x;
     } else {
         double x = strtod(v, &end);
-        if (!v[0] || *end || errno || !isfinite(x))
-            return mg__err(err, errlen, "%s %s: not a number (expected %s, e.g. 3e-4)", f->name,
-                           v, f->metavar);
+        if (*end || errno || !isfinite(x))
+            return mg__err(err, errlen, "%s %s: not a number (expected %s, e.g. %s)", f->name, v,
+                           want, f->lo > 0 ? "1e-8" : "3e-4");
         if (x < f->lo || x > f->hi)
-            return mg__err(err, errlen, "%s %s: out of range (expected %g … %g)", f->name, v,
-                           f->lo, f->hi);
+            return mg__err(err, errlen, "%s %s: out of range (expected %s)", f->name, v, want);
         *(double *)field = x;
     }
     return 0;
+}
+
+/* The flag named by arg ("--name" or "--name=value"), or -1; *eq at the '=' or NULL. */
+static int mg__arg_flag(const char *arg, const char **eq) {
+    char name[64];
+    *eq = strchr(arg, '=');
+    snprintf(name, sizeof name, "%.*s", *eq ? (int)(*eq - arg) : (int)strlen(arg), arg);
+    return strncmp(arg, "--", 2) || !strcmp(name, "--help") ? -1 : mg__flag_index(name);
 }
 
 MGDEF int mg_train_parse(mg_train_args *a, int argc, char **argv, char *err, size_t errlen) {
     int i;
     for (i = 1; i < argc; i++) {
         const char *arg = argv[i], *value, *eq;
-        char name[64];
+        char name[64], hint[200], want[160];
         int k;
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) { a->help = 1; continue; }
-        if (strncmp(arg, "--", 2))
-            return mg__err(err, errlen, "unexpected argument '%s' (every option is --name value;"
-                           " see --help)", arg);
-        eq = strchr(arg, '=');
+        if (strncmp(arg, "--", 2)) {   /* a word where a flag belongs */
+            const char *eq2;
+            snprintf(name, sizeof name, "-%s", arg);           /* -lr: --lr */
+            if (arg[0] == '-' && mg__arg_flag(name, &eq2) >= 0)
+                return mg__err(err, errlen, "unexpected argument '%s' (flags start with two "
+                               "dashes: did you mean -%s?)", arg, arg);
+            snprintf(name, sizeof name, "--%s", arg);          /* lr: --lr */
+            if (mg__arg_flag(name, &eq2) >= 0)
+                return mg__err(err, errlen, "unexpected argument '%s' (did you mean --%s?)", arg,
+                               arg);
+            if (i > 1 && (k = mg__arg_flag(argv[i - 1], &eq2)) >= 0 &&
+                mg__flags[k].type == MG__F_SWITCH)
+                return mg__err(err, errlen, "unexpected argument '%s' after %s, which takes no "
+                               "value (give the flag alone to turn it on)", arg, argv[i - 1]);
+            return mg__err(err, errlen, "unexpected argument '%s' (flags are --name VALUE or "
+                           "--name=VALUE; see --help)", arg);
+        }
+        k = mg__arg_flag(arg, &eq);
         snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - arg) : (int)strlen(arg), arg);
-        k = mg__flag_index(name);
-        if (k < 0 || !strcmp(name, "--help"))
-            return mg__err(err, errlen, "unknown option %s (see --help for the list)", name);
+        if (!strcmp(name, "--help"))
+            return mg__err(err, errlen, "--help takes no value (give it alone)");
+        if (k < 0) {
+            mg__suggest_flag(name, hint, sizeof hint);
+            return mg__err(err, errlen, "unknown flag %s%s (see --help for every flag)", name, hint);
+        }
         if (mg__flags[k].type == MG__F_SWITCH) {
-            if (eq) return mg__err(err, errlen, "%s takes no value", name);
+            if (eq) return mg__err(err, errlen, "%s takes no value (give the flag alone to turn "
+                                   "it on)", name);
             *(int *)((char *)a + mg__flags[k].offset) = 1;
             a->given[k] = 1;
             continue;
         }
+        mg__expects(&mg__flags[k], want, sizeof want);
         if (eq) value = eq + 1;
-        else if (i + 1 < argc) value = argv[++i];
-        else return mg__err(err, errlen, "%s needs a value (%s)", name, mg__flags[k].metavar);
+        else if (i + 1 < argc && !(argv[i + 1][0] == '-' && argv[i + 1][1] == '-'))
+            value = argv[++i];
+        else if (i + 1 < argc)     /* the next word is a flag: this one lost its value */
+            return mg__err(err, errlen, "%s needs a value before %s (expected %s)", name,
+                           argv[i + 1], want);
+        else return mg__err(err, errlen, "%s needs a value (expected %s)", name, want);
         if (mg__set_flag(a, &mg__flags[k], value, err, errlen)) return -1;
         a->given[k] = 1;
     }
     return 0;
 }
 
-/* "  LEFT   help text" with the help wrapped at 96 columns under its own indent. */
-static void mg__print_wrapped(FILE *out, const char *left, const char *text) {
-    const int indent = 36, width = 96;
-    int col, first = 1;
-    fprintf(out, "  %-33s", left);
-    col = 2 + (int)(strlen(left) > 33 ? strlen(left) : 33);
-    if (col >= indent) { fprintf(out, "\n%*s", indent, ""); col = indent; }
-    else { fprintf(out, "%*s", indent - col, ""); col = indent; }
+/* text from column `indent` on (the cursor is there), wrapped at 96 columns under it. */
+static void mg__print_wrapped_text(FILE *out, int indent, const char *text) {
+    const int width = 96;
+    int col = indent, first = 1;
     while (*text) {
         const char *sp = strchr(text, ' ');
         int n = sp ? (int)(sp - text) : (int)strlen(text);
@@ -3205,6 +3345,30 @@ static void mg__print_wrapped(FILE *out, const char *left, const char *text) {
     }
     fputc('\n', out);
 }
+/* "  LEFT   help text" with the help wrapped at 96 columns under its own indent. */
+static void mg__print_wrapped(FILE *out, const char *left, const char *text) {
+    const int indent = 36;
+    fprintf(out, "  %-33s", left);
+    if (strlen(left) > 33) fprintf(out, "\n%*s", indent, "");   /* too long: help below */
+    else fprintf(out, " ");
+    mg__print_wrapped_text(out, indent, text);
+}
+
+MGDEF const char *mg_train_flag_name(int i, const char **group) {
+    int k, n = 0;
+    const char *heading = NULL;
+    for (k = 0; k < MG__NFLAGS; k++) {
+        if (mg__flags[k].type == MG__F_HELP && mg__flags[k].offset == 0) {
+            heading = mg__flags[k].name;
+            continue;
+        }
+        if (n++ == i) {
+            if (group) *group = heading;
+            return mg__flags[k].name;
+        }
+    }
+    return NULL;
+}
 
 MGDEF void mg_train_print_help(FILE *out, const char *prog) {
     int i;
@@ -3215,8 +3379,12 @@ MGDEF void mg_train_print_help(FILE *out, const char *prog) {
     for (i = 0; i < MG__NFLAGS; i++) {
         const mg__flag *f = &mg__flags[i];
         char left[96];
-        if (f->type == MG__F_HELP && f->offset == 0) {
-            fprintf(out, "\n%s:\n", f->help);
+        if (f->type == MG__F_HELP && f->offset == 0) {   /* a group, argparse's way */
+            fprintf(out, "\n%s:\n", f->name);
+            if (f->help[0]) {
+                fprintf(out, "  ");
+                mg__print_wrapped_text(out, 2, f->help);
+            }
             continue;
         }
         if (f->metavar) snprintf(left, sizeof left, "%s %s", f->name, f->metavar);
@@ -3262,14 +3430,15 @@ static int mg__check_output(const char *flag, const char *path, int want_dir, ch
     struct stat st;
     if (stat(path, &st) == 0) {
         if (want_dir && !S_ISDIR(st.st_mode))
-            return mg__err(err, errlen, "%s %s: exists and is not a directory", flag, path);
+            return mg__err(err, errlen, "%s %s: exists and is not a directory (give a directory, "
+                           "or a new name to create one)", flag, path);
         if (!want_dir && S_ISDIR(st.st_mode))
             return mg__err(err, errlen, "%s %s: is a directory (expected a file name)", flag, path);
         return 0;
     }
     if (!mg__parent_is_dir(path))
-        return mg__err(err, errlen, "%s %s: the directory it would be created in does not exist",
-                       flag, path);
+        return mg__err(err, errlen, "%s %s: the directory it would be created in does not exist "
+                       "(create that first, or give a path in an existing directory)", flag, path);
     return 0;
 }
 
@@ -3437,8 +3606,11 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
                        a->min_lr, a->lr);
     if (a->global_batch_size % a->micro_batch_size)
         return mg__err(err, errlen, "--global-batch-size %lld is not a multiple of "
-                       "--micro-batch-size %lld", (long long)a->global_batch_size,
-                       (long long)a->micro_batch_size);
+                       "--micro-batch-size %lld (gradients accumulate over whole microbatches: "
+                       "use a multiple of %lld, e.g. %lld)", (long long)a->global_batch_size,
+                       (long long)a->micro_batch_size, (long long)a->micro_batch_size,
+                       (long long)((a->global_batch_size / a->micro_batch_size + 1) *
+                                   a->micro_batch_size));
     if (a->lr_decay_style != MG_LR_CONSTANT && a->train_iters > 0) {
         int64_t decay = a->lr_decay_iters ? a->lr_decay_iters : a->train_iters;
         if (a->lr_warmup_iters >= decay)
@@ -3452,8 +3624,10 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
     if (a->recompute_granularity != MG_RECOMPUTE_FULL &&
         (mg_train_flag_given(a, "--recompute-method") ||
          mg_train_flag_given(a, "--recompute-num-layers")))
-        return mg__err(err, errlen, "--recompute-method and --recompute-num-layers apply to "
-                       "--recompute-granularity full only");
+        return mg__err(err, errlen, "%s applies to --recompute-granularity full only (add "
+                       "--recompute-granularity full, or leave it out)",
+                       mg_train_flag_given(a, "--recompute-method") ? "--recompute-method" :
+                       "--recompute-num-layers");
     if (a->recompute_num_layers > 0 && a->num_layers > 0 &&
         a->recompute_num_layers > a->num_layers)
         return mg__err(err, errlen, "--recompute-num-layers %lld: must be 1 … --num-layers %lld",
@@ -3489,8 +3663,59 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
         mg__check_output("--pipeline-trace", a->pipeline_trace, 0, err, errlen)) return -1;
     if (a->export_hf && mg__check_output("--export-hf", a->export_hf, 1, err, errlen)) return -1;
     if (a->load && !mg__is_dir(a->load) && !mg__parent_is_dir(a->load))
-        return mg__err(err, errlen, "--load %s: neither a directory nor a place one could be",
+        return mg__err(err, errlen, "--load %s: no such directory, nor the directory it would "
+                       "be in (give a checkpoint directory, or a new one to start from scratch)",
                        a->load);
+    return 0;
+}
+
+/* "1 document", "20 documents" (or sequences, where a document holds several: the split
+   counts sequences, which Megatron's GPTDataset calls documents).                           */
+static const char *mg__units(const mg_dataset *ds, int64_t n) {
+    int docs = ds->n_documents == ds->n_sequences;
+    return n == 1 ? (docs ? "document" : "sequence") : (docs ? "documents" : "sequences");
+}
+
+/* The validation sampler, Megatron-LM's way: a validation part that gets no sequence (a small
+   dataset under the default --split 969,30,1) or fewer tokens than one sample builds no
+   validation set; the run trains and skips every evaluation (each --eval-interval and the
+   final one), and tr->valid_note says why in one line. A --split that gives validation no
+   weight skips it too, with a note only when --eval-interval or --eval-iters asked for it. */
+static int mg__setup_valid(mg_trainer *tr, const mg_sampler_desc *sd, double weight, char *err,
+                           size_t errlen) {
+    const mg_train_args *a = &tr->args;
+    const mg_dataset *ds = &tr->data;
+    int64_t S = ds->n_sequences, n = mg_split_count(a->split, MG_SPLIT_VALID, S);
+    char why[MG_ERRLEN], hold_out[160] = "";
+    if (weight <= 0) {
+        if (mg_train_flag_given(a, "--eval-interval") || mg_train_flag_given(a, "--eval-iters"))
+            snprintf(tr->valid_note, sizeof tr->valid_note, "validation skipped: --split %s "
+                     "gives the validation part no weight, so --eval-interval and --eval-iters "
+                     "do nothing (give it a share, e.g. --split 98,2,0)", a->split);
+    } else if (n == 0) {
+        if (S >= 2)   /* weights S-1, 1, 0: the last sequence alone is the validation part */
+            snprintf(hold_out, sizeof hold_out, ", or a larger validation share (--split "
+                     "%lld,1,0 holds out 1 of these %lld)", (long long)(S - 1), (long long)S);
+        snprintf(tr->valid_note, sizeof tr->valid_note, "validation skipped: --split %s gives "
+                 "the validation part none of the %lld %s of %s; a validation set needs %lld or "
+                 "more %s with this split%s", a->split, (long long)S, mg__units(ds, S),
+                 a->data_path, (long long)mg_split_min_sequences(a->split, MG_SPLIT_VALID),
+                 mg__units(ds, 2), S >= 2 ? hold_out : " (one cannot be split)");
+    } else if (mg_sampler_init(&tr->valid_smp, ds, sd, why, sizeof why)) {
+        return mg__err(err, errlen, "--data-path %s, validation part (%lld samples: --eval-iters "
+                       "x --global-batch-size per validation): %s", a->data_path,
+                       (long long)sd->n_samples, why);
+    } else if (tr->valid_smp.part_tokens < (int64_t)tr->cfg.seq_len + 1) {
+        snprintf(tr->valid_note, sizeof tr->valid_note, "validation skipped: the validation "
+                 "part of --split %s (%lld of the %lld %s of %s) holds %lld tokens, fewer than "
+                 "one sample needs (--seq-length + 1 = %d); more data or a larger validation "
+                 "share give one", a->split, (long long)n, (long long)S, mg__units(ds, S),
+                 a->data_path, (long long)tr->valid_smp.part_tokens, tr->cfg.seq_len + 1);
+        mg_sampler_free(&tr->valid_smp);
+    } else {
+        tr->has_valid = 1;
+    }
+    mg__one_line(tr->valid_note);
     return 0;
 }
 
@@ -3510,8 +3735,8 @@ static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
         return mg__err(err, errlen, "--data-path %s: token id %lld is outside the vocabulary "
                        "(--vocab-size %d: ids 0 … %d)", a->data_path,
                        (long long)(lo < 0 ? lo : hi), tr->cfg.vocab_size, tr->cfg.vocab_size - 1);
-    if (mg_split_parse(a->split, weights, why, sizeof why))
-        return mg__err(err, errlen, "--split %s: %s", a->split, why);
+    if (mg_split_parse(a->split, weights, why, sizeof why))   /* its message names --split */
+        return mg__err(err, errlen, "%s", why);
     mg_data_num_samples(a->train_iters, a->global_batch_size, a->eval_interval, a->eval_iters,
                         counts);
     memset(&sd, 0, sizeof sd);
@@ -3523,25 +3748,23 @@ static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
         sd.part = MG_SPLIT_TRAIN;
         sd.n_samples = counts[0];
         if (weights[0] <= 0)
-            return mg__err(err, errlen, "--split %s gives the training part no data", a->split);
+            return mg__err(err, errlen, "--split %s gives the training part no weight (the "
+                           "first number is the training share, e.g. --split 98,2,0)", a->split);
         if (mg_sampler_init(&tr->train_smp, &tr->data, &sd, why, sizeof why))
-            return mg__err(err, errlen, "--data-path %s, training part: %s", a->data_path, why);
+            return mg__err(err, errlen, "--data-path %s, training part (%lld samples: "
+                           "--train-iters x --global-batch-size): %s", a->data_path,
+                           (long long)counts[0], why);
         if (tr->train_smp.part_tokens < (int64_t)tr->cfg.seq_len + 1)
             return mg__err(err, errlen, "--data-path %s: the training part holds %lld tokens, "
-                           "fewer than one sample needs (--seq-length + 1 = %d)", a->data_path,
-                           (long long)tr->train_smp.part_tokens, tr->cfg.seq_len + 1);
+                           "fewer than one sample needs (--seq-length + 1 = %d); --seq-length "
+                           "%lld or less, or more data, fits", a->data_path,
+                           (long long)tr->train_smp.part_tokens, tr->cfg.seq_len + 1,
+                           (long long)tr->train_smp.part_tokens - 1);
     }
-    if (a->eval_iters > 0 && weights[1] > 0) {
+    if (a->eval_iters > 0) {
         sd.part = MG_SPLIT_VALID;
         sd.n_samples = counts[1];
-        if (mg_sampler_init(&tr->valid_smp, &tr->data, &sd, why, sizeof why))
-            return mg__err(err, errlen, "--data-path %s, validation part: %s", a->data_path, why);
-        tr->has_valid = 1;
-        if (tr->valid_smp.part_tokens < (int64_t)tr->cfg.seq_len + 1)
-            return mg__err(err, errlen, "--data-path %s: the validation part of --split %s "
-                           "holds %lld tokens, fewer than one sample needs (--seq-length + 1 = "
-                           "%d); use --eval-iters 0 or give it more", a->data_path, a->split,
-                           (long long)tr->valid_smp.part_tokens, tr->cfg.seq_len + 1);
+        return mg__setup_valid(tr, &sd, weights[1], err, errlen);
     }
     return 0;
 }
@@ -3648,8 +3871,8 @@ static int mg__pipe_configure(mg_trainer *tr, char *err, size_t errlen) {
     }
     if (L % p)
         return mg__err(err, errlen, "--num-layers %d is not divisible by "
-                       "--pipeline-model-parallel-size %d (each stage holds layers/p layers)",
-                       L, p);
+                       "--pipeline-model-parallel-size %d (each stage holds layers/p layers: "
+                       "use a multiple of %d, e.g. --num-layers %d)", L, p, p, (L / p + 1) * p);
     if (K_given) {
         int64_t K = a->num_layers_per_virtual_pipeline_stage;
         if ((L / p) % K)
@@ -3865,7 +4088,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     int64_t src[6], arch[6], load_iter = 0;
     const int64_t *srcp = NULL;
     const char *src_name = NULL, *weights_from = args->init_from;
-    char path[1100], srcdesc[1200], release[1100];
+    char path[1100], srcdesc[1200], release[1100], why[MG_ERRLEN];
     int has_ckpt = 0, has_weights = 0, agreed = 0, rc, tp, tp_rank = 0, pp_rank = 0, n_slots = 1;
     int split = 0;
     mg_gpt_layout layout;
@@ -3883,15 +4106,25 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     if (a->lr < 0) a->lr = 0;                       /* no training: no learning rate needed */
     /* architecture: the checkpoint to resume, else the weights to start from, else flags */
     if (a->load) {
-        rc = mg__latest_iteration(a->load, &load_iter, err, errlen);
-        if (rc < 0) goto fail;
+        rc = mg__latest_iteration(a->load, &load_iter, why, sizeof why);
+        if (rc < 0) { mg__err(err, errlen, "--load %s: %s", a->load, why); goto fail; }
         if (rc == 2) {   /* Megatron's 'release': its weights, from iteration 0 (as --init-from) */
             snprintf(release, sizeof release, "%s/release", a->load);
             weights_from = release;
         }
         if (rc == 1) {
             snprintf(path, sizeof path, "%s/iter_%07lld/state.json", a->load, (long long)load_iter);
-            if (mg__read_state(path, load_iter, &st, err, errlen)) goto fail;
+            if (access(path, F_OK) != 0) {
+                mg__err(err, errlen, "--load %s: latest_checkpointed_iteration.txt names iteration "
+                        "%lld, but %s does not exist (a checkpoint moved or cut short: write an "
+                        "iteration that is there into that file)", a->load, (long long)load_iter,
+                        path);
+                goto fail;
+            }
+            if (mg__read_state(path, load_iter, &st, why, sizeof why)) {
+                mg__err(err, errlen, "--load %s: %s", a->load, why);
+                goto fail;
+            }
             has_ckpt = 1;
             srcp = st.arch;
             src_name = path;
@@ -3902,8 +4135,10 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
                 goto fail;
             }
             if (mg_train_flag_given(a, "--data-order") && st.data_order != a->data_order) {
-                mg__err(err, errlen, "--data-order differs from the checkpoint's (leave it out "
-                        "to resume)");
+                mg__err(err, errlen, "--data-order %s differs from the checkpoint's %s (the "
+                        "samples would change; leave --data-order out to resume)",
+                        a->data_order == MG_ORDER_SEQUENTIAL ? "sequential" : "shuffled",
+                        st.data_order == MG_ORDER_SEQUENTIAL ? "sequential" : "shuffled");
                 goto fail;
             }
             a->seed = st.seed;
@@ -3911,7 +4146,13 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         }
     }
     if (!has_ckpt && weights_from) {
-        if (mg_weights_open(&wf, weights_from, err, errlen)) goto fail;
+        if (mg_weights_open(&wf, weights_from, why, sizeof why)) {
+            mg__err(err, errlen, "%s %s: %s%s", weights_from == a->init_from ? "--init-from" :
+                    "--load", weights_from == a->init_from ? a->init_from : a->load, why,
+                    strstr(why, "cannot open") ? " (expected an llm.c checkpoint, a "
+                    "model.safetensors, or a directory holding one)" : "");
+            goto fail;
+        }
         has_weights = 1;
         src[0] = wf.cfg.n_layer; src[1] = wf.cfg.hidden; src[2] = wf.cfg.n_head;
         src[3] = 0; src[4] = wf.cfg.max_pos; src[5] = wf.cfg.vocab_size;
@@ -4004,9 +4245,13 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
         if (a->device != MG_DEVICE_CUDA && !mg_cuda_available() && phys > 0 && (double)bytes > phys)
             { mg__err(err, errlen, "the model needs %.2f GiB of memory (parameters, optimizer "
-                      "state, activations of --micro-batch-size %lld), more than the %.2f GiB "
-                      "of this machine", bytes / 1073741824.0, (long long)a->micro_batch_size,
-                      phys / 1073741824.0); goto fail; }
+                      "state, activations of --micro-batch-size %lld, buffers of the %d "
+                      "microbatches of --global-batch-size %lld), more than the %.2f GiB of "
+                      "this machine (a smaller --hidden-size, --num-layers, --micro-batch-size or "
+                      "--global-batch-size, or more ranks with --tensor-model-parallel-size or "
+                      "--pipeline-model-parallel-size, needs less)", bytes / 1073741824.0,
+                      (long long)a->micro_batch_size, tr->n_micro,
+                      (long long)a->global_batch_size, phys / 1073741824.0); goto fail; }
     }
     if (mg__setup_data(tr, err, errlen)) goto fail;
     if (mg__agree(tr->comm, 0, err, errlen)) { agreed = 1; goto fail; }   /* another rank's */
@@ -4054,7 +4299,10 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     tr->sched.style = (mg_lr_style)a->lr_decay_style;
     mg_gpt_init_weights(&tr->model, (uint64_t)a->seed);
     if (has_ckpt) {
-        if (mg_trainer_load(tr, a->load, err, errlen) < 0) goto fail;
+        if (mg_trainer_load(tr, a->load, why, sizeof why) < 0) {
+            mg__err(err, errlen, "--load %s: %s", a->load, why);
+            goto fail;
+        }
     } else if (has_weights) {
         if (mg_gpt_import(&tr->model, &wf, err, errlen)) goto fail;
         mg_weights_close(&wf);

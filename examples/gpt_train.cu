@@ -2,7 +2,8 @@
    × d data-parallel ranks under mpirun (d = ranks / (t·p)).
 
    Built by make as build/gpt_train (cc -x c: the CPU) and build/gpt_train_cuda (nvcc: the GPU
-   when present, else the CPU). Megatron-LM's flag names; `gpt_train --help` lists them all.
+   when present, else the CPU). Megatron-LM's flag names; `gpt_train --help` lists them all in
+   Megatron-LM's argument groups (network size, regularization, training, …).
 
        build/gpt_train --data-path data/tiny --vocab-size 256 --num-layers 4 --hidden-size 128 \
            --num-attention-heads 4 --seq-length 128 --micro-batch-size 8 --global-batch-size 16 \
@@ -26,6 +27,8 @@
    parse the flags, check the whole configuration and every file before any work (one line
    "gpt_train: error: …", exit status 2), build the model, then iterate: step, log, evaluate,
    save. At the end: final checkpoint, validation, optional Hugging Face export and a sample.
+   A data set whose validation part is empty (too few documents for --split) trains without
+   validation, as Megatron-LM does: one line "gpt_train: validation skipped: …" says why.
    Every rank runs this program (mpirun starts them); every rank checks the configuration
    the same way before any communication, so a bad one fails everywhere with one line printed
    by rank 0. Rank 0 prints the log; the others run silently.                               */
@@ -127,6 +130,8 @@ int main(int argc, char **argv) {
                    "%lld … %lld\n", (long long)tr.args.global_batch_size,
                    (long long)tr.args.micro_batch_size, tr.n_micro, (long long)tr.iteration + 1,
                    (long long)iters);
+        if (tr.valid_note[0] && iters > tr.iteration)   /* no validation set: trains anyway */
+            printf("gpt_train: %s\n", tr.valid_note);
         if (tr.loaded_iteration >= 0)
             printf("gpt_train: resumed from %s at iteration %lld%s\n", tr.args.load,
                    (long long)tr.loaded_iteration, tr.args.init_from ? " (--init-from not used: "
@@ -137,7 +142,7 @@ int main(int argc, char **argv) {
     while (tr.iteration < iters) {
         mg_step_result r = mg_trainer_step(&tr);
         mg_trainer_log(&tr, &r, out);
-        if (tr.args.eval_iters > 0 && tr.iteration % tr.args.eval_interval == 0)
+        if (tr.has_valid && tr.iteration % tr.args.eval_interval == 0)
             mg_trainer_evaluate(&tr, out);
         if (tr.args.save && tr.args.save_interval > 0 && tr.iteration % tr.args.save_interval == 0
             && mg_trainer_save(&tr, tr.args.save, err, sizeof err) && out)
@@ -161,7 +166,7 @@ int main(int argc, char **argv) {
         }
         if (out) printf("gpt_train: saved %s/iter_%07lld\n", tr.args.save, (long long)tr.iteration);
     }
-    if (iters > 0 && tr.args.eval_iters > 0 && tr.iteration % tr.args.eval_interval != 0)
+    if (iters > 0 && tr.has_valid && tr.iteration % tr.args.eval_interval != 0)
         mg_trainer_evaluate(&tr, out);
     if (tr.args.export_hf) {
         if (mg_trainer_export_hf(&tr, tr.args.export_hf, err, sizeof err)) {

@@ -116,6 +116,8 @@ typedef struct mg_gpt_config {
 } mg_gpt_config;
 enum { MG_NORM_LAYERNORM = 0, MG_NORM_RMSNORM = 1 };
 enum { MG_POS_LEARNED = 0, MG_POS_ROPE = 1, MG_POS_NONE = 2 };
+/* 1 when none of the switches below is set: the GPT-2 architecture. */
+MGDEF int mg_gpt_is_gpt2(const mg_gpt_config *cfg);
 /* The transformer layer of this model (mg_transformer.h), its defaults resolved: head
    dimension, query groups, MLP width, norm epsilon, rotary dims and frequencies.          */
 MGDEF mg_layer_config mg_gpt_layer_config(const mg_gpt_config *cfg, int micro_batch,
@@ -649,6 +651,12 @@ typedef struct mg_train_args {
     /* model (optional when --init-from / --load supply them; they must agree if given)       */
     int64_t num_layers, hidden_size, num_attention_heads, seq_length, max_position_embeddings,
             vocab_size;
+    /* the Llama family's switches (mg_gpt_config); defaults: GPT-2                          */
+    int normalization, position_embedding_type;        /* choices: MG_NORM_*, MG_POS_*       */
+    int swiglu, use_rope_scaling, group_query_attention, untie_embeddings_and_output_weights,
+        disable_bias_linear, add_qkv_bias;             /* switches                            */
+    double norm_epsilon, rotary_base, rotary_percent, rope_scaling_factor;
+    int64_t ffn_hidden_size, num_query_groups, kv_channels;
     /* batch and length of the run                                                           */
     int64_t micro_batch_size, global_batch_size, train_iters;
     /* optimizer and schedule                                                                */
@@ -925,6 +933,12 @@ MGDEF int mg_gpt_config_check(const mg_gpt_config *c, int tp_size, char *err, si
         return mg__err(err, errlen, "--attention-dropout %g: must be in [0, 1)",
                        c->attention_dropout);
     return 0;
+}
+
+MGDEF int mg_gpt_is_gpt2(const mg_gpt_config *c) {
+    return !c->normalization && !c->swiglu && !c->ffn_hidden && !c->position_embedding &&
+           !c->n_query_groups && !c->kv_channels && !c->untie_embeddings &&
+           !c->disable_bias_linear && !c->add_qkv_bias;
 }
 
 MGDEF mg_layer_config mg_gpt_layer_config(const mg_gpt_config *c, int micro_batch,
@@ -2382,8 +2396,8 @@ static void mg__export_move(mg_gpt *m, float *host, int64_t n, int src) {
    from that stage's pipeline rank to rank 0, where world rank 0 writes it.                 */
 MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen) {
     char path[1100], why[MG_ERRLEN];
-    int n_all = MG_LAYER_TENSORS * m->cfg.n_layer + 4;
     mg_gpt_layout whole = mg_gpt_layout_single(&m->cfg, 1, 1, 1);   /* global shapes */
+    int n_all = mg__build_params(&m->cfg, &whole, NULL, NULL);
     mg_param_desc *all = (mg_param_desc *)MG_MALLOC(sizeof(mg_param_desc) * (size_t)n_all);
     mg_st_spec *spec = (mg_st_spec *)MG_MALLOC(sizeof(mg_st_spec) * (size_t)n_all);
     char (*names)[160] = (char (*)[160])MG_MALLOC(160 * (size_t)n_all);
@@ -2396,6 +2410,12 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
     int writer = !m->layout.comm || m->layout.comm->world_rank == 0;   /* writes the files */
     int64_t C = m->cfg.hidden, hd = m->cfg.hidden / m->cfg.n_head;
     MG_ASSERT(all && spec && names && global && ext, "out of host memory");
+    if (!mg_gpt_is_gpt2(&m->cfg)) {
+        MG_FREE(all); MG_FREE(spec); MG_FREE(names); MG_FREE(global); MG_FREE(ext);
+        return mg__err(err, errlen, "--export-hf %s: this model uses Llama-family switches "
+                       "(--normalization, --swiglu, rope, …); the Hugging Face GPT-2 format "
+                       "cannot hold it", dir);
+    }
     MG_ASSERT(!m->layout.shard_master || m->fp32_staging, "export of a model whose master "
               "weights are sharded: gather them first (mg_adamw_gather_master)");
     mg__build_params(&m->cfg, &whole, all, NULL);     /* n_all tensors */
@@ -2937,6 +2957,41 @@ static const mg__flag mg__flags[] = {
     {"--vocab-size", MG__F_INT, MG__OFF(vocab_size), "V", 2, 1 << 30,
      "vocabulary size; every token id of the data must be below it; padded to a multiple of "
      "128·t inside the model (t: --tensor-model-parallel-size)"},
+    {"--normalization", MG__F_CHOICE, MG__OFF(normalization), "LayerNorm|RMSNorm", 0, 0,
+     "the norms of the layers and the final norm (default LayerNorm; RMSNorm has no bias)"},
+    {"--norm-epsilon", MG__F_FLOAT, MG__OFF(norm_epsilon), "EPS", 1e-30, 0.5,
+     "epsilon of the norms (default 1e-5)"},
+    {"--swiglu", MG__F_SWITCH, MG__OFF(swiglu), NULL, 0, 0,
+     "SwiGLU MLP: down(silu(gate(x)) * up(x)); the default width becomes int(4h·2/3 / 64)·64"},
+    {"--ffn-hidden-size", MG__F_INT, MG__OFF(ffn_hidden_size), "F", 1, 1e7,
+     "the MLP's width (default 4 x --hidden-size, or SwiGLU's)"},
+    {"--position-embedding-type", MG__F_CHOICE, MG__OFF(position_embedding_type),
+     "learned_absolute|rope|none", 0, 0, "learned position embedding (default), rotary "
+     "positions on queries and keys (rotate-half pairs i, i + d/2, as Hugging Face and "
+     "Megatron-LM), or none"},
+    {"--rotary-base", MG__F_FLOAT, MG__OFF(rotary_base), "THETA", 1.000001, 1e12,
+     "rotary base (default 10000; Llama 3: 500000)"},
+    {"--rotary-percent", MG__F_FLOAT, MG__OFF(rotary_percent), "P", 1e-6, 1,
+     "share of each head's dims rotated (default 1.0)"},
+    {"--use-rope-scaling", MG__F_SWITCH, MG__OFF(use_rope_scaling), NULL, 0, 0,
+     "Llama 3.1's rotary frequency scaling (low/high frequency factors 1 and 4, original "
+     "context 8192, as Megatron-LM)"},
+    {"--rope-scaling-factor", MG__F_FLOAT, MG__OFF(rope_scaling_factor), "F", 1, 1e6,
+     "the scaling's factor (default 8)"},
+    {"--group-query-attention", MG__F_SWITCH, MG__OFF(group_query_attention), NULL, 0, 0,
+     "grouped-query attention: --num-query-groups key/value heads"},
+    {"--num-query-groups", MG__F_INT, MG__OFF(num_query_groups), "G", 1, 1e6,
+     "key/value heads with --group-query-attention; must divide --num-attention-heads and "
+     "be a multiple of --tensor-model-parallel-size (1: multi-query)"},
+    {"--kv-channels", MG__F_INT, MG__OFF(kv_channels), "D", 1, 1e5,
+     "head dimension (default --hidden-size / --num-attention-heads)"},
+    {"--untie-embeddings-and-output-weights", MG__F_SWITCH,
+     MG__OFF(untie_embeddings_and_output_weights), NULL, 0, 0,
+     "an output layer of its own instead of the word embedding"},
+    {"--disable-bias-linear", MG__F_SWITCH, MG__OFF(disable_bias_linear), NULL, 0, 0,
+     "no biases on the linear layers"},
+    {"--add-qkv-bias", MG__F_SWITCH, MG__OFF(add_qkv_bias), NULL, 0, 0,
+     "a bias on Q, K and V even with --disable-bias-linear (Qwen2)"},
     {"regularization", MG__F_HELP, 0, NULL, 0, 0, "AdamW with decoupled weight decay (none on "
      "biases and layernorms), global-norm gradient clipping, dropout"},
     {"--weight-decay", MG__F_FLOAT, MG__OFF(weight_decay), "WD", 0, 1e3,
@@ -3106,6 +3161,10 @@ MGDEF void mg_train_args_default(mg_train_args *a) {
     a->min_loss_scale = 1.0;
     a->loss_scale_window = 1000;
     a->hysteresis = 2;
+    a->norm_epsilon = 1e-5;
+    a->rotary_base = 10000;
+    a->rotary_percent = 1.0;
+    a->rope_scaling_factor = 8.0;
 }
 
 static int mg__flag_index(const char *name) {
@@ -3566,6 +3625,81 @@ static int mg__read_state(const char *path, int64_t iteration, mg__ckpt_state *s
     return rc;
 }
 
+/* The architecture switches beyond the six sizes (the Llama family's), as flags. */
+static const char *const mg__switch_flags[] = {
+    "--normalization", "--norm-epsilon", "--swiglu", "--ffn-hidden-size",
+    "--position-embedding-type", "--rotary-base", "--rotary-percent", "--use-rope-scaling",
+    "--rope-scaling-factor", "--group-query-attention", "--num-query-groups", "--kv-channels",
+    "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias"};
+#define MG__NSWITCH_FLAGS ((int)(sizeof mg__switch_flags / sizeof mg__switch_flags[0]))
+
+/* The switches of a checkpoint's state.json "args": each one not given on the command line is
+   taken from there; one given must agree (the model's tensors depend on them).            */
+static int mg__switches_from_state(mg_train_args *a, const char *path, char *err,
+                                   size_t errlen) {
+    char *text = NULL, why[MG_ERRLEN], val[256];
+    size_t len = 0;
+    mg_json js;
+    int64_t args;
+    int i, rc = 0;
+    if (mg_read_file(path, MG__STATE_MAX_BYTES, &text, &len, why, sizeof why))
+        return mg__err(err, errlen, "%s", why);
+    if (mg_json_parse(&js, text, len, why, sizeof why)) {
+        MG_FREE(text);
+        return mg__err(err, errlen, "%s: %s", path, why);
+    }
+    args = mg_json_get(&js, 0, "args");
+    for (i = 0; i < MG__NSWITCH_FLAGS && args >= 0 && !rc; i++) {
+        int k = mg__flag_index(mg__switch_flags[i]);
+        const mg__flag *f = &mg__flags[k];
+        int64_t t = mg_json_get(&js, args, f->name + 2);
+        mg_train_args stored = *a;
+        size_t off = f->offset, size;
+        if (t < 0) continue;   /* a checkpoint from before the flag: its default */
+        /* the value's text: strings (choices) inside their quotes, numbers and booleans raw */
+        snprintf(val, sizeof val, "%.*s", (int)(js.toks[t].end - js.toks[t].start),
+                 text + js.toks[t].start);
+        if (f->type == MG__F_SWITCH) *(int *)((char *)&stored + off) = !strcmp(val, "true");
+        else if (f->type == MG__F_INT && !strcmp(val, "0")) *(int64_t *)((char *)&stored + off) = 0;
+        else if (mg__set_flag(&stored, f, val, why, sizeof why)) {   /* (0: the default) */
+            rc = mg__err(err, errlen, "%s: args: %s", path, why);
+            break;
+        }
+        size = f->type == MG__F_INT ? sizeof(int64_t) : f->type == MG__F_FLOAT ? sizeof(double)
+                                                                               : sizeof(int);
+        if (!a->given[k]) memcpy((char *)a + off, (char *)&stored + off, size);
+        else if (memcmp((char *)a + off, (char *)&stored + off, size))
+            rc = mg__err(err, errlen, "%s on the command line differs from the checkpoint "
+                         "%s, which has %s (leave the flag out to take it from there)", f->name,
+                         path, f->type == MG__F_SWITCH ? (strcmp(val, "true") ? "it off"
+                                                                              : "it on")
+                                                       : val);
+    }
+    mg_json_free(&js);
+    MG_FREE(text);
+    return rc;
+}
+
+/* The Llama-family fields of the model configuration from the flags. */
+static void mg__llama_config(const mg_train_args *a, mg_gpt_config *c) {
+    c->normalization = a->normalization;
+    c->norm_epsilon = (float)a->norm_epsilon;
+    c->swiglu = a->swiglu;
+    c->ffn_hidden = (int)a->ffn_hidden_size;
+    c->position_embedding = a->position_embedding_type;
+    c->rotary_base = (float)a->rotary_base;
+    c->rotary_percent = (float)a->rotary_percent;
+    c->use_rope_scaling = a->use_rope_scaling;
+    c->rope_scaling_factor = (float)a->rope_scaling_factor;
+    /* Megatron-LM: --num-query-groups counts only with --group-query-attention (default 1) */
+    c->n_query_groups = !a->group_query_attention ? 0
+                        : a->num_query_groups > 0 ? (int)a->num_query_groups : 1;
+    c->kv_channels = (int)a->kv_channels;
+    c->untie_embeddings = a->untie_embeddings_and_output_weights;
+    c->disable_bias_linear = a->disable_bias_linear;
+    c->add_qkv_bias = a->add_qkv_bias;
+}
+
 /* Fills the architecture in *cfg from the flags and from a loaded source (checkpoint state
    or weights file): a flag given must agree with the source; a missing one is taken from it. */
 static int mg__merge_arch(const mg_train_args *a, const int64_t src[6], const char *what,
@@ -3596,6 +3730,10 @@ static int mg__merge_arch(const mg_train_args *a, const int64_t src[6], const ch
 
 /* Checks of numbers and their combinations, no files. */
 static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
+    if (mg_train_flag_given(a, "--num-query-groups") && !a->group_query_attention)
+        return mg__err(err, errlen, "--num-query-groups %lld needs --group-query-attention (as "
+                       "in Megatron-LM; without it every head has its own keys and values)",
+                       (long long)a->num_query_groups);
     if (a->train_iters < 0)
         return mg__err(err, errlen, "--train-iters is required (the number of iterations, e.g. "
                        "--train-iters 1000)");
@@ -4121,7 +4259,8 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
                         path);
                 goto fail;
             }
-            if (mg__read_state(path, load_iter, &st, why, sizeof why)) {
+            if (mg__read_state(path, load_iter, &st, why, sizeof why) ||
+                mg__switches_from_state(a, path, why, sizeof why)) {
                 mg__err(err, errlen, "--load %s: %s", a->load, why);
                 goto fail;
             }
@@ -4170,6 +4309,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     tr->cfg.hidden_dropout = (float)a->hidden_dropout;
     tr->cfg.attention_dropout = (float)a->attention_dropout;
     tr->cfg.dropout_seed = (uint64_t)a->seed;
+    mg__llama_config(a, &tr->cfg);
     tp = (int)a->tensor_model_parallel_size;
     tr->cfg.padded_vocab = mg_gpt_pad_vocab(tr->cfg.vocab_size, tp);
     if (mg__check_world(a, err, errlen)) goto fail;

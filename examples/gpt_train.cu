@@ -86,6 +86,17 @@ int main(int argc, char **argv) {
                "%.3f M parameters on %d x %s\n", tr.cfg.n_layer, tr.cfg.hidden, tr.cfg.n_head,
                tr.cfg.seq_len, tr.cfg.vocab_size, tr.cfg.padded_vocab,
                mg_gpt_num_params(&tr.cfg) / 1e6, comm.world_size, mg_device_name(&tr.ctx));
+        {   /* the layer's switches: GPT-2's, or the Llama family's */
+            mg_layer_config k = tr.model.tf.cfg;
+            printf("gpt_train: %s, %s MLP of width %d, %s positions, %d query group%s of head "
+                   "dim %d, %s output layer, %s\n", k.norm.rms ? "RMSNorm" : "LayerNorm",
+                   k.swiglu ? "SwiGLU" : "GELU", k.ffn_hidden,
+                   k.rope ? "rotary" : tr.cfg.position_embedding == MG_POS_NONE ? "no"
+                                                                              : "learned",
+                   k.n_group, k.n_group > 1 ? "s" : "", k.head_dim,
+                   tr.cfg.untie_embeddings ? "untied" : "tied",
+                   k.bias ? "biases" : k.qkv_bias ? "Q/K/V biases only" : "no biases");
+        }
         if (tr.model.layout.tp_size > 1)
             printf("gpt_train: tensor-parallel size %d%s\n", tr.model.layout.tp_size,
                    tr.model.tf.tp.sequence_parallel ? ", sequence parallel" : "");

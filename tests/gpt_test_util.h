@@ -71,6 +71,37 @@ static inline mg_gpt_config gpt_ref_config(void) {
     return c;
 }
 
+/* The Llama oracle's model configuration (tests/oracle/llama.py, tests/data/llama_ref.json):
+   RMSNorm, SwiGLU, llama3-scaled rope, GQA with its own head dimension, untied, no biases. */
+#define LLAMA_REF GPT_DATA "llama_ref.json"
+static inline mg_gpt_config gpt_llama_config(void) {
+    mg_gpt_config c;
+    memset(&c, 0, sizeof c);
+    c.n_layer = (int)gpt_json_num(LLAMA_REF, "n_layer");
+    c.hidden = (int)gpt_json_num(LLAMA_REF, "hidden");
+    c.n_head = (int)gpt_json_num(LLAMA_REF, "n_head");
+    c.n_query_groups = (int)gpt_json_num(LLAMA_REF, "n_query_groups");
+    c.kv_channels = (int)gpt_json_num(LLAMA_REF, "kv_channels");
+    c.ffn_hidden = (int)gpt_json_num(LLAMA_REF, "ffn_hidden");
+    c.seq_len = (int)gpt_json_num(LLAMA_REF, "seq_len");
+    c.max_pos = (int)gpt_json_num(LLAMA_REF, "max_position_embeddings");
+    c.vocab_size = (int)gpt_json_num(LLAMA_REF, "vocab_size");
+    c.padded_vocab = mg_gpt_pad_vocab(c.vocab_size, 1);
+    c.normalization = MG_NORM_RMSNORM;
+    c.norm_epsilon = (float)gpt_json_num(LLAMA_REF, "rms_norm_eps");
+    c.swiglu = 1;
+    c.position_embedding = MG_POS_ROPE;
+    c.rotary_base = (float)gpt_json_num(LLAMA_REF, "rope_theta");
+    c.use_rope_scaling = 1;
+    c.rope_scaling_factor = (float)gpt_json_num(LLAMA_REF, "rope_factor");
+    c.rope_low_freq_factor = (float)gpt_json_num(LLAMA_REF, "rope_low_freq_factor");
+    c.rope_high_freq_factor = (float)gpt_json_num(LLAMA_REF, "rope_high_freq_factor");
+    c.rope_original_max_pos = (int)gpt_json_num(LLAMA_REF, "rope_original_max_position_embeddings");
+    c.untie_embeddings = 1;
+    c.disable_bias_linear = 1;
+    return c;
+}
+
 /* A model with its own context: micro-batch B, n_micro microbatches, n_chunks chunks. */
 typedef struct gpt_fixture { mg_ctx ctx; mg_gpt m; } gpt_fixture;
 static inline void gpt_fixture_make(gpt_fixture *f, const mg_gpt_config *cfg, int B, int n_micro,

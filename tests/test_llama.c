@@ -14,38 +14,8 @@
        parameter count equals the oracle's tensors.                                          */
 #include "gpt_test_util.h"
 
-#define LLAMA_REF GPT_DATA "llama_ref.json"
-
 /* One number from tests/data/llama_ref.json. */
 static double ref_num(const char *key) { return gpt_json_num(LLAMA_REF, key); }
-
-static mg_gpt_config llama_config(void) {
-    mg_gpt_config c;
-    memset(&c, 0, sizeof c);
-    c.n_layer = (int)ref_num("n_layer");
-    c.hidden = (int)ref_num("hidden");
-    c.n_head = (int)ref_num("n_head");
-    c.n_query_groups = (int)ref_num("n_query_groups");
-    c.kv_channels = (int)ref_num("kv_channels");
-    c.ffn_hidden = (int)ref_num("ffn_hidden");
-    c.seq_len = (int)ref_num("seq_len");
-    c.max_pos = (int)ref_num("max_position_embeddings");
-    c.vocab_size = (int)ref_num("vocab_size");
-    c.padded_vocab = mg_gpt_pad_vocab(c.vocab_size, 1);
-    c.normalization = MG_NORM_RMSNORM;
-    c.norm_epsilon = (float)ref_num("rms_norm_eps");
-    c.swiglu = 1;
-    c.position_embedding = MG_POS_ROPE;
-    c.rotary_base = (float)ref_num("rope_theta");
-    c.use_rope_scaling = 1;
-    c.rope_scaling_factor = (float)ref_num("rope_factor");
-    c.rope_low_freq_factor = (float)ref_num("rope_low_freq_factor");
-    c.rope_high_freq_factor = (float)ref_num("rope_high_freq_factor");
-    c.rope_original_max_pos = (int)ref_num("rope_original_max_position_embeddings");
-    c.untie_embeddings = 1;
-    c.disable_bias_linear = 1;
-    return c;
-}
 
 /* A named F32 tensor of llama_ref.safetensors (malloc'ed copy). */
 static float *ref_tensor(const char *name, int64_t *n) {
@@ -70,7 +40,7 @@ static float *ref_tensor(const char *name, int64_t *n) {
 
 /* Loss, logits and gradients of the oracle's first global batch. */
 static void check_gradients(const char *label, int n_chunks, const int32_t *tokens) {
-    mg_gpt_config cfg = llama_config();
+    mg_gpt_config cfg = gpt_llama_config();
     gpt_fixture f;
     char name[200];
     int B = (int)ref_num("micro_batch"), n_micro = (int)ref_num("global_batch") / B, t, worst = 0;
@@ -118,7 +88,7 @@ static void check_gradients(const char *label, int n_chunks, const int32_t *toke
 /* 20 AdamW steps as the oracle ran them (the trainer's sequence: zero, microbatches, update
    at the schedule's learning rate after the successful updates so far). */
 static void check_training(void) {
-    mg_gpt_config cfg = llama_config();
+    mg_gpt_config cfg = gpt_llama_config();
     gpt_fixture f;
     mg_adamw opt;
     mg_lr_schedule sched;
@@ -178,7 +148,7 @@ static void check_training(void) {
 /* Initialisation and size: the untied output layer's padding rows are zero, every tensor of
    the oracle is counted once. */
 static void check_init(void) {
-    mg_gpt_config cfg = llama_config();
+    mg_gpt_config cfg = gpt_llama_config();
     gpt_fixture f;
     float *w;
     int64_t r, c, C = cfg.hidden, zeros = 1, expect;

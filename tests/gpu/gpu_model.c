@@ -1,4 +1,5 @@
-/* gpu_model.c — the whole GPT model in fp32, bf16 and fp16 storage (and with selective and
+/* gpu_model.c — the whole GPT model (GPT-2, and the Llama oracle's model) in fp32, bf16 and
+   fp16 storage (and with selective and
    full recomputation) on the CUDA backend against the CPU backend's emulation of the same
    formats (real 16-bit storage, round-to-nearest-even, fp32 accumulation: the paths
    tests/test_mixed.c and tests/test_recompute.c check on the CPU). The oracle model of
@@ -19,9 +20,11 @@
 
 static mg_ctx g_cpu, g_dev;
 
-/* One forward + backward of the oracle model on ctx; returns the loss sum, grads to host. */
-static double run_model(mg_ctx *ctx, mg_dtype dt, int recompute, float **grads, mg_gpt *out) {
-    mg_gpt_config c = gpt_ref_config();
+/* One forward + backward of the GPT-2 oracle model (llama: the Llama oracle's, RMSNorm, rope,
+   GQA, SwiGLU, untied) on ctx; returns the loss sum, grads to host. */
+static double run_model(mg_ctx *ctx, mg_dtype dt, int recompute, int llama, float **grads,
+                        mg_gpt *out) {
+    mg_gpt_config c = llama ? gpt_llama_config() : gpt_ref_config();
     mg_gpt_layout L;
     char err[MG_ERRLEN];
     int32_t samples[4 * 257];
@@ -38,7 +41,7 @@ static double run_model(mg_ctx *ctx, mg_dtype dt, int recompute, float **grads, 
         fprintf(stderr, "mg_gpt_create: %s\n", err);
         exit(1);
     }
-    gpt_import(out, GPT_DATA "gpt_model.bin", 0);
+    gpt_import(out, llama ? GPT_DATA "llama_model.safetensors" : GPT_DATA "gpt_model.bin", 0);
     for (i = 0; i < 2 * 2 * (c.seq_len + 1); i++) samples[i] = (i * 131 + 7) % c.vocab_size;
     out->training = 1;
     mg_gpt_zero_grad(out);
@@ -47,20 +50,22 @@ static double run_model(mg_ctx *ctx, mg_dtype dt, int recompute, float **grads, 
     return loss;
 }
 
-static void compare(mg_dtype dt, int recompute, double tol_loss, double tol_grad) {
+static void compare(mg_dtype dt, int recompute, int llama, double tol_loss, double tol_grad) {
     static const char *const rc_name[3] = {"", ", selective", ", full"};
     mg_gpt a, b;
     float *ga, *gb;
-    double la = run_model(&g_cpu, dt, recompute, &ga, &a), lb, e_loss, e_grad;
+    double la = run_model(&g_cpu, dt, recompute, llama, &ga, &a), lb, e_loss, e_grad;
     int worst = 0;
     char name[200];
-    lb = run_model(&g_dev, dt, recompute, &gb, &b);
+    lb = run_model(&g_dev, dt, recompute, llama, &gb, &b);
     e_loss = fabs(lb - la) / fabs(la);
     e_grad = gpt_all_err(&a, gb, ga, &worst);
-    snprintf(name, sizeof name, "model %s%s: loss", mg_dtype_name(dt), rc_name[recompute]);
+    snprintf(name, sizeof name, "%s %s%s: loss", llama ? "llama" : "model", mg_dtype_name(dt),
+             rc_name[recompute]);
     mg_test_report(e_loss <= tol_loss, name, "rel err %.3g, tol %.3g (cpu %.6f, dev %.6f)",
                    e_loss, tol_loss, la, lb);
-    snprintf(name, sizeof name, "model %s%s: gradients", mg_dtype_name(dt), rc_name[recompute]);
+    snprintf(name, sizeof name, "%s %s%s: gradients", llama ? "llama" : "model",
+             mg_dtype_name(dt), rc_name[recompute]);
     mg_test_report(e_grad <= tol_grad, name, "max rel err %.3g at %s, tol %.3g", e_grad,
                    a.params[worst].name, tol_grad);
     free(ga);
@@ -85,9 +90,12 @@ int main(void) {
         mg_dtype dt = k == 0 ? MG_F32 : k == 1 ? MG_BF16 : MG_F16;
         double tl = !have_gpu ? 0 : k == 0 ? 1e-5 : k == 1 ? 1.0 / 256 : 1.0 / 2048;
         double tg = !have_gpu ? 0 : k == 0 ? 1e-4 : k == 1 ? 5e-2 : 1e-2;
-        compare(dt, MG_RECOMPUTE_NONE, tl, tg);
-        compare(dt, MG_RECOMPUTE_SELECTIVE, tl, tg);
-        compare(dt, MG_RECOMPUTE_FULL, tl, tg);
+        int llama;
+        for (llama = 0; llama < 2; llama++) {
+            compare(dt, MG_RECOMPUTE_NONE, llama, tl, tg);
+            compare(dt, MG_RECOMPUTE_SELECTIVE, llama, tl, tg);
+            compare(dt, MG_RECOMPUTE_FULL, llama, tl, tg);
+        }
     }
     mg_ctx_free(&g_dev);
     mg_ctx_free(&g_cpu);

@@ -372,7 +372,7 @@ enum { NQ = 4, G = 2, D = 8, ROT = 6, QKV_G = (NQ + 2 * G) * D };
 static void test_llama_ops(mg_ctx *ctx) {
     ops_ref r;
     size_t mark = mg_arena_mark(ctx);
-    mg_norm rms = {1, 1e-6f};
+    mg_norm rms = {1, 1e-6f}, ln = {0, 1e-5f};
     mg_rope rope = {500000.0f, 0, 8.0f, 1.0f, 4.0f, 8};
     mg_tensor x, w, dout, out, dx, dw, gate, up, dgate, qkv, att, datt, dqkv;
     float *mean, *rstd, table[(T + 3) * (ROT / 2) * 2], *table_dev;
@@ -396,7 +396,7 @@ static void test_llama_ops(mg_ctx *ctx) {
     ops_close(ctx, "rmsnorm backward dinp", &dx, OPS_F32(&r, "rms_dinp", N * C), TOL, FLOOR);
     ops_close(ctx, "rmsnorm backward dweight", &dw, OPS_F32(&r, "rms_dweight", C), TOL, FLOOR);
     OPS_EXPECT_FATAL("layernorm needs its bias", "bias",
-                     mg_norm_forward(ctx, &(mg_norm){0, 1e-5f}, &out, mean, rstd, &x, &w, NULL));
+                     mg_norm_forward(ctx, &ln, &out, mean, rstd, &x, &w, NULL));
     /* SwiGLU */
     gate = ops_dev(ctx, MG_F32, OPS_F32(&r, "sw_gate", N * 2 * C), N, 2 * C);
     up = ops_dev(ctx, MG_F32, OPS_F32(&r, "sw_up", N * 2 * C), N, 2 * C);

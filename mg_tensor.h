@@ -70,6 +70,14 @@
 #define MG_HD
 #endif
 
+/* Every kernel launch goes through MG_LAUNCH(kernel, grid, block, shared_bytes, stream, args…):
+   with nvcc it is kernel<<<grid, block, shared_bytes, stream>>>(args…). A CUDA emulator that
+   runs kernels on the host (tests/cuda_emu) defines MG_LAUNCH in its cuda_runtime.h first.  */
+#if defined(__CUDACC__) && !defined(MG_LAUNCH)
+#define MG_LAUNCH(kernel, grid, block, shared_bytes, stream, ...) \
+    kernel<<<(grid), (block), (shared_bytes), (stream)>>>(__VA_ARGS__)
+#endif
+
 #if defined(MG_MALLOC) != defined(MG_FREE)
 #error "define both MG_MALLOC and MG_FREE, or neither"
 #endif
@@ -1598,7 +1606,7 @@ template <class F> static void mg__cuda_map(mg_ctx *ctx, int64_t n, F f) {
     int64_t blocks = (n + MG__CUDA_THREADS - 1) / MG__CUDA_THREADS;
     if (n <= 0) return;
     if (blocks > 65536) blocks = 65536;
-    mg__k_map<<<(unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(n, f);
+    MG_LAUNCH(mg__k_map, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx), n, f);
     MG_CUDA_LAUNCH_CHECK();
 }
 static void mg__cuda_ew(mg_ctx *ctx, mg__ew_op op, const mg_tensor *out, const mg_tensor *a,
@@ -1647,7 +1655,7 @@ static void mg__cuda_colsum(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *
                             const mg_tensor *inp, const float *mean, const float *rstd) {
     int64_t N = mg_rows(src), C = mg_cols(src);
     if (C == 0) return;
-    mg__k_colsum<<<(unsigned)((C + 31) / 32), dim3(32, 32), 0, MG__STREAM(ctx)>>>(
+    MG_LAUNCH(mg__k_colsum, (unsigned)((C + 31) / 32), dim3(32, 32), 0, MG__STREAM(ctx),
         dst->data, dst->dtype, src->data, src->dtype, inp ? inp->data : NULL,
         inp ? inp->dtype : MG_F32, mean, rstd, N, C);
     MG_CUDA_LAUNCH_CHECK();
@@ -1813,7 +1821,7 @@ static double mg__cuda_sumsq(mg_ctx *ctx, const float *x, int64_t n) {
     double *partial = (double *)mg_alloc(ctx, MG__SUMSQ_BLOCKS * sizeof(double));
     double host[MG__SUMSQ_BLOCKS], s = 0.0;
     int i;
-    mg__k_sumsq<<<MG__SUMSQ_BLOCKS, MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(partial, x, n);
+    MG_LAUNCH(mg__k_sumsq, MG__SUMSQ_BLOCKS, MG__CUDA_THREADS, 0, MG__STREAM(ctx), partial, x, n);
     MG_CUDA_LAUNCH_CHECK();
     mg_copy_to_host(ctx, host, partial, sizeof host);
     for (i = 0; i < MG__SUMSQ_BLOCKS; i++) s += host[i];
@@ -2047,7 +2055,8 @@ MGDEF void mg_layernorm_forward(mg_ctx *ctx, mg_tensor *out, float *mean, float 
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         if (N == 0) return;
-        mg__k_layernorm_forward<<<mg__cuda_row_grid(N), MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(
+        MG_LAUNCH(mg__k_layernorm_forward, mg__cuda_row_grid(N), MG__CUDA_THREADS, 0,
+                  MG__STREAM(ctx),
             out->data, out->dtype, mean, rstd, inp->data, inp->dtype, weight->data,
             weight->dtype, bias->data, bias->dtype, C);
         MG_CUDA_LAUNCH_CHECK();
@@ -2074,7 +2083,8 @@ MGDEF void mg_layernorm_backward(mg_ctx *ctx, mg_tensor *dinp, mg_tensor *dweigh
         if (dweight) mg__cuda_colsum(ctx, dweight, dout, inp, mean, rstd);
         if (dbias) mg__cuda_colsum(ctx, dbias, dout, NULL, NULL, NULL);
         if (N == 0) return;
-        mg__k_layernorm_backward<<<mg__cuda_row_grid(N), MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(
+        MG_LAUNCH(mg__k_layernorm_backward, mg__cuda_row_grid(N), MG__CUDA_THREADS, 0,
+                  MG__STREAM(ctx),
             dinp->data, dinp->dtype, dout->data, dout->dtype, inp->data, inp->dtype,
             weight->data, weight->dtype, mean, rstd, C, accumulate);
         MG_CUDA_LAUNCH_CHECK();
@@ -2207,8 +2217,8 @@ MGDEF void mg_attention_forward(mg_ctx *ctx, mg_tensor *out, mg_tensor *att,
                             (int)d.ld, 3 * d.hd, 0.0f, att->data, dt, T, d.TT, d.batch);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
-        mg__k_causal_softmax<<<mg__cuda_row_grid(d.batch * (int64_t)T), MG__CUDA_THREADS, 0,
-                               MG__STREAM(ctx)>>>(att->data, dt, T);
+        MG_LAUNCH(mg__k_causal_softmax, mg__cuda_row_grid(d.batch * (int64_t)T), MG__CUDA_THREADS,
+                  0, MG__STREAM(ctx), att->data, dt, T);
         MG_CUDA_LAUNCH_CHECK();
     } else
 #endif
@@ -2247,8 +2257,8 @@ MGDEF void mg_attention_backward(mg_ctx *ctx, mg_tensor *dqkv, mg_tensor *datt,
     if (dropping) mg__attn_dropout(ctx, datt, datt, &d, drop);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
-        mg__k_causal_softmax_backward<<<mg__cuda_row_grid(d.batch * (int64_t)T), MG__CUDA_THREADS, 0,
-                                        MG__STREAM(ctx)>>>(datt->data, dt, att->data, dt, T);
+        MG_LAUNCH(mg__k_causal_softmax_backward, mg__cuda_row_grid(d.batch * (int64_t)T),
+                  MG__CUDA_THREADS, 0, MG__STREAM(ctx), datt->data, dt, att->data, dt, T);
         MG_CUDA_LAUNCH_CHECK();
     } else
 #endif
@@ -2330,7 +2340,8 @@ MGDEF void mg_xent_max(mg_ctx *ctx, float *rowmax, const mg_tensor *logits,
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         if (mg_rows(logits) == 0) return;
-        mg__k_xent_max<<<mg__cuda_row_grid(mg_rows(logits)), MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(
+        MG_LAUNCH(mg__k_xent_max, mg__cuda_row_grid(mg_rows(logits)), MG__CUDA_THREADS, 0,
+                  MG__STREAM(ctx),
             rowmax, logits->data, logits->dtype, mg_cols(logits), nreal);
         MG_CUDA_LAUNCH_CHECK();
         return;
@@ -2345,7 +2356,8 @@ MGDEF void mg_xent_sumexp(mg_ctx *ctx, float *sumexp, float *tlogit, const mg_te
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         if (mg_rows(logits) == 0) return;
-        mg__k_xent_sumexp<<<mg__cuda_row_grid(mg_rows(logits)), MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(
+        MG_LAUNCH(mg__k_xent_sumexp, mg__cuda_row_grid(mg_rows(logits)), MG__CUDA_THREADS, 0,
+                  MG__STREAM(ctx),
             sumexp, tlogit, logits->data, logits->dtype, targets, rowmax, mg_cols(logits), nreal,
             vocab_start);
         MG_CUDA_LAUNCH_CHECK();
@@ -2375,7 +2387,8 @@ MGDEF void mg_xent_backward(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *lo
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         if (mg_rows(logits) == 0) return;
-        mg__k_xent_backward<<<mg__cuda_row_grid(mg_rows(logits)), MG__CUDA_THREADS, 0, MG__STREAM(ctx)>>>(
+        MG_LAUNCH(mg__k_xent_backward, mg__cuda_row_grid(mg_rows(logits)), MG__CUDA_THREADS, 0,
+                  MG__STREAM(ctx),
             dlogits->data, dlogits->dtype, logits->data, logits->dtype, targets, rowmax, sumexp,
             dloss, mg_cols(logits), nreal, vocab_start);
         MG_CUDA_LAUNCH_CHECK();

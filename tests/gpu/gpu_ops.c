@@ -76,7 +76,8 @@ static void test_scalars(void) {
         xb[i] = (uint32_t)(ops_lcg >> 32);
     }
     mg_copy_to_device(g_dev, dx, xb, n * 4);
-    k_scalars<<<(n + 255) / 256, 256, 0, (cudaStream_t)g_dev->stream>>>(du, dn, db, dh, df, dx, n);
+    MG_LAUNCH(k_scalars, (n + 255) / 256, 256, 0, (cudaStream_t)g_dev->stream, du, dn, db, dh, df,
+              dx, n);
     err = cudaGetLastError();
     if (err != cudaSuccess) {
         mg_test_report(0, "device scalar kernel", "launch failed: %s", cudaGetErrorString(err));

@@ -49,7 +49,7 @@ CUDA_PROGS := $(addprefix $(BUILD)/,$(addsuffix _cuda,$(LINKED) $(EXAMPLES) $(GP
 endif
 
 .PHONY: all cpu cuda asan test deps oracle train clean
-all: cpu cuda
+all: cpu cuda emu
 cpu: $(CPU_PROGS)
 cuda: $(CUDA_PROGS)
 asan: $(ASAN_PROGS)
@@ -95,6 +95,35 @@ $(addprefix $(BUILD)/,$(addsuffix _cuda,$(LINKED) $(GPUTESTS))): $(BUILD)/%_cuda
 	$(NVCC) $(NVARCH) $^ -o $@ $(NVLIBS)
 $(addprefix $(BUILD)/,$(addsuffix _cuda,$(EXAMPLES))): $(BUILD)/%_cuda: examples/%.cu $(HEADERS) | $(BUILD)/obj
 	$(NVCC) $(NVFLAGS) $< -o $@ $(NVLIBS)
+
+# --- emu flavour: the CUDA path through the CUDA emulator (tests/cuda_emu/README.md) ----------
+# g++ compiles the .cu/.c sources as CUDA C++ against tests/cuda_emu's headers; every load and
+# store calls the emulator's checks (-fsanitize=thread's hooks, linked without its runtime).
+# cuda_emu.o, the emulator itself, is compiled without them.
+CXX     ?= g++
+EMU_DIR := tests/cuda_emu
+EMU_HDRS:= $(wildcard $(EMU_DIR)/*.h)
+EMU_FLAGS := -O2 -g -std=c++17 -D_GNU_SOURCE $(WARN) -fopenmp -I. $(MPI_DEF) $(MPI_CFLAGS) \
+           $(BLAS_CFLAGS) -DMG_CUDA_EMU -D__CUDACC__ -I$(EMU_DIR) -include cuda_runtime.h \
+           -fsanitize=thread --param tsan-instrument-func-entry-exit=0
+EMU_PROGS := $(addprefix $(BUILD)/,$(addsuffix _emu,gpt_train $(GPUTESTS)) emu_test)
+.PHONY: emu
+emu: $(EMU_PROGS)
+$(BUILD)/obj/cuda_emu.o: $(EMU_DIR)/cuda_emu.cpp $(EMU_HDRS) | $(BUILD)/obj
+	$(CXX) -O2 -g -std=c++17 -D_GNU_SOURCE $(WARN) -DMG_CUDA_EMU -I$(EMU_DIR) $(MPI_DEF) \
+	  $(MPI_CFLAGS) $(BLAS_CFLAGS) -c $< -o $@
+$(BUILD)/obj/impl_emu.o: $(BUILD)/obj/impl.c $(HEADERS) $(EMU_HDRS)
+	$(CXX) $(EMU_FLAGS) -x c++ -c $< -o $@
+$(BUILD)/%_emu.o: tests/gpu/%.c $(HEADERS) $(TESTHDRS) $(EMU_HDRS) | $(BUILD)/obj
+	$(CXX) $(EMU_FLAGS) -x c++ -c $< -o $@
+$(BUILD)/emu_test.o: $(EMU_DIR)/emu_test.cu $(EMU_HDRS) | $(BUILD)/obj
+	$(CXX) $(EMU_FLAGS) -x c++ -c $< -o $@
+$(BUILD)/emu_test: $(BUILD)/emu_test.o $(BUILD)/obj/cuda_emu.o
+	$(CXX) $^ -o $@ $(LDLIBS)
+$(addprefix $(BUILD)/,$(addsuffix _emu,$(GPUTESTS))): $(BUILD)/%_emu: $(BUILD)/%_emu.o $(BUILD)/obj/impl_emu.o $(BUILD)/obj/cuda_emu.o
+	$(CXX) $^ -o $@ $(LDLIBS)
+$(BUILD)/gpt_train_emu: $(BUILD)/%_emu: examples/%.cu $(HEADERS) $(EMU_HDRS) $(BUILD)/obj/cuda_emu.o
+	$(CXX) $(EMU_FLAGS) -x c++ $< -x none $(BUILD)/obj/cuda_emu.o -o $@ $(LDLIBS)
 
 # --- dependencies, oracle, tests -------------------------------------------------------------
 deps:

@@ -420,6 +420,24 @@ MG_EMU_HOOK(16)
 #undef MG_EMU_HOOK
 void __tsan_read_range(void *a, unsigned long n) { check((uintptr_t)a, n, 0); }
 void __tsan_write_range(void *a, unsigned long n) { check((uintptr_t)a, n, 1); }
+/* Atomics of host code (C11/__atomic, e.g. mg_comm.h's watchdog): done, not checked. */
+#define MG_EMU_TSAN_ATOMIC(bits, T) \
+    T __tsan_atomic##bits##_load(const volatile T *a, int) { return __atomic_load_n(a, __ATOMIC_SEQ_CST); } \
+    void __tsan_atomic##bits##_store(volatile T *a, T v, int) { __atomic_store_n(a, v, __ATOMIC_SEQ_CST); } \
+    T __tsan_atomic##bits##_exchange(volatile T *a, T v, int) { return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); } \
+    T __tsan_atomic##bits##_fetch_add(volatile T *a, T v, int) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); } \
+    T __tsan_atomic##bits##_fetch_sub(volatile T *a, T v, int) { return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); } \
+    int __tsan_atomic##bits##_compare_exchange_strong(volatile T *a, T *c, T v, int, int) { \
+        return __atomic_compare_exchange_n(a, c, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); } \
+    T __tsan_atomic##bits##_compare_exchange_val(volatile T *a, T c, T v, int, int) { \
+        __atomic_compare_exchange_n(a, &c, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); return c; }
+MG_EMU_TSAN_ATOMIC(8, uint8_t)
+MG_EMU_TSAN_ATOMIC(16, uint16_t)
+MG_EMU_TSAN_ATOMIC(32, uint32_t)
+MG_EMU_TSAN_ATOMIC(64, uint64_t)
+#undef MG_EMU_TSAN_ATOMIC
+void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+void __tsan_atomic_signal_fence(int) {}
 void __tsan_init(void) {}
 void __tsan_func_entry(void *) {}
 void __tsan_func_exit(void) {}

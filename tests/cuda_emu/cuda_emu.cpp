@@ -672,6 +672,9 @@ static void run_block(void) {
    6. Launches and atomics
    ========================================================================================== */
 static cudaError_t g_last_error = cudaSuccess;
+struct KernelStats { long launches, threads; double seconds; };
+static std::vector<KernelStats> g_kstats;      /* per entry of g_launched */
+static size_t g_kindex;
 static double g_launch_seconds;
 static long g_launch_count, g_thread_count;
 
@@ -685,10 +688,15 @@ static void launch_log_at_exit(void) {
         }
     }
     const char *st = getenv("MG_EMU_STATS");
-    if (st && st[0] == '1')
+    if (st && st[0] == '1') {
         fprintf(stderr, "mg-emu: %ld launches, %ld threads, %.3f s in kernels (%.2f us per "
                 "thread)\n", g_launch_count, g_thread_count, g_launch_seconds,
                 g_thread_count ? 1e6 * g_launch_seconds / (double)g_thread_count : 0.0);
+        for (size_t k = 0; k < g_launched.size(); k++)
+            fprintf(stderr, "mg-emu:   %-32s %6ld launches %10ld threads %8.3f s\n",
+                    g_launched[k].c_str(), g_kstats[k].launches, g_kstats[k].threads,
+                    g_kstats[k].seconds);
+    }
 }
 
 void *mg_emu_dynamic_shared(void) {
@@ -708,9 +716,11 @@ void mg_emu_launch_raw(const char *name, dim3 grid, dim3 block, size_t shared_by
         g_last_error = cudaErrorInvalidConfiguration;
         return;
     }
-    if (std::find(g_launched.begin(), g_launched.end(), name) == g_launched.end()) {
+    g_kindex = (size_t)(std::find(g_launched.begin(), g_launched.end(), name) - g_launched.begin());
+    if (g_kindex == g_launched.size()) {
         if (g_launched.empty()) atexit(launch_log_at_exit);
         g_launched.push_back(name);
+        g_kstats.push_back({0, 0, 0.0});
     }
     if (!g_shuffle_known) {
         const char *e = getenv("MG_EMU_SHUFFLE");
@@ -763,8 +773,16 @@ void mg_emu_launch_raw(const char *name, dim3 grid, dim3 block, size_t shared_by
     g_sh_span = 0;
     clock_gettime(CLOCK_MONOTONIC, &t1);
     g_launch_seconds += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    g_launch_count++;
-    g_thread_count += (long)threads * grid.x * grid.y * grid.z;
+    {
+        double sec = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        long nt = (long)threads * grid.x * grid.y * grid.z;
+        KernelStats &ks = g_kstats[g_kindex];
+        g_launch_count++;
+        g_thread_count += nt;
+        ks.launches++;
+        ks.threads += nt;
+        ks.seconds += sec;
+    }
     if (g_launch_reports && !collecting())
         fatal("%d report%s in kernel %s; stopping (MG_EMU_CONTINUE=1 goes on)", g_launch_reports,
               g_launch_reports == 1 ? "" : "s", name);

@@ -1,5 +1,6 @@
 # megatron.h — build, test, train.
-#   make           build every program with cc into build/ (and with nvcc, as build/<name>_cuda)
+#   make           build every program with cc into build/ (and with nvcc, as build/<name>_cuda;
+#                  gpt_train and tests/gpu through the CUDA emulator, as build/<name>_emu)
 #   make test      install what is missing (as root), build all flavours, run the whole suite
 #   make train     train a small GPT on the corpus shipped in data/ and print a sample
 #

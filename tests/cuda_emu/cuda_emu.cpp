@@ -164,7 +164,7 @@ static void dev_mark(const void *p, size_t n) {
       calling thread's TLS block of the executable is the emulated shared memory. Its symbols
       (offset, size, name) come from the executable's own symbol table.
    ========================================================================================== */
-struct SharedVar { size_t off, size; std::string name; };
+struct SharedVar { size_t off, size; std::string name; int foreign; };
 static std::vector<SharedVar> g_svars;  /* sorted by offset */
 static char *g_tls;                      /* this thread's TLS block of the executable */
 static size_t g_tls_size;
@@ -214,7 +214,7 @@ static void read_symbols(void) {
                 if (paren != std::string::npos && paren < colon)
                     name = name.substr(0, paren) + name.substr(colon);
             }
-            g_svars.push_back({(size_t)sym[i].st_value, (size_t)sym[i].st_size, name});
+            g_svars.push_back({(size_t)sym[i].st_value, (size_t)sym[i].st_size, name, 0});
         }
     }
     munmap(img, (size_t)len);
@@ -234,13 +234,17 @@ static void shared_init(void) {
 }
 static std::vector<std::string> g_launched;   /* names of the kernels launched so far */
 static const char *g_kernel;
-/* 1 when variable v is a __shared__ variable of a launched kernel other than the running one
-   (its symbol reads "kernel::name" or "kernel<…>::name").                                   */
-static int foreign(const SharedVar &v) {
-    size_t colon = v.name.rfind("::");
-    if (colon == std::string::npos) return 0;
-    std::string owner = v.name.substr(0, std::min(colon, v.name.find('<')));
-    return owner != g_kernel && std::find(g_launched.begin(), g_launched.end(), owner) != g_launched.end();
+/* At each launch: a variable is foreign when it is a __shared__ variable of a launched kernel
+   other than the running one (its symbol reads "kernel::name" or "kernel<…>::name").       */
+static void mark_foreign(void) {
+    for (SharedVar &v : g_svars) {
+        size_t colon = v.name.rfind("::");
+        v.foreign = 0;
+        if (colon == std::string::npos) continue;
+        std::string owner = v.name.substr(0, std::min(colon, v.name.find('<')));
+        v.foreign = owner != g_kernel &&
+                    std::find(g_launched.begin(), g_launched.end(), owner) != g_launched.end();
+    }
 }
 static const SharedVar *svar_at(size_t off) {
     size_t lo = 0, hi = g_svars.size();
@@ -298,19 +302,19 @@ static uint32_t g_block_serial;
       and shared addresses are looked at.
    ========================================================================================== */
 static void shared_access(size_t off, size_t n, int write) {
-    char w[200];
+    char w[200] = "";
     int t = g_cur;
-    where(w, sizeof w, t);
     const SharedVar *v = svar_at(off);
     size_t limit = 0;
     if (v) limit = v->off == g_dyn_off ? v->off + g_dyn_bytes : v->off + v->size;
     /* The __shared__ variables of all kernels lie side by side: an index past the end of one
        lands in the next. A variable of another kernel that has been launched is never this
        kernel's, so touching it is out of bounds; the message names the variable before it. */
-    if (v && v->off != g_dyn_off && foreign(*v)) {
+    if (v && v->off != g_dyn_off && v->foreign) {
+        where(w, sizeof w, t);
         const SharedVar *prev = NULL;
         for (const SharedVar &s : g_svars)
-            if (s.off + s.size <= off && !foreign(s) && s.off != g_dyn_off) prev = &s;
+            if (s.off + s.size <= off && !s.foreign && s.off != g_dyn_off) prev = &s;
         if (prev)
             report("out-of-bounds shared memory %s in %s: %zu bytes at %p = '%s' + %zu (%zu bytes), "
                    "inside '%s' of another kernel", write ? "write" : "read", w, n,
@@ -323,6 +327,7 @@ static void shared_access(size_t off, size_t n, int write) {
     }
     if (!v || off + n > limit) {
         const SharedVar *prev = NULL;
+        where(w, sizeof w, t);
         for (const SharedVar &s : g_svars) if (s.off <= off) prev = &s;
         if (prev && prev->off == g_dyn_off)
             report("out-of-bounds shared memory %s in %s: %zu bytes at byte %zu of the dynamic "
@@ -348,6 +353,7 @@ static void shared_access(size_t off, size_t n, int write) {
             g_s_writer[b] = (int16_t)t;
         } else {
             if (g_s_written[b] != g_block_serial) {
+                where(w, sizeof w, t);
                 report("uninitialised shared memory read in %s: %zu bytes at %p = '%s' + %zu, not "
                        "written by any thread of this block", w, n, (void *)(g_tls + off),
                        v->name.c_str(), off - v->off);
@@ -362,6 +368,7 @@ static void shared_access(size_t off, size_t n, int write) {
         if (write) g_s_written[b] = g_block_serial;
         if (what) {
             char o[64];
+            where(w, sizeof w, t);
             if (other >= 0) {
                 const Fiber &f = g_fibers[(size_t)other];
                 snprintf(o, sizeof o, "thread (%u,%u,%u)", f.tid.x, f.tid.y, f.tid.z);
@@ -537,13 +544,14 @@ static int resolve_warp(int w) {
         if (f.state != F_WARP) continue;
         unsigned int mask = f.mask;
         int ready = 1;
-        where(wh, sizeof wh, base + l);
         if (!(mask >> l & 1)) {
+            where(wh, sizeof wh, base + l);
             report("%s in %s: the mask 0x%08x does not name the calling lane %d", op_name(f.op),
                    wh, mask, l);
             return -1;
         }
         if (f.op <= MG_EMU_SHFL_XOR && (f.width < 1 || f.width > 32 || (f.width & (f.width - 1)))) {
+            where(wh, sizeof wh, base + l);
             report("%s in %s: width %d is not a power of two from 1 to 32", op_name(f.op), wh,
                    f.width);
             return -1;
@@ -551,18 +559,21 @@ static int resolve_warp(int w) {
         for (int m = 0; m < 32 && ready; m++) {
             if (!(mask >> m & 1)) continue;
             if (m >= lanes) {
+                where(wh, sizeof wh, base + l);
                 report("%s in %s: the mask 0x%08x names lane %d, which does not exist (the block "
                        "has %d threads)", op_name(f.op), wh, mask, m, g_nthreads);
                 return -1;
             }
             const Fiber &g = g_fibers[(size_t)(base + m)];
             if (g.state == F_DONE) {
+                where(wh, sizeof wh, base + l);
                 report("%s in %s: the mask 0x%08x names lane %d, which has exited", op_name(f.op),
                        wh, mask, m);
                 return -1;
             }
             if (g.state != F_WARP) ready = 0;
             else if (g.mask != mask || g.op != f.op) {
+                where(wh, sizeof wh, base + l);
                 report("%s in %s: lane %d is at %s with mask 0x%08x (mask 0x%08x here): the lanes "
                        "of a mask must meet at the same warp operation", op_name(f.op), wh, m,
                        op_name(g.op), g.mask, mask);
@@ -756,6 +767,7 @@ void mg_emu_launch_raw(const char *name, dim3 grid, dim3 block, size_t shared_by
         g_s_written.assign(g_tls_size, 0);
     }
     g_kernel = name;
+    mark_foreign();
     g_dyn_bytes = shared_bytes;
     g_body = body;
     g_closure = closure;

@@ -15,6 +15,8 @@
 #include "cuda_runtime.h"
 #include "cublas_v2.h"
 #include "nccl.h"
+#include "cuda_bf16.h"
+#include "cuda_fp16.h"
 
 #include <cblas.h>
 #include <cxxabi.h>
@@ -1021,14 +1023,14 @@ const char *cublasGetStatusString(cublasStatus_t s) {
     }
 }
 
-static float bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
-static uint16_t f32_to_bf16(float f) {   /* round to nearest even; NaN stays NaN */
+float mg_emu_bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+uint16_t mg_emu_f32_to_bf16(float f) {   /* round to nearest even; NaN stays NaN */
     uint32_t u;
     memcpy(&u, &f, 4);
     if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40);
     return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1)) >> 16);
 }
-static float f16_to_f32(uint16_t h) {
+float mg_emu_f16_to_f32(uint16_t h) {
     uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1F, m = h & 0x3FF, u;
     float f;
     if (e == 0x1F) u = s | 0x7F800000u | (m << 13);
@@ -1037,7 +1039,7 @@ static float f16_to_f32(uint16_t h) {
     memcpy(&f, &u, 4);
     return f;
 }
-static uint16_t f32_to_f16(float f) {
+uint16_t mg_emu_f32_to_f16(float f) {
     uint32_t u, s, a;
     memcpy(&u, &f, 4);
     s = (u >> 16) & 0x8000u;
@@ -1055,13 +1057,13 @@ static uint16_t f32_to_f16(float f) {
 static size_t dt_size(cudaDataType t) { return t == CUDA_R_32F ? 4 : t == CUDA_R_64F ? 8 : 2; }
 static void to_f32(float *dst, const void *src, cudaDataType t, size_t n) {
     if (t == CUDA_R_32F) memcpy(dst, src, n * 4);
-    else if (t == CUDA_R_16BF) for (size_t i = 0; i < n; i++) dst[i] = bf16_to_f32(((const uint16_t *)src)[i]);
-    else for (size_t i = 0; i < n; i++) dst[i] = f16_to_f32(((const uint16_t *)src)[i]);
+    else if (t == CUDA_R_16BF) for (size_t i = 0; i < n; i++) dst[i] = mg_emu_bf16_to_f32(((const uint16_t *)src)[i]);
+    else for (size_t i = 0; i < n; i++) dst[i] = mg_emu_f16_to_f32(((const uint16_t *)src)[i]);
 }
 static void from_f32(void *dst, const float *src, cudaDataType t, size_t n) {
     if (t == CUDA_R_32F) memcpy(dst, src, n * 4);
-    else if (t == CUDA_R_16BF) for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = f32_to_bf16(src[i]);
-    else for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = f32_to_f16(src[i]);
+    else if (t == CUDA_R_16BF) for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = mg_emu_f32_to_bf16(src[i]);
+    else for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = mg_emu_f32_to_f16(src[i]);
 }
 /* Elements a column-major rows × cols matrix with leading dimension ld spans. */
 static size_t footprint(int rows, int cols, int ld) {

@@ -6,6 +6,8 @@
    lanes that do not exist, a barrier in divergent code, device writes past an allocation,
    reads of never-written device and shared memory, a host read of device memory. The shuffled
    thread order changes an order-dependent result.                                          */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +66,13 @@ __global__ void k_atomics(float *sum, unsigned int *word) {
     atomicAdd(sum, 1.0f);
     unsigned int old = *word, assumed;
     do { assumed = old; old = atomicCAS(word, assumed, assumed + 2u); } while (old != assumed);
+}
+/* 16-bit conversions in device code: ties to even, fp16 overflow to inf and subnormals. */
+__global__ void k_convert(unsigned short *out, const float *in) {
+    int i = threadIdx.x;
+    out[i] = i < 4 ? __float2bfloat16(in[i]).__x : __float2half(in[i]).__x;
+    if (i == 0) out[8] = (unsigned short)(__bfloat162float(__float2bfloat16(3.0f)) == 3.0f &&
+                                          __half2float(__float2half(-2.5f)) == -2.5f);
 }
 __global__ void k_dynamic(float *out, int n) {
     MG_EMU_EXTERN_SHARED(float, buf);
@@ -172,6 +181,21 @@ int main(void) {
         cudaMemcpy(&wh, dw, 4, cudaMemcpyDeviceToHost);
         check(sum == 512.0f && wh == 1024u, "atomicAdd and an atomicCAS loop from 512 threads", NULL);
         expect_reports("atomics: no race report", NULL, NULL, NULL);
+    }
+    { /* 16-bit types */
+        const float in[8] = {1.0f, 1.00390625f, 1.01171875f, 1e30f, 1.00048828125f, 65520.0f,
+                             1e-7f, 65504.0f};
+        const unsigned short want[9] = {0x3F80, 0x3F80, 0x3F82, 0x714A, 0x3C00, 0x7C00, 0x0002,
+                                        0x7BFF, 1};
+        unsigned short got[9];
+        float *din = (float *)dev_alloc(sizeof in);
+        unsigned short *dout = (unsigned short *)dev_alloc(sizeof got);
+        cudaMemcpy(din, in, sizeof in, cudaMemcpyHostToDevice);
+        MG_LAUNCH(k_convert, 1, 8, 0, 0, dout, din);
+        cudaMemcpy(got, dout, sizeof got, cudaMemcpyDeviceToHost);
+        check(!memcmp(got, want, sizeof want), "__float2bfloat16/__float2half: ties to even, "
+              "overflow to inf, subnormals; round trips", NULL);
+        expect_reports("16-bit conversions: no report", NULL, NULL, NULL);
     }
     { /* dynamic shared memory */
         float h[40], ok = 1;

@@ -800,6 +800,7 @@ void mg_emu_launch_raw(const char *name, dim3 grid, dim3 block, size_t shared_by
     if (g_launch_reports && !collecting())
         fatal("%d report%s in kernel %s; stopping (MG_EMU_CONTINUE=1 goes on)", g_launch_reports,
               g_launch_reports == 1 ? "" : "s", name);
+    g_launch_reports = 0;   /* host-side reports until the next launch count on their own */
 }
 
 /* An atomic's address: device memory inside an allocation (marked written), or shared memory

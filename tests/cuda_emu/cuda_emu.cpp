@@ -295,6 +295,17 @@ static void where(char *buf, size_t n, int t) {
 static std::vector<uint32_t> g_s_epoch;
 static std::vector<int16_t> g_s_writer, g_s_reader;
 static std::vector<uint32_t> g_s_written;   /* epoch-of-block in which the byte was written */
+/* __syncwarp orders the accesses of its warp's lanes: g_wsync[w] counts the __syncwarps warp w
+   completed in this block; each byte keeps the count its writer saw, the largest count its
+   readers saw, and the readers' warp (-1 when they span several).                          */
+static std::vector<uint32_t> g_s_wsync_w, g_s_wsync_r;
+static std::vector<int8_t> g_s_rwarp;
+static uint32_t g_wsync[32];
+/* Thread a's access, made when its warp had completed `seen` __syncwarps, happens before the
+   running thread t's access: same warp, and a __syncwarp completed in between.              */
+static inline int warp_ordered(int a, uint32_t seen, int t) {
+    return a >> 5 == t >> 5 && g_wsync[t >> 5] > seen;
+}
 static uint32_t g_block_serial;
 
 /* =============================================================================================
@@ -344,15 +355,24 @@ static void shared_access(size_t off, size_t n, int write) {
                    "variable)", write ? "write" : "read", w, n, (void *)(g_tls + off));
         return;
     }
+    uint32_t now = g_wsync[t >> 5];
     for (size_t b = off; b < off + n; b++) {
-        if (g_s_epoch[b] != g_epoch) { g_s_epoch[b] = g_epoch; g_s_writer[b] = -1; g_s_reader[b] = -1; }
+        if (g_s_epoch[b] != g_epoch) {
+            g_s_epoch[b] = g_epoch; g_s_writer[b] = -1; g_s_reader[b] = -1; g_s_rwarp[b] = -1;
+            g_s_wsync_r[b] = 0;
+        }
         int wr = g_s_writer[b], rd = g_s_reader[b];
         int other = -1;
         const char *what = NULL;
+        int wr_races = wr >= 0 && wr != t && !warp_ordered(wr, g_s_wsync_w[b], t);
         if (write) {
-            if (wr >= 0 && wr != t) { other = wr; what = "wrote"; }
-            else if (rd == -2 || (rd >= 0 && rd != t)) { other = rd; what = "read"; }
+            if (wr_races) { other = wr; what = "wrote"; }
+            else if ((rd == -2 && !(g_s_rwarp[b] == t >> 5 && g_wsync[t >> 5] > g_s_wsync_r[b])) ||
+                     (rd >= 0 && rd != t && !warp_ordered(rd, g_s_wsync_r[b], t))) {
+                other = rd; what = "read";
+            }
             g_s_writer[b] = (int16_t)t;
+            g_s_wsync_w[b] = now;
         } else {
             if (g_s_written[b] != g_block_serial) {
                 where(w, sizeof w, t);
@@ -364,8 +384,10 @@ static void shared_access(size_t off, size_t n, int write) {
                         g_s_reader[c] = g_s_reader[c] == -1 || g_s_reader[c] == t ? (int16_t)t : (int16_t)-2;
                 return;
             }
-            if (wr >= 0 && wr != t) { other = wr; what = "wrote"; }
+            if (wr_races) { other = wr; what = "wrote"; }
             g_s_reader[b] = rd == -1 || rd == t ? (int16_t)t : (int16_t)-2;
+            g_s_rwarp[b] = rd == -1 || g_s_rwarp[b] == t >> 5 ? (int8_t)(t >> 5) : (int8_t)-1;
+            g_s_wsync_r[b] = std::max(g_s_wsync_r[b], now);
         }
         if (write) g_s_written[b] = g_block_serial;
         if (what) {
@@ -376,7 +398,7 @@ static void shared_access(size_t off, size_t n, int write) {
                 snprintf(o, sizeof o, "thread (%u,%u,%u)", f.tid.x, f.tid.y, f.tid.z);
             } else snprintf(o, sizeof o, "other threads");
             report("shared memory race in %s: %s of %zu bytes at %p = '%s' + %zu; %s %s it since "
-                   "the last __syncthreads (no atomic)", w, write ? "write" : "read", n,
+                   "the last __syncthreads (or __syncwarp of their warp), no atomic", w, write ? "write" : "read", n,
                    (void *)(g_tls + off), v->name.c_str(), off - v->off, o, what);
             return;
         }
@@ -612,6 +634,7 @@ static int resolve_warp(int w) {
             g.state = F_READY;
             released++;
         }
+        if (f.op == MG_EMU_SYNCWARP) g_wsync[w]++;
     }
     return released;
 }
@@ -636,6 +659,7 @@ static void run_block(void) {
     }
     g_epoch++;
     g_block_serial++;
+    memset(g_wsync, 0, sizeof g_wsync);
     for (;;) {
         if (g_shuffle_seed)
             for (int i = g_nthreads - 1; i > 0; i--)
@@ -767,6 +791,9 @@ void mg_emu_launch_raw(const char *name, dim3 grid, dim3 block, size_t shared_by
         g_s_writer.assign(g_tls_size, -1);
         g_s_reader.assign(g_tls_size, -1);
         g_s_written.assign(g_tls_size, 0);
+        g_s_wsync_w.assign(g_tls_size, 0);
+        g_s_wsync_r.assign(g_tls_size, 0);
+        g_s_rwarp.assign(g_tls_size, -1);
     }
     g_kernel = name;
     mark_foreign();

@@ -111,6 +111,14 @@ __global__ void k_divergent_barrier(float *out) {
     else v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
     out[threadIdx.x] = v;
 }
+/* Lanes exchange through shared memory after __syncwarp: ordered inside a warp only. */
+__global__ void k_warp_sync(float *out, int cross) {
+    __shared__ float s[64];
+    int t = threadIdx.x;
+    s[t] = (float)t;
+    __syncwarp();
+    out[t] = s[cross ? (t + 32) % 64 : t ^ 1];
+}
 __global__ void k_past_end(float *p, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i <= n) p[i] = 1.0f;   /* <= : one element too many */
@@ -217,6 +225,12 @@ int main(void) {
     expect_reports("missing __syncthreads: the race is caught",
                    "shared memory race in kernel k_missing_sync block (0,0,0) thread (",
                    "'k_missing_sync::s' + ", "since the last __syncthreads");
+    MG_LAUNCH(k_warp_sync, 1, 64, 0, 0, out, 0);
+    expect_reports("__syncwarp orders shared accesses of one warp: no report", NULL, NULL, NULL);
+    MG_LAUNCH(k_warp_sync, 1, 64, 0, 0, out, 1);
+    expect_reports("__syncwarp does not order two warps: the race is caught",
+                   "shared memory race in kernel k_warp_sync block (0,0,0) thread (0,0,0): read",
+                   "'k_warp_sync::s' + 128; thread (32,0,0) wrote it", NULL);
     MG_LAUNCH(k_off_by_one, 1, 32, 0, 0, out);
     expect_reports("off-by-one shared index: caught",
                    "shared memory read in kernel k_off_by_one block (0,0,0) thread (31,0,0)",

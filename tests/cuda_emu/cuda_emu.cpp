@@ -745,11 +745,16 @@ void mg_emu_launch_raw(const char *name, dim3 grid, dim3 block, size_t shared_by
     (void)stream;   /* every stream runs its work at once, in issue order */
     unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
     struct timespec t0, t1;
+    static int busy;   /* the engine's state is global: one launch at a time, process-wide */
     if (g_cur >= 0) fatal("kernel %s launched from device code (dynamic parallelism is not "
                           "emulated)", name);
+    if (__atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE))
+        fatal("kernel %s launched while another host thread's launch runs: the emulator runs "
+              "one launch at a time (launch from one host thread)", name);
     if (!threads || threads > 1024 || block.z > 64 || !grid.x || !grid.y || !grid.z ||
         grid.y > 65535 || grid.z > 65535 || shared_bytes > DYN_SHARED_MAX) {
         g_last_error = cudaErrorInvalidConfiguration;
+        __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
         return;
     }
     g_kindex = (size_t)(std::find(g_launched.begin(), g_launched.end(), name) - g_launched.begin());
@@ -827,6 +832,7 @@ void mg_emu_launch_raw(const char *name, dim3 grid, dim3 block, size_t shared_by
         fatal("%d report%s in kernel %s; stopping (MG_EMU_CONTINUE=1 goes on)", g_launch_reports,
               g_launch_reports == 1 ? "" : "s", name);
     g_launch_reports = 0;   /* host-side reports until the next launch count on their own */
+    __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
 }
 
 /* An atomic's address: device memory inside an allocation (marked written), or shared memory

@@ -141,6 +141,13 @@ int main(void) {
     mg_emu_collect(1);
     check(cudaGetDeviceCount(&n_dev) == cudaSuccess && n_dev == 1, "one emulated device", NULL);
 
+    { /* a block of 2048 threads is a configuration error, reported by cudaGetLastError */
+        int *d = (int *)dev_alloc(4);
+        MG_LAUNCH(k_coords, 1, 2048, 0, 0, d);
+        cudaError_t e1 = cudaGetLastError(), e2 = cudaGetLastError();
+        check(e1 == cudaErrorInvalidConfiguration && e2 == cudaSuccess, "2048 threads per block: "
+              "cudaErrorInvalidConfiguration, once", cudaGetErrorName(e1));
+    }
     { /* coordinates: grid (3,2), block (4,2,2) */
         int *d = (int *)dev_alloc(6 * 16 * sizeof(int)), h[96], ok = 1;
         MG_LAUNCH(k_coords, dim3(3, 2), dim3(4, 2, 2), 0, 0, d);

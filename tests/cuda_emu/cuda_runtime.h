@@ -11,8 +11,9 @@
 
    Kernels run block after block; the threads of a block are fibers switched only at
    __syncthreads and warp operations. The sanitizer flag makes the compiler call the emulator
-   (__tsan_read4(addr) …) at every load and store (no sanitizer runtime is linked), which checks device and shared
-   addresses (bounds, uninitialised reads, shared-memory races): the bug finders.          */
+   (__tsan_read4(addr) …) at every load and store (no sanitizer runtime is linked), which
+   checks device and shared addresses (bounds, uninitialised reads, shared-memory races): the
+   bug finders.                                                                              */
 #ifndef MG_CUDA_EMU_RUNTIME_H
 #define MG_CUDA_EMU_RUNTIME_H
 

@@ -7,9 +7,11 @@
    hidden and attention dropout 0.1, one forward + backward: the summed loss and every
    parameter's gradient are compared (relative error per tensor against its RMS, as
    tests/test_model.c measures).
-   Built by nvcc only (build/gpu_model_cuda); not run by the suite. On a GPU:
+   Built by nvcc (build/gpu_model_cuda) and through the CUDA emulator (build/gpu_model_emu,
+   tests/cuda_emu). On a GPU:
        make build/gpu_model_cuda && ./build/gpu_model_cuda
-   Without a GPU it compares two CPU contexts: every difference must then be exactly 0.
+   gpu_model_cuda without a GPU compares two CPU contexts: every difference must then be
+   exactly 0; gpu_model_emu always compares the emulated device with the CPU.
    Tolerances (NOT yet validated on a GPU — this program was written on a machine without
    one): loss relative 1e-5 (fp32), 2^-8 (bf16), 2^-11 (fp16) — the unit roundoff, since the
    two backends round the same fp32 values and differ only where an fp32 summation-order

@@ -4,10 +4,13 @@
    and exits non-zero when any is above its tolerance. Also checks on the device: the cuBLAS
    handle's configuration (stream, host pointer mode, fp32 split-K reductions), and that the
    counter-based RNG and the 16-bit conversions of device code are bit-identical to the host's.
-   Built by nvcc only (build/gpu_ops_cuda); not run by the suite (tests/run.sh). On a GPU:
+   Built by nvcc (build/gpu_ops_cuda) and through the CUDA emulator (build/gpu_ops_emu: every
+   kernel executed thread by thread on the CPU, race- and bounds-checked; tests/cuda_emu). On
+   a GPU:
        make build/gpu_ops_cuda && ./build/gpu_ops_cuda
-   Without a GPU it compares two CPU contexts instead: every difference must then be 0, which
-   checks this program (sizes, arena use, the exact cases below), not the CUDA backend.
+   gpu_ops_cuda without a GPU compares two CPU contexts instead: every difference must then be
+   0, which checks this program (sizes, arena use, the exact cases below), not the CUDA
+   backend; gpu_ops_emu always compares the emulated device with the CPU.
    Shapes are larger than the CPU tests so the kernels see rows longer than a block (C = 384,
    Vs = 512, T = 300), rows shorter than a block (C = 40, T = 48), several blocks, odd sizes,
    vocabulary padding, and many rows scattering into the same embedding rows.

@@ -25,7 +25,7 @@ import os
 import struct
 import sys
 
-if len(sys.argv) < 2 or sys.argv[1] == "tests/data":
+if __name__ == "__main__" and (len(sys.argv) < 2 or sys.argv[1] == "tests/data"):
     # `make oracle` runs every tests/oracle/*.py with tests/data: this one is run by the test
     print("tokenizer_ref: run by tests/test_tokenizer with .venv/bin/python; nothing to do here")
     sys.exit(0)
@@ -38,10 +38,9 @@ import tokenizers  # noqa: E402
 from tokenizers import Tokenizer, Regex, models, pre_tokenizers, decoders, trainers  # noqa: E402
 import sentencepiece as spm  # noqa: E402
 
-OUT = sys.argv[1]
+OUT = sys.argv[1] if __name__ == "__main__" else None
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VOCAB = os.path.join(ROOT, ".venv", "share", "vocab")
-os.makedirs(OUT, exist_ok=True)
 DATA = sorted(glob.glob(os.path.join(ROOT, "data", "*.txt")))
 
 LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
@@ -192,6 +191,7 @@ def tt_encoding(name, rank_file, pat_name, specials):
 
 
 def main():
+    os.makedirs(OUT, exist_ok=True)
     make_assets()
     T = texts()
     # tiktoken

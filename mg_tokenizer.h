@@ -180,6 +180,7 @@ static char *mg__tok_read(const char *path, size_t *len, char *err, size_t errle
     int bad = ferror(f);
     fclose(f);
     if (bad) { mg__tok_err(err, errlen, "%s: read error (a directory?)", path); free(buf); return NULL; }
+    buf = (char *)realloc(buf, n + 1); /* exactly the file: a read past it is a bug to see */
     buf[n] = 0;
     *len = n;
     return buf;
@@ -1019,9 +1020,10 @@ static mg__re *mg__re_compile(const char *pat, size_t len, char *err, size_t err
 
 /* The backtracking machine. A thread is (pc, pos); SPLIT runs x and saves y. ATOMIC and the
    lookaheads run their body as a nested match from pos (first success wins, no backtracking
-   into it). Returns the end of the first match from pos, or -1. A step budget proportional
-   to the text bounds pathological patterns (none of the tokenizers' patterns comes near it);
-   past it the match fails and the caller takes one character as a piece.                    */
+   into it). Returns the end of the first match from pos, or -1. A step budget for the whole
+   split (10^6 + 1000 per byte) bounds pathological patterns such as (a*)*b-like blow-ups
+   (the tokenizers' patterns use under 50 steps a byte); once it is spent, the rest of the
+   text is one piece.                                                                        */
 typedef struct { int pc; size_t pos; } mg__re_thread;
 typedef struct { int64_t budget; } mg__re_stack;
 
@@ -1096,8 +1098,8 @@ static void mg__re_split(const mg__re *re, const unsigned char *s, size_t len, m
                          void *ctx) {
     mg__re_stack S;
     size_t gap = 0, pos = 0;
+    S.budget = 1000000 + 1000 * (int64_t)len; /* the tokenizers' patterns need < 50 a byte     */
     while (pos < len) {
-        S.budget = 100000 + 64 * (int64_t)(len - pos);
         int64_t e = mg__re_run(re, &S, 0, s, len, pos);
         if (e > (int64_t)pos) {
             if (gap < pos) fn(ctx, gap, pos);

@@ -1402,7 +1402,7 @@ static void mg__spm_segment(mg__enc *E, const unsigned char *s, size_t n) {
     size_t i = 0;
     if (t->spm_rmws) while (i < n && s[i] == ' ') i++;
     if (i == n) return;
-    size_t cap = 3 * (n - i) * 3 + 8, m = 0;
+    size_t cap = 3 * (n - i) + 8, m = 0;  /* a byte becomes at most 3 (▁, U+FFFD), + the prefix */
     unsigned char *buf = (unsigned char *)malloc(cap);
     if (!buf) abort();
     int prev_space = t->spm_rmws;
@@ -2064,6 +2064,11 @@ static int mg__hf_pretok(mg_tokenizer *t, const mg__json *J, const mg__jnode *p,
         if (!last) { mg__tok_err(err, errlen, "%s: pre_tokenizer ByteLevel must come last in its Sequence", file); return -1; }
         *saw_bytelevel = 1;
         t->add_prefix_space = mg__jtrue(mg__jget(J, p, "add_prefix_space"));
+        if (t->add_prefix_space && t->nre > 0) {
+            /* tokenizers would put the space in front of every piece of the Split before it    */
+            mg__tok_err(err, errlen, "%s: ByteLevel add_prefix_space after a Split is not supported", file);
+            return -1;
+        }
         const mg__jnode *ur = mg__jget(J, p, "use_regex");
         if (!ur || mg__jtrue(ur)) return mg__add_re(t, mg__pat_gpt2, sizeof mg__pat_gpt2 - 1, file, err, errlen);
         return 0;

@@ -30,7 +30,8 @@ static double now(void) {
 static uint32_t rd32(const unsigned char **p) { uint32_t v; memcpy(&v, *p, 4); *p += 4; return v; }
 
 /* 1. one tokenizer against its reference file                                              */
-static void check_ref(const char *name, mg_tokenizer_desc d, const char *ref) {
+/* lossless: decode(encode(x)) == x is checked too (not with add_prefix_space)                 */
+static void check_ref(const char *name, mg_tokenizer_desc d, const char *ref, int lossless) {
     char err[512], label[128];
     mg_tokenizer *t = mg_tokenizer_load(&d, err, sizeof err);
     snprintf(label, sizeof label, "%s: loads", name);
@@ -78,7 +79,7 @@ static void check_ref(const char *name, mg_tokenizer_desc d, const char *ref) {
             baddec++;
             if (!first[0]) snprintf(first, sizeof first, "%.*s: decode gives %lld bytes, the reference %u", (int)nl, cname, (long long)m, dl);
         }
-        {
+        if (lossless) {
             if (m != (int64_t)tl || memcmp(out, text, tl) != 0) {
                 badrt++;
                 if (!first[0]) snprintf(first, sizeof first, "%.*s: decode(encode(x)) != x", (int)nl, cname);
@@ -89,7 +90,7 @@ static void check_ref(const char *name, mg_tokenizer_desc d, const char *ref) {
     snprintf(label, sizeof label, "%s: ids as the reference", name);
     if (bad) mg_test_report(0, label, "%d of %d texts differ: %s", bad, cases, first);
     else mg_test_report(1, label, "%d texts, %lld ids", cases, nids);
-    snprintf(label, sizeof label, "%s: decode as the reference, decode(encode(x)) == x", name);
+    snprintf(label, sizeof label, lossless ? "%s: decode as the reference, decode(encode(x)) == x" : "%s: decode as the reference", name);
     if (baddec || badrt) mg_test_report(0, label, "%d decode, %d round-trip failures: %s", baddec, badrt, first);
     else mg_test_report(1, label, NULL);
     free(buf);
@@ -340,17 +341,19 @@ int main(void) {
     mg_tokenizer_desc hf_gpt2 = {MG_TOK_HF, DIR "/hf_gpt2.json", NULL, NULL};
     mg_tokenizer_desc hf_llama3 = {MG_TOK_HF, DIR "/hf_llama3.json", NULL, NULL};
     mg_tokenizer_desc sp = {MG_TOK_SENTENCEPIECE, DIR "/spm.model", NULL, NULL};
-    check_ref("tiktoken gpt2", tt_gpt2, DIR "/ref_tt_gpt2.bin");
-    check_ref("tiktoken cl100k_base", tt_cl100k, DIR "/ref_tt_cl100k.bin");
-    check_ref("tiktoken o200k_base pattern (cl100k ranks)", tt_o200k, DIR "/ref_tt_o200k_pat.bin");
-    check_ref("GPT-2 vocab.json+merges.txt", gpt2, DIR "/ref_hf_gpt2.bin");
-    check_ref("HF tokenizer.json GPT-2", hf_gpt2, DIR "/ref_hf_gpt2.bin");
-    check_ref("HF tokenizer.json Llama-3 style", hf_llama3, DIR "/ref_hf_llama3.bin");
-    check_ref("SentencePiece BPE byte fallback", sp, DIR "/ref_spm.bin");
+    check_ref("tiktoken gpt2", tt_gpt2, DIR "/ref_tt_gpt2.bin", 1);
+    check_ref("tiktoken cl100k_base", tt_cl100k, DIR "/ref_tt_cl100k.bin", 1);
+    check_ref("tiktoken o200k_base pattern (cl100k ranks)", tt_o200k, DIR "/ref_tt_o200k_pat.bin", 1);
+    check_ref("GPT-2 vocab.json+merges.txt", gpt2, DIR "/ref_hf_gpt2.bin", 1);
+    check_ref("HF tokenizer.json GPT-2", hf_gpt2, DIR "/ref_hf_gpt2.bin", 1);
+    check_ref("HF tokenizer.json Llama-3 style", hf_llama3, DIR "/ref_hf_llama3.bin", 1);
+    mg_tokenizer_desc hf_prefix = {MG_TOK_HF, DIR "/hf_gpt2_prefix.json", NULL, NULL};
+    check_ref("HF tokenizer.json GPT-2, add_prefix_space", hf_prefix, DIR "/ref_hf_gpt2_prefix.bin", 0);
+    check_ref("SentencePiece BPE byte fallback", sp, DIR "/ref_spm.bin", 1);
     mg_tokenizer_desc demo_hf = {MG_TOK_HF, "tests/data/tokenizer_demo.json", NULL, NULL};
     mg_tokenizer_desc demo_spm = {MG_TOK_SENTENCEPIECE, "tests/data/tokenizer_demo_spm.model", NULL, NULL};
-    check_ref("tests/data/tokenizer_demo.json", demo_hf, DIR "/ref_demo_hf.bin");
-    check_ref("tests/data/tokenizer_demo_spm.model", demo_spm, DIR "/ref_demo_spm.bin");
+    check_ref("tests/data/tokenizer_demo.json", demo_hf, DIR "/ref_demo_hf.bin", 1);
+    check_ref("tests/data/tokenizer_demo_spm.model", demo_spm, DIR "/ref_demo_spm.bin", 1);
     check_classes();
     static const char *pats[] = {"gpt2_bytelevel", "r50k", "cl100k", "o200k", "llama3", "qwen2"};
     for (int i = 0; i < 6; i++) check_pieces(pats[i]);

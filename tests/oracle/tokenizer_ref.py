@@ -7,6 +7,7 @@ Makes, under OUTDIR (only what is missing):
                                     (gpt2.tiktoken from the openai-whisper sdist): merge k is the
                                     split of token 256+k that BPE with the lower ranks reaches
   hf_gpt2.json                      the same as a tokenizer.json, built by `tokenizers` itself
+  hf_gpt2_prefix.json               the same with ByteLevel(add_prefix_space=True)
   hf_llama3.json                    a byte-level BPE trained here by `tokenizers`' trainer on
                                     data/*.txt with Llama 3's Split regex + ByteLevel(use_regex=False)
   spm.model                         a SentencePiece BPE trained here on data/*.txt with byte
@@ -111,6 +112,13 @@ def make_assets():
         tok.decoder = decoders.ByteLevel()
         tok.add_special_tokens(["<|endoftext|>"])
         tok.save(hf_gpt2)
+    hf_prefix = os.path.join(OUT, "hf_gpt2_prefix.json")
+    if not os.path.exists(hf_prefix):
+        tok = Tokenizer(models.BPE.from_file(vocab_json, merges_txt))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+        tok.decoder = decoders.ByteLevel()
+        tok.add_special_tokens(["<|endoftext|>"])
+        tok.save(hf_prefix)
     hf_llama3 = os.path.join(OUT, "hf_llama3.json")
     if not os.path.exists(hf_llama3):
         tok = Tokenizer(models.BPE(ignore_merges=True))
@@ -240,7 +248,7 @@ def main():
                 cases.append((cname, allow, text, ids, enc.decode_bytes(ids)))
         write_ref(name, cases)
     # Hugging Face tokenizers (GPT-2 vocab.json + merges.txt is checked against hf_gpt2 too)
-    for name, path in (("hf_gpt2", "hf_gpt2.json"), ("hf_llama3", "hf_llama3.json")):
+    for name, path in (("hf_gpt2", "hf_gpt2.json"), ("hf_gpt2_prefix", "hf_gpt2_prefix.json"), ("hf_llama3", "hf_llama3.json")):
         tok = Tokenizer.from_file(os.path.join(OUT, path))
         cases = []
         for cname, text in T:

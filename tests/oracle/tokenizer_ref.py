@@ -105,20 +105,14 @@ def make_assets():
                 f.write("%s %s\n" % (enc(a), enc(b)))
         os.rename(vocab_json + ".tmp", vocab_json)
         os.rename(merges_txt + ".tmp", merges_txt)
-    hf_gpt2 = os.path.join(OUT, "hf_gpt2.json")
-    if not os.path.exists(hf_gpt2):
-        tok = Tokenizer(models.BPE.from_file(vocab_json, merges_txt))
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        tok.add_special_tokens(["<|endoftext|>"])
-        tok.save(hf_gpt2)
-    hf_prefix = os.path.join(OUT, "hf_gpt2_prefix.json")
-    if not os.path.exists(hf_prefix):
-        tok = Tokenizer(models.BPE.from_file(vocab_json, merges_txt))
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
-        tok.decoder = decoders.ByteLevel()
-        tok.add_special_tokens(["<|endoftext|>"])
-        tok.save(hf_prefix)
+    for name, prefix in (("hf_gpt2.json", False), ("hf_gpt2_prefix.json", True)):
+        path = os.path.join(OUT, name)
+        if not os.path.exists(path):
+            tok = Tokenizer(models.BPE.from_file(vocab_json, merges_txt))
+            tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix)
+            tok.decoder = decoders.ByteLevel()
+            tok.add_special_tokens(["<|endoftext|>"])
+            tok.save(path)
     hf_llama3 = os.path.join(OUT, "hf_llama3.json")
     if not os.path.exists(hf_llama3):
         tok = Tokenizer(models.BPE(ignore_merges=True))

@@ -350,6 +350,8 @@ int main(void) {
     mg_tokenizer_desc hf_prefix = {MG_TOK_HF, DIR "/hf_gpt2_prefix.json", NULL, NULL};
     check_ref("HF tokenizer.json GPT-2, add_prefix_space", hf_prefix, DIR "/ref_hf_gpt2_prefix.bin", 0);
     check_ref("SentencePiece BPE byte fallback", sp, DIR "/ref_spm.bin", 1);
+    mg_tokenizer_desc sp_user = {MG_TOK_SENTENCEPIECE, DIR "/spm_user.model", NULL, NULL};
+    check_ref("SentencePiece user-defined pieces, extra spaces removed, <unk>", sp_user, DIR "/ref_spm_user.bin", 0);
     mg_tokenizer_desc demo_hf = {MG_TOK_HF, "tests/data/tokenizer_demo.json", NULL, NULL};
     mg_tokenizer_desc demo_spm = {MG_TOK_SENTENCEPIECE, "tests/data/tokenizer_demo_spm.model", NULL, NULL};
     check_ref("tests/data/tokenizer_demo.json", demo_hf, DIR "/ref_demo_hf.bin", 1);

@@ -12,6 +12,8 @@ Makes, under OUTDIR (only what is missing):
                                     data/*.txt with Llama 3's Split regex + ByteLevel(use_regex=False)
   spm.model                         a SentencePiece BPE trained here on data/*.txt with byte
                                     fallback and Llama 2's normalizer settings
+  spm_user.model                    one with user-defined pieces, remove_extra_whitespaces and
+                                    no byte fallback (unknown characters are <unk>)
 and writes, for each tokenizer NAME, OUTDIR/ref_NAME.bin: for every test text, the ids the
 reference library gives (records: u32 name length, name, u32 allow_special, u32 text length,
 text, u32 id count, ids as i32, u32 decoded length, the reference's decode of those ids).
@@ -126,13 +128,16 @@ def make_assets():
         tok.train(DATA, tr)
         tok.add_tokens([tokenizers.AddedToken("<tool>", special=False)])  # a non-special added token
         tok.save(hf_llama3)
-    spm_model = os.path.join(OUT, "spm.model")
-    if not os.path.exists(spm_model):
-        spm.SentencePieceTrainer.train(
-            input=",".join(DATA), model_prefix=os.path.join(OUT, "spm"), model_type="bpe",
-            vocab_size=1200, byte_fallback=True, normalization_rule_name="identity",
-            remove_extra_whitespaces=False, add_dummy_prefix=True, split_digits=True,
-            character_coverage=1.0, num_threads=1, minloglevel=2)
+    # Llama 2's settings; and user-defined pieces with remove_extra_whitespaces, no byte fallback
+    for name, extra in (("spm", dict(byte_fallback=True, remove_extra_whitespaces=False)),
+                        ("spm_user", dict(byte_fallback=False, remove_extra_whitespaces=True,
+                                          user_defined_symbols=["<tool>", "lighthouse"], character_coverage=0.9995))):
+        if not os.path.exists(os.path.join(OUT, name + ".model")):
+            args = dict(input=",".join(DATA), model_prefix=os.path.join(OUT, name), model_type="bpe",
+                        vocab_size=1200, normalization_rule_name="identity", add_dummy_prefix=True,
+                        split_digits=True, character_coverage=1.0, num_threads=1, minloglevel=2)
+            args.update(extra)
+            spm.SentencePieceTrainer.train(**args)
 
 
 def make_demo(dirname):
@@ -261,7 +266,7 @@ def main():
             cases.append((cname, allow, text, ids, tok.decode(ids, skip_special_tokens=False).encode("utf-8")))
     write_ref("demo_hf", cases)
     # SentencePiece (no specials are parsed from text: allow_special 0 only), and the demo model
-    for name, path in (("spm", os.path.join(OUT, "spm.model")),
+    for name, path in (("spm", os.path.join(OUT, "spm.model")), ("spm_user", os.path.join(OUT, "spm_user.model")),
                        ("demo_spm", os.path.join(ROOT, "tests", "data", "tokenizer_demo_spm.model"))):
         sp = spm.SentencePieceProcessor(model_file=path)
         cases = []

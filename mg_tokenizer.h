@@ -1152,6 +1152,8 @@ struct mg_tokenizer {
     int added_first[257];                   /* index range of the added tokens by first byte    */
     int spm_dummy, spm_rmws, spm_escape, spm_byte_fallback;
     int32_t *user; int nuser;               /* SentencePiece user-defined pieces                */
+    uint32_t *trie; size_t trie_n;          /* precompiled_charsmap: a Darts-clone double array  */
+    char *pool; size_t pool_n;              /* … and its NUL-terminated replacement strings      */
 };
 #define MG__NOTOK 0xffffffffu
 
@@ -1392,36 +1394,85 @@ static void mg__stage(mg__enc *E, int k, size_t a, size_t b) {
     mg__re_split(E->t->re[k], E->piece_base + a, b - a, mg__stage_cb, &c);
 }
 
-/* SentencePiece: normalize (identity rule) then BPE over the whole segment.
-   Normalization as sentencepiece's Normalizer with an identity rule: invalid UTF-8 -> U+FFFD
-   per byte; remove_extra_whitespaces drops leading, trailing and repeated ' '; add_dummy_prefix
-   puts one space in front; escape_whitespaces writes ' ' as ▁ (U+2581).                      */
+/* The longest user-defined piece at s[0, n), 0 if none; its id in *id.                       */
+static size_t mg__spm_user_at(const mg_tokenizer *t, const unsigned char *s, size_t n, int32_t *id) {
+    size_t best = 0;
+    for (int u = 0; u < t->nuser; u++) {
+        uint32_t L = t->len[t->user[u]];
+        if (L > best && L <= n && memcmp(s, t->blob + t->off[t->user[u]], L) == 0) { best = L; *id = t->user[u]; }
+    }
+    return best;
+}
+/* sentencepiece's Normalizer::NormalizePrefix: the normalized form of the text's first unit in
+   out/outlen, returns the bytes it consumes. A user-defined piece stays as it is; else the
+   longest rule of the precompiled charsmap (a Darts-clone double array: unit bits 0-7 label,
+   8 has-leaf, 9-31 offset, scaled by 256 when bit 9 is set; a leaf's value is an offset into
+   the pool of NUL-terminated replacements); else one character; invalid UTF-8 is U+FFFD for
+   one byte.                                                                                  */
+static size_t mg__spm_norm_prefix(const mg_tokenizer *t, const unsigned char *s, size_t n, const char **out, size_t *outlen) {
+    int32_t uid;
+    size_t L = mg__spm_user_at(t, s, n, &uid);
+    if (L) { *out = (const char *)s; *outlen = L; return L; }
+    if (t->trie_n) {
+        size_t longest = 0, value = 0, pos = 0;
+        uint32_t unit = t->trie[0];
+        pos ^= (size_t)((unit >> 10) << ((unit & (1u << 9)) >> 6));
+        for (size_t i = 0; i < n; i++) {
+            pos ^= s[i];
+            if (pos >= t->trie_n) break;
+            unit = t->trie[pos];
+            if ((unit & ((1u << 31) | 0xFF)) != s[i]) break;
+            pos ^= (size_t)((unit >> 10) << ((unit & (1u << 9)) >> 6));
+            if (pos >= t->trie_n) break;
+            if ((unit >> 8) & 1) { longest = i + 1; value = t->trie[pos] & ((1u << 31) - 1); }
+        }
+        if (longest && value < t->pool_n) {
+            *out = t->pool + value;
+            const char *z = (const char *)memchr(t->pool + value, 0, t->pool_n - value);
+            *outlen = z ? (size_t)(z - *out) : t->pool_n - value;
+            return longest;
+        }
+    }
+    uint32_t c;
+    int k = mg__utf8(s, n, &c);
+    if (c >= 0x110000) { *out = "\xEF\xBF\xBD"; *outlen = 3; return 1; }
+    *out = (const char *)s; *outlen = (size_t)k;
+    return (size_t)k;
+}
+/* SentencePiece: normalize as sentencepiece's Normalizer::Normalize, then BPE over the whole
+   segment. remove_extra_whitespaces drops leading spaces, spaces at the head of a unit that
+   follows a space, and trailing spaces; add_dummy_prefix puts one space in front;
+   escape_whitespaces writes ' ' as ▁ (U+2581).                                              */
 static void mg__spm_segment(mg__enc *E, const unsigned char *s, size_t n) {
     const mg_tokenizer *t = E->t;
     static const char ws[] = "\xE2\x96\x81";
-    size_t i = 0;
-    if (t->spm_rmws) while (i < n && s[i] == ' ') i++;
+    size_t i = 0, cap = 64, m = 0, ol;
+    const char *o;
+    if (t->spm_rmws)
+        while (i < n) {
+            size_t k = mg__spm_norm_prefix(t, s + i, n - i, &o, &ol);
+            if (!(ol == 1 && o[0] == ' ')) break;
+            i += k;
+        }
     if (i == n) return;
-    size_t cap = 3 * (n - i) + 8, m = 0;  /* a byte becomes at most 3 (▁, U+FFFD), + the prefix */
     unsigned char *buf = (unsigned char *)malloc(cap);
     if (!buf) abort();
-    int prev_space = t->spm_rmws;
     if (t->spm_dummy) {
         if (t->spm_escape) { memcpy(buf, ws, 3); m = 3; } else buf[m++] = ' ';
     }
+    int prev_space = t->spm_rmws;
     while (i < n) {
-        uint32_t c;
-        int k = mg__utf8(s + i, n - i, &c);
-        if (c >= 0x110000) { memcpy(buf + m, "\xEF\xBF\xBD", 3); m += 3; i++; prev_space = 0; continue; }
-        if (c == ' ') {
-            if (t->spm_rmws && prev_space) { i++; continue; }
-            if (t->spm_escape) { memcpy(buf + m, ws, 3); m += 3; } else buf[m++] = ' ';
-            prev_space = 1;
-        } else {
-            memcpy(buf + m, s + i, (size_t)k); m += (size_t)k;
-            prev_space = 0;
+        i += mg__spm_norm_prefix(t, s + i, n - i, &o, &ol);
+        if (prev_space && t->spm_rmws) while (ol && o[0] == ' ') { o++; ol--; }
+        if (ol) {
+            buf = (unsigned char *)mg__tok_grow(buf, &cap, m + 3 * ol, 1);
+            for (size_t q = 0; q < ol; q++) {
+                if (t->spm_escape && o[q] == ' ') { memcpy(buf + m, ws, 3); m += 3; }
+                else buf[m++] = (unsigned char)o[q];
+            }
+            prev_space = o[ol - 1] == ' ';
         }
-        i += (size_t)k;
+        if (!t->spm_rmws) prev_space = 0;
     }
     if (t->spm_rmws) {
         for (;;) {
@@ -1433,12 +1484,8 @@ static void mg__spm_segment(mg__enc *E, const unsigned char *s, size_t n) {
     /* initial symbols: user-defined pieces (longest match) or one character each            */
     mg__enc_syms(E, m);
     for (size_t p = 0; p < m;) {
-        size_t best = 0;
         int32_t bid = -1;
-        for (int u = 0; u < t->nuser; u++) {
-            uint32_t L = t->len[t->user[u]];
-            if (L > best && L <= m - p && memcmp(buf + p, t->blob + t->off[t->user[u]], L) == 0) { best = L; bid = t->user[u]; }
-        }
+        size_t best = mg__spm_user_at(t, buf + p, m - p, &bid);
         if (!best) {
             uint32_t c;
             best = (size_t)mg__utf8(buf + p, m - p, &c);
@@ -1614,7 +1661,7 @@ MGDEF int mg_tok_type_from_name(const char *name) {
 MGDEF void mg_tokenizer_free(mg_tokenizer *t) {
     if (!t) return;
     free(t->blob); free(t->off); free(t->len); free(t->map); free(t->pairs); free(t->score);
-    free(t->ptype); free(t->added); free(t->user);
+    free(t->ptype); free(t->added); free(t->user); free(t->trie); free(t->pool);
     for (int i = 0; i < t->nre; i++) mg__re_free(t->re[i]);
     free(t);
 }
@@ -2254,6 +2301,7 @@ static int mg__load_spm(mg_tokenizer *t, const mg_tokenizer_desc *d, char *err, 
     int model_type = 1, byte_fallback = 0, dummy = 1, rmws = 1, escape = 1, suffix = 0;
     int64_t unk_id = 0, bos_id = 1, eos_id = 2;
     size_t charsmap = 0;
+    const unsigned char *cmap = NULL;
     /* pass 1: count pieces, read the trainer and normalizer specs                              */
     b.p = (const unsigned char *)fs; b.end = b.p + fl;
     while (b.p < b.end) {
@@ -2264,7 +2312,7 @@ static int mg__load_spm(mg_tokenizer *t, const mg_tokenizer_desc *d, char *err, 
             uint32_t g; int w2; uint64_t x;
             while (s2.p < s2.end) {
                 if (mg__pb_field(&s2, &g, &w2, &x, &s3) < 0) { mg__tok_err(err, errlen, "%s: damaged %s", file, f == 2 ? "trainer_spec" : "normalizer_spec"); free(fs); return -1; }
-                if (w2 == 2) { if (f == 3 && g == 2) charsmap = (size_t)(s3.end - s3.p); continue; }
+                if (w2 == 2) { if (f == 3 && g == 2) { charsmap = (size_t)(s3.end - s3.p); cmap = s3.p; } continue; }
                 if (f == 2) {
                     if (g == 3) model_type = (int)x;
                     else if (g == 35) byte_fallback = x != 0;
@@ -2282,7 +2330,22 @@ static int mg__load_spm(mg_tokenizer *t, const mg_tokenizer_desc *d, char *err, 
     }
     if (npieces == 0 || npieces > 0x7fffffff) { mg__tok_err(err, errlen, "%s: no pieces: not a SentencePiece model", file); free(fs); return -1; }
     if (model_type != 2) { mg__tok_err(err, errlen, "%s: model_type %d: only BPE (2) is supported (unigram models, e.g. T5, are not)", file, model_type); free(fs); return -1; }
-    if (charsmap) { mg__tok_err(err, errlen, "%s: a precompiled normalization rule (e.g. nmt_nfkc) is not supported: only identity, as Llama 2 and Mistral use", file); free(fs); return -1; }
+    if (charsmap) {
+        /* precompiled_charsmap: uint32 trie size, the double array, the replacement pool      */
+        uint32_t tn = 0;
+        if (charsmap >= 4) memcpy(&tn, cmap, 4);
+        if (charsmap < 8 || tn < 4 || tn % 4 || tn > charsmap - 4) {
+            mg__tok_err(err, errlen, "%s: the precompiled_charsmap is damaged (trie size %u of %zu bytes)", file, tn, charsmap);
+            free(fs); return -1;
+        }
+        t->trie_n = tn / 4;
+        t->trie = (uint32_t *)malloc(tn);
+        memcpy(t->trie, cmap + 4, tn);
+        t->pool_n = charsmap - 4 - tn;
+        t->pool = (char *)malloc(t->pool_n + 1);
+        memcpy(t->pool, cmap + 4 + tn, t->pool_n);
+        t->pool[t->pool_n] = 0;
+    }
     if (suffix) { mg__tok_err(err, errlen, "%s: treat_whitespace_as_suffix is not supported", file); free(fs); return -1; }
     mg__tok_alloc_ids(t, (int32_t)npieces);
     t->score = (float *)calloc((size_t)npieces, sizeof(float));

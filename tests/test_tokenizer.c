@@ -5,7 +5,9 @@
    packages), which writes the assets and reference ids into build/tok/. Then:
      1. every reference text, both with and without special tokens, through tiktoken gpt2 and
         cl100k_base, the o200k_base pattern (over cl100k ranks), GPT-2 vocab.json + merges.txt,
-        HF tokenizer.json (GPT-2; Llama-3 style trained here), SentencePiece (trained here):
+        HF tokenizer.json (GPT-2, also with add_prefix_space; Llama-3 style trained here),
+        SentencePiece BPE (trained here: Llama 2's settings; user-defined pieces without byte
+        fallback; nmt_nfkc normalization), the two demo tokenizers in tests/data:
         ids equal, decode equal to the reference's decode;
      2. the Unicode classes over all of Unicode equal to tiktoken's and tokenizers' regexes;
         the pre-token boundaries of the GPT-2, r50k, cl100k, o200k, Llama 3 and Qwen2 patterns
@@ -352,6 +354,8 @@ int main(void) {
     check_ref("SentencePiece BPE byte fallback", sp, DIR "/ref_spm.bin", 1);
     mg_tokenizer_desc sp_user = {MG_TOK_SENTENCEPIECE, DIR "/spm_user.model", NULL, NULL};
     check_ref("SentencePiece user-defined pieces, extra spaces removed, <unk>", sp_user, DIR "/ref_spm_user.bin", 0);
+    mg_tokenizer_desc sp_nfkc = {MG_TOK_SENTENCEPIECE, DIR "/spm_nfkc.model", NULL, NULL};
+    check_ref("SentencePiece nmt_nfkc normalization", sp_nfkc, DIR "/ref_spm_nfkc.bin", 0);
     mg_tokenizer_desc demo_hf = {MG_TOK_HF, "tests/data/tokenizer_demo.json", NULL, NULL};
     mg_tokenizer_desc demo_spm = {MG_TOK_SENTENCEPIECE, "tests/data/tokenizer_demo_spm.model", NULL, NULL};
     check_ref("tests/data/tokenizer_demo.json", demo_hf, DIR "/ref_demo_hf.bin", 1);

@@ -14,6 +14,7 @@ Makes, under OUTDIR (only what is missing):
                                     fallback and Llama 2's normalizer settings
   spm_user.model                    one with user-defined pieces, remove_extra_whitespaces and
                                     no byte fallback (unknown characters are <unk>)
+  spm_nfkc.model                    one with sentencepiece's default nmt_nfkc normalization
 and writes, for each tokenizer NAME, OUTDIR/ref_NAME.bin: for every test text, the ids the
 reference library gives (records: u32 name length, name, u32 allow_special, u32 text length,
 text, u32 id count, ids as i32, u32 decoded length, the reference's decode of those ids).
@@ -131,7 +132,9 @@ def make_assets():
     # Llama 2's settings; and user-defined pieces with remove_extra_whitespaces, no byte fallback
     for name, extra in (("spm", dict(byte_fallback=True, remove_extra_whitespaces=False)),
                         ("spm_user", dict(byte_fallback=False, remove_extra_whitespaces=True,
-                                          user_defined_symbols=["<tool>", "lighthouse"], character_coverage=0.9995))):
+                                          user_defined_symbols=["<tool>", "lighthouse"], character_coverage=0.9995)),
+                        ("spm_nfkc", dict(byte_fallback=True, normalization_rule_name="nmt_nfkc",
+                                          remove_extra_whitespaces=True))):
         if not os.path.exists(os.path.join(OUT, name + ".model")):
             args = dict(input=",".join(DATA), model_prefix=os.path.join(OUT, name), model_type="bpe",
                         vocab_size=1200, normalization_rule_name="identity", add_dummy_prefix=True,
@@ -267,6 +270,7 @@ def main():
     write_ref("demo_hf", cases)
     # SentencePiece (no specials are parsed from text: allow_special 0 only), and the demo model
     for name, path in (("spm", os.path.join(OUT, "spm.model")), ("spm_user", os.path.join(OUT, "spm_user.model")),
+                       ("spm_nfkc", os.path.join(OUT, "spm_nfkc.model")),
                        ("demo_spm", os.path.join(ROOT, "tests", "data", "tokenizer_demo_spm.model"))):
         sp = spm.SentencePieceProcessor(model_file=path)
         cases = []

@@ -1227,7 +1227,7 @@ typedef struct {
     const mg_tokenizer *t;
     const unsigned char *text;    /* the text being encoded (cache keys point into it)           */
     int32_t *out; int64_t cap, count;
-    int32_t *sym_id, *sym_end, *sym_prev, *sym_next; size_t sym_cap;
+    int32_t *sym_id, *sym_end, *sym_prev; size_t sym_cap; /* by symbol start offset       */
     mg__merge *heap; size_t heap_n, heap_cap;
     int32_t *tmp; size_t tmp_n, tmp_cap;  /* ids of the piece being encoded                     */
     mg__cache_slot *cache; size_t cache_mask;
@@ -1299,7 +1299,6 @@ static void mg__bpe_run(mg__enc *E, const unsigned char *s, uint32_t n) {
     uint32_t prev = MG__NOTOK;
     for (uint32_t i = 0; i < n; i = (uint32_t)E->sym_end[i]) {
         E->sym_prev[i] = (int32_t)prev;
-        E->sym_next[i] = E->sym_end[i];
         if (prev != MG__NOTOK) mg__bpe_candidate(E, s, prev, i, (uint32_t)E->sym_end[i]);
         prev = i;
     }
@@ -1329,8 +1328,7 @@ static void mg__enc_syms(mg__enc *E, size_t n) {
     E->sym_id = (int32_t *)realloc(E->sym_id, c * sizeof(int32_t));
     E->sym_end = (int32_t *)realloc(E->sym_end, c * sizeof(int32_t));
     E->sym_prev = (int32_t *)realloc(E->sym_prev, c * sizeof(int32_t));
-    E->sym_next = (int32_t *)realloc(E->sym_next, c * sizeof(int32_t));
-    if (!E->sym_id || !E->sym_end || !E->sym_prev || !E->sym_next) abort();
+    if (!E->sym_id || !E->sym_end || !E->sym_prev) abort();
     E->sym_cap = c;
 }
 /* One byte-level pre-token s[0, n): whole-piece lookup (tiktoken; HF ignore_merges), else BPE
@@ -1576,7 +1574,7 @@ MGDEF int64_t mg_tokenizer_encode(const mg_tokenizer *t, const char *text, size_
         }
     }
     mg__segment(&E, seg, len);
-    free(E.sym_id); free(E.sym_end); free(E.sym_prev); free(E.sym_next);
+    free(E.sym_id); free(E.sym_end); free(E.sym_prev);
     free(E.heap); free(E.tmp); free(E.cache); free(E.cache_ids);
     return E.count;
 }

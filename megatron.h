@@ -2248,8 +2248,7 @@ static int mg__cfg_num(const mg_json *js, int64_t obj, const char *path, const c
     *out = def;
     if (t < 0 || js->toks[t].type == MG_JSON_NULL) {
         if (def == def) return 0;   /* NaN default: the key is required */
-        return mg__err(err, errlen, "%s: \"%s\" missing (the Llama family's config.json "
-                       "states it)", path, key);
+        return mg__err(err, errlen, "%s: \"%s\" missing (a number is required)", path, key);
     }
     mg__json_shown(js, t, shown, sizeof shown);
     if (js->toks[t].type == MG_JSON_NUMBER) *out = strtod(js->text + js->toks[t].start, &end);
@@ -4083,6 +4082,8 @@ typedef struct mg__ckpt_state {
     int has_scaler;           /* the loss scaler's state is present (not in older files)      */
     double loss_scale;
     int64_t growth_tracker, hysteresis_tracker;
+    /* optional "rope_scaling": Llama 3's numbers that have no flag (0: the defaults)        */
+    double rope_low, rope_high, rope_orig;
 } mg__ckpt_state;
 static const char *const mg__state_arch_keys[6] = {"num_layers", "hidden_size",
     "num_attention_heads", "seq_length", "max_position_embeddings", "vocab_size"};
@@ -4156,6 +4157,15 @@ static int mg__read_state(const char *path, int64_t iteration, mg__ckpt_state *s
                 rc = mg__err(err, errlen, "%s: loss_scale is not a positive number", path);
         }
     }
+    s->rope_low = s->rope_high = s->rope_orig = 0;
+    if (!rc && (k = (int)mg_json_get(&js, 0, "rope_scaling")) >= 0 &&
+        (mg__cfg_num(&js, k, path, "low_freq_factor", NAN, 1e-6, 1e6, &s->rope_low, err,
+                     errlen) ||
+         mg__cfg_num(&js, k, path, "high_freq_factor", NAN, 1e-6, 1e6, &s->rope_high, err,
+                     errlen) ||
+         mg__cfg_num(&js, k, path, "original_max_position_embeddings", NAN, 1, INT32_MAX,
+                     &s->rope_orig, err, errlen)))
+        rc = -1;
     mg_json_free(&js);
     MG_FREE(text);
     return rc;
@@ -4886,11 +4896,16 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     tr->cfg.attention_dropout = (float)a->attention_dropout;
     tr->cfg.dropout_seed = (uint64_t)a->seed;
     mg__llama_config(a, &tr->cfg);
+    /* Llama 3's other rope_scaling numbers have no flag (Megatron-LM fixes them): from
+       config.json, or from the checkpoint's state.json */
     if (has_weights && wf.kind == MG_WEIGHTS_HF_LLAMA && wf.cfg.use_rope_scaling) {
-        /* Llama 3's other rope_scaling numbers have no flag (Megatron-LM fixes them) */
         tr->cfg.rope_low_freq_factor = wf.cfg.rope_low_freq_factor;
         tr->cfg.rope_high_freq_factor = wf.cfg.rope_high_freq_factor;
         tr->cfg.rope_original_max_pos = wf.cfg.rope_original_max_pos;
+    } else if (has_ckpt && tr->cfg.use_rope_scaling) {
+        tr->cfg.rope_low_freq_factor = (float)st.rope_low;
+        tr->cfg.rope_high_freq_factor = (float)st.rope_high;
+        tr->cfg.rope_original_max_pos = (int)st.rope_orig;
     }
     tp = (int)a->tensor_model_parallel_size;
     tr->cfg.padded_vocab = mg_gpt_pad_vocab(tr->cfg.vocab_size, tp);
@@ -5263,6 +5278,14 @@ static char *mg__state_json(const mg_trainer *tr) {
     for (i = 0; i < 6; i++)
         n += (size_t)snprintf(s + n, cap - n, "  \"%s\": %lld,\n", mg__state_arch_keys[i],
                               (long long)arch[i]);
+    if (tr->cfg.use_rope_scaling) {   /* what Llama 3 scaling needs beyond its flags */
+        mg_layer_config lc = mg_gpt_layer_config(&tr->cfg, 1, MG_F32);
+        n += (size_t)snprintf(s + n, cap - n, "  \"rope_scaling\": {\"low_freq_factor\": "
+                              "%.9g, \"high_freq_factor\": %.9g, "
+                              "\"original_max_position_embeddings\": %d},\n",
+                              lc.rope_freq.low_freq_factor, lc.rope_freq.high_freq_factor,
+                              lc.rope_freq.original_max_pos);
+    }
     n += (size_t)snprintf(s + n, cap - n, "  \"padded_vocab_size\": %d,\n  \"args\": {",
                           tr->cfg.padded_vocab);
     for (i = 0; i < MG__NFLAGS && n + 1300 < cap; i++) {

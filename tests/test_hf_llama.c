@@ -8,8 +8,9 @@
        loss on the oracle's batch (<= 1e-5 relative; the bf16 file in fp32 on both sides);
      - gpt_train --init-from DIR --export-hf OUT writes exactly the input tensors (names,
        shapes, bytes; bf16 ones as their fp32 values) on one rank, with t = 2, and with p = 2
-       (the tied embedding from the first stage); transformers loads OUT as the same class
-       and gives the same logits (tests/oracle/hf_llama.py --check, through .venv/hf);
+       (the tied embedding from the first stage), and through --save / --load (state.json
+       keeps config.json's switches and rope numbers); transformers loads OUT as the same
+       class and gives the same logits (tests/oracle/hf_llama.py --check, through .venv/hf);
      - bad input gets one line naming it: heads not divisible by groups, groups not
        divisible by t, an odd head dimension with rope, flags contradicting config.json, an
        unsupported architecture, rope_scaling of another type, hidden_act, attention_bias
@@ -169,6 +170,28 @@ static void check_export(int k, int np, const char *layout) {
     check_transformers(k, out, label);
 }
 
+/* --init-from, --save, then --load and --export-hf: the checkpoint keeps what config.json
+   said (the switches in state.json's args, Llama 3's rope numbers in its rope_scaling), so
+   the export is the input again and transformers computes the same logits.               */
+static void check_checkpoint(void) {
+    char args[1000], ck[400], out[400], first[600], why[600];
+    const char *what = "hf_llama: --init-from hf_llama, --save, --load, --export-hf: the input "
+                       "tensors byte for byte";
+    int status, errs;
+    snprintf(ck, sizeof ck, "%s/ckpt", tmp);
+    snprintf(out, sizeof out, "%s/from_ckpt", tmp);
+    snprintf(args, sizeof args, "--init-from " GPT_DATA "hf_llama --train-iters 0 "
+             "--seq-length 12 --save %s", ck);
+    errs = gpt_mpirun_train(1, args, &status, first, sizeof first, NULL, NULL);
+    if (!errs && !status) {
+        snprintf(args, sizeof args, "--load %s --train-iters 0 --export-hf %s", ck, out);
+        errs = gpt_mpirun_train(1, args, &status, first, sizeof first, NULL, NULL);
+    }
+    if (errs || status) { mg_test_report(0, what, "status %d: %s", status, first); return; }
+    mg_test_report(same_as_input(GPT_DATA "hf_llama", out, why, sizeof why), what, "%s", why);
+    check_transformers(0, out, "hf_llama through a checkpoint");
+}
+
 /* --- bad input: one line --------------------------------------------------------------- */
 /* A copy of model k's directory (symlinked weights) whose config.json has `from` replaced by
    `to` (which must occur); returns the directory in dir.                                  */
@@ -224,6 +247,7 @@ int main(void) {
     for (k = 0; k < 3; k++) check_export(k, 1, "");
     check_export(0, 2, "--tensor-model-parallel-size 2");
     check_export(1, 2, "--pipeline-model-parallel-size 2");
+    check_checkpoint();
 
     expect_bad_config("heads not divisible by key/value groups", 0, "\"num_key_value_heads\": 2",
                       "\"num_key_value_heads\": 3", "",

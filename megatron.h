@@ -2232,22 +2232,25 @@ static int mg__hf_family(const mg_json *js, const char *path, char *err, size_t 
     if (!name) return -1;
     for (k = 0; k < 3; k++)
         if (!strcmp(name, mg__llama_archs[k][0])) found = k;
-    if (found < 0 && strcmp(name, "GPT2LMHeadModel") && strcmp(name, "GPT2Model"))
-        found = -2, mg__err(err, errlen, "%s: architectures [\"%.60s\"] is not a model megatron.h "
-                            "reads (GPT2LMHeadModel, GPT2Model, LlamaForCausalLM, "
-                            "MistralForCausalLM, Qwen2ForCausalLM)", path, name);
+    if (found < 0 && strcmp(name, "GPT2LMHeadModel") && strcmp(name, "GPT2Model")) {
+        mg__err(err, errlen, "%s: architectures [\"%.60s\"] is not a model megatron.h reads "
+                "(GPT2LMHeadModel, GPT2Model, LlamaForCausalLM, MistralForCausalLM, "
+                "Qwen2ForCausalLM)", path, name);
+        found = -2;
+    }
     MG_FREE(name);
     return found;
 }
 
-/* config.json's key as a number (absent or null: def; present: a JSON number in [lo, hi]). */
+/* A JSON file's key of object obj as a number in [lo, hi]; absent or null: def, or an
+   error when def is NaN (a required key). */
 static int mg__cfg_num(const mg_json *js, int64_t obj, const char *path, const char *key,
                        double def, double lo, double hi, double *out, char *err, size_t errlen) {
     int64_t t = mg_json_get(js, obj, key);
     char shown[64], *end;
     *out = def;
     if (t < 0 || js->toks[t].type == MG_JSON_NULL) {
-        if (def == def) return 0;   /* NaN default: the key is required */
+        if (!isnan(def)) return 0;
         return mg__err(err, errlen, "%s: \"%s\" missing (a number is required)", path, key);
     }
     mg__json_shown(js, t, shown, sizeof shown);
@@ -2284,7 +2287,7 @@ static int mg__hf_llama_config(mg_weights_file *f, const mg_json *js, int family
                                const char *path, char *err, size_t errlen) {
     static const char *const sizes[6] = {"num_hidden_layers", "hidden_size",
         "num_attention_heads", "max_position_embeddings", "vocab_size", "intermediate_size"};
-    const double NaN = strtod("nan", NULL);
+    const double NaN = NAN;   /* required */
     mg_gpt_config *c = &f->cfg;
     double v[6], groups, head_dim, window;
     int64_t rs = mg_json_get(js, 0, "rope_scaling"), t;

@@ -3541,7 +3541,9 @@ static const mg__flag mg__flags[] = {
      "initialisation, data order, dropout masks and sampling (default 1234)"},
     {"--init-from", MG__F_STR, MG__OFF(init_from), "FILE", 0, 0,
      "initial weights: an llm.c checkpoint, a Hugging Face GPT-2 model.safetensors (or its "
-     "directory), or a model.safetensors of our checkpoints; told apart by content"},
+     "directory), a Llama/Mistral/Qwen2 save_pretrained directory (config.json gives the "
+     "architecture; sharded or not), or a model.safetensors of our checkpoints; told apart by "
+     "content"},
     {"learning rate", MG__F_HELP, 0, NULL, 0, 0, "warm-up, then decay"},
     {"--lr", MG__F_FLOAT, MG__OFF(lr), "LR", 0, 1e3, "peak learning rate (required to train)"},
     {"--min-lr", MG__F_FLOAT, MG__OFF(min_lr), "LR", 0, 1e3, "learning rate at the end of the "
@@ -3560,7 +3562,8 @@ static const mg__flag mg__flags[] = {
     {"--load", MG__F_STR, MG__OFF(load), "DIR",  0, 0,
      "resume from the latest checkpoint in DIR (none there: start from scratch)"},
     {"--export-hf", MG__F_STR, MG__OFF(export_hf), "DIR", 0, 0,
-     "at the end, write DIR/model.safetensors + DIR/config.json for Hugging Face transformers"},
+     "at the end, write DIR/model.safetensors + DIR/config.json for Hugging Face transformers "
+     "(GPT2LMHeadModel, or LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM)"},
     {"mixed precision", MG__F_HELP, 0, NULL, 0, 0, "16-bit weights (a copy of the fp32 master "
      "weights), activations and activation gradients; fp32 GEMM accumulation, gradients, Adam "
      "moments, layernorm/softmax statistics and loss"},

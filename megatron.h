@@ -18,7 +18,8 @@
      2. Parameters: one descriptor per tensor (name, global shape, split kind, init, decay),
         ONE flat fp32 buffer of parameters and ONE of gradients in a documented order;
         counter-based initialisation; global <-> shard copies; the naming table that maps the
-        tensors to our checkpoints, llm.c checkpoints and Hugging Face GPT-2 files.
+        tensors to our checkpoints, llm.c checkpoints, Hugging Face GPT-2 and Llama-family
+        files.
      3. Model: chunks of mg_transformer.h's tensor-parallel layers between the vocabulary-
         parallel embedding and the head (final layernorm, tied output layer, parallel cross-
         entropy); per (chunk, slot) activation storage, forward and backward of a model chunk
@@ -26,8 +27,9 @@
         (selective: the attention core; full: whole layers or groups of them re-run). A chunk's
         input/output activations and the gradient buffer are exposed so a pipeline executor
         can send and receive them.
-     3b. Weight files: import llm.c checkpoints and Hugging Face GPT-2 safetensors (told apart
-        by content), export Hugging Face safetensors + config.json.
+     3b. Weight files: import llm.c checkpoints, Hugging Face GPT-2 safetensors and Llama /
+        Mistral / Qwen2 directories (told apart by content and config.json; shards, F32/BF16/
+        F16), export Hugging Face safetensors + config.json (GPT-2 or the Llama family).
      4. Optimizer: AdamW state, Megatron's learning-rate schedule, global-norm clipping.
      4b. Data parallelism (mg_dp): the gradient reduction over the d replicas in buckets started
         during the last microbatch's backward; the distributed optimizer (ZeRO-1: sharded
@@ -54,8 +56,10 @@
        and initialisation do not depend on t).
      - Linear weights are (out, in). The QKV weight's output rows are ordered (head, {q,k,v},
        hd) — Megatron's interleaved layout — so a tensor-parallel rank owns a contiguous block
-       of rows (its heads). llm.c and Hugging Face store [q | k | v]: rows are permuted on
-       import and export.
+       of rows (its heads); with grouped-query attention, per key/value group: its query
+       heads, its key head, its value head. llm.c and Hugging Face store [q | k | v] (the
+       Llama family as q_proj, k_proj, v_proj): rows are permuted on import and export
+       (mg__qkv_ext_row, section 3b).
      - Loss = mean over all target tokens of the global batch: each microbatch's backward is
        seeded with dloss = 1 / (global batch · T), on every data-parallel replica too, so the
        replicas' gradients are SUMMED (not averaged) over the data group.

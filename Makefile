@@ -132,6 +132,7 @@ $(BUILD)/gpt_train_emu: $(BUILD)/gpt_train_emu.o $(BUILD)/obj/cuda_emu.o
 # --- dependencies, oracle, tests -------------------------------------------------------------
 deps:
 	@sh tools/install-deps.sh
+	@sh tools/install-hf.sh
 
 # Regenerate the PyTorch reference files when PyTorch is installed (the C tests read them).
 oracle:
@@ -166,7 +167,8 @@ help:
 	'  asan               every test with AddressSanitizer + UBSan: build/<name>_asan' \
 	'  test               deps, oracle, all and asan, then tests/run.sh: the whole suite' \
 	'  train              deps, cpu, then tools/train-demo.sh: a small GPT on data/, and a sample' \
-	'  deps               install what is missing (as root): tools/install-deps.sh' \
+	'  deps               install what is missing (as root): tools/install-deps.sh, then' \
+	'                     tools/install-hf.sh (transformers 4.44.2 into .venv/hf)' \
 	'  oracle             regenerate the PyTorch reference files in tests/data (if torch imports)' \
 	'  fuzz               libFuzzer harnesses of mg_data.h with clang: build/fuzz/<name>' \
 	'                     (run them: sh tests/fuzz/run.sh [SECONDS] [NAMES])' \

@@ -18,7 +18,8 @@
      2. Parameters: one descriptor per tensor (name, global shape, split kind, init, decay),
         ONE flat fp32 buffer of parameters and ONE of gradients in a documented order;
         counter-based initialisation; global <-> shard copies; the naming table that maps the
-        tensors to our checkpoints, llm.c checkpoints and Hugging Face GPT-2 files.
+        tensors to our checkpoints, llm.c checkpoints, Hugging Face GPT-2 and Llama-family
+        files.
      3. Model: chunks of mg_transformer.h's tensor-parallel layers between the vocabulary-
         parallel embedding and the head (final layernorm, tied output layer, parallel cross-
         entropy); per (chunk, slot) activation storage, forward and backward of a model chunk
@@ -26,8 +27,9 @@
         (selective: the attention core; full: whole layers or groups of them re-run). A chunk's
         input/output activations and the gradient buffer are exposed so a pipeline executor
         can send and receive them.
-     3b. Weight files: import llm.c checkpoints and Hugging Face GPT-2 safetensors (told apart
-        by content), export Hugging Face safetensors + config.json.
+     3b. Weight files: import llm.c checkpoints, Hugging Face GPT-2 safetensors and Llama /
+        Mistral / Qwen2 directories (told apart by content and config.json; shards, F32/BF16/
+        F16), export Hugging Face safetensors + config.json (GPT-2 or the Llama family).
      4. Optimizer: AdamW state, Megatron's learning-rate schedule, global-norm clipping.
      4b. Data parallelism (mg_dp): the gradient reduction over the d replicas in buckets started
         during the last microbatch's backward; the distributed optimizer (ZeRO-1: sharded
@@ -54,8 +56,10 @@
        and initialisation do not depend on t).
      - Linear weights are (out, in). The QKV weight's output rows are ordered (head, {q,k,v},
        hd) — Megatron's interleaved layout — so a tensor-parallel rank owns a contiguous block
-       of rows (its heads). llm.c and Hugging Face store [q | k | v]: rows are permuted on
-       import and export.
+       of rows (its heads); with grouped-query attention, per key/value group: its query
+       heads, its key head, its value head. llm.c and Hugging Face store [q | k | v] (the
+       Llama family as q_proj, k_proj, v_proj): rows are permuted on import and export
+       (mg__qkv_ext_row, section 3b).
      - Loss = mean over all target tokens of the global batch: each microbatch's backward is
        seeded with dloss = 1 / (global batch · T), on every data-parallel replica too, so the
        replicas' gradients are SUMMED (not averaged) over the data group.
@@ -460,29 +464,48 @@ MGDEF double mg_gpt_run_microbatches(mg_gpt *m, const int32_t *samples, int n_mi
 MGDEF void mg_gpt_logits_row(mg_gpt *m, int slot, int t, int b, float *out_V);
 
 /* ---------------------------------------------------------------------------------------------
-   3b. Weight files: import (llm.c checkpoint, Hugging Face GPT-2 safetensors, or the model file
-       of one of our checkpoints — recognised by content) and export (Hugging Face).
+   3b. Weight files: import (llm.c checkpoint, Hugging Face GPT-2 safetensors, a Hugging Face
+       Llama-family directory, or the model file of one of our checkpoints — recognised by
+       content and config.json) and export (Hugging Face GPT-2 or Llama family).
    ------------------------------------------------------------------------------------------ */
-typedef enum { MG_WEIGHTS_LLMC = 1, MG_WEIGHTS_HF, MG_WEIGHTS_MEGATRON } mg_weights_kind;
+typedef enum { MG_WEIGHTS_LLMC = 1, MG_WEIGHTS_HF, MG_WEIGHTS_MEGATRON, MG_WEIGHTS_HF_LLAMA }
+    mg_weights_kind;
 typedef struct mg_weights_file {
     mg_weights_kind kind;
     char path[1100];
     mg_llmc_checkpoint llmc;   /* MG_WEIGHTS_LLMC                                              */
     mg_st_file st;             /* MG_WEIGHTS_HF / MG_WEIGHTS_MEGATRON                          */
+    mg_st_file *shards;        /* MG_WEIGHTS_HF_LLAMA: model.safetensors, or every file that
+                                  model.safetensors.index.json's weight_map names           */
+    int n_shards;
     char prefix[16];           /* Hugging Face names: "" or "transformer."                     */
     mg_gpt_config cfg;         /* the architecture the file describes (padded_vocab left 0);
                                   n_head 0 when unknown (safetensors without config.json)   */
+    /* MG_WEIGHTS_HF_LLAMA: config.json's architectures[0], and its real numbers exactly
+       (cfg holds them as floats): rms_norm_eps, rope_theta, rope_scaling.factor           */
+    char arch[40];
+    double norm_eps, rope_theta, rope_factor;
 } mg_weights_file;
-/* Opens and checks a weights file; a directory means DIR/model.safetensors. The number of
-   heads of a safetensors file comes from config.json beside it or the file's metadata.     */
+/* Opens and checks a weights file; a directory means DIR/model.safetensors, or for the Llama
+   family DIR/model.safetensors.index.json with its shards. The kind: an llm.c checkpoint by
+   its magic; our model file by its tensor names; a Llama family directory by config.json's
+   architectures (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM; or model_type llama,
+   mistral, qwen2), whose keys give the whole architecture (FORMATS.md) — a key megatron.h
+   cannot compute (another rope_scaling type, hidden_act other than silu, attention_bias
+   without mlp_bias, a sliding window shorter than max_position_embeddings) is refused with
+   one line naming it; else Hugging Face GPT-2, the number of heads from config.json beside
+   it or the file's metadata. An architectures entry of none of these is refused.          */
 MGDEF int mg_weights_open(mg_weights_file *f, const char *path, char *err, size_t errlen);
 MGDEF void mg_weights_close(mg_weights_file *f);
 /* Copies every parameter the model holds from the file (global tensor -> this rank's shard),
    permuting QKV rows from [q | k | v] and transposing Hugging Face's Conv1D weights. The
    file's architecture must equal the model's (checked, with the mismatch named).           */
 MGDEF int mg_gpt_import(mg_gpt *m, const mg_weights_file *f, char *err, size_t errlen);
-/* Writes DIR/model.safetensors (Hugging Face GPT-2 names and layout, fp32, V rows of the
-   word embedding) and DIR/config.json, each atomically; creates DIR if missing. Collective
+/* Writes DIR/model.safetensors (Hugging Face names and layout, fp32, V rows of the word
+   embedding) and DIR/config.json, each atomically; creates DIR if missing. A GPT-2 model
+   (mg_gpt_is_gpt2) is written as GPT2LMHeadModel; a Llama-family one (RMSNorm, SwiGLU, full
+   rotary positions, biases everywhere or on Q/K/V only or nowhere) as LlamaForCausalLM, or
+   Qwen2ForCausalLM when only Q/K/V have biases; other combinations are refused. Collective
    over every rank of the job (comm NULL: one rank): each tensor is gathered over the tensor
    group of the pipeline stage that holds it and sent from that stage to the first; world
    rank 0 writes. The files do not depend on the layout (t, p, v, d).                    */
@@ -1136,33 +1159,38 @@ static int mg__layout_check(const mg_gpt_config *cfg, const mg_gpt_layout *L, ch
 /* The naming tables: one row per tensor kind, the single source of truth for names in our
    checkpoints (Megatron-Core's), in Hugging Face GPT-2 files, and the llm.c checkpoint order
    (its parameter arrays are the kinds' llm.c index order: wte, wpe, then the layer tensors
-   stacked over layers, then lnf). hf_conv1d: Hugging Face stores the weight (in, out).     */
+   stacked over layers, then lnf). hf_conv1d: Hugging Face stores the weight (in, out).
+   llama: the name in a Hugging Face Llama-family file (LlamaForCausalLM, MistralForCausalLM,
+   Qwen2ForCausalLM), after "model.layers.{i}." for layer tensors; the fused QKV is three
+   tensors there, "%s" standing for q, k and v (mg__qkv_ext_row orders their rows).        */
 typedef struct mg__tensor_name {
     const char *mg;        /* after "decoder.layers.{i}." for layer tensors                    */
     const char *hf;        /* after "h.{i}." for layer tensors                                  */
     int llmc_index;        /* position among llm.c's 16 parameter arrays                        */
     int hf_conv1d;
+    const char *llama;     /* "" where the Llama family has no such tensor                      */
 } mg__tensor_name;
 static const mg__tensor_name mg__names[MG_TENSOR_KINDS] = {
-    {"input_layernorm.weight", "ln_1.weight", 2, 0},
-    {"input_layernorm.bias", "ln_1.bias", 3, 0},
-    {"self_attention.linear_qkv.weight", "attn.c_attn.weight", 4, 1},
-    {"self_attention.linear_qkv.bias", "attn.c_attn.bias", 5, 0},
-    {"self_attention.linear_proj.weight", "attn.c_proj.weight", 6, 1},
-    {"self_attention.linear_proj.bias", "attn.c_proj.bias", 7, 0},
-    {"pre_mlp_layernorm.weight", "ln_2.weight", 8, 0},
-    {"pre_mlp_layernorm.bias", "ln_2.bias", 9, 0},
-    {"mlp.linear_fc1.weight", "mlp.c_fc.weight", 10, 1},
-    {"mlp.linear_fc1.bias", "mlp.c_fc.bias", 11, 0},
-    {"mlp.linear_fc2.weight", "mlp.c_proj.weight", 12, 1},
-    {"mlp.linear_fc2.bias", "mlp.c_proj.bias", 13, 0},
-    {"mlp.linear_fc1_gate.weight", "", -1, 0},   /* SwiGLU's gate: no GPT-2 counterpart */
-    {"mlp.linear_fc1_gate.bias", "", -1, 0},
-    {"embedding.word_embeddings.weight", "wte.weight", 0, 0},
-    {"embedding.position_embeddings.weight", "wpe.weight", 1, 0},
-    {"decoder.final_layernorm.weight", "ln_f.weight", 14, 0},
-    {"decoder.final_layernorm.bias", "ln_f.bias", 15, 0},
-    {"output_layer.weight", "", -1, 0},          /* untied output layer */
+    {"input_layernorm.weight", "ln_1.weight", 2, 0, "input_layernorm.weight"},
+    {"input_layernorm.bias", "ln_1.bias", 3, 0, ""},
+    {"self_attention.linear_qkv.weight", "attn.c_attn.weight", 4, 1, "self_attn.%s_proj.weight"},
+    {"self_attention.linear_qkv.bias", "attn.c_attn.bias", 5, 0, "self_attn.%s_proj.bias"},
+    {"self_attention.linear_proj.weight", "attn.c_proj.weight", 6, 1, "self_attn.o_proj.weight"},
+    {"self_attention.linear_proj.bias", "attn.c_proj.bias", 7, 0, "self_attn.o_proj.bias"},
+    {"pre_mlp_layernorm.weight", "ln_2.weight", 8, 0, "post_attention_layernorm.weight"},
+    {"pre_mlp_layernorm.bias", "ln_2.bias", 9, 0, ""},
+    {"mlp.linear_fc1.weight", "mlp.c_fc.weight", 10, 1, "mlp.up_proj.weight"},
+    {"mlp.linear_fc1.bias", "mlp.c_fc.bias", 11, 0, "mlp.up_proj.bias"},
+    {"mlp.linear_fc2.weight", "mlp.c_proj.weight", 12, 1, "mlp.down_proj.weight"},
+    {"mlp.linear_fc2.bias", "mlp.c_proj.bias", 13, 0, "mlp.down_proj.bias"},
+    /* SwiGLU's gate: no GPT-2 counterpart */
+    {"mlp.linear_fc1_gate.weight", "", -1, 0, "mlp.gate_proj.weight"},
+    {"mlp.linear_fc1_gate.bias", "", -1, 0, "mlp.gate_proj.bias"},
+    {"embedding.word_embeddings.weight", "wte.weight", 0, 0, "model.embed_tokens.weight"},
+    {"embedding.position_embeddings.weight", "wpe.weight", 1, 0, ""},
+    {"decoder.final_layernorm.weight", "ln_f.weight", 14, 0, "model.norm.weight"},
+    {"decoder.final_layernorm.bias", "ln_f.bias", 15, 0, ""},
+    {"output_layer.weight", "", -1, 0, "lm_head.weight"},   /* untied output layer */
 };
 
 /* Global shape, split kind and initialisation of a tensor kind. A layer's shapes and splits
@@ -2045,11 +2073,18 @@ MGDEF void mg_gpt_logits_row(mg_gpt *m, int slot, int t, int b, float *out_V) {
    3b. Weight files
    ========================================================================================== */
 
-/* Row r of Megatron's interleaved QKV layout (head, {q,k,v}, hd) is row mg__qkv_ext_row(r) of
-   the [q | k | v] layout of llm.c and Hugging Face (each C wide, heads contiguous inside). */
-static int64_t mg__qkv_ext_row(int64_t r, int64_t C, int64_t hd) {
-    int64_t h = r / (3 * hd), s = (r / hd) % 3, d = r % hd;
-    return s * C + h * hd + d;
+/* The one map between Megatron's fused QKV rows and the files' separate queries, keys and
+   values. Megatron groups the rows by key/value group g < G: the group's heads/G query heads,
+   then its key head, then its value head, each hd rows (GPT-2: G = heads, so (head, {q,k,v},
+   hd)). The files hold [q | k | v]: heads·hd query rows (head j = group j / (heads/G)),
+   then G·hd key rows, then G·hd value rows (llm.c's and GPT-2's c_attn concatenated; the
+   Llama family's q_proj, k_proj, v_proj stacked). Row r of ours is row mg__qkv_ext_row(r)
+   of theirs.                                                                               */
+static int64_t mg__qkv_ext_row(int64_t r, int64_t n_head, int64_t G, int64_t hd) {
+    int64_t per = n_head / G, g = r / ((per + 2) * hd), in = r % ((per + 2) * hd);
+    if (in < per * hd) return g * per * hd + in;                        /* query heads */
+    if (in < (per + 1) * hd) return n_head * hd + g * hd + in - per * hd;  /* key */
+    return (n_head + G) * hd + g * hd + in - (per + 1) * hd;             /* value */
 }
 
 /* Converts n file elements of dtype dt (possibly unaligned) to fp32. */
@@ -2159,10 +2194,303 @@ static int mg__hf_architecture(mg_weights_file *f, const char *dir, char *err, s
     return 0;
 }
 
+/* Reads and parses a JSON file of at most max bytes: 0 with *text and *js (free both), or -1
+   with err naming the file. */
+static int mg__json_file(const char *path, size_t max, char **text, mg_json *js, char *err,
+                         size_t errlen) {
+    char why[MG_ERRLEN];
+    size_t len = 0;
+    *text = NULL;
+    if (mg_read_file(path, max, text, &len, why, sizeof why))
+        return mg__err(err, errlen, "%s", why);
+    if (mg_json_parse(js, *text, len, why, sizeof why)) {
+        MG_FREE(*text);
+        return mg__err(err, errlen, "%s: %s", path, why);
+    }
+    return 0;
+}
+
+#define MG__INDEX_MAX_BYTES (64u << 20)   /* a sharded model's index json */
+
+/* ---- Hugging Face Llama family (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM) ---- */
+static const char *const mg__llama_archs[3][2] = {
+    {"LlamaForCausalLM", "llama"}, {"MistralForCausalLM", "mistral"},
+    {"Qwen2ForCausalLM", "qwen2"}};
+
+/* The family member a config.json names (architectures[0], else model_type): 0 … 2, -1 for
+   GPT-2 or a config.json that names neither, -2 for an architecture megatron.h does not
+   read (err names it). */
+static int mg__hf_family(const mg_json *js, const char *path, char *err, size_t errlen) {
+    int64_t archs = mg_json_get(js, 0, "architectures"), mt = mg_json_get(js, 0, "model_type");
+    char *name = NULL;
+    int k, found = -1;
+    if (archs >= 0 && js->toks[archs].type == MG_JSON_ARRAY && js->toks[archs].size > 0)
+        name = mg_json_strdup(js, archs + 1);
+    else if (mt >= 0) {
+        char *type = mg_json_strdup(js, mt);
+        for (k = 0; k < 3 && type; k++)
+            if (!strcmp(type, mg__llama_archs[k][1])) found = k;
+        MG_FREE(type);
+        return found;
+    }
+    if (!name) return -1;
+    for (k = 0; k < 3; k++)
+        if (!strcmp(name, mg__llama_archs[k][0])) found = k;
+    if (found < 0 && strcmp(name, "GPT2LMHeadModel") && strcmp(name, "GPT2Model")) {
+        mg__err(err, errlen, "%s: architectures [\"%.60s\"] is not a model megatron.h reads "
+                "(GPT2LMHeadModel, GPT2Model, LlamaForCausalLM, MistralForCausalLM, "
+                "Qwen2ForCausalLM)", path, name);
+        found = -2;
+    }
+    MG_FREE(name);
+    return found;
+}
+
+/* A JSON file's key of object obj as a number in [lo, hi]; absent or null: def, or an
+   error when def is NaN (a required key). */
+static int mg__cfg_num(const mg_json *js, int64_t obj, const char *path, const char *key,
+                       double def, double lo, double hi, double *out, char *err, size_t errlen) {
+    int64_t t = mg_json_get(js, obj, key);
+    char shown[64], *end;
+    *out = def;
+    if (t < 0 || js->toks[t].type == MG_JSON_NULL) {
+        if (!isnan(def)) return 0;
+        return mg__err(err, errlen, "%s: \"%s\" missing (a number is required)", path, key);
+    }
+    mg__json_shown(js, t, shown, sizeof shown);
+    if (js->toks[t].type == MG_JSON_NUMBER) *out = strtod(js->text + js->toks[t].start, &end);
+    if (js->toks[t].type != MG_JSON_NUMBER || !(*out >= lo && *out <= hi))
+        return mg__err(err, errlen, "%s: \"%s\" is %s (expected a number in [%g, %g])", path,
+                       key, shown, lo, hi);
+    return 0;
+}
+
+/* config.json's key as a boolean (absent or null: def). */
+static int mg__cfg_bool(const mg_json *js, const char *path, const char *key, int def,
+                        int *out, char *err, size_t errlen) {
+    int64_t t = mg_json_get(js, 0, key);
+    char shown[64];
+    *out = def;
+    if (t < 0 || js->toks[t].type == MG_JSON_NULL) return 0;
+    if (js->toks[t].type == MG_JSON_TRUE || js->toks[t].type == MG_JSON_FALSE) {
+        *out = js->toks[t].type == MG_JSON_TRUE;
+        return 0;
+    }
+    mg__json_shown(js, t, shown, sizeof shown);
+    return mg__err(err, errlen, "%s: \"%s\" is %s (expected true or false)", path, key, shown);
+}
+
+/* The architecture of a Llama-family config.json (FORMATS.md) as mg_gpt_config switches:
+   RMSNorm with rms_norm_eps, SwiGLU of intermediate_size, rotary positions (rope_theta, Llama
+   3 scaling), num_key_value_heads query groups, head_dim, an output layer of its own unless
+   tie_word_embeddings; biases: Llama's attention_bias (Q/K/V and O) with mlp_bias (gate, up,
+   down) — both or neither, megatron.h's --disable-bias-linear covers all linear layers —,
+   Qwen2's Q/K/V biases (always), none in Mistral. Absent keys take transformers 4.44's
+   defaults for that class; the sizes are required.                                         */
+static int mg__hf_llama_config(mg_weights_file *f, const mg_json *js, int family,
+                               const char *path, char *err, size_t errlen) {
+    static const char *const sizes[6] = {"num_hidden_layers", "hidden_size",
+        "num_attention_heads", "max_position_embeddings", "vocab_size", "intermediate_size"};
+    const double NaN = NAN;   /* required */
+    mg_gpt_config *c = &f->cfg;
+    double v[6], groups, head_dim, window;
+    int64_t rs = mg_json_get(js, 0, "rope_scaling"), t;
+    int k, tie, attn_bias = 0, mlp_bias = 0, sliding = family == 1;
+    for (k = 0; k < 6; k++)
+        if (mg__cfg_num(js, 0, path, sizes[k], NaN, 1, INT32_MAX, &v[k], err, errlen)) return -1;
+    c->n_layer = (int)v[0]; c->hidden = (int)v[1]; c->n_head = (int)v[2];
+    c->max_pos = (int)v[3]; c->vocab_size = (int)v[4]; c->ffn_hidden = (int)v[5];
+    if (mg__cfg_num(js, 0, path, "num_key_value_heads", v[2], 1, INT32_MAX, &groups, err,
+                    errlen) ||
+        mg__cfg_num(js, 0, path, "head_dim", (double)(c->hidden / c->n_head), 1, INT32_MAX,
+                    &head_dim, err, errlen) ||
+        mg__cfg_num(js, 0, path, "rms_norm_eps", 1e-6, 1e-30, 0.5, &f->norm_eps, err, errlen) ||
+        mg__cfg_num(js, 0, path, "rope_theta", 10000, 1, 1e30, &f->rope_theta, err, errlen) ||
+        mg__cfg_bool(js, path, "tie_word_embeddings", 0, &tie, err, errlen))
+        return -1;
+    if (family == 0 && (mg__cfg_bool(js, path, "attention_bias", 0, &attn_bias, err, errlen) ||
+                        mg__cfg_bool(js, path, "mlp_bias", 0, &mlp_bias, err, errlen)))
+        return -1;
+    if (family == 0 && attn_bias != mlp_bias)
+        return mg__err(err, errlen, "%s: attention_bias %s with mlp_bias %s: megatron.h has "
+                       "biases on every linear layer or on none (--disable-bias-linear), or on "
+                       "Q/K/V only (Qwen2)", path, attn_bias ? "true" : "false",
+                       mlp_bias ? "true" : "false");
+    t = mg_json_get(js, 0, "hidden_act");
+    if (t >= 0) {
+        char *act = mg_json_strdup(js, t), shown[64];
+        int silu = act && !strcmp(act, "silu");
+        MG_FREE(act);
+        mg__json_shown(js, t, shown, sizeof shown);
+        if (!silu)
+            return mg__err(err, errlen, "%s: hidden_act is %s; megatron.h's SwiGLU computes "
+                           "\"silu\"", path, shown);
+    }
+    /* Mistral's window (Qwen2's with use_sliding_window; null: none) changes nothing while
+       it covers every position */
+    if (family == 2 && mg__cfg_bool(js, path, "use_sliding_window", 0, &sliding, err, errlen))
+        return -1;
+    t = mg_json_get(js, 0, "sliding_window");
+    if (sliding && !(t >= 0 && js->toks[t].type == MG_JSON_NULL)) {
+        if (mg__cfg_num(js, 0, path, "sliding_window", 4096, 1, 1e30, &window, err, errlen))
+            return -1;
+        if (window < v[3])
+            return mg__err(err, errlen, "%s: sliding_window %g is shorter than "
+                           "max_position_embeddings %g; megatron.h attends to every earlier "
+                           "position (null, or a window >= max_position_embeddings)", path,
+                           window, v[3]);
+    }
+    f->rope_factor = 8;
+    if (rs >= 0 && js->toks[rs].type != MG_JSON_NULL) {
+        int64_t type = mg_json_get(js, rs, "rope_type");
+        char *name, shown[64];
+        double low, high, orig;
+        if (js->toks[rs].type != MG_JSON_OBJECT)
+            return mg__err(err, errlen, "%s: rope_scaling is not an object or null", path);
+        if (type < 0) type = mg_json_get(js, rs, "type");
+        name = type >= 0 ? mg_json_strdup(js, type) : NULL;
+        k = name && !strcmp(name, "llama3");
+        MG_FREE(name);
+        if (type >= 0) mg__json_shown(js, type, shown, sizeof shown);
+        if (!k)
+            return mg__err(err, errlen, "%s: rope_scaling of rope_type %s; megatron.h computes "
+                           "\"llama3\" scaling (--use-rope-scaling) or none (null)", path,
+                           type >= 0 ? shown : "(missing)");
+        if (mg__cfg_num(js, rs, path, "factor", NaN, 1, 1e6, &f->rope_factor, err, errlen) ||
+            mg__cfg_num(js, rs, path, "low_freq_factor", NaN, 1e-6, 1e6, &low, err, errlen) ||
+            mg__cfg_num(js, rs, path, "high_freq_factor", NaN, 1e-6, 1e6, &high, err, errlen) ||
+            mg__cfg_num(js, rs, path, "original_max_position_embeddings", NaN, 1, INT32_MAX,
+                        &orig, err, errlen))
+            return -1;
+        c->use_rope_scaling = 1;
+        c->rope_scaling_factor = (float)f->rope_factor;
+        c->rope_low_freq_factor = (float)low;
+        c->rope_high_freq_factor = (float)high;
+        c->rope_original_max_pos = (int)orig;
+    }
+    c->normalization = MG_NORM_RMSNORM;
+    c->norm_epsilon = (float)f->norm_eps;
+    c->swiglu = 1;
+    c->position_embedding = MG_POS_ROPE;
+    c->rotary_base = (float)f->rope_theta;
+    c->n_query_groups = (int)groups;
+    c->kv_channels = (int)head_dim;
+    c->untie_embeddings = !tie;
+    c->disable_bias_linear = !attn_bias;
+    c->add_qkv_bias = family == 2;
+    snprintf(f->arch, sizeof f->arch, "%s", mg__llama_archs[family][0]);
+    return 0;
+}
+
+/* The tensor NAME of a weights file (a Llama family's in any of its shards), or NULL. */
+static const mg_st_tensor *mg__wf_find(const mg_weights_file *f, const char *name) {
+    int i;
+    const mg_st_tensor *t;
+    for (i = 0; i < f->n_shards; i++)
+        if ((t = mg_st_find(&f->shards[i], name)) != NULL) return t;
+    return f->n_shards ? NULL : mg_st_find(&f->st, name);
+}
+
+/* Opens the safetensors of a Llama-family directory: DIR/model.safetensors, or every file
+   model.safetensors.index.json's weight_map names (each opened once, in the order met). */
+static int mg__hf_llama_shards(mg_weights_file *f, const char *dir, char *err, size_t errlen) {
+    char path[1100], file[1300], why[MG_ERRLEN], *text = NULL, **seen;
+    mg_json js;
+    int64_t map, t;
+    int n_seen = 0, i, rc = 0;
+    if (snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir) >= (int)sizeof path)
+        return mg__err(err, errlen, "%s: directory name too long", dir);
+    f->shards = NULL;
+    if (access(path, F_OK) != 0) {
+        if (snprintf(f->path, sizeof f->path, "%s/model.safetensors", dir) >=
+            (int)sizeof f->path)
+            return mg__err(err, errlen, "%s: directory name too long", dir);
+        f->shards = (mg_st_file *)MG_MALLOC(sizeof(mg_st_file));
+        MG_ASSERT(f->shards, "out of host memory");
+        if (mg_st_open(f->path, &f->shards[0], why, sizeof why))
+            return mg__err(err, errlen, "%s", why);
+        f->n_shards = 1;
+        return 0;
+    }
+    snprintf(f->path, sizeof f->path, "%s", path);
+    if (mg__json_file(path, MG__INDEX_MAX_BYTES, &text, &js, err, errlen)) return -1;
+    map = mg_json_get(&js, 0, "weight_map");
+    if (map < 0 || js.toks[map].type != MG_JSON_OBJECT || js.toks[map].size < 1) {
+        mg_json_free(&js);
+        MG_FREE(text);
+        return mg__err(err, errlen, "%s: no \"weight_map\" object (tensor name -> file name)",
+                       path);
+    }
+    f->shards = (mg_st_file *)MG_MALLOC(sizeof(mg_st_file) * (size_t)js.toks[map].size);
+    seen = (char **)MG_MALLOC(sizeof(char *) * (size_t)js.toks[map].size);
+    MG_ASSERT(f->shards && seen, "out of host memory");
+    /* the object's children: key, value, key, value …; a value is a file name in DIR */
+    for (t = map + 1; t < js.toks[map].next && !rc; t = js.toks[t + 1].next) {
+        char *name = mg_json_strdup(&js, t + 1);
+        int dup = 0;
+        if (!name || !name[0] || strchr(name, '/')) {
+            rc = mg__err(err, errlen, "%s: weight_map holds a value that is not a file name "
+                         "in %s", path, dir);
+            MG_FREE(name);
+            break;
+        }
+        for (i = 0; i < n_seen && !dup; i++) dup = !strcmp(seen[i], name);
+        if (dup) { MG_FREE(name); continue; }
+        seen[n_seen++] = name;
+        snprintf(file, sizeof file, "%s/%s", dir, name);
+        if (mg_st_open(file, &f->shards[f->n_shards], why, sizeof why))
+            rc = mg__err(err, errlen, "%s (named in %s)", why, path);
+        else f->n_shards++;
+    }
+    for (i = 0; i < n_seen; i++) MG_FREE(seen[i]);
+    MG_FREE(seen);
+    mg_json_free(&js);
+    MG_FREE(text);
+    return rc;
+}
+
+/* A Llama-family config.json in dir: 1 with f opened (shards, architecture), 0 when dir
+   holds no config.json or a GPT-2 one, -1 with err. file: the path given when it named a
+   file (then that file alone holds the tensors), else NULL.                                */
+static int mg__hf_llama_open(mg_weights_file *f, const char *dir, const char *file, char *err,
+                             size_t errlen) {
+    char path[1100], why[MG_ERRLEN], *text = NULL;
+    mg_json js;
+    int family, rc;
+    struct stat sb;
+    if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
+        return mg__err(err, errlen, "%s: directory name too long", dir);
+    if (stat(path, &sb) != 0 && errno == ENOENT) return 0;
+    if (mg__json_file(path, MG__CONFIG_MAX_BYTES, &text, &js, err, errlen)) return -1;
+    rc = js.toks[0].type != MG_JSON_OBJECT ? -1 : 0;
+    if (rc) mg__err(err, errlen, "%s: not a JSON object", path);
+    family = rc ? -1 : mg__hf_family(&js, path, err, errlen);
+    if (family == -2) rc = -1;
+    if (family >= 0) {
+        f->kind = MG_WEIGHTS_HF_LLAMA;
+        rc = mg__hf_llama_config(f, &js, family, path, err, errlen);
+        if (!rc && file) {
+            snprintf(f->path, sizeof f->path, "%s", file);
+            f->shards = (mg_st_file *)MG_MALLOC(sizeof(mg_st_file));
+            MG_ASSERT(f->shards, "out of host memory");
+            if (mg_st_open(file, &f->shards[0], why, sizeof why))
+                rc = mg__err(err, errlen, "%s", why);
+            else f->n_shards = 1;
+        } else if (!rc) {
+            rc = mg__hf_llama_shards(f, dir, err, errlen);
+        }
+        if (!rc) rc = 1;
+    }
+    mg_json_free(&js);
+    MG_FREE(text);
+    return rc;
+}
+
 MGDEF int mg_weights_open(mg_weights_file *f, const char *path, char *err, size_t errlen) {
     char file[1100], dir[1100], why[MG_ERRLEN];
     unsigned char head[4] = {0, 0, 0, 0};
     char *slash;
+    int rc;
     memset(f, 0, sizeof *f);
     if (mg__is_dir(path)) {
         snprintf(file, sizeof file, "%s/model.safetensors", path);
@@ -2174,6 +2502,12 @@ MGDEF int mg_weights_open(mg_weights_file *f, const char *path, char *err, size_
         if (slash) *slash = 0; else snprintf(dir, sizeof dir, ".");
     }
     snprintf(f->path, sizeof f->path, "%s", file);
+    /* a Llama family's config.json tells it (its weights may be sharded) */
+    rc = mg__hf_llama_open(f, dir, mg__is_dir(path) ? NULL : file, err, errlen);
+    if (rc) {
+        if (rc < 0) mg_weights_close(f);
+        return rc < 0 ? -1 : 0;
+    }
     /* the first 4 bytes tell the format (a pipe or a directory is refused, not waited on) */
     if (mg_read_head(file, head, 4, why, sizeof why) < 0) return mg__err(err, errlen, "%s", why);
     if (((uint32_t)head[0] | (uint32_t)head[1] << 8 | (uint32_t)head[2] << 16 |
@@ -2221,8 +2555,12 @@ MGDEF int mg_weights_open(mg_weights_file *f, const char *path, char *err, size_
 }
 
 MGDEF void mg_weights_close(mg_weights_file *f) {
+    int i;
     if (f->kind == MG_WEIGHTS_LLMC) mg_llmc_close(&f->llmc);
-    else if (f->kind) mg_st_close(&f->st);
+    else if (f->kind == MG_WEIGHTS_HF_LLAMA) {
+        for (i = 0; i < f->n_shards; i++) mg_st_close(&f->shards[i]);
+        MG_FREE(f->shards);
+    } else if (f->kind) mg_st_close(&f->st);
     memset(f, 0, sizeof *f);
 }
 
@@ -2241,13 +2579,50 @@ static void mg__ext_name(char *out, size_t n, mg_weights_kind kind, const char *
     }
 }
 
+/* The Llama-family name of tensor kind d->kind of layer d->layer; part 0, 1, 2 picks q, k, v
+   of the fused QKV.                                                                        */
+static void mg__llama_name(char *out, size_t n, int kind, int layer, int part) {
+    char leaf[64];
+    static const char *const qkv[3] = {"q", "k", "v"};
+    snprintf(leaf, sizeof leaf, mg__names[kind].llama, part >= 0 ? qkv[part] : "");
+    if (kind < MG_LAYER_TENSORS) snprintf(out, n, "model.layers.%d.%s", layer, leaf);
+    else snprintf(out, n, "%s", leaf);
+}
+
+/* Reads rows x cols fp32 of a Llama-family tensor (part: q/k/v of the QKV, or -1) into out;
+   the word embedding and output layer may have more rows than the vocabulary (the first). */
+static int mg__llama_tensor(const mg_weights_file *f, const mg_param_desc *d, int part,
+                            int64_t rows, int64_t cols, float *out, char *err, size_t errlen) {
+    char name[200];
+    const mg_st_tensor *t;
+    int vocab = mg__vocab_rows(d->kind);
+    mg__llama_name(name, sizeof name, d->kind, d->layer, part);
+    t = mg__wf_find(f, name);
+    if (!t && d->kind == MG_OUT_W)
+        return mg__err(err, errlen, "%s: tensor lm_head.weight missing (config.json says "
+                       "tie_word_embeddings false)", f->path);
+    if (!t) return mg__err(err, errlen, "%s: tensor %s missing", f->path, name);
+    if (t->ndim != d->ndim || t->shape[0] < rows || (!vocab && t->shape[0] != rows) ||
+        (d->ndim == 2 && t->shape[1] != cols))
+        return mg__err(err, errlen, "%s: tensor %s has shape [%lld%s%lld], expected "
+                       "[%lld%s%lld] (from config.json)", f->path, name,
+                       (long long)t->shape[0], t->ndim == 2 ? ", " : "",
+                       t->ndim == 2 ? (long long)t->shape[1] : 0LL, (long long)rows,
+                       d->ndim == 2 ? ", " : "", d->ndim == 2 ? (long long)cols : 0LL);
+    if (mg__to_f32(out, t->data, rows * cols, t->dtype))
+        return mg__err(err, errlen, "%s: tensor %s has dtype %s (F32, BF16 or F16 expected)",
+                       f->path, name, mg_st_dtype_name(t->dtype));
+    return 0;
+}
+
 /* Reads one GLOBAL tensor of the model (our layout, d->shape) from the file into out. The
    word embedding takes the file's first V rows, the padding rows are zero.                  */
 static int mg__weights_get(const mg_weights_file *f, const mg_gpt_config *cfg,
                            const mg_param_desc *d, float *out, char *err, size_t errlen) {
     int64_t rows = d->shape[0], cols = d->ndim == 2 ? d->shape[1] : 1;
     int64_t copy_rows = mg__vocab_rows(d->kind) ? cfg->vocab_size : rows, numel = copy_rows * cols;
-    int64_t C = cfg->hidden, hd = cfg->hidden / cfg->n_head, r;
+    mg_layer_config lc = mg_gpt_layer_config(cfg, 1, MG_F32);
+    int64_t r;
     int transposed = f->kind == MG_WEIGHTS_HF && mg__names[d->kind].hf_conv1d;
     float *tmp = (float *)MG_MALLOC((size_t)(rows * cols) * sizeof(float));
     MG_ASSERT(tmp, "out of host memory");
@@ -2259,6 +2634,24 @@ static int mg__weights_get(const mg_weights_file *f, const mg_gpt_config *cfg,
         const char *src = (const char *)f->llmc.data +
                           (size_t)(p->offset + (d->layer >= 0 ? d->layer : 0) * per) * esz;
         mg__to_f32(tmp, src, numel, f->llmc.dtype);  /* the first V rows: row-major prefix */
+    } else if (f->kind == MG_WEIGHTS_HF_LLAMA && (d->kind == MG_QKV_W || d->kind == MG_QKV_B)) {
+        /* q_proj, k_proj, v_proj stacked into [q | k | v] */
+        int64_t q_rows = (int64_t)lc.n_head * lc.head_dim, kv_rows = (int64_t)lc.n_group *
+                         lc.head_dim, part_rows[3], at = 0;
+        int part;
+        part_rows[0] = q_rows; part_rows[1] = part_rows[2] = kv_rows;
+        for (part = 0; part < 3; part++) {
+            if (mg__llama_tensor(f, d, part, part_rows[part], cols, tmp + at * cols, err, errlen)) {
+                MG_FREE(tmp);
+                return -1;
+            }
+            at += part_rows[part];
+        }
+    } else if (f->kind == MG_WEIGHTS_HF_LLAMA) {
+        if (mg__llama_tensor(f, d, -1, copy_rows, cols, tmp, err, errlen)) {
+            MG_FREE(tmp);
+            return -1;
+        }
     } else {
         char name[200];
         const mg_st_tensor *t;
@@ -2296,7 +2689,8 @@ static int mg__weights_get(const mg_weights_file *f, const mg_gpt_config *cfg,
     if (f->kind != MG_WEIGHTS_MEGATRON && (d->kind == MG_QKV_W || d->kind == MG_QKV_B)) {
         memcpy(tmp, out, (size_t)(rows * cols) * sizeof(float));
         for (r = 0; r < rows; r++)
-            memcpy(out + r * cols, tmp + mg__qkv_ext_row(r, C, hd) * cols,
+            memcpy(out + r * cols, tmp + mg__qkv_ext_row(r, lc.n_head, lc.n_group,
+                                                         lc.head_dim) * cols,
                    (size_t)cols * sizeof(float));
     }
     MG_FREE(tmp);
@@ -2320,6 +2714,35 @@ static int mg__config_mismatch(const mg_gpt_config *a, const mg_gpt_config *b, c
     return 0;
 }
 
+/* Names the first switch of the Llama family's layer (resolved: defaults filled in) where
+   the model a and the file's config.json b differ (writes nothing if equal).              */
+static int mg__layer_mismatch(const mg_gpt_config *a, const mg_gpt_config *b, const char *what,
+                              char *err, size_t errlen) {
+    static const char *const flags[14] = {"--normalization", "--swiglu", "--ffn-hidden-size",
+        "--position-embedding-type", "--num-query-groups", "--kv-channels",
+        "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias",
+        "--use-rope-scaling", "--norm-epsilon", "--rotary-base", "--rope-scaling-factor",
+        "--rotary-percent"};
+    mg_layer_config x = mg_gpt_layer_config(a, 1, MG_F32), y = mg_gpt_layer_config(b, 1, MG_F32);
+    double va[14], vb[14];
+    int k;
+    va[0] = x.norm.rms; va[1] = x.swiglu; va[2] = x.ffn_hidden; va[3] = x.rope;
+    va[4] = x.n_group; va[5] = x.head_dim; va[6] = a->untie_embeddings; va[7] = !x.bias;
+    va[8] = x.qkv_bias; va[9] = x.rope_freq.llama3; va[10] = x.norm.eps;
+    va[11] = x.rope_freq.base; va[12] = x.rope_freq.llama3 ? x.rope_freq.factor : 0;
+    va[13] = x.rot_dim;
+    vb[0] = y.norm.rms; vb[1] = y.swiglu; vb[2] = y.ffn_hidden; vb[3] = y.rope;
+    vb[4] = y.n_group; vb[5] = y.head_dim; vb[6] = b->untie_embeddings; vb[7] = !y.bias;
+    vb[8] = y.qkv_bias; vb[9] = y.rope_freq.llama3; vb[10] = y.norm.eps;
+    vb[11] = y.rope_freq.base; vb[12] = y.rope_freq.llama3 ? y.rope_freq.factor : 0;
+    vb[13] = y.rot_dim;
+    for (k = 0; k < 14; k++)
+        if (va[k] != vb[k])
+            return mg__err(err, errlen, "the model's %s (%g) does not match %s, which has %g",
+                           flags[k], va[k], what, vb[k]);
+    return 0;
+}
+
 MGDEF int mg_gpt_import(mg_gpt *m, const mg_weights_file *f, char *err, size_t errlen) {
     int i;
     int64_t biggest = 1;
@@ -2327,6 +2750,8 @@ MGDEF int mg_gpt_import(mg_gpt *m, const mg_weights_file *f, char *err, size_t e
     mg_gpt_config fc = f->cfg;
     if (!fc.n_head) fc.n_head = m->cfg.n_head;   /* a safetensors file without config.json */
     if (mg__config_mismatch(&m->cfg, &fc, f->path, err, errlen)) return -1;
+    if (f->kind == MG_WEIGHTS_HF_LLAMA && mg__layer_mismatch(&m->cfg, &fc, f->path, err, errlen))
+        return -1;
     for (i = 0; i < m->n_params; i++)
         if (m->params[i].shape[0] * (m->params[i].ndim == 2 ? m->params[i].shape[1] : 1) > biggest)
             biggest = m->params[i].shape[0] * (m->params[i].ndim == 2 ? m->params[i].shape[1] : 1);
@@ -2390,76 +2815,164 @@ static void mg__export_move(mg_gpt *m, float *host, int64_t n, int src) {
     mg_arena_release(m->ctx, mark);
 }
 
+/* The shortest decimal text of v that reads back as the same number (as a float when
+   as_float: the model keeps eps and θ in fp32, and so does transformers' arithmetic). */
+static void mg__num_text(char *out, size_t n, double v, int as_float) {
+    int p;
+    if (v == floor(v) && fabs(v) < 1e15) {   /* whole: "4.0", a float to Python too */
+        snprintf(out, n, "%.1f", v);
+        return;
+    }
+    for (p = 1; p <= 17; p++) {
+        double back;
+        snprintf(out, n, "%.*g", p, v);
+        back = strtod(out, NULL);
+        if (as_float ? (float)back == (float)v : back == v) return;
+    }
+}
+
+/* Which Llama-family class holds this model in transformers 4.44 (0 Llama, 1 Mistral,
+   2 Qwen2; mg__llama_archs), or -1 with err naming what none of them computes. Qwen2: Q/K/V
+   biases only; Mistral: a head dimension other than hidden/heads (4.44's Llama and Qwen2
+   derive it) without biases or rope scaling; else Llama (biases everywhere or nowhere).     */
+static int mg__llama_export_class(const mg_gpt_config *c, const char *dir, char *err,
+                                  size_t errlen) {
+    mg_layer_config k = mg_gpt_layer_config(c, 1, MG_F32);
+    int own_hd = (int64_t)k.head_dim * c->n_head != c->hidden;
+    const char *bad = !k.norm.rms ? "--normalization LayerNorm"
+                      : !k.swiglu ? "an MLP without --swiglu"
+                      : !k.rope ? "positions other than --position-embedding-type rope"
+                      : k.rot_dim != k.head_dim ? "--rotary-percent below 1"
+                      : k.bias && own_hd ? "biases with --kv-channels other than hidden/heads"
+                      : !k.bias && k.qkv_bias && (own_hd || k.rope_freq.llama3)
+                          ? "--add-qkv-bias with --kv-channels or --use-rope-scaling"
+                      : own_hd && k.rope_freq.llama3
+                          ? "--kv-channels other than hidden/heads with --use-rope-scaling"
+                          : NULL;
+    if (bad)
+        return mg__err(err, errlen, "--export-hf %s: this model has %s, which no Hugging Face "
+                       "class megatron.h writes computes (GPT2LMHeadModel, LlamaForCausalLM, "
+                       "MistralForCausalLM, Qwen2ForCausalLM)", dir, bad);
+    return !k.bias && k.qkv_bias ? 2 : own_hd ? 1 : 0;
+}
+
+/* config.json of a Llama-family class (transformers 4.44's keys, every one that decides the
+   math stated; torch_dtype float32: the file's tensors are fp32).                          */
+static int mg__llama_config_write(const mg_gpt_config *c, int cls, const char *path, char *err,
+                                  size_t errlen) {
+    mg_layer_config k = mg_gpt_layer_config(c, 1, MG_F32);
+    char s[2048], eps[32], theta[32], fac[32], lo[32], hi[32], rope[300];
+    int n;
+    mg__num_text(eps, sizeof eps, k.norm.eps, 1);
+    mg__num_text(theta, sizeof theta, k.rope_freq.base, 1);
+    mg__num_text(fac, sizeof fac, k.rope_freq.factor, 1);
+    mg__num_text(lo, sizeof lo, k.rope_freq.low_freq_factor, 1);
+    mg__num_text(hi, sizeof hi, k.rope_freq.high_freq_factor, 1);
+    if (k.rope_freq.llama3)
+        snprintf(rope, sizeof rope, "{\"rope_type\": \"llama3\", \"factor\": %s, "
+                 "\"low_freq_factor\": %s, \"high_freq_factor\": %s, "
+                 "\"original_max_position_embeddings\": %d}", fac, lo, hi,
+                 k.rope_freq.original_max_pos);
+    else snprintf(rope, sizeof rope, "null");
+    n = snprintf(s, sizeof s, "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
+        "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n"
+        "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
+        "  \"hidden_act\": \"silu\",\n  \"rms_norm_eps\": %s,\n  \"rope_theta\": %s,\n"
+        "  \"rope_scaling\": %s,\n  \"max_position_embeddings\": %d,\n  \"vocab_size\": %d,\n"
+        "  \"tie_word_embeddings\": %s,\n%s  \"torch_dtype\": \"float32\"\n}\n",
+        mg__llama_archs[cls][0], mg__llama_archs[cls][1], c->hidden, k.ffn_hidden, c->n_layer,
+        c->n_head, k.n_group, k.head_dim, eps, theta, rope, c->max_pos, c->vocab_size,
+        c->untie_embeddings ? "false" : "true",
+        cls == 0 ? (k.bias ? "  \"attention_bias\": true,\n  \"mlp_bias\": true,\n"
+                           : "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n")
+        : cls == 1 ? "  \"sliding_window\": null,\n"
+                   : "  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n");
+    return mg_atomic_write(path, s, (size_t)n, err, errlen);
+}
+
 /* Every tensor of the WHOLE model, in the serial model's flat order (so the file does not
    depend on the layout): the stage that holds it gathers it over its tensor group
    (mg_gpt_shard_to_global, every rank of that stage), then, with a pipeline, it travels
-   from that stage's pipeline rank to rank 0, where world rank 0 writes it.                 */
+   from that stage's pipeline rank to rank 0, where world rank 0 writes it. The fused QKV
+   goes back to [q | k | v] (mg__qkv_ext_row): GPT-2's c_attn, or the Llama family's
+   q_proj, k_proj, v_proj (three tensors of the file: n_out = n_all + 2 per QKV tensor).  */
 MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen) {
     char path[1100], why[MG_ERRLEN];
     mg_gpt_layout whole = mg_gpt_layout_single(&m->cfg, 1, 1, 1);   /* global shapes */
-    int n_all = mg__build_params(&m->cfg, &whole, NULL, NULL);
+    int n_all = mg__build_params(&m->cfg, &whole, NULL, NULL), n_out = n_all;
     mg_param_desc *all = (mg_param_desc *)MG_MALLOC(sizeof(mg_param_desc) * (size_t)n_all);
-    mg_st_spec *spec = (mg_st_spec *)MG_MALLOC(sizeof(mg_st_spec) * (size_t)n_all);
-    char (*names)[160] = (char (*)[160])MG_MALLOC(160 * (size_t)n_all);
+    mg_st_spec *spec = (mg_st_spec *)MG_MALLOC(sizeof(mg_st_spec) * (size_t)n_all * 3);
+    char (*names)[160] = (char (*)[160])MG_MALLOC(160 * (size_t)n_all * 3);
+    int *first = (int *)MG_MALLOC(sizeof(int) * (size_t)n_all);   /* param -> its first spec */
     const char *mk[1] = {"format"}, *mv[1] = {"pt"};
     float *global = (float *)MG_MALLOC((size_t)mg__max_global(m) * sizeof(float));
     float *ext = (float *)MG_MALLOC((size_t)mg__max_global(m) * sizeof(float));
     mg_st_writer w;
     mg_hf_config hc;
-    int i, rc = 0;
+    mg_layer_config lc = mg_gpt_layer_config(&m->cfg, 1, MG_F32);
+    int i, part, rc = 0, llama = !mg_gpt_is_gpt2(&m->cfg), cls = 0;
     int writer = !m->layout.comm || m->layout.comm->world_rank == 0;   /* writes the files */
-    int64_t C = m->cfg.hidden, hd = m->cfg.hidden / m->cfg.n_head;
-    MG_ASSERT(all && spec && names && global && ext, "out of host memory");
-    if (!mg_gpt_is_gpt2(&m->cfg)) {
-        MG_FREE(all); MG_FREE(spec); MG_FREE(names); MG_FREE(global); MG_FREE(ext);
-        return mg__err(err, errlen, "--export-hf %s: this model uses Llama-family switches "
-                       "(--normalization, --swiglu, rope, …); the Hugging Face GPT-2 format "
-                       "cannot hold it", dir);
+    MG_ASSERT(all && spec && names && first && global && ext, "out of host memory");
+    if (llama && (cls = mg__llama_export_class(&m->cfg, dir, err, errlen)) < 0) {
+        MG_FREE(all); MG_FREE(spec); MG_FREE(names); MG_FREE(first); MG_FREE(global);
+        MG_FREE(ext);
+        return -1;
     }
     MG_ASSERT(!m->layout.shard_master || m->fp32_staging, "export of a model whose master "
               "weights are sharded: gather them first (mg_adamw_gather_master)");
     mg__build_params(&m->cfg, &whole, all, NULL);     /* n_all tensors */
-    memset(spec, 0, sizeof(mg_st_spec) * (size_t)n_all);
+    memset(spec, 0, sizeof(mg_st_spec) * (size_t)n_all * 3);
     if (writer && !mg__is_dir(dir) && mkdir(dir, 0755) != 0)
         rc = mg__err(err, errlen, "%s: cannot create directory (%s)", dir, strerror(errno));
-    for (i = 0; i < n_all; i++) {
+    for (i = 0, n_out = 0; i < n_all; i++) {
         const mg_param_desc *d = &all[i];
-        int conv = mg__names[d->kind].hf_conv1d;
-        mg__ext_name(names[i], 160, MG_WEIGHTS_HF, "", d->kind, d->layer);
-        spec[i].name = names[i];
-        spec[i].dtype = MG_ST_F32;
-        spec[i].ndim = d->ndim;
-        spec[i].shape[0] = conv                        ? d->shape[1]
-                           : mg__vocab_rows(d->kind) ? m->cfg.vocab_size : d->shape[0];
-        spec[i].shape[1] = conv ? d->shape[0] : d->shape[1];
+        int conv = !llama && mg__names[d->kind].hf_conv1d;
+        int qkv = llama && (d->kind == MG_QKV_W || d->kind == MG_QKV_B);
+        first[i] = n_out;
+        for (part = qkv ? 0 : -1; part < (qkv ? 3 : 0); part++, n_out++) {
+            mg_st_spec *o = &spec[n_out];
+            if (llama) mg__llama_name(names[n_out], 160, d->kind, d->layer, part);
+            else mg__ext_name(names[n_out], 160, MG_WEIGHTS_HF, "", d->kind, d->layer);
+            o->name = names[n_out];
+            o->dtype = MG_ST_F32;
+            o->ndim = d->ndim;
+            o->shape[0] = conv ? d->shape[1] : mg__vocab_rows(d->kind) ? m->cfg.vocab_size
+                          : part == 0 ? (int64_t)lc.n_head * lc.head_dim
+                          : part > 0  ? (int64_t)lc.n_group * lc.head_dim : d->shape[0];
+            o->shape[1] = conv ? d->shape[0] : d->shape[1];
+        }
     }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (writer && !rc &&
-        mg_st_writer_begin(&w, path, NULL, 1, spec, n_all, mk, mv, 1, why, sizeof why))
+        mg_st_writer_begin(&w, path, NULL, 1, spec, n_out, mk, mv, 1, why, sizeof why))
         rc = mg__err(err, errlen, "%s", why);
     for (i = 0; i < n_all; i++) {
         const mg_param_desc *d = &all[i];
-        int64_t rows = d->shape[0], cols = d->ndim == 2 ? d->shape[1] : 1, r, c;
-        int64_t n = spec[i].shape[0] * (d->ndim == 2 ? spec[i].shape[1] : 1);
+        int64_t rows = d->shape[0], cols = d->ndim == 2 ? d->shape[1] : 1, r, c, at = 0;
         int src = mg__export_source(m, d), mine = mg_gpt_find_param(m, d->name);
+        int last = i + 1 < n_all ? first[i + 1] : n_out;
         if (mine >= 0 && m->layout.pp_rank == src)   /* collective: the stage's every rank */
             mg_gpt_shard_to_global(m, mine, mg_gpt_fp32_params(m), global);
         if (src != 0) mg__export_move(m, global, rows * cols, src);
         if (!writer || rc) continue;
         if (d->kind == MG_QKV_W || d->kind == MG_QKV_B) {   /* back to [q | k | v] */
             for (r = 0; r < rows; r++)
-                memcpy(ext + mg__qkv_ext_row(r, C, hd) * cols, global + r * cols,
-                       (size_t)cols * sizeof(float));
+                memcpy(ext + mg__qkv_ext_row(r, lc.n_head, lc.n_group, lc.head_dim) * cols,
+                       global + r * cols, (size_t)cols * sizeof(float));
             memcpy(global, ext, (size_t)(rows * cols) * sizeof(float));
         }
-        if (mg__names[d->kind].hf_conv1d) {                   /* Linear -> Conv1D (in, out) */
+        if (!llama && mg__names[d->kind].hf_conv1d) {          /* Linear -> Conv1D (in, out) */
             for (r = 0; r < rows; r++)
                 for (c = 0; c < cols; c++) ext[c * rows + r] = global[r * cols + c];
             memcpy(global, ext, (size_t)(rows * cols) * sizeof(float));
         }
-        if (mg_st_writer_write(&w, i, 0, global, n, why, sizeof why)) {
-            mg_st_writer_abort(&w);
-            rc = mg__err(err, errlen, "%s", why);
+        for (part = first[i]; part < last && !rc; part++) {   /* q, k, v: consecutive rows */
+            int64_t n = spec[part].shape[0] * (d->ndim == 2 ? spec[part].shape[1] : 1);
+            if (mg_st_writer_write(&w, part, 0, global + at, n, why, sizeof why)) {
+                mg_st_writer_abort(&w);
+                rc = mg__err(err, errlen, "%s", why);
+            }
+            at += n;
         }
     }
     if (writer && !rc && mg_st_writer_commit(&w, why, sizeof why))
@@ -2470,11 +2983,13 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
     hc.n_positions = m->cfg.max_pos;
     hc.vocab_size = m->cfg.vocab_size;
     snprintf(path, sizeof path, "%s/config.json", dir);
-    if (writer && !rc && mg_hf_config_write(path, &hc, why, sizeof why))
+    if (writer && !rc && (llama ? mg__llama_config_write(&m->cfg, cls, path, why, sizeof why)
+                                : mg_hf_config_write(path, &hc, why, sizeof why)))
         rc = mg__err(err, errlen, "%s", why);
     MG_FREE(all);
     MG_FREE(spec);
     MG_FREE(names);
+    MG_FREE(first);
     MG_FREE(global);
     MG_FREE(ext);
     if (mg__group_agree(m, m->layout.comm, MG_GROUP_WORLD, rc) && !rc)
@@ -3030,7 +3545,9 @@ static const mg__flag mg__flags[] = {
      "initialisation, data order, dropout masks and sampling (default 1234)"},
     {"--init-from", MG__F_STR, MG__OFF(init_from), "FILE", 0, 0,
      "initial weights: an llm.c checkpoint, a Hugging Face GPT-2 model.safetensors (or its "
-     "directory), or a model.safetensors of our checkpoints; told apart by content"},
+     "directory), a Llama/Mistral/Qwen2 save_pretrained directory (config.json gives the "
+     "architecture; sharded or not), or a model.safetensors of our checkpoints; told apart by "
+     "content"},
     {"learning rate", MG__F_HELP, 0, NULL, 0, 0, "warm-up, then decay"},
     {"--lr", MG__F_FLOAT, MG__OFF(lr), "LR", 0, 1e3, "peak learning rate (required to train)"},
     {"--min-lr", MG__F_FLOAT, MG__OFF(min_lr), "LR", 0, 1e3, "learning rate at the end of the "
@@ -3049,7 +3566,8 @@ static const mg__flag mg__flags[] = {
     {"--load", MG__F_STR, MG__OFF(load), "DIR",  0, 0,
      "resume from the latest checkpoint in DIR (none there: start from scratch)"},
     {"--export-hf", MG__F_STR, MG__OFF(export_hf), "DIR", 0, 0,
-     "at the end, write DIR/model.safetensors + DIR/config.json for Hugging Face transformers"},
+     "at the end, write DIR/model.safetensors + DIR/config.json for Hugging Face transformers "
+     "(GPT2LMHeadModel, or LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM)"},
     {"mixed precision", MG__F_HELP, 0, NULL, 0, 0, "16-bit weights (a copy of the fp32 master "
      "weights), activations and activation gradients; fp32 GEMM accumulation, gradients, Adam "
      "moments, layernorm/softmax statistics and loss"},
@@ -3326,6 +3844,33 @@ static int mg__set_flag(mg_train_args *a, const mg__flag *f, const char *v, char
     return 0;
 }
 
+static void mg__json_str(char *out, size_t cap, const char *s);   /* section 6 */
+
+/* A flag's value in args as text: numbers exactly (%.17g), switches true/false, a choice
+   by name; json = 1 quotes strings and choices as JSON (null for an unset string).         */
+static void mg__flag_text(const mg_train_args *a, const mg__flag *f, char *val, size_t cap,
+                          int json) {
+    const char *field = (const char *)a + f->offset;
+    if (f->type == MG__F_INT)
+        snprintf(val, cap, "%lld", (long long)*(const int64_t *)field);
+    else if (f->type == MG__F_FLOAT) mg__num_text(val, cap, *(const double *)field, 0);
+    else if (f->type == MG__F_SWITCH)
+        snprintf(val, cap, "%s", *(const int *)field ? "true" : "false");
+    else if (f->type == MG__F_CHOICE) {
+        char choice[64];
+        const char *p = f->metavar;
+        int k = *(const int *)field;
+        while (k-- > 0 && strchr(p, '|')) p = strchr(p, '|') + 1;
+        snprintf(choice, sizeof choice, "%.*s", (int)(strchr(p, '|') ? strchr(p, '|') - p :
+                 (long)strlen(p)), p);
+        if (json) mg__json_str(val, cap, choice);
+        else snprintf(val, cap, "%s", choice);
+    } else if (*(const char *const *)field) {
+        if (json) mg__json_str(val, cap, *(const char *const *)field);
+        else snprintf(val, cap, "%s", *(const char *const *)field);
+    } else snprintf(val, cap, json ? "null" : "");
+}
+
 /* The flag named by arg ("--name" or "--name=value"), or -1; *eq at the '=' or NULL. */
 static int mg__arg_flag(const char *arg, const char **eq) {
     char name[64];
@@ -3547,6 +4092,8 @@ typedef struct mg__ckpt_state {
     int has_scaler;           /* the loss scaler's state is present (not in older files)      */
     double loss_scale;
     int64_t growth_tracker, hysteresis_tracker;
+    /* optional "rope_scaling": Llama 3's numbers that have no flag (0: the defaults)        */
+    double rope_low, rope_high, rope_orig;
 } mg__ckpt_state;
 static const char *const mg__state_arch_keys[6] = {"num_layers", "hidden_size",
     "num_attention_heads", "seq_length", "max_position_embeddings", "vocab_size"};
@@ -3620,6 +4167,15 @@ static int mg__read_state(const char *path, int64_t iteration, mg__ckpt_state *s
                 rc = mg__err(err, errlen, "%s: loss_scale is not a positive number", path);
         }
     }
+    s->rope_low = s->rope_high = s->rope_orig = 0;
+    if (!rc && (k = (int)mg_json_get(&js, 0, "rope_scaling")) >= 0 &&
+        (mg__cfg_num(&js, k, path, "low_freq_factor", NAN, 1e-6, 1e6, &s->rope_low, err,
+                     errlen) ||
+         mg__cfg_num(&js, k, path, "high_freq_factor", NAN, 1e-6, 1e6, &s->rope_high, err,
+                     errlen) ||
+         mg__cfg_num(&js, k, path, "original_max_position_embeddings", NAN, 1, INT32_MAX,
+                     &s->rope_orig, err, errlen)))
+        rc = -1;
     mg_json_free(&js);
     MG_FREE(text);
     return rc;
@@ -3633,50 +4189,89 @@ static const char *const mg__switch_flags[] = {
     "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias"};
 #define MG__NSWITCH_FLAGS ((int)(sizeof mg__switch_flags / sizeof mg__switch_flags[0]))
 
+/* One switch of a source — a checkpoint's state.json args, a Hugging Face config.json —
+   as its flag's text (choices by name, switches "true"/"false", an integer 0 meaning the
+   default): taken when the flag was not given, else it must agree (the model's tensors
+   depend on it); what names the source in the message.                                   */
+static int mg__switch_merge(mg_train_args *a, const char *flag, const char *val,
+                            const char *what, char *err, size_t errlen) {
+    int k = mg__flag_index(flag);
+    const mg__flag *f = &mg__flags[k];
+    mg_train_args stored = *a;
+    size_t off = f->offset, size;
+    char why[MG_ERRLEN], given[64];
+    if (f->type == MG__F_SWITCH) *(int *)((char *)&stored + off) = !strcmp(val, "true");
+    else if (f->type == MG__F_INT && !strcmp(val, "0")) *(int64_t *)((char *)&stored + off) = 0;
+    else if (mg__set_flag(&stored, f, val, why, sizeof why))   /* (0: the default) */
+        return mg__err(err, errlen, "%s: %s", what, why);
+    size = f->type == MG__F_INT ? sizeof(int64_t) : f->type == MG__F_FLOAT ? sizeof(double)
+                                                                           : sizeof(int);
+    if (!a->given[k]) {
+        memcpy((char *)a + off, (char *)&stored + off, size);
+        return 0;
+    }
+    if (!memcmp((char *)a + off, (char *)&stored + off, size)) return 0;
+    mg__flag_text(a, f, given, sizeof given, 0);
+    return mg__err(err, errlen, "%s%s%s on the command line differs from %s, which has %s "
+                   "(leave the flag out to take it from there)", f->name,
+                   f->type == MG__F_SWITCH ? "" : " ", f->type == MG__F_SWITCH ? "" : given,
+                   what, f->type == MG__F_SWITCH ? (strcmp(val, "true") ? "it off" : "it on")
+                                                 : val);
+}
+
 /* The switches of a checkpoint's state.json "args": each one not given on the command line is
-   taken from there; one given must agree (the model's tensors depend on them).            */
+   taken from there; one given must agree.                                                  */
 static int mg__switches_from_state(mg_train_args *a, const char *path, char *err,
                                    size_t errlen) {
-    char *text = NULL, why[MG_ERRLEN], val[256];
-    size_t len = 0;
+    char *text = NULL, val[256], what[1200];
     mg_json js;
     int64_t args;
     int i, rc = 0;
-    if (mg_read_file(path, MG__STATE_MAX_BYTES, &text, &len, why, sizeof why))
-        return mg__err(err, errlen, "%s", why);
-    if (mg_json_parse(&js, text, len, why, sizeof why)) {
-        MG_FREE(text);
-        return mg__err(err, errlen, "%s: %s", path, why);
-    }
+    if (mg__json_file(path, MG__STATE_MAX_BYTES, &text, &js, err, errlen)) return -1;
     args = mg_json_get(&js, 0, "args");
+    snprintf(what, sizeof what, "the checkpoint %s", path);
     for (i = 0; i < MG__NSWITCH_FLAGS && args >= 0 && !rc; i++) {
-        int k = mg__flag_index(mg__switch_flags[i]);
-        const mg__flag *f = &mg__flags[k];
-        int64_t t = mg_json_get(&js, args, f->name + 2);
-        mg_train_args stored = *a;
-        size_t off = f->offset, size;
+        int64_t t = mg_json_get(&js, args, mg__switch_flags[i] + 2);
         if (t < 0) continue;   /* a checkpoint from before the flag: its default */
         /* the value's text: strings (choices) inside their quotes, numbers and booleans raw */
         snprintf(val, sizeof val, "%.*s", (int)(js.toks[t].end - js.toks[t].start),
                  text + js.toks[t].start);
-        if (f->type == MG__F_SWITCH) *(int *)((char *)&stored + off) = !strcmp(val, "true");
-        else if (f->type == MG__F_INT && !strcmp(val, "0")) *(int64_t *)((char *)&stored + off) = 0;
-        else if (mg__set_flag(&stored, f, val, why, sizeof why)) {   /* (0: the default) */
-            rc = mg__err(err, errlen, "%s: args: %s", path, why);
-            break;
-        }
-        size = f->type == MG__F_INT ? sizeof(int64_t) : f->type == MG__F_FLOAT ? sizeof(double)
-                                                                               : sizeof(int);
-        if (!a->given[k]) memcpy((char *)a + off, (char *)&stored + off, size);
-        else if (memcmp((char *)a + off, (char *)&stored + off, size))
-            rc = mg__err(err, errlen, "%s on the command line differs from the checkpoint "
-                         "%s, which has %s (leave the flag out to take it from there)", f->name,
-                         path, f->type == MG__F_SWITCH ? (strcmp(val, "true") ? "it off"
-                                                                              : "it on")
-                                                       : val);
+        rc = mg__switch_merge(a, mg__switch_flags[i], val, what, err, errlen);
     }
     mg_json_free(&js);
     MG_FREE(text);
+    return rc;
+}
+
+/* The switches of a Hugging Face Llama-family config.json (mg_weights_open read it into
+   f->cfg): each flag not given is taken from there, one given must agree.                 */
+static int mg__switches_from_hf(mg_train_args *a, const mg_weights_file *f, char *err,
+                                size_t errlen) {
+    const mg_gpt_config *c = &f->cfg;
+    char v[MG__NSWITCH_FLAGS][40], what[1200], *slash;
+    int i, rc = 0;
+    snprintf(what, sizeof what, "%s", f->path);
+    slash = strrchr(what, '/');
+    snprintf(slash ? slash + 1 : what, sizeof what - (size_t)(slash ? slash + 1 - what : 0),
+             "config.json");
+    /* in mg__switch_flags' order */
+    snprintf(v[0], 40, "RMSNorm");
+    mg__num_text(v[1], 40, f->norm_eps, 0);
+    snprintf(v[2], 40, "true");
+    snprintf(v[3], 40, "%d", c->ffn_hidden);
+    snprintf(v[4], 40, "rope");
+    mg__num_text(v[5], 40, f->rope_theta, 0);
+    snprintf(v[6], 40, "1");
+    snprintf(v[7], 40, "%s", c->use_rope_scaling ? "true" : "false");
+    mg__num_text(v[8], 40, f->rope_factor, 0);
+    snprintf(v[9], 40, "true");
+    snprintf(v[10], 40, "%d", c->n_query_groups);
+    snprintf(v[11], 40, "%d", c->kv_channels);
+    snprintf(v[12], 40, "%s", c->untie_embeddings ? "true" : "false");
+    snprintf(v[13], 40, "%s", c->disable_bias_linear ? "true" : "false");
+    snprintf(v[14], 40, "%s", c->add_qkv_bias ? "true" : "false");
+    for (i = 0; i < MG__NSWITCH_FLAGS && !rc; i++)
+        rc = mg__switch_merge(a, mg__switch_flags[i], v[i], what, err, errlen);
     return rc;
 }
 
@@ -4293,6 +4888,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
             goto fail;
         }
         has_weights = 1;
+        if (wf.kind == MG_WEIGHTS_HF_LLAMA && mg__switches_from_hf(a, &wf, err, errlen)) goto fail;
         src[0] = wf.cfg.n_layer; src[1] = wf.cfg.hidden; src[2] = wf.cfg.n_head;
         src[3] = 0; src[4] = wf.cfg.max_pos; src[5] = wf.cfg.vocab_size;
         srcp = src;
@@ -4310,6 +4906,17 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     tr->cfg.attention_dropout = (float)a->attention_dropout;
     tr->cfg.dropout_seed = (uint64_t)a->seed;
     mg__llama_config(a, &tr->cfg);
+    /* Llama 3's other rope_scaling numbers have no flag (Megatron-LM fixes them): from
+       config.json, or from the checkpoint's state.json */
+    if (has_weights && wf.kind == MG_WEIGHTS_HF_LLAMA && wf.cfg.use_rope_scaling) {
+        tr->cfg.rope_low_freq_factor = wf.cfg.rope_low_freq_factor;
+        tr->cfg.rope_high_freq_factor = wf.cfg.rope_high_freq_factor;
+        tr->cfg.rope_original_max_pos = wf.cfg.rope_original_max_pos;
+    } else if (has_ckpt && tr->cfg.use_rope_scaling) {
+        tr->cfg.rope_low_freq_factor = (float)st.rope_low;
+        tr->cfg.rope_high_freq_factor = (float)st.rope_high;
+        tr->cfg.rope_original_max_pos = (int)st.rope_orig;
+    }
     tp = (int)a->tensor_model_parallel_size;
     tr->cfg.padded_vocab = mg_gpt_pad_vocab(tr->cfg.vocab_size, tp);
     if (mg__check_world(a, err, errlen)) goto fail;
@@ -4681,28 +5288,20 @@ static char *mg__state_json(const mg_trainer *tr) {
     for (i = 0; i < 6; i++)
         n += (size_t)snprintf(s + n, cap - n, "  \"%s\": %lld,\n", mg__state_arch_keys[i],
                               (long long)arch[i]);
+    if (tr->cfg.use_rope_scaling) {   /* what Llama 3 scaling needs beyond its flags */
+        mg_layer_config lc = mg_gpt_layer_config(&tr->cfg, 1, MG_F32);
+        n += (size_t)snprintf(s + n, cap - n, "  \"rope_scaling\": {\"low_freq_factor\": "
+                              "%.9g, \"high_freq_factor\": %.9g, "
+                              "\"original_max_position_embeddings\": %d},\n",
+                              lc.rope_freq.low_freq_factor, lc.rope_freq.high_freq_factor,
+                              lc.rope_freq.original_max_pos);
+    }
     n += (size_t)snprintf(s + n, cap - n, "  \"padded_vocab_size\": %d,\n  \"args\": {",
                           tr->cfg.padded_vocab);
     for (i = 0; i < MG__NFLAGS && n + 1300 < cap; i++) {
         const mg__flag *f = &mg__flags[i];
-        const char *field = (const char *)a + f->offset;
         if (f->type == MG__F_HELP) continue;
-        if (f->type == MG__F_INT)
-            snprintf(val, sizeof val, "%lld", (long long)*(const int64_t *)field);
-        else if (f->type == MG__F_FLOAT) snprintf(val, sizeof val, "%.17g", *(const double *)field);
-        else if (f->type == MG__F_SWITCH)
-            snprintf(val, sizeof val, "%s", *(const int *)field ? "true" : "false");
-        else if (f->type == MG__F_CHOICE) {
-            char choice[64];
-            const char *p = f->metavar;
-            int k = *(const int *)field;
-            while (k-- > 0 && strchr(p, '|')) p = strchr(p, '|') + 1;
-            snprintf(choice, sizeof choice, "%.*s", (int)(strchr(p, '|') ? strchr(p, '|') - p :
-                     (long)strlen(p)), p);
-            mg__json_str(val, sizeof val, choice);
-        } else if (*(const char *const *)field)
-            mg__json_str(val, sizeof val, *(const char *const *)field);
-        else snprintf(val, sizeof val, "null");
+        mg__flag_text(a, f, val, sizeof val, 1);
         n += (size_t)snprintf(s + n, cap - n, "%s\n    \"%s\": %s", n && s[n - 1] == '{' ? "" : ",",
                               f->name + 2, val);
     }

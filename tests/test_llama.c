@@ -73,7 +73,9 @@ static void check_gradients(const char *label, int n_chunks, const int32_t *toke
         row = got;
         for (t = 0; t < cfg.seq_len; t++, row += cfg.vocab_size)
             mg_gpt_logits_row(&one.m, 0, t, 0, row);
-        mg_test_close("llama: logits of a sample equal PyTorch's", got, want_logits, nl, 1e-5,
+        /* each logit against max(|want|, RMS/10): 2 layers of fp32 (the sanitizer build's
+           code generation measured 1.1e-5, the optimised one 2e-6) */
+        mg_test_close("llama: logits of a sample equal PyTorch's", got, want_logits, nl, 3e-5,
                       ops_floor(want_logits, (long)nl));
         free(got);
         free(want_logits);

@@ -680,6 +680,12 @@ MGDEF int mg_plan_check(const mg_plan_model *m, const mg_plan_training *tr,
                      m->kv_channels, m->ffn_hidden_size, m->max_position_embeddings);
         return -1;
     }
+    if (m->max_position_embeddings > 0 && m->max_position_embeddings < m->seq_length) {
+        mg__plan_err(err, errlen, "--max-position-embeddings %d is smaller than --seq-length %d "
+                     "(it must be >= the sequence length)", m->max_position_embeddings,
+                     m->seq_length);
+        return -1;
+    }
     if (m->num_query_groups > 0 && m->num_attention_heads % m->num_query_groups) {
         mg__plan_err(err, errlen, "--num-query-groups %d must divide --num-attention-heads %d (each "
                      "key/value group serves the same number of query heads)",

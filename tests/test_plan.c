@@ -656,6 +656,7 @@ static void test_tool(void) {
         {MODEL_1T, "--group-query-attention", "--num-query-groups", "7", NULL},
         {MODEL_1T, "--swiglu=1", NULL},
         {MODEL_1T, "--rotary-base", "-1", NULL},
+        {MODEL_1T, "--max-position-embeddings", "1024", NULL},
     };
     int i, rc;
     for (i = 0; i < (int)(sizeof(bad) / sizeof(bad[0])); i++) {

@@ -3,6 +3,7 @@
 #                  gpt_train and tests/gpu through the CUDA emulator, as build/<name>_emu)
 #   make test      install what is missing (as root), build all flavours, run the whole suite
 #   make train     train a small GPT on the corpus shipped in data/ and print a sample
+#   make train-llama  the same with a small Llama-shaped model (docs/llama.md)
 #   make help      every target and the variables a user sets
 #
 # Programs are discovered, never listed: tests/test_*.c, bench/*.c, tools/*.c, examples/*.cu.
@@ -50,7 +51,7 @@ ifneq ($(NVCC),)
 CUDA_PROGS := $(addprefix $(BUILD)/,$(addsuffix _cuda,$(LINKED) $(EXAMPLES) $(GPUTESTS)))
 endif
 
-.PHONY: all cpu cuda emu asan test deps oracle train clean help
+.PHONY: all cpu cuda emu asan test deps oracle train train-llama clean help
 all: cpu cuda emu
 cpu: $(CPU_PROGS)
 cuda: $(CUDA_PROGS)
@@ -150,6 +151,12 @@ train: deps
 	@$(MAKE) --no-print-directory -j2 cpu
 	@sh tools/train-demo.sh
 
+# The Llama-shaped demo (RMSNorm, SwiGLU, rope, grouped-query attention, untied output layer):
+# tools/train-demo.sh with MODEL=llama; it needs only these two programs.
+train-llama: deps
+	@$(MAKE) --no-print-directory -j2 $(BUILD)/gpt_train $(BUILD)/mg_prepare
+	@MODEL=llama sh tools/train-demo.sh
+
 clean:
 	rm -rf $(BUILD)
 
@@ -167,6 +174,8 @@ help:
 	'  asan               every test with AddressSanitizer + UBSan: build/<name>_asan' \
 	'  test               deps, oracle, all and asan, then tests/run.sh: the whole suite' \
 	'  train              deps, cpu, then tools/train-demo.sh: a small GPT on data/, and a sample' \
+	'  train-llama        deps, gpt_train, mg_prepare, then MODEL=llama tools/train-demo.sh: a' \
+	'                     small Llama-shaped model on data/ (one process, 120 iterations), a sample' \
 	'  deps               install what is missing (as root): tools/install-deps.sh, then' \
 	'                     tools/install-hf.sh (transformers 4.44.2 into .venv/hf)' \
 	'  oracle             regenerate the PyTorch reference files in tests/data (if torch imports)' \
@@ -181,10 +190,11 @@ help:
 	'Variables (make VAR=value ...):' \
 	'  CC=$(CC)  NVCC=$(NVCC)  CLANG=$(CLANG)  PYTHON=$(PYTHON)' \
 	'  CFLAGS       compiler flags of the cc builds (default -O2 -g -march=x86-64-v2)' \
-	'  RANKS TP PP  train: MPI ranks (default 8; 1: one process, no mpirun), tensor- and' \
+	'  MODEL        train: gpt (default) or llama (what train-llama sets)' \
+	'  RANKS TP PP  train: MPI ranks (default 8, llama 1; 1: one process, no mpirun), tensor- and' \
 	'               pipeline-parallel sizes (default 2 and 2; data parallel = RANKS/(TP*PP)),' \
 	'               e.g. make train RANKS=4 TP=1 PP=2' \
-	'  ITERS        train: iterations (default 200 with several ranks, 600 with one)' \
+	'  ITERS        train: iterations (default 200 with several ranks, 600 with one; llama 120)' \
 	'  MB SAMPLE    train: micro-batch size (default 2 / 8), tokens sampled at the end (200 / 400)' \
 	'  THREADS      train: OpenMP threads of the whole run, shared by the ranks (default 2)' \
 	'  ONLY         test: run only the tests whose name contains it (also: ONLY=cli sh tests/run.sh)'

@@ -9,12 +9,16 @@
    The command-line tool is tools/mg_plan.c (build/mg_plan): a main() around mg_plan_main.
 
    TOUR
-     1. Inputs: the model (l, h, a, s, V), the training (global batch B, precision, gradient
+     1. Inputs: the model (l, h, a, s, V, and the Llama family's options: RMSNorm, SwiGLU,
+        MLP width, grouped-query attention, head dimension, rotary positions, untied output
+        layer, no biases — gpt_train's flags), the training (global batch B, precision, gradient
         dtype, overlap), the cluster (GPU count, GPUs per node, one GPU description — presets
         with cited vendor numbers), the layout (t, p, d, v, microbatch b, recompute, sequence
         parallel, distributed optimizer).
-     2. Counting (PAPER.md, Korthikanti et al. 2022, Megatron-Core docs): parameters, FLOPs per
-        iteration as the paper counts them, pipeline bubble fraction, activation bytes per
+     2. Counting (PAPER.md, Korthikanti et al. 2022, Megatron-Core docs): parameters (tensor
+        by tensor, as megatron.h's mg_gpt_num_params), FLOPs per iteration as the paper counts
+        them (Megatron-LM's num_floating_point_operations for the Llama options, equal to
+        megatron.h's mg_gpt_flops_per_iteration), pipeline bubble fraction, activation bytes per
         layer, bytes per parameter of weights + gradients + optimizer state.
      3. Cost primitives: GEMM time (roofline + tile and wave quantization, capped by the
         measured best GEMM efficiency), memory-bound kernel time, ring collectives (α–β over
@@ -67,7 +71,22 @@ typedef struct mg_plan_model {
     int num_attention_heads;   /* a */
     int seq_length;            /* s */
     int vocab_size;            /* V (padded to a multiple of 128·t for the compute, as Megatron) */
+    /* The Llama family, gpt_train's flags (Megatron-LM's names); zero everywhere is GPT-2, so
+       a model that sets only the five sizes above is the paper's GPT.                        */
+    int num_query_groups;      /* g, --num-query-groups: key/value heads (0: a, one per head)  */
+    int kv_channels;           /* head dimension, --kv-channels (0: h/a)                       */
+    int ffn_hidden_size;       /* F, --ffn-hidden-size (0: 4h, with SwiGLU int(4h·2/3/64)·64)  */
+    int swiglu;                /* --swiglu: three h×F matrices (gate, up, down) instead of two */
+    int rmsnorm;               /* --normalization RMSNorm: norms with a weight and no bias     */
+    int position_embedding;    /* MG_PLAN_POS_LEARNED (0), MG_PLAN_POS_ROPE, MG_PLAN_POS_NONE  */
+    int max_position_embeddings; /* rows of the learned position table (0: s)                 */
+    int untie_embeddings;      /* --untie-embeddings-and-output-weights: an output V×h matrix
+                                  of its own (no embedding all-reduce between first and last
+                                  stage then)                                                 */
+    int disable_bias_linear;   /* --disable-bias-linear: no biases on the linear layers        */
+    int add_qkv_bias;          /* --add-qkv-bias: the Q/K/V bias even so                        */
 } mg_plan_model;
+enum { MG_PLAN_POS_LEARNED = 0, MG_PLAN_POS_ROPE = 1, MG_PLAN_POS_NONE = 2 };
 
 typedef struct mg_plan_training {
     long global_batch_size;    /* B, sequences per iteration                                    */
@@ -162,11 +181,29 @@ typedef struct mg_plan_result {
 MGDEF int mg_plan_gpu_preset(const char *name, mg_plan_gpu *gpu);
 MGDEF const char *mg_plan_gpu_preset_names(void);       /* "a100-80gb, a100-40gb, ..."      */
 
-/* PAPER.md: P = 12·l·h²·(1 + 13/(12h) + (V+s)/(12·l·h)). */
+/* Every parameter of the model, tensor by tensor, as megatron.h's mg_gpt_num_params counts
+   them (tests/test_plan.c checks the two agree): per layer the QKV weight h·(q + 2·kv) with
+   q = a·d query and kv = g·d key/value width (d the head dimension), the projection q·h, the
+   MLP's two (SwiGLU: three) h×F matrices, their biases unless disabled, two norms (weight,
+   and bias with LayerNorm); the word embedding V·h (twice when untied), the learned position
+   table, the final norm. With GPT-2's defaults this is the paper's (PAPER.md)
+   P = 12·l·h²·(1 + 13/(12h) + (V+s)/(12·l·h)) plus the final layernorm's 2h.              */
 MGDEF double mg_plan_parameters(const mg_plan_model *m);
-/* FLOPs of one iteration of B sequences as the paper counts them: with full recomputation
-   F = 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)); without, 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h));
-   selective recomputation adds the recomputed attention core, 4·B·s²·l·h. */
+/* The MLP width F: --ffn-hidden-size, else 4h, or with SwiGLU Megatron-LM's int(4h·2/3/64)·64
+   (the gate is a third matrix, so 2/3 of the width keeps the parameter count).              */
+MGDEF int mg_plan_ffn_hidden(const mg_plan_model *m);
+/* FLOPs of one iteration of B sequences as the paper counts them (2 per multiply-add,
+   backward = 2 × forward), with Megatron-LM's num_floating_point_operations for the Llama
+   options. Per sequence, one layer's forward is
+     2·s·h·(q + 2·kv) + 2·s·q·h     QKV and projection
+   + 4·s²·q                         the attention core (QKᵀ and scores·V)
+   + 2·s·h·F·(3 with SwiGLU, else 2) the MLP,
+   the output layer 2·s·h·V. Without recomputation F = 3·B·(l·layer + head); full
+   recomputation runs each layer's forward once more, 4·B·l·layer + 3·B·head; selective adds
+   the attention core once more, B·l·4·s²·q. With GPT-2's defaults (q = kv = h, F = 4h) these
+   are the paper's 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)) and
+   96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)); without recomputation, with V padded as the model
+   pads it, megatron.h's mg_gpt_flops_per_iteration (tests/test_plan.c checks both).       */
 MGDEF double mg_plan_flops(const mg_plan_model *m, double global_batch, int recompute);
 /* (p−1)/(v·m): the bubble of 1F1B (v = 1) and of interleaved 1F1B with v chunks per GPU. */
 MGDEF double mg_plan_bubble_fraction(int p, long m, int v);
@@ -177,7 +214,9 @@ MGDEF double mg_plan_bubble_fraction(int p, long m, int v);
      none, t:                     s·b·h·(10 + 24/t + 5·a·s/(h·t))
      none, t, sequence parallel:  s·b·h·(34 + 5·a·s/h)/t
      selective (attention core):  the 5·a·s/h term is not stored
-     full:                        the layer input only, 2·s·b·h (/t with sequence parallel). */
+     full:                        the layer input only, 2·s·b·h (/t with sequence parallel).
+   The Llama options change the split part: Q, K, V are q + 2·kv wide, the projection input q,
+   the MLP keeps 2F (GeLU's input and output) or 3F (SwiGLU's gate and up, and its output). */
 MGDEF double mg_plan_activation_bytes_per_layer(const mg_plan_model *m, int b, int t,
                                                 int sequence_parallel, int recompute,
                                                 int elem_bytes);
@@ -385,21 +424,68 @@ MGDEF const char *mg_plan_gpu_preset_names(void) {
 /* ---------------------------------------------------------------------------------------------
    Counting
    ------------------------------------------------------------------------------------------ */
+/* The model's sizes with the Llama options resolved (zero fields take GPT-2's choice). */
+typedef struct mg__plan_dims {
+    double h, a, s, V;
+    double d;                   /* head dimension                                             */
+    double q, kv;               /* query width a·d, key/value width g·d                       */
+    double F, mats;             /* MLP width and its h×F matrices (2, SwiGLU 3)               */
+    double split;               /* one layer's parameters split over t (at t = 1)             */
+    double replicated;          /* one layer's parameters every tensor-parallel rank holds    */
+    double norm;                /* one norm's parameters: 2h (LayerNorm) or h (RMSNorm)       */
+} mg__plan_dims;
+
+/* 1 when none of the Llama options is set (megatron.h's mg_gpt_is_gpt2). */
+static int mg__plan_is_gpt2(const mg_plan_model *m) {
+    return !m->num_query_groups && !m->kv_channels && !m->ffn_hidden_size && !m->swiglu &&
+           !m->rmsnorm && !m->position_embedding && !m->untie_embeddings &&
+           !m->disable_bias_linear && !m->add_qkv_bias;
+}
+
+MGDEF int mg_plan_ffn_hidden(const mg_plan_model *m) {
+    if (m->ffn_hidden_size > 0) return m->ffn_hidden_size;
+    return m->swiglu ? (int)((4.0 * m->hidden_size * 2.0 / 3.0) / 64.0) * 64 : 4 * m->hidden_size;
+}
+
+static mg__plan_dims mg__plan_dims_of(const mg_plan_model *m) {
+    mg__plan_dims x;
+    double g = m->num_query_groups > 0 ? m->num_query_groups : m->num_attention_heads;
+    int bias = !m->disable_bias_linear;
+    x.h = m->hidden_size; x.a = m->num_attention_heads; x.s = m->seq_length; x.V = m->vocab_size;
+    x.d = m->kv_channels > 0 ? m->kv_channels
+          : m->num_attention_heads > 0 ? (double)(m->hidden_size / m->num_attention_heads) : 0;
+    x.q = x.a * x.d;
+    x.kv = g * x.d;
+    x.F = mg_plan_ffn_hidden(m);
+    x.mats = m->swiglu ? 3 : 2;
+    x.norm = m->rmsnorm ? x.h : 2 * x.h;
+    /* column-parallel QKV (weight, bias), row-parallel projection weight, the MLP's matrices
+       and its column-parallel biases (up, and gate with SwiGLU) */
+    x.split = x.h * (x.q + 2 * x.kv) + (bias || m->add_qkv_bias ? x.q + 2 * x.kv : 0) +
+              x.q * x.h + x.mats * x.h * x.F + (bias ? (x.mats - 1) * x.F : 0);
+    /* two norms, the row-parallel biases of the projection and of the MLP's down matrix */
+    x.replicated = 2 * x.norm + (bias ? 2 * x.h : 0);
+    return x;
+}
+
 MGDEF double mg_plan_parameters(const mg_plan_model *m) {
-    double l = m->num_layers, h = m->hidden_size, s = m->seq_length, V = m->vocab_size;
-    return 12.0 * l * h * h * (1.0 + 13.0 / (12.0 * h) + (V + s) / (12.0 * l * h));
+    mg__plan_dims x = mg__plan_dims_of(m);
+    double pos = m->position_embedding != MG_PLAN_POS_LEARNED ? 0
+                 : m->max_position_embeddings > 0 ? m->max_position_embeddings : x.s;
+    return m->num_layers * (x.split + x.replicated) + x.V * x.h * (m->untie_embeddings ? 2 : 1) +
+           pos * x.h + x.norm;
 }
 
 MGDEF double mg_plan_flops(const mg_plan_model *m, double B, int recompute) {
-    double l = m->num_layers, h = m->hidden_size, s = m->seq_length, V = m->vocab_size;
-    if (recompute == MG_PLAN_RECOMPUTE_FULL)
-        return 96.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (16.0 * l * h));
-    {
-        double f = 72.0 * B * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
-        /* selective: QKᵀ and attention·V forward again in the backward, 2·2·b·s²·h per layer */
-        if (recompute == MG_PLAN_RECOMPUTE_SELECTIVE) f += 4.0 * B * s * s * l * h;
-        return f;
-    }
+    mg__plan_dims x = mg__plan_dims_of(m);
+    double l = m->num_layers, s = x.s, h = x.h;
+    double core = 4.0 * s * s * x.q;
+    double layer = 2.0 * s * h * (x.q + 2 * x.kv) + 2.0 * s * x.q * h + core +
+                   2.0 * s * h * x.F * x.mats;
+    double head = 2.0 * s * h * x.V;
+    if (recompute == MG_PLAN_RECOMPUTE_FULL) return B * (4.0 * l * layer + 3.0 * head);
+    /* selective: QKᵀ and scores·V forward again in the backward */
+    return B * (3.0 * (l * layer + head) + (recompute == MG_PLAN_RECOMPUTE_SELECTIVE ? l * core : 0));
 }
 
 MGDEF double mg_plan_bubble_fraction(int p, long m, int v) {
@@ -414,19 +500,23 @@ MGDEF double mg_plan_bubble_fraction(int p, long m, int v) {
                         of width h) and two dropout masks           -> s·b·h·r·(4e + 2)
      split by t:        Q, K, V, attention-projection input (4h), GeLU input and output (8h)
                                                                    -> s·b·h·12e/t
+                        (in general Q, K, V q + 2·kv, projection input q, the MLP's 2F, or
+                        3F with SwiGLU: -> s·b·(2q + 2kv + mats·F)·e/t; the rotary positions
+                        keep nothing more, their backward rotates back by the same angles)
      attention scores:  softmax output, dropout output (e each) and the dropout mask
                                                                    -> a·s²·b·(2e + 1)/t
    With e = 2 these are Korthikanti's 10, 24/t and 5·a·s/h. */
 MGDEF double mg_plan_activation_bytes_per_layer(const mg_plan_model *m, int b, int t,
                                                 int sequence_parallel, int recompute,
                                                 int elem_bytes) {
-    double s = m->seq_length, h = m->hidden_size, a = m->num_attention_heads;
+    mg__plan_dims x = mg__plan_dims_of(m);
+    double s = x.s, h = x.h, a = x.a;
     double e = elem_bytes, tt = t > 0 ? t : 1, bb = b;
     double r = sequence_parallel ? 1.0 / tt : 1.0;
-    double sbh = s * bb * h;
+    double sbh = s * bb * h, split = 2 * x.q + 2 * x.kv + x.mats * x.F;
     if (recompute == MG_PLAN_RECOMPUTE_FULL) return sbh * e * r; /* the layer input */
     {
-        double act = sbh * (r * (4.0 * e + 2.0) + 12.0 * e / tt);
+        double act = sbh * r * (4.0 * e + 2.0) + s * bb * split * e / tt;
         if (recompute == MG_PLAN_RECOMPUTE_NONE) act += a * s * s * bb * (2.0 * e + 1.0) / tt;
         return act;
     }
@@ -551,6 +641,18 @@ static void mg__plan_divisors(long n, long also_divides, char *buf, size_t len) 
     }
 }
 
+static long mg__plan_gcd(long a, long b) {
+    while (b) { long r = a % b; a = b; b = r; }
+    return a;
+}
+
+/* What tensor parallelism splits: query heads, key/value groups (a rank holds whole groups,
+   as in Megatron-LM) and the MLP's columns. t must divide their greatest common divisor. */
+static long mg__plan_tp_split(const mg_plan_model *m) {
+    long g = m->num_query_groups > 0 ? m->num_query_groups : m->num_attention_heads;
+    return mg__plan_gcd(mg__plan_gcd(m->num_attention_heads, g), mg_plan_ffn_hidden(m));
+}
+
 MGDEF int mg_plan_check(const mg_plan_model *m, const mg_plan_training *tr,
                         const mg_plan_cluster *cl, const mg_plan_layout *L, char *err,
                         size_t errlen) {
@@ -563,9 +665,37 @@ MGDEF int mg_plan_check(const mg_plan_model *m, const mg_plan_training *tr,
                      m->seq_length, m->vocab_size);
         return -1;
     }
-    if (m->hidden_size % m->num_attention_heads) {
-        mg__plan_err(err, errlen, "--hidden-size %d must be a multiple of --num-attention-heads %d",
+    if (m->hidden_size % m->num_attention_heads && m->kv_channels <= 0) {
+        mg__plan_err(err, errlen, "--hidden-size %d must be a multiple of --num-attention-heads %d "
+                     "(or give the head dimension with --kv-channels)",
                      m->hidden_size, m->num_attention_heads);
+        return -1;
+    }
+    if (m->num_query_groups < 0 || m->kv_channels < 0 || m->ffn_hidden_size < 0 ||
+        m->max_position_embeddings < 0 || m->position_embedding < MG_PLAN_POS_LEARNED ||
+        m->position_embedding > MG_PLAN_POS_NONE) {
+        mg__plan_err(err, errlen, "--num-query-groups %d, --kv-channels %d, --ffn-hidden-size %d, "
+                     "--max-position-embeddings %d must be positive (0: the default) and the "
+                     "position embedding learned_absolute, rope or none", m->num_query_groups,
+                     m->kv_channels, m->ffn_hidden_size, m->max_position_embeddings);
+        return -1;
+    }
+    if (m->max_position_embeddings > 0 && m->max_position_embeddings < m->seq_length) {
+        mg__plan_err(err, errlen, "--max-position-embeddings %d is smaller than --seq-length %d "
+                     "(it must be >= the sequence length)", m->max_position_embeddings,
+                     m->seq_length);
+        return -1;
+    }
+    if (m->num_query_groups > 0 && m->num_attention_heads % m->num_query_groups) {
+        mg__plan_err(err, errlen, "--num-query-groups %d must divide --num-attention-heads %d (each "
+                     "key/value group serves the same number of query heads)",
+                     m->num_query_groups, m->num_attention_heads);
+        return -1;
+    }
+    if (mg_plan_ffn_hidden(m) < 1) {
+        mg__plan_err(err, errlen, "the MLP width %d (SwiGLU's default int(4h·2/3/64)·64 for "
+                     "--hidden-size %d) must be positive: give --ffn-hidden-size",
+                     mg_plan_ffn_hidden(m), m->hidden_size);
         return -1;
     }
     if (B <= 0) { mg__plan_err(err, errlen, "--global-batch-size must be positive"); return -1; }
@@ -578,10 +708,16 @@ MGDEF int mg_plan_check(const mg_plan_model *m, const mg_plan_training *tr,
                      cl->gpus, cl->gpus_per_node);
         return -1;
     }
-    if (L->t <= 0 || cl->gpus % L->t || m->num_attention_heads % L->t) {
-        mg__plan_divisors(m->num_attention_heads, cl->gpus, valid, sizeof(valid));
+    if (L->t <= 0 || cl->gpus % L->t || mg__plan_tp_split(m) % L->t) {
+        char groups[64] = "", width[64] = "";
+        if (m->num_query_groups > 0)
+            snprintf(groups, sizeof(groups), ", the key/value groups %d", m->num_query_groups);
+        if (mg_plan_ffn_hidden(m) != 4 * m->hidden_size)
+            snprintf(width, sizeof(width), ", the MLP width %d", mg_plan_ffn_hidden(m));
+        mg__plan_divisors(mg__plan_tp_split(m), cl->gpus, valid, sizeof(valid));
         mg__plan_err(err, errlen, "--tensor-model-parallel-size %d must divide --num-attention-heads "
-                     "%d and --gpus %d (valid: %s)", L->t, m->num_attention_heads, cl->gpus, valid);
+                     "%d%s%s and --gpus %d (valid: %s)", L->t, m->num_attention_heads, groups, width,
+                     cl->gpus, valid);
         return -1;
     }
     if (L->p <= 0 || m->num_layers % L->p || (cl->gpus / L->t) % L->p) {
@@ -704,37 +840,45 @@ static double mg__plan_tp_allreduce(const mg__plan_env *v, double bytes) {
    memory-bound kernels, and the tensor-parallel all-reduces, for one microbatch. */
 static mg__plan_cost mg__plan_layer_cost(const mg__plan_env *v) {
     const mg_plan_gpu *g = &v->cl->gpu;
-    double h = v->m->hidden_size, a = v->m->num_attention_heads, s = v->m->seq_length;
+    mg__plan_dims x = mg__plan_dims_of(v->m);
+    double h = x.h, a = x.a, s = x.s, d = x.d;
     double t = v->L->t, b = v->L->micro_batch_size, n = v->tokens, e = v->e;
     int rc = v->L->recompute;
     double f = 0, bw = 0, attn_f = 0, attn_b = 0;
-    double score_elems, fwd_bytes, attn_bytes, fwd_mem, bwd_mem, ar;
+    double score_elems, fwd_bytes, attn_bytes, act_bytes, fwd_mem, bwd_mem, ar;
+    double kernels = v->m->position_embedding == MG_PLAN_POS_ROPE ? 8 : 7;
     mg__plan_cost c;
-    /* GEMMs, per tensor-parallel rank: QKV column-parallel (N = 3h/t), attention per head
-       (b·a/t batched QKᵀ: s×s×h/a, and scores·V: s×h/a×s), projection row-parallel
-       (K = h/t), MLP up column-parallel (N = 4h/t), down row-parallel (K = 4h/t). */
-    mg__plan_linear(g, n, 3 * h / t, h, 1, v->e, v->peak, &f, &bw);
-    mg__plan_linear(g, s, s, h / a, b * a / t, v->e, v->peak, &attn_f, &attn_b);
-    mg__plan_linear(g, s, h / a, s, b * a / t, v->e, v->peak, &attn_f, &attn_b);
-    mg__plan_linear(g, n, h, h / t, 1, v->e, v->peak, &f, &bw);
-    mg__plan_linear(g, n, 4 * h / t, h, 1, v->e, v->peak, &f, &bw);
-    mg__plan_linear(g, n, h, 4 * h / t, 1, v->e, v->peak, &f, &bw);
+    /* GEMMs, per tensor-parallel rank: QKV column-parallel (N = (q + 2·kv)/t: the rank's query
+       heads and their key/value groups), attention per head (b·a/t batched QKᵀ: s×s×d, and
+       scores·V: s×d×s), projection row-parallel (K = q/t), MLP up column-parallel (N = F/t;
+       with SwiGLU gate and up as one N = 2F/t GEMM, Megatron-LM's fused linear_fc1), down
+       row-parallel (K = F/t). GPT-2: q = kv = h, F = 4h. */
+    mg__plan_linear(g, n, (x.q + 2 * x.kv) / t, h, 1, v->e, v->peak, &f, &bw);
+    mg__plan_linear(g, s, s, d, b * a / t, v->e, v->peak, &attn_f, &attn_b);
+    mg__plan_linear(g, s, d, s, b * a / t, v->e, v->peak, &attn_f, &attn_b);
+    mg__plan_linear(g, n, h, x.q / t, 1, v->e, v->peak, &f, &bw);
+    mg__plan_linear(g, n, (x.mats - 1) * x.F / t, h, 1, v->e, v->peak, &f, &bw);
+    mg__plan_linear(g, n, h, x.F / t, 1, v->e, v->peak, &f, &bw);
     f += attn_f;
     bw += attn_b;
     /* Memory-bound kernels, bytes per forward (Megatron's fused kernels; r·h-wide tensors
        live in the replicated region unless sequence parallel):
          layernorm ×2 (read x, write y)                      2 × 2e·r·h
          bias + dropout + residual add ×2 (read 2, write 1, mask)  2 × (3e + 1)·r·h
-         bias + GeLU (read, write the 4h/t intermediate)      8e·h/t
+         bias + GeLU (read, write the F/t intermediate)      2e·F/t  (8e·h/t for F = 4h)
+           SwiGLU instead: read gate and up, write F/t      3e·F/t
+         rotary positions on Q and K (read, write)          2e·(q + kv)/t
          scale + mask + softmax (read, write scores)         2e·a·s/t
          attention dropout (read, write, mask)               (2e + 1)·a·s/t
        The backward of each reads its saved input and the output gradient and writes the
-       input gradient: twice the forward's traffic. */
+       input gradient: twice the forward's traffic. RMSNorm moves what layernorm moves. */
     score_elems = a * s / t;
     attn_bytes = n * (4 * e + 1) * score_elems;
-    fwd_bytes = n * (v->r * (10 * e + 2) * h + 8 * e * h / t) + attn_bytes;
-    fwd_mem = mg__plan_membound_time(g, fwd_bytes, 7);
-    bwd_mem = mg__plan_membound_time(g, 2 * fwd_bytes, 14);
+    act_bytes = (v->m->swiglu ? 3 : 2) * e * x.F / t;
+    if (v->m->position_embedding == MG_PLAN_POS_ROPE) act_bytes += 2 * e * (x.q + x.kv) / t;
+    fwd_bytes = n * (v->r * (10 * e + 2) * h + act_bytes) + attn_bytes;
+    fwd_mem = mg__plan_membound_time(g, fwd_bytes, kernels);
+    bwd_mem = mg__plan_membound_time(g, 2 * fwd_bytes, 2 * kernels);
     /* Tensor parallelism: 2 all-reduces of the b·s·h output in forward (operator g after the
        attention projection and after the MLP), 2 in backward (operator f before QKV and FC1). */
     ar = v->L->t > 1 ? mg__plan_tp_allreduce(v, n * h * e) : 0.0;
@@ -773,8 +917,8 @@ static mg__plan_cost mg__plan_embedding_cost(const mg__plan_env *v) {
     return c;
 }
 
-/* The last stage's extra work: final layernorm, the output layer (tied to the embedding,
-   vocabulary-parallel: N = V/t), and the parallel cross-entropy in fp32 (read the logits,
+/* The last stage's extra work: final layernorm, the output layer (tied to the embedding or
+   untied, the same GEMMs either way; vocabulary-parallel: N = V/t), and the parallel cross-entropy in fp32 (read the logits,
    write and reread fp32 exponentials; backward reads them and writes the logit gradient);
    all-reduces: the input gradient of the output layer (operator f) and three b·s floats
    (row max, sum of exponentials, target logit). */
@@ -813,20 +957,25 @@ static double mg__plan_p2p_time(const mg__plan_env *v) {
 }
 
 /* Parameters one GPU holds on a middle, the first and the last stage: its share of the
-   layers (12h²/t + 7h/t split, 6h replicated: two biases and two layernorms) plus the
-   embeddings on the first stage (word V·h/t, positions s·h) and on the last the final
-   layernorm and — with p > 1 — its own copy of the tied word embedding. */
+   layers (GPT-2: 12h²/t + 7h/t split, 6h replicated: two biases and two layernorms; in
+   general mg__plan_dims_of's split and replicated counts) plus the embeddings on the first
+   stage (word V·h/t, the learned position table) and on the last the final norm and the
+   output layer: an untied one of its own (V·h/t), or — tied, with p > 1 — the last stage's
+   copy of the word embedding. */
 static void mg__plan_stage_params(const mg__plan_env *v, double *mid, double *first, double *last) {
-    double h = v->m->hidden_size, t = v->L->t, p = v->L->p;
-    double per_layer = 12 * h * h / t + 7 * h / t + 6 * h;
-    double layers = v->m->num_layers / p * per_layer;
-    double word = v->vocab_padded * h / t, pos = (double)v->m->seq_length * h;
+    mg__plan_dims x = mg__plan_dims_of(v->m);
+    double h = x.h, t = v->L->t, p = v->L->p;
+    double layers = v->m->num_layers / p * (x.split / t + x.replicated);
+    double word = v->vocab_padded * h / t;
+    double pos = v->m->position_embedding != MG_PLAN_POS_LEARNED ? 0
+                 : (v->m->max_position_embeddings > 0 ? v->m->max_position_embeddings : x.s) * h;
+    double out_layer = v->m->untie_embeddings || p > 1 ? word : 0;
     *mid = layers;
     if (v->L->p == 1) {
-        *first = *last = layers + word + pos + 2 * h;
+        *first = *last = layers + word + pos + out_layer + x.norm;
     } else {
         *first = layers + word + pos;
-        *last = layers + word + 2 * h;
+        *last = layers + out_layer + x.norm;
     }
 }
 
@@ -913,7 +1062,8 @@ MGDEF int mg_plan_evaluate(const mg_plan_model *m, const mg_plan_training *tr,
        weights (same volume). With --overlap-grad-reduce the reduction runs in buckets
        (Megatron: 40M parameters) during the last microbatch's backward: only what outlasts
        that backward, and at least the last bucket, is exposed. Tied embeddings: one more
-       all-reduce of the word-embedding gradient between the first and the last stage. */
+       all-reduce of the word-embedding gradient between the first and the last stage (an
+       untied output layer has no such copy). */
     p_max = p_first > p_last ? p_first : p_last;
     dp = 0;
     if (L->d > 1) {
@@ -929,7 +1079,7 @@ MGDEF int mg_plan_evaluate(const mg_plan_model *m, const mg_plan_training *tr,
         }
         dp = grads + params;
     }
-    if (p > 1)
+    if (p > 1 && !m->untie_embeddings)
         dp += mg_plan_collective_time(cl, MG_PLAN_ALL_REDUCE, 2, cl->gpus > gpn ? 1 : 2,
                                       env.vocab_padded * m->hidden_size / L->t * gb);
     out->time_dp_comm = dp;
@@ -1048,7 +1198,7 @@ MGDEF int mg_plan_search(const mg_plan_model *m, const mg_plan_training *tr,
         }
     }
     for (t = 1; t <= n; t++) {
-        if (n % t || m->num_attention_heads % t || (fx->t > 0 && t != fx->t)) continue;
+        if (n % t || mg__plan_tp_split(m) % t || (fx->t > 0 && t != fx->t)) continue;
         for (p = 1; p <= m->num_layers; p++) {
             int d;
             if (m->num_layers % p || (n / t) % p || (fx->p > 0 && p != fx->p)) continue;
@@ -1261,6 +1411,8 @@ typedef struct mg__plan_cli {
     mg_plan_layout fixed;           /* 0 / MG_PLAN_ANY where not given                        */
     int layers_per_virtual;         /* --num-layers-per-virtual-pipeline-stage               */
     int precision_given, search, json, top, calibrate, gpus_per_node_given;
+    int group_query_attention;      /* --group-query-attention given                          */
+    double rope_unused;             /* --rotary-base etc.: checked, no effect on the costs    */
     double train_tokens;
     /* GPU overrides (negative: not given) */
     double peak, mem, hbm, nvlink, ib, gemm_eff, reserve, hbm_eff, kernel_us;
@@ -1305,6 +1457,23 @@ static int mg__plan_parse_double(const char *flag, const char *s, double *out, c
     return 0;
 }
 
+/* val as the index of one of the '|'-separated names (the enums count in the same order). */
+static int mg__plan_parse_choice(const char *flag, const char *val, const char *names, int *out,
+                                 char *err, size_t errlen) {
+    const char *p = names;
+    size_t n = val ? strlen(val) : 0;
+    int i = 0;
+    while (val && *p) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (len == n && strncmp(p, val, n) == 0) { *out = i; return 0; }
+        p += len + (bar != NULL);
+        i++;
+    }
+    mg__plan_err(err, errlen, "%s must be one of %s (got '%s')", flag, names, val ? val : "");
+    return -1;
+}
+
 static const char *mg__plan_usage =
     "usage: mg_plan --num-layers L --hidden-size H --num-attention-heads A --seq-length S\n"
     "               [--vocab-size V (51200)] --global-batch-size B --gpus N [options]\n"
@@ -1319,7 +1488,15 @@ static const char *mg__plan_usage =
     "model:     --hbm-efficiency (0.70)  --kernel-us (4)\n"
     "layout:    --tensor-model-parallel-size t  --pipeline-model-parallel-size p\n"
     "           --num-layers-per-virtual-pipeline-stage k\n"
-    "output:    --search [--top K (10)]  --json  --train-tokens T\n";
+    "output:    --search [--top K (10)]  --json  --train-tokens T\n"
+    "Llama family (gpt_train's flags; they change parameters, FLOPs, GEMM shapes, memory):\n"
+    "           --normalization {LayerNorm,RMSNorm}  --swiglu  --ffn-hidden-size F\n"
+    "           --group-query-attention --num-query-groups G  --kv-channels D\n"
+    "           --untie-embeddings-and-output-weights  --disable-bias-linear  --add-qkv-bias\n"
+    "           --position-embedding-type {learned_absolute,rope,none}\n"
+    "           --max-position-embeddings N (s)\n"
+    "           accepted for the same command line, no effect on the costs: --norm-epsilon\n"
+    "           --rotary-base --rotary-percent --use-rope-scaling --rope-scaling-factor\n";
 
 /* Parses argv into cli. Returns 0, 1 for --help, -1 with err. */
 static int mg__plan_parse(int argc, char **argv, mg__plan_cli *c, char *err, size_t errlen) {
@@ -1358,6 +1535,7 @@ static int mg__plan_parse(int argc, char **argv, mg__plan_cli *c, char *err, siz
 #define MG__FLAG(name) (strcmp(flag, name) == 0)
 #define MG__INT(dst, lo) (took = 1, rc = mg__plan_parse_int(flag, val, lo, &(dst), err, errlen))
 #define MG__DBL(dst) (took = 1, rc = mg__plan_parse_double(flag, val, &(dst), err, errlen))
+#define MG__CHOICE(dst, names) (took = 1, rc = mg__plan_parse_choice(flag, val, names, &(dst), err, errlen))
 #define MG__SWITCH(stmt) do { if (eq) { mg__plan_err(err, errlen, "%s takes no value", flag); return -1; } stmt; } while (0)
         if (MG__FLAG("--help") || MG__FLAG("-h")) return 1;
         else if (MG__FLAG("--num-layers")) MG__INT(c->model.num_layers, 1);
@@ -1365,6 +1543,21 @@ static int mg__plan_parse(int argc, char **argv, mg__plan_cli *c, char *err, siz
         else if (MG__FLAG("--num-attention-heads")) MG__INT(c->model.num_attention_heads, 1);
         else if (MG__FLAG("--seq-length")) MG__INT(c->model.seq_length, 1);
         else if (MG__FLAG("--vocab-size")) MG__INT(c->model.vocab_size, 1);
+        else if (MG__FLAG("--max-position-embeddings")) MG__INT(c->model.max_position_embeddings, 1);
+        else if (MG__FLAG("--ffn-hidden-size")) MG__INT(c->model.ffn_hidden_size, 1);
+        else if (MG__FLAG("--num-query-groups")) MG__INT(c->model.num_query_groups, 1);
+        else if (MG__FLAG("--kv-channels")) MG__INT(c->model.kv_channels, 1);
+        else if (MG__FLAG("--swiglu")) MG__SWITCH(c->model.swiglu = 1);
+        else if (MG__FLAG("--group-query-attention")) MG__SWITCH(c->group_query_attention = 1);
+        else if (MG__FLAG("--untie-embeddings-and-output-weights")) MG__SWITCH(c->model.untie_embeddings = 1);
+        else if (MG__FLAG("--disable-bias-linear")) MG__SWITCH(c->model.disable_bias_linear = 1);
+        else if (MG__FLAG("--add-qkv-bias")) MG__SWITCH(c->model.add_qkv_bias = 1);
+        else if (MG__FLAG("--use-rope-scaling")) MG__SWITCH((void)0);
+        else if (MG__FLAG("--norm-epsilon") || MG__FLAG("--rotary-base") ||
+                 MG__FLAG("--rotary-percent") || MG__FLAG("--rope-scaling-factor")) MG__DBL(c->rope_unused);
+        else if (MG__FLAG("--normalization")) MG__CHOICE(c->model.rmsnorm, "LayerNorm|RMSNorm");
+        else if (MG__FLAG("--position-embedding-type"))
+            MG__CHOICE(c->model.position_embedding, "learned_absolute|rope|none");
         else if (MG__FLAG("--global-batch-size")) { took = 1; rc = mg__plan_parse_long(flag, val, 1, &c->train.global_batch_size, err, errlen); }
         else if (MG__FLAG("--micro-batch-size")) MG__INT(c->fixed.micro_batch_size, 1);
         else if (MG__FLAG("--tensor-model-parallel-size")) MG__INT(c->fixed.t, 1);
@@ -1388,13 +1581,8 @@ static int mg__plan_parse(int argc, char **argv, mg__plan_cli *c, char *err, siz
             took = 1;
             if (!val) { mg__plan_err(err, errlen, "--gpu needs a value (%s)", mg_plan_gpu_preset_names()); return -1; }
             snprintf(c->gpu_name, sizeof(c->gpu_name), "%s", val);
-        } else if (MG__FLAG("--recompute-granularity")) {
-            took = 1;
-            if (val && strcmp(val, "none") == 0) c->fixed.recompute = MG_PLAN_RECOMPUTE_NONE;
-            else if (val && strcmp(val, "selective") == 0) c->fixed.recompute = MG_PLAN_RECOMPUTE_SELECTIVE;
-            else if (val && strcmp(val, "full") == 0) c->fixed.recompute = MG_PLAN_RECOMPUTE_FULL;
-            else { mg__plan_err(err, errlen, "--recompute-granularity must be none, selective or full (got '%s')", val ? val : ""); return -1; }
-        }
+        } else if (MG__FLAG("--recompute-granularity"))
+            MG__CHOICE(c->fixed.recompute, "none|selective|full");   /* MG_PLAN_RECOMPUTE_* */
         else if (MG__FLAG("--recompute-activations")) MG__SWITCH(c->fixed.recompute = MG_PLAN_RECOMPUTE_SELECTIVE);
         else if (MG__FLAG("--bf16")) MG__SWITCH((c->train.precision = MG_PLAN_BF16, c->precision_given++));
         else if (MG__FLAG("--fp16")) MG__SWITCH((c->train.precision = MG_PLAN_FP16, c->precision_given++));
@@ -1414,10 +1602,18 @@ static int mg__plan_parse(int argc, char **argv, mg__plan_cli *c, char *err, siz
 #undef MG__FLAG
 #undef MG__INT
 #undef MG__DBL
+#undef MG__CHOICE
 #undef MG__SWITCH
         if (rc) return -1;
         if (took && !eq) i++;
     }
+    if (c->model.num_query_groups && !c->group_query_attention) {
+        mg__plan_err(err, errlen, "--num-query-groups %d needs --group-query-attention (as in "
+                     "Megatron-LM and gpt_train)", c->model.num_query_groups);
+        return -1;
+    }
+    /* Megatron-LM: --group-query-attention alone means one group (multi-query attention) */
+    if (c->group_query_attention && !c->model.num_query_groups) c->model.num_query_groups = 1;
     if (c->precision_given > 1) {
         mg__plan_err(err, errlen, "give at most one of --bf16, --fp16, --fp32");
         return -1;
@@ -1520,10 +1716,10 @@ static void mg__plan_json_result(FILE *o, const mg_plan_result *r, const mg__pla
     const mg_plan_layout *L = &r->layout;
     fprintf(o, "\"tflops_per_gpu\": %.4f, \"percent_of_peak\": %.4f, \"model_tflops_per_gpu\": %.4f, "
             "\"iteration_time_s\": %.6g, \"tokens_per_second\": %.6g, \"memory_per_gpu_gb\": %.4f, "
-            "\"memory_limit_gb\": %.4f, \"fits\": %s, ",
+            "\"memory_limit_gb\": %.4f, \"fits\": %s, \"parameters\": %.0f, ",
             r->tflops_per_gpu, r->percent_of_peak, r->model_tflops_per_gpu, r->iteration_time,
             r->tokens_per_second, r->mem_total / MG__PLAN_GIB, r->mem_limit / MG__PLAN_GIB,
-            r->fits ? "true" : "false");
+            r->fits ? "true" : "false", mg_plan_parameters(&c->model));
     fprintf(o, "\"layout\": {\"t\": %d, \"p\": %d, \"d\": %d, \"v\": %d, \"micro_batch_size\": %d, "
             "\"num_microbatches\": %ld, \"recompute\": \"%s\", \"sequence_parallel\": %s, "
             "\"distributed_optimizer\": %s}, ",
@@ -1558,11 +1754,22 @@ static void mg__plan_print_result(FILE *o, const mg_plan_result *r, const mg__pl
                                    "optimizer step"};
     int i;
     mg_plan_layout_label(L, label, sizeof(label));
-    fprintf(o, "model:    GPT %.1f%s parameters (l=%d h=%d a=%d s=%d V=%d), global batch %ld, %s\n",
-            params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M",
+    fprintf(o, "model:    %s %.1f%s parameters (l=%d h=%d a=%d s=%d V=%d), global batch %ld, %s\n",
+            mg__plan_is_gpt2(&c->model) ? "GPT" : "Llama-family", params >= 1e9 ? params / 1e9 : params / 1e6, params >= 1e9 ? "B" : "M",
             c->model.num_layers, c->model.hidden_size,
             c->model.num_attention_heads, c->model.seq_length, c->model.vocab_size,
             c->train.global_batch_size, prec[c->train.precision]);
+    if (!mg__plan_is_gpt2(&c->model)) {
+        const mg_plan_model *m = &c->model;
+        static const char *pos[3] = {"learned positions", "rope", "no positions"};
+        fprintf(o, "          %.0f parameters: %s, %s F=%d, %d key/value group%s of head dim %d, "
+                "%s%s%s%s\n", params, m->rmsnorm ? "RMSNorm" : "LayerNorm", m->swiglu ? "SwiGLU" : "GeLU",
+                mg_plan_ffn_hidden(m), m->num_query_groups ? m->num_query_groups : m->num_attention_heads,
+                (m->num_query_groups ? m->num_query_groups : m->num_attention_heads) == 1 ? "" : "s",
+                m->kv_channels ? m->kv_channels : m->hidden_size / m->num_attention_heads,
+                pos[m->position_embedding], m->untie_embeddings ? ", untied output layer" : "",
+                m->disable_bias_linear ? ", no linear biases" : "", m->add_qkv_bias ? " but Q/K/V's" : "");
+    }
     fprintf(o, "cluster:  %d x %s (%.4g TFLOP/s, %.4g GB, HBM %.4g GB/s, NVLink %.4g GB/s), "
             "%d per node, InfiniBand %.4g GB/s per node\n",
             c->cluster.gpus, g->name, g->peak_tflops, g->memory_gb, g->hbm_gbps, g->nvlink_gbps,

@@ -238,9 +238,13 @@ int main(int argc, char **argv) {
     {   /* the trainer's model and settings as mg_plan sees them: l, h, a, s, V; B, fp32 with fp32
            gradients, the DP reduction overlapped (the trainer's default; a one-bucket model
            exposes all of it either way), scatter/gather, gradient-accumulation fusion */
-        mg_plan_model model = {layers, hidden, heads, seq, 256};
         mg_plan_training training = {global, MG_PLAN_FP32, 1, 1, 1, 1};
-        plan_model = model;
+        memset(&plan_model, 0, sizeof plan_model);   /* GPT-2: no Llama option */
+        plan_model.num_layers = layers;
+        plan_model.hidden_size = hidden;
+        plan_model.num_attention_heads = heads;
+        plan_model.seq_length = seq;
+        plan_model.vocab_size = 256;
         plan_training = training;
     }
     if (comm.world_rank == 0) {

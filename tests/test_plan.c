@@ -1,11 +1,13 @@
 // mg-test: ranks=1 timeout=120
 /* test_plan.c — the performance and memory model (mg_plan.h) against hand-computed values of
-   every formula, against the paper's published throughput (Narayanan et al., SC21, Table 1 and
-   the 1-trillion-parameter run), against the paper's guidance for choosing a layout, and the
-   tool's handling of bad flags. Single rank, no device: the model is arithmetic. */
+   every formula, against megatron.h's own parameter and FLOP counts for GPT-2 and Llama-family
+   models (and the published Llama-2-7B and Llama-3-8B sizes), against the paper's published
+   throughput (Narayanan et al., SC21, Table 1 and the 1-trillion-parameter run), against the
+   paper's guidance for choosing a layout, and the tool's handling of bad flags. Single rank, no device: the model is arithmetic. */
 #include <string.h>
 
 #include "mg_plan.h"
+#include "megatron.h"   /* the model's own counts: mg_gpt_num_params, mg_gpt_flops_per_iteration */
 #include "tests/mg_test.h"
 
 static int close_rel(double got, double want, double tol) {
@@ -18,6 +20,7 @@ static int close_rel(double got, double want, double tol) {
 
 static mg_plan_model model(int l, int h, int a, int s, int V) {
     mg_plan_model m;
+    memset(&m, 0, sizeof m);   /* GPT-2: no Llama option */
     m.num_layers = l; m.hidden_size = h; m.num_attention_heads = a; m.seq_length = s; m.vocab_size = V;
     return m;
 }
@@ -65,13 +68,14 @@ static mg_plan_layout layout(int t, int p, int d, int v, int b, int rc, int sp, 
    ----------------------------------------------------------------------------------------- */
 static void test_counting(void) {
     mg_plan_model t1 = model(128, 25600, 160, 2048, 51200), gpt2 = model(12, 768, 12, 1024, 50257);
-    /* P = 12·l·h² + 13·l·h + (V+s)·h.
+    /* P = 12·l·h² + 13·l·h + (V+s)·h, plus the final layernorm's 2h.
        1T:    12·128·25600² = 1,006,632,960,000; 13·128·25600 = 42,598,400;
               (51200 + 2048)·25600 = 1,363,148,800          -> 1,008,038,707,200 (Table 1: 1008.0B)
+              + 51,200                                      -> 1,008,038,758,400
        GPT-2: 12·12·768² = 84,934,656; 13·12·768 = 119,808; (50257 + 1024)·768 = 39,383,808
-              -> 124,438,272 (+ the final layernorm's 1,536 = Hugging Face's 124,439,808). */
-    CHECK_REL(mg_plan_parameters(&t1), 1008038707200.0, 1e-15, "parameters: 1T model (PAPER.md formula)");
-    CHECK_REL(mg_plan_parameters(&gpt2), 124438272.0, 1e-15, "parameters: GPT-2 small");
+              -> 124,438,272 + 1,536 = 124,439,808, Hugging Face's count. */
+    CHECK_REL(mg_plan_parameters(&t1), 1008038758400.0, 1e-15, "parameters: 1T model (PAPER.md formula + final layernorm)");
+    CHECK_REL(mg_plan_parameters(&gpt2), 124439808.0, 1e-15, "parameters: GPT-2 small");
     /* F = 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)), B = 3072:
        96·3072·2048·128·25600² = 5.0665495807918080e19;
        1 + 2048/153600 + 51200/52428800 = 1 + 0.0133333 + 0.0009766 = 1.0143099
@@ -123,6 +127,169 @@ static void test_counting(void) {
     CHECK(mg_plan_bytes_per_parameter(MG_PLAN_FP16, 0, 1, 8) == 6.0, "bytes/param distributed fp16: 4 + 16/d");
     CHECK(mg_plan_bytes_per_parameter(MG_PLAN_BF16, 1, 1, 8) == 7.5, "bytes/param distributed bf16: 6 + 12/d");
     CHECK(mg_plan_bytes_per_parameter(MG_PLAN_FP32, 1, 1, 8) == 9.0, "bytes/param distributed fp32: 8 + 8/d");
+}
+
+/* --------------------------------------------------------------------------------------------
+   The Llama family: one count with megatron.h
+   ----------------------------------------------------------------------------------------- */
+/* The model megatron.h builds for a planner model: the same switches, V padded for t = 1
+   (the planner's V is the padded one in these tests, so both count the same rows). */
+static mg_gpt_config gpt_config_of(const mg_plan_model *m) {
+    mg_gpt_config c;
+    memset(&c, 0, sizeof c);
+    c.n_layer = m->num_layers;
+    c.hidden = m->hidden_size;
+    c.n_head = m->num_attention_heads;
+    c.seq_len = m->seq_length;
+    c.max_pos = m->max_position_embeddings > 0 ? m->max_position_embeddings : m->seq_length;
+    c.vocab_size = m->vocab_size;
+    c.padded_vocab = mg_gpt_pad_vocab(m->vocab_size, 1);
+    c.normalization = m->rmsnorm ? MG_NORM_RMSNORM : MG_NORM_LAYERNORM;
+    c.swiglu = m->swiglu;
+    c.ffn_hidden = m->ffn_hidden_size;
+    c.position_embedding = m->position_embedding == MG_PLAN_POS_ROPE ? MG_POS_ROPE
+                           : m->position_embedding == MG_PLAN_POS_NONE ? MG_POS_NONE : MG_POS_LEARNED;
+    c.n_query_groups = m->num_query_groups;
+    c.kv_channels = m->kv_channels;
+    c.untie_embeddings = m->untie_embeddings;
+    c.disable_bias_linear = m->disable_bias_linear;
+    c.add_qkv_bias = m->add_qkv_bias;
+    return c;
+}
+
+/* rms, swiglu, F, g, kv_channels, pos, max_pos, untie, no bias, qkv bias */
+static mg_plan_model llama(int l, int h, int a, int s, int V, int rms, int swiglu, int F, int g,
+                           int d, int pos, int max_pos, int untie, int nobias, int qkv_bias) {
+    mg_plan_model m = model(l, h, a, s, V);
+    m.rmsnorm = rms; m.swiglu = swiglu; m.ffn_hidden_size = F; m.num_query_groups = g;
+    m.kv_channels = d; m.position_embedding = pos; m.max_position_embeddings = max_pos;
+    m.untie_embeddings = untie; m.disable_bias_linear = nobias; m.add_qkv_bias = qkv_bias;
+    return m;
+}
+
+static void test_llama_counts(void) {
+    const mg_plan_model cases[] = {
+        model(12, 768, 12, 1024, 50304),                                       /* GPT-2 */
+        llama(2, 256, 8, 64, 512, 1, 1, 0, 0, 0, MG_PLAN_POS_ROPE, 0, 1, 1, 0), /* Llama-2 shape */
+        llama(3, 192, 6, 64, 384, 1, 1, 500, 2, 48, MG_PLAN_POS_ROPE, 0, 1, 1, 1), /* GQA, d·a≠h, Qwen2 bias */
+        llama(2, 128, 4, 32, 256, 0, 1, 0, 1, 0, MG_PLAN_POS_LEARNED, 96, 0, 0, 0), /* MQA, biases, LN */
+        llama(2, 128, 4, 32, 640, 1, 0, 300, 2, 0, MG_PLAN_POS_NONE, 0, 1, 0, 0),   /* GeLU F=300 */
+    };
+    const char *names[] = {"GPT-2 small", "RMSNorm+SwiGLU+rope+untied, no bias",
+                           "GQA g=2, kv-channels 48, F=500, Q/K/V bias",
+                           "LayerNorm+SwiGLU, multi-query, learned positions 96, biases",
+                           "GeLU F=300, GQA, no positions, untied"};
+    int i;
+    for (i = 0; i < (int)(sizeof(cases) / sizeof(cases[0])); i++) {
+        mg_gpt_config c = gpt_config_of(&cases[i]);
+        char name[160];
+        double B = 48;
+        mg_gpt_layout L = mg_gpt_layout_single(&c, 1, 1, 1);
+        double none = mg_plan_flops(&cases[i], B, MG_PLAN_RECOMPUTE_NONE);
+        snprintf(name, sizeof(name), "parameters = mg_gpt_num_params: %s", names[i]);
+        mg_test_report(mg_plan_parameters(&cases[i]) == (double)mg_gpt_num_params(&c), name,
+                       "plan %.0f model %lld", mg_plan_parameters(&cases[i]),
+                       (long long)mg_gpt_num_params(&c));
+        snprintf(name, sizeof(name), "FLOPs = mg_gpt_flops_per_iteration: %s", names[i]);
+        CHECK_REL(none, mg_gpt_flops_per_iteration(&c, (int64_t)B), 1e-13, name);
+        /* recomputation: what the trainer counts as repeated forward FLOPs */
+        L.recompute_granularity = MG_RECOMPUTE_SELECTIVE;
+        snprintf(name, sizeof(name), "selective recompute adds mg_gpt_flops_recomputed: %s", names[i]);
+        CHECK_REL(mg_plan_flops(&cases[i], B, MG_PLAN_RECOMPUTE_SELECTIVE) - none,
+                  mg_gpt_flops_recomputed(&c, &L, (int64_t)B), 1e-9, name);
+        L.recompute_granularity = MG_RECOMPUTE_FULL;
+        L.recompute_method = MG_RECOMPUTE_UNIFORM;
+        snprintf(name, sizeof(name), "full recompute adds mg_gpt_flops_recomputed: %s", names[i]);
+        CHECK_REL(mg_plan_flops(&cases[i], B, MG_PLAN_RECOMPUTE_FULL) - none,
+                  mg_gpt_flops_recomputed(&c, &L, (int64_t)B), 1e-9, name);
+    }
+    /* Published sizes. Llama-2-7B (l 32, h 4096, a 32, F 11008, V 32000, untied, no bias):
+       per layer 4·4096² + 3·4096·11008 + 2·4096 = 67,108,864 + 135,266,304 + 8,192
+       = 202,383,360; ×32 = 6,476,267,520; + 2·32000·4096 = 262,144,000; + 4096
+       -> 6,738,415,616 ("6.74B"). Llama-3-8B (g 8, F 14336, V 128256): per layer
+       2·4096² + 2·4096·1024 + 3·4096·14336 + 8192 = 33,554,432 + 8,388,608 + 176,160,768
+       + 8,192 = 218,112,000; ×32 = 6,979,584,000; + 2·128256·4096 = 1,050,673,152; + 4096
+       -> 8,030,261,248 ("8.03B"). */
+    {
+        mg_plan_model l2 = llama(32, 4096, 32, 4096, 32000, 1, 1, 11008, 0, 0, MG_PLAN_POS_ROPE, 0, 1, 1, 0);
+        mg_plan_model l3 = llama(32, 4096, 32, 8192, 128256, 1, 1, 14336, 8, 0, MG_PLAN_POS_ROPE, 0, 1, 1, 0);
+        mg_gpt_config c2 = gpt_config_of(&l2), c3 = gpt_config_of(&l3);
+        CHECK(mg_plan_parameters(&l2) == 6738415616.0 && mg_gpt_num_params(&c2) == 6738415616LL,
+              "parameters: Llama-2-7B 6,738,415,616 (planner and model)");
+        CHECK(mg_plan_parameters(&l3) == 8030261248.0 && mg_gpt_num_params(&c3) == 8030261248LL,
+              "parameters: Llama-3-8B 8,030,261,248 (planner and model)");
+        CHECK_REL(mg_plan_flops(&l3, 512, MG_PLAN_RECOMPUTE_NONE), mg_gpt_flops_per_iteration(&c3, 512),
+                  1e-13, "FLOPs: Llama-3-8B = mg_gpt_flops_per_iteration");
+        /* SwiGLU's default width: int(4·4096·2/3 / 64)·64 = 10,880 (Llama-2-7B sets 11008) */
+        l2.ffn_hidden_size = 0;
+        CHECK(mg_plan_ffn_hidden(&l2) == 10880, "SwiGLU's default MLP width int(8h/3/64)*64");
+    }
+}
+
+/* How each option moves the memory terms, evaluated layout against layout. */
+static void test_llama_memory(void) {
+    mg_plan_model base = llama(4, 1024, 16, 512, 32768, 1, 1, 2816, 0, 0, MG_PLAN_POS_ROPE, 0, 0, 1, 0);
+    mg_plan_model m;
+    mg_plan_cluster c = cluster("a100-80gb", 8, 8);
+    mg_plan_training tr = paper_training(64);
+    mg_plan_result tied, untied;
+    mg_plan_layout L = layout(2, 1, 4, 1, 1, MG_PLAN_RECOMPUTE_NONE, 0, 0);
+    double h = 1024, V = 32768, s = 512, d = 64, t = 2, e = 2, F = 2816;
+    tr.precision = MG_PLAN_BF16;
+    tr.grads_in_fp32 = 1;
+    /* untied, one stage: a second V·h/t matrix in weights (2 B), gradients (4 B) and
+       optimizer state (12 B: master + two moments) */
+    m = base; m.untie_embeddings = 1;
+    CHECK(mg_plan_evaluate(&base, &tr, &c, &L, &tied, NULL, 0) == 0 &&
+          mg_plan_evaluate(&m, &tr, &c, &L, &untied, NULL, 0) == 0, "evaluate: tied and untied");
+    CHECK_REL(untied.mem_weights - tied.mem_weights, V * h / t * 2, 1e-12, "untied: + V*h/t weights");
+    CHECK_REL(untied.mem_gradients - tied.mem_gradients, V * h / t * 4, 1e-12, "untied: + V*h/t gradients");
+    CHECK_REL(untied.mem_optimizer - tied.mem_optimizer, V * h / t * 12, 1e-12,
+              "untied: + V*h/t optimizer state");
+    CHECK(untied.mem_activations == tied.mem_activations && untied.flops_per_iteration == tied.flops_per_iteration,
+          "untied: same activations and FLOPs (the output GEMM is there either way)");
+    /* two stages: the tied last stage holds a copy of the embedding anyway (same memory),
+       but only the tied model all-reduces that copy's gradient with the first stage */
+    L = layout(2, 2, 2, 1, 1, MG_PLAN_RECOMPUTE_NONE, 0, 0);
+    CHECK(mg_plan_evaluate(&base, &tr, &c, &L, &tied, NULL, 0) == 0 &&
+          mg_plan_evaluate(&m, &tr, &c, &L, &untied, NULL, 0) == 0, "evaluate: tied and untied, p=2");
+    CHECK(untied.mem_total == tied.mem_total && untied.time_dp_comm < tied.time_dp_comm,
+          "untied, p=2: same memory, no embedding all-reduce");
+    /* grouped-query attention, g = 4 of 16 heads: K and V are 4·64 wide instead of 1024:
+       per layer 2·h·(a − g)·d fewer parameters; activations s·b·2·(a − g)·d·e/t less */
+    m = base; m.num_query_groups = 4;
+    CHECK_REL(mg_plan_parameters(&base) - mg_plan_parameters(&m), 4 * 2 * h * 12 * d, 1e-15,
+              "GQA g=4: l*2h(a-g)d fewer parameters");
+    CHECK_REL(mg_plan_activation_bytes_per_layer(&base, 1, 2, 0, MG_PLAN_RECOMPUTE_NONE, 2) -
+              mg_plan_activation_bytes_per_layer(&m, 1, 2, 0, MG_PLAN_RECOMPUTE_NONE, 2),
+              s * 2 * 12 * d * e / t, 1e-12, "GQA g=4: activations s*b*2(a-g)d*e/t less per layer");
+    CHECK(mg_plan_flops(&m, 64, 0) < mg_plan_flops(&base, 64, 0), "GQA: fewer FLOPs");
+    /* SwiGLU against GeLU of the same width F: a third h×F matrix, and the MLP keeps 3F
+       activations (gate, up, product) instead of 2F */
+    m = base; m.swiglu = 0;
+    CHECK_REL(mg_plan_parameters(&base) - mg_plan_parameters(&m), 4 * h * F, 1e-15,
+              "SwiGLU: l*h*F more parameters than GeLU of width F");
+    CHECK_REL(mg_plan_activation_bytes_per_layer(&base, 1, 2, 0, MG_PLAN_RECOMPUTE_SELECTIVE, 2) -
+              mg_plan_activation_bytes_per_layer(&m, 1, 2, 0, MG_PLAN_RECOMPUTE_SELECTIVE, 2),
+              s * F * e / t, 1e-12, "SwiGLU: s*b*F*e/t more activations per layer");
+    /* RMSNorm has no bias: (2l + 1)·h parameters fewer than LayerNorm */
+    m = base; m.rmsnorm = 0;
+    CHECK_REL(mg_plan_parameters(&m) - mg_plan_parameters(&base), 9 * h, 1e-15,
+              "RMSNorm: (2l+1)h fewer parameters than LayerNorm");
+    /* biases: QKV (q + 2kv), projection h, MLP up and gate 2F, down h per layer */
+    m = base; m.disable_bias_linear = 0;
+    CHECK_REL(mg_plan_parameters(&m) - mg_plan_parameters(&base), 4 * (3 * h + h + 2 * F + h), 1e-15,
+              "linear biases: l*(q+2kv + 2h + 2F)");
+    /* tensor parallelism splits whole key/value groups: t = 4 does not divide g = 2 */
+    {
+        char err[256];
+        mg_plan_layout L4 = layout(4, 1, 2, 1, 1, MG_PLAN_RECOMPUTE_NONE, 0, 0);
+        mg_plan_result r;
+        m = base; m.num_query_groups = 2;
+        CHECK(mg_plan_evaluate(&m, &tr, &c, &L4, &r, err, sizeof(err)) == -1 &&
+              strstr(err, "key/value groups 2") && strstr(err, "valid: 1 2"),
+              "t=4 with 2 key/value groups is refused, valid t named");
+    }
 }
 
 /* --------------------------------------------------------------------------------------------
@@ -483,6 +650,13 @@ static void test_tool(void) {
         {MODEL_1T, "--json=1", NULL},
         {MODEL_1T, "--gpu", "custom", "--peak-tflops", "100", NULL},
         {MODEL_1T, "--search", "--tensor-model-parallel-size", "7", NULL},
+        {MODEL_1T, "--num-query-groups", "8", NULL},
+        {MODEL_1T, "--normalization", "BatchNorm", NULL},
+        {MODEL_1T, "--position-embedding-type", "alibi", NULL},
+        {MODEL_1T, "--group-query-attention", "--num-query-groups", "7", NULL},
+        {MODEL_1T, "--swiglu=1", NULL},
+        {MODEL_1T, "--rotary-base", "-1", NULL},
+        {MODEL_1T, "--max-position-embeddings", "1024", NULL},
     };
     int i, rc;
     for (i = 0; i < (int)(sizeof(bad) / sizeof(bad[0])); i++) {
@@ -502,6 +676,30 @@ static void test_tool(void) {
               strstr(out, "\"memory_per_gpu_gb\": ") && strstr(out, "\"fits\": true") &&
               strstr(out, "\"layout\": {\"t\": 8, \"p\": 64, \"d\": 6, \"v\": 1, \"micro_batch_size\": 1"),
               "--json prints one object with throughput, time, memory, fits and layout");
+    }
+    {   /* Llama-2-7B with gpt_train's flags: its published size, a plan */
+        static const char *args[] = {"--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "32",
+                                     "--seq-length", "4096", "--vocab-size", "32000", "--normalization", "RMSNorm",
+                                     "--swiglu", "--ffn-hidden-size", "11008", "--position-embedding-type", "rope",
+                                     "--untie-embeddings-and-output-weights", "--disable-bias-linear",
+                                     "--norm-epsilon", "1e-5", "--rotary-base", "10000",
+                                     "--global-batch-size", "1024", "--gpus", "64", "--tensor-model-parallel-size",
+                                     "2", "--recompute-granularity", "selective", "--use-distributed-optimizer",
+                                     "--json", NULL};
+        static const char *text[] = {"--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "32",
+                                     "--seq-length", "8192", "--vocab-size", "128256", "--normalization", "RMSNorm",
+                                     "--swiglu", "--ffn-hidden-size", "14336", "--position-embedding-type", "rope",
+                                     "--untie-embeddings-and-output-weights", "--disable-bias-linear",
+                                     "--group-query-attention", "--num-query-groups", "8", "--use-rope-scaling",
+                                     "--global-batch-size", "512", "--gpus", "64", NULL};
+        rc = run_tool(args, err, sizeof(err), out, sizeof(out));
+        CHECK(rc == 0 && strstr(out, "\"parameters\": 6738415616,") && strstr(out, "\"fits\": true"),
+              "Llama-2-7B flags: 6,738,415,616 parameters, t=2 on 64 GPUs fits (selective, distributed optimizer)");
+        rc = run_tool(text, err, sizeof(err), out, sizeof(out));
+        CHECK(rc == 0 && strstr(out, "Llama-family 8.0B") &&
+              strstr(out, "8030261248 parameters: RMSNorm, SwiGLU F=14336, 8 key/value groups of head dim 128, "
+                          "rope, untied output layer, no linear biases"),
+              "Llama-3-8B flags: the report names the model's options");
     }
     {   /* --search --json: the best, with the reason */
         static const char *args[] = {MODEL_1T, "--search", "--json", "--top", "3", NULL};
@@ -553,6 +751,8 @@ static void test_calibrate(void) {
 
 int main(void) {
     test_counting();
+    test_llama_counts();
+    test_llama_memory();
     test_primitives();
     test_tp_volume();
     test_memory_by_hand();

@@ -612,6 +612,10 @@ MGDEF void mg_loss_scaler_update(mg_loss_scaler *s, int found_inf);
       mg_trainer_step; mg_trainer_evaluate every --eval-interval; mg_trainer_save every
       --save-interval and at the end. examples/gpt_train.cu is that loop.
    ------------------------------------------------------------------------------------------ */
+/* A flag that takes several words (--data-path 0.7 A 0.3 B): the words up to the next
+   --option, pointers into argv.                                                             */
+#define MG_DATA_WORDS 256
+typedef struct mg_str_list { int n; const char *v[MG_DATA_WORDS]; } mg_str_list;
 typedef struct mg_train_args {
     /* model (optional when --init-from / --load supply them; they must agree if given)       */
     int64_t num_layers, hidden_size, num_attention_heads, seq_length, max_position_embeddings,
@@ -624,7 +628,9 @@ typedef struct mg_train_args {
     int64_t lr_warmup_iters, lr_decay_iters;
     /* logging, evaluation, checkpoints, data                                                */
     int64_t seed, log_interval, eval_interval, eval_iters, save_interval, sample_tokens;
-    const char *save, *load, *data_path, *split, *init_from, *log_jsonl, *export_hf;
+    const char *save, *load, *split, *init_from, *log_jsonl, *export_hf;
+    /* data: one blend split by --split, or one blend per part (mg_blend_parse's words)     */
+    mg_str_list data_path, train_data_path, valid_data_path, test_data_path;
     /* parallelism and regularisation                                                        */
     int64_t tensor_model_parallel_size;
     int sequence_parallel;               /* a switch: given = 1                                */
@@ -682,9 +688,10 @@ typedef struct mg_trainer {
                                            [dp_rank·G/d, (dp_rank+1)·G/d) of each global batch */
     mg_dp dp;                           /* the gradient reduction over the data group          */
     int writer;                         /* this rank writes files and logs (world rank 0)      */
-    int has_data, has_valid;
-    mg_dataset data;
-    mg_sampler train_smp, valid_smp;
+    int has_valid, has_test;
+    mg_dataset *datasets;               /* every dataset the data flags name, opened          */
+    int n_datasets;
+    mg_blend train_data, valid_data, test_data;  /* samples of each part (mg_data.h, 2b)     */
     int32_t *batch;                     /* host [global_batch / d, T+1]: this rank's samples    */
     int64_t iteration;                  /* completed iterations                                 */
     int64_t consumed_samples, consumed_valid_samples;
@@ -728,6 +735,9 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out);
 /* Mean loss over --eval-iters global batches of the validation part (the next ones);
    prints Megatron's validation line to out when out is non-NULL.                           */
 MGDEF double mg_trainer_evaluate(mg_trainer *tr, FILE *out);
+/* Mean loss over the first --eval-iters global batches of --test-data-path (NAN without it);
+   Megatron's line " validation loss at iteration N on test set | …" to out.               */
+MGDEF double mg_trainer_test(mg_trainer *tr, FILE *out);
 /* Checkpoint DIR/iter_%07d/{model, optimizer, optimizer_sq}.safetensors + state.json built
    under a temporary name and renamed; then DIR/latest_checkpointed_iteration.txt, atomically.
    Tensors are stored GLOBAL, by name, so any later layout can load them. Collective: every
@@ -2719,8 +2729,10 @@ MGDEF void mg_loss_scaler_update(mg_loss_scaler *s, int found_inf) {
 /* =============================================================================================
    5. Trainer: flags
    ========================================================================================== */
-typedef enum { MG__F_INT, MG__F_FLOAT, MG__F_STR, MG__F_CHOICE, MG__F_HELP, MG__F_SWITCH }
-    mg__flag_type;  /* MG__F_SWITCH: takes no value; sets its int field to 1 */
+typedef enum { MG__F_INT, MG__F_FLOAT, MG__F_STR, MG__F_CHOICE, MG__F_HELP, MG__F_SWITCH,
+               MG__F_LIST }
+    mg__flag_type;  /* MG__F_SWITCH: takes no value; sets its int field to 1; MG__F_LIST: the
+                       words up to the next --option into an mg_str_list                      */
 typedef struct mg__flag {
     const char *name;        /* as typed, with the leading "--"                               */
     mg__flag_type type;
@@ -2805,8 +2817,16 @@ static const mg__flag mg__flags[] = {
     {"--export-hf", MG__F_STR, MG__OFF(export_hf), "DIR", 0, 0,
      "at the end, write DIR/model.safetensors + DIR/config.json for Hugging Face transformers"},
     {"data", MG__F_HELP, 0, NULL, 0, 0, "Data"},
-    {"--data-path", MG__F_STR, MG__OFF(data_path), "PATH", 0, 0,
-     "a Megatron indexed dataset prefix (PATH.bin + PATH.idx) or an llm.c token file"},
+    {"--data-path", MG__F_LIST, MG__OFF(data_path), "[W1] PATH1 [W2 PATH2 …]", 0, 0,
+     "a Megatron indexed dataset prefix (PATH.bin + PATH.idx) or an llm.c token file; or a "
+     "blend: weight, prefix pairs (weights normalised; Megatron's BlendedDataset), each "
+     "dataset split by --split"},
+    {"--train-data-path", MG__F_LIST, MG__OFF(train_data_path), "[W1] PATH1 …", 0, 0,
+     "instead of --data-path and --split: the training data (all of it), one path or a blend"},
+    {"--valid-data-path", MG__F_LIST, MG__OFF(valid_data_path), "[W1] PATH1 …", 0, 0,
+     "with --train-data-path: the validation data (all of it); none: no validation"},
+    {"--test-data-path", MG__F_LIST, MG__OFF(test_data_path), "[W1] PATH1 …", 0, 0,
+     "with --train-data-path: test data, evaluated (--eval-iters batches) after training"},
     {"--split", MG__F_STR, MG__OFF(split), "A,B,C", 0, 0,
      "train,validation,test weights of the data's documents (default 969,30,1)"},
     {"--data-order", MG__F_CHOICE, MG__OFF(data_order), "shuffled|sequential", 0, 0,
@@ -2999,6 +3019,20 @@ MGDEF int mg_train_parse(mg_train_args *a, int argc, char **argv, char *err, siz
         if (mg__flags[k].type == MG__F_SWITCH) {
             if (eq) return mg__err(err, errlen, "%s takes no value", name);
             *(int *)((char *)a + mg__flags[k].offset) = 1;
+            a->given[k] = 1;
+            continue;
+        }
+        if (mg__flags[k].type == MG__F_LIST) {   /* NAME=W1 or NAME W1, then W2 … up to --x */
+            mg_str_list *l = (mg_str_list *)((char *)a + mg__flags[k].offset);
+            l->n = 0;
+            if (eq) l->v[l->n++] = eq + 1;
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) {
+                if (l->n == MG_DATA_WORDS)
+                    return mg__err(err, errlen, "%s: more than %d words", name, MG_DATA_WORDS);
+                l->v[l->n++] = argv[++i];
+            }
+            if (l->n == 0 || !l->v[0][0])
+                return mg__err(err, errlen, "%s needs a value (%s)", name, mg__flags[k].metavar);
             a->given[k] = 1;
             continue;
         }
@@ -3299,9 +3333,22 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
     if (a->fp16 && !a->loss_scale && a->min_loss_scale > a->initial_loss_scale)
         return mg__err(err, errlen, "--min-loss-scale %g is larger than --initial-loss-scale %g",
                        a->min_loss_scale, a->initial_loss_scale);
-    if (a->train_iters > 0 && !a->data_path)
+    if (a->data_path.n && (a->train_data_path.n || a->valid_data_path.n || a->test_data_path.n))
+        return mg__err(err, errlen, "--data-path with --%s-data-path: give either --data-path "
+                       "(split by --split) or --train-data-path [--valid-data-path] "
+                       "[--test-data-path]", a->train_data_path.n ? "train" :
+                       a->valid_data_path.n ? "valid" : "test");
+    if (!a->data_path.n && (a->valid_data_path.n || a->test_data_path.n) &&
+        !a->train_data_path.n && a->train_iters > 0)
+        return mg__err(err, errlen, "--%s-data-path needs --train-data-path to train",
+                       a->valid_data_path.n ? "valid" : "test");
+    if (a->train_data_path.n && mg_train_flag_given(a, "--split"))
+        return mg__err(err, errlen, "--split applies to --data-path; --train-data-path, "
+                       "--valid-data-path and --test-data-path are used whole");
+    if (a->train_iters > 0 && !a->data_path.n && !a->train_data_path.n)
         return mg__err(err, errlen, "--data-path is required to train (an indexed dataset "
-                       "prefix or an llm.c token file; --train-iters 0 needs none)");
+                       "prefix or an llm.c token file, or a blend W1 PATH1 W2 PATH2 …; "
+                       "--train-iters 0 needs none)");
     if (a->device == MG_DEVICE_CUDA && !mg_cuda_available())
 #ifdef __CUDACC__
         return mg__err(err, errlen, "--device cuda: no CUDA GPU is available (use --device "
@@ -3321,56 +3368,132 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
     return 0;
 }
 
-/* Opens the data and its samplers; checks token ids against the vocabulary. */
+/* The datasets one data flag names (mg_blend_parse's words), opened into tr->datasets from
+   index *next on; every token id checked against the vocabulary.                           */
+typedef struct mg__data_group {
+    const char *flag;                   /* "--data-path", "--train-data-path", …             */
+    int n, weighted;
+    const char *prefix[MG_DATA_WORDS / 2];
+    double weight[MG_DATA_WORDS / 2];
+    const mg_dataset *ds[MG_DATA_WORDS / 2];
+} mg__data_group;
+
+static int mg__open_data_group(mg_trainer *tr, mg__data_group *g, const char *flag,
+                               const mg_str_list *words, char *err, size_t errlen) {
+    char why[MG_ERRLEN];
+    int k;
+    g->flag = flag;
+    if (mg_blend_parse(flag, words->v, words->n, g->prefix, g->weight, MG_DATA_WORDS / 2, &g->n,
+                       &g->weighted, why, sizeof why))
+        return mg__err(err, errlen, "%s", why);
+    for (k = 0; k < g->n; k++) {
+        mg_dataset *ds = &tr->datasets[tr->n_datasets];
+        int64_t lo, hi;
+        if (mg_dataset_open(g->prefix[k], ds, why, sizeof why))
+            return mg__err(err, errlen, "%s: %s", flag, why);
+        tr->n_datasets++;
+        g->ds[k] = ds;
+        mg_dataset_token_range(ds, &lo, &hi);
+        if (lo < 0 || hi >= tr->cfg.vocab_size)
+            return mg__err(err, errlen, "%s %s: token id %lld is outside the vocabulary "
+                           "(--vocab-size %d: ids 0 … %d)", flag, g->prefix[k],
+                           (long long)(lo < 0 ? lo : hi), tr->cfg.vocab_size,
+                           tr->cfg.vocab_size - 1);
+    }
+    return 0;
+}
+
+/* One part's blend: n_samples samples of part `part` of each dataset of g under split. */
+static int mg__part_blend(mg_trainer *tr, mg_blend *b, const mg__data_group *g,
+                          const char *split, mg_split_part part, int64_t n_samples, char *err,
+                          size_t errlen) {
+    static const char *const names[3] = {"training", "validation", "test"};
+    const mg_train_args *a = &tr->args;
+    char why[MG_ERRLEN];
+    mg_sampler_desc sd;
+    int k;
+    memset(&sd, 0, sizeof sd);
+    sd.split = split;
+    sd.part = part;
+    sd.seq_len = tr->cfg.seq_len;
+    sd.n_samples = n_samples;
+    sd.seed = (uint32_t)a->seed;
+    sd.order = (mg_data_order)a->data_order;
+    if (mg_blend_init(b, g->ds, g->weight, g->n, g->weighted, &sd, why, sizeof why))
+        return mg__err(err, errlen, "%s, %s part: %s", g->flag, names[part], why);
+    for (k = 0; k < g->n; k++)
+        if (b->smp[k].part_tokens < (int64_t)tr->cfg.seq_len + 1)
+            return mg__err(err, errlen, "%s %s: the %s part%s%s holds %lld tokens, fewer than "
+                           "one sample needs (--seq-length + 1 = %d)%s", g->flag, g->prefix[k],
+                           names[part], part && g->flag[2] == 'd' ? " of --split " : "",
+                           part && g->flag[2] == 'd' ? split : "",
+                           (long long)b->smp[k].part_tokens, tr->cfg.seq_len + 1,
+                           part ? "; use --eval-iters 0 or give it more" : "");
+    return 0;
+}
+
+/* Opens the data and the blends of the training, validation and test parts: --data-path
+   (one blend, each dataset split by --split) or --train/valid/test-data-path (one blend
+   per part, each dataset used whole: Megatron's blend_per_split).                         */
 static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
     const mg_train_args *a = &tr->args;
     char why[MG_ERRLEN];
-    int64_t lo, hi, counts[3];
+    int64_t counts[3];
     double weights[3];
-    mg_sampler_desc sd;
-    if (!a->data_path) return 0;
-    if (mg_dataset_open(a->data_path, &tr->data, why, sizeof why))
-        return mg__err(err, errlen, "--data-path: %s", why);
-    tr->has_data = 1;
-    mg_dataset_token_range(&tr->data, &lo, &hi);
-    if (lo < 0 || hi >= tr->cfg.vocab_size)
-        return mg__err(err, errlen, "--data-path %s: token id %lld is outside the vocabulary "
-                       "(--vocab-size %d: ids 0 … %d)", a->data_path,
-                       (long long)(lo < 0 ? lo : hi), tr->cfg.vocab_size, tr->cfg.vocab_size - 1);
-    if (mg_split_parse(a->split, weights, why, sizeof why))
-        return mg__err(err, errlen, "--split %s: %s", a->split, why);
+    mg__data_group *g = NULL;
+    int n_words = a->data_path.n + a->train_data_path.n + a->valid_data_path.n +
+                  a->test_data_path.n, rc = -1;
+    if (!n_words) return 0;
+    g = (mg__data_group *)MG_MALLOC(3 * sizeof *g);
+    tr->datasets = (mg_dataset *)MG_MALLOC(sizeof(mg_dataset) * (size_t)n_words);
+    MG_ASSERT(g && tr->datasets, "out of host memory");
+    memset(g, 0, 3 * sizeof *g);
     mg_data_num_samples(a->train_iters, a->global_batch_size, a->eval_interval, a->eval_iters,
                         counts);
-    memset(&sd, 0, sizeof sd);
-    sd.split = a->split;
-    sd.seq_len = tr->cfg.seq_len;
-    sd.seed = (uint32_t)a->seed;
-    sd.order = (mg_data_order)a->data_order;
-    if (a->train_iters > 0) {
-        sd.part = MG_SPLIT_TRAIN;
-        sd.n_samples = counts[0];
-        if (weights[0] <= 0)
-            return mg__err(err, errlen, "--split %s gives the training part no data", a->split);
-        if (mg_sampler_init(&tr->train_smp, &tr->data, &sd, why, sizeof why))
-            return mg__err(err, errlen, "--data-path %s, training part: %s", a->data_path, why);
-        if (tr->train_smp.part_tokens < (int64_t)tr->cfg.seq_len + 1)
-            return mg__err(err, errlen, "--data-path %s: the training part holds %lld tokens, "
-                           "fewer than one sample needs (--seq-length + 1 = %d)", a->data_path,
-                           (long long)tr->train_smp.part_tokens, tr->cfg.seq_len + 1);
+    if (a->data_path.n) {
+        if (mg_split_parse(a->split, weights, why, sizeof why)) {
+            mg__err(err, errlen, "--split %s: %s", a->split, why);
+            goto done;
+        }
+        if (mg__open_data_group(tr, &g[0], "--data-path", &a->data_path, err, errlen)) goto done;
+        if (a->train_iters > 0) {
+            if (weights[0] <= 0) {
+                mg__err(err, errlen, "--split %s gives the training part no data", a->split);
+                goto done;
+            }
+            if (mg__part_blend(tr, &tr->train_data, &g[0], a->split, MG_SPLIT_TRAIN, counts[0],
+                               err, errlen))
+                goto done;
+        }
+        if (a->eval_iters > 0 && weights[1] > 0) {
+            tr->has_valid = 1;
+            if (mg__part_blend(tr, &tr->valid_data, &g[0], a->split, MG_SPLIT_VALID, counts[1],
+                               err, errlen))
+                goto done;
+        }
+    } else {   /* Megatron's blend_per_split: each part's datasets used whole */
+        static const char *const flags[3] = {"--train-data-path", "--valid-data-path",
+                                             "--test-data-path"};
+        static const char *const whole[3] = {"1,0,0", "0,1,0", "0,0,1"};
+        const mg_str_list *words[3] = {&a->train_data_path, &a->valid_data_path,
+                                       &a->test_data_path};
+        mg_blend *blends[3] = {&tr->train_data, &tr->valid_data, &tr->test_data};
+        int p;
+        for (p = 0; p < 3; p++) {
+            int wanted = p ? a->eval_iters > 0 : a->train_iters > 0;
+            if (!words[p]->n || (p && !wanted)) continue;   /* no evaluation: not opened */
+            tr->has_valid |= p == 1;
+            tr->has_test |= p == 2;
+            if (mg__open_data_group(tr, &g[p], flags[p], words[p], err, errlen) ||
+                (wanted && mg__part_blend(tr, blends[p], &g[p], whole[p], (mg_split_part)p,
+                                          counts[p], err, errlen)))
+                goto done;
+        }
     }
-    if (a->eval_iters > 0 && weights[1] > 0) {
-        sd.part = MG_SPLIT_VALID;
-        sd.n_samples = counts[1];
-        if (mg_sampler_init(&tr->valid_smp, &tr->data, &sd, why, sizeof why))
-            return mg__err(err, errlen, "--data-path %s, validation part: %s", a->data_path, why);
-        tr->has_valid = 1;
-        if (tr->valid_smp.part_tokens < (int64_t)tr->cfg.seq_len + 1)
-            return mg__err(err, errlen, "--data-path %s: the validation part of --split %s "
-                           "holds %lld tokens, fewer than one sample needs (--seq-length + 1 = "
-                           "%d); use --eval-iters 0 or give it more", a->data_path, a->split,
-                           (long long)tr->valid_smp.part_tokens, tr->cfg.seq_len + 1);
-    }
-    return 0;
+    rc = 0;
+done:
+    MG_FREE(g);
+    return rc;
 }
 
 /* The job's shape against the parallel flags: world size = t·p·d, d data-parallel replicas
@@ -3908,11 +4031,11 @@ fail:
 
 MGDEF void mg_trainer_free(mg_trainer *tr) {
     if (tr->jsonl) fclose(tr->jsonl);
-    if (tr->has_valid) mg_sampler_free(&tr->valid_smp);
-    if (tr->has_data) {
-        if (tr->train_smp.ds) mg_sampler_free(&tr->train_smp);
-        mg_dataset_close(&tr->data);
-    }
+    mg_blend_free(&tr->train_data);
+    mg_blend_free(&tr->valid_data);
+    mg_blend_free(&tr->test_data);
+    while (tr->n_datasets > 0) mg_dataset_close(&tr->datasets[--tr->n_datasets]);
+    MG_FREE(tr->datasets);
     if (tr->has_pipe_exec) mg_pipe_exec_free(&tr->pipe_exec);
     if (tr->has_pipe_eval_exec) mg_pipe_exec_free(&tr->pipe_eval_exec);
     mg_schedule_free(&tr->pipe_sched);
@@ -3929,12 +4052,12 @@ MGDEF void mg_trainer_free(mg_trainer *tr) {
 /* =============================================================================================
    5. Trainer: iteration, logging, evaluation
    ========================================================================================== */
-/* Samples [first, first + count) of a sampler into tr->batch ([count, T+1]). */
-static void mg__fetch(mg_trainer *tr, const mg_sampler *smp, int64_t first, int64_t count) {
+/* Samples [first, first + count) of a part's blend into tr->batch ([count, T+1]). */
+static void mg__fetch(mg_trainer *tr, const mg_blend *b, int64_t first, int64_t count) {
     int64_t i;
     char why[MG_ERRLEN];
     for (i = 0; i < count; i++)
-        if (mg_sampler_get(smp, first + i, tr->batch + i * (tr->cfg.seq_len + 1), why, sizeof why))
+        if (mg_blend_get(b, first + i, tr->batch + i * (tr->cfg.seq_len + 1), why, sizeof why))
             mg_fatal(__FILE__, __LINE__, "sample %lld: %s", (long long)(first + i), why);
 }
 
@@ -3948,7 +4071,7 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     double t0 = mg__now_ms(), tokens = (double)G * tr->cfg.seq_len, sum;
     float dloss;
     memset(&r, 0, sizeof r);
-    mg__fetch(tr, &tr->train_smp, tr->consumed_samples + tr->dp_rank * Gl, Gl);
+    mg__fetch(tr, &tr->train_data, tr->consumed_samples + tr->dp_rank * Gl, Gl);
     mg_gpt_zero_grad(&tr->model);
     /* dropout on, keyed by the global microbatch index: iteration · microbatches + i */
     tr->model.training = 1;
@@ -4047,34 +4170,55 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
     tr->log_loss_sum = tr->log_ms_sum = 0;
 }
 
-MGDEF double mg_trainer_evaluate(mg_trainer *tr, FILE *out) {
+/* Mean loss over --eval-iters global batches of a part's blend from sample *consumed on. */
+static double mg__evaluate_blend(mg_trainer *tr, const mg_blend *b, int64_t *consumed) {
     int64_t G = tr->args.global_batch_size, Gl = G / tr->dp_size, k;
-    double tokens = (double)G * tr->cfg.seq_len, sum = 0, loss;
-    if (!tr->has_valid || tr->args.eval_iters <= 0) return NAN;
+    double tokens = (double)G * tr->cfg.seq_len, sum = 0;
     for (k = 0; k < tr->args.eval_iters; k++) {   /* each replica its share, summed */
-        mg__fetch(tr, &tr->valid_smp, tr->consumed_valid_samples + tr->dp_rank * Gl, Gl);
-        tr->consumed_valid_samples += G;
+        mg__fetch(tr, b, *consumed + tr->dp_rank * Gl, Gl);
+        *consumed += G;
         sum += mg_dp_sum(&tr->dp, tr->pp > 1 ? mg__pipe_run(tr, &tr->pipe_eval_exec, tr->batch,
                                                             0.0f, 1)
                                              : mg_gpt_run_microbatches(&tr->model, tr->batch,
                                                                        tr->n_micro, 0.0f, 0))
                / tokens;
     }
-    loss = sum / (double)tr->args.eval_iters;
+    return sum / (double)tr->args.eval_iters;
+}
+
+/* Megatron's validation line (where: "" or " on test set") and the JSON object.           */
+static void mg__print_eval(mg_trainer *tr, FILE *out, const char *where, const char *key,
+                           double loss) {
     if (out) {
         fprintf(out, "-----------------------------------------------------------------------"
-                "-----------------------\n validation loss at iteration %lld | lm loss value: "
+                "-----------------------\n validation loss at iteration %lld%s | lm loss value: "
                 "%.6E | lm loss PPL: %.6E | \n----------------------------------------------"
                 "------------------------------------------------\n", (long long)tr->iteration,
-                loss, exp(loss < 700 ? loss : 700));
+                where, loss, exp(loss < 700 ? loss : 700));
         fflush(out);
     }
     if (tr->jsonl) {
         fprintf(tr->jsonl, "{\"iteration\": %lld, ", (long long)tr->iteration);
-        mg__json_num(tr->jsonl, "valid_lm_loss", loss, 1);
+        mg__json_num(tr->jsonl, key, loss, 1);
         fprintf(tr->jsonl, "}\n");
         fflush(tr->jsonl);
     }
+}
+
+MGDEF double mg_trainer_evaluate(mg_trainer *tr, FILE *out) {
+    double loss;
+    if (!tr->has_valid || tr->args.eval_iters <= 0) return NAN;
+    loss = mg__evaluate_blend(tr, &tr->valid_data, &tr->consumed_valid_samples);
+    mg__print_eval(tr, out, "", "valid_lm_loss", loss);
+    return loss;
+}
+
+MGDEF double mg_trainer_test(mg_trainer *tr, FILE *out) {
+    int64_t consumed = 0;
+    double loss;
+    if (!tr->has_test || tr->args.eval_iters <= 0) return NAN;
+    loss = mg__evaluate_blend(tr, &tr->test_data, &consumed);
+    mg__print_eval(tr, out, " on test set", "test_lm_loss", loss);
     return loss;
 }
 
@@ -4139,6 +4283,18 @@ static char *mg__state_json(const mg_trainer *tr) {
             snprintf(choice, sizeof choice, "%.*s", (int)(strchr(p, '|') ? strchr(p, '|') - p :
                      (long)strlen(p)), p);
             mg__json_str(val, sizeof val, choice);
+        } else if (f->type == MG__F_LIST) {   /* an array of the words (as many as fit) */
+            const mg_str_list *l = (const mg_str_list *)field;
+            size_t m = 0;
+            int w;
+            val[m++] = '[';
+            for (w = 0; w < l->n && m + 260 < sizeof val; w++) {
+                if (w) val[m++] = ',';
+                mg__json_str(val + m, 256, l->v[w]);
+                m += strlen(val + m);
+            }
+            snprintf(val + m, sizeof val - m, "]");
+            if (!l->n) snprintf(val, sizeof val, "null");
         } else if (*(const char *const *)field)
             mg__json_str(val, sizeof val, *(const char *const *)field);
         else snprintf(val, sizeof val, "null");
@@ -4494,12 +4650,12 @@ MGDEF void mg_trainer_generate(mg_trainer *tr, int64_t n_tokens, FILE *out) {
     int bytes = V <= 256;
     MG_ASSERT(seq && rows && logits, "out of host memory");
     /* prompt: the start of the first validation (else training) sample */
-    if (tr->has_data) {
-        const mg_sampler *smp = tr->has_valid ? &tr->valid_smp : &tr->train_smp;
+    {
+        const mg_blend *smp = tr->has_valid ? &tr->valid_data : &tr->train_data;
         int32_t *first = (int32_t *)MG_MALLOC(sizeof(int32_t) * (size_t)(T + 1));
         char why[MG_ERRLEN];
         MG_ASSERT(first, "out of host memory");
-        if (smp->ds && !mg_sampler_get(smp, 0, first, why, sizeof why))
+        if (smp->n && !mg_blend_get(smp, 0, first, why, sizeof why))
             for (len = 0; len < n_prompt; len++) seq[len] = first[len];
         MG_FREE(first);
     }

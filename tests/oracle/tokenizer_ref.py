@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""tests/oracle/tokenizer_ref.py OUTDIR — reference token ids from the reference libraries, for
+tests/test_tokenizer.c (which runs it with .venv/bin/python; tools/install-deps.sh makes the venv).
+
+Makes, under OUTDIR (only what is missing):
+  gpt2_vocab.json, gpt2_merges.txt  GPT-2's vocabulary and merges, recovered from GPT-2's ranks
+                                    (gpt2.tiktoken from the openai-whisper sdist): merge k is the
+                                    split of token 256+k that BPE with the lower ranks reaches
+  hf_gpt2.json                      the same as a tokenizer.json, built by `tokenizers` itself
+  hf_llama3.json                    a byte-level BPE trained here by `tokenizers`' trainer on
+                                    data/*.txt with Llama 3's Split regex + ByteLevel(use_regex=False)
+  spm.model                         a SentencePiece BPE trained here on data/*.txt with byte
+                                    fallback and Llama 2's normalizer settings
+and writes, for each tokenizer NAME, OUTDIR/ref_NAME.bin: for every test text, the ids the
+reference library gives (records: u32 name length, name, u32 allow_special, u32 text length,
+text, u32 id count, ids as i32, u32 decoded length, the reference's decode of those ids).
+unicode_classes.bin: for \\p{L} \\p{Lu} \\p{Ll} \\p{Lt} \\p{Lm} \\p{Lo} \\p{N} \\p{M} \\s, every code
+point tiktoken's regex (Rust `regex`) and tokenizers' (Oniguruma) put in the class (u32 class
+name length, name, u32 count, code points as u32), checked to agree between the two first;
+class_X.json: a tokenizer.json whose only pattern is CLASS+ (the C test splits all of Unicode
+with it and reads the class back).
+"""
+import glob
+import os
+import struct
+import sys
+
+if __name__ == "__main__" and (len(sys.argv) < 2 or sys.argv[1] == "tests/data"):
+    # `make oracle` runs every tests/oracle/*.py with tests/data: this one is run by the test
+    print("tokenizer_ref: run by tests/test_tokenizer with .venv/bin/python; nothing to do here")
+    sys.exit(0)
+
+import inspect  # noqa: E402
+import tiktoken  # noqa: E402
+from tiktoken.load import load_tiktoken_bpe  # noqa: E402
+from tiktoken_ext import openai_public  # noqa: E402
+import tokenizers  # noqa: E402
+from tokenizers import Tokenizer, Regex, models, pre_tokenizers, decoders, trainers  # noqa: E402
+import sentencepiece as spm  # noqa: E402
+
+OUT = sys.argv[1] if __name__ == "__main__" else None
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VOCAB = os.path.join(ROOT, ".venv", "share", "vocab")
+DATA = sorted(glob.glob(os.path.join(ROOT, "data", "*.txt")))
+
+LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def bytes_to_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def recover_merges(ranks):
+    """GPT-2's merges from its ranks: token t (rank r) splits into the two parts that BPE with
+    only the ranks below r leaves (tiktoken's own conversion argument)."""
+    merges = []
+    for tok, r in sorted(ranks.items(), key=lambda kv: kv[1]):
+        if len(tok) == 1:
+            continue
+        parts = [bytes([b]) for b in tok]
+        while True:
+            best = None
+            for i in range(len(parts) - 1):
+                rr = ranks.get(parts[i] + parts[i + 1])
+                if rr is not None and rr < r and (best is None or rr < best[0]):
+                    best = (rr, i)
+            if best is None:
+                break
+            i = best[1]
+            parts[i:i + 2] = [parts[i] + parts[i + 1]]
+        assert len(parts) == 2, tok
+        merges.append((parts[0], parts[1]))
+    return merges
+
+
+def make_assets():
+    b2u = bytes_to_unicode()
+    enc = lambda b: "".join(b2u[x] for x in b)  # noqa: E731
+    vocab_json = os.path.join(OUT, "gpt2_vocab.json")
+    merges_txt = os.path.join(OUT, "gpt2_merges.txt")
+    if not os.path.exists(merges_txt):
+        ranks = load_tiktoken_bpe(os.path.join(VOCAB, "gpt2.tiktoken"))
+        vocab = {enc(t): r for t, r in ranks.items()}
+        vocab["<|endoftext|>"] = 50256
+        import json
+        with open(vocab_json + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(vocab, f, ensure_ascii=False)
+        with open(merges_txt + ".tmp", "w", encoding="utf-8") as f:
+            f.write("#version: 0.2\n")
+            for a, b in recover_merges(ranks):
+                f.write("%s %s\n" % (enc(a), enc(b)))
+        os.rename(vocab_json + ".tmp", vocab_json)
+        os.rename(merges_txt + ".tmp", merges_txt)
+    hf_gpt2 = os.path.join(OUT, "hf_gpt2.json")
+    if not os.path.exists(hf_gpt2):
+        tok = Tokenizer(models.BPE.from_file(vocab_json, merges_txt))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        tok.add_special_tokens(["<|endoftext|>"])
+        tok.save(hf_gpt2)
+    hf_llama3 = os.path.join(OUT, "hf_llama3.json")
+    if not os.path.exists(hf_llama3):
+        tok = Tokenizer(models.BPE(ignore_merges=True))
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tok.decoder = decoders.ByteLevel()
+        tr = trainers.BpeTrainer(vocab_size=3000, show_progress=False,
+                                 initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                 special_tokens=["<|begin_of_text|>", "<|end_of_text|>"])
+        tok.train(DATA, tr)
+        tok.add_tokens([tokenizers.AddedToken("<tool>", special=False)])  # a non-special added token
+        tok.save(hf_llama3)
+    spm_model = os.path.join(OUT, "spm.model")
+    if not os.path.exists(spm_model):
+        spm.SentencePieceTrainer.train(
+            input=",".join(DATA), model_prefix=os.path.join(OUT, "spm"), model_type="bpe",
+            vocab_size=1200, byte_fallback=True, normalization_rule_name="identity",
+            remove_extra_whitespaces=False, add_dummy_prefix=True, split_digits=True,
+            character_coverage=1.0, num_threads=1, minloglevel=2)
+
+
+def texts():
+    prose = open(DATA[0], encoding="utf-8").read()[:3000]
+    code = open(os.path.join(ROOT, "tests", "oracle", "tokenizer_ref.py"), encoding="utf-8").read()[:3000]
+    t = [
+        ("empty", ""),
+        ("prose", prose),
+        ("code", code),
+        ("contractions", "I'm sure you'll see it's 'd 'LL 'Re we'VE THEY'D don't 'ſ 'K ''s"),
+        ("cjk", "日本語のテキストです。中文文本，包括标点符号！한국어 텍스트도 있습니다. 𠀀𪚥 ㈱ 々〆"),
+        ("arabic", "النص العربي مع الأرقام ١٢٣٤٥ والتشكيل: مُحَمَّدٌ"),
+        ("devanagari", "हिन्दी पाठ में संयुक्ताक्षर क्षत्रिय और अंक १२३ हैं।"),
+        ("emoji", "Emoji 👍🏽 family 👨‍👩‍👧‍👦 flags 🇫🇷🇯🇵 keycap 1️⃣ ❤️ 🫠 text"),
+        ("combining", "e\u0301te\u0301 Zalgo: Z\u0351\u036b\u0343a\u0310l\u0357g\u0346o\u0360 Tiếng Việt ñ n\u0303"),
+        ("mixed_case", "HTTPServer getHTTPResponseCode ÉCOLE élève DžDž ǅungla ᾈ"),
+        ("whitespace", "a  b   c\t\td\n\ne\r\nf \n g\u00a0h\u3000i\u2003j   \n\n   k  "),
+        ("digits", "1 12 123 1234 12345 3.14159 1,000,000 ١٢٣٤ ४२ ⅫⅣ ½ ²"),
+        ("punct", "Hello!!! What??? ...--- (a)[b]{c} <tag/> a/b/c /// \\\\ @#$%^&*"),
+        ("nul", "a\0b\0\0 c \0"),
+        ("run_spaces", " " * 5000 + "x"),
+        ("run_spaces_end", "x" + " " * 4000),
+        ("run_newlines", "\n" * 3000 + "y\n\n"),
+        ("run_digits", "7" * 5000),
+        ("run_letter", "a" * 20000),
+        ("run_letter_cjk", "語" * 3000),
+        ("run_punct", "!" * 4000 + "?"),
+        ("long_word", "".join("abcdefghijklmnopqrstuvwxyz"[(i * 7919 + i // 26) % 26] for i in range(100000))),
+        ("special_text", "before<|endoftext|>after <|endoftext|> <|begin_of_text|>x<|end_of_text|> <s>y</s> <tool> z"),
+        ("astral", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢 𝟘𝟙𝟚 𐐀𐐨 \U0001F600\U0001FAE8 \U000E0041 \U0010FFFD"),
+        ("new_in_16", "\u1C89\u1C8A \U0001E5D0\U0001E5D1 \U00011380 \U000105C0 \U0001CC00 \U0002EBF0"),
+        ("controls", "\x01\x02\x1b[0m\x7f\u0085\u200b\u200d\u2028\u2029\ufeff end"),
+    ]
+    return t
+
+
+def write_ref(name, cases):
+    with open(os.path.join(OUT, "ref_%s.bin" % name + ".tmp"), "wb") as f:
+        for cname, allow, text, ids, dec in cases:
+            nb = cname.encode()
+            tb = text.encode("utf-8")
+            f.write(struct.pack("<I", len(nb)) + nb + struct.pack("<II", allow, len(tb)) + tb)
+            f.write(struct.pack("<I", len(ids)) + struct.pack("<%di" % len(ids), *ids))
+            f.write(struct.pack("<I", len(dec)) + dec)
+    os.rename(os.path.join(OUT, "ref_%s.bin" % name + ".tmp"), os.path.join(OUT, "ref_%s.bin" % name))
+
+
+# tiktoken's patterns (its cl100k_base()/o200k_base() would download their ranks): copied, and
+# checked to be in tiktoken_ext/openai_public.py verbatim
+CL100K_PAT = (r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|"""
+              r"""\s+(?!\S)|\s""")
+O200K_PARTS = [r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+               r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+               r"""\p{N}{1,3}""", r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""", r"""\s*[\r\n]+""", r"""\s+(?!\S)""", r"""\s+"""]
+_src = inspect.getsource(openai_public)
+assert CL100K_PAT in _src and all(p in _src for p in O200K_PARTS), "tiktoken's patterns changed"
+
+
+def tt_encoding(name, rank_file, pat_name, specials):
+    pat = {"gpt2": openai_public.r50k_pat_str, "cl100k_base": CL100K_PAT, "o200k_base": "|".join(O200K_PARTS)}[pat_name]
+    return tiktoken.Encoding(name=name, pat_str=pat, mergeable_ranks=load_tiktoken_bpe(rank_file),
+                             special_tokens=specials)
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    make_assets()
+    T = texts()
+    # tiktoken
+    cl100k_specials = {"<|endoftext|>": 100257, "<|fim_prefix|>": 100258, "<|fim_middle|>": 100259,
+                       "<|fim_suffix|>": 100260, "<|endofprompt|>": 100276}
+    encs = {
+        "tt_gpt2": tt_encoding("gpt2", os.path.join(VOCAB, "gpt2.tiktoken"), "gpt2", {"<|endoftext|>": 50256}),
+        "tt_cl100k": tt_encoding("cl100k", os.path.join(VOCAB, "cl100k_base.tiktoken"), "cl100k_base", cl100k_specials),
+        # o200k_base's ranks are not on PyPI: its pattern runs over cl100k_base's ranks here
+        "tt_o200k_pat": tt_encoding("o200k_pat", os.path.join(VOCAB, "cl100k_base.tiktoken"), "o200k_base",
+                                    {"<|endoftext|>": 199999, "<|endofprompt|>": 200018}),
+    }
+    for name, enc in encs.items():
+        cases = []
+        for cname, text in T:
+            for allow in (0, 1):
+                ids = enc.encode(text, allowed_special="all") if allow else enc.encode_ordinary(text)
+                cases.append((cname, allow, text, ids, enc.decode_bytes(ids)))
+        write_ref(name, cases)
+    # Hugging Face tokenizers (GPT-2 vocab.json + merges.txt is checked against hf_gpt2 too)
+    for name, path in (("hf_gpt2", "hf_gpt2.json"), ("hf_llama3", "hf_llama3.json")):
+        tok = Tokenizer.from_file(os.path.join(OUT, path))
+        cases = []
+        for cname, text in T:
+            for allow in (0, 1):
+                tok.encode_special_tokens = not allow  # special=True added tokens as plain text
+                ids = tok.encode(text, add_special_tokens=False).ids
+                cases.append((cname, allow, text, ids, tok.decode(ids, skip_special_tokens=False).encode("utf-8")))
+        write_ref(name, cases)
+    # SentencePiece (no specials are parsed from text: allow_special 0 only)
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(OUT, "spm.model"))
+    cases = []
+    for cname, text in T:
+        ids = sp.encode(text)
+        cases.append((cname, 0, text, ids, sp.decode(ids).encode("utf-8")))
+    write_ref("spm", cases)
+    # Unicode classes through both regex engines
+    ranks = {bytes([i]): i for i in range(256)}
+    everything = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF)
+    with open(os.path.join(OUT, "unicode_classes.bin.tmp"), "wb") as f:
+        for cls in ["\\p{L}", "\\p{Lu}", "\\p{Ll}", "\\p{Lt}", "\\p{Lm}", "\\p{Lo}", "\\p{N}", "\\p{M}", "\\s"]:
+            enc = tiktoken.Encoding(name="probe", pat_str=cls, mergeable_ranks=ranks, special_tokens={})
+            got = enc.decode_bytes(enc.encode_ordinary(everything)).decode()
+            hf = "".join(p for p, _ in pre_tokenizers.Split(Regex(cls), "removed", invert=True).pre_tokenize_str(everything))
+            if got != hf:
+                print("tokenizer_ref: tiktoken and tokenizers disagree on %s" % cls, file=sys.stderr)
+                sys.exit(1)
+            cps = [ord(c) for c in got]
+            # the same class as a tokenizer.json (Split on CLASS+, ByteLevel, 256 byte tokens)
+            # for the C test, which reads the class back from its pieces
+            b2u = bytes_to_unicode()
+            tok = Tokenizer(models.BPE(vocab={b2u[b]: b for b in range(256)}, merges=[]))
+            tok.pre_tokenizer = pre_tokenizers.Sequence([
+                pre_tokenizers.Split(Regex(cls + "+"), behavior="isolated", invert=False),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+            tok.save(os.path.join(OUT, "class_%s.json" % cls.strip("\\p{}")))
+            f.write(struct.pack("<I", len(cls)) + cls.encode() + struct.pack("<I", len(cps)))
+            f.write(struct.pack("<%dI" % len(cps), *cps))
+    os.rename(os.path.join(OUT, "unicode_classes.bin.tmp"), os.path.join(OUT, "unicode_classes.bin"))
+    print("tokenizer_ref: tiktoken %s, tokenizers %s, sentencepiece %s -> %s" %
+          (tiktoken.__version__, tokenizers.__version__, spm.__version__, OUT))
+
+
+if __name__ == "__main__":
+    main()

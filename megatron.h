@@ -32,6 +32,8 @@
      4b. Data parallelism (mg_dp): the gradient reduction over the d replicas in buckets started
         during the last microbatch's backward; the distributed optimizer (ZeRO-1: sharded
         moments, reduce-scatter / all-gather).
+     4c. Tokenizer flags: Megatron-LM's --tokenizer-type & co. to a loaded mg_tokenizer.h
+        tokenizer (gpt_train and tools/mg_prepare).
      5. Trainer (one rank, or t·p·d ranks under mpirun): arguments (Megatron-LM's flag names),
         validation, the iteration (gradient accumulation over microbatches), evaluation,
         logging, checkpoints (save/load/resume), import/export, text generation. Pipeline
@@ -68,6 +70,7 @@
 #include "mg_transformer.h"
 #include "mg_pipeline.h"
 #include "mg_data.h"
+#include "mg_tokenizer.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -605,6 +608,22 @@ MGDEF void mg_loss_scaler_init(mg_loss_scaler *s, int dynamic, double initial, d
 MGDEF void mg_loss_scaler_update(mg_loss_scaler *s, int found_inf);
 
 /* ---------------------------------------------------------------------------------------------
+   4c. Tokenizer flags
+      Megatron-LM's flags to an mg_tokenizer.h tokenizer: --tokenizer-type NAME (GPT2BPETokenizer,
+      TikTokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, Llama2Tokenizer,
+      ByteTokenizer); GPT2BPETokenizer takes --vocab-file vocab.json and --merge-file
+      merges.txt; the others --tokenizer-model: TikTokenizer the .tiktoken rank file (pattern
+      --tiktoken-pattern gpt2|r50k_base|cl100k_base|o200k_base, else guessed from its size),
+      HuggingFaceTokenizer a tokenizer.json or the directory holding one, SentencePiece and
+      Llama2 the tokenizer.model. type NULL: ByteTokenizer. A flag the type does not use is an
+      error. NULL with one line in err.
+   ------------------------------------------------------------------------------------------ */
+MGDEF mg_tokenizer *mg_tokenizer_from_flags(const char *type, const char *vocab_file,
+                                            const char *merge_file, const char *tokenizer_model,
+                                            const char *tiktoken_pattern, char *err,
+                                            size_t errlen);
+
+/* ---------------------------------------------------------------------------------------------
    5. Trainer
       mg_train_parse reads Megatron-LM's flags into mg_train_args (syntax and ranges only);
       mg_trainer_setup checks everything else — combinations, files, sizes, memory — BEFORE any
@@ -629,6 +648,9 @@ typedef struct mg_train_args {
     /* logging, evaluation, checkpoints, data                                                */
     int64_t seed, log_interval, eval_interval, eval_iters, save_interval, sample_tokens;
     const char *save, *load, *split, *init_from, *log_jsonl, *export_hf;
+    /* text: the tokenizer (4c; NULL type: ids only) and a generation prompt                  */
+    const char *tokenizer_type, *vocab_file, *merge_file, *tokenizer_model, *tiktoken_pattern,
+               *prompt;
     /* data: one blend split by --split, or one blend per part (mg_blend_parse's words)     */
     mg_str_list data_path, train_data_path, valid_data_path, test_data_path;
     /* parallelism and regularisation                                                        */
@@ -692,6 +714,7 @@ typedef struct mg_trainer {
     mg_dataset *datasets;               /* every dataset the data flags name, opened          */
     int n_datasets;
     mg_blend train_data, valid_data, test_data;  /* samples of each part (mg_data.h, 2b)     */
+    mg_tokenizer *tok;                  /* --tokenizer-type: vocabulary, EOD, text I/O (NULL) */
     int32_t *batch;                     /* host [global_batch / d, T+1]: this rank's samples    */
     int64_t iteration;                  /* completed iterations                                 */
     int64_t consumed_samples, consumed_valid_samples;
@@ -752,9 +775,11 @@ MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t err
 /* --export-hf DIR: mg_gpt_export_hf of the trained fp32 weights (a sharded master is gathered
    over the data group first). Collective; world rank 0 writes.                            */
 MGDEF int mg_trainer_export_hf(mg_trainer *tr, const char *dir, char *err, size_t errlen);
-/* Generates n tokens after a prompt (the first tokens of the data, or token 0), sampling
-   from the softmax with a generator keyed by --seed; prints them as text when V <= 256
-   (byte-level), else as token ids (out NULL: nothing printed). Every rank calls it. With a
+/* Generates n tokens after a prompt (--prompt encoded by the tokenizer; else the first tokens
+   of the data, or token 0), sampling from the softmax with a generator keyed by --seed; with
+   a tokenizer it stops early at its end-of-document token and prints the decoded text, else
+   prints the tokens as text when V <= 256 (byte-level), or as token ids (out NULL: nothing
+   printed). Every rank calls it. With a
    pipeline each token's forward runs stage by stage, the activations sent between the
    pipeline ranks; the last stage draws the token and broadcasts it over the pipeline group.
    With tensor parallelism the logits are gathered. Same weights: every layout draws the
@@ -2804,6 +2829,8 @@ static const mg__flag mg__flags[] = {
      "global batches per validation; 0 disables it (default 100)"},
     {"--sample-tokens", MG__F_INT, MG__OFF(sample_tokens), "N", 0, 1e7,
      "generate N tokens at the end and print them (default 0)"},
+    {"--prompt", MG__F_STR, MG__OFF(prompt), "TEXT", 0, 0,
+     "with --tokenizer-type and --sample-tokens: the text the sample continues"},
     {"checkpoints", MG__F_HELP, 0, NULL, 0, 0, "Checkpoints"},
     {"--save", MG__F_STR, MG__OFF(save), "DIR", 0, 0,
      "save DIR/iter_NNNNNNN every --save-interval iterations and at the end"},
@@ -2827,6 +2854,19 @@ static const mg__flag mg__flags[] = {
      "with --train-data-path: the validation data (all of it); none: no validation"},
     {"--test-data-path", MG__F_LIST, MG__OFF(test_data_path), "[W1] PATH1 …", 0, 0,
      "with --train-data-path: test data, evaluated (--eval-iters batches) after training"},
+    {"--tokenizer-type", MG__F_STR, MG__OFF(tokenizer_type), "NAME", 0, 0,
+     "GPT2BPETokenizer, TikTokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, "
+     "Llama2Tokenizer or ByteTokenizer: sets --vocab-size, checks the data's ids, decodes the "
+     "generated sample and encodes --prompt"},
+    {"--vocab-file", MG__F_STR, MG__OFF(vocab_file), "FILE", 0, 0,
+     "GPT2BPETokenizer: vocab.json"},
+    {"--merge-file", MG__F_STR, MG__OFF(merge_file), "FILE", 0, 0,
+     "GPT2BPETokenizer: merges.txt"},
+    {"--tokenizer-model", MG__F_STR, MG__OFF(tokenizer_model), "FILE", 0, 0,
+     "TikTokenizer: the .tiktoken rank file; HuggingFaceTokenizer: tokenizer.json (or its "
+     "directory); SentencePieceTokenizer, Llama2Tokenizer: tokenizer.model"},
+    {"--tiktoken-pattern", MG__F_STR, MG__OFF(tiktoken_pattern), "NAME", 0, 0,
+     "TikTokenizer: gpt2, r50k_base, cl100k_base or o200k_base (default: from the rank count)"},
     {"--split", MG__F_STR, MG__OFF(split), "A,B,C", 0, 0,
      "train,validation,test weights of the data's documents (default 969,30,1)"},
     {"--data-order", MG__F_CHOICE, MG__OFF(data_order), "shuffled|sequential", 0, 0,
@@ -3345,6 +3385,10 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
     if (a->train_data_path.n && mg_train_flag_given(a, "--split"))
         return mg__err(err, errlen, "--split applies to --data-path; --train-data-path, "
                        "--valid-data-path and --test-data-path are used whole");
+    if (a->prompt && (!a->tokenizer_type || a->sample_tokens <= 0))
+        return mg__err(err, errlen, "--prompt needs %s (it is encoded, then the sample "
+                       "continues it)", !a->tokenizer_type ? "--tokenizer-type (ByteTokenizer "
+                       "for mg_prepare's default byte data)" : "--sample-tokens N");
     if (a->train_iters > 0 && !a->data_path.n && !a->train_data_path.n)
         return mg__err(err, errlen, "--data-path is required to train (an indexed dataset "
                        "prefix or an llm.c token file, or a blend W1 PATH1 W2 PATH2 …; "
@@ -3366,6 +3410,47 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
         return mg__err(err, errlen, "--load %s: neither a directory nor a place one could be",
                        a->load);
     return 0;
+}
+
+/* ---- 4c. Tokenizer flags ------------------------------------------------------------------ */
+MGDEF mg_tokenizer *mg_tokenizer_from_flags(const char *type, const char *vocab_file,
+                                            const char *merge_file, const char *tokenizer_model,
+                                            const char *tiktoken_pattern, char *err,
+                                            size_t errlen) {
+    mg_tokenizer_desc d;
+    char json[1100];
+    int t = type ? mg_tok_type_from_name(type) : MG_TOK_BYTES;
+    memset(&d, 0, sizeof d);
+    if (t < 0) {
+        mg__err(err, errlen, "--tokenizer-type %s: unknown (expected GPT2BPETokenizer, "
+                "TikTokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, Llama2Tokenizer or "
+                "ByteTokenizer)", type);
+        return NULL;
+    }
+    if (t == MG_TOK_GPT2_BPE ? (!vocab_file || !merge_file || tokenizer_model)
+                             : (t != MG_TOK_BYTES && (!tokenizer_model || vocab_file ||
+                                                      merge_file))) {
+        mg__err(err, errlen, "--tokenizer-type %s takes %s", type, t == MG_TOK_GPT2_BPE ?
+                "--vocab-file vocab.json and --merge-file merges.txt (not --tokenizer-model)" :
+                "--tokenizer-model FILE (not --vocab-file / --merge-file)");
+        return NULL;
+    }
+    if ((t == MG_TOK_BYTES && (vocab_file || merge_file || tokenizer_model)) ||
+        (tiktoken_pattern && t != MG_TOK_TIKTOKEN)) {
+        mg__err(err, errlen, "--tokenizer-type %s takes no %s", type ? type : "ByteTokenizer",
+                tiktoken_pattern && t != MG_TOK_TIKTOKEN ? "--tiktoken-pattern" :
+                "tokenizer files");
+        return NULL;
+    }
+    d.type = (mg_tok_type)t;
+    d.vocab_file = t == MG_TOK_GPT2_BPE ? vocab_file : tokenizer_model;
+    d.merge_file = merge_file;
+    d.pattern = tiktoken_pattern;
+    if (t == MG_TOK_HF && mg__is_dir(tokenizer_model)) {   /* a model directory */
+        snprintf(json, sizeof json, "%s/tokenizer.json", tokenizer_model);
+        d.vocab_file = json;
+    }
+    return mg_tokenizer_load(&d, err, errlen);
 }
 
 /* The datasets one data flag names (mg_blend_parse's words), opened into tr->datasets from
@@ -3394,11 +3479,15 @@ static int mg__open_data_group(mg_trainer *tr, mg__data_group *g, const char *fl
         tr->n_datasets++;
         g->ds[k] = ds;
         mg_dataset_token_range(ds, &lo, &hi);
-        if (lo < 0 || hi >= tr->cfg.vocab_size)
-            return mg__err(err, errlen, "%s %s: token id %lld is outside the vocabulary "
-                           "(--vocab-size %d: ids 0 … %d)", flag, g->prefix[k],
-                           (long long)(lo < 0 ? lo : hi), tr->cfg.vocab_size,
-                           tr->cfg.vocab_size - 1);
+        if (lo < 0 || hi >= tr->cfg.vocab_size) {
+            char vocab[160];   /* where the vocabulary came from */
+            if (tr->tok) snprintf(vocab, sizeof vocab, "--tokenizer-type %s",
+                                  tr->args.tokenizer_type);
+            else snprintf(vocab, sizeof vocab, "--vocab-size %d", tr->cfg.vocab_size);
+            return mg__err(err, errlen, "%s %s: token id %lld is outside the vocabulary (%s: "
+                           "ids 0 … %d)", flag, g->prefix[k], (long long)(lo < 0 ? lo : hi),
+                           vocab, tr->cfg.vocab_size - 1);
+        }
     }
     return 0;
 }
@@ -3869,6 +3958,31 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         src_name = wf.path;
     }
     snprintf(srcdesc, sizeof srcdesc, "%s", src_name ? src_name : "");
+    if (a->tokenizer_type) {   /* the vocabulary is the tokenizer's */
+        int64_t V;
+        tr->tok = mg_tokenizer_from_flags(a->tokenizer_type, a->vocab_file, a->merge_file,
+                                          a->tokenizer_model, a->tiktoken_pattern, err, errlen);
+        if (!tr->tok) goto fail;
+        V = mg_tokenizer_vocab_size(tr->tok);
+        if (mg_train_flag_given(a, "--vocab-size") && a->vocab_size != V) {
+            mg__err(err, errlen, "--vocab-size %lld disagrees with --tokenizer-type %s, which has "
+                    "%lld ids (leave --vocab-size out)", (long long)a->vocab_size,
+                    a->tokenizer_type, (long long)V);
+            goto fail;
+        }
+        if (srcp && srcp[5] && srcp[5] != V) {
+            mg__err(err, errlen, "--tokenizer-type %s has %lld ids; %s has a vocabulary of %lld",
+                    a->tokenizer_type, (long long)V, srcdesc, (long long)srcp[5]);
+            goto fail;
+        }
+        a->vocab_size = V;
+        a->given[mg__flag_index("--vocab-size")] = 1;
+    } else if (a->vocab_file || a->merge_file || a->tokenizer_model || a->tiktoken_pattern) {
+        mg__err(err, errlen, "%s needs --tokenizer-type (the tokenizer it belongs to)",
+                a->vocab_file ? "--vocab-file" : a->merge_file ? "--merge-file" :
+                a->tokenizer_model ? "--tokenizer-model" : "--tiktoken-pattern");
+        goto fail;
+    }
     if (mg__merge_arch(a, srcp, srcdesc, arch, err, errlen)) goto fail;
     tr->cfg.n_layer = (int)arch[0];
     tr->cfg.hidden = (int)arch[1];
@@ -4031,6 +4145,7 @@ fail:
 
 MGDEF void mg_trainer_free(mg_trainer *tr) {
     if (tr->jsonl) fclose(tr->jsonl);
+    if (tr->tok) mg_tokenizer_free(tr->tok);
     mg_blend_free(&tr->train_data);
     mg_blend_free(&tr->valid_data);
     mg_blend_free(&tr->test_data);
@@ -4641,16 +4756,22 @@ static void mg__generate_forward(mg_gpt *m, const int32_t *rows) {
 MGDEF void mg_trainer_generate(mg_trainer *tr, int64_t n_tokens, FILE *out) {
     int T = tr->cfg.seq_len, V = tr->cfg.vocab_size, B = (int)tr->args.micro_batch_size, b;
     int p = tr->model.layout.pp_size, last = tr->model.layout.pp_rank == p - 1;
-    int64_t n_prompt = T / 4 < 16 ? (T / 4 > 0 ? T / 4 : 1) : 16, len = 0, i;
-    int64_t cap = n_prompt + n_tokens;
-    int32_t *seq = (int32_t *)MG_MALLOC(sizeof(int32_t) * (size_t)cap);
-    int32_t *rows = (int32_t *)MG_MALLOC(sizeof(int32_t) * (size_t)B * (size_t)(T + 1));
+    int64_t n_prompt = T / 4 < 16 ? (T / 4 > 0 ? T / 4 : 1) : 16, len = 0, i, n_text = 0;
+    const char *text = tr->tok ? tr->args.prompt : NULL;
+    int32_t eod = tr->tok ? mg_tokenizer_eod(tr->tok) : -1;
+    int64_t cap;
+    int32_t *seq, *rows = (int32_t *)MG_MALLOC(sizeof(int32_t) * (size_t)B * (size_t)(T + 1));
     float *logits = (float *)MG_MALLOC(sizeof(float) * (size_t)V);
     uint64_t key = mg__param_key((uint64_t)tr->args.seed, "sample");
-    int bytes = V <= 256;
+    int bytes = V <= 256 && !tr->tok;
+    /* --prompt: its ids (the model sees the last T of them) */
+    if (text) n_prompt = mg_tokenizer_encode(tr->tok, text, strlen(text), 0, NULL, 0);
+    cap = n_prompt + n_tokens + 1;
+    seq = (int32_t *)MG_MALLOC(sizeof(int32_t) * (size_t)cap);
     MG_ASSERT(seq && rows && logits, "out of host memory");
-    /* prompt: the start of the first validation (else training) sample */
-    {
+    if (text) len = mg_tokenizer_encode(tr->tok, text, strlen(text), 0, seq, cap);
+    /* else: the start of the first validation (else training) sample */
+    if (!text) {
         const mg_blend *smp = tr->has_valid ? &tr->valid_data : &tr->train_data;
         int32_t *first = (int32_t *)MG_MALLOC(sizeof(int32_t) * (size_t)(T + 1));
         char why[MG_ERRLEN];
@@ -4662,8 +4783,11 @@ MGDEF void mg_trainer_generate(mg_trainer *tr, int64_t n_tokens, FILE *out) {
     if (!len) seq[len++] = 0;
     if (out) fprintf(out, "----- sample (%lld tokens after a %lld-token prompt, temperature 1) -----\n",
             (long long)n_tokens, (long long)len);
-    for (i = 0; i < len; i++) mg__print_token(out, seq[i], bytes);
-    if (out) fprintf(out, bytes ? "" : "| ");
+    n_text = len;
+    if (!tr->tok) {   /* with a tokenizer the text is decoded at the end */
+        for (i = 0; i < len; i++) mg__print_token(out, seq[i], bytes);
+        if (out) fprintf(out, bytes ? "" : "| ");
+    }
     mg_gpt_sync_weights(&tr->model);     /* 16-bit: the working copy of the master weights */
     for (i = 0; i < n_tokens; i++) {
         /* the last T tokens as row 0 of a microbatch (other rows repeat it); next-token
@@ -4688,9 +4812,22 @@ MGDEF void mg_trainer_generate(mg_trainer *tr, int64_t n_tokens, FILE *out) {
         }
         if (p > 1)
             next = (int)mg__group_bcast_f64(&tr->model, &tr->comm->pipeline, next, p - 1);
+        if (next == eod) break;          /* the tokenizer's end of document ends the sample */
         seq[len++] = next;
-        mg__print_token(out, next, bytes);
+        if (!tr->tok) mg__print_token(out, next, bytes);
     }
+    for (i = 0; out && tr->tok && i < 2; i++) {   /* prompt | generated tokens, as text */
+        const int32_t *ids = i ? seq + n_text : seq;
+        int64_t n = i ? len - n_text : n_text, nb = mg_tokenizer_decode(tr->tok, ids, n, NULL, 0);
+        char *txt = (char *)MG_MALLOC((size_t)(nb > 0 ? nb : 1));
+        MG_ASSERT(txt, "out of host memory");
+        nb = mg_tokenizer_decode(tr->tok, ids, n, txt, nb);
+        fwrite(txt, 1, (size_t)(nb > 0 ? nb : 0), out);
+        fprintf(out, i ? "" : "|");
+        MG_FREE(txt);
+    }
+    if (out && tr->tok && len - n_text < n_tokens)
+        fprintf(out, "\n(end of document after %lld tokens)", (long long)(len - n_text));
     if (out) {
         fprintf(out, "\n-----\n");
         fflush(out);

@@ -13,7 +13,7 @@
        sequence), and mg_dataset_open reads the result;
      - a malformed line: by default the run stops naming FILE:LINE and writes nothing; with
        --bad-lines skip each bad line is named and left out, and the rest equals the input
-       without those lines;
+       without those lines; a truncated .gz is an error whatever --bad-lines says;
      - flags: --split-sentences, an unknown --tokenizer-type, a tokenizer file without
        --tokenizer-type, --input with text files, --json-keys on text files are one-line errors
        (exit 2, nothing written);
@@ -197,6 +197,15 @@ static void check_bad_lines(void) {
     mg_test_report(ok, "prepare: --bad-lines skip names each bad line (bad JSON, missing key, "
                    "not an object, wrong types) and keeps the good ones", "rc %d: %.400s", rc,
                    out);
+    /* a .gz cut short: an error even with --bad-lines skip, nothing written */
+    snprintf(cmd, sizeof cmd, "head -c 5000 " DATA "prep_input.jsonl.gz > %s && " TOOL
+             " --input %s --output-prefix %s/cut --bad-lines skip", tp("cut.jsonl.gz"),
+             tp("cut.jsonl.gz"), dir);
+    rc = run(cmd, out, sizeof out);
+    mg_test_report(rc == 1 && strstr(out, "cut.jsonl.gz: cannot read after line ") &&
+                   strstr(out, "(damaged compressed data)") && count_names("cut_") == 0,
+                   "prepare: a truncated .jsonl.gz stops the run (damaged compressed data), "
+                   "nothing written", "rc %d: %.300s", rc, out);
 }
 
 static void check_flag_errors(void) {

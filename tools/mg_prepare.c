@@ -366,24 +366,51 @@ static void encode_line(line_job *j, const prep_args *a, const mg_tokenizer *tok
     mg_json_free(&js);
 }
 
-/* Reads the next line (without its '\n') into a new buffer; 0 at the end, -1 on an error. */
-static int read_line(gzFile f, char **out, size_t *len) {
+/* The input through zlib (plain files are read as they are), buffered: lines of any length
+   and any bytes (a NUL byte stays in the line, and makes it bad JSON).                      */
+typedef struct line_reader {
+    gzFile f;
+    char buf[1 << 16];
+    int pos, len, eof;
+} line_reader;
+
+/* Reads the next line (without its '\n') into a new buffer; 1, 0 at the end, -1 on an error
+   (out of memory, or zlib: a damaged .gz).                                                  */
+static int read_line(line_reader *r, char **out, size_t *len) {
     size_t cap = 256, n = 0;
-    char *buf = (char *)malloc(cap);
-    if (!buf) return -1;
+    char *line = (char *)malloc(cap);
+    int got = 0;                 /* saw any byte of this line (an empty line is a line)  */
+    if (!line) return -1;
     for (;;) {
-        if (!gzgets(f, buf + n, (int)(cap - n))) break;
-        n += strlen(buf + n);
-        if (n && buf[n - 1] == '\n') { n--; break; }
-        if (n + 1 < cap - 1) continue;   /* NUL inside the line: gzgets stopped early   */
-        cap *= 2;
-        char *p = (char *)realloc(buf, cap);
-        if (!p) { free(buf); return -1; }
-        buf = p;
+        if (r->pos == r->len) {
+            if (r->eof) break;
+            r->len = gzread(r->f, r->buf, sizeof r->buf);
+            r->pos = 0;
+            if (r->len == 0) {   /* the end, or a .gz cut short ("unexpected end of file") */
+                int e = Z_OK;
+                gzerror(r->f, &e);
+                if (e != Z_OK) r->len = -1;
+            }
+            if (r->len < 0) { free(line); return -1; }
+            if (r->len == 0) { r->eof = 1; break; }
+        }
+        char *nl = (char *)memchr(r->buf + r->pos, '\n', (size_t)(r->len - r->pos));
+        size_t take = nl ? (size_t)(nl - (r->buf + r->pos)) : (size_t)(r->len - r->pos);
+        if (n + take + 1 > cap) {
+            while (n + take + 1 > cap) cap *= 2;
+            char *p = (char *)realloc(line, cap);
+            if (!p) { free(line); return -1; }
+            line = p;
+        }
+        memcpy(line + n, r->buf + r->pos, take);
+        n += take;
+        r->pos += (int)take + (nl != NULL);
+        got = 1;
+        if (nl) break;
     }
-    if (n == 0 && gzeof(f)) { free(buf); return 0; }
-    buf[n] = 0;
-    *out = buf;
+    if (!got) { free(line); return 0; }
+    line[n] = 0;
+    *out = line;
     *len = n;
     return 1;
 }
@@ -392,7 +419,7 @@ static int run_jsonl(const prep_args *a, const mg_tokenizer *tok, mg_idx_dtype d
                      prep_out *o, int64_t *skipped, double *bytes_in) {
     char err[MG_ERRLEN], prefix[420];
     struct stat st;
-    gzFile f;
+    line_reader *rd = (line_reader *)calloc(1, sizeof *rd);
     line_job *jobs;
     progress pg;
     int32_t eod = mg_tokenizer_eod(tok);
@@ -411,15 +438,16 @@ static int run_jsonl(const prep_args *a, const mg_tokenizer *tok, mg_idx_dtype d
         fprintf(stderr, "mg_prepare: --input %s: not a regular file\n", a->input);
         return 1;
     }
-    f = gzopen(a->input, "rb");   /* reads plain files as they are, .gz through zlib        */
     jobs = (line_job *)calloc(BATCH_LINES, sizeof *jobs);
-    if (!f || !jobs) {
+    if (rd) rd->f = gzopen(a->input, "rb");   /* plain files as they are, .gz through zlib */
+    if (!rd || !rd->f || !jobs) {
         fprintf(stderr, "mg_prepare: --input %s: cannot open\n", a->input);
-        if (f) gzclose(f);
+        if (rd && rd->f) gzclose(rd->f);
+        free(rd);
         free(jobs);
         return 1;
     }
-    gzbuffer(f, 1 << 20);
+    gzbuffer(rd->f, 1 << 20);
     for (int k = 0; k < a->n_keys; k++, o->n_open++) {
         snprintf(prefix, sizeof prefix, "%s_%s_document", a->output_prefix, a->keys[k]);
         if (mg_idx_writer_begin(&o->w[k], prefix, dtype, err, sizeof err)) {
@@ -438,15 +466,20 @@ static int run_jsonl(const prep_args *a, const mg_tokenizer *tok, mg_idx_dtype d
         int n = 0;
         size_t batch_bytes = 0;
         while (n < BATCH_LINES && batch_bytes < BATCH_BYTES) {   /* read a batch */
-            int r = read_line(f, &jobs[n].text, &jobs[n].len);
-            if (r < 0) { fprintf(stderr, "mg_prepare: out of memory reading a line\n"); rc = 1; }
+            int r = read_line(rd, &jobs[n].text, &jobs[n].len);
+            if (r < 0) {
+                fprintf(stderr, "mg_prepare: %s: cannot read after line %lld (%s)\n", a->input,
+                        (long long)line_no, rd->len < 0 ? "damaged compressed data" :
+                        "out of memory");
+                rc = 1;
+            }
             if (r <= 0) { at_end = 1; break; }
             jobs[n].line_no = ++line_no;
             batch_bytes += jobs[n].len + 1;
             n++;
         }
         if (rc) break;
-        off1 = (double)gzoffset(f);
+        off1 = (double)gzoffset(rd->f);
         #pragma omp parallel for num_threads(a->workers) schedule(dynamic, 1)
         for (int i = 0; i < n; i++) encode_line(&jobs[i], a, tok, eod);
         for (int i = 0; i < n; i++) {   /* in input order: the same output for any workers */
@@ -475,7 +508,8 @@ static int run_jsonl(const prep_args *a, const mg_tokenizer *tok, mg_idx_dtype d
         off0 = off1;
     }
     if (rc == 0) progress_show(&pg, o->docs, *bytes_in, pg.total, 1);
-    gzclose(f);
+    gzclose(rd->f);
+    free(rd);
     free(jobs);
     return rc;
 }

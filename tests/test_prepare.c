@@ -25,7 +25,8 @@
      - gpt_train with text (item 4): --tokenizer-type sets the vocabulary (the header line
        says 50257; a disagreeing --vocab-size and a dataset with ids beyond the tokenizer's
        vocabulary are one-line errors), --prompt is encoded and the sample printed as text
-       starting with the prompt; --prompt without --tokenizer-type and a tokenizer file without
+       starting with the prompt, ending early at the end-of-document id (a model trained on
+       nothing but byte 255, prompted with it, stops at once); --prompt without --tokenizer-type and a tokenizer file without
        it are refused.                                                                       */
 
 #include <stdio.h>
@@ -334,6 +335,21 @@ static void check_train_text(void) {
     mg_test_report(rc == 2 && strstr(out, "--merge-file needs --tokenizer-type"), "train text: "
                    "a tokenizer file without --tokenizer-type refused", "rc %d: %.300s", rc,
                    out);
+    /* a corpus of nothing but the end-of-document byte (255), prompted with two of them: the
+       trained model emits it first, and the sample stops there */
+    if (mg_idx_writer_begin(&w, tp("eod_only"), MG_IDX_U16, err, sizeof err) == 0) {
+        int32_t eods[50];
+        for (int k = 0; k < 50; k++) eods[k] = 255;
+        for (int k = 0; k < 20; k++) mg_idx_writer_add(&w, eods, 50, err, sizeof err);
+        mg_idx_writer_finish(&w, err, sizeof err);
+    }
+    snprintf(cmd, sizeof cmd, TRAIN "--data-path %s/eod_only --tokenizer-type ByteTokenizer "
+             "--train-iters 30 --lr 1e-2 --sample-tokens 10 --prompt \"$(printf '\\377\\377')\"",
+             dir);
+    rc = run(cmd, out, sizeof out);
+    mg_test_report(rc == 0 && strstr(out, "\n\377\377|\n(end of document after 0 tokens)"),
+                   "train text: the sample stops at the tokenizer's end-of-document token",
+                   "rc %d: %.600s", rc, out);
     snprintf(cmd, sizeof cmd, TRAIN "--data-path %s/o0_text_document --tokenizer-type "
              "ByteTokenizer --train-iters 2 --sample-tokens 5 --prompt 'Hello there'", dir);
     rc = run(cmd, out, sizeof out);

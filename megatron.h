@@ -2844,15 +2844,15 @@ static const mg__flag mg__flags[] = {
     {"--export-hf", MG__F_STR, MG__OFF(export_hf), "DIR", 0, 0,
      "at the end, write DIR/model.safetensors + DIR/config.json for Hugging Face transformers"},
     {"data", MG__F_HELP, 0, NULL, 0, 0, "Data"},
-    {"--data-path", MG__F_LIST, MG__OFF(data_path), "[W1] PATH1 [W2 PATH2 …]", 0, 0,
+    {"--data-path", MG__F_LIST, MG__OFF(data_path), "[W1] PATH1 [W2 PATH2 ...]", 0, 0,
      "a Megatron indexed dataset prefix (PATH.bin + PATH.idx) or an llm.c token file; or a "
      "blend: weight, prefix pairs (weights normalised; Megatron's BlendedDataset), each "
      "dataset split by --split"},
-    {"--train-data-path", MG__F_LIST, MG__OFF(train_data_path), "[W1] PATH1 …", 0, 0,
+    {"--train-data-path", MG__F_LIST, MG__OFF(train_data_path), "[W1] PATH1 ...", 0, 0,
      "instead of --data-path and --split: the training data (all of it), one path or a blend"},
-    {"--valid-data-path", MG__F_LIST, MG__OFF(valid_data_path), "[W1] PATH1 …", 0, 0,
+    {"--valid-data-path", MG__F_LIST, MG__OFF(valid_data_path), "[W1] PATH1 ...", 0, 0,
      "with --train-data-path: the validation data (all of it); none: no validation"},
-    {"--test-data-path", MG__F_LIST, MG__OFF(test_data_path), "[W1] PATH1 …", 0, 0,
+    {"--test-data-path", MG__F_LIST, MG__OFF(test_data_path), "[W1] PATH1 ...", 0, 0,
      "with --train-data-path: test data, evaluated (--eval-iters batches) after training"},
     {"--tokenizer-type", MG__F_STR, MG__OFF(tokenizer_type), "NAME", 0, 0,
      "GPT2BPETokenizer, TikTokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, "

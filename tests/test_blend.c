@@ -1,4 +1,4 @@
-// mg-test: ranks=1,2 timeout=300
+// mg-test: ranks=1,2,4 timeout=300
 /* test_blend.c — blended data, Megatron-LM's way (issue 17, item 5): mg_data.h's mg_blend and
    gpt_train's --data-path W1 P1 W2 P2 / --train-data-path / --valid-data-path /
    --test-data-path.
@@ -18,7 +18,8 @@
        exclusions and bad inputs are one-line errors;
      - resume exact: 6 iterations, save, load, 6 more = 12 uninterrupted, losses bit for bit;
      - on 2 ranks: the blended run under (t=2), (d=2) and (p=2) gives the serial run's losses
-       to 1e-5 relative.                                                                      */
+       to 1e-5 relative; on 4 ranks under (t=2, p=2), (t=2, d=2) with the distributed
+       optimizer and (p=2, d=2).                                                                      */
 #include "gpt_test_util.h"
 
 static mg_comm comm;
@@ -275,12 +276,20 @@ static void check_resume(void) {
     mg_trainer_free(&tr);
 }
 
-/* 2 ranks: the blended run under three layouts against the serial one (1e-5 relative). */
+/* 2 or 4 ranks: the blended run under three layouts against the serial one (1e-5
+   relative).                                                                              */
 static void check_layouts(void) {
-    static const char *layouts[3] = {"--tensor-model-parallel-size 2",
-                                     "--tensor-model-parallel-size 1",
-                                     "--pipeline-model-parallel-size 2"};
-    static const char *names[3] = {"t=2", "d=2", "p=2"};
+    static const char *layouts2[3] = {"--tensor-model-parallel-size 2",
+                                      "--tensor-model-parallel-size 1",
+                                      "--pipeline-model-parallel-size 2"};
+    static const char *names2[3] = {"t=2", "d=2", "p=2"};
+    static const char *layouts4[3] = {"--tensor-model-parallel-size 2 "
+                                      "--pipeline-model-parallel-size 2",
+                                      "--tensor-model-parallel-size 2 "
+                                      "--use-distributed-optimizer",
+                                      "--pipeline-model-parallel-size 2"};
+    static const char *names4[3] = {"t=2 p=2", "t=2 d=2 distopt", "p=2 d=2"};
+    const char **layouts = world == 4 ? layouts4 : layouts2, **names = world == 4 ? names4 : names2;
     char line[2048], name[200];
     gpt_run ser, par;
     int i;
@@ -315,7 +324,7 @@ int main(int argc, char **argv) {
         check_blend_samples();
         check_trainer_blend();
         check_resume();
-    } else if (world == 2) {
+    } else if (world == 2 || world == 4) {
         check_layouts();
     }
     gpt_rmtree(dir);

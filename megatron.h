@@ -3510,14 +3510,15 @@ static int mg__part_blend(mg_trainer *tr, mg_blend *b, const mg__data_group *g,
     sd.order = (mg_data_order)a->data_order;
     if (mg_blend_init(b, g->ds, g->weight, g->n, g->weighted, &sd, why, sizeof why))
         return mg__err(err, errlen, "%s, %s part: %s", g->flag, names[part], why);
-    for (k = 0; k < g->n; k++)
+    for (k = 0; k < g->n; k++) {
+        int by_split = part && !strcmp(g->flag, "--data-path");   /* name the --split */
         if (b->smp[k].part_tokens < (int64_t)tr->cfg.seq_len + 1)
             return mg__err(err, errlen, "%s %s: the %s part%s%s holds %lld tokens, fewer than "
                            "one sample needs (--seq-length + 1 = %d)%s", g->flag, g->prefix[k],
-                           names[part], part && g->flag[2] == 'd' ? " of --split " : "",
-                           part && g->flag[2] == 'd' ? split : "",
+                           names[part], by_split ? " of --split " : "", by_split ? split : "",
                            (long long)b->smp[k].part_tokens, tr->cfg.seq_len + 1,
                            part ? "; use --eval-iters 0 or give it more" : "");
+    }
     return 0;
 }
 

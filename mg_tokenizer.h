@@ -28,7 +28,9 @@
         constructs those patterns use: literals, escapes, classes with negation, \p{L} \p{Lu}
         \p{Ll} \p{Lt} \p{Lm} \p{Lo} \p{N} \p{M} \s \S \d \w and their \P negations, alternation
         (leftmost-first), groups, (?i:…), quantifiers ? * + {n,m} greedy, lazy (…?) and
-        possessive (…+), atomic groups, (?=…) (?!…) lookahead, $ and \z.
+        possessive (…+), atomic groups, (?=…) (?!…) lookahead, $ and \z. X{n,m}+ is
+        possessive in tiktoken's patterns and (X{n,m})+ in tokenizer.json ones, as each
+        library's engine reads it.
      4. BPE: symbols in a linked list, candidate merges in a binary heap keyed by (rank or
         -score, position), stale entries skipped when popped: O(n log n) in the length of a
         pre-token, never quadratic. A per-call cache of pre-tokens makes repeated words free.
@@ -144,6 +146,9 @@ static void *mg__tok_grow(void *p, size_t *cap, size_t need, size_t elem) {
     *cap = c;
     return q;
 }
+static int mg__hexval(char h) {
+    return h >= '0' && h <= '9' ? h - '0' : h >= 'A' && h <= 'F' ? h - 'A' + 10 : h >= 'a' && h <= 'f' ? h - 'a' + 10 : -1;
+}
 /* FNV-1a over bytes, then a final mix: the key of every hash table here.                   */
 static uint64_t mg__tok_hash(const void *p, size_t n) {
     const unsigned char *s = (const unsigned char *)p;
@@ -180,6 +185,7 @@ static char *mg__tok_read(const char *path, size_t *len, char *err, size_t errle
     int bad = ferror(f);
     fclose(f);
     if (bad) { mg__tok_err(err, errlen, "%s: read error (a directory?)", path); free(buf); return NULL; }
+    buf = (char *)realloc(buf, n + 1); /* exactly the file: a read past it is a bug to see */
     buf[n] = 0;
     *len = n;
     return buf;
@@ -625,6 +631,7 @@ typedef struct mg__re {
     mg__re_class *cls; size_t ncls, clscap;
     /* parser state */
     const char *src; size_t len, pos; int icase; int depth;
+    int onig;           /* Oniguruma's reading of X{n,m}+ (tokenizer.json patterns)           */
     char *err; size_t errlen;
 } mg__re;
 
@@ -716,8 +723,7 @@ static int mg__re_escape(mg__re *r, mg__re_class *k, int *is_class, uint32_t *li
         int brace = mg__re_peek(r) == '{';
         if (brace) r->pos++;
         while (r->pos < r->len && nd < (brace ? 6 : 2)) {
-            int h = r->src[r->pos];
-            int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+            int d = mg__hexval(r->src[r->pos]);
             if (d < 0) break;
             v = v * 16 + (uint32_t)d; nd++; r->pos++;
         }
@@ -967,7 +973,9 @@ static int mg__re_concat(mg__re *r, int *nullable) {
             } else break;
             int lazy = 0, possessive = 0;
             if (mg__re_peek(r) == '?') { lazy = 1; r->pos++; }
-            else if (mg__re_peek(r) == '+') { possessive = 1; r->pos++; }
+            else if (mg__re_peek(r) == '+' && !(r->onig && q == '{')) { possessive = 1; r->pos++; }
+            /* Oniguruma (tokenizers) reads X{n,m}+ as (X{n,m})+, not as possessive: the next
+               round of this loop applies the + to the interval                                 */
             if (mg__re_repeat(r, a, min, max, lazy, e_null) < 0) return -1;
             if (possessive) { /* X++ is (?>X+): ATOMIC around the loop                          */
                 mg__re_insert(r, a, 1);
@@ -1005,9 +1013,9 @@ static void mg__re_free(mg__re *r) {
     free(r->code);
     free(r);
 }
-static mg__re *mg__re_compile(const char *pat, size_t len, char *err, size_t errlen) {
+static mg__re *mg__re_compile(const char *pat, size_t len, int onig, char *err, size_t errlen) {
     mg__re *r = (mg__re *)calloc(1, sizeof *r);
-    r->src = pat; r->len = len; r->err = err; r->errlen = errlen;
+    r->src = pat; r->len = len; r->err = err; r->errlen = errlen; r->onig = onig;
     int nullable;
     if (mg__re_alt(r, &nullable) < 0) { mg__re_free(r); return NULL; }
     if (r->pos != r->len) { mg__re_fail(r, "unbalanced )"); mg__re_free(r); return NULL; }
@@ -1019,9 +1027,10 @@ static mg__re *mg__re_compile(const char *pat, size_t len, char *err, size_t err
 
 /* The backtracking machine. A thread is (pc, pos); SPLIT runs x and saves y. ATOMIC and the
    lookaheads run their body as a nested match from pos (first success wins, no backtracking
-   into it). Returns the end of the first match from pos, or -1. A step budget proportional
-   to the text bounds pathological patterns (none of the tokenizers' patterns comes near it);
-   past it the match fails and the caller takes one character as a piece.                    */
+   into it). Returns the end of the first match from pos, or -1. A step budget for the whole
+   split (10^6 + 1000 per byte) bounds pathological patterns, (a|aa)+b on a long run of a's
+   and the like (the tokenizers' patterns stay far inside it on every test text); once it is
+   spent, the rest of the text is one piece.                                                  */
 typedef struct { int pc; size_t pos; } mg__re_thread;
 typedef struct { int64_t budget; } mg__re_stack;
 
@@ -1096,8 +1105,8 @@ static void mg__re_split(const mg__re *re, const unsigned char *s, size_t len, m
                          void *ctx) {
     mg__re_stack S;
     size_t gap = 0, pos = 0;
+    S.budget = 1000000 + 1000 * (int64_t)len;
     while (pos < len) {
-        S.budget = 100000 + 64 * (int64_t)(len - pos);
         int64_t e = mg__re_run(re, &S, 0, s, len, pos);
         if (e > (int64_t)pos) {
             if (gap < pos) fn(ctx, gap, pos);
@@ -1574,12 +1583,7 @@ MGDEF int64_t mg_tokenizer_decode(const mg_tokenizer *t, const int32_t *ids, int
         bos_ws = 0;
         if (ty == MG__SP_UNKNOWN) { MG__PUT(" \xE2\x81\x87 ", 5); continue; }
         if (ty == MG__SP_BYTE) {
-            unsigned v = 0;
-            for (size_t q = 3; q < 5 && q < L; q++) {
-                char h = p[q];
-                v = v * 16 + (unsigned)(h >= 'A' ? h - 'A' + 10 : h - '0');
-            }
-            char c = (char)v;
+            char c = (char)(mg__hexval(p[3]) * 16 + mg__hexval(p[4])); /* checked at load */
             MG__PUT(&c, 1);
             continue;
         }
@@ -1643,8 +1647,7 @@ static int mg__json_hex4(mg__json *J, uint32_t *v) {
     if (J->pos + 4 > J->len) return -1;
     *v = 0;
     for (int i = 0; i < 4; i++) {
-        char h = J->s[J->pos++];
-        int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+        int d = mg__hexval(J->s[J->pos++]);
         if (d < 0) return -1;
         *v = *v * 16 + (uint32_t)d;
     }
@@ -1885,7 +1888,7 @@ static const char mg__pat_o200k[] =
 static int mg__add_re(mg_tokenizer *t, const char *pat, size_t n, const char *file, char *err, size_t errlen) {
     if (t->nre == 4) { mg__tok_err(err, errlen, "%s: more than 4 Split pre-tokenizers", file); return -1; }
     char e2[200] = "";
-    mg__re *re = mg__re_compile(pat, n, e2, sizeof e2);
+    mg__re *re = mg__re_compile(pat, n, t->type == MG_TOK_HF, e2, sizeof e2);
     if (!re) { mg__tok_err(err, errlen, "%s: %s", file, e2); return -1; }
     t->re[t->nre++] = re;
     return 0;
@@ -2316,11 +2319,12 @@ static int mg__load_spm(mg_tokenizer *t, const mg_tokenizer_desc *d, char *err, 
     for (int32_t i = 0; i < t->n_vocab; i++) {
         if (t->ptype[i] != MG__SP_BYTE) continue;
         const char *p = t->blob + t->off[i];
-        unsigned hv;
-        char tail;
-        if (t->len[i] != 6 || sscanf(p, "<0x%2X%c", &hv, &tail) != 2 || tail != '>') {
-            mg__tok_err(err, errlen, "%s: byte piece %d is not <0xNN>", file, i); return -1;
+        int hv = -1;
+        if (t->len[i] == 6 && memcmp(p, "<0x", 3) == 0 && p[5] == '>') {
+            int hi = mg__hexval(p[3]), lo = mg__hexval(p[4]);
+            if (hi >= 0 && lo >= 0) hv = hi * 16 + lo;
         }
+        if (hv < 0) { mg__tok_err(err, errlen, "%s: byte piece %d is not <0xNN>", file, i); return -1; }
         t->byte_id[hv] = i;
     }
     if (byte_fallback)

@@ -8,6 +8,8 @@
         HF tokenizer.json (GPT-2; Llama-3 style trained here), SentencePiece (trained here):
         ids equal, decode equal to the reference's decode;
      2. the Unicode classes over all of Unicode equal to tiktoken's and tokenizers' regexes;
+        the pre-token boundaries of the GPT-2, r50k, cl100k, o200k, Llama 3 and Qwen2 patterns
+        equal to tokenizers' Split on every text;
      3. decode(encode(x)) == x for random bytes (invalid UTF-8, encoded surrogates, NULs);
      4. near-linear time on one long word; threads give the same ids; the cap protocol;
         bad files give one line.                                                           */
@@ -162,8 +164,45 @@ static void check_classes(void) {
     char label[160];
     snprintf(label, sizeof label, "Unicode %s classes equal to tiktoken's and tokenizers' over all code points",
              mg_tokenizer_unicode_version());
-    mg_test_report(bad == 0 && classes == 9, label, bad ? "%s" : "%d classes", bad ? first : (const char *)"9");
+    if (bad || classes != 9) mg_test_report(0, label, "%d classes read, %d differ: %s", classes, bad, first);
+    else mg_test_report(1, label, "%d classes", classes);
     free(all); free(member); free(ends); free(buf);
+}
+
+/* 2b. pre-token boundaries of a pattern equal to tokenizers' Split (Oniguruma)               */
+static void check_pieces(const char *pname) {
+    char file[160], label[200], err[512];
+    snprintf(file, sizeof file, DIR "/pat_%s.json", pname);
+    mg_tokenizer_desc d = {MG_TOK_HF, file, NULL, NULL};
+    mg_tokenizer *t = mg_tokenizer_load(&d, err, sizeof err);
+    snprintf(label, sizeof label, "pattern %s: pre-tokens as tokenizers' Split (Oniguruma)", pname);
+    if (!t) { mg_test_report(0, label, "%s", err); return; }
+    snprintf(file, sizeof file, DIR "/pieces_%s.bin", pname);
+    long len;
+    unsigned char *buf = (unsigned char *)mg_test_read_file(file, &len);
+    if (!buf) { mg_test_report(0, label, "%s missing", file); mg_tokenizer_free(t); return; }
+    const unsigned char *p = buf, *end = buf + len;
+    int texts = 0, bad = 0;
+    long long pieces = 0;
+    char first[300] = "";
+    while (p < end) {
+        uint32_t nl = rd32(&p);
+        const char *cname = (const char *)p; p += nl;
+        uint32_t tl = rd32(&p);
+        const char *text = (const char *)p; p += tl;
+        uint32_t np = rd32(&p);
+        int64_t *ends = (int64_t *)malloc((np + 1) * sizeof(int64_t));
+        int64_t got = mg_tokenizer_pretokenize(t, text, tl, ends, np);
+        int same = got == (int64_t)np;
+        for (uint32_t i = 0; i < np; i++) { uint32_t e = rd32(&p); if (same && ends[i] != (int64_t)e) same = 0; }
+        if (!same && !bad++) snprintf(first, sizeof first, "%.*s: %lld pieces, reference %u", (int)nl, cname, (long long)got, np);
+        texts++; pieces += np;
+        free(ends);
+    }
+    if (bad) mg_test_report(0, label, "%d of %d texts differ: %s", bad, texts, first);
+    else mg_test_report(1, label, "%d texts, %lld pieces", texts, pieces);
+    free(buf);
+    mg_tokenizer_free(t);
 }
 
 /* 3. decode(encode(x)) == x on random bytes with many invalid sequences                      */
@@ -202,23 +241,31 @@ static void check_roundtrip(const char *name, mg_tokenizer_desc d) {
     mg_tokenizer_free(t);
 }
 
-/* 4. time on one long word, n and 4n letters: linear is 4x, quadratic 16x                      */
+/* 4. time on one long word, n and 8n letters: linear is 8x, quadratic 64x; up to 32x passes
+   (a bigger heap and arrays fall out of the caches, and the machine is shared)              */
 static void check_linear(mg_tokenizer_desc d) {
     char err[512];
     mg_tokenizer *t = mg_tokenizer_load(&d, err, sizeof err);
     if (!t) { mg_test_report(0, "long word: near-linear", "%s", err); return; }
-    size_t n = 100000;
-    char *w = (char *)malloc(4 * n);
-    for (size_t i = 0; i < 4 * n; i++) w[i] = (char)('a' + rnd() % 26);
-    int32_t *ids = (int32_t *)malloc(4 * n * sizeof(int32_t));
-    double t0 = now();
-    int64_t a = mg_tokenizer_encode(t, w, n, 0, ids, (int64_t)(4 * n));
-    double t1 = now();
-    int64_t b = mg_tokenizer_encode(t, w, 4 * n, 0, ids, (int64_t)(4 * n));
-    double t2 = now();
-    double ratio = (t2 - t1) / (t1 - t0 > 1e-6 ? t1 - t0 : 1e-6);
-    mg_test_report(a > 0 && b > a && ratio < 8, "one 100 KB word vs one 400 KB word: time grows near-linearly",
-                   "%.1f ms, %.1f ms: x%.1f (linear 4, quadratic 16)", 1e3 * (t1 - t0), 1e3 * (t2 - t1), ratio);
+    size_t n = 50000;
+    char *w = (char *)malloc(8 * n);
+    for (size_t i = 0; i < 8 * n; i++) w[i] = (char)('a' + rnd() % 26);
+    int32_t *ids = (int32_t *)malloc(8 * n * sizeof(int32_t));
+    /* the best of 3 each: this machine is shared                                            */
+    double ta = 1e30, tb = 1e30;
+    int64_t a = 0, b = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = now();
+        a = mg_tokenizer_encode(t, w, n, 0, ids, (int64_t)(8 * n));
+        double t1 = now();
+        b = mg_tokenizer_encode(t, w, 8 * n, 0, ids, (int64_t)(8 * n));
+        double t2 = now();
+        if (t1 - t0 < ta) ta = t1 - t0;
+        if (t2 - t1 < tb) tb = t2 - t1;
+    }
+    double ratio = tb / (ta > 1e-6 ? ta : 1e-6);
+    mg_test_report(a > 0 && b > a && ratio < 32, "one 50 KB word vs one 400 KB word: time grows near-linearly",
+                   "%.1f ms, %.1f ms: x%.1f (linear 8, quadratic 64)", 1e3 * ta, 1e3 * tb, ratio);
     /* threads: the same ids as one thread                                                     */
     long plen;
     char *prose = (char *)mg_test_read_file("data/01_the_river_town.txt", &plen);
@@ -300,7 +347,13 @@ int main(void) {
     check_ref("HF tokenizer.json GPT-2", hf_gpt2, DIR "/ref_hf_gpt2.bin");
     check_ref("HF tokenizer.json Llama-3 style", hf_llama3, DIR "/ref_hf_llama3.bin");
     check_ref("SentencePiece BPE byte fallback", sp, DIR "/ref_spm.bin");
+    mg_tokenizer_desc demo_hf = {MG_TOK_HF, "tests/data/tokenizer_demo.json", NULL, NULL};
+    mg_tokenizer_desc demo_spm = {MG_TOK_SENTENCEPIECE, "tests/data/tokenizer_demo_spm.model", NULL, NULL};
+    check_ref("tests/data/tokenizer_demo.json", demo_hf, DIR "/ref_demo_hf.bin");
+    check_ref("tests/data/tokenizer_demo_spm.model", demo_spm, DIR "/ref_demo_spm.bin");
     check_classes();
+    static const char *pats[] = {"gpt2_bytelevel", "r50k", "cl100k", "o200k", "llama3", "qwen2"};
+    for (int i = 0; i < 6; i++) check_pieces(pats[i]);
     check_roundtrip("tiktoken cl100k_base", tt_cl100k);
     check_roundtrip("GPT-2", gpt2);
     check_roundtrip("HF Llama-3 style", hf_llama3);

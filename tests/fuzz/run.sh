@@ -1,8 +1,10 @@
 #!/bin/sh
-# tests/fuzz/run.sh [SECONDS] [HARNESS...] — builds the mg_data.h fuzz harnesses with clang's
+# tests/fuzz/run.sh [SECONDS] [HARNESS...] — builds the mg_data.h and mg_tokenizer.h fuzz harnesses with clang's
 # libFuzzer (+ AddressSanitizer, UndefinedBehaviorSanitizer) and runs each for SECONDS
 # (default 120), one after the other, from the repository root:
-#     sh tests/fuzz/run.sh                 # all five, 2 minutes each
+#     sh tests/fuzz/run.sh                 # all ten, 2 minutes each
+#     sh tests/fuzz/run.sh 60 tokenizer_json tokenizer_regex
+# (tokenizer_encode loads the real vocabularies: make deps, then build/test_tokenizer once)
 #     sh tests/fuzz/run.sh 600 idx         # fuzz_idx for 10 minutes
 # Seeds come from tests/data (tests/fuzz/seeds.py); the growing corpus stays in
 # build/fuzz/corpus/NAME between runs, crashing inputs land in build/fuzz/artifacts/NAME/.
@@ -11,7 +13,7 @@
 set -e
 secs=${1:-120}
 [ $# -gt 0 ] && shift
-names=${*:-"json safetensors idx llmc state"}
+names=${*:-"json safetensors idx llmc state tokenizer_json tokenizer_tiktoken tokenizer_spm tokenizer_regex tokenizer_encode"}
 CLANG=${CLANG:-clang}
 PY=${PYTHON:-python3}
 out=build/fuzz

@@ -1,6 +1,6 @@
 """tests/fuzz/seeds.py OUTDIR — seed corpora for the mg_data.h fuzz harnesses, built from the
 valid fixtures in tests/data plus a few tiny hand-made files (nothing is committed but this
-script). Writes OUTDIR/{json,safetensors,idx,llmc,state}/<name>. Standard library only."""
+script). Writes OUTDIR/{json,safetensors,idx,llmc,state,tokenizer_*}/<name>. Standard library only."""
 import os
 import struct
 import sys
@@ -64,6 +64,7 @@ def idx_seed(params, idx, bin_):
 
 def main():
     out = sys.argv[1]
+    tok_seeds(out)
     # JSON: every JSON fixture, the safetensors headers, a few edge documents.
     for name in ["gpt_config.json", "gpt_ref.json", "data_st_py.json", "data_mt19937.json"]:
         put(out, "json", name, read(name))
@@ -125,6 +126,105 @@ STATE_JSON = b"""{
   }
 }
 """
+
+
+# --- mg_tokenizer.h seeds: tiny vocabularies in each format --------------------------------------
+def b2u():
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+TOK_MERGES = [("h", "e"), ("l", "l"), ("he", "ll"), ("hell", "o"), ("\u0120", "w"), ("o", "r")]
+
+
+def tok_vocab():
+    m = b2u()
+    vocab = {m[b]: b for b in range(256)}
+    for a, b in TOK_MERGES:
+        vocab.setdefault(a + b, len(vocab))
+    vocab["<|endoftext|>"] = len(vocab)
+    return vocab
+
+
+def tok_json_seeds(out):
+    import json
+    vocab = tok_vocab()
+    merges = ["%s %s" % ab for ab in TOK_MERGES]
+    put(out, "tokenizer_json", "gpt2", b"\x01" + json.dumps(vocab).encode() + b"\0#version: 0.2\n" + "\n".join(merges).encode("utf-8") + b"\n")
+    hf = {"version": "1.0", "added_tokens": [{"id": vocab["<|endoftext|>"], "content": "<|endoftext|>", "special": True,
+                                              "lstrip": False, "rstrip": False, "single_word": False, "normalized": False}],
+          "normalizer": None,
+          "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+              {"type": "Split", "pattern": {"Regex": "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+               "behavior": "Isolated", "invert": False},
+              {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+          "decoder": {"type": "ByteLevel"},
+          "model": {"type": "BPE", "ignore_merges": True, "vocab": vocab, "merges": [list(x.split(" ")) for x in merges]}}
+    put(out, "tokenizer_json", "hf_llama3", b"\x00" + json.dumps(hf).encode())
+    hf["pre_tokenizer"] = {"type": "ByteLevel", "add_prefix_space": True, "use_regex": True}
+    hf["model"]["merges"] = merges
+    put(out, "tokenizer_json", "hf_gpt2", b"\x00" + json.dumps(hf).encode())
+
+
+def tok_tiktoken_seeds(out):
+    import base64
+    lines = [base64.b64encode(bytes([b])) + b" %d" % b for b in range(256)]
+    for i, t in enumerate([b"he", b"ll", b"hell", b"hello", b" w", b"or", b" world"]):
+        lines.append(base64.b64encode(t) + b" %d" % (256 + i))
+    blob = b"\n".join(lines) + b"\n"
+    for k in range(4):
+        put(out, "tokenizer_tiktoken", "ranks_%d" % k, bytes([k]) + blob)
+
+
+def pb_varint(v):
+    o = b""
+    while True:
+        c = v & 0x7F
+        v >>= 7
+        if v:
+            o += bytes([c | 0x80])
+        else:
+            return o + bytes([c])
+
+
+def pb_len(field, blob):
+    return pb_varint(field << 3 | 2) + pb_varint(len(blob)) + blob
+
+
+def pb_piece(piece, score, typ):
+    return pb_len(1, pb_len(1, piece.encode()) + pb_varint(2 << 3 | 5) + struct.pack("<f", score) + pb_varint(3 << 3) + pb_varint(typ))
+
+
+def tok_spm_seed():
+    """A SentencePiece BPE ModelProto: <unk> <s> </s>, 256 byte pieces, a few merged pieces."""
+    m = pb_piece("<unk>", 0, 2) + pb_piece("<s>", 0, 3) + pb_piece("</s>", 0, 3)
+    m += b"".join(pb_piece("<0x%02X>" % b, 0, 6) for b in range(256))
+    for i, p in enumerate(["\u2581", "h", "e", "l", "o", "w", "\u2581h", "ll", "\u2581he", "\u2581hell", "\u2581hello"]):
+        m += pb_piece(p, -float(i), 1)
+    trainer = pb_varint(3 << 3) + pb_varint(2) + pb_varint(35 << 3) + pb_varint(1)
+    normalizer = pb_len(1, b"identity") + pb_varint(3 << 3) + pb_varint(1) + pb_varint(4 << 3) + pb_varint(0)
+    return m + pb_len(2, trainer) + pb_len(3, normalizer)
+
+
+def tok_seeds(out):
+    tok_json_seeds(out)
+    tok_tiktoken_seeds(out)
+    put(out, "tokenizer_spm", "bpe_byte_fallback", tok_spm_seed())
+    texts = ["Hello world! It's 42.", "caf\u00e9 \u65e5\u672c\u8a9e \U0001F44D\U0001F3FD <|endoftext|>", "  \n\n\t x  y   "]
+    for i, t in enumerate(texts):
+        for k in range(7):
+            put(out, "tokenizer_encode", "t%d_%d" % (i, k), bytes([k]) + t.encode("utf-8") + b"\xff\xed\xa0\x80")
+    pats = ["'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
+            "'(?i:[sdmt]|ll|ve|re)|[^\\r\\n\\p{L}\\p{N}]?+\\p{L}++|\\p{N}{1,3}+| ?[^\\s\\p{L}\\p{N}]++[\\r\\n]*+|\\s++$|\\s*[\\r\\n]|\\s+(?!\\S)|\\s",
+            "[\\p{Lu}\\p{Lt}]*?[\\p{Ll}\\p{M}]+(?=x)|a{2,4}b??|(?>ab|a)c|[^a-c\\d]\\w\\x{41}."]
+    for i, p in enumerate(pats):
+        put(out, "tokenizer_regex", "p%d" % i, p.encode() + b"\0" + texts[i].encode("utf-8"))
 
 
 if __name__ == "__main__":

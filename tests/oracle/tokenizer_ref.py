@@ -18,7 +18,8 @@ unicode_classes.bin: for \\p{L} \\p{Lu} \\p{Ll} \\p{Lt} \\p{Lm} \\p{Lo} \\p{N} \
 point tiktoken's regex (Rust `regex`) and tokenizers' (Oniguruma) put in the class (u32 class
 name length, name, u32 count, code points as u32), checked to agree between the two first;
 class_X.json: a tokenizer.json whose only pattern is CLASS+ (the C test splits all of Unicode
-with it and reads the class back).
+with it and reads the class back). pat_NAME.json + pieces_NAME.bin: the pre-token boundaries
+tokenizers' Split gives for the patterns of GPT-2, r50k, cl100k, o200k, Llama 3 and Qwen2.
 """
 import glob
 import os
@@ -43,6 +44,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 VOCAB = os.path.join(ROOT, ".venv", "share", "vocab")
 DATA = sorted(glob.glob(os.path.join(ROOT, "data", "*.txt")))
 
+# GPT-2's pattern (HF ByteLevel with use_regex, Megatron's GPT2BPETokenizer) and Qwen2's Split
+GPT2_PAT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+QWEN2_SPLIT = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"""
+               r"""|\s+(?!\S)|\s+""")
 LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
@@ -126,6 +131,29 @@ def make_assets():
             vocab_size=1200, byte_fallback=True, normalization_rule_name="identity",
             remove_extra_whitespaces=False, add_dummy_prefix=True, split_digits=True,
             character_coverage=1.0, num_threads=1, minloglevel=2)
+
+
+def make_demo(dirname):
+    """The two small tokenizers committed in tests/data for docs and tools: tokenizer_demo.json
+    (Llama 3 style byte-level BPE, 1024 ids) and tokenizer_demo_spm.model (SentencePiece BPE
+    with byte fallback, 1200 ids), both trained on data/*.txt. Run: tokenizer_ref.py --demo tests/data"""
+    tok = Tokenizer(models.BPE(ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tr = trainers.BpeTrainer(vocab_size=1024, show_progress=False, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                             special_tokens=["<|begin_of_text|>", "<|end_of_text|>"])
+    tok.train(DATA, tr)
+    tok.save(os.path.join(dirname, "tokenizer_demo.json"), pretty=False)
+    os.chdir(ROOT)  # the model records its input and prefix paths: relative ones
+    spm.SentencePieceTrainer.train(
+        input=",".join(os.path.relpath(d, ROOT) for d in DATA),
+        model_prefix=os.path.relpath(os.path.join(dirname, "tokenizer_demo_spm"), ROOT), model_type="bpe",
+        vocab_size=1200, byte_fallback=True, normalization_rule_name="identity",
+        remove_extra_whitespaces=False, add_dummy_prefix=True, split_digits=True,
+        character_coverage=1.0, num_threads=1, minloglevel=2)
+    os.remove(os.path.relpath(os.path.join(dirname, "tokenizer_demo_spm.vocab"), ROOT))
 
 
 def texts():
@@ -221,13 +249,47 @@ def main():
                 ids = tok.encode(text, add_special_tokens=False).ids
                 cases.append((cname, allow, text, ids, tok.decode(ids, skip_special_tokens=False).encode("utf-8")))
         write_ref(name, cases)
-    # SentencePiece (no specials are parsed from text: allow_special 0 only)
-    sp = spm.SentencePieceProcessor(model_file=os.path.join(OUT, "spm.model"))
+    # the committed demo tokenizer.json too
+    tok = Tokenizer.from_file(os.path.join(ROOT, "tests", "data", "tokenizer_demo.json"))
     cases = []
     for cname, text in T:
-        ids = sp.encode(text)
-        cases.append((cname, 0, text, ids, sp.decode(ids).encode("utf-8")))
-    write_ref("spm", cases)
+        for allow in (0, 1):
+            tok.encode_special_tokens = not allow
+            ids = tok.encode(text, add_special_tokens=False).ids
+            cases.append((cname, allow, text, ids, tok.decode(ids, skip_special_tokens=False).encode("utf-8")))
+    write_ref("demo_hf", cases)
+    # SentencePiece (no specials are parsed from text: allow_special 0 only), and the demo model
+    for name, path in (("spm", os.path.join(OUT, "spm.model")),
+                       ("demo_spm", os.path.join(ROOT, "tests", "data", "tokenizer_demo_spm.model"))):
+        sp = spm.SentencePieceProcessor(model_file=path)
+        cases = []
+        for cname, text in T:
+            ids = sp.encode(text)
+            cases.append((cname, 0, text, ids, sp.decode(ids).encode("utf-8")))
+        write_ref(name, cases)
+    # Pre-token boundaries of every pattern, from tokenizers' Split (Oniguruma): pat_NAME.json
+    # (the pattern + ByteLevel over the 256 byte tokens) and pieces_NAME.bin (u32 name length,
+    # name, u32 text length, text, u32 piece count, the pieces' end offsets in bytes as u32)
+    pats = {"gpt2_bytelevel": GPT2_PAT, "r50k": openai_public.r50k_pat_str, "cl100k": CL100K_PAT,
+            "o200k": "|".join(O200K_PARTS), "llama3": LLAMA3_SPLIT, "qwen2": QWEN2_SPLIT}
+    b2u = bytes_to_unicode()
+    for pname, pat in pats.items():
+        tok = Tokenizer(models.BPE(vocab={b2u[b]: b for b in range(256)}, merges=[]))
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(pat), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tok.save(os.path.join(OUT, "pat_%s.json" % pname))
+        split = pre_tokenizers.Split(Regex(pat), behavior="isolated", invert=False)
+        with open(os.path.join(OUT, "pieces_%s.bin.tmp" % pname), "wb") as f:
+            for cname, text in T:
+                ends, e = [], 0
+                for piece, _ in split.pre_tokenize_str(text):
+                    e += len(piece.encode("utf-8"))
+                    ends.append(e)
+                nb, tb = cname.encode(), text.encode("utf-8")
+                f.write(struct.pack("<I", len(nb)) + nb + struct.pack("<I", len(tb)) + tb)
+                f.write(struct.pack("<I", len(ends)) + struct.pack("<%dI" % len(ends), *ends))
+        os.rename(os.path.join(OUT, "pieces_%s.bin.tmp" % pname), os.path.join(OUT, "pieces_%s.bin" % pname))
     # Unicode classes through both regex engines
     ranks = {bytes([i]): i for i in range(256)}
     everything = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF)
@@ -256,4 +318,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "--demo":
+        make_demo(sys.argv[2])
+    else:
+        main()

@@ -1,0 +1,107 @@
+/* tools/mg_tokenize.c — encode text with a tokenizer (mg_tokenizer.h) and print the ids, or
+   decode ids back to text. Flags are Megatron-LM's:
+     build/mg_tokenize --tokenizer-type TYPE [--vocab-file F] [--merge-file F]
+                       [--tokenizer-model F] [--tiktoken-pattern P] [--allow-special]
+                       [--pieces] [--decode] [--text TEXT]
+   TYPE: GPT2BPETokenizer (--vocab-file vocab.json --merge-file merges.txt), TikTokenizer
+   (--vocab-file *.tiktoken [--tiktoken-pattern gpt2|r50k_base|cl100k_base|o200k_base]),
+   HuggingFaceTokenizer (--vocab-file tokenizer.json), SentencePieceTokenizer/Llama2Tokenizer
+   (--tokenizer-model tokenizer.model), ByteTokenizer.
+   Without --text it reads standard input. Prints one line: the ids separated by spaces
+   (--pieces: id:"decoded bytes" per token, bytes outside printable ASCII as \xNN), then a line
+   "N tokens, vocabulary V, eod E, bos B". --decode: the text is ids; prints the bytes.    */
+#include "mg_tokenizer.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: mg_tokenize --tokenizer-type TYPE [--vocab-file F] [--merge-file F] [--tokenizer-model F]\n"
+               "                   [--tiktoken-pattern P] [--allow-special] [--pieces] [--decode] [--text TEXT]\n"
+               "TYPE: GPT2BPETokenizer, TikTokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, Llama2Tokenizer,\n"
+               "      ByteTokenizer. Without --text, reads standard input.\n");
+}
+
+int main(int argc, char **argv) {
+    const char *type = NULL, *text = NULL;
+    mg_tokenizer_desc d = {MG_TOK_BYTES, NULL, NULL, NULL};
+    int allow = 0, pieces = 0, decode = 0;
+    for (int a = 1; a < argc; a++) {
+        const char *f = argv[a];
+        int has = a + 1 < argc;
+        if (!strcmp(f, "--tokenizer-type") && has) type = argv[++a];
+        else if (!strcmp(f, "--vocab-file") && has) d.vocab_file = argv[++a];
+        else if (!strcmp(f, "--merge-file") && has) d.merge_file = argv[++a];
+        else if (!strcmp(f, "--tokenizer-model") && has) d.vocab_file = argv[++a];
+        else if (!strcmp(f, "--tiktoken-pattern") && has) d.pattern = argv[++a];
+        else if (!strcmp(f, "--text") && has) text = argv[++a];
+        else if (!strcmp(f, "--allow-special")) allow = 1;
+        else if (!strcmp(f, "--pieces")) pieces = 1;
+        else if (!strcmp(f, "--decode")) decode = 1;
+        else if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(stdout); return 0; }
+        else { fprintf(stderr, "mg_tokenize: %s: unknown flag or missing value\n", f); usage(stderr); return 2; }
+    }
+    int ty = mg_tok_type_from_name(type);
+    if (ty < 0) {
+        fprintf(stderr, "mg_tokenize: --tokenizer-type %s: unknown (GPT2BPETokenizer, TikTokenizer, HuggingFaceTokenizer, "
+                        "SentencePieceTokenizer, Llama2Tokenizer, ByteTokenizer)\n", type ? type : "(missing)");
+        return 2;
+    }
+    d.type = (mg_tok_type)ty;
+    char err[512];
+    mg_tokenizer *t = mg_tokenizer_load(&d, err, sizeof err);
+    if (!t) { fprintf(stderr, "mg_tokenize: %s\n", err); return 1; }
+    char *buf = NULL;
+    size_t n = 0;
+    if (text) n = strlen(text);
+    else {
+        size_t cap = 1 << 16;
+        buf = (char *)malloc(cap);
+        size_t r;
+        while ((r = fread(buf + n, 1, cap - n, stdin)) > 0) {
+            n += r;
+            if (n == cap) buf = (char *)realloc(buf, cap *= 2);
+        }
+        text = buf;
+    }
+    if (decode) {
+        int64_t m = 0, cap = 16;
+        int32_t *ids = (int32_t *)malloc((size_t)cap * sizeof(int32_t));
+        for (const char *p = text; *p;) {
+            char *e;
+            long v = strtol(p, &e, 10);
+            if (e == p) { if (*p == ' ' || *p == '\n' || *p == '\t' || *p == ',') { p++; continue; }
+                          fprintf(stderr, "mg_tokenize: --decode: '%c' is not part of an id\n", *p); return 2; }
+            if (m == cap) ids = (int32_t *)realloc(ids, (size_t)(cap *= 2) * sizeof(int32_t));
+            ids[m++] = (int32_t)v;
+            p = e;
+        }
+        int64_t k = mg_tokenizer_decode(t, ids, m, NULL, 0);
+        if (k < 0) { fprintf(stderr, "mg_tokenize: --decode: an id is outside 0..%d\n", mg_tokenizer_vocab_size(t) - 1); return 1; }
+        char *out = (char *)malloc((size_t)k + 1);
+        mg_tokenizer_decode(t, ids, m, out, k);
+        fwrite(out, 1, (size_t)k, stdout);
+        printf("\n");
+        return 0;
+    }
+    int64_t m = mg_tokenizer_encode(t, text, n, allow, NULL, 0);
+    int32_t *ids = (int32_t *)malloc((size_t)(m + 1) * sizeof(int32_t));
+    mg_tokenizer_encode(t, text, n, allow, ids, m);
+    for (int64_t i = 0; i < m; i++) {
+        printf(i ? " " : "");
+        if (!pieces) { printf("%d", ids[i]); continue; }
+        char piece[256];
+        int64_t k = mg_tokenizer_decode(t, ids + i, 1, piece, sizeof piece);
+        printf("%d:\"", ids[i]);
+        for (int64_t j = 0; j < k && j < (int64_t)sizeof piece; j++) {
+            unsigned char c = (unsigned char)piece[j];
+            if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') putchar(c); else printf("\\x%02x", c);
+        }
+        printf("\"");
+    }
+    printf("\n%lld tokens, vocabulary %d, eod %d, bos %d\n", (long long)m, mg_tokenizer_vocab_size(t),
+           mg_tokenizer_eod(t), mg_tokenizer_bos(t));
+    free(ids); free(buf);
+    mg_tokenizer_free(t);
+    return 0;
+}

@@ -612,7 +612,8 @@ MGDEF void mg_loss_scaler_update(mg_loss_scaler *s, int found_inf);
       Megatron-LM's flags to an mg_tokenizer.h tokenizer: --tokenizer-type NAME (GPT2BPETokenizer,
       TikTokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, Llama2Tokenizer,
       ByteTokenizer); GPT2BPETokenizer takes --vocab-file vocab.json and --merge-file
-      merges.txt; the others --tokenizer-model: TikTokenizer the .tiktoken rank file (pattern
+      merges.txt; the others one file, --tokenizer-model (or --vocab-file, as
+      tools/mg_tokenize takes it): TikTokenizer the .tiktoken rank file (pattern
       --tiktoken-pattern gpt2|r50k_base|cl100k_base|o200k_base, else guessed from its size),
       HuggingFaceTokenizer a tokenizer.json or the directory holding one, SentencePiece and
       Llama2 the tokenizer.model. type NULL: ByteTokenizer. A flag the type does not use is an
@@ -2859,7 +2860,7 @@ static const mg__flag mg__flags[] = {
      "Llama2Tokenizer or ByteTokenizer: sets --vocab-size, checks the data's ids, decodes the "
      "generated sample and encodes --prompt"},
     {"--vocab-file", MG__F_STR, MG__OFF(vocab_file), "FILE", 0, 0,
-     "GPT2BPETokenizer: vocab.json"},
+     "GPT2BPETokenizer: vocab.json (the other types: their one file, as --tokenizer-model)"},
     {"--merge-file", MG__F_STR, MG__OFF(merge_file), "FILE", 0, 0,
      "GPT2BPETokenizer: merges.txt"},
     {"--tokenizer-model", MG__F_STR, MG__OFF(tokenizer_model), "FILE", 0, 0,
@@ -3427,12 +3428,14 @@ MGDEF mg_tokenizer *mg_tokenizer_from_flags(const char *type, const char *vocab_
                 "ByteTokenizer)", type);
         return NULL;
     }
+    /* GPT-2: both files; the others: one file, as --tokenizer-model (Megatron-LM's flag for
+       them) or --vocab-file (tools/mg_tokenize's)                                          */
     if (t == MG_TOK_GPT2_BPE ? (!vocab_file || !merge_file || tokenizer_model)
-                             : (t != MG_TOK_BYTES && (!tokenizer_model || vocab_file ||
+                             : (t != MG_TOK_BYTES && (!tokenizer_model == !vocab_file ||
                                                       merge_file))) {
         mg__err(err, errlen, "--tokenizer-type %s takes %s", type, t == MG_TOK_GPT2_BPE ?
                 "--vocab-file vocab.json and --merge-file merges.txt (not --tokenizer-model)" :
-                "--tokenizer-model FILE (not --vocab-file / --merge-file)");
+                "one file: --tokenizer-model FILE (or --vocab-file FILE), no --merge-file");
         return NULL;
     }
     if ((t == MG_TOK_BYTES && (vocab_file || merge_file || tokenizer_model)) ||
@@ -3443,11 +3446,11 @@ MGDEF mg_tokenizer *mg_tokenizer_from_flags(const char *type, const char *vocab_
         return NULL;
     }
     d.type = (mg_tok_type)t;
-    d.vocab_file = t == MG_TOK_GPT2_BPE ? vocab_file : tokenizer_model;
+    d.vocab_file = tokenizer_model ? tokenizer_model : vocab_file;
     d.merge_file = merge_file;
     d.pattern = tiktoken_pattern;
-    if (t == MG_TOK_HF && mg__is_dir(tokenizer_model)) {   /* a model directory */
-        snprintf(json, sizeof json, "%s/tokenizer.json", tokenizer_model);
+    if (t == MG_TOK_HF && mg__is_dir(d.vocab_file)) {   /* a model directory */
+        snprintf(json, sizeof json, "%s/tokenizer.json", d.vocab_file);
         d.vocab_file = json;
     }
     return mg_tokenizer_load(&d, err, errlen);

@@ -219,6 +219,8 @@ static void check_flag_errors(void) {
          "--vocab-file needs --tokenizer-type"},
         {"--input " DATA "prep_input.jsonl -o DIR/e --tokenizer-type GPT2BPETokenizer "
          "--vocab-file v.json", "GPT2BPETokenizer takes --vocab-file vocab.json and --merge-file"},
+        {"--input " DATA "prep_input.jsonl -o DIR/e --tokenizer-type TikTokenizer "
+         "--vocab-file a --tokenizer-model b", "TikTokenizer takes one file: --tokenizer-model"},
         {"--json-keys text -o DIR/e data/01_the_river_town.txt",
          "--json-keys applies to --input"},
         {"-o DIR/e --bad-lines skip data/01_the_river_town.txt",
@@ -289,6 +291,14 @@ static void check_tiktoken(void) {
          same_file(tp("tk_text_document.idx"), tp("tkref_text_document.idx"));
     mg_test_report(ok, "prepare: TikTokenizer (GPT-2's ranks) --append-eod = preprocess_data "
                    "with tiktoken itself, .bin and .idx byte for byte", "rc %d: %.300s", rc, out);
+    /* the rank file given as --vocab-file (tools/mg_tokenize's spelling): the same dataset */
+    snprintf(cmd, sizeof cmd, TOOL " --quiet --input " DATA "prep_input.jsonl --output-prefix "
+             "%s/tkv --append-eod --tokenizer-type TikTokenizer --vocab-file " VOCAB, dir);
+    rc = run(cmd, out, sizeof out);
+    mg_test_report(rc == 0 && same_file(tp("tkv_text_document.bin"), tp("tk_text_document.bin"))
+                   && same_file(tp("tkv_text_document.idx"), tp("tk_text_document.idx")),
+                   "prepare: TikTokenizer's file as --vocab-file = as --tokenizer-model",
+                   "rc %d: %.300s", rc, out);
 }
 
 static void check_train_text(void) {

@@ -1,7 +1,9 @@
 # megatron.h — build, test, train.
-#   make           build every program with cc into build/ (and with nvcc, as build/<name>_cuda)
+#   make           build every program with cc into build/ (and with nvcc, as build/<name>_cuda;
+#                  gpt_train and tests/gpu through the CUDA emulator, as build/<name>_emu)
 #   make test      install what is missing (as root), build all flavours, run the whole suite
 #   make train     train a small GPT on the corpus shipped in data/ and print a sample
+#   make help      every target and the variables a user sets
 #
 # Programs are discovered, never listed: tests/test_*.c, bench/*.c, tools/*.c, examples/*.cu.
 # Tests, benches and tools link one implementation object per flavour (build/obj/impl_*.o:
@@ -48,8 +50,8 @@ ifneq ($(NVCC),)
 CUDA_PROGS := $(addprefix $(BUILD)/,$(addsuffix _cuda,$(LINKED) $(EXAMPLES) $(GPUTESTS)))
 endif
 
-.PHONY: all cpu cuda asan test deps oracle train clean
-all: cpu cuda
+.PHONY: all cpu cuda emu asan test deps oracle train clean help
+all: cpu cuda emu
 cpu: $(CPU_PROGS)
 cuda: $(CUDA_PROGS)
 asan: $(ASAN_PROGS)
@@ -100,6 +102,37 @@ $(addprefix $(BUILD)/,$(addsuffix _cuda,$(LINKED) $(GPUTESTS))): $(BUILD)/%_cuda
 $(addprefix $(BUILD)/,$(addsuffix _cuda,$(EXAMPLES))): $(BUILD)/%_cuda: examples/%.cu $(HEADERS) | $(BUILD)/obj
 	$(NVCC) $(NVFLAGS) $< -o $@ $(NVLIBS)
 
+# --- emu flavour: the CUDA path through the CUDA emulator (tests/cuda_emu/README.md) ----------
+# g++ compiles the .cu/.c sources as CUDA C++ against tests/cuda_emu's headers; every load and
+# store calls the emulator's checks (-fsanitize=thread's hooks, linked without its runtime).
+# cuda_emu.o, the emulator itself, is compiled without them.
+CXX     ?= g++
+EMU_DIR := tests/cuda_emu
+EMU_HDRS:= $(wildcard $(EMU_DIR)/*.h)
+EMU_FLAGS := -O2 -g -std=c++17 -D_GNU_SOURCE $(WARN) -fopenmp -I. $(MPI_DEF) $(MPI_CFLAGS) \
+           $(BLAS_CFLAGS) -DMG_CUDA_EMU -D__CUDACC__ -I$(EMU_DIR) -include cuda_runtime.h \
+           -fsanitize=thread --param tsan-instrument-func-entry-exit=0
+EMU_PROGS := $(addprefix $(BUILD)/,$(addsuffix _emu,gpt_train $(GPUTESTS)) emu_test)
+emu: $(EMU_PROGS)
+$(BUILD)/obj/cuda_emu.o: $(EMU_DIR)/cuda_emu.cpp $(EMU_HDRS) | $(BUILD)/obj
+	$(CXX) -O2 -g -std=c++17 -D_GNU_SOURCE $(WARN) -DMG_CUDA_EMU -I$(EMU_DIR) $(MPI_DEF) \
+	  $(MPI_CFLAGS) $(BLAS_CFLAGS) -c $< -o $@
+$(BUILD)/obj/impl_emu.o: $(BUILD)/obj/impl.c $(HEADERS) $(EMU_HDRS)
+	$(CXX) $(EMU_FLAGS) -x c++ -c $< -o $@
+$(BUILD)/%_emu.o: tests/gpu/%.c $(HEADERS) $(TESTHDRS) $(EMU_HDRS) | $(BUILD)/obj
+	$(CXX) $(EMU_FLAGS) -x c++ -c $< -o $@
+$(BUILD)/emu_test.o: $(EMU_DIR)/emu_test.cu $(EMU_HDRS) | $(BUILD)/obj
+	$(CXX) $(EMU_FLAGS) -x c++ -c $< -o $@
+$(BUILD)/emu_test: $(BUILD)/emu_test.o $(BUILD)/obj/cuda_emu.o
+	$(CXX) $^ -o $@ $(LDLIBS)
+$(addprefix $(BUILD)/,$(addsuffix _emu,$(GPUTESTS))): $(BUILD)/%_emu: $(BUILD)/%_emu.o $(BUILD)/obj/impl_emu.o $(BUILD)/obj/cuda_emu.o
+	$(CXX) $^ -o $@ $(LDLIBS)
+$(BUILD)/gpt_train_emu.o: examples/gpt_train.cu $(HEADERS) $(EMU_HDRS) | $(BUILD)/obj
+	$(CXX) $(EMU_FLAGS) -x c++ -c $< -o $@
+# linked without -fsanitize=thread: the emulator provides the hooks, no sanitizer runtime
+$(BUILD)/gpt_train_emu: $(BUILD)/gpt_train_emu.o $(BUILD)/obj/cuda_emu.o
+	$(CXX) $^ -o $@ $(LDLIBS)
+
 # --- dependencies, oracle, tests -------------------------------------------------------------
 deps:
 	@sh tools/install-deps.sh
@@ -122,6 +155,41 @@ train: deps
 
 clean:
 	rm -rf $(BUILD)
+
+# One line per target, then the variables; make passes VAR=value to the scripts it runs
+# (tools/train-demo.sh reads RANKS, TP, PP, ITERS, …; tests/run.sh reads ONLY).
+help:
+	@printf '%s\n' \
+	'Targets (programs are found, not listed: tests/test_*.c, bench/*.c, tools/*.c, examples/*.cu):' \
+	'  all                every program with cc, with nvcc where it is found, and the emulated' \
+	'                     CUDA builds (cpu + cuda + emu)' \
+	'  cpu                every program with cc: build/<name>' \
+	'  cuda               every program with nvcc: build/<name>_cuda (GPU if present, else CPU)' \
+	'  emu                gpt_train and tests/gpu through the CUDA emulator: build/<name>_emu' \
+	'                     (tests/cuda_emu/README.md; make test runs them)' \
+	'  asan               every test with AddressSanitizer + UBSan: build/<name>_asan' \
+	'  test               deps, oracle, all and asan, then tests/run.sh: the whole suite' \
+	'  train              deps, cpu, then tools/train-demo.sh: a small GPT on data/, and a sample' \
+	'  deps               install what is missing (as root): tools/install-deps.sh' \
+	'  oracle             regenerate the PyTorch reference files in tests/data (if torch imports)' \
+	'  fuzz               libFuzzer harnesses of mg_data.h with clang: build/fuzz/<name>' \
+	'                     (run them: sh tests/fuzz/run.sh [SECONDS] [NAMES])' \
+	'  clean              remove build/' \
+	'  help               this list' \
+	'  build/<name>       one program with cc, e.g. build/gpt_train, build/test_cli' \
+	'  build/<name>_cuda  one program with nvcc, e.g. build/gpt_train_cuda' \
+	'  build/<name>_asan  one test with the sanitizers, e.g. build/test_cli_asan' \
+	'' \
+	'Variables (make VAR=value ...):' \
+	'  CC=$(CC)  NVCC=$(NVCC)  CLANG=$(CLANG)  PYTHON=$(PYTHON)' \
+	'  CFLAGS       compiler flags of the cc builds (default -O2 -g -march=x86-64-v2)' \
+	'  RANKS TP PP  train: MPI ranks (default 8; 1: one process, no mpirun), tensor- and' \
+	'               pipeline-parallel sizes (default 2 and 2; data parallel = RANKS/(TP*PP)),' \
+	'               e.g. make train RANKS=4 TP=1 PP=2' \
+	'  ITERS        train: iterations (default 200 with several ranks, 600 with one)' \
+	'  MB SAMPLE    train: micro-batch size (default 2 / 8), tokens sampled at the end (200 / 400)' \
+	'  THREADS      train: OpenMP threads of the whole run, shared by the ranks (default 2)' \
+	'  ONLY         test: run only the tests whose name contains it (also: ONLY=cli sh tests/run.sh)'
 
 # --- fuzz harnesses for mg_data.h (clang libFuzzer; not part of `make test`) ---------------------
 #   make fuzz && sh tests/fuzz/run.sh [SECONDS] [NAMES]

@@ -97,7 +97,34 @@ typedef struct mg_gpt_config {
        (dropout_seed, site, global microbatch index) at GLOBAL coordinates: see section 3.   */
     float hidden_dropout, attention_dropout;
     uint64_t dropout_seed;
+    /* The Llama family's switches, Megatron-LM's flags. Zero is GPT-2 everywhere, so a config
+       that sets none of them is the GPT-2 model (mg_gpt_layer_config resolves the defaults). */
+    int normalization;    /* --normalization: MG_NORM_LAYERNORM (0) or MG_NORM_RMSNORM          */
+    float norm_epsilon;   /* --norm-epsilon (0: 1e-5)                                           */
+    int swiglu;           /* --swiglu: MLP = down(silu(gate(x)) ⊙ up(x))                         */
+    int ffn_hidden;       /* --ffn-hidden-size (0: 4C, or with SwiGLU Megatron-LM's
+                             int(4C·2/3 / 64)·64)                                              */
+    int position_embedding; /* --position-embedding-type: MG_POS_LEARNED (0), MG_POS_ROPE,
+                               MG_POS_NONE                                                      */
+    float rotary_base;    /* --rotary-base, θ (0: 10000)                                        */
+    float rotary_percent; /* --rotary-percent: share of each head's dims rotated (0: 1.0)        */
+    int use_rope_scaling; /* --use-rope-scaling: Llama 3's frequency scaling, with            */
+    float rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor; /* (0: 8, 1, 4)   */
+    int rope_original_max_pos;  /* (0: 8192)                                                   */
+    int n_query_groups;   /* --num-query-groups with --group-query-attention (0: n_head)        */
+    int kv_channels;      /* --kv-channels, the head dimension (0: C / n_head)                  */
+    int untie_embeddings; /* --untie-embeddings-and-output-weights: an output layer of its own  */
+    int disable_bias_linear; /* --disable-bias-linear: no biases on the linear layers           */
+    int add_qkv_bias;     /* --add-qkv-bias: the Q/K/V bias even so (Qwen2)                     */
 } mg_gpt_config;
+enum { MG_NORM_LAYERNORM = 0, MG_NORM_RMSNORM = 1 };
+enum { MG_POS_LEARNED = 0, MG_POS_ROPE = 1, MG_POS_NONE = 2 };
+/* 1 when none of the switches below is set: the GPT-2 architecture. */
+MGDEF int mg_gpt_is_gpt2(const mg_gpt_config *cfg);
+/* The transformer layer of this model (mg_transformer.h), its defaults resolved: head
+   dimension, query groups, MLP width, norm epsilon, rotary dims and frequencies.          */
+MGDEF mg_layer_config mg_gpt_layer_config(const mg_gpt_config *cfg, int micro_batch,
+                                          mg_dtype dtype);
 
 /* Megatron's --make-vocab-size-divisible-by 128, times the tensor-parallel size. */
 MGDEF int mg_gpt_pad_vocab(int vocab_size, int tp_size);
@@ -214,10 +241,13 @@ MGDEF double mg_gpt_flops_recomputed(const mg_gpt_config *cfg, const mg_gpt_layo
 typedef enum { MG_TP_REPLICATED = 0, MG_TP_COLUMN, MG_TP_ROW, MG_TP_VOCAB } mg_tp_split;
 typedef enum { MG_INIT_NORMAL = 0, MG_INIT_ZERO, MG_INIT_ONE } mg_init_kind;
 
-/* The tensors outside the layers (a layer's 12 are mg_transformer.h's mg_layer_tensor). */
+/* The tensors outside the layers (a layer's are mg_transformer.h's mg_layer_tensor): the word
+   embedding, the position embedding (learned positions), the final norm, and the output
+   layer when it is not tied to the word embedding.                                         */
 typedef enum {
-    MG_WTE = MG_LAYER_TENSORS, MG_WPE, MG_LNF_W, MG_LNF_B, MG_TENSOR_KINDS
+    MG_WTE = MG_LAYER_TENSORS, MG_WPE, MG_LNF_W, MG_LNF_B, MG_OUT_W, MG_TENSOR_KINDS
 } mg_gpt_global_tensor;
+#define MG_GLOBAL_TENSORS (MG_TENSOR_KINDS - MG_LAYER_TENSORS)
 
 typedef struct mg_param_desc {
     char name[80];          /* Megatron-Core name, e.g. decoder.layers.0.mlp.linear_fc1.weight */
@@ -295,8 +325,13 @@ typedef struct mg_gpt {
     mg_dtype dtype;           /* layout.dtype: activations, their gradients, param16            */
     float *grad_buf;          /* ONE flat fp32 buffer of their gradients (device)              */
     mg_tensor *w, *g;         /* n_params tensor views into param_buf / grad_buf               */
-    int idx_global[4];        /* descriptor index of WTE, WPE, LNF_W, LNF_B (-1: not held)     */
+    int idx_global[MG_GLOBAL_TENSORS]; /* descriptor index of WTE, WPE, LNF_W, LNF_B, OUT_W
+                                 (-1: not held)                                               */
     int *idx_layer;           /* [n_layer]: index of the layer's first tensor, -1: not held    */
+    int layer_tensors;        /* tensors per layer (the configuration's, mg_layer_has_tensor)   */
+    mg_tensor (*lw)[MG_LAYER_TENSORS], (*lg)[MG_LAYER_TENSORS]; /* [n_layer]: each held layer's
+                                 weights / gradients by kind (absent kinds: data NULL), the
+                                 arrays mg_transformer.h's layer calls take                    */
     mg_gpt_acts *acts;        /* [n_chunks · n_slots], chunk-major                              */
     mg_transformer tf;        /* the layers' shared state (mg_transformer.h): the tensor group
                                  tf.tp, this rank's residual-stream rows tf.n_rows from
@@ -640,6 +675,12 @@ typedef struct mg_train_args {
     /* model (optional when --init-from / --load supply them; they must agree if given)       */
     int64_t num_layers, hidden_size, num_attention_heads, seq_length, max_position_embeddings,
             vocab_size;
+    /* the Llama family's switches (mg_gpt_config); defaults: GPT-2                          */
+    int normalization, position_embedding_type;        /* choices: MG_NORM_*, MG_POS_*       */
+    int swiglu, use_rope_scaling, group_query_attention, untie_embeddings_and_output_weights,
+        disable_bias_linear, add_qkv_bias;             /* switches                            */
+    double norm_epsilon, rotary_base, rotary_percent, rope_scaling_factor;
+    int64_t ffn_hidden_size, num_query_groups, kv_channels;
     /* batch and length of the run                                                           */
     int64_t micro_batch_size, global_batch_size, train_iters;
     /* optimizer and schedule                                                                */
@@ -687,6 +728,9 @@ MGDEF void mg_train_args_default(mg_train_args *a);
 MGDEF int mg_train_parse(mg_train_args *a, int argc, char **argv, char *err, size_t errlen);
 MGDEF int mg_train_flag_given(const mg_train_args *a, const char *flag); /* "--lr" -> 0/1 */
 MGDEF void mg_train_print_help(FILE *out, const char *prog);
+/* Flag i of the table ("--lr"; NULL past the last one) and the --help group it is listed
+   under (*group: "learning rate"), for tools and tests that walk the command line.        */
+MGDEF const char *mg_train_flag_name(int i, const char **group);
 
 typedef struct mg_step_result {
     double loss;              /* mean over the global batch's target tokens                     */
@@ -711,7 +755,9 @@ typedef struct mg_trainer {
                                            [dp_rank·G/d, (dp_rank+1)·G/d) of each global batch */
     mg_dp dp;                           /* the gradient reduction over the data group          */
     int writer;                         /* this rank writes files and logs (world rank 0)      */
-    int has_valid, has_test;
+    int has_valid, has_test;            /* has_valid: a validation set exists (else the
+                                           evaluations are skipped; valid_note says why)       */
+    char valid_note[MG_ERRLEN];         /* "validation skipped: …" or empty                    */
     mg_dataset *datasets;               /* every dataset the data flags name, opened          */
     int n_datasets;
     mg_blend train_data, valid_data, test_data;  /* samples of each part (mg_data.h, 2b)     */
@@ -757,7 +803,9 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr);
    Megatron's line to out (and a JSON object to --log-jsonl).                               */
 MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out);
 /* Mean loss over --eval-iters global batches of the validation part (the next ones);
-   prints Megatron's validation line to out when out is non-NULL.                           */
+   prints Megatron's validation line to out when out is non-NULL (and a JSON object to
+   --log-jsonl). Without a validation set (tr->has_valid 0: see tr->valid_note) it returns
+   NAN and prints and writes nothing.                                                       */
 MGDEF double mg_trainer_evaluate(mg_trainer *tr, FILE *out);
 /* Mean loss over the first --eval-iters global batches of --test-data-path (NAN without it);
    Megatron's line " validation loss at iteration N on test set | …" to out.               */
@@ -805,27 +853,33 @@ MGDEF int mg_trainer_write_pipeline_trace(mg_trainer *tr, const char *path, char
 #ifndef MEGATRON_IMPLEMENTED
 #define MEGATRON_IMPLEMENTED
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
 
+/* Line breaks in a message become blanks: one line, whatever a quoted file or path held. */
+static void mg__one_line(char *text) {
+    for (; *text; text++)
+        if (*text == '\n' || *text == '\r') *text = ' ';
+}
+
 /* One error line into err (what is wrong, what would be valid); returns -1. */
 static int mg__err(char *err, size_t errlen, const char *fmt, ...) {
     va_list ap;
-    char *c;
     if (!err || !errlen) return -1;
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
-    for (c = err; *c; c++)   /* one line, whatever a quoted file held */
-        if (*c == '\n' || *c == '\r') *c = ' ';
+    mg__one_line(err);
     return -1;
 }
 
@@ -844,10 +898,10 @@ MGDEF int mg_gpt_config_check(const mg_gpt_config *c, int tp_size, char *err, si
         return mg__err(err, errlen, "--hidden-size %d: must be at least 1", c->hidden);
     if (c->n_head < 1)
         return mg__err(err, errlen, "--num-attention-heads %d: must be at least 1", c->n_head);
-    if (c->hidden % c->n_head)
+    if (c->hidden % c->n_head && c->kv_channels <= 0)
         return mg__err(err, errlen, "--hidden-size %d is not divisible by "
-                       "--num-attention-heads %d (pick heads that divide the hidden size)",
-                       c->hidden, c->n_head);
+                       "--num-attention-heads %d (pick heads that divide the hidden size, or "
+                       "give the head dimension with --kv-channels)", c->hidden, c->n_head);
     if (c->hidden % tp_size)
         return mg__err(err, errlen, "--hidden-size %d is not divisible by "
                        "--tensor-model-parallel-size %d (each rank holds C/t columns)",
@@ -856,6 +910,45 @@ MGDEF int mg_gpt_config_check(const mg_gpt_config *c, int tp_size, char *err, si
         return mg__err(err, errlen, "--num-attention-heads %d is not divisible by "
                        "--tensor-model-parallel-size %d (heads are divided across the ranks)",
                        c->n_head, tp_size);
+    if (c->n_query_groups < 0 || (c->n_query_groups > 0 && c->n_head % c->n_query_groups))
+        return mg__err(err, errlen, "--num-query-groups %d does not divide "
+                       "--num-attention-heads %d (each key/value group serves the same number "
+                       "of query heads; 1 is multi-query attention)", c->n_query_groups,
+                       c->n_head);
+    if (c->n_query_groups > 0 && c->n_query_groups % tp_size)
+        return mg__err(err, errlen, "--num-query-groups %d is not divisible by "
+                       "--tensor-model-parallel-size %d (a rank holds whole key/value groups, "
+                       "as in Megatron-LM)", c->n_query_groups, tp_size);
+    if (c->kv_channels < 0 || c->ffn_hidden < 0)
+        return mg__err(err, errlen, "--kv-channels %d / --ffn-hidden-size %d: must be positive",
+                       c->kv_channels, c->ffn_hidden);
+    {
+        mg_layer_config k = mg_gpt_layer_config(c, 1, MG_F32);
+        if (k.ffn_hidden < 1 || k.ffn_hidden % tp_size)
+            return mg__err(err, errlen, "the MLP width %d (--ffn-hidden-size%s) is not a "
+                           "positive multiple of --tensor-model-parallel-size %d", k.ffn_hidden,
+                           c->ffn_hidden > 0 ? "" : ", SwiGLU's default 2/3·4h rounded to 64",
+                           tp_size);
+        if (c->position_embedding == MG_POS_ROPE && k.rot_dim < 2)
+            return mg__err(err, errlen, "rotary positions rotate pairs of dims: head "
+                           "dimension %d × --rotary-percent %g leaves %d (need at least 2)",
+                           k.head_dim, c->rotary_percent > 0 ? c->rotary_percent : 1.0,
+                           k.rot_dim);
+        if (c->position_embedding == MG_POS_ROPE && k.head_dim % 2)
+            return mg__err(err, errlen, "rotary positions need an even head dimension (%d: "
+                           "--hidden-size / --num-attention-heads or --kv-channels)",
+                           k.head_dim);
+        if (!(k.norm.eps > 0 && k.norm.eps < 1))
+            return mg__err(err, errlen, "--norm-epsilon %g: must be in (0, 1)", k.norm.eps);
+        if (!(k.rope_freq.base > 1) || (c->rotary_percent != 0 && !(c->rotary_percent > 0 &&
+                                                                   c->rotary_percent <= 1)))
+            return mg__err(err, errlen, "--rotary-base %g must be > 1 and --rotary-percent %g "
+                           "in (0, 1]", k.rope_freq.base, c->rotary_percent);
+        if (c->use_rope_scaling && !(k.rope_freq.high_freq_factor > k.rope_freq.low_freq_factor))
+            return mg__err(err, errlen, "Llama 3 rope scaling needs high_freq_factor %g > "
+                           "low_freq_factor %g", k.rope_freq.high_freq_factor,
+                           k.rope_freq.low_freq_factor);
+    }
     if (c->seq_len < 1)
         return mg__err(err, errlen, "--seq-length %d: must be at least 1", c->seq_len);
     if (c->max_pos < c->seq_len)
@@ -878,23 +971,86 @@ MGDEF int mg_gpt_config_check(const mg_gpt_config *c, int tp_size, char *err, si
     return 0;
 }
 
-MGDEF int64_t mg_gpt_num_params(const mg_gpt_config *c) {
-    int64_t C = c->hidden;
-    int64_t per_layer = 12 * C * C + 13 * C;   /* 4 weight matrices (C·3C, C·C, C·4C, 4C·C) +
-                                                  biases 3C + C + 4C + C + 2 layernorms 4C     */
-    return (int64_t)c->padded_vocab * C + (int64_t)c->max_pos * C + c->n_layer * per_layer +
-           2 * C;
+MGDEF int mg_gpt_is_gpt2(const mg_gpt_config *c) {
+    return !c->normalization && !c->swiglu && !c->ffn_hidden && !c->position_embedding &&
+           !c->n_query_groups && !c->kv_channels && !c->untie_embeddings &&
+           !c->disable_bias_linear && !c->add_qkv_bias;
 }
 
+MGDEF mg_layer_config mg_gpt_layer_config(const mg_gpt_config *c, int micro_batch,
+                                          mg_dtype dtype) {
+    mg_layer_config k;
+    memset(&k, 0, sizeof k);
+    k.hidden = c->hidden;
+    k.n_head = c->n_head;
+    k.n_group = c->n_query_groups > 0 ? c->n_query_groups : c->n_head;
+    k.head_dim = c->kv_channels > 0 ? c->kv_channels : c->n_head > 0 ? c->hidden / c->n_head : 0;
+    /* Megatron-LM: 4h, or with SwiGLU 2/3 of it (the gate is a third matrix) rounded down to a
+       multiple of 64 */
+    k.ffn_hidden = c->ffn_hidden > 0 ? c->ffn_hidden
+                   : c->swiglu       ? (int)((4.0 * c->hidden * 2.0 / 3.0) / 64.0) * 64
+                                     : 4 * c->hidden;
+    k.seq_len = c->seq_len;
+    k.micro_batch = micro_batch;
+    k.dtype = dtype;
+    k.norm.rms = c->normalization == MG_NORM_RMSNORM;
+    k.norm.eps = c->norm_epsilon > 0 ? c->norm_epsilon : 1e-5f;
+    k.swiglu = c->swiglu;
+    k.bias = !c->disable_bias_linear;
+    k.qkv_bias = c->add_qkv_bias;
+    k.rope = c->position_embedding == MG_POS_ROPE;
+    /* Megatron-LM: int(kv_channels · rotary_percent); an odd count rotates one dim fewer */
+    k.rot_dim = (int)(k.head_dim * (c->rotary_percent > 0 ? c->rotary_percent : 1.0f)) / 2 * 2;
+    k.rope_freq.base = c->rotary_base > 0 ? c->rotary_base : 10000.0f;
+    k.rope_freq.llama3 = c->use_rope_scaling;
+    k.rope_freq.factor = c->rope_scaling_factor > 0 ? c->rope_scaling_factor : 8.0f;
+    k.rope_freq.low_freq_factor = c->rope_low_freq_factor > 0 ? c->rope_low_freq_factor : 1.0f;
+    k.rope_freq.high_freq_factor = c->rope_high_freq_factor > 0 ? c->rope_high_freq_factor : 4.0f;
+    k.rope_freq.original_max_pos = c->rope_original_max_pos > 0 ? c->rope_original_max_pos : 8192;
+    k.hidden_dropout = c->hidden_dropout;
+    k.attention_dropout = c->attention_dropout;
+    k.dropout_seed = c->dropout_seed;
+    return k;
+}
+
+static int mg__build_params(const mg_gpt_config *c, const mg_gpt_layout *L, mg_param_desc *out,
+                            int64_t *n_elems);   /* section 2 */
+
+/* Every tensor of the whole model counted once, from the descriptors themselves. */
+MGDEF int64_t mg_gpt_num_params(const mg_gpt_config *c) {
+    mg_gpt_layout whole = mg_gpt_layout_single(c, 1, 1, 1);
+    int n = mg__build_params(c, &whole, NULL, NULL), i;
+    int64_t total = 0;
+    mg_param_desc *d = (mg_param_desc *)MG_MALLOC(sizeof(mg_param_desc) * (size_t)n);
+    MG_ASSERT(d, "out of host memory");
+    mg__build_params(c, &whole, d, NULL);
+    for (i = 0; i < n; i++) total += d[i].numel;
+    MG_FREE(d);
+    return total;
+}
+
+/* Megatron-LM's num_floating_point_operations: per layer, 12·s·h²·[(1 + g/a + s/h)·(q/h) +
+   (F/h)·(3/2 with SwiGLU)] — the QKV, attention and projection GEMMs (q = a·hd query width,
+   g key/value groups), the MLP's — plus the logits' 12·s·h²·Vp/(2·l·h) per layer, all times
+   3 (forward, backward input and weight) and 2 FLOPs per multiply-add. With GPT-2's defaults
+   this is 72·B·s·l·h²·(1 + s/(6h) + Vp/(12·l·h)), eq. 3 of Narayanan et al. 2021 without the
+   recomputed forward.                                                                       */
 MGDEF double mg_gpt_flops_per_iteration(const mg_gpt_config *c, int64_t samples) {
+    mg_layer_config k = mg_gpt_layer_config(c, 1, MG_F32);
     double s = c->seq_len, l = c->n_layer, h = c->hidden, V = c->padded_vocab;
-    return 72.0 * (double)samples * s * l * h * h * (1.0 + s / (6.0 * h) + V / (12.0 * l * h));
+    double q = (double)k.n_head * k.head_dim, g = k.n_group, a = k.n_head;
+    double attn = (1.0 + g / a + s / h) * (q / h), mlp = k.ffn_hidden / h * (k.swiglu ? 1.5 : 1.0);
+    return 12.0 * (double)samples * s * l * h * h * (attn + mlp + V / (2.0 * l * h));
 }
 
 MGDEF double mg_gpt_flops_recomputed(const mg_gpt_config *c, const mg_gpt_layout *L,
                                      int64_t samples) {
+    mg_layer_config k = mg_gpt_layer_config(c, 1, MG_F32);
     double s = c->seq_len, h = c->hidden, B = (double)samples;
-    double core = 4.0 * B * s * s * h, layer = 24.0 * B * s * h * h + core;
+    double q = (double)k.n_head * k.head_dim, kv = (double)k.n_group * k.head_dim;
+    double F = k.ffn_hidden * (k.swiglu ? 3.0 : 2.0);   /* the MLP's matrices, h×F each */
+    /* one layer's forward: QKV, scores and P·V (the core), projection, MLP */
+    double core = 4.0 * B * s * s * q, layer = 2.0 * B * s * h * (q + 2 * kv + q + F) + core;
     int ch, i, first = 0, last = -1, held = 0, full = 0;
     if (L->recompute_granularity == MG_RECOMPUTE_SELECTIVE) return core * c->n_layer;
     if (L->recompute_granularity != MG_RECOMPUTE_FULL) return 0;
@@ -1036,13 +1192,17 @@ static const mg__tensor_name mg__names[MG_TENSOR_KINDS] = {
     {"mlp.linear_fc1.bias", "mlp.c_fc.bias", 11, 0},
     {"mlp.linear_fc2.weight", "mlp.c_proj.weight", 12, 1},
     {"mlp.linear_fc2.bias", "mlp.c_proj.bias", 13, 0},
+    {"mlp.linear_fc1_gate.weight", "", -1, 0},   /* SwiGLU's gate: no GPT-2 counterpart */
+    {"mlp.linear_fc1_gate.bias", "", -1, 0},
     {"embedding.word_embeddings.weight", "wte.weight", 0, 0},
     {"embedding.position_embeddings.weight", "wpe.weight", 1, 0},
     {"decoder.final_layernorm.weight", "ln_f.weight", 14, 0},
     {"decoder.final_layernorm.bias", "ln_f.bias", 15, 0},
+    {"output_layer.weight", "", -1, 0},          /* untied output layer */
 };
 
-/* Global shape, split kind and initialisation of a tensor kind. */
+/* Global shape, split kind and initialisation of a tensor kind. A layer's shapes and splits
+   are mg_transformer.h's (mg_layer_tensor_shape); the vocabulary-sized tensors split by rows. */
 static void mg__describe(mg_param_desc *d, const mg_gpt_config *c, int kind, int layer) {
     int64_t C = c->hidden;
     memset(d, 0, sizeof *d);
@@ -1052,36 +1212,34 @@ static void mg__describe(mg_param_desc *d, const mg_gpt_config *c, int kind, int
         snprintf(d->name, sizeof d->name, "decoder.layers.%d.%s", layer, mg__names[kind].mg);
     else
         snprintf(d->name, sizeof d->name, "%s", mg__names[kind].mg);
-    d->ndim = 1;
-    d->init = MG_INIT_ZERO;            /* biases */
     d->split = MG_TP_REPLICATED;
-    switch (kind) {
-    case MG_LN1_W: case MG_LN2_W: case MG_LNF_W:
-        d->shape[0] = C; d->init = MG_INIT_ONE; break;
-    case MG_LN1_B: case MG_LN2_B: case MG_LNF_B: case MG_PROJ_B: case MG_FC2_B:
-        d->shape[0] = C; break;
-    case MG_QKV_B:
-        d->shape[0] = 3 * C; d->split = MG_TP_COLUMN; break;
-    case MG_FC1_B:
-        d->shape[0] = 4 * C; d->split = MG_TP_COLUMN; break;
-    default:
-        d->ndim = 2;
+    if (kind < MG_LAYER_TENSORS) {
+        mg_layer_config lc = mg_gpt_layer_config(c, 1, MG_F32);
+        int split = mg_layer_tensor_shape(&lc, kind, d->shape);
+        d->split = split == 1 ? MG_TP_COLUMN : split == 2 ? MG_TP_ROW : MG_TP_REPLICATED;
+    } else if (kind == MG_WTE || kind == MG_OUT_W) {
+        d->shape[0] = c->padded_vocab; d->shape[1] = C; d->split = MG_TP_VOCAB;
+    } else if (kind == MG_WPE) {
+        d->shape[0] = c->max_pos; d->shape[1] = C;
+    } else {
+        d->shape[0] = C;   /* final norm */
+    }
+    d->ndim = d->shape[1] ? 2 : 1;
+    if (d->ndim == 2) {
         d->init = MG_INIT_NORMAL;
         d->init_std = 0.02f;
         d->weight_decay = 1;
-        switch (kind) {
-        case MG_QKV_W:  d->shape[0] = 3 * C; d->shape[1] = C; d->split = MG_TP_COLUMN; break;
-        case MG_FC1_W:  d->shape[0] = 4 * C; d->shape[1] = C; d->split = MG_TP_COLUMN; break;
-        case MG_PROJ_W: d->shape[0] = C; d->shape[1] = C; d->split = MG_TP_ROW; break;
-        case MG_FC2_W:  d->shape[0] = C; d->shape[1] = 4 * C; d->split = MG_TP_ROW; break;
-        case MG_WTE:    d->shape[0] = c->padded_vocab; d->shape[1] = C;
-                        d->split = MG_TP_VOCAB; break;
-        default:        d->shape[0] = c->max_pos; d->shape[1] = C; break;    /* MG_WPE */
-        }
         if (kind == MG_PROJ_W || kind == MG_FC2_W)  /* GPT-2's scaled residual projections */
             d->init_std = (float)(0.02 / sqrt(2.0 * c->n_layer));
+    } else {
+        d->init = kind == MG_LN1_W || kind == MG_LN2_W || kind == MG_LNF_W ? MG_INIT_ONE
+                                                                          : MG_INIT_ZERO;
     }
 }
+
+/* The vocabulary-sized tensors (word embedding, untied output layer): Vp rows, of which the
+   V real ones are stored in files and initialised; the padding rows stay zero.            */
+static int mg__vocab_rows(int kind) { return kind == MG_WTE || kind == MG_OUT_W; }
 
 /* This rank's shard of a described tensor: split dimension divided by tp_size. */
 static void mg__shard(mg_param_desc *d, int tp_rank, int tp_size) {
@@ -1115,18 +1273,24 @@ static int mg__build_params(const mg_gpt_config *c, const mg_gpt_layout *L, mg_p
                             int64_t *n_elems) {
     int has_emb = 0, has_head = 0, n = 0, ch, l, k;
     int64_t off = 0;
+    mg_layer_config lc = mg_gpt_layer_config(c, 1, MG_F32);
     for (ch = 0; ch < L->n_chunks; ch++) {
         has_emb |= L->chunks[ch].has_embedding;
         has_head |= L->chunks[ch].has_head;
     }
-    if (has_emb || has_head) mg__add_param(c, L, out, &n, &off, MG_WTE, -1);  /* tied */
-    if (has_emb) mg__add_param(c, L, out, &n, &off, MG_WPE, -1);
+    /* the word embedding, also the output layer's weight when tied */
+    if (has_emb || (has_head && !c->untie_embeddings))
+        mg__add_param(c, L, out, &n, &off, MG_WTE, -1);
+    if (has_emb && c->position_embedding == MG_POS_LEARNED)
+        mg__add_param(c, L, out, &n, &off, MG_WPE, -1);
     for (ch = 0; ch < L->n_chunks; ch++)
         for (l = L->chunks[ch].layer_begin; l < L->chunks[ch].layer_end; l++)
-            for (k = 0; k < MG_LAYER_TENSORS; k++) mg__add_param(c, L, out, &n, &off, k, l);
+            for (k = 0; k < MG_LAYER_TENSORS; k++)
+                if (mg_layer_has_tensor(&lc, k)) mg__add_param(c, L, out, &n, &off, k, l);
     if (has_head) {
         mg__add_param(c, L, out, &n, &off, MG_LNF_W, -1);
-        mg__add_param(c, L, out, &n, &off, MG_LNF_B, -1);
+        if (c->normalization != MG_NORM_RMSNORM) mg__add_param(c, L, out, &n, &off, MG_LNF_B, -1);
+        if (c->untie_embeddings) mg__add_param(c, L, out, &n, &off, MG_OUT_W, -1);
     }
     if (n_elems) {   /* padded for the data-parallel buckets: a multiple of 64·d */
         int64_t unit = 64 * (int64_t)(L->dp_size > 1 ? L->dp_size : 1);
@@ -1166,7 +1330,7 @@ MGDEF void mg_gpt_init_weights(mg_gpt *m, uint64_t seed) {
         for (r = 0; r < rows; r++) {
             int64_t grow = d->row0 + r, j;
             /* padding rows of the vocabulary stay zero: they are never used */
-            if (d->kind == MG_WTE && grow >= m->cfg.vocab_size) continue;
+            if (mg__vocab_rows(d->kind) && grow >= m->cfg.vocab_size) continue;
             for (j = 0; j < cols; j++) {
                 uint64_t gidx = (uint64_t)(grow * gcols + d->col0 + j); /* global element */
                 dst[r * cols + j] = d->init_std * mg_rand_normal(key, gidx);
@@ -1188,9 +1352,14 @@ MGDEF int mg_gpt_find_param(const mg_gpt *m, const char *name) {
 /* Elements of the largest global tensor of a model: the word embedding, the position
    embedding or a 4C×C MLP weight.                                                          */
 static int64_t mg__max_global_elems(const mg_gpt_config *c) {
-    int64_t C = c->hidden, best = (int64_t)c->padded_vocab * C;
+    mg_layer_config lc = mg_gpt_layer_config(c, 1, MG_F32);
+    int64_t C = c->hidden, best = (int64_t)c->padded_vocab * C, shape[2];
+    int k;
     if ((int64_t)c->max_pos * C > best) best = (int64_t)c->max_pos * C;
-    if (4 * C * C > best) best = 4 * C * C;
+    for (k = 0; k < MG_LAYER_TENSORS; k++) {
+        mg_layer_tensor_shape(&lc, k, shape);
+        if (shape[0] * (shape[1] ? shape[1] : 1) > best) best = shape[0] * (shape[1] ? shape[1] : 1);
+    }
     return best;
 }
 
@@ -1298,14 +1467,7 @@ static void mg__plan_model(mg_gpt *m, mg_claim *p) {
     mg_layer_config lc;
     mg_tp_group tp;
     m->dtype = dt;
-    lc.hidden = c->hidden;
-    lc.n_head = c->n_head;
-    lc.seq_len = c->seq_len;
-    lc.micro_batch = L->micro_batch;
-    lc.dtype = dt;
-    lc.hidden_dropout = c->hidden_dropout;
-    lc.attention_dropout = c->attention_dropout;
-    lc.dropout_seed = c->dropout_seed;
+    lc = mg_gpt_layer_config(c, L->micro_batch, dt);
     tp.comm = L->comm;
     tp.rank = L->tp_rank;
     tp.size = L->tp_size;
@@ -1446,8 +1608,17 @@ MGDEF int mg_gpt_create(mg_gpt *m, mg_ctx *ctx, const mg_gpt_config *cfg,
     mg__plan_model(m, &p);
     if (m->param_buf) mg_memset_zero(ctx, m->param_buf, (size_t)m->n_elems * sizeof(float));
     mg_memset_zero(ctx, m->grad_buf, (size_t)m->n_elems * sizeof(float));
-    for (i = 0; i < 4; i++) m->idx_global[i] = -1;
+    for (i = 0; i < MG_GLOBAL_TENSORS; i++) m->idx_global[i] = -1;
     for (l = 0; l < cfg->n_layer; l++) m->idx_layer[l] = -1;
+    m->lw = (mg_tensor (*)[MG_LAYER_TENSORS])MG_MALLOC(sizeof *m->lw * (size_t)cfg->n_layer);
+    m->lg = (mg_tensor (*)[MG_LAYER_TENSORS])MG_MALLOC(sizeof *m->lg * (size_t)cfg->n_layer);
+    MG_ASSERT(m->lw && m->lg, "out of host memory");
+    memset(m->lw, 0, sizeof *m->lw * (size_t)cfg->n_layer);
+    memset(m->lg, 0, sizeof *m->lg * (size_t)cfg->n_layer);
+    {
+        mg_layer_config lc = mg_gpt_layer_config(cfg, 1, MG_F32);
+        for (i = 0; i < MG_LAYER_TENSORS; i++) m->layer_tensors += mg_layer_has_tensor(&lc, i);
+    }
     for (i = 0; i < m->n_params; i++) {
         const mg_param_desc *d = &m->params[i];
         int64_t shape[2];
@@ -1457,8 +1628,13 @@ MGDEF int mg_gpt_create(mg_gpt *m, mg_ctx *ctx, const mg_gpt_config *cfg,
                                               mg_dtype_size(m->dtype), m->dtype, d->ndim, shape)
                              : mg_tensor_wrap(m->param_buf + d->offset, MG_F32, d->ndim, shape);
         m->g[i] = mg_tensor_wrap(m->grad_buf + d->offset, MG_F32, d->ndim, shape);
-        if (d->kind >= MG_LAYER_TENSORS) m->idx_global[d->kind - MG_LAYER_TENSORS] = i;
-        else if (d->kind == 0) m->idx_layer[d->layer] = i;
+        if (d->kind >= MG_LAYER_TENSORS) {
+            m->idx_global[d->kind - MG_LAYER_TENSORS] = i;
+        } else {
+            if (d->kind == 0) m->idx_layer[d->layer] = i;
+            m->lw[d->layer][d->kind] = m->w[i];
+            m->lg[d->layer][d->kind] = m->g[i];
+        }
     }
     m->host_tokens = (int32_t *)MG_MALLOC(sizeof(int32_t) * 2 * (size_t)layout->micro_batch *
                                           (size_t)cfg->seq_len);
@@ -1482,6 +1658,8 @@ MGDEF void mg_gpt_destroy(mg_gpt *m) {
     MG_FREE(m->w);
     MG_FREE(m->g);
     MG_FREE(m->idx_layer);
+    MG_FREE(m->lw);
+    MG_FREE(m->lg);
     MG_FREE(m->host_tokens);
     MG_FREE(m->host_losses);
     MG_FREE(m->host_scalars);
@@ -1558,22 +1736,36 @@ static mg_layer_id mg__layer_id(const mg_gpt_acts *a, int layer) {
 static void mg__layer_forward(mg_gpt *m, int layer, const mg_gpt_acts *a, mg_layer_acts *la,
                               const mg_tensor *x) {
     mg_layer_id id = mg__layer_id(a, layer);
-    mg_transformer_layer_forward(&m->tf, &id, m->w + m->idx_layer[layer], la, x);
+    mg_transformer_layer_forward(&m->tf, &id, m->lw[layer], la, x);
 }
 
-/* The head's loss statistics: lnf = LN(x); [f / all-gather]; logits = lnf·wteᵀ over this
-   rank's vocabulary slice [N, Vp/t], then the three cross-entropy steps with their merges
-   across the slices (max, then sums): the logits are never gathered.                       */
+/* Descriptor indices of the head's tensors: the output layer's weight (the word embedding
+   when tied), the final norm's weight and bias (-1: RMSNorm has none).                      */
+static int mg__iout(const mg_gpt *m) {
+    return m->idx_global[(m->cfg.untie_embeddings ? MG_OUT_W : MG_WTE) - MG_LAYER_TENSORS];
+}
+static int mg__ilnf(const mg_gpt *m) { return m->idx_global[MG_LNF_W - MG_LAYER_TENSORS]; }
+static const mg_tensor *mg__lnf_bias(const mg_gpt *m, const mg_tensor *t) {
+    int i = m->idx_global[MG_LNF_B - MG_LAYER_TENSORS];
+    return i >= 0 ? &t[i] : NULL;
+}
+
+/* The head's loss statistics: lnf = norm(x); [f / all-gather]; logits = lnf·Woutᵀ over this
+   rank's vocabulary slice [N, Vp/t] (Wout: the word embedding, tied, or the output layer),
+   then the three cross-entropy steps with their merges across the slices (max, then sums):
+   the logits are never gathered.                                                          */
 static void mg__head_forward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, int microbatch) {
     mg_ctx *ctx = m->ctx;
     int64_t N = (int64_t)m->layout.micro_batch * m->cfg.seq_len, V = m->cfg.vocab_size;
-    int64_t vstart = m->params[m->idx_global[0]].row0;
+    int iout = mg__iout(m), ilnf = mg__ilnf(m);
+    int64_t vstart = m->params[iout].row0;
     const mg_tensor *w = m->w;
-    int iwte = m->idx_global[0], ilnf = m->idx_global[2];
     MG_ASSERT(microbatch >= 0 && microbatch < m->layout.max_microbatches,
               "microbatch %d outside 0 … %d", microbatch, m->layout.max_microbatches - 1);
-    mg_layernorm_forward(ctx, &a->lnf, a->lnf_mean, a->lnf_rstd, x, &w[ilnf], &w[ilnf + 1]);
-    mg_linear_forward(ctx, &a->logits, mg_tp_gather(&m->tf.tp, &a->lnf, &m->tf.full_a), &w[iwte], NULL);
+    mg_norm_forward(ctx, &m->tf.cfg.norm, &a->lnf, a->lnf_mean, a->lnf_rstd, x, &w[ilnf],
+                    mg__lnf_bias(m, w));
+    mg_linear_forward(ctx, &a->logits, mg_tp_gather(&m->tf.tp, &a->lnf, &m->tf.full_a),
+                      &w[iout], NULL);
     mg_xent_max(ctx, a->rowmax, &a->logits, vstart, V);
     mg_tp_all_reduce(&m->tf.tp, a->rowmax, N, MG_MAX);
     mg_xent_sumexp(ctx, a->sumexp, a->tlogit, &a->logits, a->targets, a->rowmax, vstart, V);
@@ -1599,32 +1791,33 @@ static mg_tensor *mg__dlogits_kept(mg_gpt *m, mg_gpt_acts *a) {
     return m->dtype == MG_F32 ? &a->logits : &a->dlogits;
 }
 
-/* The output layer's weight half: dwte += dlogitsᵀ·lnf (lnf all-gathered again with sequence
+/* The output layer's weight half: dWout += dlogitsᵀ·lnf (lnf all-gathered again with sequence
    parallelism).                                                                             */
 static void mg__head_wgrad(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *dlogits) {
-    mg_linear_backward_weight(m->ctx, &m->g[m->idx_global[0]], NULL, dlogits,
+    mg_linear_backward_weight(m->ctx, &m->g[mg__iout(m)], NULL, dlogits,
                               mg_tp_gather(&m->tf.tp, &a->lnf, &m->tf.full_a));
 }
 
 /* Head backward: dlogits = (softmax - onehot)·dloss (in place over the logits);
-   partial dlnf = dlogits·wte (this slice's share); dwte += dlogitsᵀ·lnf (gathered again with
+   partial dlnf = dlogits·Wout (this slice's share); dWout += dlogitsᵀ·lnf (gathered again with
    sequence parallelism; unless defer_w: mg__head_wgrad later, from the dlogits the slot
-   keeps); dresid = LNf'([all-reduce / reduce-scatter] partial) — overwrites: the chunk's
+   keeps); dresid = norm'([all-reduce / reduce-scatter] partial) — overwrites: the chunk's
    backward starts here.                                                                     */
 static void mg__head_backward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, float dloss,
                               int defer_w) {
     mg_ctx *ctx = m->ctx;
-    int64_t vstart = m->params[m->idx_global[0]].row0;
-    int iwte = m->idx_global[0], ilnf = m->idx_global[2];
+    int iout = mg__iout(m), ilnf = mg__ilnf(m);
+    int64_t vstart = m->params[iout].row0;
     mg_tensor *dlogits = mg__dlogits(m, a), *kept = mg__dlogits_kept(m, a);
     mg_xent_backward(ctx, dlogits, &a->logits, a->targets, a->rowmax, a->sumexp, dloss,
                      vstart, m->cfg.vocab_size);
-    mg_linear_backward_input(ctx, &m->tf.full_b, dlogits, &m->w[iwte], 0);
+    mg_linear_backward_input(ctx, &m->tf.full_b, dlogits, &m->w[iout], 0);
     if (!defer_w) mg__head_wgrad(m, a, dlogits);
     else if (kept != dlogits) mg_copy(ctx, kept->data, dlogits->data, mg_nbytes(dlogits));
-    mg_layernorm_backward(ctx, &m->tf.dresid, &m->g[ilnf], &m->g[ilnf + 1],
-                          mg_tp_reduce(&m->tf.tp, &m->tf.full_b, &m->tf.dlocal), x, &m->w[ilnf],
-                          a->lnf_mean, a->lnf_rstd, 0);
+    mg_norm_backward(ctx, &m->tf.cfg.norm, &m->tf.dresid, &m->g[ilnf],
+                     (mg_tensor *)mg__lnf_bias(m, m->g),
+                     mg_tp_reduce(&m->tf.tp, &m->tf.full_b, &m->tf.dlocal), x, &m->w[ilnf],
+                     a->lnf_mean, a->lnf_rstd, 0);
 }
 
 /* Embedding forward: vocabulary-parallel word embedding (ids outside this rank's rows give 0)
@@ -1632,22 +1825,24 @@ static void mg__head_backward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, flo
    scatter], then dropout. Backward: the gradient [identity / all-gathered] scatter-added
    into this rank's rows of dwte and into dwpe (the whole gradient on every rank: equal).    */
 static void mg__embedding_forward(mg_gpt *m, mg_gpt_acts *a) {
-    int iwte = m->idx_global[0];
+    int iwte = m->idx_global[MG_WTE - MG_LAYER_TENSORS];
     mg_layer_id id = mg__layer_id(a, -1);
     mg_tensor *partial = mg_transformer_partial(&m->tf, &a->input);
+    int iwpe = m->idx_global[MG_WPE - MG_LAYER_TENSORS];   /* -1: no learned positions */
     mg_embedding_forward(m->ctx, partial, a->tokens, m->layout.micro_batch, m->cfg.seq_len, 0,
                          &m->w[iwte], m->params[iwte].row0,
-                         m->layout.tp_rank == 0 ? &m->w[m->idx_global[1]] : NULL);
+                         m->layout.tp_rank == 0 && iwpe >= 0 ? &m->w[iwpe] : NULL);
     mg_tp_reduce(&m->tf.tp, partial, &a->input);
     mg_transformer_dropout(&m->tf, &id, &a->input, MG_SITE_EMBEDDING);
 }
 static void mg__embedding_backward(mg_gpt *m, mg_gpt_acts *a) {
-    int iwte = m->idx_global[0];
+    int iwte = m->idx_global[MG_WTE - MG_LAYER_TENSORS];
     mg_layer_id id = mg__layer_id(a, -1);
     const mg_tensor *g_out = mg_transformer_dropout_grad(&m->tf, &id, &m->tf.dresid,
                                                          MG_SITE_EMBEDDING);
     g_out = mg_tp_gather(&m->tf.tp, g_out, &m->tf.full_b);
-    mg_embedding_backward(m->ctx, &m->g[iwte], &m->g[m->idx_global[1]], g_out, a->tokens,
+    int iwpe = m->idx_global[MG_WPE - MG_LAYER_TENSORS];
+    mg_embedding_backward(m->ctx, &m->g[iwte], iwpe >= 0 ? &m->g[iwpe] : NULL, g_out, a->tokens,
                           m->layout.micro_batch, m->cfg.seq_len, 0, m->params[iwte].row0);
 }
 
@@ -1688,7 +1883,8 @@ static void mg__recompute_group(mg_gpt *m, const mg_gpt_chunk *c, mg_gpt_acts *a
 /* The word embedding's gradient is split over two pipeline stages (the embedding's part on
    the first, the output layer's on the last) until the embedding group's all-reduce.      */
 static int mg__wte_split_over_stages(const mg_gpt *m) {
-    return m->comm && m->layout.pp_size > 1 && m->idx_global[0] >= 0;
+    return m->comm && m->layout.pp_size > 1 && m->idx_global[MG_WTE - MG_LAYER_TENSORS] >= 0 &&
+           !m->cfg.untie_embeddings;
 }
 
 /* The gradient hook (see mg_gpt): the gradients of descriptors [i0, i1) are final, reported as
@@ -1698,19 +1894,21 @@ static void mg__grads_final_params(mg_gpt *m, int i0, int i1) {
     m->grads_final(m->grads_final_user, m->params[i0].offset,
                    i1 < m->n_params ? m->params[i1].offset : m->n_elems);
 }
-/* The pieces of a chunk's backward: the head (its final layernorm; the output layer's part
-   of the word embedding is the embedding piece's to report), layer l, the embedding (the
-   position embedding and — unless split over stages — the word embedding just before it). */
+/* The pieces of a chunk's backward: the head (its final norm and an untied output layer, the
+   last descriptors of the flat order; a tied output layer's part of the word embedding is
+   the embedding piece's to report), layer l, the embedding (the position embedding if any
+   and — unless split over stages — the word embedding just before it).                    */
 static void mg__grads_final_head(mg_gpt *m) {
-    int ilnf = m->idx_global[2];
-    mg__grads_final_params(m, ilnf, ilnf + 2);
+    mg__grads_final_params(m, mg__ilnf(m), m->n_params);
 }
 static void mg__grads_final_layer(mg_gpt *m, int l) {
-    mg__grads_final_params(m, m->idx_layer[l], m->idx_layer[l] + MG_LAYER_TENSORS);
+    mg__grads_final_params(m, m->idx_layer[l], m->idx_layer[l] + m->layer_tensors);
 }
 static void mg__grads_final_embedding(mg_gpt *m) {
-    int iwte = m->idx_global[0], iwpe = m->idx_global[1];
-    mg__grads_final_params(m, mg__wte_split_over_stages(m) ? iwpe : iwte, iwpe + 1);
+    int iwte = m->idx_global[MG_WTE - MG_LAYER_TENSORS];
+    int iwpe = m->idx_global[MG_WPE - MG_LAYER_TENSORS];
+    int first = mg__wte_split_over_stages(m) ? iwpe : iwte;   /* -1: nothing final here */
+    if (first >= 0) mg__grads_final_params(m, first, (iwpe >= 0 ? iwpe : iwte) + 1);
 }
 
 /* A chunk's backward; defer_w: the input half only (see mg_gpt_backward_input). */
@@ -1736,8 +1934,8 @@ static void mg__chunk_backward(mg_gpt *m, int chunk, int slot, float dloss, int 
         if (kind == MG_RECOMPUTE_FULL && i == last)   /* re-run the group from its kept input */
             mg__recompute_group(m, c, a, first, last);
         mg_layer_id id = mg__layer_id(a, l);
-        mg_transformer_layer_backward(&m->tf, &id, m->w + m->idx_layer[l], m->g + m->idx_layer[l],
-                                      &a->layers[i], i ? &a->layers[i - 1].out : &a->input,
+        mg_transformer_layer_backward(&m->tf, &id, m->lw[l], m->lg[l], &a->layers[i],
+                                      i ? &a->layers[i - 1].out : &a->input,
                                       kind == MG_RECOMPUTE_SELECTIVE, defer_w);
         if (hook) mg__grads_final_layer(m, l);
     }
@@ -1778,7 +1976,7 @@ MGDEF void mg_gpt_backward_weight(mg_gpt *m, int chunk, int slot) {
         if (mg_gpt_recompute_kind(&m->layout, nl, i, &first, &last) == MG_RECOMPUTE_FULL &&
             i == last)
             mg__recompute_group(m, c, a, first, last);
-        mg_transformer_layer_backward_weight(&m->tf, m->g + m->idx_layer[l], &a->layers[i]);
+        mg_transformer_layer_backward_weight(&m->tf, m->lg[l], &a->layers[i]);
         if (hook) mg__grads_final_layer(m, l);
     }
     if (hook && c->has_embedding) mg__grads_final_embedding(m);
@@ -2084,7 +2282,7 @@ static void mg__ext_name(char *out, size_t n, mg_weights_kind kind, const char *
 static int mg__weights_get(const mg_weights_file *f, const mg_gpt_config *cfg,
                            const mg_param_desc *d, float *out, char *err, size_t errlen) {
     int64_t rows = d->shape[0], cols = d->ndim == 2 ? d->shape[1] : 1;
-    int64_t copy_rows = d->kind == MG_WTE ? cfg->vocab_size : rows, numel = copy_rows * cols;
+    int64_t copy_rows = mg__vocab_rows(d->kind) ? cfg->vocab_size : rows, numel = copy_rows * cols;
     int64_t C = cfg->hidden, hd = cfg->hidden / cfg->n_head, r;
     int transposed = f->kind == MG_WEIGHTS_HF && mg__names[d->kind].hf_conv1d;
     float *tmp = (float *)MG_MALLOC((size_t)(rows * cols) * sizeof(float));
@@ -2109,7 +2307,8 @@ static int mg__weights_get(const mg_weights_file *f, const mg_gpt_config *cfg,
         }
         /* the word embedding may carry padding rows (our files: Vp rows): take the first V */
         if (t->ndim != d->ndim || t->shape[0] < want0 ||
-            (d->kind != MG_WTE && t->shape[0] != want0) || (d->ndim == 2 && t->shape[1] != want1)) {
+            (!mg__vocab_rows(d->kind) && t->shape[0] != want0) ||
+            (d->ndim == 2 && t->shape[1] != want1)) {
             MG_FREE(tmp);
             return mg__err(err, errlen, "%s: tensor %s has shape [%lld%s%lld], expected "
                            "[%lld%s%lld]",
@@ -2233,8 +2432,8 @@ static void mg__export_move(mg_gpt *m, float *host, int64_t n, int src) {
    from that stage's pipeline rank to rank 0, where world rank 0 writes it.                 */
 MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen) {
     char path[1100], why[MG_ERRLEN];
-    int n_all = MG_LAYER_TENSORS * m->cfg.n_layer + 4;
     mg_gpt_layout whole = mg_gpt_layout_single(&m->cfg, 1, 1, 1);   /* global shapes */
+    int n_all = mg__build_params(&m->cfg, &whole, NULL, NULL);
     mg_param_desc *all = (mg_param_desc *)MG_MALLOC(sizeof(mg_param_desc) * (size_t)n_all);
     mg_st_spec *spec = (mg_st_spec *)MG_MALLOC(sizeof(mg_st_spec) * (size_t)n_all);
     char (*names)[160] = (char (*)[160])MG_MALLOC(160 * (size_t)n_all);
@@ -2247,6 +2446,12 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
     int writer = !m->layout.comm || m->layout.comm->world_rank == 0;   /* writes the files */
     int64_t C = m->cfg.hidden, hd = m->cfg.hidden / m->cfg.n_head;
     MG_ASSERT(all && spec && names && global && ext, "out of host memory");
+    if (!mg_gpt_is_gpt2(&m->cfg)) {
+        MG_FREE(all); MG_FREE(spec); MG_FREE(names); MG_FREE(global); MG_FREE(ext);
+        return mg__err(err, errlen, "--export-hf %s: this model uses Llama-family switches "
+                       "(--normalization, --swiglu, rope, …); the Hugging Face GPT-2 format "
+                       "cannot hold it", dir);
+    }
     MG_ASSERT(!m->layout.shard_master || m->fp32_staging, "export of a model whose master "
               "weights are sharded: gather them first (mg_adamw_gather_master)");
     mg__build_params(&m->cfg, &whole, all, NULL);     /* n_all tensors */
@@ -2260,7 +2465,8 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
         spec[i].name = names[i];
         spec[i].dtype = MG_ST_F32;
         spec[i].ndim = d->ndim;
-        spec[i].shape[0] = conv ? d->shape[1] : d->kind == MG_WTE ? m->cfg.vocab_size : d->shape[0];
+        spec[i].shape[0] = conv                        ? d->shape[1]
+                           : mg__vocab_rows(d->kind) ? m->cfg.vocab_size : d->shape[0];
         spec[i].shape[1] = conv ? d->shape[0] : d->shape[1];
     }
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -2385,7 +2591,7 @@ MGDEF void mg_dp_init(mg_dp *dp, mg_gpt *m, mg_comm *comm, int distributed, int6
        bucket of its own — [0, its end rounded up to a unit) — so that it holds back nothing
        else; the buckets of the rest start during the backward.                            */
     if (mg__wte_split_over_stages(m)) {
-        const mg_param_desc *wte = &m->params[m->idx_global[0]];
+        const mg_param_desc *wte = &m->params[m->idx_global[MG_WTE - MG_LAYER_TENSORS]];
         first_cut = (wte->offset + wte->numel + unit - 1) / unit * unit;
         if (first_cut >= n) first_cut = 0;
     }
@@ -2637,7 +2843,7 @@ static double mg__grad_sumsq(mg_adamw *opt, mg_gpt *m, int *nonfinite) {
    the weight take the same step and stay equal.                                           */
 static void mg__embedding_grad_all_reduce(mg_gpt *m) {
     mg_group *g;
-    int iwte = m->idx_global[0];
+    int iwte = m->idx_global[MG_WTE - MG_LAYER_TENSORS];
     if (!mg__wte_split_over_stages(m)) return;
     g = &m->comm->embedding;
     if (g->size > 1)
@@ -2770,23 +2976,76 @@ typedef struct mg__flag {
 #define MG__OFF(field) offsetof(mg_train_args, field)
 #define MG__BIG 1e15
 /* The table is the one description of the command line: parsing, ranges, --help and the
-   configuration stored in checkpoints all read it. Section titles have type MG__F_HELP and
-   offset 0.                                                                                 */
+   configuration stored in checkpoints all read it. The flags come in Megatron-LM's argument
+   groups (arguments.py: network size, regularization, training, initialization, learning
+   rate, checkpointing, mixed precision, distributed, validation, data and dataloader,
+   logging; then ours: inference, device): a group heading has type MG__F_HELP, offset 0,
+   its title as name and a description (or "") as help. Every flag lies under one heading. */
 static const mg__flag mg__flags[] = {
-    {"model", MG__F_HELP, 0, NULL, 0, 0, "Model (optional with --init-from or --load, which "
-     "supply them; given ones must agree)"},
+    {"options", MG__F_HELP, 0, NULL, 0, 0, ""},
+    {"--help", MG__F_HELP, MG__OFF(help), NULL, 0, 0, "print this help and exit"},
+    {"network size", MG__F_HELP, 0, NULL, 0, 0, "the model; optional with --init-from or --load, "
+     "which supply it (flags given must agree)"},
     {"--num-layers", MG__F_INT, MG__OFF(num_layers), "N", 1, 1e6, "transformer layers"},
     {"--hidden-size", MG__F_INT, MG__OFF(hidden_size), "C", 1, 1e6, "hidden size"},
     {"--num-attention-heads", MG__F_INT, MG__OFF(num_attention_heads), "N", 1, 1e6,
      "attention heads (must divide --hidden-size)"},
-    {"--seq-length", MG__F_INT, MG__OFF(seq_length), "T", 1, 1e7,
-     "tokens per training sample (default: --max-position-embeddings of a loaded model)"},
     {"--max-position-embeddings", MG__F_INT, MG__OFF(max_position_embeddings), "N", 1, 1e7,
      "rows of the position embedding, >= --seq-length (default: --seq-length)"},
     {"--vocab-size", MG__F_INT, MG__OFF(vocab_size), "V", 2, 1 << 30,
      "vocabulary size; every token id of the data must be below it; padded to a multiple of "
      "128·t inside the model (t: --tensor-model-parallel-size)"},
-    {"batch", MG__F_HELP, 0, NULL, 0, 0, "Batch and length of the run"},
+    {"--normalization", MG__F_CHOICE, MG__OFF(normalization), "LayerNorm|RMSNorm", 0, 0,
+     "the norms of the layers and the final norm (default LayerNorm; RMSNorm has no bias)"},
+    {"--norm-epsilon", MG__F_FLOAT, MG__OFF(norm_epsilon), "EPS", 1e-30, 0.5,
+     "epsilon of the norms (default 1e-5)"},
+    {"--swiglu", MG__F_SWITCH, MG__OFF(swiglu), NULL, 0, 0,
+     "SwiGLU MLP: down(silu(gate(x)) * up(x)); the default width becomes int(4h·2/3 / 64)·64"},
+    {"--ffn-hidden-size", MG__F_INT, MG__OFF(ffn_hidden_size), "F", 1, 1e7,
+     "the MLP's width (default 4 x --hidden-size, or SwiGLU's)"},
+    {"--position-embedding-type", MG__F_CHOICE, MG__OFF(position_embedding_type),
+     "learned_absolute|rope|none", 0, 0, "learned position embedding (default), rotary "
+     "positions on queries and keys (rotate-half pairs i, i + d/2, as Hugging Face and "
+     "Megatron-LM), or none"},
+    {"--rotary-base", MG__F_FLOAT, MG__OFF(rotary_base), "THETA", 1.000001, 1e12,
+     "rotary base (default 10000; Llama 3: 500000)"},
+    {"--rotary-percent", MG__F_FLOAT, MG__OFF(rotary_percent), "P", 1e-6, 1,
+     "share of each head's dims rotated (default 1.0)"},
+    {"--use-rope-scaling", MG__F_SWITCH, MG__OFF(use_rope_scaling), NULL, 0, 0,
+     "Llama 3.1's rotary frequency scaling (low/high frequency factors 1 and 4, original "
+     "context 8192, as Megatron-LM)"},
+    {"--rope-scaling-factor", MG__F_FLOAT, MG__OFF(rope_scaling_factor), "F", 1, 1e6,
+     "the scaling's factor (default 8)"},
+    {"--group-query-attention", MG__F_SWITCH, MG__OFF(group_query_attention), NULL, 0, 0,
+     "grouped-query attention: --num-query-groups key/value heads"},
+    {"--num-query-groups", MG__F_INT, MG__OFF(num_query_groups), "G", 1, 1e6,
+     "key/value heads with --group-query-attention; must divide --num-attention-heads and "
+     "be a multiple of --tensor-model-parallel-size (1: multi-query)"},
+    {"--kv-channels", MG__F_INT, MG__OFF(kv_channels), "D", 1, 1e5,
+     "head dimension (default --hidden-size / --num-attention-heads)"},
+    {"--untie-embeddings-and-output-weights", MG__F_SWITCH,
+     MG__OFF(untie_embeddings_and_output_weights), NULL, 0, 0,
+     "an output layer of its own instead of the word embedding"},
+    {"--disable-bias-linear", MG__F_SWITCH, MG__OFF(disable_bias_linear), NULL, 0, 0,
+     "no biases on the linear layers"},
+    {"--add-qkv-bias", MG__F_SWITCH, MG__OFF(add_qkv_bias), NULL, 0, 0,
+     "a bias on Q, K and V even with --disable-bias-linear (Qwen2)"},
+    {"regularization", MG__F_HELP, 0, NULL, 0, 0, "AdamW with decoupled weight decay (none on "
+     "biases and layernorms), global-norm gradient clipping, dropout"},
+    {"--weight-decay", MG__F_FLOAT, MG__OFF(weight_decay), "WD", 0, 1e3,
+     "decoupled weight decay of the weights (default 0.01)"},
+    {"--clip-grad", MG__F_FLOAT, MG__OFF(clip_grad), "NORM", 0, 1e9,
+     "clip the global gradient norm to NORM; 0 disables (default 1.0)"},
+    {"--adam-beta1", MG__F_FLOAT, MG__OFF(adam_beta1), "B1", 0, 0.999999, "default 0.9"},
+    {"--adam-beta2", MG__F_FLOAT, MG__OFF(adam_beta2), "B2", 0, 0.999999, "default 0.999"},
+    {"--adam-eps", MG__F_FLOAT, MG__OFF(adam_eps), "EPS", 1e-30, 1, "default 1e-8"},
+    {"--hidden-dropout", MG__F_FLOAT, MG__OFF(hidden_dropout), "P", 0, 0.999999,
+     "dropout after the embedding and after attention-out and MLP-down, before the residual "
+     "add (default 0)"},
+    {"--attention-dropout", MG__F_FLOAT, MG__OFF(attention_dropout), "P", 0, 0.999999,
+     "dropout on the attention probabilities (default 0)"},
+    {"training", MG__F_HELP, 0, NULL, 0, 0, "the batch, the length of the run, activation "
+     "recomputation (losses and weights are bit-identical with and without it)"},
     {"--micro-batch-size", MG__F_INT, MG__OFF(micro_batch_size), "B", 1, 1e6,
      "sequences per microbatch (default 1)"},
     {"--global-batch-size", MG__F_INT, MG__OFF(global_batch_size), "N", 1, 1e9,
@@ -2794,8 +3053,23 @@ static const mg__flag mg__flags[] = {
      "global/micro microbatches (default: --micro-batch-size)"},
     {"--train-iters", MG__F_INT, MG__OFF(train_iters), "N", 0, MG__BIG,
      "iterations to train (required; 0: no training, e.g. to convert or sample)"},
-    {"optimizer", MG__F_HELP, 0, NULL, 0, 0, "Optimizer: AdamW, decoupled weight decay (none on "
-     "biases and layernorms), global-norm gradient clipping"},
+    {"--recompute-granularity", MG__F_CHOICE, MG__OFF(recompute_granularity),
+     "none|selective|full", 0, 0, "selective: recompute the attention core (scores, softmax, "
+     "dropout, ·V) in the backward instead of storing the attention probabilities; full: "
+     "recomputed layers keep only their input and re-run their forward (default none)"},
+    {"--recompute-method", MG__F_CHOICE, MG__OFF(recompute_method), "uniform|block", 0, 0,
+     "with full: uniform — every layer, in groups of --recompute-num-layers whose input alone is "
+     "kept; block — only the first --recompute-num-layers layers of each model chunk "
+     "(default uniform)"},
+    {"--recompute-num-layers", MG__F_INT, MG__OFF(recompute_num_layers), "N", 1, 1e6,
+     "with full: layers per group (uniform) or recomputed layers per chunk (block) (default 1)"},
+    {"initialization", MG__F_HELP, 0, NULL, 0, 0, ""},
+    {"--seed", MG__F_INT, MG__OFF(seed), "N", 0, 4294967295.0,
+     "initialisation, data order, dropout masks and sampling (default 1234)"},
+    {"--init-from", MG__F_STR, MG__OFF(init_from), "FILE", 0, 0,
+     "initial weights: an llm.c checkpoint, a Hugging Face GPT-2 model.safetensors (or its "
+     "directory), or a model.safetensors of our checkpoints; told apart by content"},
+    {"learning rate", MG__F_HELP, 0, NULL, 0, 0, "warm-up, then decay"},
     {"--lr", MG__F_FLOAT, MG__OFF(lr), "LR", 0, 1e3, "peak learning rate (required to train)"},
     {"--min-lr", MG__F_FLOAT, MG__OFF(min_lr), "LR", 0, 1e3, "learning rate at the end of the "
      "decay (default 0)"},
@@ -2805,76 +3079,34 @@ static const mg__flag mg__flags[] = {
      "linear warm-up from 0 over N iterations (default 0)"},
     {"--lr-decay-iters", MG__F_INT, MG__OFF(lr_decay_iters), "N", 1, MG__BIG,
      "iterations until --min-lr is reached (default: --train-iters)"},
-    {"--weight-decay", MG__F_FLOAT, MG__OFF(weight_decay), "WD", 0, 1e3,
-     "decoupled weight decay of the weights (default 0.01)"},
-    {"--clip-grad", MG__F_FLOAT, MG__OFF(clip_grad), "NORM", 0, 1e9,
-     "clip the global gradient norm to NORM; 0 disables (default 1.0)"},
-    {"--adam-beta1", MG__F_FLOAT, MG__OFF(adam_beta1), "B1", 0, 0.999999, "default 0.9"},
-    {"--adam-beta2", MG__F_FLOAT, MG__OFF(adam_beta2), "B2", 0, 0.999999, "default 0.999"},
-    {"--adam-eps", MG__F_FLOAT, MG__OFF(adam_eps), "EPS", 1e-30, 1, "default 1e-8"},
-    {"--seed", MG__F_INT, MG__OFF(seed), "N", 0, 4294967295.0,
-     "initialisation, data order, dropout masks and sampling (default 1234)"},
-    {"--hidden-dropout", MG__F_FLOAT, MG__OFF(hidden_dropout), "P", 0, 0.999999,
-     "dropout after the embedding and after attention-out and MLP-down, before the residual "
-     "add (default 0)"},
-    {"--attention-dropout", MG__F_FLOAT, MG__OFF(attention_dropout), "P", 0, 0.999999,
-     "dropout on the attention probabilities (default 0)"},
-    {"logging", MG__F_HELP, 0, NULL, 0, 0, "Logging and evaluation"},
-    {"--log-interval", MG__F_INT, MG__OFF(log_interval), "N", 1, MG__BIG,
-     "print the training line every N iterations (default 100)"},
-    {"--log-jsonl", MG__F_STR, MG__OFF(log_jsonl), "FILE",  0, 0,
-     "also append one JSON object per logged iteration to FILE"},
-    {"--eval-interval", MG__F_INT, MG__OFF(eval_interval), "N", 1, MG__BIG,
-     "validation loss every N iterations and at the end (default 1000)"},
-    {"--eval-iters", MG__F_INT, MG__OFF(eval_iters), "N", 0, MG__BIG,
-     "global batches per validation; 0 disables it (default 100)"},
-    {"--sample-tokens", MG__F_INT, MG__OFF(sample_tokens), "N", 0, 1e7,
-     "generate N tokens at the end and print them (default 0)"},
-    {"--prompt", MG__F_STR, MG__OFF(prompt), "TEXT", 0, 0,
-     "with --tokenizer-type and --sample-tokens: the text the sample continues"},
-    {"checkpoints", MG__F_HELP, 0, NULL, 0, 0, "Checkpoints"},
+    {"checkpointing", MG__F_HELP, 0, NULL, 0, 0, ""},
     {"--save", MG__F_STR, MG__OFF(save), "DIR", 0, 0,
      "save DIR/iter_NNNNNNN every --save-interval iterations and at the end"},
     {"--save-interval", MG__F_INT, MG__OFF(save_interval), "N", 1, MG__BIG,
      "iterations between checkpoints (needs --save)"},
     {"--load", MG__F_STR, MG__OFF(load), "DIR",  0, 0,
      "resume from the latest checkpoint in DIR (none there: start from scratch)"},
-    {"--init-from", MG__F_STR, MG__OFF(init_from), "FILE", 0, 0,
-     "initial weights: an llm.c checkpoint, a Hugging Face GPT-2 model.safetensors (or its "
-     "directory), or a model.safetensors of our checkpoints; told apart by content"},
     {"--export-hf", MG__F_STR, MG__OFF(export_hf), "DIR", 0, 0,
      "at the end, write DIR/model.safetensors + DIR/config.json for Hugging Face transformers"},
-    {"data", MG__F_HELP, 0, NULL, 0, 0, "Data"},
-    {"--data-path", MG__F_LIST, MG__OFF(data_path), "[W1] PATH1 [W2 PATH2 ...]", 0, 0,
-     "a Megatron indexed dataset prefix (PATH.bin + PATH.idx) or an llm.c token file; or a "
-     "blend: weight, prefix pairs (weights normalised; Megatron's BlendedDataset), each "
-     "dataset split by --split"},
-    {"--train-data-path", MG__F_LIST, MG__OFF(train_data_path), "[W1] PATH1 ...", 0, 0,
-     "instead of --data-path and --split: the training data (all of it), one path or a blend"},
-    {"--valid-data-path", MG__F_LIST, MG__OFF(valid_data_path), "[W1] PATH1 ...", 0, 0,
-     "with --train-data-path: the validation data (all of it); none: no validation"},
-    {"--test-data-path", MG__F_LIST, MG__OFF(test_data_path), "[W1] PATH1 ...", 0, 0,
-     "with --train-data-path: test data, evaluated (--eval-iters batches) after training"},
-    {"--tokenizer-type", MG__F_STR, MG__OFF(tokenizer_type), "NAME", 0, 0,
-     "GPT2BPETokenizer, TikTokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, "
-     "Llama2Tokenizer or ByteTokenizer: sets --vocab-size, checks the data's ids, decodes the "
-     "generated sample and encodes --prompt"},
-    {"--vocab-file", MG__F_STR, MG__OFF(vocab_file), "FILE", 0, 0,
-     "GPT2BPETokenizer: vocab.json (the other types: their one file, as --tokenizer-model)"},
-    {"--merge-file", MG__F_STR, MG__OFF(merge_file), "FILE", 0, 0,
-     "GPT2BPETokenizer: merges.txt"},
-    {"--tokenizer-model", MG__F_STR, MG__OFF(tokenizer_model), "FILE", 0, 0,
-     "TikTokenizer: the .tiktoken rank file; HuggingFaceTokenizer: tokenizer.json (or its "
-     "directory); SentencePieceTokenizer, Llama2Tokenizer: tokenizer.model"},
-    {"--tiktoken-pattern", MG__F_STR, MG__OFF(tiktoken_pattern), "NAME", 0, 0,
-     "TikTokenizer: gpt2, r50k_base, cl100k_base or o200k_base (default: from the rank count)"},
-    {"--split", MG__F_STR, MG__OFF(split), "A,B,C", 0, 0,
-     "train,validation,test weights of the data's documents (default 969,30,1)"},
-    {"--data-order", MG__F_CHOICE, MG__OFF(data_order), "shuffled|sequential", 0, 0,
-     "shuffled: Megatron's GPTDataset order; sequential: sample i of iteration k is tokens "
-     "[(k*B+i)*T, (k*B+i)*T+T+1) of the split (default shuffled)"},
-    {"parallel", MG__F_HELP, 0, NULL, 0, 0, "Parallelism (launch with mpirun -np N; N = T x P x D: "
-     "D = N/(T*P) data-parallel replicas, each reading 1/D of every global batch)"},
+    {"mixed precision", MG__F_HELP, 0, NULL, 0, 0, "16-bit weights (a copy of the fp32 master "
+     "weights), activations and activation gradients; fp32 GEMM accumulation, gradients, Adam "
+     "moments, layernorm/softmax statistics and loss"},
+    {"--bf16", MG__F_SWITCH, MG__OFF(bf16), NULL, 0, 0, "bfloat16 storage"},
+    {"--fp16", MG__F_SWITCH, MG__OFF(fp16), NULL, 0, 0, "float16 storage with loss scaling "
+     "(dynamic unless --loss-scale)"},
+    {"--loss-scale", MG__F_FLOAT, MG__OFF(loss_scale), "X", 1e-30, 1e30,
+     "with --fp16: a constant loss scale instead of the dynamic one"},
+    {"--initial-loss-scale", MG__F_FLOAT, MG__OFF(initial_loss_scale), "X", 1e-30, 1e30,
+     "with --fp16: the dynamic scale's start (default 2^32)"},
+    {"--min-loss-scale", MG__F_FLOAT, MG__OFF(min_loss_scale), "X", 1e-30, 1e30,
+     "with --fp16: the dynamic scale's floor (default 1)"},
+    {"--loss-scale-window", MG__F_INT, MG__OFF(loss_scale_window), "N", 1, MG__BIG,
+     "with --fp16: double the scale after N iterations without inf/nan (default 1000)"},
+    {"--hysteresis", MG__F_INT, MG__OFF(hysteresis), "N", 1, 1e9,
+     "with --fp16: halve the scale from the N-th inf/nan iteration since the last growth on "
+     "(default 2)"},
+    {"distributed", MG__F_HELP, 0, NULL, 0, 0, "launch with mpirun -np N; N = T x P x D: D = "
+     "N/(T*P) data-parallel replicas, each reading 1/D of every global batch"},
     {"--tensor-model-parallel-size", MG__F_INT, MG__OFF(tensor_model_parallel_size), "T", 1,
      1024, "split every layer over T ranks: attention heads, MLP columns and vocabulary "
      "divided, Megatron's column/row-parallel layers (default 1)"},
@@ -2899,49 +3131,68 @@ static const mg__flag mg__flags[] = {
     {"--pipeline-trace", MG__F_STR, MG__OFF(pipeline_trace), "FILE", 0, 0,
      "write the measured time of every action of the last iteration to FILE (draw it: "
      "pipeline_sim --trace FILE --svg out.svg)"},
-    {"--comm-timeout", MG__F_FLOAT, MG__OFF(comm_timeout), "SECONDS", 1e-3, 1e9,
-     "a collective or pipeline transfer that waits longer than this stops the job with a "
-     "message naming the operation and group (default 600)"},
     {"--use-distributed-optimizer", MG__F_SWITCH, MG__OFF(use_distributed_optimizer), NULL, 0,
      0, "ZeRO-1: shard the AdamW moments over the D data-parallel replicas (reduce-scatter of "
      "the gradients, all-gather of the updated parameters)"},
     {"--bucket-size", MG__F_INT, MG__OFF(bucket_size), "N", 0, MG__BIG,
      "elements per data-parallel gradient-reduction bucket, each reduced while the backward "
      "goes on (default 0: Megatron's max(40M, 1M x D))"},
-    {"memory", MG__F_HELP, 0, NULL, 0, 0, "Activation recomputation (losses and weights are "
-     "bit-identical with and without it)"},
-    {"--recompute-granularity", MG__F_CHOICE, MG__OFF(recompute_granularity),
-     "none|selective|full", 0, 0, "selective: recompute the attention core (scores, softmax, "
-     "dropout, ·V) in the backward instead of storing the attention probabilities; full: "
-     "recomputed layers keep only their input and re-run their forward (default none)"},
-    {"--recompute-method", MG__F_CHOICE, MG__OFF(recompute_method), "uniform|block", 0, 0,
-     "with full: uniform — every layer, in groups of --recompute-num-layers whose input alone is "
-     "kept; block — only the first --recompute-num-layers layers of each model chunk "
-     "(default uniform)"},
-    {"--recompute-num-layers", MG__F_INT, MG__OFF(recompute_num_layers), "N", 1, 1e6,
-     "with full: layers per group (uniform) or recomputed layers per chunk (block) (default 1)"},
-    {"precision", MG__F_HELP, 0, NULL, 0, 0, "Mixed precision: 16-bit weights (a copy of the "
-     "fp32 master weights), activations and activation gradients; fp32 GEMM accumulation, "
-     "gradients, Adam moments, layernorm/softmax statistics and loss"},
-    {"--bf16", MG__F_SWITCH, MG__OFF(bf16), NULL, 0, 0, "bfloat16 storage"},
-    {"--fp16", MG__F_SWITCH, MG__OFF(fp16), NULL, 0, 0, "float16 storage with loss scaling "
-     "(dynamic unless --loss-scale)"},
-    {"--loss-scale", MG__F_FLOAT, MG__OFF(loss_scale), "X", 1e-30, 1e30,
-     "with --fp16: a constant loss scale instead of the dynamic one"},
-    {"--initial-loss-scale", MG__F_FLOAT, MG__OFF(initial_loss_scale), "X", 1e-30, 1e30,
-     "with --fp16: the dynamic scale's start (default 2^32)"},
-    {"--min-loss-scale", MG__F_FLOAT, MG__OFF(min_loss_scale), "X", 1e-30, 1e30,
-     "with --fp16: the dynamic scale's floor (default 1)"},
-    {"--loss-scale-window", MG__F_INT, MG__OFF(loss_scale_window), "N", 1, MG__BIG,
-     "with --fp16: double the scale after N iterations without inf/nan (default 1000)"},
-    {"--hysteresis", MG__F_INT, MG__OFF(hysteresis), "N", 1, 1e9,
-     "with --fp16: halve the scale from the N-th inf/nan iteration since the last growth on "
-     "(default 2)"},
-    {"device", MG__F_HELP, 0, NULL, 0, 0, "Device"},
+    {"--comm-timeout", MG__F_FLOAT, MG__OFF(comm_timeout), "SECONDS", 1e-3, 1e9,
+     "a collective or pipeline transfer that waits longer than this stops the job with a "
+     "message naming the operation and group (default 600)"},
+    {"validation", MG__F_HELP, 0, NULL, 0, 0, "the loss on the validation part of --split (or "
+     "on --valid-data-path; --test-data-path: once after training); a "
+     "data set too small to give that part a document (or one sample) trains without "
+     "validation, as Megatron-LM does, and one line says so"},
+    {"--eval-interval", MG__F_INT, MG__OFF(eval_interval), "N", 1, MG__BIG,
+     "validation loss every N iterations and at the end (default 1000)"},
+    {"--eval-iters", MG__F_INT, MG__OFF(eval_iters), "N", 0, MG__BIG,
+     "global batches per validation (and test); 0 disables them (default 100)"},
+    {"data and dataloader", MG__F_HELP, 0, NULL, 0, 0, ""},
+    {"--data-path", MG__F_LIST, MG__OFF(data_path), "[W1] PATH1 [W2 PATH2 ...]", 0, 0,
+     "a Megatron indexed dataset prefix (PATH.bin + PATH.idx) or an llm.c token file; or a "
+     "blend: weight, prefix pairs (weights normalised; Megatron's BlendedDataset), each "
+     "dataset split by --split"},
+    {"--split", MG__F_STR, MG__OFF(split), "A,B,C", 0, 0,
+     "train,validation,test weights of the data's documents (default 969,30,1)"},
+    {"--train-data-path", MG__F_LIST, MG__OFF(train_data_path), "[W1] PATH1 ...", 0, 0,
+     "instead of --data-path and --split: the training data (all of it), one path or a blend"},
+    {"--valid-data-path", MG__F_LIST, MG__OFF(valid_data_path), "[W1] PATH1 ...", 0, 0,
+     "with --train-data-path: the validation data (all of it); none: no validation"},
+    {"--test-data-path", MG__F_LIST, MG__OFF(test_data_path), "[W1] PATH1 ...", 0, 0,
+     "with --train-data-path: test data, evaluated (--eval-iters batches) after training"},
+    {"--seq-length", MG__F_INT, MG__OFF(seq_length), "T", 1, 1e7,
+     "tokens per training sample (default: --max-position-embeddings of a loaded model)"},
+    {"--data-order", MG__F_CHOICE, MG__OFF(data_order), "shuffled|sequential", 0, 0,
+     "shuffled: Megatron's GPTDataset order; sequential: sample i of iteration k is tokens "
+     "[(k*B+i)*T, (k*B+i)*T+T+1) of the split (default shuffled)"},
+    {"--tokenizer-type", MG__F_STR, MG__OFF(tokenizer_type), "NAME", 0, 0,
+     "GPT2BPETokenizer, TikTokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, "
+     "Llama2Tokenizer or ByteTokenizer: sets --vocab-size, checks the data's ids, decodes the "
+     "generated sample and encodes --prompt"},
+    {"--vocab-file", MG__F_STR, MG__OFF(vocab_file), "FILE", 0, 0,
+     "GPT2BPETokenizer: vocab.json (the other types: their one file, as --tokenizer-model)"},
+    {"--merge-file", MG__F_STR, MG__OFF(merge_file), "FILE", 0, 0,
+     "GPT2BPETokenizer: merges.txt"},
+    {"--tokenizer-model", MG__F_STR, MG__OFF(tokenizer_model), "FILE", 0, 0,
+     "TikTokenizer: the .tiktoken rank file; HuggingFaceTokenizer: tokenizer.json (or its "
+     "directory); SentencePieceTokenizer, Llama2Tokenizer: tokenizer.model"},
+    {"--tiktoken-pattern", MG__F_STR, MG__OFF(tiktoken_pattern), "NAME", 0, 0,
+     "TikTokenizer: gpt2, r50k_base, cl100k_base or o200k_base (default: from the rank count)"},
+    {"logging", MG__F_HELP, 0, NULL, 0, 0, ""},
+    {"--log-interval", MG__F_INT, MG__OFF(log_interval), "N", 1, MG__BIG,
+     "print the training line every N iterations (default 100)"},
+    {"--log-jsonl", MG__F_STR, MG__OFF(log_jsonl), "FILE",  0, 0,
+     "also append one JSON object per logged iteration to FILE"},
+    {"inference", MG__F_HELP, 0, NULL, 0, 0, ""},
+    {"--sample-tokens", MG__F_INT, MG__OFF(sample_tokens), "N", 0, 1e7,
+     "generate N tokens at the end and print them (default 0)"},
+    {"--prompt", MG__F_STR, MG__OFF(prompt), "TEXT", 0, 0,
+     "with --tokenizer-type and --sample-tokens: the text the sample continues"},
+    {"device", MG__F_HELP, 0, NULL, 0, 0, ""},
     {"--device", MG__F_CHOICE, MG__OFF(device), "auto|cpu|cuda", 0, 0,
      "auto: the GPU when built by nvcc and one is present, else the CPU (default auto; "
      "OMP_NUM_THREADS sets the CPU threads)"},
-    {"--help", MG__F_HELP, MG__OFF(help), NULL, 0, 0, "print this help and exit"},
 };
 #define MG__NFLAGS ((int)(sizeof mg__flags / sizeof mg__flags[0]))
 typedef char mg__flags_fit_given[MG__NFLAGS <= 128 ? 1 : -1]; /* mg_train_args.given[128] */
@@ -2972,6 +3223,10 @@ MGDEF void mg_train_args_default(mg_train_args *a) {
     a->min_loss_scale = 1.0;
     a->loss_scale_window = 1000;
     a->hysteresis = 2;
+    a->norm_epsilon = 1e-5;
+    a->rotary_base = 10000;
+    a->rotary_percent = 1.0;
+    a->rope_scaling_factor = 8.0;
 }
 
 static int mg__flag_index(const char *name) {
@@ -2985,15 +3240,15 @@ MGDEF int mg_train_flag_given(const mg_train_args *a, const char *flag) {
     return i >= 0 && a->given[i];
 }
 
-/* Index of value among the "a|b|c" choices, or -1. */
-static int mg__choice(const char *choices, const char *value) {
+/* Index of value among the "a|b|c" choices (nocase: ignoring upper/lower case), or -1. */
+static int mg__choice(const char *choices, const char *value, int nocase) {
     int idx = 0;
     size_t n = strlen(value);
     const char *p = choices;
     while (*p) {
         const char *bar = strchr(p, '|');
         size_t len = bar ? (size_t)(bar - p) : strlen(p);
-        if (len == n && !strncmp(p, value, n)) return idx;
+        if (len == n && !(nocase ? strncasecmp(p, value, n) : strncmp(p, value, n))) return idx;
         idx++;
         if (!bar) break;
         p = bar + 1;
@@ -3001,64 +3256,181 @@ static int mg__choice(const char *choices, const char *value) {
     return -1;
 }
 
+/* What a flag's value must be, for messages: "B, a whole number in 1 … 1000000",
+   "LR, a number >= 0", "one of constant|linear|cosine", "DIR". */
+static void mg__expects(const mg__flag *f, char *out, size_t cap) {
+    const char *kind = f->type == MG__F_INT ? "a whole number" : "a number";
+    if (f->type == MG__F_CHOICE) snprintf(out, cap, "one of %s", f->metavar);
+    else if (f->type != MG__F_INT && f->type != MG__F_FLOAT) snprintf(out, cap, "%s", f->metavar);
+    else if (f->hi >= MG__BIG) snprintf(out, cap, "%s, %s >= %g", f->metavar, kind, f->lo);
+    else if (f->type == MG__F_INT) snprintf(out, cap, "%s, %s in %.0f … %.0f", f->metavar, kind,
+                                            f->lo, f->hi);
+    else if (f->hi == 0.999999)   /* the table's bound for [lo, 1): probabilities, betas */
+        snprintf(out, cap, "%s, %s >= %g and below 1", f->metavar, kind, f->lo);
+    else snprintf(out, cap, "%s, %s in %g … %g", f->metavar, kind, f->lo, f->hi);
+}
+
+/* Edit distance (insertions, deletions, substitutions) of two short strings. */
+static int mg__edit_distance(const char *x, const char *y) {
+    int row[64], i, j, nx = (int)strlen(x), ny = (int)strlen(y);
+    if (nx > 63 || ny > 63) return 99;
+    for (j = 0; j <= ny; j++) row[j] = j;
+    for (i = 1; i <= nx; i++) {
+        int diag = row[0];                     /* distance of x[0..i-1) and y[0..j-1) */
+        row[0] = i;
+        for (j = 1; j <= ny; j++) {
+            int up = row[j], best = diag + (x[i - 1] != y[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[ny];
+}
+
+/* Words of a flag name ("--lr-decay-style": lr, decay, style) that the other name holds too. */
+static int mg__shared_words(const char *typed, const char *name, int *n_typed) {
+    char words[64], *w, *save = NULL;
+    int shared = 0;
+    snprintf(words, sizeof words, "%s", typed);
+    *n_typed = 0;
+    for (w = strtok_r(words, "-_", &save); w; w = strtok_r(NULL, "-_", &save)) {
+        const char *at = name, *hit;
+        size_t n = strlen(w);
+        (*n_typed)++;
+        while ((hit = strstr(at, w)) && !((hit[-1] == '-') && (hit[n] == '-' || !hit[n])))
+            at = hit + 1;
+        shared += hit != NULL;
+    }
+    return shared;
+}
+
+/* " did you mean --a or --b?" for an unknown flag, or "": the flags within a small edit
+   distance (a typo, '_' for '-'), else those it begins (--lr-decay: --lr-decay-style,
+   --lr-decay-iters), else those holding all its words (--tensor-parallel:
+   --tensor-model-parallel-size). At most three, in the table's order. */
+static void mg__suggest_flag(const char *name, char *out, size_t cap) {
+    int score[MG__NFLAGS], i, best = 99, n = 0, rule;
+    char typed[64];
+    size_t len, used;
+    for (len = 0; name[len] && len + 1 < sizeof typed; len++)   /* --Num_Layers: --num-layers */
+        typed[len] = name[len] == '_' ? '-' : (char)tolower((unsigned char)name[len]);
+    typed[len] = 0;
+    for (rule = 0; rule < 3 && best == 99; rule++)
+        for (i = 0; i < MG__NFLAGS; i++) {
+            const mg__flag *f = &mg__flags[i];
+            int words = 0, d;
+            score[i] = 99;
+            if (f->type == MG__F_HELP && f->offset == 0) continue;
+            if (!strcmp(name, f->name)) continue;
+            if (rule == 0 && (d = mg__edit_distance(typed, f->name)) <=
+                             (len > 16 ? 3 : len > 10 ? 2 : 1))
+                score[i] = d;
+            if (rule == 1 && len > 3 && !strncmp(typed, f->name, len)) score[i] = 0;
+            if (rule == 2 && mg__shared_words(typed, f->name, &words) == words && words > 1)
+                score[i] = 0;
+            if (score[i] < best) best = score[i];
+        }
+    out[0] = 0;
+    for (i = 0, used = 0; i < MG__NFLAGS && n < 3 && best < 99; i++)
+        if (score[i] == best) {
+            used += (size_t)snprintf(out + used, used < cap ? cap - used : 0, "%s%s", n == 0 ?
+                                     "; did you mean " : " or ", mg__flags[i].name);
+            n++;
+        }
+    if (n && used + 1 < cap) snprintf(out + used, cap - used, "?");
+}
+
 static int mg__set_flag(mg_train_args *a, const mg__flag *f, const char *v, char *err,
                         size_t errlen) {
-    char *end = NULL;
+    char *end = NULL, want[160];
     char *field = (char *)a + f->offset;
+    mg__expects(f, want, sizeof want);
+    if (!v[0])
+        return mg__err(err, errlen, "%s: empty value (expected %s)", f->name, want);
     if (f->type == MG__F_STR) {
-        if (!v[0])
-            return mg__err(err, errlen, "%s: empty value (expected %s)", f->name, f->metavar);
         *(const char **)field = v;
         return 0;
     }
     if (f->type == MG__F_CHOICE) {
-        int c = mg__choice(f->metavar, v);
-        if (c < 0)
-            return mg__err(err, errlen, "%s %s: invalid choice (expected one of %s)", f->name, v,
-                           f->metavar);
-        *(int *)field = c;
-        return 0;
+        int c = mg__choice(f->metavar, v, 0);
+        char lower[64];
+        size_t k;
+        if (c >= 0) {
+            *(int *)field = c;
+            return 0;
+        }
+        for (k = 0; v[k] && k + 1 < sizeof lower; k++) lower[k] = (char)tolower((unsigned char)v[k]);
+        lower[k] = 0;
+        if (mg__choice(f->metavar, v, 1) >= 0)
+            return mg__err(err, errlen, "%s %s: invalid choice (expected %s; did you mean %s?)",
+                           f->name, v, want, lower);
+        return mg__err(err, errlen, "%s %s: invalid choice (expected %s)", f->name, v, want);
     }
     errno = 0;
     if (f->type == MG__F_INT) {
         long long x = strtoll(v, &end, 10);
-        if (!v[0] || *end || errno)
-            return mg__err(err, errlen, "%s %s: not an integer (expected %s, a whole number)",
-                           f->name, v, f->metavar);
+        if (*end || errno)
+            return mg__err(err, errlen, "%s %s: not an integer (expected %s)", f->name, v, want);
         if ((double)x < f->lo || (double)x > f->hi)
-            return mg__err(err, errlen, "%s %s: out of range (expected %.17g … %.17g)", f->name,
-                           v, f->lo, f->hi);
+            return mg__err(err, errlen, "%s %s: out of range (expected %s)", f->name, v, want);
         *(int64_t *)field = x;
     } else {
         double x = strtod(v, &end);
-        if (!v[0] || *end || errno || !isfinite(x))
-            return mg__err(err, errlen, "%s %s: not a number (expected %s, e.g. 3e-4)", f->name,
-                           v, f->metavar);
+        if (*end || errno || !isfinite(x))
+            return mg__err(err, errlen, "%s %s: not a number (expected %s, e.g. %s)", f->name, v,
+                           want, f->lo > 0 ? "1e-8" : "3e-4");
         if (x < f->lo || x > f->hi)
-            return mg__err(err, errlen, "%s %s: out of range (expected %g … %g)", f->name, v,
-                           f->lo, f->hi);
+            return mg__err(err, errlen, "%s %s: out of range (expected %s)", f->name, v, want);
         *(double *)field = x;
     }
     return 0;
+}
+
+/* The flag named by arg ("--name" or "--name=value"), or -1; *eq at the '=' or NULL. */
+static int mg__arg_flag(const char *arg, const char **eq) {
+    char name[64];
+    *eq = strchr(arg, '=');
+    snprintf(name, sizeof name, "%.*s", *eq ? (int)(*eq - arg) : (int)strlen(arg), arg);
+    return strncmp(arg, "--", 2) || !strcmp(name, "--help") ? -1 : mg__flag_index(name);
 }
 
 MGDEF int mg_train_parse(mg_train_args *a, int argc, char **argv, char *err, size_t errlen) {
     int i;
     for (i = 1; i < argc; i++) {
         const char *arg = argv[i], *value, *eq;
-        char name[64];
+        char name[64], hint[200], want[160];
         int k;
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) { a->help = 1; continue; }
-        if (strncmp(arg, "--", 2))
-            return mg__err(err, errlen, "unexpected argument '%s' (every option is --name value;"
-                           " see --help)", arg);
-        eq = strchr(arg, '=');
+        if (strncmp(arg, "--", 2)) {   /* a word where a flag belongs */
+            const char *eq2;
+            snprintf(name, sizeof name, "-%s", arg);           /* -lr: --lr */
+            if (arg[0] == '-' && mg__arg_flag(name, &eq2) >= 0)
+                return mg__err(err, errlen, "unexpected argument '%s' (flags start with two "
+                               "dashes: did you mean -%s?)", arg, arg);
+            snprintf(name, sizeof name, "--%s", arg);          /* lr: --lr */
+            if (mg__arg_flag(name, &eq2) >= 0)
+                return mg__err(err, errlen, "unexpected argument '%s' (did you mean --%s?)", arg,
+                               arg);
+            if (i > 1 && (k = mg__arg_flag(argv[i - 1], &eq2)) >= 0 &&
+                mg__flags[k].type == MG__F_SWITCH)
+                return mg__err(err, errlen, "unexpected argument '%s' after %s, which takes no "
+                               "value (give the flag alone to turn it on)", arg, argv[i - 1]);
+            return mg__err(err, errlen, "unexpected argument '%s' (flags are --name VALUE or "
+                           "--name=VALUE; see --help)", arg);
+        }
+        k = mg__arg_flag(arg, &eq);
         snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - arg) : (int)strlen(arg), arg);
-        k = mg__flag_index(name);
-        if (k < 0 || !strcmp(name, "--help"))
-            return mg__err(err, errlen, "unknown option %s (see --help for the list)", name);
+        if (!strcmp(name, "--help"))
+            return mg__err(err, errlen, "--help takes no value (give it alone)");
+        if (k < 0) {
+            mg__suggest_flag(name, hint, sizeof hint);
+            return mg__err(err, errlen, "unknown flag %s%s (see --help for every flag)", name, hint);
+        }
         if (mg__flags[k].type == MG__F_SWITCH) {
-            if (eq) return mg__err(err, errlen, "%s takes no value", name);
+            if (eq) return mg__err(err, errlen, "%s takes no value (give the flag alone to turn "
+                                   "it on)", name);
             *(int *)((char *)a + mg__flags[k].offset) = 1;
             a->given[k] = 1;
             continue;
@@ -3073,27 +3445,29 @@ MGDEF int mg_train_parse(mg_train_args *a, int argc, char **argv, char *err, siz
                 l->v[l->n++] = argv[++i];
             }
             if (l->n == 0 || !l->v[0][0])
-                return mg__err(err, errlen, "%s needs a value (%s)", name, mg__flags[k].metavar);
+                return mg__err(err, errlen, "%s needs a value (expected %s)", name,
+                               mg__flags[k].metavar);
             a->given[k] = 1;
             continue;
         }
+        mg__expects(&mg__flags[k], want, sizeof want);
         if (eq) value = eq + 1;
-        else if (i + 1 < argc) value = argv[++i];
-        else return mg__err(err, errlen, "%s needs a value (%s)", name, mg__flags[k].metavar);
+        else if (i + 1 < argc && !(argv[i + 1][0] == '-' && argv[i + 1][1] == '-'))
+            value = argv[++i];
+        else if (i + 1 < argc)     /* the next word is a flag: this one lost its value */
+            return mg__err(err, errlen, "%s needs a value before %s (expected %s)", name,
+                           argv[i + 1], want);
+        else return mg__err(err, errlen, "%s needs a value (expected %s)", name, want);
         if (mg__set_flag(a, &mg__flags[k], value, err, errlen)) return -1;
         a->given[k] = 1;
     }
     return 0;
 }
 
-/* "  LEFT   help text" with the help wrapped at 96 columns under its own indent. */
-static void mg__print_wrapped(FILE *out, const char *left, const char *text) {
-    const int indent = 36, width = 96;
-    int col, first = 1;
-    fprintf(out, "  %-33s", left);
-    col = 2 + (int)(strlen(left) > 33 ? strlen(left) : 33);
-    if (col >= indent) { fprintf(out, "\n%*s", indent, ""); col = indent; }
-    else { fprintf(out, "%*s", indent - col, ""); col = indent; }
+/* text from column `indent` on (the cursor is there), wrapped at 96 columns under it. */
+static void mg__print_wrapped_text(FILE *out, int indent, const char *text) {
+    const int width = 96;
+    int col = indent, first = 1;
     while (*text) {
         const char *sp = strchr(text, ' ');
         int n = sp ? (int)(sp - text) : (int)strlen(text);
@@ -3107,6 +3481,30 @@ static void mg__print_wrapped(FILE *out, const char *left, const char *text) {
     }
     fputc('\n', out);
 }
+/* "  LEFT   help text" with the help wrapped at 96 columns under its own indent. */
+static void mg__print_wrapped(FILE *out, const char *left, const char *text) {
+    const int indent = 36;
+    fprintf(out, "  %-33s", left);
+    if (strlen(left) > 33) fprintf(out, "\n%*s", indent, "");   /* too long: help below */
+    else fprintf(out, " ");
+    mg__print_wrapped_text(out, indent, text);
+}
+
+MGDEF const char *mg_train_flag_name(int i, const char **group) {
+    int k, n = 0;
+    const char *heading = NULL;
+    for (k = 0; k < MG__NFLAGS; k++) {
+        if (mg__flags[k].type == MG__F_HELP && mg__flags[k].offset == 0) {
+            heading = mg__flags[k].name;
+            continue;
+        }
+        if (n++ == i) {
+            if (group) *group = heading;
+            return mg__flags[k].name;
+        }
+    }
+    return NULL;
+}
 
 MGDEF void mg_train_print_help(FILE *out, const char *prog) {
     int i;
@@ -3117,8 +3515,12 @@ MGDEF void mg_train_print_help(FILE *out, const char *prog) {
     for (i = 0; i < MG__NFLAGS; i++) {
         const mg__flag *f = &mg__flags[i];
         char left[96];
-        if (f->type == MG__F_HELP && f->offset == 0) {
-            fprintf(out, "\n%s:\n", f->help);
+        if (f->type == MG__F_HELP && f->offset == 0) {   /* a group, argparse's way */
+            fprintf(out, "\n%s:\n", f->name);
+            if (f->help[0]) {
+                fprintf(out, "  ");
+                mg__print_wrapped_text(out, 2, f->help);
+            }
             continue;
         }
         if (f->metavar) snprintf(left, sizeof left, "%s %s", f->name, f->metavar);
@@ -3164,14 +3566,15 @@ static int mg__check_output(const char *flag, const char *path, int want_dir, ch
     struct stat st;
     if (stat(path, &st) == 0) {
         if (want_dir && !S_ISDIR(st.st_mode))
-            return mg__err(err, errlen, "%s %s: exists and is not a directory", flag, path);
+            return mg__err(err, errlen, "%s %s: exists and is not a directory (give a directory, "
+                           "or a new name to create one)", flag, path);
         if (!want_dir && S_ISDIR(st.st_mode))
             return mg__err(err, errlen, "%s %s: is a directory (expected a file name)", flag, path);
         return 0;
     }
     if (!mg__parent_is_dir(path))
-        return mg__err(err, errlen, "%s %s: the directory it would be created in does not exist",
-                       flag, path);
+        return mg__err(err, errlen, "%s %s: the directory it would be created in does not exist "
+                       "(create that first, or give a path in an existing directory)", flag, path);
     return 0;
 }
 
@@ -3299,6 +3702,81 @@ static int mg__read_state(const char *path, int64_t iteration, mg__ckpt_state *s
     return rc;
 }
 
+/* The architecture switches beyond the six sizes (the Llama family's), as flags. */
+static const char *const mg__switch_flags[] = {
+    "--normalization", "--norm-epsilon", "--swiglu", "--ffn-hidden-size",
+    "--position-embedding-type", "--rotary-base", "--rotary-percent", "--use-rope-scaling",
+    "--rope-scaling-factor", "--group-query-attention", "--num-query-groups", "--kv-channels",
+    "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias"};
+#define MG__NSWITCH_FLAGS ((int)(sizeof mg__switch_flags / sizeof mg__switch_flags[0]))
+
+/* The switches of a checkpoint's state.json "args": each one not given on the command line is
+   taken from there; one given must agree (the model's tensors depend on them).            */
+static int mg__switches_from_state(mg_train_args *a, const char *path, char *err,
+                                   size_t errlen) {
+    char *text = NULL, why[MG_ERRLEN], val[256];
+    size_t len = 0;
+    mg_json js;
+    int64_t args;
+    int i, rc = 0;
+    if (mg_read_file(path, MG__STATE_MAX_BYTES, &text, &len, why, sizeof why))
+        return mg__err(err, errlen, "%s", why);
+    if (mg_json_parse(&js, text, len, why, sizeof why)) {
+        MG_FREE(text);
+        return mg__err(err, errlen, "%s: %s", path, why);
+    }
+    args = mg_json_get(&js, 0, "args");
+    for (i = 0; i < MG__NSWITCH_FLAGS && args >= 0 && !rc; i++) {
+        int k = mg__flag_index(mg__switch_flags[i]);
+        const mg__flag *f = &mg__flags[k];
+        int64_t t = mg_json_get(&js, args, f->name + 2);
+        mg_train_args stored = *a;
+        size_t off = f->offset, size;
+        if (t < 0) continue;   /* a checkpoint from before the flag: its default */
+        /* the value's text: strings (choices) inside their quotes, numbers and booleans raw */
+        snprintf(val, sizeof val, "%.*s", (int)(js.toks[t].end - js.toks[t].start),
+                 text + js.toks[t].start);
+        if (f->type == MG__F_SWITCH) *(int *)((char *)&stored + off) = !strcmp(val, "true");
+        else if (f->type == MG__F_INT && !strcmp(val, "0")) *(int64_t *)((char *)&stored + off) = 0;
+        else if (mg__set_flag(&stored, f, val, why, sizeof why)) {   /* (0: the default) */
+            rc = mg__err(err, errlen, "%s: args: %s", path, why);
+            break;
+        }
+        size = f->type == MG__F_INT ? sizeof(int64_t) : f->type == MG__F_FLOAT ? sizeof(double)
+                                                                               : sizeof(int);
+        if (!a->given[k]) memcpy((char *)a + off, (char *)&stored + off, size);
+        else if (memcmp((char *)a + off, (char *)&stored + off, size))
+            rc = mg__err(err, errlen, "%s on the command line differs from the checkpoint "
+                         "%s, which has %s (leave the flag out to take it from there)", f->name,
+                         path, f->type == MG__F_SWITCH ? (strcmp(val, "true") ? "it off"
+                                                                              : "it on")
+                                                       : val);
+    }
+    mg_json_free(&js);
+    MG_FREE(text);
+    return rc;
+}
+
+/* The Llama-family fields of the model configuration from the flags. */
+static void mg__llama_config(const mg_train_args *a, mg_gpt_config *c) {
+    c->normalization = a->normalization;
+    c->norm_epsilon = (float)a->norm_epsilon;
+    c->swiglu = a->swiglu;
+    c->ffn_hidden = (int)a->ffn_hidden_size;
+    c->position_embedding = a->position_embedding_type;
+    c->rotary_base = (float)a->rotary_base;
+    c->rotary_percent = (float)a->rotary_percent;
+    c->use_rope_scaling = a->use_rope_scaling;
+    c->rope_scaling_factor = (float)a->rope_scaling_factor;
+    /* Megatron-LM: --num-query-groups counts only with --group-query-attention (default 1) */
+    c->n_query_groups = !a->group_query_attention ? 0
+                        : a->num_query_groups > 0 ? (int)a->num_query_groups : 1;
+    c->kv_channels = (int)a->kv_channels;
+    c->untie_embeddings = a->untie_embeddings_and_output_weights;
+    c->disable_bias_linear = a->disable_bias_linear;
+    c->add_qkv_bias = a->add_qkv_bias;
+}
+
 /* Fills the architecture in *cfg from the flags and from a loaded source (checkpoint state
    or weights file): a flag given must agree with the source; a missing one is taken from it. */
 static int mg__merge_arch(const mg_train_args *a, const int64_t src[6], const char *what,
@@ -3329,6 +3807,10 @@ static int mg__merge_arch(const mg_train_args *a, const int64_t src[6], const ch
 
 /* Checks of numbers and their combinations, no files. */
 static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
+    if (mg_train_flag_given(a, "--num-query-groups") && !a->group_query_attention)
+        return mg__err(err, errlen, "--num-query-groups %lld needs --group-query-attention (as "
+                       "in Megatron-LM; without it every head has its own keys and values)",
+                       (long long)a->num_query_groups);
     if (a->train_iters < 0)
         return mg__err(err, errlen, "--train-iters is required (the number of iterations, e.g. "
                        "--train-iters 1000)");
@@ -3339,8 +3821,11 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
                        a->min_lr, a->lr);
     if (a->global_batch_size % a->micro_batch_size)
         return mg__err(err, errlen, "--global-batch-size %lld is not a multiple of "
-                       "--micro-batch-size %lld", (long long)a->global_batch_size,
-                       (long long)a->micro_batch_size);
+                       "--micro-batch-size %lld (gradients accumulate over whole microbatches: "
+                       "use a multiple of %lld, e.g. %lld)", (long long)a->global_batch_size,
+                       (long long)a->micro_batch_size, (long long)a->micro_batch_size,
+                       (long long)((a->global_batch_size / a->micro_batch_size + 1) *
+                                   a->micro_batch_size));
     if (a->lr_decay_style != MG_LR_CONSTANT && a->train_iters > 0) {
         int64_t decay = a->lr_decay_iters ? a->lr_decay_iters : a->train_iters;
         if (a->lr_warmup_iters >= decay)
@@ -3354,8 +3839,10 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
     if (a->recompute_granularity != MG_RECOMPUTE_FULL &&
         (mg_train_flag_given(a, "--recompute-method") ||
          mg_train_flag_given(a, "--recompute-num-layers")))
-        return mg__err(err, errlen, "--recompute-method and --recompute-num-layers apply to "
-                       "--recompute-granularity full only");
+        return mg__err(err, errlen, "%s applies to --recompute-granularity full only (add "
+                       "--recompute-granularity full, or leave it out)",
+                       mg_train_flag_given(a, "--recompute-method") ? "--recompute-method" :
+                       "--recompute-num-layers");
     if (a->recompute_num_layers > 0 && a->num_layers > 0 &&
         a->recompute_num_layers > a->num_layers)
         return mg__err(err, errlen, "--recompute-num-layers %lld: must be 1 … --num-layers %lld",
@@ -3408,7 +3895,8 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
         mg__check_output("--pipeline-trace", a->pipeline_trace, 0, err, errlen)) return -1;
     if (a->export_hf && mg__check_output("--export-hf", a->export_hf, 1, err, errlen)) return -1;
     if (a->load && !mg__is_dir(a->load) && !mg__parent_is_dir(a->load))
-        return mg__err(err, errlen, "--load %s: neither a directory nor a place one could be",
+        return mg__err(err, errlen, "--load %s: no such directory, nor the directory it would "
+                       "be in (give a checkpoint directory, or a new one to start from scratch)",
                        a->load);
     return 0;
 }
@@ -3495,15 +3983,24 @@ static int mg__open_data_group(mg_trainer *tr, mg__data_group *g, const char *fl
     return 0;
 }
 
+/* "1 document", "20 documents" (or sequences, where a document holds several: the split
+   counts sequences, which Megatron's GPTDataset calls documents).                           */
+static const char *mg__units(const mg_dataset *ds, int64_t n) {
+    int docs = ds->n_documents == ds->n_sequences;
+    return n == 1 ? (docs ? "document" : "sequence") : (docs ? "documents" : "sequences");
+}
+
 /* One part's blend: n_samples samples of part `part` of each dataset of g under split. */
 static int mg__part_blend(mg_trainer *tr, mg_blend *b, const mg__data_group *g,
                           const char *split, mg_split_part part, int64_t n_samples, char *err,
                           size_t errlen) {
     static const char *const names[3] = {"training", "validation", "test"};
+    static const char *const asked[3] = {"--train-iters x --global-batch-size",
+                                         "--eval-iters x --global-batch-size per validation",
+                                         "--eval-iters x --global-batch-size"};
     const mg_train_args *a = &tr->args;
     char why[MG_ERRLEN];
     mg_sampler_desc sd;
-    int k;
     memset(&sd, 0, sizeof sd);
     sd.split = split;
     sd.part = part;
@@ -3512,16 +4009,72 @@ static int mg__part_blend(mg_trainer *tr, mg_blend *b, const mg__data_group *g,
     sd.seed = (uint32_t)a->seed;
     sd.order = (mg_data_order)a->data_order;
     if (mg_blend_init(b, g->ds, g->weight, g->n, g->weighted, &sd, why, sizeof why))
-        return mg__err(err, errlen, "%s, %s part: %s", g->flag, names[part], why);
-    for (k = 0; k < g->n; k++) {
-        int by_split = part && !strcmp(g->flag, "--data-path");   /* name the --split */
-        if (b->smp[k].part_tokens < (int64_t)tr->cfg.seq_len + 1)
-            return mg__err(err, errlen, "%s %s: the %s part%s%s holds %lld tokens, fewer than "
-                           "one sample needs (--seq-length + 1 = %d)%s", g->flag, g->prefix[k],
-                           names[part], by_split ? " of --split " : "", by_split ? split : "",
-                           (long long)b->smp[k].part_tokens, tr->cfg.seq_len + 1,
-                           part ? "; use --eval-iters 0 or give it more" : "");
+        return mg__err(err, errlen, "%s%s%s, %s part (%lld samples: %s): %s", g->flag,
+                       g->n == 1 ? " " : "", g->n == 1 ? g->prefix[0] : "", names[part],
+                       (long long)n_samples, asked[part], why);
+    return 0;
+}
+
+/* The first dataset of a blend whose part holds fewer tokens than one sample (-1: none). */
+static int mg__short_part(const mg_trainer *tr, const mg_blend *b) {
+    int k;
+    for (k = 0; k < b->n; k++)
+        if (b->smp[k].part_tokens < (int64_t)tr->cfg.seq_len + 1) return k;
+    return -1;
+}
+
+/* The validation blend of --data-path, Megatron-LM's way: where a dataset's validation part
+   gets no sequence (a small dataset under the default --split 969,30,1) or fewer tokens than
+   one sample, no validation set is built; the run trains and skips every evaluation (each
+   --eval-interval and the final one), and tr->valid_note says why in one line, naming that
+   dataset. A --split that gives validation no weight skips it too, with a note only when
+   --eval-interval or --eval-iters asked for it.                                            */
+static int mg__setup_valid(mg_trainer *tr, const mg__data_group *g, double weight,
+                           int64_t n_samples, char *err, size_t errlen) {
+    const mg_train_args *a = &tr->args;
+    char hold_out[160] = "";
+    int k;
+    if (weight <= 0) {
+        if (mg_train_flag_given(a, "--eval-interval") || mg_train_flag_given(a, "--eval-iters"))
+            snprintf(tr->valid_note, sizeof tr->valid_note, "validation skipped: --split %s "
+                     "gives the validation part no weight, so --eval-interval and --eval-iters "
+                     "do nothing (give it a share, e.g. --split 98,2,0)", a->split);
+        return 0;
     }
+    for (k = 0; k < g->n; k++) {   /* every dataset of the blend gives validation a sequence */
+        const mg_dataset *ds = g->ds[k];
+        int64_t S = ds->n_sequences;
+        if (mg_split_count(a->split, MG_SPLIT_VALID, S) > 0) continue;
+        if (S >= 2)   /* weights S-1, 1, 0: the last sequence alone is the validation part */
+            snprintf(hold_out, sizeof hold_out, ", or a larger validation share (--split "
+                     "%lld,1,0 holds out 1 of these %lld)", (long long)(S - 1), (long long)S);
+        snprintf(tr->valid_note, sizeof tr->valid_note, "validation skipped: --split %s gives "
+                 "the validation part none of the %lld %s of %s; a validation set needs %lld or "
+                 "more %s with this split%s", a->split, (long long)S, mg__units(ds, S),
+                 g->prefix[k], (long long)mg_split_min_sequences(a->split, MG_SPLIT_VALID),
+                 mg__units(ds, 2), S >= 2 ? hold_out : " (one cannot be split)");
+        mg__one_line(tr->valid_note);
+        return 0;
+    }
+    if (mg__part_blend(tr, &tr->valid_data, g, a->split, MG_SPLIT_VALID, n_samples, err,
+                       errlen))
+        return -1;
+    k = mg__short_part(tr, &tr->valid_data);
+    if (k >= 0) {
+        const mg_dataset *ds = g->ds[k];
+        int64_t S = ds->n_sequences;
+        snprintf(tr->valid_note, sizeof tr->valid_note, "validation skipped: the validation "
+                 "part of --split %s (%lld of the %lld %s of %s) holds %lld tokens, fewer than "
+                 "one sample needs (--seq-length + 1 = %d); more data or a larger validation "
+                 "share give one", a->split,
+                 (long long)mg_split_count(a->split, MG_SPLIT_VALID, S), (long long)S,
+                 mg__units(ds, S), g->prefix[k], (long long)tr->valid_data.smp[k].part_tokens,
+                 tr->cfg.seq_len + 1);
+        mg__one_line(tr->valid_note);
+        mg_blend_free(&tr->valid_data);
+        return 0;
+    }
+    tr->has_valid = 1;
     return 0;
 }
 
@@ -3535,7 +4088,7 @@ static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
     double weights[3];
     mg__data_group *g = NULL;
     int n_words = a->data_path.n + a->train_data_path.n + a->valid_data_path.n +
-                  a->test_data_path.n, rc = -1;
+                  a->test_data_path.n, rc = -1, k;
     if (!n_words) return 0;
     g = (mg__data_group *)MG_MALLOC(3 * sizeof *g);
     tr->datasets = (mg_dataset *)MG_MALLOC(sizeof(mg_dataset) * (size_t)n_words);
@@ -3544,29 +4097,36 @@ static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
     mg_data_num_samples(a->train_iters, a->global_batch_size, a->eval_interval, a->eval_iters,
                         counts);
     if (a->data_path.n) {
-        if (mg_split_parse(a->split, weights, why, sizeof why)) {
-            mg__err(err, errlen, "--split %s: %s", a->split, why);
+        if (mg_split_parse(a->split, weights, why, sizeof why)) {   /* its message names --split */
+            mg__err(err, errlen, "%s", why);
             goto done;
         }
         if (mg__open_data_group(tr, &g[0], "--data-path", &a->data_path, err, errlen)) goto done;
         if (a->train_iters > 0) {
             if (weights[0] <= 0) {
-                mg__err(err, errlen, "--split %s gives the training part no data", a->split);
+                mg__err(err, errlen, "--split %s gives the training part no weight (the first "
+                        "number is the training share, e.g. --split 98,2,0)", a->split);
                 goto done;
             }
             if (mg__part_blend(tr, &tr->train_data, &g[0], a->split, MG_SPLIT_TRAIN, counts[0],
                                err, errlen))
                 goto done;
-        }
-        if (a->eval_iters > 0 && weights[1] > 0) {
-            tr->has_valid = 1;
-            if (mg__part_blend(tr, &tr->valid_data, &g[0], a->split, MG_SPLIT_VALID, counts[1],
-                               err, errlen))
+            if ((k = mg__short_part(tr, &tr->train_data)) >= 0) {
+                int64_t held = tr->train_data.smp[k].part_tokens;
+                mg__err(err, errlen, "--data-path %s: the training part holds %lld tokens, "
+                        "fewer than one sample needs (--seq-length + 1 = %d); --seq-length "
+                        "%lld or less, or more data, fits", g[0].prefix[k], (long long)held,
+                        tr->cfg.seq_len + 1, (long long)held - 1);
                 goto done;
+            }
         }
+        if (a->eval_iters > 0 &&
+            mg__setup_valid(tr, &g[0], weights[1], counts[1], err, errlen))
+            goto done;
     } else {   /* Megatron's blend_per_split: each part's datasets used whole */
         static const char *const flags[3] = {"--train-data-path", "--valid-data-path",
                                              "--test-data-path"};
+        static const char *const names[3] = {"training", "validation", "test"};
         static const char *const whole[3] = {"1,0,0", "0,1,0", "0,0,1"};
         const mg_str_list *words[3] = {&a->train_data_path, &a->valid_data_path,
                                        &a->test_data_path};
@@ -3577,10 +4137,19 @@ static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
             if (!words[p]->n || (p && !wanted)) continue;   /* no evaluation: not opened */
             tr->has_valid |= p == 1;
             tr->has_test |= p == 2;
-            if (mg__open_data_group(tr, &g[p], flags[p], words[p], err, errlen) ||
-                (wanted && mg__part_blend(tr, blends[p], &g[p], whole[p], (mg_split_part)p,
-                                          counts[p], err, errlen)))
+            if (mg__open_data_group(tr, &g[p], flags[p], words[p], err, errlen)) goto done;
+            if (!wanted) continue;
+            if (mg__part_blend(tr, blends[p], &g[p], whole[p], (mg_split_part)p, counts[p],
+                               err, errlen))
                 goto done;
+            if ((k = mg__short_part(tr, blends[p])) >= 0) {   /* data given for this part */
+                int64_t held = blends[p]->smp[k].part_tokens;
+                mg__err(err, errlen, "%s %s: the %s data holds %lld tokens, fewer than one "
+                        "sample needs (--seq-length + 1 = %d); %s", flags[p], g[p].prefix[k],
+                        names[p], (long long)held, tr->cfg.seq_len + 1, p ? "use --eval-iters "
+                        "0 or give it more" : "a shorter --seq-length or more data fits");
+                goto done;
+            }
         }
     }
     rc = 0;
@@ -3691,8 +4260,8 @@ static int mg__pipe_configure(mg_trainer *tr, char *err, size_t errlen) {
     }
     if (L % p)
         return mg__err(err, errlen, "--num-layers %d is not divisible by "
-                       "--pipeline-model-parallel-size %d (each stage holds layers/p layers)",
-                       L, p);
+                       "--pipeline-model-parallel-size %d (each stage holds layers/p layers: "
+                       "use a multiple of %d, e.g. --num-layers %d)", L, p, p, (L / p + 1) * p);
     if (K_given) {
         int64_t K = a->num_layers_per_virtual_pipeline_stage;
         if ((L / p) % K)
@@ -3908,7 +4477,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     int64_t src[6], arch[6], load_iter = 0;
     const int64_t *srcp = NULL;
     const char *src_name = NULL, *weights_from = args->init_from;
-    char path[1100], srcdesc[1200], release[1100];
+    char path[1100], srcdesc[1200], release[1100], why[MG_ERRLEN];
     int has_ckpt = 0, has_weights = 0, agreed = 0, rc, tp, tp_rank = 0, pp_rank = 0, n_slots = 1;
     int split = 0;
     mg_gpt_layout layout;
@@ -3926,15 +4495,26 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     if (a->lr < 0) a->lr = 0;                       /* no training: no learning rate needed */
     /* architecture: the checkpoint to resume, else the weights to start from, else flags */
     if (a->load) {
-        rc = mg__latest_iteration(a->load, &load_iter, err, errlen);
-        if (rc < 0) goto fail;
+        rc = mg__latest_iteration(a->load, &load_iter, why, sizeof why);
+        if (rc < 0) { mg__err(err, errlen, "--load %s: %s", a->load, why); goto fail; }
         if (rc == 2) {   /* Megatron's 'release': its weights, from iteration 0 (as --init-from) */
             snprintf(release, sizeof release, "%s/release", a->load);
             weights_from = release;
         }
         if (rc == 1) {
             snprintf(path, sizeof path, "%s/iter_%07lld/state.json", a->load, (long long)load_iter);
-            if (mg__read_state(path, load_iter, &st, err, errlen)) goto fail;
+            if (access(path, F_OK) != 0) {
+                mg__err(err, errlen, "--load %s: latest_checkpointed_iteration.txt names iteration "
+                        "%lld, but %s does not exist (a checkpoint moved or cut short: write an "
+                        "iteration that is there into that file)", a->load, (long long)load_iter,
+                        path);
+                goto fail;
+            }
+            if (mg__read_state(path, load_iter, &st, why, sizeof why) ||
+                mg__switches_from_state(a, path, why, sizeof why)) {
+                mg__err(err, errlen, "--load %s: %s", a->load, why);
+                goto fail;
+            }
             has_ckpt = 1;
             srcp = st.arch;
             src_name = path;
@@ -3945,8 +4525,10 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
                 goto fail;
             }
             if (mg_train_flag_given(a, "--data-order") && st.data_order != a->data_order) {
-                mg__err(err, errlen, "--data-order differs from the checkpoint's (leave it out "
-                        "to resume)");
+                mg__err(err, errlen, "--data-order %s differs from the checkpoint's %s (the "
+                        "samples would change; leave --data-order out to resume)",
+                        a->data_order == MG_ORDER_SEQUENTIAL ? "sequential" : "shuffled",
+                        st.data_order == MG_ORDER_SEQUENTIAL ? "sequential" : "shuffled");
                 goto fail;
             }
             a->seed = st.seed;
@@ -3954,7 +4536,13 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         }
     }
     if (!has_ckpt && weights_from) {
-        if (mg_weights_open(&wf, weights_from, err, errlen)) goto fail;
+        if (mg_weights_open(&wf, weights_from, why, sizeof why)) {
+            mg__err(err, errlen, "%s %s: %s%s", weights_from == a->init_from ? "--init-from" :
+                    "--load", weights_from == a->init_from ? a->init_from : a->load, why,
+                    strstr(why, "cannot open") ? " (expected an llm.c checkpoint, a "
+                    "model.safetensors, or a directory holding one)" : "");
+            goto fail;
+        }
         has_weights = 1;
         src[0] = wf.cfg.n_layer; src[1] = wf.cfg.hidden; src[2] = wf.cfg.n_head;
         src[3] = 0; src[4] = wf.cfg.max_pos; src[5] = wf.cfg.vocab_size;
@@ -3997,6 +4585,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     tr->cfg.hidden_dropout = (float)a->hidden_dropout;
     tr->cfg.attention_dropout = (float)a->attention_dropout;
     tr->cfg.dropout_seed = (uint64_t)a->seed;
+    mg__llama_config(a, &tr->cfg);
     tp = (int)a->tensor_model_parallel_size;
     tr->cfg.padded_vocab = mg_gpt_pad_vocab(tr->cfg.vocab_size, tp);
     if (mg__check_world(a, err, errlen)) goto fail;
@@ -4072,9 +4661,13 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         double phys = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
         if (a->device != MG_DEVICE_CUDA && !mg_cuda_available() && phys > 0 && (double)bytes > phys)
             { mg__err(err, errlen, "the model needs %.2f GiB of memory (parameters, optimizer "
-                      "state, activations of --micro-batch-size %lld), more than the %.2f GiB "
-                      "of this machine", bytes / 1073741824.0, (long long)a->micro_batch_size,
-                      phys / 1073741824.0); goto fail; }
+                      "state, activations of --micro-batch-size %lld, buffers of the %d "
+                      "microbatches of --global-batch-size %lld), more than the %.2f GiB of "
+                      "this machine (a smaller --hidden-size, --num-layers, --micro-batch-size or "
+                      "--global-batch-size, or more ranks with --tensor-model-parallel-size or "
+                      "--pipeline-model-parallel-size, needs less)", bytes / 1073741824.0,
+                      (long long)a->micro_batch_size, tr->n_micro,
+                      (long long)a->global_batch_size, phys / 1073741824.0); goto fail; }
     }
     if (mg__setup_data(tr, err, errlen)) goto fail;
     if (mg__agree(tr->comm, 0, err, errlen)) { agreed = 1; goto fail; }   /* another rank's */
@@ -4122,7 +4715,10 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     tr->sched.style = (mg_lr_style)a->lr_decay_style;
     mg_gpt_init_weights(&tr->model, (uint64_t)a->seed);
     if (has_ckpt) {
-        if (mg_trainer_load(tr, a->load, err, errlen) < 0) goto fail;
+        if (mg_trainer_load(tr, a->load, why, sizeof why) < 0) {
+            mg__err(err, errlen, "--load %s: %s", a->load, why);
+            goto fail;
+        }
     } else if (has_weights) {
         if (mg_gpt_import(&tr->model, &wf, err, errlen)) goto fail;
         mg_weights_close(&wf);
@@ -4447,7 +5043,7 @@ static const char *const mg__ckpt_suffix[MG__CKPT_FILES] = {"", ".exp_avg", ".ex
    embedding rows). A rank finds its tensors in it by name (mg__ckpt_visit).               */
 static int mg__ckpt_begin(mg_gpt *m, mg_st_writer *w, const char *path, const char *tag,
                           int file, int create, char *err, size_t errlen) {
-    int cap = MG_LAYER_TENSORS * m->cfg.n_layer + 4, n_all;
+    int cap = MG_LAYER_TENSORS * m->cfg.n_layer + MG_GLOBAL_TENSORS, n_all;
     mg_gpt_layout whole = mg_gpt_layout_single(&m->cfg, 1, 1, 1);
     mg_param_desc *all = (mg_param_desc *)MG_MALLOC(sizeof(mg_param_desc) * (size_t)cap);
     mg_st_spec *spec = (mg_st_spec *)MG_MALLOC(sizeof(mg_st_spec) * (size_t)cap);
@@ -4473,7 +5069,7 @@ static int mg__ckpt_begin(mg_gpt *m, mg_st_writer *w, const char *path, const ch
         spec[i].name = names[i];
         spec[i].dtype = MG_ST_F32;
         spec[i].ndim = d->ndim;
-        spec[i].shape[0] = d->kind == MG_WTE ? m->cfg.vocab_size : d->shape[0];
+        spec[i].shape[0] = mg__vocab_rows(d->kind) ? m->cfg.vocab_size : d->shape[0];
         spec[i].shape[1] = d->shape[1];
     }
     if (mg_st_writer_begin(w, path, tag, create, spec, n_all, with_meta ? keys : keys + 5,
@@ -4492,7 +5088,7 @@ static int mg__ckpt_write_piece(mg_gpt *m, mg_st_writer *w, int ti, const mg_par
                                 const float *vals, int64_t e0, int64_t e1, char *err,
                                 size_t errlen) {
     int64_t lcols = d->ndim == 2 ? d->local_shape[1] : 1, gcols = d->ndim == 2 ? d->shape[1] : 1;
-    int64_t rows_stored = d->kind == MG_WTE ? m->cfg.vocab_size : d->shape[0], e = e0;
+    int64_t rows_stored = mg__vocab_rows(d->kind) ? m->cfg.vocab_size : d->shape[0], e = e0;
     char why[MG_ERRLEN];
     while (e < e1) {
         int64_t r = e / lcols, c = e % lcols, grow = d->row0 + r, n;

@@ -192,6 +192,13 @@ MGDEF int mg_split_parse(const char *split, double weights[3], char *err, size_t
 /* The sequence range [*begin, *end) of part for n_sequences sequences (after parse).       */
 MGDEF int mg_split_range(const char *split, mg_split_part part, int64_t n_sequences,
                          int64_t *begin, int64_t *end, char *err, size_t errlen);
+/* Sequences the part gets of n_sequences (0: none, the part has no weight or rounds to
+   nothing), or -1 when split does not parse.                                               */
+MGDEF int64_t mg_split_count(const char *split, mg_split_part part, int64_t n_sequences);
+/* The smallest S0 such that every dataset of S >= S0 sequences gives the part at least one
+   sequence (17 for the valid part of "969,30,1"); -1 when the part has no weight or split
+   does not parse. What a message suggests to a user whose validation part came out empty. */
+MGDEF int64_t mg_split_min_sequences(const char *split, mg_split_part part);
 MGDEF int mg_sampler_init(mg_sampler *smp, const mg_dataset *ds, const mg_sampler_desc *desc,
                           char *err, size_t errlen);
 /* Writes the seq_len + 1 tokens of sample i into tokens[] (input = tokens[0..s),
@@ -1089,8 +1096,13 @@ MGDEF int mg_dataset_open(const char *path, mg_dataset *ds, char *err, size_t er
         rc = mg__fail(err, errlen, "%s: neither an llm.c token file (magic %d) nor part of a "
                       "Megatron indexed dataset (%s not found)", path, MG__LLMC_TOKENS_MAGIC, idx);
     } else if (stat(path, &st) != 0 && errno == ENOENT) {
-        rc = mg__fail(err, errlen, "%s: no such dataset (neither that file nor %s exists)", path,
-                      idx);
+        char bin[1110];       /* an llm.c file named without its .bin: name it in full */
+        snprintf(bin, sizeof bin, "%s.bin", prefix);
+        rc = mg__is_file(bin) && !mg__ends_with(path, ".bin")
+             ? mg__fail(err, errlen, "%s: no such dataset (neither that file nor %s exists; %s "
+                        "does: an llm.c token file is given by its full name)", path, idx, bin)
+             : mg__fail(err, errlen, "%s: no such dataset (neither that file nor %s exists)",
+                        path, idx);
     } else if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
         rc = mg__fail(err, errlen, "%s: is a directory; a dataset is a file or a prefix (PREFIX "
                       "for PREFIX.idx + PREFIX.bin), and %s does not exist", path, idx);
@@ -1372,17 +1384,19 @@ MGDEF int mg_split_parse(const char *split, double weights[3], char *err, size_t
         char num[64];
         size_t len = (size_t)(s - start);
         if (dots > 1 || len >= sizeof num || (len == 1 && *start == '.'))
-            return mg__fail(err, errlen, "--split '%s': bad number '%.*s'", split, (int)len,
-                            start);
+            return mg__fail(err, errlen, "--split '%s': bad number '%.*s' (expected three "
+                            "train,valid,test weights like 969,30,1)", split, (int)len, start);
         if (count == 3)
-            return mg__fail(err, errlen, "--split '%s': more than three weights", split);
+            return mg__fail(err, errlen, "--split '%s': more than three weights (expected "
+                            "train,valid,test like 969,30,1)", split);
         memcpy(num, start, len);
         num[len] = 0;
         weights[count++] = strtod(num, NULL);
     }
     double sum = weights[0] + weights[1] + weights[2];
     if (count == 0 || !(sum > 0) || !isfinite(sum))
-        return mg__fail(err, errlen, "--split '%s': expected weights like 969,30,1", split);
+        return mg__fail(err, errlen, "--split '%s': expected weights like 969,30,1 (train, "
+                        "valid and test shares with a positive sum)", split);
     for (int i = 0; i < 3; i++) weights[i] /= sum;
     return 0;
 }
@@ -1391,23 +1405,63 @@ static const char *mg__part_name(mg_split_part part) {
     return part == MG_SPLIT_TRAIN ? "train" : part == MG_SPLIT_VALID ? "valid" : "test";
 }
 
-MGDEF int mg_split_range(const char *split, mg_split_part part, int64_t n_sequences,
-                         int64_t *begin, int64_t *end, char *err, size_t errlen) {
-    double w[3], c[4];
-    if ((int)part < 0 || (int)part > 2) return mg__fail(err, errlen, "bad split part %d", (int)part);
+/* The cumulative weights c[0..3] of a --split string (after parse). */
+static int mg__split_cumulative(const char *split, double c[4], char *err, size_t errlen) {
+    double w[3];
     if (mg_split_parse(split, w, err, errlen) != 0) return -1;
     c[0] = 0;
     for (int i = 0; i < 3; i++) c[i + 1] = c[i] + w[i];
+    return 0;
+}
+/* Part `part` of S sequences: [round(c[part]·S), round(c[part+1]·S)), clipped to S. */
+static void mg__split_bounds(const double c[4], mg_split_part part, int64_t S, int64_t *begin,
+                             int64_t *end) {
+    *begin = (int64_t)rint(c[part] * (double)S);
+    *end = (int64_t)rint(c[part + 1] * (double)S);
+    if (*end > S) *end = S;
+}
+
+MGDEF int mg_split_range(const char *split, mg_split_part part, int64_t n_sequences,
+                         int64_t *begin, int64_t *end, char *err, size_t errlen) {
+    double c[4];
+    if ((int)part < 0 || (int)part > 2) return mg__fail(err, errlen, "bad split part %d", (int)part);
+    if (mg__split_cumulative(split, c, err, errlen) != 0) return -1;
     if (!(c[part + 1] > c[part]))
         return mg__fail(err, errlen, "--split '%s' gives the %s part no weight", split ? split :
                         "969,30,1", mg__part_name(part));
-    *begin = (int64_t)rint(c[part] * (double)n_sequences);
-    *end = (int64_t)rint(c[part + 1] * (double)n_sequences);
-    if (*end > n_sequences) *end = n_sequences;
+    mg__split_bounds(c, part, n_sequences, begin, end);
     if (*end <= *begin)
         return mg__fail(err, errlen, "--split '%s': the %s part of %lld sequences is empty",
                         split ? split : "969,30,1", mg__part_name(part), (long long)n_sequences);
     return 0;
+}
+
+MGDEF int64_t mg_split_count(const char *split, mg_split_part part, int64_t n_sequences) {
+    double c[4];
+    int64_t b, e;
+    if ((int)part < 0 || (int)part > 2 || mg__split_cumulative(split, c, NULL, 0) != 0) return -1;
+    if (!(c[part + 1] > c[part])) return 0;
+    mg__split_bounds(c, part, n_sequences, &b, &e);
+    return e > b ? e - b : 0;
+}
+
+/* With weight w = c[part+1] - c[part] and S·w >= 1 the part is never empty: round() is
+   monotone and round(x + 1) >= round(x) + 1, so round(c[part+1]·S) >= round(c[part]·S + 1)
+   > round(c[part]·S). Below 1/w some sizes give it a sequence and some none: scan them down
+   from just above 1/w to the largest empty one.                                             */
+MGDEF int64_t mg_split_min_sequences(const char *split, mg_split_part part) {
+    double c[4];
+    if ((int)part < 0 || (int)part > 2 || mg__split_cumulative(split, c, NULL, 0) != 0) return -1;
+    double w = c[part + 1] - c[part];
+    if (!(w > 0)) return -1;
+    double top = ceil(1.0 / w) + 2;        /* + 2: rounding of the cumulative sums        */
+    if (top > 1e7) return (int64_t)top;    /* a share below 1e-7: the bound itself         */
+    for (int64_t S = (int64_t)top; S >= 1; S--) {
+        int64_t b, e;
+        mg__split_bounds(c, part, S, &b, &e);
+        if (e <= b) return S + 1;
+    }
+    return 1;
 }
 
 MGDEF void mg_data_num_samples(int64_t train_iters, int64_t global_batch, int64_t eval_interval,
@@ -1479,7 +1533,10 @@ MGDEF int mg_sampler_init(mg_sampler *smp, const mg_dataset *ds, const mg_sample
     if (desc->order != MG_ORDER_SHUFFLED && desc->order != MG_ORDER_SEQUENTIAL)
         return mg__fail(err, errlen, "unknown data order %d", (int)desc->order);
     if (s < (desc->order == MG_ORDER_SHUFFLED ? 2 : 1))
-        return mg__fail(err, errlen, "sequence length %lld too small", (long long)s);
+        return mg__fail(err, errlen, "sequence length (--seq-length) %lld too small: %s",
+                        (long long)s, desc->order == MG_ORDER_SHUFFLED ? "the shuffled order "
+                        "(Megatron's GPTDataset) needs at least 2; --data-order sequential "
+                        "takes 1" : "the sequential order needs at least 1");
     if (n < 1) return mg__fail(err, errlen, "no samples requested (%lld)", (long long)n);
     if (!mg__mul(n, s, &need_tokens) || !mg__add(need_tokens, 1, &need_tokens))
         return mg__fail(err, errlen, "%lld samples of %lld tokens overflow", (long long)n,

@@ -243,10 +243,22 @@ MGDEF void mg_embedding_backward(mg_ctx *ctx, mg_tensor *dwte, mg_tensor *dwpe,
                                  const mg_tensor *dout, const int32_t *tokens, int B, int T,
                                  int t0, int64_t vocab_start);
 
-/* LayerNorm over the last dim (eps 1e-5). inp, out: [N, C]; weight, bias: [C];
+/* Normalisation over the last dim, statistics in fp32. inp, out: [N, C]; weight [C];
    mean, rstd: fp32 [N] saved for the backward.
+     LayerNorm (rms 0):  out = (x − μ)·rstd·w + b,  rstd = 1/√(mean((x−μ)²) + eps)
+     RMSNorm   (rms 1):  out = x·rstd·w,            rstd = 1/√(mean(x²) + eps), no bias
+                         (mean is written as 0, so the backward is LayerNorm's with μ = 0)
    backward: dinp OVERWRITTEN unless accumulate != 0 (then +=, for the residual stream);
-   dweight, dbias ACCUMULATE.                                                                   */
+   dweight, dbias ACCUMULATE (dbias NULL for RMSNorm).
+   mg_layernorm_* are LayerNorm with eps 1e-5 (GPT-2's).                                       */
+typedef struct mg_norm { int rms; float eps; } mg_norm;
+MGDEF void mg_norm_forward(mg_ctx *ctx, const mg_norm *kind, mg_tensor *out, float *mean,
+                           float *rstd, const mg_tensor *inp, const mg_tensor *weight,
+                           const mg_tensor *bias /* NULL for RMSNorm */);
+MGDEF void mg_norm_backward(mg_ctx *ctx, const mg_norm *kind, mg_tensor *dinp, mg_tensor *dweight,
+                            mg_tensor *dbias, const mg_tensor *dout, const mg_tensor *inp,
+                            const mg_tensor *weight, const float *mean, const float *rstd,
+                            int accumulate);
 MGDEF void mg_layernorm_forward(mg_ctx *ctx, mg_tensor *out, float *mean, float *rstd,
                                 const mg_tensor *inp, const mg_tensor *weight,
                                 const mg_tensor *bias);
@@ -299,6 +311,57 @@ MGDEF void mg_attention_backward(mg_ctx *ctx, mg_tensor *dqkv, mg_tensor *datt,
                                  const mg_tensor *dout, const mg_tensor *qkv,
                                  const mg_tensor *att, int B, int T, int n_head,
                                  const mg_attn_dropout *drop);
+/* Grouped-query attention (Ainslie et al. 2023; n_group = 1: multi-query): n_head query heads
+   share n_group key/value heads, query head h reading group h / (n_head/n_group). qkv is
+   Megatron's grouped layout [T, B, n_group, (n_head/n_group + 2)·hd]: per group its query
+   heads, then its key, then its value (n_group = n_head is the layout above), so
+   hd = C3/(n_head + 2·n_group); att and out are as above (n_head heads). A tensor-parallel
+   rank holding whole groups holds a contiguous block of the columns. backward: the key and
+   value gradients sum over the group's query heads. The plain functions are n_group = n_head. */
+MGDEF void mg_attention_forward_gqa(mg_ctx *ctx, mg_tensor *out, mg_tensor *att,
+                                    const mg_tensor *qkv, int B, int T, int n_head, int n_group,
+                                    const mg_attn_dropout *drop /* may be NULL */);
+MGDEF void mg_attention_backward_gqa(mg_ctx *ctx, mg_tensor *dqkv, mg_tensor *datt,
+                                     const mg_tensor *dout, const mg_tensor *qkv,
+                                     const mg_tensor *att, int B, int T, int n_head,
+                                     int n_group, const mg_attn_dropout *drop);
+
+/* Rotary position embedding (Su et al. 2021), in place on the queries and keys of a qkv tensor
+   in the grouped layout above; values are untouched. Row r = t·B + b is at position t0 + t.
+   The first rot_dim dims of every query and key head rotate in pairs (i, i + rot_dim/2) —
+   rotate-half, the convention of Hugging Face transformers and Megatron-LM's default:
+     y_i = x_i·cos θ_i − x_{i+h}·sin θ_i,  y_{i+h} = x_{i+h}·cos θ_i + x_i·sin θ_i,
+     θ_i = pos·inv_freq_i, h = rot_dim/2;
+   dims rot_dim … hd−1 pass through (--rotary-percent < 1). cos_sin: fp32 device table
+   [positions, h, 2] of (cos θ_i, sin θ_i) made by mg_rope_table. backward: the inverse
+   rotation (θ → −θ) in place on dqkv's queries and keys.                                      */
+MGDEF void mg_rope_forward(mg_ctx *ctx, mg_tensor *qkv, int B, int n_head, int n_group,
+                           int rot_dim, int t0, const float *cos_sin);
+MGDEF void mg_rope_backward(mg_ctx *ctx, mg_tensor *dqkv, int B, int n_head, int n_group,
+                            int rot_dim, int t0, const float *cos_sin);
+/* Rotary frequencies as Hugging Face computes them: inv_freq_i = base^(−2i/rot_dim) (fp32),
+   optionally with Llama 3's frequency scaling (rope_type "llama3": wavelengths longer than
+   original_max_pos/low_freq_factor are divided by factor, shorter than
+   original_max_pos/high_freq_factor kept, smoothly interpolated between). */
+typedef struct mg_rope {
+    float base;                 /* θ, --rotary-base (10000)                                     */
+    int llama3;                 /* --use-rope-scaling                                            */
+    float factor, low_freq_factor, high_freq_factor;  /* 8, 1, 4 for Llama 3.1               */
+    int original_max_pos;       /* 8192 for Llama 3.1                                           */
+} mg_rope;
+/* Host table for mg_rope_forward: cos_sin[(p·h + i)·2 + {0,1}] = cos, sin of θ = p·inv_freq_i
+   (the angle rounded to fp32 as the reference's fp32 product, cos/sin then in double and
+   rounded once), for positions p < n_pos.                                                    */
+MGDEF void mg_rope_table(float *cos_sin, int n_pos, int rot_dim, const mg_rope *rope);
+
+/* SwiGLU's gated activation (Shazeer 2020; the Llama MLP): out = silu(gate) ⊙ up with
+   silu(x) = x·σ(x). gate, up, out: the same shape.
+   backward: dgate = dout ⊙ up ⊙ silu'(gate), dup = dout ⊙ silu(gate) (OVERWRITE; either may
+   alias dout, neither gate nor up).                                                           */
+MGDEF void mg_swiglu_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *gate,
+                             const mg_tensor *up);
+MGDEF void mg_swiglu_backward(mg_ctx *ctx, mg_tensor *dgate, mg_tensor *dup,
+                              const mg_tensor *dout, const mg_tensor *gate, const mg_tensor *up);
 
 /* Elementwise. out may alias a or b.                                                          */
 MGDEF void mg_add(mg_ctx *ctx, mg_tensor *out, const mg_tensor *a, const mg_tensor *b);
@@ -893,11 +956,29 @@ MG_HD static inline float mg__gelu_grad(float x) {
 
 /* LayerNorm of a row x[C]: mean μ, variance σ² = mean((x−μ)²) (biased, as PyTorch),
    rstd = 1/√(σ²+ε), norm = (x−μ)·rstd, out = norm·w + b. Backward with g = dout·w:
-     dx = rstd · (g − mean(g) − norm · mean(g·norm)),  dw += dout·norm,  db += dout.          */
-MG_HD static inline float mg__ln_rstd(float var) { return 1.0f / sqrtf(var + MG__LN_EPS); }
+     dx = rstd · (g − mean(g) − norm · mean(g·norm)),  dw += dout·norm,  db += dout.
+   RMSNorm is the same with μ = 0 and without the mean(g) term (no centring to undo):
+     dx = rstd · (g − norm · mean(g·norm)): the callers pass mean_g = 0.                   */
+MG_HD static inline float mg__ln_rstd(float var, float eps) { return 1.0f / sqrtf(var + eps); }
 MG_HD static inline float mg__ln_dx(float g, float norm, float rstd, float mean_g,
                                     float mean_g_norm) {
     return rstd * (g - mean_g - norm * mean_g_norm);
+}
+
+/* SiLU (swish), SwiGLU's gate: silu(x) = x·σ(x), silu'(x) = σ(x)·(1 + x·(1 − σ(x))). */
+MG_HD static inline float mg__sigmoid(float x) { return 1.0f / (1.0f + mg__exp(-x)); }
+MG_HD static inline float mg__silu(float x) { return x * mg__sigmoid(x); }
+MG_HD static inline float mg__silu_grad(float x) {
+    float s = mg__sigmoid(x);
+    return s * (1.0f + x * (1.0f - s));
+}
+
+/* One rotary pair (x1, x2) = (x_i, x_{i+h}) by the angle with cosine c and sine s (s negated
+   for the backward, the inverse rotation).                                                 */
+MG_HD static inline void mg__rope_pair(float *x1, float *x2, float c, float s) {
+    float a = *x1, b = *x2;
+    *x1 = a * c - b * s;
+    *x2 = b * c + a * s;
 }
 
 /* Softmax backward for one row: ds = p · (dp − Σ_j p_j·dp_j). */
@@ -1106,7 +1187,7 @@ typedef struct mg__map_args {
 /* The elementwise ops, by code: the CPU runs mg__map_fns[op] on fp32 chunks, the CUDA
    backend one functor that switches on the code.                                            */
 typedef enum { MG__EW_ADD, MG__EW_AXPY, MG__EW_SCALE, MG__EW_FILL, MG__EW_COPY, MG__EW_GELU,
-               MG__EW_GELU_GRAD, MG__EW_DROPOUT, MG__EW_COUNT } mg__ew_op;
+               MG__EW_GELU_GRAD, MG__EW_DROPOUT, MG__EW_SWIGLU, MG__EW_COUNT } mg__ew_op;
 /* out[0..n) = f(a[0..n), b[0..n)) for the chunk whose first element has flat index i0. */
 typedef void (*mg__map_fn)(float *out, const float *a, const float *b, int64_t n, int64_t i0,
                            const mg__map_args *args);
@@ -1199,9 +1280,18 @@ static void mg__map_dropout(float *o, const float *a, const float *b, int64_t n,
     }
 }
 
+/* a = gate, b = up (or dout: dup = dout ⊙ silu(gate) is the same map). */
+static void mg__map_swiglu(float *o, const float *a, const float *b, int64_t n, int64_t i0,
+                           const mg__map_args *g) {
+    int64_t i;
+    (void)i0; (void)g;
+    #pragma omp simd
+    for (i = 0; i < n; i++) o[i] = mg__silu(a[i]) * b[i];
+}
+
 static const mg__map_fn mg__map_fns[MG__EW_COUNT] = {
     mg__map_add, mg__map_axpy, mg__map_scale, mg__map_fill, mg__map_copy, mg__map_gelu,
-    mg__map_gelu_grad, mg__map_dropout};
+    mg__map_gelu_grad, mg__map_dropout, mg__map_swiglu};
 
 static void mg__cpu_map(mg_ctx *ctx, mg__ew_op op, const mg_tensor *out, const mg_tensor *a,
                         const mg_tensor *b, const mg__map_args *args) {
@@ -1343,15 +1433,16 @@ static void mg__cpu_embedding_backward(mg_ctx *ctx, const mg_tensor *dwte, const
 }
 
 /* --- layernorm ----------------------------------------------------------------------------- */
-static void mg__cpu_layernorm_forward(mg_ctx *ctx, const mg_tensor *out, float *mean, float *rstd,
-                                      const mg_tensor *inp, const mg_tensor *weight,
-                                      const mg_tensor *bias) {
+static void mg__cpu_layernorm_forward(mg_ctx *ctx, const mg_norm *k, const mg_tensor *out,
+                                      float *mean, float *rstd, const mg_tensor *inp,
+                                      const mg_tensor *weight, const mg_tensor *bias) {
     int64_t N = mg_rows(inp), C = mg_cols(inp), r;
     size_t mark = mg_arena_mark(ctx);
     float *wb = (float *)mg_alloc(ctx, 2 * (size_t)C * sizeof(float)); /* fp32 weight, bias */
     float *scratch = mg__cpu_scratch(ctx, !mg__f32(inp) || !mg__f32(out), 2 * C);
     mg__cpu_widen(wb, weight->data, weight->dtype, 0, C);
-    mg__cpu_widen(wb + C, bias->data, bias->dtype, 0, C);
+    if (bias) mg__cpu_widen(wb + C, bias->data, bias->dtype, 0, C);
+    else memset(wb + C, 0, (size_t)C * sizeof(float));
     #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
     for (r = 0; r < N; r++) {
         float *sc = scratch ? scratch + (size_t)MG__TID() * 2 * C : NULL;
@@ -1359,12 +1450,14 @@ static void mg__cpu_layernorm_forward(mg_ctx *ctx, const mg_tensor *out, float *
         float *y = mg__cpu_out_span(out, r * C, sc ? sc + C : NULL);
         float sum = 0.0f, sumsq = 0.0f, mu, rs;
         int64_t j;
-        #pragma omp simd reduction(+ : sum)
-        for (j = 0; j < C; j++) sum += x[j];
+        if (!k->rms) {
+            #pragma omp simd reduction(+ : sum)
+            for (j = 0; j < C; j++) sum += x[j];
+        }
         mu = sum / (float)C;
         #pragma omp simd reduction(+ : sumsq)
         for (j = 0; j < C; j++) sumsq += (x[j] - mu) * (x[j] - mu);
-        rs = mg__ln_rstd(sumsq / (float)C);
+        rs = mg__ln_rstd(sumsq / (float)C, k->eps);
         #pragma omp simd
         for (j = 0; j < C; j++) y[j] = (x[j] - mu) * rs * w[j] + b[j];
         mg__cpu_commit(out, r * C, y, C);
@@ -1373,10 +1466,11 @@ static void mg__cpu_layernorm_forward(mg_ctx *ctx, const mg_tensor *out, float *
     }
     mg_arena_release(ctx, mark);
 }
-static void mg__cpu_layernorm_backward(mg_ctx *ctx, const mg_tensor *dinp, const mg_tensor *dweight,
-                                       const mg_tensor *dbias, const mg_tensor *dout,
-                                       const mg_tensor *inp, const mg_tensor *weight,
-                                       const float *mean, const float *rstd, int accumulate) {
+static void mg__cpu_layernorm_backward(mg_ctx *ctx, const mg_norm *k, const mg_tensor *dinp,
+                                       const mg_tensor *dweight, const mg_tensor *dbias,
+                                       const mg_tensor *dout, const mg_tensor *inp,
+                                       const mg_tensor *weight, const float *mean,
+                                       const float *rstd, int accumulate) {
     int64_t N = mg_rows(inp), C = mg_cols(inp), r;
     size_t mark = mg_arena_mark(ctx);
     float *w = (float *)mg_alloc(ctx, (size_t)C * sizeof(float));
@@ -1401,7 +1495,7 @@ static void mg__cpu_layernorm_backward(mg_ctx *ctx, const mg_tensor *dinp, const
             sum_g += g;
             sum_gn += g * ((x[j] - mu) * rs);
         }
-        mean_g = sum_g / (float)C;
+        mean_g = k->rms ? 0.0f : sum_g / (float)C;
         mean_gn = sum_gn / (float)C;
         if (accumulate) {
             #pragma omp simd
@@ -1413,6 +1507,54 @@ static void mg__cpu_layernorm_backward(mg_ctx *ctx, const mg_tensor *dinp, const
                 dx[j] = mg__ln_dx(dy[j] * w[j], (x[j] - mu) * rs, rs, mean_g, mean_gn);
         }
         mg__cpu_commit(dinp, r * C, dx, C);
+    }
+    mg_arena_release(ctx, mark);
+}
+
+/* --- SwiGLU backward ------------------------------------------------------------------------- */
+static void mg__cpu_swiglu_backward(mg_ctx *ctx, const mg_tensor *dgate, const mg_tensor *dup,
+                                    const mg_tensor *dout, const mg_tensor *gate,
+                                    const mg_tensor *up) {
+    (void)ctx;   /* read only by the OpenMP pragma: a build without OpenMP ignores it */
+    int64_t n = mg_numel(dout), nchunks = (n + MG__CHUNK - 1) / MG__CHUNK, c;
+    #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (n > MG__PAR_MIN)
+    for (c = 0; c < nchunks; c++) {
+        int64_t i0 = c * MG__CHUNK, len = n - i0 < MG__CHUNK ? n - i0 : MG__CHUNK, i;
+        float gb[MG__CHUNK], ub[MG__CHUNK], db[MG__CHUNK], dgb[MG__CHUNK], dub[MG__CHUNK];
+        const float *g = mg__cpu_span(gate, i0, len, gb), *u = mg__cpu_span(up, i0, len, ub);
+        const float *d = mg__cpu_span(dout, i0, len, db);
+        float *dg = mg__cpu_out_span(dgate, i0, dgb), *du = mg__cpu_out_span(dup, i0, dub);
+        #pragma omp simd
+        for (i = 0; i < len; i++) {   /* dout is read before either output is written */
+            float dy = d[i], x = g[i], y = u[i];
+            dg[i] = dy * y * mg__silu_grad(x);
+            du[i] = dy * mg__silu(x);
+        }
+        mg__cpu_commit(dgate, i0, dg, len);
+        mg__cpu_commit(dup, i0, du, len);
+    }
+}
+
+/* --- rotary embedding: rows of the grouped qkv, each row's query and key heads rotated -------
+   sign +1 forward, −1 backward (the inverse rotation).                                     */
+static void mg__cpu_rope(mg_ctx *ctx, const mg_tensor *qkv, int B, int nh, int ng, int rot,
+                         int t0, const float *cos_sin, float sign) {
+    int64_t N = mg_rows(qkv), C3 = mg_cols(qkv), r;
+    int per = nh / ng, hd = (int)(C3 / (nh + 2 * ng)), h = rot / 2;
+    size_t mark = mg_arena_mark(ctx);
+    float *scratch = mg__cpu_scratch(ctx, !mg__f32(qkv), (size_t)C3);
+    #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C3 > MG__PAR_MIN)
+    for (r = 0; r < N; r++) {
+        float *sc = scratch ? scratch + (size_t)MG__TID() * (size_t)C3 : NULL;
+        float *row = (float *)mg__cpu_span(qkv, r * C3, C3, sc);   /* fp32: the storage */
+        const float *cs = cos_sin + (size_t)(t0 + r / B) * (size_t)h * 2;
+        int g, j, i;
+        for (g = 0; g < ng; g++)
+            for (j = 0; j <= per; j++) {      /* the group's query heads, then its key */
+                float *x = row + (size_t)(g * (per + 2) + j) * (size_t)hd;
+                for (i = 0; i < h; i++) mg__rope_pair(&x[i], &x[i + h], cs[2 * i], sign * cs[2 * i + 1]);
+            }
+        mg__cpu_commit(qkv, r * C3, row, C3);
     }
     mg_arena_release(ctx, mark);
 }
@@ -1615,6 +1757,7 @@ struct mg__ew {
         case MG__EW_FILL: r = g.alpha; break;
         case MG__EW_GELU: r = mg__gelu(mg_load(a, ad, i)); break;
         case MG__EW_GELU_GRAD: r = mg_load(b, bd, i) * mg__gelu_grad(mg_load(a, ad, i)); break;
+        case MG__EW_SWIGLU: r = mg__silu(mg_load(a, ad, i)) * mg_load(b, bd, i); break;
         case MG__EW_DROPOUT: {
             int64_t row = i / g.local_cols, col = i % g.local_cols;
             uint64_t gi = (uint64_t)((g.row_offset + row) * g.global_cols + g.col_offset + col);
@@ -1651,6 +1794,29 @@ static void mg__cuda_ew(mg_ctx *ctx, mg__ew_op op, const mg_tensor *out, const m
 }
 
 /* --- row broadcast, column sums ------------------------------------------------------------ */
+/* --- SwiGLU backward, rotary embedding: one thread per element / per rotated pair --------- */
+struct mg__f_swiglu_backward {
+    void *dgate, *dup; const void *dout, *gate, *up; mg_dtype dgd, dud, dd, gd, ud;
+    __device__ void operator()(int64_t i) const {
+        float dy = mg_load(dout, dd, i), x = mg_load(gate, gd, i), y = mg_load(up, ud, i);
+        mg_store(dgate, dgd, i, dy * y * mg__silu_grad(x));
+        mg_store(dup, dud, i, dy * mg__silu(x));
+    }
+};
+struct mg__f_rope {
+    void *qkv; mg_dtype dt; int64_t C3; int B, per, hd, h, t0; const float *cos_sin; float sign;
+    __device__ void operator()(int64_t i) const {
+        int64_t pair = i % h, rest = i / h, heads = (int64_t)(C3 / ((per + 2) * (int64_t)hd)) * (per + 1);
+        int64_t head = rest % heads, r = rest / heads, g = head / (per + 1), j = head % (per + 1);
+        int64_t x1 = r * C3 + (g * (per + 2) + j) * hd + pair;
+        const float *cs = cos_sin + ((int64_t)(t0 + r / B) * h + pair) * 2;
+        float a = mg_load(qkv, dt, x1), b = mg_load(qkv, dt, x1 + h);
+        mg__rope_pair(&a, &b, cs[0], sign * cs[1]);
+        mg_store(qkv, dt, x1, a);
+        mg_store(qkv, dt, x1 + h, b);
+    }
+};
+
 struct mg__f_broadcast_rows {
     void *out; mg_dtype od; const void *row; mg_dtype rd; int64_t C;
     __device__ void operator()(int64_t i) const { mg_store(out, od, i, mg_load(row, rd, i % C)); }
@@ -1727,25 +1893,27 @@ struct mg__f_embed_dwpe {
 /* --- layernorm: one block per row ----------------------------------------------------------- */
 static __global__ void mg__k_layernorm_forward(void *out, mg_dtype od, float *mean, float *rstd,
                                         const void *inp, mg_dtype id, const void *w, mg_dtype wd,
-                                        const void *b, mg_dtype bd, int64_t C) {
+                                        const void *b, mg_dtype bd, int64_t C, mg_norm k) {
     int64_t base = blockIdx.x * C, j;
-    float s = 0.0f, mu, ss = 0.0f, rs;
-    for (j = threadIdx.x; j < C; j += blockDim.x) s += mg_load(inp, id, base + j);
-    mu = mg__block_sum(s) / (float)C;
+    float s = 0.0f, mu = 0.0f, ss = 0.0f, rs;
+    if (!k.rms) {
+        for (j = threadIdx.x; j < C; j += blockDim.x) s += mg_load(inp, id, base + j);
+        mu = mg__block_sum(s) / (float)C;
+    }
     for (j = threadIdx.x; j < C; j += blockDim.x) {
         float d = mg_load(inp, id, base + j) - mu;
         ss += d * d;
     }
-    rs = mg__ln_rstd(mg__block_sum(ss) / (float)C);
+    rs = mg__ln_rstd(mg__block_sum(ss) / (float)C, k.eps);
     for (j = threadIdx.x; j < C; j += blockDim.x)
-        mg_store(out, od, base + j,
-                 (mg_load(inp, id, base + j) - mu) * rs * mg_load(w, wd, j) + mg_load(b, bd, j));
+        mg_store(out, od, base + j, (mg_load(inp, id, base + j) - mu) * rs * mg_load(w, wd, j) +
+                                        (b ? mg_load(b, bd, j) : 0.0f));
     if (threadIdx.x == 0) { mean[blockIdx.x] = mu; rstd[blockIdx.x] = rs; }
 }
 static __global__ void mg__k_layernorm_backward(void *dinp, mg_dtype did, const void *dout, mg_dtype dd,
                                          const void *inp, mg_dtype id, const void *w, mg_dtype wd,
                                          const float *mean, const float *rstd, int64_t C,
-                                         int accumulate) {
+                                         int accumulate, int rms) {
     int64_t base = blockIdx.x * C, j;
     float mu = mean[blockIdx.x], rs = rstd[blockIdx.x], sg = 0.0f, sgn = 0.0f, mean_g, mean_gn;
     for (j = threadIdx.x; j < C; j += blockDim.x) {
@@ -1753,7 +1921,7 @@ static __global__ void mg__k_layernorm_backward(void *dinp, mg_dtype did, const 
         sg += g;
         sgn += g * ((mg_load(inp, id, base + j) - mu) * rs); /* the CPU's association */
     }
-    mean_g = mg__block_sum(sg) / (float)C;
+    mean_g = rms ? 0.0f : mg__block_sum(sg) / (float)C;
     mean_gn = mg__block_sum(sgn) / (float)C;
     for (j = threadIdx.x; j < C; j += blockDim.x) {
         float d = mg__ln_dx(mg_load(dout, dd, base + j) * mg_load(w, wd, j),
@@ -2072,33 +2240,35 @@ MGDEF void mg_embedding_backward(mg_ctx *ctx, mg_tensor *dwte, mg_tensor *dwpe,
 }
 
 /* --- layernorm ------------------------------------------------------------------------------ */
-MGDEF void mg_layernorm_forward(mg_ctx *ctx, mg_tensor *out, float *mean, float *rstd,
-                                const mg_tensor *inp, const mg_tensor *weight,
-                                const mg_tensor *bias) {
-    const char *op = "mg_layernorm_forward";
+MGDEF void mg_norm_forward(mg_ctx *ctx, const mg_norm *kind, mg_tensor *out, float *mean,
+                           float *rstd, const mg_tensor *inp, const mg_tensor *weight,
+                           const mg_tensor *bias) {
+    const char *op = kind->rms ? "mg_norm_forward (RMSNorm)" : "mg_norm_forward (LayerNorm)";
     int64_t N = mg_rows(inp), C = mg_cols(inp);
     mg__check_2d(op, "out", out, N, C);
     mg__check_numel(op, "weight", weight, C);
-    mg__check_numel(op, "bias", bias, C);
-    if (C <= 0 || !mean || !rstd) mg_fatal(__FILE__, __LINE__, "%s: need C > 0, mean and rstd", op);
+    if (bias) mg__check_numel(op, "bias", bias, C);
+    if (C <= 0 || !mean || !rstd || (!kind->rms && !bias) || !(kind->eps > 0.0f))
+        mg_fatal(__FILE__, __LINE__, "%s: need C > 0, mean and rstd, eps > 0 (%g), and a bias "
+                 "for LayerNorm", op, (double)kind->eps);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         if (N == 0) return;
         MG_LAUNCH(mg__k_layernorm_forward, mg__cuda_row_grid(N), MG__CUDA_THREADS, 0,
                   MG__STREAM(ctx),
             out->data, out->dtype, mean, rstd, inp->data, inp->dtype, weight->data,
-            weight->dtype, bias->data, bias->dtype, C);
+            weight->dtype, bias ? bias->data : NULL, bias ? bias->dtype : MG_F32, C, *kind);
         MG_CUDA_LAUNCH_CHECK();
         return;
     }
 #endif
-    mg__cpu_layernorm_forward(ctx, out, mean, rstd, inp, weight, bias);
+    mg__cpu_layernorm_forward(ctx, kind, out, mean, rstd, inp, weight, bias);
 }
-MGDEF void mg_layernorm_backward(mg_ctx *ctx, mg_tensor *dinp, mg_tensor *dweight,
-                                 mg_tensor *dbias, const mg_tensor *dout, const mg_tensor *inp,
-                                 const mg_tensor *weight, const float *mean, const float *rstd,
-                                 int accumulate) {
-    const char *op = "mg_layernorm_backward";
+MGDEF void mg_norm_backward(mg_ctx *ctx, const mg_norm *kind, mg_tensor *dinp, mg_tensor *dweight,
+                            mg_tensor *dbias, const mg_tensor *dout, const mg_tensor *inp,
+                            const mg_tensor *weight, const float *mean, const float *rstd,
+                            int accumulate) {
+    const char *op = kind->rms ? "mg_norm_backward (RMSNorm)" : "mg_norm_backward (LayerNorm)";
     int64_t N = mg_rows(inp), C = mg_cols(inp);
     mg__check_2d(op, "dinp", dinp, N, C);
     mg__check_2d(op, "dout", dout, N, C);
@@ -2115,13 +2285,27 @@ MGDEF void mg_layernorm_backward(mg_ctx *ctx, mg_tensor *dinp, mg_tensor *dweigh
         MG_LAUNCH(mg__k_layernorm_backward, mg__cuda_row_grid(N), MG__CUDA_THREADS, 0,
                   MG__STREAM(ctx),
             dinp->data, dinp->dtype, dout->data, dout->dtype, inp->data, inp->dtype,
-            weight->data, weight->dtype, mean, rstd, C, accumulate);
+            weight->data, weight->dtype, mean, rstd, C, accumulate, kind->rms);
         MG_CUDA_LAUNCH_CHECK();
         return;
     }
 #endif
-    mg__cpu_layernorm_backward(ctx, dinp, dweight, dbias, dout, inp, weight, mean, rstd,
+    mg__cpu_layernorm_backward(ctx, kind, dinp, dweight, dbias, dout, inp, weight, mean, rstd,
                                accumulate);
+}
+static const mg_norm mg__gpt2_layernorm = {0, MG__LN_EPS};
+MGDEF void mg_layernorm_forward(mg_ctx *ctx, mg_tensor *out, float *mean, float *rstd,
+                                const mg_tensor *inp, const mg_tensor *weight,
+                                const mg_tensor *bias) {
+    if (!bias) mg_fatal(__FILE__, __LINE__, "mg_layernorm_forward: bias is required");
+    mg_norm_forward(ctx, &mg__gpt2_layernorm, out, mean, rstd, inp, weight, bias);
+}
+MGDEF void mg_layernorm_backward(mg_ctx *ctx, mg_tensor *dinp, mg_tensor *dweight,
+                                 mg_tensor *dbias, const mg_tensor *dout, const mg_tensor *inp,
+                                 const mg_tensor *weight, const float *mean, const float *rstd,
+                                 int accumulate) {
+    mg_norm_backward(ctx, &mg__gpt2_layernorm, dinp, dweight, dbias, dout, inp, weight, mean,
+                     rstd, accumulate);
 }
 
 /* --- linear ----------------------------------------------------------------------------------
@@ -2199,25 +2383,34 @@ MGDEF void mg_gelu_backward(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *inp,
      dK   = scale·dSᵀ·Q: dKᵀ = Qᵀ·dS        A = Q (N),    B = dS (T)
    with dS = softmax_backward(P, dP). Dropout acts on P: out = D(P)·V, dV = D(P)ᵀ·dout,
    dP = D'(dout·Vᵀ), where D masks by the global head index.                                 */
+/* Shapes of the attention core over the grouped qkv [T, B, ng, (per + 2)·hd], per = nh/ng.
+   A strided-batched GEMM walks batch i = b·ng + g (uniform stride W = (per + 2)·hd in the
+   row, ld = B·ng·W between positions); query head j of the group is one such GEMM at column
+   offset j·hd, its probabilities at head g·per + j of att [B, nh, T, T] (batch stride per·T²,
+   offset j·T²) and its output at out[t, b, g·per + j] (batch stride per·hd, offset j·hd).
+   With ng = nh (per = 1) that is one GEMM per product, as plain multi-head attention.      */
 typedef struct mg__attn_dims {
-    int B, T, nh, hd, batch;
-    int64_t ld, ldo, TT;
+    int B, T, nh, ng, per, hd, batch;
+    int64_t W, ld, ldo, TT;
     float scale;
 } mg__attn_dims;
 static mg__attn_dims mg__check_attention(const char *op, const mg_tensor *out, const mg_tensor *att,
                                          const mg_tensor *qkv, int B, int T, int n_head,
-                                         const mg_attn_dropout *drop) {
+                                         int n_group, const mg_attn_dropout *drop) {
     mg__attn_dims d;
     int64_t C3 = mg_cols(qkv);
-    if (B <= 0 || T <= 0 || n_head <= 0 || C3 % (3 * n_head) || mg_rows(qkv) != (int64_t)B * T)
-        mg_fatal(__FILE__, __LINE__, "%s: qkv is [%lld, %lld]: expected [B*T = %lld, 3*n_head*hd] "
-                 "with n_head = %d", op, (long long)mg_rows(qkv), (long long)C3,
-                 (long long)B * T, n_head);
-    d.B = B; d.T = T; d.nh = n_head; d.hd = (int)(C3 / (3 * n_head)); d.batch = B * n_head;
+    if (B <= 0 || T <= 0 || n_head <= 0 || n_group <= 0 || n_head % n_group ||
+        C3 % (n_head + 2 * n_group) || mg_rows(qkv) != (int64_t)B * T)
+        mg_fatal(__FILE__, __LINE__, "%s: qkv is [%lld, %lld]: expected [B*T = %lld, "
+                 "(n_head + 2*n_group)*hd] with n_head = %d, n_group = %d dividing it", op,
+                 (long long)mg_rows(qkv), (long long)C3, (long long)B * T, n_head, n_group);
+    d.B = B; d.T = T; d.nh = n_head; d.ng = n_group; d.per = n_head / n_group;
+    d.hd = (int)(C3 / (n_head + 2 * n_group)); d.batch = B * n_group;
+    d.W = (int64_t)(d.per + 2) * d.hd;
     d.ld = (int64_t)B * C3; d.ldo = (int64_t)B * n_head * d.hd; d.TT = (int64_t)T * T;
     d.scale = 1.0f / sqrtf((float)d.hd);
     mg__check_2d(op, "out", out, (int64_t)B * T, (int64_t)n_head * d.hd);
-    mg__check_numel(op, "att", att, (int64_t)d.batch * d.TT);
+    mg__check_numel(op, "att", att, (int64_t)B * n_head * d.TT);
     mg__check_same_dtype(op, qkv, att);
     mg__check_same_dtype(op, qkv, out);
     mg__check_int(op, "B*C3", d.ld);
@@ -2234,20 +2427,32 @@ static void mg__attn_dropout(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor 
     mg__dropout_block(ctx, dst, src, drop->p, drop->seed, d->nh * d->TT,
                       (int64_t)drop->n_head_total * d->TT, 0, (int64_t)drop->head_offset * d->TT);
 }
-MGDEF void mg_attention_forward(mg_ctx *ctx, mg_tensor *out, mg_tensor *att,
-                                const mg_tensor *qkv, int B, int T, int n_head,
-                                const mg_attn_dropout *drop) {
-    mg__attn_dims d = mg__check_attention("mg_attention_forward", out, att, qkv, B, T, n_head, drop);
+/* Element offset of query head j's block of att (or datt) and of out (or dout). */
+static void *mg__att_at(const mg_tensor *t, const mg__attn_dims *d, int j) {
+    return mg__at(t->data, t->dtype, (int64_t)j * d->TT);
+}
+static void *mg__out_at(const mg_tensor *t, const mg__attn_dims *d, int j) {
+    return mg__at(t->data, t->dtype, (int64_t)j * d->hd);
+}
+MGDEF void mg_attention_forward_gqa(mg_ctx *ctx, mg_tensor *out, mg_tensor *att,
+                                    const mg_tensor *qkv, int B, int T, int n_head, int n_group,
+                                    const mg_attn_dropout *drop) {
+    mg__attn_dims d = mg__check_attention("mg_attention_forward", out, att, qkv, B, T, n_head,
+                                          n_group, drop);
     mg_dtype dt = qkv->dtype;
-    const void *Q = qkv->data, *K = mg__at(qkv->data, dt, d.hd), *V = mg__at(qkv->data, dt, 2 * d.hd);
+    const void *K = mg__at(qkv->data, dt, (int64_t)d.per * d.hd);
+    const void *V = mg__at(qkv->data, dt, (int64_t)(d.per + 1) * d.hd);
     size_t mark = mg_arena_mark(ctx);
     mg_tensor probs = *att;
-    mg_gemm_strided_batched(ctx, 1, 0, T, T, d.hd, d.scale, K, dt, (int)d.ld, 3 * d.hd, Q, dt,
-                            (int)d.ld, 3 * d.hd, 0.0f, att->data, dt, T, d.TT, d.batch);
+    int j;
+    for (j = 0; j < d.per; j++)   /* S_j = scale·Q_j·Kᵀ for query head j of every group */
+        mg_gemm_strided_batched(ctx, 1, 0, T, T, d.hd, d.scale, K, dt, (int)d.ld, d.W,
+                                mg__at(qkv->data, dt, (int64_t)j * d.hd), dt, (int)d.ld, d.W,
+                                0.0f, mg__att_at(att, &d, j), dt, T, d.per * d.TT, d.batch);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
-        MG_LAUNCH(mg__k_causal_softmax, mg__cuda_row_grid(d.batch * (int64_t)T), MG__CUDA_THREADS,
-                  0, MG__STREAM(ctx), att->data, dt, T);
+        MG_LAUNCH(mg__k_causal_softmax, mg__cuda_row_grid((int64_t)B * n_head * T),
+                  MG__CUDA_THREADS, 0, MG__STREAM(ctx), att->data, dt, T);
         MG_CUDA_LAUNCH_CHECK();
     } else
 #endif
@@ -2256,47 +2461,156 @@ MGDEF void mg_attention_forward(mg_ctx *ctx, mg_tensor *out, mg_tensor *att,
         probs.data = mg_alloc(ctx, mg_nbytes(att));
         mg__attn_dropout(ctx, &probs, att, &d, drop);
     }
-    mg_gemm_strided_batched(ctx, 0, 0, d.hd, T, T, 1.0f, V, dt, (int)d.ld, 3 * d.hd, probs.data,
-                            dt, T, d.TT, 0.0f, out->data, out->dtype, (int)d.ldo, d.hd, d.batch);
+    for (j = 0; j < d.per; j++)   /* O_j = P_j·V */
+        mg_gemm_strided_batched(ctx, 0, 0, d.hd, T, T, 1.0f, V, dt, (int)d.ld, d.W,
+                                mg__att_at(&probs, &d, j), dt, T, d.per * d.TT, 0.0f,
+                                mg__out_at(out, &d, j), out->dtype, (int)d.ldo, d.per * d.hd,
+                                d.batch);
     mg_arena_release(ctx, mark);
 }
-MGDEF void mg_attention_backward(mg_ctx *ctx, mg_tensor *dqkv, mg_tensor *datt,
-                                 const mg_tensor *dout, const mg_tensor *qkv,
-                                 const mg_tensor *att, int B, int T, int n_head,
-                                 const mg_attn_dropout *drop) {
+MGDEF void mg_attention_backward_gqa(mg_ctx *ctx, mg_tensor *dqkv, mg_tensor *datt,
+                                     const mg_tensor *dout, const mg_tensor *qkv,
+                                     const mg_tensor *att, int B, int T, int n_head,
+                                     int n_group, const mg_attn_dropout *drop) {
     const char *op = "mg_attention_backward";
-    mg__attn_dims d = mg__check_attention(op, dout, att, qkv, B, T, n_head, drop);
+    mg__attn_dims d = mg__check_attention(op, dout, att, qkv, B, T, n_head, n_group, drop);
     mg_dtype dt = qkv->dtype;
-    const void *Q = qkv->data, *K = mg__at(qkv->data, dt, d.hd), *V = mg__at(qkv->data, dt, 2 * d.hd);
-    void *dQ, *dK, *dV;
-    int dropping = drop && drop->p > 0.0f;
+    int64_t koff = (int64_t)d.per * d.hd, voff = (int64_t)(d.per + 1) * d.hd;
+    const void *K = mg__at(qkv->data, dt, koff), *V = mg__at(qkv->data, dt, voff);
+    void *dK, *dV;
+    int dropping = drop && drop->p > 0.0f, j;
     mg__check_2d(op, "dqkv", dqkv, mg_rows(qkv), mg_cols(qkv));
     mg__check_numel(op, "datt", datt, mg_numel(att));
     mg__check_same_dtype(op, qkv, dqkv);
     mg__check_same_dtype(op, qkv, datt);
-    dQ = dqkv->data; dK = mg__at(dqkv->data, dt, d.hd); dV = mg__at(dqkv->data, dt, 2 * d.hd);
-    /* dV = D(P)ᵀ·dout (datt holds D(P) meanwhile when dropping) */
+    dK = mg__at(dqkv->data, dt, koff); dV = mg__at(dqkv->data, dt, voff);
+    /* dV = Σ_j D(P_j)ᵀ·dout_j over the group's query heads (datt holds D(P) meanwhile when
+       dropping) */
     if (dropping) mg__attn_dropout(ctx, datt, att, &d, drop);
-    mg_gemm_strided_batched(ctx, 0, 1, d.hd, T, T, 1.0f, dout->data, dt, (int)d.ldo, d.hd,
-                            dropping ? datt->data : att->data, dt, T, d.TT, 0.0f, dV, dt,
-                            (int)d.ld, 3 * d.hd, d.batch);
-    /* dP = D'(dout·Vᵀ), then dS = softmax backward, in place in datt */
-    mg_gemm_strided_batched(ctx, 1, 0, T, T, d.hd, 1.0f, V, dt, (int)d.ld, 3 * d.hd, dout->data,
-                            dt, (int)d.ldo, d.hd, 0.0f, datt->data, dt, T, d.TT, d.batch);
+    for (j = 0; j < d.per; j++)
+        mg_gemm_strided_batched(ctx, 0, 1, d.hd, T, T, 1.0f, mg__out_at(dout, &d, j), dt,
+                                (int)d.ldo, d.per * d.hd,
+                                mg__att_at(dropping ? datt : att, &d, j), dt, T, d.per * d.TT,
+                                j ? 1.0f : 0.0f, dV, dt, (int)d.ld, d.W, d.batch);
+    /* dP_j = D'(dout_j·Vᵀ), then dS = softmax backward, in place in datt */
+    for (j = 0; j < d.per; j++)
+        mg_gemm_strided_batched(ctx, 1, 0, T, T, d.hd, 1.0f, V, dt, (int)d.ld, d.W,
+                                mg__out_at(dout, &d, j), dt, (int)d.ldo, d.per * d.hd, 0.0f,
+                                mg__att_at(datt, &d, j), dt, T, d.per * d.TT, d.batch);
     if (dropping) mg__attn_dropout(ctx, datt, datt, &d, drop);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
-        MG_LAUNCH(mg__k_causal_softmax_backward, mg__cuda_row_grid(d.batch * (int64_t)T),
+        MG_LAUNCH(mg__k_causal_softmax_backward, mg__cuda_row_grid((int64_t)B * n_head * T),
                   MG__CUDA_THREADS, 0, MG__STREAM(ctx), datt->data, dt, att->data, dt, T);
         MG_CUDA_LAUNCH_CHECK();
     } else
 #endif
         mg__cpu_causal_softmax_backward(ctx, datt, att, T);
-    /* dQ = scale·dS·K, dK = scale·dSᵀ·Q */
-    mg_gemm_strided_batched(ctx, 0, 0, d.hd, T, T, d.scale, K, dt, (int)d.ld, 3 * d.hd, datt->data,
-                            dt, T, d.TT, 0.0f, dQ, dt, (int)d.ld, 3 * d.hd, d.batch);
-    mg_gemm_strided_batched(ctx, 0, 1, d.hd, T, T, d.scale, Q, dt, (int)d.ld, 3 * d.hd, datt->data,
-                            dt, T, d.TT, 0.0f, dK, dt, (int)d.ld, 3 * d.hd, d.batch);
+    /* dQ_j = scale·dS_j·K, dK = Σ_j scale·dS_jᵀ·Q_j */
+    for (j = 0; j < d.per; j++)
+        mg_gemm_strided_batched(ctx, 0, 0, d.hd, T, T, d.scale, K, dt, (int)d.ld, d.W,
+                                mg__att_at(datt, &d, j), dt, T, d.per * d.TT, 0.0f,
+                                mg__at(dqkv->data, dt, (int64_t)j * d.hd), dt, (int)d.ld, d.W,
+                                d.batch);
+    for (j = 0; j < d.per; j++)
+        mg_gemm_strided_batched(ctx, 0, 1, d.hd, T, T, d.scale,
+                                mg__at(qkv->data, dt, (int64_t)j * d.hd), dt, (int)d.ld, d.W,
+                                mg__att_at(datt, &d, j), dt, T, d.per * d.TT, j ? 1.0f : 0.0f,
+                                dK, dt, (int)d.ld, d.W, d.batch);
+}
+MGDEF void mg_attention_forward(mg_ctx *ctx, mg_tensor *out, mg_tensor *att,
+                                const mg_tensor *qkv, int B, int T, int n_head,
+                                const mg_attn_dropout *drop) {
+    mg_attention_forward_gqa(ctx, out, att, qkv, B, T, n_head, n_head, drop);
+}
+MGDEF void mg_attention_backward(mg_ctx *ctx, mg_tensor *dqkv, mg_tensor *datt,
+                                 const mg_tensor *dout, const mg_tensor *qkv,
+                                 const mg_tensor *att, int B, int T, int n_head,
+                                 const mg_attn_dropout *drop) {
+    mg_attention_backward_gqa(ctx, dqkv, datt, dout, qkv, att, B, T, n_head, n_head, drop);
+}
+
+/* --- rotary embedding, SwiGLU --------------------------------------------------------------- */
+MGDEF void mg_rope_table(float *cos_sin, int n_pos, int rot_dim, const mg_rope *rope) {
+    int h = rot_dim / 2, i, p;
+    for (i = 0; i < h; i++) {
+        /* fp32 as transformers: base^(2i/d) with the exponent in fp32, then its inverse */
+        float inv = 1.0f / powf(rope->base, (float)(2 * i) / (float)rot_dim);
+        if (rope->llama3) {   /* transformers' _compute_llama3_parameters, in fp32 */
+            float low_wl = (float)rope->original_max_pos / rope->low_freq_factor;
+            float high_wl = (float)rope->original_max_pos / rope->high_freq_factor;
+            float wl = 2.0f * 3.14159265358979323846f / inv;
+            if (wl > low_wl) {
+                inv = inv / rope->factor;
+            } else if (!(wl < high_wl)) {   /* medium: interpolate */
+                float smooth = ((float)rope->original_max_pos / wl - rope->low_freq_factor) /
+                               (rope->high_freq_factor - rope->low_freq_factor);
+                inv = (1.0f - smooth) * inv / rope->factor + smooth * inv;
+            }
+        }
+        for (p = 0; p < n_pos; p++) {
+            float angle = (float)p * inv;
+            cos_sin[((size_t)p * h + i) * 2] = (float)cos((double)angle);
+            cos_sin[((size_t)p * h + i) * 2 + 1] = (float)sin((double)angle);
+        }
+    }
+}
+static void mg__rope(mg_ctx *ctx, const char *op, mg_tensor *qkv, int B, int nh, int ng,
+                     int rot, int t0, const float *cos_sin, float sign) {
+    int64_t C3 = mg_cols(qkv), hd;
+    if (B <= 0 || nh <= 0 || ng <= 0 || nh % ng || C3 % (nh + 2 * ng) || mg_rows(qkv) % B ||
+        t0 < 0 || !cos_sin)
+        mg_fatal(__FILE__, __LINE__, "%s: qkv [%lld, %lld] with B = %d, %d heads in %d groups, "
+                 "t0 = %d: need B | rows, groups | heads, (heads + 2·groups) | cols, t0 >= 0 and "
+                 "a table", op, (long long)mg_rows(qkv), (long long)C3, B, nh, ng, t0);
+    hd = C3 / (nh + 2 * ng);
+    if (rot <= 0 || rot % 2 || rot > hd)
+        mg_fatal(__FILE__, __LINE__, "%s: %d rotary dims of a %lld-wide head: need an even "
+                 "number in 2 … %lld", op, rot, (long long)hd, (long long)hd);
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        mg__f_rope f = {qkv->data, qkv->dtype, C3, B, nh / ng, (int)hd, rot / 2, t0, cos_sin, sign};
+        mg__cuda_map(ctx, mg_rows(qkv) * (nh + ng) * (int64_t)(rot / 2), f);
+        return;
+    }
+#endif
+    mg__cpu_rope(ctx, qkv, B, nh, ng, rot, t0, cos_sin, sign);
+}
+MGDEF void mg_rope_forward(mg_ctx *ctx, mg_tensor *qkv, int B, int n_head, int n_group,
+                           int rot_dim, int t0, const float *cos_sin) {
+    mg__rope(ctx, "mg_rope_forward", qkv, B, n_head, n_group, rot_dim, t0, cos_sin, 1.0f);
+}
+MGDEF void mg_rope_backward(mg_ctx *ctx, mg_tensor *dqkv, int B, int n_head, int n_group,
+                            int rot_dim, int t0, const float *cos_sin) {
+    mg__rope(ctx, "mg_rope_backward", dqkv, B, n_head, n_group, rot_dim, t0, cos_sin, -1.0f);
+}
+MGDEF void mg_swiglu_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *gate,
+                             const mg_tensor *up) {
+    mg__check_numel("mg_swiglu_forward", "gate", gate, mg_numel(out));
+    mg__check_numel("mg_swiglu_forward", "up", up, mg_numel(out));
+    mg__map(ctx, MG__EW_SWIGLU, out, gate, up, NULL);
+}
+MGDEF void mg_swiglu_backward(mg_ctx *ctx, mg_tensor *dgate, mg_tensor *dup,
+                              const mg_tensor *dout, const mg_tensor *gate, const mg_tensor *up) {
+    const char *op = "mg_swiglu_backward";
+    int64_t n = mg_numel(dout);
+    mg__check_numel(op, "dgate", dgate, n);
+    mg__check_numel(op, "dup", dup, n);
+    mg__check_numel(op, "gate", gate, n);
+    mg__check_numel(op, "up", up, n);
+    if (dgate->data == dup->data || dgate->data == gate->data || dgate->data == up->data ||
+        dup->data == gate->data || dup->data == up->data)
+        mg_fatal(__FILE__, __LINE__, "%s: dgate and dup must be two buffers apart from gate "
+                 "and up", op);
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        mg__f_swiglu_backward f = {dgate->data, dup->data, dout->data, gate->data, up->data,
+                                   dgate->dtype, dup->dtype, dout->dtype, gate->dtype, up->dtype};
+        mg__cuda_map(ctx, n, f);
+        return;
+    }
+#endif
+    mg__cpu_swiglu_backward(ctx, dgate, dup, dout, gate, up);
 }
 
 /* --- elementwise ---------------------------------------------------------------------------- */

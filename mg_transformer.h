@@ -15,8 +15,11 @@
      2. Tensor-parallel linear layers: ColumnParallelLinear and RowParallelLinear, each forward
         with its input-gradient and weight-gradient halves (so that a pipeline schedule can run
         the weight half later, ZB-H1), on a shared scratch (mg_transformer).
-     3. The transformer layer (GPT-2: pre-LayerNorm, causal self-attention, GELU MLP): its
-        configuration, its 12 parameter tensors and how each is split, the activations one
+     3. The transformer layer, pre-norm, with Megatron-LM's switches: GPT-2 by default
+        (LayerNorm, learned positions outside the layer, multi-head attention, GELU MLP,
+        biases) and the Llama family's options (RMSNorm, rotary positions, grouped-query
+        attention, a head dimension of its own, SwiGLU MLP, no biases or Q/K/V biases only).
+        Its configuration, its parameter tensors and how each is split, the activations one
         microbatch keeps, forward, backward (optionally recomputing the attention core:
         selective recomputation), the deferred weight half, and dropout keyed by global
         coordinates so that masks never depend on the split.
@@ -25,7 +28,9 @@
      Every rank of the tensor group holds the whole residual stream [N, C] (N = T·B rows,
      sequence-major: row t·B + b) — or, with sequence parallelism, its n = N/t rows
      [r·n, (r+1)·n), i.e. T/t positions — and 1/t of every weight matrix:
-       column-parallel  QKV (this rank's heads), MLP-up: Y_r = X·A_rᵀ + a_r — needs all of X
+       column-parallel  QKV (this rank's query groups: their query heads and key/value
+                        heads), MLP-up and SwiGLU's gate (matching slices, so the gated
+                        product is local): Y_r = X·A_rᵀ + a_r — needs all of X
        row-parallel     attention-out, MLP-down: partial Z_r = Y_r·B_rᵀ, Z = Σ_r Z_r + b
      and the communication is Megatron's pair of conjugate operators around each block
      (forward / backward):
@@ -93,10 +98,22 @@ MGDEF mg_comm *mg_tp_comm(const mg_tp_group *g);
    ------------------------------------------------------------------------------------------ */
 typedef struct mg_layer_config {
     int hidden;               /* C                                                              */
-    int n_head;               /* attention heads of the whole layer; t must divide them         */
+    int n_head;               /* query heads of the whole layer                                 */
+    int n_group;              /* key/value heads (query groups): n_head for multi-head
+                                 attention, fewer for grouped-query, 1 for multi-query; t must
+                                 divide it (a rank holds whole groups)                         */
+    int head_dim;             /* hd (Megatron's --kv-channels; C / n_head for GPT-2)           */
+    int ffn_hidden;           /* F: the MLP's width (4C for GPT-2)                              */
     int seq_len;              /* T                                                              */
     int micro_batch;          /* B: a call processes N = T·B rows                               */
     mg_dtype dtype;           /* activations and their gradients                                */
+    mg_norm norm;             /* LayerNorm eps 1e-5 (GPT-2) or RMSNorm                          */
+    int swiglu;               /* MLP = down(silu(gate(x)) ⊙ up(x)); else down(GELU(up(x)))      */
+    int bias;                 /* biases on the linear layers (0: --disable-bias-linear)       */
+    int qkv_bias;             /* a Q/K/V bias even without the others (--add-qkv-bias, Qwen2) */
+    int rope;                 /* rotary positions on queries and keys (table: rope, rot_dim)  */
+    int rot_dim;              /* rotated dims of each head (even, <= hd)                       */
+    mg_rope rope_freq;        /* its frequencies                                                */
     /* dropout (training only; 0 = off): hidden_dropout on the attention-out and MLP-down
        branches before the residual add, attention_dropout on the attention probabilities.
        Masks: mg_dropout_key(dropout_seed, site, global microbatch) at global coordinates.    */
@@ -121,7 +138,10 @@ typedef struct mg_transformer {
     mg_tensor full_a;         /* [N, C] sp: the all-gathered layernorm output                   */
     mg_tensor full_b;         /* [N, C] row-parallel partial output (sp), gathered gradient
                                  (sp), and the partial input gradient of column-parallel layers */
-    mg_tensor dCt, d3C, d4C, datt; /* [N,C/t] [N,3C/t] [N,4C/t] [B,nh/t,T,T]                   */
+    mg_tensor dCt, d3C, d4C, datt; /* [N,Q/t] [N,QKV/t] [N,F/t] [B,nh/t,T,T] with Q = nh·hd and
+                                 QKV = (nh + 2·ng)·hd the widths of attention and of qkv     */
+    mg_tensor dgate;          /* [N, F/t] SwiGLU: the gate's output gradient                    */
+    float *rope_cs;           /* rope: device [T, rot_dim/2, 2] cos/sin table (mg_rope_table)  */
 } mg_transformer;
 
 /* Fills tf (no allocation): the rows this rank holds follow from tp and cfg. */
@@ -147,6 +167,14 @@ MGDEF void mg_column_parallel_linear_forward(mg_transformer *tf, mg_tensor *y, c
 MGDEF mg_tensor *mg_column_parallel_linear_backward(mg_transformer *tf, const mg_tensor *dy,
                                                     const mg_tensor *x, const mg_tensor *w,
                                                     mg_tensor *dw, mg_tensor *db);
+/* The same in two steps, for several column-parallel layers reading one x (SwiGLU's up and
+   gate): each _partial adds its dy·W_r into tf->full_b (accumulate 0 for the first) and runs
+   its weight half; then one mg_column_parallel_reduce returns dx.                         */
+MGDEF void mg_column_parallel_linear_backward_partial(mg_transformer *tf, const mg_tensor *dy,
+                                                      const mg_tensor *x, const mg_tensor *w,
+                                                      mg_tensor *dw, mg_tensor *db,
+                                                      int accumulate);
+MGDEF mg_tensor *mg_column_parallel_reduce(mg_transformer *tf);
 MGDEF void mg_column_parallel_linear_backward_weight(mg_transformer *tf, const mg_tensor *dy,
                                                      const mg_tensor *x, mg_tensor *dw,
                                                      mg_tensor *db);
@@ -173,8 +201,17 @@ MGDEF mg_tensor *mg_transformer_partial(mg_transformer *tf, mg_tensor *local);
    ------------------------------------------------------------------------------------------ */
 typedef enum {
     MG_LN1_W = 0, MG_LN1_B, MG_QKV_W, MG_QKV_B, MG_PROJ_W, MG_PROJ_B,
-    MG_LN2_W, MG_LN2_B, MG_FC1_W, MG_FC1_B, MG_FC2_W, MG_FC2_B, MG_LAYER_TENSORS
+    MG_LN2_W, MG_LN2_B, MG_FC1_W, MG_FC1_B, MG_FC2_W, MG_FC2_B, MG_GATE_W, MG_GATE_B,
+    MG_LAYER_TENSORS
 } mg_layer_tensor;
+/* Which tensors the configuration has: norm biases with LayerNorm only, linear biases unless
+   disabled (the QKV bias also with qkv_bias), the gate with SwiGLU. A layer's calls take an
+   array of MG_LAYER_TENSORS tensors indexed by kind, absent ones with data NULL. FC1 is the
+   MLP's up projection in both MLPs.                                                        */
+MGDEF int mg_layer_has_tensor(const mg_layer_config *cfg, int kind);
+/* Global shape of tensor `kind` (rows, and columns or 0 for a vector), and how it is split:
+   1 column-parallel (rows), 2 row-parallel (columns), 0 replicated.                        */
+MGDEF int mg_layer_tensor_shape(const mg_layer_config *cfg, int kind, int64_t shape[2]);
 
 /* Activations one layer keeps for its backward, for one microbatch. n = N/t rows with
    sequence parallelism, else n = N.                                                        */
@@ -187,13 +224,15 @@ typedef struct mg_layer_acts {
     mg_tensor resid_mid;      /* [n, C]      residual stream after the attention block         */
     mg_tensor ln2;            /* [n, C]                                                         */
     float *ln2_mean, *ln2_rstd;
-    mg_tensor fc;             /* [N, 4C/t]   MLP-up output (pre-GELU)                          */
-    mg_tensor fc_gelu;        /* [N, 4C/t]                                                      */
+    mg_tensor fc;             /* [N, F/t]    MLP-up output (pre-activation)                    */
+    mg_tensor gate;           /* [N, F/t]    SwiGLU: the gate's output                          */
+    mg_tensor fc_gelu;        /* [N, F/t]    the activation: GELU(fc) or silu(gate)⊙fc          */
     mg_tensor out;            /* [n, C]      the layer's output: residual stream                */
     /* a split backward only (defer_w): d loss / d(output) of the four linears, kept by the
        input half for the weight half (dW = doutᵀ·input); dout_fc2 and dout_proj are the whole
        [N, C] gradient (all-gathered with sequence parallelism)                              */
-    mg_tensor dout_fc2, dout_fc1, dout_proj, dout_qkv; /* [N,C] [N,4C/t] [N,C] [N,3C/t]     */
+    mg_tensor dout_fc2, dout_fc1, dout_proj, dout_qkv; /* [N,C] [N,F/t] [N,C] [N,QKV/t]     */
+    mg_tensor dout_gate;      /* [N, F/t] SwiGLU                                                */
 } mg_layer_acts;
 
 /* Claims one layer's activations: everything (own_all) or — for a layer whose attention core
@@ -226,13 +265,13 @@ MGDEF void mg_transformer_dropout(mg_transformer *tf, const mg_layer_id *id, mg_
 MGDEF const mg_tensor *mg_transformer_dropout_grad(mg_transformer *tf, const mg_layer_id *id,
                                                    const mg_tensor *dout, uint64_t site);
 
-/* One layer, forward: x [n, C] -> la->out [n, C]. w: the layer's 12 tensors (mg_layer_tensor
-   order, this rank's slices).                                                               */
+/* One layer, forward: x [n, C] -> la->out [n, C]. w: the layer's MG_LAYER_TENSORS tensors by
+   kind (this rank's slices; absent ones with data NULL).                                    */
 MGDEF void mg_transformer_layer_forward(mg_transformer *tf, const mg_layer_id *id,
                                         const mg_tensor *w, mg_layer_acts *la,
                                         const mg_tensor *x);
-/* One layer, backward: on entry tf->dresid = dL/d(out) [n, C]; on return dL/dx. g: the 12
-   gradient tensors (accumulated). selective: recompute the attention probabilities from the
+/* One layer, backward: on entry tf->dresid = dL/d(out) [n, C]; on return dL/dx. g: the
+   gradient tensors by kind (accumulated). selective: recompute the attention probabilities from the
    kept qkv first (la->att is shared scratch). defer_w: leave the linears' weight halves for
    mg_transformer_layer_backward_weight (the output gradients are kept in la->dout_*).       */
 MGDEF void mg_transformer_layer_backward(mg_transformer *tf, const mg_layer_id *id,
@@ -316,47 +355,94 @@ MGDEF void mg_transformer_init(mg_transformer *tf, mg_ctx *ctx, const mg_layer_c
     tf->row0 = tf->tp.sequence_parallel ? tf->n_rows * tp.rank : 0;
 }
 
-MGDEF void mg_transformer_claim_scratch(mg_transformer *tf, mg_claim *c) {
+/* Widths of this rank's slices: Q = nh·hd/t (attention output), QKV = (nh + 2·ng)·hd/t, F/t. */
+typedef struct mg__widths { int64_t B, T, N, C, n, nh, ng, q, qkv, f; } mg__widths;
+static mg__widths mg__widths_of(const mg_transformer *tf) {
     const mg_layer_config *k = &tf->cfg;
-    int64_t B = k->micro_batch, T = k->seq_len, N = B * T, C = k->hidden, t = tf->tp.size;
-    int64_t n = tf->n_rows, nh = k->n_head / t;
-    mg_dtype dt = k->dtype;
-    tf->dresid = mg_claim_tensor(c, dt, n, C, 0, 0);
-    tf->dlocal = mg_claim_tensor(c, dt, n, C, 0, 0);
-    if (tf->tp.sequence_parallel) tf->full_a = mg_claim_tensor(c, dt, N, C, 0, 0);
-    tf->full_b = mg_claim_tensor(c, dt, N, C, 0, 0);
-    tf->dCt = mg_claim_tensor(c, dt, N, C / t, 0, 0);
-    tf->d3C = mg_claim_tensor(c, dt, N, 3 * C / t, 0, 0);
-    tf->d4C = mg_claim_tensor(c, dt, N, 4 * C / t, 0, 0);
-    tf->datt = mg_claim_tensor(c, dt, B, nh, T, T);
+    int64_t t = tf->tp.size;
+    mg__widths w;
+    w.B = k->micro_batch; w.T = k->seq_len; w.N = w.B * w.T; w.C = k->hidden; w.n = tf->n_rows;
+    w.nh = k->n_head / t; w.ng = k->n_group / t;
+    w.q = w.nh * k->head_dim; w.qkv = (w.nh + 2 * w.ng) * k->head_dim; w.f = k->ffn_hidden / t;
+    return w;
+}
+
+MGDEF void mg_transformer_claim_scratch(mg_transformer *tf, mg_claim *c) {
+    mg__widths w = mg__widths_of(tf);
+    mg_dtype dt = tf->cfg.dtype;
+    tf->dresid = mg_claim_tensor(c, dt, w.n, w.C, 0, 0);
+    tf->dlocal = mg_claim_tensor(c, dt, w.n, w.C, 0, 0);
+    if (tf->tp.sequence_parallel) tf->full_a = mg_claim_tensor(c, dt, w.N, w.C, 0, 0);
+    tf->full_b = mg_claim_tensor(c, dt, w.N, w.C, 0, 0);
+    tf->dCt = mg_claim_tensor(c, dt, w.N, w.q, 0, 0);
+    tf->d3C = mg_claim_tensor(c, dt, w.N, w.qkv, 0, 0);
+    tf->d4C = mg_claim_tensor(c, dt, w.N, w.f, 0, 0);
+    tf->datt = mg_claim_tensor(c, dt, w.B, w.nh, w.T, w.T);
+    if (tf->cfg.swiglu) tf->dgate = mg_claim_tensor(c, dt, w.N, w.f, 0, 0);
+    if (tf->cfg.rope) {   /* the table, computed once on the host */
+        size_t n = (size_t)w.T * (size_t)tf->cfg.rot_dim;
+        tf->rope_cs = mg_claim_f32(c, (int64_t)n);
+        if (c->ctx) {
+            float *host = (float *)MG_MALLOC(n * sizeof(float));
+            MG_ASSERT(host, "out of host memory");
+            mg_rope_table(host, (int)w.T, tf->cfg.rot_dim, &tf->cfg.rope_freq);
+            mg_copy_to_device(c->ctx, tf->rope_cs, host, n * sizeof(float));
+            MG_FREE(host);
+        }
+    }
 }
 
 MGDEF void mg_layer_acts_claim(const mg_transformer *tf, mg_claim *c, mg_layer_acts *la,
                                int own_all, int own_att, int own_out, int douts) {
-    const mg_layer_config *k = &tf->cfg;
-    int64_t B = k->micro_batch, T = k->seq_len, N = B * T, C = k->hidden, t = tf->tp.size;
-    int64_t n = tf->n_rows, nh = k->n_head / t;
-    mg_dtype dt = k->dtype;
+    mg__widths w = mg__widths_of(tf);
+    mg_dtype dt = tf->cfg.dtype;
     if (own_all) {
-        la->ln1 = mg_claim_tensor(c, dt, n, C, 0, 0);
-        la->ln1_mean = mg_claim_f32(c, n);
-        la->ln1_rstd = mg_claim_f32(c, n);
-        la->qkv = mg_claim_tensor(c, dt, N, 3 * C / t, 0, 0);
-        if (own_att) la->att = mg_claim_tensor(c, dt, B, nh, T, T);
-        la->atty = mg_claim_tensor(c, dt, N, C / t, 0, 0);
-        la->resid_mid = mg_claim_tensor(c, dt, n, C, 0, 0);
-        la->ln2 = mg_claim_tensor(c, dt, n, C, 0, 0);
-        la->ln2_mean = mg_claim_f32(c, n);
-        la->ln2_rstd = mg_claim_f32(c, n);
-        la->fc = mg_claim_tensor(c, dt, N, 4 * C / t, 0, 0);
-        la->fc_gelu = mg_claim_tensor(c, dt, N, 4 * C / t, 0, 0);
+        la->ln1 = mg_claim_tensor(c, dt, w.n, w.C, 0, 0);
+        la->ln1_mean = mg_claim_f32(c, w.n);
+        la->ln1_rstd = mg_claim_f32(c, w.n);
+        la->qkv = mg_claim_tensor(c, dt, w.N, w.qkv, 0, 0);
+        if (own_att) la->att = mg_claim_tensor(c, dt, w.B, w.nh, w.T, w.T);
+        la->atty = mg_claim_tensor(c, dt, w.N, w.q, 0, 0);
+        la->resid_mid = mg_claim_tensor(c, dt, w.n, w.C, 0, 0);
+        la->ln2 = mg_claim_tensor(c, dt, w.n, w.C, 0, 0);
+        la->ln2_mean = mg_claim_f32(c, w.n);
+        la->ln2_rstd = mg_claim_f32(c, w.n);
+        la->fc = mg_claim_tensor(c, dt, w.N, w.f, 0, 0);
+        if (tf->cfg.swiglu) la->gate = mg_claim_tensor(c, dt, w.N, w.f, 0, 0);
+        la->fc_gelu = mg_claim_tensor(c, dt, w.N, w.f, 0, 0);
     }
-    if (own_out) la->out = mg_claim_tensor(c, dt, n, C, 0, 0);
+    if (own_out) la->out = mg_claim_tensor(c, dt, w.n, w.C, 0, 0);
     if (douts) {
-        la->dout_fc2 = mg_claim_tensor(c, dt, N, C, 0, 0);
-        la->dout_fc1 = mg_claim_tensor(c, dt, N, 4 * C / t, 0, 0);
-        la->dout_proj = mg_claim_tensor(c, dt, N, C, 0, 0);
-        la->dout_qkv = mg_claim_tensor(c, dt, N, 3 * C / t, 0, 0);
+        la->dout_fc2 = mg_claim_tensor(c, dt, w.N, w.C, 0, 0);
+        la->dout_fc1 = mg_claim_tensor(c, dt, w.N, w.f, 0, 0);
+        la->dout_proj = mg_claim_tensor(c, dt, w.N, w.C, 0, 0);
+        la->dout_qkv = mg_claim_tensor(c, dt, w.N, w.qkv, 0, 0);
+        if (tf->cfg.swiglu) la->dout_gate = mg_claim_tensor(c, dt, w.N, w.f, 0, 0);
+    }
+}
+
+MGDEF int mg_layer_has_tensor(const mg_layer_config *k, int kind) {
+    switch (kind) {
+    case MG_LN1_B: case MG_LN2_B: return !k->norm.rms;
+    case MG_QKV_B: return k->bias || k->qkv_bias;
+    case MG_PROJ_B: case MG_FC1_B: case MG_FC2_B: return k->bias;
+    case MG_GATE_W: return k->swiglu;
+    case MG_GATE_B: return k->swiglu && k->bias;
+    default: return kind >= 0 && kind < MG_LAYER_TENSORS;
+    }
+}
+MGDEF int mg_layer_tensor_shape(const mg_layer_config *k, int kind, int64_t shape[2]) {
+    int64_t C = k->hidden, q = (int64_t)k->n_head * k->head_dim;
+    int64_t qkv = (int64_t)(k->n_head + 2 * k->n_group) * k->head_dim, F = k->ffn_hidden;
+    shape[1] = 0;
+    switch (kind) {
+    case MG_QKV_W: shape[0] = qkv; shape[1] = C; return 1;
+    case MG_QKV_B: shape[0] = qkv; return 1;
+    case MG_PROJ_W: shape[0] = C; shape[1] = q; return 2;
+    case MG_FC1_W: case MG_GATE_W: shape[0] = F; shape[1] = C; return 1;
+    case MG_FC1_B: case MG_GATE_B: shape[0] = F; return 1;
+    case MG_FC2_W: shape[0] = C; shape[1] = F; return 2;
+    default: shape[0] = C; return 0;   /* norms, row-parallel biases */
     }
 }
 
@@ -374,12 +460,21 @@ MGDEF void mg_column_parallel_linear_backward_weight(mg_transformer *tf, const m
     /* only this rank's rows of x were kept: gathered again with sequence parallelism */
     mg_linear_backward_weight(tf->ctx, dw, db, dy, mg_tp_gather(&tf->tp, x, &tf->full_a));
 }
+MGDEF void mg_column_parallel_linear_backward_partial(mg_transformer *tf, const mg_tensor *dy,
+                                                      const mg_tensor *x, const mg_tensor *w,
+                                                      mg_tensor *dw, mg_tensor *db,
+                                                      int accumulate) {
+    mg_linear_backward_input(tf->ctx, &tf->full_b, dy, w, accumulate); /* this rank's partial */
+    if (dw) mg_column_parallel_linear_backward_weight(tf, dy, x, dw, db);
+}
+MGDEF mg_tensor *mg_column_parallel_reduce(mg_transformer *tf) {
+    return mg_tp_reduce(&tf->tp, &tf->full_b, &tf->dlocal);
+}
 MGDEF mg_tensor *mg_column_parallel_linear_backward(mg_transformer *tf, const mg_tensor *dy,
                                                     const mg_tensor *x, const mg_tensor *w,
                                                     mg_tensor *dw, mg_tensor *db) {
-    mg_linear_backward_input(tf->ctx, &tf->full_b, dy, w, 0);      /* this rank's partial dx */
-    if (dw) mg_column_parallel_linear_backward_weight(tf, dy, x, dw, db);
-    return mg_tp_reduce(&tf->tp, &tf->full_b, &tf->dlocal);
+    mg_column_parallel_linear_backward_partial(tf, dy, x, w, dw, db, 0);
+    return mg_column_parallel_reduce(tf);
 }
 MGDEF void mg_row_parallel_linear_forward(mg_transformer *tf, mg_tensor *z, const mg_tensor *y,
                                           const mg_tensor *w, const mg_tensor *b) {
@@ -427,33 +522,53 @@ static const mg_attn_dropout *mg__layer_attn_dropout(const mg_transformer *tf,
     return d;
 }
 
+/* An optional tensor of a layer's array (NULL when the configuration has none). */
+static const mg_tensor *mg__opt(const mg_tensor *t) { return t->data ? t : NULL; }
+static mg_tensor *mg__opt_g(mg_tensor *t) { return t->data ? t : NULL; }
+
 /* Forward, with Megatron's operators in brackets:
-     ln1 = LN(x); [f / all-gather] qkv = ln1·Wqkvᵀ + b (column-parallel: this rank's heads)
-     atty = dropout(softmax(q·kᵀ/√hd, causal))·v
-     resid_mid = x + dropout([g / reduce-scatter] atty·Wprojᵀ + b)        (row-parallel)
-     ln2 = LN(resid_mid); [f / all-gather] fc = ln2·Wfc1ᵀ + b (column-parallel)
-     out = resid_mid + dropout([g / reduce-scatter] GELU(fc)·Wfc2ᵀ + b)   (row-parallel)   */
+     ln1 = norm(x); [f / all-gather] qkv = ln1·Wqkvᵀ (+ b) (column-parallel: this rank's
+           query groups); rope: queries and keys rotated by position
+     atty = dropout(softmax(q·kᵀ/√hd, causal))·v          (each query head reads its group)
+     resid_mid = x + dropout([g / reduce-scatter] atty·Wprojᵀ (+ b))        (row-parallel)
+     ln2 = norm(resid_mid); [f / all-gather] fc = ln2·Wfc1ᵀ (+ b)           (column-parallel)
+           SwiGLU: also gate = ln2·Wgateᵀ (+ b), same split
+     act = GELU(fc), or silu(gate) ⊙ fc
+     out = resid_mid + dropout([g / reduce-scatter] act·Wfc2ᵀ (+ b))        (row-parallel)  */
 MGDEF void mg_transformer_layer_forward(mg_transformer *tf, const mg_layer_id *id,
                                         const mg_tensor *w, mg_layer_acts *la,
                                         const mg_tensor *x) {
     mg_ctx *ctx = tf->ctx;
-    int B = tf->cfg.micro_batch, T = tf->cfg.seq_len, nh = tf->cfg.n_head / tf->tp.size;
+    const mg_layer_config *k = &tf->cfg;
+    mg__widths d = mg__widths_of(tf);
     mg_attn_dropout adrop;
     /* attention block */
-    mg_layernorm_forward(ctx, &la->ln1, la->ln1_mean, la->ln1_rstd, x, &w[MG_LN1_W],
-                         &w[MG_LN1_B]);
-    mg_column_parallel_linear_forward(tf, &la->qkv, &la->ln1, &w[MG_QKV_W], &w[MG_QKV_B]);
-    mg_attention_forward(ctx, &la->atty, &la->att, &la->qkv, B, T, nh,
-                         mg__layer_attn_dropout(tf, id, &adrop));
-    mg_row_parallel_linear_forward(tf, &la->resid_mid, &la->atty, &w[MG_PROJ_W], &w[MG_PROJ_B]);
+    mg_norm_forward(ctx, &k->norm, &la->ln1, la->ln1_mean, la->ln1_rstd, x, &w[MG_LN1_W],
+                    mg__opt(&w[MG_LN1_B]));
+    mg_column_parallel_linear_forward(tf, &la->qkv, &la->ln1, &w[MG_QKV_W],
+                                      mg__opt(&w[MG_QKV_B]));
+    if (k->rope)
+        mg_rope_forward(ctx, &la->qkv, (int)d.B, (int)d.nh, (int)d.ng, k->rot_dim, 0,
+                        tf->rope_cs);
+    mg_attention_forward_gqa(ctx, &la->atty, &la->att, &la->qkv, (int)d.B, (int)d.T,
+                             (int)d.nh, (int)d.ng, mg__layer_attn_dropout(tf, id, &adrop));
+    mg_row_parallel_linear_forward(tf, &la->resid_mid, &la->atty, &w[MG_PROJ_W],
+                                   mg__opt(&w[MG_PROJ_B]));
     mg_transformer_dropout(tf, id, &la->resid_mid, MG_SITE_ATTN_OUT(id->layer));
     mg_add(ctx, &la->resid_mid, &la->resid_mid, x);
     /* MLP block */
-    mg_layernorm_forward(ctx, &la->ln2, la->ln2_mean, la->ln2_rstd, &la->resid_mid,
-                         &w[MG_LN2_W], &w[MG_LN2_B]);
-    mg_column_parallel_linear_forward(tf, &la->fc, &la->ln2, &w[MG_FC1_W], &w[MG_FC1_B]);
-    mg_gelu_forward(ctx, &la->fc_gelu, &la->fc);
-    mg_row_parallel_linear_forward(tf, &la->out, &la->fc_gelu, &w[MG_FC2_W], &w[MG_FC2_B]);
+    mg_norm_forward(ctx, &k->norm, &la->ln2, la->ln2_mean, la->ln2_rstd, &la->resid_mid,
+                    &w[MG_LN2_W], mg__opt(&w[MG_LN2_B]));
+    mg_column_parallel_linear_forward(tf, &la->fc, &la->ln2, &w[MG_FC1_W], mg__opt(&w[MG_FC1_B]));
+    if (k->swiglu) {
+        mg_column_parallel_linear_forward(tf, &la->gate, &la->ln2, &w[MG_GATE_W],
+                                          mg__opt(&w[MG_GATE_B]));
+        mg_swiglu_forward(ctx, &la->fc_gelu, &la->gate, &la->fc);
+    } else {
+        mg_gelu_forward(ctx, &la->fc_gelu, &la->fc);
+    }
+    mg_row_parallel_linear_forward(tf, &la->out, &la->fc_gelu, &w[MG_FC2_W],
+                                   mg__opt(&w[MG_FC2_B]));
     mg_transformer_dropout(tf, id, &la->out, MG_SITE_MLP_OUT(id->layer));
     mg_add(ctx, &la->out, &la->out, &la->resid_mid);
 }
@@ -461,63 +576,88 @@ MGDEF void mg_transformer_layer_forward(mg_transformer *tf, const mg_layer_id *i
 /* Backward. The residual stream's gradient tf->dresid flows straight through; each block adds
    its branch:
      MLP:  g = [identity / all-gather] dropout'(dresid)
-           dfc_gelu = g·Wfc2; dfc = GELU'(fc)⊙dfc_gelu; partial dln2 = dfc·Wfc1
-           dresid += LN2'([all-reduce (f) / reduce-scatter] partial)
-     attn: the same with Wproj, attention' and Wqkv.
+           dact = g·Wfc2; dfc = GELU'(fc)⊙dact — or SwiGLU: dgate = dact⊙fc⊙silu'(gate),
+           dfc = dact⊙silu(gate); partial dln2 = dfc·Wfc1 (+ dgate·Wgate)
+           dresid += norm2'([all-reduce (f) / reduce-scatter] partial)
+     attn: the same with Wproj, attention' (and rope', the inverse rotation) and Wqkv.
    Each linear's backward is its input half then its weight half. With defer_w the weight
    halves are left for mg_transformer_layer_backward_weight: the output gradient each needs is
    written to (or, for the two row-parallel ones, copied into) la->dout_* instead of the
    shared scratch. Selective recomputation: the attention probabilities are recomputed from
-   the stored qkv (with the same dropout key) just before the attention backward; the
-   recomputed attention output is not needed (atty was kept) and lands in the dCt scratch,
-   overwritten next.                                                                          */
+   the stored (rotated) qkv, with the same dropout key, just before the attention backward;
+   the recomputed attention output is not needed (atty was kept) and lands in the dCt
+   scratch, overwritten next.                                                                */
 MGDEF void mg_transformer_layer_backward(mg_transformer *tf, const mg_layer_id *id,
                                          const mg_tensor *w, mg_tensor *g, mg_layer_acts *la,
                                          const mg_tensor *x, int selective, int defer_w) {
     mg_ctx *ctx = tf->ctx;
-    int B = tf->cfg.micro_batch, T = tf->cfg.seq_len, nh = tf->cfg.n_head / tf->tp.size;
+    const mg_layer_config *k = &tf->cfg;
+    mg__widths d = mg__widths_of(tf);
     mg_attn_dropout adrop;
     const mg_tensor *g_out;
     mg_tensor *dln;
-    mg_tensor *d_fc1 = defer_w ? &la->dout_fc1 : &tf->d4C;     /* dfc_gelu, then dfc         */
+    mg_tensor *d_fc1 = defer_w ? &la->dout_fc1 : &tf->d4C;     /* dact, then dfc             */
+    mg_tensor *d_gate = defer_w ? &la->dout_gate : &tf->dgate;
     mg_tensor *d_qkv = defer_w ? &la->dout_qkv : &tf->d3C;
     /* MLP block */
     g_out = mg_transformer_dropout_grad(tf, id, &tf->dresid, MG_SITE_MLP_OUT(id->layer));
     mg_row_parallel_linear_backward(tf, d_fc1, g_out, &la->fc_gelu, &w[MG_FC2_W],
-                                    defer_w ? NULL : &g[MG_FC2_W], &g[MG_FC2_B],
+                                    defer_w ? NULL : &g[MG_FC2_W], mg__opt_g(&g[MG_FC2_B]),
                                     defer_w ? &la->dout_fc2 : NULL);
-    mg_gelu_backward(ctx, d_fc1, &la->fc, d_fc1);
-    dln = mg_column_parallel_linear_backward(tf, d_fc1, &la->ln2, &w[MG_FC1_W],
-                                             defer_w ? NULL : &g[MG_FC1_W], &g[MG_FC1_B]);
-    mg_layernorm_backward(ctx, &tf->dresid, &g[MG_LN2_W], &g[MG_LN2_B], dln, &la->resid_mid,
-                          &w[MG_LN2_W], la->ln2_mean, la->ln2_rstd, 1);
+    if (k->swiglu) {
+        mg_swiglu_backward(ctx, d_gate, d_fc1, d_fc1, &la->gate, &la->fc);
+        mg_column_parallel_linear_backward_partial(tf, d_fc1, &la->ln2, &w[MG_FC1_W],
+                                                   defer_w ? NULL : &g[MG_FC1_W],
+                                                   mg__opt_g(&g[MG_FC1_B]), 0);
+        mg_column_parallel_linear_backward_partial(tf, d_gate, &la->ln2, &w[MG_GATE_W],
+                                                   defer_w ? NULL : &g[MG_GATE_W],
+                                                   mg__opt_g(&g[MG_GATE_B]), 1);
+        dln = mg_column_parallel_reduce(tf);
+    } else {
+        mg_gelu_backward(ctx, d_fc1, &la->fc, d_fc1);
+        dln = mg_column_parallel_linear_backward(tf, d_fc1, &la->ln2, &w[MG_FC1_W],
+                                                 defer_w ? NULL : &g[MG_FC1_W],
+                                                 mg__opt_g(&g[MG_FC1_B]));
+    }
+    mg_norm_backward(ctx, &k->norm, &tf->dresid, &g[MG_LN2_W], mg__opt_g(&g[MG_LN2_B]), dln,
+                     &la->resid_mid, &w[MG_LN2_W], la->ln2_mean, la->ln2_rstd, 1);
     /* attention block */
     if (selective)
-        mg_attention_forward(ctx, &tf->dCt, &la->att, &la->qkv, B, T, nh,
-                             mg__layer_attn_dropout(tf, id, &adrop));
+        mg_attention_forward_gqa(ctx, &tf->dCt, &la->att, &la->qkv, (int)d.B, (int)d.T,
+                                 (int)d.nh, (int)d.ng, mg__layer_attn_dropout(tf, id, &adrop));
     g_out = mg_transformer_dropout_grad(tf, id, &tf->dresid, MG_SITE_ATTN_OUT(id->layer));
     mg_row_parallel_linear_backward(tf, &tf->dCt, g_out, &la->atty, &w[MG_PROJ_W],
-                                    defer_w ? NULL : &g[MG_PROJ_W], &g[MG_PROJ_B],
+                                    defer_w ? NULL : &g[MG_PROJ_W], mg__opt_g(&g[MG_PROJ_B]),
                                     defer_w ? &la->dout_proj : NULL);
-    mg_attention_backward(ctx, d_qkv, &tf->datt, &tf->dCt, &la->qkv, &la->att, B, T, nh,
-                          mg__layer_attn_dropout(tf, id, &adrop));
+    mg_attention_backward_gqa(ctx, d_qkv, &tf->datt, &tf->dCt, &la->qkv, &la->att, (int)d.B,
+                              (int)d.T, (int)d.nh, (int)d.ng,
+                              mg__layer_attn_dropout(tf, id, &adrop));
+    if (k->rope)
+        mg_rope_backward(ctx, d_qkv, (int)d.B, (int)d.nh, (int)d.ng, k->rot_dim, 0,
+                         tf->rope_cs);
     dln = mg_column_parallel_linear_backward(tf, d_qkv, &la->ln1, &w[MG_QKV_W],
-                                             defer_w ? NULL : &g[MG_QKV_W], &g[MG_QKV_B]);
-    mg_layernorm_backward(ctx, &tf->dresid, &g[MG_LN1_W], &g[MG_LN1_B], dln, x,
-                          &w[MG_LN1_W], la->ln1_mean, la->ln1_rstd, 1);
+                                             defer_w ? NULL : &g[MG_QKV_W],
+                                             mg__opt_g(&g[MG_QKV_B]));
+    mg_norm_backward(ctx, &k->norm, &tf->dresid, &g[MG_LN1_W], mg__opt_g(&g[MG_LN1_B]), dln, x,
+                     &w[MG_LN1_W], la->ln1_mean, la->ln1_rstd, 1);
 }
 
-/* The weight halves a deferred backward left, from the kept output gradients; the layernorm
+/* The weight halves a deferred backward left, from the kept output gradients; the norm
    outputs are all-gathered again with sequence parallelism (collective over the tensor group,
    whose ranks run the same schedule).                                                       */
 MGDEF void mg_transformer_layer_backward_weight(mg_transformer *tf, mg_tensor *g,
                                                 mg_layer_acts *la) {
-    mg_linear_backward_weight(tf->ctx, &g[MG_FC2_W], &g[MG_FC2_B], &la->dout_fc2, &la->fc_gelu);
+    mg_linear_backward_weight(tf->ctx, &g[MG_FC2_W], mg__opt_g(&g[MG_FC2_B]), &la->dout_fc2,
+                              &la->fc_gelu);
     mg_column_parallel_linear_backward_weight(tf, &la->dout_fc1, &la->ln2, &g[MG_FC1_W],
-                                              &g[MG_FC1_B]);
-    mg_linear_backward_weight(tf->ctx, &g[MG_PROJ_W], &g[MG_PROJ_B], &la->dout_proj, &la->atty);
+                                              mg__opt_g(&g[MG_FC1_B]));
+    if (tf->cfg.swiglu)
+        mg_column_parallel_linear_backward_weight(tf, &la->dout_gate, &la->ln2, &g[MG_GATE_W],
+                                                  mg__opt_g(&g[MG_GATE_B]));
+    mg_linear_backward_weight(tf->ctx, &g[MG_PROJ_W], mg__opt_g(&g[MG_PROJ_B]), &la->dout_proj,
+                              &la->atty);
     mg_column_parallel_linear_backward_weight(tf, &la->dout_qkv, &la->ln1, &g[MG_QKV_W],
-                                              &g[MG_QKV_B]);
+                                              mg__opt_g(&g[MG_QKV_B]));
 }
 
 #endif /* MG_TRANSFORMER_IMPLEMENTED */

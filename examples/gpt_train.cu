@@ -2,7 +2,8 @@
    × d data-parallel ranks under mpirun (d = ranks / (t·p)).
 
    Built by make as build/gpt_train (cc -x c: the CPU) and build/gpt_train_cuda (nvcc: the GPU
-   when present, else the CPU). Megatron-LM's flag names; `gpt_train --help` lists them all.
+   when present, else the CPU). Megatron-LM's flag names; `gpt_train --help` lists them all in
+   Megatron-LM's argument groups (network size, regularization, training, …).
 
        build/gpt_train --data-path data/tiny --vocab-size 256 --num-layers 4 --hidden-size 128 \
            --num-attention-heads 4 --seq-length 128 --micro-batch-size 8 --global-batch-size 16 \
@@ -26,6 +27,8 @@
    parse the flags, check the whole configuration and every file before any work (one line
    "gpt_train: error: …", exit status 2), build the model, then iterate: step, log, evaluate,
    save. At the end: final checkpoint, validation, optional Hugging Face export and a sample.
+   A data set whose validation part is empty (too few documents for --split) trains without
+   validation, as Megatron-LM does: one line "gpt_train: validation skipped: …" says why.
    Every rank runs this program (mpirun starts them); every rank checks the configuration
    the same way before any communication, so a bad one fails everywhere with one line printed
    by rank 0. Rank 0 prints the log; the others run silently.                               */
@@ -83,6 +86,17 @@ int main(int argc, char **argv) {
                "%.3f M parameters on %d x %s\n", tr.cfg.n_layer, tr.cfg.hidden, tr.cfg.n_head,
                tr.cfg.seq_len, tr.cfg.vocab_size, tr.cfg.padded_vocab,
                mg_gpt_num_params(&tr.cfg) / 1e6, comm.world_size, mg_device_name(&tr.ctx));
+        {   /* the layer's switches: GPT-2's, or the Llama family's */
+            mg_layer_config k = tr.model.tf.cfg;
+            printf("gpt_train: %s, %s MLP of width %d, %s positions, %d query group%s of head "
+                   "dim %d, %s output layer, %s\n", k.norm.rms ? "RMSNorm" : "LayerNorm",
+                   k.swiglu ? "SwiGLU" : "GELU", k.ffn_hidden,
+                   k.rope ? "rotary" : tr.cfg.position_embedding == MG_POS_NONE ? "no"
+                                                                              : "learned",
+                   k.n_group, k.n_group > 1 ? "s" : "", k.head_dim,
+                   tr.cfg.untie_embeddings ? "untied" : "tied",
+                   k.bias ? "biases" : k.qkv_bias ? "Q/K/V biases only" : "no biases");
+        }
         if (tr.model.layout.tp_size > 1)
             printf("gpt_train: tensor-parallel size %d%s\n", tr.model.layout.tp_size,
                    tr.model.tf.tp.sequence_parallel ? ", sequence parallel" : "");
@@ -127,6 +141,8 @@ int main(int argc, char **argv) {
                    "%lld … %lld\n", (long long)tr.args.global_batch_size,
                    (long long)tr.args.micro_batch_size, tr.n_micro, (long long)tr.iteration + 1,
                    (long long)iters);
+        if (tr.valid_note[0] && iters > tr.iteration)   /* no validation set: trains anyway */
+            printf("gpt_train: %s\n", tr.valid_note);
         if (tr.loaded_iteration >= 0)
             printf("gpt_train: resumed from %s at iteration %lld%s\n", tr.args.load,
                    (long long)tr.loaded_iteration, tr.args.init_from ? " (--init-from not used: "
@@ -137,7 +153,7 @@ int main(int argc, char **argv) {
     while (tr.iteration < iters) {
         mg_step_result r = mg_trainer_step(&tr);
         mg_trainer_log(&tr, &r, out);
-        if (tr.args.eval_iters > 0 && tr.iteration % tr.args.eval_interval == 0)
+        if (tr.has_valid && tr.iteration % tr.args.eval_interval == 0)
             mg_trainer_evaluate(&tr, out);
         if (tr.args.save && tr.args.save_interval > 0 && tr.iteration % tr.args.save_interval == 0
             && mg_trainer_save(&tr, tr.args.save, err, sizeof err) && out)
@@ -161,7 +177,7 @@ int main(int argc, char **argv) {
         }
         if (out) printf("gpt_train: saved %s/iter_%07lld\n", tr.args.save, (long long)tr.iteration);
     }
-    if (iters > 0 && tr.args.eval_iters > 0 && tr.iteration % tr.args.eval_interval != 0)
+    if (iters > 0 && tr.has_valid && tr.iteration % tr.args.eval_interval != 0)
         mg_trainer_evaluate(&tr, out);
     if (iters > 0) mg_trainer_test(&tr, out);    /* --test-data-path */
     if (tr.args.export_hf) {

@@ -33,14 +33,14 @@ static inline char *gpt_read_text(const char *path) {
     return s;
 }
 
-/* One number from tests/data/gpt_ref.json (the oracle's configuration). */
-static inline double gpt_ref_num(const char *key) {
-    char *text = gpt_read_text(GPT_DATA "gpt_ref.json"), *end;
+/* One number of an oracle's JSON file (its configuration and hyper-parameters). */
+static inline double gpt_json_num(const char *path, const char *key) {
+    char *text = gpt_read_text(path), *end;
     mg_json js;
     char err[MG_ERRLEN];
     double v = NAN;
     int64_t t;
-    if (!text) { fprintf(stderr, "missing %sgpt_ref.json\n", GPT_DATA); exit(1); }
+    if (!text) { fprintf(stderr, "missing %s\n", path); exit(1); }
     if (mg_json_parse(&js, text, strlen(text), err, sizeof err)) {
         fprintf(stderr, "%s\n", err);
         exit(1);
@@ -49,8 +49,12 @@ static inline double gpt_ref_num(const char *key) {
     if (t >= 0) v = strtod(text + js.toks[t].start, &end);
     mg_json_free(&js);
     free(text);
-    if (t < 0) { fprintf(stderr, "gpt_ref.json: no key %s\n", key); exit(1); }
+    if (t < 0) { fprintf(stderr, "%s: no key %s\n", path, key); exit(1); }
     return v;
+}
+/* One number from tests/data/gpt_ref.json (the GPT-2 oracle's configuration). */
+static inline double gpt_ref_num(const char *key) {
+    return gpt_json_num(GPT_DATA "gpt_ref.json", key);
 }
 
 /* The oracle's model configuration. */
@@ -64,6 +68,37 @@ static inline mg_gpt_config gpt_ref_config(void) {
     c.max_pos = (int)gpt_ref_num("n_positions");
     c.vocab_size = (int)gpt_ref_num("vocab_size");
     c.padded_vocab = mg_gpt_pad_vocab(c.vocab_size, 1);
+    return c;
+}
+
+/* The Llama oracle's model configuration (tests/oracle/llama.py, tests/data/llama_ref.json):
+   RMSNorm, SwiGLU, llama3-scaled rope, GQA with its own head dimension, untied, no biases. */
+#define LLAMA_REF GPT_DATA "llama_ref.json"
+static inline mg_gpt_config gpt_llama_config(void) {
+    mg_gpt_config c;
+    memset(&c, 0, sizeof c);
+    c.n_layer = (int)gpt_json_num(LLAMA_REF, "n_layer");
+    c.hidden = (int)gpt_json_num(LLAMA_REF, "hidden");
+    c.n_head = (int)gpt_json_num(LLAMA_REF, "n_head");
+    c.n_query_groups = (int)gpt_json_num(LLAMA_REF, "n_query_groups");
+    c.kv_channels = (int)gpt_json_num(LLAMA_REF, "kv_channels");
+    c.ffn_hidden = (int)gpt_json_num(LLAMA_REF, "ffn_hidden");
+    c.seq_len = (int)gpt_json_num(LLAMA_REF, "seq_len");
+    c.max_pos = (int)gpt_json_num(LLAMA_REF, "max_position_embeddings");
+    c.vocab_size = (int)gpt_json_num(LLAMA_REF, "vocab_size");
+    c.padded_vocab = mg_gpt_pad_vocab(c.vocab_size, 1);
+    c.normalization = MG_NORM_RMSNORM;
+    c.norm_epsilon = (float)gpt_json_num(LLAMA_REF, "rms_norm_eps");
+    c.swiglu = 1;
+    c.position_embedding = MG_POS_ROPE;
+    c.rotary_base = (float)gpt_json_num(LLAMA_REF, "rope_theta");
+    c.use_rope_scaling = 1;
+    c.rope_scaling_factor = (float)gpt_json_num(LLAMA_REF, "rope_factor");
+    c.rope_low_freq_factor = (float)gpt_json_num(LLAMA_REF, "rope_low_freq_factor");
+    c.rope_high_freq_factor = (float)gpt_json_num(LLAMA_REF, "rope_high_freq_factor");
+    c.rope_original_max_pos = (int)gpt_json_num(LLAMA_REF, "rope_original_max_position_embeddings");
+    c.untie_embeddings = 1;
+    c.disable_bias_linear = 1;
     return c;
 }
 
@@ -347,4 +382,73 @@ static inline int gpt_cli_main(int *argc, char ***argv, mg_comm *comm, int *worl
     mg_comm_finalize(comm);
     return mg_test_summary();
 }
+
+/* Worst relative error of par's fp32 parameters (gathered over its tensor group; a sharded
+   master must have been gathered: mg_adamw_gather_master) against ser's, per tensor against
+   its RMS, GPT-2's key bias left out (its gradient is exactly zero); *sum: a checksum of the
+   gathered weights (equal on every replica iff they are bit-identical). Collective over par's
+   tensor group.                                                                             */
+static inline double gpt_compare_weights(mg_gpt *par, mg_gpt *ser, uint64_t *sum) {
+    double e = 0;
+    int i;
+    *sum = 1469598103934665603ull;
+    for (i = 0; i < par->n_params; i++) {
+        const mg_param_desc *d = &par->params[i];
+        int j = mg_gpt_find_param(ser, d->name);
+        int64_t cols = d->ndim == 2 ? d->shape[1] : 1, r, n;
+        int64_t rows_par = d->shape[0], rows_ser = ser->params[j].shape[0];
+        float *got = (float *)malloc(sizeof(float) * (size_t)(rows_par * cols));
+        float *want = (float *)malloc(sizeof(float) * (size_t)(rows_ser * cols));
+        const unsigned char *bytes = (const unsigned char *)got;
+        double ss = 0, ei;
+        mg_gpt_shard_to_global(par, i, mg_gpt_fp32_params(par), got);    /* collective */
+        mg_gpt_shard_to_global(ser, j, mg_gpt_fp32_params(ser), want);
+        n = d->kind == MG_WTE || d->kind == MG_OUT_W ? (int64_t)par->cfg.vocab_size * cols
+                                                     : rows_par * cols;
+        for (r = 0; r < n * 4; r++) *sum = (*sum ^ bytes[r]) * 1099511628211ull;
+        if (d->kind == MG_QKV_B && mg_gpt_is_gpt2(&par->cfg)) {
+            int64_t hd = par->cfg.hidden / par->cfg.n_head;
+            for (r = 0; r < n; r++) if ((r / hd) % 3 == 1) got[r] = want[r] = 0;
+        }
+        for (r = 0; r < n; r++) ss += (double)want[r] * want[r];
+        ei = mg_test_max_rel(got, want, (long)n, sqrt(ss / (double)n) + 1e-30);
+        if (!(ei <= e)) e = ei;
+        free(got);
+        free(want);
+    }
+    return e;
+}
+/* n training steps of tr, recording each step's loss and gradient norm. */
+static inline void gpt_train_steps(mg_trainer *tr, int n, float *loss, float *norm) {
+    int k;
+    for (k = 0; k < n; k++) {
+        mg_step_result r = mg_trainer_step(tr);
+        loss[k] = (float)r.loss;
+        norm[k] = (float)r.grad_norm;
+    }
+}
+#ifdef MG_USE_MPI
+/* The maximum of x over the job (nan counts as huge: a failure anywhere fails everywhere). */
+static inline double gpt_agree_max(double x) {
+    double all = x;
+    if (!(x == x)) x = 1e300;
+    MPI_Allreduce(&x, &all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    return all;
+}
+/* x equal on every rank of the same pipeline stage (the gathered weights of one stage are
+   the same on all its tensor-parallel ranks and on every replica).                          */
+static inline int gpt_same_on_stage(const mg_comm *comm, uint64_t x) {
+    int world = comm->world_size, r, q, ok = 1;
+    unsigned long long mine[2], *all = (unsigned long long *)malloc(16 * (size_t)world);
+    mine[0] = (unsigned long long)comm->topo.pp_rank;
+    mine[1] = x;
+    MPI_Allgather(mine, 2, MPI_UNSIGNED_LONG_LONG, all, 2, MPI_UNSIGNED_LONG_LONG,
+                  MPI_COMM_WORLD);
+    for (r = 0; r < world; r++)
+        for (q = 0; q < world; q++)
+            if (all[2 * r] == all[2 * q] && all[2 * r + 1] != all[2 * q + 1]) ok = 0;
+    free(all);
+    return ok;
+}
+#endif
 #endif

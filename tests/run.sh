@@ -71,6 +71,22 @@ for src in tests/gpu/*.c; do
   passed=$((passed + p)); failed=$((failed + f))
   echo "# $name [cuda]: $p passed, $f failed"
 done
+# tests/cuda_emu: the CUDA path run through the CUDA emulator (build/*_emu, `make emu`).
+if [ -z "$ONLY" ] || case cuda_emu in *$ONLY*) true ;; *) false ;; esac; then
+  if [ -x "$BUILD/emu_test" ]; then
+    echo "# cuda_emu"
+    start=$(date +%s)
+    BUILD=$BUILD MPIRUN="$MPIRUN" timeout -k 5 600 sh tests/cuda_emu/check.sh > "$log" 2>&1; rc=$?
+    p=$(grep -c '^ok ' "$log"); f=$(grep -c '^not ok ' "$log")
+    sed 's/^/  /' "$log"
+    if [ "$rc" != 0 ] && [ "$f" = 0 ]; then f=1; echo "  not ok - cuda_emu: exit status $rc"; fi
+    [ "$f" != 0 ] && failures="$failures cuda_emu"
+    passed=$((passed + p)); failed=$((failed + f))
+    echo "# cuda_emu: $p passed, $f failed, $(( $(date +%s) - start ))s"
+  else
+    echo "not ok - cuda_emu: not built (make emu)"; failed=$((failed + 1)); failures="$failures cuda_emu"
+  fi
+fi
 [ -n "$failures" ] && echo "# failing:$failures"
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -1,21 +1,26 @@
 // mg-test: ranks=1 timeout=300
 /* test_cli.c — every class of bad input to gpt_train gets one line "what is wrong, what would be
    valid" before any work, and nothing on disk changes:
-     flags (unknown, missing value, not a number, out of range, bad choice, stray argument),
+     flags (unknown: the closest flags suggested; missing value, not a number, out of range,
+     bad choice, stray argument),
      required flags, model sizes and their combinations, batch sizes, the schedule, output
      paths, data files (missing, not a dataset, a checkpoint, ids outside the vocabulary, too
      short, bad --split), weight files (missing, truncated, not weights, other architecture),
      checkpoints (bad latest file, missing or corrupt state, other seed), device, memory.
    Checked through the library (mg_train_parse + mg_trainer_setup: the message) and, for a
    few, through the built program build/gpt_train (exit status 2, one stderr line, no output);
-   plus a short successful run of the program (train, save, export, sample).                */
+   plus a short successful run of the program (train, save, export, sample), and a data set
+   too small for its --split to give validation a document or a sample: it trains without
+   validation (as Megatron-LM does) and one line says why. --help lists every flag once under
+   its Megatron-LM argument group; `make help` lists every phony target and the variables.  */
 #include "gpt_test_util.h"
 #include <sys/stat.h>
 #include <sys/wait.h>
 
 static char tmp[256];
 
-/* The line must fail (in parse or setup) with a one-line message containing `want`. */
+/* The line must fail (in parse or setup) with a one-line message containing `want` (a want
+   that starts with '^': the message starts with the rest). */
 static void expect_error(const char *what, const char *line, const char *want) {
     mg_train_args a;
     mg_trainer tr;
@@ -26,8 +31,9 @@ static void expect_error(const char *what, const char *line, const char *want) {
         if (!failed) mg_trainer_free(&tr);
     }
     snprintf(name, sizeof name, "cli: %s", what);
-    mg_test_report(failed && strstr(err, want) && !strchr(err, '\n'), name, "%s",
-                   failed ? err : "accepted");
+    mg_test_report(failed && (want[0] == '^' ? !strncmp(err, want + 1, strlen(want + 1))
+                                             : strstr(err, want) != NULL) &&
+                   !strchr(err, '\n'), name, "%s", failed ? err : "accepted");
 }
 
 /* A valid base line on the oracle's data, to which one wrong thing is added. */
@@ -46,8 +52,33 @@ static void check_flags(void) {
     mg_train_args a;
     char err[MG_ERRLEN];
     CHECK(gpt_parse_line(&a, BASE, err, sizeof err) == 0, "cli: the base line parses");
-    expect_error("unknown flag", BASE "--num-layer 2", "unknown option --num-layer");
-    expect_error("flag without its value", BASE "--lr", "--lr needs a value");
+    expect_error("unknown flag", BASE "--num-layer 2",
+                 "^unknown flag --num-layer; did you mean --num-layers? (see --help");
+    expect_error("unknown flag, the start of two", BASE "--lr-decay cosine", "^unknown flag "
+                 "--lr-decay; did you mean --lr-decay-style or --lr-decay-iters?");
+    expect_error("unknown flag, the words of one", BASE "--tensor-parallel 2",
+                 "^unknown flag --tensor-parallel; did you mean --tensor-model-parallel-size?");
+    expect_error("unknown flag, '_' and capitals", BASE "--Num_Layers 2",
+                 "^unknown flag --Num_Layers; did you mean --num-layers?");
+    expect_error("unknown flag, nothing close", BASE "--fp32",
+                 "^unknown flag --fp32 (see --help for every flag)");
+    expect_error("flag without its value", BASE "--lr",
+                 "^--lr needs a value (expected LR, a number in 0 … 1000)");
+    expect_error("flag followed by a flag", BASE "--micro-batch-size --seed 3",
+                 "^--micro-batch-size needs a value before --seed (expected B, a whole number "
+                 "in 1 … 1000000)");
+    expect_error("empty number", BASE "--train-iters=",
+                 "^--train-iters: empty value (expected N, a whole number >= 0)");
+    expect_error("zero interval", BASE "--eval-interval 0",
+                 "^--eval-interval 0: out of range (expected N, a whole number >= 1)");
+    expect_error("choice in capitals", BASE "--lr-decay-style Cosine", "^--lr-decay-style Cosine: "
+                 "invalid choice (expected one of constant|linear|cosine; did you mean cosine?)");
+    expect_error("one dash", BASE "-lr 1", "^unexpected argument '-lr' (flags start with two "
+                 "dashes: did you mean --lr?)");
+    expect_error("no dashes", BASE "lr 1", "^unexpected argument 'lr' (did you mean --lr?)");
+    expect_error("a value after a switch", BASE "--bf16 true", "^unexpected argument 'true' "
+                 "after --bf16, which takes no value");
+    expect_error("--help with a value", BASE "--help=1", "^--help takes no value");
     expect_error("not an integer", BASE "--micro-batch-size two", "not an integer");
     expect_error("integer with junk", BASE "--train-iters 10x", "not an integer");
     expect_error("not a number", BASE "--lr fast", "not a number");
@@ -85,7 +116,10 @@ static void check_required_and_sizes(void) {
     expect_error("sequence longer than positions", BASE "--max-position-embeddings 4",
                  "--max-position-embeddings 4 is smaller than --seq-length 8");
     expect_error("global batch not a multiple", BASE "--micro-batch-size 4 --global-batch-size 6",
-                 "--global-batch-size 6 is not a multiple of --micro-batch-size 4");
+                 "^--global-batch-size 6 is not a multiple of --micro-batch-size 4 (gradients "
+                 "accumulate over whole microbatches: use a multiple of 4, e.g. 8)");
+    expect_error("recompute layers without full", BASE "--recompute-num-layers 1",
+                 "^--recompute-num-layers applies to --recompute-granularity full only");
     expect_error("warm-up not shorter than decay", BASE "--lr-warmup-iters 5 --lr-decay-iters 5",
                  "--lr-warmup-iters 5 must be smaller than --lr-decay-iters 5");
     expect_error("min-lr above lr", BASE "--min-lr 0.1", "--min-lr 0.1 is larger than --lr");
@@ -109,9 +143,11 @@ static void check_paths_and_data(void) {
     snprintf(path, sizeof path, "%s/plainfile", tmp);
     write_file(path, "x", 1);
     snprintf(line, sizeof line, BASE "--save %s", path);
-    expect_error("--save names a file", line, "exists and is not a directory");
+    expect_error("--save names a file", line, "exists and is not a directory (give a directory, "
+                 "or a new name to create one)");
     snprintf(line, sizeof line, BASE "--save %s/no/such/dir", tmp);
-    expect_error("--save under a missing directory", line, "does not exist");
+    expect_error("--save under a missing directory", line, "the directory it would be created in "
+                 "does not exist (create that first, or give a path in an existing directory)");
     expect_error("--save-interval without --save", BASE "--save-interval 5",
                  "--save-interval needs --save");
     snprintf(line, sizeof line, BASE "--log-jsonl %s", tmp);
@@ -141,9 +177,177 @@ static void check_paths_and_data(void) {
     mg_llmc_tokens_write(path, toks, 5, err, sizeof err);
     snprintf(line, sizeof line, "--data-path %s --vocab-size 37 --num-layers 1 --hidden-size 16 "
              "--num-attention-heads 2 --seq-length 8 --train-iters 2 --lr 1 --split 1,0,0", path);
-    expect_error("data shorter than one sample", line, "fewer than one sample needs");
-    expect_error("--split not numbers", BASE "--split a,b,c", "--split a,b,c");
-    expect_error("--split without training data", BASE "--split 0,1,0", "--split");
+    expect_error("data shorter than one sample", line, "fewer than one sample needs "
+                 "(--seq-length + 1 = 9); --seq-length 4 or less, or more data, fits");
+    expect_error("sequence of one token, shuffled", BASE "--seq-length 1", "training part (2 "
+                 "samples: --train-iters x --global-batch-size): sequence length (--seq-length) "
+                 "1 too small: the shuffled order (Megatron's GPTDataset) needs at least 2; "
+                 "--data-order sequential takes 1");
+    expect_error("an llm.c file named without .bin", "--data-path " GPT_DATA "gpt_tokens "
+                 "--vocab-size 37 --num-layers 1 --hidden-size 16 --num-attention-heads 2 "
+                 "--seq-length 8 --train-iters 2 --lr 1", "gpt_tokens.bin does: an llm.c token "
+                 "file is given by its full name)");
+    expect_error("--split not numbers", BASE "--split a,b,c",
+                 "^--split 'a,b,c': expected weights like 969,30,1");
+    expect_error("--split of four numbers", BASE "--split 1,2,3,4",
+                 "^--split '1,2,3,4': more than three weights (expected train,valid,test");
+    expect_error("--split without training data", BASE "--split 0,1,0", "^--split 0,1,0 gives "
+                 "the training part no weight (the first number is the training share");
+    expect_error("--load under a missing directory", BASE "--load /nonexistent/x/y",
+                 "^--load /nonexistent/x/y: no such directory, nor the directory it would be in");
+}
+
+/* --help lists the flags in Megatron-LM's argument groups: the headings in their order, and
+   every flag of the table exactly once, under the heading of its group (no line for a flag
+   the table does not hold). */
+static void check_help(void) {
+    static const char *const groups[] = {"options", "network size", "regularization", "training",
+        "initialization", "learning rate", "checkpointing", "mixed precision", "distributed",
+        "validation", "data and dataloader", "logging", "inference", "device"};
+    const int n_groups = (int)(sizeof groups / sizeof groups[0]);
+    char lines[400][160], heading[160] = "";
+    int n = 0, i, k, g = 0, headings_ok = 1, flags = 0, misplaced = 0, stray = 0;
+    const char *name, *group;
+    char where[400] = "";
+    FILE *f = tmpfile();
+    if (!f) { perror("tmpfile"); exit(1); }
+    mg_train_print_help(f, "gpt_train");
+    rewind(f);
+    while (n < 400 && fgets(lines[n], sizeof lines[n], f)) n++;
+    fclose(f);
+    /* headings: "title:" after a blank line, in Megatron-LM's order */
+    for (i = 1; i < n; i++) {
+        size_t len = strlen(lines[i]);
+        if (lines[i - 1][0] == '\n' && lines[i][0] != ' ' && len > 2 && lines[i][len - 2] == ':') {
+            if (g >= n_groups || strncmp(lines[i], groups[g], len - 2) || strlen(groups[g]) != len - 2)
+                headings_ok = 0;
+            g++;
+        }
+    }
+    mg_test_report(headings_ok && g == n_groups, "cli: --help has Megatron-LM's group headings, "
+                   "network size … data and dataloader, logging, in order", "%d headings", g);
+    /* each flag: one line "  --name ..." whose heading above is its group's */
+    for (k = 0; (name = mg_train_flag_name(k, &group)) != NULL; k++) {
+        int seen = 0, under_it = 0;
+        size_t len = strlen(name);
+        flags++;
+        heading[0] = 0;
+        for (i = 0; i < n; i++) {
+            size_t ll = strlen(lines[i]);
+            if (lines[i][0] != ' ' && ll > 2 && lines[i][ll - 2] == ':')
+                snprintf(heading, sizeof heading, "%.*s", (int)(ll - 2), lines[i]);
+            if (!strncmp(lines[i], "  ", 2) && !strncmp(lines[i] + 2, name, len) &&
+                (lines[i][2 + len] == ' ' || lines[i][2 + len] == '\n')) {
+                seen++;
+                under_it = group && !strcmp(heading, group);
+            }
+        }
+        if (seen != 1 || !under_it) {
+            misplaced++;
+            snprintf(where + strlen(where), sizeof where - strlen(where), " %s(%d, %s)", name,
+                     seen, group ? group : "no group");
+        }
+    }
+    for (i = 0; i < n; i++)       /* every "  --x" line is a flag of the table */
+        if (!strncmp(lines[i], "  --", 4)) {
+            char word[96];
+            sscanf(lines[i] + 2, "%95s", word);
+            for (k = 0; (name = mg_train_flag_name(k, NULL)) != NULL && strcmp(name, word); k++) {}
+            stray += name == NULL;
+        }
+    mg_test_report(flags > 50 && misplaced == 0 && stray == 0, "cli: --help lists every flag "
+                   "exactly once, under its group's heading", "%d flags, %d misplaced:%s, %d "
+                   "lines of no flag", flags, misplaced, where, stray);
+}
+
+/* A data set too small for its --split to give validation a document (or a sample) trains
+   without validation, as Megatron-LM does: setup succeeds, has_valid is 0, valid_note says
+   why in one line, and mg_trainer_evaluate returns NAN and writes nothing to --log-jsonl. */
+static void check_no_validation(void) {
+    char line[2048], one[512], jsonl[512], err[MG_ERRLEN];
+    int32_t toks[200];
+    int i, rc;
+    long len = 0;
+    char *text;
+    mg_trainer tr;
+    double loss;
+    CHECK(mg_split_min_sequences("969,30,1", MG_SPLIT_VALID) == 17 &&
+          mg_split_count("969,30,1", MG_SPLIT_VALID, 16) == 0 &&
+          mg_split_count("969,30,1", MG_SPLIT_VALID, 17) == 1 &&
+          mg_split_min_sequences("98,2,0", MG_SPLIT_VALID) == 25 &&
+          mg_split_count("98,2,0", MG_SPLIT_VALID, 24) == 0 &&
+          mg_split_min_sequences("1,0,0", MG_SPLIT_VALID) == -1,
+          "cli: the validation part needs 17 documents under 969,30,1 and 25 under 98,2,0");
+    {   /* the bound holds for every size above it, not only at it */
+        int64_t S, bad = 0, need = mg_split_min_sequences("969,30,1", MG_SPLIT_VALID);
+        for (S = need; S < 5000; S++) bad += mg_split_count("969,30,1", MG_SPLIT_VALID, S) < 1;
+        CHECK(bad == 0, "cli: every data set of 17 or more documents has a validation part");
+    }
+    for (i = 0; i < 200; i++) toks[i] = (i * 5) % 37;      /* no end-of-text: one document */
+    snprintf(one, sizeof one, "%s/one.bin", tmp);
+    if (mg_llmc_tokens_write(one, toks, 200, err, sizeof err)) { fprintf(stderr, "%s\n", err); exit(1); }
+    snprintf(jsonl, sizeof jsonl, "%s/novalid.jsonl", tmp);
+    snprintf(line, sizeof line, "--data-path %s --vocab-size 37 --num-layers 1 --hidden-size 16 "
+             "--num-attention-heads 2 --seq-length 8 --train-iters 2 --lr 1e-3 --eval-interval 1 "
+             "--log-interval 1 "
+             "--log-jsonl %s", one, jsonl);
+    rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+    if (!rc) {
+        mg_step_result r = mg_trainer_step(&tr);
+        mg_trainer_log(&tr, &r, NULL);
+        loss = mg_trainer_evaluate(&tr, NULL);
+        mg_test_report(!tr.has_valid && isnan(loss) && tr.consumed_valid_samples == 0 &&
+                       strstr(tr.valid_note, "validation skipped: --split 969,30,1 gives the "
+                              "validation part none of the 1 document of ") &&
+                       strstr(tr.valid_note, "needs 17 or more documents with this split (one "
+                              "cannot be split)") && !strchr(tr.valid_note, '\n'),
+                       "cli: one document, default --split: trains, no validation, one note "
+                       "line why", "%s", tr.valid_note);
+        mg_trainer_free(&tr);
+        text = (char *)mg_test_read_file(jsonl, &len);
+        mg_test_report(text && len > 0 && !memmem(text, (size_t)len, "valid", 5) &&
+                       !memmem(text, (size_t)len, "null", 4), "cli: no validation: the JSONL "
+                       "log holds the training line only (no validation object, no null)", "%.*s",
+                       (int)len, text ? text : "");
+        free(text);
+    } else mg_test_report(0, "cli: one document, default --split: trains", "%s", err);
+    /* five documents of 40 tokens: none for validation; holding out one is suggested */
+    snprintf(one, sizeof one, "%s/five.bin", tmp);
+    {
+        int32_t five[205];
+        for (i = 0; i < 205; i++) five[i] = i % 41 == 0 ? MG_LLMC_EOT : (i * 3) % 37;
+        if (mg_llmc_tokens_write(one, five, 205, err, sizeof err)) { fprintf(stderr, "%s\n", err); exit(1); }
+    }
+    snprintf(line, sizeof line, "--data-path %s --vocab-size 50257 --num-layers 1 --hidden-size 16 "
+             "--num-attention-heads 2 --seq-length 8 --train-iters 2 --lr 1e-3", one);
+    rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+    mg_test_report(!rc && !tr.has_valid && strstr(tr.valid_note, "none of the 5 documents") &&
+                   strstr(tr.valid_note, "or a larger validation share (--split 4,1,0 holds out "
+                          "1 of these 5)"), "cli: five documents, default --split: no "
+                   "validation; the note suggests --split 4,1,0", "%s", rc ? err : tr.valid_note);
+    if (!rc) mg_trainer_free(&tr);
+    /* a validation document shorter than one sample (sequence 64 > the 40 tokens held out) */
+    snprintf(line, sizeof line, "--data-path %s --vocab-size 50257 --num-layers 1 --hidden-size 16 "
+             "--num-attention-heads 2 --seq-length 64 --train-iters 2 --lr 1e-3 --split 4,1,0", one);
+    rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+    mg_test_report(!rc && !tr.has_valid && strstr(tr.valid_note, "validation skipped: the "
+                   "validation part of --split 4,1,0 (1 of the 5 documents of ") &&
+                   strstr(tr.valid_note, ") holds 41 tokens, fewer than one sample needs "
+                          "(--seq-length + 1 = 65)"), "cli: a validation part shorter than one "
+                   "sample: no validation, one note line", "%s", rc ? err : tr.valid_note);
+    if (!rc) mg_trainer_free(&tr);
+    /* --split without a validation weight: a note only when evaluation was asked for */
+    rc = gpt_setup_line(&tr, BASE, NULL, err, sizeof err);
+    mg_test_report(!rc && !tr.has_valid && !tr.valid_note[0], "cli: --split 1,0,0 --eval-iters "
+                   "0: no validation, no note", "%s", rc ? err : tr.valid_note);
+    if (!rc) mg_trainer_free(&tr);
+    rc = gpt_setup_line(&tr, BASE "--eval-iters 2 --eval-interval 5", NULL, err, sizeof err);
+    mg_test_report(!rc && !tr.has_valid && strstr(tr.valid_note, "validation skipped: --split "
+                   "1,0,0 gives the validation part no weight, so --eval-interval and "
+                   "--eval-iters do nothing"), "cli: --split 1,0,0 with --eval-interval: no "
+                   "validation, a note says the flags do nothing", "%s",
+                   rc ? err : tr.valid_note);
+    if (!rc) mg_trainer_free(&tr);
 }
 
 /* A checkpoint of iteration 1 (the base line, --seed 7) in dir. */
@@ -164,7 +368,7 @@ static void check_weights_and_checkpoints(void) {
     struct stat st1, st2;
     /* --init-from */
     expect_error("--init-from missing file", BASE "--init-from /nonexistent/model.bin",
-                 "cannot open");
+                 "^--init-from /nonexistent/model.bin: /nonexistent/model.bin: cannot open");
     snprintf(path, sizeof path, "%s/truncated.bin", tmp);
     write_file(path, model, 5000);
     snprintf(line, sizeof line, BASE "--init-from %s", path);
@@ -186,6 +390,9 @@ static void check_weights_and_checkpoints(void) {
     save_one_iteration(dir);
     snprintf(line, sizeof line, BASE "--load %s --seed 8", dir);
     expect_error("--load with another --seed", line, "--seed 8 differs from the checkpoint's 7");
+    snprintf(line, sizeof line, BASE "--load %s --data-order sequential", dir);
+    expect_error("--load with another --data-order", line, "^--data-order sequential differs "
+                 "from the checkpoint's shuffled");
     snprintf(line, sizeof line, BASE "--load %s --hidden-size 32 --num-attention-heads 2", dir);
     expect_error("--load with another architecture", line, "--hidden-size 32 does not match");
     /* nothing on disk changes when setup fails */
@@ -205,7 +412,8 @@ static void check_weights_and_checkpoints(void) {
     expect_error("--load with a malformed latest file", line,
                  "latest_checkpointed_iteration.txt holds 'seven', not an iteration number");
     write_file(path, "9\n", 2);
-    expect_error("--load whose latest names a missing iteration", line, "iter_0000009");
+    expect_error("--load whose latest names a missing iteration", line, "latest_checkpointed_"
+                 "iteration.txt names iteration 9, but ");
     write_file(path, "1\n", 2);
     {   /* the weights file cut short */
         char *st;
@@ -393,7 +601,8 @@ static void check_small_files(void) {
     rmdir(rel);
     mkdir(rel, 0755);
     expect_error("--init-from a directory without model.safetensors", line,
-                 "release/model.safetensors: cannot open");
+                 "release/model.safetensors: cannot open: No such file or directory (expected an "
+                 "llm.c checkpoint, a model.safetensors, or a directory holding one)");
     alarm(0);
     free(good_state);
 }
@@ -414,8 +623,8 @@ static void check_program(void) {
     n = p ? fread(out, 1, sizeof out - 1, p) : 0;
     out[n] = 0;
     status = p ? pclose(p) : -1;
-    CHECK(status == 0 && !strcmp(out, "gpt_train: error: unknown option --bogus (see --help for "
-          "the list)\nstatus 2\n"), "cli: gpt_train prints one error line and exits with 2");
+    CHECK(status == 0 && !strcmp(out, "gpt_train: error: unknown flag --bogus (see --help for "
+          "every flag)\nstatus 2\n"), "cli: gpt_train prints one error line and exits with 2");
     snprintf(cmd, sizeof cmd, "%s --help > /dev/null; echo \"status $?\"", prog);
     p = popen(cmd, "r");
     n = p ? fread(out, 1, sizeof out - 1, p) : 0;
@@ -438,16 +647,87 @@ static void check_program(void) {
           strstr(out, "----- sample") && strstr(out, "status 0\n"),
           "cli: gpt_train trains, validates, saves, exports and samples");
     if (!strstr(out, "status 0\n")) fprintf(stderr, "%s\n", out);
+    /* one document, the default --split 969,30,1: trains, one line says validation is
+       skipped, no validation at --eval-interval nor at the end */
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s --data-path %s/one.bin --vocab-size 37 "
+             "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
+             "--train-iters 3 --lr 1e-3 --log-interval 1 --eval-interval 2 2>&1; "
+             "echo \"status $?\"", prog, tmp);
+    p = popen(cmd, "r");
+    n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    if (p) pclose(p);
+    {
+        const char *skip = strstr(out, "\ngpt_train: validation skipped: --split 969,30,1 gives "
+                                  "the validation part none of the 1 document of ");
+        CHECK(skip && !strstr(skip + 30, "validation skipped") && strstr(out, "iteration        "
+              "3/       3") && !strstr(out, "validation loss") && !strstr(out, "error") &&
+              strstr(out, "status 0\n"), "cli: gpt_train on one document with the default "
+              "--split trains and prints once that validation is skipped");
+        if (!skip || !strstr(out, "status 0\n")) fprintf(stderr, "%s\n", out);
+    }
+}
+
+/* `make help` lists every phony target of the Makefile (each .PHONY line) and the
+   per-program patterns, one line each: "  TARGET  what it does". */
+static void check_make_help(void) {
+    char out[8192] = {0}, *mk, *at, *end, want[96];
+    const char *const patterns[3] = {"build/<name>", "build/<name>_cuda", "build/<name>_asan"};
+    FILE *p;
+    size_t n;
+    long len = 0;
+    int listed = 0, missing = 0, i;
+    char missed[512] = "";
+    mk = (char *)mg_test_read_file("Makefile", &len);
+    p = popen("make -s --no-print-directory help 2>&1", "r");
+    n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    if (p) pclose(p);
+    if (!mk) { mg_test_report(0, "cli: make help", "no Makefile here"); return; }
+    mk = (char *)realloc(mk, (size_t)len + 1);
+    mk[len] = 0;
+    for (at = strstr(mk, "\n.PHONY:"); at; at = strstr(end, "\n.PHONY:")) {
+        char *word;
+        at += 8;
+        end = strchr(at, '\n');
+        if (!end) end = at + strlen(at);
+        while (at < end) {                       /* each target named on the line */
+            while (at < end && *at == ' ') at++;
+            word = at;
+            while (at < end && *at != ' ') at++;
+            if (at == word) continue;
+            snprintf(want, sizeof want, "\n  %.*s ", (int)(at - word), word);
+            listed++;
+            if (!strstr(out, want)) {
+                missing++;
+                snprintf(missed + strlen(missed), sizeof missed - strlen(missed), " %.*s",
+                         (int)(at - word), word);
+            }
+        }
+    }
+    for (i = 0; i < 3; i++) {
+        snprintf(want, sizeof want, "\n  %s ", patterns[i]);
+        missing += !strstr(out, want);
+    }
+    mg_test_report(listed >= 11 && missing == 0, "cli: make help lists every phony target of "
+                   "the Makefile and build/<name>, _cuda, _asan", "%d targets, missing:%s",
+                   listed, missed);
+    CHECK(strstr(out, "\n  RANKS TP PP ") && strstr(out, "\n  ITERS ") && strstr(out, "\n  CC="),
+          "cli: make help lists the variables (CC, NVCC, RANKS, TP, PP, ITERS, …)");
+    free(mk);
 }
 
 int main(void) {
     gpt_tmpdir(tmp, sizeof tmp, "cli");
     check_flags();
+    check_help();
     check_required_and_sizes();
     check_paths_and_data();
+    check_no_validation();
     check_weights_and_checkpoints();
     check_small_files();
     check_program();
+    check_make_help();
     gpt_rmtree(tmp);
     return mg_test_summary();
 }

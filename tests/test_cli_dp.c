@@ -8,7 +8,9 @@
    give each rank its data-parallel coordinate, its share of the batch and the sharded
    optimizer state. From the 1-rank run, the program itself under mpirun -np 4 with t=2 (d=2):
    exit status 0 and the log's first lines name every rank's (tp, dp, pp) coordinates; a bad
-   batch: one error line for the whole job, exit status 2.                                  */
+   batch: one error line for the whole job, exit status 2. A one-document data set under the
+   default --split: every rank sets up without a validation set, and under mpirun -np 2 the
+   job trains, exits 0 and prints once that validation is skipped.                          */
 #include "gpt_test_util.h"
 
 static mg_comm comm;
@@ -24,6 +26,22 @@ static void expect_error(const char *what, const char *line, const char *want) {
 #define BASE "--data-path " GPT_DATA "gpt_tokens.bin --vocab-size 37 --num-layers 1 " \
              "--seq-length 16 --train-iters 2 --lr 1e-3 --split 1,0,0 --eval-iters 0 "     \
              "--hidden-size 32 --num-attention-heads 4 "
+
+/* A one-document data set (no end-of-text token: one sequence) in a fresh file; its path.
+   SKIPPED: how the note on it begins.                                                      */
+#define SKIPPED "validation skipped: --split 969,30,1 gives the validation part none of the 1 " \
+                "document of "
+static void write_one_document(char *path, size_t cap) {
+    int32_t toks[200];
+    char err[MG_ERRLEN];
+    int i, fd;
+    snprintf(path, cap, "/tmp/mg_cli_dp_one_XXXXXX");
+    fd = mkstemp(path);
+    if (fd < 0) { perror("mkstemp"); exit(1); }
+    close(fd);
+    for (i = 0; i < 200; i++) toks[i] = (i * 5) % 37;
+    if (mg_llmc_tokens_write(path, toks, 200, err, sizeof err)) { fprintf(stderr, "%s\n", err); exit(1); }
+}
 
 static void check_library(void) {
     char line[1024], want[300];
@@ -45,6 +63,25 @@ static void check_library(void) {
         if (k != MG_GROUP_WORLD) sent += comm.bytes_sent[k];
     mg_test_report(mg_test_agree(comm.data.size == 0 && sent == 0), "cli dp: every error came "
                    "before any group was built (no data group, nothing sent on one)", "%s", "");
+    {   /* one document, the default --split: every rank builds no validation set */
+        mg_trainer tr;
+        char one[64], err[MG_ERRLEN] = {0}, name[200];
+        int ok;
+        write_one_document(one, sizeof one);
+        snprintf(line, sizeof line, "--data-path %s --vocab-size 37 --num-layers 1 "
+                 "--hidden-size 16 --num-attention-heads 2 --seq-length 8 --train-iters 2 "
+                 "--lr 1e-3 --global-batch-size %d", one, world);
+        ok = gpt_setup_line(&tr, line, &comm, err, sizeof err) == 0;
+        if (ok) {
+            ok = !tr.has_valid && !strncmp(tr.valid_note, SKIPPED, strlen(SKIPPED)) &&
+                 isnan(mg_trainer_evaluate(&tr, NULL));
+            mg_trainer_free(&tr);
+        }
+        remove(one);
+        snprintf(name, sizeof name, "cli dp (%d rank%s): one document, default --split: every "
+                 "rank sets up without a validation set", world, world > 1 ? "s" : "");
+        mg_test_report(mg_test_agree(ok), name, "%s", err);
+    }
     /* valid lines: t = 1 (d = world) with and without the distributed optimizer */
     for (k = 0; k < 2; k++) {
         mg_trainer tr;
@@ -90,6 +127,31 @@ static int program_run(const char *flags, int *status, int *layout_lines, char *
     return gpt_mpirun_train(4, args, status, first, cap, count_layout, layout_lines);
 }
 
+/* Counts the lines saying validation is skipped, and validation lines. */
+static void count_skip(const char *line, void *user) {
+    int *count = (int *)user;
+    if (!strncmp(line, "gpt_train: ", 11) && !strncmp(line + 11, SKIPPED, strlen(SKIPPED)))
+        count[0]++;
+    if (strstr(line, "validation loss")) count[1]++;
+}
+
+/* One document, the default --split, d = 2 replicas on 2 ranks: every rank trains without
+   validation (each --eval-interval and the end skipped alike), rank 0 says so once.      */
+static void check_program_no_validation(void) {
+    char one[64], args[1024], first[2048];
+    int status, n, count[2] = {0, 0};
+    write_one_document(one, sizeof one);
+    snprintf(args, sizeof args, "--data-path %s --vocab-size 37 --num-layers 1 --hidden-size 16 "
+             "--num-attention-heads 2 --seq-length 8 --micro-batch-size 1 --global-batch-size 2 "
+             "--train-iters 3 --lr 1e-3 --eval-interval 1 --eval-iters 2 --device cpu", one);
+    n = gpt_mpirun_train(2, args, &status, first, sizeof first, count_skip, count);
+    mg_test_report(n == 0 && status == 0 && count[0] == 1 && count[1] == 0, "cli dp: mpirun -np "
+                   "2 gpt_train on one document with the default --split: both ranks train, exit "
+                   "0, one line says validation is skipped", "%d error lines, status %d, %d skip "
+                   "lines, %d validation lines: %s", n, status, count[0], count[1], first);
+    remove(one);
+}
+
 static void check_program(void) {
     char first[2048];
     int status, n, lines;
@@ -115,6 +177,7 @@ static void check_program(void) {
         mg_test_report(n == 0 && status == 0 && lines == runs[i].lines, name, "%d error lines, "
                        "status %d, %d layout lines: %s", n, status, lines, first);
     }
+    check_program_no_validation();
     n = program_run("--tensor-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 3",
                     &status, &lines, first, sizeof first);
     mg_test_report(n == 1 && status == 2 && strstr(first, "data-parallel replicas"),

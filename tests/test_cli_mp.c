@@ -57,11 +57,11 @@ static void check_library(void) {
     snprintf(line, sizeof line, BASE "--tensor-model-parallel-size %d --recompute-method block",
              world);
     expect_error("--recompute-method without full", line,
-                 "apply to --recompute-granularity full only");
+                 "--recompute-method applies to --recompute-granularity full only");
     snprintf(line, sizeof line, BASE "--tensor-model-parallel-size %d --recompute-granularity "
              "selective --recompute-num-layers 1", world);
     expect_error("--recompute-num-layers with selective", line,
-                 "apply to --recompute-granularity full only");
+                 "--recompute-num-layers applies to --recompute-granularity full only");
     snprintf(line, sizeof line, BASE "--tensor-model-parallel-size %d --recompute-granularity "
              "full --recompute-num-layers 3", world);
     expect_error("more recomputed layers than layers", line,

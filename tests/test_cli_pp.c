@@ -75,7 +75,8 @@ static void check_world_and_sizes(void) {
                  "data-parallel replicas");
     expect_error(2, "layers not divisible by p", BASE "--num-layers 3 "
                  "--pipeline-model-parallel-size 2",
-                 "--num-layers 3 is not divisible by --pipeline-model-parallel-size 2");
+                 "--num-layers 3 is not divisible by --pipeline-model-parallel-size 2 (each stage "
+                 "holds layers/p layers: use a multiple of 2, e.g. --num-layers 4)");
     expect_error(2, "K does not divide a rank's layers", BASE "--pipeline-model-parallel-size 2 "
                  "--num-layers-per-virtual-pipeline-stage 3",
                  "--num-layers-per-virtual-pipeline-stage 3 does not divide the 2 layers");

@@ -63,7 +63,7 @@ static void check_library(void) {
                  "--sequence-parallel takes no value");
     expect_error("t of zero", BASE "--tensor-model-parallel-size 0", "out of range");
     expect_error("hidden dropout of 1", BASE "--hidden-dropout 1", "--hidden-dropout 1: out of "
-                 "range (expected 0 … 0.999999)");
+                 "range (expected P, a number >= 0 and below 1)");
     expect_error("negative attention dropout", BASE "--attention-dropout -0.1",
                  "--attention-dropout -0.1: out of range");
     for (k = 0; k < MG_GROUP_KINDS; k++)

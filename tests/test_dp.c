@@ -100,13 +100,6 @@ static int serial_index(const dp_row *row) {
 #define FP32_TOL 1e-5
 static int row_bf16(const dp_row *row) { return strstr(row->pipe, "--bf16") != NULL; }
 
-static double agree_max(double x) {
-    double all = x;
-    if (!(x == x)) x = 1e300;                                  /* nan: fail everywhere */
-    MPI_Allreduce(&x, &all, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    return all;
-}
-
 static void trainer_make(mg_trainer *tr, const char *line, int with_comm) {
     gpt_setup_or_die(tr, line, with_comm ? &comm : NULL);
 }
@@ -127,66 +120,6 @@ static void row_line_p(char *out, size_t cap, const dp_row *row, int iters, cons
     row_line(out, cap, row->t, row->sp, row->dist, row->bucket, row->dropout, iters, more);
 }
 
-/* Worst relative error of par's fp32 parameters (gathered over its tensor group; a sharded
-   master must have been gathered: mg_adamw_gather_master) against ser's, per tensor against
-   its RMS, the key bias left out; *sum: a checksum of the gathered weights (equal on every
-   replica iff they are bit-identical).                                                      */
-static double compare_weights(mg_gpt *par, mg_gpt *ser, uint64_t *sum) {
-    double e = 0;
-    int i;
-    *sum = 1469598103934665603ull;
-    for (i = 0; i < par->n_params; i++) {
-        const mg_param_desc *d = &par->params[i];
-        int j = mg_gpt_find_param(ser, d->name);
-        int64_t cols = d->ndim == 2 ? d->shape[1] : 1, r, n;
-        int64_t rows_par = d->shape[0], rows_ser = ser->params[j].shape[0];
-        float *got = (float *)malloc(sizeof(float) * (size_t)(rows_par * cols));
-        float *want = (float *)malloc(sizeof(float) * (size_t)(rows_ser * cols));
-        const unsigned char *bytes = (const unsigned char *)got;
-        double ss = 0, ei;
-        mg_gpt_shard_to_global(par, i, mg_gpt_fp32_params(par), got);    /* collective */
-        mg_gpt_shard_to_global(ser, j, mg_gpt_fp32_params(ser), want);
-        n = d->kind == MG_WTE ? (int64_t)par->cfg.vocab_size * cols : rows_par * cols;
-        for (r = 0; r < n * 4; r++) *sum = (*sum ^ bytes[r]) * 1099511628211ull;
-        if (d->kind == MG_QKV_B) {
-            int64_t hd = par->cfg.hidden / par->cfg.n_head;
-            for (r = 0; r < n; r++) if ((r / hd) % 3 == 1) got[r] = want[r] = 0;
-        }
-        for (r = 0; r < n; r++) ss += (double)want[r] * want[r];
-        ei = mg_test_max_rel(got, want, (long)n, sqrt(ss / (double)n) + 1e-30);
-        if (!(ei <= e)) e = ei;
-        free(got);
-        free(want);
-    }
-    return e;
-}
-
-/* x equal on every rank of the same pipeline stage (the gathered weights of one stage are
-   the same on all its tensor-parallel ranks and on every replica).                          */
-static int same_everywhere(uint64_t x) {
-    unsigned long long mine[2], *all = (unsigned long long *)malloc(16 * (size_t)world);
-    int r, q, ok = 1;
-    mine[0] = (unsigned long long)comm.topo.pp_rank;
-    mine[1] = x;
-    MPI_Allgather(mine, 2, MPI_UNSIGNED_LONG_LONG, all, 2, MPI_UNSIGNED_LONG_LONG,
-                  MPI_COMM_WORLD);
-    for (r = 0; r < world; r++)
-        for (q = 0; q < world; q++)
-            if (all[2 * r] == all[2 * q] && all[2 * r + 1] != all[2 * q + 1]) ok = 0;
-    free(all);
-    return ok;
-}
-
-/* STEPS training steps of tr, recording each step's loss and gradient norm. */
-static void train_steps(mg_trainer *tr, float *loss, float *norm) {
-    int k;
-    for (k = 0; k < STEPS; k++) {
-        mg_step_result r = mg_trainer_step(tr);
-        loss[k] = (float)r.loss;
-        norm[k] = (float)r.grad_norm;
-    }
-}
-
 /* The serial run of a row's model (dropout or not): losses, norms and the trainer itself. */
 static void serial_run(mg_trainer *ser, int index, float *loss, float *norm) {
     char line[2048];
@@ -194,7 +127,7 @@ static void serial_run(mg_trainer *ser, int index, float *loss, float *norm) {
              index & 6 ? (index & 2 ? (index & 4 ? "--num-layers 4 --bf16" : "--num-layers 4")
                                     : "--bf16") : "");
     trainer_make(ser, line, 0);
-    train_steps(ser, loss, norm);
+    gpt_train_steps(ser, STEPS, loss, norm);
 }
 
 /* What "the same run" can mean in 16 bits. A layout changes nothing but the order of fp32
@@ -215,7 +148,6 @@ static void serial_run(mg_trainer *ser, int index, float *loss, float *norm) {
    split the batch alike. For scale: a learning rate 0.3% off moves the losses by 5e-4, eight
    times the spread, and the fp32 run's weights lie 0.04 from the bf16 run's.) Computed on
    rank 0 (the serial model needs no communication) and broadcast.                         */
-static double compare_weights(mg_gpt *par, mg_gpt *ser, uint64_t *sum);
 static void bf16_spread(int index, mg_trainer *ser, const float *loss, const float *norm,
                         double spread[3]) {
     static const char *const micro[3] = {"2", "4", "8"};
@@ -232,10 +164,10 @@ static void bf16_spread(int index, mg_trainer *ser, const float *loss, const flo
                      index & 2 ? "--num-layers 4 " : "", micro[q]);
             row_line(line, sizeof line, 1, 0, 0, 0, index & 1, STEPS, extra);
             trainer_make(&ref, line, 0);
-            train_steps(&ref, l, n);
+            gpt_train_steps(&ref, STEPS, l, n);
             e[0] = mg_test_max_rel(l, loss, STEPS, 0);
             e[1] = mg_test_max_rel(n, norm, STEPS, 0);
-            e[2] = compare_weights(&ref.model, &ser->model, &sum);
+            e[2] = gpt_compare_weights(&ref.model, &ser->model, &sum);
             for (k = 0; k < 3; k++) if (!(e[k] <= spread[k])) spread[k] = e[k];
             mg_trainer_free(&ref);
         }
@@ -254,11 +186,11 @@ static void check_row(const dp_row *row, mg_trainer *ser, const float *want_loss
     int k, d = world / (row->t * row->p), mem_ok, bytes_per, early_ok, expected;
     row_line_p(line, sizeof line, row, STEPS, "");
     trainer_make(&tr, line, 1);
-    train_steps(&tr, loss, norm);
-    e_loss = agree_max(mg_test_max_rel(loss, want_loss, STEPS, 0));
-    e_norm = agree_max(mg_test_max_rel(norm, want_norm, STEPS, 0));
+    gpt_train_steps(&tr, STEPS, loss, norm);
+    e_loss = gpt_agree_max(mg_test_max_rel(loss, want_loss, STEPS, 0));
+    e_norm = gpt_agree_max(mg_test_max_rel(norm, want_norm, STEPS, 0));
     mg_adamw_gather_master(&tr.opt, &tr.model);
-    e_w = agree_max(compare_weights(&tr.model, &ser->model, &sum));
+    e_w = gpt_agree_max(gpt_compare_weights(&tr.model, &ser->model, &sum));
     snprintf(name, sizeof name, "dp: t=%d p=%d d=%d%s%s bucket=%d%s%s%s: 20 steps = serial",
              row->t, row->p, d, row->sp ? " sp" : "", row->dist ? " distopt" : "", row->bucket,
              row->dropout ? " dropout" : "", row->pipe[0] ? " " : "", row->pipe);
@@ -274,7 +206,7 @@ static void check_row(const dp_row *row, mg_trainer *ser, const float *want_loss
                        "losses %.3g, grad norms %.3g, weights %.3g (tol %.3g)", e_loss, e_norm,
                        e_w, FP32_TOL);
     }
-    CHECK(same_everywhere(sum), "dp: the final weights are bit-identical on every rank");
+    CHECK(gpt_same_on_stage(&comm, sum), "dp: the final weights are bit-identical on every rank");
     /* overlap: in the last iteration every bucket was started from the backward hook (each
        chunk's last backward, or weight half with ZB-H1), except with p > 1 the one holding the
        tied word embedding [0, the next tensor's offset) — a bucket of its own — started
@@ -293,7 +225,7 @@ static void check_row(const dp_row *row, mg_trainer *ser, const float *want_loss
     snprintf(name, sizeof name, "dp: t=%d p=%d d=%d bucket=%d%s%s: buckets started during the "
              "backward = those clear of the tied embedding", row->t, row->p, d, row->bucket,
              row->pipe[0] ? " " : "", row->pipe);
-    mg_test_report(agree_max(early_ok ? 0 : 1) == 0, name, "rank %d: %d of %d started early, "
+    mg_test_report(gpt_agree_max(early_ok ? 0 : 1) == 0, name, "rank %d: %d of %d started early, "
                    "%d expected", comm.world_rank, tr.dp.n_early, tr.dp.n_buckets, expected);
     /* optimizer state per element of the padded flat buffer: 2 fp32 moments, plus the fp32
        master weights with 16-bit training — 8 or 12 bytes — divided by d with the
@@ -313,7 +245,7 @@ static void check_row(const dp_row *row, mg_trainer *ser, const float *want_loss
                       mg_gpt_arena_bytes(&tr.model.cfg, &tr.model.layout) >=
                   (size_t)tr.model.n_elems * 4;
     }
-    mem_ok = agree_max(mem_ok ? 0 : 1) == 0;
+    mem_ok = gpt_agree_max(mem_ok ? 0 : 1) == 0;
     snprintf(name, sizeof name, "dp: t=%d p=%d d=%d%s%s: optimizer state %lld bytes/rank = %d x "
              "%lld elements%s", row->t, row->p, d, row->dist ? " distopt" : "",
              bytes_per == 12 ? " bf16" : "", (long long)mg_adamw_state_bytes(&tr.opt, &tr.model),
@@ -388,8 +320,8 @@ static void check_resume(mg_trainer *ser, const float *want_loss) {
         row_line(line, sizeof line, t, 0, dist, 0, 0, STEPS, extra);
         trainer_make(&tr, line, with_comm);
         for (k = 0; k < 10; k++) loss[k] = (float)mg_trainer_step(&tr).loss;
-        e_loss = agree_max(mg_test_max_rel(loss, want_loss + 10, 10, 0));
-        e_w = agree_max(compare_weights(&tr.model, &ser->model, &sum));
+        e_loss = gpt_agree_max(mg_test_max_rel(loss, want_loss + 10, 10, 0));
+        e_w = gpt_agree_max(gpt_compare_weights(&tr.model, &ser->model, &sum));
         if (with_comm)
             snprintf(what, sizeof what, "t=%d p=%d d=%d%s", t, p, world / (t * p),
                      dist ? " distopt" : "");
@@ -457,12 +389,12 @@ static void check_resume_master(void) {
             mg_test_report(mg_test_agree(same), name, "loaded %lld",
                            (long long)tr.loaded_iteration);
         } else {
-            e_loss = agree_max(mg_test_max_rel(got, want + 5, 5, 0));
+            e_loss = gpt_agree_max(mg_test_max_rel(got, want + 5, 5, 0));
             for (j = 0; j < n; j++) {
                 double e = fabs((double)w_got[j] - w_want[j]);
                 if (e > e_w) e_w = e;
             }
-            e_w = agree_max(e_w);
+            e_w = gpt_agree_max(e_w);
             snprintf(name, sizeof name, "dp: resume bf16 d=%d distopt -> d=%d without it "
                      "(whole master): iterations 6-10 within 2^-7", world, world);
             mg_test_report(tr.loaded_iteration == 5 && e_loss <= 2.0 / 256 && e_w <= 2.0 / 256,

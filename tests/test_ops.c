@@ -364,6 +364,91 @@ static void test_adamw(mg_ctx *ctx) {
     mg_arena_release(ctx, mark);
 }
 
+/* The Llama family's ops (tests/data/ops_llama.bin): RMSNorm (eps 1e-6), SwiGLU, the rotary
+   tables (default and Llama 3 scaling, as transformers computes them) and the rotation of
+   a grouped qkv (6 of 8 dims, positions from t0 = 2), grouped-query attention (4 query heads
+   in 2 groups).                                                                              */
+enum { NQ = 4, G = 2, D = 8, ROT = 6, QKV_G = (NQ + 2 * G) * D };
+static void test_llama_ops(mg_ctx *ctx) {
+    ops_ref r;
+    size_t mark = mg_arena_mark(ctx);
+    mg_norm rms = {1, 1e-6f}, ln = {0, 1e-5f};
+    mg_rope rope = {500000.0f, 0, 8.0f, 1.0f, 4.0f, 8};
+    mg_tensor x, w, dout, out, dx, dw, gate, up, dgate, qkv, att, datt, dqkv;
+    float *mean, *rstd, table[(T + 3) * (ROT / 2) * 2], *table_dev;
+    if (!ops_ref_load(&r, "llama")) return;
+    /* RMSNorm */
+    x = ops_dev(ctx, MG_F32, OPS_F32(&r, "rms_inp", N * C), N, C);
+    w = ops_dev(ctx, MG_F32, OPS_F32(&r, "rms_weight", C), 1, C);
+    dout = ops_dev(ctx, MG_F32, OPS_F32(&r, "rms_dout", N * C), N, C);
+    out = ops_dev(ctx, MG_F32, NULL, N, C);
+    dx = ops_dev(ctx, MG_F32, NULL, N, C);
+    dw = ops_dev(ctx, MG_F32, NULL, 1, C);
+    w.ndim = dw.ndim = 1;
+    w.shape[0] = dw.shape[0] = C;
+    mean = ops_dev_f32(ctx, NULL, N);
+    rstd = ops_dev_f32(ctx, NULL, N);
+    mg_norm_forward(ctx, &rms, &out, mean, rstd, &x, &w, NULL);
+    ops_close(ctx, "rmsnorm forward out", &out, OPS_F32(&r, "rms_out", N * C), TOL, FLOOR);
+    ops_close_host("rmsnorm forward rstd", ops_host_f32(ctx, rstd, N),
+                   OPS_F32(&r, "rms_rstd", N), N, TOL, FLOOR);
+    mg_norm_backward(ctx, &rms, &dx, &dw, NULL, &dout, &x, &w, mean, rstd, 0);
+    ops_close(ctx, "rmsnorm backward dinp", &dx, OPS_F32(&r, "rms_dinp", N * C), TOL, FLOOR);
+    ops_close(ctx, "rmsnorm backward dweight", &dw, OPS_F32(&r, "rms_dweight", C), TOL, FLOOR);
+    OPS_EXPECT_FATAL("layernorm needs its bias", "bias",
+                     mg_norm_forward(ctx, &ln, &out, mean, rstd, &x, &w, NULL));
+    /* SwiGLU */
+    gate = ops_dev(ctx, MG_F32, OPS_F32(&r, "sw_gate", N * 2 * C), N, 2 * C);
+    up = ops_dev(ctx, MG_F32, OPS_F32(&r, "sw_up", N * 2 * C), N, 2 * C);
+    dout = ops_dev(ctx, MG_F32, OPS_F32(&r, "sw_dout", N * 2 * C), N, 2 * C);
+    out = ops_dev(ctx, MG_F32, NULL, N, 2 * C);
+    dgate = ops_dev(ctx, MG_F32, NULL, N, 2 * C);
+    mg_swiglu_forward(ctx, &out, &gate, &up);
+    ops_close(ctx, "swiglu forward", &out, OPS_F32(&r, "sw_out", N * 2 * C), TOL, FLOOR);
+    mg_swiglu_backward(ctx, &dgate, &dout, &dout, &gate, &up);   /* dup over dout: allowed */
+    ops_close(ctx, "swiglu backward dgate", &dgate, OPS_F32(&r, "sw_dgate", N * 2 * C), TOL,
+              FLOOR);
+    ops_close(ctx, "swiglu backward dup (in place over dout)", &dout,
+              OPS_F32(&r, "sw_dup", N * 2 * C), TOL, FLOOR);
+    /* rotary tables: ours against transformers' fp32 values */
+    mg_rope_table(table, T + 3, ROT, &rope);
+    ops_close_host("rope table (theta 5e5)", table, OPS_F32(&r, "rope_table", -1),
+                   (T + 3) * ROT, 1e-6, FLOOR);
+    rope.llama3 = 1;
+    mg_rope_table(table, T + 3, ROT, &rope);
+    ops_close_host("rope table, llama3 scaling", table, OPS_F32(&r, "rope3_table", -1),
+                   (T + 3) * ROT, 1e-6, FLOOR);
+    table_dev = ops_dev_f32(ctx, OPS_F32(&r, "rope3_table", -1), (T + 3) * ROT);
+    qkv = ops_dev(ctx, MG_F32, OPS_F32(&r, "rp_qkv", N * QKV_G), N, QKV_G);
+    mg_rope_forward(ctx, &qkv, B, NQ, G, ROT, 2, table_dev);
+    ops_close(ctx, "rope forward (partial, t0 = 2)", &qkv, OPS_F32(&r, "rp_out", N * QKV_G), TOL,
+              FLOOR);
+    dqkv = ops_dev(ctx, MG_F32, OPS_F32(&r, "rp_dout", N * QKV_G), N, QKV_G);
+    mg_rope_backward(ctx, &dqkv, B, NQ, G, ROT, 2, table_dev);
+    ops_close(ctx, "rope backward", &dqkv, OPS_F32(&r, "rp_dqkv", N * QKV_G), TOL, FLOOR);
+    OPS_EXPECT_FATAL("rope rejects an odd rotary width", "rotary dims",
+                     mg_rope_forward(ctx, &qkv, B, NQ, G, 5, 0, table_dev));
+    /* grouped-query attention */
+    qkv = ops_dev(ctx, MG_F32, OPS_F32(&r, "gq_qkv", N * QKV_G), N, QKV_G);
+    dout = ops_dev(ctx, MG_F32, OPS_F32(&r, "gq_dout", N * NQ * D), N, NQ * D);
+    out = ops_dev(ctx, MG_F32, NULL, N, NQ * D);
+    att = ops_dev(ctx, MG_F32, NULL, B * NQ * T, T);
+    datt = ops_dev(ctx, MG_F32, NULL, B * NQ * T, T);
+    dqkv = ops_dev(ctx, MG_F32, NULL, N, QKV_G);
+    mg_attention_forward_gqa(ctx, &out, &att, &qkv, B, T, NQ, G, NULL);
+    ops_close(ctx, "gqa attention forward out", &out, OPS_F32(&r, "gq_out", N * NQ * D), TOL,
+              FLOOR);
+    ops_close(ctx, "gqa attention probabilities", &att, OPS_F32(&r, "gq_att", B * NQ * T * T),
+              TOL, FLOOR);
+    mg_attention_backward_gqa(ctx, &dqkv, &datt, &dout, &qkv, &att, B, T, NQ, G, NULL);
+    ops_close(ctx, "gqa attention backward dqkv", &dqkv, OPS_F32(&r, "gq_dqkv", N * QKV_G), TOL,
+              FLOOR);
+    OPS_EXPECT_FATAL("gqa rejects groups not dividing the heads", "n_group = 3",
+                     mg_attention_forward_gqa(ctx, &out, &att, &qkv, B, T, NQ, 3, NULL));
+    free(r.blob);
+    mg_arena_release(ctx, mark);
+}
+
 int main(void) {
     mg_ctx ctx = ops_ctx_make((size_t)64 << 20);
     printf("# device %s, %d threads\n", mg_device_name(&ctx), ctx.n_threads);
@@ -374,6 +459,7 @@ int main(void) {
     test_attention(&ctx);
     test_xent(&ctx);
     test_adamw(&ctx);
+    test_llama_ops(&ctx);
     mg_ctx_free(&ctx);
     return mg_test_summary();
 }

@@ -4,10 +4,13 @@
    and exits non-zero when any is above its tolerance. Also checks on the device: the cuBLAS
    handle's configuration (stream, host pointer mode, fp32 split-K reductions), and that the
    counter-based RNG and the 16-bit conversions of device code are bit-identical to the host's.
-   Built by nvcc only (build/gpu_ops_cuda); not run by the suite (tests/run.sh). On a GPU:
+   Built by nvcc (build/gpu_ops_cuda) and through the CUDA emulator (build/gpu_ops_emu: every
+   kernel executed thread by thread on the CPU, race- and bounds-checked; tests/cuda_emu). On
+   a GPU:
        make build/gpu_ops_cuda && ./build/gpu_ops_cuda
-   Without a GPU it compares two CPU contexts instead: every difference must then be 0, which
-   checks this program (sizes, arena use, the exact cases below), not the CUDA backend.
+   gpu_ops_cuda without a GPU compares two CPU contexts instead: every difference must then be
+   0, which checks this program (sizes, arena use, the exact cases below), not the CUDA
+   backend; gpu_ops_emu always compares the emulated device with the CPU.
    Shapes are larger than the CPU tests so the kernels see rows longer than a block (C = 384,
    Vs = 512, T = 300), rows shorter than a block (C = 40, T = 48), several blocks, odd sizes,
    vocabulary padding, and many rows scattering into the same embedding rows.
@@ -256,6 +259,58 @@ static int op_attention(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
 static int op_attention_long(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     return attention_case(ctx, dt, outs, n, 1, AT, 2, 16, 0.1f); /* rows longer than a block */
 }
+/* The Llama family's ops: RMSNorm (eps 1e-6, rows longer and shorter than a block), SwiGLU,
+   rotary embedding (6 query heads in 2 groups, hd 32, 24 of its dims rotated, Llama 3 scaling,
+   positions from 5) and grouped-query attention with dropout on the same qkv.               */
+static int rmsnorm_case(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n, int c) {
+    int nout = 0;
+    mg_norm rms = {1, 1e-6f};
+    mg_tensor in = ops_dev(ctx, dt, X, N, c), w = ops_dev(ctx, dt, W, 1, c);
+    mg_tensor out = ops_dev(ctx, dt, NULL, N, c), dout = ops_dev(ctx, dt, D, N, c);
+    mg_tensor dinp = ops_dev(ctx, dt, E, N, c), dw = ops_dev(ctx, MG_F32, X, 1, c);
+    mg_tensor mean = mg_tensor_2d(ctx, MG_F32, 1, N), rstd = mg_tensor_2d(ctx, MG_F32, 1, N);
+    mg_norm_forward(ctx, &rms, &out, (float *)mean.data, (float *)rstd.data, &in, &w, NULL);
+    mg_norm_backward(ctx, &rms, &dinp, &dw, NULL, &dout, &in, &w, (float *)mean.data,
+                     (float *)rstd.data, 1);
+    OUT(out); OUT(rstd); OUT(dinp); OUT(dw);
+    return nout;
+}
+static int op_rmsnorm(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    return rmsnorm_case(ctx, dt, outs, n, C);
+}
+static int op_rmsnorm_narrow(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    return rmsnorm_case(ctx, dt, outs, n, 40);
+}
+static int op_swiglu(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    int nout = 0;
+    mg_tensor gate = ops_dev(ctx, dt, X, N, C), up = ops_dev(ctx, dt, E, N, C);
+    mg_tensor out = ops_dev(ctx, dt, NULL, N, C), dout = ops_dev(ctx, dt, D, N, C);
+    mg_tensor dgate = ops_dev(ctx, dt, NULL, N, C);
+    mg_swiglu_forward(ctx, &out, &gate, &up);
+    mg_swiglu_backward(ctx, &dgate, &dout, &dout, &gate, &up);   /* dup over dout */
+    OUT(out); OUT(dgate); OUT(dout);
+    return nout;
+}
+enum { GQ = 6, GG = 2, GHD = 32, GROT = 24, GW = (GQ + 2 * GG) * GHD };
+static int op_rope_gqa(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    int nout = 0;
+    mg_rope rope = {500000.0f, 1, 8.0f, 1.0f, 4.0f, 16};
+    mg_attn_dropout drop = {0.1f, 7, 0, GQ};
+    float *table = (float *)malloc(sizeof(float) * (T + 5) * GROT), *cs;
+    mg_tensor qkv = ops_dev(ctx, dt, X, N, GW), dqkv = ops_dev(ctx, dt, NULL, N, GW);
+    mg_tensor out = ops_dev(ctx, dt, NULL, N, GQ * GHD), dout = ops_dev(ctx, dt, D, N, GQ * GHD);
+    mg_tensor att = ops_dev(ctx, dt, NULL, (int64_t)B * GQ * T, T);
+    mg_tensor datt = ops_dev(ctx, dt, NULL, (int64_t)B * GQ * T, T);
+    mg_rope_table(table, T + 5, GROT, &rope);
+    cs = ops_dev_f32(ctx, table, (T + 5) * GROT);
+    mg_rope_forward(ctx, &qkv, B, GQ, GG, GROT, 5, cs);
+    mg_attention_forward_gqa(ctx, &out, &att, &qkv, B, T, GQ, GG, &drop);
+    mg_attention_backward_gqa(ctx, &dqkv, &datt, &dout, &qkv, &att, B, T, GQ, GG, &drop);
+    mg_rope_backward(ctx, &dqkv, B, GQ, GG, GROT, 5, cs);
+    OUT(qkv); OUT(out); OUT(att); OUT(dqkv);
+    free(table);
+    return nout;
+}
 static int op_elementwise(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     int nout = 0;
     mg_tensor a = ops_dev(ctx, dt, X, N, C), b = ops_dev(ctx, dt, D, N, C), o = ops_dev(ctx, dt, NULL, N, C);
@@ -381,6 +436,10 @@ int main(void) {
         compare("gelu", op_gelu, dt, tol);
         compare("attention T=48", op_attention, dt, k ? 2 * tol : tol);
         compare("attention T=300 dropout", op_attention_long, dt, k ? 2 * tol : tol);
+        compare("rmsnorm C=384", op_rmsnorm, dt, tol);
+        compare("rmsnorm C=40", op_rmsnorm_narrow, dt, tol);
+        compare("swiglu", op_swiglu, dt, tol);
+        compare("rope + gqa attention (dropout)", op_rope_gqa, dt, k ? 2 * tol : tol);
         compare("elementwise+dropout", op_elementwise, dt, tol);
         compare("xent (2 vocab slices)", op_xent, dt, tol);
         compare("adamw+sumsq", op_adamw, dt, tol);

@@ -123,6 +123,34 @@ def megatron_lr(num_steps):
     return min_lr + coeff * (max_lr - min_lr)
 
 
+def adamw_run(P, names, decay, forward_fn, batch):
+    """HP["train_iters"] steps of torch.optim.AdamW (weight decay on the names in decay only)
+    at Megatron's learning rate, gradients accumulated over the global batch's microbatches and
+    clipped to a global norm. Returns the per-step losses, norms (before clipping) and lrs."""
+    Bm, Bg = HP["micro_batch"], HP["global_batch"]
+    opt = torch.optim.AdamW([{"params": [P[n] for n in names if n in decay],
+                              "weight_decay": HP["weight_decay"]},
+                             {"params": [P[n] for n in names if n not in decay],
+                              "weight_decay": 0.0}], lr=HP["lr"],
+                            betas=(HP["beta1"], HP["beta2"]), eps=HP["eps"])
+    losses, norms, lrs = [], [], []
+    for k in range(HP["train_iters"]):
+        lr = megatron_lr(k)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad(set_to_none=False)
+        gb, total = batch(k), 0.0
+        for mb in range(Bg // Bm):
+            sub = gb[mb * Bm:(mb + 1) * Bm]
+            loss = forward_fn(P, sub[:, :-1], sub[:, 1:]) * (Bm / Bg)
+            loss.backward()
+            total += loss.item()
+        norm = torch.nn.utils.clip_grad_norm_([P[n] for n in names], HP["clip_grad"])
+        opt.step()
+        losses.append(total); norms.append(norm.item()); lrs.append(lr)
+    return losses, norms, lrs
+
+
 # ---- file writers -----------------------------------------------------------------------------
 def write_safetensors(path, tensors, metadata=None):
     """tensors: list of (name, tensor) in file order. Row-major, no gaps."""
@@ -218,26 +246,8 @@ def main():
                       [(n, g.float()) for n, g in zip(names, grads)], hf_meta)
 
     # 50 AdamW steps with gradient accumulation over Bg / Bm microbatches
-    decay = [P[n] for n in names if n.endswith(".weight") and "ln_" not in n]
-    no_decay = [P[n] for n in names if not (n.endswith(".weight") and "ln_" not in n)]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": HP["weight_decay"]},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=HP["lr"],
-                            betas=(HP["beta1"], HP["beta2"]), eps=HP["eps"])
-    losses, norms, lrs = [], [], []
-    for k in range(iters):
-        lr = megatron_lr(k)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        opt.zero_grad(set_to_none=False)
-        gb, total = batch(k), 0.0
-        for mb in range(Bg // Bm):
-            sub = gb[mb * Bm:(mb + 1) * Bm]
-            loss = forward(P, sub[:, :-1], sub[:, 1:]) * (Bm / Bg)
-            loss.backward()
-            total += loss.item()
-        norm = torch.nn.utils.clip_grad_norm_([P[n] for n in names], HP["clip_grad"])
-        opt.step()
-        losses.append(total); norms.append(norm.item()); lrs.append(lr)
+    decay = [n for n in names if n.endswith(".weight") and "ln_" not in n]
+    losses, norms, lrs = adamw_run(P, names, decay, forward, batch)
     write_safetensors(os.path.join(out, "gpt_final.safetensors"), [(n, P[n]) for n in names],
                       hf_meta)
     write_safetensors(os.path.join(out, "gpt_ref.safetensors"), [

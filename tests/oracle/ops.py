@@ -113,6 +113,66 @@ def embedding(tokens, wte, wpe):
     return (wte[tokens.long()] + wpe[None, :T]).transpose(0, 1)
 
 
+# Llama-family shapes: 4 query heads in 2 groups of head dim 8, 6 of its dims rotated
+NQ, G, D, ROT = 4, 2, 8, 6
+ROPE_BASE, ROPE_FACTOR, ROPE_LOW, ROPE_HIGH, ROPE_OLD = 500000.0, 8.0, 1.0, 4.0, 8
+
+
+def rope_inv_freq(dim, base, llama3=None):
+    """transformers 4.44's rotary frequencies in fp32: _compute_default_rope_parameters, and with
+    llama3 = (factor, low_freq_factor, high_freq_factor, original_max_position_embeddings)
+    _compute_llama3_parameters."""
+    inv = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    if llama3 is None:
+        return inv
+    factor, low, high, old = llama3
+    low_wl, high_wl = old / low, old / high
+    wl = 2 * math.pi / inv
+    inv_l = torch.where(wl > low_wl, inv / factor, inv)
+    smooth = (old / wl - low) / (high - low)
+    smoothed = (1 - smooth) * inv_l / factor + smooth * inv_l
+    medium = ~(wl < high_wl) * ~(wl > low_wl)
+    return torch.where(medium, smoothed, inv_l)
+
+
+def rmsnorm(x, w):
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def swiglu(gate, up):
+    return gate * torch.sigmoid(gate) * up
+
+
+def rope(qkv, cos_sin, t0):
+    """Rotate-half on the first ROT dims of every query and key head of qkv [T, B, G, NQ/G+2, D];
+    row t is at position t0 + t; cos_sin [positions, ROT/2, 2]."""
+    h = ROT // 2
+    c = cos_sin[t0:t0 + T, :, 0][:, None, None, None, :]
+    s = cos_sin[t0:t0 + T, :, 1][:, None, None, None, :]
+    qk, v = qkv[:, :, :, :-1], qkv[:, :, :, -1:]
+    x1, x2, rest = qk[..., :h], qk[..., h:ROT], qk[..., ROT:]
+    rot = torch.cat([x1 * c - x2 * s, x2 * c + x1 * s, rest], -1)
+    return torch.cat([rot, v], 3)
+
+
+def gqa_split(qkv):
+    """qkv [T, B, G, NQ/G + 2, D] -> q [B, NQ, T, D], k, v [B, G, T, D]."""
+    q = qkv[:, :, :, :-2].reshape(T, B, NQ, D).permute(1, 2, 0, 3)
+    k = qkv[:, :, :, -2].permute(1, 2, 0, 3)
+    v = qkv[:, :, :, -1].permute(1, 2, 0, 3)
+    return q, k, v
+
+
+def gqa(qkv):
+    q, k, v = gqa_split(qkv)
+    rep = NQ // G
+    k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)   # head h reads group h/rep
+    s = q @ k.transpose(-1, -2) / math.sqrt(D)
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    p = torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1)
+    return (p @ v).permute(2, 0, 1, 3).reshape(T, B, NQ * D), p
+
+
 def main():
     outdir = sys.argv[1] if len(sys.argv) > 1 else "tests/data"
     os.makedirs(outdir, exist_ok=True)
@@ -212,6 +272,56 @@ def main():
         w.add("m%d" % step, st["exp_avg"])
         w.add("v%d" % step, st["exp_avg_sq"])
     w.save(os.path.join(outdir, "ops_adamw.bin"))
+
+    # the Llama family's ops: RMSNorm, SwiGLU, rotary embedding (partial, llama3-scaled) and
+    # grouped-query attention, in the grouped qkv layout [T, B, G, (NQ/G + 2), D]
+    w = Writer()
+    x, lw, dout = f32(N, C, scale=2.0), 1 + f32(C, scale=0.3), f32(N, C)
+    out, (dx, dlw) = backward(rmsnorm, [x, lw], dout)
+    agree("rmsnorm", out, x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * lw)
+    gradcheck("rmsnorm", rmsnorm, [x, lw])
+    rstd = torch.rsqrt(x.pow(2).mean(-1) + 1e-6)
+    for k, v in dict(rms_inp=x, rms_weight=lw, rms_dout=dout, rms_out=out, rms_rstd=rstd,
+                     rms_dinp=dx, rms_dweight=dlw).items():
+        w.add(k, v)
+    gate, up, dout = f32(N, 2 * C, scale=1.5), f32(N, 2 * C), f32(N, 2 * C)
+    out, (dgate, dup) = backward(swiglu, [gate, up], dout)
+    agree("swiglu", out, F.silu(gate) * up)
+    gradcheck("swiglu", swiglu, [gate, up])
+    for k, v in dict(sw_gate=gate, sw_up=up, sw_dout=dout, sw_out=out, sw_dgate=dgate,
+                     sw_dup=dup).items():
+        w.add(k, v)
+    # rotary tables exactly as transformers 4.44 computes them (fp32), rot = 6 of 8 dims
+    for tag, llama3 in (("rope", False), ("rope3", True)):
+        inv = rope_inv_freq(ROT, ROPE_BASE, (ROPE_FACTOR, ROPE_LOW, ROPE_HIGH, ROPE_OLD)
+                            if llama3 else None)
+        pos = torch.arange(T + 3, dtype=torch.float32)
+        ang = inv[:, None].float() @ pos[None, :]          # [ROT/2, positions] in fp32
+        table = torch.stack([ang.t().cos(), ang.t().sin()], -1)   # [positions, ROT/2, 2]
+        w.add(tag + "_table", table)
+    cos_sin = table.to(DT)   # the llama3 one drives the op check
+    qkv, dout = f32(T, B, G, NQ // G + 2, D), f32(T, B, G, NQ // G + 2, D)
+    T0 = 2
+    out, (dqkv,) = backward(lambda a: rope(a, cos_sin, T0), [qkv], dout)
+    gradcheck("rope", lambda a: rope(a, cos_sin, T0), [qkv])
+    for k, v in dict(rp_qkv=qkv.reshape(N, -1), rp_dout=dout.reshape(N, -1),
+                     rp_out=out.reshape(N, -1), rp_dqkv=dqkv.reshape(N, -1)).items():
+        w.add(k, v)
+    qkv, dout = f32(T, B, G, NQ // G + 2, D), f32(T, B, NQ * D)
+    out, (dqkv,) = backward(lambda a: gqa(a)[0], [qkv], dout)
+    probs = gqa(qkv)[1]
+    q, k, v = gqa_split(qkv)
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    rep = NQ // G
+    ref = F.softmax((q @ k.repeat_interleave(rep, 1).transpose(-1, -2) / math.sqrt(D))
+                    .masked_fill(~mask, -1e300), -1) @ v.repeat_interleave(rep, 1)
+    agree("gqa", out, ref.permute(2, 0, 1, 3).reshape(T, B, NQ * D))
+    gradcheck("gqa", lambda a: gqa(a)[0], [qkv])
+    for k_, v_ in dict(gq_qkv=qkv.reshape(N, -1), gq_dout=dout.reshape(N, -1),
+                       gq_out=out.reshape(N, -1), gq_att=probs,
+                       gq_dqkv=dqkv.reshape(N, -1)).items():
+        w.add(k_, v_)
+    w.save(os.path.join(outdir, "ops_llama.bin"))
 
     total = sum(os.path.getsize(os.path.join(outdir, f)) for f in os.listdir(outdir)
                 if f.startswith("ops_"))

@@ -1,0 +1,87 @@
+#!/bin/sh
+# tests/cuda_emu/check.sh — the library's CUDA path run through the CUDA emulator (build/*_emu,
+# built by `make emu`); tests/run.sh runs it and counts its "ok"/"not ok" lines.
+#   1. emu_test: the emulator itself, and its bug finders on deliberately broken kernels
+#   2. gpu_ops_emu: every op on the "cuda" device (the emulator) against the CPU backend, with
+#      threads in order and again in a shuffled order (MG_EMU_SHUFFLE)
+#   3. gpu_model_emu: the whole model, fp32/bf16/fp16, against the CPU backend
+#   4. gpt_train_emu --device cuda against the CPU build's gpt_train on a tiny model: 1 rank
+#      fp32 and bf16, 2 ranks with t=2, d=2 (fp32 and bf16) and p=2. Bounds: fp32 relative 1e-5 per logged loss;
+#      bf16 2^-7 nats (2u, the bound tests/test_mixed.c holds bf16 to against fp32)
+#   5. every __global__ function of the library headers was launched by 2-4
+# Every emulated run aborts on its first bug-finder report (race, bounds, uninitialised read).
+cd "$(dirname "$0")/../.." || exit 1
+BUILD=${BUILD:-build}
+MPIRUN=${MPIRUN:-mpirun --oversubscribe --bind-to none}
+[ "$(id -u)" = 0 ] && case "$MPIRUN" in *allow-run-as-root*) ;; *) MPIRUN="$MPIRUN --allow-run-as-root" ;; esac
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+export MG_EMU_LAUNCH_LOG="$tmp/launched"
+failed=0
+
+report() { # report OK NAME [DETAIL]
+  if [ "$1" = 0 ]; then echo "ok - $2"; else echo "not ok - $2${3:+: $3}"; failed=$((failed + 1)); fi
+}
+# run NAME OUTFILE COMMAND… : the command's own ok/not-ok lines are summed into one line
+run_prog() {
+  name=$1; out=$2; shift 2
+  start=$(date +%s)
+  "$@" > "$out" 2>&1; rc=$?
+  p=$(grep -c '^ok ' "$out"); f=$(grep -c '^not ok ' "$out")
+  if [ "$rc" = 0 ] && [ "$f" = 0 ] && [ "$p" -gt 0 ]; then
+    report 0 "$name ($p checks, $(( $(date +%s) - start ))s)"
+  else
+    report 1 "$name" "exit status $rc, $f of $((p + f)) checks failed"
+    grep -E '^not ok |mg-emu' "$out" | head -n 12 | sed 's/^/  | /'
+  fi
+}
+for p in emu_test gpu_ops_emu gpu_model_emu gpt_train_emu gpt_train; do
+  [ -x "$BUILD/$p" ] || { report 1 "cuda_emu: $BUILD/$p is built" "make $BUILD/$p"; exit 1; }
+done
+
+run_prog "cuda_emu: emulator self-test and bug finders (emu_test)" "$tmp/emu_test" "$BUILD/emu_test"
+run_prog "cuda_emu: gpu_ops_emu, every op on the emulated device vs the CPU backend" "$tmp/ops" \
+  env MG_DEVICE=cuda "$BUILD/gpu_ops_emu"
+run_prog "cuda_emu: gpu_ops_emu with threads of each block in shuffled order" "$tmp/ops_shuf" \
+  env MG_DEVICE=cuda MG_EMU_SHUFFLE=7 "$BUILD/gpu_ops_emu"
+run_prog "cuda_emu: gpu_model_emu, the model in fp32/bf16/fp16 vs the CPU backend" "$tmp/model" \
+  env MG_DEVICE=cuda "$BUILD/gpu_model_emu"
+
+# --- gpt_train_emu against gpt_train ----------------------------------------------------------
+ARGS="--data-path tests/data/gpt_tokens.bin --vocab-size 37 --num-layers 2 --hidden-size 32
+  --num-attention-heads 4 --seq-length 16 --micro-batch-size 2 --global-batch-size 4
+  --train-iters 3 --lr 1e-3 --split 1,0,0 --eval-iters 0 --log-interval 1"
+losses() { grep -o 'lm loss: [-0-9.eE+]*' "$1" | awk '{print $3}'; }
+train_case() { # train_case NAME RANKS MODE(rel|abs) TOL EXTRA-FLAGS
+  name=$1; np=$2; mode=$3; tol=$4; extra=$5
+  if [ "$np" = 1 ]; then launch=""; else launch="$MPIRUN -np $np"; fi
+  start=$(date +%s)
+  # shellcheck disable=SC2086
+  $launch "$BUILD/gpt_train" $ARGS $extra --device cpu > "$tmp/cpu" 2>&1; rc1=$?
+  # shellcheck disable=SC2086
+  $launch "$BUILD/gpt_train_emu" $ARGS $extra --device cuda > "$tmp/emu" 2>&1; rc2=$?
+  losses "$tmp/cpu" > "$tmp/l_cpu"; losses "$tmp/emu" > "$tmp/l_emu"
+  worst=$(paste "$tmp/l_cpu" "$tmp/l_emu" | awk -v mode="$mode" '
+    { n++; d = $1 - $2; if (d < 0) d = -d; if (mode == "rel") d /= ($1 < 0 ? -$1 : $1); if (d > w) w = d }
+    END { if (n == 3 && NF == 2) printf "%.3g", w; else print "missing" }')
+  ok=1
+  [ "$rc1" = 0 ] && [ "$rc2" = 0 ] && [ "$worst" != missing ] &&
+    awk -v w="$worst" -v t="$tol" 'BEGIN { exit !(w <= t) }' && ok=0
+  report $ok "cuda_emu: gpt_train_emu $name equals gpt_train's losses (worst $mode diff $worst, tol $tol, $(( $(date +%s) - start ))s)" \
+    "exit status cpu $rc1, emu $rc2; losses cpu [$(tr '\n' ' ' < "$tmp/l_cpu")] emu [$(tr '\n' ' ' < "$tmp/l_emu")]"
+  [ $ok = 0 ] || grep -E 'mg-emu|rror' "$tmp/emu" | head -n 8 | sed 's/^/  | /'
+}
+train_case "1 rank fp32" 1 rel 1e-5 ""
+train_case "1 rank bf16" 1 abs 0.0078125 "--bf16"
+train_case "2 ranks t=2 fp32" 2 rel 1e-5 "--tensor-model-parallel-size 2"
+train_case "2 ranks d=2 fp32" 2 rel 1e-5 ""
+train_case "2 ranks d=2 bf16" 2 abs 0.0078125 "--bf16"
+train_case "2 ranks p=2 fp32 (NCCL send/recv)" 2 rel 1e-5 "--pipeline-model-parallel-size 2"
+
+# --- every __global__ function of the library was launched ------------------------------------
+kernels=$(sed -n 's/.*__global__.*[ *]\([A-Za-z_][A-Za-z0-9_]*\)(.*/\1/p' ./*.h | sort -u)
+missing=""
+for k in $kernels; do grep -qx "$k" "$tmp/launched" 2>/dev/null || missing="$missing $k"; done
+report "$([ -z "$missing" ] && [ -n "$kernels" ] && echo 0 || echo 1)" \
+  "cuda_emu: each of the $(echo $kernels | wc -w) __global__ functions of the library headers is launched by an emulated test" \
+  "never launched:$missing"
+exit $((failed != 0))

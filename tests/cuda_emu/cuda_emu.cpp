@@ -1,0 +1,1427 @@
+/* cuda_emu.cpp — the CUDA emulator's engine (tests/cuda_emu; see README.md). Compiled once,
+   WITHOUT the sanitizer flags of the emulated code, into build/obj/cuda_emu.o:
+
+     1. reports (the bug finders' one output path)
+     2. device memory: one reserved region, every allocation between redzones, one shadow byte
+        per byte (unallocated / freed / allocated-unwritten / written)
+     3. shared memory: the executable's TLS segment, its __shared__ variables from the symbol
+        table; per-byte shadow for the race detector and unwritten reads
+     4. the access hooks (__tsan_readN / __tsan_writeN) that the instrumented code calls
+     5. fibers and the block scheduler: barriers, warp operations
+     6. launches, atomics
+     7. runtime API: devices, memory, streams, events
+     8. cuBLAS through cblas_sgemm
+     9. NCCL through MPI                                                                      */
+#include "cuda_runtime.h"
+#include "cublas_v2.h"
+#include "nccl.h"
+#include "cuda_bf16.h"
+#include "cuda_fp16.h"
+
+#include <cblas.h>
+#include <cxxabi.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+#include <vector>
+#include <string>
+#include <algorithm>
+#ifdef MG_USE_MPI
+#define OMPI_SKIP_MPICXX 1
+#include <mpi.h>
+#endif
+
+uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+
+/* =============================================================================================
+   1. Reports
+   ========================================================================================== */
+static std::string g_reports;           /* collected text (mg_emu_collect) */
+static int g_report_count, g_launch_reports, g_collect = -1;
+#define MG_EMU_MAX_PRINTED 12           /* per launch; the count goes on                      */
+
+static int collecting(void) {
+    if (g_collect < 0) {
+        const char *e = getenv("MG_EMU_CONTINUE");
+        g_collect = e && e[0] == '1';
+    }
+    return g_collect;
+}
+void mg_emu_collect(int on) { g_collect = on != 0; }
+const char *mg_emu_reports(void) { return g_reports.c_str(); }
+int mg_emu_report_count(void) { return g_report_count; }
+void mg_emu_clear_reports(void) { g_reports.clear(); g_report_count = 0; }
+
+static void report(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void report(const char *fmt, ...) {
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    g_report_count++;
+    if (++g_launch_reports <= MG_EMU_MAX_PRINTED) fprintf(stderr, "mg-emu: %s\n", line);
+    if (g_launch_reports == MG_EMU_MAX_PRINTED + 1)
+        fprintf(stderr, "mg-emu: (further reports of this launch are counted, not printed)\n");
+    g_reports += line;
+    g_reports += '\n';
+}
+static void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fatal(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "mg-emu: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+/* =============================================================================================
+   2. Device memory. cudaMalloc hands out pieces of one reserved region (PROT_NONE until used,
+      so a wild address past the last allocation faults), 256-byte aligned, with a 256-byte
+      redzone on each side. g_shadow[i] describes byte i of the region.
+   ========================================================================================== */
+enum { SH_NONE = 0, SH_FREED = 1, SH_UNWRITTEN = 2, SH_WRITTEN = 3 };
+#define DEV_RESERVE ((size_t)16 << 30)
+#define DEV_ALIGN 256
+static char *g_dev;                     /* base of the region */
+static unsigned char *g_shadow;
+static size_t g_dev_used;
+struct Alloc { size_t off, size; int id, freed; };
+static std::vector<Alloc> g_allocs;
+
+static void dev_init(void) {
+    if (g_dev) return;
+    g_dev = (char *)mmap(NULL, DEV_RESERVE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                         -1, 0);
+    g_shadow = (unsigned char *)mmap(NULL, DEV_RESERVE, PROT_NONE,
+                                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (g_dev == MAP_FAILED || g_shadow == MAP_FAILED)
+        fatal("cannot reserve %zu bytes of address space for emulated device memory", DEV_RESERVE);
+}
+static inline int is_dev(const void *p) { return (size_t)((const char *)p - g_dev) < DEV_RESERVE; }
+
+/* The allocation holding device address p, or the nearest one (for messages). */
+static const Alloc *alloc_near(const void *p) {
+    size_t off = (size_t)((const char *)p - g_dev);
+    const Alloc *best = NULL;
+    for (const Alloc &a : g_allocs) {
+        if (off >= a.off && off < a.off + a.size) return &a;
+        size_t d = off < a.off ? a.off - off : off - (a.off + a.size);
+        size_t bd = !best ? (size_t)-1 : off < best->off ? best->off - off : off - (best->off + best->size);
+        if (d < bd) best = &a;
+    }
+    return best;
+}
+static std::string describe_dev(const void *p) {
+    char buf[200];
+    const Alloc *a = alloc_near(p);
+    size_t off = (size_t)((const char *)p - g_dev);
+    if (!a) snprintf(buf, sizeof buf, "device address %p (no allocation)", p);
+    else if (off >= a->off && off < a->off + a->size)
+        snprintf(buf, sizeof buf, "device address %p = byte %zu of cudaMalloc #%d (%zu bytes%s)", p,
+                 off - a->off, a->id, a->size, a->freed ? ", freed" : "");
+    else if (off < a->off)
+        snprintf(buf, sizeof buf, "device address %p, %zu bytes before cudaMalloc #%d (%zu bytes)", p,
+                 a->off - off, a->id, a->size);
+    else
+        snprintf(buf, sizeof buf, "device address %p, %zu bytes after the end of cudaMalloc #%d "
+                 "(%zu bytes)", p, off - (a->off + a->size), a->id, a->size);
+    return buf;
+}
+
+/* Host side: a copy touching device memory must stay inside allocations; it marks what it
+   writes. Returns 0 (and reports) when [p, p+n) leaves the allocated bytes.               */
+static int dev_range_ok(const char *who, const void *p, size_t n) {
+    size_t off = (size_t)((const char *)p - g_dev), i;
+    if (!n) return 1;
+    if (off >= g_dev_used || n > g_dev_used - off) {
+        report("%s: %zu bytes at %s: outside the emulated device memory", who, n,
+               describe_dev(p).c_str());
+        return 0;
+    }
+    for (i = 0; i < n; i++)
+        if (g_shadow[off + i] < SH_UNWRITTEN) {
+            report("%s: %zu bytes from %p: byte %zu is %s", who, n, p, i,
+                   describe_dev((const char *)p + i).c_str());
+            return 0;
+        }
+    return 1;
+}
+static void dev_mark(const void *p, size_t n) {
+    if (is_dev(p)) memset(g_shadow + ((const char *)p - g_dev), SH_WRITTEN, n);
+}
+
+/* =============================================================================================
+   3. Shared memory: every __shared__ variable is a thread_local of the executable, so the
+      calling thread's TLS block of the executable is the emulated shared memory. Its symbols
+      (offset, size, name) come from the executable's own symbol table.
+   ========================================================================================== */
+struct SharedVar { size_t off, size; std::string name; int foreign; };
+static std::vector<SharedVar> g_svars;  /* sorted by offset */
+static char *g_tls;                      /* this thread's TLS block of the executable */
+static size_t g_tls_size;
+static size_t g_dyn_off = (size_t)-1;    /* offset of the dynamic shared buffer */
+static pthread_t g_tls_thread;
+static int g_tls_known;
+#define DYN_SHARED_MAX (100 * 1024)
+static thread_local unsigned char mg_emu_dynamic_shared_buffer[DYN_SHARED_MAX];
+
+static int tls_phdr(struct dl_phdr_info *info, size_t, void *) {
+    if (info->dlpi_name && info->dlpi_name[0]) return 0;   /* the executable comes first */
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_TLS) {
+            g_tls = (char *)info->dlpi_tls_data;
+            g_tls_size = info->dlpi_phdr[i].p_memsz;
+        }
+    return 1;
+}
+static void read_symbols(void) {
+    int fd = open("/proc/self/exe", O_RDONLY);
+    off_t len;
+    char *img;
+    if (fd < 0) return;
+    len = lseek(fd, 0, SEEK_END);
+    img = (char *)mmap(NULL, (size_t)len, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (img == MAP_FAILED) return;
+    Elf64_Ehdr *eh = (Elf64_Ehdr *)img;
+    Elf64_Shdr *sh = (Elf64_Shdr *)(img + eh->e_shoff);
+    for (int s = 0; s < eh->e_shnum; s++) {
+        if (sh[s].sh_type != SHT_SYMTAB) continue;
+        Elf64_Sym *sym = (Elf64_Sym *)(img + sh[s].sh_offset);
+        const char *str = img + sh[sh[s].sh_link].sh_offset;
+        size_t n = sh[s].sh_size / sizeof *sym;
+        for (size_t i = 0; i < n; i++) {
+            if (ELF64_ST_TYPE(sym[i].st_info) != STT_TLS || !sym[i].st_size) continue;
+            const char *raw = str + sym[i].st_name;
+            int st = 0;
+            char *dm = abi::__cxa_demangle(raw, NULL, NULL, &st);
+            std::string name = st == 0 && dm ? dm : raw;
+            free(dm);
+            /* "f<float>(…)::warp_vals": keep the variable and its function's name, not the
+               parameter list.                                                             */
+            size_t colon = name.rfind("::");
+            if (colon != std::string::npos) {
+                size_t paren = name.find('(');
+                if (paren != std::string::npos && paren < colon)
+                    name = name.substr(0, paren) + name.substr(colon);
+            }
+            g_svars.push_back({(size_t)sym[i].st_value, (size_t)sym[i].st_size, name, 0});
+        }
+    }
+    munmap(img, (size_t)len);
+    std::sort(g_svars.begin(), g_svars.end(),
+              [](const SharedVar &a, const SharedVar &b) { return a.off < b.off; });
+}
+static void shared_init(void) {
+    if (g_tls_known && pthread_equal(g_tls_thread, pthread_self())) return;
+    if (!g_tls_known) read_symbols();
+    g_tls = NULL;
+    dl_iterate_phdr(tls_phdr, NULL);
+    if (!g_tls) fatal("no TLS block of the executable: build the emulated code with -include "
+                      "cuda_runtime.h (which makes __shared__ thread_local)");
+    g_tls_thread = pthread_self();
+    g_tls_known = 1;
+    g_dyn_off = (size_t)(mg_emu_dynamic_shared_buffer - (unsigned char *)g_tls);
+}
+static std::vector<std::string> g_launched;   /* names of the kernels launched so far */
+static const char *g_kernel;
+/* At each launch: a variable is foreign when it is a __shared__ variable of a launched kernel
+   other than the running one (its symbol reads "kernel::name" or "kernel<…>::name").       */
+static void mark_foreign(void) {
+    for (SharedVar &v : g_svars) {
+        size_t colon = v.name.rfind("::");
+        v.foreign = 0;
+        if (colon == std::string::npos) continue;
+        std::string owner = v.name.substr(0, std::min(colon, v.name.find('<')));
+        v.foreign = owner != g_kernel &&
+                    std::find(g_launched.begin(), g_launched.end(), owner) != g_launched.end();
+    }
+}
+static const SharedVar *svar_at(size_t off) {
+    size_t lo = 0, hi = g_svars.size();
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (g_svars[mid].off + g_svars[mid].size <= off) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < g_svars.size() && g_svars[lo].off <= off ? &g_svars[lo] : NULL;
+}
+
+/* =============================================================================================
+   5 (state). Fibers and the block being run
+   ========================================================================================== */
+enum { F_READY, F_BARRIER, F_WARP, F_DONE };
+struct Fiber {
+    void *sp;                /* saved stack pointer while switched out */
+    char *stack;
+    int state;
+    uint3 tid;
+    /* pending warp operation */
+    int op, arg, width;
+    unsigned int mask;
+    uint64_t value, result;
+    int bar_value;           /* __syncthreads_count/and/or predicate */
+};
+static std::vector<Fiber> g_fibers;
+static void *g_sched_sp;                 /* the scheduler's saved stack pointer */
+static int g_cur = -1;                   /* running fiber (linear thread id), -1 on the host */
+static int g_nthreads;
+static size_t g_dyn_bytes;
+static uint32_t g_epoch;                 /* barrier interval (shared-memory race detector) */
+static int g_bar_result;
+static unsigned g_shuffle_seed;
+static int g_shuffle_known;
+#define STACK_BYTES (128 * 1024)
+
+static void where(char *buf, size_t n, int t) {
+    const Fiber &f = g_fibers[(size_t)t];
+    snprintf(buf, n, "kernel %s block (%u,%u,%u) thread (%u,%u,%u)", g_kernel, blockIdx.x,
+             blockIdx.y, blockIdx.z, f.tid.x, f.tid.y, f.tid.z);
+}
+
+/* Per-byte shadow of the TLS block for the current launch: epoch of the last access, writer and
+   reader (thread ids; -1 none, -2 several readers), written-in-this-block flag.              */
+static std::vector<uint32_t> g_s_epoch;
+static std::vector<int16_t> g_s_writer, g_s_reader;
+static std::vector<uint32_t> g_s_written;   /* epoch-of-block in which the byte was written */
+/* __syncwarp orders the accesses of its warp's lanes: g_wsync[w] counts the __syncwarps warp w
+   completed in this block; each byte keeps the count its writer saw, the largest count its
+   readers saw, and the readers' warp (-1 when they span several).                          */
+static std::vector<uint32_t> g_s_wsync_w, g_s_wsync_r;
+static std::vector<int8_t> g_s_rwarp;
+static uint32_t g_wsync[32];
+/* Thread a's access, made when its warp had completed `seen` __syncwarps, happens before the
+   running thread t's access: same warp, and a __syncwarp completed in between.              */
+static inline int warp_ordered(int a, uint32_t seen, int t) {
+    return a >> 5 == t >> 5 && g_wsync[t >> 5] > seen;
+}
+static uint32_t g_block_serial;
+
+/* =============================================================================================
+   4. The access hooks. The emulated code is compiled with -fsanitize=thread (and linked without
+      its runtime), which makes every load and store — direct accesses to named thread_local
+      variables included — call __tsan_readN/__tsan_writeN(addr): they come here. Only device
+      and shared addresses are looked at.
+   ========================================================================================== */
+static void shared_access(size_t off, size_t n, int write) {
+    char w[200] = "";
+    int t = g_cur;
+    const SharedVar *v = svar_at(off);
+    size_t limit = 0;
+    if (v) limit = v->off == g_dyn_off ? v->off + g_dyn_bytes : v->off + v->size;
+    /* The __shared__ variables of all kernels lie side by side: an index past the end of one
+       lands in the next. A variable of another kernel that has been launched is never this
+       kernel's, so touching it is out of bounds; the message names the variable before it. */
+    if (v && v->off != g_dyn_off && v->foreign) {
+        where(w, sizeof w, t);
+        const SharedVar *prev = NULL;
+        for (const SharedVar &s : g_svars)
+            if (s.off + s.size <= off && !s.foreign && s.off != g_dyn_off) prev = &s;
+        if (prev)
+            report("out-of-bounds shared memory %s in %s: %zu bytes at %p = '%s' + %zu (%zu bytes), "
+                   "inside '%s' of another kernel", write ? "write" : "read", w, n,
+                   (void *)(g_tls + off), prev->name.c_str(), off - prev->off, prev->size,
+                   v->name.c_str());
+        else
+            report("out-of-bounds shared memory %s in %s: %zu bytes at %p, inside '%s' of another "
+                   "kernel", write ? "write" : "read", w, n, (void *)(g_tls + off), v->name.c_str());
+        return;
+    }
+    if (!v || off + n > limit) {
+        const SharedVar *prev = NULL;
+        where(w, sizeof w, t);
+        for (const SharedVar &s : g_svars) if (s.off <= off) prev = &s;
+        if (prev && prev->off == g_dyn_off)
+            report("out-of-bounds shared memory %s in %s: %zu bytes at byte %zu of the dynamic "
+                   "shared memory (%zu bytes given at launch)", write ? "write" : "read", w, n,
+                   off - prev->off, g_dyn_bytes);
+        else if (prev)
+            report("out-of-bounds shared memory %s in %s: %zu bytes at %p = '%s' + %zu (%zu bytes)",
+                   write ? "write" : "read", w, n, (void *)(g_tls + off), prev->name.c_str(),
+                   off - prev->off, prev->size);
+        else
+            report("out-of-bounds shared memory %s in %s: %zu bytes at %p (before every __shared__ "
+                   "variable)", write ? "write" : "read", w, n, (void *)(g_tls + off));
+        return;
+    }
+    uint32_t now = g_wsync[t >> 5];
+    for (size_t b = off; b < off + n; b++) {
+        if (g_s_epoch[b] != g_epoch) {
+            g_s_epoch[b] = g_epoch; g_s_writer[b] = -1; g_s_reader[b] = -1; g_s_rwarp[b] = -1;
+            g_s_wsync_r[b] = 0;
+        }
+        int wr = g_s_writer[b], rd = g_s_reader[b];
+        int other = -1;
+        const char *what = NULL;
+        int wr_races = wr >= 0 && wr != t && !warp_ordered(wr, g_s_wsync_w[b], t);
+        if (write) {
+            if (wr_races) { other = wr; what = "wrote"; }
+            else if ((rd == -2 && !(g_s_rwarp[b] == t >> 5 && g_wsync[t >> 5] > g_s_wsync_r[b])) ||
+                     (rd >= 0 && rd != t && !warp_ordered(rd, g_s_wsync_r[b], t))) {
+                other = rd; what = "read";
+            }
+            g_s_writer[b] = (int16_t)t;
+            g_s_wsync_w[b] = now;
+        } else {
+            if (g_s_written[b] != g_block_serial) {
+                where(w, sizeof w, t);
+                report("uninitialised shared memory read in %s: %zu bytes at %p = '%s' + %zu, not "
+                       "written by any thread of this block", w, n, (void *)(g_tls + off),
+                       v->name.c_str(), off - v->off);
+                for (size_t c = off; c < off + n; c++)   /* a later write still races with it */
+                    if (g_s_epoch[c] == g_epoch)
+                        g_s_reader[c] = g_s_reader[c] == -1 || g_s_reader[c] == t ? (int16_t)t : (int16_t)-2;
+                return;
+            }
+            if (wr_races) { other = wr; what = "wrote"; }
+            g_s_reader[b] = rd == -1 || rd == t ? (int16_t)t : (int16_t)-2;
+            g_s_rwarp[b] = rd == -1 || g_s_rwarp[b] == t >> 5 ? (int8_t)(t >> 5) : (int8_t)-1;
+            g_s_wsync_r[b] = std::max(g_s_wsync_r[b], now);
+        }
+        if (write) g_s_written[b] = g_block_serial;
+        if (what) {
+            char o[64];
+            where(w, sizeof w, t);
+            if (other >= 0) {
+                const Fiber &f = g_fibers[(size_t)other];
+                snprintf(o, sizeof o, "thread (%u,%u,%u)", f.tid.x, f.tid.y, f.tid.z);
+            } else snprintf(o, sizeof o, "other threads");
+            report("shared memory race in %s: %s of %zu bytes at %p = '%s' + %zu; %s %s it since "
+                   "the last __syncthreads (or __syncwarp of their warp), no atomic", w, write ? "write" : "read", n,
+                   (void *)(g_tls + off), v->name.c_str(), off - v->off, o, what);
+            return;
+        }
+    }
+}
+static void device_access(const void *p, size_t n, int write) {
+    size_t off = (size_t)((const char *)p - g_dev);
+    char w[200];
+    if (g_cur < 0) {
+        report("host code %s %zu bytes of %s: device memory is not host-accessible (copy it with "
+               "cudaMemcpy)", write ? "writes" : "reads", n, describe_dev(p).c_str());
+        if (!collecting()) fatal("stopping after a host access to device memory");
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int s = off + i < g_dev_used ? (int)g_shadow[off + i] : (int)SH_NONE;
+        if (s >= SH_UNWRITTEN) {
+            if (write) g_shadow[off + i] = SH_WRITTEN;
+            else if (s == SH_UNWRITTEN) {
+                where(w, sizeof w, g_cur);
+                report("uninitialised device memory read in %s: %zu bytes at %s, never written "
+                       "since cudaMalloc", w, n, describe_dev((const char *)p + i).c_str());
+                memset(g_shadow + off + i, SH_WRITTEN, 1);   /* once per byte */
+                return;
+            }
+            continue;
+        }
+        where(w, sizeof w, g_cur);
+        report("%s device memory %s in %s: %zu bytes at %s", s == SH_FREED ? "use-after-free" :
+               "out-of-bounds", write ? "write" : "read", w, n, describe_dev(p).c_str());
+        return;
+    }
+}
+static size_t g_sh_lo, g_sh_span;       /* shared window, set only while a kernel runs */
+static inline void check(uintptr_t a, size_t n, int write) {
+    if (a - (uintptr_t)g_dev < DEV_RESERVE) device_access((const void *)a, n, write);
+    else if (a - g_sh_lo < g_sh_span) shared_access(a - g_sh_lo, n, write);
+}
+extern "C" {
+#define MG_EMU_HOOK(n) \
+    void __tsan_read##n(void *a) { check((uintptr_t)a, n, 0); } \
+    void __tsan_write##n(void *a) { check((uintptr_t)a, n, 1); } \
+    void __tsan_unaligned_read##n(void *a) { check((uintptr_t)a, n, 0); } \
+    void __tsan_unaligned_write##n(void *a) { check((uintptr_t)a, n, 1); }
+MG_EMU_HOOK(1)
+MG_EMU_HOOK(2)
+MG_EMU_HOOK(4)
+MG_EMU_HOOK(8)
+MG_EMU_HOOK(16)
+#undef MG_EMU_HOOK
+void __tsan_read_range(void *a, unsigned long n) { check((uintptr_t)a, n, 0); }
+void __tsan_write_range(void *a, unsigned long n) { check((uintptr_t)a, n, 1); }
+/* Atomics of host code (C11/__atomic, e.g. mg_comm.h's watchdog): done, not checked. */
+#define MG_EMU_TSAN_ATOMIC(bits, T) \
+    T __tsan_atomic##bits##_load(const volatile T *a, int) { return __atomic_load_n(a, __ATOMIC_SEQ_CST); } \
+    void __tsan_atomic##bits##_store(volatile T *a, T v, int) { __atomic_store_n(a, v, __ATOMIC_SEQ_CST); } \
+    T __tsan_atomic##bits##_exchange(volatile T *a, T v, int) { return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); } \
+    T __tsan_atomic##bits##_fetch_add(volatile T *a, T v, int) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); } \
+    T __tsan_atomic##bits##_fetch_sub(volatile T *a, T v, int) { return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); } \
+    int __tsan_atomic##bits##_compare_exchange_strong(volatile T *a, T *c, T v, int, int) { \
+        return __atomic_compare_exchange_n(a, c, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); } \
+    T __tsan_atomic##bits##_compare_exchange_val(volatile T *a, T c, T v, int, int) { \
+        __atomic_compare_exchange_n(a, &c, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); return c; }
+MG_EMU_TSAN_ATOMIC(8, uint8_t)
+MG_EMU_TSAN_ATOMIC(16, uint16_t)
+MG_EMU_TSAN_ATOMIC(32, uint32_t)
+MG_EMU_TSAN_ATOMIC(64, uint64_t)
+#undef MG_EMU_TSAN_ATOMIC
+void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+void __tsan_atomic_signal_fence(int) {}
+void __tsan_init(void) {}
+void __tsan_func_entry(void *) {}
+void __tsan_func_exit(void) {}
+}
+
+/* =============================================================================================
+   5. Fibers: a stack per thread of the block and a minimal x86-64 context switch (callee-saved
+      registers on the stack, stack pointers swapped); threads switch only inside the
+      emulator, at barriers and warp operations, back to the scheduler. The floating-point
+      control words (MXCSR, x87) are the host thread's for every fiber and are not switched:
+      saving them made up most of a switch's cost.
+   ========================================================================================== */
+extern "C" void mg_emu_swap(void **save_sp, void *load_sp);
+__asm__(".text\n"
+        ".globl mg_emu_swap\n"
+        ".type mg_emu_swap,@function\n"
+        "mg_emu_swap:\n"
+        "  pushq %rbp\n  pushq %rbx\n  pushq %r12\n  pushq %r13\n  pushq %r14\n  pushq %r15\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  popq %r15\n  popq %r14\n  popq %r13\n  popq %r12\n  popq %rbx\n  popq %rbp\n"
+        "  ret\n"
+        ".size mg_emu_swap, .-mg_emu_swap\n");
+
+static mg_emu_body_fn g_body;
+static void *g_closure;
+
+static void set_coords(int t) {
+    g_cur = t;
+    threadIdx = g_fibers[(size_t)t].tid;
+}
+static void fiber_main(void) {
+    g_body(g_closure);
+    g_fibers[(size_t)g_cur].state = F_DONE;
+    mg_emu_swap(&g_fibers[(size_t)g_cur].sp, g_sched_sp);
+    abort(); /* a finished fiber is never resumed */
+}
+/* A fresh context whose first switch-in "returns" into fiber_main with an aligned stack. */
+static void fiber_start(Fiber &f, int t) {
+    /* Stack tops staggered by 3 cache lines: equally spaced stacks would all map to the same
+       cache sets and evict each other at every switch.                                     */
+    uint64_t *top = (uint64_t *)(f.stack + STACK_BYTES - (size_t)(t * 192 % 4096));
+    *--top = 0;                         /* fiber_main's (never used) return address */
+    *--top = (uint64_t)(uintptr_t)&fiber_main;
+    for (int i = 0; i < 6; i++) *--top = 0;
+    f.sp = top;
+}
+static void yield_to_scheduler(void) { mg_emu_swap(&g_fibers[(size_t)g_cur].sp, g_sched_sp); }
+
+static void need_fiber(const char *what) {
+    if (g_cur < 0) fatal("%s called outside a kernel", what);
+}
+static void barrier(int predicate) {
+    need_fiber("__syncthreads");
+    g_fibers[(size_t)g_cur].state = F_BARRIER;
+    g_fibers[(size_t)g_cur].bar_value = predicate != 0;
+    yield_to_scheduler();
+}
+void __syncthreads(void) { barrier(0); }
+int __syncthreads_count(int p) { barrier(p); return g_bar_result; }
+int __syncthreads_and(int p) { barrier(p); return g_bar_result == g_nthreads; }
+int __syncthreads_or(int p) { barrier(p); return g_bar_result != 0; }
+
+uint64_t mg_emu_warp_op(int op, unsigned int mask, uint64_t value, int arg, int width) {
+    need_fiber("a warp operation");
+    Fiber &f = g_fibers[(size_t)g_cur];
+    f.state = F_WARP;
+    f.op = op; f.mask = mask; f.value = value; f.arg = arg; f.width = width;
+    yield_to_scheduler();
+    return g_fibers[(size_t)g_cur].result;
+}
+void __syncwarp(unsigned int mask) { mg_emu_warp_op(MG_EMU_SYNCWARP, mask, 0, 0, 32); }
+unsigned int __activemask(void) {
+    need_fiber("__activemask");
+    unsigned int m = 0;
+    int w0 = g_cur & ~31;
+    for (int l = 0; l < 32 && w0 + l < g_nthreads; l++)
+        if (g_fibers[(size_t)(w0 + l)].state != F_DONE) m |= 1u << l;
+    return m;
+}
+
+static const char *op_name(int op) {
+    static const char *names[] = {"__shfl_sync", "__shfl_up_sync", "__shfl_down_sync",
+                                  "__shfl_xor_sync", "__ballot_sync", "__any_sync",
+                                  "__all_sync", "__syncwarp"};
+    return names[op];
+}
+
+/* Completes the warp operations of warp w whose every named lane has arrived. Returns the
+   number of lanes released; reports (and returns -1 for) a lane set that can never complete. */
+static int resolve_warp(int w) {
+    int base = w * 32, lanes = std::min(32, g_nthreads - base), released = 0;
+    char wh[200];
+    for (int l = 0; l < lanes; l++) {
+        Fiber &f = g_fibers[(size_t)(base + l)];
+        if (f.state != F_WARP) continue;
+        unsigned int mask = f.mask;
+        int ready = 1;
+        if (!(mask >> l & 1)) {
+            where(wh, sizeof wh, base + l);
+            report("%s in %s: the mask 0x%08x does not name the calling lane %d", op_name(f.op),
+                   wh, mask, l);
+            return -1;
+        }
+        if (f.op <= MG_EMU_SHFL_XOR && (f.width < 1 || f.width > 32 || (f.width & (f.width - 1)))) {
+            where(wh, sizeof wh, base + l);
+            report("%s in %s: width %d is not a power of two from 1 to 32", op_name(f.op), wh,
+                   f.width);
+            return -1;
+        }
+        for (int m = 0; m < 32 && ready; m++) {
+            if (!(mask >> m & 1)) continue;
+            if (m >= lanes) {
+                where(wh, sizeof wh, base + l);
+                report("%s in %s: the mask 0x%08x names lane %d, which does not exist (the block "
+                       "has %d threads)", op_name(f.op), wh, mask, m, g_nthreads);
+                return -1;
+            }
+            const Fiber &g = g_fibers[(size_t)(base + m)];
+            if (g.state == F_DONE) {
+                where(wh, sizeof wh, base + l);
+                report("%s in %s: the mask 0x%08x names lane %d, which has exited", op_name(f.op),
+                       wh, mask, m);
+                return -1;
+            }
+            if (g.state != F_WARP) ready = 0;
+            else if (g.mask != mask || g.op != f.op) {
+                where(wh, sizeof wh, base + l);
+                report("%s in %s: lane %d is at %s with mask 0x%08x (mask 0x%08x here): the lanes "
+                       "of a mask must meet at the same warp operation", op_name(f.op), wh, m,
+                       op_name(g.op), g.mask, mask);
+                return -1;
+            }
+        }
+        if (!ready) continue;
+        /* every lane of the mask is here: compute each one's result */
+        uint64_t ballot = 0;
+        for (int m = 0; m < 32; m++)
+            if (mask >> m & 1 && g_fibers[(size_t)(base + m)].value) ballot |= 1ull << m;
+        for (int m = 0; m < 32; m++) {
+            if (!(mask >> m & 1)) continue;
+            Fiber &g = g_fibers[(size_t)(base + m)];
+            int width = g.width, seg = m & ~(width - 1), src = m;
+            switch (g.op) {
+            case MG_EMU_SHFL: src = seg + (g.arg & (width - 1)); break;
+            case MG_EMU_SHFL_UP: src = (m - seg) >= g.arg ? m - g.arg : m; break;
+            case MG_EMU_SHFL_DOWN: src = (m - seg) + g.arg < width ? m + g.arg : m; break;
+            case MG_EMU_SHFL_XOR: src = m ^ g.arg; if (src >= seg + width) src = m; break;
+            default: break;
+            }
+            if (g.op <= MG_EMU_SHFL_XOR) {
+                if (src < 0 || src > 31 || !(mask >> src & 1)) {
+                    where(wh, sizeof wh, base + m);
+                    report("%s in %s: reads lane %d, which is not in the mask 0x%08x (undefined "
+                           "value)", op_name(g.op), wh, src, mask);
+                    g.result = g.value;
+                } else g.result = g_fibers[(size_t)(base + src)].value;
+            } else if (g.op == MG_EMU_BALLOT) g.result = ballot;
+            else if (g.op == MG_EMU_ANY) g.result = ballot != 0;
+            else if (g.op == MG_EMU_ALL) g.result = ballot == (uint64_t)mask;
+            else g.result = 0;
+            g.state = F_READY;
+            released++;
+        }
+        if (f.op == MG_EMU_SYNCWARP) g_wsync[w]++;
+    }
+    return released;
+}
+
+static uint64_t g_rng;
+static uint32_t rng_next(void) {
+    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 16);
+}
+void mg_emu_set_shuffle(unsigned seed) { g_shuffle_seed = seed; g_shuffle_known = 1; }
+
+/* Runs one block to completion: every ready fiber runs until it blocks or ends (in order, or
+   shuffled), then warp operations complete, then a barrier that every live thread reached
+   opens. Anything else is a deadlock (a barrier not reached by all, a warp operation waiting
+   for a lane at a barrier).                                                                */
+static void run_block(void) {
+    std::vector<int> order((size_t)g_nthreads);
+    for (int t = 0; t < g_nthreads; t++) {
+        order[(size_t)t] = t;
+        g_fibers[(size_t)t].state = F_READY;
+        fiber_start(g_fibers[(size_t)t], t);
+    }
+    g_epoch++;
+    g_block_serial++;
+    memset(g_wsync, 0, sizeof g_wsync);
+    for (;;) {
+        if (g_shuffle_seed)
+            for (int i = g_nthreads - 1; i > 0; i--)
+                std::swap(order[(size_t)i], order[rng_next() % (uint32_t)(i + 1)]);
+        for (int i = 0; i < g_nthreads; i++) {
+            int t = order[(size_t)i];
+            if (g_fibers[(size_t)t].state != F_READY) continue;
+            set_coords(t);
+            mg_emu_swap(&g_sched_sp, g_fibers[(size_t)t].sp);
+            g_cur = -1;
+        }
+        int live = 0, at_barrier = 0, released = 0, count = 0;
+        for (int t = 0; t < g_nthreads; t++) {
+            const Fiber &f = g_fibers[(size_t)t];
+            if (f.state != F_DONE) live++;
+            if (f.state == F_BARRIER) { at_barrier++; count += f.bar_value; }
+        }
+        if (!live) return;
+        for (int w = 0; w * 32 < g_nthreads; w++) {
+            int r = resolve_warp(w);
+            if (r < 0) return;   /* reported; the block is abandoned */
+            released += r;
+        }
+        if (released) continue;
+        if (at_barrier == live) {
+            for (int t = 0; t < g_nthreads; t++)
+                if (g_fibers[(size_t)t].state == F_BARRIER) g_fibers[(size_t)t].state = F_READY;
+            g_bar_result = count;
+            g_epoch++;
+            continue;
+        }
+        char wh[200];
+        int waiting = -1, other = -1;
+        for (int t = 0; t < g_nthreads; t++) {
+            if (g_fibers[(size_t)t].state == F_BARRIER && waiting < 0) waiting = t;
+            if (g_fibers[(size_t)t].state == F_WARP && other < 0) other = t;
+        }
+        where(wh, sizeof wh, waiting >= 0 ? waiting : other);
+        report("deadlock in %s: %d of %d live threads wait at __syncthreads, %d at warp "
+               "operations that cannot complete (a barrier inside divergent code, or a warp "
+               "mask naming a lane that waits elsewhere)", wh, at_barrier, live, live - at_barrier);
+        return;
+    }
+}
+
+/* =============================================================================================
+   6. Launches and atomics
+   ========================================================================================== */
+static cudaError_t g_last_error = cudaSuccess;
+struct KernelStats { long launches, threads; double seconds; };
+static std::vector<KernelStats> g_kstats;      /* per entry of g_launched */
+static size_t g_kindex;
+static double g_launch_seconds;
+static long g_launch_count, g_thread_count;
+
+static void launch_log_at_exit(void) {
+    const char *path = getenv("MG_EMU_LAUNCH_LOG");
+    if (path && path[0]) {
+        FILE *f = fopen(path, "a");
+        if (f) {
+            for (const std::string &k : g_launched) fprintf(f, "%s\n", k.c_str());
+            fclose(f);
+        }
+    }
+    const char *st = getenv("MG_EMU_STATS");
+    if (st && st[0] == '1') {
+        fprintf(stderr, "mg-emu: %ld launches, %ld threads, %.3f s in kernels (%.2f us per "
+                "thread)\n", g_launch_count, g_thread_count, g_launch_seconds,
+                g_thread_count ? 1e6 * g_launch_seconds / (double)g_thread_count : 0.0);
+        for (size_t k = 0; k < g_launched.size(); k++)
+            fprintf(stderr, "mg-emu:   %-32s %6ld launches %10ld threads %8.3f s\n",
+                    g_launched[k].c_str(), g_kstats[k].launches, g_kstats[k].threads,
+                    g_kstats[k].seconds);
+    }
+}
+
+void *mg_emu_dynamic_shared(void) {
+    need_fiber("dynamic shared memory");
+    return mg_emu_dynamic_shared_buffer;
+}
+
+void mg_emu_launch_raw(const char *name, dim3 grid, dim3 block, size_t shared_bytes,
+                       cudaStream_t stream, mg_emu_body_fn body, void *closure) {
+    (void)stream;   /* every stream runs its work at once, in issue order */
+    unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
+    struct timespec t0, t1;
+    static int busy;   /* the engine's state is global: one launch at a time, process-wide */
+    if (g_cur >= 0) fatal("kernel %s launched from device code (dynamic parallelism is not "
+                          "emulated)", name);
+    if (__atomic_exchange_n(&busy, 1, __ATOMIC_ACQUIRE))
+        fatal("kernel %s launched while another host thread's launch runs: the emulator runs "
+              "one launch at a time (launch from one host thread)", name);
+    if (!threads || threads > 1024 || block.z > 64 || !grid.x || !grid.y || !grid.z ||
+        grid.y > 65535 || grid.z > 65535 || shared_bytes > DYN_SHARED_MAX) {
+        g_last_error = cudaErrorInvalidConfiguration;
+        __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
+        return;
+    }
+    g_kindex = (size_t)(std::find(g_launched.begin(), g_launched.end(), name) - g_launched.begin());
+    if (g_kindex == g_launched.size()) {
+        if (g_launched.empty()) atexit(launch_log_at_exit);
+        g_launched.push_back(name);
+        g_kstats.push_back({0, 0, 0.0});
+    }
+    if (!g_shuffle_known) {
+        const char *e = getenv("MG_EMU_SHUFFLE");
+        g_shuffle_seed = e ? (unsigned)strtoul(e, NULL, 10) : 0;
+        g_shuffle_known = 1;
+    }
+    g_rng = 0x9E3779B97F4A7C15ull ^ g_shuffle_seed;
+    dev_init();
+    shared_init();
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    g_nthreads = (int)threads;
+    while (g_fibers.size() < (size_t)g_nthreads) {
+        Fiber f;
+        memset(&f, 0, sizeof f);
+        /* a guard page below each stack turns an overflow into a fault */
+        char *mem = (char *)mmap(NULL, STACK_BYTES + 4096, PROT_READ | PROT_WRITE,
+                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (mem == MAP_FAILED) fatal("cannot allocate fiber stacks");
+        mprotect(mem, 4096, PROT_NONE);
+        f.stack = mem + 4096;
+        g_fibers.push_back(f);
+    }
+    for (int t = 0; t < g_nthreads; t++) {
+        Fiber &f = g_fibers[(size_t)t];
+        f.tid.x = (unsigned)t % block.x;
+        f.tid.y = (unsigned)t / block.x % block.y;
+        f.tid.z = (unsigned)t / (block.x * block.y);
+    }
+    if (g_s_epoch.size() < g_tls_size) {
+        g_s_epoch.assign(g_tls_size, 0);
+        g_s_writer.assign(g_tls_size, -1);
+        g_s_reader.assign(g_tls_size, -1);
+        g_s_written.assign(g_tls_size, 0);
+        g_s_wsync_w.assign(g_tls_size, 0);
+        g_s_wsync_r.assign(g_tls_size, 0);
+        g_s_rwarp.assign(g_tls_size, -1);
+    }
+    g_kernel = name;
+    mark_foreign();
+    g_dyn_bytes = shared_bytes;
+    g_body = body;
+    g_closure = closure;
+    g_launch_reports = 0;
+    gridDim = grid;
+    blockDim = block;
+    g_sh_lo = (uintptr_t)g_tls;
+    g_sh_span = g_tls_size;
+    for (unsigned z = 0; z < grid.z; z++)
+        for (unsigned y = 0; y < grid.y; y++)
+            for (unsigned x = 0; x < grid.x; x++) {
+                blockIdx.x = x; blockIdx.y = y; blockIdx.z = z;
+                run_block();
+            }
+    g_sh_span = 0;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    g_launch_seconds += (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    {
+        double sec = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        long nt = (long)threads * grid.x * grid.y * grid.z;
+        KernelStats &ks = g_kstats[g_kindex];
+        g_launch_count++;
+        g_thread_count += nt;
+        ks.launches++;
+        ks.threads += nt;
+        ks.seconds += sec;
+    }
+    if (g_launch_reports && !collecting())
+        fatal("%d report%s in kernel %s; stopping (MG_EMU_CONTINUE=1 goes on)", g_launch_reports,
+              g_launch_reports == 1 ? "" : "s", name);
+    g_launch_reports = 0;   /* host-side reports until the next launch count on their own */
+    __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
+}
+
+/* An atomic's address: device memory inside an allocation (marked written), or shared memory
+   inside a variable; anything else is reported. Atomics never count as races.             */
+static void atomic_check(const void *p, size_t n) {
+    char w[200];
+    if (g_cur < 0) fatal("atomic on %p called outside a kernel", p);
+    if (is_dev(p)) {
+        size_t off = (size_t)((const char *)p - g_dev);
+        for (size_t i = 0; i < n; i++)
+            if (off + i >= g_dev_used || g_shadow[off + i] < SH_UNWRITTEN) {
+                where(w, sizeof w, g_cur);
+                report("out-of-bounds device memory atomic in %s: %zu bytes at %s", w, n,
+                       describe_dev(p).c_str());
+                return;
+            }
+        memset(g_shadow + off, SH_WRITTEN, n);
+    } else if ((uintptr_t)p - g_sh_lo < g_sh_span) {
+        size_t off = (uintptr_t)p - g_sh_lo;
+        const SharedVar *v = svar_at(off);
+        if (!v || off + n > v->off + (v->off == g_dyn_off ? g_dyn_bytes : v->size)) {
+            where(w, sizeof w, g_cur);
+            report("out-of-bounds shared memory atomic in %s: %zu bytes at %p", w, n, p);
+            return;
+        }
+        for (size_t b = off; b < off + n; b++) g_s_written[b] = g_block_serial;
+    }
+}
+#define MG_EMU_ATOMIC(T, NAME, EXPR) \
+    T NAME(T *p, T v) { atomic_check(p, sizeof *p); T old = *p; *p = (EXPR); return old; }
+MG_EMU_ATOMIC(float, atomicAdd, old + v)
+MG_EMU_ATOMIC(double, atomicAdd, old + v)
+MG_EMU_ATOMIC(int, atomicAdd, (int)((unsigned)old + (unsigned)v))
+MG_EMU_ATOMIC(unsigned int, atomicAdd, old + v)
+MG_EMU_ATOMIC(unsigned long long, atomicAdd, old + v)
+MG_EMU_ATOMIC(int, atomicExch, v)
+MG_EMU_ATOMIC(unsigned int, atomicExch, v)
+MG_EMU_ATOMIC(float, atomicExch, v)
+MG_EMU_ATOMIC(int, atomicMax, old > v ? old : v)
+MG_EMU_ATOMIC(unsigned int, atomicMax, old > v ? old : v)
+MG_EMU_ATOMIC(int, atomicMin, old < v ? old : v)
+MG_EMU_ATOMIC(unsigned int, atomicMin, old < v ? old : v)
+#undef MG_EMU_ATOMIC
+#define MG_EMU_CAS(T) \
+    T atomicCAS(T *p, T compare, T v) { \
+        atomic_check(p, sizeof *p); T old = *p; if (old == compare) *p = v; return old; }
+MG_EMU_CAS(int)
+MG_EMU_CAS(unsigned int)
+MG_EMU_CAS(unsigned long long)
+#undef MG_EMU_CAS
+
+/* =============================================================================================
+   7. Runtime API: one emulated device; streams run their work at the call, so every stream is
+      always complete and every recorded event has happened.
+   ========================================================================================== */
+struct CUstream_st { int flags, priority; };
+struct CUevent_st { int recorded; };
+
+cudaError_t cudaGetDeviceCount(int *count) { *count = 1; return cudaSuccess; }
+cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t cudaGetDevice(int *device) { *device = 0; return cudaSuccess; }
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
+    if (device != 0) return cudaErrorInvalidDevice;
+    memset(prop, 0, sizeof *prop);
+    snprintf(prop->name, sizeof prop->name, "mg-emu (CUDA emulated on the CPU)");
+    prop->totalGlobalMem = DEV_RESERVE;
+    prop->sharedMemPerBlock = DYN_SHARED_MAX;
+    prop->warpSize = 32;
+    prop->maxThreadsPerBlock = 1024;
+    prop->maxThreadsDim[0] = prop->maxThreadsDim[1] = 1024; prop->maxThreadsDim[2] = 64;
+    prop->maxGridSize[0] = 2147483647; prop->maxGridSize[1] = prop->maxGridSize[2] = 65535;
+    prop->major = 8; prop->minor = 0; prop->multiProcessorCount = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaGetLastError(void) { cudaError_t e = g_last_error; g_last_error = cudaSuccess; return e; }
+cudaError_t cudaPeekAtLastError(void) { return g_last_error; }
+const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorNoDevice: return "cudaErrorNoDevice";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
+    case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    }
+    return "cudaErrorUnknown";
+}
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    default: return "unknown error";
+    }
+}
+cudaError_t cudaMalloc(void **ptr, size_t size) {
+    dev_init();
+    size_t need = (size + DEV_ALIGN - 1) / DEV_ALIGN * DEV_ALIGN;
+    size_t start = g_dev_used + DEV_ALIGN, end = start + need + DEV_ALIGN;  /* redzones */
+    if (end > DEV_RESERVE) return cudaErrorMemoryAllocation;
+    size_t page = 4096, lo = g_dev_used / page * page, hi = (end + page - 1) / page * page;
+    if (mprotect(g_dev + lo, hi - lo, PROT_READ | PROT_WRITE) ||
+        mprotect(g_shadow + lo, hi - lo, PROT_READ | PROT_WRITE))
+        return cudaErrorMemoryAllocation;
+    memset(g_shadow + start, SH_UNWRITTEN, size);
+    g_allocs.push_back({start, size, (int)g_allocs.size() + 1, 0});
+    g_dev_used = end;
+    *ptr = g_dev + start;
+    return cudaSuccess;
+}
+cudaError_t cudaFree(void *p) {
+    if (!p) return cudaSuccess;
+    for (Alloc &a : g_allocs)
+        if (g_dev + a.off == (char *)p && !a.freed) {
+            a.freed = 1;
+            memset(g_shadow + a.off, SH_FREED, a.size);
+            return cudaSuccess;
+        }
+    report("cudaFree(%p): not a live cudaMalloc pointer (%s)", p,
+           is_dev(p) ? describe_dev(p).c_str() : "a host address");
+    return cudaErrorInvalidValue;
+}
+/* Copies check the device side's bounds (and, read from device, that the bytes were written:
+   copying uninitialised device memory to the host is reported).                           */
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
+    if (!n) return cudaSuccess;
+    if ((is_dev(src) && !dev_range_ok("cudaMemcpy source", src, n)) ||
+        (is_dev(dst) && !dev_range_ok("cudaMemcpy destination", dst, n))) {
+        if (!collecting()) fatal("stopping after a bad cudaMemcpy");
+        return cudaErrorInvalidValue;
+    }
+    if ((kind == cudaMemcpyHostToDevice && (!is_dev(dst) || is_dev(src))) ||
+        (kind == cudaMemcpyDeviceToHost && (!is_dev(src) || is_dev(dst))) ||
+        (kind == cudaMemcpyDeviceToDevice && (!is_dev(src) || !is_dev(dst))) ||
+        (kind == cudaMemcpyHostToHost && (is_dev(src) || is_dev(dst)))) {
+        report("cudaMemcpy of %zu bytes from %p to %p: kind %d does not match where the pointers "
+               "are", n, src, dst, (int)kind);
+        if (!collecting()) fatal("stopping after a bad cudaMemcpy");
+        return cudaErrorInvalidValue;
+    }
+    memmove(dst, src, n);
+    dev_mark(dst, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
+                            cudaStream_t) {
+    return cudaMemcpy(dst, src, n, kind);
+}
+cudaError_t cudaMemset(void *p, int value, size_t n) {
+    if (!n) return cudaSuccess;
+    if (!is_dev(p) || !dev_range_ok("cudaMemset", p, n)) {
+        if (!collecting()) fatal("stopping after a bad cudaMemset");
+        return cudaErrorInvalidValue;
+    }
+    memset(p, value, n);
+    dev_mark(p, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t) { return cudaMemset(p, value, n); }
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
+    return cudaStreamCreateWithPriority(s, flags, 0);
+}
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int flags, int priority) {
+    *s = new CUstream_st{(int)flags, priority};
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
+    *least = 0; *greatest = -5;   /* as an A100/H100 reports */
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned int) {
+    return e ? cudaSuccess : cudaErrorInvalidValue;
+}
+cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int) {
+    *e = new CUevent_st{0};
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+    if (!e) return cudaErrorInvalidValue;
+    e->recorded = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+
+/* =============================================================================================
+   8. cuBLAS: GEMMs through cblas_sgemm with the caller's arguments.
+   ========================================================================================== */
+struct cublasContext { cudaStream_t stream; cublasPointerMode_t pmode; cublasMath_t math; };
+
+cublasStatus_t cublasCreate(cublasHandle_t *h) {
+    *h = new cublasContext{NULL, CUBLAS_POINTER_MODE_HOST, CUBLAS_DEFAULT_MATH};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy(cublasHandle_t h) { delete h; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) { h->stream = s; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasGetStream(cublasHandle_t h, cudaStream_t *s) { *s = h->stream; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetPointerMode(cublasHandle_t h, cublasPointerMode_t m) { h->pmode = m; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasGetPointerMode(cublasHandle_t h, cublasPointerMode_t *m) { *m = h->pmode; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasSetMathMode(cublasHandle_t h, cublasMath_t m) { h->math = m; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasGetMathMode(cublasHandle_t h, cublasMath_t *m) { *m = h->math; return CUBLAS_STATUS_SUCCESS; }
+const char *cublasGetStatusString(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    default: return "CUBLAS_STATUS_UNKNOWN";
+    }
+}
+
+float mg_emu_bf16_to_f32(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+uint16_t mg_emu_f32_to_bf16(float f) {   /* round to nearest even; NaN stays NaN */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1)) >> 16);
+}
+float mg_emu_f16_to_f32(uint16_t h) {
+    uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1F, m = h & 0x3FF, u;
+    float f;
+    if (e == 0x1F) u = s | 0x7F800000u | (m << 13);
+    else if (e) u = s | ((e + 112) << 23) | (m << 13);
+    else { f = (float)m * (1.0f / 16777216.0f); return s ? -f : f; }   /* subnormal or zero */
+    memcpy(&f, &u, 4);
+    return f;
+}
+uint16_t mg_emu_f32_to_f16(float f) {
+    uint32_t u, s, a;
+    memcpy(&u, &f, 4);
+    s = (u >> 16) & 0x8000u;
+    a = u & 0x7FFFFFFFu;
+    if (a > 0x7F800000u) return (uint16_t)(s | 0x7E00u);
+    if (a >= 0x477FF000u) return (uint16_t)(s | 0x7C00u);     /* rounds to inf */
+    if (a < 0x38800000u) {                                     /* subnormal: exact scaling */
+        float v;
+        memcpy(&v, &a, 4);
+        return (uint16_t)(s | (uint32_t)nearbyintf(v * 16777216.0f));
+    }
+    a += 0xFFFu + ((a >> 13) & 1);
+    return (uint16_t)(s | ((a - 0x38000000u) >> 13));
+}
+static size_t dt_size(cudaDataType t) { return t == CUDA_R_32F ? 4 : t == CUDA_R_64F ? 8 : 2; }
+static void to_f32(float *dst, const void *src, cudaDataType t, size_t n) {
+    if (t == CUDA_R_32F) memcpy(dst, src, n * 4);
+    else if (t == CUDA_R_16BF) for (size_t i = 0; i < n; i++) dst[i] = mg_emu_bf16_to_f32(((const uint16_t *)src)[i]);
+    else for (size_t i = 0; i < n; i++) dst[i] = mg_emu_f16_to_f32(((const uint16_t *)src)[i]);
+}
+static void from_f32(void *dst, const float *src, cudaDataType t, size_t n) {
+    if (t == CUDA_R_32F) memcpy(dst, src, n * 4);
+    else if (t == CUDA_R_16BF) for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = mg_emu_f32_to_bf16(src[i]);
+    else for (size_t i = 0; i < n; i++) ((uint16_t *)dst)[i] = mg_emu_f32_to_f16(src[i]);
+}
+/* Elements a column-major rows × cols matrix with leading dimension ld spans. */
+static size_t footprint(int rows, int cols, int ld) {
+    return rows && cols ? (size_t)ld * (size_t)(cols - 1) + (size_t)rows : 0;
+}
+static int gemm_operand_ok(const char *name, const void *p, cudaDataType t, size_t elems) {
+    if (!elems) return 1;
+    if (!is_dev(p)) {
+        report("cuBLAS GEMM: %s = %p is not device memory", name, p);
+        return 0;
+    }
+    char who[64];
+    snprintf(who, sizeof who, "cuBLAS GEMM operand %s", name);
+    return dev_range_ok(who, p, elems * dt_size(t));
+}
+
+static cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                           int n, int k, const void *alpha, const void *A, cudaDataType at,
+                           int lda, long long sA, const void *B, cudaDataType bt, int ldb,
+                           long long sB, const void *beta, void *C, cudaDataType ct, int ldc,
+                           long long sC, int batch, cublasComputeType_t compute) {
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (compute != CUBLAS_COMPUTE_32F || at != bt || (at != CUDA_R_32F && at != CUDA_R_16F &&
+        at != CUDA_R_16BF) || (ct != at && ct != CUDA_R_32F) || (ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) ||
+        (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T)) {
+        report("cuBLAS GEMM: type/op combination not emulated (A %d, B %d, C %d, compute %d, ops "
+               "%d %d)", (int)at, (int)bt, (int)ct, (int)compute, (int)ta, (int)tb);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (m < 0 || n < 0 || k < 0 || batch < 0 || lda < std::max(1, ta ? k : m) ||
+        ldb < std::max(1, tb ? n : k) || ldc < std::max(1, m))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (h->pmode != CUBLAS_POINTER_MODE_HOST) {
+        report("cuBLAS GEMM: device pointer mode is not emulated");
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    float al = *(const float *)alpha, be = *(const float *)beta;
+    size_t fa = footprint(ta ? k : m, ta ? m : k, lda), fb = footprint(tb ? n : k, tb ? k : n, ldb);
+    size_t fc = footprint(m, n, ldc);
+    std::vector<float> a32, b32, c32(fc);
+    for (int b = 0; b < batch; b++) {
+        const char *Ab = (const char *)A + (size_t)b * (size_t)sA * dt_size(at);
+        const char *Bb = (const char *)B + (size_t)b * (size_t)sB * dt_size(bt);
+        char *Cb = (char *)C + (size_t)b * (size_t)sC * dt_size(ct);
+        if ((k && (!gemm_operand_ok("A", Ab, at, fa) || !gemm_operand_ok("B", Bb, bt, fb))) ||
+            !gemm_operand_ok("C", Cb, ct, fc)) {
+            if (!collecting()) fatal("stopping after a bad cuBLAS GEMM");
+            return CUBLAS_STATUS_EXECUTION_FAILED;
+        }
+        const float *a = (const float *)Ab, *bb = (const float *)Bb;
+        if (at != CUDA_R_32F) { a32.resize(fa); to_f32(a32.data(), Ab, at, fa); a = a32.data(); }
+        if (bt != CUDA_R_32F) { b32.resize(fb); to_f32(b32.data(), Bb, bt, fb); bb = b32.data(); }
+        /* β = 0: C is not read (it may hold NaN), as BLAS specifies */
+        if (be == 0.0f) std::fill(c32.begin(), c32.end(), 0.0f);
+        else for (int j = 0; j < n; j++) to_f32(&c32[(size_t)j * ldc], Cb + (size_t)j * ldc * dt_size(ct), ct, (size_t)m);
+        if (m && n) {
+            if (k) cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                               m, n, k, al, a, lda, bb, ldb, be, c32.data(), ldc);
+            else for (int j = 0; j < n; j++) for (int i = 0; i < m; i++) c32[(size_t)j * ldc + i] *= be;
+        }
+        for (int j = 0; j < n; j++) {
+            char *col = Cb + (size_t)j * ldc * dt_size(ct);
+            from_f32(col, &c32[(size_t)j * ldc], ct, (size_t)m);
+            dev_mark(col, (size_t)m * dt_size(ct));
+        }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                            int n, int k, const void *alpha, const void *A, cudaDataType at,
+                            int lda, const void *B, cudaDataType bt, int ldb, const void *beta,
+                            void *C, cudaDataType ct, int ldc, cublasComputeType_t compute,
+                            cublasGemmAlgo_t) {
+    return gemm(h, ta, tb, m, n, k, alpha, A, at, lda, 0, B, bt, ldb, 0, beta, C, ct, ldc, 0, 1,
+                compute);
+}
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta,
+                                          cublasOperation_t tb, int m, int n, int k,
+                                          const void *alpha, const void *A, cudaDataType at,
+                                          int lda, long long sA, const void *B, cudaDataType bt,
+                                          int ldb, long long sB, const void *beta, void *C,
+                                          cudaDataType ct, int ldc, long long sC, int batch,
+                                          cublasComputeType_t compute, cublasGemmAlgo_t) {
+    return gemm(h, ta, tb, m, n, k, alpha, A, at, lda, sA, B, bt, ldb, sB, beta, C, ct, ldc, sC,
+                batch, compute);
+}
+
+/* =============================================================================================
+   9. NCCL over MPI. Each communicator owns an MPI communicator. Data is reduced in fp32 (fp64
+      for ncclDouble) with MPI_Allreduce and rounded once to its type.
+   ========================================================================================== */
+struct ncclComm {
+#ifdef MG_USE_MPI
+    MPI_Comm mpi;
+#endif
+    int rank, size;
+};
+static const char *g_nccl_error = "";
+
+const char *ncclGetErrorString(ncclResult_t r) {
+    switch (r) {
+    case ncclSuccess: return "no error";
+    case ncclInvalidArgument: return "invalid argument";
+    case ncclInvalidUsage: return "invalid usage";
+    case ncclSystemError: return "unhandled system error";
+    case ncclInProgress: return "operation in progress";
+    default: return "internal error";
+    }
+}
+const char *ncclGetLastError(ncclComm_t) { return g_nccl_error; }
+static ncclResult_t nccl_fail(ncclResult_t r, const char *why) {
+    g_nccl_error = why;
+    fprintf(stderr, "mg-emu: NCCL: %s\n", why);
+    return r;
+}
+static int mpi_up(void) {
+#ifdef MG_USE_MPI
+    int up = 0, down = 0;
+    MPI_Initialized(&up);
+    MPI_Finalized(&down);
+    return up && !down;
+#else
+    return 0;
+#endif
+}
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+    memset(id, 0, sizeof *id);
+    memcpy(id->internal, "mg-emu", 6);
+    return ncclSuccess;
+}
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank,
+                                    ncclConfig_t *) {
+    if (memcmp(id.internal, "mg-emu", 6)) return nccl_fail(ncclInvalidArgument, "unique id not from ncclGetUniqueId");
+    if (rank < 0 || rank >= nranks) return nccl_fail(ncclInvalidArgument, "rank outside [0, nranks)");
+    ncclComm *c = new ncclComm;
+    c->rank = rank;
+    c->size = nranks;
+#ifdef MG_USE_MPI
+    if (mpi_up()) {
+        int world = 0;
+        MPI_Comm_size(MPI_COMM_WORLD, &world);
+        if (world != nranks) {
+            delete c;
+            return nccl_fail(ncclInvalidUsage, "emulated ncclCommInitRank spans the whole MPI "
+                             "world only (make sub-communicators with ncclCommSplit)");
+        }
+        MPI_Comm_split(MPI_COMM_WORLD, 0, rank, &c->mpi);
+    } else c->mpi = MPI_COMM_NULL;
+#endif
+    if (nranks > 1 && !mpi_up()) { delete c; return nccl_fail(ncclSystemError, "more than one rank needs MPI"); }
+    *comm = c;
+    return ncclSuccess;
+}
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+    return ncclCommInitRankConfig(comm, nranks, id, rank, NULL);
+}
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm, ncclConfig_t *) {
+    *newcomm = NULL;
+#ifdef MG_USE_MPI
+    if (comm->mpi != MPI_COMM_NULL) {
+        MPI_Comm sub;
+        MPI_Comm_split(comm->mpi, color == NCCL_SPLIT_NOCOLOR ? MPI_UNDEFINED : color, key, &sub);
+        if (sub == MPI_COMM_NULL) return ncclSuccess;
+        ncclComm *c = new ncclComm;
+        c->mpi = sub;
+        MPI_Comm_rank(sub, &c->rank);
+        MPI_Comm_size(sub, &c->size);
+        *newcomm = c;
+        return ncclSuccess;
+    }
+#endif
+    (void)key;
+    if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
+    *newcomm = new ncclComm(*comm);
+    return ncclSuccess;
+}
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+#ifdef MG_USE_MPI
+    if (comm && comm->mpi != MPI_COMM_NULL && mpi_up()) MPI_Comm_free(&comm->mpi);
+#endif
+    delete comm;
+    return ncclSuccess;
+}
+ncclResult_t ncclCommAbort(ncclComm_t comm) { delete comm; return ncclSuccess; }
+ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t *e) { *e = ncclSuccess; return ncclSuccess; }
+
+static size_t nccl_size(ncclDataType_t t) {
+    switch (t) {
+    case ncclInt8: case ncclUint8: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    default: return 8;
+    }
+}
+static int nccl_float(ncclDataType_t t) { return t == ncclFloat16 || t == ncclBfloat16 || t == ncclFloat32; }
+static cudaDataType nccl_cuda(ncclDataType_t t) {
+    return t == ncclFloat16 ? CUDA_R_16F : t == ncclBfloat16 ? CUDA_R_16BF : CUDA_R_32F;
+}
+/* A buffer's bytes must be device memory inside allocations. */
+static int nccl_buf_ok(const char *who, const void *p, size_t bytes) {
+    if (!bytes) return 1;
+    if (!is_dev(p)) { report("%s: buffer %p is not device memory", who, p); return 0; }
+    return dev_range_ok(who, p, bytes);
+}
+#define NCCL_BUF(who, p, bytes) do { if (!nccl_buf_ok(who, p, bytes)) { \
+    if (!collecting()) fatal("stopping after a bad %s buffer", who); \
+    return ncclInvalidArgument; } } while (0)
+
+/* Reduces count elements of sendbuff over the communicator into a host fp32/fp64 vector. */
+static ncclResult_t reduce_all(const void *send, size_t count, ncclDataType_t t, ncclRedOp_t op,
+                               ncclComm_t comm, std::vector<float> &f, std::vector<double> &d) {
+    if (op != ncclSum && op != ncclMax && op != ncclMin && op != ncclAvg && op != ncclProd)
+        return nccl_fail(ncclInvalidArgument, "unknown reduction");
+    if (t == ncclFloat64) { d.assign((const double *)send, (const double *)send + count); }
+    else if (nccl_float(t)) { f.resize(count); to_f32(f.data(), send, nccl_cuda(t), count); }
+    else return nccl_fail(ncclInvalidArgument, "emulated reductions take fp16, bf16, fp32, fp64");
+#ifdef MG_USE_MPI
+    if (comm->size > 1) {
+        MPI_Op mop = op == ncclMax ? MPI_MAX : op == ncclMin ? MPI_MIN : op == ncclProd ? MPI_PROD : MPI_SUM;
+        if (t == ncclFloat64) MPI_Allreduce(MPI_IN_PLACE, d.data(), (int)count, MPI_DOUBLE, mop, comm->mpi);
+        else MPI_Allreduce(MPI_IN_PLACE, f.data(), (int)count, MPI_FLOAT, mop, comm->mpi);
+    }
+#endif
+    if (op == ncclAvg) {
+        for (float &v : f) v /= (float)comm->size;
+        for (double &v : d) v /= (double)comm->size;
+    }
+    return ncclSuccess;
+}
+static void store_reduced(void *dst, const std::vector<float> &f, const std::vector<double> &d,
+                          size_t first, size_t count, ncclDataType_t t) {
+    if (t == ncclFloat64) memcpy(dst, d.data() + first, count * 8);
+    else from_f32(dst, f.data() + first, nccl_cuda(t), count);
+    dev_mark(dst, count * nccl_size(t));
+}
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t t,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+    std::vector<float> f;
+    std::vector<double> d;
+    NCCL_BUF("ncclAllReduce send", send, count * nccl_size(t));
+    NCCL_BUF("ncclAllReduce recv", recv, count * nccl_size(t));
+    ncclResult_t r = reduce_all(send, count, t, op, comm, f, d);
+    if (r == ncclSuccess) store_reduced(recv, f, d, 0, count, t);
+    return r;
+}
+ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t recvcount, ncclDataType_t t,
+                               ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
+    std::vector<float> f;
+    std::vector<double> d;
+    NCCL_BUF("ncclReduceScatter send", send, recvcount * (size_t)comm->size * nccl_size(t));
+    NCCL_BUF("ncclReduceScatter recv", recv, recvcount * nccl_size(t));
+    ncclResult_t r = reduce_all(send, recvcount * (size_t)comm->size, t, op, comm, f, d);
+    if (r == ncclSuccess) store_reduced(recv, f, d, recvcount * (size_t)comm->rank, recvcount, t);
+    return r;
+}
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t sendcount, ncclDataType_t t,
+                           ncclComm_t comm, cudaStream_t) {
+    size_t bytes = sendcount * nccl_size(t);
+    NCCL_BUF("ncclAllGather send", send, bytes);
+    NCCL_BUF("ncclAllGather recv", recv, bytes * (size_t)comm->size);
+    std::vector<char> mine((const char *)send, (const char *)send + bytes);
+#ifdef MG_USE_MPI
+    if (comm->size > 1) {
+        MPI_Allgather(mine.data(), (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, comm->mpi);
+        dev_mark(recv, bytes * (size_t)comm->size);
+        return ncclSuccess;
+    }
+#endif
+    memcpy(recv, mine.data(), bytes);
+    dev_mark(recv, bytes);
+    return ncclSuccess;
+}
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t t, int root,
+                           ncclComm_t comm, cudaStream_t) {
+    size_t bytes = count * nccl_size(t);
+    if (comm->rank == root) NCCL_BUF("ncclBroadcast send", send, bytes);
+    NCCL_BUF("ncclBroadcast recv", recv, bytes);
+    if (comm->rank == root && send != recv) memmove(recv, send, bytes);
+#ifdef MG_USE_MPI
+    if (comm->size > 1) MPI_Bcast(recv, (int)bytes, MPI_BYTE, root, comm->mpi);
+#endif
+    dev_mark(recv, bytes);
+    return ncclSuccess;
+}
+
+/* Point-to-point: queued until the group ends (or at once outside a group), then every receive
+   and send of the group is posted before any is waited for.                                 */
+struct P2P { int send; void *buf; size_t bytes; int peer; ncclComm_t comm; };
+static std::vector<P2P> g_p2p;
+static int g_group_depth;
+static ncclResult_t p2p_flush(void) {
+#ifdef MG_USE_MPI
+    std::vector<MPI_Request> reqs;
+    for (int pass = 0; pass < 2; pass++)
+        for (const P2P &p : g_p2p) {
+            if (p.send != pass) continue;   /* receives first */
+            if (p.comm->size == 1 || p.peer == p.comm->rank)
+                return nccl_fail(ncclInvalidUsage, "emulated send/recv to oneself");
+            reqs.push_back(MPI_REQUEST_NULL);
+            if (p.send) MPI_Isend(p.buf, (int)p.bytes, MPI_BYTE, p.peer, 77, p.comm->mpi, &reqs.back());
+            else MPI_Irecv(p.buf, (int)p.bytes, MPI_BYTE, p.peer, 77, p.comm->mpi, &reqs.back());
+        }
+    if (!reqs.empty()) MPI_Waitall((int)reqs.size(), reqs.data(), MPI_STATUSES_IGNORE);
+    for (const P2P &p : g_p2p) if (!p.send) dev_mark(p.buf, p.bytes);
+    g_p2p.clear();
+    return ncclSuccess;
+#else
+    if (!g_p2p.empty()) { g_p2p.clear(); return nccl_fail(ncclInvalidUsage, "send/recv needs MPI"); }
+    return ncclSuccess;
+#endif
+}
+ncclResult_t ncclSend(const void *send, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
+                      cudaStream_t) {
+    NCCL_BUF("ncclSend", send, count * nccl_size(t));
+    g_p2p.push_back({1, (void *)send, count * nccl_size(t), peer, comm});
+    return g_group_depth ? ncclSuccess : p2p_flush();
+}
+ncclResult_t ncclRecv(void *recv, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
+                      cudaStream_t) {
+    NCCL_BUF("ncclRecv", recv, count * nccl_size(t));
+    g_p2p.push_back({0, recv, count * nccl_size(t), peer, comm});
+    return g_group_depth ? ncclSuccess : p2p_flush();
+}
+ncclResult_t ncclGroupStart(void) { g_group_depth++; return ncclSuccess; }
+ncclResult_t ncclGroupEnd(void) {
+    if (g_group_depth == 0) return nccl_fail(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+    return --g_group_depth ? ncclSuccess : p2p_flush();
+}

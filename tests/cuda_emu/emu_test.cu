@@ -1,0 +1,300 @@
+/* emu_test.cu — the CUDA emulator's own tests (build/emu_test; run by tests/run.sh).
+   Correct kernels give CUDA's results with no report: thread/block coordinates, shared-memory
+   reductions, every warp shuffle and vote, atomics, dynamic shared memory. Deliberately broken
+   kernels are caught, each report naming kernel, block, thread and address: a missing
+   __syncthreads, an off-by-one shared index, a wrong shuffle width, a shuffle mask naming
+   lanes that do not exist, a barrier in divergent code, device writes past an allocation,
+   reads of never-written device and shared memory, a host read of device memory. The shuffled
+   thread order changes an order-dependent result.                                          */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int g_failed;
+static void check(int ok, const char *what, const char *detail) {
+    printf("%s - %s%s%s\n", ok ? "ok" : "not ok", what, ok || !detail ? "" : ": ", ok || !detail ? "" : detail);
+    if (!ok) g_failed++;
+}
+/* Runs the launch, then: the reports must contain every needle (none wanted: NULL). */
+static void expect_reports(const char *what, const char *n1, const char *n2, const char *n3) {
+    const char *r = mg_emu_reports();
+    int ok = n1 ? (strstr(r, n1) && (!n2 || strstr(r, n2)) && (!n3 || strstr(r, n3)))
+                : mg_emu_report_count() == 0;
+    check(ok, what, r[0] ? r : "no report");
+    mg_emu_clear_reports();
+}
+static void *dev_alloc(size_t bytes) {
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) { printf("not ok - cudaMalloc\n"); exit(1); }
+    return p;
+}
+
+/* --- correct kernels ----------------------------------------------------------------------- */
+__global__ void k_coords(int *out) {
+    int t = (int)(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+    int b = (int)(blockIdx.x + gridDim.x * blockIdx.y);
+    int nt = (int)(blockDim.x * blockDim.y * blockDim.z);
+    out[b * nt + t] = b * 1000 + t;
+}
+/* Block sum: butterfly in each warp, warp totals through shared memory (as mg__block_reduce). */
+__global__ void k_block_sum(float *out, const float *in) {
+    __shared__ float warp_sums[32];
+    float v = in[blockIdx.x * blockDim.x + threadIdx.x];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
+    if (lane == 0) warp_sums[warp] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float s = 0.0f;
+        for (int w = 0; w < (int)blockDim.x / 32; w++) s += warp_sums[w];
+        out[blockIdx.x] = s;
+    }
+}
+__global__ void k_warp_ops(int *out) {
+    int l = threadIdx.x;
+    out[0 * 32 + l] = __shfl_sync(0xFFFFFFFFu, l * 10, 31 - l);
+    out[1 * 32 + l] = __shfl_up_sync(0xFFFFFFFFu, l * 10, 3);
+    out[2 * 32 + l] = __shfl_down_sync(0xFFFFFFFFu, l * 10, 3, 16);
+    out[3 * 32 + l] = __shfl_xor_sync(0xFFFFFFFFu, l * 10, 5, 8);
+    out[4 * 32 + l] = (int)__ballot_sync(0xFFFFFFFFu, l % 3 == 0);
+    out[5 * 32 + l] = __any_sync(0xFFFFFFFFu, l == 7) + 2 * __all_sync(0xFFFFFFFFu, l < 31);
+    out[6 * 32 + l] = __syncthreads_count(l & 1);
+}
+__global__ void k_atomics(float *sum, unsigned int *word) {
+    atomicAdd(sum, 1.0f);
+    unsigned int old = *word, assumed;
+    do { assumed = old; old = atomicCAS(word, assumed, assumed + 2u); } while (old != assumed);
+}
+/* 16-bit conversions in device code: ties to even, fp16 overflow to inf and subnormals. */
+__global__ void k_convert(unsigned short *out, const float *in) {
+    int i = threadIdx.x;
+    out[i] = i < 4 ? __float2bfloat16(in[i]).__x : __float2half(in[i]).__x;
+    if (i == 0) out[8] = (unsigned short)(__bfloat162float(__float2bfloat16(3.0f)) == 3.0f &&
+                                          __half2float(__float2half(-2.5f)) == -2.5f);
+}
+__global__ void k_dynamic(float *out, int n) {
+    MG_EMU_EXTERN_SHARED(float, buf);
+    buf[threadIdx.x] = (float)threadIdx.x;
+    __syncthreads();
+    if ((int)threadIdx.x < n) out[threadIdx.x] = buf[n - 1 - threadIdx.x];
+}
+
+/* --- broken kernels -------------------------------------------------------------------------- */
+__global__ void k_missing_sync(float *out) {
+    __shared__ float s[64];
+    s[threadIdx.x] = (float)threadIdx.x;
+    /* missing __syncthreads() */
+    out[threadIdx.x] = s[(threadIdx.x + 1) % 64];
+}
+__global__ void k_off_by_one(float *out) {
+    __shared__ float tile[32];
+    tile[threadIdx.x] = (float)threadIdx.x;
+    __syncthreads();
+    out[threadIdx.x] = tile[threadIdx.x + 1];   /* thread 31 reads tile[32] */
+}
+__global__ void k_bad_width(float *out) {
+    float v = (float)threadIdx.x;
+    v += __shfl_xor_sync(0xFFFFFFFFu, v, 16, 24);   /* width must be a power of two */
+    out[threadIdx.x] = v;
+}
+__global__ void k_mask_too_wide(float *out) {
+    float v = (float)threadIdx.x;
+    /* 48 threads: the second warp has lanes 0..15 only, the full mask names 16..31 too */
+    v += __shfl_down_sync(0xFFFFFFFFu, v, 1);
+    out[threadIdx.x] = v;
+}
+__global__ void k_divergent_barrier(float *out) {
+    float v = (float)threadIdx.x;
+    if (threadIdx.x < 16) __syncthreads();
+    else v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
+    out[threadIdx.x] = v;
+}
+/* Lanes exchange through shared memory after __syncwarp: ordered inside a warp only. */
+__global__ void k_warp_sync(float *out, int cross) {
+    __shared__ float s[64];
+    int t = threadIdx.x;
+    s[t] = (float)t;
+    __syncwarp();
+    out[t] = s[cross ? (t + 32) % 64 : t ^ 1];
+}
+__global__ void k_past_end(float *p, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i <= n) p[i] = 1.0f;   /* <= : one element too many */
+}
+__global__ void k_read(float *out, const float *in) { out[threadIdx.x] = in[threadIdx.x]; }
+__global__ void k_uninit_shared(float *out) {
+    __shared__ float acc[32];
+    acc[threadIdx.x] += 1.0f;   /* never zeroed */
+    out[threadIdx.x] = acc[threadIdx.x];
+}
+__global__ void k_last_writer(int *out) {
+    __shared__ int who;
+    who = (int)threadIdx.x;      /* every thread writes, no order between them */
+    __syncthreads();
+    if (threadIdx.x == 0) *out = who;
+}
+
+int main(void) {
+    int n_dev = 0;
+    mg_emu_collect(1);
+    check(cudaGetDeviceCount(&n_dev) == cudaSuccess && n_dev == 1, "one emulated device", NULL);
+
+    { /* a block of 2048 threads is a configuration error, reported by cudaGetLastError */
+        int *d = (int *)dev_alloc(4);
+        MG_LAUNCH(k_coords, 1, 2048, 0, 0, d);
+        cudaError_t e1 = cudaGetLastError(), e2 = cudaGetLastError();
+        check(e1 == cudaErrorInvalidConfiguration && e2 == cudaSuccess, "2048 threads per block: "
+              "cudaErrorInvalidConfiguration, once", cudaGetErrorName(e1));
+    }
+    { /* coordinates: grid (3,2), block (4,2,2) */
+        int *d = (int *)dev_alloc(6 * 16 * sizeof(int)), h[96], ok = 1;
+        MG_LAUNCH(k_coords, dim3(3, 2), dim3(4, 2, 2), 0, 0, d);
+        cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+        for (int b = 0; b < 6; b++) for (int t = 0; t < 16; t++) ok &= h[b * 16 + t] == b * 1000 + t;
+        check(ok, "threadIdx/blockIdx/blockDim/gridDim over a 2-D grid of 3-D blocks", NULL);
+        expect_reports("coordinates: no report", NULL, NULL, NULL);
+    }
+    { /* block sums, 4 blocks of 256 */
+        float h[1024], s[4], ref[4] = {0, 0, 0, 0};
+        for (int i = 0; i < 1024; i++) { h[i] = (float)(i % 7) - 2.0f; ref[i / 256] += h[i]; }
+        float *in = (float *)dev_alloc(sizeof h), *out = (float *)dev_alloc(sizeof s);
+        cudaMemcpy(in, h, sizeof h, cudaMemcpyHostToDevice);
+        MG_LAUNCH(k_block_sum, 4, 256, 0, 0, out, in);
+        cudaMemcpy(s, out, sizeof s, cudaMemcpyDeviceToHost);
+        check(!memcmp(s, ref, sizeof s), "block reduction: shuffles + shared memory + barrier", NULL);
+        expect_reports("block reduction: no report", NULL, NULL, NULL);
+    }
+    { /* warp operations against CUDA's definitions */
+        int h[7 * 32], ok = 1;
+        int *d = (int *)dev_alloc(sizeof h);
+        MG_LAUNCH(k_warp_ops, 1, 32, 0, 0, d);
+        cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+        for (int l = 0; l < 32; l++) {
+            ok &= h[l] == (31 - l) * 10;
+            ok &= h[32 + l] == (l >= 3 ? l - 3 : l) * 10;
+            ok &= h[64 + l] == ((l & 15) + 3 < 16 ? l + 3 : l) * 10;
+            ok &= h[96 + l] == (l ^ 5) * 10;          /* xor 5 stays inside each group of 8 */
+            ok &= (unsigned)h[128 + l] == 0x49249249u;
+            ok &= h[160 + l] == 1;                     /* any: yes; all (< 31): no */
+            ok &= h[192 + l] == 16;
+        }
+        check(ok, "__shfl_sync/_up/_down (width 16)/_xor (width 8), ballot, any, all, "
+              "__syncthreads_count", NULL);
+        expect_reports("warp operations: no report", NULL, NULL, NULL);
+    }
+    { /* atomics from 4 blocks of 128 */
+        float zero = 0.0f, sum = 0.0f;
+        unsigned int w = 0, wh = 0;
+        float *ds = (float *)dev_alloc(4);
+        unsigned int *dw = (unsigned int *)dev_alloc(4);
+        cudaMemcpy(ds, &zero, 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(dw, &w, 4, cudaMemcpyHostToDevice);
+        MG_LAUNCH(k_atomics, 4, 128, 0, 0, ds, dw);
+        cudaMemcpy(&sum, ds, 4, cudaMemcpyDeviceToHost);
+        cudaMemcpy(&wh, dw, 4, cudaMemcpyDeviceToHost);
+        check(sum == 512.0f && wh == 1024u, "atomicAdd and an atomicCAS loop from 512 threads", NULL);
+        expect_reports("atomics: no race report", NULL, NULL, NULL);
+    }
+    { /* 16-bit types */
+        const float in[8] = {1.0f, 1.00390625f, 1.01171875f, 1e30f, 1.00048828125f, 65520.0f,
+                             1e-7f, 65504.0f};
+        const unsigned short want[9] = {0x3F80, 0x3F80, 0x3F82, 0x714A, 0x3C00, 0x7C00, 0x0002,
+                                        0x7BFF, 1};
+        unsigned short got[9];
+        float *din = (float *)dev_alloc(sizeof in);
+        unsigned short *dout = (unsigned short *)dev_alloc(sizeof got);
+        cudaMemcpy(din, in, sizeof in, cudaMemcpyHostToDevice);
+        MG_LAUNCH(k_convert, 1, 8, 0, 0, dout, din);
+        cudaMemcpy(got, dout, sizeof got, cudaMemcpyDeviceToHost);
+        check(!memcmp(got, want, sizeof want), "__float2bfloat16/__float2half: ties to even, "
+              "overflow to inf, subnormals; round trips", NULL);
+        expect_reports("16-bit conversions: no report", NULL, NULL, NULL);
+    }
+    { /* dynamic shared memory */
+        float h[40], ok = 1;
+        float *d = (float *)dev_alloc(sizeof h);
+        MG_LAUNCH(k_dynamic, 1, 40, 40 * sizeof(float), 0, d, 40);
+        cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+        for (int i = 0; i < 40; i++) ok = ok && h[i] == (float)(39 - i);
+        check(ok, "dynamic shared memory of the launch's size", NULL);
+        expect_reports("dynamic shared memory: no report", NULL, NULL, NULL);
+        MG_LAUNCH(k_dynamic, 1, 40, 39 * sizeof(float), 0, d, 40);
+        expect_reports("dynamic shared memory: a write past the launch's bytes is caught",
+                       "out-of-bounds shared memory write in kernel k_dynamic block (0,0,0) "
+                       "thread (39,0,0)", "byte 156 of the dynamic shared memory (156 bytes", NULL);
+    }
+
+    float *out = (float *)dev_alloc(64 * sizeof(float));
+    cudaMemset(out, 0, 64 * sizeof(float));
+    MG_LAUNCH(k_missing_sync, 1, 64, 0, 0, out);
+    expect_reports("missing __syncthreads: the race is caught",
+                   "shared memory race in kernel k_missing_sync block (0,0,0) thread (",
+                   "'k_missing_sync::s' + ", "since the last __syncthreads");
+    MG_LAUNCH(k_warp_sync, 1, 64, 0, 0, out, 0);
+    expect_reports("__syncwarp orders shared accesses of one warp: no report", NULL, NULL, NULL);
+    MG_LAUNCH(k_warp_sync, 1, 64, 0, 0, out, 1);
+    expect_reports("__syncwarp does not order two warps: the race is caught",
+                   "shared memory race in kernel k_warp_sync block (0,0,0) thread (0,0,0): read",
+                   "'k_warp_sync::s' + 128; thread (32,0,0) wrote it", NULL);
+    MG_LAUNCH(k_off_by_one, 1, 32, 0, 0, out);
+    expect_reports("off-by-one shared index: caught",
+                   "shared memory read in kernel k_off_by_one block (0,0,0) thread (31,0,0)",
+                   "'k_off_by_one::tile' + 128", NULL);
+    MG_LAUNCH(k_bad_width, 1, 32, 0, 0, out);
+    expect_reports("shuffle width 24: caught",
+                   "__shfl_xor_sync in kernel k_bad_width block (0,0,0) thread (0,0,0): width 24 "
+                   "is not a power of two", NULL, NULL);
+    MG_LAUNCH(k_mask_too_wide, 1, 48, 0, 0, out);
+    expect_reports("full shuffle mask in a 16-lane warp: caught",
+                   "__shfl_down_sync in kernel k_mask_too_wide block (0,0,0) thread (32,0,0): "
+                   "the mask 0xffffffff names lane 16, which does not exist", NULL, NULL);
+    MG_LAUNCH(k_divergent_barrier, 1, 32, 0, 0, out);
+    expect_reports("__syncthreads in divergent code: the deadlock is caught",
+                   "deadlock in kernel k_divergent_barrier block (0,0,0)", "16 of 32 live threads "
+                   "wait at __syncthreads", NULL);
+    {
+        float *p = (float *)dev_alloc(100 * sizeof(float));
+        MG_LAUNCH(k_past_end, 2, 64, 0, 0, p, 100);
+        expect_reports("device write one past the end: caught",
+                       "out-of-bounds device memory write in kernel k_past_end block (1,0,0) "
+                       "thread (36,0,0)", "0 bytes after the end of cudaMalloc #", "(400 bytes)");
+        float *fresh = (float *)dev_alloc(32 * sizeof(float));
+        MG_LAUNCH(k_read, 1, 32, 0, 0, out, fresh);
+        expect_reports("read of never-written device memory: caught",
+                       "uninitialised device memory read in kernel k_read block (0,0,0) thread "
+                       "(0,0,0)", "byte 0 of cudaMalloc #", NULL);
+        cudaFree(fresh);
+        MG_LAUNCH(k_read, 1, 32, 0, 0, out, fresh);
+        expect_reports("read of freed device memory: caught",
+                       "use-after-free device memory read in kernel k_read", NULL, NULL);
+        volatile float host_read = p[3];   /* a host dereference of a device pointer */
+        (void)host_read;
+        expect_reports("host read of device memory: caught", "host code reads 4 bytes of device "
+                       "address", "byte 12 of cudaMalloc #", NULL);
+    }
+    MG_LAUNCH(k_uninit_shared, 1, 32, 0, 0, out);
+    expect_reports("shared accumulator never zeroed: caught",
+                   "uninitialised shared memory read in kernel k_uninit_shared block (0,0,0) "
+                   "thread (0,0,0)", "'k_uninit_shared::acc' + 0", NULL);
+    {
+        int *d = (int *)dev_alloc(4), in_order = -1, shuffled = -1;
+        MG_LAUNCH(k_last_writer, 1, 256, 0, 0, d);
+        cudaMemcpy(&in_order, d, 4, cudaMemcpyDeviceToHost);
+        expect_reports("every thread writing one shared word: the race is caught",
+                       "shared memory race in kernel k_last_writer block (0,0,0) thread (1,0,0): "
+                       "write of 4 bytes", "thread (0,0,0) wrote it", NULL);
+        mg_emu_set_shuffle(7);
+        MG_LAUNCH(k_last_writer, 1, 256, 0, 0, d);
+        cudaMemcpy(&shuffled, d, 4, cudaMemcpyDeviceToHost);
+        mg_emu_set_shuffle(0);
+        mg_emu_clear_reports();
+        char why[64];
+        snprintf(why, sizeof why, "last writer %d in order, %d shuffled", in_order, shuffled);
+        check(in_order == 255 && shuffled != 255, "shuffled thread order changes an "
+              "order-dependent result", why);
+    }
+    printf("%s\n", g_failed ? "emu_test: FAILED" : "emu_test: all passed");
+    return g_failed != 0;
+}

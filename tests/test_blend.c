@@ -14,6 +14,7 @@
        dataset_index[i];
      - the trainer on --data-path 0.7 A 0.3 B: the training blend of the run's N = iters·B
        samples has realised fractions within one sample of the weights at every prefix;
+       a dataset of one document in the blend skips validation with one note line;
        --train/valid/test-data-path runs (validation and test losses finite) and the
        exclusions and bad inputs are one-line errors;
      - resume exact: 6 iterations, save, load, 6 more = 12 uninterrupted, losses bit for bit;
@@ -248,6 +249,45 @@ static void check_trainer_blend(void) {
                      "--valid-data-path needs --train-data-path");
 }
 
+/* A blend whose second dataset is one document: under the default --split 969,30,1 that
+   dataset gives validation no document, so the run trains without validation (as a single
+   small dataset does, test_cli): setup succeeds, has_valid is 0, one note line names the
+   dataset and what would give a validation set, and mg_trainer_evaluate returns NAN.      */
+static void check_blend_no_validation(void) {
+    mg_idx_writer w;
+    mg_trainer tr;
+    char line[2048], pc[300], err[MG_ERRLEN];
+    int32_t doc[100];
+    int i, rc;
+    double loss;
+    snprintf(pc, sizeof pc, "%s/C", dir);
+    for (i = 0; i < 100; i++) doc[i] = (i * 7) % 37;
+    rc = mg_idx_writer_begin(&w, pc, MG_IDX_U16, err, sizeof err) ||
+         mg_idx_writer_add(&w, doc, 100, err, sizeof err);
+    if (!rc) {
+        mg_idx_writer_end_document(&w);
+        rc = mg_idx_writer_finish(&w, err, sizeof err);
+    }
+    if (rc) { fprintf(stderr, "%s\n", err); exit(1); }
+    snprintf(line, sizeof line, MODEL "--data-path 0.5 %s 0.5 %s --train-iters 2 "
+             "--eval-iters 1 --eval-interval 1", pa, pc);
+    rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+    if (rc) {
+        mg_test_report(0, "blend: a one-document dataset in the blend: trains", "%s", err);
+        return;
+    }
+    mg_trainer_step(&tr);
+    loss = mg_trainer_evaluate(&tr, NULL);
+    mg_test_report(!tr.has_valid && isnan(loss) && tr.iteration == 1 &&
+                   strstr(tr.valid_note, "validation skipped: --split 969,30,1 gives the "
+                          "validation part none of the 1 document of ") &&
+                   strstr(tr.valid_note, "/C; a validation set needs 17 or more documents") &&
+                   !strchr(tr.valid_note, '\n'), "blend: a dataset of one document in a "
+                   "--data-path blend: trains, validation skipped, one line naming it", "%s",
+                   tr.valid_note);
+    mg_trainer_free(&tr);
+}
+
 /* 12 uninterrupted iterations against 6, a checkpoint, and 6 more from it (one rank each,
    this rank's own directory): the resumed run's losses are the same bits.                  */
 static void check_resume(void) {
@@ -323,6 +363,7 @@ int main(int argc, char **argv) {
         check_parse();
         check_blend_samples();
         check_trainer_blend();
+        check_blend_no_validation();
         check_resume();
     } else if (world == 2 || world == 4) {
         check_layouts();

@@ -77,6 +77,10 @@ $(addprefix $(BUILD)/,$(LINKED)): $(BUILD)/%: $(BUILD)/%.o $(BUILD)/obj/impl_cpu
 $(addprefix $(BUILD)/,$(EXAMPLES)): $(BUILD)/%: examples/%.cu $(HEADERS) | $(BUILD)/obj
 	$(CC) $(CFLAGS) -x c $< -o $@ $(LDLIBS)
 
+# tools/mg_prepare reads .jsonl.gz input through zlib (zlib1g-dev, tools/install-deps.sh)
+$(BUILD)/mg_prepare: LDLIBS += -lz
+$(BUILD)/mg_prepare_cuda: NVLIBS += -lz
+
 # --- asan flavour (cc, AddressSanitizer + UndefinedBehaviorSanitizer) ----------------------------
 $(BUILD)/obj/impl_asan.o: $(BUILD)/obj/impl.c $(HEADERS)
 	$(CC) $(CFLAGS) $(SANFLAGS) -c $< -o $@

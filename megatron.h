@@ -34,6 +34,8 @@
      4b. Data parallelism (mg_dp): the gradient reduction over the d replicas in buckets started
         during the last microbatch's backward; the distributed optimizer (ZeRO-1: sharded
         moments, reduce-scatter / all-gather).
+     4c. Tokenizer flags: Megatron-LM's --tokenizer-type & co. to a loaded mg_tokenizer.h
+        tokenizer (gpt_train and tools/mg_prepare).
      5. Trainer (one rank, or t·p·d ranks under mpirun): arguments (Megatron-LM's flag names),
         validation, the iteration (gradient accumulation over microbatches), evaluation,
         logging, checkpoints (save/load/resume), import/export, text generation. Pipeline
@@ -72,6 +74,7 @@
 #include "mg_transformer.h"
 #include "mg_pipeline.h"
 #include "mg_data.h"
+#include "mg_tokenizer.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -663,6 +666,23 @@ MGDEF void mg_loss_scaler_init(mg_loss_scaler *s, int dynamic, double initial, d
 MGDEF void mg_loss_scaler_update(mg_loss_scaler *s, int found_inf);
 
 /* ---------------------------------------------------------------------------------------------
+   4c. Tokenizer flags
+      Megatron-LM's flags to an mg_tokenizer.h tokenizer: --tokenizer-type NAME (GPT2BPETokenizer,
+      TikTokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, Llama2Tokenizer,
+      ByteTokenizer); GPT2BPETokenizer takes --vocab-file vocab.json and --merge-file
+      merges.txt; the others one file, --tokenizer-model (or --vocab-file, as
+      tools/mg_tokenize takes it): TikTokenizer the .tiktoken rank file (pattern
+      --tiktoken-pattern gpt2|r50k_base|cl100k_base|o200k_base, else guessed from its size),
+      HuggingFaceTokenizer a tokenizer.json or the directory holding one, SentencePiece and
+      Llama2 the tokenizer.model. type NULL: ByteTokenizer. A flag the type does not use is an
+      error. NULL with one line in err.
+   ------------------------------------------------------------------------------------------ */
+MGDEF mg_tokenizer *mg_tokenizer_from_flags(const char *type, const char *vocab_file,
+                                            const char *merge_file, const char *tokenizer_model,
+                                            const char *tiktoken_pattern, char *err,
+                                            size_t errlen);
+
+/* ---------------------------------------------------------------------------------------------
    5. Trainer
       mg_train_parse reads Megatron-LM's flags into mg_train_args (syntax and ranges only);
       mg_trainer_setup checks everything else — combinations, files, sizes, memory — BEFORE any
@@ -670,6 +690,10 @@ MGDEF void mg_loss_scaler_update(mg_loss_scaler *s, int found_inf);
       mg_trainer_step; mg_trainer_evaluate every --eval-interval; mg_trainer_save every
       --save-interval and at the end. examples/gpt_train.cu is that loop.
    ------------------------------------------------------------------------------------------ */
+/* A flag that takes several words (--data-path 0.7 A 0.3 B): the words up to the next
+   --option, pointers into argv.                                                             */
+#define MG_DATA_WORDS 256
+typedef struct mg_str_list { int n; const char *v[MG_DATA_WORDS]; } mg_str_list;
 typedef struct mg_train_args {
     /* model (optional when --init-from / --load supply them; they must agree if given)       */
     int64_t num_layers, hidden_size, num_attention_heads, seq_length, max_position_embeddings,
@@ -688,7 +712,12 @@ typedef struct mg_train_args {
     int64_t lr_warmup_iters, lr_decay_iters;
     /* logging, evaluation, checkpoints, data                                                */
     int64_t seed, log_interval, eval_interval, eval_iters, save_interval, sample_tokens;
-    const char *save, *load, *data_path, *split, *init_from, *log_jsonl, *export_hf;
+    const char *save, *load, *split, *init_from, *log_jsonl, *export_hf;
+    /* text: the tokenizer (4c; NULL type: ids only) and a generation prompt                  */
+    const char *tokenizer_type, *vocab_file, *merge_file, *tokenizer_model, *tiktoken_pattern,
+               *prompt;
+    /* data: one blend split by --split, or one blend per part (mg_blend_parse's words)     */
+    mg_str_list data_path, train_data_path, valid_data_path, test_data_path;
     /* parallelism and regularisation                                                        */
     int64_t tensor_model_parallel_size;
     int sequence_parallel;               /* a switch: given = 1                                */
@@ -749,11 +778,13 @@ typedef struct mg_trainer {
                                            [dp_rank·G/d, (dp_rank+1)·G/d) of each global batch */
     mg_dp dp;                           /* the gradient reduction over the data group          */
     int writer;                         /* this rank writes files and logs (world rank 0)      */
-    int has_data, has_valid;            /* has_valid: a validation set exists (else the
+    int has_valid, has_test;            /* has_valid: a validation set exists (else the
                                            evaluations are skipped; valid_note says why)       */
     char valid_note[MG_ERRLEN];         /* "validation skipped: …" or empty                    */
-    mg_dataset data;
-    mg_sampler train_smp, valid_smp;
+    mg_dataset *datasets;               /* every dataset the data flags name, opened          */
+    int n_datasets;
+    mg_blend train_data, valid_data, test_data;  /* samples of each part (mg_data.h, 2b)     */
+    mg_tokenizer *tok;                  /* --tokenizer-type: vocabulary, EOD, text I/O (NULL) */
     int32_t *batch;                     /* host [global_batch / d, T+1]: this rank's samples    */
     int64_t iteration;                  /* completed iterations                                 */
     int64_t consumed_samples, consumed_valid_samples;
@@ -799,6 +830,9 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out);
    --log-jsonl). Without a validation set (tr->has_valid 0: see tr->valid_note) it returns
    NAN and prints and writes nothing.                                                       */
 MGDEF double mg_trainer_evaluate(mg_trainer *tr, FILE *out);
+/* Mean loss over the first --eval-iters global batches of --test-data-path (NAN without it);
+   Megatron's line " validation loss at iteration N on test set | …" to out.               */
+MGDEF double mg_trainer_test(mg_trainer *tr, FILE *out);
 /* Checkpoint DIR/iter_%07d/{model, optimizer, optimizer_sq}.safetensors + state.json built
    under a temporary name and renamed; then DIR/latest_checkpointed_iteration.txt, atomically.
    Tensors are stored GLOBAL, by name, so any later layout can load them. Collective: every
@@ -813,9 +847,11 @@ MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t err
 /* --export-hf DIR: mg_gpt_export_hf of the trained fp32 weights (a sharded master is gathered
    over the data group first). Collective; world rank 0 writes.                            */
 MGDEF int mg_trainer_export_hf(mg_trainer *tr, const char *dir, char *err, size_t errlen);
-/* Generates n tokens after a prompt (the first tokens of the data, or token 0), sampling
-   from the softmax with a generator keyed by --seed; prints them as text when V <= 256
-   (byte-level), else as token ids (out NULL: nothing printed). Every rank calls it. With a
+/* Generates n tokens after a prompt (--prompt encoded by the tokenizer; else the first tokens
+   of the data, or token 0), sampling from the softmax with a generator keyed by --seed; with
+   a tokenizer it stops early at its end-of-document token and prints the decoded text, else
+   prints the tokens as text when V <= 256 (byte-level), or as token ids (out NULL: nothing
+   printed). Every rank calls it. With a
    pipeline each token's forward runs stage by stage, the activations sent between the
    pipeline ranks; the last stage draws the token and broadcasts it over the pipeline group.
    With tensor parallelism the logits are gathered. Same weights: every layout draws the
@@ -3440,8 +3476,10 @@ MGDEF void mg_loss_scaler_update(mg_loss_scaler *s, int found_inf) {
 /* =============================================================================================
    5. Trainer: flags
    ========================================================================================== */
-typedef enum { MG__F_INT, MG__F_FLOAT, MG__F_STR, MG__F_CHOICE, MG__F_HELP, MG__F_SWITCH }
-    mg__flag_type;  /* MG__F_SWITCH: takes no value; sets its int field to 1 */
+typedef enum { MG__F_INT, MG__F_FLOAT, MG__F_STR, MG__F_CHOICE, MG__F_HELP, MG__F_SWITCH,
+               MG__F_LIST }
+    mg__flag_type;  /* MG__F_SWITCH: takes no value; sets its int field to 1; MG__F_LIST: the
+                       words up to the next --option into an mg_str_list                      */
 typedef struct mg__flag {
     const char *name;        /* as typed, with the leading "--"                               */
     mg__flag_type type;
@@ -3620,23 +3658,45 @@ static const mg__flag mg__flags[] = {
     {"--comm-timeout", MG__F_FLOAT, MG__OFF(comm_timeout), "SECONDS", 1e-3, 1e9,
      "a collective or pipeline transfer that waits longer than this stops the job with a "
      "message naming the operation and group (default 600)"},
-    {"validation", MG__F_HELP, 0, NULL, 0, 0, "the loss on the validation part of --split; a "
+    {"validation", MG__F_HELP, 0, NULL, 0, 0, "the loss on the validation part of --split (or "
+     "on --valid-data-path; --test-data-path: once after training); a "
      "data set too small to give that part a document (or one sample) trains without "
      "validation, as Megatron-LM does, and one line says so"},
     {"--eval-interval", MG__F_INT, MG__OFF(eval_interval), "N", 1, MG__BIG,
      "validation loss every N iterations and at the end (default 1000)"},
     {"--eval-iters", MG__F_INT, MG__OFF(eval_iters), "N", 0, MG__BIG,
-     "global batches per validation; 0 disables it (default 100)"},
+     "global batches per validation (and test); 0 disables them (default 100)"},
     {"data and dataloader", MG__F_HELP, 0, NULL, 0, 0, ""},
-    {"--data-path", MG__F_STR, MG__OFF(data_path), "PATH", 0, 0,
-     "a Megatron indexed dataset prefix (PATH.bin + PATH.idx) or an llm.c token file"},
+    {"--data-path", MG__F_LIST, MG__OFF(data_path), "[W1] PATH1 [W2 PATH2 ...]", 0, 0,
+     "a Megatron indexed dataset prefix (PATH.bin + PATH.idx) or an llm.c token file; or a "
+     "blend: weight, prefix pairs (weights normalised; Megatron's BlendedDataset), each "
+     "dataset split by --split"},
     {"--split", MG__F_STR, MG__OFF(split), "A,B,C", 0, 0,
      "train,validation,test weights of the data's documents (default 969,30,1)"},
+    {"--train-data-path", MG__F_LIST, MG__OFF(train_data_path), "[W1] PATH1 ...", 0, 0,
+     "instead of --data-path and --split: the training data (all of it), one path or a blend"},
+    {"--valid-data-path", MG__F_LIST, MG__OFF(valid_data_path), "[W1] PATH1 ...", 0, 0,
+     "with --train-data-path: the validation data (all of it); none: no validation"},
+    {"--test-data-path", MG__F_LIST, MG__OFF(test_data_path), "[W1] PATH1 ...", 0, 0,
+     "with --train-data-path: test data, evaluated (--eval-iters batches) after training"},
     {"--seq-length", MG__F_INT, MG__OFF(seq_length), "T", 1, 1e7,
      "tokens per training sample (default: --max-position-embeddings of a loaded model)"},
     {"--data-order", MG__F_CHOICE, MG__OFF(data_order), "shuffled|sequential", 0, 0,
      "shuffled: Megatron's GPTDataset order; sequential: sample i of iteration k is tokens "
      "[(k*B+i)*T, (k*B+i)*T+T+1) of the split (default shuffled)"},
+    {"--tokenizer-type", MG__F_STR, MG__OFF(tokenizer_type), "NAME", 0, 0,
+     "GPT2BPETokenizer, TikTokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, "
+     "Llama2Tokenizer or ByteTokenizer: sets --vocab-size, checks the data's ids, decodes the "
+     "generated sample and encodes --prompt"},
+    {"--vocab-file", MG__F_STR, MG__OFF(vocab_file), "FILE", 0, 0,
+     "GPT2BPETokenizer: vocab.json (the other types: their one file, as --tokenizer-model)"},
+    {"--merge-file", MG__F_STR, MG__OFF(merge_file), "FILE", 0, 0,
+     "GPT2BPETokenizer: merges.txt"},
+    {"--tokenizer-model", MG__F_STR, MG__OFF(tokenizer_model), "FILE", 0, 0,
+     "TikTokenizer: the .tiktoken rank file; HuggingFaceTokenizer: tokenizer.json (or its "
+     "directory); SentencePieceTokenizer, Llama2Tokenizer: tokenizer.model"},
+    {"--tiktoken-pattern", MG__F_STR, MG__OFF(tiktoken_pattern), "NAME", 0, 0,
+     "TikTokenizer: gpt2, r50k_base, cl100k_base or o200k_base (default: from the rank count)"},
     {"logging", MG__F_HELP, 0, NULL, 0, 0, ""},
     {"--log-interval", MG__F_INT, MG__OFF(log_interval), "N", 1, MG__BIG,
      "print the training line every N iterations (default 100)"},
@@ -3645,6 +3705,8 @@ static const mg__flag mg__flags[] = {
     {"inference", MG__F_HELP, 0, NULL, 0, 0, ""},
     {"--sample-tokens", MG__F_INT, MG__OFF(sample_tokens), "N", 0, 1e7,
      "generate N tokens at the end and print them (default 0)"},
+    {"--prompt", MG__F_STR, MG__OFF(prompt), "TEXT", 0, 0,
+     "with --tokenizer-type and --sample-tokens: the text the sample continues"},
     {"device", MG__F_HELP, 0, NULL, 0, 0, ""},
     {"--device", MG__F_CHOICE, MG__OFF(device), "auto|cpu|cuda", 0, 0,
      "auto: the GPU when built by nvcc and one is present, else the CPU (default auto; "
@@ -3865,6 +3927,19 @@ static void mg__flag_text(const mg_train_args *a, const mg__flag *f, char *val, 
                  (long)strlen(p)), p);
         if (json) mg__json_str(val, cap, choice);
         else snprintf(val, cap, "%s", choice);
+    } else if (f->type == MG__F_LIST) {   /* the words: a JSON array, or space-separated */
+        const mg_str_list *l = (const mg_str_list *)field;
+        size_t m = 0;
+        int w;
+        if (json) val[m++] = '[';
+        for (w = 0; w < l->n && m + 260 < cap; w++) {
+            if (w) val[m++] = json ? ',' : ' ';
+            if (json) mg__json_str(val + m, 256, l->v[w]);
+            else snprintf(val + m, 256, "%s", l->v[w]);
+            m += strlen(val + m);
+        }
+        snprintf(val + m, cap - m, json ? "]" : "");
+        if (!l->n) snprintf(val, cap, json ? "null" : "");
     } else if (*(const char *const *)field) {
         if (json) mg__json_str(val, cap, *(const char *const *)field);
         else snprintf(val, cap, "%s", *(const char *const *)field);
@@ -3915,6 +3990,21 @@ MGDEF int mg_train_parse(mg_train_args *a, int argc, char **argv, char *err, siz
             if (eq) return mg__err(err, errlen, "%s takes no value (give the flag alone to turn "
                                    "it on)", name);
             *(int *)((char *)a + mg__flags[k].offset) = 1;
+            a->given[k] = 1;
+            continue;
+        }
+        if (mg__flags[k].type == MG__F_LIST) {   /* NAME=W1 or NAME W1, then W2 … up to --x */
+            mg_str_list *l = (mg_str_list *)((char *)a + mg__flags[k].offset);
+            l->n = 0;
+            if (eq) l->v[l->n++] = eq + 1;
+            while (i + 1 < argc && strncmp(argv[i + 1], "--", 2)) {
+                if (l->n == MG_DATA_WORDS)
+                    return mg__err(err, errlen, "%s: more than %d words", name, MG_DATA_WORDS);
+                l->v[l->n++] = argv[++i];
+            }
+            if (l->n == 0 || !l->v[0][0])
+                return mg__err(err, errlen, "%s needs a value (expected %s)", name,
+                               mg__flags[k].metavar);
             a->given[k] = 1;
             continue;
         }
@@ -4379,9 +4469,26 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
     if (a->fp16 && !a->loss_scale && a->min_loss_scale > a->initial_loss_scale)
         return mg__err(err, errlen, "--min-loss-scale %g is larger than --initial-loss-scale %g",
                        a->min_loss_scale, a->initial_loss_scale);
-    if (a->train_iters > 0 && !a->data_path)
+    if (a->data_path.n && (a->train_data_path.n || a->valid_data_path.n || a->test_data_path.n))
+        return mg__err(err, errlen, "--data-path with --%s-data-path: give either --data-path "
+                       "(split by --split) or --train-data-path [--valid-data-path] "
+                       "[--test-data-path]", a->train_data_path.n ? "train" :
+                       a->valid_data_path.n ? "valid" : "test");
+    if (!a->data_path.n && (a->valid_data_path.n || a->test_data_path.n) &&
+        !a->train_data_path.n && a->train_iters > 0)
+        return mg__err(err, errlen, "--%s-data-path needs --train-data-path to train",
+                       a->valid_data_path.n ? "valid" : "test");
+    if (a->train_data_path.n && mg_train_flag_given(a, "--split"))
+        return mg__err(err, errlen, "--split applies to --data-path; --train-data-path, "
+                       "--valid-data-path and --test-data-path are used whole");
+    if (a->prompt && (!a->tokenizer_type || a->sample_tokens <= 0))
+        return mg__err(err, errlen, "--prompt needs %s (it is encoded, then the sample "
+                       "continues it)", !a->tokenizer_type ? "--tokenizer-type (ByteTokenizer "
+                       "for mg_prepare's default byte data)" : "--sample-tokens N");
+    if (a->train_iters > 0 && !a->data_path.n && !a->train_data_path.n)
         return mg__err(err, errlen, "--data-path is required to train (an indexed dataset "
-                       "prefix or an llm.c token file; --train-iters 0 needs none)");
+                       "prefix or an llm.c token file, or a blend W1 PATH1 W2 PATH2 …; "
+                       "--train-iters 0 needs none)");
     if (a->device == MG_DEVICE_CUDA && !mg_cuda_available())
 #ifdef __CUDACC__
         return mg__err(err, errlen, "--device cuda: no CUDA GPU is available (use --device "
@@ -4402,6 +4509,88 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
     return 0;
 }
 
+/* ---- 4c. Tokenizer flags ------------------------------------------------------------------ */
+MGDEF mg_tokenizer *mg_tokenizer_from_flags(const char *type, const char *vocab_file,
+                                            const char *merge_file, const char *tokenizer_model,
+                                            const char *tiktoken_pattern, char *err,
+                                            size_t errlen) {
+    mg_tokenizer_desc d;
+    char json[1100];
+    int t = type ? mg_tok_type_from_name(type) : MG_TOK_BYTES;
+    memset(&d, 0, sizeof d);
+    if (t < 0) {
+        mg__err(err, errlen, "--tokenizer-type %s: unknown (expected GPT2BPETokenizer, "
+                "TikTokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, Llama2Tokenizer or "
+                "ByteTokenizer)", type);
+        return NULL;
+    }
+    /* GPT-2: both files; the others: one file, as --tokenizer-model (Megatron-LM's flag for
+       them) or --vocab-file (tools/mg_tokenize's)                                          */
+    if (t == MG_TOK_GPT2_BPE ? (!vocab_file || !merge_file || tokenizer_model)
+                             : (t != MG_TOK_BYTES && (!tokenizer_model == !vocab_file ||
+                                                      merge_file))) {
+        mg__err(err, errlen, "--tokenizer-type %s takes %s", type, t == MG_TOK_GPT2_BPE ?
+                "--vocab-file vocab.json and --merge-file merges.txt (not --tokenizer-model)" :
+                "one file: --tokenizer-model FILE (or --vocab-file FILE), no --merge-file");
+        return NULL;
+    }
+    if ((t == MG_TOK_BYTES && (vocab_file || merge_file || tokenizer_model)) ||
+        (tiktoken_pattern && t != MG_TOK_TIKTOKEN)) {
+        mg__err(err, errlen, "--tokenizer-type %s takes no %s", type ? type : "ByteTokenizer",
+                tiktoken_pattern && t != MG_TOK_TIKTOKEN ? "--tiktoken-pattern" :
+                "tokenizer files");
+        return NULL;
+    }
+    d.type = (mg_tok_type)t;
+    d.vocab_file = tokenizer_model ? tokenizer_model : vocab_file;
+    d.merge_file = merge_file;
+    d.pattern = tiktoken_pattern;
+    if (t == MG_TOK_HF && mg__is_dir(d.vocab_file)) {   /* a model directory */
+        snprintf(json, sizeof json, "%s/tokenizer.json", d.vocab_file);
+        d.vocab_file = json;
+    }
+    return mg_tokenizer_load(&d, err, errlen);
+}
+
+/* The datasets one data flag names (mg_blend_parse's words), opened into tr->datasets from
+   index *next on; every token id checked against the vocabulary.                           */
+typedef struct mg__data_group {
+    const char *flag;                   /* "--data-path", "--train-data-path", …             */
+    int n, weighted;
+    const char *prefix[MG_DATA_WORDS / 2];
+    double weight[MG_DATA_WORDS / 2];
+    const mg_dataset *ds[MG_DATA_WORDS / 2];
+} mg__data_group;
+
+static int mg__open_data_group(mg_trainer *tr, mg__data_group *g, const char *flag,
+                               const mg_str_list *words, char *err, size_t errlen) {
+    char why[MG_ERRLEN];
+    int k;
+    g->flag = flag;
+    if (mg_blend_parse(flag, words->v, words->n, g->prefix, g->weight, MG_DATA_WORDS / 2, &g->n,
+                       &g->weighted, why, sizeof why))
+        return mg__err(err, errlen, "%s", why);
+    for (k = 0; k < g->n; k++) {
+        mg_dataset *ds = &tr->datasets[tr->n_datasets];
+        int64_t lo, hi;
+        if (mg_dataset_open(g->prefix[k], ds, why, sizeof why))
+            return mg__err(err, errlen, "%s: %s", flag, why);
+        tr->n_datasets++;
+        g->ds[k] = ds;
+        mg_dataset_token_range(ds, &lo, &hi);
+        if (lo < 0 || hi >= tr->cfg.vocab_size) {
+            char vocab[160];   /* where the vocabulary came from */
+            if (tr->tok) snprintf(vocab, sizeof vocab, "--tokenizer-type %s",
+                                  tr->args.tokenizer_type);
+            else snprintf(vocab, sizeof vocab, "--vocab-size %d", tr->cfg.vocab_size);
+            return mg__err(err, errlen, "%s %s: token id %lld is outside the vocabulary (%s: "
+                           "ids 0 … %d)", flag, g->prefix[k], (long long)(lo < 0 ? lo : hi),
+                           vocab, tr->cfg.vocab_size - 1);
+        }
+    }
+    return 0;
+}
+
 /* "1 document", "20 documents" (or sequences, where a document holds several: the split
    counts sequences, which Megatron's GPTDataset calls documents).                           */
 static const char *mg__units(const mg_dataset *ds, int64_t n) {
@@ -4409,97 +4598,172 @@ static const char *mg__units(const mg_dataset *ds, int64_t n) {
     return n == 1 ? (docs ? "document" : "sequence") : (docs ? "documents" : "sequences");
 }
 
-/* The validation sampler, Megatron-LM's way: a validation part that gets no sequence (a small
-   dataset under the default --split 969,30,1) or fewer tokens than one sample builds no
-   validation set; the run trains and skips every evaluation (each --eval-interval and the
-   final one), and tr->valid_note says why in one line. A --split that gives validation no
-   weight skips it too, with a note only when --eval-interval or --eval-iters asked for it. */
-static int mg__setup_valid(mg_trainer *tr, const mg_sampler_desc *sd, double weight, char *err,
-                           size_t errlen) {
+/* One part's blend: n_samples samples of part `part` of each dataset of g under split. */
+static int mg__part_blend(mg_trainer *tr, mg_blend *b, const mg__data_group *g,
+                          const char *split, mg_split_part part, int64_t n_samples, char *err,
+                          size_t errlen) {
+    static const char *const names[3] = {"training", "validation", "test"};
+    static const char *const asked[3] = {"--train-iters x --global-batch-size",
+                                         "--eval-iters x --global-batch-size per validation",
+                                         "--eval-iters x --global-batch-size"};
     const mg_train_args *a = &tr->args;
-    const mg_dataset *ds = &tr->data;
-    int64_t S = ds->n_sequences, n = mg_split_count(a->split, MG_SPLIT_VALID, S);
-    char why[MG_ERRLEN], hold_out[160] = "";
+    char why[MG_ERRLEN];
+    mg_sampler_desc sd;
+    memset(&sd, 0, sizeof sd);
+    sd.split = split;
+    sd.part = part;
+    sd.seq_len = tr->cfg.seq_len;
+    sd.n_samples = n_samples;
+    sd.seed = (uint32_t)a->seed;
+    sd.order = (mg_data_order)a->data_order;
+    if (mg_blend_init(b, g->ds, g->weight, g->n, g->weighted, &sd, why, sizeof why))
+        return mg__err(err, errlen, "%s%s%s, %s part (%lld samples: %s): %s", g->flag,
+                       g->n == 1 ? " " : "", g->n == 1 ? g->prefix[0] : "", names[part],
+                       (long long)n_samples, asked[part], why);
+    return 0;
+}
+
+/* The first dataset of a blend whose part holds fewer tokens than one sample (-1: none). */
+static int mg__short_part(const mg_trainer *tr, const mg_blend *b) {
+    int k;
+    for (k = 0; k < b->n; k++)
+        if (b->smp[k].part_tokens < (int64_t)tr->cfg.seq_len + 1) return k;
+    return -1;
+}
+
+/* The validation blend of --data-path, Megatron-LM's way: where a dataset's validation part
+   gets no sequence (a small dataset under the default --split 969,30,1) or fewer tokens than
+   one sample, no validation set is built; the run trains and skips every evaluation (each
+   --eval-interval and the final one), and tr->valid_note says why in one line, naming that
+   dataset. A --split that gives validation no weight skips it too, with a note only when
+   --eval-interval or --eval-iters asked for it.                                            */
+static int mg__setup_valid(mg_trainer *tr, const mg__data_group *g, double weight,
+                           int64_t n_samples, char *err, size_t errlen) {
+    const mg_train_args *a = &tr->args;
+    char hold_out[160] = "";
+    int k;
     if (weight <= 0) {
         if (mg_train_flag_given(a, "--eval-interval") || mg_train_flag_given(a, "--eval-iters"))
             snprintf(tr->valid_note, sizeof tr->valid_note, "validation skipped: --split %s "
                      "gives the validation part no weight, so --eval-interval and --eval-iters "
                      "do nothing (give it a share, e.g. --split 98,2,0)", a->split);
-    } else if (n == 0) {
+        return 0;
+    }
+    for (k = 0; k < g->n; k++) {   /* every dataset of the blend gives validation a sequence */
+        const mg_dataset *ds = g->ds[k];
+        int64_t S = ds->n_sequences;
+        if (mg_split_count(a->split, MG_SPLIT_VALID, S) > 0) continue;
         if (S >= 2)   /* weights S-1, 1, 0: the last sequence alone is the validation part */
             snprintf(hold_out, sizeof hold_out, ", or a larger validation share (--split "
                      "%lld,1,0 holds out 1 of these %lld)", (long long)(S - 1), (long long)S);
         snprintf(tr->valid_note, sizeof tr->valid_note, "validation skipped: --split %s gives "
                  "the validation part none of the %lld %s of %s; a validation set needs %lld or "
                  "more %s with this split%s", a->split, (long long)S, mg__units(ds, S),
-                 a->data_path, (long long)mg_split_min_sequences(a->split, MG_SPLIT_VALID),
+                 g->prefix[k], (long long)mg_split_min_sequences(a->split, MG_SPLIT_VALID),
                  mg__units(ds, 2), S >= 2 ? hold_out : " (one cannot be split)");
-    } else if (mg_sampler_init(&tr->valid_smp, ds, sd, why, sizeof why)) {
-        return mg__err(err, errlen, "--data-path %s, validation part (%lld samples: --eval-iters "
-                       "x --global-batch-size per validation): %s", a->data_path,
-                       (long long)sd->n_samples, why);
-    } else if (tr->valid_smp.part_tokens < (int64_t)tr->cfg.seq_len + 1) {
+        mg__one_line(tr->valid_note);
+        return 0;
+    }
+    if (mg__part_blend(tr, &tr->valid_data, g, a->split, MG_SPLIT_VALID, n_samples, err,
+                       errlen))
+        return -1;
+    k = mg__short_part(tr, &tr->valid_data);
+    if (k >= 0) {
+        const mg_dataset *ds = g->ds[k];
+        int64_t S = ds->n_sequences;
         snprintf(tr->valid_note, sizeof tr->valid_note, "validation skipped: the validation "
                  "part of --split %s (%lld of the %lld %s of %s) holds %lld tokens, fewer than "
                  "one sample needs (--seq-length + 1 = %d); more data or a larger validation "
-                 "share give one", a->split, (long long)n, (long long)S, mg__units(ds, S),
-                 a->data_path, (long long)tr->valid_smp.part_tokens, tr->cfg.seq_len + 1);
-        mg_sampler_free(&tr->valid_smp);
-    } else {
-        tr->has_valid = 1;
+                 "share give one", a->split,
+                 (long long)mg_split_count(a->split, MG_SPLIT_VALID, S), (long long)S,
+                 mg__units(ds, S), g->prefix[k], (long long)tr->valid_data.smp[k].part_tokens,
+                 tr->cfg.seq_len + 1);
+        mg__one_line(tr->valid_note);
+        mg_blend_free(&tr->valid_data);
+        return 0;
     }
-    mg__one_line(tr->valid_note);
+    tr->has_valid = 1;
     return 0;
 }
 
-/* Opens the data and its samplers; checks token ids against the vocabulary. */
+/* Opens the data and the blends of the training, validation and test parts: --data-path
+   (one blend, each dataset split by --split) or --train/valid/test-data-path (one blend
+   per part, each dataset used whole: Megatron's blend_per_split).                         */
 static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
     const mg_train_args *a = &tr->args;
     char why[MG_ERRLEN];
-    int64_t lo, hi, counts[3];
+    int64_t counts[3];
     double weights[3];
-    mg_sampler_desc sd;
-    if (!a->data_path) return 0;
-    if (mg_dataset_open(a->data_path, &tr->data, why, sizeof why))
-        return mg__err(err, errlen, "--data-path: %s", why);
-    tr->has_data = 1;
-    mg_dataset_token_range(&tr->data, &lo, &hi);
-    if (lo < 0 || hi >= tr->cfg.vocab_size)
-        return mg__err(err, errlen, "--data-path %s: token id %lld is outside the vocabulary "
-                       "(--vocab-size %d: ids 0 … %d)", a->data_path,
-                       (long long)(lo < 0 ? lo : hi), tr->cfg.vocab_size, tr->cfg.vocab_size - 1);
-    if (mg_split_parse(a->split, weights, why, sizeof why))   /* its message names --split */
-        return mg__err(err, errlen, "%s", why);
+    mg__data_group *g = NULL;
+    int n_words = a->data_path.n + a->train_data_path.n + a->valid_data_path.n +
+                  a->test_data_path.n, rc = -1, k;
+    if (!n_words) return 0;
+    g = (mg__data_group *)MG_MALLOC(3 * sizeof *g);
+    tr->datasets = (mg_dataset *)MG_MALLOC(sizeof(mg_dataset) * (size_t)n_words);
+    MG_ASSERT(g && tr->datasets, "out of host memory");
+    memset(g, 0, 3 * sizeof *g);
     mg_data_num_samples(a->train_iters, a->global_batch_size, a->eval_interval, a->eval_iters,
                         counts);
-    memset(&sd, 0, sizeof sd);
-    sd.split = a->split;
-    sd.seq_len = tr->cfg.seq_len;
-    sd.seed = (uint32_t)a->seed;
-    sd.order = (mg_data_order)a->data_order;
-    if (a->train_iters > 0) {
-        sd.part = MG_SPLIT_TRAIN;
-        sd.n_samples = counts[0];
-        if (weights[0] <= 0)
-            return mg__err(err, errlen, "--split %s gives the training part no weight (the "
-                           "first number is the training share, e.g. --split 98,2,0)", a->split);
-        if (mg_sampler_init(&tr->train_smp, &tr->data, &sd, why, sizeof why))
-            return mg__err(err, errlen, "--data-path %s, training part (%lld samples: "
-                           "--train-iters x --global-batch-size): %s", a->data_path,
-                           (long long)counts[0], why);
-        if (tr->train_smp.part_tokens < (int64_t)tr->cfg.seq_len + 1)
-            return mg__err(err, errlen, "--data-path %s: the training part holds %lld tokens, "
-                           "fewer than one sample needs (--seq-length + 1 = %d); --seq-length "
-                           "%lld or less, or more data, fits", a->data_path,
-                           (long long)tr->train_smp.part_tokens, tr->cfg.seq_len + 1,
-                           (long long)tr->train_smp.part_tokens - 1);
+    if (a->data_path.n) {
+        if (mg_split_parse(a->split, weights, why, sizeof why)) {   /* its message names --split */
+            mg__err(err, errlen, "%s", why);
+            goto done;
+        }
+        if (mg__open_data_group(tr, &g[0], "--data-path", &a->data_path, err, errlen)) goto done;
+        if (a->train_iters > 0) {
+            if (weights[0] <= 0) {
+                mg__err(err, errlen, "--split %s gives the training part no weight (the first "
+                        "number is the training share, e.g. --split 98,2,0)", a->split);
+                goto done;
+            }
+            if (mg__part_blend(tr, &tr->train_data, &g[0], a->split, MG_SPLIT_TRAIN, counts[0],
+                               err, errlen))
+                goto done;
+            if ((k = mg__short_part(tr, &tr->train_data)) >= 0) {
+                int64_t held = tr->train_data.smp[k].part_tokens;
+                mg__err(err, errlen, "--data-path %s: the training part holds %lld tokens, "
+                        "fewer than one sample needs (--seq-length + 1 = %d); --seq-length "
+                        "%lld or less, or more data, fits", g[0].prefix[k], (long long)held,
+                        tr->cfg.seq_len + 1, (long long)held - 1);
+                goto done;
+            }
+        }
+        if (a->eval_iters > 0 &&
+            mg__setup_valid(tr, &g[0], weights[1], counts[1], err, errlen))
+            goto done;
+    } else {   /* Megatron's blend_per_split: each part's datasets used whole */
+        static const char *const flags[3] = {"--train-data-path", "--valid-data-path",
+                                             "--test-data-path"};
+        static const char *const names[3] = {"training", "validation", "test"};
+        static const char *const whole[3] = {"1,0,0", "0,1,0", "0,0,1"};
+        const mg_str_list *words[3] = {&a->train_data_path, &a->valid_data_path,
+                                       &a->test_data_path};
+        mg_blend *blends[3] = {&tr->train_data, &tr->valid_data, &tr->test_data};
+        int p;
+        for (p = 0; p < 3; p++) {
+            int wanted = p ? a->eval_iters > 0 : a->train_iters > 0;
+            if (!words[p]->n || (p && !wanted)) continue;   /* no evaluation: not opened */
+            tr->has_valid |= p == 1;
+            tr->has_test |= p == 2;
+            if (mg__open_data_group(tr, &g[p], flags[p], words[p], err, errlen)) goto done;
+            if (!wanted) continue;
+            if (mg__part_blend(tr, blends[p], &g[p], whole[p], (mg_split_part)p, counts[p],
+                               err, errlen))
+                goto done;
+            if ((k = mg__short_part(tr, blends[p])) >= 0) {   /* data given for this part */
+                int64_t held = blends[p]->smp[k].part_tokens;
+                mg__err(err, errlen, "%s %s: the %s data holds %lld tokens, fewer than one "
+                        "sample needs (--seq-length + 1 = %d); %s", flags[p], g[p].prefix[k],
+                        names[p], (long long)held, tr->cfg.seq_len + 1, p ? "use --eval-iters "
+                        "0 or give it more" : "a shorter --seq-length or more data fits");
+                goto done;
+            }
+        }
     }
-    if (a->eval_iters > 0) {
-        sd.part = MG_SPLIT_VALID;
-        sd.n_samples = counts[1];
-        return mg__setup_valid(tr, &sd, weights[1], err, errlen);
-    }
-    return 0;
+    rc = 0;
+done:
+    MG_FREE(g);
+    return rc;
 }
 
 /* The job's shape against the parallel flags: world size = t·p·d, d data-parallel replicas
@@ -4895,6 +5159,31 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         src_name = wf.path;
     }
     snprintf(srcdesc, sizeof srcdesc, "%s", src_name ? src_name : "");
+    if (a->tokenizer_type) {   /* the vocabulary is the tokenizer's */
+        int64_t V;
+        tr->tok = mg_tokenizer_from_flags(a->tokenizer_type, a->vocab_file, a->merge_file,
+                                          a->tokenizer_model, a->tiktoken_pattern, err, errlen);
+        if (!tr->tok) goto fail;
+        V = mg_tokenizer_vocab_size(tr->tok);
+        if (mg_train_flag_given(a, "--vocab-size") && a->vocab_size != V) {
+            mg__err(err, errlen, "--vocab-size %lld disagrees with --tokenizer-type %s, which has "
+                    "%lld ids (leave --vocab-size out)", (long long)a->vocab_size,
+                    a->tokenizer_type, (long long)V);
+            goto fail;
+        }
+        if (srcp && srcp[5] && srcp[5] != V) {
+            mg__err(err, errlen, "--tokenizer-type %s has %lld ids; %s has a vocabulary of %lld",
+                    a->tokenizer_type, (long long)V, srcdesc, (long long)srcp[5]);
+            goto fail;
+        }
+        a->vocab_size = V;
+        a->given[mg__flag_index("--vocab-size")] = 1;
+    } else if (a->vocab_file || a->merge_file || a->tokenizer_model || a->tiktoken_pattern) {
+        mg__err(err, errlen, "%s needs --tokenizer-type (the tokenizer it belongs to)",
+                a->vocab_file ? "--vocab-file" : a->merge_file ? "--merge-file" :
+                a->tokenizer_model ? "--tokenizer-model" : "--tiktoken-pattern");
+        goto fail;
+    }
     if (mg__merge_arch(a, srcp, srcdesc, arch, err, errlen)) goto fail;
     tr->cfg.n_layer = (int)arch[0];
     tr->cfg.hidden = (int)arch[1];
@@ -5076,11 +5365,12 @@ fail:
 
 MGDEF void mg_trainer_free(mg_trainer *tr) {
     if (tr->jsonl) fclose(tr->jsonl);
-    if (tr->has_valid) mg_sampler_free(&tr->valid_smp);
-    if (tr->has_data) {
-        if (tr->train_smp.ds) mg_sampler_free(&tr->train_smp);
-        mg_dataset_close(&tr->data);
-    }
+    if (tr->tok) mg_tokenizer_free(tr->tok);
+    mg_blend_free(&tr->train_data);
+    mg_blend_free(&tr->valid_data);
+    mg_blend_free(&tr->test_data);
+    while (tr->n_datasets > 0) mg_dataset_close(&tr->datasets[--tr->n_datasets]);
+    MG_FREE(tr->datasets);
     if (tr->has_pipe_exec) mg_pipe_exec_free(&tr->pipe_exec);
     if (tr->has_pipe_eval_exec) mg_pipe_exec_free(&tr->pipe_eval_exec);
     mg_schedule_free(&tr->pipe_sched);
@@ -5097,12 +5387,12 @@ MGDEF void mg_trainer_free(mg_trainer *tr) {
 /* =============================================================================================
    5. Trainer: iteration, logging, evaluation
    ========================================================================================== */
-/* Samples [first, first + count) of a sampler into tr->batch ([count, T+1]). */
-static void mg__fetch(mg_trainer *tr, const mg_sampler *smp, int64_t first, int64_t count) {
+/* Samples [first, first + count) of a part's blend into tr->batch ([count, T+1]). */
+static void mg__fetch(mg_trainer *tr, const mg_blend *b, int64_t first, int64_t count) {
     int64_t i;
     char why[MG_ERRLEN];
     for (i = 0; i < count; i++)
-        if (mg_sampler_get(smp, first + i, tr->batch + i * (tr->cfg.seq_len + 1), why, sizeof why))
+        if (mg_blend_get(b, first + i, tr->batch + i * (tr->cfg.seq_len + 1), why, sizeof why))
             mg_fatal(__FILE__, __LINE__, "sample %lld: %s", (long long)(first + i), why);
 }
 
@@ -5116,7 +5406,7 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     double t0 = mg__now_ms(), tokens = (double)G * tr->cfg.seq_len, sum;
     float dloss;
     memset(&r, 0, sizeof r);
-    mg__fetch(tr, &tr->train_smp, tr->consumed_samples + tr->dp_rank * Gl, Gl);
+    mg__fetch(tr, &tr->train_data, tr->consumed_samples + tr->dp_rank * Gl, Gl);
     mg_gpt_zero_grad(&tr->model);
     /* dropout on, keyed by the global microbatch index: iteration · microbatches + i */
     tr->model.training = 1;
@@ -5215,34 +5505,55 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
     tr->log_loss_sum = tr->log_ms_sum = 0;
 }
 
-MGDEF double mg_trainer_evaluate(mg_trainer *tr, FILE *out) {
+/* Mean loss over --eval-iters global batches of a part's blend from sample *consumed on. */
+static double mg__evaluate_blend(mg_trainer *tr, const mg_blend *b, int64_t *consumed) {
     int64_t G = tr->args.global_batch_size, Gl = G / tr->dp_size, k;
-    double tokens = (double)G * tr->cfg.seq_len, sum = 0, loss;
-    if (!tr->has_valid || tr->args.eval_iters <= 0) return NAN;
+    double tokens = (double)G * tr->cfg.seq_len, sum = 0;
     for (k = 0; k < tr->args.eval_iters; k++) {   /* each replica its share, summed */
-        mg__fetch(tr, &tr->valid_smp, tr->consumed_valid_samples + tr->dp_rank * Gl, Gl);
-        tr->consumed_valid_samples += G;
+        mg__fetch(tr, b, *consumed + tr->dp_rank * Gl, Gl);
+        *consumed += G;
         sum += mg_dp_sum(&tr->dp, tr->pp > 1 ? mg__pipe_run(tr, &tr->pipe_eval_exec, tr->batch,
                                                             0.0f, 1)
                                              : mg_gpt_run_microbatches(&tr->model, tr->batch,
                                                                        tr->n_micro, 0.0f, 0))
                / tokens;
     }
-    loss = sum / (double)tr->args.eval_iters;
+    return sum / (double)tr->args.eval_iters;
+}
+
+/* Megatron's validation line (where: "" or " on test set") and the JSON object.           */
+static void mg__print_eval(mg_trainer *tr, FILE *out, const char *where, const char *key,
+                           double loss) {
     if (out) {
         fprintf(out, "-----------------------------------------------------------------------"
-                "-----------------------\n validation loss at iteration %lld | lm loss value: "
+                "-----------------------\n validation loss at iteration %lld%s | lm loss value: "
                 "%.6E | lm loss PPL: %.6E | \n----------------------------------------------"
                 "------------------------------------------------\n", (long long)tr->iteration,
-                loss, exp(loss < 700 ? loss : 700));
+                where, loss, exp(loss < 700 ? loss : 700));
         fflush(out);
     }
     if (tr->jsonl) {
         fprintf(tr->jsonl, "{\"iteration\": %lld, ", (long long)tr->iteration);
-        mg__json_num(tr->jsonl, "valid_lm_loss", loss, 1);
+        mg__json_num(tr->jsonl, key, loss, 1);
         fprintf(tr->jsonl, "}\n");
         fflush(tr->jsonl);
     }
+}
+
+MGDEF double mg_trainer_evaluate(mg_trainer *tr, FILE *out) {
+    double loss;
+    if (!tr->has_valid || tr->args.eval_iters <= 0) return NAN;
+    loss = mg__evaluate_blend(tr, &tr->valid_data, &tr->consumed_valid_samples);
+    mg__print_eval(tr, out, "", "valid_lm_loss", loss);
+    return loss;
+}
+
+MGDEF double mg_trainer_test(mg_trainer *tr, FILE *out) {
+    int64_t consumed = 0;
+    double loss;
+    if (!tr->has_test || tr->args.eval_iters <= 0) return NAN;
+    loss = mg__evaluate_blend(tr, &tr->test_data, &consumed);
+    mg__print_eval(tr, out, " on test set", "test_lm_loss", loss);
     return loss;
 }
 
@@ -5645,29 +5956,38 @@ static void mg__generate_forward(mg_gpt *m, const int32_t *rows) {
 MGDEF void mg_trainer_generate(mg_trainer *tr, int64_t n_tokens, FILE *out) {
     int T = tr->cfg.seq_len, V = tr->cfg.vocab_size, B = (int)tr->args.micro_batch_size, b;
     int p = tr->model.layout.pp_size, last = tr->model.layout.pp_rank == p - 1;
-    int64_t n_prompt = T / 4 < 16 ? (T / 4 > 0 ? T / 4 : 1) : 16, len = 0, i;
-    int64_t cap = n_prompt + n_tokens;
-    int32_t *seq = (int32_t *)MG_MALLOC(sizeof(int32_t) * (size_t)cap);
-    int32_t *rows = (int32_t *)MG_MALLOC(sizeof(int32_t) * (size_t)B * (size_t)(T + 1));
+    int64_t n_prompt = T / 4 < 16 ? (T / 4 > 0 ? T / 4 : 1) : 16, len = 0, i, n_text = 0;
+    const char *text = tr->tok ? tr->args.prompt : NULL;
+    int32_t eod = tr->tok ? mg_tokenizer_eod(tr->tok) : -1;
+    int64_t cap;
+    int32_t *seq, *rows = (int32_t *)MG_MALLOC(sizeof(int32_t) * (size_t)B * (size_t)(T + 1));
     float *logits = (float *)MG_MALLOC(sizeof(float) * (size_t)V);
     uint64_t key = mg__param_key((uint64_t)tr->args.seed, "sample");
-    int bytes = V <= 256;
+    int bytes = V <= 256 && !tr->tok;
+    /* --prompt: its ids (the model sees the last T of them) */
+    if (text) n_prompt = mg_tokenizer_encode(tr->tok, text, strlen(text), 0, NULL, 0);
+    cap = n_prompt + n_tokens + 1;
+    seq = (int32_t *)MG_MALLOC(sizeof(int32_t) * (size_t)cap);
     MG_ASSERT(seq && rows && logits, "out of host memory");
-    /* prompt: the start of the first validation (else training) sample */
-    if (tr->has_data) {
-        const mg_sampler *smp = tr->has_valid ? &tr->valid_smp : &tr->train_smp;
+    if (text) len = mg_tokenizer_encode(tr->tok, text, strlen(text), 0, seq, cap);
+    /* else: the start of the first validation (else training) sample */
+    if (!text) {
+        const mg_blend *smp = tr->has_valid ? &tr->valid_data : &tr->train_data;
         int32_t *first = (int32_t *)MG_MALLOC(sizeof(int32_t) * (size_t)(T + 1));
         char why[MG_ERRLEN];
         MG_ASSERT(first, "out of host memory");
-        if (smp->ds && !mg_sampler_get(smp, 0, first, why, sizeof why))
+        if (smp->n && !mg_blend_get(smp, 0, first, why, sizeof why))
             for (len = 0; len < n_prompt; len++) seq[len] = first[len];
         MG_FREE(first);
     }
     if (!len) seq[len++] = 0;
     if (out) fprintf(out, "----- sample (%lld tokens after a %lld-token prompt, temperature 1) -----\n",
             (long long)n_tokens, (long long)len);
-    for (i = 0; i < len; i++) mg__print_token(out, seq[i], bytes);
-    if (out) fprintf(out, bytes ? "" : "| ");
+    n_text = len;
+    if (!tr->tok) {   /* with a tokenizer the text is decoded at the end */
+        for (i = 0; i < len; i++) mg__print_token(out, seq[i], bytes);
+        if (out) fprintf(out, bytes ? "" : "| ");
+    }
     mg_gpt_sync_weights(&tr->model);     /* 16-bit: the working copy of the master weights */
     for (i = 0; i < n_tokens; i++) {
         /* the last T tokens as row 0 of a microbatch (other rows repeat it); next-token
@@ -5692,9 +6012,22 @@ MGDEF void mg_trainer_generate(mg_trainer *tr, int64_t n_tokens, FILE *out) {
         }
         if (p > 1)
             next = (int)mg__group_bcast_f64(&tr->model, &tr->comm->pipeline, next, p - 1);
+        if (next == eod) break;          /* the tokenizer's end of document ends the sample */
         seq[len++] = next;
-        mg__print_token(out, next, bytes);
+        if (!tr->tok) mg__print_token(out, next, bytes);
     }
+    for (i = 0; out && tr->tok && i < 2; i++) {   /* prompt | generated tokens, as text */
+        const int32_t *ids = i ? seq + n_text : seq;
+        int64_t n = i ? len - n_text : n_text, nb = mg_tokenizer_decode(tr->tok, ids, n, NULL, 0);
+        char *txt = (char *)MG_MALLOC((size_t)(nb > 0 ? nb : 1));
+        MG_ASSERT(txt, "out of host memory");
+        nb = mg_tokenizer_decode(tr->tok, ids, n, txt, nb);
+        fwrite(txt, 1, (size_t)(nb > 0 ? nb : 0), out);
+        fprintf(out, i ? "" : "|");
+        MG_FREE(txt);
+    }
+    if (out && tr->tok && len - n_text < n_tokens)
+        fprintf(out, "\n(end of document after %lld tokens)", (long long)(len - n_text));
     if (out) {
         fprintf(out, "\n-----\n");
         fflush(out);

@@ -24,6 +24,8 @@
         (shuffled document index, sample index, shuffled sample index from
         numpy.random.RandomState(seed) — reproduced bit for bit, MT19937 included) or in plain
         sequential order.
+        2b. Blends: samples drawn from several datasets by weight (Megatron's BlendedDataset
+        and its blending indices), gpt_train --data-path 0.7 A 0.3 B.
      3. Atomic files and directories; a preallocated file that several processes fill in
         parallel with pwrite (the base of the checkpoint writers); a bounded reader for small
         text files (state files, config.json).
@@ -204,6 +206,53 @@ MGDEF int mg_sampler_init(mg_sampler *smp, const mg_dataset *ds, const mg_sample
 MGDEF int mg_sampler_get(const mg_sampler *smp, int64_t i, int32_t *tokens,
                          char *err, size_t errlen);
 MGDEF void mg_sampler_free(mg_sampler *smp);
+
+/* ---------------------------------------------------------------------------------------------
+   2b. Blended data (Megatron's BlendedDataset; gpt_train --data-path 0.7 A 0.3 B)
+   ---------------------------------------------------------------------------------------------
+   A blend draws samples from n datasets with normalised weights w. Sample i of the blend is
+   sample dataset_sample_index[i] of dataset dataset_index[i], built by Megatron's
+   build_blending_indices (megatron/core/datasets/helpers.cpp): with c_k the samples dataset k
+   has given so far, sample i goes to the k of the largest error w_k·max(i, 1) − c_k (the
+   first k on a tie), and c_k grows by one. So after every prefix of i samples, each c_k is
+   within one sample of w_k·i: the realised fractions track the weights at every point.
+   Dataset k's own sampler (its --split part, shuffled or sequential, same seed) is asked for
+   ceil(ceil(N·w_k)·1.005) samples (Megatron's _get_size_per_split_per_dataset with its
+   default 0.5% surplus), N the blend's size; a blend of one unweighted dataset is that
+   dataset's sampler itself (sample i = its sample i, N asked).
+   The indices are a pure function of (weights, N): every rank builds the same, and a resumed
+   run (same N) reads exactly the samples the uninterrupted run would.                       */
+#define MG_BLEND_MAX 32767      /* Megatron stores dataset_index as int16                  */
+
+/* Megatron's get_blend_from_list: words = one PREFIX, or "W1 P1 W2 P2 …" (weights > 0,
+   normalised here). Fills prefixes[i] (pointers into words) and weights[i] (NULL result
+   weights for one unweighted prefix: *weighted = 0); *n = datasets. cap = room in both arrays.
+   flag names the option for the error line ("--data-path").                                */
+MGDEF int mg_blend_parse(const char *flag, const char *const *words, int n_words,
+                         const char **prefixes, double *weights, int cap, int *n, int *weighted,
+                         char *err, size_t errlen);
+/* The blending indices for size samples (dataset_index[size], dataset_sample_index[size]);
+   -1 only when out of memory.                                                              */
+MGDEF int mg_blend_indices(const double *weights, int n, int64_t size, int16_t *dataset_index,
+                           int64_t *dataset_sample_index);
+
+typedef struct mg_blend {
+    int n;                      /* datasets                                                 */
+    int weighted;               /* 0: one dataset, no blending indices                     */
+    double *weights;            /* [n] normalised                                          */
+    mg_sampler *smp;            /* [n] each dataset's sampler over its part                */
+    int64_t n_samples;          /* valid sample indices [0, n_samples)                      */
+    int16_t *dataset_index;     /* [n_samples] (weighted)                                   */
+    int64_t *dataset_sample_index;
+} mg_blend;
+/* ds[k] are open datasets (kept open by the caller while the blend lives); weights as from
+   mg_blend_parse (ignored when !weighted, then n must be 1); desc->n_samples = N.          */
+MGDEF int mg_blend_init(mg_blend *b, const mg_dataset *const *ds, const double *weights,
+                        int n, int weighted, const mg_sampler_desc *desc, char *err,
+                        size_t errlen);
+/* Sample i's seq_len + 1 tokens, as mg_sampler_get.                                        */
+MGDEF int mg_blend_get(const mg_blend *b, int64_t i, int32_t *tokens, char *err, size_t errlen);
+MGDEF void mg_blend_free(mg_blend *b);
 /* Megatron's sample counts for a run (train, valid, test), as its training loop asks them:
    train = iters·B; valid = (iters / eval_interval + 1)·eval_iters·B; test = eval_iters·B.  */
 MGDEF void mg_data_num_samples(int64_t train_iters, int64_t global_batch,
@@ -1621,6 +1670,142 @@ MGDEF int mg_sampler_get(const mg_sampler *smp, int64_t i, int32_t *tokens, char
         return mg__fail(err, errlen, "%s: internal error: sample %lld has %lld tokens", ds->path,
                         (long long)i, (long long)k);
     return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+   2b. Blended data
+   ------------------------------------------------------------------------------------------ */
+/* A weight: a finite decimal number, nothing after it.                                     */
+static int mg__blend_weight(const char *s, double *w) {
+    char *end = NULL;
+    errno = 0;
+    *w = strtod(s, &end);
+    return s[0] && end && !*end && !errno && isfinite(*w);
+}
+
+MGDEF int mg_blend_parse(const char *flag, const char *const *words, int n_words,
+                         const char **prefixes, double *weights, int cap, int *n, int *weighted,
+                         char *err, size_t errlen) {
+    double sum = 0;
+    *n = *weighted = 0;
+    if (n_words < 1) return mg__fail(err, errlen, "%s: no dataset given", flag);
+    if (n_words == 1) {   /* one prefix, no weight: that dataset alone */
+        prefixes[0] = words[0];
+        *n = 1;
+        return 0;
+    }
+    if (n_words % 2)
+        return mg__fail(err, errlen, "%s: %d words; a blend is pairs WEIGHT PREFIX (e.g. 0.7 A "
+                        "0.3 B), a single dataset one PREFIX", flag, n_words);
+    if (n_words / 2 > cap)
+        return mg__fail(err, errlen, "%s: %d datasets, at most %d", flag, n_words / 2, cap);
+    for (int i = 0; i < n_words / 2; i++) {
+        double w;
+        if (!mg__blend_weight(words[2 * i], &w))
+            return mg__fail(err, errlen, "%s: '%s' (word %d) is not a weight; a blend is pairs "
+                            "WEIGHT PREFIX (e.g. 0.7 A 0.3 B)", flag, words[2 * i], 2 * i + 1);
+        if (!(w > 0))
+            return mg__fail(err, errlen, "%s: weight %s of %s must be positive", flag,
+                            words[2 * i], words[2 * i + 1]);
+        weights[i] = w;
+        prefixes[i] = words[2 * i + 1];
+        sum += w;
+    }
+    if (!isfinite(sum)) return mg__fail(err, errlen, "%s: the weights' sum overflows", flag);
+    *n = n_words / 2;
+    for (int i = 0; i < *n; i++) weights[i] /= sum;
+    *weighted = 1;
+    return 0;
+}
+
+MGDEF int mg_blend_indices(const double *weights, int n, int64_t size, int16_t *dataset_index,
+                           int64_t *dataset_sample_index) {
+    int64_t *count = (int64_t *)mg__alloc((size_t)n * sizeof *count);
+    if (!count) return -1;
+    memset(count, 0, (size_t)n * sizeof *count);
+    for (int64_t i = 0; i < size; i++) {
+        /* the dataset furthest behind its share w·max(i, 1) (helpers.cpp's double math)    */
+        double x = i > 1 ? (double)i : 1.0, best = weights[0] * x - (double)count[0];
+        int k = 0;
+        for (int j = 1; j < n; j++) {
+            double e = weights[j] * x - (double)count[j];
+            if (e > best) { best = e; k = j; }
+        }
+        dataset_index[i] = (int16_t)k;
+        dataset_sample_index[i] = count[k]++;
+    }
+    MG_FREE(count);
+    return 0;
+}
+
+MGDEF void mg_blend_free(mg_blend *b) {
+    if (b->smp)
+        for (int k = 0; k < b->n; k++) mg_sampler_free(&b->smp[k]);
+    MG_FREE(b->smp);
+    MG_FREE(b->weights);
+    MG_FREE(b->dataset_index);
+    MG_FREE(b->dataset_sample_index);
+    memset(b, 0, sizeof *b);
+}
+
+MGDEF int mg_blend_init(mg_blend *b, const mg_dataset *const *ds, const double *weights,
+                        int n, int weighted, const mg_sampler_desc *desc, char *err,
+                        size_t errlen) {
+    int64_t N = desc->n_samples;
+    memset(b, 0, sizeof *b);
+    if (n < 1 || n > MG_BLEND_MAX || (!weighted && n != 1))
+        return mg__fail(err, errlen, "a blend of %d datasets (1 … %d; several need weights)", n,
+                        MG_BLEND_MAX);
+    if (N < 1) return mg__fail(err, errlen, "no samples requested (%lld)", (long long)N);
+    b->n = n;
+    b->weighted = weighted;
+    b->n_samples = N;
+    b->smp = (mg_sampler *)mg__alloc((size_t)n * sizeof *b->smp);
+    if (b->smp) memset(b->smp, 0, (size_t)n * sizeof *b->smp);
+    b->weights = (double *)mg__alloc((size_t)n * sizeof(double));
+    if (weighted) {
+        b->dataset_index = (int16_t *)mg__alloc((size_t)N * sizeof(int16_t));
+        b->dataset_sample_index = (int64_t *)mg__alloc((size_t)N * sizeof(int64_t));
+    }
+    if (!b->smp || !b->weights || (weighted && (!b->dataset_index || !b->dataset_sample_index))) {
+        mg_blend_free(b);
+        return mg__fail(err, errlen, "out of memory for a blend of %lld samples", (long long)N);
+    }
+    for (int k = 0; k < n; k++) {
+        mg_sampler_desc d = *desc;
+        b->weights[k] = weighted ? weights[k] : 1.0;
+        /* Megatron's per-dataset request: ceil(ceil(N·w)·(1 + 0.005))                     */
+        if (weighted) d.n_samples = (int64_t)ceil(ceil((double)N * weights[k]) * 1.005);
+        if (mg_sampler_init(&b->smp[k], ds[k], &d, err, errlen) != 0) {
+            mg_blend_free(b);
+            return -1;
+        }
+    }
+    if (weighted) {
+        if (mg_blend_indices(b->weights, n, N, b->dataset_index, b->dataset_sample_index)) {
+            mg_blend_free(b);
+            return mg__fail(err, errlen, "out of memory for a blend of %d datasets", n);
+        }
+        for (int64_t i = 0; i < N; i++)   /* the surplus covers the greedy's +1 (checked)   */
+            if (b->dataset_sample_index[i] >= b->smp[b->dataset_index[i]].n_samples) {
+                int k = b->dataset_index[i];
+                mg__fail(err, errlen, "%s: the blend asks for its sample %lld of %lld",
+                         ds[k]->path, (long long)b->dataset_sample_index[i],
+                         (long long)b->smp[k].n_samples);
+                mg_blend_free(b);
+                return -1;
+            }
+    }
+    return 0;
+}
+
+MGDEF int mg_blend_get(const mg_blend *b, int64_t i, int32_t *tokens, char *err, size_t errlen) {
+    if (i < 0 || i >= b->n_samples)
+        return mg__fail(err, errlen, "blended sample %lld requested, only %lld available",
+                        (long long)i, (long long)b->n_samples);
+    if (!b->weighted) return mg_sampler_get(&b->smp[0], i, tokens, err, errlen);
+    return mg_sampler_get(&b->smp[b->dataset_index[i]], b->dataset_sample_index[i], tokens, err,
+                          errlen);
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
    parts build and run with only the headers they name.
      1. Each header compiles as the one implementation file of a program (MG_IMPLEMENTATION)
         in a directory that holds only itself and the headers it may depend on:
-          mg_tensor.h, mg_data.h, mg_plan.h   nothing of ours
+          mg_tensor.h, mg_data.h, mg_plan.h,  nothing of ours
+          mg_tokenizer.h
           mg_comm.h                           mg_tensor.h
           mg_transformer.h, mg_pipeline.h     mg_comm.h, mg_tensor.h
           megatron.h                          all of the above but mg_plan.h
@@ -112,10 +113,12 @@ int main(void) {
     header_alone("mg_tensor.h", "");
     header_alone("mg_data.h", "");
     header_alone("mg_plan.h", "");
+    header_alone("mg_tokenizer.h", "");
     header_alone("mg_comm.h", "mg_tensor.h");
     header_alone("mg_transformer.h", "mg_tensor.h mg_comm.h");
     header_alone("mg_pipeline.h", "mg_tensor.h mg_comm.h");
-    header_alone("megatron.h", "mg_tensor.h mg_comm.h mg_transformer.h mg_pipeline.h mg_data.h");
+    header_alone("megatron.h", "mg_tensor.h mg_comm.h mg_transformer.h mg_pipeline.h mg_data.h "
+                 "mg_tokenizer.h");
 
     if (!example_alone("tp_block", "mg_tensor.h mg_comm.h mg_transformer.h")) {
         example_runs("tp_block", 1, "", "equals the serial one");

@@ -57,7 +57,7 @@ static void fetch_first_batch(mg_trainer *tr) {
     char err[MG_ERRLEN];
     int64_t i;
     for (i = 0; i < tr->args.global_batch_size; i++)
-        if (mg_sampler_get(&tr->train_smp, i, tr->batch + i * (tr->cfg.seq_len + 1), err,
+        if (mg_blend_get(&tr->train_data, i, tr->batch + i * (tr->cfg.seq_len + 1), err,
                            sizeof err)) {
             fprintf(stderr, "sample %lld: %s\n", (long long)i, err);
             exit(1);

@@ -292,7 +292,7 @@ static void check_validation(void) {
     for (i = 0; i < 2; i++) {  /* the same samples, forward only, straight through the model */
         int64_t s;
         for (s = 0; s < G; s++)
-            mg_sampler_get(&tr.valid_smp, i * G + s, tr.batch + s * 17, err, sizeof err);
+            mg_blend_get(&tr.valid_data, i * G + s, tr.batch + s * 17, err, sizeof err);
         direct += mg_gpt_run_microbatches(&tr.model, tr.batch, tr.n_micro, 0, 0) / (G * 16.0);
     }
     direct /= 2;

@@ -4,9 +4,10 @@
 #   openmpi-bin libopenmpi-dev ranks as processes (mpirun, mpicc)
 #   python3-torch python3-numpy  PyTorch on the CPU: the test oracle and the bench peer
 #   python3-venv              the .venv of the tokenizer references (tools/install-venv.sh, run last)
+#   zlib1g-dev                mg_prepare reads .jsonl.gz input
 # The CUDA toolkit (nvcc, cuBLAS, NCCL) is not a Debian package here; `make` builds the CUDA
 # programs only where nvcc is found.
-PKGS="libopenblas-dev openmpi-bin libopenmpi-dev python3-torch python3-numpy python3-venv"
+PKGS="libopenblas-dev openmpi-bin libopenmpi-dev python3-torch python3-numpy python3-venv zlib1g-dev"
 missing=""
 for p in $PKGS; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

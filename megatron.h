@@ -713,6 +713,13 @@ typedef struct mg_train_args {
     /* logging, evaluation, checkpoints, data                                                */
     int64_t seed, log_interval, eval_interval, eval_iters, save_interval, sample_tokens;
     const char *save, *load, *split, *init_from, *log_jsonl, *export_hf;
+    /* monitoring (docs/monitoring.md): TensorBoard, timers, extra statistics                */
+    const char *tensorboard_dir;
+    int64_t tensorboard_log_interval, timing_log_level;
+    int timing_log_option;               /* mg_timing_option                                    */
+    int log_timers_to_tensorboard, log_memory_to_tensorboard,
+        log_validation_ppl_to_tensorboard, log_params_norm, log_num_zeros_in_grad,
+        log_throughput;                  /* switches                                           */
     /* text: the tokenizer (4c; NULL type: ids only) and a generation prompt                  */
     const char *tokenizer_type, *vocab_file, *merge_file, *tokenizer_model, *tiktoken_pattern,
                *prompt;
@@ -758,11 +765,21 @@ MGDEF const char *mg_train_flag_name(int i, const char **group);
 typedef struct mg_step_result {
     double loss;              /* mean over the global batch's target tokens                     */
     double grad_norm;         /* before clipping; nan when not finite                           */
+    double params_norm;       /* --log-params-norm: ‖fp32 weights‖₂ after the update (else nan) */
+    double num_zeros;         /* --log-num-zeros-in-grad: zero gradient entries (else nan)      */
     double lr;                /* the learning rate this iteration used                          */
     double elapsed_ms;        /* wall time of the iteration                                     */
     int skipped;              /* 1: gradient not finite, update skipped                        */
     double loss_scale;        /* the loss scale this iteration used (1 without fp16)           */
 } mg_step_result;
+
+/* --timing-log-option: how a timer's times on the ranks are printed (Megatron's choices). */
+typedef enum { MG_TIMING_MAX = 0, MG_TIMING_MINMAX = 1, MG_TIMING_ALL = 2 } mg_timing_option;
+/* Megatron-LM's timers that the trainer measures, in the order it prints them (names and
+   levels in mg__timer_names): a timer runs when its level <= --timing-log-level.            */
+enum { MG_TIMER_FORWARD_BACKWARD, MG_TIMER_FORWARD_COMPUTE, MG_TIMER_BACKWARD_COMPUTE,
+       MG_TIMER_BATCH_GENERATOR, MG_TIMER_LAYERNORM_GRADS, MG_TIMER_EMBEDDING_GRADS,
+       MG_TIMER_ALL_GRADS_SYNC, MG_TIMER_COUNT_ZEROS, MG_TIMER_OPTIMIZER, MG_N_TIMERS };
 
 typedef struct mg_trainer {
     mg_train_args args;
@@ -810,6 +827,11 @@ typedef struct mg_trainer {
     /* the log interval being accumulated                                                       */
     double log_loss_sum, log_ms_sum;
     int64_t log_count, log_skipped, log_nan;
+    /* timers: milliseconds accumulated over the log interval, and each one's start          */
+    double timer_ms[MG_N_TIMERS], timer_t0[MG_N_TIMERS];
+    float *timer_dev;                   /* device scratch for gathering them [(1+world)·2·N]  */
+    mg_tb_writer tb;                    /* --tensorboard-dir: the last rank's event file      */
+    int has_tb;
 } mg_trainer;
 
 /* Validates and builds. Order: architecture (flags, --load checkpoint, --init-from file,
@@ -3306,16 +3328,39 @@ static void mg__for_owned(const mg_adamw *opt, const mg_gpt *m, mg__owned_fn vis
     }
 }
 
-typedef struct { mg_gpt *m; double sum; int nonfinite, has_embedding; } mg__sumsq_acc;
+/* What mg__model_sum adds over the parameters: Σ g² (the grad norm), Σ w² of the fp32
+   weights (--log-params-norm), or the count of zero gradient entries (--log-num-zeros-in-grad,
+   Megatron's count_zeros_fp32).                                                             */
+enum { MG__SUM_GRAD_SQ, MG__SUM_PARAM_SQ, MG__SUM_GRAD_ZEROS };
+typedef struct { mg_gpt *m; const mg_adamw *opt; int what; double sum; int nonfinite,
+                 has_embedding; float *host; } mg__sumsq_acc;
+/* Zero entries among n device values, counted on the host in pieces of 64 Ki (host: 64 Ki
+   floats of scratch).                                                                       */
+static double mg__count_zeros(mg_ctx *ctx, const float *x, int64_t n, float *host) {
+    double zeros = 0;
+    int64_t i, k;
+    for (i = 0; i < n; i += 65536) {
+        int64_t len = n - i < 65536 ? n - i : 65536;
+        mg_copy_to_host(ctx, host, x + i, sizeof(float) * (size_t)len);
+        for (k = 0; k < len; k++) zeros += host[k] == 0.0f;
+    }
+    return zeros;
+}
 static void mg__sumsq_visit(void *user, const mg_param_desc *d, int64_t x0, int64_t x1,
                             int64_t moment0) {
     mg__sumsq_acc *acc = (mg__sumsq_acc *)user;
+    mg_gpt *m = acc->m;
     int bad = 0;
-    (void)moment0;
     /* replicated tensors are equal on every tensor-parallel rank: count them on rank 0 only */
-    if (d->split == MG_TP_REPLICATED && acc->m->layout.tp_rank != 0) return;
+    if (d->split == MG_TP_REPLICATED && m->layout.tp_rank != 0) return;
     if (d->kind == MG_WTE && !acc->has_embedding) return;   /* the last stage's tied copy */
-    acc->sum += mg_sumsq(acc->m->ctx, acc->m->grad_buf + x0, x1 - x0, &bad);
+    if (acc->what == MG__SUM_GRAD_SQ)
+        acc->sum += mg_sumsq(m->ctx, m->grad_buf + x0, x1 - x0, &bad);
+    else if (acc->what == MG__SUM_PARAM_SQ)    /* the sharded master, or the whole fp32 copy */
+        acc->sum += mg_sumsq(m->ctx, acc->opt->master ? acc->opt->master + moment0
+                                                      : mg_gpt_fp32_params(m) + x0, x1 - x0, &bad);
+    else
+        acc->sum += mg__count_zeros(m->ctx, m->grad_buf + x0, x1 - x0, acc->host);
     acc->nonfinite |= bad;
 }
 
@@ -3330,19 +3375,29 @@ static void mg__sumsq_visit(void *user, const mg_param_desc *d, int64_t x0, int6
    sums are then summed exactly over the tensor group, then over the pipeline group
    (mg__group_sum_f64: every rank adds the same values in the same order), so all get the
    same norm, as precise as the serial one.                                                  */
-static double mg__grad_sumsq(mg_adamw *opt, mg_gpt *m, int *nonfinite) {
+/* The same walk and sums for the other quantities of mg__sumsq_acc (params norm, zeros). */
+static double mg__model_sum(mg_adamw *opt, mg_gpt *m, int what, int *nonfinite) {
     const mg_gpt_layout *L = &m->layout;
     mg__sumsq_acc acc;
     double local;
     int c;
-    if (!opt->dp && (!m->comm || (L->tp_size == 1 && L->pp_size == 1)))
+    if (what == MG__SUM_GRAD_SQ && !opt->dp && (!m->comm || (L->tp_size == 1 &&
+                                                             L->pp_size == 1)))
         return mg_sumsq(m->ctx, m->grad_buf, m->n_elems, nonfinite);
     acc.m = m;
+    acc.opt = opt;
+    acc.what = what;
     acc.sum = 0;
     acc.nonfinite = 0;
     acc.has_embedding = 0;
+    acc.host = NULL;
+    if (what == MG__SUM_GRAD_ZEROS) {
+        acc.host = (float *)MG_MALLOC(sizeof(float) * 65536);
+        MG_ASSERT(acc.host, "out of host memory");
+    }
     for (c = 0; c < L->n_chunks; c++) acc.has_embedding |= L->chunks[c].has_embedding;
     mg__for_owned(opt, m, mg__sumsq_visit, &acc);
+    MG_FREE(acc.host);
     local = acc.nonfinite ? NAN : acc.sum;
     if (opt->dp)
         local = mg__group_sum(m->ctx, opt->dp->comm, &opt->dp->comm->data, opt->dp->dev_scalars,
@@ -3386,7 +3441,7 @@ MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, d
     int nonfinite = 0, k;
     /* fp16: the gradients carry the loss scale; the norm and the step see them unscaled */
     double unscale = opt->loss_scale > 0 ? 1.0 / opt->loss_scale : 1.0;
-    double norm = sqrt(mg__grad_sumsq(opt, m, &nonfinite)) * unscale;
+    double norm = sqrt(mg__model_sum(opt, m, MG__SUM_GRAD_SQ, &nonfinite)) * unscale;
     mg__adam_acc acc;
     if (grad_norm) *grad_norm = nonfinite ? NAN : norm;
     if (nonfinite || !isfinite(norm)) return 0;
@@ -3702,6 +3757,30 @@ static const mg__flag mg__flags[] = {
      "print the training line every N iterations (default 100)"},
     {"--log-jsonl", MG__F_STR, MG__OFF(log_jsonl), "FILE",  0, 0,
      "also append one JSON object per logged iteration to FILE"},
+    {"--log-params-norm", MG__F_SWITCH, MG__OFF(log_params_norm), NULL, 0, 0,
+     "compute the L2 norm of the fp32 weights after each update; shown as params norm"},
+    {"--log-num-zeros-in-grad", MG__F_SWITCH, MG__OFF(log_num_zeros_in_grad), NULL, 0, 0,
+     "count the zero entries of the reduced gradient each iteration; shown as num zeros"},
+    {"--log-throughput", MG__F_SWITCH, MG__OFF(log_throughput), NULL, 0, 0,
+     "with --log-timers-to-tensorboard: also write the TFLOP/s/GPU as the scalar throughput "
+     "(the log line always shows it)"},
+    {"--timing-log-level", MG__F_INT, MG__OFF(timing_log_level), "0|1|2", 0, 2,
+     "timers printed after each log line: 0 none, 1 forward-backward, gradient reductions, "
+     "optimizer; 2 also forward-compute, backward-compute, batch-generator (default 0)"},
+    {"--timing-log-option", MG__F_CHOICE, MG__OFF(timing_log_option), "max|minmax|all", 0, 0,
+     "each timer's time across ranks: the maximum, the (min, max) pair, or every rank's "
+     "(default minmax)"},
+    {"--tensorboard-dir", MG__F_STR, MG__OFF(tensorboard_dir), "DIR", 0, 0,
+     "write TensorBoard event files into DIR (the last rank writes; tensorboard --logdir DIR)"},
+    {"--tensorboard-log-interval", MG__F_INT, MG__OFF(tensorboard_log_interval), "N", 1,
+     MG__BIG, "iterations between the per-iteration TensorBoard scalars (default 1)"},
+    {"--log-timers-to-tensorboard", MG__F_SWITCH, MG__OFF(log_timers_to_tensorboard), NULL, 0,
+     0, "also write iteration-time and each timer (NAME-time, ms, max across ranks)"},
+    {"--log-memory-to-tensorboard", MG__F_SWITCH, MG__OFF(log_memory_to_tensorboard), NULL, 0,
+     0, "also write mem-reserved-bytes, mem-allocated-bytes, mem-max-allocated-bytes"},
+    {"--log-validation-ppl-to-tensorboard", MG__F_SWITCH,
+     MG__OFF(log_validation_ppl_to_tensorboard), NULL, 0, 0,
+     "also write the validation perplexity (lm loss validation ppl)"},
     {"inference", MG__F_HELP, 0, NULL, 0, 0, ""},
     {"--sample-tokens", MG__F_INT, MG__OFF(sample_tokens), "N", 0, 1e7,
      "generate N tokens at the end and print them (default 0)"},
@@ -3729,6 +3808,8 @@ MGDEF void mg_train_args_default(mg_train_args *a) {
     a->seed = 1234;
     a->tensor_model_parallel_size = 1;
     a->log_interval = 100;
+    a->tensorboard_log_interval = 1;
+    a->timing_log_option = MG_TIMING_MINMAX;
     a->eval_interval = 1000;
     a->eval_iters = 100;
     a->split = "969,30,1";
@@ -4089,7 +4170,8 @@ MGDEF void mg_train_print_help(FILE *out, const char *prog) {
         "\nThe log line (every --log-interval iterations) shows iteration, consumed samples,\n"
         "elapsed time per iteration (ms), throughput per GPU (TFLOP/s/GPU), tokens per second,\n"
         "learning rate, global batch size, lm loss (mean over the interval), loss scale, grad\n"
-        "norm, skipped and nan iterations. FLOPs are counted as Megatron-LM does without\n"
+        "norm (num zeros, params norm with their flags), skipped and nan iterations; then the\n"
+        "timers of --timing-log-level (docs/monitoring.md). FLOPs are counted as Megatron-LM does without\n"
         "activation recomputation: per iteration 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)) for\n"
         "global batch B, sequence s, layers l, hidden h, padded vocabulary V (2 FLOPs per\n"
         "multiply-add of every GEMM, backward = 2 x forward), divided by the iteration time and\n"
@@ -4103,6 +4185,32 @@ static double mg__now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* Megatron-LM's timers (megatron/core/timers.py): name and --timing-log-level, in the order
+   of training.py's timers_to_log. As Megatron's, a timer waits for the device before it
+   reads the clock at start and at stop (mg_sync: the stream has finished the work queued
+   so far; a no-op on the CPU), so it measures the GPU work between the two points, not the
+   host's time to queue it. The timed regions nest as in Megatron: forward-backward holds
+   the batch generator, the computes and the gradient reductions; optimizer holds the
+   zero count.                                                                                */
+static const struct { const char *name; int level; } mg__timer_names[MG_N_TIMERS] = {
+    {"forward-backward", 1}, {"forward-compute", 2}, {"backward-compute", 2},
+    {"batch-generator", 2}, {"layernorm-grads-all-reduce", 1},
+    {"embedding-grads-all-reduce", 1}, {"all-grads-sync", 1}, {"optimizer-count-zeros", 1},
+    {"optimizer", 1}};
+static int mg__timer_on(const mg_trainer *tr, int k) {
+    return mg__timer_names[k].level <= tr->args.timing_log_level;
+}
+static void mg__timer_start(mg_trainer *tr, int k) {
+    if (!mg__timer_on(tr, k)) return;
+    mg_sync(&tr->ctx);
+    tr->timer_t0[k] = mg__now_ms();
+}
+static void mg__timer_stop(mg_trainer *tr, int k) {
+    if (!mg__timer_on(tr, k)) return;
+    mg_sync(&tr->ctx);
+    tr->timer_ms[k] += mg__now_ms() - tr->timer_t0[k];
 }
 
 /* Parent directory of path exists (the path itself may not). */
@@ -4499,6 +4607,8 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
 #endif
     if (a->save && mg__check_output("--save", a->save, 1, err, errlen)) return -1;
     if (a->log_jsonl && mg__check_output("--log-jsonl", a->log_jsonl, 0, err, errlen)) return -1;
+    if (a->tensorboard_dir && mg__check_output("--tensorboard-dir", a->tensorboard_dir, 1, err,
+                                               errlen)) return -1;
     if (a->pipeline_trace &&
         mg__check_output("--pipeline-trace", a->pipeline_trace, 0, err, errlen)) return -1;
     if (a->export_hf && mg__check_output("--export-hf", a->export_hf, 1, err, errlen)) return -1;
@@ -4980,7 +5090,9 @@ static void mg__pipe_forward(void *user, const mg_pipe_io *io) {
     if (io->input)
         mg_copy(m->ctx, mg_gpt_chunk_input(m, io->chunk, slot)->data, io->input,
                 mg_nbytes(mg_gpt_chunk_input(m, io->chunk, slot)));
+    mg__timer_start(tr, MG_TIMER_FORWARD_COMPUTE);
     mg_gpt_forward(m, io->chunk, slot, io->mb);
+    mg__timer_stop(tr, MG_TIMER_FORWARD_COMPUTE);
     if (io->output)
         mg_copy(m->ctx, io->output, mg_gpt_chunk_output(m, io->chunk, slot)->data,
                 mg_nbytes(mg_gpt_chunk_output(m, io->chunk, slot)));
@@ -4999,12 +5111,14 @@ static void mg__pipe_backward_io(mg_trainer *tr, const mg_pipe_io *io, int split
     int slot = mg__act_slot(tr, io->chunk, io->mb, 0);
     if (io->grad_output)
         mg_copy(m->ctx, m->tf.dresid.data, io->grad_output, mg_nbytes(&m->tf.dresid));
+    mg__timer_start(tr, MG_TIMER_BACKWARD_COMPUTE);
     if (split) mg_gpt_backward_input(m, io->chunk, slot, tr->pipe_dloss);
     else {
         m->final_backward = mg__pipe_last_backward(tr, io->chunk);
         mg_gpt_backward(m, io->chunk, slot, tr->pipe_dloss);
         m->final_backward = 0;
     }
+    mg__timer_stop(tr, MG_TIMER_BACKWARD_COMPUTE);
     if (io->grad_input) mg_copy(m->ctx, io->grad_input, m->tf.dresid.data, mg_nbytes(&m->tf.dresid));
     if (!split) mg__act_slot_release(tr, io->chunk, slot);
 }
@@ -5018,7 +5132,9 @@ static void mg__pipe_backward_weight(void *user, const mg_pipe_io *io) {
     mg_trainer *tr = (mg_trainer *)user;
     int slot = mg__act_slot(tr, io->chunk, io->mb, 0);
     tr->model.final_backward = mg__pipe_last_backward(tr, io->chunk);
+    mg__timer_start(tr, MG_TIMER_BACKWARD_COMPUTE);
     mg_gpt_backward_weight(&tr->model, io->chunk, slot);
+    mg__timer_stop(tr, MG_TIMER_BACKWARD_COMPUTE);
     tr->model.final_backward = 0;
     mg__act_slot_release(tr, io->chunk, slot);
 }
@@ -5348,6 +5464,19 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     tr->batch = (int32_t *)MG_MALLOC(sizeof(int32_t) * (size_t)(a->global_batch_size /
                                      tr->dp_size) * (size_t)(tr->cfg.seq_len + 1));
     MG_ASSERT(tr->batch, "out of host memory");
+    /* scratch for gathering the timers / broadcasting the memory figures: doubles as F32 pairs */
+    if (a->comm && a->comm->world_size > 1 && (a->timing_log_level > 0 || a->tensorboard_dir ||
+                                               a->log_memory_to_tensorboard))
+        tr->timer_dev = (float *)mg_alloc(&tr->ctx, sizeof(double) * MG_N_TIMERS *
+                                                    (size_t)a->comm->world_size);
+    /* TensorBoard: the last rank writes, as Megatron's get_tensorboard_writer */
+    if (a->tensorboard_dir && (!a->comm || a->comm->world_rank == a->comm->world_size - 1)) {
+        if (mg_tb_open(&tr->tb, a->tensorboard_dir, why, sizeof why)) {
+            mg__err(err, errlen, "--tensorboard-dir %s: %s", a->tensorboard_dir, why);
+            goto fail;
+        }
+        tr->has_tb = 1;
+    }
     if (a->log_jsonl && tr->writer) {
         tr->jsonl = fopen(a->log_jsonl, "ab");
         if (!tr->jsonl) {
@@ -5365,6 +5494,7 @@ fail:
 
 MGDEF void mg_trainer_free(mg_trainer *tr) {
     if (tr->jsonl) fclose(tr->jsonl);
+    if (tr->has_tb) mg_tb_close(&tr->tb);
     if (tr->tok) mg_tokenizer_free(tr->tok);
     mg_blend_free(&tr->train_data);
     mg_blend_free(&tr->valid_data);
@@ -5406,7 +5536,11 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     double t0 = mg__now_ms(), tokens = (double)G * tr->cfg.seq_len, sum;
     float dloss;
     memset(&r, 0, sizeof r);
+    r.params_norm = r.num_zeros = NAN;
+    mg__timer_start(tr, MG_TIMER_FORWARD_BACKWARD);
+    mg__timer_start(tr, MG_TIMER_BATCH_GENERATOR);
     mg__fetch(tr, &tr->train_data, tr->consumed_samples + tr->dp_rank * Gl, Gl);
+    mg__timer_stop(tr, MG_TIMER_BATCH_GENERATOR);
     mg_gpt_zero_grad(&tr->model);
     /* dropout on, keyed by the global microbatch index: iteration · microbatches + i */
     tr->model.training = 1;
@@ -5420,14 +5554,29 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
         /* the buckets touching the tied word embedding wait for this: its two stage parts
            summed over the embedding group first (the stages' flat buffers differ, so their
            data-parallel pieces do too), then mg_dp_finish starts them */
+        mg__timer_start(tr, MG_TIMER_EMBEDDING_GRADS);
         mg__embedding_grad_all_reduce(&tr->model);
+        mg__timer_stop(tr, MG_TIMER_EMBEDDING_GRADS);
     } else {
         sum = mg_gpt_run_microbatches(&tr->model, tr->batch, tr->n_micro, dloss, 1);
     }
+    /* all-grads-sync: what is left of the data-parallel reductions after the backward */
+    mg__timer_start(tr, MG_TIMER_ALL_GRADS_SYNC);
     mg_dp_finish(&tr->dp);
+    mg__timer_stop(tr, MG_TIMER_ALL_GRADS_SYNC);
     r.loss = mg_dp_sum(&tr->dp, sum) / tokens;
     tr->model.training = 0;
+    mg__timer_start(tr, MG_TIMER_LAYERNORM_GRADS);
     mg_gpt_reduce_grads(&tr->model);
+    mg__timer_stop(tr, MG_TIMER_LAYERNORM_GRADS);
+    mg__timer_stop(tr, MG_TIMER_FORWARD_BACKWARD);
+    mg__timer_start(tr, MG_TIMER_OPTIMIZER);
+    if (tr->args.log_num_zeros_in_grad) {
+        int bad = 0;
+        mg__timer_start(tr, MG_TIMER_COUNT_ZEROS);
+        r.num_zeros = mg__model_sum(&tr->opt, &tr->model, MG__SUM_GRAD_ZEROS, &bad);
+        mg__timer_stop(tr, MG_TIMER_COUNT_ZEROS);
+    }
     /* the schedule counts optimizer updates, not iterations: Megatron-LM steps its
        OptimizerParamScheduler only after a successful update, so skipped (fp16 overflow)
        iterations neither warm up nor decay the learning rate                               */
@@ -5436,6 +5585,11 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     r.skipped = !mg_adamw_update(&tr->opt, &tr->model, (float)r.lr, (float)tr->args.clip_grad,
                                  &r.grad_norm);
     mg_loss_scaler_update(&tr->scaler, r.skipped);   /* found_inf: agreed by every rank */
+    mg__timer_stop(tr, MG_TIMER_OPTIMIZER);
+    if (tr->args.log_params_norm) {   /* Megatron's calc_params_l2_norm, after the update */
+        int bad = 0;
+        r.params_norm = sqrt(mg__model_sum(&tr->opt, &tr->model, MG__SUM_PARAM_SQ, &bad));
+    }
     tr->skipped_iters += r.skipped;
     tr->nan_iters += !isfinite(r.loss);
     tr->consumed_samples += G;
@@ -5451,9 +5605,90 @@ static void mg__json_num(FILE *f, const char *key, double v, int last) {
     else fprintf(f, "\"%s\": null%s", key, last ? "" : ", ");
 }
 
+/* One TensorBoard scalar (the last rank; elsewhere nothing). A failed write is one warning,
+   then the run goes on without TensorBoard.                                                 */
+static void mg__tb(mg_trainer *tr, const char *tag, double v, int64_t step) {
+    char err[MG_ERRLEN];
+    if (!tr->has_tb) return;
+    if (mg_tb_scalar(&tr->tb, tag, v, step, err, sizeof err)) {
+        fprintf(stderr, "gpt_train: warning: --tensorboard-dir: %s (no more events written)\n",
+                err);
+        mg_tb_close(&tr->tb);
+        tr->has_tb = 0;
+    }
+}
+/* Megatron's pair: TAG at the iteration and "TAG vs samples" at the consumed samples.      */
+static void mg__tb_pair(mg_trainer *tr, const char *tag, double v) {
+    char vs[128];
+    mg__tb(tr, tag, v, tr->iteration);
+    snprintf(vs, sizeof vs, "%s vs samples", tag);
+    mg__tb(tr, vs, v, tr->consumed_samples);
+}
+
+/* The memory of this rank's context, as Megatron reads torch.cuda.memory_stats(): reserved
+   = the arena (the one allocation of the device or host memory the run works in), allocated
+   = the part of it in use now, max allocated = its high-water mark.                        */
+static void mg__memory(const mg_trainer *tr, double mem[3]) {
+    mem[0] = (double)tr->ctx.arena_size;
+    mem[1] = (double)tr->ctx.arena_used;
+    mem[2] = (double)tr->ctx.arena_peak;
+}
+static const char *const mg__memory_tags[3] = {"mem-reserved-bytes", "mem-allocated-bytes",
+                                               "mem-max-allocated-bytes"};
+
+/* Every rank's timers over the log interval, ms per iteration, into all[rank·N + k]
+   (collective over the world: an all-gather).                                               */
+static void mg__timers_gather(mg_trainer *tr, double per_iter_div, double *all) {
+    int k, world = tr->comm ? tr->comm->world_size : 1, me = tr->comm ? tr->comm->world_rank : 0;
+    double mine[MG_N_TIMERS];
+    for (k = 0; k < MG_N_TIMERS; k++) mine[k] = tr->timer_ms[k] / per_iter_div;
+    if (world == 1) {
+        memcpy(all, mine, sizeof mine);
+        return;
+    }
+    /* doubles travel as pairs of F32 words (the collectives only move bytes here) */
+    mg_copy_to_device(&tr->ctx, tr->timer_dev + (size_t)me * 2 * MG_N_TIMERS, mine, sizeof mine);
+    mg_all_gather(tr->comm, &tr->comm->world, tr->timer_dev + (size_t)me * 2 * MG_N_TIMERS,
+                  tr->timer_dev, 2 * MG_N_TIMERS, MG_F32);
+    mg_copy_to_host(&tr->ctx, all, tr->timer_dev, sizeof mine * (size_t)world);
+}
+
+/* Megatron's timer report (megatron/core/timers.py): a timer's min and max over the ranks
+   that ran it (time > 0); --timing-log-option max|minmax|all.                             */
+static void mg__timers_print(const mg_trainer *tr, const double *all, FILE *out) {
+    int k, r, world = tr->comm ? tr->comm->world_size : 1, opt = tr->args.timing_log_option;
+    char dots[64];
+    fprintf(out, "%s", opt == MG_TIMING_MAX ? "max time across ranks (ms):"
+                       : opt == MG_TIMING_MINMAX ? "(min, max) time across ranks (ms):"
+                                                 : "times across ranks (ms):");
+    for (k = 0; k < MG_N_TIMERS; k++) {
+        double lo = INFINITY, hi = 0;
+        if (!mg__timer_on(tr, k)) continue;
+        for (r = 0; r < world; r++) {
+            double t = all[r * MG_N_TIMERS + k];
+            if (t > 0 && t < lo) lo = t;
+            if (t > hi) hi = t;
+        }
+        if (hi <= 0) continue;                         /* not run on any rank */
+        /* the name, a space, dots to 48 columns: (name + ' ').ljust(48, '.') */
+        snprintf(dots, sizeof dots, "%s ", mg__timer_names[k].name);
+        while (strlen(dots) < 48) strcat(dots, ".");
+        if (opt == MG_TIMING_MAX) fprintf(out, "\n    %s: %.2f", dots, hi);
+        else if (opt == MG_TIMING_MINMAX) fprintf(out, "\n    %s: (%.2f, %.2f)", dots, lo, hi);
+        else {
+            fprintf(out, "\n  %s:", mg__timer_names[k].name);
+            for (r = 0; r < world; r++)
+                if (all[r * MG_N_TIMERS + k] > 0)
+                    fprintf(out, "\n     rank %2d: %.2f", r, all[r * MG_N_TIMERS + k]);
+        }
+    }
+    fprintf(out, "\n");
+}
+
 MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
-    double ms, loss, tokens_per_s, tflops, tflops_rc;
+    double ms, loss, tokens_per_s, tflops, tflops_rc, mem[3], *timers = NULL;
     int64_t G = tr->args.global_batch_size;
+    int k, world = tr->comm ? tr->comm->world_size : 1;
     time_t now;
     char stamp[32];
     tr->log_count++;
@@ -5461,10 +5696,39 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
     if (!r->skipped) tr->log_loss_sum += r->loss;
     tr->log_skipped += r->skipped;
     tr->log_nan += !isfinite(r->loss);
+    /* TensorBoard, every --tensorboard-log-interval: this iteration's values (Megatron's
+       training_log; the log line below shows the interval's mean loss)                     */
+    if (tr->has_tb && tr->iteration % tr->args.tensorboard_log_interval == 0) {
+        mg__tb_pair(tr, "learning-rate", r->lr);
+        mg__tb_pair(tr, "batch-size", (double)G);
+        mg__tb_pair(tr, "lm loss", r->loss);
+        mg__tb_pair(tr, "loss-scale", r->loss_scale);
+        mg__tb_pair(tr, "grad-norm", r->grad_norm);
+        if (tr->args.log_num_zeros_in_grad) mg__tb_pair(tr, "num-zeros", r->num_zeros);
+        if (tr->args.log_params_norm) mg__tb_pair(tr, "params-norm", r->params_norm);
+        if (tr->args.log_memory_to_tensorboard) {
+            mg__memory(tr, mem);
+            for (k = 0; k < 3; k++) mg__tb(tr, mg__memory_tags[k], mem[k], tr->iteration);
+        }
+    }
     if (tr->iteration % tr->args.log_interval && tr->iteration != tr->args.train_iters) return;
     ms = tr->log_ms_sum / (double)tr->log_count;
     loss = tr->log_count > tr->log_skipped ?
            tr->log_loss_sum / (double)(tr->log_count - tr->log_skipped) : NAN;
+    /* TensorBoard is written by the last rank: with it, the line and the JSON object (rank 0)
+       show the last rank's iteration time and memory too, as Megatron's print_rank_last    */
+    mg__memory(tr, mem);
+    if (world > 1 && (tr->args.tensorboard_dir || tr->args.log_memory_to_tensorboard)) {
+        double last[4];
+        memcpy(last, mem, sizeof mem);
+        last[3] = ms;
+        mg_copy_to_device(&tr->ctx, tr->timer_dev, last, sizeof last);
+        mg_broadcast(tr->comm, &tr->comm->world, tr->timer_dev, tr->timer_dev, 8, MG_F32,
+                     world - 1);
+        mg_copy_to_host(&tr->ctx, last, tr->timer_dev, sizeof last);
+        memcpy(mem, last, sizeof mem);
+        ms = last[3];
+    }
     tokens_per_s = (double)G * tr->cfg.seq_len / (ms * 1e-3);
     /* Megatron-LM's figure counts model FLOPs only; the second one adds the forward work
        recomputation repeats (the paper's 96·B·s·l·h² form with full recomputation)          */
@@ -5474,16 +5738,42 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
                           mg_gpt_flops_per_iteration(&tr->cfg, G));
     now = time(NULL);
     strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", localtime(&now));
+    if (tr->args.timing_log_level > 0) {
+        timers = (double *)MG_MALLOC(sizeof(double) * MG_N_TIMERS * (size_t)world);
+        MG_ASSERT(timers, "out of host memory");
+        mg__timers_gather(tr, (double)tr->log_count, timers);
+    }
     if (out) {
         fprintf(out, " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
                 "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.3f | with recomputed "
                 "FLOPs (TFLOP/s/GPU): %.3f | tokens per second: %.0f | learning rate: %.6E | "
-                "global batch size: %5lld | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f | "
-                "number of skipped iterations: %3lld | number of nan iterations: %3lld |\n", stamp,
-                (long long)tr->iteration, (long long)tr->args.train_iters,
-                (long long)tr->consumed_samples, ms, tflops, tflops_rc, tokens_per_s, r->lr, (long long)G, loss, r->loss_scale, r->grad_norm,
+                "global batch size: %5lld | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f |",
+                stamp, (long long)tr->iteration, (long long)tr->args.train_iters,
+                (long long)tr->consumed_samples, ms, tflops, tflops_rc, tokens_per_s, r->lr,
+                (long long)G, loss, r->loss_scale, r->grad_norm);
+        if (tr->args.log_num_zeros_in_grad) fprintf(out, " num zeros: %.1f |", r->num_zeros);
+        if (tr->args.log_params_norm) fprintf(out, " params norm: %.3f |", r->params_norm);
+        fprintf(out, " number of skipped iterations: %3lld | number of nan iterations: %3lld |\n",
                 (long long)tr->log_skipped, (long long)tr->log_nan);
+        if (timers) mg__timers_print(tr, timers, out);
         fflush(out);
+    }
+    /* TensorBoard at the log interval: the iteration time (s), the throughput, the timers
+       (ms per iteration, the maximum over the ranks: Megatron's Timers.write)              */
+    if (tr->has_tb && tr->args.log_timers_to_tensorboard) {
+        mg__tb(tr, "iteration-time", ms * 1e-3, tr->iteration);
+        if (tr->args.log_throughput) mg__tb(tr, "throughput", tflops, tr->iteration);
+        for (k = 0; timers && k < MG_N_TIMERS; k++) {
+            char tag[64];
+            double hi = 0;
+            int q;
+            if (!mg__timer_on(tr, k)) continue;
+            for (q = 0; q < world; q++)
+                if (timers[q * MG_N_TIMERS + k] > hi) hi = timers[q * MG_N_TIMERS + k];
+            if (hi <= 0) continue;
+            snprintf(tag, sizeof tag, "%s-time", mg__timer_names[k].name);
+            mg__tb(tr, tag, hi, tr->iteration);
+        }
     }
     if (tr->jsonl) {
         fprintf(tr->jsonl, "{\"iteration\": %lld, \"consumed_samples\": %lld, ",
@@ -5496,13 +5786,40 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
         mg__json_num(tr->jsonl, "tokens_per_sec", tokens_per_s, 0);
         mg__json_num(tr->jsonl, "tflops_per_gpu", tflops, 0);
         mg__json_num(tr->jsonl, "tflops_per_gpu_with_recompute", tflops_rc, 0);
+        if (tr->args.log_num_zeros_in_grad) mg__json_num(tr->jsonl, "num_zeros", r->num_zeros, 0);
+        if (tr->args.log_params_norm) mg__json_num(tr->jsonl, "params_norm", r->params_norm, 0);
+        if (tr->args.log_memory_to_tensorboard) {   /* the last rank's, as TensorBoard's */
+            mg__json_num(tr->jsonl, "mem_reserved_bytes", mem[0], 0);
+            mg__json_num(tr->jsonl, "mem_allocated_bytes", mem[1], 0);
+            mg__json_num(tr->jsonl, "mem_max_allocated_bytes", mem[2], 0);
+        }
+        if (timers) {   /* "name": [min, max] ms per iteration over the ranks that ran it */
+            int first = 1, q;
+            fprintf(tr->jsonl, "\"timers_ms\": {");
+            for (k = 0; k < MG_N_TIMERS; k++) {
+                double lo = INFINITY, hi = 0;
+                if (!mg__timer_on(tr, k)) continue;
+                for (q = 0; q < world; q++) {
+                    double t = timers[q * MG_N_TIMERS + k];
+                    if (t > 0 && t < lo) lo = t;
+                    if (t > hi) hi = t;
+                }
+                if (hi <= 0) continue;
+                fprintf(tr->jsonl, "%s\"%s\": [%.9g, %.9g]", first ? "" : ", ",
+                        mg__timer_names[k].name, lo, hi);
+                first = 0;
+            }
+            fprintf(tr->jsonl, "}, ");
+        }
         fprintf(tr->jsonl, "\"global_batch_size\": %lld, \"skipped_iterations\": %lld, "
                 "\"nan_iterations\": %lld}\n", (long long)G, (long long)tr->log_skipped,
                 (long long)tr->log_nan);
         fflush(tr->jsonl);
     }
+    MG_FREE(timers);
     tr->log_count = tr->log_skipped = tr->log_nan = 0;
     tr->log_loss_sum = tr->log_ms_sum = 0;
+    for (k = 0; k < MG_N_TIMERS; k++) tr->timer_ms[k] = 0;
 }
 
 /* Mean loss over --eval-iters global batches of a part's blend from sample *consumed on. */
@@ -5531,6 +5848,11 @@ static void mg__print_eval(mg_trainer *tr, FILE *out, const char *where, const c
                 "------------------------------------------------\n", (long long)tr->iteration,
                 where, loss, exp(loss < 700 ? loss : 700));
         fflush(out);
+    }
+    if (where[0] == 0) {   /* Megatron's evaluate_and_print_results: the validation only */
+        mg__tb_pair(tr, "lm loss validation", loss);
+        if (tr->args.log_validation_ppl_to_tensorboard)   /* its ppl: exp(min(20, loss)) */
+            mg__tb_pair(tr, "lm loss validation ppl", exp(loss < 20 ? loss : 20));
     }
     if (tr->jsonl) {
         fprintf(tr->jsonl, "{\"iteration\": %lld, ", (long long)tr->iteration);

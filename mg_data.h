@@ -34,6 +34,7 @@
         takes the full tensor list first, then pieces of any tensor from any process.
      6. Hugging Face config.json for GPT-2 (n_layer, n_head, n_embd, n_positions, vocab_size).
      7. A small strict JSON parser (used by 5 and 6; public so tests and tools can use it).
+     8. TensorBoard event files (TFRecord + the Event protobuf; gpt_train --tensorboard-dir).
 
    Everything is little-endian on disk; the implementation assumes a little-endian host.
    With a strict -std=c11 build define _GNU_SOURCE or _POSIX_C_SOURCE=200809L (the Makefile
@@ -471,6 +472,32 @@ MGDEF char *mg_json_strdup(const mg_json *js, int64_t tok);
 /* Number token as an integer (fails on fractions, exponents or overflow).                  */
 MGDEF int mg_json_int(const mg_json *js, int64_t tok, int64_t *value);
 
+/* ---------------------------------------------------------------------------------------------
+   8. TensorBoard event files (what torch.utils.tensorboard.SummaryWriter writes, without it):
+      DIR/events.out.tfevents.<unix time>.<host>.<pid>, a TFRecord file — each record is
+        uint64 length | uint32 masked CRC32C(length bytes) | data | uint32 masked CRC32C(data)
+      (CRC32C: the Castagnoli polynomial, reflected 0x82F63B78; masked: rotate right by 15,
+      add 0xa282ead8) — whose data is one serialized tensorboard Event protobuf:
+        Event   { double wall_time = 1; int64 step = 2; string file_version = 3;
+                  Summary summary = 5; }
+        Summary { repeated Value value = 1; }   Value { string tag = 1; float simple_value = 2; }
+      The first record says file_version "brain.Event:2"; then one Event per scalar. Every
+      record is built in memory and handed to the kernel in one write(): a running
+      `tensorboard --logdir DIR` sees it at once, and a run killed at any moment leaves a file
+      whose complete records all read back (a reader stops at a cut record).                */
+typedef struct mg_tb_writer {
+    int fd;                     /* -1: closed                                                 */
+    char path[4096];            /* the event file                                            */
+} mg_tb_writer;
+/* Creates DIR (one level) if needed and a new event file in it. 0, or -1 with err.         */
+MGDEF int mg_tb_open(mg_tb_writer *w, const char *dir, char *err, size_t errlen);
+/* Appends the scalar `tag` = value at step (wall_time: now). 0, or -1 with err.           */
+MGDEF int mg_tb_scalar(mg_tb_writer *w, const char *tag, double value, int64_t step,
+                       char *err, size_t errlen);
+MGDEF void mg_tb_close(mg_tb_writer *w);
+/* CRC32C of n bytes (crc 0 to start; pass the previous result to continue).                */
+MGDEF uint32_t mg_crc32c(uint32_t crc, const void *data, size_t n);
+
 #ifdef __cplusplus
 }
 #endif
@@ -494,6 +521,7 @@ MGDEF int mg_json_int(const mg_json *js, int64_t tok, int64_t *value);
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 #if defined(__linux__)
 #include <sys/syscall.h>
@@ -2795,6 +2823,141 @@ MGDEF int mg_hf_config_read(const char *path, mg_hf_config *cfg, char *err, size
     }
     MG_FREE(text);
     return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+   8. TensorBoard event files
+   ------------------------------------------------------------------------------------------ */
+MGDEF uint32_t mg_crc32c(uint32_t crc, const void *data, size_t n) {
+    static uint32_t table[256];
+    static int ready;
+    const unsigned char *p = (const unsigned char *)data;
+    size_t i;
+    if (!ready) {               /* the byte-wise table of the reflected polynomial 0x82F63B78 */
+        for (uint32_t b = 0; b < 256; b++) {
+            uint32_t c = b;
+            for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+            table[b] = c;
+        }
+        ready = 1;
+    }
+    crc = ~crc;
+    for (i = 0; i < n; i++) crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+/* TFRecord's masked CRC: a CRC stored next to the data it covers is rotated and offset so that
+   a CRC of a CRC does not look like one.                                                    */
+static uint32_t mg__tb_mask(uint32_t crc) {
+    return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
+static void mg__put_le(unsigned char *p, uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+/* Protobuf encoding: a varint is 7 bits per byte, low first, high bit = more follows; a field
+   key is (field number << 3) | wire type (0 varint, 1 fixed64, 2 length-delimited, 5 fixed32). */
+static size_t mg__tb_varint(unsigned char *p, uint64_t v) {
+    size_t n = 0;
+    do {
+        p[n++] = (unsigned char)((v & 0x7f) | (v > 0x7f ? 0x80 : 0));
+        v >>= 7;
+    } while (v);
+    return n;
+}
+
+/* One TFRecord holding data[0..n) appended with a single write(). */
+static int mg__tb_record(mg_tb_writer *w, const unsigned char *data, size_t n, char *err,
+                         size_t errlen) {
+    unsigned char buf[12 + 4608 + 4];
+    size_t total = 12 + n + 4;
+    if (n > 4608) return mg__fail(err, errlen, "%s: event of %zu bytes is too long", w->path, n);
+    mg__put_le(buf, n, 8);
+    mg__put_le(buf + 8, mg__tb_mask(mg_crc32c(0, buf, 8)), 4);
+    memcpy(buf + 12, data, n);
+    mg__put_le(buf + 12 + n, mg__tb_mask(mg_crc32c(0, data, n)), 4);
+    if (write(w->fd, buf, total) != (ssize_t)total)
+        return mg__fail(err, errlen, "%s: write failed (%s)", w->path, strerror(errno));
+    return 0;
+}
+
+/* Event fields 1 (wall_time, fixed64 double) and 2 (step, varint) into p. */
+static size_t mg__tb_event_head(unsigned char *p, int64_t step) {
+    struct timespec ts;
+    double wall;
+    uint64_t bits;
+    size_t n = 0;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    wall = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    memcpy(&bits, &wall, 8);
+    p[n++] = 0x09;                                  /* field 1, fixed64 */
+    mg__put_le(p + n, bits, 8);
+    n += 8;
+    p[n++] = 0x10;                                  /* field 2, varint  */
+    return n + mg__tb_varint(p + n, (uint64_t)step);
+}
+
+MGDEF int mg_tb_open(mg_tb_writer *w, const char *dir, char *err, size_t errlen) {
+    static const char version[] = "brain.Event:2";
+    unsigned char ev[64];
+    char host[256] = "localhost";
+    size_t n;
+    w->fd = -1;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return mg__fail(err, errlen, "%s: cannot create the directory (%s)", dir,
+                        strerror(errno));
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = 0;
+    if (snprintf(w->path, sizeof w->path, "%s/events.out.tfevents.%lld.%s.%d", dir,
+                 (long long)time(NULL), host, (int)getpid()) >= (int)sizeof w->path)
+        return mg__fail(err, errlen, "%s: directory name too long", dir);
+    w->fd = open(w->path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0666);
+    if (w->fd < 0)
+        return mg__fail(err, errlen, "%s: cannot create (%s)", w->path, strerror(errno));
+    n = mg__tb_event_head(ev, 0);
+    ev[n++] = 0x1a;                                 /* field 3, file_version */
+    ev[n++] = (unsigned char)(sizeof version - 1);
+    memcpy(ev + n, version, sizeof version - 1);
+    n += sizeof version - 1;
+    if (mg__tb_record(w, ev, n, err, errlen)) {
+        mg_tb_close(w);
+        return -1;
+    }
+    return 0;
+}
+
+MGDEF int mg_tb_scalar(mg_tb_writer *w, const char *tag, double value, int64_t step,
+                       char *err, size_t errlen) {
+    unsigned char ev[4608], val[4096], sum[4200];
+    size_t tl = strlen(tag), nv = 0, ns = 0, n;
+    float f = (float)value;
+    uint32_t bits;
+    if (tl > 4000) return mg__fail(err, errlen, "tensorboard tag of %zu bytes is too long", tl);
+    /* Summary.Value { tag = 1 (string); simple_value = 2 (fixed32 float) } */
+    val[nv++] = 0x0a;
+    nv += mg__tb_varint(val + nv, tl);
+    memcpy(val + nv, tag, tl);
+    nv += tl;
+    val[nv++] = 0x15;
+    memcpy(&bits, &f, 4);
+    mg__put_le(val + nv, bits, 4);
+    nv += 4;
+    /* Summary { value = 1 (message) } */
+    sum[ns++] = 0x0a;
+    ns += mg__tb_varint(sum + ns, nv);
+    memcpy(sum + ns, val, nv);
+    ns += nv;
+    /* Event { wall_time, step, summary = 5 (message) } */
+    n = mg__tb_event_head(ev, step);
+    ev[n++] = 0x2a;
+    n += mg__tb_varint(ev + n, ns);
+    memcpy(ev + n, sum, ns);
+    n += ns;
+    return mg__tb_record(w, ev, n, err, errlen);
+}
+
+MGDEF void mg_tb_close(mg_tb_writer *w) {
+    if (w->fd >= 0) close(w->fd);
+    w->fd = -1;
 }
 
 #endif /* MG_DATA_IMPLEMENTED */

@@ -1,0 +1,178 @@
+// mg-test: ranks=1 timeout=300 flavors=cpu
+/* test_tensorboard.c — monitoring a run (docs/monitoring.md): build/gpt_train under mpirun,
+   its TensorBoard event file read back by the tensorboard package itself, its timers.
+     tensorboard  4 ranks, p=2 x d=2 with the distributed optimizer, 10 iterations, every
+                  monitoring flag (--tensorboard-dir, --log-timers-to-tensorboard,
+                  --log-memory-to-tensorboard, --log-validation-ppl-to-tensorboard,
+                  --log-params-norm, --log-num-zeros-in-grad, --log-throughput,
+                  --timing-log-level 2, --timing-log-option all) and --log-jsonl, every
+                  iteration logged; then tests/oracle/tb_events.py (.venv's tensorboard 2.17.1,
+                  installed by make deps) reads the file: every tag and value equals the JSONL,
+                  a file cut mid-record reads up to the cut, a flipped bit stops the reader.
+                  The printed report of --timing-log-option all names every rank.
+     timers       1 rank, 20 iterations, --timing-log-level 2: forward-backward + optimizer
+                  (the two top-level timers) add up to the iteration time, within the
+                  measured overhead outside them (zeroing the gradients, the schedule; at
+                  most 10%), and never exceed it; the report's header and lines are
+                  Megatron's for --timing-log-option max and minmax.
+     errors       --timing-log-level 3 and a --tensorboard-dir under a missing directory: one
+                  error line each, exit status 2.
+   Runs in the cc flavour only (it drives build/gpt_train, the cc build).                    */
+#include "gpt_test_util.h"
+
+#define BASE "--vocab-size 37 --num-layers 4 --hidden-size 32 --num-attention-heads 4 "       \
+    "--seq-length 16 --micro-batch-size 1 --global-batch-size 8 --lr 3e-3 --log-interval 1 "  \
+    "--data-order sequential --device cpu "
+#define DATA GPT_DATA "gpt_tokens.bin"
+#define OUT "build/test_tensorboard_out"
+
+typedef struct { int header, lines, ranks[4]; const char *want; } report_seen;
+/* What a run printed: the timer report's header `want` and its lines. */
+static void on_line(const char *line, void *user) {
+    report_seen *s = (report_seen *)user;
+    int r;
+    if (strncmp(line, s->want, strlen(s->want)) == 0) s->header++;
+    if (strstr(line, " ...: ") || (strncmp(line, "    ", 4) == 0 && strstr(line, ".: ")))
+        s->lines++;
+    if (sscanf(line, "     rank %d:", &r) == 1 && r >= 0 && r < 4) s->ranks[r]++;
+}
+
+static int run(int np, const char *what, const char *flags, report_seen *seen) {
+    char first[2048], name[256];
+    int status, n, ok;
+    n = gpt_mpirun_train(np, flags, &status, first, sizeof first, on_line, seen);
+    ok = n == 0 && status == 0;
+    snprintf(name, sizeof name, "tensorboard: %s (mpirun -np %d gpt_train)", what, np);
+    mg_test_report(ok, name, "%d error lines, status %d%s%s", n, status, n ? ": " : "", first);
+    return ok;
+}
+
+/* The oracle's lines become this test's; it must run and say ok throughout. */
+static void oracle(const char *tbdir, const char *jsonl) {
+    char cmd[1024], line[4096];
+    int oks = 0, bad = 0, st;
+    FILE *p;
+    if (access(".venv/bin/python", X_OK) != 0) {
+        mg_test_report(0, "tensorboard: .venv/bin/python with the tensorboard package",
+                       "missing: run make deps (tools/install-venv.sh)");
+        return;
+    }
+    snprintf(cmd, sizeof cmd, ".venv/bin/python tests/oracle/tb_events.py %s %s 2>&1", tbdir,
+             jsonl);
+    p = popen(cmd, "r");
+    while (p && fgets(line, sizeof line, p)) {
+        line[strcspn(line, "\n")] = 0;
+        if (!strncmp(line, "ok - ", 5)) {
+            mg_test_report(1, line + 5, "");
+            oks++;
+        } else if (!strncmp(line, "not ok - ", 9)) {
+            mg_test_report(0, line + 9, "see above");
+            bad++;
+        } else {
+            printf("# %s\n", line);
+        }
+    }
+    st = p ? pclose(p) : -1;
+    mg_test_report(st == 0 && oks == 8 && bad == 0, "tensorboard: the oracle ran all 8 checks",
+                   "status %d, %d ok, %d not ok", st, oks, bad);
+}
+
+static void check_tensorboard(void) {
+    report_seen seen = {0, 0, {0}, "times across ranks (ms):"};
+    int r, all_ranks = 1;
+    if (system("rm -rf " OUT " && mkdir -p " OUT) != 0) return;
+    if (!run(4, "p=2 x d=2, every monitoring flag",
+             BASE "--train-data-path " DATA " --valid-data-path " DATA " --eval-iters 1 "
+             "--eval-interval 5 --train-iters 10 --pipeline-model-parallel-size 2 "
+             "--use-distributed-optimizer --tensorboard-dir " OUT "/tb --log-jsonl " OUT
+             "/log.jsonl --log-params-norm --log-num-zeros-in-grad --log-throughput "
+             "--log-timers-to-tensorboard --log-memory-to-tensorboard "
+             "--log-validation-ppl-to-tensorboard --timing-log-level 2 "
+             "--timing-log-option all", &seen))
+        return;
+    for (r = 0; r < 4; r++) all_ranks &= seen.ranks[r] > 0;
+    mg_test_report(seen.header == 10 && all_ranks, "tensorboard: --timing-log-option all "
+                   "prints a report per log line naming every rank's time",
+                   "%d headers, rank lines %d %d %d %d", seen.header, seen.ranks[0],
+                   seen.ranks[1], seen.ranks[2], seen.ranks[3]);
+    oracle(OUT "/tb", OUT "/log.jsonl");
+}
+
+/* Σ over the logged iterations of elapsed_ms and of the two top-level timers' max. */
+static int timer_sums(const char *path, double *elapsed, double *fb, double *opt, int *rows) {
+    FILE *f = fopen(path, "r");
+    char line[8192];
+    *elapsed = *fb = *opt = 0;
+    *rows = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        const char *e = strstr(line, "\"elapsed_ms\": "), *a = strstr(line, "\"forward-backward\": ["),
+                   *b = strstr(line, "\"optimizer\": [");
+        double lo, hi;
+        if (!e || !a || !b) continue;
+        *elapsed += strtod(e + 14, NULL);
+        if (sscanf(a + 21, "%lf, %lf", &lo, &hi) == 2) *fb += hi;
+        if (sscanf(b + 14, "%lf, %lf", &lo, &hi) == 2) *opt += hi;
+        (*rows)++;
+    }
+    if (f) fclose(f);
+    return *rows;
+}
+
+static void check_timers(void) {
+    report_seen mm = {0, 0, {0}, "(min, max) time across ranks (ms):"};
+    report_seen mx = {0, 0, {0}, "max time across ranks (ms):"};
+    double elapsed, fb, opt, ratio;
+    int rows;
+    if (!run(1, "20 iterations, --timing-log-level 2",
+             BASE "--data-path " DATA " --split 1,0,0 --eval-iters 0 --num-layers 2 "
+             "--hidden-size 64 --seq-length 32 --micro-batch-size 2 --train-iters 20 "
+             "--timing-log-level 2 --log-jsonl " OUT "/timers.jsonl", &mm))
+        return;
+    timer_sums(OUT "/timers.jsonl", &elapsed, &fb, &opt, &rows);
+    ratio = (fb + opt) / elapsed;
+    mg_test_report(rows == 20 && ratio <= 1 + 1e-9 && ratio >= 0.9,
+                   "tensorboard: timers add up: forward-backward + optimizer = the iteration "
+                   "time less the overhead outside them", "%d iterations: %.2f + %.2f ms of "
+                   "%.2f ms (ratio %.5f, overhead %.4f ms per iteration)", rows, fb, opt,
+                   elapsed, ratio, (elapsed - fb - opt) / (rows ? rows : 1));
+    printf("# timers: %d iterations, forward-backward %.2f ms + optimizer %.2f ms of %.2f ms "
+           "(ratio %.5f)\n", rows, fb, opt, elapsed, ratio);
+    /* level 2 on one rank without a pipeline: forward-backward, batch-generator, the
+       layernorm and data-parallel reductions, optimizer (5 lines per report)             */
+    mg_test_report(mm.header == 20 && mm.lines == 100, "tensorboard: --timing-log-option "
+                   "minmax (the default) prints '(min, max) time across ranks (ms):' and a "
+                   "line per timer", "%d headers, %d lines", mm.header, mm.lines);
+    if (!run(1, "--timing-log-option max", BASE "--data-path " DATA " --split 1,0,0 "
+             "--eval-iters 0 --train-iters 2 --timing-log-level 1 --timing-log-option max", &mx))
+        return;
+    mg_test_report(mx.header == 2 && mx.lines == 8, "tensorboard: --timing-log-option max "
+                   "prints 'max time across ranks (ms):' and the level-1 timers",
+                   "%d headers, %d lines", mx.header, mx.lines);
+}
+
+static void check_errors(void) {
+    static const char *const bad[2][2] = {
+        {"--timing-log-level 3", "--timing-log-level"},
+        {"--tensorboard-dir " OUT "/missing/tb", "--tensorboard-dir"}};
+    int k;
+    for (k = 0; k < 2; k++) {
+        char flags[1024], first[2048], name[256];
+        int status, n;
+        snprintf(flags, sizeof flags, BASE "--data-path " DATA " --train-iters 2 %s", bad[k][0]);
+        n = gpt_mpirun_train(1, flags, &status, first, sizeof first, NULL, NULL);
+        snprintf(name, sizeof name, "tensorboard: %s is one error line naming the flag, status 2",
+                 bad[k][0]);
+        mg_test_report(n == 1 && status == 2 && strstr(first, bad[k][1]), name,
+                       "%d error lines, status %d: %s", n, status, first);
+        if (n >= 1) printf("# %s", first);
+    }
+}
+
+int main(void) {
+#if !defined(__CUDACC__) && !defined(__SANITIZE_ADDRESS__)
+    check_tensorboard();
+    check_timers();
+    check_errors();
+#endif
+    return mg_test_summary();
+}

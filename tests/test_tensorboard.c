@@ -6,7 +6,7 @@
                   --log-memory-to-tensorboard, --log-validation-ppl-to-tensorboard,
                   --log-params-norm, --log-num-zeros-in-grad, --log-throughput,
                   --timing-log-level 2, --timing-log-option all) and --log-jsonl, every
-                  iteration logged; then tests/oracle/tb_events.py (.venv's tensorboard 2.17.1,
+                  iteration logged; then tests/tb_events.py (.venv's tensorboard 2.17.1,
                   installed by make deps) reads the file: every tag and value equals the JSONL,
                   a file cut mid-record reads up to the cut, a flipped bit stops the reader.
                   The printed report of --timing-log-option all names every rank.
@@ -57,7 +57,7 @@ static void oracle(const char *tbdir, const char *jsonl) {
                        "missing: run make deps (tools/install-venv.sh)");
         return;
     }
-    snprintf(cmd, sizeof cmd, ".venv/bin/python tests/oracle/tb_events.py %s %s 2>&1", tbdir,
+    snprintf(cmd, sizeof cmd, ".venv/bin/python tests/tb_events.py %s %s 2>&1", tbdir,
              jsonl);
     p = popen(cmd, "r");
     while (p && fgets(line, sizeof line, p)) {

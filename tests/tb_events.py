@@ -1,8 +1,8 @@
-"""tests/oracle/tb_events.py — reads the TensorBoard event file gpt_train wrote with the
+"""tests/tb_events.py — reads the TensorBoard event file gpt_train wrote with the
 tensorboard package's own reader (tensorboard 2.17.1 from .venv: its TFRecord reader checks
 both masked CRC32Cs of every record) and compares it with the run's --log-jsonl.
 
-    .venv/bin/python tests/oracle/tb_events.py TBDIR LOG.jsonl
+    .venv/bin/python tests/tb_events.py TBDIR LOG.jsonl
 
 Prints `ok - ...` / `not ok - ...` lines (one per check); exit status 0 iff all are ok.
 Checks:

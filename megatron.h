@@ -779,7 +779,8 @@ typedef enum { MG_TIMING_MAX = 0, MG_TIMING_MINMAX = 1, MG_TIMING_ALL = 2 } mg_t
    levels in mg__timer_names): a timer runs when its level <= --timing-log-level.            */
 enum { MG_TIMER_FORWARD_BACKWARD, MG_TIMER_FORWARD_COMPUTE, MG_TIMER_BACKWARD_COMPUTE,
        MG_TIMER_BATCH_GENERATOR, MG_TIMER_LAYERNORM_GRADS, MG_TIMER_EMBEDDING_GRADS,
-       MG_TIMER_ALL_GRADS_SYNC, MG_TIMER_COUNT_ZEROS, MG_TIMER_OPTIMIZER, MG_N_TIMERS };
+       MG_TIMER_ALL_GRADS_SYNC, MG_TIMER_PARAMS_ALL_GATHER, MG_TIMER_CLIP_MAIN_GRAD,
+       MG_TIMER_COUNT_ZEROS, MG_TIMER_INNER_STEP, MG_TIMER_OPTIMIZER, MG_N_TIMERS };
 
 typedef struct mg_trainer {
     mg_train_args args;
@@ -3437,21 +3438,31 @@ static void mg__adam_visit(void *user, const mg_param_desc *d, int64_t x0, int64
                       acc->opt->v + moment0, x1 - x0, &acc->hp, acc->scale, NULL, MG_F32);
 }
 
-MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, double *grad_norm) {
-    int nonfinite = 0, k;
+/* mg_adamw_update in its three parts (the trainer times each, as Megatron's
+   optimizer-clip-main-grad, optimizer-inner-step and params-all-gather timers do).
+   1. The gradient norm and the factor the step multiplies the gradients by (the loss scale
+      divided out, clipping); 0 when the norm is not finite (the step is skipped).           */
+static int mg__adamw_clip(mg_adamw *opt, mg_gpt *m, float clip_grad, double *grad_norm,
+                          float *scale) {
+    int nonfinite = 0;
     /* fp16: the gradients carry the loss scale; the norm and the step see them unscaled */
     double unscale = opt->loss_scale > 0 ? 1.0 / opt->loss_scale : 1.0;
     double norm = sqrt(mg__model_sum(opt, m, MG__SUM_GRAD_SQ, &nonfinite)) * unscale;
-    mg__adam_acc acc;
     if (grad_norm) *grad_norm = nonfinite ? NAN : norm;
     if (nonfinite || !isfinite(norm)) return 0;
     /* clip_grad_norm_: coefficient max_norm / (norm + 1e-6), applied when below 1 */
-    acc.scale = (float)unscale;
+    *scale = (float)unscale;
     if (clip_grad > 0) {
         double coef = clip_grad / (norm + 1e-6);
-        if (coef < 1.0) acc.scale = (float)(coef * unscale);
+        if (coef < 1.0) *scale = (float)(coef * unscale);
     }
+    return 1;
+}
+/* 2. AdamW on the pieces this rank owns.                                                  */
+static void mg__adamw_inner_step(mg_adamw *opt, mg_gpt *m, float lr, float scale) {
+    mg__adam_acc acc;
     opt->step++;
+    acc.scale = scale;
     acc.opt = opt;
     acc.m = m;
     acc.hp.lr = lr;
@@ -3460,6 +3471,10 @@ MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, d
     acc.hp.eps = opt->eps;
     acc.hp.step = (int)opt->step;
     mg__for_owned(opt, m, mg__adam_visit, &acc);
+}
+/* 3. With the distributed optimizer, the updated pieces all-gathered over the data group. */
+static void mg__adamw_gather_params(mg_adamw *opt, mg_gpt *m) {
+    int k;
     if (opt->dp) {   /* ZeRO-1: every rank gets the pieces the others updated */
         const mg_dp *dp = opt->dp;
         /* the weights the forward reads: fp32, or the 16-bit copy of a sharded master */
@@ -3473,6 +3488,12 @@ MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, d
         }
         for (k = 0; k < dp->n_buckets; k++) mg_wait(dp->comm, &dp->req[k]);
     }
+}
+MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, double *grad_norm) {
+    float scale;
+    if (!mg__adamw_clip(opt, m, clip_grad, grad_norm, &scale)) return 0;
+    mg__adamw_inner_step(opt, m, lr, scale);
+    mg__adamw_gather_params(opt, m);
     return 1;
 }
 
@@ -4197,8 +4218,9 @@ static double mg__now_ms(void) {
 static const struct { const char *name; int level; } mg__timer_names[MG_N_TIMERS] = {
     {"forward-backward", 1}, {"forward-compute", 2}, {"backward-compute", 2},
     {"batch-generator", 2}, {"layernorm-grads-all-reduce", 1},
-    {"embedding-grads-all-reduce", 1}, {"all-grads-sync", 1}, {"optimizer-count-zeros", 1},
-    {"optimizer", 1}};
+    {"embedding-grads-all-reduce", 1}, {"all-grads-sync", 1}, {"params-all-gather", 1},
+    {"optimizer-clip-main-grad", 1}, {"optimizer-count-zeros", 1},
+    {"optimizer-inner-step", 1}, {"optimizer", 1}};
 static int mg__timer_on(const mg_trainer *tr, int k) {
     return mg__timer_names[k].level <= tr->args.timing_log_level;
 }
@@ -5582,8 +5604,21 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
        iterations neither warm up nor decay the learning rate                               */
     r.lr = mg_lr_at(&tr->sched, tr->opt.step);
     r.loss_scale = tr->opt.loss_scale = tr->scaler.scale;
-    r.skipped = !mg_adamw_update(&tr->opt, &tr->model, (float)r.lr, (float)tr->args.clip_grad,
-                                 &r.grad_norm);
+    {   /* mg_adamw_update, its parts timed */
+        float scale = 0;
+        mg__timer_start(tr, MG_TIMER_CLIP_MAIN_GRAD);
+        r.skipped = !mg__adamw_clip(&tr->opt, &tr->model, (float)tr->args.clip_grad,
+                                    &r.grad_norm, &scale);
+        mg__timer_stop(tr, MG_TIMER_CLIP_MAIN_GRAD);
+        if (!r.skipped) {
+            mg__timer_start(tr, MG_TIMER_INNER_STEP);
+            mg__adamw_inner_step(&tr->opt, &tr->model, (float)r.lr, scale);
+            mg__timer_stop(tr, MG_TIMER_INNER_STEP);
+            if (tr->opt.dp) mg__timer_start(tr, MG_TIMER_PARAMS_ALL_GATHER);   /* ZeRO only */
+            mg__adamw_gather_params(&tr->opt, &tr->model);
+            if (tr->opt.dp) mg__timer_stop(tr, MG_TIMER_PARAMS_ALL_GATHER);
+        }
+    }
     mg_loss_scaler_update(&tr->scaler, r.skipped);   /* found_inf: agreed by every rank */
     mg__timer_stop(tr, MG_TIMER_OPTIMIZER);
     if (tr->args.log_params_norm) {   /* Megatron's calc_params_l2_norm, after the update */

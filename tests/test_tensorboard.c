@@ -13,7 +13,9 @@
      timers       1 rank, 20 iterations, --timing-log-level 2: forward-backward + optimizer
                   (the two top-level timers) add up to the iteration time, within the
                   measured overhead outside them (zeroing the gradients, the schedule; at
-                  most 10%), and never exceed it; the report's header and lines are
+                  most 10%), and never exceed it; optimizer-clip-main-grad +
+                  optimizer-inner-step make up optimizer (the loss scaler outside them: at
+                  most 20%); the report's header and lines are
                   Megatron's for --timing-log-option max and minmax.
      errors       --timing-log-level 3 and a --tensorboard-dir under a missing directory: one
                   error line each, exit status 2.
@@ -98,54 +100,63 @@ static void check_tensorboard(void) {
     oracle(OUT "/tb", OUT "/log.jsonl");
 }
 
-/* Σ over the logged iterations of elapsed_ms and of the two top-level timers' max. */
-static int timer_sums(const char *path, double *elapsed, double *fb, double *opt, int *rows) {
+/* Σ over the logged iterations of a JSONL key (elapsed_ms) or of a timer's max (NAN when a
+   line lacks it); *rows: lines read.                                                        */
+static double jsonl_sum(const char *path, const char *name, int timer, int *rows) {
     FILE *f = fopen(path, "r");
-    char line[8192];
-    *elapsed = *fb = *opt = 0;
+    char line[8192], key[128];
+    double sum = 0;
     *rows = 0;
+    snprintf(key, sizeof key, timer ? "\"%s\": [" : "\"%s\": ", name);
     while (f && fgets(line, sizeof line, f)) {
-        const char *e = strstr(line, "\"elapsed_ms\": "), *a = strstr(line, "\"forward-backward\": ["),
-                   *b = strstr(line, "\"optimizer\": [");
+        const char *at = strstr(line, key);
         double lo, hi;
-        if (!e || !a || !b) continue;
-        *elapsed += strtod(e + 14, NULL);
-        if (sscanf(a + 21, "%lf, %lf", &lo, &hi) == 2) *fb += hi;
-        if (sscanf(b + 14, "%lf, %lf", &lo, &hi) == 2) *opt += hi;
+        if (!at) sum = NAN;
+        else if (!timer) sum += strtod(at + strlen(key), NULL);
+        else if (sscanf(at + strlen(key), "%lf, %lf", &lo, &hi) == 2) sum += hi;
         (*rows)++;
     }
     if (f) fclose(f);
-    return *rows;
+    return sum;
 }
 
 static void check_timers(void) {
     report_seen mm = {0, 0, {0}, "(min, max) time across ranks (ms):"};
     report_seen mx = {0, 0, {0}, "max time across ranks (ms):"};
-    double elapsed, fb, opt, ratio;
+    double elapsed, fb, opt, clip, inner, ratio, parts;
     int rows;
     if (!run(1, "20 iterations, --timing-log-level 2",
              BASE "--data-path " DATA " --split 1,0,0 --eval-iters 0 --num-layers 2 "
              "--hidden-size 64 --seq-length 32 --micro-batch-size 2 --train-iters 20 "
              "--timing-log-level 2 --log-jsonl " OUT "/timers.jsonl", &mm))
         return;
-    timer_sums(OUT "/timers.jsonl", &elapsed, &fb, &opt, &rows);
+    elapsed = jsonl_sum(OUT "/timers.jsonl", "elapsed_ms", 0, &rows);
+    fb = jsonl_sum(OUT "/timers.jsonl", "forward-backward", 1, &rows);
+    opt = jsonl_sum(OUT "/timers.jsonl", "optimizer", 1, &rows);
+    clip = jsonl_sum(OUT "/timers.jsonl", "optimizer-clip-main-grad", 1, &rows);
+    inner = jsonl_sum(OUT "/timers.jsonl", "optimizer-inner-step", 1, &rows);
     ratio = (fb + opt) / elapsed;
+    parts = (clip + inner) / opt;
     mg_test_report(rows == 20 && ratio <= 1 + 1e-9 && ratio >= 0.9,
                    "tensorboard: timers add up: forward-backward + optimizer = the iteration "
                    "time less the overhead outside them", "%d iterations: %.2f + %.2f ms of "
                    "%.2f ms (ratio %.5f, overhead %.4f ms per iteration)", rows, fb, opt,
                    elapsed, ratio, (elapsed - fb - opt) / (rows ? rows : 1));
+    mg_test_report(parts <= 1 + 1e-9 && parts >= 0.8, "tensorboard: the optimizer's parts "
+                   "(optimizer-clip-main-grad + optimizer-inner-step) add up to optimizer",
+                   "%.2f + %.2f ms of %.2f ms (ratio %.5f)", clip, inner, opt, parts);
     printf("# timers: %d iterations, forward-backward %.2f ms + optimizer %.2f ms of %.2f ms "
            "(ratio %.5f)\n", rows, fb, opt, elapsed, ratio);
-    /* level 2 on one rank without a pipeline: forward-backward, batch-generator, the
-       layernorm and data-parallel reductions, optimizer (5 lines per report)             */
-    mg_test_report(mm.header == 20 && mm.lines == 100, "tensorboard: --timing-log-option "
+    /* level 2 on one rank without a pipeline or ZeRO: forward-backward, batch-generator,
+       the layernorm and data-parallel reductions, optimizer-clip-main-grad,
+       optimizer-inner-step, optimizer (7 lines per report)                                */
+    mg_test_report(mm.header == 20 && mm.lines == 140, "tensorboard: --timing-log-option "
                    "minmax (the default) prints '(min, max) time across ranks (ms):' and a "
                    "line per timer", "%d headers, %d lines", mm.header, mm.lines);
     if (!run(1, "--timing-log-option max", BASE "--data-path " DATA " --split 1,0,0 "
              "--eval-iters 0 --train-iters 2 --timing-log-level 1 --timing-log-option max", &mx))
         return;
-    mg_test_report(mx.header == 2 && mx.lines == 8, "tensorboard: --timing-log-option max "
+    mg_test_report(mx.header == 2 && mx.lines == 12, "tensorboard: --timing-log-option max "
                    "prints 'max time across ranks (ms):' and the level-1 timers",
                    "%d headers, %d lines", mx.header, mx.lines);
 }

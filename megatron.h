@@ -778,7 +778,10 @@ typedef enum { MG_TIMING_MAX = 0, MG_TIMING_MINMAX = 1, MG_TIMING_ALL = 2 } mg_t
 /* Megatron-LM's timers that the trainer measures, in the order it prints them (names and
    levels in mg__timer_names): a timer runs when its level <= --timing-log-level.            */
 enum { MG_TIMER_FORWARD_BACKWARD, MG_TIMER_FORWARD_COMPUTE, MG_TIMER_BACKWARD_COMPUTE,
-       MG_TIMER_BATCH_GENERATOR, MG_TIMER_LAYERNORM_GRADS, MG_TIMER_EMBEDDING_GRADS,
+       MG_TIMER_BATCH_GENERATOR,
+       MG_TIMER_PIPE_COMM,   /* + kind − 1, kind 1 … 15: the pipeline's send/recv groups by kind
+                                (mg_pipe_comm_kind_name: forward-send, backward-recv, …)    */
+       MG_TIMER_LAYERNORM_GRADS = MG_TIMER_PIPE_COMM + MG_PIPE_COMM_KINDS - 1, MG_TIMER_EMBEDDING_GRADS,
        MG_TIMER_ALL_GRADS_SYNC, MG_TIMER_PARAMS_ALL_GATHER, MG_TIMER_CLIP_MAIN_GRAD,
        MG_TIMER_COUNT_ZEROS, MG_TIMER_INNER_STEP, MG_TIMER_OPTIMIZER, MG_N_TIMERS };
 
@@ -4215,14 +4218,25 @@ static double mg__now_ms(void) {
    host's time to queue it. The timed regions nest as in Megatron: forward-backward holds
    the batch generator, the computes and the gradient reductions; optimizer holds the
    zero count.                                                                                */
-static const struct { const char *name; int level; } mg__timer_names[MG_N_TIMERS] = {
+static const struct { const char *name; int level; } mg__timer_names[] = {
     {"forward-backward", 1}, {"forward-compute", 2}, {"backward-compute", 2},
-    {"batch-generator", 2}, {"layernorm-grads-all-reduce", 1},
-    {"embedding-grads-all-reduce", 1}, {"all-grads-sync", 1}, {"params-all-gather", 1},
-    {"optimizer-clip-main-grad", 1}, {"optimizer-count-zeros", 1},
-    {"optimizer-inner-step", 1}, {"optimizer", 1}};
+    {"batch-generator", 2}, {NULL, 2} /* the pipeline's send/recv kinds, all level 2 */,
+    {"layernorm-grads-all-reduce", 1}, {"embedding-grads-all-reduce", 1},
+    {"all-grads-sync", 1}, {"params-all-gather", 1}, {"optimizer-clip-main-grad", 1},
+    {"optimizer-count-zeros", 1}, {"optimizer-inner-step", 1}, {"optimizer", 1}};
+typedef char mg__timer_names_fit[sizeof mg__timer_names / sizeof mg__timer_names[0] ==
+                                 MG_N_TIMERS - MG_PIPE_COMM_KINDS + 2 ? 1 : -1];
+/* Timer k's row of the table (the pipeline's kinds share one). */
+static int mg__timer_row(int k) {
+    return k < MG_TIMER_PIPE_COMM ? k : k < MG_TIMER_LAYERNORM_GRADS ? MG_TIMER_PIPE_COMM
+                                                                     : k - MG_PIPE_COMM_KINDS + 2;
+}
+static const char *mg__timer_name(int k) {
+    return mg__timer_names[mg__timer_row(k)].name ? mg__timer_names[mg__timer_row(k)].name
+                                                  : mg_pipe_comm_kind_name(k - MG_TIMER_PIPE_COMM + 1);
+}
 static int mg__timer_on(const mg_trainer *tr, int k) {
-    return mg__timer_names[k].level <= tr->args.timing_log_level;
+    return mg__timer_names[mg__timer_row(k)].level <= tr->args.timing_log_level;
 }
 static void mg__timer_start(mg_trainer *tr, int k) {
     if (!mg__timer_on(tr, k)) return;
@@ -5181,6 +5195,8 @@ static int mg__pipe_exec_make(mg_trainer *tr, mg_pipe_exec *ex, const mg_schedul
     d.cb.backward_weight = mg__pipe_backward_weight;
     d.cb.user = tr;
     d.trace = trace;
+    /* the training executor times its send/recv groups for --timing-log-level 2 */
+    d.time_comm = ex == &tr->pipe_exec && tr->args.timing_log_level >= 2;
     return mg_pipe_exec_init(ex, tr->comm, &d, err, errlen);
 }
 
@@ -5572,7 +5588,12 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
                                 (uint64_t)tr->dp_rank * (uint64_t)tr->n_micro;
     mg_dp_start(&tr->dp);   /* buckets reduced during each chunk's last backward (B, or W) */
     if (tr->pp > 1) {       /* the schedule's forwards and backwards over the pipeline ranks */
+        int kind;
         sum = mg__pipe_run(tr, &tr->pipe_exec, tr->batch, dloss, 0);
+        for (kind = 1; kind < MG_PIPE_COMM_KINDS; kind++) {   /* its send/recv groups' time */
+            tr->timer_ms[MG_TIMER_PIPE_COMM + kind - 1] += tr->pipe_exec.comm_ms[kind];
+            tr->pipe_exec.comm_ms[kind] = 0;
+        }
         /* the buckets touching the tied word embedding wait for this: its two stage parts
            summed over the embedding group first (the stages' flat buffers differ, so their
            data-parallel pieces do too), then mg_dp_finish starts them */
@@ -5706,12 +5727,12 @@ static void mg__timers_print(const mg_trainer *tr, const double *all, FILE *out)
         }
         if (hi <= 0) continue;                         /* not run on any rank */
         /* the name, a space, dots to 48 columns: (name + ' ').ljust(48, '.') */
-        snprintf(dots, sizeof dots, "%s ", mg__timer_names[k].name);
+        snprintf(dots, sizeof dots, "%s ", mg__timer_name(k));
         while (strlen(dots) < 48) strcat(dots, ".");
         if (opt == MG_TIMING_MAX) fprintf(out, "\n    %s: %.2f", dots, hi);
         else if (opt == MG_TIMING_MINMAX) fprintf(out, "\n    %s: (%.2f, %.2f)", dots, lo, hi);
         else {
-            fprintf(out, "\n  %s:", mg__timer_names[k].name);
+            fprintf(out, "\n  %s:", mg__timer_name(k));
             for (r = 0; r < world; r++)
                 if (all[r * MG_N_TIMERS + k] > 0)
                     fprintf(out, "\n     rank %2d: %.2f", r, all[r * MG_N_TIMERS + k]);
@@ -5806,7 +5827,7 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
             for (q = 0; q < world; q++)
                 if (timers[q * MG_N_TIMERS + k] > hi) hi = timers[q * MG_N_TIMERS + k];
             if (hi <= 0) continue;
-            snprintf(tag, sizeof tag, "%s-time", mg__timer_names[k].name);
+            snprintf(tag, sizeof tag, "%s-time", mg__timer_name(k));
             mg__tb(tr, tag, hi, tr->iteration);
         }
     }
@@ -5841,7 +5862,7 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
                 }
                 if (hi <= 0) continue;
                 fprintf(tr->jsonl, "%s\"%s\": [%.9g, %.9g]", first ? "" : ", ",
-                        mg__timer_names[k].name, lo, hi);
+                        mg__timer_name(k), lo, hi);
                 first = 0;
             }
             fprintf(tr->jsonl, "}, ");

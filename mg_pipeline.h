@@ -246,7 +246,15 @@ typedef struct mg_pipe_exec_desc {
     int scatter_gather;           /* 1: Megatron's scatter/gather over comm->tensor              */
     int trace;                    /* 1: record start/end of every compute and group wait       */
     int poison;                   /* 1 (host buffers only): fill released buffers with NaN      */
+    int time_comm;                /* 1: add the time of each send/recv group's completion to
+                                     comm_ms (with ctx: between two mg_sync, device included) */
 } mg_pipe_exec_desc;
+
+/* A send/recv group's kind: a bit per operation it holds — 1 << (op − MG_PIPE_SEND_F) for
+   SEND_F, RECV_F, SEND_B, RECV_B — and its name in Megatron-LM's p2p timer vocabulary,
+   "forward-send", "backward-recv", "forward-send-backward-recv", … (kind 1 … 15).           */
+#define MG_PIPE_COMM_KINDS 16
+MGDEF const char *mg_pipe_comm_kind_name(int kind);
 
 typedef struct mg_pipe_trace_rec { int item; double start, end; } mg_pipe_trace_rec;
 
@@ -268,6 +276,8 @@ typedef struct mg_pipe_exec {
     int n_trace;
     double t0;
     int iteration;
+    double comm_ms[MG_PIPE_COMM_KINDS]; /* desc.time_comm: ms spent completing groups of each
+                                     kind, summed over runs (the caller resets it)            */
 } mg_pipe_exec;
 
 MGDEF mg_pipe_exec_desc mg_pipe_exec_desc_default(void);
@@ -1639,10 +1649,28 @@ static void mg__pipe_post_group(mg_pipe_exec *ex, int i, int j, int dry) {
     ex->pending_first = i;
     ex->pending_end = j;
 }
+MGDEF const char *mg_pipe_comm_kind_name(int kind) {
+    static const char *const names[MG_PIPE_COMM_KINDS] = {
+        "", "forward-send", "forward-recv", "forward-send-forward-recv", "backward-send",
+        "forward-backward-send", "backward-send-forward-recv",
+        "forward-backward-send-forward-recv", "backward-recv", "forward-send-backward-recv",
+        "forward-backward-recv", "forward-send-forward-backward-recv",
+        "backward-send-backward-recv", "forward-backward-send-backward-recv",
+        "backward-send-forward-backward-recv", "forward-backward-send-forward-backward-recv"};
+    return kind > 0 && kind < MG_PIPE_COMM_KINDS ? names[kind] : "";
+}
+
 static void mg__pipe_complete_group(mg_pipe_exec *ex, int dry) {
     const mg_pipe_transfer *tr = &ex->desc.transfer;
-    int k, m = ex->m;
+    int k, m = ex->m, kind = 0, timed = !dry && ex->desc.time_comm;
+    double t0 = 0;
     if (ex->pending_first < 0) return;
+    if (timed) {   /* the group's kind; the clock after the queued work, as a timer does */
+        for (k = ex->pending_first; k < ex->pending_end; k++)
+            kind |= 1 << (ex->plan.actions[k].op - MG_PIPE_SEND_F);
+        if (ex->desc.ctx) mg_sync(ex->desc.ctx);
+        t0 = mg__pipe_now();
+    }
     if (!dry) mg_wait(ex->comm, &ex->pending_req);
     for (k = ex->pending_first; k < ex->pending_end; k++) {
         const mg_pipe_action *a = &ex->plan.actions[k];
@@ -1654,6 +1682,10 @@ static void mg__pipe_complete_group(mg_pipe_exec *ex, int dry) {
             tr->after_recv(tr->user, ex->comm, ex->buffers[id], ex->desc.msg_count,
                            ex->desc.msg_dtype);
         }
+    }
+    if (timed) {
+        if (ex->desc.ctx) mg_sync(ex->desc.ctx);
+        ex->comm_ms[kind] += 1e3 * (mg__pipe_now() - t0);
     }
     ex->pending_first = -1;
 }

@@ -9,7 +9,8 @@
                   iteration logged; then tests/tb_events.py (.venv's tensorboard 2.17.1,
                   installed by make deps) reads the file: every tag and value equals the JSONL,
                   a file cut mid-record reads up to the cut, a flipped bit stops the reader.
-                  The printed report of --timing-log-option all names every rank.
+                  The printed report of --timing-log-option all names every rank and has the
+                  pipeline's send/recv timers (forward-recv, backward-send-forward-recv, …).
      timers       1 rank, 20 iterations, --timing-log-level 2: forward-backward + optimizer
                   (the two top-level timers) add up to the iteration time, within the
                   measured overhead outside them (zeroing the gradients, the schedule; at
@@ -28,7 +29,7 @@
 #define DATA GPT_DATA "gpt_tokens.bin"
 #define OUT "build/test_tensorboard_out"
 
-typedef struct { int header, lines, ranks[4]; const char *want; } report_seen;
+typedef struct { int header, lines, ranks[4], p2p; const char *want; } report_seen;
 /* What a run printed: the timer report's header `want` and its lines. */
 static void on_line(const char *line, void *user) {
     report_seen *s = (report_seen *)user;
@@ -37,6 +38,10 @@ static void on_line(const char *line, void *user) {
     if (strstr(line, " ...: ") || (strncmp(line, "    ", 4) == 0 && strstr(line, ".: ")))
         s->lines++;
     if (sscanf(line, "     rank %d:", &r) == 1 && r >= 0 && r < 4) s->ranks[r]++;
+    /* --timing-log-option all: "  forward-recv:", "  backward-send-forward-recv:", … */
+    if (!strncmp(line, "  ", 2) && line[2] != ' ' && (strstr(line, "-send") ||
+        strstr(line, "-recv")) && strstr(line, ":\n"))
+        s->p2p++;
 }
 
 static int run(int np, const char *what, const char *flags, report_seen *seen) {
@@ -80,7 +85,7 @@ static void oracle(const char *tbdir, const char *jsonl) {
 }
 
 static void check_tensorboard(void) {
-    report_seen seen = {0, 0, {0}, "times across ranks (ms):"};
+    report_seen seen = {0, 0, {0}, 0, "times across ranks (ms):"};
     int r, all_ranks = 1;
     if (system("rm -rf " OUT " && mkdir -p " OUT) != 0) return;
     if (!run(4, "p=2 x d=2, every monitoring flag",
@@ -97,6 +102,9 @@ static void check_tensorboard(void) {
                    "prints a report per log line naming every rank's time",
                    "%d headers, rank lines %d %d %d %d", seen.header, seen.ranks[0],
                    seen.ranks[1], seen.ranks[2], seen.ranks[3]);
+    mg_test_report(seen.p2p >= 10, "tensorboard: level 2 times the pipeline's send/recv groups "
+                   "under Megatron's p2p names (forward-recv, backward-send, …)",
+                   "%d p2p timer headings in 10 reports", seen.p2p);
     oracle(OUT "/tb", OUT "/log.jsonl");
 }
 
@@ -121,8 +129,8 @@ static double jsonl_sum(const char *path, const char *name, int timer, int *rows
 }
 
 static void check_timers(void) {
-    report_seen mm = {0, 0, {0}, "(min, max) time across ranks (ms):"};
-    report_seen mx = {0, 0, {0}, "max time across ranks (ms):"};
+    report_seen mm = {0, 0, {0}, 0, "(min, max) time across ranks (ms):"};
+    report_seen mx = {0, 0, {0}, 0, "max time across ranks (ms):"};
     double elapsed, fb, opt, clip, inner, ratio, parts;
     int rows;
     if (!run(1, "20 iterations, --timing-log-level 2",

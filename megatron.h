@@ -3789,8 +3789,9 @@ static const mg__flag mg__flags[] = {
      "with --log-timers-to-tensorboard: also write the TFLOP/s/GPU as the scalar throughput "
      "(the log line always shows it)"},
     {"--timing-log-level", MG__F_INT, MG__OFF(timing_log_level), "0|1|2", 0, 2,
-     "timers printed after each log line: 0 none, 1 forward-backward, gradient reductions, "
-     "optimizer; 2 also forward-compute, backward-compute, batch-generator (default 0)"},
+     "timers printed after each log line: 0 none; 1 forward-backward, gradient reductions, "
+     "optimizer and its parts; 2 also forward-compute, backward-compute, batch-generator, "
+     "the pipeline's send/recv (default 0)"},
     {"--timing-log-option", MG__F_CHOICE, MG__OFF(timing_log_option), "max|minmax|all", 0, 0,
      "each timer's time across ranks: the maximum, the (min, max) pair, or every rank's "
      "(default minmax)"},

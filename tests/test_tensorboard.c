@@ -18,7 +18,8 @@
                   measured overhead outside them (zeroing the gradients, the schedule; at
                   most 10%), and never exceed it; optimizer-clip-main-grad +
                   optimizer-inner-step make up optimizer (the loss scaler outside them: at
-                  most 20%); the report's header and lines are
+                  most 20%), forward-compute + backward-compute make up forward-backward
+                  (at least 80%); the report's header and lines are
                   Megatron's for --timing-log-option max and minmax.
      errors       --timing-log-level 3 and a --tensorboard-dir under a missing directory: one
                   error line each, exit status 2.
@@ -143,7 +144,7 @@ static double jsonl_sum(const char *path, const char *name, int timer, int *rows
 static void check_timers(void) {
     report_seen mm = {0, 0, {0}, 0, "(min, max) time across ranks (ms):"};
     report_seen mx = {0, 0, {0}, 0, "max time across ranks (ms):"};
-    double elapsed, fb, opt, clip, inner, ratio, parts;
+    double elapsed, fb, opt, clip, inner, fc, bc, ratio, parts, computes;
     int rows;
     if (!run(1, "20 iterations, --timing-log-level 2",
              BASE "--data-path " DATA " --split 1,0,0 --eval-iters 0 --num-layers 2 "
@@ -155,8 +156,11 @@ static void check_timers(void) {
     opt = jsonl_sum(OUT "/timers.jsonl", "optimizer", 1, &rows);
     clip = jsonl_sum(OUT "/timers.jsonl", "optimizer-clip-main-grad", 1, &rows);
     inner = jsonl_sum(OUT "/timers.jsonl", "optimizer-inner-step", 1, &rows);
+    fc = jsonl_sum(OUT "/timers.jsonl", "forward-compute", 1, &rows);
+    bc = jsonl_sum(OUT "/timers.jsonl", "backward-compute", 1, &rows);
     ratio = (fb + opt) / elapsed;
     parts = (clip + inner) / opt;
+    computes = (fc + bc) / fb;
     mg_test_report(rows == 20 && ratio <= 1 + 1e-9 && ratio >= 0.9,
                    "tensorboard: timers add up: forward-backward + optimizer = the iteration "
                    "time less the overhead outside them", "%d iterations: %.2f + %.2f ms of "
@@ -165,12 +169,15 @@ static void check_timers(void) {
     mg_test_report(parts <= 1 + 1e-9 && parts >= 0.8, "tensorboard: the optimizer's parts "
                    "(optimizer-clip-main-grad + optimizer-inner-step) add up to optimizer",
                    "%.2f + %.2f ms of %.2f ms (ratio %.5f)", clip, inner, opt, parts);
+    mg_test_report(computes <= 1 + 1e-9 && computes >= 0.8, "tensorboard: forward-compute + "
+                   "backward-compute make up forward-backward on one rank", "%.2f + %.2f ms of "
+                   "%.2f ms (ratio %.5f)", fc, bc, fb, computes);
     printf("# timers: %d iterations, forward-backward %.2f ms + optimizer %.2f ms of %.2f ms "
            "(ratio %.5f)\n", rows, fb, opt, elapsed, ratio);
-    /* level 2 on one rank without a pipeline or ZeRO: forward-backward, batch-generator,
-       the layernorm and data-parallel reductions, optimizer-clip-main-grad,
-       optimizer-inner-step, optimizer (7 lines per report)                                */
-    mg_test_report(mm.header == 20 && mm.lines == 140, "tensorboard: --timing-log-option "
+    /* level 2 on one rank without a pipeline or ZeRO: forward-backward, forward-compute,
+       backward-compute, batch-generator, the layernorm and data-parallel reductions,
+       optimizer-clip-main-grad, optimizer-inner-step, optimizer (9 lines per report)     */
+    mg_test_report(mm.header == 20 && mm.lines == 180, "tensorboard: --timing-log-option "
                    "minmax (the default) prints '(min, max) time across ranks (ms):' and a "
                    "line per timer", "%d headers, %d lines", mm.header, mm.lines);
     if (!run(1, "--timing-log-option max", BASE "--data-path " DATA " --split 1,0,0 "

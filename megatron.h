@@ -5732,8 +5732,23 @@ static void mg__timers_gather(mg_trainer *tr, double per_iter_div, double *all) 
     mg_copy_to_host(&tr->ctx, all, tr->timer_dev, sizeof mine * (size_t)world);
 }
 
-/* Megatron's timer report (megatron/core/timers.py): a timer's min and max over the ranks
-   that ran it (time > 0); --timing-log-option max|minmax|all.                             */
+/* Timer k's min and max over the ranks that ran it (time > 0, as Megatron's
+   _get_global_min_max_time); 0 when it is off or ran nowhere.                              */
+static int mg__timer_minmax(const mg_trainer *tr, const double *all, int k, double *lo,
+                            double *hi) {
+    int r, world = tr->comm ? tr->comm->world_size : 1;
+    *lo = INFINITY;
+    *hi = 0;
+    if (!mg__timer_on(tr, k)) return 0;
+    for (r = 0; r < world; r++) {
+        double t = all[r * MG_N_TIMERS + k];
+        if (t > 0 && t < *lo) *lo = t;
+        if (t > *hi) *hi = t;
+    }
+    return *hi > 0;
+}
+
+/* Megatron's timer report (megatron/core/timers.py); --timing-log-option max|minmax|all. */
 static void mg__timers_print(const mg_trainer *tr, const double *all, FILE *out) {
     int k, r, world = tr->comm ? tr->comm->world_size : 1, opt = tr->args.timing_log_option;
     char dots[64];
@@ -5741,14 +5756,8 @@ static void mg__timers_print(const mg_trainer *tr, const double *all, FILE *out)
                        : opt == MG_TIMING_MINMAX ? "(min, max) time across ranks (ms):"
                                                  : "times across ranks (ms):");
     for (k = 0; k < MG_N_TIMERS; k++) {
-        double lo = INFINITY, hi = 0;
-        if (!mg__timer_on(tr, k)) continue;
-        for (r = 0; r < world; r++) {
-            double t = all[r * MG_N_TIMERS + k];
-            if (t > 0 && t < lo) lo = t;
-            if (t > hi) hi = t;
-        }
-        if (hi <= 0) continue;                         /* not run on any rank */
+        double lo, hi;
+        if (!mg__timer_minmax(tr, all, k, &lo, &hi)) continue;
         /* the name, a space, dots to 48 columns: (name + ' ').ljust(48, '.') */
         snprintf(dots, sizeof dots, "%s ", mg__timer_name(k));
         while (strlen(dots) < 48) strcat(dots, ".");
@@ -5844,12 +5853,8 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
         if (tr->args.log_throughput) mg__tb(tr, "throughput", tflops, tr->iteration);
         for (k = 0; timers && k < MG_N_TIMERS; k++) {
             char tag[64];
-            double hi = 0;
-            int q;
-            if (!mg__timer_on(tr, k)) continue;
-            for (q = 0; q < world; q++)
-                if (timers[q * MG_N_TIMERS + k] > hi) hi = timers[q * MG_N_TIMERS + k];
-            if (hi <= 0) continue;
+            double lo, hi;
+            if (!mg__timer_minmax(tr, timers, k, &lo, &hi)) continue;
             snprintf(tag, sizeof tag, "%s-time", mg__timer_name(k));
             mg__tb(tr, tag, hi, tr->iteration);
         }
@@ -5873,17 +5878,11 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
             mg__json_num(tr->jsonl, "mem_max_allocated_bytes", mem[2], 0);
         }
         if (timers) {   /* "name": [min, max] ms per iteration over the ranks that ran it */
-            int first = 1, q;
+            int first = 1;
             fprintf(tr->jsonl, "\"timers_ms\": {");
             for (k = 0; k < MG_N_TIMERS; k++) {
-                double lo = INFINITY, hi = 0;
-                if (!mg__timer_on(tr, k)) continue;
-                for (q = 0; q < world; q++) {
-                    double t = timers[q * MG_N_TIMERS + k];
-                    if (t > 0 && t < lo) lo = t;
-                    if (t > hi) hi = t;
-                }
-                if (hi <= 0) continue;
+                double lo, hi;
+                if (!mg__timer_minmax(tr, timers, k, &lo, &hi)) continue;
                 fprintf(tr->jsonl, "%s\"%s\": [%.9g, %.9g]", first ? "" : ", ",
                         mg__timer_name(k), lo, hi);
                 first = 0;

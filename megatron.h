@@ -232,15 +232,19 @@ MGDEF double mg_gpt_flops_recomputed(const mg_gpt_config *cfg, const mg_gpt_layo
 /* ---------------------------------------------------------------------------------------------
    2. Parameters
       Flat-buffer order (each tensor starts at a multiple of 64 elements; the gaps are zero):
-        word embedding [Vp, C]          if a chunk has the embedding or the head (tied weight)
-        position embedding [max_pos, C] if a chunk has the embedding
-        for each held layer, in order, the 12 tensors of mg_layer_tensor
-        final layernorm weight, bias    if a chunk has the head
+        word embedding [Vp, C]          if a chunk has the embedding, or the head with a tied
+                                        output layer
+        position embedding [max_pos, C] if a chunk has the embedding (learned positions)
+        for each held layer, in order, the tensors of mg_layer_tensor its configuration has
+                                        (mg_layer_has_tensor: 12 for GPT-2)
+        final norm weight (and bias)    if a chunk has the head (LayerNorm has a bias)
+        output layer [Vp, C]            if a chunk has the head and it is untied
       Shapes are GLOBAL in the descriptor; local_shape is this rank's shard:
-        column-parallel (QKV, MLP-up weight and bias): output rows split, QKV by heads
+        column-parallel (QKV, MLP-up and gate weight and bias): output rows split, QKV by
+                                        query groups
         row-parallel (attention-out, MLP-down weight): input columns split
-        vocabulary-parallel (word embedding): rows split
-        replicated: layernorms, biases of row-parallel layers, position embedding
+        vocabulary-parallel (word embedding, output layer): rows split
+        replicated: norms, biases of row-parallel layers, position embedding
    ------------------------------------------------------------------------------------------ */
 typedef enum { MG_TP_REPLICATED = 0, MG_TP_COLUMN, MG_TP_ROW, MG_TP_VOCAB } mg_tp_split;
 typedef enum { MG_INIT_NORMAL = 0, MG_INIT_ZERO, MG_INIT_ONE } mg_init_kind;
@@ -359,7 +363,7 @@ typedef struct mg_gpt {
        mg_gpt_backward_weight: the weight half of the chunk's last microbatch) — the model calls
        grads_final(grads_final_user, first, end) when the gradients of flat offsets [first,
        end) have become final: after the head (the final layernorm up to n_elems), after each
-       layer (its 12 tensors), after the embedding (the position embedding, and the word
+       layer (its tensors), after the embedding (the position embedding, and the word
        embedding when this rank holds the whole model). Each range runs from a tensor's offset
        to the next held tensor's (alignment gaps and the end padding included), so over an
        iteration the reports cover the flat buffer once — except the word embedding with

@@ -3310,17 +3310,20 @@ static void mg__for_owned(const mg_adamw *opt, const mg_gpt *m, mg__owned_fn vis
     }
 }
 
-typedef struct { mg_gpt *m; double sum; int nonfinite, has_embedding; } mg__sumsq_acc;
+/* The owned pieces' Σ g², queued into one mg_sumsq_batch (one host synchronisation for the
+   whole norm on the GPU): a first pass counts the partial-sum slots (batch NULL), the second
+   queues the pieces in the same order.                                                     */
+typedef struct { mg_gpt *m; mg_sumsq_batch *batch; int64_t slots; int has_embedding; }
+    mg__sumsq_acc;
 static void mg__sumsq_visit(void *user, const mg_param_desc *d, int64_t x0, int64_t x1,
                             int64_t moment0) {
     mg__sumsq_acc *acc = (mg__sumsq_acc *)user;
-    int bad = 0;
     (void)moment0;
     /* replicated tensors are equal on every tensor-parallel rank: count them on rank 0 only */
     if (d->split == MG_TP_REPLICATED && acc->m->layout.tp_rank != 0) return;
     if (d->kind == MG_WTE && !acc->has_embedding) return;   /* the last stage's tied copy */
-    acc->sum += mg_sumsq(acc->m->ctx, acc->m->grad_buf + x0, x1 - x0, &bad);
-    acc->nonfinite |= bad;
+    if (acc->batch) mg_sumsq_add(acc->m->ctx, acc->batch, acc->m->grad_buf + x0, x1 - x0);
+    else acc->slots += mg_sumsq_slots(acc->m->ctx, x1 - x0);
 }
 
 /* Σ g² over every parameter of the model counted once. On one rank that is the whole flat
@@ -3337,17 +3340,22 @@ static void mg__sumsq_visit(void *user, const mg_param_desc *d, int64_t x0, int6
 static double mg__grad_sumsq(mg_adamw *opt, mg_gpt *m, int *nonfinite) {
     const mg_gpt_layout *L = &m->layout;
     mg__sumsq_acc acc;
+    mg_sumsq_batch batch;
     double local;
-    int c;
+    int c, bad = 0;
     if (!opt->dp && (!m->comm || (L->tp_size == 1 && L->pp_size == 1)))
         return mg_sumsq(m->ctx, m->grad_buf, m->n_elems, nonfinite);
     acc.m = m;
-    acc.sum = 0;
-    acc.nonfinite = 0;
+    acc.batch = NULL;
+    acc.slots = 0;
     acc.has_embedding = 0;
     for (c = 0; c < L->n_chunks; c++) acc.has_embedding |= L->chunks[c].has_embedding;
-    mg__for_owned(opt, m, mg__sumsq_visit, &acc);
-    local = acc.nonfinite ? NAN : acc.sum;
+    mg__for_owned(opt, m, mg__sumsq_visit, &acc);      /* count the slots */
+    mg_sumsq_begin(m->ctx, &batch, acc.slots);
+    acc.batch = &batch;
+    mg__for_owned(opt, m, mg__sumsq_visit, &acc);      /* queue the pieces */
+    local = mg_sumsq_end(m->ctx, &batch, &bad);
+    if (bad) local = NAN;
     if (opt->dp)
         local = mg__group_sum(m->ctx, opt->dp->comm, &opt->dp->comm->data, opt->dp->dev_scalars,
                               opt->dp->host_scalars, local, NULL);

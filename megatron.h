@@ -2790,7 +2790,11 @@ MGDEF int mg_gpt_import(mg_gpt *m, const mg_weights_file *f, char *err, size_t e
     mg_gpt_config fc = f->cfg;
     if (!fc.n_head) fc.n_head = m->cfg.n_head;   /* a safetensors file without config.json */
     if (mg__config_mismatch(&m->cfg, &fc, f->path, err, errlen)) return -1;
-    if (f->kind == MG_WEIGHTS_HF_LLAMA && mg__layer_mismatch(&m->cfg, &fc, f->path, err, errlen))
+    /* the file's architecture switches: config.json's for the Llama family; GPT-2's (all
+       zero in fc) for llm.c checkpoints and Hugging Face GPT-2 files, whose tensors hold no
+       gate, no untied output layer, … (our own files carry no switches: a difference shows
+       as a missing tensor)                                                                 */
+    if (f->kind != MG_WEIGHTS_MEGATRON && mg__layer_mismatch(&m->cfg, &fc, f->path, err, errlen))
         return -1;
     for (i = 0; i < m->n_params; i++)
         if (m->params[i].shape[0] * (m->params[i].ndim == 2 ? m->params[i].shape[1] : 1) > biggest)
@@ -3885,17 +3889,20 @@ static int mg__set_flag(mg_train_args *a, const mg__flag *f, const char *v, char
     }
     if (f->type == MG__F_CHOICE) {
         int c = mg__choice(f->metavar, v, 0);
-        char lower[64];
-        size_t k;
+        char spelled[64];
+        const char *p = f->metavar;
         if (c >= 0) {
             *(int *)field = c;
             return 0;
         }
-        for (k = 0; v[k] && k + 1 < sizeof lower; k++) lower[k] = (char)tolower((unsigned char)v[k]);
-        lower[k] = 0;
-        if (mg__choice(f->metavar, v, 1) >= 0)
+        c = mg__choice(f->metavar, v, 1);   /* the same word in other capitals: name it */
+        if (c >= 0) {
+            while (c-- > 0) p = strchr(p, '|') + 1;
+            snprintf(spelled, sizeof spelled, "%.*s",
+                     (int)(strchr(p, '|') ? strchr(p, '|') - p : (long)strlen(p)), p);
             return mg__err(err, errlen, "%s %s: invalid choice (expected %s; did you mean %s?)",
-                           f->name, v, want, lower);
+                           f->name, v, want, spelled);
+        }
         return mg__err(err, errlen, "%s %s: invalid choice (expected %s)", f->name, v, want);
     }
     errno = 0;

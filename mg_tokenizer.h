@@ -108,6 +108,13 @@ enum { MG_NF_NONE = 0, MG_NF_NFC, MG_NF_NFD, MG_NF_NFKC, MG_NF_NFKD };
 /* Normalizes len bytes of UTF-8 to form: writes up to cap bytes to out, returns how many the
    whole needs. Bytes of invalid UTF-8 pass through unchanged. MG_NF_NONE copies.           */
 MGDEF int64_t mg_unicode_normalize(int form, const char *text, size_t len, char *out, int64_t cap);
+/* The text as encode sees it after the tokenizer.json normalizer (a copy when there is none):
+   the spans between the added tokens that are matched in the raw text (normalized false, and
+   special ones only with allow_special) normalized each on its own, those tokens as they are.
+   decode(encode(x)) == this for byte-level tokenizers. Writes up to cap bytes, returns the
+   length of the whole.                                                                      */
+MGDEF int64_t mg_tokenizer_normalize(const mg_tokenizer *t, const char *text, size_t len, int allow_special,
+                                     char *out, int64_t cap);
 /* Pre-tokenizes text with the tokenizer's pattern(s) (tests and tools): writes up to cap
    piece end offsets (bytes, ascending); returns how many pieces there are. Specials are not
    split out here. SentencePiece and bytes have no pattern: one piece.                      */
@@ -2623,8 +2630,8 @@ static void mg__cp_push(mg__cpbuf *B, uint32_t c) {
     }
     B->c[B->n++] = c;
 }
-/* Normalizes s[0..n) into form (MG_NF_*), appending the UTF-8 to *out (grown with mg__tok_grow). */
-static void mg__nf_run(int form, const unsigned char *s, size_t n, mg__cpbuf *B, char **out, size_t *len, size_t *cap) {
+/* The three steps on s[0..n), appending the UTF-8 to *out (grown with mg__tok_grow).         */
+static void mg__nf_span(int form, const unsigned char *s, size_t n, mg__cpbuf *B, char **out, size_t *len, size_t *cap) {
     int compat = form == MG_NF_NFKC || form == MG_NF_NFKD;
     int compose = form == MG_NF_NFC || form == MG_NF_NFKC;
     B->n = 0;
@@ -2672,6 +2679,29 @@ static void mg__nf_run(int form, const unsigned char *s, size_t n, mg__cpbuf *B,
     for (size_t i = 0; i < m; i++) {
         if (B->c[i] >= 0x110000) (*out)[(*len)++] = (char)(B->c[i] - 0x110000);
         else *len += (size_t)mg__utf8_put(*out + *len, B->c[i]);
+    }
+}
+
+/* Normalizes s[0..n) into form (MG_NF_*), appending the UTF-8 to *out. Quick check: ASCII is
+   unchanged by every form and so is everything below U+0300 by NFC (no decomposition under
+   NFC, class 0, never the second of a composite), so such runs are copied; the character
+   before a run of other bytes goes with that run (a mark may compose with it), which ends at
+   the next ASCII byte (a starter nothing before it reaches).                                 */
+static void mg__nf_run(int form, const unsigned char *s, size_t n, mg__cpbuf *B, char **out, size_t *len, size_t *cap) {
+    unsigned lim = form == MG_NF_NFC ? 0xCC : 0x80; /* lead bytes below 0xCC: U+0000..U+02FF   */
+    size_t i = 0;
+    while (i < n) {
+        size_t r = i, j, k;
+        while (r < n && s[r] < lim) r++;
+        j = r;
+        if (r < n && j > i) { j--; while (j > i && (s[j] & 0xC0) == 0x80) j--; }
+        *out = (char *)mg__tok_grow(*out, cap, *len + (j - i) + 1, 1);
+        memcpy(*out + *len, s + i, j - i);
+        *len += j - i;
+        if (r == n) break;
+        for (k = r + 1; k < n && s[k] >= 0x80; k++) {}
+        mg__nf_span(form, s + j, k - j, B, out, len, cap);
+        i = k;
     }
 }
 
@@ -3662,6 +3692,59 @@ static void mg__normalize(const mg_tokenizer *t, const unsigned char *s, size_t 
     free(tmp);
 }
 
+/* Hugging Face's order: the added tokens with normalized false are found in the raw text;
+   each span between them is normalized on its own, and in it the added tokens with normalized
+   true are found (by their normalized content), then the rest is pre-tokenized. N holds the
+   normalized spans back to back; ends[k] is where span k ends in N and after[k] the raw-matched
+   token after it (-1 after the last).                                                        */
+typedef struct { char *N; size_t nl, ns, *ends; int32_t *after; } mg__normtext;
+static void mg__norm_text(const mg_tokenizer *t, const unsigned char *text, size_t len, int allow_special, mg__normtext *M) {
+    size_t nc = 0, scap = 0, seg = 0;
+    mg__cpbuf B = {NULL, 0, 0};
+    memset(M, 0, sizeof *M);
+    for (size_t i = 0; i <= len; i++) {
+        size_t ml = 0;
+        int id = -1;
+        if (i < len) {
+            if (t->added_first[text[i]] == t->added_first[text[i] + 1]) continue;
+            if ((id = mg__special_at(t, text + i, len - i, allow_special, 0, &ml)) < 0) continue;
+        }
+        mg__normalize(t, text + seg, i - seg, &B, &M->N, &M->nl, &nc);
+        if (M->ns == scap) {
+            scap = scap ? 2 * scap : 16;
+            M->ends = (size_t *)realloc(M->ends, scap * sizeof(size_t));
+            M->after = (int32_t *)realloc(M->after, scap * sizeof(int32_t));
+            if (!M->ends || !M->after) abort();
+        }
+        M->ends[M->ns] = M->nl; M->after[M->ns++] = id;
+        if (i == len) break;
+        seg = i + ml;
+        i = seg - 1;
+    }
+    free(B.c);
+}
+
+MGDEF int64_t mg_tokenizer_normalize(const mg_tokenizer *t, const char *text, size_t len, int allow_special,
+                                     char *out, int64_t cap) {
+    if (!out) cap = 0;
+    if (!t->nnf) {
+        if (cap > 0) memcpy(out, text, (size_t)((int64_t)len < cap ? (int64_t)len : cap));
+        return (int64_t)len;
+    }
+    mg__normtext M;
+    mg__norm_text(t, (const unsigned char *)text, len, allow_special, &M);
+    int64_t m = 0;
+    for (size_t k = 0; k < M.ns; k++) {
+        size_t a = k ? M.ends[k - 1] : 0;
+        const char *p = M.N + a, *q = M.after[k] >= 0 ? t->blob + t->off[M.after[k]] : NULL;
+        size_t pl = M.ends[k] - a, ql = q ? t->len[M.after[k]] : 0;
+        for (size_t i = 0; i < pl; i++, m++) if (m < cap) out[m] = p[i];
+        for (size_t i = 0; i < ql; i++, m++) if (m < cap) out[m] = q[i];
+    }
+    free(M.N); free(M.ends); free(M.after);
+    return m;
+}
+
 MGDEF int64_t mg_tokenizer_encode(const mg_tokenizer *t, const char *text, size_t len,
                                   int allow_special, int32_t *ids, int64_t cap) {
     mg__enc E;
@@ -3675,36 +3758,11 @@ MGDEF int64_t mg_tokenizer_encode(const mg_tokenizer *t, const char *text, size_
     }
     if (!t->nnf) mg__encode_span(&E, 0, len, allow_special, -1);
     else {
-        /* Hugging Face's order: the added tokens with normalized false are found in the raw
-           text; each span between them is normalized on its own, and in it the added tokens
-           with normalized true are found (by their normalized content), then the rest is
-           pre-tokenized. N holds the normalized spans back to back; ends[k] is where span k
-           ends in N and ids[k] the raw-matched token after it (-1 after the last).          */
-        char *N = NULL;
-        size_t nl = 0, nc = 0, ns = 0, scap = 0, seg = 0;
-        size_t *ends = NULL;
-        int32_t *after = NULL;
-        mg__cpbuf B = {NULL, 0, 0};
-        for (size_t i = 0; i <= len; i++) {
-            size_t ml = 0;
-            int id = -1;
-            if (i < len) {
-                unsigned char c = (unsigned char)text[i];
-                if (t->added_first[c] == t->added_first[c + 1]) continue;
-                if ((id = mg__special_at(t, E.text + i, len - i, allow_special, 0, &ml)) < 0) continue;
-            }
-            mg__normalize(t, E.text + seg, i - seg, &B, &N, &nl, &nc);
-            if (ns == scap) {
-                scap = scap ? 2 * scap : 16;
-                ends = (size_t *)realloc(ends, scap * sizeof(size_t));
-                after = (int32_t *)realloc(after, scap * sizeof(int32_t));
-                if (!ends || !after) abort();
-            }
-            ends[ns] = nl; after[ns++] = id;
-            if (i == len) break;
-            seg = i + ml;
-            i = seg - 1;
-        }
+        mg__normtext M;
+        mg__norm_text(t, E.text, len, allow_special, &M);
+        char *N = M.N;
+        size_t nl = M.nl, ns = M.ns, *ends = M.ends;
+        int32_t *after = M.after;
         if (nl >= 256 && !E.cache) {
             size_t slots = mg__pow2_at_least(nl / 16 < 8192 ? nl / 16 : 8192);
             E.cache = (mg__cache_slot *)calloc(slots, sizeof(mg__cache_slot));
@@ -3715,7 +3773,7 @@ MGDEF int64_t mg_tokenizer_encode(const mg_tokenizer *t, const char *text, size_
             mg__encode_span(&E, k ? ends[k - 1] : 0, ends[k], allow_special, 1);
             if (after[k] >= 0) mg__emit(&E, after[k]);
         }
-        free(N); free(ends); free(after); free(B.c);
+        free(N); free(ends); free(after);
     }
     free(E.sym_id); free(E.sym_end); free(E.sym_prev);
     free(E.heap); free(E.tmp); free(E.cache); free(E.cache_ids);
@@ -3792,7 +3850,7 @@ MGDEF int64_t mg_unicode_normalize(int form, const char *text, size_t len, char 
     mg__cpbuf B = {NULL, 0, 0};
     if (form == MG_NF_NONE) { buf = (char *)malloc(len + 1); if (!buf) abort(); memcpy(buf, text, len); n = len; }
     else mg__nf_run(form, (const unsigned char *)text, len, &B, &buf, &n, &c);
-    if (out && cap > 0) memcpy(out, buf, (size_t)((int64_t)n < cap ? (int64_t)n : cap));
+    if (n && out && cap > 0) memcpy(out, buf, (size_t)((int64_t)n < cap ? (int64_t)n : cap));
     free(buf); free(B.c);
     return (int64_t)n;
 }

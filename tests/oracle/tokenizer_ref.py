@@ -242,6 +242,7 @@ def norm_texts():
         ("vietnamese", "Tiê\u0301ng Viê\u0323t Tiếng Việt co\u031b\u0300 ờ Nguyê\u0303n Nguyễn"),
         ("devanagari_nukta", "\u0915\u093c \u0958 \u0921\u093c\u0940 \u092f\u093c \u0931 \u0929 हिन्दी"),
         ("reorder", "a\u0323\u0302 a\u0302\u0323 e\u0301\u0327 \u0301x \u05b8\u05b7 >\u0338 =\u0338"),
+        ("added_edges", "<tool>\u0338 >\u0338 <|im_end|>\u0301x a\u0301<tool>\u0301 \u212a<tool>"),
         ("exclusions", "\u0958\u2adc\u0f73\u0344\u212b\u2126 \U0001D15E \uf900 \u0340\u0341"),
     ]
 

@@ -15,11 +15,12 @@ It also writes, between "BEGIN GENERATED NORMALIZATION TABLES" and "END GENERATE
 TABLES", what Unicode normalization (UAX #15: NFC, NFD, NFKC, NFKD) needs, as two-level tables
 (stage1[cp >> shift] names a block of stage2, blocks shared when equal):
   mg__nf_ccc       the canonical combining class of every code point;
-  mg__nf_dec       a record number per code point with a decomposition (0: none). Record r holds
-                   the full canonical and the full compatibility decomposition (recursively
-                   expanded, canonically ordered, as NFD and NFKD of that one code point give
-                   them) as (offset in mg__nf_pool << 5) | length; length 0: the code point itself.
-                   Hangul syllables are left out: their decomposition is arithmetic;
+  mg__nf_dec       per code point (offset << 10) | (dlen << 5) | klen, 0: no decomposition.
+                   mg__nf_pool[offset…] holds the full canonical decomposition (dlen code points;
+                   dlen 0: the code point itself) and then the full compatibility one (klen;
+                   klen 0: the same as the canonical one), recursively expanded and canonically
+                   ordered, as NFD and NFKD of that one code point give them. Hangul syllables
+                   are left out: their decomposition is arithmetic;
   mg__nf_comp      the primary composites: (first, second, composite), sorted by (first, second),
                    without the composition exclusions (Full_Composition_Exclusion) and without
                    Hangul (arithmetic too).
@@ -94,14 +95,13 @@ def is_hangul_syllable(cp):
 
 def normalization_tables():
     ccc = [ud.combining(chr(cp)) if not 0xD800 <= cp <= 0xDFFF else 0 for cp in range(0x110000)]
-    dec, pool, recs, where = [0] * 0x110000, [], [(0, 0)], {}
+    dec, pool, where, ndec = [0] * 0x110000, [], {}, 0
 
-    def put(seq):  # offset << 5 | length of seq in the pool, shared when already there
+    def put(seq):  # offset of seq in the pool, shared when already there
         if seq not in where:
             where[seq] = len(pool)
             pool.extend(seq)
-        assert len(seq) < 32 and len(pool) < (1 << 27)
-        return where[seq] << 5 | len(seq)
+        return where[seq]
 
     for cp in range(0x110000):
         if 0xD800 <= cp <= 0xDFFF or is_hangul_syllable(cp):
@@ -110,8 +110,11 @@ def normalization_tables():
         d, k = ud.normalize("NFD", c), ud.normalize("NFKD", c)
         if d == c and k == c:
             continue
-        recs.append((put(tuple(map(ord, d))) if d != c else 0, put(tuple(map(ord, k))) if k != c else 0))
-        dec[cp] = len(recs) - 1
+        ds = tuple(map(ord, d)) if d != c else ()
+        ks = tuple(map(ord, k)) if k != d else ()
+        assert len(ds) < 32 and len(ks) < 32
+        dec[cp] = put(ds + ks) << 10 | len(ds) << 5 | len(ks)
+        ndec += 1
     comp = []
     for cp in range(0x110000):
         if 0xD800 <= cp <= 0xDFFF or is_hangul_syllable(cp):
@@ -126,19 +129,17 @@ def normalization_tables():
     comp.sort()
     lines = ["/* BEGIN GENERATED NORMALIZATION TABLES by tools/gen_unicode_tables.py: Unicode %s."
              % ud.unidata_version,
-             "   %d decomposition records, %d pool code points, %d primary composites. */"
-             % (len(recs) - 1, len(pool), len(comp))]
+             "   %d code points decompose, %d pool code points, %d primary composites. */"
+             % (ndec, len(pool), len(comp))]
     t, size = two_level(ccc, "uint8_t", "mg__nf_ccc")
     lines += t
-    t, size2 = two_level(dec, "uint16_t", "mg__nf_dec")
+    t, size2 = two_level(dec, "uint32_t", "mg__nf_dec")
     lines += t
-    lines += ["static const uint32_t mg__nf_rec[%d][2] = {" % len(recs)]
-    lines += rows(["{%d,%d}," % r for r in recs], 10, "%s")
-    lines += ["};", "static const uint32_t mg__nf_pool[%d] = {" % len(pool)] + rows(pool, 16, "%d,") + ["};"]
+    lines += ["static const uint32_t mg__nf_pool[%d] = {" % len(pool)] + rows(pool, 16, "%d,") + ["};"]
     lines += ["static const uint32_t mg__nf_comp[%d][3] = {" % len(comp)]
     lines += rows(["{%d,%d,%d}," % c for c in comp], 8, "%s")
     lines += ["};", "/* END GENERATED NORMALIZATION TABLES */"]
-    return lines, len(recs) - 1, len(pool), len(comp)
+    return lines, ndec, len(pool), len(comp)
 
 
 def replace_between(src, begin, end, lines):
@@ -175,7 +176,7 @@ def main():
     nlines, nrec, npool, ncomp = normalization_tables()
     replace_between(src, "BEGIN GENERATED NORMALIZATION TABLES", "END GENERATED NORMALIZATION TABLES", nlines)
     open(path, "w", encoding="utf-8").write("\n".join(src))
-    print("%s: Unicode %s, %d table entries; normalization: %d records, %d pool code points, %d composites"
+    print("%s: Unicode %s, %d table entries; normalization: %d decompose, %d pool code points, %d composites"
           % (path, ud.unidata_version, len(entries), nrec, npool, ncomp))
 
 

@@ -706,6 +706,11 @@ typedef struct mg_train_args {
     int64_t ffn_hidden_size, num_query_groups, kv_channels;
     /* batch and length of the run                                                           */
     int64_t micro_batch_size, global_batch_size, train_iters;
+    /* clean exits (mg_trainer_exit_check): on SIGTERM (a switch), after a wall-clock budget,
+       at a multiple of an iteration count (0: never)                                        */
+    int exit_signal_handler;
+    double exit_duration_in_mins;
+    int64_t exit_interval;
     /* optimizer and schedule                                                                */
     double lr, min_lr, weight_decay, clip_grad, adam_beta1, adam_beta2, adam_eps;
     int lr_decay_style;                  /* mg_lr_style                                        */
@@ -791,6 +796,9 @@ typedef struct mg_trainer {
     int64_t skipped_iters, nan_iters;
     int64_t loaded_iteration;           /* iteration of the checkpoint loaded (-1: none)       */
     int64_t last_saved;                 /* iteration of the last checkpoint written (-1)       */
+    int64_t first_iteration;            /* iteration the run started at (0, or the loaded one) */
+    double start_ms;                    /* mg__now_ms() at setup: the run's elapsed time,
+                                           --exit-duration-in-mins and the log line's ETA      */
     FILE *jsonl;
     /* pipeline parallelism (pp > 1): the schedules, their executors, the iteration's data     */
     mg_comm *comm;                      /* args.comm                                             */
@@ -833,6 +841,14 @@ MGDEF double mg_trainer_evaluate(mg_trainer *tr, FILE *out);
 /* Mean loss over the first --eval-iters global batches of --test-data-path (NAN without it);
    Megatron's line " validation loss at iteration N on test set | …" to out.               */
 MGDEF double mg_trainer_test(mg_trainer *tr, FILE *out);
+/* Megatron's clean exits, checked after every iteration by every rank: returns MG_EXIT_NONE
+   (go on) or why to save and stop now — --exit-signal-handler's SIGTERM arrived (on any
+   rank), --exit-duration-in-mins of wall time have passed since setup (on any rank), or the
+   iteration is a multiple of --exit-interval. The first two are agreed on by an all-reduce
+   (max) of each rank's code over the world, so every rank stops after the same iteration. */
+enum { MG_EXIT_NONE = 0, MG_EXIT_INTERVAL = 1, MG_EXIT_DURATION = 2, MG_EXIT_SIGNAL = 3 };
+MGDEF int mg_trainer_exit_check(mg_trainer *tr);
+MGDEF const char *mg_exit_reason(int why);   /* "SIGTERM received", …                       */
 /* Checkpoint DIR/iter_%07d/{model, optimizer, optimizer_sq}.safetensors + state.json built
    under a temporary name and renamed; then DIR/latest_checkpointed_iteration.txt, atomically.
    Tensors are stored GLOBAL, by name, so any later layout can load them. Collective: every
@@ -883,6 +899,7 @@ MGDEF int mg_trainer_write_pipeline_trace(mg_trainer *tr, const char *path, char
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <strings.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -3568,6 +3585,12 @@ static const mg__flag mg__flags[] = {
      "global/micro microbatches (default: --micro-batch-size)"},
     {"--train-iters", MG__F_INT, MG__OFF(train_iters), "N", 0, MG__BIG,
      "iterations to train (required; 0: no training, e.g. to convert or sample)"},
+    {"--exit-signal-handler", MG__F_SWITCH, MG__OFF(exit_signal_handler), NULL, 0, 0,
+     "on SIGTERM (to any rank): finish the iteration, save (with --save), exit 0 everywhere"},
+    {"--exit-duration-in-mins", MG__F_FLOAT, MG__OFF(exit_duration_in_mins), "M", 1e-6, 1e9,
+     "after the iteration that ends past M minutes of wall time: save (with --save), exit 0"},
+    {"--exit-interval", MG__F_INT, MG__OFF(exit_interval), "N", 1, MG__BIG,
+     "after an iteration that is a multiple of N: save (with --save), exit 0"},
     {"--recompute-granularity", MG__F_CHOICE, MG__OFF(recompute_granularity),
      "none|selective|full", 0, 0, "selective: recompute the attention core (scores, softmax, "
      "dropout, ·V) in the backward instead of storing the attention probabilities; full: "
@@ -5078,6 +5101,7 @@ MGDEF int mg_trainer_write_pipeline_trace(mg_trainer *tr, const char *path, char
     return rc ? -1 : 0;
 }
 
+static void mg__exit_signal_install(void);
 MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err, size_t errlen) {
     mg_train_args *a = &tr->args;
     mg_weights_file wf;
@@ -5096,6 +5120,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     tr->args = *args;
     tr->comm = args->comm;
     tr->loaded_iteration = tr->last_saved = -1;
+    tr->start_ms = mg__now_ms();
     tr->writer = !a->comm || a->comm->world_rank == 0;
     /* every check first (each failure: goto fail, where the ranks agree on it), then build   */
     if (!mg_train_flag_given(a, "--global-batch-size")) a->global_batch_size = a->micro_batch_size;
@@ -5355,6 +5380,8 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
             goto fail;
         }
     }
+    tr->first_iteration = tr->iteration;
+    if (a->exit_signal_handler) mg__exit_signal_install();
     return 0;
 fail:
     if (!agreed) mg__agree(tr->comm, 1, err, errlen);
@@ -5451,6 +5478,24 @@ static void mg__json_num(FILE *f, const char *key, double v, int last) {
     else fprintf(f, "\"%s\": null%s", key, last ? "" : ", ");
 }
 
+/* h:mm:ss of a duration in seconds. */
+static void mg__hms(char *out, size_t cap, double s) {
+    long long t = s > 0 && s < 1e12 ? (long long)(s + 0.5) : 0;
+    snprintf(out, cap, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
+}
+
+/* The end of the log line: wall time since setup and the time left at this run's pace
+   (wall time, evaluations and saves included, per iteration done since it started). */
+static void mg__print_progress(const mg_trainer *tr, FILE *out) {
+    double elapsed = (mg__now_ms() - tr->start_ms) * 1e-3;
+    int64_t done = tr->iteration - tr->first_iteration;
+    char e[32], eta[32];
+    mg__hms(e, sizeof e, elapsed);
+    mg__hms(eta, sizeof eta, done > 0 ? elapsed / (double)done *
+                                        (double)(tr->args.train_iters - tr->iteration) : 0);
+    fprintf(out, " elapsed: %s | ETA: %s |\n", e, eta);
+}
+
 MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
     double ms, loss, tokens_per_s, tflops, tflops_rc;
     int64_t G = tr->args.global_batch_size;
@@ -5479,10 +5524,11 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
                 "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.3f | with recomputed "
                 "FLOPs (TFLOP/s/GPU): %.3f | tokens per second: %.0f | learning rate: %.6E | "
                 "global batch size: %5lld | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f | "
-                "number of skipped iterations: %3lld | number of nan iterations: %3lld |\n", stamp,
+                "number of skipped iterations: %3lld | number of nan iterations: %3lld |", stamp,
                 (long long)tr->iteration, (long long)tr->args.train_iters,
                 (long long)tr->consumed_samples, ms, tflops, tflops_rc, tokens_per_s, r->lr, (long long)G, loss, r->loss_scale, r->grad_norm,
                 (long long)tr->log_skipped, (long long)tr->log_nan);
+        mg__print_progress(tr, out);
         fflush(out);
     }
     if (tr->jsonl) {
@@ -5555,6 +5601,55 @@ MGDEF double mg_trainer_test(mg_trainer *tr, FILE *out) {
     loss = mg__evaluate_blend(tr, &tr->test_data, &consumed);
     mg__print_eval(tr, out, " on test set", "test_lm_loss", loss);
     return loss;
+}
+
+/* ---- Clean exits --------------------------------------------------------------------------
+   --exit-signal-handler: SIGTERM (what Slurm sends before the time limit, and `scancel`) only
+   sets a flag; the iteration under way finishes, and mg_trainer_exit_check after it reports
+   the flag. A signal that lands during a checkpoint save changes nothing in the save (the
+   handler returns; SA_RESTART resumes the interrupted write), the check after it stops.   */
+static volatile sig_atomic_t mg__exit_signal_seen;
+static void mg__exit_signal_handler(int sig) { (void)sig; mg__exit_signal_seen = 1; }
+static void mg__exit_signal_install(void) {
+#ifdef SA_RESTART
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = mg__exit_signal_handler;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, NULL);
+#else
+    signal(SIGTERM, mg__exit_signal_handler);   /* plain C: no restart of interrupted calls */
+#endif
+}
+
+MGDEF const char *mg_exit_reason(int why) {
+    return why == MG_EXIT_SIGNAL ? "SIGTERM received (--exit-signal-handler)"
+         : why == MG_EXIT_DURATION ? "--exit-duration-in-mins reached"
+         : why == MG_EXIT_INTERVAL ? "--exit-interval reached" : "no exit";
+}
+
+MGDEF int mg_trainer_exit_check(mg_trainer *tr) {
+    const mg_train_args *a = &tr->args;
+    int why = MG_EXIT_NONE;
+    if (a->exit_signal_handler && mg__exit_signal_seen) why = MG_EXIT_SIGNAL;
+    else if (a->exit_duration_in_mins > 0 &&
+             (mg__now_ms() - tr->start_ms) / 60e3 > a->exit_duration_in_mins)
+        why = MG_EXIT_DURATION;
+    /* a signal reaches one rank, and clocks differ: the largest code wins everywhere. The
+       flag travels through host memory (MPI), as mg__agree's does, whatever the backend. */
+    if ((a->exit_signal_handler || a->exit_duration_in_mins > 0) && tr->comm &&
+        tr->comm->world_size > 1) {
+        mg_ctx *ctx = tr->comm->ctx;
+        float mine = (float)why, all;
+        tr->comm->ctx = NULL;
+        mg_all_reduce(tr->comm, &tr->comm->world, &mine, &all, 1, MG_F32, MG_MAX);
+        tr->comm->ctx = ctx;
+        why = (int)all;
+    }
+    if (why == MG_EXIT_NONE && a->exit_interval > 0 && tr->iteration % a->exit_interval == 0)
+        why = MG_EXIT_INTERVAL;
+    return why;
 }
 
 /* =============================================================================================

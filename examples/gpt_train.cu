@@ -151,13 +151,34 @@ int main(int argc, char **argv) {
     }
 
     while (tr.iteration < iters) {
-        mg_step_result r = mg_trainer_step(&tr);
+        mg_step_result r;
+        int why;
+        r = mg_trainer_step(&tr);
         mg_trainer_log(&tr, &r, out);
         if (tr.has_valid && tr.iteration % tr.args.eval_interval == 0)
             mg_trainer_evaluate(&tr, out);
         if (tr.args.save && tr.args.save_interval > 0 && tr.iteration % tr.args.save_interval == 0
             && mg_trainer_save(&tr, tr.args.save, err, sizeof err) && out)
             fprintf(stderr, "gpt_train: warning: checkpoint not saved: %s\n", err);
+        /* --exit-signal-handler, --exit-duration-in-mins, --exit-interval: every rank agrees to
+           stop after this iteration; save (unless just saved) and exit 0, as Megatron does */
+        if ((why = mg_trainer_exit_check(&tr)) != MG_EXIT_NONE) {
+            if (tr.args.save && tr.last_saved != tr.iteration &&
+                mg_trainer_save(&tr, tr.args.save, err, sizeof err)) {
+                if (out) fprintf(stderr, "gpt_train: error: checkpoint not saved: %s\n", err);
+                mg_trainer_free(&tr);
+                return finish(1, NULL);
+            }
+            if (out) {
+                printf("gpt_train: %s: exiting after iteration %lld", mg_exit_reason(why),
+                       (long long)tr.iteration);
+                if (tr.args.save) printf(", saved %s/iter_%07lld", tr.args.save,
+                                         (long long)tr.iteration);
+                printf("\n");
+            }
+            mg_trainer_free(&tr);
+            return finish(0, NULL);
+        }
     }
     if (tr.args.pipeline_trace) {     /* every rank writes its part, in turn */
         if (mg_trainer_write_pipeline_trace(&tr, tr.args.pipeline_trace, err, sizeof err))

@@ -879,6 +879,14 @@ MGDEF void mg_trainer_generate(mg_trainer *tr, int64_t n_tokens, FILE *out);
    with err.                                                                                 */
 MGDEF int mg_trainer_write_pipeline_trace(mg_trainer *tr, const char *path, char *err,
                                           size_t errlen);
+/* Draws a --log-jsonl file as an SVG picture: the training and validation loss, the learning
+   rate, the grad norm and the throughput against the iteration, one panel each (a log scale
+   where the values span 30x or more). A log a resumed run appended to is joined: points a
+   later run logs again replace the earlier run's. 0, or -1 with one line in err.
+   gpt_train draws one at the end of a run (and on a clean exit); build/mg_plot on demand.  */
+MGDEF int mg_plot_jsonl(const char *jsonl, const char *svg, char *err, size_t errlen);
+/* The picture's default name: LOG.jsonl -> LOG.svg (any other name: LOG.svg appended).   */
+MGDEF void mg_plot_default_path(char *out, size_t cap, const char *jsonl);
 
 #ifdef __cplusplus
 }
@@ -6130,6 +6138,216 @@ MGDEF void mg_trainer_generate(mg_trainer *tr, int64_t n_tokens, FILE *out) {
     MG_FREE(seq);
     MG_FREE(rows);
     MG_FREE(logits);
+}
+
+/* =============================================================================================
+   5. Trainer: loss curves as a picture (SVG, no server)
+   ========================================================================================== */
+/* One plotted quantity: its JSONL key, the panel it is drawn in, its legend and colour. */
+typedef struct mg__curve { const char *key, *label, *color; int panel; } mg__curve;
+static const mg__curve mg__curves[] = {
+    {"lm_loss", "training loss", "#1f77b4", 0},
+    {"valid_lm_loss", "validation loss", "#ff7f0e", 0},
+    {"lr", "learning rate", "#2ca02c", 1},
+    {"grad_norm", "grad norm", "#d62728", 2},
+    {"tokens_per_sec", "tokens per second", "#9467bd", 3},
+};
+static const char *const mg__panel_titles[] = {"lm loss", "learning rate", "grad norm",
+                                               "throughput (tokens/s)"};
+#define MG__NCURVES ((int)(sizeof mg__curves / sizeof mg__curves[0]))
+#define MG__NPANELS 4
+
+typedef struct mg__points { double *it, *v; int64_t n, cap; } mg__points;
+
+/* Adds (it, v) to a curve. A point at or before the curve's last iteration is a resumed
+   run logging again from its checkpoint: the points from `it` on are the earlier run's
+   lost work and are replaced, so the curve joins the runs as one.                       */
+static void mg__points_add(mg__points *p, double it, double v) {
+    while (p->n > 0 && p->it[p->n - 1] >= it) p->n--;
+    if (p->n == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 256;
+        p->it = (double *)realloc(p->it, sizeof(double) * (size_t)p->cap);
+        p->v = (double *)realloc(p->v, sizeof(double) * (size_t)p->cap);
+        MG_ASSERT(p->it && p->v, "out of host memory");
+    }
+    p->it[p->n] = it;
+    p->v[p->n++] = v;
+}
+
+/* The number after "key": on a JSON line (0 if absent or null). */
+static int mg__json_line_num(const char *line, const char *key, double *v) {
+    char pat[64];
+    const char *p;
+    char *end;
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    if (!(p = strstr(line, pat))) return 0;
+    *v = strtod(p + strlen(pat), &end);
+    return end != p + strlen(pat) && isfinite(*v);
+}
+
+/* Axis tick labels: 3 significant digits. */
+static void mg__svg_num(char *out, size_t cap, double v) {
+    snprintf(out, cap, "%.3g", v);
+}
+
+/* A round tick step (1, 2 or 5 times a power of ten) giving about 5 ticks over [lo, hi]. */
+static double mg__tick_step(double lo, double hi) {
+    double raw = (hi - lo) / 5, p = pow(10, floor(log10(raw))), f = raw / p;
+    return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * p;
+}
+
+MGDEF void mg_plot_default_path(char *out, size_t cap, const char *jsonl) {
+    size_t n = strlen(jsonl);
+    if (n > 6 && !strcmp(jsonl + n - 6, ".jsonl")) n -= 6;
+    snprintf(out, cap, "%.*s.svg", (int)n, jsonl);
+}
+
+MGDEF int mg_plot_jsonl(const char *jsonl, const char *svg, char *err, size_t errlen) {
+    /* geometry: panels stacked, one shared iteration axis                                  */
+    const double W = 960, PH = 200, L = 90, R = 190, T = 50, GAP = 50;
+    mg__points pts[MG__NCURVES];
+    FILE *in = fopen(jsonl, "rb"), *out;
+    char *line = NULL, num[64];
+    size_t cap = 0;
+    double xmin = INFINITY, xmax = -INFINITY;
+    int64_t n_lines = 0, k;
+    int c, p, rc = 0;
+    if (!in) return mg__err(err, errlen, "%s: cannot open (%s)", jsonl, strerror(errno));
+    memset(pts, 0, sizeof pts);
+    for (;;) {                     /* one JSON object per line: getline-free, grows the buffer */
+        size_t len = 0;
+        int ch;
+        while ((ch = fgetc(in)) != EOF && ch != '\n') {
+            if (len + 2 > cap) {
+                cap = cap ? 2 * cap : 4096;
+                line = (char *)realloc(line, cap);
+                MG_ASSERT(line, "out of host memory");
+            }
+            line[len++] = (char)ch;
+        }
+        if (len == 0 && ch == EOF) break;
+        if (!line) continue;
+        line[len] = 0;
+        {
+            double it, v;
+            if (!mg__json_line_num(line, "iteration", &it)) continue;
+            n_lines++;
+            for (c = 0; c < MG__NCURVES; c++)
+                if (mg__json_line_num(line, mg__curves[c].key, &v)) {
+                    mg__points_add(&pts[c], it, v);
+                    if (it < xmin) xmin = it;
+                    if (it > xmax) xmax = it;
+                }
+        }
+        if (ch == EOF) break;
+    }
+    fclose(in);
+    free(line);
+    if (!isfinite(xmin)) {
+        for (c = 0; c < MG__NCURVES; c++) { free(pts[c].it); free(pts[c].v); }
+        return mg__err(err, errlen, "%s: no logged iteration in %lld lines (want the JSON "
+                       "objects gpt_train --log-jsonl writes)", jsonl, (long long)n_lines);
+    }
+    if (xmax == xmin) { xmin -= 1; xmax += 1; }
+    if (!(out = fopen(svg, "wb"))) {
+        for (c = 0; c < MG__NCURVES; c++) { free(pts[c].it); free(pts[c].v); }
+        return mg__err(err, errlen, "%s: cannot write (%s)", svg, strerror(errno));
+    }
+    fprintf(out, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/"
+            "2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12"
+            "\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" y=\"28"
+            "\" font-size=\"16\">training curves of ", W, T + MG__NPANELS * (PH + GAP) + 10, L);
+    for (k = 0; jsonl[k]; k++) {               /* the file name, XML-escaped */
+        char ch = jsonl[k];
+        if (ch == '<') fputs("&lt;", out);
+        else if (ch == '>') fputs("&gt;", out);
+        else if (ch == '&') fputs("&amp;", out);
+        else fputc(ch, out);
+    }
+    fprintf(out, "</text>\n");
+    for (p = 0; p < MG__NPANELS; p++) {
+        /* the value axis: the panel's curves' range; log10 when every value is positive and
+           they span 30x or more (a falling loss or grad norm reads better so)            */
+        double lo = INFINITY, hi = -INFINITY, y0 = T + p * (PH + GAP), y1 = y0 + PH;
+        double x0 = L, x1 = W - R;
+        int logy, legend = 0;
+        for (c = 0; c < MG__NCURVES; c++)
+            for (k = 0; mg__curves[c].panel == p && k < pts[c].n; k++) {
+                if (pts[c].v[k] < lo) lo = pts[c].v[k];
+                if (pts[c].v[k] > hi) hi = pts[c].v[k];
+            }
+        if (!isfinite(lo)) continue;                 /* nothing logged for this panel */
+        logy = lo > 0 && hi / lo >= 30;
+        if (logy) { lo = log10(lo); hi = log10(hi); }
+        if (hi == lo) { lo -= lo ? fabs(lo) * 0.1 : 1; hi += hi ? fabs(hi) * 0.1 : 1; }
+        else {                            /* 5% margins; a nonnegative quantity stays >= 0 */
+            double m = (hi - lo) * 0.05;
+            lo = !logy && lo >= 0 && lo - m < 0 ? 0 : lo - m;
+            hi += m;
+        }
+        /* data-* attributes: the axes' pixel box and value ranges (log: of log10 v), so a
+           reader can map every point back to (iteration, value)                          */
+        fprintf(out, "<g class=\"panel\" data-title=\"%s\" data-x0=\"%.2f\" data-x1=\"%.2f\" "
+                "data-y0=\"%.2f\" data-y1=\"%.2f\" data-xmin=\"%.17g\" data-xmax=\"%.17g\" "
+                "data-ymin=\"%.17g\" data-ymax=\"%.17g\" data-log=\"%d\">\n",
+                mg__panel_titles[p], x0, x1, y0, y1, xmin, xmax, lo, hi, logy);
+        fprintf(out, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"none\" "
+                "stroke=\"#888\"/>\n<text x=\"%.2f\" y=\"%.2f\" font-weight=\"bold\">%s%s</text>\n",
+                x0, y0, x1 - x0, PH, x0, y0 - 8, mg__panel_titles[p],
+                logy ? " (log scale)" : "");
+        {   /* ticks with grid lines at round values: multiples of a 1-2-5 step (of log10 v
+               on a log axis: whole decades when the range spans several), iterations whole */
+            double sy = mg__tick_step(lo, hi), sx = mg__tick_step(xmin, xmax), v;
+            if (logy && sy < 1 && hi - lo >= 2) sy = 1;
+            if (sx < 1) sx = 1;
+            for (v = ceil(lo / sy) * sy; v <= hi + 1e-9 * sy; v += sy) {
+                double py = y1 - (v - lo) / (hi - lo) * PH;
+                mg__svg_num(num, sizeof num, logy ? pow(10, v) : fabs(v) < 1e-9 * sy ? 0 : v);
+                fprintf(out, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" "
+                        "stroke=\"#eee\"/><text x=\"%.2f\" y=\"%.2f\" text-anchor=\"end\">%s"
+                        "</text>\n", x0, py, x1, py, x0 - 6, py + 4, num);
+            }
+            for (v = ceil(xmin / sx) * sx; v <= xmax + 1e-9 * sx; v += sx) {
+                double px = x0 + (v - xmin) / (xmax - xmin) * (x1 - x0);
+                mg__svg_num(num, sizeof num, v);
+                fprintf(out, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" "
+                        "stroke=\"#eee\"/><text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">"
+                        "%s</text>\n", px, y0, px, y1, px, y1 + 16, num);
+            }
+        }
+        fprintf(out, "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\" fill=\"#555\">iteration"
+                "</text>\n", (x0 + x1) / 2, y1 + 32);
+        for (c = 0; c < MG__NCURVES; c++) {
+            const mg__points *q = &pts[c];
+            if (mg__curves[c].panel != p || q->n == 0) continue;
+            fprintf(out, "<polyline class=\"series\" data-key=\"%s\" fill=\"none\" stroke=\"%s\" "
+                    "stroke-width=\"1.5\" points=\"", mg__curves[c].key, mg__curves[c].color);
+            for (k = 0; k < q->n; k++) {
+                double vy = logy ? log10(q->v[k]) : q->v[k];
+                fprintf(out, "%s%.2f,%.2f", k ? " " : "",
+                        x0 + (q->it[k] - xmin) / (xmax - xmin) * (x1 - x0),
+                        y1 - (vy - lo) / (hi - lo) * PH);
+            }
+            fprintf(out, "\"/>\n");
+            if (q->n <= 50)                          /* few points (validation): dots too */
+                for (k = 0; k < q->n; k++) {
+                    double vy = logy ? log10(q->v[k]) : q->v[k];
+                    fprintf(out, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3\" fill=\"%s\"/>",
+                            x0 + (q->it[k] - xmin) / (xmax - xmin) * (x1 - x0),
+                            y1 - (vy - lo) / (hi - lo) * PH, mg__curves[c].color);
+                }
+            fprintf(out, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"%s\" "
+                    "stroke-width=\"3\"/><text x=\"%.2f\" y=\"%.2f\">%s</text>\n", x1 + 12,
+                    y0 + 14 + 18 * legend, x1 + 36, y0 + 14 + 18 * legend, mg__curves[c].color,
+                    x1 + 42, y0 + 18 + 18 * legend, mg__curves[c].label);
+            legend++;
+        }
+        fprintf(out, "</g>\n");
+    }
+    fprintf(out, "</svg>\n");
+    if (fclose(out)) rc = mg__err(err, errlen, "%s: cannot write (%s)", svg, strerror(errno));
+    for (c = 0; c < MG__NCURVES; c++) { free(pts[c].it); free(pts[c].v); }
+    return rc;
 }
 
 #endif /* MEGATRON_IMPLEMENTED */

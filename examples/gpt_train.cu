@@ -62,6 +62,18 @@ static void print_stage_layers(const mg_trainer *tr) {
     }
 }
 
+/* --log-jsonl: the log drawn as a picture beside it (LOG.svg), by the rank that wrote it. */
+static void draw_curves(const mg_trainer *tr) {
+    char path[4096], err[MG_ERRLEN];
+    if (!tr->jsonl) return;
+    fflush(tr->jsonl);
+    mg_plot_default_path(path, sizeof path, tr->args.log_jsonl);
+    if (mg_plot_jsonl(tr->args.log_jsonl, path, err, sizeof err))
+        fprintf(stderr, "gpt_train: warning: curves not drawn: %s\n", err);
+    else
+        printf("gpt_train: training curves drawn in %s (from %s)\n", path, tr->args.log_jsonl);
+}
+
 int main(int argc, char **argv) {
     mg_train_args args;
     mg_trainer tr;
@@ -176,6 +188,7 @@ int main(int argc, char **argv) {
                                          (long long)tr.iteration);
                 printf("\n");
             }
+            draw_curves(&tr);
             mg_trainer_free(&tr);
             return finish(0, NULL);
         }
@@ -211,6 +224,7 @@ int main(int argc, char **argv) {
                         tr.args.export_hf, tr.args.export_hf);
     }
     if (tr.args.sample_tokens > 0) mg_trainer_generate(&tr, tr.args.sample_tokens, out);
+    if (iters > 0) draw_curves(&tr);
     mg_trainer_free(&tr);
     return finish(0, NULL);
 }

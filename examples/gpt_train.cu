@@ -34,6 +34,8 @@
    by rank 0. Rank 0 prints the log; the others run silently.                               */
 #define MG_IMPLEMENTATION
 #include "megatron.h"
+#include "mg_plan.h"          /* the memory report's prediction */
+#include <sys/resource.h>
 
 static mg_comm comm;
 
@@ -60,6 +62,86 @@ static void print_stage_layers(const mg_trainer *tr) {
         }
         printf("%s\n", tr->pp > 1 && tr->vp > 1 ? " (one model chunk per range)" : "");
     }
+}
+
+/* The planner's prediction (mg_plan.h) of this run's memory per rank, MB: weights, gradients,
+   optimizer state and activations of the worst pipeline stage (0: it cannot evaluate it). */
+static double planned_mb(const mg_trainer *tr, mg_plan_result *res) {
+    const mg_gpt_config *g = &tr->cfg;
+    mg_plan_model m;
+    mg_plan_training t;
+    mg_plan_cluster c;
+    mg_plan_layout L;
+    memset(&m, 0, sizeof m);
+    memset(&t, 0, sizeof t);
+    memset(&c, 0, sizeof c);
+    memset(&L, 0, sizeof L);
+    m.num_layers = g->n_layer; m.hidden_size = g->hidden; m.num_attention_heads = g->n_head;
+    m.seq_length = g->seq_len; m.vocab_size = g->vocab_size; m.max_position_embeddings = g->max_pos;
+    m.num_query_groups = g->n_query_groups; m.kv_channels = g->kv_channels;
+    m.ffn_hidden_size = g->ffn_hidden; m.swiglu = g->swiglu;
+    m.rmsnorm = g->normalization == MG_NORM_RMSNORM;
+    m.position_embedding = g->position_embedding;    /* MG_POS_* = MG_PLAN_POS_* */
+    m.untie_embeddings = g->untie_embeddings; m.disable_bias_linear = g->disable_bias_linear;
+    m.add_qkv_bias = g->add_qkv_bias;
+    t.global_batch_size = (long)tr->args.global_batch_size;
+    t.precision = tr->args.bf16 ? MG_PLAN_BF16 : tr->args.fp16 ? MG_PLAN_FP16 : MG_PLAN_FP32;
+    t.grads_in_fp32 = 1;                /* megatron.h accumulates fp32 gradients */
+    t.overlap_grad_reduce = 1;
+    t.grad_accum_fusion = 1;
+    c.gpus = c.gpus_per_node = comm.world_size;
+    mg_plan_gpu_preset("h100-sxm", &c.gpu);   /* only its memory size is read here: "fits" */
+    L.t = tr->model.layout.tp_size; L.p = tr->pp; L.d = tr->dp_size; L.v = tr->vp;
+    L.micro_batch_size = (int)tr->args.micro_batch_size;
+    L.recompute = tr->model.layout.recompute_granularity;   /* MG_RECOMPUTE_* = MG_PLAN_* */
+    L.sequence_parallel = tr->model.tf.tp.sequence_parallel;
+    L.distributed_optimizer = tr->opt.dp != NULL;
+    if (mg_plan_evaluate(&m, &t, &c, &L, res, NULL, 0)) return 0;
+    return res->mem_total / 1048576.0;
+}
+
+/* The memory report after the first iteration, per rank as Megatron prints it ("[Rank r]
+   memory (MB) | allocated | max allocated | reserved"): megatron.h takes every tensor from one
+   arena per rank (mg_tensor.h), so the arena's bytes in use, their high-water mark and its
+   size play the allocator's allocated / max allocated / reserved — device memory on the GPU,
+   host memory on the CPU (there also inside the peak resident set, getrusage's ru_maxrss,
+   which adds the program, MPI and the data). Beside it the planner's prediction for the same
+   run. Collective: the figures travel to rank 0 by an all-gather through host memory.      */
+static void memory_report(mg_trainer *tr, FILE *out) {
+    float mine[4], *all = (float *)malloc(sizeof(float) * 4 * (size_t)comm.world_size);
+    struct rusage ru;
+    mg_plan_result res;
+    double plan;
+    int r;
+    if (!all) return;
+    getrusage(RUSAGE_SELF, &ru);
+    mine[0] = (float)(tr->ctx.arena_used / 1048576.0);
+    mine[1] = (float)(tr->ctx.arena_peak / 1048576.0);
+    mine[2] = (float)(tr->ctx.arena_size / 1048576.0);
+    mine[3] = (float)(ru.ru_maxrss / 1024.0);           /* kilobytes on Linux */
+    if (comm.world_size > 1) {
+        mg_ctx *ctx = comm.ctx;
+        comm.ctx = NULL;                                /* host buffers */
+        mg_all_gather(&comm, &comm.world, mine, all, 4, MG_F32);
+        comm.ctx = ctx;
+    } else memcpy(all, mine, sizeof mine);
+    if (out) {
+        memset(&res, 0, sizeof res);
+        plan = planned_mb(tr, &res);
+        for (r = 0; r < comm.world_size; r++)
+            fprintf(out, "[Rank %d] (after %lld iterations) memory (MB) | allocated: %.2f | max "
+                    "allocated: %.2f | reserved: %.2f (%s arena) | CPU peak resident: %.2f\n", r,
+                    (long long)tr->iteration, all[4 * r], all[4 * r + 1], all[4 * r + 2],
+                    mg_device_name(&tr->ctx), all[4 * r + 3]);
+        if (plan > 0)
+            fprintf(out, "gpt_train: planner's prediction (mg_plan.h) per rank of pipeline stage "
+                    "%d: %.2f MB = weights %.2f + gradients %.2f + optimizer %.2f + activations "
+                    "%.2f\n", res.worst_stage, plan, res.mem_weights / 1048576.0,
+                    res.mem_gradients / 1048576.0, res.mem_optimizer / 1048576.0,
+                    res.mem_activations / 1048576.0);
+        fflush(out);
+    }
+    free(all);
 }
 
 /* --log-jsonl: the log drawn as a picture beside it (LOG.svg), by the rank that wrote it. */
@@ -167,6 +249,7 @@ int main(int argc, char **argv) {
         int why;
         r = mg_trainer_step(&tr);
         mg_trainer_log(&tr, &r, out);
+        if (tr.iteration == tr.first_iteration + 1) memory_report(&tr, out);
         if (tr.has_valid && tr.iteration % tr.args.eval_interval == 0)
             mg_trainer_evaluate(&tr, out);
         if (tr.args.save && tr.args.save_interval > 0 && tr.iteration % tr.args.save_interval == 0

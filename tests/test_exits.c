@@ -27,6 +27,26 @@
     "--pipeline-model-parallel-size 2 --use-distributed-optimizer --device cpu "              \
     "--train-iters 30 "
 
+/* The memory report of a run's output: "[Rank r] (after 1 iterations) memory (MB) | allocated:
+   A | max allocated: M | reserved: R (cpu arena) | CPU peak resident: P" per rank and the
+   planner's "… per rank of pipeline stage s: X MB = …".                                    */
+typedef struct { int ranks, sane; double max_alloc, plan; } mem_report;
+static void saw_memory(const char *line, void *user) {
+    mem_report *m = (mem_report *)user;
+    int r;
+    double a, mx, res, rss;
+    const char *p;
+    if (sscanf(line, "[Rank %d] (after 1 iterations) memory (MB) | allocated: %lf | max "
+               "allocated: %lf | reserved: %lf (cpu arena) | CPU peak resident: %lf", &r, &a,
+               &mx, &res, &rss) == 5) {
+        m->sane &= r == m->ranks && a > 0 && a <= mx && mx <= res && rss > 0;
+        m->ranks++;
+        if (mx > m->max_alloc) m->max_alloc = mx;
+    } else if ((p = strstr(line, "gpt_train: planner's prediction (mg_plan.h) per rank of "
+                                 "pipeline stage ")) && (p = strchr(p + 60, ':')))
+        m->plan = atof(p + 1);
+}
+
 /* The lm_loss of each iteration [1, ITERS] in a --log-jsonl file (NAN where missing); returns
    the last iteration logged (0: none).                                                       */
 static int jsonl_losses(const char *path, double loss[ITERS + 1]) {
@@ -178,6 +198,7 @@ static void check_program(void) {
     char tmp[256], flags[4096], path[400], first[2048], name[200];
     double ref[ITERS + 1];
     int status, n, i, complete = 1;
+    mem_report mem = {0, 1, 0, 0};
     if (access("build/gpt_train", X_OK) != 0) {
         mg_test_report(0, "exits: build/gpt_train exists", "build it with make build/gpt_train");
         return;
@@ -185,11 +206,20 @@ static void check_program(void) {
     gpt_tmpdir(tmp, sizeof tmp, "exits");
     snprintf(path, sizeof path, "%s/ref.jsonl", tmp);
     snprintf(flags, sizeof flags, BASE "--log-jsonl %s", path);
-    n = gpt_mpirun_train(4, flags, &status, first, sizeof first, NULL, NULL);
+    n = gpt_mpirun_train(4, flags, &status, first, sizeof first, saw_memory, &mem);
     for (i = 1; i <= ITERS && jsonl_losses(path, ref) == ITERS; i++) complete &= isfinite(ref[i]);
     snprintf(name, sizeof name, "exits: the uninterrupted reference run logs %d losses", ITERS);
     mg_test_report(n == 0 && status == 0 && jsonl_losses(path, ref) == ITERS && complete, name,
                    "status %d %s", status, first);
+
+    /* the planner counts weights, gradients, Adam moments and activations; the arena also
+       holds the 16-bit copies, buffers and scratch: the same size, within 2x               */
+    mg_test_report(mem.ranks == 4 && mem.sane && mem.plan > 0 && mem.max_alloc < 2 * mem.plan &&
+                   mem.plan < 2 * mem.max_alloc, "exits: the memory report after iteration 1: "
+                   "4 ranks (allocated <= max allocated <= reserved), the planner's prediction "
+                   "within 2x of the largest max allocated", "%d ranks%s, largest max allocated "
+                   "%.2f MB, planned %.2f MB", mem.ranks, mem.sane ? "" : " (figures out of order)",
+                   mem.max_alloc, mem.plan);
 
     snprintf(flags, sizeof flags, BASE "--exit-interval 7 --save %s/interval_ck > %s/interval.log",
              tmp, tmp);

@@ -880,8 +880,8 @@ MGDEF void mg_trainer_generate(mg_trainer *tr, int64_t n_tokens, FILE *out);
 MGDEF int mg_trainer_write_pipeline_trace(mg_trainer *tr, const char *path, char *err,
                                           size_t errlen);
 /* Draws a --log-jsonl file as an SVG picture: the training and validation loss, the learning
-   rate, the grad norm and the throughput against the iteration, one panel each (a log scale
-   where the values span 30x or more). A log a resumed run appended to is joined: points a
+   rate, the grad norm and the throughput against the iteration, one panel each (the loss and
+   the grad norm on a log scale when their values span 30x or more). A log a resumed run appended to is joined: points a
    later run logs again replace the earlier run's. 0, or -1 with one line in err.
    gpt_train draws one at the end of a run (and on a clean exit); build/mg_plot on demand.  */
 MGDEF int mg_plot_jsonl(const char *jsonl, const char *svg, char *err, size_t errlen);
@@ -6154,6 +6154,9 @@ static const mg__curve mg__curves[] = {
 };
 static const char *const mg__panel_titles[] = {"lm loss", "learning rate", "grad norm",
                                                "throughput (tokens/s)"};
+/* Panels whose values may be drawn on a log scale: a loss and a grad norm fall over decades
+   (a warm-up, a spike); a learning rate decays to ~0 and reads best linear, as tokens/s. */
+static const int mg__panel_may_log[] = {1, 0, 1, 0};
 #define MG__NCURVES ((int)(sizeof mg__curves / sizeof mg__curves[0]))
 #define MG__NPANELS 4
 
@@ -6266,8 +6269,8 @@ MGDEF int mg_plot_jsonl(const char *jsonl, const char *svg, char *err, size_t er
     }
     fprintf(out, "</text>\n");
     for (p = 0; p < MG__NPANELS; p++) {
-        /* the value axis: the panel's curves' range; log10 when every value is positive and
-           they span 30x or more (a falling loss or grad norm reads better so)            */
+        /* the value axis: the panel's curves' range; log10 for a loss or grad norm whose
+           values are all positive and span 30x or more (they read better so)            */
         double lo = INFINITY, hi = -INFINITY, y0 = T + p * (PH + GAP), y1 = y0 + PH;
         double x0 = L, x1 = W - R;
         int logy, legend = 0;
@@ -6277,7 +6280,7 @@ MGDEF int mg_plot_jsonl(const char *jsonl, const char *svg, char *err, size_t er
                 if (pts[c].v[k] > hi) hi = pts[c].v[k];
             }
         if (!isfinite(lo)) continue;                 /* nothing logged for this panel */
-        logy = lo > 0 && hi / lo >= 30;
+        logy = mg__panel_may_log[p] && lo > 0 && hi / lo >= 30;
         if (logy) { lo = log10(lo); hi = log10(hi); }
         if (hi == lo) { lo -= lo ? fabs(lo) * 0.1 : 1; hi += hi ? fabs(hi) * 0.1 : 1; }
         else {                            /* 5% margins; a nonnegative quantity stays >= 0 */

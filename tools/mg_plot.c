@@ -1,8 +1,8 @@
 /* mg_plot — draws a gpt_train --log-jsonl file as an SVG picture, no server needed: the
    training and validation loss, the learning rate, the grad norm and the throughput against
-   the iteration (log scale where the values span 30x or more); a log that resumed runs
-   appended to is joined into one curve. gpt_train draws the same picture at the end of a
-   run; this tool redraws it at any time, e.g. while the run goes on:
+   the iteration (loss and grad norm on a log scale when they span 30x or more); a log that
+   resumed runs appended to is joined into one curve. gpt_train draws the same picture at the
+   end of a run; this tool redraws it at any time, e.g. while the run goes on:
      build/mg_plot run.jsonl -o curves.svg          (without -o: run.svg beside run.jsonl)
    The drawing is megatron.h's mg_plot_jsonl.                                               */
 #include "megatron.h"

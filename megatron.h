@@ -797,6 +797,8 @@ typedef struct mg_trainer {
     int64_t loaded_iteration;           /* iteration of the checkpoint loaded (-1: none)       */
     int64_t last_saved;                 /* iteration of the last checkpoint written (-1)       */
     int64_t first_iteration;            /* iteration the run started at (0, or the loaded one) */
+    FILE *progress;                     /* where a save longer than 3 s reports its progress
+                                           (world rank 0; NULL: silent)                        */
     double start_ms;                    /* mg__now_ms() at setup: the run's elapsed time,
                                            --exit-duration-in-mins and the log line's ETA      */
     FILE *jsonl;
@@ -5808,9 +5810,34 @@ static int mg__ckpt_write_piece(mg_gpt *m, mg_st_writer *w, int ti, const mg_par
     return 0;
 }
 
+/* A long save's progress on tr->progress: after MG_PROGRESS_AFTER_MS (3 s), every 2 s, the
+   share of this rank's elements written (the writer rank's share stands for all: every rank
+   writes its pieces at the same time).                                                      */
+#ifndef MG_PROGRESS_AFTER_MS
+#define MG_PROGRESS_AFTER_MS 3000
+#endif
+typedef struct {
+    FILE *out; const char *what;
+    double t0, last;
+    int64_t done, total;
+} mg__progress;
+static void mg__progress_add(mg__progress *p, int64_t n) {
+    double now;
+    p->done += n;
+    if (!p->out || (now = mg__now_ms()) - p->t0 < MG_PROGRESS_AFTER_MS ||
+        now - p->last < (MG_PROGRESS_AFTER_MS < 2000 ? MG_PROGRESS_AFTER_MS : 2000)) return;
+    p->last = now;
+    fprintf(p->out, "saving %s: %.0f%% of this rank's %.1f MB written, %.0f s\n", p->what,
+            100.0 * (double)p->done / (double)(p->total > 0 ? p->total : 1),
+            (double)p->total * 4 / 1048576.0, (now - p->t0) * 1e-3);
+    fflush(p->out);
+}
+
 typedef struct {
     mg_gpt *m; mg_st_writer *w; const char *suffix; const float *src; float *host;
     int use_moment_index, has_embedding; int rc; char *err; size_t errlen;
+    int count_only;                      /* a first pass: only the elements, into prog->total */
+    mg__progress *prog;
 } mg__ckpt_acc;
 static void mg__ckpt_visit(void *user, const mg_param_desc *d, int64_t x0, int64_t x1,
                            int64_t moment0) {
@@ -5820,12 +5847,14 @@ static void mg__ckpt_visit(void *user, const mg_param_desc *d, int64_t x0, int64
     int ti;
     if (acc->rc || (d->split == MG_TP_REPLICATED && acc->m->layout.tp_rank != 0)) return;
     if (d->kind == MG_WTE && !acc->has_embedding) return;  /* the last stage's tied copy */
+    if (acc->count_only) { acc->prog->total += x1 - x0; return; }
     snprintf(name, sizeof name, "%s%s", d->name, acc->suffix);
     ti = mg_st_writer_find(acc->w, name);
     MG_ASSERT(ti >= 0, "checkpoint header without %s", name);
     mg_copy_to_host(acc->m->ctx, acc->host, acc->src + src0, (size_t)(x1 - x0) * sizeof(float));
     acc->rc = mg__ckpt_write_piece(acc->m, acc->w, ti, d, acc->host, x0 - d->offset,
                                    x1 - d->offset, acc->err, acc->errlen);
+    mg__progress_add(acc->prog, x1 - x0);
 }
 
 /* Max over the world of a flag (0/1): a failure anywhere fails everywhere. Collective. */
@@ -5853,7 +5882,13 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
     mg_st_writer files[MG__CKPT_FILES];
     float *host;
     int64_t max_numel = 1;
+    mg__progress prog;
+    int pass;
     snprintf(iterdir, sizeof iterdir, "%s/iter_%07lld", dir, (long long)tr->iteration);
+    memset(&prog, 0, sizeof prog);
+    prog.out = w ? tr->progress : NULL;
+    prog.what = iterdir;
+    prog.t0 = mg__now_ms();
     snprintf(tag, sizeof tag, "save%lld", (long long)tr->iteration);  /* common to all ranks */
     snprintf(tmp, sizeof tmp, "%s.tmp.%s", iterdir, tag);              /* mg_atomic_dir_begin's */
     if (w && !mg__is_dir(dir) && mkdir(dir, 0755) != 0)
@@ -5881,8 +5916,11 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
         if (m->params[i].numel > max_numel) max_numel = m->params[i].numel;
     host = (float *)MG_MALLOC((size_t)max_numel * sizeof(float));
     MG_ASSERT(host, "out of host memory");
+    for (pass = 0; pass < 2; pass++)    /* pass 0 counts the elements, pass 1 writes them */
     for (f = 0; f < open_files && !rc; f++) {
         mg__ckpt_acc acc;
+        acc.count_only = pass == 0;
+        acc.prog = &prog;
         acc.m = m;
         acc.w = &files[f];
         /* the fp32 parameters: the model's, or this rank's pieces of a sharded master */

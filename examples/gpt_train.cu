@@ -174,6 +174,7 @@ int main(int argc, char **argv) {
     }
     comm.timeout_s = args.comm_timeout;          /* --comm-timeout bounds every wait */
     if (mg_trainer_setup(&tr, &args, err, sizeof err)) return finish(2, err);
+    tr.progress = out;                           /* long saves report their progress */
     iters = tr.args.train_iters;
     if (out) {
         printf("gpt_train: %d layers, hidden %d, %d heads, sequence %d, vocabulary %d (padded %d): "

@@ -883,9 +883,12 @@ MGDEF int mg_trainer_write_pipeline_trace(mg_trainer *tr, const char *path, char
                                           size_t errlen);
 /* Draws a --log-jsonl file as an SVG picture: the training and validation loss, the learning
    rate, the grad norm and the throughput against the iteration, one panel each (the loss and
-   the grad norm on a log scale when their values span 30x or more). A log a resumed run appended to is joined: points a
-   later run logs again replace the earlier run's. 0, or -1 with one line in err.
-   gpt_train draws one at the end of a run (and on a clean exit); build/mg_plot on demand.  */
+   the grad norm on a log scale when their values span 30x or more). A log a resumed run
+   appended to is joined: points a later run logs again replace the earlier run's. 0, or -1
+   with one line in err. gpt_train draws one at the end of a run (and on a clean exit);
+   build/mg_plot on demand. Each panel's <g> carries its axes in data-* attributes (pixel box
+   x0 x1 y0 y1, value ranges xmin xmax ymin ymax — of log10 v when data-log is 1), so a
+   program can read the points back (tests/svg_points.py).                                 */
 MGDEF int mg_plot_jsonl(const char *jsonl, const char *svg, char *err, size_t errlen);
 /* The picture's default name: LOG.jsonl -> LOG.svg (any other name: LOG.svg appended).   */
 MGDEF void mg_plot_default_path(char *out, size_t cap, const char *jsonl);

@@ -159,11 +159,13 @@ static void check_stopped(const char *tmp, const char *what, const char *reason,
     n = gpt_mpirun_train(4, flags, &st, log, sizeof log, NULL, NULL);
     last = jsonl_losses(jsonl, got);
     for (i = k + 1; i <= ITERS; i++)
-        if (!(fabs(got[i] - ref[i]) <= worst)) worst = isnan(got[i]) ? INFINITY : fabs(got[i] - ref[i]);
+        if (!(fabs(got[i] - ref[i]) <= worst))
+            worst = isnan(got[i]) ? INFINITY : fabs(got[i] - ref[i]);
     snprintf(name, sizeof name, "exits: %s: resumed from iteration %d, losses %d-%d equal the "
              "uninterrupted run's", what, k, k + 1, ITERS);
     mg_test_report(n == 0 && st == 0 && last == ITERS && worst == 0, name,
-                   "status %d, %d error lines, last logged %d, max |diff| %.3g", st, n, last, worst);
+                   "status %d, %d error lines, last logged %d, max |diff| %.3g", st, n, last,
+                   worst);
 }
 
 /* SIGTERM to one rank (all = 0) or to every rank, once the run has logged iteration 3. */

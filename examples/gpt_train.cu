@@ -27,6 +27,10 @@
    parse the flags, check the whole configuration and every file before any work (one line
    "gpt_train: error: …", exit status 2), build the model, then iterate: step, log, evaluate,
    save. At the end: final checkpoint, validation, optional Hugging Face export and a sample.
+   After the first iteration rank 0 prints every rank's memory beside the planner's
+   prediction; --exit-signal-handler, --exit-duration-in-mins and --exit-interval end the loop
+   early with a checkpoint and status 0 on every rank; with --log-jsonl the run ends by
+   drawing the log as an SVG picture (docs/operating.md).
    A data set whose validation part is empty (too few documents for --split) trains without
    validation, as Megatron-LM does: one line "gpt_train: validation skipped: …" says why.
    Every rank runs this program (mpirun starts them); every rank checks the configuration

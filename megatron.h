@@ -738,6 +738,8 @@ typedef struct mg_train_args {
     int64_t loss_scale_window, hysteresis;
     mg_comm *comm;                       /* not a flag: the job's communicator (mg_comm_init),
                                             NULL for a single rank without MPI               */
+    FILE *progress;                      /* not a flag: where a save or load longer than 3 s
+                                            reports its progress (world rank 0; NULL: silent) */
     int data_order;                      /* mg_data_order                                      */
     int device;                          /* mg_device                                          */
     /* pipeline parallelism                                                                  */
@@ -797,8 +799,6 @@ typedef struct mg_trainer {
     int64_t loaded_iteration;           /* iteration of the checkpoint loaded (-1: none)       */
     int64_t last_saved;                 /* iteration of the last checkpoint written (-1)       */
     int64_t first_iteration;            /* iteration the run started at (0, or the loaded one) */
-    FILE *progress;                     /* where a save longer than 3 s reports its progress
-                                           (world rank 0; NULL: silent)                        */
     double start_ms;                    /* mg__now_ms() at setup: the run's elapsed time,
                                            --exit-duration-in-mins and the log line's ETA      */
     FILE *jsonl;
@@ -5813,7 +5813,7 @@ static int mg__ckpt_write_piece(mg_gpt *m, mg_st_writer *w, int ti, const mg_par
     return 0;
 }
 
-/* A long save's progress on tr->progress: after MG_PROGRESS_AFTER_MS (3 s), every 2 s, the
+/* A long save's progress on args.progress: after MG_PROGRESS_AFTER_MS (3 s), every 2 s, the
    share of this rank's elements written (the writer rank's share stands for all: every rank
    writes its pieces at the same time).                                                      */
 #ifndef MG_PROGRESS_AFTER_MS
@@ -5889,7 +5889,7 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
     int pass;
     snprintf(iterdir, sizeof iterdir, "%s/iter_%07lld", dir, (long long)tr->iteration);
     memset(&prog, 0, sizeof prog);
-    prog.out = w ? tr->progress : NULL;
+    prog.out = w ? tr->args.progress : NULL;
     prog.what = iterdir;
     prog.t0 = mg__now_ms();
     snprintf(tag, sizeof tag, "save%lld", (long long)tr->iteration);  /* common to all ranks */
@@ -6008,11 +6008,22 @@ static int mg__load_moment(mg_gpt *m, float *flat, const char *path, const char 
     return rc;
 }
 
+/* A long load's progress on args.progress (world rank 0): after MG_PROGRESS_AFTER_MS, each
+   of the three files as it is read.                                                        */
+static void mg__load_progress(const mg_trainer *tr, const char *path, int k, double t0) {
+    double now = mg__now_ms();
+    if (!tr->writer || !tr->args.progress || now - t0 < MG_PROGRESS_AFTER_MS) return;
+    fprintf(tr->args.progress, "loading %s: read (file %d of 3), %.0f s\n", path, k,
+            (now - t0) * 1e-3);
+    fflush(tr->args.progress);
+}
+
 MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t errlen) {
     char path[1300];
     int64_t iter = 0;
     mg__ckpt_state st;
     mg_weights_file wf;
+    double t0 = mg__now_ms();
     int rc = mg__latest_iteration(dir, &iter, err, errlen);
     if (rc <= 0) return rc;
     if (rc == 2) {       /* 'release': the weights only (Megatron: no optimizer, iteration 0) */
@@ -6035,16 +6046,19 @@ MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t err
     rc = mg_gpt_import(&tr->model, &wf, err, errlen);
     mg_weights_close(&wf);
     if (rc) return -1;
+    mg__load_progress(tr, path, 1, t0);
     mg_adamw_take_master(&tr->opt, &tr->model);   /* before the moments use the staging */
     /* moments: straight into the flat buffers, or (distributed optimizer) into the free
        gradient buffer, then this rank's pieces out of it                                   */
     snprintf(path, sizeof path, "%s/iter_%07lld/optimizer.safetensors", dir, (long long)iter);
     if (mg__load_moment(&tr->model, tr->opt.dp ? tr->model.grad_buf : tr->opt.m, path,
                         ".exp_avg", err, errlen)) return -1;
+    mg__load_progress(tr, path, 2, t0);
     if (tr->opt.dp) mg_dp_moment_flat(&tr->dp, tr->opt.m, tr->model.grad_buf, 0);
     snprintf(path, sizeof path, "%s/iter_%07lld/optimizer_sq.safetensors", dir, (long long)iter);
     if (mg__load_moment(&tr->model, tr->opt.dp ? tr->model.grad_buf : tr->opt.v, path,
                         ".exp_avg_sq", err, errlen)) return -1;
+    mg__load_progress(tr, path, 3, t0);
     if (tr->opt.dp) mg_dp_moment_flat(&tr->dp, tr->opt.v, tr->model.grad_buf, 0);
     mg_gpt_zero_grad(&tr->model);
     tr->iteration = st.iteration;

@@ -171,6 +171,7 @@ int main(int argc, char **argv) {
     out = comm.world_rank == 0 ? stdout : NULL;      /* what every rank knows, printed once */
     mg_train_args_default(&args);
     args.comm = &comm;
+    args.progress = out;                         /* long saves and loads report progress */
     if (mg_train_parse(&args, argc, argv, err, sizeof err)) return finish(2, err);
     if (args.help) {
         if (out) mg_train_print_help(stdout, "gpt_train");
@@ -178,7 +179,6 @@ int main(int argc, char **argv) {
     }
     comm.timeout_s = args.comm_timeout;          /* --comm-timeout bounds every wait */
     if (mg_trainer_setup(&tr, &args, err, sizeof err)) return finish(2, err);
-    tr.progress = out;                           /* long saves report their progress */
     iters = tr.args.train_iters;
     if (out) {
         printf("gpt_train: %d layers, hidden %d, %d heads, sequence %d, vocabulary %d (padded %d): "

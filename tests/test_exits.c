@@ -9,7 +9,8 @@
                                    rank only (the others learn it through the all-reduced
                                    flag), (b) to every rank as Slurm does; the run saves
                                    every iteration (--save-interval 1), so the signal often
-                                   lands in a save. Each run must exit 0 (every rank), say
+                                   lands in a save; (c) to every rank at a random moment up
+                                   to 20 ms later. Each run must exit 0 (every rank), say
                                    "exiting after iteration K", leave latest = K and a
                                    complete iter_K (the resume below reads all of it);
    and every stopped run, resumed with --load to iteration 30, must log the reference's losses
@@ -18,6 +19,7 @@
 #include "gpt_test_util.h"
 #include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #define ITERS 30
 #define BASE "--data-path " GPT_DATA "gpt_tokens.bin --data-order sequential --split 1,0,0 " \
@@ -168,8 +170,10 @@ static void check_stopped(const char *tmp, const char *what, const char *reason,
                    worst);
 }
 
-/* SIGTERM to one rank (all = 0) or to every rank, once the run has logged iteration 3. */
-static void signal_run(const char *tmp, const char *what, int all, const double ref[ITERS + 1]) {
+/* SIGTERM to one rank (all = 0) or to every rank, delay_us after the run has logged
+   iteration 3.                                                                             */
+static void signal_run(const char *tmp, const char *what, int all, int delay_us,
+                       const double ref[ITERS + 1]) {
     char log[400], ck[400], jsonl[400], flags[4096], name[300];
     double seen[ITERS + 1];
     pid_t mpirun, ranks[8];
@@ -184,14 +188,15 @@ static void signal_run(const char *tmp, const char *what, int all, const double 
         if (jsonl_losses(jsonl, seen) >= 3) break;
         usleep(10000);
     }
+    usleep((useconds_t)delay_us);
     n = ranks_of(mpirun, ranks);
     if (n == 4) {
         for (i = all ? 0 : 1; i < (all ? n : 2); i++) kill(ranks[i], SIGTERM);
         sent = 1;
     }
     status = finish_run(mpirun);
-    snprintf(name, sizeof name, "exits: %s: SIGTERM sent to %s of the 4 gpt_train processes",
-             what, all ? "each" : "one");
+    snprintf(name, sizeof name, "exits: %s: SIGTERM sent to %s of the 4 gpt_train processes "
+             "%.1f ms after iteration 3 was logged", what, all ? "each" : "one", delay_us * 1e-3);
     mg_test_report(sent, name, "found %d processes", n);
     check_stopped(tmp, what, "SIGTERM received", status, 0, ref);
 }
@@ -233,8 +238,10 @@ static void check_program(void) {
     gpt_mpirun_train(4, flags, &status, first, sizeof first, NULL, NULL);
     check_stopped(tmp, "duration", "--exit-duration-in-mins reached", status, 1, ref);
 
-    signal_run(tmp, "sigterm_one", 0, ref);
-    signal_run(tmp, "sigterm_all", 1, ref);
+    signal_run(tmp, "sigterm_one", 0, 0, ref);
+    signal_run(tmp, "sigterm_all", 1, 0, ref);
+    srand((unsigned)time(NULL) ^ (unsigned)getpid());     /* any moment: a random one */
+    signal_run(tmp, "sigterm_any", 1, rand() % 20000, ref);
     gpt_rmtree(tmp);
 }
 

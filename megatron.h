@@ -232,15 +232,19 @@ MGDEF double mg_gpt_flops_recomputed(const mg_gpt_config *cfg, const mg_gpt_layo
 /* ---------------------------------------------------------------------------------------------
    2. Parameters
       Flat-buffer order (each tensor starts at a multiple of 64 elements; the gaps are zero):
-        word embedding [Vp, C]          if a chunk has the embedding or the head (tied weight)
-        position embedding [max_pos, C] if a chunk has the embedding
-        for each held layer, in order, the 12 tensors of mg_layer_tensor
-        final layernorm weight, bias    if a chunk has the head
+        word embedding [Vp, C]          if a chunk has the embedding, or the head with a tied
+                                        output layer
+        position embedding [max_pos, C] if a chunk has the embedding (learned positions)
+        for each held layer, in order, the tensors of mg_layer_tensor its configuration has
+                                        (mg_layer_has_tensor: 12 for GPT-2)
+        final norm weight (and bias)    if a chunk has the head (LayerNorm has a bias)
+        output layer [Vp, C]            if a chunk has the head and it is untied
       Shapes are GLOBAL in the descriptor; local_shape is this rank's shard:
-        column-parallel (QKV, MLP-up weight and bias): output rows split, QKV by heads
+        column-parallel (QKV, MLP-up and gate weight and bias): output rows split, QKV by
+                                        query groups
         row-parallel (attention-out, MLP-down weight): input columns split
-        vocabulary-parallel (word embedding): rows split
-        replicated: layernorms, biases of row-parallel layers, position embedding
+        vocabulary-parallel (word embedding, output layer): rows split
+        replicated: norms, biases of row-parallel layers, position embedding
    ------------------------------------------------------------------------------------------ */
 typedef enum { MG_TP_REPLICATED = 0, MG_TP_COLUMN, MG_TP_ROW, MG_TP_VOCAB } mg_tp_split;
 typedef enum { MG_INIT_NORMAL = 0, MG_INIT_ZERO, MG_INIT_ONE } mg_init_kind;
@@ -359,7 +363,7 @@ typedef struct mg_gpt {
        mg_gpt_backward_weight: the weight half of the chunk's last microbatch) — the model calls
        grads_final(grads_final_user, first, end) when the gradients of flat offsets [first,
        end) have become final: after the head (the final layernorm up to n_elems), after each
-       layer (its 12 tensors), after the embedding (the position embedding, and the word
+       layer (its tensors), after the embedding (the position embedding, and the word
        embedding when this rank holds the whole model). Each range runs from a tensor's offset
        to the next held tensor's (alignment gaps and the end padding included), so over an
        iteration the reports cover the flat buffer once — except the word embedding with
@@ -711,6 +715,11 @@ typedef struct mg_train_args {
     int64_t ffn_hidden_size, num_query_groups, kv_channels;
     /* batch and length of the run                                                           */
     int64_t micro_batch_size, global_batch_size, train_iters;
+    /* clean exits (mg_trainer_exit_check): on SIGTERM (a switch), after a wall-clock budget,
+       at a multiple of an iteration count (0: never)                                        */
+    int exit_signal_handler;
+    double exit_duration_in_mins;
+    int64_t exit_interval;
     /* optimizer and schedule                                                                */
     double lr, min_lr, weight_decay, clip_grad, adam_beta1, adam_beta2, adam_eps;
     int lr_decay_style;                  /* mg_lr_style                                        */
@@ -745,6 +754,8 @@ typedef struct mg_train_args {
     int64_t loss_scale_window, hysteresis;
     mg_comm *comm;                       /* not a flag: the job's communicator (mg_comm_init),
                                             NULL for a single rank without MPI               */
+    FILE *progress;                      /* not a flag: where a save or load longer than 3 s
+                                            reports its progress (world rank 0; NULL: silent) */
     int data_order;                      /* mg_data_order                                      */
     int device;                          /* mg_device                                          */
     /* pipeline parallelism                                                                  */
@@ -817,6 +828,9 @@ typedef struct mg_trainer {
     int64_t skipped_iters, nan_iters;
     int64_t loaded_iteration;           /* iteration of the checkpoint loaded (-1: none)       */
     int64_t last_saved;                 /* iteration of the last checkpoint written (-1)       */
+    int64_t first_iteration;            /* iteration the run started at (0, or the loaded one) */
+    double start_ms;                    /* mg__now_ms() at setup: the run's elapsed time,
+                                           --exit-duration-in-mins and the log line's ETA      */
     FILE *jsonl;
     /* pipeline parallelism (pp > 1): the schedules, their executors, the iteration's data     */
     mg_comm *comm;                      /* args.comm                                             */
@@ -864,6 +878,14 @@ MGDEF double mg_trainer_evaluate(mg_trainer *tr, FILE *out);
 /* Mean loss over the first --eval-iters global batches of --test-data-path (NAN without it);
    Megatron's line " validation loss at iteration N on test set | …" to out.               */
 MGDEF double mg_trainer_test(mg_trainer *tr, FILE *out);
+/* Megatron's clean exits, checked after every iteration by every rank: returns MG_EXIT_NONE
+   (go on) or why to save and stop now — --exit-signal-handler's SIGTERM arrived (on any
+   rank), --exit-duration-in-mins of wall time have passed since setup (on any rank), or the
+   iteration is a multiple of --exit-interval. The first two are agreed on by an all-reduce
+   (max) of each rank's code over the world, so every rank stops after the same iteration. */
+enum { MG_EXIT_NONE = 0, MG_EXIT_INTERVAL = 1, MG_EXIT_DURATION = 2, MG_EXIT_SIGNAL = 3 };
+MGDEF int mg_trainer_exit_check(mg_trainer *tr);
+MGDEF const char *mg_exit_reason(int why);   /* "SIGTERM received", …                       */
 /* Checkpoint DIR/iter_%07d/{model, optimizer, optimizer_sq}.safetensors + state.json built
    under a temporary name and renamed; then DIR/latest_checkpointed_iteration.txt, atomically.
    Tensors are stored GLOBAL, by name, so any later layout can load them. Collective: every
@@ -894,6 +916,17 @@ MGDEF void mg_trainer_generate(mg_trainer *tr, int64_t n_tokens, FILE *out);
    with err.                                                                                 */
 MGDEF int mg_trainer_write_pipeline_trace(mg_trainer *tr, const char *path, char *err,
                                           size_t errlen);
+/* Draws a --log-jsonl file as an SVG picture: the training and validation loss, the learning
+   rate, the grad norm and the throughput against the iteration, one panel each (the loss and
+   the grad norm on a log scale when their values span 30x or more). A log a resumed run
+   appended to is joined: points a later run logs again replace the earlier run's. 0, or -1
+   with one line in err. gpt_train draws one at the end of a run (and on a clean exit);
+   build/mg_plot on demand. Each panel's <g> carries its axes in data-* attributes (pixel box
+   x0 x1 y0 y1, value ranges xmin xmax ymin ymax — of log10 v when data-log is 1), so a
+   program can read the points back (tests/svg_points.py).                                 */
+MGDEF int mg_plot_jsonl(const char *jsonl, const char *svg, char *err, size_t errlen);
+/* The picture's default name: LOG.jsonl -> LOG.svg (any other name: LOG.svg appended).   */
+MGDEF void mg_plot_default_path(char *out, size_t cap, const char *jsonl);
 
 #ifdef __cplusplus
 }
@@ -914,6 +947,7 @@ MGDEF int mg_trainer_write_pipeline_trace(mg_trainer *tr, const char *path, char
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <strings.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -2821,7 +2855,11 @@ MGDEF int mg_gpt_import(mg_gpt *m, const mg_weights_file *f, char *err, size_t e
     mg_gpt_config fc = f->cfg;
     if (!fc.n_head) fc.n_head = m->cfg.n_head;   /* a safetensors file without config.json */
     if (mg__config_mismatch(&m->cfg, &fc, f->path, err, errlen)) return -1;
-    if (f->kind == MG_WEIGHTS_HF_LLAMA && mg__layer_mismatch(&m->cfg, &fc, f->path, err, errlen))
+    /* the file's architecture switches: config.json's for the Llama family; GPT-2's (all
+       zero in fc) for llm.c checkpoints and Hugging Face GPT-2 files, whose tensors hold no
+       gate, no untied output layer, … (our own files carry no switches: a difference shows
+       as a missing tensor)                                                                 */
+    if (f->kind != MG_WEIGHTS_MEGATRON && mg__layer_mismatch(&m->cfg, &fc, f->path, err, errlen))
         return -1;
     for (i = 0; i < m->n_params; i++)
         if (m->params[i].shape[0] * (m->params[i].ndim == 2 ? m->params[i].shape[1] : 1) > biggest)
@@ -3343,10 +3381,13 @@ static void mg__for_owned(const mg_adamw *opt, const mg_gpt *m, mg__owned_fn vis
 
 /* What mg__model_sum adds over the parameters: Σ g² (the grad norm), Σ w² of the fp32
    weights (--log-params-norm), or the count of zero gradient entries (--log-num-zeros-in-grad,
-   Megatron's count_zeros_fp32).                                                             */
+   Megatron's count_zeros_fp32). The squares of the owned pieces are queued into one
+   mg_sumsq_batch (one host synchronisation for the whole norm on the GPU): a first pass
+   counts the partial-sum slots (batch NULL), the second queues the pieces in the same order;
+   the zeros are counted in one pass.                                                       */
 enum { MG__SUM_GRAD_SQ, MG__SUM_PARAM_SQ, MG__SUM_GRAD_ZEROS };
-typedef struct { mg_gpt *m; const mg_adamw *opt; int what; double sum; int nonfinite,
-                 has_embedding; float *host; } mg__sumsq_acc;
+typedef struct { mg_gpt *m; const mg_adamw *opt; int what; mg_sumsq_batch *batch;
+                 int64_t slots; double zeros; int has_embedding; float *host; } mg__sumsq_acc;
 /* Zero entries among n device values, counted on the host in pieces of 64 Ki (host: 64 Ki
    floats of scratch).                                                                       */
 static double mg__count_zeros(mg_ctx *ctx, const float *x, int64_t n, float *host) {
@@ -3363,18 +3404,19 @@ static void mg__sumsq_visit(void *user, const mg_param_desc *d, int64_t x0, int6
                             int64_t moment0) {
     mg__sumsq_acc *acc = (mg__sumsq_acc *)user;
     mg_gpt *m = acc->m;
-    int bad = 0;
+    const float *x;
     /* replicated tensors are equal on every tensor-parallel rank: count them on rank 0 only */
     if (d->split == MG_TP_REPLICATED && m->layout.tp_rank != 0) return;
     if (d->kind == MG_WTE && !acc->has_embedding) return;   /* the last stage's tied copy */
-    if (acc->what == MG__SUM_GRAD_SQ)
-        acc->sum += mg_sumsq(m->ctx, m->grad_buf + x0, x1 - x0, &bad);
-    else if (acc->what == MG__SUM_PARAM_SQ)    /* the sharded master, or the whole fp32 copy */
-        acc->sum += mg_sumsq(m->ctx, acc->opt->master ? acc->opt->master + moment0
-                                                      : mg_gpt_fp32_params(m) + x0, x1 - x0, &bad);
-    else
-        acc->sum += mg__count_zeros(m->ctx, m->grad_buf + x0, x1 - x0, acc->host);
-    acc->nonfinite |= bad;
+    if (acc->what == MG__SUM_GRAD_ZEROS) {
+        acc->zeros += mg__count_zeros(m->ctx, m->grad_buf + x0, x1 - x0, acc->host);
+        return;
+    }
+    x = acc->what == MG__SUM_GRAD_SQ ? m->grad_buf + x0
+        : acc->opt->master ? acc->opt->master + moment0      /* the sharded master */
+                           : mg_gpt_fp32_params(m) + x0;     /* or the whole fp32 copy */
+    if (acc->batch) mg_sumsq_add(m->ctx, acc->batch, x, x1 - x0);
+    else acc->slots += mg_sumsq_slots(m->ctx, x1 - x0);
 }
 
 /* Σ g² over every parameter of the model counted once. On one rank that is the whole flat
@@ -3387,31 +3429,40 @@ static void mg__sumsq_visit(void *user, const mg_param_desc *d, int64_t x0, int6
    data parallelism leaves equal gradients on every replica: nothing to add). The partial
    sums are then summed exactly over the tensor group, then over the pipeline group
    (mg__group_sum_f64: every rank adds the same values in the same order), so all get the
-   same norm, as precise as the serial one.                                                  */
-/* The same walk and sums for the other quantities of mg__sumsq_acc (params norm, zeros). */
+   same norm, as precise as the serial one.
+   The same walk and sums for the other quantities of mg__sumsq_acc (params norm, zeros). */
 static double mg__model_sum(mg_adamw *opt, mg_gpt *m, int what, int *nonfinite) {
     const mg_gpt_layout *L = &m->layout;
     mg__sumsq_acc acc;
+    mg_sumsq_batch batch;
     double local;
-    int c;
+    int c, bad = 0;
     if (what == MG__SUM_GRAD_SQ && !opt->dp && (!m->comm || (L->tp_size == 1 &&
                                                              L->pp_size == 1)))
         return mg_sumsq(m->ctx, m->grad_buf, m->n_elems, nonfinite);
     acc.m = m;
     acc.opt = opt;
     acc.what = what;
-    acc.sum = 0;
-    acc.nonfinite = 0;
+    acc.batch = NULL;
+    acc.slots = 0;
+    acc.zeros = 0;
     acc.has_embedding = 0;
     acc.host = NULL;
+    for (c = 0; c < L->n_chunks; c++) acc.has_embedding |= L->chunks[c].has_embedding;
     if (what == MG__SUM_GRAD_ZEROS) {
         acc.host = (float *)MG_MALLOC(sizeof(float) * 65536);
         MG_ASSERT(acc.host, "out of host memory");
+        mg__for_owned(opt, m, mg__sumsq_visit, &acc);
+        MG_FREE(acc.host);
+        local = acc.zeros;
+    } else {
+        mg__for_owned(opt, m, mg__sumsq_visit, &acc);      /* count the slots */
+        mg_sumsq_begin(m->ctx, &batch, acc.slots);
+        acc.batch = &batch;
+        mg__for_owned(opt, m, mg__sumsq_visit, &acc);      /* queue the pieces */
+        local = mg_sumsq_end(m->ctx, &batch, &bad);
+        if (bad) local = NAN;
     }
-    for (c = 0; c < L->n_chunks; c++) acc.has_embedding |= L->chunks[c].has_embedding;
-    mg__for_owned(opt, m, mg__sumsq_visit, &acc);
-    MG_FREE(acc.host);
-    local = acc.nonfinite ? NAN : acc.sum;
     if (opt->dp)
         local = mg__group_sum(m->ctx, opt->dp->comm, &opt->dp->comm->data, opt->dp->dev_scalars,
                               opt->dp->host_scalars, local, NULL);
@@ -3656,6 +3707,12 @@ static const mg__flag mg__flags[] = {
      "global/micro microbatches (default: --micro-batch-size)"},
     {"--train-iters", MG__F_INT, MG__OFF(train_iters), "N", 0, MG__BIG,
      "iterations to train (required; 0: no training, e.g. to convert or sample)"},
+    {"--exit-signal-handler", MG__F_SWITCH, MG__OFF(exit_signal_handler), NULL, 0, 0,
+     "on SIGTERM (to any rank): finish the iteration, save (with --save), exit 0 everywhere"},
+    {"--exit-duration-in-mins", MG__F_FLOAT, MG__OFF(exit_duration_in_mins), "M", 1e-6, 1e9,
+     "after the iteration that ends past M minutes of wall time: save (with --save), exit 0"},
+    {"--exit-interval", MG__F_INT, MG__OFF(exit_interval), "N", 1, MG__BIG,
+     "after an iteration that is a multiple of N: save (with --save), exit 0"},
     {"--recompute-granularity", MG__F_CHOICE, MG__OFF(recompute_granularity),
      "none|selective|full", 0, 0, "selective: recompute the attention core (scores, softmax, "
      "dropout, ·V) in the backward instead of storing the attention probabilities; full: "
@@ -3988,17 +4045,20 @@ static int mg__set_flag(mg_train_args *a, const mg__flag *f, const char *v, char
     }
     if (f->type == MG__F_CHOICE) {
         int c = mg__choice(f->metavar, v, 0);
-        char lower[64];
-        size_t k;
+        char spelled[64];
+        const char *p = f->metavar;
         if (c >= 0) {
             *(int *)field = c;
             return 0;
         }
-        for (k = 0; v[k] && k + 1 < sizeof lower; k++) lower[k] = (char)tolower((unsigned char)v[k]);
-        lower[k] = 0;
-        if (mg__choice(f->metavar, v, 1) >= 0)
+        c = mg__choice(f->metavar, v, 1);   /* the same word in other capitals: name it */
+        if (c >= 0) {
+            while (c-- > 0) p = strchr(p, '|') + 1;
+            snprintf(spelled, sizeof spelled, "%.*s",
+                     (int)(strchr(p, '|') ? strchr(p, '|') - p : (long)strlen(p)), p);
             return mg__err(err, errlen, "%s %s: invalid choice (expected %s; did you mean %s?)",
-                           f->name, v, want, lower);
+                           f->name, v, want, spelled);
+        }
         return mg__err(err, errlen, "%s %s: invalid choice (expected %s)", f->name, v, want);
     }
     errno = 0;
@@ -5251,6 +5311,7 @@ MGDEF int mg_trainer_write_pipeline_trace(mg_trainer *tr, const char *path, char
     return rc ? -1 : 0;
 }
 
+static void mg__exit_signal_install(void);
 MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err, size_t errlen) {
     mg_train_args *a = &tr->args;
     mg_weights_file wf;
@@ -5269,6 +5330,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     tr->args = *args;
     tr->comm = args->comm;
     tr->loaded_iteration = tr->last_saved = -1;
+    tr->start_ms = mg__now_ms();
     tr->writer = !a->comm || a->comm->world_rank == 0;
     /* every check first (each failure: goto fail, where the ranks agree on it), then build   */
     if (!mg_train_flag_given(a, "--global-batch-size")) a->global_batch_size = a->micro_batch_size;
@@ -5545,6 +5607,8 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
             goto fail;
         }
     }
+    tr->first_iteration = tr->iteration;
+    if (a->exit_signal_handler) mg__exit_signal_install();
     return 0;
 fail:
     if (!agreed) mg__agree(tr->comm, 1, err, errlen);
@@ -5773,6 +5837,24 @@ static void mg__timers_print(const mg_trainer *tr, const double *all, FILE *out)
     fprintf(out, "\n");
 }
 
+/* h:mm:ss of a duration in seconds. */
+static void mg__hms(char *out, size_t cap, double s) {
+    long long t = s > 0 && s < 1e12 ? (long long)(s + 0.5) : 0;
+    snprintf(out, cap, "%lld:%02lld:%02lld", t / 3600, t / 60 % 60, t % 60);
+}
+
+/* The end of the log line: wall time since setup and the time left at this run's pace
+   (wall time, evaluations and saves included, per iteration done since it started). */
+static void mg__print_progress(const mg_trainer *tr, FILE *out) {
+    double elapsed = (mg__now_ms() - tr->start_ms) * 1e-3;
+    int64_t done = tr->iteration - tr->first_iteration;
+    char e[32], eta[32];
+    mg__hms(e, sizeof e, elapsed);
+    mg__hms(eta, sizeof eta, done > 0 ? elapsed / (double)done *
+                                        (double)(tr->args.train_iters - tr->iteration) : 0);
+    fprintf(out, " elapsed: %s | ETA: %s |\n", e, eta);
+}
+
 MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
     double ms, loss, tokens_per_s, tflops, tflops_rc, mem[3], *timers = NULL;
     int64_t G = tr->args.global_batch_size;
@@ -5841,8 +5923,9 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
                 (long long)G, loss, r->loss_scale, r->grad_norm);
         if (tr->args.log_num_zeros_in_grad) fprintf(out, " num zeros: %.1f |", r->num_zeros);
         if (tr->args.log_params_norm) fprintf(out, " params norm: %.3f |", r->params_norm);
-        fprintf(out, " number of skipped iterations: %3lld | number of nan iterations: %3lld |\n",
+        fprintf(out, " number of skipped iterations: %3lld | number of nan iterations: %3lld |",
                 (long long)tr->log_skipped, (long long)tr->log_nan);
+        mg__print_progress(tr, out);
         if (timers) mg__timers_print(tr, timers, out);
         fflush(out);
     }
@@ -5955,6 +6038,55 @@ MGDEF double mg_trainer_test(mg_trainer *tr, FILE *out) {
     loss = mg__evaluate_blend(tr, &tr->test_data, &consumed);
     mg__print_eval(tr, out, " on test set", "test_lm_loss", loss);
     return loss;
+}
+
+/* ---- Clean exits --------------------------------------------------------------------------
+   --exit-signal-handler: SIGTERM (what Slurm sends before the time limit, and `scancel`) only
+   sets a flag; the iteration under way finishes, and mg_trainer_exit_check after it reports
+   the flag. A signal that lands during a checkpoint save changes nothing in the save (the
+   handler returns; SA_RESTART resumes the interrupted write), the check after it stops.   */
+static volatile sig_atomic_t mg__exit_signal_seen;
+static void mg__exit_signal_handler(int sig) { (void)sig; mg__exit_signal_seen = 1; }
+static void mg__exit_signal_install(void) {
+#ifdef SA_RESTART
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = mg__exit_signal_handler;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, NULL);
+#else
+    signal(SIGTERM, mg__exit_signal_handler);   /* plain C: no restart of interrupted calls */
+#endif
+}
+
+MGDEF const char *mg_exit_reason(int why) {
+    return why == MG_EXIT_SIGNAL ? "SIGTERM received (--exit-signal-handler)"
+         : why == MG_EXIT_DURATION ? "--exit-duration-in-mins reached"
+         : why == MG_EXIT_INTERVAL ? "--exit-interval reached" : "no exit";
+}
+
+MGDEF int mg_trainer_exit_check(mg_trainer *tr) {
+    const mg_train_args *a = &tr->args;
+    int why = MG_EXIT_NONE;
+    if (a->exit_signal_handler && mg__exit_signal_seen) why = MG_EXIT_SIGNAL;
+    else if (a->exit_duration_in_mins > 0 &&
+             (mg__now_ms() - tr->start_ms) / 60e3 > a->exit_duration_in_mins)
+        why = MG_EXIT_DURATION;
+    /* a signal reaches one rank, and clocks differ: the largest code wins everywhere. The
+       flag travels through host memory (MPI), as mg__agree's does, whatever the backend. */
+    if ((a->exit_signal_handler || a->exit_duration_in_mins > 0) && tr->comm &&
+        tr->comm->world_size > 1) {
+        mg_ctx *ctx = tr->comm->ctx;
+        float mine = (float)why, all;
+        tr->comm->ctx = NULL;
+        mg_all_reduce(tr->comm, &tr->comm->world, &mine, &all, 1, MG_F32, MG_MAX);
+        tr->comm->ctx = ctx;
+        why = (int)all;
+    }
+    if (why == MG_EXIT_NONE && a->exit_interval > 0 && tr->iteration % a->exit_interval == 0)
+        why = MG_EXIT_INTERVAL;
+    return why;
 }
 
 /* =============================================================================================
@@ -6105,9 +6237,34 @@ static int mg__ckpt_write_piece(mg_gpt *m, mg_st_writer *w, int ti, const mg_par
     return 0;
 }
 
+/* A long save's progress on args.progress: after MG_PROGRESS_AFTER_MS (3 s), every 2 s, the
+   share of this rank's elements written (the writer rank's share stands for all: every rank
+   writes its pieces at the same time).                                                      */
+#ifndef MG_PROGRESS_AFTER_MS
+#define MG_PROGRESS_AFTER_MS 3000
+#endif
+typedef struct {
+    FILE *out; const char *what;
+    double t0, last;
+    int64_t done, total;
+} mg__progress;
+static void mg__progress_add(mg__progress *p, int64_t n) {
+    double now;
+    p->done += n;
+    if (!p->out || (now = mg__now_ms()) - p->t0 < MG_PROGRESS_AFTER_MS ||
+        now - p->last < (MG_PROGRESS_AFTER_MS < 2000 ? MG_PROGRESS_AFTER_MS : 2000)) return;
+    p->last = now;
+    fprintf(p->out, "saving %s: %.0f%% of this rank's %.1f MB written, %.0f s\n", p->what,
+            100.0 * (double)p->done / (double)(p->total > 0 ? p->total : 1),
+            (double)p->total * 4 / 1048576.0, (now - p->t0) * 1e-3);
+    fflush(p->out);
+}
+
 typedef struct {
     mg_gpt *m; mg_st_writer *w; const char *suffix; const float *src; float *host;
     int use_moment_index, has_embedding; int rc; char *err; size_t errlen;
+    int count_only;                      /* a first pass: only the elements, into prog->total */
+    mg__progress *prog;
 } mg__ckpt_acc;
 static void mg__ckpt_visit(void *user, const mg_param_desc *d, int64_t x0, int64_t x1,
                            int64_t moment0) {
@@ -6117,12 +6274,14 @@ static void mg__ckpt_visit(void *user, const mg_param_desc *d, int64_t x0, int64
     int ti;
     if (acc->rc || (d->split == MG_TP_REPLICATED && acc->m->layout.tp_rank != 0)) return;
     if (d->kind == MG_WTE && !acc->has_embedding) return;  /* the last stage's tied copy */
+    if (acc->count_only) { acc->prog->total += x1 - x0; return; }
     snprintf(name, sizeof name, "%s%s", d->name, acc->suffix);
     ti = mg_st_writer_find(acc->w, name);
     MG_ASSERT(ti >= 0, "checkpoint header without %s", name);
     mg_copy_to_host(acc->m->ctx, acc->host, acc->src + src0, (size_t)(x1 - x0) * sizeof(float));
     acc->rc = mg__ckpt_write_piece(acc->m, acc->w, ti, d, acc->host, x0 - d->offset,
                                    x1 - d->offset, acc->err, acc->errlen);
+    mg__progress_add(acc->prog, x1 - x0);
 }
 
 /* Max over the world of a flag (0/1): a failure anywhere fails everywhere. Collective. */
@@ -6150,7 +6309,13 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
     mg_st_writer files[MG__CKPT_FILES];
     float *host;
     int64_t max_numel = 1;
+    mg__progress prog;
+    int pass;
     snprintf(iterdir, sizeof iterdir, "%s/iter_%07lld", dir, (long long)tr->iteration);
+    memset(&prog, 0, sizeof prog);
+    prog.out = w ? tr->args.progress : NULL;
+    prog.what = iterdir;
+    prog.t0 = mg__now_ms();
     snprintf(tag, sizeof tag, "save%lld", (long long)tr->iteration);  /* common to all ranks */
     snprintf(tmp, sizeof tmp, "%s.tmp.%s", iterdir, tag);              /* mg_atomic_dir_begin's */
     if (w && !mg__is_dir(dir) && mkdir(dir, 0755) != 0)
@@ -6178,8 +6343,11 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
         if (m->params[i].numel > max_numel) max_numel = m->params[i].numel;
     host = (float *)MG_MALLOC((size_t)max_numel * sizeof(float));
     MG_ASSERT(host, "out of host memory");
+    for (pass = 0; pass < 2; pass++)    /* pass 0 counts the elements, pass 1 writes them */
     for (f = 0; f < open_files && !rc; f++) {
         mg__ckpt_acc acc;
+        acc.count_only = pass == 0;
+        acc.prog = &prog;
         acc.m = m;
         acc.w = &files[f];
         /* the fp32 parameters: the model's, or this rank's pieces of a sharded master */
@@ -6264,11 +6432,22 @@ static int mg__load_moment(mg_gpt *m, float *flat, const char *path, const char 
     return rc;
 }
 
+/* A long load's progress on args.progress (world rank 0): after MG_PROGRESS_AFTER_MS, each
+   of the three files as it is read.                                                        */
+static void mg__load_progress(const mg_trainer *tr, const char *path, int k, double t0) {
+    double now = mg__now_ms();
+    if (!tr->writer || !tr->args.progress || now - t0 < MG_PROGRESS_AFTER_MS) return;
+    fprintf(tr->args.progress, "loading %s: read (file %d of 3), %.0f s\n", path, k,
+            (now - t0) * 1e-3);
+    fflush(tr->args.progress);
+}
+
 MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t errlen) {
     char path[1300];
     int64_t iter = 0;
     mg__ckpt_state st;
     mg_weights_file wf;
+    double t0 = mg__now_ms();
     int rc = mg__latest_iteration(dir, &iter, err, errlen);
     if (rc <= 0) return rc;
     if (rc == 2) {       /* 'release': the weights only (Megatron: no optimizer, iteration 0) */
@@ -6291,16 +6470,19 @@ MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t err
     rc = mg_gpt_import(&tr->model, &wf, err, errlen);
     mg_weights_close(&wf);
     if (rc) return -1;
+    mg__load_progress(tr, path, 1, t0);
     mg_adamw_take_master(&tr->opt, &tr->model);   /* before the moments use the staging */
     /* moments: straight into the flat buffers, or (distributed optimizer) into the free
        gradient buffer, then this rank's pieces out of it                                   */
     snprintf(path, sizeof path, "%s/iter_%07lld/optimizer.safetensors", dir, (long long)iter);
     if (mg__load_moment(&tr->model, tr->opt.dp ? tr->model.grad_buf : tr->opt.m, path,
                         ".exp_avg", err, errlen)) return -1;
+    mg__load_progress(tr, path, 2, t0);
     if (tr->opt.dp) mg_dp_moment_flat(&tr->dp, tr->opt.m, tr->model.grad_buf, 0);
     snprintf(path, sizeof path, "%s/iter_%07lld/optimizer_sq.safetensors", dir, (long long)iter);
     if (mg__load_moment(&tr->model, tr->opt.dp ? tr->model.grad_buf : tr->opt.v, path,
                         ".exp_avg_sq", err, errlen)) return -1;
+    mg__load_progress(tr, path, 3, t0);
     if (tr->opt.dp) mg_dp_moment_flat(&tr->dp, tr->opt.v, tr->model.grad_buf, 0);
     mg_gpt_zero_grad(&tr->model);
     tr->iteration = st.iteration;
@@ -6435,6 +6617,219 @@ MGDEF void mg_trainer_generate(mg_trainer *tr, int64_t n_tokens, FILE *out) {
     MG_FREE(seq);
     MG_FREE(rows);
     MG_FREE(logits);
+}
+
+/* =============================================================================================
+   5. Trainer: loss curves as a picture (SVG, no server)
+   ========================================================================================== */
+/* One plotted quantity: its JSONL key, the panel it is drawn in, its legend and colour. */
+typedef struct mg__curve { const char *key, *label, *color; int panel; } mg__curve;
+static const mg__curve mg__curves[] = {
+    {"lm_loss", "training loss", "#1f77b4", 0},
+    {"valid_lm_loss", "validation loss", "#ff7f0e", 0},
+    {"lr", "learning rate", "#2ca02c", 1},
+    {"grad_norm", "grad norm", "#d62728", 2},
+    {"tokens_per_sec", "tokens per second", "#9467bd", 3},
+};
+static const char *const mg__panel_titles[] = {"lm loss", "learning rate", "grad norm",
+                                               "throughput (tokens/s)"};
+/* Panels whose values may be drawn on a log scale: a loss and a grad norm fall over decades
+   (a warm-up, a spike); a learning rate decays to ~0 and reads best linear, as tokens/s. */
+static const int mg__panel_may_log[] = {1, 0, 1, 0};
+#define MG__NCURVES ((int)(sizeof mg__curves / sizeof mg__curves[0]))
+#define MG__NPANELS 4
+
+typedef struct mg__points { double *it, *v; int64_t n, cap; } mg__points;
+
+/* Adds (it, v) to a curve. A point at or before the curve's last iteration is a resumed
+   run logging again from its checkpoint: the points from `it` on are the earlier run's
+   lost work and are replaced, so the curve joins the runs as one.                       */
+static void mg__points_add(mg__points *p, double it, double v) {
+    while (p->n > 0 && p->it[p->n - 1] >= it) p->n--;
+    if (p->n == p->cap) {
+        p->cap = p->cap ? 2 * p->cap : 256;
+        p->it = (double *)realloc(p->it, sizeof(double) * (size_t)p->cap);
+        p->v = (double *)realloc(p->v, sizeof(double) * (size_t)p->cap);
+        MG_ASSERT(p->it && p->v, "out of host memory");
+    }
+    p->it[p->n] = it;
+    p->v[p->n++] = v;
+}
+
+/* The number after "key": on a JSON line (0 if absent or null). */
+static int mg__json_line_num(const char *line, const char *key, double *v) {
+    char pat[64];
+    const char *p;
+    char *end;
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    if (!(p = strstr(line, pat))) return 0;
+    *v = strtod(p + strlen(pat), &end);
+    return end != p + strlen(pat) && isfinite(*v);
+}
+
+/* Axis tick labels: 3 significant digits. */
+static void mg__svg_num(char *out, size_t cap, double v) {
+    snprintf(out, cap, "%.3g", v);
+}
+
+/* A round tick step (1, 2 or 5 times a power of ten) giving about 5 ticks over [lo, hi]. */
+static double mg__tick_step(double lo, double hi) {
+    double raw = (hi - lo) / 5, p = pow(10, floor(log10(raw))), f = raw / p;
+    return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * p;
+}
+
+MGDEF void mg_plot_default_path(char *out, size_t cap, const char *jsonl) {
+    size_t n = strlen(jsonl);
+    if (n > 6 && !strcmp(jsonl + n - 6, ".jsonl")) n -= 6;
+    snprintf(out, cap, "%.*s.svg", (int)n, jsonl);
+}
+
+MGDEF int mg_plot_jsonl(const char *jsonl, const char *svg, char *err, size_t errlen) {
+    /* geometry: panels stacked, one shared iteration axis                                  */
+    const double W = 960, PH = 200, L = 90, R = 190, T = 50, GAP = 50;
+    mg__points pts[MG__NCURVES];
+    FILE *in = fopen(jsonl, "rb"), *out;
+    char *line = NULL, num[64];
+    size_t cap = 0;
+    double xmin = INFINITY, xmax = -INFINITY;
+    int64_t n_lines = 0, k;
+    int c, p, rc = 0;
+    if (!in) return mg__err(err, errlen, "%s: cannot open (%s)", jsonl, strerror(errno));
+    memset(pts, 0, sizeof pts);
+    for (;;) {                     /* one JSON object per line: getline-free, grows the buffer */
+        size_t len = 0;
+        int ch;
+        while ((ch = fgetc(in)) != EOF && ch != '\n') {
+            if (len + 2 > cap) {
+                cap = cap ? 2 * cap : 4096;
+                line = (char *)realloc(line, cap);
+                MG_ASSERT(line, "out of host memory");
+            }
+            line[len++] = (char)ch;
+        }
+        if (len == 0 && ch == EOF) break;
+        if (!line) continue;
+        line[len] = 0;
+        {
+            double it, v;
+            if (!mg__json_line_num(line, "iteration", &it)) continue;
+            n_lines++;
+            for (c = 0; c < MG__NCURVES; c++)
+                if (mg__json_line_num(line, mg__curves[c].key, &v)) {
+                    mg__points_add(&pts[c], it, v);
+                    if (it < xmin) xmin = it;
+                    if (it > xmax) xmax = it;
+                }
+        }
+        if (ch == EOF) break;
+    }
+    fclose(in);
+    free(line);
+    if (!isfinite(xmin)) {
+        for (c = 0; c < MG__NCURVES; c++) { free(pts[c].it); free(pts[c].v); }
+        return mg__err(err, errlen, "%s: no logged iteration in %lld lines (want the JSON "
+                       "objects gpt_train --log-jsonl writes)", jsonl, (long long)n_lines);
+    }
+    if (xmax == xmin) { xmin -= 1; xmax += 1; }
+    if (!(out = fopen(svg, "wb"))) {
+        for (c = 0; c < MG__NCURVES; c++) { free(pts[c].it); free(pts[c].v); }
+        return mg__err(err, errlen, "%s: cannot write (%s)", svg, strerror(errno));
+    }
+    fprintf(out, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/"
+            "2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12"
+            "\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%.0f\" y=\"28"
+            "\" font-size=\"16\">training curves of ", W, T + MG__NPANELS * (PH + GAP) + 10, L);
+    for (k = 0; jsonl[k]; k++) {               /* the file name, XML-escaped */
+        char ch = jsonl[k];
+        if (ch == '<') fputs("&lt;", out);
+        else if (ch == '>') fputs("&gt;", out);
+        else if (ch == '&') fputs("&amp;", out);
+        else fputc(ch, out);
+    }
+    fprintf(out, "</text>\n");
+    for (p = 0; p < MG__NPANELS; p++) {
+        /* the value axis: the panel's curves' range; log10 for a loss or grad norm whose
+           values are all positive and span 30x or more (they read better so)            */
+        double lo = INFINITY, hi = -INFINITY, y0 = T + p * (PH + GAP), y1 = y0 + PH;
+        double x0 = L, x1 = W - R;
+        int logy, legend = 0;
+        for (c = 0; c < MG__NCURVES; c++)
+            for (k = 0; mg__curves[c].panel == p && k < pts[c].n; k++) {
+                if (pts[c].v[k] < lo) lo = pts[c].v[k];
+                if (pts[c].v[k] > hi) hi = pts[c].v[k];
+            }
+        if (!isfinite(lo)) continue;                 /* nothing logged for this panel */
+        logy = mg__panel_may_log[p] && lo > 0 && hi / lo >= 30;
+        if (logy) { lo = log10(lo); hi = log10(hi); }
+        if (hi == lo) { lo -= lo ? fabs(lo) * 0.1 : 1; hi += hi ? fabs(hi) * 0.1 : 1; }
+        else {                            /* 5% margins; a nonnegative quantity stays >= 0 */
+            double m = (hi - lo) * 0.05;
+            lo = !logy && lo >= 0 && lo - m < 0 ? 0 : lo - m;
+            hi += m;
+        }
+        /* data-* attributes: the axes' pixel box and value ranges (log: of log10 v), so a
+           reader can map every point back to (iteration, value)                          */
+        fprintf(out, "<g class=\"panel\" data-title=\"%s\" data-x0=\"%.2f\" data-x1=\"%.2f\" "
+                "data-y0=\"%.2f\" data-y1=\"%.2f\" data-xmin=\"%.17g\" data-xmax=\"%.17g\" "
+                "data-ymin=\"%.17g\" data-ymax=\"%.17g\" data-log=\"%d\">\n",
+                mg__panel_titles[p], x0, x1, y0, y1, xmin, xmax, lo, hi, logy);
+        fprintf(out, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"none\" "
+                "stroke=\"#888\"/>\n<text x=\"%.2f\" y=\"%.2f\" font-weight=\"bold\">%s%s</text>\n",
+                x0, y0, x1 - x0, PH, x0, y0 - 8, mg__panel_titles[p],
+                logy ? " (log scale)" : "");
+        {   /* ticks with grid lines at round values: multiples of a 1-2-5 step (of log10 v
+               on a log axis: whole decades when the range spans several), iterations whole */
+            double sy = mg__tick_step(lo, hi), sx = mg__tick_step(xmin, xmax), v;
+            if (logy && sy < 1 && hi - lo >= 2) sy = 1;
+            if (sx < 1) sx = 1;
+            for (v = ceil(lo / sy) * sy; v <= hi + 1e-9 * sy; v += sy) {
+                double py = y1 - (v - lo) / (hi - lo) * PH;
+                mg__svg_num(num, sizeof num, logy ? pow(10, v) : fabs(v) < 1e-9 * sy ? 0 : v);
+                fprintf(out, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" "
+                        "stroke=\"#eee\"/><text x=\"%.2f\" y=\"%.2f\" text-anchor=\"end\">%s"
+                        "</text>\n", x0, py, x1, py, x0 - 6, py + 4, num);
+            }
+            for (v = ceil(xmin / sx) * sx; v <= xmax + 1e-9 * sx; v += sx) {
+                double px = x0 + (v - xmin) / (xmax - xmin) * (x1 - x0);
+                mg__svg_num(num, sizeof num, v);
+                fprintf(out, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" "
+                        "stroke=\"#eee\"/><text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">"
+                        "%s</text>\n", px, y0, px, y1, px, y1 + 16, num);
+            }
+        }
+        fprintf(out, "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\" fill=\"#555\">iteration"
+                "</text>\n", (x0 + x1) / 2, y1 + 32);
+        for (c = 0; c < MG__NCURVES; c++) {
+            const mg__points *q = &pts[c];
+            if (mg__curves[c].panel != p || q->n == 0) continue;
+            fprintf(out, "<polyline class=\"series\" data-key=\"%s\" fill=\"none\" stroke=\"%s\" "
+                    "stroke-width=\"1.5\" points=\"", mg__curves[c].key, mg__curves[c].color);
+            for (k = 0; k < q->n; k++) {
+                double vy = logy ? log10(q->v[k]) : q->v[k];
+                fprintf(out, "%s%.2f,%.2f", k ? " " : "",
+                        x0 + (q->it[k] - xmin) / (xmax - xmin) * (x1 - x0),
+                        y1 - (vy - lo) / (hi - lo) * PH);
+            }
+            fprintf(out, "\"/>\n");
+            if (q->n <= 50)                          /* few points (validation): dots too */
+                for (k = 0; k < q->n; k++) {
+                    double vy = logy ? log10(q->v[k]) : q->v[k];
+                    fprintf(out, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3\" fill=\"%s\"/>",
+                            x0 + (q->it[k] - xmin) / (xmax - xmin) * (x1 - x0),
+                            y1 - (vy - lo) / (hi - lo) * PH, mg__curves[c].color);
+                }
+            fprintf(out, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"%s\" "
+                    "stroke-width=\"3\"/><text x=\"%.2f\" y=\"%.2f\">%s</text>\n", x1 + 12,
+                    y0 + 14 + 18 * legend, x1 + 36, y0 + 14 + 18 * legend, mg__curves[c].color,
+                    x1 + 42, y0 + 18 + 18 * legend, mg__curves[c].label);
+            legend++;
+        }
+        fprintf(out, "</g>\n");
+    }
+    fprintf(out, "</svg>\n");
+    if (fclose(out)) rc = mg__err(err, errlen, "%s: cannot write (%s)", svg, strerror(errno));
+    for (c = 0; c < MG__NCURVES; c++) { free(pts[c].it); free(pts[c].v); }
+    return rc;
 }
 
 #endif /* MEGATRON_IMPLEMENTED */

@@ -141,7 +141,8 @@ MGDEF int mg_cuda_available(void);                        /* 0 when not built by
    high-water mark (used by bench/memory). mg_alloc fails through mg_fatal when exhausted.
    Ops take temporary scratch from the arena (released before they return) in three cases:
    16-bit tensors on the CPU (fp32 copies of operands / per-thread rows), attention dropout
-   (the dropped probabilities, att-sized) and mg_sumsq on CUDA (8 KiB). Leave room for it. */
+   (the dropped probabilities, att-sized), mg_sumsq on CUDA (8 KiB) and a batch of partial
+   sums (mg_sumsq_begin: 8 bytes a slot). Leave room for it.                                 */
 MGDEF void *mg_alloc(mg_ctx *ctx, size_t bytes);
 MGDEF size_t mg_arena_mark(const mg_ctx *ctx);
 MGDEF void mg_arena_release(mg_ctx *ctx, size_t mark);
@@ -437,6 +438,17 @@ MGDEF void mg_adamw_step(mg_ctx *ctx, float *param, const float *grad, float *m,
    NULL) is set to 1 iff some value is inf or nan — exactly when the double sum is not finite,
    since the square of a finite fp32 never overflows a double.                              */
 MGDEF double mg_sumsq(mg_ctx *ctx, const float *x, int64_t n, int *nonfinite);
+/* The same over many pieces with ONE synchronisation: mg_sumsq_begin takes room for `slots`
+   partial sums from the arena (each piece takes 1 on the CPU, up to 1024 on CUDA — one per
+   block, mg_sumsq_slots(n)); mg_sumsq_add queues a piece's Σ x² into the next slots without
+   waiting; mg_sumsq_end copies the partials to the host once, adds them in order, releases
+   the arena and returns the total (nonfinite as above). The CPU's total is bit-identical to
+   adding mg_sumsq of each piece in order.                                                   */
+typedef struct mg_sumsq_batch { double *partial; int64_t used, cap; size_t mark; } mg_sumsq_batch;
+MGDEF int64_t mg_sumsq_slots(const mg_ctx *ctx, int64_t n);
+MGDEF void mg_sumsq_begin(mg_ctx *ctx, mg_sumsq_batch *b, int64_t slots);
+MGDEF void mg_sumsq_add(mg_ctx *ctx, mg_sumsq_batch *b, const float *x, int64_t n);
+MGDEF double mg_sumsq_end(mg_ctx *ctx, mg_sumsq_batch *b, int *nonfinite);
 
 /* ---------------------------------------------------------------------------------------------
    Inline definitions of the MG_HD functions above. They live in the API part (not under
@@ -2013,6 +2025,11 @@ static __global__ void mg__k_sumsq(double *partial, const float *x, int64_t n) {
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 #define MG__SUMSQ_BLOCKS 1024
+/* Blocks (= partial sums) for n values: enough to fill the GPU, none idle on small pieces. */
+static int64_t mg__sumsq_blocks(int64_t n) {
+    int64_t b = (n + MG__CUDA_THREADS - 1) / MG__CUDA_THREADS;
+    return b < 1 ? 1 : b > MG__SUMSQ_BLOCKS ? MG__SUMSQ_BLOCKS : b;
+}
 static double mg__cuda_sumsq(mg_ctx *ctx, const float *x, int64_t n) {
     size_t mark = mg_arena_mark(ctx);
     double *partial = (double *)mg_alloc(ctx, MG__SUMSQ_BLOCKS * sizeof(double));
@@ -2763,6 +2780,53 @@ MGDEF void mg_adamw_step(mg_ctx *ctx, float *param, const float *grad, float *m,
     }
 #endif
     mg__cpu_adamw(ctx, param, grad, m, v, n, &k, param16, dt16);
+}
+MGDEF int64_t mg_sumsq_slots(const mg_ctx *ctx, int64_t n) {
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) return mg__sumsq_blocks(n);
+#endif
+    (void)ctx;
+    (void)n;
+    return 1;
+}
+MGDEF void mg_sumsq_begin(mg_ctx *ctx, mg_sumsq_batch *b, int64_t slots) {
+    b->mark = mg_arena_mark(ctx);
+    b->cap = slots;
+    b->used = 0;
+    b->partial = (double *)mg_alloc(ctx, (size_t)(slots > 0 ? slots : 1) * sizeof(double));
+}
+MGDEF void mg_sumsq_add(mg_ctx *ctx, mg_sumsq_batch *b, const float *x, int64_t n) {
+    int64_t k = mg_sumsq_slots(ctx, n);
+    if (b->used + k > b->cap)
+        mg_fatal(__FILE__, __LINE__, "mg_sumsq_add: %lld partial sums past the %lld reserved "
+                 "(mg_sumsq_begin with the pieces' mg_sumsq_slots)", (long long)(b->used + k),
+                 (long long)b->cap);
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {   /* queued: the partials stay on the device until mg_sumsq_end */
+        MG_LAUNCH(mg__k_sumsq, (unsigned)k, MG__CUDA_THREADS, 0, MG__STREAM(ctx),
+                  b->partial + b->used, x, n);
+        MG_CUDA_LAUNCH_CHECK();
+        b->used += k;
+        return;
+    }
+#endif
+    b->partial[b->used++] = mg__cpu_sumsq(ctx, x, n);
+}
+MGDEF double mg_sumsq_end(mg_ctx *ctx, mg_sumsq_batch *b, int *nonfinite) {
+    double s = 0.0, *host = b->partial;
+    int64_t i;
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx) && b->used) {
+        host = (double *)MG_MALLOC((size_t)b->used * sizeof(double));
+        MG_ASSERT(host, "out of host memory");
+        mg_copy_to_host(ctx, host, b->partial, (size_t)b->used * sizeof(double));
+    }
+#endif
+    for (i = 0; i < b->used; i++) s += host[i];
+    if (host != b->partial) MG_FREE(host);
+    mg_arena_release(ctx, b->mark);
+    if (nonfinite) *nonfinite = !isfinite(s);
+    return s;
 }
 MGDEF double mg_sumsq(mg_ctx *ctx, const float *x, int64_t n, int *nonfinite) {
     double s;

@@ -27,6 +27,10 @@
    parse the flags, check the whole configuration and every file before any work (one line
    "gpt_train: error: …", exit status 2), build the model, then iterate: step, log, evaluate,
    save. At the end: final checkpoint, validation, optional Hugging Face export and a sample.
+   After the first iteration rank 0 prints every rank's memory beside the planner's
+   prediction; --exit-signal-handler, --exit-duration-in-mins and --exit-interval end the loop
+   early with a checkpoint and status 0 on every rank; with --log-jsonl the run ends by
+   drawing the log as an SVG picture (docs/operating.md).
    A data set whose validation part is empty (too few documents for --split) trains without
    validation, as Megatron-LM does: one line "gpt_train: validation skipped: …" says why.
    Every rank runs this program (mpirun starts them); every rank checks the configuration
@@ -34,6 +38,8 @@
    by rank 0. Rank 0 prints the log; the others run silently.                               */
 #define MG_IMPLEMENTATION
 #include "megatron.h"
+#include "mg_plan.h"          /* the memory report's prediction */
+#include <sys/resource.h>
 
 static mg_comm comm;
 
@@ -62,6 +68,98 @@ static void print_stage_layers(const mg_trainer *tr) {
     }
 }
 
+/* The planner's prediction (mg_plan.h) of this run's memory per rank, MB: weights, gradients,
+   optimizer state and activations of the worst pipeline stage (0: it cannot evaluate it). */
+static double planned_mb(const mg_trainer *tr, mg_plan_result *res) {
+    const mg_gpt_config *g = &tr->cfg;
+    mg_plan_model m;
+    mg_plan_training t;
+    mg_plan_cluster c;
+    mg_plan_layout L;
+    memset(&m, 0, sizeof m);
+    memset(&t, 0, sizeof t);
+    memset(&c, 0, sizeof c);
+    memset(&L, 0, sizeof L);
+    m.num_layers = g->n_layer; m.hidden_size = g->hidden; m.num_attention_heads = g->n_head;
+    m.seq_length = g->seq_len; m.vocab_size = g->vocab_size; m.max_position_embeddings = g->max_pos;
+    m.num_query_groups = g->n_query_groups; m.kv_channels = g->kv_channels;
+    m.ffn_hidden_size = g->ffn_hidden; m.swiglu = g->swiglu;
+    m.rmsnorm = g->normalization == MG_NORM_RMSNORM;
+    m.position_embedding = g->position_embedding;    /* MG_POS_* = MG_PLAN_POS_* */
+    m.untie_embeddings = g->untie_embeddings; m.disable_bias_linear = g->disable_bias_linear;
+    m.add_qkv_bias = g->add_qkv_bias;
+    t.global_batch_size = (long)tr->args.global_batch_size;
+    t.precision = tr->args.bf16 ? MG_PLAN_BF16 : tr->args.fp16 ? MG_PLAN_FP16 : MG_PLAN_FP32;
+    t.grads_in_fp32 = 1;                /* megatron.h accumulates fp32 gradients */
+    t.overlap_grad_reduce = 1;
+    t.grad_accum_fusion = 1;
+    c.gpus = c.gpus_per_node = comm.world_size;
+    mg_plan_gpu_preset("h100-sxm", &c.gpu);   /* only its memory size is read here: "fits" */
+    L.t = tr->model.layout.tp_size; L.p = tr->pp; L.d = tr->dp_size; L.v = tr->vp;
+    L.micro_batch_size = (int)tr->args.micro_batch_size;
+    L.recompute = tr->model.layout.recompute_granularity;   /* MG_RECOMPUTE_* = MG_PLAN_* */
+    L.sequence_parallel = tr->model.tf.tp.sequence_parallel;
+    L.distributed_optimizer = tr->opt.dp != NULL;
+    if (mg_plan_evaluate(&m, &t, &c, &L, res, NULL, 0)) return 0;
+    return res->mem_total / 1048576.0;
+}
+
+/* The memory report after the first iteration, per rank as Megatron prints it ("[Rank r]
+   memory (MB) | allocated | max allocated | reserved"): megatron.h takes every tensor from one
+   arena per rank (mg_tensor.h), so the arena's bytes in use, their high-water mark and its
+   size play the allocator's allocated / max allocated / reserved — device memory on the GPU,
+   host memory on the CPU (there also inside the peak resident set, getrusage's ru_maxrss,
+   which adds the program, MPI and the data). Beside it the planner's prediction for the same
+   run. Collective: the figures travel to rank 0 by an all-gather through host memory.      */
+static void memory_report(mg_trainer *tr, FILE *out) {
+    float mine[4], *all = (float *)malloc(sizeof(float) * 4 * (size_t)comm.world_size);
+    struct rusage ru;
+    mg_plan_result res;
+    double plan;
+    int r;
+    if (!all) return;
+    getrusage(RUSAGE_SELF, &ru);
+    mine[0] = (float)(tr->ctx.arena_used / 1048576.0);
+    mine[1] = (float)(tr->ctx.arena_peak / 1048576.0);
+    mine[2] = (float)(tr->ctx.arena_size / 1048576.0);
+    mine[3] = (float)(ru.ru_maxrss / 1024.0);           /* kilobytes on Linux */
+    if (comm.world_size > 1) {
+        mg_ctx *ctx = comm.ctx;
+        comm.ctx = NULL;                                /* host buffers */
+        mg_all_gather(&comm, &comm.world, mine, all, 4, MG_F32);
+        comm.ctx = ctx;
+    } else memcpy(all, mine, sizeof mine);
+    if (out) {
+        memset(&res, 0, sizeof res);
+        plan = planned_mb(tr, &res);
+        for (r = 0; r < comm.world_size; r++)
+            fprintf(out, "[Rank %d] (after %lld iterations) memory (MB) | allocated: %.2f | max "
+                    "allocated: %.2f | reserved: %.2f (%s arena) | CPU peak resident: %.2f\n", r,
+                    (long long)tr->iteration, all[4 * r], all[4 * r + 1], all[4 * r + 2],
+                    mg_device_name(&tr->ctx), all[4 * r + 3]);
+        if (plan > 0)
+            fprintf(out, "gpt_train: planner's prediction (mg_plan.h) per rank of pipeline stage "
+                    "%d: %.2f MB = weights %.2f + gradients %.2f + optimizer %.2f + activations "
+                    "%.2f\n", res.worst_stage, plan, res.mem_weights / 1048576.0,
+                    res.mem_gradients / 1048576.0, res.mem_optimizer / 1048576.0,
+                    res.mem_activations / 1048576.0);
+        fflush(out);
+    }
+    free(all);
+}
+
+/* --log-jsonl: the log drawn as a picture beside it (LOG.svg), by the rank that wrote it. */
+static void draw_curves(const mg_trainer *tr) {
+    char path[4096], err[MG_ERRLEN];
+    if (!tr->jsonl) return;
+    fflush(tr->jsonl);
+    mg_plot_default_path(path, sizeof path, tr->args.log_jsonl);
+    if (mg_plot_jsonl(tr->args.log_jsonl, path, err, sizeof err))
+        fprintf(stderr, "gpt_train: warning: curves not drawn: %s\n", err);
+    else
+        printf("gpt_train: training curves drawn in %s (from %s)\n", path, tr->args.log_jsonl);
+}
+
 int main(int argc, char **argv) {
     mg_train_args args;
     mg_trainer tr;
@@ -73,6 +171,7 @@ int main(int argc, char **argv) {
     out = comm.world_rank == 0 ? stdout : NULL;      /* what every rank knows, printed once */
     mg_train_args_default(&args);
     args.comm = &comm;
+    args.progress = out;                         /* long saves and loads report progress */
     if (mg_train_parse(&args, argc, argv, err, sizeof err)) return finish(2, err);
     if (args.help) {
         if (out) mg_train_print_help(stdout, "gpt_train");
@@ -151,13 +250,36 @@ int main(int argc, char **argv) {
     }
 
     while (tr.iteration < iters) {
-        mg_step_result r = mg_trainer_step(&tr);
+        mg_step_result r;
+        int why;
+        r = mg_trainer_step(&tr);
         mg_trainer_log(&tr, &r, out);
+        if (tr.iteration == tr.first_iteration + 1) memory_report(&tr, out);
         if (tr.has_valid && tr.iteration % tr.args.eval_interval == 0)
             mg_trainer_evaluate(&tr, out);
         if (tr.args.save && tr.args.save_interval > 0 && tr.iteration % tr.args.save_interval == 0
             && mg_trainer_save(&tr, tr.args.save, err, sizeof err) && out)
             fprintf(stderr, "gpt_train: warning: checkpoint not saved: %s\n", err);
+        /* --exit-signal-handler, --exit-duration-in-mins, --exit-interval: every rank agrees to
+           stop after this iteration; save (unless just saved) and exit 0, as Megatron does */
+        if ((why = mg_trainer_exit_check(&tr)) != MG_EXIT_NONE) {
+            if (tr.args.save && tr.last_saved != tr.iteration &&
+                mg_trainer_save(&tr, tr.args.save, err, sizeof err)) {
+                if (out) fprintf(stderr, "gpt_train: error: checkpoint not saved: %s\n", err);
+                mg_trainer_free(&tr);
+                return finish(1, NULL);
+            }
+            if (out) {
+                printf("gpt_train: %s: exiting after iteration %lld", mg_exit_reason(why),
+                       (long long)tr.iteration);
+                if (tr.args.save) printf(", saved %s/iter_%07lld", tr.args.save,
+                                         (long long)tr.iteration);
+                printf("\n");
+            }
+            draw_curves(&tr);
+            mg_trainer_free(&tr);
+            return finish(0, NULL);
+        }
     }
     if (tr.args.pipeline_trace) {     /* every rank writes its part, in turn */
         if (mg_trainer_write_pipeline_trace(&tr, tr.args.pipeline_trace, err, sizeof err))
@@ -190,6 +312,7 @@ int main(int argc, char **argv) {
                         tr.args.export_hf, tr.args.export_hf);
     }
     if (tr.args.sample_tokens > 0) mg_trainer_generate(&tr, tr.args.sample_tokens, out);
+    if (iters > 0) draw_curves(&tr);
     mg_trainer_free(&tr);
     return finish(0, NULL);
 }

@@ -73,6 +73,9 @@ static void check_flags(void) {
                  "^--eval-interval 0: out of range (expected N, a whole number >= 1)");
     expect_error("choice in capitals", BASE "--lr-decay-style Cosine", "^--lr-decay-style Cosine: "
                  "invalid choice (expected one of constant|linear|cosine; did you mean cosine?)");
+    expect_error("choice in other capitals", BASE "--normalization rmsnorm", "^--normalization "
+                 "rmsnorm: invalid choice (expected one of LayerNorm|RMSNorm; did you mean "
+                 "RMSNorm?)");
     expect_error("one dash", BASE "-lr 1", "^unexpected argument '-lr' (flags start with two "
                  "dashes: did you mean --lr?)");
     expect_error("no dashes", BASE "lr 1", "^unexpected argument 'lr' (did you mean --lr?)");
@@ -165,6 +168,13 @@ static void check_paths_and_data(void) {
     snprintf(line, sizeof line, "--data-path %s --vocab-size 37 --num-layers 1 --hidden-size 16 "
              "--num-attention-heads 2 --seq-length 8 --train-iters 2 --lr 1", bad);
     expect_error("data file of another format", line, "neither an llm.c token file");
+    expect_error("Llama switches on a GPT-2 file", "--init-from " GPT_DATA "gpt_model.bin "
+                 "--data-path " GPT_DATA "gpt_tokens.bin --train-iters 1 --lr 1e-3 --swiglu",
+                 "the model's --swiglu (1) does not match " GPT_DATA "gpt_model.bin, which has 0");
+    expect_error("an untied output layer from a GPT-2 file", "--init-from " GPT_DATA
+                 "gpt_model.bin --data-path " GPT_DATA "gpt_tokens.bin --train-iters 1 --lr 1e-3 "
+                 "--untie-embeddings-and-output-weights", "the model's "
+                 "--untie-embeddings-and-output-weights (1) does not match");
     expect_error("a checkpoint given as data", "--data-path " GPT_DATA "gpt_model.bin "
                  "--vocab-size 37 --num-layers 1 --hidden-size 16 --num-attention-heads 2 "
                  "--seq-length 8 --train-iters 2 --lr 1", "model checkpoint, not token data");

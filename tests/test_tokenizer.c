@@ -32,7 +32,12 @@ static double now(void) {
 static uint32_t rd32(const unsigned char **p) { uint32_t v; memcpy(&v, *p, 4); *p += 4; return v; }
 
 /* 1. one tokenizer against its reference file                                              */
-/* lossless: decode(encode(x)) == x is checked too (not with add_prefix_space)                 */
+/* lossless: decode(encode(x)) == x is checked too (not with add_prefix_space); RT_NF + form:
+   decode(encode(x)) == form(x) (a tokenizer.json with that normalizer)                       */
+#define RT_NF 100
+/* the added tokens of hf_qwen2.json and hf_nfkc_seq.json matched in the raw text           */
+static const char *raw[] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool>"};
+static const int raw_special[] = {1, 1, 1, 0}, nraw = 4;
 static void check_ref(const char *name, mg_tokenizer_desc d, const char *ref, int lossless) {
     char err[512], label[128];
     mg_tokenizer *t = mg_tokenizer_load(&d, err, sizeof err);
@@ -81,7 +86,29 @@ static void check_ref(const char *name, mg_tokenizer_desc d, const char *ref, in
             baddec++;
             if (!first[0]) snprintf(first, sizeof first, "%.*s: decode gives %lld bytes, the reference %u", (int)nl, cname, (long long)m, dl);
         }
-        if (lossless) {
+        if (lossless >= RT_NF) {
+            /* NF(x), each span between the added tokens matched in the raw text on its own: the
+               text split at them by hand here, then mg_unicode_normalize                      */
+            size_t cap = 4 * tl + 64, k = 0, seg = 0;
+            char *nf = (char *)malloc(cap * 5);
+            for (size_t i = 0; i <= tl; i++) {
+                size_t ml = 0;
+                for (int a = 0; i < tl && a < nraw; a++)
+                    if ((allow || !raw_special[a]) && strlen(raw[a]) <= tl - i && memcmp(text + i, raw[a], strlen(raw[a])) == 0) ml = strlen(raw[a]);
+                if (i < tl && !ml) continue;
+                k += (size_t)mg_unicode_normalize(lossless - RT_NF, text + seg, i - seg, nf + k, (int64_t)(cap * 5 - k));
+                memcpy(nf + k, text + i, ml); k += ml;
+                seg = i + ml; if (ml) i = seg - 1;
+            }
+            int64_t tn = mg_tokenizer_normalize(t, text, tl, (int)allow, NULL, 0);
+            char *tx = (char *)malloc((size_t)tn + 1);
+            mg_tokenizer_normalize(t, text, tl, (int)allow, tx, tn);
+            if (m != (int64_t)k || memcmp(out, nf, k) != 0 || tn != (int64_t)k || memcmp(tx, nf, k) != 0) {
+                badrt++;
+                if (!first[0]) snprintf(first, sizeof first, "%.*s: decode(encode(x)) or mg_tokenizer_normalize != NF of each span", (int)nl, cname);
+            }
+            free(nf); free(tx);
+        } else if (lossless) {
             if (m != (int64_t)tl || memcmp(out, text, tl) != 0) {
                 badrt++;
                 if (!first[0]) snprintf(first, sizeof first, "%.*s: decode(encode(x)) != x", (int)nl, cname);
@@ -92,7 +119,8 @@ static void check_ref(const char *name, mg_tokenizer_desc d, const char *ref, in
     snprintf(label, sizeof label, "%s: ids as the reference", name);
     if (bad) mg_test_report(0, label, "%d of %d texts differ: %s", bad, cases, first);
     else mg_test_report(1, label, "%d texts, %lld ids", cases, nids);
-    snprintf(label, sizeof label, lossless ? "%s: decode as the reference, decode(encode(x)) == x" : "%s: decode as the reference", name);
+    snprintf(label, sizeof label, lossless >= RT_NF ? "%s: decode as the reference, decode(encode(x)) == NF(x)"
+                                  : lossless ? "%s: decode as the reference, decode(encode(x)) == x" : "%s: decode as the reference", name);
     if (baddec || badrt) mg_test_report(0, label, "%d decode, %d round-trip failures: %s", baddec, badrt, first);
     else mg_test_report(1, label, NULL);
     free(buf);
@@ -298,6 +326,51 @@ static void check_linear(mg_tokenizer_desc d) {
     mg_tokenizer_free(t);
 }
 
+/* 5. mg_unicode_normalize against unicodedata2 (Unicode 16.0): every code point a form
+   changes, every other code point unchanged, and random sequences of combining marks.        */
+static void check_norm(const char *fname, int form) {
+    char path[128], label[160], first[300] = "";
+    snprintf(path, sizeof path, DIR "/norm_%s.bin", fname);
+    long len;
+    unsigned char *buf = (unsigned char *)mg_test_read_file(path, &len);
+    snprintf(label, sizeof label, "%s: every code point and 20000 random combining sequences as unicodedata2 %s", fname,
+             mg_tokenizer_unicode_version());
+    if (!buf) { mg_test_report(0, label, "%s missing", path); return; }
+    const unsigned char *p = buf, *end = buf + len;
+    int bad = 0, changed = 0, seqs = 0;
+    char in[8], out[256];
+    uint32_t next = rd32(&p);
+    for (uint32_t cp = 0; cp < 0x110000; cp++) {
+        if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+        int n = 0; /* cp as UTF-8                                                              */
+        if (cp < 0x80) in[n++] = (char)cp;
+        else if (cp < 0x800) { in[n++] = (char)(0xC0 | cp >> 6); in[n++] = (char)(0x80 | (cp & 63)); }
+        else if (cp < 0x10000) { in[n++] = (char)(0xE0 | cp >> 12); in[n++] = (char)(0x80 | (cp >> 6 & 63)); in[n++] = (char)(0x80 | (cp & 63)); }
+        else { in[n++] = (char)(0xF0 | cp >> 18); in[n++] = (char)(0x80 | (cp >> 12 & 63)); in[n++] = (char)(0x80 | (cp >> 6 & 63)); in[n++] = (char)(0x80 | (cp & 63)); }
+        const char *want = in;
+        uint32_t wl = (uint32_t)n;
+        if (cp == next) { wl = rd32(&p); want = (const char *)p; p += wl; next = rd32(&p); changed++; }
+        int64_t m = mg_unicode_normalize(form, in, (size_t)n, out, sizeof out);
+        if (m != (int64_t)wl || memcmp(out, want, wl) != 0) {
+            if (!bad++) snprintf(first, sizeof first, "U+%04X gives %lld bytes, unicodedata2 %u", cp, (long long)m, wl);
+        }
+    }
+    while (p < end) {
+        uint32_t al = rd32(&p);
+        const char *a = (const char *)p; p += al;
+        uint32_t bl = rd32(&p);
+        const char *b = (const char *)p; p += bl;
+        int64_t m = mg_unicode_normalize(form, a, al, out, sizeof out);
+        seqs++;
+        if (m != (int64_t)bl || memcmp(out, b, bl) != 0) {
+            if (!bad++) snprintf(first, sizeof first, "sequence %d (%u bytes) gives %lld bytes, unicodedata2 %u", seqs, al, (long long)m, bl);
+        }
+    }
+    if (bad) mg_test_report(0, label, "%d differ: %s", bad, first);
+    else mg_test_report(seqs == 20000 && changed > 0, label, "%d code points changed, %d sequences", changed, seqs);
+    free(buf);
+}
+
 static void check_errors(void) {
     char err[512];
     struct { mg_tokenizer_desc d; const char *expect; } cases[] = {
@@ -308,6 +381,7 @@ static void check_errors(void) {
         {{MG_TOK_HF, "build/tok/spm.model", NULL, NULL}, "invalid JSON"},
         {{MG_TOK_SENTENCEPIECE, "build/tok/hf_llama3.json", NULL, NULL}, "SentencePiece"},
         {{(mg_tok_type)9, NULL, NULL, NULL}, "unknown"},
+        {{MG_TOK_HF, DIR "/hf_bad_norm.json", NULL, NULL}, "normalizer Lowercase is not supported (NFC, NFD, NFKC, NFKD"},
     };
     int bad = 0;
     char first[600] = "";
@@ -360,6 +434,11 @@ int main(void) {
     mg_tokenizer_desc demo_spm = {MG_TOK_SENTENCEPIECE, "tests/data/tokenizer_demo_spm.model", NULL, NULL};
     check_ref("tests/data/tokenizer_demo.json", demo_hf, DIR "/ref_demo_hf.bin", 1);
     check_ref("tests/data/tokenizer_demo_spm.model", demo_spm, DIR "/ref_demo_spm.bin", 1);
+    mg_tokenizer_desc hf_qwen2 = {MG_TOK_HF, DIR "/hf_qwen2.json", NULL, NULL};
+    mg_tokenizer_desc hf_nfkc_seq = {MG_TOK_HF, DIR "/hf_nfkc_seq.json", NULL, NULL};
+    check_ref("HF tokenizer.json Qwen2 style (NFC)", hf_qwen2, DIR "/ref_hf_qwen2.bin", RT_NF + MG_NF_NFC);
+    check_ref("HF tokenizer.json Sequence(NFKC, NFD)", hf_nfkc_seq, DIR "/ref_hf_nfkc_seq.bin", RT_NF + MG_NF_NFKD);
+    check_norm("NFC", MG_NF_NFC); check_norm("NFD", MG_NF_NFD); check_norm("NFKC", MG_NF_NFKC); check_norm("NFKD", MG_NF_NFKD);
     check_classes();
     static const char *pats[] = {"gpt2_bytelevel", "r50k", "cl100k", "o200k", "llama3", "qwen2"};
     for (int i = 0; i < 6; i++) check_pieces(pats[i]);

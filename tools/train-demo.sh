@@ -2,7 +2,8 @@
 # tools/train-demo.sh — what `make train` runs after building: turns the small corpus shipped in
 # data/ into a byte-level indexed dataset (build/mg_prepare), trains a small GPT on it for a few
 # minutes (the training loss falls from ln 256 = 5.5; the validation loss on the held-out
-# paragraphs is printed every 50 iterations), saves a checkpoint, and prints a generated sample.
+# paragraphs is printed every 50 iterations), saves a checkpoint, prints a generated sample and
+# draws the training curves (log.svg beside log.jsonl: loss, learning rate, grad norm, tokens/s).
 # Everything it writes lives in build/demo/ (removed and rebuilt each run).
 #
 # The run is parallel, PTD-P style, on CPU ranks under mpirun: by default 8 ranks, the full
@@ -94,4 +95,4 @@ OMPI_MCA_btl_vader_single_copy_mechanism=none $LAUNCH "$BUILD/gpt_train" \
   --log-interval 10 --eval-interval 50 --eval-iters 2 \
   --save "$OUT/checkpoints" --log-jsonl "$OUT/log.jsonl" \
   --device cpu --sample-tokens "$SAMPLE" $PAR
-echo "train-demo: checkpoint in $OUT/checkpoints, log in $OUT/log.jsonl"
+echo "train-demo: checkpoint in $OUT/checkpoints, log in $OUT/log.jsonl, training curves in $OUT/log.svg (open it in a browser)"

@@ -216,9 +216,10 @@ def tok_seeds(out):
     tok_json_seeds(out)
     tok_tiktoken_seeds(out)
     put(out, "tokenizer_spm", "bpe_byte_fallback", tok_spm_seed())
-    texts = ["Hello world! It's 42.", "caf\u00e9 \u65e5\u672c\u8a9e \U0001F44D\U0001F3FD <|endoftext|>", "  \n\n\t x  y   "]
+    texts = ["Hello world! It's 42.", "caf\u00e9 \u65e5\u672c\u8a9e \U0001F44D\U0001F3FD <|endoftext|>", "  \n\n\t x  y   ",
+             "cafe\u0301 a\u0323\u0302 \u1112\u1161\u11ab \ud55c \u0915\u093c \ufb01 \u212aelvin >\u0338 \u0f73"]
     for i, t in enumerate(texts):
-        for k in range(7):
+        for k in range(9):  # tokenizers 7 and 8 have normalizers (NFC; NFKC then NFD)
             put(out, "tokenizer_encode", "t%d_%d" % (i, k), bytes([k]) + t.encode("utf-8") + b"\xff\xed\xa0\x80")
     pats = ["'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
             "'(?i:[sdmt]|ll|ve|re)|[^\\r\\n\\p{L}\\p{N}]?+\\p{L}++|\\p{N}{1,3}+| ?[^\\s\\p{L}\\p{N}]++[\\r\\n]*+|\\s++$|\\s*[\\r\\n]|\\s+(?!\\S)|\\s",

@@ -21,6 +21,9 @@ text, u32 id count, ids as i32, u32 decoded length, the reference's decode of th
 unicode_classes.bin: for \\p{L} \\p{Lu} \\p{Ll} \\p{Lt} \\p{Lm} \\p{Lo} \\p{N} \\p{M} \\s, every code
 point tiktoken's regex (Rust `regex`) and tokenizers' (Oniguruma) put in the class (u32 class
 name length, name, u32 count, code points as u32), checked to agree between the two first;
+hf_qwen2.json: a Qwen2-style tokenizer.json (normalizer NFC) trained here, hf_nfkc_seq.json: the
+same under Sequence([NFKC, NFD]), hf_bad_norm.json under Sequence([NFC, Lowercase]); their ref_*.bin cover the texts above plus normalization texts.
+norm_FORM.bin: unicodedata2's NFC/NFD/NFKC/NFKD of every code point and of random sequences.
 class_X.json: a tokenizer.json whose only pattern is CLASS+ (the C test splits all of Unicode
 with it and reads the class back). pat_NAME.json + pieces_NAME.bin: the pre-token boundaries
 tokenizers' Split gives for the patterns of GPT-2, r50k, cl100k, o200k, Llama 3 and Qwen2.
@@ -40,7 +43,9 @@ import tiktoken  # noqa: E402
 from tiktoken.load import load_tiktoken_bpe  # noqa: E402
 from tiktoken_ext import openai_public  # noqa: E402
 import tokenizers  # noqa: E402
-from tokenizers import Tokenizer, Regex, models, pre_tokenizers, decoders, trainers  # noqa: E402
+from tokenizers import Tokenizer, Regex, models, normalizers, pre_tokenizers, decoders, trainers  # noqa: E402
+import unicodedata2  # noqa: E402
+import random  # noqa: E402
 import sentencepiece as spm  # noqa: E402
 
 OUT = sys.argv[1] if __name__ == "__main__" else None
@@ -129,6 +134,33 @@ def make_assets():
         tok.train(DATA, tr)
         tok.add_tokens([tokenizers.AddedToken("<tool>", special=False)])  # a non-special added token
         tok.save(hf_llama3)
+    # Qwen2's setup: normalizer NFC, its Split regex + ByteLevel(use_regex=False), trained on
+    # data/*.txt plus texts with combining marks and Hangul; "\u212aelvin" (KELVIN SIGN, NFC: "Kelvin")
+    # a normalized added token, "<tool>" one that is not.
+    # hf_nfkc_seq.json: the same model under Sequence([NFKC, NFD]).
+    hf_qwen2 = os.path.join(OUT, "hf_qwen2.json")
+    if not os.path.exists(hf_qwen2):
+        extra = os.path.join(OUT, "nfc_train.txt")
+        with open(extra, "w", encoding="utf-8") as f:
+            for _, text in norm_texts() * 20:
+                f.write(text + "\n")
+        tok = Tokenizer(models.BPE())
+        tok.normalizer = normalizers.NFC()
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+        tok.decoder = decoders.ByteLevel()
+        tr = trainers.BpeTrainer(vocab_size=3000, show_progress=False,
+                                 initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                 special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+        tok.train(DATA + [extra], tr)
+        tok.add_tokens([tokenizers.AddedToken("\u212aelvin", special=False, normalized=True),
+                        tokenizers.AddedToken("<tool>", special=False, normalized=False)])
+        tok.save(hf_qwen2)
+        tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.NFD()])
+        tok.save(os.path.join(OUT, "hf_nfkc_seq.json"))
+        tok.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Lowercase()])  # refused
+        tok.save(os.path.join(OUT, "hf_bad_norm.json"))
     # Llama 2's settings; and user-defined pieces with remove_extra_whitespaces, no byte fallback
     for name, extra in (("spm", dict(byte_fallback=True, remove_extra_whitespaces=False)),
                         ("spm_user", dict(byte_fallback=False, remove_extra_whitespaces=True,
@@ -200,6 +232,21 @@ def texts():
     return t
 
 
+def norm_texts():
+    """texts whose NFC differs from them, or that NFC must leave alone"""
+    return [
+        ("nfd_accents", "Cafe\u0301 de\u0301ja\u0300 vu, nai\u0308ve Zu\u0308rich A\u030a o\u0302\u0323 q\u0307\u0323"),
+        ("nfc_accents", "Café déjà vu, naïve Zürich Å ộ ḍ̇ ﬁ ² Ⅻ ｶ ℌ ǆ"),
+        ("added_normalized", "a Kelvin and a \u212aelvin <tool> <|im_start|>user\n\u212aelvins<|im_end|> K\u212a"),
+        ("hangul_jamo", "\u1112\u1161\u11ab\u1100\u116e\u11af \u1100\u1161 \u110b\u1175\u11a8 한국어 \u3131\u314f 각\u11a8"),
+        ("vietnamese", "Tiê\u0301ng Viê\u0323t Tiếng Việt co\u031b\u0300 ờ Nguyê\u0303n Nguyễn"),
+        ("devanagari_nukta", "\u0915\u093c \u0958 \u0921\u093c\u0940 \u092f\u093c \u0931 \u0929 हिन्दी"),
+        ("reorder", "a\u0323\u0302 a\u0302\u0323 e\u0301\u0327 \u0301x \u05b8\u05b7 >\u0338 =\u0338"),
+        ("added_edges", "<tool>\u0338 >\u0338 <|im_end|>\u0301x a\u0301<tool>\u0301 \u212a<tool>"),
+        ("exclusions", "\u0958\u2adc\u0f73\u0344\u212b\u2126 \U0001D15E \uf900 \u0340\u0341"),
+    ]
+
+
 def write_ref(name, cases):
     with open(os.path.join(OUT, "ref_%s.bin" % name + ".tmp"), "wb") as f:
         for cname, allow, text, ids, dec in cases:
@@ -220,6 +267,35 @@ O200K_PARTS = [r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{L
                r"""\p{N}{1,3}""", r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""", r"""\s*[\r\n]+""", r"""\s+(?!\S)""", r"""\s+"""]
 _src = inspect.getsource(openai_public)
 assert CL100K_PAT in _src and all(p in _src for p in O200K_PARTS), "tiktoken's patterns changed"
+
+
+def write_norm_ref():
+    """norm_FORM.bin for NFC, NFD, NFKC, NFKD from unicodedata2: every code point the form
+    changes (u32 code point, u32 length, UTF-8), then u32 0xFFFFFFFF, then random strings of
+    starters, combining marks, jamo and composites (u32 length, UTF-8, u32 length, UTF-8)."""
+    rng = random.Random(15)
+    marks = [c for c in range(0x300, 0x370)] + [0x5b7, 0x5b8, 0x093c, 0x0f71, 0x0f72, 0x0f74, 0x0f80,
+                                                0x1dc0, 0x20d0, 0x302a, 0x3099, 0x309a, 0x0334, 0x0338,
+                                                0x1d165, 0x1d16d, 0x0345, 0x0315, 0x031b]
+    base = [ord(c) for c in "aeiouAEOUnNcCsSzyY>=<\u00e9\u00c5\u1ea0\u01b0\u0915\u0b47\u0bc6\u0cc6\u1025\u0f40"]
+    base += [0x1100, 0x1112, 0x1161, 0x1175, 0x11a8, 0x11c2, 0xac00, 0xac01, 0xd7a3, 0x3046, 0x304b, 0x30a6]
+    base += [0xfb01, 0x2460, 0xff76, 0x1e9b, 0x0958, 0x2adc, 0x0f73, 0x0344]
+    for form in ("NFC", "NFD", "NFKC", "NFKD"):
+        with open(os.path.join(OUT, "norm_%s.bin.tmp" % form), "wb") as f:
+            for cp in range(0x110000):
+                if 0xD800 <= cp <= 0xDFFF:
+                    continue
+                got = unicodedata2.normalize(form, chr(cp))
+                if got != chr(cp):
+                    g = got.encode("utf-8")
+                    f.write(struct.pack("<II", cp, len(g)) + g)
+            f.write(struct.pack("<I", 0xFFFFFFFF))
+            for _ in range(20000):
+                n = rng.randint(1, 12)
+                x = "".join(chr(rng.choice(marks) if rng.random() < 0.55 else rng.choice(base)) for _ in range(n))
+                a, b = x.encode("utf-8"), unicodedata2.normalize(form, x).encode("utf-8")
+                f.write(struct.pack("<I", len(a)) + a + struct.pack("<I", len(b)) + b)
+        os.rename(os.path.join(OUT, "norm_%s.bin.tmp" % form), os.path.join(OUT, "norm_%s.bin" % form))
 
 
 def tt_encoding(name, rank_file, pat_name, specials):
@@ -259,6 +335,17 @@ def main():
                 ids = tok.encode(text, add_special_tokens=False).ids
                 cases.append((cname, allow, text, ids, tok.decode(ids, skip_special_tokens=False).encode("utf-8")))
         write_ref(name, cases)
+    # normalizers: the 13-tokenizer set's texts and the normalization texts
+    for name, path in (("hf_qwen2", "hf_qwen2.json"), ("hf_nfkc_seq", "hf_nfkc_seq.json")):
+        tok = Tokenizer.from_file(os.path.join(OUT, path))
+        cases = []
+        for cname, text in T + norm_texts():
+            for allow in (0, 1):
+                tok.encode_special_tokens = not allow
+                ids = tok.encode(text, add_special_tokens=False).ids
+                cases.append((cname, allow, text, ids, tok.decode(ids, skip_special_tokens=False).encode("utf-8")))
+        write_ref(name, cases)
+    write_norm_ref()
     # the committed demo tokenizer.json too
     tok = Tokenizer.from_file(os.path.join(ROOT, "tests", "data", "tokenizer_demo.json"))
     cases = []

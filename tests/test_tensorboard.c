@@ -9,6 +9,7 @@
                   iteration logged; then tests/tb_events.py (.venv's tensorboard 2.17.1,
                   installed by make deps) reads the file: every tag and value equals the JSONL,
                   a file cut mid-record reads up to the cut, a flipped bit stops the reader.
+                  Its params norm and num zeros equal a serial run's (1e-5; exactly).
                   The printed report of --timing-log-option all names every rank and has the
                   pipeline's send/recv timers (forward-recv, backward-send-forward-recv, …).
      killed       1 rank killed with SIGKILL 2 s into a long run: its event file reads, every
@@ -50,7 +51,7 @@ static void on_line(const char *line, void *user) {
 static int run(int np, const char *what, const char *flags, report_seen *seen) {
     char first[2048], name[256];
     int status, n, ok;
-    n = gpt_mpirun_train(np, flags, &status, first, sizeof first, on_line, seen);
+    n = gpt_mpirun_train(np, flags, &status, first, sizeof first, seen ? on_line : NULL, seen);
     ok = n == 0 && status == 0;
     snprintf(name, sizeof name, "tensorboard: %s (mpirun -np %d gpt_train)", what, np);
     mg_test_report(ok, name, "%d error lines, status %d%s%s", n, status, n ? ": " : "", first);
@@ -87,15 +88,59 @@ static void oracle(const char *args, int want) {
                    "all its checks", "status %d, %d ok of %d, %d not ok", st, oks, want, bad);
 }
 
+/* key's value on each training line (iteration 1 … 10) of a JSONL log; NAN where missing. */
+static void jsonl_values(const char *path, const char *key, double v[11]) {
+    FILE *f = fopen(path, "r");
+    char line[8192], k[64];
+    int i;
+    for (i = 0; i <= 10; i++) v[i] = NAN;
+    snprintf(k, sizeof k, "\"%s\": ", key);
+    while (f && fgets(line, sizeof line, f)) {
+        long long it;
+        const char *at = strstr(line, k);
+        if (sscanf(line, "{\"iteration\": %lld", &it) == 1 && at && it >= 1 && it <= 10 &&
+            strstr(line, "\"lm_loss\""))
+            v[it] = strtod(at + strlen(k), NULL);
+    }
+    if (f) fclose(f);
+}
+
+#define MONITOR_RUN BASE "--train-data-path " DATA " --valid-data-path " DATA " --eval-iters 1 " \
+    "--eval-interval 5 --train-iters 10 --log-params-norm --log-num-zeros-in-grad "
+
+/* --log-params-norm and --log-num-zeros-in-grad count every parameter once: the p=2 x d=2
+   ZeRO run's figures equal the serial run's (the norm to 1e-5: the weights agree to the
+   runs' rounding; the zeros exactly: the 91 padded vocabulary rows x 32 whose gradient is 0). */
+static void check_params_norm(void) {
+    double par[11], ser[11], zpar[11], zser[11], worst = 0;
+    int i, zeros_equal = 1;
+    if (!run(1, "the same run serially", MONITOR_RUN "--log-jsonl " OUT "/serial.jsonl", NULL))
+        return;
+    jsonl_values(OUT "/log.jsonl", "params_norm", par);
+    jsonl_values(OUT "/serial.jsonl", "params_norm", ser);
+    jsonl_values(OUT "/log.jsonl", "num_zeros", zpar);
+    jsonl_values(OUT "/serial.jsonl", "num_zeros", zser);
+    for (i = 1; i <= 10; i++) {
+        double e = fabs(par[i] - ser[i]) / ser[i];
+        if (!(e <= worst)) worst = e;
+        zeros_equal &= zpar[i] == zser[i];
+    }
+    mg_test_report(worst <= 1e-5, "tensorboard: params norm of p=2 x d=2 with ZeRO equals the "
+                   "serial run's", "worst relative difference %.2e over 10 iterations (serial "
+                   "%.6f at iteration 10)", worst, ser[10]);
+    mg_test_report(zeros_equal && zser[10] == 91 * 32, "tensorboard: num zeros of p=2 x d=2 "
+                   "with ZeRO equals the serial run's (the padded vocabulary rows)",
+                   "iteration 10: %.0f and %.0f", zpar[10], zser[10]);
+}
+
 static void check_tensorboard(void) {
     report_seen seen = {0, 0, {0}, 0, "times across ranks (ms):"};
     int r, all_ranks = 1;
     if (system("rm -rf " OUT " && mkdir -p " OUT) != 0) return;
     if (!run(4, "p=2 x d=2, every monitoring flag",
-             BASE "--train-data-path " DATA " --valid-data-path " DATA " --eval-iters 1 "
-             "--eval-interval 5 --train-iters 10 --pipeline-model-parallel-size 2 "
+             MONITOR_RUN "--pipeline-model-parallel-size 2 "
              "--use-distributed-optimizer --tensorboard-dir " OUT "/tb --log-jsonl " OUT
-             "/log.jsonl --log-params-norm --log-num-zeros-in-grad --log-throughput "
+             "/log.jsonl --log-throughput "
              "--log-timers-to-tensorboard --log-memory-to-tensorboard "
              "--log-validation-ppl-to-tensorboard --timing-log-level 2 "
              "--timing-log-option all", &seen))
@@ -109,6 +154,7 @@ static void check_tensorboard(void) {
                    "under Megatron's p2p names (forward-recv, backward-send, …)",
                    "%d p2p timer headings in 10 reports", seen.p2p);
     oracle(OUT "/tb " OUT "/log.jsonl", 8);
+    check_params_norm();
 }
 
 /* A run killed (SIGKILL) in the middle of writing: its event file still reads. */

@@ -868,7 +868,10 @@ MGDEF void mg_trainer_free(mg_trainer *tr);
    AdamW at the scheduled learning rate.                                                    */
 MGDEF mg_step_result mg_trainer_step(mg_trainer *tr);
 /* Accumulates a step into the log interval; every --log-interval iterations prints
-   Megatron's line to out (and a JSON object to --log-jsonl).                               */
+   Megatron's line to out (and a JSON object to --log-jsonl), then the timers of
+   --timing-log-level; writes the TensorBoard scalars (--tensorboard-dir, the last rank).
+   Every rank calls it: with timers, or with --tensorboard-dir on several ranks, the log
+   iterations gather the timers / the last rank's figures over the world.                  */
 MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out);
 /* Mean loss over --eval-iters global batches of the validation part (the next ones);
    prints Megatron's validation line to out when out is non-NULL (and a JSON object to

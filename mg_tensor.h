@@ -141,8 +141,8 @@ MGDEF int mg_cuda_available(void);                        /* 0 when not built by
    high-water mark (used by bench/memory). mg_alloc fails through mg_fatal when exhausted.
    Ops take temporary scratch from the arena (released before they return) in three cases:
    16-bit tensors on the CPU (fp32 copies of operands / per-thread rows), attention dropout
-   (the dropped probabilities, att-sized), mg_sumsq on CUDA (8 KiB) and a batch of partial
-   sums (mg_sumsq_begin: 8 bytes a slot). Leave room for it.                                 */
+   (the dropped probabilities, att-sized) and the partial sums of mg_sumsq on CUDA and of
+   mg_sumsq_begin (8 bytes a slot, at most 8 KiB a piece). Leave room for it.               */
 MGDEF void *mg_alloc(mg_ctx *ctx, size_t bytes);
 MGDEF size_t mg_arena_mark(const mg_ctx *ctx);
 MGDEF void mg_arena_release(mg_ctx *ctx, size_t mark);
@@ -2030,18 +2030,6 @@ static int64_t mg__sumsq_blocks(int64_t n) {
     int64_t b = (n + MG__CUDA_THREADS - 1) / MG__CUDA_THREADS;
     return b < 1 ? 1 : b > MG__SUMSQ_BLOCKS ? MG__SUMSQ_BLOCKS : b;
 }
-static double mg__cuda_sumsq(mg_ctx *ctx, const float *x, int64_t n) {
-    size_t mark = mg_arena_mark(ctx);
-    double *partial = (double *)mg_alloc(ctx, MG__SUMSQ_BLOCKS * sizeof(double));
-    double host[MG__SUMSQ_BLOCKS], s = 0.0;
-    int i;
-    MG_LAUNCH(mg__k_sumsq, MG__SUMSQ_BLOCKS, MG__CUDA_THREADS, 0, MG__STREAM(ctx), partial, x, n);
-    MG_CUDA_LAUNCH_CHECK();
-    mg_copy_to_host(ctx, host, partial, sizeof host);
-    for (i = 0; i < MG__SUMSQ_BLOCKS; i++) s += host[i];
-    mg_arena_release(ctx, mark);
-    return s;
-}
 
 /* --- GEMM: the same column-major arguments, handed to cuBLAS --------------------------------
    cublasGemmEx(handle, transa, transb, m, n, k, &alpha, A, Atype, lda, B, Btype, ldb, &beta,
@@ -2831,10 +2819,14 @@ MGDEF double mg_sumsq_end(mg_ctx *ctx, mg_sumsq_batch *b, int *nonfinite) {
 MGDEF double mg_sumsq(mg_ctx *ctx, const float *x, int64_t n, int *nonfinite) {
     double s;
 #ifdef __CUDACC__
-    if (mg__is_cuda(ctx)) s = mg__cuda_sumsq(ctx, x, n);
-    else
+    if (mg__is_cuda(ctx)) {   /* a batch of one piece: the kernel, one copy back */
+        mg_sumsq_batch b;
+        mg_sumsq_begin(ctx, &b, mg_sumsq_slots(ctx, n));
+        mg_sumsq_add(ctx, &b, x, n);
+        return mg_sumsq_end(ctx, &b, nonfinite);
+    }
 #endif
-        s = mg__cpu_sumsq(ctx, x, n);
+    s = mg__cpu_sumsq(ctx, x, n);
     if (nonfinite) *nonfinite = !isfinite(s);
     return s;
 }

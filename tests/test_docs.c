@@ -47,7 +47,7 @@ static int is_fence_close(const char *line) {
 static void run_page(const char *page) {
     char path[4600], dir[256], line[8192], prev[8192] = "", label[4800], cmd[16384];
     FILE *f, *blk = NULL;
-    int lineno = 0, block_line = 0, in_block = 0, marker = 0, failed_before = 0, n_blocks = 0;
+    int lineno = 0, block_line = 0, in_block = 0, marker = 0, failed_before = 0;
     snprintf(path, sizeof path, "%s/%s", repo, page);
     f = fopen(path, "r");
     if (!f) {
@@ -105,7 +105,6 @@ static void run_page(const char *page) {
             info += 3;
             in_block = 1;
             if (!strncmp(info, "sh", 2) && (info[2] == '\n' || info[2] == ' ' || !info[2])) {
-                n_blocks++;
                 block_line = lineno;
                 marker = starts(prev, "<!-- run -->") ? 1 : starts(prev, "<!-- norun:") ? 2 : 0;
                 if (marker == 0) {
@@ -129,7 +128,6 @@ static void run_page(const char *page) {
     }
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) printf("# could not remove %s\n", dir);
-    (void)n_blocks;
 }
 
 int main(void) {

@@ -327,6 +327,68 @@ MGDEF void mg_attention_backward_gqa(mg_ctx *ctx, mg_tensor *dqkv, mg_tensor *da
                                      const mg_tensor *att, int B, int T, int n_head,
                                      int n_group, const mg_attn_dropout *drop);
 
+/* Tiled causal attention (FlashAttention's algorithm, Dao et al. 2022, 2023): the attention
+   above — same scale 1/√hd, causal mask, grouping and dropout masks — computed over tiles of
+   MG_ATTN_TILE queries × MG_ATTN_TILE keys with an online softmax: a query row keeps its running
+   max m and sum l of exp(s − m) and its unnormalised output acc; a key tile with a larger max
+   rescales both by exp(m_old − m_new). Tiles wholly above the diagonal are skipped. Nothing T×T
+   is stored: the forward keeps the output and lse = m + log l per row (fp32 [B, n_head, T]);
+   the backward recomputes each tile's P = exp(S − lse) — so recomputing attention costs nothing
+   extra — in two passes without atomics (deterministic): dQ per query tile over its key tiles,
+   then dK, dV per key tile over every query tile and query head of its group that sees it,
+   summed in fp32. With Δ = rowsum(dO ∘ O):  dS = P ∘ (D'(dO·Vᵀ) − Δ),  dQ = scale·dS·K,
+   dK = scale·dSᵀ·Q,  dV = D(P)ᵀ·dO  (D the dropout of the probabilities, D' its mask and scale).
+   The CPU backend runs the same tiles in the same order. Memory is O(T) on both.
+     out: [T, B, n_head, hd] = [B·T, n_head·hd], lse: fp32, numel B·n_head·T.
+   backward: dqkv OVERWRITTEN; out and lse are the forward's.                                   */
+#define MG_ATTN_TILE 32
+#define MG_ATTN_MAX_HD 256   /* the CUDA kernels keep a head's row in registers, hd/32 a lane */
+MGDEF void mg_flash_attention_forward(mg_ctx *ctx, mg_tensor *out, mg_tensor *lse,
+                                      const mg_tensor *qkv, int B, int T, int n_head, int n_group,
+                                      const mg_attn_dropout *drop /* may be NULL */);
+MGDEF void mg_flash_attention_backward(mg_ctx *ctx, mg_tensor *dqkv, const mg_tensor *dout,
+                                       const mg_tensor *out, const mg_tensor *lse,
+                                       const mg_tensor *qkv, int B, int T, int n_head,
+                                       int n_group, const mg_attn_dropout *drop);
+
+/* The tiled attention of one block of queries against one block of keys/values, for context
+   parallelism's ring (the sequence split across ranks) and for the functions above.
+   A view addresses per-head rows of hd elements: head h = g·per + j (group g, j-th head of the
+   group) of row (t, b) starts at element t·ld_t + b·ld_b + g·ld_g + j·ld_h of data. Query-head
+   views (q, o, dout, dq) have per = n_head/n_group; key/value views (k, v, dk, dv) hold one head
+   per group (j = 0).
+   Positions decide visibility: key s is visible to query t iff k_pos0 + s <= q_pos0 + t, and
+   the dropout mask of (b, head, t, s) is element (b, head_offset + head, q_pos0 + t, k_pos0 + s)
+   of the global [B, n_head_total, T_global, T_global] tensor — the same mask whatever block of
+   the sequence a rank computes.
+   forward: merge = 0 writes this block's o and lse (lse = −inf and o = 0 for a row that sees no
+   key); merge = 1 combines them with the (o, lse) of other keys already there:
+   lse' = log(e^lse + e^lse_b), o' = e^(lse − lse')·o + e^(lse_b − lse')·o_b.
+   backward: lse and delta = rowsum(dout ∘ o) (mg_attn_delta) belong to the final o of ALL the
+   key blocks; dq, dk, dv are OVERWRITTEN (accumulate = 0) or added to (accumulate = 1).
+   lse and delta are fp32 [B, n_head, Tq] (device memory on CUDA).                            */
+typedef struct mg_attn_view {
+    void *data;
+    mg_dtype dtype;
+    int64_t ld_t, ld_b, ld_g, ld_h;
+} mg_attn_view;
+typedef struct mg_attn_block {
+    int B, Tq, Tk, n_head, n_group, hd;
+    mg_attn_view q, k, v;
+    int64_t q_pos0, k_pos0;   /* positions of query row 0 and key row 0                         */
+    int64_t T_global;         /* the sequence length that indexes the dropout mask               */
+    const mg_attn_dropout *drop;   /* may be NULL                                               */
+} mg_attn_block;
+MGDEF void mg_attn_block_forward(mg_ctx *ctx, const mg_attn_block *a, const mg_attn_view *o,
+                                 float *lse, int merge);
+MGDEF void mg_attn_delta(mg_ctx *ctx, float *delta, const mg_attn_block *a,
+                         const mg_attn_view *dout, const mg_attn_view *o);
+MGDEF void mg_attn_block_backward(mg_ctx *ctx, const mg_attn_block *a, const mg_attn_view *dout,
+                                  const float *lse, const float *delta, const mg_attn_view *dq,
+                                  const mg_attn_view *dk, const mg_attn_view *dv, int accumulate);
+/* Key tiles of the block that the tiled forward computes (the causal skip), for balancing work. */
+MGDEF int64_t mg_attn_block_tiles(const mg_attn_block *a);
+
 /* Rotary position embedding (Su et al. 2021), in place on the queries and keys of a qkv tensor
    in the grouped layout above; values are untouched. Row r = t·B + b is at position t0 + t.
    The first rot_dim dims of every query and key head rotate in pairs (i, i + rot_dim/2) —
@@ -1008,6 +1070,53 @@ static uint32_t mg__dropout_threshold(float p) {
     return t >= 4294967295.0 ? 0xFFFFFFFFu : (uint32_t)t;
 }
 
+/* Tiled attention (mg_attn_block_*), the math shared by the CPU twin and the CUDA kernels.
+   Element offset of head row (t, b, g, j) of a view; the number of keys of a tile starting at
+   position kpos (nk keys) that a query at position qpos sees; the dropout counter of (query,
+   key) in the global [B, n_head_total, T_g, T_g] mask (bh = b·n_head_total + global head).   */
+MG_HD static inline int64_t mg__view_at(const mg_attn_view *v, int64_t t, int b, int g, int j) {
+    return t * v->ld_t + (int64_t)b * v->ld_b + (int64_t)g * v->ld_g + (int64_t)j * v->ld_h;
+}
+MG_HD static inline int mg__attn_visible(int64_t qpos, int64_t kpos, int nk) {
+    int64_t n = qpos - kpos + 1;
+    return n <= 0 ? 0 : n < nk ? (int)n : nk;
+}
+MG_HD static inline uint64_t mg__attn_drop_index(int64_t bh, int64_t T_g, int64_t qpos,
+                                                 int64_t kpos) {
+    return ((uint64_t)bh * (uint64_t)T_g + (uint64_t)qpos) * (uint64_t)T_g + (uint64_t)kpos;
+}
+/* The dropout of the probabilities as the kernels see it (k.p = 0: off). */
+typedef struct mg__attn_drop_k {
+    uint64_t key;
+    uint32_t threshold;
+    float scale;
+    int on;
+    int64_t bh0, T_g;        /* b·n_head_total + head_offset: add the local head */
+    int nh_total;
+} mg__attn_drop_k;
+MG_HD static inline float mg__attn_drop(const mg__attn_drop_k *k, int b, int h, int64_t qpos,
+                                        int64_t kpos, float x) {
+    uint64_t gi = mg__attn_drop_index((int64_t)b * k->nh_total + k->bh0 + h, k->T_g, qpos, kpos);
+    return k->on ? mg__dropout(x, mg_rand_u32(k->key, gi), k->threshold, k->scale) : x;
+}
+/* End of a query row's online softmax: o = acc/l and lse = m + log l (−inf, o = 0, for a row
+   that saw no key), merged with an earlier (o_old, lse_old) when merge: the weights
+   e^(lse_x − lse') sum to 1 with lse' = log(e^lse_old + e^lse_new). Returns the row's lse and
+   sets w_new, w_old, the factors of acc and of o_old in the row's output.                     */
+MG_HD static inline float mg__attn_finish(float m, float l, int merge, float lse_old,
+                                          float *w_new, float *w_old) {
+    float lse_new = l > 0.0f ? m + logf(l) : -INFINITY, mx, lse;
+    *w_old = 0.0f;
+    *w_new = l > 0.0f ? 1.0f / l : 0.0f;
+    if (!merge || lse_old == -INFINITY) return lse_new;
+    if (lse_new == -INFINITY) { *w_old = 1.0f; return lse_old; }
+    mx = lse_old > lse_new ? lse_old : lse_new;
+    lse = mx + logf(mg__exp(lse_old - mx) + mg__exp(lse_new - mx));
+    *w_old = mg__exp(lse_old - lse);
+    *w_new *= mg__exp(lse_new - lse);
+    return lse;
+}
+
 /* Cross-entropy over a vocabulary slice. Real (non-padding) columns of a slice that starts at
    vocab_start with Vs columns are the first mg__xent_real_cols of them.
    Per row: loss = log Σ_j exp(l_j − max) + max − l_target,
@@ -1619,6 +1728,246 @@ static void mg__cpu_causal_softmax_backward(mg_ctx *ctx, const mg_tensor *datt,
     mg_arena_release(ctx, mark);
 }
 
+/* --- tiled attention: the CPU twin of the CUDA kernels ---------------------------------------
+   The same tiles in the same order as mg__k_attn_*: a task is one kernel block (a query tile of
+   one head, or a key tile of one group); inside it, a score tile S (or P and dS) first, then the
+   row updates, then the products with the value/key rows. OpenMP runs the tasks (dynamic: the
+   causal tiles differ in work), each in per-thread fp32 scratch (16-bit rows are widened on
+   load, as the kernels widen them into shared memory).                                      */
+typedef struct mg__attn_geo {
+    int TL, hd, per, nqt, nkt;      /* tile, head dim, query heads per group, tiles of q and k */
+    float scale;
+    mg__attn_drop_k drop;
+} mg__attn_geo;
+static void mg__cpu_attn_load(float *dst, const mg_attn_view *v, int64_t t0, int n, int b, int g,
+                              int j, int hd) {
+    int r, d;
+    for (r = 0; r < n; r++) {
+        int64_t off = mg__view_at(v, t0 + r, b, g, j);
+        if (v->dtype == MG_F32) memcpy(dst + (size_t)r * hd, (const float *)v->data + off, (size_t)hd * sizeof(float));
+        else for (d = 0; d < hd; d++) dst[(size_t)r * hd + d] = mg_load(v->data, v->dtype, off + d);
+    }
+}
+static void mg__cpu_attn_store(const mg_attn_view *v, int64_t t0, int n, int b, int g, int j,
+                               int hd, const float *src, float alpha, int accumulate) {
+    int r, d;
+    for (r = 0; r < n; r++) {
+        int64_t off = mg__view_at(v, t0 + r, b, g, j);
+        for (d = 0; d < hd; d++) {
+            float x = alpha * src[(size_t)r * hd + d];
+            if (accumulate) x += mg_load(v->data, v->dtype, off + d);
+            mg_store(v->data, v->dtype, off + d, x);
+        }
+    }
+}
+static float mg__cpu_dot(const float *a, const float *b, int n) {
+    float s = 0.0f;
+    int d;
+    #pragma omp simd reduction(+ : s)
+    for (d = 0; d < n; d++) s += a[d] * b[d];
+    return s;
+}
+/* y[0..n) += a·x[0..n) */
+static void mg__cpu_axpy_row(float *y, float a, const float *x, int n) {
+    int d;
+    #pragma omp simd
+    for (d = 0; d < n; d++) y[d] += a * x[d];
+}
+/* Key tiles a query tile whose last row is at position q_last sees (tiles past it skipped). */
+static int mg__attn_key_tiles(const mg_attn_block *a, int64_t q_last) {
+    int64_t n = q_last - a->k_pos0 + 1;
+    if (n <= 0) return 0;
+    if (n > a->Tk) n = a->Tk;
+    return (int)((n + MG_ATTN_TILE - 1) / MG_ATTN_TILE);
+}
+/* First query tile that sees a key tile whose first key is at position k_first. */
+static int mg__attn_first_query_tile(const mg_attn_block *a, int64_t k_first) {
+    int64_t t = k_first - a->q_pos0;
+    return t <= 0 ? 0 : (int)(t / MG_ATTN_TILE);
+}
+
+/* Forward task (b, h, query tile qt): online softmax over the visible key tiles. */
+static void mg__cpu_attn_fwd_task(const mg_attn_block *a, const mg__attn_geo *ge, int b, int h,
+                                  int qt, float *ws, const mg_attn_view *o, float *lse, int merge) {
+    const int TL = ge->TL, hd = ge->hd, g = h / ge->per, j = h % ge->per;
+    float *Q = ws, *K = Q + TL * hd, *V = K + TL * hd, *acc = V + TL * hd, *S = acc + TL * hd;
+    float *m = S + TL * TL, *l = m + TL;
+    int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a->n_head + h) * a->Tq + t0;
+    int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL), nkt, kt, i, c;
+    mg__cpu_attn_load(Q, &a->q, t0, nq, b, g, j, hd);
+    memset(acc, 0, (size_t)TL * hd * sizeof(float));
+    for (i = 0; i < nq; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
+    nkt = mg__attn_key_tiles(a, a->q_pos0 + t0 + nq - 1);
+    for (kt = 0; kt < nkt; kt++) {
+        int64_t s0 = (int64_t)kt * TL, kpos = a->k_pos0 + s0;
+        int nk = (int)(a->Tk - s0 < TL ? a->Tk - s0 : TL);
+        mg__cpu_attn_load(K, &a->k, s0, nk, b, g, 0, hd);
+        mg__cpu_attn_load(V, &a->v, s0, nk, b, g, 0, hd);
+        for (i = 0; i < nq; i++) {     /* S = scale·Q·Kᵀ over the visible part of each row */
+            int nv = mg__attn_visible(a->q_pos0 + t0 + i, kpos, nk);
+            for (c = 0; c < nv; c++) S[i * TL + c] = ge->scale * mg__cpu_dot(Q + (size_t)i * hd, K + (size_t)c * hd, hd);
+        }
+        for (i = 0; i < nq; i++) {     /* rescale the row, add this tile's exp(s − m)·v */
+            int64_t qpos = a->q_pos0 + t0 + i;
+            int nv = mg__attn_visible(qpos, kpos, nk);
+            float mx = m[i], sum = 0.0f, alpha, *Si = S + i * TL, *acc_i = acc + (size_t)i * hd;
+            if (!nv) continue;
+            for (c = 0; c < nv; c++) mx = Si[c] > mx ? Si[c] : mx;
+            alpha = m[i] == -INFINITY ? 0.0f : mg__exp(m[i] - mx);
+            for (c = 0; c < nv; c++) {
+                float p = mg__exp(Si[c] - mx);
+                sum += p;
+                Si[c] = mg__attn_drop(&ge->drop, b, h, qpos, kpos + c, p);
+            }
+            l[i] = l[i] * alpha + sum;
+            m[i] = mx;
+            for (c = 0; c < hd; c++) acc_i[c] *= alpha;
+            for (c = 0; c < nv; c++) mg__cpu_axpy_row(acc_i, Si[c], V + (size_t)c * hd, hd);
+        }
+    }
+    for (i = 0; i < nq; i++) {         /* o = acc/l (merged), lse */
+        float w_new, w_old, *acc_i = acc + (size_t)i * hd;
+        int64_t off = mg__view_at(o, t0 + i, b, g, j);
+        lse[row0 + i] = mg__attn_finish(m[i], l[i], merge, merge ? lse[row0 + i] : 0.0f, &w_new, &w_old);
+        for (c = 0; c < hd; c++)
+            mg_store(o->data, o->dtype, off + c, acc_i[c] * w_new +
+                     (w_old != 0.0f ? w_old * mg_load(o->data, o->dtype, off + c) : 0.0f));
+    }
+}
+/* Δ = rowsum(dO ∘ O) per query row. */
+static void mg__cpu_attn_delta(mg_ctx *ctx, float *delta, const mg_attn_block *a,
+                               const mg_attn_view *dout, const mg_attn_view *o) {
+    int64_t R = (int64_t)a->B * a->n_head * a->Tq, r;
+    int per = a->n_head / a->n_group;
+    (void)ctx;
+    #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (R * a->hd > MG__PAR_MIN)
+    for (r = 0; r < R; r++) {
+        int64_t t = r % a->Tq;
+        int h = (int)(r / a->Tq % a->n_head), b = (int)(r / a->Tq / a->n_head), d;
+        int64_t od = mg__view_at(dout, t, b, h / per, h % per), oo = mg__view_at(o, t, b, h / per, h % per);
+        float s = 0.0f;
+        for (d = 0; d < a->hd; d++) s += mg_load(dout->data, dout->dtype, od + d) * mg_load(o->data, o->dtype, oo + d);
+        delta[r] = s;
+    }
+}
+/* One entry of the backward's recomputed tile: P = exp(S − lse), its dropped value pd = D(P)
+   and dS = P·(D'(dO·v) − Δ). */
+static float mg__cpu_attn_ds(const mg_attn_block *a, const mg__attn_geo *ge, int b, int h,
+                             int64_t qpos, int64_t kpos, const float *q, const float *dO,
+                             const float *k, const float *v, float lse, float delta, float *pd) {
+    float p = mg__exp(ge->scale * mg__cpu_dot(q, k, ge->hd) - lse);
+    float dp = mg__attn_drop(&ge->drop, b, h, qpos, kpos, mg__cpu_dot(dO, v, ge->hd));
+    (void)a;
+    *pd = mg__attn_drop(&ge->drop, b, h, qpos, kpos, p);
+    return p * (dp - delta);
+}
+/* dQ task (b, h, query tile qt): dQ_i = scale·Σ_s dS_is·K_s over the visible key tiles. */
+static void mg__cpu_attn_dq_task(const mg_attn_block *a, const mg__attn_geo *ge, int b, int h,
+                                 int qt, float *ws, const mg_attn_view *dout, const float *lse,
+                                 const float *delta, const mg_attn_view *dq, int accumulate) {
+    const int TL = ge->TL, hd = ge->hd, g = h / ge->per, j = h % ge->per;
+    float *Q = ws, *dO = Q + TL * hd, *K = dO + TL * hd, *V = K + TL * hd, *acc = V + TL * hd;
+    float *dS = acc + TL * hd, pd;
+    int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a->n_head + h) * a->Tq + t0;
+    int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL), nkt, kt, i, c;
+    mg__cpu_attn_load(Q, &a->q, t0, nq, b, g, j, hd);
+    mg__cpu_attn_load(dO, dout, t0, nq, b, g, j, hd);
+    memset(acc, 0, (size_t)TL * hd * sizeof(float));
+    nkt = mg__attn_key_tiles(a, a->q_pos0 + t0 + nq - 1);
+    for (kt = 0; kt < nkt; kt++) {
+        int64_t s0 = (int64_t)kt * TL, kpos = a->k_pos0 + s0;
+        int nk = (int)(a->Tk - s0 < TL ? a->Tk - s0 : TL);
+        mg__cpu_attn_load(K, &a->k, s0, nk, b, g, 0, hd);
+        mg__cpu_attn_load(V, &a->v, s0, nk, b, g, 0, hd);
+        for (i = 0; i < nq; i++) {
+            int64_t qpos = a->q_pos0 + t0 + i;
+            int nv = mg__attn_visible(qpos, kpos, nk);
+            for (c = 0; c < nv; c++)
+                dS[i * TL + c] = mg__cpu_attn_ds(a, ge, b, h, qpos, kpos + c, Q + (size_t)i * hd,
+                                                 dO + (size_t)i * hd, K + (size_t)c * hd,
+                                                 V + (size_t)c * hd, lse[row0 + i], delta[row0 + i], &pd);
+        }
+        for (i = 0; i < nq; i++) {
+            int nv = mg__attn_visible(a->q_pos0 + t0 + i, kpos, nk);
+            for (c = 0; c < nv; c++) mg__cpu_axpy_row(acc + (size_t)i * hd, dS[i * TL + c], K + (size_t)c * hd, hd);
+        }
+    }
+    mg__cpu_attn_store(dq, t0, nq, b, g, j, hd, acc, ge->scale, accumulate);
+}
+/* dK/dV task (b, group g, key tile kt): over the group's query heads and the query tiles that
+   see the keys, dV_s = Σ_t D(P)_ts·dO_t and dK_s = scale·Σ_t dS_ts·Q_t, in fp32. */
+static void mg__cpu_attn_dkv_task(const mg_attn_block *a, const mg__attn_geo *ge, int b, int g,
+                                  int kt, float *ws, const mg_attn_view *dout, const float *lse,
+                                  const float *delta, const mg_attn_view *dk, const mg_attn_view *dv,
+                                  int accumulate) {
+    const int TL = ge->TL, hd = ge->hd;
+    float *K = ws, *V = K + TL * hd, *Q = V + TL * hd, *dO = Q + TL * hd, *dKa = dO + TL * hd;
+    float *dVa = dKa + TL * hd, *P = dVa + TL * hd, *dS = P + TL * TL;
+    int64_t s0 = (int64_t)kt * TL, kpos = a->k_pos0 + s0;
+    int nk = (int)(a->Tk - s0 < TL ? a->Tk - s0 : TL), j, qt, i, c;
+    mg__cpu_attn_load(K, &a->k, s0, nk, b, g, 0, hd);
+    mg__cpu_attn_load(V, &a->v, s0, nk, b, g, 0, hd);
+    memset(dKa, 0, (size_t)2 * TL * hd * sizeof(float));
+    for (j = 0; j < ge->per; j++) {
+        int h = g * ge->per + j;
+        for (qt = mg__attn_first_query_tile(a, kpos); qt < ge->nqt; qt++) {
+            int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a->n_head + h) * a->Tq + t0;
+            int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL);
+            mg__cpu_attn_load(Q, &a->q, t0, nq, b, g, j, hd);
+            mg__cpu_attn_load(dO, dout, t0, nq, b, g, j, hd);
+            for (i = 0; i < nq; i++) {
+                int64_t qpos = a->q_pos0 + t0 + i;
+                int nv = mg__attn_visible(qpos, kpos, nk);
+                for (c = 0; c < TL; c++) P[i * TL + c] = dS[i * TL + c] = 0.0f;
+                for (c = 0; c < nv; c++)
+                    dS[i * TL + c] = mg__cpu_attn_ds(a, ge, b, h, qpos, kpos + c, Q + (size_t)i * hd,
+                                                     dO + (size_t)i * hd, K + (size_t)c * hd,
+                                                     V + (size_t)c * hd, lse[row0 + i],
+                                                     delta[row0 + i], &P[i * TL + c]);
+            }
+            for (c = 0; c < nk; c++)
+                for (i = 0; i < nq; i++) {
+                    if (P[i * TL + c] != 0.0f) mg__cpu_axpy_row(dVa + (size_t)c * hd, P[i * TL + c], dO + (size_t)i * hd, hd);
+                    if (dS[i * TL + c] != 0.0f) mg__cpu_axpy_row(dKa + (size_t)c * hd, dS[i * TL + c], Q + (size_t)i * hd, hd);
+                }
+        }
+    }
+    mg__cpu_attn_store(dk, s0, nk, b, g, 0, hd, dKa, ge->scale, accumulate);
+    mg__cpu_attn_store(dv, s0, nk, b, g, 0, hd, dVa, 1.0f, accumulate);
+}
+static void mg__cpu_attn_forward(mg_ctx *ctx, const mg_attn_block *a, const mg__attn_geo *ge,
+                                 const mg_attn_view *o, float *lse, int merge) {
+    int64_t n = (int64_t)a->B * a->n_head * ge->nqt, task;
+    size_t ws_floats = (size_t)4 * ge->TL * ge->hd + (size_t)ge->TL * ge->TL + 2 * (size_t)ge->TL;
+    size_t mark = mg_arena_mark(ctx);
+    float *ws = mg__cpu_scratch(ctx, 1, ws_floats);
+    #pragma omp parallel for num_threads(ctx->n_threads) schedule(dynamic)
+    for (task = 0; task < n; task++)
+        mg__cpu_attn_fwd_task(a, ge, (int)(task / ge->nqt / a->n_head), (int)(task / ge->nqt % a->n_head),
+                              (int)(task % ge->nqt), ws + (size_t)MG__TID() * ws_floats, o, lse, merge);
+    mg_arena_release(ctx, mark);
+}
+static void mg__cpu_attn_backward(mg_ctx *ctx, const mg_attn_block *a, const mg__attn_geo *ge,
+                                  const mg_attn_view *dout, const float *lse, const float *delta,
+                                  const mg_attn_view *dq, const mg_attn_view *dk,
+                                  const mg_attn_view *dv, int accumulate) {
+    int64_t nq = (int64_t)a->B * a->n_head * ge->nqt, nk = (int64_t)a->B * a->n_group * ge->nkt, task;
+    size_t ws_floats = (size_t)6 * ge->TL * ge->hd + (size_t)2 * ge->TL * ge->TL;
+    size_t mark = mg_arena_mark(ctx);
+    float *ws = mg__cpu_scratch(ctx, 1, ws_floats);
+    #pragma omp parallel for num_threads(ctx->n_threads) schedule(dynamic)
+    for (task = 0; task < nq; task++)
+        mg__cpu_attn_dq_task(a, ge, (int)(task / ge->nqt / a->n_head), (int)(task / ge->nqt % a->n_head),
+                             (int)(task % ge->nqt), ws + (size_t)MG__TID() * ws_floats, dout, lse,
+                             delta, dq, accumulate);
+    #pragma omp parallel for num_threads(ctx->n_threads) schedule(dynamic)
+    for (task = 0; task < nk; task++)
+        mg__cpu_attn_dkv_task(a, ge, (int)(task / ge->nkt / a->n_group), (int)(task / ge->nkt % a->n_group),
+                              (int)(task % ge->nkt), ws + (size_t)MG__TID() * ws_floats, dout, lse,
+                              delta, dk, dv, accumulate);
+    mg_arena_release(ctx, mark);
+}
+
 /* --- vocabulary-slice cross-entropy --------------------------------------------------------- */
 static void mg__cpu_xent_max(mg_ctx *ctx, float *rowmax, const mg_tensor *logits, int64_t nreal) {
     int64_t N = mg_rows(logits), Vs = mg_cols(logits), r;
@@ -1965,6 +2314,278 @@ static __global__ void mg__k_causal_softmax_backward(void *datt, mg_dtype dd, co
         mg_store(datt, dd, base + j,
                  j < n ? mg__softmax_grad(mg_load(att, ad, base + j), mg_load(datt, dd, base + j), dot)
                        : 0.0f);
+}
+
+/* --- tiled attention -------------------------------------------------------------------------
+   A block of MG__ATTN_THREADS = 4 warps works on one tile of MG_ATTN_TILE = 32 rows. Shared
+   memory holds the tile's rows in fp32 (rows padded to hd + 1 floats where lanes walk down a
+   column, so the 32 lanes hit 32 banks) and the 32 × 32 score tile. Score entries are computed
+   by all threads (entry e = thread + 128·k: warp w takes row e / 32, lane the column); row
+   updates by the warp that owns the row (rows w, w + 4, …: 8 a warp, a lane per key); products
+   with value/key rows by the owning warp, lane L holding dims L, L + 32, … in registers.
+   Forward, per query tile and key tile: reads 2·32·hd (K, V) elements, 4·32·32·hd FLOPs; over a
+   causal T×T head: T²·hd·2 FLOPs, K/V read T/64 times. Backward: dQ pass 6·32²·hd FLOPs a tile
+   pair, dK/dV pass 8·32²·hd; storage read once per pair of tiles (no T×T traffic).          */
+#define MG__ATTN_THREADS 128
+#define MG__ATTN_RPW (MG_ATTN_TILE / (MG__ATTN_THREADS / 32))   /* rows (keys) per warp: 8 */
+#define MG__ATTN_DPL (MG_ATTN_MAX_HD / 32)                    /* dims per lane at most: 8 */
+#ifdef MG_CUDA_EMU
+#define MG__DYN_SHARED(T, name) MG_EMU_EXTERN_SHARED(T, name)
+#else
+#define MG__DYN_SHARED(T, name) extern __shared__ T name[]
+#endif
+/* rows [t0, t0 + n) of a view into shared fp32 rows of stride ld (all threads of the block) */
+__device__ static void mg__attn_load_tile(float *dst, int ld, const mg_attn_view v, int64_t t0,
+                                          int n, int b, int g, int j, int hd) {
+    int e;
+    for (e = threadIdx.x; e < n * hd; e += blockDim.x)
+        dst[(e / hd) * ld + e % hd] = mg_load(v.data, v.dtype, mg__view_at(&v, t0 + e / hd, b, g, j) + e % hd);
+}
+__device__ static float mg__attn_dot(const float *a, const float *b, int hd) {
+    float s = 0.0f;
+    int d;
+    for (d = 0; d < hd; d++) s += a[d] * b[d];
+    return s;
+}
+__device__ static float mg__warp_max(float v) {
+    int off;
+    for (off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, off));
+    return v;
+}
+__device__ static float mg__warp_sum(float v) {
+    int off;
+    for (off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
+    return v;
+}
+/* grid (query tiles, B·n_head). */
+static __global__ void mg__k_attn_forward(mg_attn_block a, mg__attn_drop_k dk, float scale,
+                                          mg_attn_view o, float *lse, int merge) {
+    MG__DYN_SHARED(float, sm);
+    const int TL = MG_ATTN_TILE, hd = a.hd, ldr = hd + 1, per = a.n_head / a.n_group;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int b = blockIdx.y / a.n_head, h = blockIdx.y % a.n_head, g = h / per, j = h % per;
+    int64_t t0 = (int64_t)blockIdx.x * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
+    int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL), nkt, kt, r, u, c, e;
+    float *Qs = sm, *Ks = Qs + TL * ldr, *Vs = Ks + TL * ldr, *S = Vs + TL * ldr;
+    float m[MG__ATTN_RPW], l[MG__ATTN_RPW], acc[MG__ATTN_RPW][MG__ATTN_DPL];
+    int64_t q_last = a.q_pos0 + t0 + nq - 1, nkey = q_last - a.k_pos0 + 1;
+    for (r = 0; r < MG__ATTN_RPW; r++) {
+        m[r] = -INFINITY; l[r] = 0.0f;
+        for (u = 0; u < MG__ATTN_DPL; u++) acc[r][u] = 0.0f;
+    }
+    mg__attn_load_tile(Qs, ldr, a.q, t0, nq, b, g, j, hd);
+    nkt = nkey <= 0 ? 0 : (int)(((nkey < a.Tk ? nkey : a.Tk) + TL - 1) / TL);
+    for (kt = 0; kt < nkt; kt++) {
+        int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
+        int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
+        __syncthreads();                         /* the previous tile's K, V, S are consumed */
+        mg__attn_load_tile(Ks, ldr, a.k, s0, nk, b, g, 0, hd);
+        mg__attn_load_tile(Vs, ldr, a.v, s0, nk, b, g, 0, hd);
+        __syncthreads();
+        for (e = threadIdx.x; e < TL * TL; e += blockDim.x) {      /* S = scale·Q·Kᵀ */
+            int i = e / TL;
+            c = e % TL;
+            if (i < nq && c < mg__attn_visible(a.q_pos0 + t0 + i, kpos, nk))
+                S[i * (TL + 1) + c] = scale * mg__attn_dot(Qs + i * ldr, Ks + c * ldr, hd);
+        }
+        __syncthreads();
+        for (r = 0; r < MG__ATTN_RPW; r++) {     /* the warp's rows: online softmax, then P·V */
+            int i = warp + r * (MG__ATTN_THREADS / 32);
+            int64_t qpos = a.q_pos0 + t0 + i;
+            int nv = i < nq ? mg__attn_visible(qpos, kpos, nk) : 0;
+            float s = lane < nv ? S[i * (TL + 1) + lane] : -INFINITY, mx, p, alpha;
+            if (!nv) continue;                   /* the same for the whole warp */
+            mx = fmaxf(m[r], mg__warp_max(s));
+            alpha = m[r] == -INFINITY ? 0.0f : mg__exp(m[r] - mx);
+            p = lane < nv ? mg__exp(s - mx) : 0.0f;
+            l[r] = l[r] * alpha + mg__warp_sum(p);
+            m[r] = mx;
+            if (lane < nv) S[i * (TL + 1) + lane] = mg__attn_drop(&dk, b, h, qpos, kpos + lane, p);
+            __syncwarp();
+            for (u = 0; u < MG__ATTN_DPL; u++) {
+                int d = lane + 32 * u;
+                float x = acc[r][u] * alpha;
+                if (d < hd)
+                    for (c = 0; c < nv; c++) x += S[i * (TL + 1) + c] * Vs[c * ldr + d];
+                acc[r][u] = x;
+            }
+        }
+    }
+    for (r = 0; r < MG__ATTN_RPW; r++) {         /* o = acc/l, merged; lse */
+        int i = warp + r * (MG__ATTN_THREADS / 32);
+        float w_new, w_old, lse_i;
+        int64_t off;
+        if (i >= nq) continue;
+        off = mg__view_at(&o, t0 + i, b, g, j);
+        lse_i = mg__attn_finish(m[r], l[r], merge, merge ? lse[row0 + i] : 0.0f, &w_new, &w_old);
+        for (u = 0; u < MG__ATTN_DPL; u++) {
+            int d = lane + 32 * u;
+            if (d < hd)
+                mg_store(o.data, o.dtype, off + d, acc[r][u] * w_new +
+                         (w_old != 0.0f ? w_old * mg_load(o.data, o.dtype, off + d) : 0.0f));
+        }
+        __syncwarp();                            /* every lane has read the old lse */
+        if (lane == 0) lse[row0 + i] = lse_i;
+    }
+}
+/* Δ = rowsum(dO ∘ O): a warp per row. */
+static __global__ void mg__k_attn_delta(float *delta, mg_attn_block a, mg_attn_view dout,
+                                        mg_attn_view o) {
+    int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5), t;
+    int lane = threadIdx.x & 31, per = a.n_head / a.n_group, h, b, d;
+    float s = 0.0f;
+    if (r >= (int64_t)a.B * a.n_head * a.Tq) return;     /* whole warps leave together */
+    t = r % a.Tq; h = (int)(r / a.Tq % a.n_head); b = (int)(r / a.Tq / a.n_head);
+    for (d = lane; d < a.hd; d += 32)
+        s += mg_load(dout.data, dout.dtype, mg__view_at(&dout, t, b, h / per, h % per) + d) *
+             mg_load(o.data, o.dtype, mg__view_at(&o, t, b, h / per, h % per) + d);
+    s = mg__warp_sum(s);
+    if (lane == 0) delta[r] = s;
+}
+/* The backward's recomputed entry (query row i of Qs/dOs, key c of Ks/Vs): P, D(P), dS. */
+__device__ static float mg__attn_ds_entry(const mg__attn_drop_k *dk, float scale, int b, int h,
+                                          int64_t qpos, int64_t kpos, const float *q,
+                                          const float *dO, const float *k, const float *v,
+                                          int hd, float lse, float delta, float *pd) {
+    float p = mg__exp(scale * mg__attn_dot(q, k, hd) - lse);
+    float dp = mg__attn_drop(dk, b, h, qpos, kpos, mg__attn_dot(dO, v, hd));
+    *pd = mg__attn_drop(dk, b, h, qpos, kpos, p);
+    return p * (dp - delta);
+}
+/* dQ: grid (query tiles, B·n_head). */
+static __global__ void mg__k_attn_backward_dq(mg_attn_block a, mg__attn_drop_k dk, float scale,
+                                              mg_attn_view dout, const float *lse,
+                                              const float *delta, mg_attn_view dq, int accumulate) {
+    MG__DYN_SHARED(float, sm);
+    const int TL = MG_ATTN_TILE, hd = a.hd, ldr = hd + 1, per = a.n_head / a.n_group;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int b = blockIdx.y / a.n_head, h = blockIdx.y % a.n_head, g = h / per, j = h % per;
+    int64_t t0 = (int64_t)blockIdx.x * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
+    int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL), nkt, kt, r, u, c, e;
+    float *Qs = sm, *dOs = Qs + TL * ldr, *Ks = dOs + TL * ldr, *Vs = Ks + TL * ldr;
+    float *dS = Vs + TL * ldr, acc[MG__ATTN_RPW][MG__ATTN_DPL], pd;
+    int64_t q_last = a.q_pos0 + t0 + nq - 1, nkey = q_last - a.k_pos0 + 1;
+    for (r = 0; r < MG__ATTN_RPW; r++)
+        for (u = 0; u < MG__ATTN_DPL; u++) acc[r][u] = 0.0f;
+    mg__attn_load_tile(Qs, ldr, a.q, t0, nq, b, g, j, hd);
+    mg__attn_load_tile(dOs, ldr, dout, t0, nq, b, g, j, hd);
+    nkt = nkey <= 0 ? 0 : (int)(((nkey < a.Tk ? nkey : a.Tk) + TL - 1) / TL);
+    for (kt = 0; kt < nkt; kt++) {
+        int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
+        int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
+        __syncthreads();
+        mg__attn_load_tile(Ks, ldr, a.k, s0, nk, b, g, 0, hd);
+        mg__attn_load_tile(Vs, ldr, a.v, s0, nk, b, g, 0, hd);
+        __syncthreads();
+        for (e = threadIdx.x; e < TL * TL; e += blockDim.x) {
+            int i = e / TL;
+            int64_t qpos = a.q_pos0 + t0 + i;
+            c = e % TL;
+            if (i < nq && c < mg__attn_visible(qpos, kpos, nk))
+                dS[i * (TL + 1) + c] = mg__attn_ds_entry(&dk, scale, b, h, qpos, kpos + c,
+                                                         Qs + i * ldr, dOs + i * ldr, Ks + c * ldr,
+                                                         Vs + c * ldr, hd, lse[row0 + i],
+                                                         delta[row0 + i], &pd);
+        }
+        __syncthreads();
+        for (r = 0; r < MG__ATTN_RPW; r++) {
+            int i = warp + r * (MG__ATTN_THREADS / 32);
+            int nv = i < nq ? mg__attn_visible(a.q_pos0 + t0 + i, kpos, nk) : 0;
+            for (u = 0; u < MG__ATTN_DPL; u++) {
+                int d = lane + 32 * u;
+                if (d < hd)
+                    for (c = 0; c < nv; c++) acc[r][u] += dS[i * (TL + 1) + c] * Ks[c * ldr + d];
+            }
+        }
+    }
+    for (r = 0; r < MG__ATTN_RPW; r++) {
+        int i = warp + r * (MG__ATTN_THREADS / 32);
+        int64_t off;
+        if (i >= nq) continue;
+        off = mg__view_at(&dq, t0 + i, b, g, j);
+        for (u = 0; u < MG__ATTN_DPL; u++) {
+            int d = lane + 32 * u;
+            if (d < hd)
+                mg_store(dq.data, dq.dtype, off + d, scale * acc[r][u] +
+                         (accumulate ? mg_load(dq.data, dq.dtype, off + d) : 0.0f));
+        }
+    }
+}
+/* dK, dV: grid (key tiles, B·n_group); warp w owns keys w, w + 4, …. */
+static __global__ void mg__k_attn_backward_dkv(mg_attn_block a, mg__attn_drop_k dk, float scale,
+                                               mg_attn_view dout, const float *lse,
+                                               const float *delta, mg_attn_view dkv_k,
+                                               mg_attn_view dkv_v, int accumulate) {
+    MG__DYN_SHARED(float, sm);
+    const int TL = MG_ATTN_TILE, hd = a.hd, ldr = hd + 1, per = a.n_head / a.n_group;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int b = blockIdx.y / a.n_group, g = blockIdx.y % a.n_group, j, r, u, i, e, qt, nqt;
+    int64_t s0 = (int64_t)blockIdx.x * TL, kpos = a.k_pos0 + s0, tfirst = kpos - a.q_pos0;
+    int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
+    float *Ks = sm, *Vs = Ks + TL * ldr, *Qs = Vs + TL * ldr, *dOs = Qs + TL * ldr;
+    float *P = dOs + TL * ldr, *dS = P + TL * (TL + 1);
+    float dKa[MG__ATTN_RPW][MG__ATTN_DPL], dVa[MG__ATTN_RPW][MG__ATTN_DPL];
+    for (r = 0; r < MG__ATTN_RPW; r++)
+        for (u = 0; u < MG__ATTN_DPL; u++) dKa[r][u] = dVa[r][u] = 0.0f;
+    mg__attn_load_tile(Ks, ldr, a.k, s0, nk, b, g, 0, hd);
+    mg__attn_load_tile(Vs, ldr, a.v, s0, nk, b, g, 0, hd);
+    nqt = (a.Tq + TL - 1) / TL;
+    for (j = 0; j < per; j++) {
+        int h = g * per + j;
+        for (qt = tfirst <= 0 ? 0 : (int)(tfirst / TL); qt < nqt; qt++) {
+            int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
+            int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL);
+            __syncthreads();
+            mg__attn_load_tile(Qs, ldr, a.q, t0, nq, b, g, j, hd);
+            mg__attn_load_tile(dOs, ldr, dout, t0, nq, b, g, j, hd);
+            __syncthreads();
+            for (e = threadIdx.x; e < TL * TL; e += blockDim.x) {
+                int64_t qpos;
+                int c = e % TL;
+                i = e / TL;
+                qpos = a.q_pos0 + t0 + i;
+                P[i * (TL + 1) + c] = dS[i * (TL + 1) + c] = 0.0f;
+                if (i < nq && c < mg__attn_visible(qpos, kpos, nk))
+                    dS[i * (TL + 1) + c] = mg__attn_ds_entry(&dk, scale, b, h, qpos, kpos + c,
+                                                             Qs + i * ldr, dOs + i * ldr,
+                                                             Ks + c * ldr, Vs + c * ldr, hd,
+                                                             lse[row0 + i], delta[row0 + i],
+                                                             &P[i * (TL + 1) + c]);
+            }
+            __syncthreads();
+            for (r = 0; r < MG__ATTN_RPW; r++) {
+                int c = warp + r * (MG__ATTN_THREADS / 32);
+                if (c >= nk) continue;
+                for (u = 0; u < MG__ATTN_DPL; u++) {
+                    int d = lane + 32 * u;
+                    if (d < hd)
+                        for (i = 0; i < nq; i++) {
+                            dVa[r][u] += P[i * (TL + 1) + c] * dOs[i * ldr + d];
+                            dKa[r][u] += dS[i * (TL + 1) + c] * Qs[i * ldr + d];
+                        }
+                }
+            }
+        }
+    }
+    for (r = 0; r < MG__ATTN_RPW; r++) {
+        int c = warp + r * (MG__ATTN_THREADS / 32);
+        int64_t ok, ov;
+        if (c >= nk) continue;
+        ok = mg__view_at(&dkv_k, s0 + c, b, g, 0);
+        ov = mg__view_at(&dkv_v, s0 + c, b, g, 0);
+        for (u = 0; u < MG__ATTN_DPL; u++) {
+            int d = lane + 32 * u;
+            if (d >= hd) continue;
+            mg_store(dkv_k.data, dkv_k.dtype, ok + d, scale * dKa[r][u] +
+                     (accumulate ? mg_load(dkv_k.data, dkv_k.dtype, ok + d) : 0.0f));
+            mg_store(dkv_v.data, dkv_v.dtype, ov + d, dVa[r][u] +
+                     (accumulate ? mg_load(dkv_v.data, dkv_v.dtype, ov + d) : 0.0f));
+        }
+    }
+}
+/* Shared bytes of the three kernels (fp32 rows of hd + 1, score tiles of 33). */
+static size_t mg__attn_smem(int hd, int rows, int score_tiles) {
+    return ((size_t)rows * MG_ATTN_TILE * (hd + 1) + (size_t)score_tiles * MG_ATTN_TILE * (MG_ATTN_TILE + 1)) * sizeof(float);
 }
 
 /* --- cross-entropy: one block per row ------------------------------------------------------- */
@@ -2415,8 +3036,10 @@ static mg__attn_dims mg__check_attention(const char *op, const mg_tensor *out, c
     d.ld = (int64_t)B * C3; d.ldo = (int64_t)B * n_head * d.hd; d.TT = (int64_t)T * T;
     d.scale = 1.0f / sqrtf((float)d.hd);
     mg__check_2d(op, "out", out, (int64_t)B * T, (int64_t)n_head * d.hd);
-    mg__check_numel(op, "att", att, (int64_t)B * n_head * d.TT);
-    mg__check_same_dtype(op, qkv, att);
+    if (att) {   /* the unfused functions' probabilities */
+        mg__check_numel(op, "att", att, (int64_t)B * n_head * d.TT);
+        mg__check_same_dtype(op, qkv, att);
+    }
     mg__check_same_dtype(op, qkv, out);
     mg__check_int(op, "B*C3", d.ld);
     if (drop && drop->p > 0.0f &&
@@ -2425,6 +3048,12 @@ static mg__attn_dims mg__check_attention(const char *op, const mg_tensor *out, c
                  "local heads inside the layer's", op, (double)drop->p, drop->head_offset,
                  drop->head_offset + n_head - 1, drop->n_head_total);
     return d;
+}
+/* The tiled functions' log-sum-exps: fp32, B·nh·T of them. */
+static void mg__check_lse(const char *op, const mg_tensor *lse, const mg__attn_dims *d) {
+    mg__check_numel(op, "lse", lse, (int64_t)d->B * d->nh * d->T);
+    if (lse->dtype != MG_F32)
+        mg_fatal(__FILE__, __LINE__, "%s: lse is %s: the log-sum-exps are fp32", op, mg_dtype_name(lse->dtype));
 }
 /* D(src) -> dst over att-shaped [B, nh·T²] blocks of the global [B, nh_total·T²]. */
 static void mg__attn_dropout(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *src,
@@ -2533,6 +3162,172 @@ MGDEF void mg_attention_backward(mg_ctx *ctx, mg_tensor *dqkv, mg_tensor *datt,
                                  const mg_tensor *att, int B, int T, int n_head,
                                  const mg_attn_dropout *drop) {
     mg_attention_backward_gqa(ctx, dqkv, datt, dout, qkv, att, B, T, n_head, n_head, drop);
+}
+
+/* --- tiled attention -------------------------------------------------------------------------- */
+static mg__attn_geo mg__attn_check_block(mg_ctx *ctx, const char *op, const mg_attn_block *a) {
+    mg__attn_geo ge;
+    const mg_attn_dropout *drop = a->drop;
+    memset(&ge, 0, sizeof ge);
+    if (a->B <= 0 || a->Tq < 0 || a->Tk < 0 || a->n_head <= 0 || a->n_group <= 0 ||
+        a->n_head % a->n_group || a->hd <= 0 || a->q_pos0 < 0 || a->k_pos0 < 0 ||
+        a->q_pos0 + a->Tq > a->T_global || a->k_pos0 + a->Tk > a->T_global)
+        mg_fatal(__FILE__, __LINE__, "%s: B %d, Tq %d, Tk %d, n_head %d, n_group %d, hd %d, positions "
+                 "%lld and %lld of %lld: need positive sizes, n_group dividing n_head and both blocks "
+                 "inside the sequence", op, a->B, a->Tq, a->Tk, a->n_head, a->n_group, a->hd,
+                 (long long)a->q_pos0, (long long)a->k_pos0, (long long)a->T_global);
+    if (mg__is_cuda(ctx) && a->hd > MG_ATTN_MAX_HD)
+        mg_fatal(__FILE__, __LINE__, "%s: head dim %d: the CUDA tiled kernels take at most %d (use "
+                 "--attention-backend unfused)", op, a->hd, MG_ATTN_MAX_HD);
+    if (drop && drop->p > 0.0f && (drop->p >= 1.0f || drop->head_offset < 0 ||
+                                   drop->head_offset + a->n_head > drop->n_head_total))
+        mg_fatal(__FILE__, __LINE__, "%s: dropout p %g, heads %d..%d of %d: need 0 <= p < 1 and the "
+                 "local heads inside the layer's", op, (double)drop->p, drop->head_offset,
+                 drop->head_offset + a->n_head - 1, drop->n_head_total);
+    ge.TL = MG_ATTN_TILE; ge.hd = a->hd; ge.per = a->n_head / a->n_group;
+    ge.nqt = (a->Tq + MG_ATTN_TILE - 1) / MG_ATTN_TILE;
+    ge.nkt = (a->Tk + MG_ATTN_TILE - 1) / MG_ATTN_TILE;
+    ge.scale = 1.0f / sqrtf((float)a->hd);
+    if (drop && drop->p > 0.0f) {
+        ge.drop.on = 1; ge.drop.key = drop->seed;
+        ge.drop.threshold = mg__dropout_threshold(drop->p);
+        ge.drop.scale = 1.0f / (1.0f - drop->p);
+        ge.drop.bh0 = drop->head_offset; ge.drop.nh_total = drop->n_head_total;
+        ge.drop.T_g = a->T_global;
+    }
+    return ge;
+}
+MGDEF int64_t mg_attn_block_tiles(const mg_attn_block *a) {
+    int64_t n = 0;
+    int qt;
+    for (qt = 0; qt * MG_ATTN_TILE < a->Tq; qt++) {
+        int64_t last = (int64_t)qt * MG_ATTN_TILE + MG_ATTN_TILE - 1;
+        n += mg__attn_key_tiles(a, a->q_pos0 + (last < a->Tq ? last : a->Tq - 1));
+    }
+    return n;
+}
+#ifdef __CUDACC__
+/* Opts a kernel into more than the default 48 KiB of dynamic shared memory (once per size). */
+#define MG__ATTN_SMEM_OPT_IN(kernel, bytes) do { \
+        static size_t granted_ = 48 * 1024; \
+        if ((bytes) > granted_) { \
+            MG_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)(bytes))); \
+            granted_ = (bytes); \
+        } \
+    } while (0)
+#endif
+MGDEF void mg_attn_block_forward(mg_ctx *ctx, const mg_attn_block *a, const mg_attn_view *o,
+                                 float *lse, int merge) {
+    mg__attn_geo ge = mg__attn_check_block(ctx, "mg_attn_block_forward", a);
+    if (!a->Tq) return;
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        size_t smem = mg__attn_smem(a->hd, 3, 1);
+        MG__ATTN_SMEM_OPT_IN(mg__k_attn_forward, smem);
+        MG_LAUNCH(mg__k_attn_forward, dim3((unsigned)ge.nqt, (unsigned)(a->B * a->n_head)),
+                  MG__ATTN_THREADS, smem, MG__STREAM(ctx), *a, ge.drop, ge.scale, *o, lse, merge);
+        MG_CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
+    mg__cpu_attn_forward(ctx, a, &ge, o, lse, merge);
+}
+MGDEF void mg_attn_delta(mg_ctx *ctx, float *delta, const mg_attn_block *a,
+                         const mg_attn_view *dout, const mg_attn_view *o) {
+    int64_t rows = (int64_t)a->B * a->n_head * a->Tq;
+    (void)mg__attn_check_block(ctx, "mg_attn_delta", a);
+    if (!rows) return;
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        MG_LAUNCH(mg__k_attn_delta, mg__cuda_row_grid((rows + 7) / 8), 256, 0, MG__STREAM(ctx),
+                  delta, *a, *dout, *o);
+        MG_CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
+    mg__cpu_attn_delta(ctx, delta, a, dout, o);
+}
+MGDEF void mg_attn_block_backward(mg_ctx *ctx, const mg_attn_block *a, const mg_attn_view *dout,
+                                  const float *lse, const float *delta, const mg_attn_view *dq,
+                                  const mg_attn_view *dk, const mg_attn_view *dv, int accumulate) {
+    mg__attn_geo ge = mg__attn_check_block(ctx, "mg_attn_block_backward", a);
+    if (!a->Tq || !a->Tk) return;
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        size_t smem_q = mg__attn_smem(a->hd, 4, 1), smem_kv = mg__attn_smem(a->hd, 4, 2);
+        MG__ATTN_SMEM_OPT_IN(mg__k_attn_backward_dq, smem_q);
+        MG__ATTN_SMEM_OPT_IN(mg__k_attn_backward_dkv, smem_kv);
+        MG_LAUNCH(mg__k_attn_backward_dq, dim3((unsigned)ge.nqt, (unsigned)(a->B * a->n_head)),
+                  MG__ATTN_THREADS, smem_q, MG__STREAM(ctx), *a, ge.drop, ge.scale, *dout, lse,
+                  delta, *dq, accumulate);
+        MG_CUDA_LAUNCH_CHECK();
+        MG_LAUNCH(mg__k_attn_backward_dkv, dim3((unsigned)ge.nkt, (unsigned)(a->B * a->n_group)),
+                  MG__ATTN_THREADS, smem_kv, MG__STREAM(ctx), *a, ge.drop, ge.scale, *dout, lse,
+                  delta, *dk, *dv, accumulate);
+        MG_CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
+    mg__cpu_attn_backward(ctx, a, &ge, dout, lse, delta, dq, dk, dv, accumulate);
+}
+/* The local attention as one block: the grouped qkv's views (query head j of group g at column
+   g·W + j·hd, the key at g·W + per·hd, the value after it) and out's (head h at h·hd). */
+static mg_attn_view mg__qkv_view(const mg_tensor *t, const mg__attn_dims *d, int64_t col) {
+    mg_attn_view v;
+    v.data = mg__at(t->data, t->dtype, col); v.dtype = t->dtype;
+    v.ld_t = d->ld; v.ld_b = d->ld / d->B; v.ld_g = d->W; v.ld_h = d->hd;
+    return v;
+}
+static mg_attn_view mg__heads_view(const mg_tensor *t, const mg__attn_dims *d) {
+    mg_attn_view v;
+    v.data = t->data; v.dtype = t->dtype;
+    v.ld_t = d->ldo; v.ld_b = d->ldo / d->B; v.ld_g = (int64_t)d->per * d->hd; v.ld_h = d->hd;
+    return v;
+}
+static mg_attn_block mg__local_block(const mg_tensor *qkv, const mg__attn_dims *d,
+                                     const mg_attn_dropout *drop) {
+    mg_attn_block a;
+    memset(&a, 0, sizeof a);
+    a.B = d->B; a.Tq = a.Tk = d->T; a.n_head = d->nh; a.n_group = d->ng; a.hd = d->hd;
+    a.q = mg__qkv_view(qkv, d, 0);
+    a.k = mg__qkv_view(qkv, d, (int64_t)d->per * d->hd);
+    a.v = mg__qkv_view(qkv, d, (int64_t)(d->per + 1) * d->hd);
+    a.T_global = d->T;
+    a.drop = drop;
+    return a;
+}
+MGDEF void mg_flash_attention_forward(mg_ctx *ctx, mg_tensor *out, mg_tensor *lse,
+                                      const mg_tensor *qkv, int B, int T, int n_head, int n_group,
+                                      const mg_attn_dropout *drop) {
+    const char *op = "mg_flash_attention_forward";
+    mg__attn_dims d = mg__check_attention(op, out, NULL, qkv, B, T, n_head, n_group, drop);
+    mg_attn_block a = mg__local_block(qkv, &d, drop);
+    mg_attn_view o = mg__heads_view(out, &d);
+    mg__check_lse(op, lse, &d);
+    mg_attn_block_forward(ctx, &a, &o, (float *)lse->data, 0);
+}
+MGDEF void mg_flash_attention_backward(mg_ctx *ctx, mg_tensor *dqkv, const mg_tensor *dout,
+                                       const mg_tensor *out, const mg_tensor *lse,
+                                       const mg_tensor *qkv, int B, int T, int n_head,
+                                       int n_group, const mg_attn_dropout *drop) {
+    const char *op = "mg_flash_attention_backward";
+    mg__attn_dims d = mg__check_attention(op, out, NULL, qkv, B, T, n_head, n_group, drop);
+    mg_attn_block a = mg__local_block(qkv, &d, drop);
+    mg_attn_view o = mg__heads_view(out, &d), dO, dq, dk, dv;
+    size_t mark = mg_arena_mark(ctx);
+    float *delta = (float *)mg_alloc(ctx, (size_t)B * n_head * T * sizeof(float));
+    mg__check_lse(op, lse, &d);
+    mg__check_2d(op, "dout", dout, mg_rows(out), mg_cols(out));
+    mg__check_same_dtype(op, out, dout);
+    mg__check_2d(op, "dqkv", dqkv, mg_rows(qkv), mg_cols(qkv));
+    mg__check_same_dtype(op, qkv, dqkv);
+    dO = mg__heads_view(dout, &d);
+    dq = mg__qkv_view(dqkv, &d, 0);
+    dk = mg__qkv_view(dqkv, &d, (int64_t)d.per * d.hd);
+    dv = mg__qkv_view(dqkv, &d, (int64_t)(d.per + 1) * d.hd);
+    mg_attn_delta(ctx, delta, &a, &dO, &o);
+    mg_attn_block_backward(ctx, &a, &dO, (const float *)lse->data, delta, &dq, &dk, &dv, 0);
+    mg_arena_release(ctx, mark);
 }
 
 /* --- rotary embedding, SwiGLU --------------------------------------------------------------- */

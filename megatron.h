@@ -189,6 +189,7 @@ typedef struct mg_gpt_layout {
     int recompute_granularity;   /* mg_recompute (0: none)                                      */
     int recompute_method;        /* mg_recompute_method (full only)                             */
     int recompute_num_layers;    /* N of the method (full only; 0 counts as 1)                  */
+    int attention_backend;       /* MG_ATTN_FLASH (0, the tiled attention) or MG_ATTN_UNFUSED  */
     int dtype;                   /* mg_dtype of the weights' working copy, the activations and
                                     their gradients: MG_F32, or MG_BF16 / MG_F16 for mixed
                                     precision (--bf16 / --fp16; master weights, gradients,
@@ -747,6 +748,7 @@ typedef struct mg_train_args {
     double hidden_dropout, attention_dropout;
     /* memory: activation recomputation (mg_recompute, mg_recompute_method)                  */
     int recompute_granularity, recompute_method;
+    int attention_backend;        /* --attention-backend: 0 auto, 1 flash, 2 unfused             */
     int64_t recompute_num_layers;
     /* mixed precision (switches) and fp16 loss scaling                                      */
     int bf16, fp16;
@@ -1564,6 +1566,7 @@ static void mg__plan_model(mg_gpt *m, mg_claim *p) {
     mg_tp_group tp;
     m->dtype = dt;
     lc = mg_gpt_layer_config(c, L->micro_batch, dt);
+    lc.attention_backend = L->attention_backend;
     tp.comm = L->comm;
     tp.rank = L->tp_rank;
     tp.size = L->tp_size;
@@ -1612,7 +1615,8 @@ static void mg__plan_model(mg_gpt *m, mg_claim *p) {
     /* recomputation scratch, then the recomputed layers point into it */
     for (k = 0; k < m->n_recompute_layers; k++)
         mg_layer_acts_claim(&m->tf, p, &m->recompute_layers[k], 1, 1, 1, 0);
-    if (L->recompute_granularity == MG_RECOMPUTE_SELECTIVE)
+    if (L->recompute_granularity == MG_RECOMPUTE_SELECTIVE &&
+        m->tf.cfg.attention_backend == MG_ATTN_UNFUSED)
         m->recompute_att = mg_claim_tensor(p, dt, B, nh, T, T);
     for (ch = 0; ch < L->n_chunks; ch++) {
         int nl = L->chunks[ch].layer_end - L->chunks[ch].layer_begin;
@@ -3716,6 +3720,11 @@ static const mg__flag mg__flags[] = {
      "after the iteration that ends past M minutes of wall time: save (with --save), exit 0"},
     {"--exit-interval", MG__F_INT, MG__OFF(exit_interval), "N", 1, MG__BIG,
      "after an iteration that is a multiple of N: save (with --save), exit 0"},
+    {"--attention-backend", MG__F_CHOICE, MG__OFF(attention_backend), "auto|flash|unfused", 0,
+     0, "the attention core: flash — tiled over 32×32 blocks with an online softmax, keeping "
+     "one log-sum-exp per query instead of the T×T probabilities (memory O(T)); unfused — "
+     "scores, softmax and ·V as separate steps through [B, heads, T, T] buffers; auto is flash "
+     "(default auto)"},
     {"--recompute-granularity", MG__F_CHOICE, MG__OFF(recompute_granularity),
      "none|selective|full", 0, 0, "selective: recompute the attention core (scores, softmax, "
      "dropout, ·V) in the backward instead of storing the attention probabilities; full: "
@@ -5476,6 +5485,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     layout.recompute_granularity = a->recompute_granularity;
     layout.recompute_method = a->recompute_method;
     layout.recompute_num_layers = (int)a->recompute_num_layers;
+    layout.attention_backend = a->attention_backend == 2 ? MG_ATTN_UNFUSED : MG_ATTN_FLASH;
     layout.dtype = a->bf16 ? MG_BF16 : a->fp16 ? MG_F16 : MG_F32;
     /* ZeRO-1 with mixed precision: each replica keeps 1/d of the fp32 master weights */
     layout.shard_master = layout.dtype != MG_F32 && a->use_distributed_optimizer &&

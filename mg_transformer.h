@@ -119,7 +119,12 @@ typedef struct mg_layer_config {
        Masks: mg_dropout_key(dropout_seed, site, global microbatch) at global coordinates.    */
     float hidden_dropout, attention_dropout;
     uint64_t dropout_seed;
+    /* the attention core (--attention-backend): MG_ATTN_FLASH, the tiled attention of
+       mg_flash_attention_* (keeps a log-sum-exp per row; its backward recomputes the
+       probabilities tile by tile), or MG_ATTN_UNFUSED (keeps the [B, nh/t, T, T] probabilities) */
+    int attention_backend;
 } mg_layer_config;
+enum { MG_ATTN_FLASH = 0, MG_ATTN_UNFUSED = 1 };
 
 /* One rank's share of the layers: the configuration, the tensor group, where this rank's
    residual-stream rows sit, and the scratch every forward and backward shares (one
@@ -138,8 +143,9 @@ typedef struct mg_transformer {
     mg_tensor full_a;         /* [N, C] sp: the all-gathered layernorm output                   */
     mg_tensor full_b;         /* [N, C] row-parallel partial output (sp), gathered gradient
                                  (sp), and the partial input gradient of column-parallel layers */
-    mg_tensor dCt, d3C, d4C, datt; /* [N,Q/t] [N,QKV/t] [N,F/t] [B,nh/t,T,T] with Q = nh·hd and
-                                 QKV = (nh + 2·ng)·hd the widths of attention and of qkv     */
+    mg_tensor dCt, d3C, d4C;  /* [N,Q/t] [N,QKV/t] [N,F/t] with Q = nh·hd and QKV = (nh + 2·ng)·hd
+                                 the widths of attention and of qkv                          */
+    mg_tensor datt;           /* [B, nh/t, T, T] the unfused attention's probability gradient   */
     mg_tensor dgate;          /* [N, F/t] SwiGLU: the gate's output gradient                    */
     float *rope_cs;           /* rope: device [T, rot_dim/2, 2] cos/sin table (mg_rope_table)  */
 } mg_transformer;
@@ -219,7 +225,9 @@ typedef struct mg_layer_acts {
     mg_tensor ln1;            /* [n, C]      input layernorm output                            */
     float *ln1_mean, *ln1_rstd; /* [n]                                                         */
     mg_tensor qkv;            /* [N, 3C/t]   per head [q k v]                                  */
-    mg_tensor att;            /* [B, nh/t, T, T] attention probabilities (before dropout)     */
+    mg_tensor att;            /* unfused: [B, nh/t, T, T] attention probabilities (before
+                                 dropout)                                                      */
+    mg_tensor lse;            /* flash: [B, nh/t, T] fp32 log-sum-exp of each query's scores   */
     mg_tensor atty;           /* [N, C/t]    attention output before the projection            */
     mg_tensor resid_mid;      /* [n, C]      residual stream after the attention block         */
     mg_tensor ln2;            /* [n, C]                                                         */
@@ -236,7 +244,9 @@ typedef struct mg_layer_acts {
 } mg_layer_acts;
 
 /* Claims one layer's activations: everything (own_all) or — for a layer whose attention core
-   is recomputed (own_att 0) — everything but the probabilities; `out` alone (own_out) for
+   is recomputed (own_att 0) — everything but the unfused attention's probabilities (the flash
+   backend's log-sum-exps are always kept: its backward recomputes the probabilities from
+   them, so selective recomputation has nothing more to do); `out` alone (own_out) for
    the last layer of a full-recomputation group; the four output gradients with douts (a
    split backward).                                                                         */
 MGDEF void mg_layer_acts_claim(const mg_transformer *tf, mg_claim *c, mg_layer_acts *la,
@@ -377,7 +387,8 @@ MGDEF void mg_transformer_claim_scratch(mg_transformer *tf, mg_claim *c) {
     tf->dCt = mg_claim_tensor(c, dt, w.N, w.q, 0, 0);
     tf->d3C = mg_claim_tensor(c, dt, w.N, w.qkv, 0, 0);
     tf->d4C = mg_claim_tensor(c, dt, w.N, w.f, 0, 0);
-    tf->datt = mg_claim_tensor(c, dt, w.B, w.nh, w.T, w.T);
+    if (tf->cfg.attention_backend == MG_ATTN_UNFUSED)
+        tf->datt = mg_claim_tensor(c, dt, w.B, w.nh, w.T, w.T);
     if (tf->cfg.swiglu) tf->dgate = mg_claim_tensor(c, dt, w.N, w.f, 0, 0);
     if (tf->cfg.rope) {   /* the table, computed once on the host */
         size_t n = (size_t)w.T * (size_t)tf->cfg.rot_dim;
@@ -401,7 +412,10 @@ MGDEF void mg_layer_acts_claim(const mg_transformer *tf, mg_claim *c, mg_layer_a
         la->ln1_mean = mg_claim_f32(c, w.n);
         la->ln1_rstd = mg_claim_f32(c, w.n);
         la->qkv = mg_claim_tensor(c, dt, w.N, w.qkv, 0, 0);
-        if (own_att) la->att = mg_claim_tensor(c, dt, w.B, w.nh, w.T, w.T);
+        if (tf->cfg.attention_backend == MG_ATTN_FLASH)
+            la->lse = mg_claim_tensor(c, MG_F32, w.B, w.nh, w.T, 0);
+        else if (own_att)
+            la->att = mg_claim_tensor(c, dt, w.B, w.nh, w.T, w.T);
         la->atty = mg_claim_tensor(c, dt, w.N, w.q, 0, 0);
         la->resid_mid = mg_claim_tensor(c, dt, w.n, w.C, 0, 0);
         la->ln2 = mg_claim_tensor(c, dt, w.n, w.C, 0, 0);
@@ -550,8 +564,12 @@ MGDEF void mg_transformer_layer_forward(mg_transformer *tf, const mg_layer_id *i
     if (k->rope)
         mg_rope_forward(ctx, &la->qkv, (int)d.B, (int)d.nh, (int)d.ng, k->rot_dim, 0,
                         tf->rope_cs);
-    mg_attention_forward_gqa(ctx, &la->atty, &la->att, &la->qkv, (int)d.B, (int)d.T,
-                             (int)d.nh, (int)d.ng, mg__layer_attn_dropout(tf, id, &adrop));
+    if (k->attention_backend == MG_ATTN_FLASH)
+        mg_flash_attention_forward(ctx, &la->atty, &la->lse, &la->qkv, (int)d.B, (int)d.T,
+                                   (int)d.nh, (int)d.ng, mg__layer_attn_dropout(tf, id, &adrop));
+    else
+        mg_attention_forward_gqa(ctx, &la->atty, &la->att, &la->qkv, (int)d.B, (int)d.T,
+                                 (int)d.nh, (int)d.ng, mg__layer_attn_dropout(tf, id, &adrop));
     mg_row_parallel_linear_forward(tf, &la->resid_mid, &la->atty, &w[MG_PROJ_W],
                                    mg__opt(&w[MG_PROJ_B]));
     mg_transformer_dropout(tf, id, &la->resid_mid, MG_SITE_ATTN_OUT(id->layer));
@@ -583,10 +601,10 @@ MGDEF void mg_transformer_layer_forward(mg_transformer *tf, const mg_layer_id *i
    Each linear's backward is its input half then its weight half. With defer_w the weight
    halves are left for mg_transformer_layer_backward_weight: the output gradient each needs is
    written to (or, for the two row-parallel ones, copied into) la->dout_* instead of the
-   shared scratch. Selective recomputation: the attention probabilities are recomputed from
-   the stored (rotated) qkv, with the same dropout key, just before the attention backward;
-   the recomputed attention output is not needed (atty was kept) and lands in the dCt
-   scratch, overwritten next.                                                                */
+   shared scratch. Selective recomputation (unfused attention): the attention probabilities
+   are recomputed from the stored (rotated) qkv, with the same dropout key, just before the
+   attention backward; the recomputed attention output is not needed (atty was kept) and lands
+   in the dCt scratch, overwritten next. The flash backward recomputes them anyway.          */
 MGDEF void mg_transformer_layer_backward(mg_transformer *tf, const mg_layer_id *id,
                                          const mg_tensor *w, mg_tensor *g, mg_layer_acts *la,
                                          const mg_tensor *x, int selective, int defer_w) {
@@ -622,16 +640,21 @@ MGDEF void mg_transformer_layer_backward(mg_transformer *tf, const mg_layer_id *
     mg_norm_backward(ctx, &k->norm, &tf->dresid, &g[MG_LN2_W], mg__opt_g(&g[MG_LN2_B]), dln,
                      &la->resid_mid, &w[MG_LN2_W], la->ln2_mean, la->ln2_rstd, 1);
     /* attention block */
-    if (selective)
+    if (selective && k->attention_backend == MG_ATTN_UNFUSED)
         mg_attention_forward_gqa(ctx, &tf->dCt, &la->att, &la->qkv, (int)d.B, (int)d.T,
                                  (int)d.nh, (int)d.ng, mg__layer_attn_dropout(tf, id, &adrop));
     g_out = mg_transformer_dropout_grad(tf, id, &tf->dresid, MG_SITE_ATTN_OUT(id->layer));
     mg_row_parallel_linear_backward(tf, &tf->dCt, g_out, &la->atty, &w[MG_PROJ_W],
                                     defer_w ? NULL : &g[MG_PROJ_W], mg__opt_g(&g[MG_PROJ_B]),
                                     defer_w ? &la->dout_proj : NULL);
-    mg_attention_backward_gqa(ctx, d_qkv, &tf->datt, &tf->dCt, &la->qkv, &la->att, (int)d.B,
-                              (int)d.T, (int)d.nh, (int)d.ng,
-                              mg__layer_attn_dropout(tf, id, &adrop));
+    if (k->attention_backend == MG_ATTN_FLASH)
+        mg_flash_attention_backward(ctx, d_qkv, &tf->dCt, &la->atty, &la->lse, &la->qkv,
+                                    (int)d.B, (int)d.T, (int)d.nh, (int)d.ng,
+                                    mg__layer_attn_dropout(tf, id, &adrop));
+    else
+        mg_attention_backward_gqa(ctx, d_qkv, &tf->datt, &tf->dCt, &la->qkv, &la->att, (int)d.B,
+                                  (int)d.T, (int)d.nh, (int)d.ng,
+                                  mg__layer_attn_dropout(tf, id, &adrop));
     if (k->rope)
         mg_rope_backward(ctx, d_qkv, (int)d.B, (int)d.nh, (int)d.ng, k->rot_dim, 0,
                          tf->rope_cs);

@@ -1731,9 +1731,11 @@ static void mg__cpu_causal_softmax_backward(mg_ctx *ctx, const mg_tensor *datt,
 /* --- tiled attention: the CPU twin of the CUDA kernels ---------------------------------------
    The same tiles in the same order as mg__k_attn_*: a task is one kernel block (a query tile of
    one head, or a key tile of one group); inside it, a score tile S (or P and dS) first, then the
-   row updates, then the products with the value/key rows. OpenMP runs the tasks (dynamic: the
-   causal tiles differ in work), each in per-thread fp32 scratch (16-bit rows are widened on
-   load, as the kernels widen them into shared memory).                                      */
+   row updates, then the products with the value/key rows. The tile products are small
+   row-major sgemms on the calling thread (OpenBLAS runs single-threaded under our OpenMP), each
+   adding its tile's sum to the accumulator once, as the kernels add each tile's part once.
+   OpenMP runs the tasks (dynamic: the causal tiles differ in work), each in per-thread fp32
+   scratch (16-bit rows are widened on load, as the kernels widen them into shared memory).  */
 typedef struct mg__attn_geo {
     int TL, hd, per, nqt, nkt;      /* tile, head dim, query heads per group, tiles of q and k */
     float scale;
@@ -1760,18 +1762,12 @@ static void mg__cpu_attn_store(const mg_attn_view *v, int64_t t0, int n, int b, 
         }
     }
 }
-static float mg__cpu_dot(const float *a, const float *b, int n) {
-    float s = 0.0f;
-    int d;
-    #pragma omp simd reduction(+ : s)
-    for (d = 0; d < n; d++) s += a[d] * b[d];
-    return s;
-}
-/* y[0..n) += a·x[0..n) */
-static void mg__cpu_axpy_row(float *y, float a, const float *x, int n) {
-    int d;
-    #pragma omp simd
-    for (d = 0; d < n; d++) y[d] += a * x[d];
+/* Row-major C[M×N] = alpha·op(A)·op(B) + beta·C of one tile (ta/tb: A or B transposed). */
+static void mg__cpu_tile_mm(int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                            int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M > 0 && N > 0 && K > 0)
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 /* Key tiles a query tile whose last row is at position q_last sees (tiles past it skipped). */
 static int mg__attn_key_tiles(const mg_attn_block *a, int64_t q_last) {
@@ -1791,7 +1787,7 @@ static void mg__cpu_attn_fwd_task(const mg_attn_block *a, const mg__attn_geo *ge
                                   int qt, float *ws, const mg_attn_view *o, float *lse, int merge) {
     const int TL = ge->TL, hd = ge->hd, g = h / ge->per, j = h % ge->per;
     float *Q = ws, *K = Q + TL * hd, *V = K + TL * hd, *acc = V + TL * hd, *S = acc + TL * hd;
-    float *m = S + TL * TL, *l = m + TL, *part = l + TL;
+    float *m = S + TL * TL, *l = m + TL;
     int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a->n_head + h) * a->Tq + t0;
     int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL), nkt, kt, i, c;
     mg__cpu_attn_load(Q, &a->q, t0, nq, b, g, j, hd);
@@ -1803,29 +1799,25 @@ static void mg__cpu_attn_fwd_task(const mg_attn_block *a, const mg__attn_geo *ge
         int nk = (int)(a->Tk - s0 < TL ? a->Tk - s0 : TL);
         mg__cpu_attn_load(K, &a->k, s0, nk, b, g, 0, hd);
         mg__cpu_attn_load(V, &a->v, s0, nk, b, g, 0, hd);
-        for (i = 0; i < nq; i++) {     /* S = scale·Q·Kᵀ over the visible part of each row */
-            int nv = mg__attn_visible(a->q_pos0 + t0 + i, kpos, nk);
-            for (c = 0; c < nv; c++) S[i * TL + c] = ge->scale * mg__cpu_dot(Q + (size_t)i * hd, K + (size_t)c * hd, hd);
-        }
-        for (i = 0; i < nq; i++) {     /* rescale the row, add this tile's exp(s − m)·v */
+        mg__cpu_tile_mm(0, 1, nq, nk, hd, ge->scale, Q, hd, K, hd, 0.0f, S, TL);  /* S = scale·Q·Kᵀ */
+        for (i = 0; i < nq; i++) {     /* online softmax of the row's visible part; P over S */
             int64_t qpos = a->q_pos0 + t0 + i;
             int nv = mg__attn_visible(qpos, kpos, nk);
             float mx = m[i], sum = 0.0f, alpha, *Si = S + i * TL, *acc_i = acc + (size_t)i * hd;
-            if (!nv) continue;
             for (c = 0; c < nv; c++) mx = Si[c] > mx ? Si[c] : mx;
-            alpha = m[i] == -INFINITY ? 0.0f : mg__exp(m[i] - mx);
-            for (c = 0; c < nv; c++) {
-                float p = mg__exp(Si[c] - mx);
-                sum += p;
-                Si[c] = mg__attn_drop(&ge->drop, b, h, qpos, kpos + c, p);
-            }
+            alpha = !nv ? 1.0f : m[i] == -INFINITY ? 0.0f : mg__exp(m[i] - mx);
+            #pragma omp simd reduction(+ : sum)
+            for (c = 0; c < nv; c++) { Si[c] = mg__exp(Si[c] - mx); sum += Si[c]; }
+            if (ge->drop.on)
+                for (c = 0; c < nv; c++) Si[c] = mg__attn_drop(&ge->drop, b, h, qpos, kpos + c, Si[c]);
+            for (c = nv; c < nk; c++) Si[c] = 0.0f;
+            if (!nv) continue;
             l[i] = l[i] * alpha + sum;
             m[i] = mx;
-            /* the tile's part first, then one rescaled add: 32-term sums, not T-term ones */
-            memset(part, 0, (size_t)hd * sizeof(float));
-            for (c = 0; c < nv; c++) mg__cpu_axpy_row(part, Si[c], V + (size_t)c * hd, hd);
-            for (c = 0; c < hd; c++) acc_i[c] = acc_i[c] * alpha + part[c];
+            if (alpha != 1.0f)
+                for (c = 0; c < hd; c++) acc_i[c] *= alpha;
         }
+        mg__cpu_tile_mm(0, 0, nq, hd, nk, 1.0f, S, TL, V, hd, 1.0f, acc, hd);     /* acc += P·V */
     }
     for (i = 0; i < nq; i++) {         /* o = acc/l (merged), lse */
         float w_new, w_old, *acc_i = acc + (size_t)i * hd;
@@ -1852,16 +1844,31 @@ static void mg__cpu_attn_delta(mg_ctx *ctx, float *delta, const mg_attn_block *a
         delta[r] = s;
     }
 }
-/* One entry of the backward's recomputed tile: P = exp(S − lse), its dropped value pd = D(P)
-   and dS = P·(D'(dO·v) − Δ). */
-static float mg__cpu_attn_ds(const mg_attn_block *a, const mg__attn_geo *ge, int b, int h,
-                             int64_t qpos, int64_t kpos, const float *q, const float *dO,
-                             const float *k, const float *v, float lse, float delta, float *pd) {
-    float p = mg__exp(ge->scale * mg__cpu_dot(q, k, ge->hd) - lse);
-    float dp = mg__attn_drop(&ge->drop, b, h, qpos, kpos, mg__cpu_dot(dO, v, ge->hd));
-    (void)a;
-    *pd = mg__attn_drop(&ge->drop, b, h, qpos, kpos, p);
-    return p * (dp - delta);
+/* The backward's recomputed tile of query rows t0… against key tile kpos…: from S = scale·QKᵀ
+   and dP = dO·Vᵀ (in S and dS), P = exp(S − lse) → pd = D(P) (into P, if given) and
+   dS = P·(D'(dP) − Δ); entries a row does not see are 0. */
+static void mg__cpu_attn_ds_tile(const mg_attn_block *a, const mg__attn_geo *ge, int b, int h,
+                                 int64_t t0, int nq, int64_t kpos, int nk, const float *lse,
+                                 const float *delta, float *S, float *dS, float *P) {
+    int TL = ge->TL, i, c;
+    for (i = 0; i < nq; i++) {
+        int64_t qpos = a->q_pos0 + t0 + i;
+        int nv = mg__attn_visible(qpos, kpos, nk);
+        float li = lse[i], di = delta[i], *Si = S + i * TL, *dSi = dS + i * TL;
+        #pragma omp simd
+        for (c = 0; c < nv; c++) Si[c] = mg__exp(Si[c] - li);
+        if (ge->drop.on)
+            for (c = 0; c < nv; c++) {
+                dSi[c] = Si[c] * (mg__attn_drop(&ge->drop, b, h, qpos, kpos + c, dSi[c]) - di);
+                if (P) P[i * TL + c] = mg__attn_drop(&ge->drop, b, h, qpos, kpos + c, Si[c]);
+            }
+        else {
+            #pragma omp simd
+            for (c = 0; c < nv; c++) dSi[c] = Si[c] * (dSi[c] - di);
+            if (P) memcpy(P + i * TL, Si, (size_t)nv * sizeof(float));
+        }
+        for (c = nv; c < nk; c++) { dSi[c] = 0.0f; if (P) P[i * TL + c] = 0.0f; }
+    }
 }
 /* dQ task (b, h, query tile qt): dQ_i = scale·Σ_s dS_is·K_s over the visible key tiles. */
 static void mg__cpu_attn_dq_task(const mg_attn_block *a, const mg__attn_geo *ge, int b, int h,
@@ -1869,9 +1876,9 @@ static void mg__cpu_attn_dq_task(const mg_attn_block *a, const mg__attn_geo *ge,
                                  const float *delta, const mg_attn_view *dq, int accumulate) {
     const int TL = ge->TL, hd = ge->hd, g = h / ge->per, j = h % ge->per;
     float *Q = ws, *dO = Q + TL * hd, *K = dO + TL * hd, *V = K + TL * hd, *acc = V + TL * hd;
-    float *dS = acc + TL * hd, *part = dS + TL * TL, pd;
+    float *S = acc + TL * hd, *dS = S + TL * TL;
     int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a->n_head + h) * a->Tq + t0;
-    int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL), nkt, kt, i, c;
+    int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL), nkt, kt;
     mg__cpu_attn_load(Q, &a->q, t0, nq, b, g, j, hd);
     mg__cpu_attn_load(dO, dout, t0, nq, b, g, j, hd);
     memset(acc, 0, (size_t)TL * hd * sizeof(float));
@@ -1881,20 +1888,10 @@ static void mg__cpu_attn_dq_task(const mg_attn_block *a, const mg__attn_geo *ge,
         int nk = (int)(a->Tk - s0 < TL ? a->Tk - s0 : TL);
         mg__cpu_attn_load(K, &a->k, s0, nk, b, g, 0, hd);
         mg__cpu_attn_load(V, &a->v, s0, nk, b, g, 0, hd);
-        for (i = 0; i < nq; i++) {
-            int64_t qpos = a->q_pos0 + t0 + i;
-            int nv = mg__attn_visible(qpos, kpos, nk);
-            for (c = 0; c < nv; c++)
-                dS[i * TL + c] = mg__cpu_attn_ds(a, ge, b, h, qpos, kpos + c, Q + (size_t)i * hd,
-                                                 dO + (size_t)i * hd, K + (size_t)c * hd,
-                                                 V + (size_t)c * hd, lse[row0 + i], delta[row0 + i], &pd);
-        }
-        for (i = 0; i < nq; i++) {     /* a tile's part, then one add (as the forward) */
-            int nv = mg__attn_visible(a->q_pos0 + t0 + i, kpos, nk);
-            memset(part, 0, (size_t)hd * sizeof(float));
-            for (c = 0; c < nv; c++) mg__cpu_axpy_row(part, dS[i * TL + c], K + (size_t)c * hd, hd);
-            mg__cpu_axpy_row(acc + (size_t)i * hd, 1.0f, part, hd);
-        }
+        mg__cpu_tile_mm(0, 1, nq, nk, hd, ge->scale, Q, hd, K, hd, 0.0f, S, TL);
+        mg__cpu_tile_mm(0, 1, nq, nk, hd, 1.0f, dO, hd, V, hd, 0.0f, dS, TL);
+        mg__cpu_attn_ds_tile(a, ge, b, h, t0, nq, kpos, nk, lse + row0, delta + row0, S, dS, NULL);
+        mg__cpu_tile_mm(0, 0, nq, hd, nk, 1.0f, dS, TL, K, hd, 1.0f, acc, hd);    /* += dS·K */
     }
     mg__cpu_attn_store(dq, t0, nq, b, g, j, hd, acc, ge->scale, accumulate);
 }
@@ -1906,10 +1903,9 @@ static void mg__cpu_attn_dkv_task(const mg_attn_block *a, const mg__attn_geo *ge
                                   int accumulate) {
     const int TL = ge->TL, hd = ge->hd;
     float *K = ws, *V = K + TL * hd, *Q = V + TL * hd, *dO = Q + TL * hd, *dKa = dO + TL * hd;
-    float *dVa = dKa + TL * hd, *P = dVa + TL * hd, *dS = P + TL * TL, *pk = dS + TL * TL;
-    float *pv = pk + hd;
+    float *dVa = dKa + TL * hd, *S = dVa + TL * hd, *dS = S + TL * TL, *P = dS + TL * TL;
     int64_t s0 = (int64_t)kt * TL, kpos = a->k_pos0 + s0;
-    int nk = (int)(a->Tk - s0 < TL ? a->Tk - s0 : TL), j, qt, i, c;
+    int nk = (int)(a->Tk - s0 < TL ? a->Tk - s0 : TL), j, qt;
     mg__cpu_attn_load(K, &a->k, s0, nk, b, g, 0, hd);
     mg__cpu_attn_load(V, &a->v, s0, nk, b, g, 0, hd);
     memset(dKa, 0, (size_t)2 * TL * hd * sizeof(float));
@@ -1920,25 +1916,11 @@ static void mg__cpu_attn_dkv_task(const mg_attn_block *a, const mg__attn_geo *ge
             int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL);
             mg__cpu_attn_load(Q, &a->q, t0, nq, b, g, j, hd);
             mg__cpu_attn_load(dO, dout, t0, nq, b, g, j, hd);
-            for (i = 0; i < nq; i++) {
-                int64_t qpos = a->q_pos0 + t0 + i;
-                int nv = mg__attn_visible(qpos, kpos, nk);
-                for (c = 0; c < TL; c++) P[i * TL + c] = dS[i * TL + c] = 0.0f;
-                for (c = 0; c < nv; c++)
-                    dS[i * TL + c] = mg__cpu_attn_ds(a, ge, b, h, qpos, kpos + c, Q + (size_t)i * hd,
-                                                     dO + (size_t)i * hd, K + (size_t)c * hd,
-                                                     V + (size_t)c * hd, lse[row0 + i],
-                                                     delta[row0 + i], &P[i * TL + c]);
-            }
-            for (c = 0; c < nk; c++) {    /* the query tile's part, then one add */
-                memset(pk, 0, (size_t)2 * hd * sizeof(float));
-                for (i = 0; i < nq; i++) {
-                    if (P[i * TL + c] != 0.0f) mg__cpu_axpy_row(pv, P[i * TL + c], dO + (size_t)i * hd, hd);
-                    if (dS[i * TL + c] != 0.0f) mg__cpu_axpy_row(pk, dS[i * TL + c], Q + (size_t)i * hd, hd);
-                }
-                mg__cpu_axpy_row(dKa + (size_t)c * hd, 1.0f, pk, hd);
-                mg__cpu_axpy_row(dVa + (size_t)c * hd, 1.0f, pv, hd);
-            }
+            mg__cpu_tile_mm(0, 1, nq, nk, hd, ge->scale, Q, hd, K, hd, 0.0f, S, TL);
+            mg__cpu_tile_mm(0, 1, nq, nk, hd, 1.0f, dO, hd, V, hd, 0.0f, dS, TL);
+            mg__cpu_attn_ds_tile(a, ge, b, h, t0, nq, kpos, nk, lse + row0, delta + row0, S, dS, P);
+            mg__cpu_tile_mm(1, 0, nk, hd, nq, 1.0f, P, TL, dO, hd, 1.0f, dVa, hd);  /* += D(P)ᵀ·dO */
+            mg__cpu_tile_mm(1, 0, nk, hd, nq, 1.0f, dS, TL, Q, hd, 1.0f, dKa, hd);  /* += dSᵀ·Q */
         }
     }
     mg__cpu_attn_store(dk, s0, nk, b, g, 0, hd, dKa, ge->scale, accumulate);
@@ -1947,7 +1929,7 @@ static void mg__cpu_attn_dkv_task(const mg_attn_block *a, const mg__attn_geo *ge
 static void mg__cpu_attn_forward(mg_ctx *ctx, const mg_attn_block *a, const mg__attn_geo *ge,
                                  const mg_attn_view *o, float *lse, int merge) {
     int64_t n = (int64_t)a->B * a->n_head * ge->nqt, task;
-    size_t ws_floats = (size_t)4 * ge->TL * ge->hd + (size_t)ge->TL * ge->TL + 2 * (size_t)ge->TL + ge->hd;
+    size_t ws_floats = (size_t)4 * ge->TL * ge->hd + (size_t)ge->TL * ge->TL + 2 * (size_t)ge->TL;
     size_t mark = mg_arena_mark(ctx);
     float *ws = mg__cpu_scratch(ctx, 1, ws_floats);
     #pragma omp parallel for num_threads(ctx->n_threads) schedule(dynamic)
@@ -1961,7 +1943,7 @@ static void mg__cpu_attn_backward(mg_ctx *ctx, const mg_attn_block *a, const mg_
                                   const mg_attn_view *dq, const mg_attn_view *dk,
                                   const mg_attn_view *dv, int accumulate) {
     int64_t nq = (int64_t)a->B * a->n_head * ge->nqt, nk = (int64_t)a->B * a->n_group * ge->nkt, task;
-    size_t ws_floats = (size_t)6 * ge->TL * ge->hd + (size_t)2 * ge->TL * ge->TL + 2 * (size_t)ge->hd;
+    size_t ws_floats = (size_t)6 * ge->TL * ge->hd + (size_t)3 * ge->TL * ge->TL;
     size_t mark = mg_arena_mark(ctx);
     float *ws = mg__cpu_scratch(ctx, 1, ws_floats);
     #pragma omp parallel for num_threads(ctx->n_threads) schedule(dynamic)

@@ -651,6 +651,9 @@ MG_HD static inline float mg_rand_normal(uint64_t key, uint64_t index) {
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>   /* nvcuda::wmma: the tiled attention's tensor-core forward */
 #endif
 
 /* =============================================================================================
@@ -1098,6 +1101,11 @@ MG_HD static inline float mg__attn_drop(const mg__attn_drop_k *k, int b, int h, 
                                         int64_t kpos, float x) {
     uint64_t gi = mg__attn_drop_index((int64_t)b * k->nh_total + k->bh0 + h, k->T_g, qpos, kpos);
     return k->on ? mg__dropout(x, mg_rand_u32(k->key, gi), k->threshold, k->scale) : x;
+}
+/* A probability as the 16-bit products take it: rounded to the storage type (fp32: as is). */
+MG_HD static inline float mg__attn_round(float p, mg_dtype dt) {
+    return dt == MG_BF16 ? mg_bf16_to_f32(mg_f32_to_bf16(p)) :
+           dt == MG_F16 ? mg_f16_to_f32(mg_f32_to_f16(p)) : p;
 }
 /* End of a query row's online softmax: o = acc/l and lse = m + log l (−inf, o = 0, for a row
    that saw no key), merged with an earlier (o_old, lse_old) when merge: the weights
@@ -1810,6 +1818,8 @@ static void mg__cpu_attn_fwd_task(const mg_attn_block *a, const mg__attn_geo *ge
             for (c = 0; c < nv; c++) { Si[c] = mg__exp(Si[c] - mx); sum += Si[c]; }
             if (ge->drop.on)
                 for (c = 0; c < nv; c++) Si[c] = mg__attn_drop(&ge->drop, b, h, qpos, kpos + c, Si[c]);
+            if (a->q.dtype != MG_F32)   /* 16-bit: P·V takes P in the storage type */
+                for (c = 0; c < nv; c++) Si[c] = mg__attn_round(Si[c], a->q.dtype);
             for (c = nv; c < nk; c++) Si[c] = 0.0f;
             if (!nv) continue;
             l[i] = l[i] * alpha + sum;
@@ -2323,7 +2333,7 @@ static __global__ void mg__k_causal_softmax_backward(void *datt, mg_dtype dd, co
 #ifdef MG_CUDA_EMU
 #define MG__DYN_SHARED(T, name) MG_EMU_EXTERN_SHARED(T, name)
 #else
-#define MG__DYN_SHARED(T, name) extern __shared__ T name[]
+#define MG__DYN_SHARED(T, name) extern __shared__ __align__(128) T name[]
 #endif
 /* rows [t0, t0 + n) of a view into shared fp32 rows of stride ld (all threads of the block) */
 __device__ static void mg__attn_load_tile(float *dst, int ld, const mg_attn_view v, int64_t t0,
@@ -2391,7 +2401,8 @@ static __global__ void mg__k_attn_forward(mg_attn_block a, mg__attn_drop_k dk, f
             p = lane < nv ? mg__exp(s - mx) : 0.0f;
             l[r] = l[r] * alpha + mg__warp_sum(p);
             m[r] = mx;
-            if (lane < nv) S[i * (TL + 1) + lane] = mg__attn_drop(&dk, b, h, qpos, kpos + lane, p);
+            if (lane < nv)
+                S[i * (TL + 1) + lane] = mg__attn_round(mg__attn_drop(&dk, b, h, qpos, kpos + lane, p), a.q.dtype);
             __syncwarp();
             for (u = 0; u < MG__ATTN_DPL; u++) {   /* the tile's part, then one add */
                 int d = lane + 32 * u;
@@ -2418,6 +2429,111 @@ static __global__ void mg__k_attn_forward(mg_attn_block a, mg__attn_drop_k dk, f
         __syncwarp();                            /* every lane has read the old lse */
         if (lane == 0) lse[row0 + i] = lse_i;
     }
+}
+/* The forward on tensor cores (bf16/fp16 storage, hd a multiple of 16; sm_80+): the same tiles,
+   order and online softmax as mg__k_attn_forward, with the two products on WMMA 16×16×16
+   fragments — S = Q·Kᵀ (each warp one 16×16 block of the 32×32 tile, hd/16 steps) and
+   acc += P·V (each warp blocks of the 32×hd accumulator, read from and written back to shared
+   memory so that the softmax's per-row rescaling can touch it) — inputs in the storage type,
+   fp32 accumulation; P is rounded to the storage type for its product, as in every backend's
+   16-bit path. Shared: Q, K, V rows of hd + 8 16-bit values (32-byte aligned 16-row blocks),
+   P 32 × 40, S 32 × 36 fp32, the accumulator 32 × (hd + 4) fp32. Per tile pair: 4·32²·hd FLOPs
+   on tensor cores, 2·32·hd·2 bytes of K/V loaded.                                            */
+template <class T>
+static __global__ void mg__k_attn_forward_tc(mg_attn_block a, mg__attn_drop_k dk, float scale,
+                                             mg_attn_view o, float *lse, int merge) {
+    MG__DYN_SHARED(float, sm);
+    const int TL = MG_ATTN_TILE, hd = a.hd, ldh = hd + 8, ldp = TL + 8, lds = TL + 4, lda = hd + 4;
+    const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int b = blockIdx.y / a.n_head, h = blockIdx.y % a.n_head, g = h / per, j = h % per;
+    int64_t t0 = (int64_t)blockIdx.x * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
+    int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL), nkt, kt, r, e, blk;
+    uint16_t *Qs = (uint16_t *)sm, *Ks = Qs + TL * ldh, *Vs = Ks + TL * ldh, *Ps = Vs + TL * ldh;
+    float *S = (float *)(Ps + TL * ldp), *acc = S + TL * lds;
+    float m[MG__ATTN_RPW], l[MG__ATTN_RPW];
+    int64_t q_last = a.q_pos0 + t0 + nq - 1, nkey = q_last - a.k_pos0 + 1;
+    /* 16-bit rows straight from storage (the storage type is T's), zero past the tile's end */
+    #define MG__TC_LOAD(dst, v, base, n, gg, jj) \
+        for (e = threadIdx.x; e < TL * hd; e += blockDim.x) \
+            dst[(e / hd) * ldh + e % hd] = e / hd < (n) ? \
+                ((const uint16_t *)(v).data)[mg__view_at(&(v), (base) + e / hd, b, gg, jj) + e % hd] : 0
+    for (r = 0; r < MG__ATTN_RPW; r++) { m[r] = -INFINITY; l[r] = 0.0f; }
+    MG__TC_LOAD(Qs, a.q, t0, nq, g, j);
+    for (e = threadIdx.x; e < TL * lda; e += blockDim.x) acc[e] = 0.0f;
+    nkt = nkey <= 0 ? 0 : (int)(((nkey < a.Tk ? nkey : a.Tk) + TL - 1) / TL);
+    for (kt = 0; kt < nkt; kt++) {
+        int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
+        int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
+        __syncthreads();
+        MG__TC_LOAD(Ks, a.k, s0, nk, g, 0);
+        MG__TC_LOAD(Vs, a.v, s0, nk, g, 0);
+        __syncthreads();
+        {   /* S = Q·Kᵀ: warp w the block (w / 2, w % 2); Kᵀ is K read column-major */
+            nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, nvcuda::wmma::row_major> fa;
+            nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, T, nvcuda::wmma::col_major> fb;
+            nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> fc;
+            int rb = warp / 2, cb = warp % 2, k;
+            nvcuda::wmma::fill_fragment(fc, 0.0f);
+            for (k = 0; k < hd; k += 16) {
+                nvcuda::wmma::load_matrix_sync(fa, (const T *)(Qs + rb * 16 * ldh + k), ldh);
+                nvcuda::wmma::load_matrix_sync(fb, (const T *)(Ks + cb * 16 * ldh + k), ldh);
+                nvcuda::wmma::mma_sync(fc, fa, fb, fc);
+            }
+            nvcuda::wmma::store_matrix_sync(S + rb * 16 * lds + cb * 16, fc, lds, nvcuda::wmma::mem_row_major);
+        }
+        __syncthreads();
+        for (r = 0; r < MG__ATTN_RPW; r++) {     /* the warp's rows: online softmax, P, rescale */
+            int i = warp + r * (MG__ATTN_THREADS / 32), d;
+            int64_t qpos = a.q_pos0 + t0 + i;
+            int nv = i < nq ? mg__attn_visible(qpos, kpos, nk) : 0;
+            float s = lane < nv ? scale * S[i * lds + lane] : -INFINITY, mx, p, alpha;
+            if (!nv) {                           /* the whole warp: the row adds nothing */
+                Ps[i * ldp + lane] = 0;
+                continue;
+            }
+            mx = fmaxf(m[r], mg__warp_max(s));
+            alpha = m[r] == -INFINITY ? 0.0f : mg__exp(m[r] - mx);
+            p = lane < nv ? mg__exp(s - mx) : 0.0f;
+            l[r] = l[r] * alpha + mg__warp_sum(p);
+            m[r] = mx;
+            p = lane < nv ? mg__attn_drop(&dk, b, h, qpos, kpos + lane, p) : 0.0f;
+            Ps[i * ldp + lane] = a.q.dtype == MG_BF16 ? mg_f32_to_bf16(p) : mg_f32_to_f16(p);
+            for (d = lane; d < hd; d += 32) acc[i * lda + d] *= alpha;
+        }
+        __syncthreads();
+        for (blk = warp; blk < 2 * (hd / 16); blk += MG__ATTN_THREADS / 32) {   /* acc += P·V */
+            nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, nvcuda::wmma::row_major> fa;
+            nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, T, nvcuda::wmma::row_major> fb;
+            nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> fc;
+            int rb = blk % 2, cb = blk / 2, k;
+            nvcuda::wmma::load_matrix_sync(fc, acc + rb * 16 * lda + cb * 16, lda, nvcuda::wmma::mem_row_major);
+            for (k = 0; k < TL; k += 16) {
+                nvcuda::wmma::load_matrix_sync(fa, (const T *)(Ps + rb * 16 * ldp + k), ldp);
+                nvcuda::wmma::load_matrix_sync(fb, (const T *)(Vs + k * ldh + cb * 16), ldh);
+                nvcuda::wmma::mma_sync(fc, fa, fb, fc);
+            }
+            nvcuda::wmma::store_matrix_sync(acc + rb * 16 * lda + cb * 16, fc, lda, nvcuda::wmma::mem_row_major);
+        }
+    }
+    #undef MG__TC_LOAD
+    __syncthreads();
+    for (r = 0; r < MG__ATTN_RPW; r++) {         /* o = acc/l, merged; lse */
+        int i = warp + r * (MG__ATTN_THREADS / 32), d;
+        float w_new, w_old, lse_i;
+        int64_t off;
+        if (i >= nq) continue;
+        off = mg__view_at(&o, t0 + i, b, g, j);
+        lse_i = mg__attn_finish(m[r], l[r], merge, merge ? lse[row0 + i] : 0.0f, &w_new, &w_old);
+        for (d = lane; d < hd; d += 32)
+            mg_store(o.data, o.dtype, off + d, acc[i * lda + d] * w_new +
+                     (w_old != 0.0f ? w_old * mg_load(o.data, o.dtype, off + d) : 0.0f));
+        __syncwarp();
+        if (lane == 0) lse[row0 + i] = lse_i;
+    }
+}
+static size_t mg__attn_tc_smem(int hd) {
+    return (size_t)3 * MG_ATTN_TILE * (hd + 8) * 2 + (size_t)MG_ATTN_TILE * (MG_ATTN_TILE + 8) * 2 +
+           (size_t)MG_ATTN_TILE * (MG_ATTN_TILE + 4) * 4 + (size_t)MG_ATTN_TILE * (hd + 4) * 4;
 }
 /* Δ = rowsum(dO ∘ O): a warp per row. */
 static __global__ void mg__k_attn_delta(float *delta, mg_attn_block a, mg_attn_view dout,
@@ -3219,9 +3335,26 @@ MGDEF void mg_attn_block_forward(mg_ctx *ctx, const mg_attn_block *a, const mg_a
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         size_t smem = mg__attn_smem(a->hd, 3, 1);
+        dim3 grid((unsigned)ge.nqt, (unsigned)(a->B * a->n_head));
+        mg_dtype dt = a->q.dtype;
+        if ((dt == MG_BF16 || dt == MG_F16) && a->k.dtype == dt && a->v.dtype == dt &&
+            o->dtype == dt && a->hd % 16 == 0) {   /* tensor cores */
+            smem = mg__attn_tc_smem(a->hd);
+            if (dt == MG_BF16) {
+                MG__ATTN_SMEM_OPT_IN(mg__k_attn_forward_tc<__nv_bfloat16>, smem);
+                MG_LAUNCH(mg__k_attn_forward_tc<__nv_bfloat16>, grid, MG__ATTN_THREADS, smem,
+                          MG__STREAM(ctx), *a, ge.drop, ge.scale, *o, lse, merge);
+            } else {
+                MG__ATTN_SMEM_OPT_IN(mg__k_attn_forward_tc<__half>, smem);
+                MG_LAUNCH(mg__k_attn_forward_tc<__half>, grid, MG__ATTN_THREADS, smem,
+                          MG__STREAM(ctx), *a, ge.drop, ge.scale, *o, lse, merge);
+            }
+            MG_CUDA_LAUNCH_CHECK();
+            return;
+        }
         MG__ATTN_SMEM_OPT_IN(mg__k_attn_forward, smem);
-        MG_LAUNCH(mg__k_attn_forward, dim3((unsigned)ge.nqt, (unsigned)(a->B * a->n_head)),
-                  MG__ATTN_THREADS, smem, MG__STREAM(ctx), *a, ge.drop, ge.scale, *o, lse, merge);
+        MG_LAUNCH(mg__k_attn_forward, grid, MG__ATTN_THREADS, smem, MG__STREAM(ctx), *a, ge.drop,
+                  ge.scale, *o, lse, merge);
         MG_CUDA_LAUNCH_CHECK();
         return;
     }

@@ -75,6 +75,8 @@ static void report(const char *fmt, ...) {
     g_reports += line;
     g_reports += '\n';
 }
+/* A bug-finder report from emulated device code (e.g. mma.h's checks). */
+void mg_emu_fault(const char *what) { report("%s", what); }
 static void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void fatal(const char *fmt, ...) {
     va_list ap;
@@ -188,7 +190,7 @@ cudaError_t mg_emu_func_set_attribute(const void *fn, enum cudaFuncAttribute att
     g_dyn_granted[name] = (size_t)value;
     return cudaSuccess;
 }
-static thread_local unsigned char mg_emu_dynamic_shared_buffer[DYN_SHARED_MAX];
+alignas(128) static thread_local unsigned char mg_emu_dynamic_shared_buffer[DYN_SHARED_MAX];
 
 static int tls_phdr(struct dl_phdr_info *info, size_t, void *) {
     if (info->dlpi_name && info->dlpi_name[0]) return 0;   /* the executable comes first */
@@ -270,6 +272,15 @@ static std::string function_name(const void *fn) {
             found = st == 0 && dm ? dm : str + sym[i].st_name;
             free(dm);
             found = found.substr(0, found.find('('));
+            {   /* a template's demangled name starts with its return type: drop it */
+                int depth = 0;
+                size_t cut = std::string::npos;
+                for (size_t c = 0; c < found.size(); c++) {
+                    depth += found[c] == '<' ? 1 : found[c] == '>' ? -1 : 0;
+                    if (found[c] == ' ' && depth == 0) cut = c;
+                }
+                if (cut != std::string::npos) found = found.substr(cut + 1);
+            }
             break;
         }
     }
@@ -772,7 +783,8 @@ static void launch_log_at_exit(void) {
     if (path && path[0]) {
         FILE *f = fopen(path, "a");
         if (f) {
-            for (const std::string &k : g_launched) fprintf(f, "%s\n", k.c_str());
+            for (const std::string &k : g_launched)   /* a template's name without <args> */
+                fprintf(f, "%s\n", k.substr(0, k.find('<')).c_str());
             fclose(f);
         }
     }

@@ -326,6 +326,9 @@ typedef struct mg_gpt {
                                  that the forward and backward read (m->w views it); NULL with
                                  fp32. mg_gpt_sync_weights refreshes it from param_buf; with a
                                  sharded master the optimizer writes it (mg_adamw_update).    */
+    int param16_current;      /* 1: param16 was just cast from the fp32 weights (the trainer's
+                                 optimizer-copy-main-to-model-params): the next
+                                 mg_gpt_sync_weights has nothing to do, and clears it        */
     int fp32_staging;         /* layout.shard_master: what grad_buf holds besides gradients —
                                  MG_STAGING_WRITTEN: parameters just written (init, import,
                                  load), not yet taken by the optimizer; MG_STAGING_GATHERED:
@@ -814,7 +817,8 @@ enum { MG_TIMER_FORWARD_BACKWARD, MG_TIMER_FORWARD_COMPUTE, MG_TIMER_BACKWARD_CO
                                 (mg_pipe_comm_kind_name: forward-send, backward-recv, …)    */
        MG_TIMER_LAYERNORM_GRADS = MG_TIMER_PIPE_COMM + MG_PIPE_COMM_KINDS - 1, MG_TIMER_EMBEDDING_GRADS,
        MG_TIMER_ALL_GRADS_SYNC, MG_TIMER_PARAMS_ALL_GATHER, MG_TIMER_CLIP_MAIN_GRAD,
-       MG_TIMER_COUNT_ZEROS, MG_TIMER_INNER_STEP, MG_TIMER_OPTIMIZER, MG_N_TIMERS };
+       MG_TIMER_COUNT_ZEROS, MG_TIMER_INNER_STEP, MG_TIMER_COPY_MAIN_TO_MODEL, MG_TIMER_OPTIMIZER,
+       MG_N_TIMERS };
 
 typedef struct mg_trainer {
     mg_train_args args;
@@ -2113,6 +2117,10 @@ MGDEF float *mg_gpt_fp32_params(mg_gpt *m) {
 MGDEF void mg_gpt_sync_weights(mg_gpt *m) {
     mg_tensor master, copy;
     if (!m->param16) return;
+    if (m->param16_current) {
+        m->param16_current = 0;
+        return;
+    }
     if (m->layout.shard_master && m->fp32_staging != MG_STAGING_WRITTEN) return;
     master = mg_tensor_wrap(mg_gpt_fp32_params(m), MG_F32, 1, &m->n_elems);
     copy = mg_tensor_wrap(m->param16, m->dtype, 1, &m->n_elems);
@@ -4321,7 +4329,8 @@ static const struct { const char *name; int level; } mg__timer_names[] = {
     {"batch-generator", 2}, {NULL, 2} /* the pipeline's send/recv kinds, all level 2 */,
     {"layernorm-grads-all-reduce", 1}, {"embedding-grads-all-reduce", 1},
     {"all-grads-sync", 1}, {"params-all-gather", 1}, {"optimizer-clip-main-grad", 1},
-    {"optimizer-count-zeros", 1}, {"optimizer-inner-step", 1}, {"optimizer", 1}};
+    {"optimizer-count-zeros", 1}, {"optimizer-inner-step", 1},
+    {"optimizer-copy-main-to-model-params", 1}, {"optimizer", 1}};
 typedef char mg__timer_names_fit[sizeof mg__timer_names / sizeof mg__timer_names[0] ==
                                  MG_N_TIMERS - MG_PIPE_COMM_KINDS + 2 ? 1 : -1];
 /* Timer k's row of the table (the pipeline's kinds share one). */
@@ -5835,6 +5844,14 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
             mg__timer_start(tr, MG_TIMER_INNER_STEP);
             mg__adamw_inner_step(&tr->opt, &tr->model, (float)r.lr, scale);
             mg__timer_stop(tr, MG_TIMER_INNER_STEP);
+            if (tr->model.param16 && !tr->model.layout.shard_master) {
+                /* mixed precision, whole master: the 16-bit working copy cast here, once
+                   (with a sharded master the AdamW kernel writes it)                       */
+                mg__timer_start(tr, MG_TIMER_COPY_MAIN_TO_MODEL);
+                mg_gpt_sync_weights(&tr->model);
+                tr->model.param16_current = 1;
+                mg__timer_stop(tr, MG_TIMER_COPY_MAIN_TO_MODEL);
+            }
             if (tr->opt.dp) mg__timer_start_on(tr, MG_TIMER_PARAMS_ALL_GATHER, 1);   /* ZeRO */
             mg__adamw_gather_params(&tr->opt, &tr->model);
             if (tr->opt.dp) mg__timer_stop(tr, MG_TIMER_PARAMS_ALL_GATHER);
@@ -6426,6 +6443,19 @@ static int mg__world_agree(mg_trainer *tr, int rc) {
     return mg__group_agree(&tr->model, tr->args.comm, MG_GROUP_WORLD, rc);
 }
 
+/* A test-only hook (tests/test_exits.c, docs/operating.md): with the environment variable
+   MG_TEST_SIGTERM_IN_SAVE=K (every rank) or K:R (world rank R only), the save of iteration K
+   raises SIGTERM in this process once its model file is written and its optimizer files not
+   yet — a signal at a known point inside a save. Unset, nothing happens.                   */
+static void mg__test_sigterm_in_save(const mg_trainer *tr) {
+    const char *v = getenv("MG_TEST_SIGTERM_IN_SAVE");
+    long long k = -1;
+    int r = -1, n = v ? sscanf(v, "%lld:%d", &k, &r) : 0;
+    if (n < 1 || k != (long long)tr->iteration) return;
+    if (n == 2 && (tr->comm ? tr->comm->world_rank : 0) != r) return;
+    raise(SIGTERM);
+}
+
 MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t errlen) {
     char iterdir[1100], tmp[1200], path[1300], why[MG_ERRLEN], latest[32], tag[32];
     char *state;
@@ -6471,6 +6501,7 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
     for (pass = 0; pass < 2; pass++)    /* pass 0 counts the elements, pass 1 writes them */
     for (f = 0; f < open_files && !rc; f++) {
         mg__ckpt_acc acc;
+        if (pass == 1 && f == 1) mg__test_sigterm_in_save(tr);
         acc.count_only = pass == 0;
         acc.prog = &prog;
         acc.m = m;

@@ -746,7 +746,8 @@ MGDEF void mg_ctx_init(mg_ctx *ctx, const mg_ctx_desc *desc) {
         ctx->blas = (void *)handle;
         if (d.arena_bytes) MG_CUDA_CHECK(cudaMalloc((void **)&ctx->arena, d.arena_bytes));
         {   /* cuBLAS's workspace, of the size its documentation recommends (cublasSetWorkspace:
-               32 MiB on Hopper, 4 MiB before), owned here so that the memory report counts it */
+               32 MiB on Hopper, 4 MiB before), owned here so that the memory report counts it;
+               set after cublasSetStream, which resets the handle to cuBLAS's own pool       */
             struct cudaDeviceProp prop;
             MG_CUDA_CHECK(cudaGetDeviceProperties(&prop, d.cuda_device));
             ctx->blas_workspace_size = (size_t)(prop.major >= 9 ? 32 : 4) << 20;

@@ -8,7 +8,8 @@
 #   4. gpt_train_emu --device cuda against the CPU build's gpt_train on a tiny model: 1 rank
 #      fp32 and bf16, 2 ranks with t=2, d=2 (fp32 and bf16) and p=2. Bounds: fp32 relative 1e-5 per logged loss;
 #      bf16 2^-7 nats (2u, the bound tests/test_mixed.c holds bf16 to against fp32)
-#   5. the timers of --timing-log-level 2 on the GPU path (CUDA events) add up, 4 ranks
+#   5. the timers of --timing-log-level 2 on the GPU path (CUDA events) add up: 4 ranks, and 1
+#      rank with more timed regions than a timer's pool of event pairs
 #   6. every __global__ function of the library headers was launched by 2-5
 # Every emulated run aborts on its first bug-finder report (race, bounds, uninitialised read).
 cd "$(dirname "$0")/../.." || exit 1
@@ -125,6 +126,30 @@ ok=1; [ "$rc" = 0 ] && [ -z "${verdict#*|}" ] && ok=0
 report $ok "cuda_emu: gpt_train_emu 4 ranks p=2 d=2 --timing-log-level 2: the CUDA-event timers add up (rank 0 forward-backward + optimizer / iteration time: worst ${verdict%%|*}, in [0.9, 1.001]; computes and optimizer parts within their parents, every communication timer measured, $(( $(date +%s) - start ))s)" \
   "exit status $rc;${verdict#*|}"
 [ $ok = 0 ] || grep -E 'mg-emu|rror' "$tmp/timing" | head -n 8 | sed 's/^/  | /'
+
+# One rank, 40 microbatches of a tiny model: 40 forward and 40 backward regions in one log
+# interval, more than a timer's pool of 32 event pairs, so each compute timer resolves its
+# older half mid-iteration. forward-compute + backward-compute must stay within [0.9, 1.001]
+# of forward-backward (16 lost pairs of 40 would leave about 0.6), and forward-backward + optimizer
+# within [0.9, 1.001] of the iteration time.
+start=$(date +%s)
+"$BUILD/gpt_train_emu" --device cuda --data-path tests/data/gpt_tokens.bin --vocab-size 37 \
+  --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 4 --micro-batch-size 1 \
+  --global-batch-size 40 --train-iters 1 --lr 1e-3 --split 1,0,0 --eval-iters 0 \
+  --timing-log-level 2 --timing-log-option max > "$tmp/pool" 2>&1; rc=$?
+verdict=$(awk '
+  /elapsed time per iteration \(ms\):/ { s = $0; sub(/.*elapsed time per iteration \(ms\): /, "", s); it = s + 0 }
+  /^    [a-z-]+ \.+: / { t[$1] = $NF + 0 }
+  END {
+    c = (t["forward-compute"] + t["backward-compute"]) / (t["forward-backward"] > 0 ? t["forward-backward"] : 1)
+    i = (t["forward-backward"] + t["optimizer"]) / (it > 0 ? it : 1)
+    printf "%.5f %.5f %d\n", c, i, (c >= 0.9 && c <= 1.001 && i >= 0.9 && i <= 1.001)
+  }' "$tmp/pool")
+set -- $verdict
+ok=1; [ "$rc" = 0 ] && [ "$3" = 1 ] && ok=0
+report $ok "cuda_emu: gpt_train_emu 1 rank, 40 microbatches (more timed regions than a timer's 32 event pairs): computes / forward-backward $1, forward-backward + optimizer / iteration $2, both in [0.9, 1.001] ($(( $(date +%s) - start ))s)" \
+  "exit status $rc"
+[ $ok = 0 ] || grep -E 'mg-emu|rror' "$tmp/pool" | head -n 8 | sed 's/^/  | /'
 
 # --- every __global__ function of the library was launched ------------------------------------
 kernels=$(sed -n 's/.*__global__.*[ *]\([A-Za-z_][A-Za-z0-9_]*\)(.*/\1/p' ./*.h | sort -u)

@@ -2392,6 +2392,13 @@ static __global__ void mg__k_causal_softmax_backward(void *datt, mg_dtype dd, co
    causal T×T head: T²·hd·2 FLOPs, K/V read T/64 times. Backward: dQ pass 6·32²·hd FLOPs a tile
    pair, dK/dV pass 8·32²·hd; storage read once per pair of tiles (no T×T traffic).          */
 #define MG__ATTN_THREADS 128
+/* Loops over a thread's register arrays are unrolled so that their indices are constants and
+   the arrays stay in registers (nvcc only; the emulator compiles the same loops as they are). */
+#ifdef __NVCC__
+#define MG__UNROLL _Pragma("unroll")
+#else
+#define MG__UNROLL
+#endif
 #define MG__ATTN_RPW (MG_ATTN_TILE / (MG__ATTN_THREADS / 32))   /* rows (keys) per warp: 8 */
 #define MG__ATTN_DPL (MG_ATTN_MAX_HD / 32)                    /* dims per lane at most: 8 */
 #ifdef MG_CUDA_EMU
@@ -2434,8 +2441,10 @@ static __global__ void mg__k_attn_forward(mg_attn_block a, mg__attn_drop_k dk, f
     float *Qs = sm, *Ks = Qs + TL * ldr, *Vs = Ks + TL * ldr, *S = Vs + TL * ldr;
     float m[MG__ATTN_RPW], l[MG__ATTN_RPW], acc[MG__ATTN_RPW][MG__ATTN_DPL];
     int64_t q_last = a.q_pos0 + t0 + nq - 1, nkey = q_last - a.k_pos0 + 1;
+    MG__UNROLL
     for (r = 0; r < MG__ATTN_RPW; r++) {
         m[r] = -INFINITY; l[r] = 0.0f;
+        MG__UNROLL
         for (u = 0; u < MG__ATTN_DPL; u++) acc[r][u] = 0.0f;
     }
     mg__attn_load_tile(Qs, ldr, a.q, t0, nq, b, g, j, hd);
@@ -2454,6 +2463,7 @@ static __global__ void mg__k_attn_forward(mg_attn_block a, mg__attn_drop_k dk, f
                 S[i * (TL + 1) + c] = scale * mg__attn_dot(Qs + i * ldr, Ks + c * ldr, hd);
         }
         __syncthreads();
+        MG__UNROLL
         for (r = 0; r < MG__ATTN_RPW; r++) {     /* the warp's rows: online softmax, then P·V */
             int i = warp + r * (MG__ATTN_THREADS / 32);
             int64_t qpos = a.q_pos0 + t0 + i;
@@ -2468,6 +2478,7 @@ static __global__ void mg__k_attn_forward(mg_attn_block a, mg__attn_drop_k dk, f
             if (lane < nv)
                 S[i * (TL + 1) + lane] = mg__attn_round(mg__attn_drop(&dk, b, h, qpos, kpos + lane, p), a.q.dtype);
             __syncwarp();
+            MG__UNROLL
             for (u = 0; u < MG__ATTN_DPL; u++) {   /* the tile's part, then one add */
                 int d = lane + 32 * u;
                 float x = 0.0f;
@@ -2477,6 +2488,7 @@ static __global__ void mg__k_attn_forward(mg_attn_block a, mg__attn_drop_k dk, f
             }
         }
     }
+    MG__UNROLL
     for (r = 0; r < MG__ATTN_RPW; r++) {         /* o = acc/l, merged; lse */
         int i = warp + r * (MG__ATTN_THREADS / 32);
         float w_new, w_old, lse_i;
@@ -2484,6 +2496,7 @@ static __global__ void mg__k_attn_forward(mg_attn_block a, mg__attn_drop_k dk, f
         if (i >= nq) continue;
         off = mg__view_at(&o, t0 + i, b, g, j);
         lse_i = mg__attn_finish(m[r], l[r], merge, merge ? lse[row0 + i] : 0.0f, &w_new, &w_old);
+        MG__UNROLL
         for (u = 0; u < MG__ATTN_DPL; u++) {
             int d = lane + 32 * u;
             if (d < hd)
@@ -2521,6 +2534,7 @@ static __global__ void mg__k_attn_forward_tc(mg_attn_block a, mg__attn_drop_k dk
         for (e = threadIdx.x; e < TL * hd; e += blockDim.x) \
             dst[(e / hd) * ldh + e % hd] = e / hd < (n) ? \
                 ((const uint16_t *)(v).data)[mg__view_at(&(v), (base) + e / hd, b, gg, jj) + e % hd] : 0
+    MG__UNROLL
     for (r = 0; r < MG__ATTN_RPW; r++) { m[r] = -INFINITY; l[r] = 0.0f; }
     MG__TC_LOAD(Qs, a.q, t0, nq, g, j);
     for (e = threadIdx.x; e < TL * lda; e += blockDim.x) acc[e] = 0.0f;
@@ -2546,6 +2560,7 @@ static __global__ void mg__k_attn_forward_tc(mg_attn_block a, mg__attn_drop_k dk
             nvcuda::wmma::store_matrix_sync(S + rb * 16 * lds + cb * 16, fc, lds, nvcuda::wmma::mem_row_major);
         }
         __syncthreads();
+        MG__UNROLL
         for (r = 0; r < MG__ATTN_RPW; r++) {     /* the warp's rows: online softmax, P, rescale */
             int i = warp + r * (MG__ATTN_THREADS / 32), d;
             int64_t qpos = a.q_pos0 + t0 + i;
@@ -2581,6 +2596,7 @@ static __global__ void mg__k_attn_forward_tc(mg_attn_block a, mg__attn_drop_k dk
     }
     #undef MG__TC_LOAD
     __syncthreads();
+    MG__UNROLL
     for (r = 0; r < MG__ATTN_RPW; r++) {         /* o = acc/l, merged; lse */
         int i = warp + r * (MG__ATTN_THREADS / 32), d;
         float w_new, w_old, lse_i;
@@ -2636,7 +2652,9 @@ static __global__ void mg__k_attn_backward_dq(mg_attn_block a, mg__attn_drop_k d
     float *Qs = sm, *dOs = Qs + TL * ldr, *Ks = dOs + TL * ldr, *Vs = Ks + TL * ldr;
     float *dS = Vs + TL * ldr, acc[MG__ATTN_RPW][MG__ATTN_DPL], pd;
     int64_t q_last = a.q_pos0 + t0 + nq - 1, nkey = q_last - a.k_pos0 + 1;
+    MG__UNROLL
     for (r = 0; r < MG__ATTN_RPW; r++)
+        MG__UNROLL
         for (u = 0; u < MG__ATTN_DPL; u++) acc[r][u] = 0.0f;
     mg__attn_load_tile(Qs, ldr, a.q, t0, nq, b, g, j, hd);
     mg__attn_load_tile(dOs, ldr, dout, t0, nq, b, g, j, hd);
@@ -2659,9 +2677,11 @@ static __global__ void mg__k_attn_backward_dq(mg_attn_block a, mg__attn_drop_k d
                                                          delta[row0 + i], &pd);
         }
         __syncthreads();
+        MG__UNROLL
         for (r = 0; r < MG__ATTN_RPW; r++) {
             int i = warp + r * (MG__ATTN_THREADS / 32);
             int nv = i < nq ? mg__attn_visible(a.q_pos0 + t0 + i, kpos, nk) : 0;
+            MG__UNROLL
             for (u = 0; u < MG__ATTN_DPL; u++) {
                 int d = lane + 32 * u;
                 float x = 0.0f;
@@ -2671,11 +2691,13 @@ static __global__ void mg__k_attn_backward_dq(mg_attn_block a, mg__attn_drop_k d
             }
         }
     }
+    MG__UNROLL
     for (r = 0; r < MG__ATTN_RPW; r++) {
         int i = warp + r * (MG__ATTN_THREADS / 32);
         int64_t off;
         if (i >= nq) continue;
         off = mg__view_at(&dq, t0 + i, b, g, j);
+        MG__UNROLL
         for (u = 0; u < MG__ATTN_DPL; u++) {
             int d = lane + 32 * u;
             if (d < hd)
@@ -2698,7 +2720,9 @@ static __global__ void mg__k_attn_backward_dkv(mg_attn_block a, mg__attn_drop_k 
     float *Ks = sm, *Vs = Ks + TL * ldr, *Qs = Vs + TL * ldr, *dOs = Qs + TL * ldr;
     float *P = dOs + TL * ldr, *dS = P + TL * (TL + 1);
     float dKa[MG__ATTN_RPW][MG__ATTN_DPL], dVa[MG__ATTN_RPW][MG__ATTN_DPL];
+    MG__UNROLL
     for (r = 0; r < MG__ATTN_RPW; r++)
+        MG__UNROLL
         for (u = 0; u < MG__ATTN_DPL; u++) dKa[r][u] = dVa[r][u] = 0.0f;
     mg__attn_load_tile(Ks, ldr, a.k, s0, nk, b, g, 0, hd);
     mg__attn_load_tile(Vs, ldr, a.v, s0, nk, b, g, 0, hd);
@@ -2726,9 +2750,11 @@ static __global__ void mg__k_attn_backward_dkv(mg_attn_block a, mg__attn_drop_k 
                                                              &P[i * (TL + 1) + c]);
             }
             __syncthreads();
+            MG__UNROLL
             for (r = 0; r < MG__ATTN_RPW; r++) {
                 int c = warp + r * (MG__ATTN_THREADS / 32);
                 if (c >= nk) continue;
+                MG__UNROLL
                 for (u = 0; u < MG__ATTN_DPL; u++) {
                     int d = lane + 32 * u;
                     float xv = 0.0f, xk = 0.0f;
@@ -2743,12 +2769,14 @@ static __global__ void mg__k_attn_backward_dkv(mg_attn_block a, mg__attn_drop_k 
             }
         }
     }
+    MG__UNROLL
     for (r = 0; r < MG__ATTN_RPW; r++) {
         int c = warp + r * (MG__ATTN_THREADS / 32);
         int64_t ok, ov;
         if (c >= nk) continue;
         ok = mg__view_at(&dkv_k, s0 + c, b, g, 0);
         ov = mg__view_at(&dkv_v, s0 + c, b, g, 0);
+        MG__UNROLL
         for (u = 0; u < MG__ATTN_DPL; u++) {
             int d = lane + 32 * u;
             if (d >= hd) continue;

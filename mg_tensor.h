@@ -1941,6 +1941,11 @@ static void mg__cpu_attn_ds_tile(const mg_attn_block *a, const mg__attn_geo *ge,
             for (c = 0; c < nv; c++) dSi[c] = Si[c] * (dSi[c] - di);
             if (P) memcpy(P + i * TL, Si, (size_t)nv * sizeof(float));
         }
+        if (a->q.dtype != MG_F32)   /* 16-bit: the products take P and dS in the storage type */
+            for (c = 0; c < nv; c++) {
+                dSi[c] = mg__attn_round(dSi[c], a->q.dtype);
+                if (P) P[i * TL + c] = mg__attn_round(P[i * TL + c], a->q.dtype);
+            }
         for (c = nv; c < nk; c++) { dSi[c] = 0.0f; if (P) P[i * TL + c] = 0.0f; }
     }
 }
@@ -2516,6 +2521,14 @@ static __global__ void mg__k_attn_forward(mg_attn_block a, mg__attn_drop_k dk, f
    16-bit path. Shared: Q, K, V rows of hd + 8 16-bit values (32-byte aligned 16-row blocks),
    P 32 × 40, S 32 × 36 fp32, the accumulator 32 × (hd + 4) fp32. Per tile pair: 4·32²·hd FLOPs
    on tensor cores, 2·32·hd·2 bytes of K/V loaded.                                            */
+/* 16-bit rows [t0, t0 + n) of a view into shared rows of ldh, zero past n (all threads). */
+__device__ static void mg__attn_tc_load(uint16_t *dst, int ldh, const mg_attn_view v, int64_t t0,
+                                        int n, int b, int g, int j, int hd) {
+    int e;
+    for (e = threadIdx.x; e < MG_ATTN_TILE * hd; e += blockDim.x)
+        dst[(e / hd) * ldh + e % hd] = e / hd < n ?
+            ((const uint16_t *)v.data)[mg__view_at(&v, t0 + e / hd, b, g, j) + e % hd] : 0;
+}
 template <class T>
 static __global__ void mg__k_attn_forward_tc(mg_attn_block a, mg__attn_drop_k dk, float scale,
                                              mg_attn_view o, float *lse, int merge) {
@@ -2529,22 +2542,17 @@ static __global__ void mg__k_attn_forward_tc(mg_attn_block a, mg__attn_drop_k dk
     float *S = (float *)(Ps + TL * ldp), *acc = S + TL * lds;
     float m[MG__ATTN_RPW], l[MG__ATTN_RPW];
     int64_t q_last = a.q_pos0 + t0 + nq - 1, nkey = q_last - a.k_pos0 + 1;
-    /* 16-bit rows straight from storage (the storage type is T's), zero past the tile's end */
-    #define MG__TC_LOAD(dst, v, base, n, gg, jj) \
-        for (e = threadIdx.x; e < TL * hd; e += blockDim.x) \
-            dst[(e / hd) * ldh + e % hd] = e / hd < (n) ? \
-                ((const uint16_t *)(v).data)[mg__view_at(&(v), (base) + e / hd, b, gg, jj) + e % hd] : 0
     MG__UNROLL
     for (r = 0; r < MG__ATTN_RPW; r++) { m[r] = -INFINITY; l[r] = 0.0f; }
-    MG__TC_LOAD(Qs, a.q, t0, nq, g, j);
+    mg__attn_tc_load(Qs, ldh, a.q, t0, nq, b, g, j, hd);
     for (e = threadIdx.x; e < TL * lda; e += blockDim.x) acc[e] = 0.0f;
     nkt = nkey <= 0 ? 0 : (int)(((nkey < a.Tk ? nkey : a.Tk) + TL - 1) / TL);
     for (kt = 0; kt < nkt; kt++) {
         int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
         int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
         __syncthreads();
-        MG__TC_LOAD(Ks, a.k, s0, nk, g, 0);
-        MG__TC_LOAD(Vs, a.v, s0, nk, g, 0);
+        mg__attn_tc_load(Ks, ldh, a.k, s0, nk, b, g, 0, hd);
+        mg__attn_tc_load(Vs, ldh, a.v, s0, nk, b, g, 0, hd);
         __syncthreads();
         {   /* S = Q·Kᵀ: warp w the block (w / 2, w % 2); Kᵀ is K read column-major */
             nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, nvcuda::wmma::row_major> fa;
@@ -2594,7 +2602,6 @@ static __global__ void mg__k_attn_forward_tc(mg_attn_block a, mg__attn_drop_k dk
             nvcuda::wmma::store_matrix_sync(acc + rb * 16 * lda + cb * 16, fc, lda, nvcuda::wmma::mem_row_major);
         }
     }
-    #undef MG__TC_LOAD
     __syncthreads();
     MG__UNROLL
     for (r = 0; r < MG__ATTN_RPW; r++) {         /* o = acc/l, merged; lse */
@@ -2610,6 +2617,178 @@ static __global__ void mg__k_attn_forward_tc(mg_attn_block a, mg__attn_drop_k dk
         __syncwarp();
         if (lane == 0) lse[row0 + i] = lse_i;
     }
+}
+/* The backward on tensor cores (the forward's conditions): the same two passes, tiles and order
+   as mg__k_attn_backward_dq / _dkv, their four products on WMMA fragments — S = Q·Kᵀ and
+   dP = dO·Vᵀ per 16×16 block of the score tile, then dQ += dS·K, or dV += D(P)ᵀ·dO and
+   dK += dSᵀ·Q (Pᵀ and dSᵀ read column-major) into fp32 accumulators in shared memory — with
+   P and dS rounded to the storage type for their products. Per tile pair 8·32²·hd (dQ pass)
+   or 8·32²·hd (dK/dV pass) FLOPs on tensor cores. */
+/* S = Q·Kᵀ and dP = dO·Vᵀ of one 32×32 tile: warp w the 16×16 block (w / 2, w % 2). */
+template <class T>
+__device__ static void mg__attn_tc_scores(const uint16_t *Qs, const uint16_t *dOs,
+                                          const uint16_t *Ks, const uint16_t *Vs, int ldh, int hd,
+                                          float *S, float *dP, int lds) {
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, nvcuda::wmma::row_major> fa;
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, T, nvcuda::wmma::col_major> fb;
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> fs, fp;
+    int warp = threadIdx.x >> 5, rb = warp / 2, cb = warp % 2, k;
+    nvcuda::wmma::fill_fragment(fs, 0.0f);
+    nvcuda::wmma::fill_fragment(fp, 0.0f);
+    for (k = 0; k < hd; k += 16) {
+        nvcuda::wmma::load_matrix_sync(fa, (const T *)(Qs + rb * 16 * ldh + k), ldh);
+        nvcuda::wmma::load_matrix_sync(fb, (const T *)(Ks + cb * 16 * ldh + k), ldh);
+        nvcuda::wmma::mma_sync(fs, fa, fb, fs);
+        nvcuda::wmma::load_matrix_sync(fa, (const T *)(dOs + rb * 16 * ldh + k), ldh);
+        nvcuda::wmma::load_matrix_sync(fb, (const T *)(Vs + cb * 16 * ldh + k), ldh);
+        nvcuda::wmma::mma_sync(fp, fa, fb, fp);
+    }
+    nvcuda::wmma::store_matrix_sync(S + rb * 16 * lds + cb * 16, fs, lds, nvcuda::wmma::mem_row_major);
+    nvcuda::wmma::store_matrix_sync(dP + rb * 16 * lds + cb * 16, fp, lds, nvcuda::wmma::mem_row_major);
+}
+__device__ static inline int mg__is_col_major(const nvcuda::wmma::col_major *) { return 1; }
+__device__ static inline int mg__is_col_major(const nvcuda::wmma::row_major *) { return 0; }
+/* acc[32 × hd] (+)= op(A)·B for A the 32×32 16-bit tile (transposed: read column-major) and B
+   32 rows of hd: warp w the output blocks w, w + 4, … (2 row blocks × hd/16 column blocks). */
+template <class T, class LA>
+__device__ static void mg__attn_tc_accumulate(const uint16_t *A, int ldp, const uint16_t *B,
+                                              int ldh, int hd, float *acc, int lda) {
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, LA> fa;
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, T, nvcuda::wmma::row_major> fb;
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> fc;
+    int blk, k, transposed = mg__is_col_major((const LA *)0);
+    for (blk = threadIdx.x >> 5; blk < 2 * (hd / 16); blk += MG__ATTN_THREADS / 32) {
+        int rb = blk % 2, cb = blk / 2;
+        nvcuda::wmma::load_matrix_sync(fc, acc + rb * 16 * lda + cb * 16, lda, nvcuda::wmma::mem_row_major);
+        for (k = 0; k < MG_ATTN_TILE; k += 16) {
+            /* A's block (rb, k): row-major at row rb·16, column k; transposed, element (r, c)
+               of Aᵀ is A[c][r], so the block starts at A's row k, column rb·16 */
+            nvcuda::wmma::load_matrix_sync(fa, (const T *)(transposed ? A + k * ldp + rb * 16
+                                                                     : A + rb * 16 * ldp + k), ldp);
+            nvcuda::wmma::load_matrix_sync(fb, (const T *)(B + k * ldh + cb * 16), ldh);
+            nvcuda::wmma::mma_sync(fc, fa, fb, fc);
+        }
+        nvcuda::wmma::store_matrix_sync(acc + rb * 16 * lda + cb * 16, fc, lda, nvcuda::wmma::mem_row_major);
+    }
+}
+/* The score tile's entries, a warp per query row and a lane per key: P = exp(scale·S − lse),
+   dS = P·(D'(dP) − Δ), rounded to the storage type into dSs (and D(P) into Ps if given);
+   0 where the row does not see the key or past the tiles' ends. */
+__device__ static void mg__attn_tc_ds_rows(const mg_attn_block *a, const mg__attn_drop_k *dk,
+                                           float scale, int b, int h, int64_t t0, int nq,
+                                           int64_t kpos, int nk, const float *lse,
+                                           const float *delta, const float *S, const float *dP,
+                                           int lds, uint16_t *Ps, uint16_t *dSs, int ldp) {
+    int lane = threadIdx.x & 31, r;
+    for (r = threadIdx.x >> 5; r < MG_ATTN_TILE; r += MG__ATTN_THREADS / 32) {
+        int64_t qpos = a->q_pos0 + t0 + r;
+        int nv = r < nq ? mg__attn_visible(qpos, kpos, nk) : 0;
+        float ds = 0.0f, pd = 0.0f;
+        if (lane < nv) {
+            float p = mg__exp(scale * S[r * lds + lane] - lse[r]);
+            ds = p * (mg__attn_drop(dk, b, h, qpos, kpos + lane, dP[r * lds + lane]) - delta[r]);
+            pd = mg__attn_drop(dk, b, h, qpos, kpos + lane, p);
+        }
+        dSs[r * ldp + lane] = a->q.dtype == MG_BF16 ? mg_f32_to_bf16(ds) : mg_f32_to_f16(ds);
+        if (Ps) Ps[r * ldp + lane] = a->q.dtype == MG_BF16 ? mg_f32_to_bf16(pd) : mg_f32_to_f16(pd);
+    }
+}
+/* dQ: grid (query tiles, B·n_head). */
+template <class T>
+static __global__ void mg__k_attn_backward_dq_tc(mg_attn_block a, mg__attn_drop_k dk, float scale,
+                                                 mg_attn_view dout, const float *lse,
+                                                 const float *delta, mg_attn_view dq,
+                                                 int accumulate) {
+    MG__DYN_SHARED(float, sm);
+    const int TL = MG_ATTN_TILE, hd = a.hd, ldh = hd + 8, ldp = TL + 8, lds = TL + 4, lda = hd + 4;
+    const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int b = blockIdx.y / a.n_head, h = blockIdx.y % a.n_head, g = h / per, j = h % per, e, r;
+    int64_t t0 = (int64_t)blockIdx.x * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
+    int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL), nkt, kt;
+    uint16_t *Qs = (uint16_t *)sm, *dOs = Qs + TL * ldh, *Ks = dOs + TL * ldh, *Vs = Ks + TL * ldh;
+    uint16_t *dSs = Vs + TL * ldh;
+    float *S = (float *)(dSs + TL * ldp), *dP = S + TL * lds, *acc = dP + TL * lds;
+    int64_t q_last = a.q_pos0 + t0 + nq - 1, nkey = q_last - a.k_pos0 + 1;
+    mg__attn_tc_load(Qs, ldh, a.q, t0, nq, b, g, j, hd);
+    mg__attn_tc_load(dOs, ldh, dout, t0, nq, b, g, j, hd);
+    for (e = threadIdx.x; e < TL * lda; e += blockDim.x) acc[e] = 0.0f;
+    nkt = nkey <= 0 ? 0 : (int)(((nkey < a.Tk ? nkey : a.Tk) + TL - 1) / TL);
+    for (kt = 0; kt < nkt; kt++) {
+        int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
+        int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
+        __syncthreads();
+        mg__attn_tc_load(Ks, ldh, a.k, s0, nk, b, g, 0, hd);
+        mg__attn_tc_load(Vs, ldh, a.v, s0, nk, b, g, 0, hd);
+        __syncthreads();
+        mg__attn_tc_scores<T>(Qs, dOs, Ks, Vs, ldh, hd, S, dP, lds);
+        __syncthreads();
+        mg__attn_tc_ds_rows(&a, &dk, scale, b, h, t0, nq, kpos, nk, lse + row0, delta + row0, S,
+                            dP, lds, NULL, dSs, ldp);
+        __syncthreads();
+        mg__attn_tc_accumulate<T, nvcuda::wmma::row_major>(dSs, ldp, Ks, ldh, hd, acc, lda);
+    }
+    __syncthreads();
+    for (r = warp; r < nq; r += MG__ATTN_THREADS / 32) {
+        int64_t off = mg__view_at(&dq, t0 + r, b, g, j);
+        int d;
+        for (d = lane; d < hd; d += 32)
+            mg_store(dq.data, dq.dtype, off + d, scale * acc[r * lda + d] +
+                     (accumulate ? mg_load(dq.data, dq.dtype, off + d) : 0.0f));
+    }
+}
+/* dK, dV: grid (key tiles, B·n_group). */
+template <class T>
+static __global__ void mg__k_attn_backward_dkv_tc(mg_attn_block a, mg__attn_drop_k dk, float scale,
+                                                  mg_attn_view dout, const float *lse,
+                                                  const float *delta, mg_attn_view dkv_k,
+                                                  mg_attn_view dkv_v, int accumulate) {
+    MG__DYN_SHARED(float, sm);
+    const int TL = MG_ATTN_TILE, hd = a.hd, ldh = hd + 8, ldp = TL + 8, lds = TL + 4, lda = hd + 4;
+    const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int b = blockIdx.y / a.n_group, g = blockIdx.y % a.n_group, j, qt, nqt, e, r;
+    int64_t s0 = (int64_t)blockIdx.x * TL, kpos = a.k_pos0 + s0, tfirst = kpos - a.q_pos0;
+    int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
+    uint16_t *Ks = (uint16_t *)sm, *Vs = Ks + TL * ldh, *Qs = Vs + TL * ldh, *dOs = Qs + TL * ldh;
+    uint16_t *Ps = dOs + TL * ldh, *dSs = Ps + TL * ldp;
+    float *S = (float *)(dSs + TL * ldp), *dP = S + TL * lds, *dKa = dP + TL * lds;
+    float *dVa = dKa + TL * lda;
+    mg__attn_tc_load(Ks, ldh, a.k, s0, nk, b, g, 0, hd);
+    mg__attn_tc_load(Vs, ldh, a.v, s0, nk, b, g, 0, hd);
+    for (e = threadIdx.x; e < 2 * TL * lda; e += blockDim.x) dKa[e] = 0.0f;
+    nqt = (a.Tq + TL - 1) / TL;
+    for (j = 0; j < per; j++) {
+        int h = g * per + j;
+        for (qt = tfirst <= 0 ? 0 : (int)(tfirst / TL); qt < nqt; qt++) {
+            int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
+            int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL);
+            __syncthreads();
+            mg__attn_tc_load(Qs, ldh, a.q, t0, nq, b, g, j, hd);
+            mg__attn_tc_load(dOs, ldh, dout, t0, nq, b, g, j, hd);
+            __syncthreads();
+            mg__attn_tc_scores<T>(Qs, dOs, Ks, Vs, ldh, hd, S, dP, lds);
+            __syncthreads();
+            mg__attn_tc_ds_rows(&a, &dk, scale, b, h, t0, nq, kpos, nk, lse + row0, delta + row0,
+                                S, dP, lds, Ps, dSs, ldp);
+            __syncthreads();
+            mg__attn_tc_accumulate<T, nvcuda::wmma::col_major>(Ps, ldp, dOs, ldh, hd, dVa, lda);
+            mg__attn_tc_accumulate<T, nvcuda::wmma::col_major>(dSs, ldp, Qs, ldh, hd, dKa, lda);
+        }
+    }
+    __syncthreads();
+    for (r = warp; r < nk; r += MG__ATTN_THREADS / 32) {
+        int64_t ok = mg__view_at(&dkv_k, s0 + r, b, g, 0), ov = mg__view_at(&dkv_v, s0 + r, b, g, 0);
+        int d;
+        for (d = lane; d < hd; d += 32) {
+            mg_store(dkv_k.data, dkv_k.dtype, ok + d, scale * dKa[r * lda + d] +
+                     (accumulate ? mg_load(dkv_k.data, dkv_k.dtype, ok + d) : 0.0f));
+            mg_store(dkv_v.data, dkv_v.dtype, ov + d, dVa[r * lda + d] +
+                     (accumulate ? mg_load(dkv_v.data, dkv_v.dtype, ov + d) : 0.0f));
+        }
+    }
+}
+static size_t mg__attn_tc_bwd_smem(int hd, int kv) {
+    return (size_t)4 * MG_ATTN_TILE * (hd + 8) * 2 + (size_t)(kv ? 2 : 1) * MG_ATTN_TILE * (MG_ATTN_TILE + 8) * 2 +
+           (size_t)2 * MG_ATTN_TILE * (MG_ATTN_TILE + 4) * 4 + (size_t)(kv ? 2 : 1) * MG_ATTN_TILE * (hd + 4) * 4;
 }
 static size_t mg__attn_tc_smem(int hd) {
     return (size_t)3 * MG_ATTN_TILE * (hd + 8) * 2 + (size_t)MG_ATTN_TILE * (MG_ATTN_TILE + 8) * 2 +
@@ -2633,11 +2812,11 @@ static __global__ void mg__k_attn_delta(float *delta, mg_attn_block a, mg_attn_v
 __device__ static float mg__attn_ds_entry(const mg__attn_drop_k *dk, float scale, int b, int h,
                                           int64_t qpos, int64_t kpos, const float *q,
                                           const float *dO, const float *k, const float *v,
-                                          int hd, float lse, float delta, float *pd) {
+                                          int hd, float lse, float delta, float *pd, mg_dtype dt) {
     float p = mg__exp(scale * mg__attn_dot(q, k, hd) - lse);
     float dp = mg__attn_drop(dk, b, h, qpos, kpos, mg__attn_dot(dO, v, hd));
-    *pd = mg__attn_drop(dk, b, h, qpos, kpos, p);
-    return p * (dp - delta);
+    *pd = mg__attn_round(mg__attn_drop(dk, b, h, qpos, kpos, p), dt);
+    return mg__attn_round(p * (dp - delta), dt);
 }
 /* dQ: grid (query tiles, B·n_head). */
 static __global__ void mg__k_attn_backward_dq(mg_attn_block a, mg__attn_drop_k dk, float scale,
@@ -2674,7 +2853,7 @@ static __global__ void mg__k_attn_backward_dq(mg_attn_block a, mg__attn_drop_k d
                 dS[i * (TL + 1) + c] = mg__attn_ds_entry(&dk, scale, b, h, qpos, kpos + c,
                                                          Qs + i * ldr, dOs + i * ldr, Ks + c * ldr,
                                                          Vs + c * ldr, hd, lse[row0 + i],
-                                                         delta[row0 + i], &pd);
+                                                         delta[row0 + i], &pd, a.q.dtype);
         }
         __syncthreads();
         MG__UNROLL
@@ -2747,7 +2926,7 @@ static __global__ void mg__k_attn_backward_dkv(mg_attn_block a, mg__attn_drop_k 
                                                              Qs + i * ldr, dOs + i * ldr,
                                                              Ks + c * ldr, Vs + c * ldr, hd,
                                                              lse[row0 + i], delta[row0 + i],
-                                                             &P[i * (TL + 1) + c]);
+                                                             &P[i * (TL + 1) + c], a.q.dtype);
             }
             __syncthreads();
             MG__UNROLL
@@ -3476,14 +3655,43 @@ MGDEF void mg_attn_block_backward(mg_ctx *ctx, const mg_attn_block *a, const mg_
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         size_t smem_q = mg__attn_smem(a->hd, 4, 1), smem_kv = mg__attn_smem(a->hd, 4, 2);
+        dim3 grid_q((unsigned)ge.nqt, (unsigned)(a->B * a->n_head));
+        dim3 grid_kv((unsigned)ge.nkt, (unsigned)(a->B * a->n_group));
+        mg_dtype dt = a->q.dtype;
+        if ((dt == MG_BF16 || dt == MG_F16) && a->k.dtype == dt && a->v.dtype == dt &&
+            dout->dtype == dt && a->hd % 16 == 0) {   /* tensor cores */
+            smem_q = mg__attn_tc_bwd_smem(a->hd, 0);
+            smem_kv = mg__attn_tc_bwd_smem(a->hd, 1);
+            if (dt == MG_BF16) {
+                MG__ATTN_SMEM_OPT_IN(mg__k_attn_backward_dq_tc<__nv_bfloat16>, smem_q);
+                MG__ATTN_SMEM_OPT_IN(mg__k_attn_backward_dkv_tc<__nv_bfloat16>, smem_kv);
+                MG_LAUNCH(mg__k_attn_backward_dq_tc<__nv_bfloat16>, grid_q, MG__ATTN_THREADS,
+                          smem_q, MG__STREAM(ctx), *a, ge.drop, ge.scale, *dout, lse, delta,
+                          *dq, accumulate);
+                MG_CUDA_LAUNCH_CHECK();
+                MG_LAUNCH(mg__k_attn_backward_dkv_tc<__nv_bfloat16>, grid_kv, MG__ATTN_THREADS,
+                          smem_kv, MG__STREAM(ctx), *a, ge.drop, ge.scale, *dout, lse, delta,
+                          *dk, *dv, accumulate);
+            } else {
+                MG__ATTN_SMEM_OPT_IN(mg__k_attn_backward_dq_tc<__half>, smem_q);
+                MG__ATTN_SMEM_OPT_IN(mg__k_attn_backward_dkv_tc<__half>, smem_kv);
+                MG_LAUNCH(mg__k_attn_backward_dq_tc<__half>, grid_q, MG__ATTN_THREADS, smem_q,
+                          MG__STREAM(ctx), *a, ge.drop, ge.scale, *dout, lse, delta, *dq,
+                          accumulate);
+                MG_CUDA_LAUNCH_CHECK();
+                MG_LAUNCH(mg__k_attn_backward_dkv_tc<__half>, grid_kv, MG__ATTN_THREADS, smem_kv,
+                          MG__STREAM(ctx), *a, ge.drop, ge.scale, *dout, lse, delta, *dk, *dv,
+                          accumulate);
+            }
+            MG_CUDA_LAUNCH_CHECK();
+            return;
+        }
         MG__ATTN_SMEM_OPT_IN(mg__k_attn_backward_dq, smem_q);
         MG__ATTN_SMEM_OPT_IN(mg__k_attn_backward_dkv, smem_kv);
-        MG_LAUNCH(mg__k_attn_backward_dq, dim3((unsigned)ge.nqt, (unsigned)(a->B * a->n_head)),
-                  MG__ATTN_THREADS, smem_q, MG__STREAM(ctx), *a, ge.drop, ge.scale, *dout, lse,
+        MG_LAUNCH(mg__k_attn_backward_dq, grid_q, MG__ATTN_THREADS, smem_q, MG__STREAM(ctx), *a, ge.drop, ge.scale, *dout, lse,
                   delta, *dq, accumulate);
         MG_CUDA_LAUNCH_CHECK();
-        MG_LAUNCH(mg__k_attn_backward_dkv, dim3((unsigned)ge.nkt, (unsigned)(a->B * a->n_group)),
-                  MG__ATTN_THREADS, smem_kv, MG__STREAM(ctx), *a, ge.drop, ge.scale, *dout, lse,
+        MG_LAUNCH(mg__k_attn_backward_dkv, grid_kv, MG__ATTN_THREADS, smem_kv, MG__STREAM(ctx), *a, ge.drop, ge.scale, *dout, lse,
                   delta, *dk, *dv, accumulate);
         MG_CUDA_LAUNCH_CHECK();
         return;

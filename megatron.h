@@ -293,8 +293,10 @@ typedef struct mg_param_desc {
                          the embedding's partial sum is reduced like a row-parallel output
         replicated       position embedding (added by tensor-parallel rank 0 before the
                          reduction, so it enters the sum once) and the final layernorm
-      The cross-entropy never gathers the logits: all-reduces of the row max, the sum of
-      exponentials and the target logit ([N] floats each) merge the slices. The layernorm
+      The cross-entropy never gathers the logits, nor holds them whole: the fused classifier
+      (mg_classifier_fused, see mg__head_forward) computes them in chunks of rows, and per
+      chunk an all-reduce of the row max, then one of the sums of exponentials (moved to that
+      max) and the target logits merge the slices. The layernorm
       gradients under sequence parallelism are partial (each rank saw its rows) and are summed
       over the tensor group by mg_gpt_reduce_grads. Dropout masks are a pure function of
       (seed, site, global microbatch, global element index), so they do not depend on t, on

@@ -442,7 +442,9 @@ MGDEF void mg_gpt_set_batch(mg_gpt *m, int chunk, int slot, const int32_t *sampl
    and its masks are keyed by the global microbatch index m->microbatch_base + microbatch (the
    backward reuses the forward's). Chunk inputs/outputs and m->tf.dresid hold this rank's n rows
    (N/t with sequence parallelism). With tensor parallelism every rank of the tensor group
-   makes the same calls in the same order (they communicate).                               */
+   makes the same calls in the same order (they communicate). With m->head_dloss set (to the
+   dloss the backward will be given) the last chunk's forward also runs the classifier's
+   backward — the output layer's weight gradient accumulates then (mg__head_forward).     */
 MGDEF void mg_gpt_forward(mg_gpt *m, int chunk, int slot, int microbatch);
 /* Backward of one chunk for the microbatch in `slot` (its forward must have run). The last
    chunk seeds the gradient with dloss per token; any other reads the gradient of its output

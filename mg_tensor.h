@@ -1709,8 +1709,10 @@ static void mg__cpu_xent_max(mg_ctx *ctx, float *rowmax, const mg_tensor *logits
     size_t mark = mg_arena_mark(ctx);
     float *scratch = mg__cpu_scratch(ctx, !mg__f32(logits), Vs);
     #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * Vs > MG__PAR_MIN)
-    for (r = 0; r < N; r++)
-        rowmax[r] = mg__cpu_row_max(mg__cpu_span(logits, r * Vs, nreal, scratch ? scratch + (size_t)MG__TID() * Vs : NULL), nreal);
+    for (r = 0; r < N; r++) {
+        float *sc = scratch ? scratch + (size_t)MG__TID() * Vs : NULL;
+        rowmax[r] = mg__cpu_row_max(mg__cpu_span(logits, r * Vs, nreal, sc), nreal);
+    }
     mg_arena_release(ctx, mark);
 }
 /* rowmax given (the merged max): Σexp and the target logit. local_max: the row's own max is

@@ -168,6 +168,12 @@ typedef enum { MG_RECOMPUTE_NONE = 0, MG_RECOMPUTE_SELECTIVE, MG_RECOMPUTE_FULL 
 typedef enum { MG_RECOMPUTE_UNIFORM = 0, MG_RECOMPUTE_BLOCK } mg_recompute_method;
 
 #define MG_MAX_CHUNKS 32
+/* The fused classifier's logits scratch when layout.classifier_chunk_rows is 0: the most rows
+   of fp32 logits (and their 16-bit gradient) that fit in 64 MiB — 227 rows of GPT-2's
+   Vp = 50304 in bf16, 333 in fp32 — shared by all microbatches in flight.                */
+#ifndef MG_CLASSIFIER_CHUNK_BYTES
+#define MG_CLASSIFIER_CHUNK_BYTES ((size_t)64 << 20)
+#endif
 typedef struct mg_gpt_layout {
     int tp_rank, tp_size;        /* tensor-parallel coordinate (a single rank: 0, 1)            */
     int sequence_parallel;       /* --sequence-parallel: layernorm/dropout/residual regions hold
@@ -194,6 +200,10 @@ typedef struct mg_gpt_layout {
                                     their gradients: MG_F32, or MG_BF16 / MG_F16 for mixed
                                     precision (--bf16 / --fp16; master weights, gradients,
                                     Adam moments, norms' statistics and the logits stay fp32) */
+    int classifier_chunk_rows;   /* --classifier-chunk-rows: rows of [N, Vp/t] logits the fused
+                                    classifier computes at a time (mg__head_classifier); 0:
+                                    automatic, the most whose scratch fits
+                                    MG_CLASSIFIER_CHUNK_BYTES                                 */
     int shard_master;            /* mixed precision with the distributed optimizer (dp_size > 1,
                                     a 16-bit dtype): the model keeps NO whole fp32 copy of its
                                     parameters — the optimizer owns this rank's 1/d of the fp32
@@ -284,8 +294,10 @@ typedef struct mg_param_desc {
                          the embedding's partial sum is reduced like a row-parallel output
         replicated       position embedding (added by tensor-parallel rank 0 before the
                          reduction, so it enters the sum once) and the final layernorm
-      The cross-entropy never gathers the logits: all-reduces of the row max, the sum of
-      exponentials and the target logit ([N] floats each) merge the slices. The layernorm
+      The cross-entropy never gathers the logits, nor holds them whole: the fused classifier
+      (mg_classifier_fused, see mg__head_forward) computes them in chunks of rows, and per
+      chunk an all-reduce of the row max, then one of the sums of exponentials (moved to that
+      max) and the target logits merge the slices. The layernorm
       gradients under sequence parallelism are partial (each rank saw its rows) and are summed
       over the tensor group by mg_gpt_reduce_grads. Dropout masks are a pure function of
       (seed, site, global microbatch, global element index), so they do not depend on t, on
@@ -302,13 +314,12 @@ typedef struct mg_gpt_acts {
     mg_layer_acts *layers;    /* one per layer of the chunk                                     */
     mg_tensor lnf;            /* [n, C] final layernorm output (last chunk)                     */
     float *lnf_mean, *lnf_rstd;
-    mg_tensor logits;         /* [N, Vp/t]; becomes dlogits in the backward (and stays so for
-                                 the weight half of a split backward)                          */
-    mg_tensor dlogits;        /* 16-bit and layout.split_backward only: [N, Vp/t] 16-bit view of
-                                 the first half of the logits' bytes, where the input half
-                                 keeps dlogits for the weight half (the fp32 logits are dead
-                                 once the cross-entropy backward has read them)               */
-    float *rowmax, *sumexp, *tlogit; /* [N] cross-entropy statistics                           */
+    mg_tensor dlnf;           /* [n, C] gradient of lnf (reduced over the tensor group): what
+                                 the fused classifier leaves for the backward — the logits
+                                 themselves are never kept                                    */
+    int head_fused;           /* the forward already ran the classifier's backward with
+                                 head_dloss (m->head_dloss was set): dlnf and dWout are done  */
+    float head_dloss;
 } mg_gpt_acts;
 
 typedef struct mg_gpt {
@@ -384,10 +395,16 @@ typedef struct mg_gpt {
        forward and backward over the chunks; NULL: not called                               */
     void (*compute_timer)(void *user, int backward, int start);
     void *compute_timer_user;
-    mg_tensor dlogits;        /* [N, Vp/t] 16-bit gradient of the fp32 logits (mixed precision;
-                                 with fp32 the logits are overwritten in place instead)      */
+    /* the fused classifier (mg__head_classifier): head_dloss, set by the caller before the
+       forwards of a training iteration (mg_gpt_run_microbatches and the trainer do), makes
+       the head's forward run the classifier's backward too, seeded with it; 0: forwards
+       compute the loss only (evaluation) and a backward re-runs the classifier            */
+    float head_dloss;
+    int64_t head_chunk_rows;  /* rows per chunk (layout.classifier_chunk_rows or automatic)   */
+    void *head_scratch;       /* mg_classifier_scratch_bytes(head_chunk_rows, Vp/t, dtype)     */
     float *tp_scalars;        /* [3 + 3t] device floats: the tensor group's scalar exchanges   */
-    float *vocab_row;         /* [Vp] one row of logits gathered over the vocabulary slices    */
+    float *vocab_row;         /* [Vp] one row of logits gathered over the vocabulary slices
+                                 (mg_gpt_logits_row recomputes the row into head_scratch)     */
     float *losses;            /* [max_microbatches · N] per-token losses (device)               */
     int32_t *host_tokens, *host_targets; /* host staging for mg_gpt_set_batch                  */
     float *host_losses;       /* host staging for mg_gpt_loss_sum ([max_microbatches · N])    */
@@ -429,7 +446,9 @@ MGDEF void mg_gpt_set_batch(mg_gpt *m, int chunk, int slot, const int32_t *sampl
    and its masks are keyed by the global microbatch index m->microbatch_base + microbatch (the
    backward reuses the forward's). Chunk inputs/outputs and m->tf.dresid hold this rank's n rows
    (N/t with sequence parallelism). With tensor parallelism every rank of the tensor group
-   makes the same calls in the same order (they communicate).                               */
+   makes the same calls in the same order (they communicate). With m->head_dloss set (to the
+   dloss the backward will be given) the last chunk's forward also runs the classifier's
+   backward — the output layer's weight gradient accumulates then (mg__head_forward).     */
 MGDEF void mg_gpt_forward(mg_gpt *m, int chunk, int slot, int microbatch);
 /* Backward of one chunk for the microbatch in `slot` (its forward must have run). The last
    chunk seeds the gradient with dloss per token; any other reads the gradient of its output
@@ -757,6 +776,7 @@ typedef struct mg_train_args {
     int recompute_granularity, recompute_method;
     int attention_backend;        /* --attention-backend: 0 auto, 1 flash, 2 unfused             */
     int64_t recompute_num_layers;
+    int64_t classifier_chunk_rows;       /* the fused classifier's rows per chunk (0: auto)    */
     /* mixed precision (switches) and fp16 loss scaling                                      */
     int bf16, fp16;
     double loss_scale, initial_loss_scale, min_loss_scale;  /* loss_scale 0: dynamic        */
@@ -1268,6 +1288,9 @@ static int mg__layout_check(const mg_gpt_config *cfg, const mg_gpt_layout *L, ch
     if (L->recompute_num_layers < 0 || L->recompute_num_layers > cfg->n_layer)
         return mg__err(err, errlen, "--recompute-num-layers %d: must be 1 … --num-layers %d",
                        L->recompute_num_layers, cfg->n_layer);
+    if (L->classifier_chunk_rows < 0)
+        return mg__err(err, errlen, "--classifier-chunk-rows %d: must be >= 0 (0: automatic)",
+                       L->classifier_chunk_rows);
     for (i = 0; i < L->n_chunks; i++) {
         const mg_gpt_chunk *c = &L->chunks[i];
         if (c->layer_begin < 0 || c->layer_end < c->layer_begin || c->layer_end > cfg->n_layer)
@@ -1619,20 +1642,19 @@ static void mg__plan_model(mg_gpt *m, mg_claim *p) {
                 a->lnf = mg_claim_tensor(p, dt, n, C, 0, 0);
                 a->lnf_mean = mg_claim_f32(p, n);
                 a->lnf_rstd = mg_claim_f32(p, n);
-                a->logits = mg_claim_tensor(p, MG_F32, N, Vl, 0, 0);   /* fp32: the loss */
-                if (L->split_backward && dt != MG_F32)   /* ZB-H1: no bytes of its own */
-                    a->dlogits = mg_tensor_wrap(a->logits.data, dt, 2, a->logits.shape);
-                a->rowmax = mg_claim_f32(p, N);
-                a->sumexp = mg_claim_f32(p, N);
-                a->tlogit = mg_claim_f32(p, N);
+                a->dlnf = mg_claim_tensor(p, dt, n, C, 0, 0);   /* not the [N, Vl] logits */
             }
         }
     }
     m->act_bytes = p->bytes - acts_begin;
     acts_begin = p->bytes;
     mg_transformer_claim_scratch(&m->tf, p);
-    if (dt != MG_F32 && L->chunks[L->n_chunks - 1].has_head)
-        m->dlogits = mg_claim_tensor(p, dt, N, Vl, 0, 0);
+    if (L->chunks[L->n_chunks - 1].has_head) {  /* one chunk of logits, shared by all slots */
+        m->head_chunk_rows = L->classifier_chunk_rows > 0
+            ? (L->classifier_chunk_rows < N ? L->classifier_chunk_rows : N)
+            : mg_classifier_chunk_rows(N, Vl, dt, MG_CLASSIFIER_CHUNK_BYTES);
+        m->head_scratch = mg_claim_bytes(p, mg_classifier_scratch_bytes(m->head_chunk_rows, Vl, dt));
+    }
     /* recomputation scratch, then the recomputed layers point into it */
     for (k = 0; k < m->n_recompute_layers; k++)
         mg_layer_acts_claim(&m->tf, p, &m->recompute_layers[k], 1, 1, 1, 0);
@@ -1871,74 +1893,82 @@ static const mg_tensor *mg__lnf_bias(const mg_gpt *m, const mg_tensor *t) {
     return i >= 0 ? &t[i] : NULL;
 }
 
-/* The head's loss statistics: lnf = norm(x); [f / all-gather]; logits = lnf·Woutᵀ over this
-   rank's vocabulary slice [N, Vp/t] (Wout: the word embedding, tied, or the output layer),
-   then the three cross-entropy steps with their merges across the slices (max, then sums):
-   the logits are never gathered.                                                          */
+/* The classifier of the head, fused and chunked (mg_classifier_fused): per chunk of rows of
+   lnf (all-gathered with sequence parallelism), logits = lnf_c·Woutᵀ over this rank's
+   vocabulary slice (Wout: the word embedding, tied, or the output layer), one pass for the
+   slice's row max, Σexp and target logit, the merges across the slices (all-reduce MAX, then
+   SUM of the rescaled Σexp and target logits: the logits are never gathered), the loss; with
+   backward, dlogits in place of the chunk's logits, partial dlnf_c = dlogits·Wout and
+   dWout += dlogitsᵀ·lnf_c. dlnf's partial sums then reduce over the tensor group [g /
+   reduce-scatter] into a->dlnf. The [N, Vp/t] logits never exist: one chunk of them lives in
+   the scratch shared by every slot.                                                          */
+static void mg__tp_merge(void *user, float *buf, int64_t n, int is_max) {
+    mg_tp_all_reduce((const mg_tp_group *)user, buf, n, is_max ? MG_MAX : MG_SUM);
+}
+static void mg__head_classifier(mg_gpt *m, mg_gpt_acts *a, float *losses, int backward,
+                                float dloss) {
+    int iout = mg__iout(m);
+    mg_classifier c;
+    memset(&c, 0, sizeof c);
+    c.x = mg_tp_gather(&m->tf.tp, &a->lnf, &m->tf.full_a);
+    c.w = &m->w[iout];
+    c.targets = a->targets;
+    c.vocab_start = m->params[iout].row0;
+    c.vocab_size = m->cfg.vocab_size;
+    c.losses = losses;
+    c.chunk_rows = m->head_chunk_rows;
+    c.scratch = m->head_scratch;
+    c.merge = m->tf.tp.size > 1 ? mg__tp_merge : NULL;
+    c.merge_user = &m->tf.tp;
+    if (backward) {
+        MG_ASSERT(!m->fp32_staging, "the classifier's gradient into the gradient buffer while "
+                  "it holds fp32 parameters (sharded master): mg_adamw_take_master / "
+                  "mg_gpt_zero_grad first");
+        c.dloss = dloss;
+        c.dx = m->tf.tp.sequence_parallel ? &m->tf.full_b : &a->dlnf;  /* [N, C] partial */
+        c.dw = &m->g[iout];
+    }
+    mg_classifier_fused(m->ctx, &c);
+    if (backward) mg_tp_reduce(&m->tf.tp, c.dx, &a->dlnf);
+}
+
+/* Head forward: lnf = norm(x), then the classifier. Where its backward runs: the gradient of
+   the logits needs only the loss's scale dloss, known before the iteration's first forward
+   (llm.c fuses the classifier backward into its forward for the same reason), so with
+   m->head_dloss set the forward runs it at once — the logits chunk is still in the scratch —
+   and leaves dlnf (n·C elements) for the backward instead of the [N, Vp/t] fp32 logits; the
+   output layer's weight gradient is complete when the forward returns. Every schedule stays
+   correct: the head's backward (B, or ZB-H1's I) continues from dlnf, and ZB-H1's W has no
+   head part left (the layers' weight gradients stay deferred). m->head_dloss 0: the loss
+   only (evaluation; generation); a backward then re-runs the classifier.                  */
 static void mg__head_forward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, int microbatch) {
-    mg_ctx *ctx = m->ctx;
-    int64_t N = (int64_t)m->layout.micro_batch * m->cfg.seq_len, V = m->cfg.vocab_size;
-    int iout = mg__iout(m), ilnf = mg__ilnf(m);
-    int64_t vstart = m->params[iout].row0;
     const mg_tensor *w = m->w;
+    int ilnf = mg__ilnf(m);
+    int64_t N = (int64_t)m->layout.micro_batch * m->cfg.seq_len;
     MG_ASSERT(microbatch >= 0 && microbatch < m->layout.max_microbatches,
               "microbatch %d outside 0 … %d", microbatch, m->layout.max_microbatches - 1);
-    mg_norm_forward(ctx, &m->tf.cfg.norm, &a->lnf, a->lnf_mean, a->lnf_rstd, x, &w[ilnf],
+    mg_norm_forward(m->ctx, &m->tf.cfg.norm, &a->lnf, a->lnf_mean, a->lnf_rstd, x, &w[ilnf],
                     mg__lnf_bias(m, w));
-    mg_linear_forward(ctx, &a->logits, mg_tp_gather(&m->tf.tp, &a->lnf, &m->tf.full_a),
-                      &w[iout], NULL);
-    mg_xent_max(ctx, a->rowmax, &a->logits, vstart, V);
-    mg_tp_all_reduce(&m->tf.tp, a->rowmax, N, MG_MAX);
-    mg_xent_sumexp(ctx, a->sumexp, a->tlogit, &a->logits, a->targets, a->rowmax, vstart, V);
-    mg_tp_all_reduce(&m->tf.tp, a->sumexp, N, MG_SUM);
-    mg_tp_all_reduce(&m->tf.tp, a->tlogit, N, MG_SUM);
-    mg_xent_loss(ctx, m->losses + (int64_t)microbatch * N, a->rowmax, a->sumexp, a->tlogit, N);
+    a->head_fused = m->head_dloss != 0.0f;
+    a->head_dloss = m->head_dloss;
+    mg__head_classifier(m, a, m->losses + (int64_t)microbatch * N, a->head_fused,
+                        m->head_dloss);
 }
 
-/* Where the head's backward writes dlogits: over the fp32 logits in place (fp32), or — 16
-   bits — into the model's dlogits scratch (the cross-entropy backward reads the fp32 logits
-   while it writes, so it cannot write 16 bits over them). A deferred weight half (ZB-H1)
-   finds them where the slot kept them: mg__dlogits_kept.                                    */
-static mg_tensor *mg__dlogits(mg_gpt *m, mg_gpt_acts *a) {
-    return m->dtype == MG_F32 ? &a->logits : &m->dlogits;
-}
-/* 16 bits: the scratch is another microbatch's by the time W runs, so the input half copies
-   dlogits into a->dlogits — the first half of the slot's own fp32 logits bytes, dead by then:
-   one [N, Vp/t] 16-bit copy per microbatch and no memory of its own (a separate per-slot
-   buffer would add half the logits' bytes per slot; computing the output layer's weight
-   gradient in the input half instead would move the largest GEMM of the last stage out of
-   the W actions that fill the schedule's bubble).                                          */
-static mg_tensor *mg__dlogits_kept(mg_gpt *m, mg_gpt_acts *a) {
-    return m->dtype == MG_F32 ? &a->logits : &a->dlogits;
-}
-
-/* The output layer's weight half: dWout += dlogitsᵀ·lnf (lnf all-gathered again with sequence
-   parallelism).                                                                             */
-static void mg__head_wgrad(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *dlogits) {
-    mg_linear_backward_weight(m->ctx, &m->g[mg__iout(m)], NULL, dlogits,
-                              mg_tp_gather(&m->tf.tp, &a->lnf, &m->tf.full_a));
-}
-
-/* Head backward: dlogits = (softmax - onehot)·dloss (in place over the logits);
-   partial dlnf = dlogits·Wout (this slice's share); dWout += dlogitsᵀ·lnf (gathered again with
-   sequence parallelism; unless defer_w: mg__head_wgrad later, from the dlogits the slot
-   keeps); dresid = norm'([all-reduce / reduce-scatter] partial) — overwrites: the chunk's
-   backward starts here.                                                                     */
-static void mg__head_backward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, float dloss,
-                              int defer_w) {
-    mg_ctx *ctx = m->ctx;
-    int iout = mg__iout(m), ilnf = mg__ilnf(m);
-    int64_t vstart = m->params[iout].row0;
-    mg_tensor *dlogits = mg__dlogits(m, a), *kept = mg__dlogits_kept(m, a);
-    mg_xent_backward(ctx, dlogits, &a->logits, a->targets, a->rowmax, a->sumexp, dloss,
-                     vstart, m->cfg.vocab_size);
-    mg_linear_backward_input(ctx, &m->tf.full_b, dlogits, &m->w[iout], 0);
-    if (!defer_w) mg__head_wgrad(m, a, dlogits);
-    else if (kept != dlogits) mg_copy(ctx, kept->data, dlogits->data, mg_nbytes(dlogits));
-    mg_norm_backward(ctx, &m->tf.cfg.norm, &m->tf.dresid, &m->g[ilnf],
-                     (mg_tensor *)mg__lnf_bias(m, m->g),
-                     mg_tp_reduce(&m->tf.tp, &m->tf.full_b, &m->tf.dlocal), x, &m->w[ilnf],
-                     a->lnf_mean, a->lnf_rstd, 0);
+/* Head backward: dlnf from the forward (or the classifier now, if the forward ran without
+   m->head_dloss: the logits are recomputed chunk by chunk, the loss not rewritten), then
+   dresid = norm'(dlnf) — overwrites: the chunk's backward starts here.                      */
+static void mg__head_backward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, float dloss) {
+    int ilnf = mg__ilnf(m);
+    if (!a->head_fused) mg__head_classifier(m, a, NULL, 1, dloss);
+    else
+        MG_ASSERT(a->head_dloss == dloss, "the head's forward ran its backward with dloss %g "
+                  "(m->head_dloss) but the backward was given %g", (double)a->head_dloss,
+                  (double)dloss);
+    a->head_fused = 0;
+    mg_norm_backward(m->ctx, &m->tf.cfg.norm, &m->tf.dresid, &m->g[ilnf],
+                     (mg_tensor *)mg__lnf_bias(m, m->g), &a->dlnf, x, &m->w[ilnf], a->lnf_mean,
+                     a->lnf_rstd, 0);
 }
 
 /* Embedding forward: vocabulary-parallel word embedding (ids outside this rank's rows give 0)
@@ -2046,7 +2076,7 @@ static void mg__chunk_backward(mg_gpt *m, int chunk, int slot, float dloss, int 
     MG_ASSERT(!m->fp32_staging, "a backward into the gradient buffer while it holds fp32 "
               "parameters (sharded master): mg_adamw_take_master / mg_gpt_zero_grad first");
     if (c->has_head) {
-        mg__head_backward(m, a, mg_gpt_chunk_output(m, chunk, slot), dloss, defer_w);
+        mg__head_backward(m, a, mg_gpt_chunk_output(m, chunk, slot), dloss);
         if (hook) mg__grads_final_head(m);
     }
     for (l = c->layer_end - 1; l >= c->layer_begin; l--) {
@@ -2072,7 +2102,8 @@ MGDEF void mg_gpt_backward_input(mg_gpt *m, int chunk, int slot, float dloss) {
     mg__chunk_backward(m, chunk, slot, dloss, 1);
 }
 /* The weight half reads each linear's input and the output gradient the input half kept in
-   the slot (dout_*, and dlogits: mg__dlogits_kept). A full-recomputed layer's inputs lived in
+   the slot (dout_*; the output layer's weight gradient came with the head's forward, or its
+   input half, see mg__head_forward). A full-recomputed layer's inputs lived in
    the shared recomputation scratch, which the microbatches run since the input half have
    overwritten: the weight half re-runs the group's forward once more (mg__recompute_group,
    the same bits) rather than keeping the four linears' inputs per slot — full recomputation
@@ -2088,10 +2119,7 @@ MGDEF void mg_gpt_backward_weight(mg_gpt *m, int chunk, int slot) {
     /* the hook of a split backward: the chunk's last weight half completes each piece (its
        layernorm and embedding gradients came with the input halves, all run before)     */
     int l, nl = c->layer_end - c->layer_begin, hook = m->final_backward && m->grads_final;
-    if (c->has_head) {
-        mg__head_wgrad(m, a, mg__dlogits_kept(m, a));
-        if (hook) mg__grads_final_head(m);
-    }
+    if (c->has_head && hook) mg__grads_final_head(m);  /* its gradients came before */
     for (l = c->layer_end - 1; l >= c->layer_begin; l--) {
         int i = l - c->layer_begin, first = 0, last = -1;
         if (mg_gpt_recompute_kind(&m->layout, nl, i, &first, &last) == MG_RECOMPUTE_FULL &&
@@ -2164,6 +2192,7 @@ MGDEF double mg_gpt_run_microbatches(mg_gpt *m, const int32_t *samples, int n_mi
     MG_ASSERT(L->chunks[0].has_embedding && L->chunks[L->n_chunks - 1].has_head,
               "mg_gpt_run_microbatches needs the whole model on this rank");
     mg_gpt_sync_weights(m);
+    m->head_dloss = backward ? dloss : 0.0f;   /* the head's forward runs its backward */
     for (mb = 0; mb < n_micro; mb++) {
         /* per-token losses live in [max_microbatches · N]: sum and restart when full */
         int slot_mb = mb - done;
@@ -2189,15 +2218,25 @@ MGDEF double mg_gpt_run_microbatches(mg_gpt *m, const int32_t *samples, int n_mi
         if (backward && m->compute_timer) m->compute_timer(m->compute_timer_user, 1, 0);
         m->final_backward = 0;
     }
+    m->head_dloss = 0.0f;
     return sum + mg_gpt_loss_sum(m, 0, n_micro - done);
 }
 
+/* The row's logits again (the classifier keeps none): lnf's row (all-gathered with sequence
+   parallelism) times this slice's Woutᵀ into the classifier's scratch.                     */
 MGDEF void mg_gpt_logits_row(mg_gpt *m, int slot, int t, int b, float *out_V) {
     int last = m->layout.n_chunks - 1;
     mg_gpt_acts *a = mg__acts(m, last, slot);
-    int64_t row = (int64_t)t * m->layout.micro_batch + b, Vl = mg_cols(&a->logits);
-    float *src = (float *)a->logits.data + row * Vl;
+    int64_t row = (int64_t)t * m->layout.micro_batch + b, shape[2];
+    int64_t Vl = m->cfg.padded_vocab / m->layout.tp_size;
+    float *src = (float *)m->head_scratch;
+    mg_tensor xr, out;
     MG_ASSERT(m->layout.chunks[last].has_head, "logits need the head on this rank");
+    xr = mg_tensor_rows(mg_tp_gather(&m->tf.tp, &a->lnf, &m->tf.full_a), row, 1);
+    shape[0] = 1;
+    shape[1] = Vl;
+    out = mg_tensor_wrap(src, MG_F32, 2, shape);
+    mg_linear_forward(m->ctx, &out, &xr, &m->w[mg__iout(m)], NULL);
     if (m->layout.tp_size > 1) {  /* the row's vocabulary slices, in rank order = id order */
         mg_comm *comm = mg_tp_comm(&m->tf.tp);
         mg_all_gather(comm, &comm->tensor, src, m->vocab_row, Vl, MG_F32);
@@ -3762,6 +3801,9 @@ static const mg__flag mg__flags[] = {
      "(default uniform)"},
     {"--recompute-num-layers", MG__F_INT, MG__OFF(recompute_num_layers), "N", 1, 1e6,
      "with full: layers per group (uniform) or recomputed layers per chunk (block) (default 1)"},
+    {"--classifier-chunk-rows", MG__F_INT, MG__OFF(classifier_chunk_rows), "N", 0, MG__BIG,
+     "rows of logits the fused classifier (output layer + cross-entropy) computes at a time; "
+     "0: the most that fit in 64 MiB of scratch (default 0)"},
     {"initialization", MG__F_HELP, 0, NULL, 0, 0, ""},
     {"--seed", MG__F_INT, MG__OFF(seed), "N", 0, 4294967295.0,
      "initialisation, data order, dropout masks and sampling (default 1234)"},
@@ -5409,8 +5451,10 @@ static double mg__pipe_run(mg_trainer *tr, mg_pipe_exec *ex, const int32_t *samp
     tr->pipe_samples = samples;
     tr->pipe_dloss = dloss;
     tr->pipe_forward_only = forward_only;
+    m->head_dloss = forward_only ? 0.0f : dloss;   /* the head's forward runs its backward */
     mg_gpt_sync_weights(m);        /* 16-bit: the working copy of the master weights */
     mg_pipe_exec_run(ex);
+    m->head_dloss = 0.0f;
     if (m->layout.chunks[m->layout.n_chunks - 1].has_head) sum = mg_gpt_loss_sum(m, 0, tr->n_micro);
     return mg__group_bcast_f64(m, &tr->comm->pipeline, sum, p - 1);
 }
@@ -5592,6 +5636,8 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     layout.recompute_method = a->recompute_method;
     layout.recompute_num_layers = (int)a->recompute_num_layers;
     layout.attention_backend = a->attention_backend == 2 ? MG_ATTN_UNFUSED : MG_ATTN_FLASH;
+    layout.classifier_chunk_rows = a->classifier_chunk_rows > INT32_MAX
+        ? INT32_MAX : (int)a->classifier_chunk_rows;  /* more rows than B·T mean B·T */
     layout.dtype = a->bf16 ? MG_BF16 : a->fp16 ? MG_F16 : MG_F32;
     /* ZeRO-1 with mixed precision: each replica keeps 1/d of the fp32 master weights */
     layout.shard_master = layout.dtype != MG_F32 && a->use_distributed_optimizer &&

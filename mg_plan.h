@@ -102,7 +102,15 @@ typedef struct mg_plan_training {
                                   buffer (Megatron's default, and megatron.h's); 0 =
                                   --no-gradient-accumulation-fusion: a separate add per
                                   microbatch, as Megatron did in 2021                           */
+    int fused_classifier;      /* --fused-classifier: megatron.h's fused, chunked classifier —
+                                  the last stage keeps the [s·b, h] gradient of the output
+                                  layer's input per microbatch instead of the fp32 logits
+                                  4·s·b·V/t, plus one chunk of logits shared by all microbatches
+                                  (at most MG_PLAN_CLASSIFIER_CHUNK_BYTES); 0: Megatron's
+                                  unfused cross-entropy (the paper's memory)                   */
 } mg_plan_training;
+/* megatron.h's MG_CLASSIFIER_CHUNK_BYTES: the fused classifier's logits scratch. */
+#define MG_PLAN_CLASSIFIER_CHUNK_BYTES (64.0 * 1024.0 * 1024.0)
 
 /* One accelerator plus the links around it. The presets (mg_plan_gpu_preset) fill every field
    from vendor datasheets and published measurements; the model constants at the end are shared
@@ -1000,6 +1008,7 @@ MGDEF int mg_plan_evaluate(const mg_plan_model *m, const mg_plan_training *tr,
     double e, gb, ob, lp, pp_one, t_first, t_last, t_mid, t_max, t_sum, t_pipe;
     double p_mid, p_first, p_last, p_max, dp, opt_params;
     double act_layer, inflight_first, inflight_last, act_first, act_last, work, mem_first, mem_last;
+    double head_bytes;          /* the classifier's bytes on the last stage */
     long mb;
     int p = L->p, v = L->v, gpn = cl->gpus_per_node;
     if (mg_plan_check(m, tr, cl, L, err, errlen)) return -1;
@@ -1122,7 +1131,9 @@ MGDEF int mg_plan_evaluate(const mg_plan_model *m, const mg_plan_training *tr,
          layer's attention scores (selective) while its backward runs;
        - stage 0: the embedding dropout mask per microbatch in flight (s·b·h·r bytes);
          last stage: the fp32 logits of the loss, 4·s·b·V/t (Korthikanti §4.3), and the final
-         layernorm input. */
+         layernorm input; with the fused classifier instead of the logits the gradient of
+         the output layer's input, s·b·h·e·r, and one chunk of logits (fp32, plus their
+         16-bit gradient in 16-bit runs), at most MG_PLAN_CLASSIFIER_CHUNK_BYTES. */
     act_layer = mg_plan_activation_bytes_per_layer(m, L->micro_batch_size, L->t, L->sequence_parallel,
                                                    L->recompute, env.e);
     if (v == 1) {
@@ -1141,10 +1152,15 @@ MGDEF int mg_plan_evaluate(const mg_plan_model *m, const mg_plan_training *tr,
                (2.0 * e + 1.0) / L->t;
     act_first = act_layer * inflight_first + work +
                 env.tokens * m->hidden_size * env.r * (v == 1 ? (mb < p ? mb : p) : p);
-    act_last = act_layer * inflight_last + work + 4.0 * env.tokens * env.vocab_padded / L->t +
-               env.tokens * m->hidden_size * env.r * e;
-    if (p == 1) act_first = act_first + 4.0 * env.tokens * env.vocab_padded / L->t +
-                            env.tokens * m->hidden_size * env.r * e;
+    if (tr->fused_classifier) {
+        double chunk = env.tokens * env.vocab_padded / L->t * (4.0 + (e < 4 ? e : 0));
+        head_bytes = env.tokens * m->hidden_size * env.r * e +
+                     (chunk < MG_PLAN_CLASSIFIER_CHUNK_BYTES ? chunk : MG_PLAN_CLASSIFIER_CHUNK_BYTES);
+    } else {
+        head_bytes = 4.0 * env.tokens * env.vocab_padded / L->t;
+    }
+    act_last = act_layer * inflight_last + work + head_bytes + env.tokens * m->hidden_size * env.r * e;
+    if (p == 1) act_first = act_first + head_bytes + env.tokens * m->hidden_size * env.r * e;
     {
         double per_param_opt = L->distributed_optimizer && L->d > 1 ? ob / L->d : ob;
         mem_first = p_first * (e + gb + per_param_opt) + act_first;
@@ -1496,6 +1512,7 @@ static const char *mg__plan_usage =
     "           --no-scatter-gather-tensors-in-pipeline  --no-gradient-accumulation-fusion\n"
     "           --attention-backend {unfused,flash} (unfused: the paper's; gpt_train's default is\n"
     "           flash, which stores no attention scores and recomputes QKᵀ in the backward)\n"
+    "           --fused-classifier (megatron.h's chunked classifier: no s*b*V/t logits)\n"
     "cluster:   --gpu {a100-80gb,a100-40gb,h100-sxm,h200-sxm,cpu,custom} (a100-80gb)\n"
     "           --gpus-per-node G (8)  --peak-tflops --gpu-memory-gb --hbm-gbps --nvlink-gbps\n"
     "           --ib-gbps-per-node --sms --gemm-efficiency --memory-reserve-gb  --calibrate\n"
@@ -1611,6 +1628,7 @@ static int mg__plan_parse(int argc, char **argv, mg__plan_cli *c, char *err, siz
         else if (MG__FLAG("--overlap-grad-reduce")) MG__SWITCH(c->train.overlap_grad_reduce = 1);
         else if (MG__FLAG("--no-scatter-gather-tensors-in-pipeline")) MG__SWITCH(c->train.scatter_gather = 0);
         else if (MG__FLAG("--no-gradient-accumulation-fusion")) MG__SWITCH(c->train.grad_accum_fusion = 0);
+        else if (MG__FLAG("--fused-classifier")) MG__SWITCH(c->train.fused_classifier = 1);
         else if (MG__FLAG("--search")) MG__SWITCH(c->search = 1);
         else if (MG__FLAG("--json")) MG__SWITCH(c->json = 1);
         else if (MG__FLAG("--calibrate")) MG__SWITCH(c->calibrate = 1);

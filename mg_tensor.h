@@ -23,7 +23,9 @@
      5. Ops, each forward beside its backward, shapes stated once per op:
         embedding · layernorm · linear (forward, backward-input, backward-weight) · GELU ·
         causal attention core · residual add / scale / axpy · dropout · casts ·
-        vocabulary-slice softmax cross-entropy · AdamW · sum of squares.
+        vocabulary-slice softmax cross-entropy (three steps, or one pass) · the fused, chunked
+        classifier (output layer + cross-entropy + their backward, never the full logits) ·
+        AdamW · sum of squares.
      6. Implementation (under MG_IMPLEMENTATION): 6a errors, context, arena, copies · 6b dtypes
         and tensors · 6c the shared per-element/per-row math (MG_HD functions: exp, GELU,
         layernorm, softmax gradient, cross-entropy, dropout test, AdamW) · 6d the CPU backend
@@ -500,6 +502,59 @@ MGDEF void mg_xent_loss(mg_ctx *ctx, float *losses, const float *rowmax, const f
 MGDEF void mg_xent_backward(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *logits,
                             const int32_t *targets, const float *rowmax, const float *sumexp,
                             float dloss, int64_t vocab_start, int64_t vocab_size);
+/* The same statistics of a slice in ONE pass over each row (online softmax, as flash-attention
+   and llm.c's fused classifier): rowmax[r] = the slice's own max over its real ids,
+   sumexp[r] = Σ exp(logit − rowmax[r]), tlogit[r] as above. Slices merge afterwards:
+   M = max over slices of rowmax (all-reduce MAX of a copy), then mg_xent_rescale turns each
+   slice's sumexp into Σ exp(logit − M) = sumexp·exp(rowmax − M) (0 stays 0), and a SUM
+   all-reduce of sumexp and tlogit completes them; M, Σ, tlogit then feed mg_xent_loss and
+   mg_xent_backward as the three-step statistics do. With one slice rowmax is already M.
+   The CPU reads a row for its max and again for Σexp while the row sits in cache (a row of
+   V = 50304 fp32 is 196 KiB); a CUDA block keeps a running (max, Σ) per thread and merges
+   them through the block reduction — one read of the logits either way.                   */
+MGDEF void mg_xent_partial(mg_ctx *ctx, float *rowmax, float *sumexp, float *tlogit,
+                           const mg_tensor *logits, const int32_t *targets, int64_t vocab_start,
+                           int64_t vocab_size);
+MGDEF void mg_xent_rescale(mg_ctx *ctx, float *sumexp, const float *rowmax, const float *M,
+                           int64_t N);
+
+/* Fused, chunked classifier (vocabulary-parallel output layer + cross-entropy + its backward,
+   llm.c's fused classifier done in chunks of rows): the full [N, Vs] logits never exist.
+   x [N, C] (the final norm's output) and w [Vs, C] (this slice of the output layer) share a
+   dtype; the slice holds vocabulary ids [vocab_start, vocab_start + Vs), real below
+   vocab_size. For each chunk of R = chunk_rows rows (the last one ragged), in the scratch:
+     logits  = x_c · wᵀ                                   [R, Vs] fp32 (one GEMM)
+     one pass: slice max, Σexp, target logit (mg_xent_partial)
+     merge:  merge(user, M, R, 1): max over slices; rescale; merge(user, S, 2R, 0): sum of
+             Σexp and target logits (S and TL adjacent) — merge NULL: one slice, no merge
+     losses[r] = log S + M − TL                           (losses may be NULL)
+   and, when dx or dw is given (training), with the same chunk still in the scratch:
+     dlogits = (softmax − onehot)·dloss over the logits in place (16-bit x: rounded into the
+               scratch's 16-bit copy, the GEMMs' operand dtype), then
+     dx_c  = dlogits · w      [R, C], x's dtype, OVERWRITE (this slice's partial sum: the
+                              caller reduces dx over the slices)
+     dw   += dlogitsᵀ · x_c   [Vs, C] fp32, ACCUMULATE (may be NULL; dx may be NULL)
+   Merges run on every slice in the same order (collective when merge is an all-reduce).
+   Results equal the three-step ops on the full logits followed by the linear backward, to
+   fp32 rounding (the dw sum is split at chunk boundaries; with several slices Σexp is summed
+   after rescaling). scratch: device memory of mg_classifier_scratch_bytes(chunk_rows, Vs,
+   dtype) bytes; mg_classifier_chunk_rows picks the most rows (at least 1, at most N) whose
+   scratch fits max_bytes.                                                                   */
+typedef struct mg_classifier {
+    const mg_tensor *x, *w;
+    const int32_t *targets;       /* [N] global ids (device memory on CUDA)                     */
+    int64_t vocab_start, vocab_size;
+    float *losses;                /* [N] per-token losses, or NULL                              */
+    float dloss;                  /* d loss / d (per-token loss), used with dx or dw            */
+    mg_tensor *dx, *dw;           /* NULL both: the loss only (evaluation)                      */
+    int64_t chunk_rows;
+    void *scratch;
+    void (*merge)(void *user, float *buf, int64_t n, int is_max); /* NULL: one slice            */
+    void *merge_user;
+} mg_classifier;
+MGDEF size_t mg_classifier_scratch_bytes(int64_t chunk_rows, int64_t Vs, mg_dtype dt);
+MGDEF int64_t mg_classifier_chunk_rows(int64_t N, int64_t Vs, mg_dtype dt, size_t max_bytes);
+MGDEF void mg_classifier_fused(mg_ctx *ctx, const mg_classifier *c);
 
 /* AdamW on fp32 master weights, as torch.optim.AdamW (decoupled weight decay, bias correction):
      g = grad · grad_scale            (grad_scale folds clipping and loss-scale removal)
@@ -1204,6 +1259,20 @@ MG_HD static inline float mg__xent_loss(float rowmax, float sumexp, float tlogit
 MG_HD static inline float mg__xent_dlogit(float logit, float rowmax, float sumexp,
                                           float onehot, float dloss) {
     return (mg__exp(logit - rowmax) / sumexp - onehot) * dloss;
+}
+/* Online softmax statistics: a running (max m, Σ s = Σ exp(l − m)) takes one more logit l;
+   a partial Σ taken under max m moves to a larger max M by the factor exp(m − M) (an empty
+   one, s = 0 with m = −inf, stays 0 instead of 0·exp(−inf + inf) = NaN).                    */
+MG_HD static inline void mg__xent_online(float *m, float *s, float l) {
+    if (l > *m) {
+        *s = *s * mg__exp(*m - l) + 1.0f;
+        *m = l;
+    } else {
+        *s += mg__exp(l - *m);
+    }
+}
+MG_HD static inline float mg__xent_rescale(float s, float m, float M) {
+    return s > 0.0f ? s * mg__exp(m - M) : 0.0f;
 }
 
 /* AdamW element, torch.optim.AdamW's order: decay, moments, bias-corrected step.
@@ -2039,35 +2108,47 @@ static void mg__cpu_attn_backward(mg_ctx *ctx, const mg_attn_block *a, const mg_
 }
 
 /* --- vocabulary-slice cross-entropy --------------------------------------------------------- */
+/* One row's max and Σ exp(l − mx) over its n real logits (vectorised). */
+static float mg__cpu_row_max(const float *l, int64_t n) {
+    float mx = -INFINITY;
+    int64_t j;
+    #pragma omp simd reduction(max : mx)
+    for (j = 0; j < n; j++) mx = l[j] > mx ? l[j] : mx;
+    return mx;
+}
+static float mg__cpu_row_sumexp(const float *l, int64_t n, float mx) {
+    float s = 0.0f;
+    int64_t j;
+    #pragma omp simd reduction(+ : s)
+    for (j = 0; j < n; j++) s += mg__exp(l[j] - mx);
+    return s;
+}
 static void mg__cpu_xent_max(mg_ctx *ctx, float *rowmax, const mg_tensor *logits, int64_t nreal) {
     int64_t N = mg_rows(logits), Vs = mg_cols(logits), r;
     size_t mark = mg_arena_mark(ctx);
     float *scratch = mg__cpu_scratch(ctx, !mg__f32(logits), Vs);
     #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * Vs > MG__PAR_MIN)
     for (r = 0; r < N; r++) {
-        const float *l = mg__cpu_span(logits, r * Vs, nreal, scratch ? scratch + (size_t)MG__TID() * Vs : NULL);
-        float mx = -INFINITY;
-        int64_t j;
-        #pragma omp simd reduction(max : mx)
-        for (j = 0; j < nreal; j++) mx = l[j] > mx ? l[j] : mx;
-        rowmax[r] = mx;
+        float *sc = scratch ? scratch + (size_t)MG__TID() * Vs : NULL;
+        rowmax[r] = mg__cpu_row_max(mg__cpu_span(logits, r * Vs, nreal, sc), nreal);
     }
     mg_arena_release(ctx, mark);
 }
+/* rowmax given (the merged max): Σexp and the target logit. local_max: the row's own max is
+   taken first, from the same row while it is in cache, and written to rowmax (the one-pass
+   statistics of mg_xent_partial).                                                          */
 static void mg__cpu_xent_sumexp(mg_ctx *ctx, float *sumexp, float *tlogit, const mg_tensor *logits,
-                                const int32_t *targets, const float *rowmax, int64_t vocab_start,
-                                int64_t nreal) {
+                                const int32_t *targets, float *rowmax, int64_t vocab_start,
+                                int64_t nreal, int local_max) {
     int64_t N = mg_rows(logits), Vs = mg_cols(logits), r;
     size_t mark = mg_arena_mark(ctx);
     float *scratch = mg__cpu_scratch(ctx, !mg__f32(logits), Vs);
     #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * Vs > MG__PAR_MIN)
     for (r = 0; r < N; r++) {
         const float *l = mg__cpu_span(logits, r * Vs, nreal, scratch ? scratch + (size_t)MG__TID() * Vs : NULL);
-        float mx = rowmax[r], s = 0.0f;
-        int64_t j, tgt = (int64_t)targets[r] - vocab_start;
-        #pragma omp simd reduction(+ : s)
-        for (j = 0; j < nreal; j++) s += mg__exp(l[j] - mx);
-        sumexp[r] = s;
+        int64_t tgt = (int64_t)targets[r] - vocab_start;
+        if (local_max) rowmax[r] = mg__cpu_row_max(l, nreal);
+        sumexp[r] = mg__cpu_row_sumexp(l, nreal, rowmax[r]);
         tlogit[r] = (tgt >= 0 && tgt < nreal) ? l[tgt] : 0.0f;
     }
     mg_arena_release(ctx, mark);
@@ -2980,14 +3061,27 @@ static __global__ void mg__k_xent_max(float *rowmax, const void *logits, mg_dtyp
     mx = mg__block_max(mx);
     if (threadIdx.x == 0) rowmax[blockIdx.x] = mx;
 }
+/* rowmax given (the merged max): Σexp and the target logit. local_max: one pass — each thread
+   a running (max, Σ) over its columns j ≡ threadIdx.x (mod blockDim.x), then the block's max
+   M (written to rowmax) and Σ of the threads' sums moved to M (mg_xent_partial).         */
 static __global__ void mg__k_xent_sumexp(float *sumexp, float *tlogit, const void *logits, mg_dtype dt,
-                                  const int32_t *targets, const float *rowmax, int64_t Vs,
-                                  int64_t nreal, int64_t vocab_start) {
+                                  const int32_t *targets, float *rowmax, int64_t Vs,
+                                  int64_t nreal, int64_t vocab_start, int local_max) {
     int64_t base = blockIdx.x * Vs, j, tgt = (int64_t)targets[blockIdx.x] - vocab_start;
-    float mx = rowmax[blockIdx.x], s = 0.0f;
-    for (j = threadIdx.x; j < nreal; j += blockDim.x) s += mg__exp(mg_load(logits, dt, base + j) - mx);
+    float mx = local_max ? -INFINITY : rowmax[blockIdx.x], s = 0.0f;
+    if (local_max) {
+        float M;
+        for (j = threadIdx.x; j < nreal; j += blockDim.x)
+            mg__xent_online(&mx, &s, mg_load(logits, dt, base + j));
+        M = mg__block_max(mx);
+        s = mg__xent_rescale(s, mx, M);
+        mx = M;
+    } else {
+        for (j = threadIdx.x; j < nreal; j += blockDim.x) s += mg__exp(mg_load(logits, dt, base + j) - mx);
+    }
     s = mg__block_sum(s);
     if (threadIdx.x == 0) {
+        if (local_max) rowmax[blockIdx.x] = mx;
         sumexp[blockIdx.x] = s;
         tlogit[blockIdx.x] = (tgt >= 0 && tgt < nreal) ? mg_load(logits, dt, base + tgt) : 0.0f;
     }
@@ -3007,6 +3101,12 @@ struct mg__f_xent_loss {
     float *losses; const float *rowmax, *sumexp, *tlogit;
     __device__ void operator()(int64_t i) const {
         losses[i] = mg__xent_loss(rowmax[i], sumexp[i], tlogit[i]);
+    }
+};
+struct mg__f_xent_rescale {
+    float *sumexp; const float *rowmax, *M;
+    __device__ void operator()(int64_t i) const {
+        sumexp[i] = mg__xent_rescale(sumexp[i], rowmax[i], M[i]);
     }
 };
 
@@ -3921,22 +4021,48 @@ MGDEF void mg_xent_max(mg_ctx *ctx, float *rowmax, const mg_tensor *logits,
 #endif
     mg__cpu_xent_max(ctx, rowmax, logits, nreal);
 }
-MGDEF void mg_xent_sumexp(mg_ctx *ctx, float *sumexp, float *tlogit, const mg_tensor *logits,
-                          const int32_t *targets, const float *rowmax, int64_t vocab_start,
-                          int64_t vocab_size) {
-    int64_t nreal = mg__check_xent("mg_xent_sumexp", logits, vocab_start, vocab_size);
+static void mg__xent_stats(mg_ctx *ctx, const char *op, float *sumexp, float *tlogit,
+                           const mg_tensor *logits, const int32_t *targets, float *rowmax,
+                           int64_t vocab_start, int64_t vocab_size, int local_max) {
+    int64_t nreal = mg__check_xent(op, logits, vocab_start, vocab_size);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         if (mg_rows(logits) == 0) return;
         MG_LAUNCH(mg__k_xent_sumexp, mg__cuda_row_grid(mg_rows(logits)), MG__CUDA_THREADS, 0,
                   MG__STREAM(ctx),
             sumexp, tlogit, logits->data, logits->dtype, targets, rowmax, mg_cols(logits), nreal,
-            vocab_start);
+            vocab_start, local_max);
         MG_CUDA_LAUNCH_CHECK();
         return;
     }
 #endif
-    mg__cpu_xent_sumexp(ctx, sumexp, tlogit, logits, targets, rowmax, vocab_start, nreal);
+    mg__cpu_xent_sumexp(ctx, sumexp, tlogit, logits, targets, rowmax, vocab_start, nreal,
+                        local_max);
+}
+MGDEF void mg_xent_sumexp(mg_ctx *ctx, float *sumexp, float *tlogit, const mg_tensor *logits,
+                          const int32_t *targets, const float *rowmax, int64_t vocab_start,
+                          int64_t vocab_size) {   /* rowmax is only read (local_max 0) */
+    mg__xent_stats(ctx, "mg_xent_sumexp", sumexp, tlogit, logits, targets, (float *)rowmax,
+                   vocab_start, vocab_size, 0);
+}
+MGDEF void mg_xent_partial(mg_ctx *ctx, float *rowmax, float *sumexp, float *tlogit,
+                           const mg_tensor *logits, const int32_t *targets, int64_t vocab_start,
+                           int64_t vocab_size) {
+    mg__xent_stats(ctx, "mg_xent_partial", sumexp, tlogit, logits, targets, rowmax, vocab_start,
+                   vocab_size, 1);
+}
+MGDEF void mg_xent_rescale(mg_ctx *ctx, float *sumexp, const float *rowmax, const float *M,
+                           int64_t N) {
+    int64_t r;
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        mg__f_xent_rescale f = {sumexp, rowmax, M};
+        mg__cuda_map(ctx, N, f);
+        return;
+    }
+#endif
+    (void)ctx;
+    for (r = 0; r < N; r++) sumexp[r] = mg__xent_rescale(sumexp[r], rowmax[r], M[r]);
 }
 MGDEF void mg_xent_loss(mg_ctx *ctx, float *losses, const float *rowmax, const float *sumexp,
                         const float *tlogit, int64_t N) {
@@ -3968,6 +4094,82 @@ MGDEF void mg_xent_backward(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *lo
     }
 #endif
     mg__cpu_xent_backward(ctx, dlogits, logits, targets, rowmax, sumexp, dloss, vocab_start, nreal);
+}
+
+/* --- fused, chunked classifier ---------------------------------------------------------------
+   Scratch: the chunk's fp32 logits [R, Vs]; with 16-bit x their 16-bit gradient [R, Vs]; the
+   row statistics [4, R] (slice max, merged max M, Σexp, target logit), each 256-aligned.
+   Per chunk: 1 GEMM (2·R·C·Vs FLOPs) and one read of the logits for the loss; training adds
+   one read + one write of them (dlogits) and 2 GEMMs (dx, dw: 4·R·C·Vs FLOPs).             */
+static size_t mg__classifier_align(size_t b) { return (b + 255) & ~(size_t)255; }
+static size_t mg__classifier_grad_bytes(int64_t R, int64_t Vs, mg_dtype dt) {
+    return dt == MG_F32 ? 0 : mg__classifier_align((size_t)(R * Vs) * mg_dtype_size(dt));
+}
+MGDEF size_t mg_classifier_scratch_bytes(int64_t chunk_rows, int64_t Vs, mg_dtype dt) {
+    return mg__classifier_align((size_t)(chunk_rows * Vs) * sizeof(float)) +
+           mg__classifier_grad_bytes(chunk_rows, Vs, dt) +
+           mg__classifier_align((size_t)(4 * chunk_rows) * sizeof(float));
+}
+MGDEF int64_t mg_classifier_chunk_rows(int64_t N, int64_t Vs, mg_dtype dt, size_t max_bytes) {
+    /* the bytes per row, less the alignment (under 256 bytes for each of the three parts),
+       give a first guess within a row or two of the answer */
+    int64_t per_row = Vs * (int64_t)(sizeof(float) + (dt == MG_F32 ? 0 : mg_dtype_size(dt))) +
+                      4 * (int64_t)sizeof(float);
+    int64_t R = max_bytes > 3 * 256 ? (int64_t)((max_bytes - 3 * 256) / (size_t)per_row) : 1;
+    if (N < 1) N = 1;
+    R = R < 1 ? 1 : R > N ? N : R;
+    while (R < N && mg_classifier_scratch_bytes(R + 1, Vs, dt) <= max_bytes) R++;
+    while (R > 1 && mg_classifier_scratch_bytes(R, Vs, dt) > max_bytes) R--;
+    return R;
+}
+MGDEF void mg_classifier_fused(mg_ctx *ctx, const mg_classifier *c) {
+    const char *op = "mg_classifier_fused";
+    int64_t N, Vs, R = c->chunk_rows, r0;
+    mg_dtype dt;
+    char *base = (char *)c->scratch;
+    float *logits32, *stats;
+    void *grad16;
+    if (!c->x || !c->w || c->x->ndim != 2)
+        mg_fatal(__FILE__, __LINE__, "%s: x must be a 2-D [N, C] tensor and w given", op);
+    N = mg_rows(c->x);
+    Vs = mg_rows(c->w);
+    dt = c->x->dtype;
+    if (R < 1 || !c->scratch)
+        mg_fatal(__FILE__, __LINE__, "%s: chunk_rows %lld, scratch %s: need >= 1 row and "
+                 "mg_classifier_scratch_bytes of scratch", op, (long long)R,
+                 c->scratch ? "given" : "NULL");
+    if (c->dx) mg__check_2d(op, "dx", c->dx, N, mg_cols(c->x));
+    logits32 = (float *)base;
+    grad16 = base + mg__classifier_align((size_t)(R * Vs) * sizeof(float));
+    stats = (float *)((char *)grad16 + mg__classifier_grad_bytes(R, Vs, dt));
+    for (r0 = 0; r0 < N; r0 += R) {
+        int64_t n = N - r0 < R ? N - r0 : R, shape[2];
+        const int32_t *tg = c->targets + r0;
+        float *mloc = stats, *M = stats + R, *S = stats + 2 * R, *TL = S + n;
+        mg_tensor xc = mg_tensor_rows(c->x, r0, n), logits, dlogits;
+        shape[0] = n;
+        shape[1] = Vs;
+        logits = mg_tensor_wrap(logits32, MG_F32, 2, shape);
+        mg_linear_forward(ctx, &logits, &xc, c->w, NULL);
+        mg_xent_partial(ctx, c->merge ? mloc : M, S, TL, &logits, tg, c->vocab_start,
+                        c->vocab_size);
+        if (c->merge) {    /* slices: the max first, then the sums moved to it */
+            mg_copy(ctx, M, mloc, (size_t)n * sizeof(float));
+            c->merge(c->merge_user, M, n, 1);
+            mg_xent_rescale(ctx, S, mloc, M, n);
+            c->merge(c->merge_user, S, 2 * n, 0);
+        }
+        if (c->losses) mg_xent_loss(ctx, c->losses + r0, M, S, TL, n);
+        if (!c->dx && !c->dw) continue;
+        dlogits = dt == MG_F32 ? logits : mg_tensor_wrap(grad16, dt, 2, shape);
+        mg_xent_backward(ctx, &dlogits, &logits, tg, M, S, c->dloss, c->vocab_start,
+                         c->vocab_size);
+        if (c->dx) {
+            mg_tensor dxc = mg_tensor_rows(c->dx, r0, n);
+            mg_linear_backward_input(ctx, &dxc, &dlogits, c->w, 0);
+        }
+        if (c->dw) mg_linear_backward_weight(ctx, c->dw, NULL, &dlogits, &xc);
+    }
 }
 
 /* --- optimizer and norms -------------------------------------------------------------------- */

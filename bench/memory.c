@@ -34,6 +34,16 @@
       selective), and the arena's high-water mark above the model during a real forward +
       backward of one microbatch on these ranks (ops' temporary scratch, e.g. the CPU's fp32
       copies of 16-bit GEMM operands), all measured from the arena; their sum is the peak.
+   3. The classifier (output layer + cross-entropy) per rank against the vocabulary and the
+      tokens of a microbatch B·T, for h = --hidden and this job's t, with one microbatch in
+      flight, before and after the fusion: unfused, the head kept the fp32 logits [B·T, Vp/t]
+      and three fp32 statistics per row for each microbatch in flight, plus (16-bit) a shared
+      [B·T, Vp/t] 16-bit gradient; fused (mg_classifier_fused), it keeps the gradient of its
+      input, [B·T, h] (B·T/t rows with sequence parallelism) in the activation dtype, per
+      microbatch, and shares one chunk of logits: mg_classifier_scratch_bytes of
+      mg_classifier_chunk_rows rows within MG_CLASSIFIER_CHUNK_BYTES. These are the arena
+      claims of the two designs (the unfused one by its formula), not a run: the grid reaches
+      sizes (V = 128256, B·T = 32768: 16 GiB of logits) no CPU here holds.
    The tables use --attention-backend unfused (default here, the paper's attention, whose
    [b, a/t, s, s] probabilities its formulas count); with flash, "ours" also drops the
    probabilities (the tiled attention keeps a fp32 log-sum-exp per query, 4·a·s·b/t bytes).
@@ -168,6 +178,27 @@ static int sweep(const bench_args *a0) {
     }
     return 0;
 }
+/* Section 3: the classifier's bytes per rank, unfused vs fused, over a grid of V and B·T. */
+static void classifier_table(const bench_args *a, int t) {
+    static const int64_t vocabs[3] = {0, 50257, 128256}, tokens[3] = {0, 8192, 32768};
+    mg_dtype dt = a->bf16 ? MG_BF16 : MG_F32;
+    double M = 1024.0 * 1024.0, e = (double)mg_dtype_size(dt);
+    int i, j;
+    printf("\n| V | B·T | Vp/t | unfused: logits + stats (+ 16-bit dlogits) | fused: dlnf + one "
+           "chunk | chunk rows | unfused/fused |\n|---|---|---|---|---|---|---|\n");
+    for (i = 0; i < 3; i++)
+        for (j = 0; j < 3; j++) {
+            int64_t V = i ? vocabs[i] : a->vocab, N = j ? tokens[j] : (int64_t)a->batch * a->seq;
+            int64_t Vs = mg_gpt_pad_vocab((int)V, t) / t;
+            int64_t R = mg_classifier_chunk_rows(N, Vs, dt, MG_CLASSIFIER_CHUNK_BYTES);
+            double before = (double)N * Vs * 4 + 3.0 * N * 4 + (a->bf16 ? (double)N * Vs * e : 0);
+            double after = (double)N * a->hidden * e +
+                           (double)mg_classifier_scratch_bytes(R, Vs, dt);
+            printf("| %lld | %lld | %lld | %.1f | %.1f | %lld | %.1f |\n", (long long)V,
+                   (long long)N, (long long)Vs, before / M, after / M, (long long)R,
+                   before / after);
+        }
+}
 
 int main(int argc, char **argv) {
     static const char *const rc_name[3] = {"none", "selective", "full"};
@@ -297,6 +328,7 @@ int main(int argc, char **argv) {
                 printf("| %d | %s | %s | %.3f | %.3f | %.3f | %.3f |\n", t, sp ? "yes" : "no",
                        rc_name[rc], row[rc][sp].acts / M, row[rc][sp].scratch / M,
                        row[rc][sp].transient / M, row[rc][sp].total / M);
+        classifier_table(&a, t);
     }
     mg_ctx_free(&ctx);
     mg_comm_finalize(&comm);

@@ -181,6 +181,45 @@ int main(int argc, char **argv) {
             free(tg_h);
             mg_arena_release(&ctx, mark);
         }
+        /* the classifier: output layer + cross-entropy + their backward over N rows, unfused
+           (the [N, V] logits, three steps, then dx and dW) and fused in chunks of 128 rows
+           (mg_classifier_fused: the logits never whole); 3 GEMMs of 2·N·C·V FLOPs each    */
+        {
+            size_t mark = mg_arena_mark(&ctx);
+            mg_tensor x = rand_tensor(&ctx, N, C, 1), w = rand_tensor(&ctx, V, C, 1);
+            mg_tensor dx = rand_tensor(&ctx, N, C, 0), dw = rand_tensor(&ctx, V, C, 0);
+            mg_tensor logits = rand_tensor(&ctx, N, V, 0);
+            int32_t *tg_h = (int32_t *)malloc(N * 4), *tg = (int32_t *)mg_alloc(&ctx, N * 4);
+            float *mx = (float *)mg_alloc(&ctx, N * 4), *se = (float *)mg_alloc(&ctx, N * 4);
+            float *tl = (float *)mg_alloc(&ctx, N * 4), *ls = (float *)mg_alloc(&ctx, N * 4);
+            double fl = 6.0 * N * C * V;
+            mg_classifier c;
+            int64_t r;
+            for (r = 0; r < N; r++) tg_h[r] = (int32_t)((r * 7919) % V);
+            mg_copy_to_device(&ctx, tg, tg_h, N * 4);
+            TIME(&ctx, "classifier_unfused", fl, {
+                mg_linear_forward(&ctx, &logits, &x, &w, NULL);
+                mg_xent_max(&ctx, mx, &logits, 0, V);
+                mg_xent_sumexp(&ctx, se, tl, &logits, tg, mx, 0, V);
+                mg_xent_loss(&ctx, ls, mx, se, tl, N);
+                mg_xent_backward(&ctx, &logits, &logits, tg, mx, se, 1.0f / N, 0, V);
+                mg_linear_backward_input(&ctx, &dx, &logits, &w, 0);
+                mg_linear_backward_weight(&ctx, &dw, NULL, &logits, &x); });
+            memset(&c, 0, sizeof c);
+            c.x = &x;
+            c.w = &w;
+            c.targets = tg;
+            c.vocab_size = V;
+            c.losses = ls;
+            c.dloss = 1.0f / N;
+            c.dx = &dx;
+            c.dw = &dw;
+            c.chunk_rows = 128;
+            c.scratch = mg_alloc(&ctx, mg_classifier_scratch_bytes(128, V, MG_F32));
+            TIME(&ctx, "classifier_fused_128", fl, mg_classifier_fused(&ctx, &c));
+            free(tg_h);
+            mg_arena_release(&ctx, mark);
+        }
         /* embedding */
         {
             size_t mark = mg_arena_mark(&ctx);

@@ -104,15 +104,19 @@ static inline mg_gpt_config gpt_llama_config(void) {
 
 /* A model with its own context: micro-batch B, n_micro microbatches, n_chunks chunks. */
 typedef struct gpt_fixture { mg_ctx ctx; mg_gpt m; } gpt_fixture;
-static inline void gpt_fixture_make(gpt_fixture *f, const mg_gpt_config *cfg, int B, int n_micro,
-                             int n_chunks) {
+static inline void gpt_fixture_make_layout(gpt_fixture *f, const mg_gpt_config *cfg,
+                                           const mg_gpt_layout *L) {
     char err[MG_ERRLEN];
-    mg_gpt_layout L = mg_gpt_layout_single(cfg, B, n_micro, n_chunks);
-    f->ctx = gpt_ctx(mg_gpt_arena_bytes(cfg, &L) + (8u << 20));
-    if (mg_gpt_create(&f->m, &f->ctx, cfg, &L, err, sizeof err)) {
+    f->ctx = gpt_ctx(mg_gpt_arena_bytes(cfg, L) + (8u << 20));
+    if (mg_gpt_create(&f->m, &f->ctx, cfg, L, err, sizeof err)) {
         fprintf(stderr, "mg_gpt_create: %s\n", err);
         exit(1);
     }
+}
+static inline void gpt_fixture_make(gpt_fixture *f, const mg_gpt_config *cfg, int B, int n_micro,
+                             int n_chunks) {
+    mg_gpt_layout L = mg_gpt_layout_single(cfg, B, n_micro, n_chunks);
+    gpt_fixture_make_layout(f, cfg, &L);
 }
 static inline void gpt_fixture_free(gpt_fixture *f) {
     mg_gpt_destroy(&f->m);

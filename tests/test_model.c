@@ -7,33 +7,55 @@
        (the reference computed in float64 from the same fp32 weights; ours in fp32; <= 1e-5
        relative: |got - want| / max(|want|, RMS of the tensor)), for the batch run as
        2 microbatches of 2, as 1 microbatch of 4, and through 2 model chunks (the pipeline-
-       stage interface on one rank);
+       stage interface on one rank); with the fused classifier in ragged chunks of rows, its
+       backward run by the head's forward (the iteration's dloss announced) or re-run by the
+       head's backward (forwards without it);
      - export to Hugging Face safetensors writes exactly the oracle's file contents, and
        export -> import is bit-exact;
      - initialisation: standard deviations, zero biases and padding rows, unit layernorms, and
        every tensor-parallel shard equal to the matching slice of the unsplit tensor.         */
 #include "gpt_test_util.h"
 
-/* Loss and gradients of the oracle's first global batch, the batch split n_micro ways. */
-static void check_gradients(const char *label, int B, int n_micro, int n_chunks,
-                            const int32_t *tokens, double want_loss, const float *want_grads) {
+/* Loss and gradients of the oracle's first global batch, the batch split n_micro ways; the
+   classifier in chunks of chunk_rows rows (0: automatic). unannounced: the forwards run
+   without m->head_dloss (mg_gpt_forward, then mg_gpt_backward: the backward re-runs the
+   classifier) instead of mg_gpt_run_microbatches (the head's forward runs its backward).  */
+static void check_gradients_of(const char *label, int B, int n_micro, int n_chunks,
+                               int chunk_rows, int unannounced, const int32_t *tokens,
+                               double want_loss, const float *want_grads) {
     mg_gpt_config cfg = gpt_ref_config();
+    mg_gpt_layout L = mg_gpt_layout_single(&cfg, B, n_micro, n_chunks);
     gpt_fixture f;
     char name[200];
     double tokens_total = (double)B * n_micro * cfg.seq_len, loss, e;
-    float got_loss, want_loss_f = (float)want_loss;
+    float got_loss, want_loss_f = (float)want_loss, dloss = (float)(1.0 / tokens_total);
     float *grads;
-    int worst = 0, i;
-    gpt_fixture_make(&f, &cfg, B, n_micro, n_chunks);
+    int worst = 0, i, mb, ch;
+    L.classifier_chunk_rows = chunk_rows;
+    gpt_fixture_make_layout(&f, &cfg, &L);
     gpt_import(&f.m, GPT_DATA "gpt_model.bin", 0);
     mg_gpt_zero_grad(&f.m);
-    loss = mg_gpt_run_microbatches(&f.m, tokens, n_micro, (float)(1.0 / tokens_total), 1) /
-           tokens_total;
+    if (!unannounced)
+        loss = mg_gpt_run_microbatches(&f.m, tokens, n_micro, dloss, 1) / tokens_total;
+    else {
+        for (mb = 0, loss = 0; mb < n_micro; mb++) {
+            for (ch = 0; ch < n_chunks; ch++) {
+                mg_gpt_set_batch(&f.m, ch, 0, tokens + (size_t)mb * B * (cfg.seq_len + 1));
+                if (ch > 0)
+                    mg_copy(f.m.ctx, mg_gpt_chunk_input(&f.m, ch, 0)->data,
+                            mg_gpt_chunk_output(&f.m, ch - 1, 0)->data,
+                            mg_nbytes(mg_gpt_chunk_input(&f.m, ch, 0)));
+                mg_gpt_forward(&f.m, ch, 0, mb);
+            }
+            for (ch = n_chunks - 1; ch >= 0; ch--) mg_gpt_backward(&f.m, ch, 0, dloss);
+        }
+        loss = mg_gpt_loss_sum(&f.m, 0, n_micro) / tokens_total;
+    }
     got_loss = (float)loss;
     snprintf(name, sizeof name, "model: loss equals PyTorch's [%s]", label);
     mg_test_close(name, &got_loss, &want_loss_f, 1, 1e-5, 0);
     grads = gpt_host(&f.m, f.m.grad_buf);
-    if (n_micro == 2 && n_chunks == 1) {          /* the main case: one line per tensor */
+    if (n_micro == 2 && n_chunks == 1 && !chunk_rows) {   /* the main case: a line per tensor */
         for (i = 0; i < f.m.n_params; i++) {
             snprintf(name, sizeof name, "model: gradient of %s equals PyTorch's [%s]",
                      f.m.params[i].name, label);
@@ -48,6 +70,10 @@ static void check_gradients(const char *label, int B, int n_micro, int n_chunks,
     }
     free(grads);
     gpt_fixture_free(&f);
+}
+static void check_gradients(const char *label, int B, int n_micro, int n_chunks,
+                            const int32_t *tokens, double want_loss, const float *want_grads) {
+    check_gradients_of(label, B, n_micro, n_chunks, 0, 0, tokens, want_loss, want_grads);
 }
 
 /* Per-token losses of a forward over the oracle batch (host copy). */
@@ -209,6 +235,10 @@ int main(void) {
     check_gradients("2 microbatches of 2", 2, 2, 1, tokens, loss[0], want_grads);
     check_gradients("1 microbatch of 4", 4, 1, 1, tokens, loss[0], want_grads);
     check_gradients("4 microbatches of 1, 2 chunks", 1, 4, 2, tokens, loss[0], want_grads);
+    check_gradients_of("2 microbatches of 2, classifier in chunks of 7 rows", 2, 2, 1, 7, 0,
+                       tokens, loss[0], want_grads);
+    check_gradients_of("2 microbatches of 2, the backward re-runs the classifier (chunks of 5)",
+                       2, 2, 1, 5, 1, tokens, loss[0], want_grads);
     check_import_export(tokens);
     check_init();
     free(tokens_f);

@@ -3,8 +3,9 @@
    references (tests/data/ops_*.bin, written by tests/oracle/ops.py), in fp32 to <= 1e-5
    relative; plus the layouts the model relies on: vocabulary slices of the embedding and of the
    cross-entropy (1, 2, 3 slices merged by max/sum give the unsplit result), a sequence-parallel
-   shard of the embedding, the accumulate/overwrite gradient conventions and aliasing.        */
-#include "ops_util.h"
+   shard of the embedding, the accumulate/overwrite gradient conventions and aliasing; and
+   the fused, chunked classifier against the unfused one (1, 2, 4 slices, ragged chunks).     */
+#include "classifier_util.h"
 
 enum { T = 7, B = 2, C = 12, NH = 3, V = 37, VP = 40, N = T * B };
 #define TOL 1e-5
@@ -317,6 +318,95 @@ static void test_xent(mg_ctx *ctx) {
     free(r.blob);
 }
 
+/* The fused classifier (mg_classifier_fused) equals the unfused one — full logits, three-step
+   cross-entropy, dx = dlogits·w, dw += dlogitsᵀ·x — in fp32 for 1, 2 and 4 vocabulary slices
+   (merged by the all-reduce of cls_fused's threads) and chunks of 13 (one), 5 (5, 5, 3: the
+   last ragged) and 1 row. N = 13 rows, C = 12, V = 37 real ids of Vp = 48: the padding rows
+   of w hold large values (any leak into the softmax moves the loss by ~e^20), the 4-slice
+   split leaves slice 3 one real id (36, a target) and 11 padding rows. Tolerance 4e-6
+   relative to max(|want|, RMS/10) — about 3 ulps of an RMS-sized term measured at the
+   floor (1 ulp there reads 1.2e-6): the sums differ from the reference only in order — dw
+   is summed chunk by chunk, Σexp of several slices after the rescaling, dx over slices.  */
+static void test_classifier_fused(mg_ctx *ctx) {
+    enum { CN = 13, CC = 12, CV = 37, CVP = 48 };
+    static const int slices[3] = {1, 2, 4};
+    static const int64_t chunks[3] = {13, 5, 1};
+    float *x = ops_randn_array(CN * CC, 1.0f), *w = ops_randn_array(CVP * CC, 0.5f);
+    float *dw0 = ops_randn_array(CVP * CC, 0.1f);
+    int32_t tgt[CN];
+    cls_case k;
+    cls_out ref, got;
+    char name[160];
+    int i, a, b;
+    for (i = CV * CC; i < CVP * CC; i++) w[i] = 5.0f;   /* padding: logits of ~±20 */
+    for (i = 0; i < CN; i++) tgt[i] = (int32_t)((i * 11 + 3) % CV);
+    tgt[4] = 36;                                         /* the last real id */
+    memset(&k, 0, sizeof k);
+    k.dt = MG_F32; k.N = CN; k.C = CC; k.Vp = CVP; k.V = CV;
+    k.x = x; k.w = w; k.dw0 = dw0; k.targets = tgt; k.dloss = 0.37f; k.backward = 1;
+    cls_out_alloc(&ref, &k);
+    cls_unfused(ctx, &k, &ref);
+    for (a = 0; a < 3; a++)
+        for (b = 0; b < 3; b++) {
+            int agree;
+            cls_out_alloc(&got, &k);
+            agree = cls_fused(&k, slices[a], chunks[b], &got);
+            snprintf(name, sizeof name, "fused classifier, %d slice%s, chunks of %lld rows: "
+                     "losses = unfused", slices[a], slices[a] > 1 ? "s" : "", (long long)chunks[b]);
+            ops_close_host(name, got.losses, ref.losses, CN, 4e-6, 1e-6);
+            snprintf(name, sizeof name, "fused classifier, %d slice%s, chunks of %lld rows: dx "
+                     "= unfused", slices[a], slices[a] > 1 ? "s" : "", (long long)chunks[b]);
+            ops_close_host(name, got.dx, ref.dx, CN * CC, 4e-6, 1e-6);
+            snprintf(name, sizeof name, "fused classifier, %d slice%s, chunks of %lld rows: dw "
+                     "+= unfused (padding rows unchanged)", slices[a], slices[a] > 1 ? "s" : "",
+                     (long long)chunks[b]);
+            ops_close_host(name, got.dw, ref.dw, CVP * CC, 4e-6, 1e-6);
+            CHECK(agree && !memcmp(got.dw + CV * CC, dw0 + CV * CC, (CVP - CV) * CC * 4),
+                  "fused classifier: every slice's losses bit-identical; padding rows of dw "
+                  "untouched");
+            cls_out_free(&got);
+        }
+    /* evaluation: losses only, the same bits as training's, dx and dw untouched */
+    {
+        cls_out train, eval;
+        cls_out_alloc(&train, &k);
+        cls_fused(&k, 2, 5, &train);
+        k.backward = 0;
+        cls_out_alloc(&eval, &k);
+        cls_fused(&k, 2, 5, &eval);
+        CHECK(!memcmp(eval.losses, train.losses, sizeof(float) * CN) &&
+              !memcmp(eval.dw, dw0, sizeof(float) * CVP * CC),
+              "fused classifier without dx, dw (evaluation): the same losses, dw untouched");
+        k.backward = 1;
+        cls_out_free(&train);
+        cls_out_free(&eval);
+    }
+    /* the automatic chunk: the most rows whose scratch fits the budget */
+    {
+        size_t budget = mg_classifier_scratch_bytes(5, CVP, MG_BF16) + 100;
+        int64_t r = mg_classifier_chunk_rows(CN, CVP, MG_BF16, budget);
+        mg_test_report(r == 5 && mg_classifier_chunk_rows(CN, CVP, MG_F32, (size_t)1 << 30) == CN &&
+                       mg_classifier_chunk_rows(CN, CVP, MG_F32, 10) == 1,
+                       "fused classifier: chunk rows = the most that fit (5 in a 5-row bf16 "
+                       "budget, all 13 in 1 GiB, 1 in 10 bytes)", "%lld", (long long)r);
+    }
+    {
+        mg_classifier c;
+        mg_tensor xt = ops_dev(ctx, MG_F32, x, CN, CC), wt = ops_dev(ctx, MG_F32, w, CVP, CC);
+        memset(&c, 0, sizeof c);
+        c.x = &xt;
+        c.w = &wt;
+        c.vocab_size = CV;
+        c.scratch = &c;
+        OPS_EXPECT_FATAL("fused classifier rejects 0 rows per chunk", "chunk_rows 0",
+                         mg_classifier_fused(ctx, &c));
+    }
+    cls_out_free(&ref);
+    free(x);
+    free(w);
+    free(dw0);
+}
+
 static void test_adamw(mg_ctx *ctx) {
     ops_ref r;
     size_t mark = mg_arena_mark(ctx);
@@ -458,6 +548,7 @@ int main(void) {
     test_gelu(&ctx);
     test_attention(&ctx);
     test_xent(&ctx);
+    test_classifier_fused(&ctx);
     test_adamw(&ctx);
     test_llama_ops(&ctx);
     mg_ctx_free(&ctx);

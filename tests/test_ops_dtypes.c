@@ -5,7 +5,7 @@
    so the tolerance is a few half-ulps of the format: 1.2e-2 for bf16 (8 bits), 2e-3 for fp16
    (11 bits), relative to max(|x|, RMS/10). Parameter gradients stay fp32 here (the master
    gradients of mixed precision) except where a test says otherwise.                        */
-#include "ops_util.h"
+#include "classifier_util.h"
 
 enum { T = 6, B = 3, C = 16, NH = 2, N = T * B, V = 23, VP = 24 };
 
@@ -130,6 +130,46 @@ static void test_dtype(mg_ctx *ctx, mg_dtype dt) {
         same(ctx, "xent dlogits", dt, &lg.h, &lg.f);
         free(h1);
         free(h2);
+    }
+    { /* the fused classifier in 16 bits against the unfused one in the same dtype (the
+         model's head before fusing: fp32 logits, 16-bit dlogits, 16-bit dx, fp32 dw), for 1,
+         2 and 4 vocabulary slices of VP and chunks of 5 rows (5, 5, 5, 3). Both compute the
+         same fp32 values up to summation order (Σexp rescaled per slice, dw chunk by chunk);
+         the losses stay fp32 (4e-6, as test_ops' fp32 check). The 16-bit results — the
+         rounded dlogits behind dx and dw, and dx itself — may then round to the neighbouring
+         16-bit value: the format's tolerance above. dx is compared with one slice only: with
+         several, each slice's partial dx is rounded to 16 bits before the sum (as the
+         model's tensor-parallel all-reduce of it, fused or not), an error relative to the
+         partials, which may cancel; test_ops checks the slices' dx in fp32.               */
+        cls_case k;
+        cls_out ref, got;
+        float *dw0 = ops_randn_array(VP * C, 0.1f), *xr = rounded(x, N * C, dt);
+        float *wr = rounded(e, VP * C, dt);
+        char label[96];
+        int t;
+        memset(&k, 0, sizeof k);
+        k.dt = dt; k.N = N; k.C = C; k.Vp = VP; k.V = V;
+        k.x = xr; k.w = wr; k.dw0 = dw0; k.targets = tok; k.dloss = 0.5f; k.backward = 1;
+        cls_out_alloc(&ref, &k);
+        cls_unfused(ctx, &k, &ref);
+        for (t = 1; t <= 4; t *= 2) {
+            cls_out_alloc(&got, &k);
+            cls_fused(&k, t, 5, &got);
+            snprintf(label, sizeof label, "fused classifier in %s, %d slices, chunks of 5: losses",
+                     mg_dtype_name(dt), t);
+            ops_close_host(label, got.losses, ref.losses, N, 4e-6, 1e-6);
+            snprintf(label, sizeof label, "fused classifier in %s, %d slices, chunks of 5: dx",
+                     mg_dtype_name(dt), t);
+            if (t == 1) ops_close_host(label, got.dx, ref.dx, N * C, tol_of(dt), 1e-6);
+            snprintf(label, sizeof label, "fused classifier in %s, %d slices, chunks of 5: dw",
+                     mg_dtype_name(dt), t);
+            ops_close_host(label, got.dw, ref.dw, VP * C, tol_of(dt), 1e-6);
+            cls_out_free(&got);
+        }
+        cls_out_free(&ref);
+        free(dw0);
+        free(xr);
+        free(wr);
     }
     { /* embedding: 16-bit tables and output; 16-bit dwte scatter (one token is repeated) */
         pair wte = mk(ctx, dt, e, VP, C), wpe = mk(ctx, dt, w, T, C), out = mk(ctx, dt, NULL, N, C);

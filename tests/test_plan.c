@@ -264,6 +264,23 @@ static void test_llama_memory(void) {
           mg_plan_evaluate(&m, &tr, &c, &L, &untied, NULL, 0) == 0, "evaluate: tied and untied, p=2");
     CHECK(untied.mem_total == tied.mem_total && untied.time_dp_comm < tied.time_dp_comm,
           "untied, p=2: same memory, no embedding all-reduce");
+    /* the fused classifier (--fused-classifier), one stage, b = 4: the fp32 logits
+       4·s·b·V/t (128 MiB) give way to dlnf s·b·h·e and one chunk of logits (fp32 + bf16:
+       6 bytes a logit, 192 MiB for the whole microbatch) capped at 64 MiB */
+    {
+        mg_plan_training fused = tr;
+        mg_plan_result r;
+        double Vp = ceil(V / (128 * t)) * 128 * t, b = 4;
+        L = layout(2, 1, 4, 1, 4, MG_PLAN_RECOMPUTE_NONE, 0, 0);
+        fused.fused_classifier = 1;
+        CHECK(mg_plan_evaluate(&base, &tr, &c, &L, &tied, NULL, 0) == 0 &&
+              mg_plan_evaluate(&base, &fused, &c, &L, &r, NULL, 0) == 0, "evaluate: fused classifier");
+        CHECK_REL(tied.mem_activations - r.mem_activations,
+                  4 * s * b * Vp / t - (s * b * h * e + 64.0 * 1024 * 1024), 1e-12,
+                  "fused classifier: - 4sbV/t logits + sbhe dlnf + a 64 MiB chunk");
+        CHECK(r.mem_weights == tied.mem_weights && r.iteration_time == tied.iteration_time,
+              "fused classifier: same weights and time");
+    }
     /* grouped-query attention, g = 4 of 16 heads: K and V are 4·64 wide instead of 1024:
        per layer 2·h·(a − g)·d fewer parameters; activations s·b·2·(a − g)·d·e/t less */
     m = base; m.num_query_groups = 4;

@@ -28,9 +28,10 @@
    setting) gives the unsplit gradients bit for bit (the tied word embedding to 1e-6: its
    embedding part, from I, and output-layer part, from W, are added in another order when
    one rank holds both), and a split layout's activation bytes
-   exceed the unsplit one's by exactly the kept output gradients (the 16-bit dlogits W reads
-   take no bytes of their own). The recomputed-FLOP count of a split backward counts full
-   recomputation twice (W re-runs the forward), selective once.
+   exceed the unsplit one's by exactly the kept output gradients (the head keeps none: its
+   fused classifier computes the output layer's weight gradient before W). The recomputed-FLOP
+   count of a split backward counts full recomputation twice (W re-runs the forward),
+   selective once.
    The attention backend: selective recomputation is checked under --attention-backend
    unfused (the flash backward recomputes the probabilities anyway, so selective stores
    the same bytes as none there — checked), full recomputation under both.                */
@@ -214,8 +215,8 @@ static size_t check_model_chunks(int backend) {
 
 /* The two microbatches of samples through every chunk with the backward split the ZB-H1 way
    — F0 F1, then the input halves I0 I1, then the weight halves W0 W1 — so that microbatch
-   1's forward and input half overwrite the shared scratch (recomputation's, the 16-bit
-   dlogits) between microbatch 0's input and weight halves. Returns the summed token loss. */
+   1's forward and input half overwrite the shared scratch (recomputation's, the
+   classifier's) between microbatch 0's input and weight halves. Returns the summed token loss. */
 static double run_split(mg_gpt *m, const int32_t *samples, float dloss) {
     int64_t per_mb = (int64_t)m->layout.micro_batch * (m->cfg.seq_len + 1);
     int mb, ch, nc = m->layout.n_chunks;
@@ -286,7 +287,7 @@ static void check_model_split(void) {
             }
             /* against the same layout unsplit: the dout_* of every layer and slot (the
                slot's own also for recomputed layers), [N,C] [N,4C] [N,C] [N,3C] each — N = 16,
-               C = 32 — and nothing for the 16-bit dlogits                                  */
+               C = 32 — and nothing for the head                                             */
             {
                 const mg_layer_acts *la = &f.m.acts[0].layers[0];
                 mg_gpt_layout L = f.m.layout;

@@ -15,7 +15,8 @@
    for: random initialisation and an imported llm.c checkpoint and Hugging Face safetensors
    file (QKV [q|k|v] rows sharded by heads), each with and without --sequence-parallel, and
    with --hidden-dropout / --attention-dropout on (masks keyed by global coordinates), also
-   under sequence parallelism. Before training, the imported shards gathered back equal the
+   under sequence parallelism, and with the fused classifier in ragged chunks of 5 rows (both
+   runs). Before training, the imported shards gathered back equal the
    serial import bit for bit.
    Also: dropout changes the loss (the switch is live) and its backward is right (central
    finite differences of the loss, whose masks are a pure function of the step, against
@@ -347,6 +348,8 @@ int main(int argc, char **argv) {
     mg_test_quiet = comm.world_rank != 0;
     check_run("random init", MODEL_FLAGS);
     check_run("random init, sp", MODEL_FLAGS "--sequence-parallel");
+    check_run("random init, sp, classifier in chunks of 5 rows (32 = 6 x 5 + 2)",
+              MODEL_FLAGS "--sequence-parallel --classifier-chunk-rows 5");
     check_run("llm.c import", "--init-from " GPT_DATA "gpt_model.bin");
     check_run("llm.c import, sp", "--init-from " GPT_DATA "gpt_model.bin --sequence-parallel");
     check_run("HF import, sp", "--init-from " GPT_DATA "gpt_model.safetensors --num-attention-heads 4 "

@@ -441,6 +441,73 @@ static int op_xent(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     OUT(mx); OUT(se); OUT(tl); OUT(loss); OUT(dl[0]); OUT(dl[1]);
     return nout;
 }
+/* The one-pass slice statistics (mg_xent_partial) of the two slices of op_xent, merged on
+   the host (max, then Σexp moved to it by mg_xent_rescale and summed) as the fused
+   classifier's all-reduces do.                                                             */
+static int op_xent_onepass(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    int nout = 0, s, i;
+    int32_t tgt[N];
+    float m[2][N], gm[N], sum[2][N];
+    mg_tensor mx[2], se[2], tl[2], M = mg_tensor_2d(ctx, MG_F32, 1, N);
+    for (i = 0; i < N; i++) tgt[i] = (i * 37) % V;
+    for (s = 0; s < 2; s++) {
+        mg_tensor l = ops_dev(ctx, dt, X + s * 512 * N, N, 512);
+        mx[s] = mg_tensor_2d(ctx, MG_F32, 1, N);
+        se[s] = mg_tensor_2d(ctx, MG_F32, 1, N);
+        tl[s] = mg_tensor_2d(ctx, MG_F32, 1, N);
+        mg_xent_partial(ctx, (float *)mx[s].data, (float *)se[s].data, (float *)tl[s].data, &l,
+                        ops_dev_i32(ctx, tgt, N), 512 * s, V);
+        mg_copy_to_host(ctx, m[s], mx[s].data, sizeof m[s]);
+    }
+    for (i = 0; i < N; i++) gm[i] = m[0][i] > m[1][i] ? m[0][i] : m[1][i];
+    mg_copy_to_device(ctx, M.data, gm, sizeof gm);
+    OUT(mx[0]); OUT(mx[1]);
+    for (s = 0; s < 2; s++) {
+        mg_xent_rescale(ctx, (float *)se[s].data, (float *)mx[s].data, (float *)M.data, N);
+        mg_copy_to_host(ctx, sum[s], se[s].data, sizeof sum[s]);
+    }
+    for (i = 0; i < N; i++) sum[0][i] += sum[1][i];
+    mg_copy_to_device(ctx, se[0].data, sum[0], sizeof sum[0]);
+    OUT(se[0]); OUT(tl[0]); OUT(tl[1]);
+    return nout;
+}
+/* A merge over one slice (the identity), so that the fused classifier runs its merge path —
+   the copy of the max, the rescale (by exp(0)) — on the device.                          */
+static void merge_identity(void *user, float *buf, int64_t n, int is_max) {
+    (void)user; (void)buf; (void)n; (void)is_max;
+}
+/* The fused classifier on vocabulary slice 1 of op_xent (ids 512..1023 of V = 1000: 24 padding
+   rows) for N = 144 rows of C = 384 in ragged chunks of 50 (50, 50, 44), training, without
+   and with the merge path; dw accumulates onto values already there.                     */
+static int op_classifier(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    int nout = 0, i, pass;
+    int32_t tgt[N];
+    mg_tensor x = ops_dev(ctx, dt, X, N, C), w = ops_dev(ctx, dt, W, 512, C);
+    mg_tensor dx[2], dw[2], loss[2];
+    mg_classifier c;
+    for (i = 0; i < N; i++) tgt[i] = i % 3 ? 512 + (i * 37) % 488 : (i * 37) % 512;
+    memset(&c, 0, sizeof c);
+    c.x = &x;
+    c.w = &w;
+    c.targets = ops_dev_i32(ctx, tgt, N);
+    c.vocab_start = 512;
+    c.vocab_size = V;
+    c.dloss = 1.0f / N;
+    c.chunk_rows = 50;
+    c.scratch = mg_alloc(ctx, mg_classifier_scratch_bytes(50, 512, dt));
+    for (pass = 0; pass < 2; pass++) {
+        dx[pass] = ops_dev(ctx, dt, NULL, N, C);
+        dw[pass] = ops_dev(ctx, MG_F32, D, 512, C);
+        loss[pass] = mg_tensor_2d(ctx, MG_F32, 1, N);
+        c.losses = (float *)loss[pass].data;
+        c.dx = &dx[pass];
+        c.dw = &dw[pass];
+        c.merge = pass ? merge_identity : NULL;
+        mg_classifier_fused(ctx, &c);
+        OUT(loss[pass]); OUT(dx[pass]); OUT(dw[pass]);
+    }
+    return nout;
+}
 static int op_adamw(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     enum { P = 100003 };
     int nout = 0, step;
@@ -528,6 +595,8 @@ int main(void) {
         compare("rope + gqa attention (dropout)", op_rope_gqa, dt, k ? 2 * tol : tol);
         compare("elementwise+dropout", op_elementwise, dt, tol);
         compare("xent (2 vocab slices)", op_xent, dt, tol);
+        compare("xent one pass (2 vocab slices)", op_xent_onepass, dt, tol);
+        compare("fused classifier (chunks of 50, padding)", op_classifier, dt, tol);
         compare("adamw+sumsq", op_adamw, dt, tol);
     }
     free(X); free(W); free(D); free(E); free(Q);

@@ -34,7 +34,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 NVARCH  := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
 NVFLAGS := -O2 -std=c++17 $(NVARCH) -I. $(MPI_DEF) $(MPI_CFLAGS) $(BLAS_CFLAGS) \
            -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-fopenmp -diag-suppress 177
-NVLIBS  := -lcublas -lnccl -lcudart $(MPI_LIBS) $(BLAS_LIBS) -lm -lgomp
+NVLIBS  := -lcublasLt -lcublas -lnccl -lcudart $(MPI_LIBS) $(BLAS_LIBS) -lm -lgomp
 
 HEADERS := $(wildcard *.h)
 TESTHDRS:= $(wildcard tests/*.h) $(wildcard bench/*.h)

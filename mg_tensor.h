@@ -130,6 +130,8 @@ typedef struct mg_ctx {
     size_t arena_size, arena_used, arena_peak;
     void *blas;           /* cublasHandle_t on CUDA; unused on CPU                              */
     void *stream;         /* cudaStream_t on CUDA; unused on CPU                                */
+    void *blaslt;         /* CUDA: the cuBLASLt handle, its workspace and the per-shape plans of
+                             the fused linear layers (mg__lt_state); NULL on CPU               */
 } mg_ctx;
 
 MGDEF void mg_ctx_init(mg_ctx *ctx, const mg_ctx_desc *desc);
@@ -279,6 +281,28 @@ MGDEF void mg_linear_backward_input(mg_ctx *ctx, mg_tensor *dinp, const mg_tenso
                                     const mg_tensor *weight, int accumulate);
 MGDEF void mg_linear_backward_weight(mg_ctx *ctx, mg_tensor *dweight, mg_tensor *dbias,
                                      const mg_tensor *dout, const mg_tensor *inp);
+/* Linear + GELU, fused (the GPT-2 MLP's up-projection; on CUDA one cuBLASLt matmul with the
+   GELU_AUX_BIAS epilogue):
+     pre[N, O] = inp[N, I] · weight[O, I]ᵀ + bias[O]   (bias may be NULL; the GELU's input,
+                                                       kept for the backward)
+     out[N, O] = gelu(pre)
+   Both come from the fp32 accumulator and are rounded once each: out is GELU of the UNROUNDED
+   pre-activation. out, pre and bias share a dtype, which is the input's or fp32.
+   backward_input_gelu: the input gradient of the NEXT linear (weight [O2, O], whose input was
+   gelu(pre)) taken through the GELU (cuBLASLt's DGELU_BGRAD epilogue):
+     dpre[N, O] = (dout[N, O2] · weight) ⊙ gelu'(pre)                            (OVERWRITE)
+     dbias[O]  += Σ_rows dpre   (when non-NULL: the bias gradient of the linear that made pre;
+                  summed from the fp32 values, rounded once to dpre's dtype — the type cuBLASLt
+                  writes a bias gradient in — then added)
+   Where cuBLASLt cannot take the shape (the aux leading dimension O must be a multiple of 8,
+   dtypes as above, a heuristic that finds an algorithm) and on the CPU, the same arithmetic
+   runs as a GEMM into an fp32 accumulator followed by the epilogue as a kernel.              */
+MGDEF void mg_linear_gelu_forward(mg_ctx *ctx, mg_tensor *out, mg_tensor *pre,
+                                  const mg_tensor *inp, const mg_tensor *weight,
+                                  const mg_tensor *bias);
+MGDEF void mg_linear_backward_input_gelu(mg_ctx *ctx, mg_tensor *dpre, mg_tensor *dbias,
+                                         const mg_tensor *dout, const mg_tensor *weight,
+                                         const mg_tensor *pre);
 
 /* GELU, tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). Same shapes.
    backward: dinp = dout · gelu'(inp) (OVERWRITE; dinp may alias dout).                         */
@@ -589,6 +613,7 @@ MG_HD static inline float mg_rand_normal(uint64_t key, uint64_t index) {
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
+#include <cublasLt.h>
 #endif
 
 /* =============================================================================================
@@ -631,6 +656,8 @@ MGDEF MG_NORETURN void mg_fatal(const char *file, int line, const char *fmt, ...
 #define MG_CUDA_LAUNCH_CHECK() MG_CUDA_CHECK(cudaGetLastError())
 #endif
 #define MG__STREAM(ctx) ((cudaStream_t)(ctx)->stream)
+static void mg__lt_init(mg_ctx *ctx);   /* 6e: the cuBLASLt handle, workspace and plans */
+static void mg__lt_free(mg_ctx *ctx);
 #endif
 
 MGDEF int mg_cuda_available(void) {
@@ -725,6 +752,7 @@ MGDEF void mg_ctx_init(mg_ctx *ctx, const mg_ctx_desc *desc) {
         ctx->stream = (void *)stream;
         ctx->blas = (void *)handle;
         if (d.arena_bytes) MG_CUDA_CHECK(cudaMalloc((void **)&ctx->arena, d.arena_bytes));
+        mg__lt_init(ctx);   /* cuBLASLt handle and workspace, for the fused linear layers */
     }
 #endif
 }
@@ -738,6 +766,7 @@ MGDEF void mg_ctx_free(mg_ctx *ctx) {
         /* let queued work that uses the arena finish first (and report its errors here) */
         if (ctx->stream) MG_CUDA_CHECK(cudaStreamSynchronize(MG__STREAM(ctx)));
         if (ctx->arena) MG_CUDA_CHECK(cudaFree(ctx->arena));
+        mg__lt_free(ctx);
         if (ctx->blas) MG_CUBLAS_CHECK(cublasDestroy((cublasHandle_t)ctx->blas));
         if (ctx->stream) MG_CUDA_CHECK(cudaStreamDestroy(MG__STREAM(ctx)));
     }
@@ -1185,6 +1214,53 @@ static void mg__cpu_gemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float
         for (i = 0; i < batch; i++)
             for (j = 0; j < n; j++)
                 mg__cpu_narrow(C, c_dt, i * sC + (int64_t)j * ldc, C32 + i * sC + (int64_t)j * ldc, m);
+    mg_arena_release(ctx, mark);
+}
+
+/* --- the fused linear layers' epilogues, on an fp32 GEMM accumulator acc [N, C] ------------
+   Row by row (OpenMP over rows); each value is rounded once to its storage.
+   bias + GELU:  v = acc + bias;  pre = v;  out = gelu(v)        (acc may be pre's own storage)
+   dGELU:        v = acc · gelu'(pre);  acc = v (kept in fp32 for the bias gradient); dpre = v */
+static void mg__cpu_epi_bias_gelu(mg_ctx *ctx, const float *acc, int64_t N, int64_t C,
+                                  const mg_tensor *bias, const mg_tensor *pre,
+                                  const mg_tensor *out) {
+    int64_t r;
+    size_t mark = mg_arena_mark(ctx);
+    float *b = (float *)mg_alloc(ctx, (size_t)C * sizeof(float));
+    float *scratch = mg__cpu_scratch(ctx, !mg__f32(out) || !mg__f32(pre), 2 * (size_t)C);
+    if (bias) mg__cpu_widen(b, bias->data, bias->dtype, 0, C);
+    else memset(b, 0, (size_t)C * sizeof(float));
+    #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
+    for (r = 0; r < N; r++) {
+        float *sc = scratch ? scratch + (size_t)MG__TID() * 2 * C : NULL;
+        const float *a = acc + r * C;
+        float *p = mg__cpu_out_span(pre, r * C, sc), *o = mg__cpu_out_span(out, r * C, sc ? sc + C : NULL);
+        int64_t j;
+        #pragma omp simd
+        for (j = 0; j < C; j++) {
+            float v = a[j] + b[j];
+            p[j] = v;
+            o[j] = mg__gelu(v);
+        }
+        mg__cpu_commit(pre, r * C, p, C);
+        mg__cpu_commit(out, r * C, o, C);
+    }
+    mg_arena_release(ctx, mark);
+}
+static void mg__cpu_epi_dgelu(mg_ctx *ctx, float *acc, int64_t N, int64_t C, const mg_tensor *pre,
+                              const mg_tensor *dpre) {
+    int64_t r;
+    size_t mark = mg_arena_mark(ctx);
+    float *scratch = mg__cpu_scratch(ctx, !mg__f32(pre), (size_t)C);
+    #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
+    for (r = 0; r < N; r++) {
+        const float *x = mg__cpu_span(pre, r * C, C, scratch ? scratch + (size_t)MG__TID() * C : NULL);
+        float *a = acc + r * C;
+        int64_t j;
+        #pragma omp simd
+        for (j = 0; j < C; j++) a[j] *= mg__gelu_grad(x[j]);
+        mg__cpu_narrow(dpre->data, dpre->dtype, r * C, a, C);   /* a no-op when acc is dpre */
+    }
     mg_arena_release(ctx, mark);
 }
 
@@ -2072,6 +2148,162 @@ static void mg__cuda_gemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, floa
             mg__cuda_dtype(ab_dt), ldb, (long long)sB, &beta, C, mg__cuda_dtype(c_dt), ldc,
             (long long)sC, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
+
+/* --- the fused linear layers: cuBLASLt epilogues, the fallback epilogue kernels -----------
+   Fallback (a shape cuBLASLt does not take): the GEMM writes an fp32 accumulator and these
+   functors (one thread per element, through mg__k_map) apply the epilogue of 6d's CPU twins.
+   Bytes: bias+GELU reads 4 (acc) + s (bias, cached) and writes 2s per element (s = storage
+   bytes), ~20 FLOPs; dGELU reads 4 + s, writes 4 + s, ~25 FLOPs.                            */
+struct mg__f_epi_bias_gelu {
+    const float *acc; const void *bias; mg_dtype bd; void *pre, *out; mg_dtype pd, od; int64_t C;
+    __device__ void operator()(int64_t i) const {
+        float v = acc[i] + (bias ? mg_load(bias, bd, i % C) : 0.0f);
+        mg_store(pre, pd, i, v);
+        mg_store(out, od, i, mg__gelu(v));
+    }
+};
+struct mg__f_epi_dgelu {
+    float *acc; const void *pre; mg_dtype pd; void *dpre; mg_dtype dd;
+    __device__ void operator()(int64_t i) const {
+        float v = acc[i] * mg__gelu_grad(mg_load(pre, pd, i));
+        acc[i] = v;
+        mg_store(dpre, dd, i, v);
+    }
+};
+
+/* cuBLASLt: one handle and one workspace per context (created with it), and a table of plans —
+   the matmul descriptor, the three matrix layouts and the heuristic's algorithm — keyed by
+   everything the heuristic looks at (shape, transposes, leading dimensions, dtypes, epilogue,
+   the aux leading dimension and the alignment of each pointer), found once per shape. A shape
+   the heuristic rejects is remembered as such (ok = 0) and takes the fallback.                */
+#define MG__LT_PLANS 64
+#define MG__LT_WORKSPACE ((size_t)32 << 20)  /* NVIDIA's recommendation for Hopper; >= A100's 4 MiB */
+#define MG__LT_CHECK(call) MG_CUBLAS_CHECK(call)
+typedef struct mg__lt_plan {
+    int64_t key[17];
+    int ok;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+} mg__lt_plan;
+typedef struct mg__lt_state {
+    cublasLtHandle_t handle;
+    void *workspace;
+    int n;
+    mg__lt_plan plans[MG__LT_PLANS];
+} mg__lt_state;
+static void mg__lt_init(mg_ctx *ctx) {
+    mg__lt_state *st = (mg__lt_state *)MG_MALLOC(sizeof(mg__lt_state));
+    MG_ASSERT(st, "out of host memory");
+    memset(st, 0, sizeof *st);
+    MG_CUBLAS_CHECK(cublasLtCreate(&st->handle));
+    MG_CUDA_CHECK(cudaMalloc(&st->workspace, MG__LT_WORKSPACE));
+    ctx->blaslt = st;
+}
+static void mg__lt_free(mg_ctx *ctx) {
+    mg__lt_state *st = (mg__lt_state *)ctx->blaslt;
+    int i;
+    if (!st) return;
+    for (i = 0; i < st->n; i++) {
+        mg__lt_plan *p = &st->plans[i];
+        MG_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->la));
+        MG_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lb));
+        MG_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->ld));
+        MG_CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
+    }
+    MG_CUDA_CHECK(cudaFree(st->workspace));
+    MG_CUBLAS_CHECK(cublasLtDestroy(st->handle));
+    MG_FREE(st);
+    ctx->blaslt = NULL;
+}
+/* The largest power of two up to 256 that divides the address (what the heuristic assumes). */
+static int64_t mg__lt_align(const void *p) {
+    int64_t a = 256;
+    while (a > 1 && (uintptr_t)p % (uintptr_t)a) a >>= 1;
+    return a;
+}
+static void mg__lt_set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                       const void *v, size_t bytes) {
+    MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, v, bytes));
+}
+/* D(m×n) = op(A)·op(B) + β·D with the epilogue (DEFAULT, BIAS, GELU_AUX_BIAS, DGELU_BGRAD):
+   the GEMM seam's column-major arguments (C = D, ldc = ldd). bias: the bias (forward) or the
+   bias-gradient output (backward), m values of D's dtype; aux: the GELU input, m × n with
+   leading dimension aux_ld, D's dtype. Returns 0, having done nothing, when no plan exists. */
+static int mg__lt_matmul(mg_ctx *ctx, int ta, int tb, int m, int n, int k, const void *A,
+                         mg_dtype ab_dt, int lda, const void *B, int ldb, float beta, void *D,
+                         mg_dtype d_dt, int ldd, cublasLtEpilogue_t epi, const void *bias,
+                         const void *aux, int64_t aux_ld) {
+    mg__lt_state *st = (mg__lt_state *)ctx->blaslt;
+    int64_t key[17] = {ta, tb, m, n, k, lda, ldb, ldd, ab_dt, d_dt, (int64_t)epi, aux_ld,
+                       mg__lt_align(A), mg__lt_align(B), mg__lt_align(D),
+                       bias ? mg__lt_align(bias) : 0, aux ? mg__lt_align(aux) : 0};
+    mg__lt_plan *p = NULL;
+    float alpha = 1.0f;
+    int i;
+    if (!st) return 0;
+    for (i = 0; i < st->n && !p; i++)
+        if (!memcmp(st->plans[i].key, key, sizeof key)) p = &st->plans[i];
+    if (!p) {
+        cublasLtMatmulPreference_t pref;
+        cublasLtMatmulHeuristicResult_t res;
+        int32_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+        uint32_t e = (uint32_t)epi, al;
+        /* split-K partial sums only in fp32: in place when D is fp32, else in the workspace */
+        uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+                             (d_dt == MG_F32 ? CUBLASLT_REDUCTION_SCHEME_INPLACE : 0);
+        uint64_t ws = MG__LT_WORKSPACE;
+        int found = 0;
+        if (st->n == MG__LT_PLANS) return 0;   /* table full: the fallback, uncached */
+        p = &st->plans[st->n++];
+        memcpy(p->key, key, sizeof key);
+        MG_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        mg__lt_set(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+        mg__lt_set(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+        mg__lt_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e);
+        if (bias) mg__lt_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+        if (aux) {
+            mg__lt_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+            mg__lt_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
+        }
+        MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, mg__cuda_dtype(ab_dt),
+                        (uint64_t)(ta ? k : m), (uint64_t)(ta ? m : k), lda));
+        MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, mg__cuda_dtype(ab_dt),
+                        (uint64_t)(tb ? n : k), (uint64_t)(tb ? k : n), ldb));
+        MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, mg__cuda_dtype(d_dt), (uint64_t)m,
+                                                   (uint64_t)n, ldd));
+        MG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+        MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref,
+                        CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+        MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref,
+                        CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction, sizeof reduction));
+        al = (uint32_t)key[12];
+        MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref,
+                        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al));
+        al = (uint32_t)key[13];
+        MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref,
+                        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al));
+        al = (uint32_t)key[14];
+        MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref,
+                        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al));
+        MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref,
+                        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al));
+        /* a refusal (NOT_SUPPORTED, INVALID_VALUE for an epilogue the dtypes do not allow) is
+           an answer, not an error: the plan is kept as "no" and the caller falls back */
+        p->ok = cublasLtMatmulAlgoGetHeuristic(st->handle, p->desc, p->la, p->lb, p->ld, p->ld,
+                                               pref, 1, &res, &found) == CUBLAS_STATUS_SUCCESS &&
+                found > 0 && res.state == CUBLAS_STATUS_SUCCESS;
+        if (p->ok) p->algo = res.algo;
+        MG_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    }
+    if (!p->ok) return 0;
+    if (bias) mg__lt_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    if (aux) mg__lt_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+    MG_CUBLAS_CHECK(cublasLtMatmul(st->handle, p->desc, &alpha, A, p->la, B, p->lb, &beta, D,
+                                   p->ld, D, p->ld, &p->algo, st->workspace, MG__LT_WORKSPACE,
+                                   MG__STREAM(ctx)));
+    return 1;
+}
 #endif /* __CUDACC__ */
 
 /* =============================================================================================
@@ -2338,6 +2570,15 @@ MGDEF void mg_linear_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
     mg__check_linear("mg_linear_forward", inp, weight, out);
     if (bias) {
         mg__check_numel("mg_linear_forward", "bias", bias, Out);
+#ifdef __CUDACC__
+        /* cuBLASLt's BIAS epilogue adds the bias to the fp32 accumulator (bias in D's dtype) */
+        if (mg__is_cuda(ctx) && bias->dtype == out->dtype && N > 0 && In > 0 &&
+            (out->dtype == inp->dtype || out->dtype == MG_F32) &&
+            mg__lt_matmul(ctx, 1, 0, Out, N, In, weight->data, weight->dtype, In, inp->data, In,
+                          0.0f, out->data, out->dtype, Out, CUBLASLT_EPILOGUE_BIAS, bias->data,
+                          NULL, 0))
+            return;
+#endif
         mg__broadcast_rows(ctx, out, bias); /* out = bias, then out += inp·Wᵀ */
     }
     mg_gemm(ctx, 1, 0, Out, N, In, 1.0f, weight->data, weight->dtype, In, inp->data, inp->dtype, In,
@@ -2362,6 +2603,110 @@ MGDEF void mg_linear_backward_weight(mg_ctx *ctx, mg_tensor *dweight, mg_tensor 
         mg__check_numel("mg_linear_backward_weight", "dbias", dbias, Out);
         mg__colsum(ctx, dbias, dout);
     }
+}
+
+/* Linear + GELU and its backward through the GELU (see the API). The GEMMs are the linear
+   layer's (forward: A = weight op T, B = inp; backward: A = weight op N, B = dout); cuBLASLt
+   runs them with the epilogue where it can, otherwise the GEMM writes an fp32 accumulator — the
+   fp32 output itself, or arena scratch — and the epilogue follows as its own pass.            */
+static void mg__check_linear_gelu(const char *op, const mg_tensor *a, const mg_tensor *b,
+                                  const mg_tensor *bias, int64_t O) {
+    mg__check_2d(op, "pre", b, mg_rows(a), mg_cols(a));
+    if (a->dtype != b->dtype || (bias && bias->dtype != a->dtype) || a->data == b->data)
+        mg_fatal(__FILE__, __LINE__, "%s: the output, the GELU input and the bias must be "
+                 "distinct buffers of one dtype", op);
+    if (bias) mg__check_numel(op, "bias", bias, O);
+}
+/* The fp32 accumulator of a GEMM whose result goes to t: t itself when fp32, else arena
+   scratch of its size.                                                                       */
+static float *mg__f32_accumulator(mg_ctx *ctx, const mg_tensor *t) {
+    return t->dtype == MG_F32 ? (float *)t->data
+                              : (float *)mg_alloc(ctx, (size_t)mg_numel(t) * sizeof(float));
+}
+MGDEF void mg_linear_gelu_forward(mg_ctx *ctx, mg_tensor *out, mg_tensor *pre,
+                                  const mg_tensor *inp, const mg_tensor *weight,
+                                  const mg_tensor *bias) {
+    const char *op = "mg_linear_gelu_forward";
+    int N = (int)mg_rows(inp), In = (int)mg_cols(inp), Out = (int)mg_rows(weight);
+    size_t mark = mg_arena_mark(ctx);
+    float *acc;
+    mg__check_linear(op, inp, weight, out);
+    mg__check_linear_gelu(op, out, pre, bias, Out);
+    if (N == 0 || Out == 0) return;
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx) && In > 0 && Out % 8 == 0 &&   /* aux ld: a multiple of 8 */
+        mg__lt_matmul(ctx, 1, 0, Out, N, In, weight->data, weight->dtype, In, inp->data, In, 0.0f,
+                      out->data, out->dtype, Out, bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                       : CUBLASLT_EPILOGUE_GELU_AUX,
+                      bias ? bias->data : NULL, pre->data, Out))
+        return;
+#endif
+    acc = mg__f32_accumulator(ctx, pre);
+    mg_gemm(ctx, 1, 0, Out, N, In, 1.0f, weight->data, weight->dtype, In, inp->data, inp->dtype,
+            In, 0.0f, acc, MG_F32, Out);
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        mg__f_epi_bias_gelu f = {acc, bias ? bias->data : NULL, bias ? bias->dtype : MG_F32,
+                                 pre->data, out->data, pre->dtype, out->dtype, Out};
+        mg__cuda_map(ctx, (int64_t)N * Out, f);
+    } else
+#endif
+    mg__cpu_epi_bias_gelu(ctx, acc, N, Out, bias, pre, out);
+    mg_arena_release(ctx, mark);
+}
+MGDEF void mg_linear_backward_input_gelu(mg_ctx *ctx, mg_tensor *dpre, mg_tensor *dbias,
+                                         const mg_tensor *dout, const mg_tensor *weight,
+                                         const mg_tensor *pre) {
+    const char *op = "mg_linear_backward_input_gelu";
+    int N = (int)mg_rows(dout), Out = (int)mg_cols(dout), In = (int)mg_cols(weight);
+    size_t mark = mg_arena_mark(ctx);
+    int64_t shape[2] = {N, In};
+    mg_tensor acc_t, bg;
+    float *acc;
+    mg__check_linear(op, dpre, weight, dout);
+    mg__check_linear_gelu(op, dpre, pre, NULL, In);
+    if (dbias) mg__check_numel(op, "dbias", dbias, In);
+    if (N == 0 || In == 0) return;
+    bg = mg_tensor_wrap(NULL, dpre->dtype, 1, &shape[1]);
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx) && Out > 0 && In % 8 == 0) {
+        /* DGELU_BGRAD writes the bias gradient (dpre's dtype) into a scratch vector, added after */
+        bg.data = dbias ? mg_alloc(ctx, (size_t)In * mg_dtype_size(dpre->dtype)) : NULL;
+        if (mg__lt_matmul(ctx, 0, 0, In, N, Out, weight->data, weight->dtype, In, dout->data, Out,
+                          0.0f, dpre->data, dpre->dtype, In,
+                          dbias ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU,
+                          bg.data, pre->data, In)) {
+            if (dbias) mg_axpy(ctx, dbias, 1.0f, &bg);
+            mg_arena_release(ctx, mark);
+            return;
+        }
+    }
+#endif
+    acc = mg__f32_accumulator(ctx, dpre);
+    mg_gemm(ctx, 0, 0, In, N, Out, 1.0f, weight->data, weight->dtype, In, dout->data, dout->dtype,
+            Out, 0.0f, acc, MG_F32, In);
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        mg__f_epi_dgelu f = {acc, pre->data, pre->dtype, dpre->data, dpre->dtype};
+        mg__cuda_map(ctx, (int64_t)N * In, f);
+    } else
+#endif
+    mg__cpu_epi_dgelu(ctx, acc, N, In, pre, dpre);
+    if (dbias) {   /* Σ_rows of the fp32 dpre, rounded once to dpre's dtype, added to dbias */
+        mg_tensor b32 = mg_tensor_wrap(mg_alloc(ctx, (size_t)In * sizeof(float)), MG_F32, 1,
+                                       &shape[1]);
+        acc_t = mg_tensor_wrap(acc, MG_F32, 2, shape);
+        mg_memset_zero(ctx, b32.data, (size_t)In * sizeof(float));
+        mg__colsum(ctx, &b32, &acc_t);
+        if (bg.dtype != MG_F32) {
+            bg.data = mg_alloc(ctx, (size_t)In * mg_dtype_size(bg.dtype));
+            mg_cast(ctx, &bg, &b32);
+        } else {
+            bg = b32;
+        }
+        mg_axpy(ctx, dbias, 1.0f, &bg);
+    }
+    mg_arena_release(ctx, mark);
 }
 
 /* --- GELU ----------------------------------------------------------------------------------- */

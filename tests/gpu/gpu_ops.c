@@ -233,6 +233,36 @@ static int op_linear(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     OUT(out); OUT(out_nb); OUT(dinp); OUT(dinp_acc); OUT(dw); OUT(db);
     return nout;
 }
+/* The fused linear + GELU pair: o = 128 takes cuBLASLt (GELU_AUX_BIAS; DGELU_BGRAD into a
+   16-bit or fp32 bias gradient), o = 30 the fallback (aux leading dimension not a multiple of
+   8) without a bias; and an fp32 output of 16-bit inputs (cuBLASLt with D in fp32). The bias
+   gradients accumulate onto nonzero values; the rows N = 144 are not a multiple of 8 or 32. */
+static int linear_gelu_case(mg_ctx *ctx, mg_dtype dt, mg_dtype ot, float **outs, int64_t *n,
+                            int o, int with_bias) {
+    int nout = 0;
+    mg_tensor in = ops_dev(ctx, dt, X, N, C), w1 = ops_dev(ctx, dt, W, o, C);
+    mg_tensor b1 = ops_dev(ctx, ot, E, 1, o), w2 = ops_dev(ctx, ot, W + o * C, 96, o);
+    mg_tensor act = ops_dev(ctx, ot, NULL, N, o), pre = ops_dev(ctx, ot, NULL, N, o);
+    mg_tensor dout = ops_dev(ctx, ot, D, N, 96), dpre = ops_dev(ctx, ot, NULL, N, o);
+    mg_tensor db = ops_dev(ctx, MG_F32, E + o, 1, o), db16 = ops_dev(ctx, ot, E + 2 * o, 1, o);
+    mg_linear_gelu_forward(ctx, &act, &pre, &in, &w1, with_bias ? &b1 : NULL);
+    mg_linear_backward_input_gelu(ctx, &dpre, with_bias ? &db : NULL, &dout, &w2, &pre);
+    OUT(act); OUT(pre); OUT(dpre);
+    if (with_bias) {
+        mg_linear_backward_input_gelu(ctx, &dpre, &db16, &dout, &w2, &pre);
+        OUT(db); OUT(db16);
+    }
+    return nout;
+}
+static int op_linear_gelu(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    return linear_gelu_case(ctx, dt, dt, outs, n, 128, 1);
+}
+static int op_linear_gelu_odd(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    return linear_gelu_case(ctx, dt, dt, outs, n, 30, 0);
+}
+static int op_linear_gelu_f32out(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    return dt == MG_F32 ? 0 : linear_gelu_case(ctx, dt, MG_F32, outs, n, 64, 1);
+}
 static int op_gelu(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     int nout = 0;
     mg_tensor in = ops_dev(ctx, dt, X, N, C), out = ops_dev(ctx, dt, NULL, N, C), dout = ops_dev(ctx, dt, D, N, C);
@@ -444,6 +474,9 @@ int main(void) {
         compare("layernorm C=40", op_layernorm_narrow, dt, tol);
         compare("linear", op_linear, dt, tol);
         compare("gelu", op_gelu, dt, tol);
+        compare("linear+gelu fused (cuBLASLt epilogues)", op_linear_gelu, dt, tol);
+        compare("linear+gelu fused, o=30 (fallback)", op_linear_gelu_odd, dt, tol);
+        if (k) compare("linear+gelu fused, fp32 output of 16-bit inputs", op_linear_gelu_f32out, dt, tol);
         compare("attention T=48", op_attention, dt, k ? 2 * tol : tol);
         compare("attention T=300 dropout", op_attention_long, dt, k ? 2 * tol : tol);
         compare("rmsnorm C=384", op_rmsnorm, dt, tol);

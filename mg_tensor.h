@@ -21,14 +21,16 @@
      4. The GEMM seam: BLAS column-major arguments, passed unchanged to cblas_sgemm (CPU) or
         cublasGemmEx / cublasGemmStridedBatchedEx (CUDA). All row-major reasoning lives above it.
      5. Ops, each forward beside its backward, shapes stated once per op:
-        embedding · layernorm · linear (forward, backward-input, backward-weight) · GELU ·
+        embedding · layernorm · linear (forward, backward-input, backward-weight; linear + GELU
+        fused, forward and backward) · GELU ·
         causal attention core · residual add / scale / axpy · dropout · casts ·
         vocabulary-slice softmax cross-entropy · AdamW · sum of squares.
      6. Implementation (under MG_IMPLEMENTATION): 6a errors, context, arena, copies · 6b dtypes
         and tensors · 6c the shared per-element/per-row math (MG_HD functions: exp, GELU,
         layernorm, softmax gradient, cross-entropy, dropout test, AdamW) · 6d the CPU backend
         (OpenMP over rows/chunks/column blocks, `omp simd` inner loops, OpenBLAS) · 6e the CUDA
-        backend (kernels, then launchers; one pair of block-reduction helpers) · 6f the public
+        backend (kernels specialised by dtype, then launchers; one pair of block-reduction
+        helpers; cuBLASLt plans for the fused linear layers) · 6f the public
         ops: shape/dtype validation and the row-major reasoning, shared, then the dispatch on
         ctx->device.
      The inline MG_HD functions of the API (16-bit conversions, mg_load/mg_store, the Philox
@@ -1775,7 +1777,11 @@ static double mg__cpu_sumsq(mg_ctx *ctx, const float *x, int64_t n) {
 #ifdef __CUDACC__
 /* =============================================================================================
    6e. CUDA backend. Kernels first — only the thread mapping lives here, the math is 6c —
-       then the launchers. Rows map to blocks; reductions use the one pair of block helpers.
+       then the launchers. Row kernels map a row to a block (the norms: a warp per row up to
+       4096 columns); reductions use the one pair of block helpers. Elementwise and norm
+       kernels are instantiated per storage dtype (accessor types, 128-bit vectors); the
+       linear layers' epilogues run in cuBLASLt. Beside each kernel: its bytes and FLOPs per
+       call, for its roofline time (bench/gpu.cu measures them).
    ========================================================================================== */
 #define MG__CUDA_THREADS 256
 /* Kernels that map one row to one block launch `rows` blocks; gridDim.x is at most 2^31 − 1. */
@@ -1830,33 +1836,181 @@ __device__ static inline void mg__atomic_add(void *p, mg_dtype dt, int64_t i, fl
     }
 }
 
-/* --- elementwise: one functor, the op (mg__ew_op) chosen by a code uniform over the grid -- */
-struct mg__ew {
-    mg__ew_op op;
-    void *out; const void *a, *b;
-    mg_dtype od, ad, bd;
-    mg__map_args g;
-    __device__ void operator()(int64_t i) const {
-        float r;
-        switch (op) {
-        case MG__EW_ADD: r = mg_load(a, ad, i) + mg_load(b, bd, i); break;
-        case MG__EW_AXPY: r = mg_load(a, ad, i) + g.alpha * mg_load(b, bd, i); break;
-        case MG__EW_SCALE: r = g.alpha * mg_load(a, ad, i); break;
-        case MG__EW_FILL: r = g.alpha; break;
-        case MG__EW_GELU: r = mg__gelu(mg_load(a, ad, i)); break;
-        case MG__EW_GELU_GRAD: r = mg_load(b, bd, i) * mg__gelu_grad(mg_load(a, ad, i)); break;
-        case MG__EW_SWIGLU: r = mg__silu(mg_load(a, ad, i)) * mg_load(b, bd, i); break;
-        case MG__EW_DROPOUT: {
-            int64_t row = i / g.local_cols, col = i % g.local_cols;
-            uint64_t gi = (uint64_t)((g.row_offset + row) * g.global_cols + g.col_offset + col);
-            r = mg__dropout(mg_load(a, ad, i), mg_rand_u32(g.key, gi), g.threshold, g.scale);
-            break;
-        }
-        default: r = mg_load(a, ad, i); break; /* MG__EW_COPY: a cast */
-        }
-        mg_store(out, od, i, r);
+/* --- storage access specialised by dtype at compile time ------------------------------------
+   An accessor (mg__io_f32/bf16/f16) wraps a pointer of a dtype known to the compiler: ld/st
+   convert one element, ldv/stv move V consecutive elements as ONE aligned vector (V·bytes =
+   16 or 8: a 128-bit or 64-bit load/store). mg__io_dyn is the same interface over a run-time
+   dtype (mg_load/mg_store, element by element: BYTES = 16 keeps its V at 1), the fallback for
+   dtype combinations that are not instantiated.                                             */
+template <class T, int V> struct alignas(sizeof(T) * V) mg__pack { T v[V]; };
+struct mg__cvt_f32 {
+    typedef float T;
+    __device__ static float to(float x) { return x; }
+    __device__ static float from(float x) { return x; }
+};
+struct mg__cvt_bf16 {
+    typedef uint16_t T;
+    __device__ static float to(uint16_t h) { return mg_bf16_to_f32(h); }
+    __device__ static uint16_t from(float x) { return mg_f32_to_bf16(x); }
+};
+struct mg__cvt_f16 {
+    typedef uint16_t T;
+    __device__ static float to(uint16_t h) { return mg_f16_to_f32(h); }
+    __device__ static uint16_t from(float x) { return mg_f32_to_f16(x); }
+};
+template <class Cvt> struct mg__io {
+    typedef typename Cvt::T T;
+    enum { BYTES = sizeof(T) };
+    T *p;
+    __device__ float ld(int64_t i) const { return Cvt::to(p[i]); }
+    __device__ void st(int64_t i, float v) const { p[i] = Cvt::from(v); }
+    template <int V> __device__ void ldv(int64_t i, float *x) const {
+        mg__pack<T, V> k = *reinterpret_cast<const mg__pack<T, V> *>(p + i);
+        for (int j = 0; j < V; j++) x[j] = Cvt::to(k.v[j]);
+    }
+    template <int V> __device__ void stv(int64_t i, const float *x) const {
+        mg__pack<T, V> k;
+        for (int j = 0; j < V; j++) k.v[j] = Cvt::from(x[j]);
+        *reinterpret_cast<mg__pack<T, V> *>(p + i) = k;
     }
 };
+typedef mg__io<mg__cvt_f32> mg__io_f32;
+typedef mg__io<mg__cvt_bf16> mg__io_bf16;
+typedef mg__io<mg__cvt_f16> mg__io_f16;
+struct mg__io_dyn {
+    enum { BYTES = 16 };
+    void *p; mg_dtype dt;
+    __device__ float ld(int64_t i) const { return mg_load(p, dt, i); }
+    __device__ void st(int64_t i, float v) const { mg_store(p, dt, i, v); }
+    template <int V> __device__ void ldv(int64_t i, float *x) const { for (int j = 0; j < V; j++) x[j] = ld(i + j); }
+    template <int V> __device__ void stv(int64_t i, const float *x) const { for (int j = 0; j < V; j++) st(i + j, x[j]); }
+};
+/* Accessor of a tensor (NULL: a null pointer) for a compile-time accessor type. */
+template <class IO> static IO mg__io_make(const mg_tensor *t) {
+    IO io;
+    memset(&io, 0, sizeof io);
+    io.p = t ? (typename IO::T *)t->data : NULL;
+    return io;
+}
+template <> mg__io_dyn mg__io_make<mg__io_dyn>(const mg_tensor *t) {
+    mg__io_dyn io = {t ? t->data : NULL, t ? t->dtype : MG_F32};
+    return io;
+}
+/* Elements per vector of a kernel reading/writing accessors A and B: 16 bytes of the wider. */
+template <class A, class B> struct mg__vec_of {
+    enum { V = 16 / ((int)A::BYTES > (int)B::BYTES ? (int)A::BYTES : (int)B::BYTES) };
+};
+/* p may be vector-accessed with V elements of `bytes` each (NULL: no constraint). */
+static int mg__vec_ok(const void *p, int V, int bytes) {
+    return !p || (uintptr_t)p % (uintptr_t)(V * bytes) == 0;
+}
+
+/* --- elementwise: kernels per (output dtype, input dtype, op), 128-bit vectors ----------------
+   The value of element i (x = a[i], y = b[i]) of each op, the same expression as the CPU's
+   mg__map_* (6d): shared by every instantiation.                                            */
+__device__ static inline float mg__ew_value(mg__ew_op op, int64_t i, float x, float y,
+                                            const mg__map_args &g) {
+    switch (op) {
+    case MG__EW_ADD: return x + y;
+    case MG__EW_AXPY: return x + g.alpha * y;
+    case MG__EW_SCALE: return g.alpha * x;
+    case MG__EW_FILL: return g.alpha;
+    case MG__EW_GELU: return mg__gelu(x);
+    case MG__EW_GELU_GRAD: return y * mg__gelu_grad(x);
+    case MG__EW_SWIGLU: return mg__silu(x) * y;
+    case MG__EW_DROPOUT: {
+        int64_t row = i / g.local_cols, col = i % g.local_cols;
+        uint64_t gi = (uint64_t)((g.row_offset + row) * g.global_cols + g.col_offset + col);
+        return mg__dropout(x, mg_rand_u32(g.key, gi), g.threshold, g.scale);
+    }
+    default: return x; /* MG__EW_COPY: a cast */
+    }
+}
+/* The op as a type, so that kernels specialise on it (OP folds the switch above). */
+template <int OP> struct mg__ew_fn {
+    mg__map_args g;
+    __device__ float operator()(int64_t i, float x, float y) const {
+        return mg__ew_value((mg__ew_op)OP, i, x, y, g);
+    }
+};
+/* out[i] = f(i, a[i], b[i]) over n elements; a and b share an accessor type (either may be
+   NULL). With vec, the first n − n mod V elements go as V-element vectors (all pointers then
+   aligned to a vector), grid-stride; the tail, or everything without vec, element by element.
+   Cost: reads (a? + b?)·s and writes s bytes per element (s = storage bytes); FLOPs per
+   element: 1 (add, scale), 2 (axpy), ~20 (GELU, SiLU: one exp), ~25 (GELU'), Philox's 20
+   multiplies (dropout).                                                                       */
+template <class IO, class IA, class F> static __global__ void mg__k_ew(int64_t n, IO out, IA a,
+                                                                    IA b, F f, int vec) {
+    enum { V = mg__vec_of<IO, IA>::V };
+    int64_t stride = (int64_t)gridDim.x * blockDim.x, t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    int64_t nv = vec ? n / V : 0, i;
+    for (i = t; i < nv; i += stride) {
+        float x[V], y[V], r[V];
+        int j;
+        for (j = 0; j < V; j++) x[j] = y[j] = 0.0f;
+        if (a.p) a.template ldv<V>(i * V, x);
+        if (b.p) b.template ldv<V>(i * V, y);
+        for (j = 0; j < V; j++) r[j] = f(i * V + j, x[j], y[j]);
+        out.template stv<V>(i * V, r);
+    }
+    for (i = nv * V + t; i < n; i += stride)
+        out.st(i, f(i, a.p ? a.ld(i) : 0.0f, b.p ? b.ld(i) : 0.0f));
+}
+template <class IO, class IA, int OP> static void mg__ew_launch(mg_ctx *ctx, const mg_tensor *out,
+                                                                const mg_tensor *a,
+                                                                const mg_tensor *b,
+                                                                const mg__map_args *g) {
+    enum { V = mg__vec_of<IO, IA>::V };
+    int64_t n = mg_numel(out), blocks;
+    int vec = mg__vec_ok(out->data, V, IO::BYTES) && mg__vec_ok(a ? a->data : NULL, V, IA::BYTES) &&
+              mg__vec_ok(b ? b->data : NULL, V, IA::BYTES);
+    mg__ew_fn<OP> f;
+    memset(&f, 0, sizeof f);
+    if (g) f.g = *g;
+    if (n <= 0) return;
+    blocks = ((vec ? n / V + n % V : n) + MG__CUDA_THREADS - 1) / MG__CUDA_THREADS;
+    if (blocks > 65536) blocks = 65536;
+    MG_LAUNCH(mg__k_ew, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx), n,
+              mg__io_make<IO>(out), mg__io_make<IA>(a), mg__io_make<IA>(b), f, vec);
+    MG_CUDA_LAUNCH_CHECK();
+}
+/* Instantiated: every op with out, a and b of one dtype; casts between fp32 and bf16/fp16.
+   Any other combination runs through the run-time-dtype accessor.                         */
+template <int OP> static void mg__cuda_ew_op(mg_ctx *ctx, const mg_tensor *out,
+                                             const mg_tensor *a, const mg_tensor *b,
+                                             const mg__map_args *g) {
+    mg_dtype od = out->dtype, ad = a ? a->dtype : od;
+    if ((!b || b->dtype == ad) && ad == od) {
+        if (od == MG_F32) { mg__ew_launch<mg__io_f32, mg__io_f32, OP>(ctx, out, a, b, g); return; }
+        if (od == MG_BF16) { mg__ew_launch<mg__io_bf16, mg__io_bf16, OP>(ctx, out, a, b, g); return; }
+        mg__ew_launch<mg__io_f16, mg__io_f16, OP>(ctx, out, a, b, g);
+        return;
+    }
+    if constexpr (OP == MG__EW_COPY) {
+        if (od == MG_F32 && ad == MG_BF16) { mg__ew_launch<mg__io_f32, mg__io_bf16, OP>(ctx, out, a, b, g); return; }
+        if (od == MG_F32 && ad == MG_F16) { mg__ew_launch<mg__io_f32, mg__io_f16, OP>(ctx, out, a, b, g); return; }
+        if (od == MG_BF16 && ad == MG_F32) { mg__ew_launch<mg__io_bf16, mg__io_f32, OP>(ctx, out, a, b, g); return; }
+        if (od == MG_F16 && ad == MG_F32) { mg__ew_launch<mg__io_f16, mg__io_f32, OP>(ctx, out, a, b, g); return; }
+    }
+    mg__ew_launch<mg__io_dyn, mg__io_dyn, OP>(ctx, out, a, b, g);
+}
+static void mg__cuda_ew(mg_ctx *ctx, mg__ew_op op, const mg_tensor *out, const mg_tensor *a,
+                        const mg_tensor *b, const mg__map_args *g) {
+    switch (op) {
+    case MG__EW_ADD: mg__cuda_ew_op<MG__EW_ADD>(ctx, out, a, b, g); break;
+    case MG__EW_AXPY: mg__cuda_ew_op<MG__EW_AXPY>(ctx, out, a, b, g); break;
+    case MG__EW_SCALE: mg__cuda_ew_op<MG__EW_SCALE>(ctx, out, a, b, g); break;
+    case MG__EW_FILL: mg__cuda_ew_op<MG__EW_FILL>(ctx, out, a, b, g); break;
+    case MG__EW_GELU: mg__cuda_ew_op<MG__EW_GELU>(ctx, out, a, b, g); break;
+    case MG__EW_GELU_GRAD: mg__cuda_ew_op<MG__EW_GELU_GRAD>(ctx, out, a, b, g); break;
+    case MG__EW_DROPOUT: mg__cuda_ew_op<MG__EW_DROPOUT>(ctx, out, a, b, g); break;
+    case MG__EW_SWIGLU: mg__cuda_ew_op<MG__EW_SWIGLU>(ctx, out, a, b, g); break;
+    default: mg__cuda_ew_op<MG__EW_COPY>(ctx, out, a, b, g); break;
+    }
+}
+
+/* The generic one-thread-per-element kernel: f(i) for i < n, grid-stride. Its cost is the
+   functor's (each functor below states its bytes and FLOPs per element).                     */
 template <class F> static __global__ void mg__k_map(int64_t n, F f) {
     int64_t i;
     for (i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
@@ -1869,20 +2023,10 @@ template <class F> static void mg__cuda_map(mg_ctx *ctx, int64_t n, F f) {
     MG_LAUNCH(mg__k_map, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx), n, f);
     MG_CUDA_LAUNCH_CHECK();
 }
-static void mg__cuda_ew(mg_ctx *ctx, mg__ew_op op, const mg_tensor *out, const mg_tensor *a,
-                        const mg_tensor *b, const mg__map_args *g) {
-    mg__ew f;
-    memset(&f, 0, sizeof f);
-    f.op = op;
-    f.out = out->data; f.od = out->dtype;
-    if (a) { f.a = a->data; f.ad = a->dtype; }
-    if (b) { f.b = b->data; f.bd = b->dtype; }
-    if (g) f.g = *g;
-    mg__cuda_map(ctx, mg_numel(out), f);
-}
 
-/* --- row broadcast, column sums ------------------------------------------------------------ */
-/* --- SwiGLU backward, rotary embedding: one thread per element / per rotated pair --------- */
+/* --- SwiGLU backward, rotary embedding: one thread per element / per rotated pair ---------
+   SwiGLU backward per element: reads 3s, writes 2s bytes, ~45 FLOPs (one exp). Rope per
+   rotated pair: reads and writes 2s bytes of qkv, reads 8 bytes of the table, 6 FLOPs.      */
 struct mg__f_swiglu_backward {
     void *dgate, *dup; const void *dout, *gate, *up; mg_dtype dgd, dud, dd, gd, ud;
     __device__ void operator()(int64_t i) const {
@@ -1905,6 +2049,8 @@ struct mg__f_rope {
     }
 };
 
+/* --- row broadcast, column sums ------------------------------------------------------------
+   Broadcast (the bias before an unfused GEMM): writes N·C·s bytes, reads C·s (cached).     */
 struct mg__f_broadcast_rows {
     void *out; mg_dtype od; const void *row; mg_dtype rd; int64_t C;
     __device__ void operator()(int64_t i) const { mg_store(out, od, i, mg_load(row, rd, i % C)); }
@@ -1912,7 +2058,10 @@ struct mg__f_broadcast_rows {
 /* dst[c] += Σ_r src[r,c] (· layernorm norm when inp is set). Block = 32 columns × 32 row
    lanes; each lane walks rows with stride 32, then lane sums are added in a fixed order:
    deterministic. 1024 threads per block: __launch_bounds__ keeps the compiler to the 64
-   registers per thread that allows, in every build (-G included).                          */
+   registers per thread that allows, in every build (-G included).
+   Cost: reads N·C·s (src) + N·C·s and 8·N (inp, mean, rstd: the norm's weight gradient),
+   reads and writes C·d; N·C FLOPs (plain) or 4·N·C (with the norm). Not specialised by dtype:
+   lanes read 32 consecutive columns of a row (64–128 bytes per warp, coalesced).           */
 static __global__ void __launch_bounds__(1024) mg__k_colsum(void *dst, mg_dtype dd, const void *src,
                              mg_dtype sd, const void *inp, mg_dtype xd, const float *mean,
                              const float *rstd, int64_t N, int64_t C) {
@@ -1944,7 +2093,10 @@ static void mg__cuda_colsum(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *
     MG_CUDA_LAUNCH_CHECK();
 }
 
-/* --- embedding ----------------------------------------------------------------------------- */
+/* --- embedding -----------------------------------------------------------------------------
+   Forward per element of out: reads s (wte row, gathered) + s (wpe) + 4/C (token), writes s.
+   dwte: reads s, one atomic read-modify-write of d bytes (CAS loop for 16-bit); dwpe: reads
+   B·s + d, writes d per position element. ≤ 1 FLOP per byte: bandwidth bound.             */
 struct mg__f_embed {
     void *out; mg_dtype od; const int32_t *tokens; int B, T, t0; int64_t C, Vw, vocab_start;
     const void *wte; mg_dtype ed; const void *wpe; mg_dtype pd;
@@ -1978,45 +2130,185 @@ struct mg__f_embed_dwpe {
     }
 };
 
-/* --- layernorm: one block per row ----------------------------------------------------------- */
-static __global__ void mg__k_layernorm_forward(void *out, mg_dtype od, float *mean, float *rstd,
-                                        const void *inp, mg_dtype id, const void *w, mg_dtype wd,
-                                        const void *b, mg_dtype bd, int64_t C, mg_norm k) {
-    int64_t base = blockIdx.x * C, j;
-    float s = 0.0f, mu = 0.0f, ss = 0.0f, rs;
-    if (!k.rms) {
-        for (j = threadIdx.x; j < C; j += blockDim.x) s += mg_load(inp, id, base + j);
-        mu = mg__block_sum(s) / (float)C;
+/* --- layernorm / RMSNorm: a warp per row up to MG__NORM_WARP_MAX columns, else a block ------
+   Specialised by the activations' accessor IX (inp, out / dout, dinp) and the weights' IW.
+   The threads of a row (the 32 lanes of a warp, or the block) walk it in chunks of V
+   consecutive elements, one 128-bit vector per chunk when vec (every row and pointer aligned
+   to a vector: C a multiple of V), else element by element with bounds; sums go through warp
+   shuffles (warp per row) or the block helpers. The per-element math is 6c's mg__ln_*, the
+   two-pass statistics the CPU's (mean, then Σ (x − μ)²).
+   Cost per row of C: forward reads 3·C·s (inp three times, from cache after the first) + C·w
+   and writes C·s + 8 bytes, ~8·C FLOPs; backward reads 3·C·(2s) + C·w (+ C·s to accumulate),
+   writes C·s, ~12·C FLOPs (s, w: activation and weight bytes). DRAM traffic: one read of inp
+   (and dout) and one write; rows past L1 read again from L2.                               */
+#define MG__NORM_WARP_MAX 4096
+#define MG__NORM_ROWS_PER_BLOCK (MG__CUDA_THREADS / 32)
+template <int K> struct mg__int_tag {};   /* a compile-time int as an argument (deduced) */
+template <int WARP> __device__ static inline float mg__row_sum(float v) {
+    if constexpr (WARP) {
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
+        return v;
+    } else {
+        return mg__block_sum(v);
     }
-    for (j = threadIdx.x; j < C; j += blockDim.x) {
-        float d = mg_load(inp, id, base + j) - mu;
-        ss += d * d;
-    }
-    rs = mg__ln_rstd(mg__block_sum(ss) / (float)C, k.eps);
-    for (j = threadIdx.x; j < C; j += blockDim.x)
-        mg_store(out, od, base + j, (mg_load(inp, id, base + j) - mu) * rs * mg_load(w, wd, j) +
-                                        (b ? mg_load(b, bd, j) : 0.0f));
-    if (threadIdx.x == 0) { mean[blockIdx.x] = mu; rstd[blockIdx.x] = rs; }
 }
-static __global__ void mg__k_layernorm_backward(void *dinp, mg_dtype did, const void *dout, mg_dtype dd,
-                                         const void *inp, mg_dtype id, const void *w, mg_dtype wd,
-                                         const float *mean, const float *rstd, int64_t C,
-                                         int accumulate, int rms) {
-    int64_t base = blockIdx.x * C, j;
-    float mu = mean[blockIdx.x], rs = rstd[blockIdx.x], sg = 0.0f, sgn = 0.0f, mean_g, mean_gn;
-    for (j = threadIdx.x; j < C; j += blockDim.x) {
-        float g = mg_load(dout, dd, base + j) * mg_load(w, wd, j);
-        sg += g;
-        sgn += g * ((mg_load(inp, id, base + j) - mu) * rs); /* the CPU's association */
+/* Chunk [j0, j0 + V) of the row at base: a vector when vec, else the elements < C (0 past). */
+template <int V, class IO> __device__ static inline void mg__ld_chunk(const IO &io, int64_t base,
+                                                                     int64_t j0, int64_t C,
+                                                                     int vec, float *x) {
+    if (vec) { io.template ldv<V>(base + j0, x); return; }
+    for (int t = 0; t < V; t++) x[t] = j0 + t < C ? io.ld(base + j0 + t) : 0.0f;
+}
+template <int V, class IO> __device__ static inline void mg__st_chunk(const IO &io, int64_t base,
+                                                                     int64_t j0, int64_t C,
+                                                                     int vec, const float *x) {
+    if (vec) { io.template stv<V>(base + j0, x); return; }
+    for (int t = 0; t < V; t++) if (j0 + t < C) io.st(base + j0 + t, x[t]);
+}
+/* This thread's row (N: none) and its first chunk and chunk stride, for a warp or a block. */
+#define MG__NORM_ROW_SETUP(WARP, V)                                                            \
+    int64_t row = WARP ? blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5) : blockIdx.x; \
+    int64_t j_first = (int64_t)(WARP ? threadIdx.x & 31 : threadIdx.x) * V;                  \
+    int64_t j_step = (int64_t)(WARP ? 32 : blockDim.x) * V, base = row * C, j;                \
+    if (row >= N) return; /* a whole warp (warp per row; no block barriers there) */
+template <int WARP, class IX, class IW> static __global__ void mg__k_norm_forward(mg__int_tag<WARP>,
+        IX out, float *mean, float *rstd, IX inp, IW w, IW b, int64_t N, int64_t C, mg_norm k,
+        int vec) {
+    enum { V = mg__vec_of<IX, IW>::V };
+    float x[V], y[V], wv[V], bv[V], s = 0.0f, ss = 0.0f, mu = 0.0f, rs;
+    int t;
+    MG__NORM_ROW_SETUP(WARP, V)
+    if (!k.rms) {
+        for (j = j_first; j < C; j += j_step) {
+            mg__ld_chunk<V>(inp, base, j, C, vec, x);
+            for (t = 0; t < V; t++) s += x[t];
+        }
+        mu = mg__row_sum<WARP>(s) / (float)C;
     }
-    mean_g = rms ? 0.0f : mg__block_sum(sg) / (float)C;
-    mean_gn = mg__block_sum(sgn) / (float)C;
-    for (j = threadIdx.x; j < C; j += blockDim.x) {
-        float d = mg__ln_dx(mg_load(dout, dd, base + j) * mg_load(w, wd, j),
-                            (mg_load(inp, id, base + j) - mu) * rs, rs, mean_g, mean_gn);
-        if (accumulate) d += mg_load(dinp, did, base + j);
-        mg_store(dinp, did, base + j, d);
+    for (j = j_first; j < C; j += j_step) {
+        mg__ld_chunk<V>(inp, base, j, C, vec, x);
+        for (t = 0; t < V && j + t < C; t++) ss += (x[t] - mu) * (x[t] - mu);
     }
+    rs = mg__ln_rstd(mg__row_sum<WARP>(ss) / (float)C, k.eps);
+    for (j = j_first; j < C; j += j_step) {
+        mg__ld_chunk<V>(inp, base, j, C, vec, x);
+        mg__ld_chunk<V>(w, 0, j, C, vec, wv);
+        if (b.p) mg__ld_chunk<V>(b, 0, j, C, vec, bv);
+        else for (t = 0; t < V; t++) bv[t] = 0.0f;
+        for (t = 0; t < V; t++) y[t] = (x[t] - mu) * rs * wv[t] + bv[t];
+        mg__st_chunk<V>(out, base, j, C, vec, y);
+    }
+    if (j_first == 0) { mean[row] = mu; rstd[row] = rs; }
+}
+template <int WARP, class IX, class IW> static __global__ void mg__k_norm_backward(mg__int_tag<WARP>,
+        IX dinp, IX dout, IX inp, IW w, const float *mean, const float *rstd, int64_t N,
+        int64_t C, int accumulate, int rms, int vec) {
+    enum { V = mg__vec_of<IX, IW>::V };
+    float x[V], dy[V], wv[V], d[V], sg = 0.0f, sgn = 0.0f, mu, rs, mean_g, mean_gn;
+    int t;
+    MG__NORM_ROW_SETUP(WARP, V)
+    mu = mean[row];
+    rs = rstd[row];
+    for (j = j_first; j < C; j += j_step) {
+        mg__ld_chunk<V>(dout, base, j, C, vec, dy);
+        mg__ld_chunk<V>(inp, base, j, C, vec, x);
+        mg__ld_chunk<V>(w, 0, j, C, vec, wv);
+        for (t = 0; t < V; t++) {   /* past C: dy = w = 0, so g = 0 adds nothing */
+            float g = dy[t] * wv[t];
+            sg += g;
+            sgn += g * ((x[t] - mu) * rs); /* the CPU's association */
+        }
+    }
+    mean_g = rms ? 0.0f : mg__row_sum<WARP>(sg) / (float)C;
+    mean_gn = mg__row_sum<WARP>(sgn) / (float)C;
+    for (j = j_first; j < C; j += j_step) {
+        mg__ld_chunk<V>(dout, base, j, C, vec, dy);
+        mg__ld_chunk<V>(inp, base, j, C, vec, x);
+        mg__ld_chunk<V>(w, 0, j, C, vec, wv);
+        if (accumulate) mg__ld_chunk<V>(dinp, base, j, C, vec, d);
+        for (t = 0; t < V; t++) {
+            float v = mg__ln_dx(dy[t] * wv[t], (x[t] - mu) * rs, rs, mean_g, mean_gn);
+            d[t] = accumulate ? d[t] + v : v;
+        }
+        mg__st_chunk<V>(dinp, base, j, C, vec, d);
+    }
+}
+/* Grid: rows / (rows per block) blocks of 256 threads (warp per row) or one block per row. */
+static unsigned mg__norm_grid(int64_t N, int64_t C) {
+    return C <= MG__NORM_WARP_MAX
+               ? mg__cuda_row_grid((N + MG__NORM_ROWS_PER_BLOCK - 1) / MG__NORM_ROWS_PER_BLOCK)
+               : mg__cuda_row_grid(N);
+}
+template <class IX, class IW> static void mg__norm_forward_launch(mg_ctx *ctx, const mg_norm *k,
+        const mg_tensor *out, float *mean, float *rstd, const mg_tensor *inp,
+        const mg_tensor *weight, const mg_tensor *bias) {
+    enum { V = mg__vec_of<IX, IW>::V };
+    int64_t N = mg_rows(inp), C = mg_cols(inp);
+    int vec = C % V == 0 && mg__vec_ok(out->data, V, IX::BYTES) &&
+              mg__vec_ok(inp->data, V, IX::BYTES) && mg__vec_ok(weight->data, V, IW::BYTES) &&
+              mg__vec_ok(bias ? bias->data : NULL, V, IW::BYTES);
+    IX o = mg__io_make<IX>(out), x = mg__io_make<IX>(inp);
+    IW w = mg__io_make<IW>(weight), b = mg__io_make<IW>(bias);
+    if (C <= MG__NORM_WARP_MAX)
+        MG_LAUNCH(mg__k_norm_forward, mg__norm_grid(N, C), MG__CUDA_THREADS, 0, MG__STREAM(ctx),
+                  mg__int_tag<1>(), o, mean, rstd, x, w, b, N, C, *k, vec);
+    else
+        MG_LAUNCH(mg__k_norm_forward, mg__norm_grid(N, C), MG__CUDA_THREADS, 0, MG__STREAM(ctx),
+                  mg__int_tag<0>(), o, mean, rstd, x, w, b, N, C, *k, vec);
+    MG_CUDA_LAUNCH_CHECK();
+}
+template <class IX, class IW> static void mg__norm_backward_launch(mg_ctx *ctx, int rms,
+        const mg_tensor *dinp, const mg_tensor *dout, const mg_tensor *inp,
+        const mg_tensor *weight, const float *mean, const float *rstd, int accumulate) {
+    enum { V = mg__vec_of<IX, IW>::V };
+    int64_t N = mg_rows(inp), C = mg_cols(inp);
+    int vec = C % V == 0 && mg__vec_ok(dinp->data, V, IX::BYTES) &&
+              mg__vec_ok(dout->data, V, IX::BYTES) && mg__vec_ok(inp->data, V, IX::BYTES) &&
+              mg__vec_ok(weight->data, V, IW::BYTES);
+    IX di = mg__io_make<IX>(dinp), dy = mg__io_make<IX>(dout), x = mg__io_make<IX>(inp);
+    IW w = mg__io_make<IW>(weight);
+    if (C <= MG__NORM_WARP_MAX)
+        MG_LAUNCH(mg__k_norm_backward, mg__norm_grid(N, C), MG__CUDA_THREADS, 0,
+                  MG__STREAM(ctx), mg__int_tag<1>(), di, dy, x, w, mean, rstd, N, C, accumulate,
+                  rms, vec);
+    else
+        MG_LAUNCH(mg__k_norm_backward, mg__norm_grid(N, C), MG__CUDA_THREADS, 0,
+                  MG__STREAM(ctx), mg__int_tag<0>(), di, dy, x, w, mean, rstd, N, C, accumulate,
+                  rms, vec);
+    MG_CUDA_LAUNCH_CHECK();
+}
+/* Instantiated where activations and weights share a dtype; other combinations run through
+   the run-time-dtype accessor. The weights' dtype counts only if every weight tensor has it. */
+static int mg__norm_uniform(mg_dtype dt, const mg_tensor *a, const mg_tensor *b,
+                            const mg_tensor *c, const mg_tensor *d) {
+    return a->dtype == dt && b->dtype == dt && c->dtype == dt && (!d || d->dtype == dt);
+}
+static void mg__cuda_norm_forward(mg_ctx *ctx, const mg_norm *k, const mg_tensor *out,
+                                  float *mean, float *rstd, const mg_tensor *inp,
+                                  const mg_tensor *weight, const mg_tensor *bias) {
+    mg_dtype dt = inp->dtype;
+    if (!mg__norm_uniform(dt, out, inp, weight, bias))
+        mg__norm_forward_launch<mg__io_dyn, mg__io_dyn>(ctx, k, out, mean, rstd, inp, weight, bias);
+    else if (dt == MG_F32)
+        mg__norm_forward_launch<mg__io_f32, mg__io_f32>(ctx, k, out, mean, rstd, inp, weight, bias);
+    else if (dt == MG_BF16)
+        mg__norm_forward_launch<mg__io_bf16, mg__io_bf16>(ctx, k, out, mean, rstd, inp, weight, bias);
+    else
+        mg__norm_forward_launch<mg__io_f16, mg__io_f16>(ctx, k, out, mean, rstd, inp, weight, bias);
+}
+static void mg__cuda_norm_backward(mg_ctx *ctx, int rms, const mg_tensor *dinp,
+                                   const mg_tensor *dout, const mg_tensor *inp,
+                                   const mg_tensor *weight, const float *mean, const float *rstd,
+                                   int acc) {
+    mg_dtype dt = inp->dtype;
+    if (!mg__norm_uniform(dt, dinp, dout, weight, NULL))
+        mg__norm_backward_launch<mg__io_dyn, mg__io_dyn>(ctx, rms, dinp, dout, inp, weight, mean, rstd, acc);
+    else if (dt == MG_F32)
+        mg__norm_backward_launch<mg__io_f32, mg__io_f32>(ctx, rms, dinp, dout, inp, weight, mean, rstd, acc);
+    else if (dt == MG_BF16)
+        mg__norm_backward_launch<mg__io_bf16, mg__io_bf16>(ctx, rms, dinp, dout, inp, weight, mean, rstd, acc);
+    else
+        mg__norm_backward_launch<mg__io_f16, mg__io_f16>(ctx, rms, dinp, dout, inp, weight, mean, rstd, acc);
 }
 
 /* --- causal softmax over rows of length T (row r is query t1 = r mod T) --------------------- */
@@ -2117,7 +2409,12 @@ static cudaDataType mg__cuda_dtype(mg_dtype dt) {
     return dt == MG_BF16 ? CUDA_R_16BF : dt == MG_F16 ? CUDA_R_16F : CUDA_R_32F;
 }
 /* k = 0: C = β·C for each m×n matrix of the batch, 0 where β = 0 (C not read), as BLAS and
-   OpenBLAS do; cuBLAS's documentation does not state its k = 0 result, so it is not asked. */
+   OpenBLAS do; cuBLAS's documentation does not state its k = 0 result, so it is not asked.
+   Cost: reads (β ≠ 0) and writes m·n·batch·s bytes, 1 FLOP per element.
+   The GEMMs themselves (cuBLAS / cuBLASLt): 2·m·n·k·batch FLOPs; bytes (m·k + k·n)·s_ab +
+   m·n·s_c (+ m·n·s_c read when β ≠ 0; + m·n·s_c for an aux output or input, + m·s_c for a
+   bias): compute bound on tensor cores once m, n, k ≳ 2·peak/bandwidth (~200 on A100,
+   ~300 on H100 for 16-bit).                                                                 */
 struct mg__f_gemm_beta_only {
     void *C; mg_dtype dt; float beta; int m, n, ldc; int64_t sC;
     __device__ void operator()(int64_t i) const {
@@ -2490,12 +2787,7 @@ MGDEF void mg_norm_forward(mg_ctx *ctx, const mg_norm *kind, mg_tensor *out, flo
                  "for LayerNorm", op, (double)kind->eps);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
-        if (N == 0) return;
-        MG_LAUNCH(mg__k_layernorm_forward, mg__cuda_row_grid(N), MG__CUDA_THREADS, 0,
-                  MG__STREAM(ctx),
-            out->data, out->dtype, mean, rstd, inp->data, inp->dtype, weight->data,
-            weight->dtype, bias ? bias->data : NULL, bias ? bias->dtype : MG_F32, C, *kind);
-        MG_CUDA_LAUNCH_CHECK();
+        if (N > 0) mg__cuda_norm_forward(ctx, kind, out, mean, rstd, inp, weight, bias);
         return;
     }
 #endif
@@ -2518,12 +2810,8 @@ MGDEF void mg_norm_backward(mg_ctx *ctx, const mg_norm *kind, mg_tensor *dinp, m
         /* parameter gradients first: dinp may alias dout */
         if (dweight) mg__cuda_colsum(ctx, dweight, dout, inp, mean, rstd);
         if (dbias) mg__cuda_colsum(ctx, dbias, dout, NULL, NULL, NULL);
-        if (N == 0) return;
-        MG_LAUNCH(mg__k_layernorm_backward, mg__cuda_row_grid(N), MG__CUDA_THREADS, 0,
-                  MG__STREAM(ctx),
-            dinp->data, dinp->dtype, dout->data, dout->dtype, inp->data, inp->dtype,
-            weight->data, weight->dtype, mean, rstd, C, accumulate, kind->rms);
-        MG_CUDA_LAUNCH_CHECK();
+        if (N > 0)
+            mg__cuda_norm_backward(ctx, kind->rms, dinp, dout, inp, weight, mean, rstd, accumulate);
         return;
     }
 #endif

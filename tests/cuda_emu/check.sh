@@ -8,7 +8,8 @@
 #   4. gpt_train_emu --device cuda against the CPU build's gpt_train on a tiny model: 1 rank
 #      fp32 and bf16, 2 ranks with t=2, d=2 (fp32 and bf16) and p=2. Bounds: fp32 relative 1e-5 per logged loss;
 #      bf16 2^-7 nats (2u, the bound tests/test_mixed.c holds bf16 to against fp32)
-#   5. every __global__ function of the library headers was launched by 2-4
+#   5. bench/gpu.cu (build/gpu_emu --tiny): the GPU benchmark runs start to end on tiny shapes
+#   6. every __global__ function of the library headers was launched by 2-5
 # Every emulated run aborts on its first bug-finder report (race, bounds, uninitialised read).
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
@@ -34,7 +35,7 @@ run_prog() {
     grep -E '^not ok |mg-emu' "$out" | head -n 12 | sed 's/^/  | /'
   fi
 }
-for p in emu_test gpu_ops_emu gpu_model_emu gpt_train_emu gpt_train; do
+for p in emu_test gpu_ops_emu gpu_model_emu gpt_train_emu gpt_train gpu_emu; do
   [ -x "$BUILD/$p" ] || { report 1 "cuda_emu: $BUILD/$p is built" "make $BUILD/$p"; exit 1; }
 done
 
@@ -76,6 +77,15 @@ train_case "2 ranks t=2 fp32" 2 rel 1e-5 "--tensor-model-parallel-size 2"
 train_case "2 ranks d=2 fp32" 2 rel 1e-5 ""
 train_case "2 ranks d=2 bf16" 2 abs 0.0078125 "--bf16"
 train_case "2 ranks p=2 fp32 (NCCL send/recv)" 2 rel 1e-5 "--pipeline-model-parallel-size 2"
+
+# --- bench/gpu on tiny shapes: its kernel table and both whole-step lines --------------------
+start=$(date +%s)
+"$BUILD/gpu_emu" --tiny > "$tmp/bench" 2>&1; rc=$?
+rows=$(grep -c '^| ' "$tmp/bench")
+report "$([ "$rc" = 0 ] && [ "$rows" = 14 ] && echo 0 || echo 1)" \
+  "cuda_emu: bench/gpu --tiny runs (kernel table and whole steps, $rows table lines, $(( $(date +%s) - start ))s)" \
+  "exit status $rc, $rows table lines of 14"
+[ "$rc" = 0 ] || grep -E 'mg-emu|rror' "$tmp/bench" | head -n 8 | sed 's/^/  | /'
 
 # --- every __global__ function of the library was launched ------------------------------------
 kernels=$(sed -n 's/.*__global__.*[ *]\([A-Za-z_][A-Za-z0-9_]*\)(.*/\1/p' ./*.h | sort -u)

@@ -890,7 +890,7 @@ MG_EMU_CAS(unsigned long long)
       always complete and every recorded event has happened.
    ========================================================================================== */
 struct CUstream_st { int flags, priority; };
-struct CUevent_st { int recorded; };
+struct CUevent_st { int recorded; double t; };   /* t: host seconds at the record */
 
 cudaError_t cudaGetDeviceCount(int *count) { *count = 1; return cudaSuccess; }
 cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
@@ -918,6 +918,7 @@ const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
@@ -931,6 +932,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorNotReady: return "device not ready";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     default: return "unknown error";
     }
@@ -1019,12 +1021,22 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned int) {
 }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int) {
-    *e = new CUevent_st{0};
+    *e = new CUevent_st{0, 0.0};
     return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+    struct timespec ts;
     if (!e) return cudaErrorInvalidValue;
     e->recorded = 1;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    e->t = ts.tv_sec + ts.tv_nsec * 1e-9;
+    return cudaSuccess;
+}
+/* Work runs at the call, so the host time between two records is the work between them. */
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+    if (!ms || !start || !end) return cudaErrorInvalidValue;
+    if (!start->recorded || !end->recorded) return cudaErrorInvalidResourceHandle;
+    *ms = (float)((end->t - start->t) * 1e3);
     return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }

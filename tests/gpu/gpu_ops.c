@@ -268,7 +268,8 @@ static int op_linear(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
 }
 /* The fused linear + GELU pair: o = 128 takes cuBLASLt (GELU_AUX_BIAS; DGELU_BGRAD into a
    16-bit or fp32 bias gradient), o = 30 the fallback (aux leading dimension not a multiple of
-   8) without a bias; and an fp32 output of 16-bit inputs (cuBLASLt with D in fp32). The bias
+   8) and o = 64 cuBLASLt's GELU_AUX and DGELU, both without a bias; and an fp32 output of
+   16-bit inputs (cuBLASLt with D in fp32). The bias
    gradients accumulate onto nonzero values; the rows N = 144 are not a multiple of 8 or 32. */
 static int linear_gelu_case(mg_ctx *ctx, mg_dtype dt, mg_dtype ot, float **outs, int64_t *n,
                             int o, int with_bias) {
@@ -291,7 +292,8 @@ static int op_linear_gelu(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     return linear_gelu_case(ctx, dt, dt, outs, n, 128, 1);
 }
 static int op_linear_gelu_odd(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
-    return linear_gelu_case(ctx, dt, dt, outs, n, 30, 0);
+    return linear_gelu_case(ctx, dt, dt, outs, n, 30, 0) +   /* the fallback */
+           linear_gelu_case(ctx, dt, dt, outs + 3, n + 3, 64, 0);   /* GELU_AUX, DGELU */
 }
 static int op_linear_gelu_f32out(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     return dt == MG_F32 ? 0 : linear_gelu_case(ctx, dt, MG_F32, outs, n, 64, 1);
@@ -535,7 +537,7 @@ int main(void) {
         compare("linear", op_linear, dt, tol);
         compare("gelu", op_gelu, dt, tol);
         compare("linear+gelu fused (cuBLASLt epilogues)", op_linear_gelu, dt, tol);
-        compare("linear+gelu fused, o=30 (fallback)", op_linear_gelu_odd, dt, tol);
+        compare("linear+gelu fused without bias, o=30 (fallback), o=64", op_linear_gelu_odd, dt, tol);
         if (k) compare("linear+gelu fused, fp32 output of 16-bit inputs", op_linear_gelu_f32out, dt, tol);
         compare("attention T=48", op_attention, dt, k ? 2 * tol : tol);
         compare("attention T=300 dropout", op_attention_long, dt, k ? 2 * tol : tol);

@@ -2026,7 +2026,49 @@ template <class F> static void mg__cuda_map(mg_ctx *ctx, int64_t n, F f) {
 
 /* --- SwiGLU backward, rotary embedding: one thread per element / per rotated pair ---------
    SwiGLU backward per element: reads 3s, writes 2s bytes, ~45 FLOPs (one exp). Rope per
-   rotated pair: reads and writes 2s bytes of qkv, reads 8 bytes of the table, 6 FLOPs.      */
+   rotated pair: reads and writes 2s bytes of qkv, reads 8 bytes of the table, 6 FLOPs.
+   SwiGLU backward with all five tensors of one dtype: mg__k_swiglu_backward, specialised and
+   vectorised as mg__k_ew (V elements per step when every pointer is vector-aligned, then the
+   tail); other dtype mixes: the functor through mg__k_map.                                  */
+template <class IO> static __global__ void mg__k_swiglu_backward(int64_t n, IO dgate, IO dup,
+                                                                 IO dout, IO gate, IO up, int vec) {
+    enum { V = 16 / IO::BYTES };
+    int64_t stride = (int64_t)gridDim.x * blockDim.x, t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    int64_t nv = vec ? n / V : 0, i;
+    for (i = t; i < nv; i += stride) {
+        float dy[V], x[V], y[V], dg[V], du[V];
+        int j;
+        dout.template ldv<V>(i * V, dy);   /* dout is read before either output is written */
+        gate.template ldv<V>(i * V, x);
+        up.template ldv<V>(i * V, y);
+        for (j = 0; j < V; j++) {
+            dg[j] = dy[j] * y[j] * mg__silu_grad(x[j]);
+            du[j] = dy[j] * mg__silu(x[j]);
+        }
+        dgate.template stv<V>(i * V, dg);
+        dup.template stv<V>(i * V, du);
+    }
+    for (i = nv * V + t; i < n; i += stride) {
+        float dy = dout.ld(i), x = gate.ld(i), y = up.ld(i);
+        dgate.st(i, dy * y * mg__silu_grad(x));
+        dup.st(i, dy * mg__silu(x));
+    }
+}
+template <class IO> static void mg__swiglu_backward_launch(mg_ctx *ctx, int64_t n,
+        const mg_tensor *dgate, const mg_tensor *dup, const mg_tensor *dout,
+        const mg_tensor *gate, const mg_tensor *up) {
+    enum { V = 16 / IO::BYTES };
+    int vec = mg__vec_ok(dgate->data, V, IO::BYTES) && mg__vec_ok(dup->data, V, IO::BYTES) &&
+              mg__vec_ok(dout->data, V, IO::BYTES) && mg__vec_ok(gate->data, V, IO::BYTES) &&
+              mg__vec_ok(up->data, V, IO::BYTES);
+    int64_t blocks = ((vec ? n / V + n % V : n) + MG__CUDA_THREADS - 1) / MG__CUDA_THREADS;
+    if (n <= 0) return;
+    if (blocks > 65536) blocks = 65536;
+    MG_LAUNCH(mg__k_swiglu_backward, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx), n,
+              mg__io_make<IO>(dgate), mg__io_make<IO>(dup), mg__io_make<IO>(dout),
+              mg__io_make<IO>(gate), mg__io_make<IO>(up), vec);
+    MG_CUDA_LAUNCH_CHECK();
+}
 struct mg__f_swiglu_backward {
     void *dgate, *dup; const void *dout, *gate, *up; mg_dtype dgd, dud, dd, gd, ud;
     __device__ void operator()(int64_t i) const {
@@ -3242,9 +3284,17 @@ MGDEF void mg_swiglu_backward(mg_ctx *ctx, mg_tensor *dgate, mg_tensor *dup,
                  "and up", op);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
+        mg_dtype dt = dout->dtype;
         mg__f_swiglu_backward f = {dgate->data, dup->data, dout->data, gate->data, up->data,
                                    dgate->dtype, dup->dtype, dout->dtype, gate->dtype, up->dtype};
-        mg__cuda_map(ctx, n, f);
+        if (dgate->dtype != dt || dup->dtype != dt || gate->dtype != dt || up->dtype != dt)
+            mg__cuda_map(ctx, n, f);
+        else if (dt == MG_F32)
+            mg__swiglu_backward_launch<mg__io_f32>(ctx, n, dgate, dup, dout, gate, up);
+        else if (dt == MG_BF16)
+            mg__swiglu_backward_launch<mg__io_bf16>(ctx, n, dgate, dup, dout, gate, up);
+        else
+            mg__swiglu_backward_launch<mg__io_f16>(ctx, n, dgate, dup, dout, gate, up);
         return;
     }
 #endif

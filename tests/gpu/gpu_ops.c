@@ -395,7 +395,8 @@ static int op_elementwise(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
 }
 /* The elementwise kernels' scalar paths and fallbacks: 1001 elements (not a whole number of
    vectors: a tail), views one element past an aligned address (no vectors at all), an add of
-   mixed dtypes and a bf16 <-> fp16 cast (the run-time-dtype kernel), casts fp32 <-> 16-bit.  */
+   mixed dtypes and a bf16 <-> fp16 cast (the run-time-dtype kernel), casts fp32 <-> 16-bit,
+   SwiGLU's backward on a misaligned and on aligned inputs.                                   */
 static int op_elementwise_odd(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     enum { L = 1001 };
     int nout = 0;
@@ -415,6 +416,13 @@ static int op_elementwise_odd(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n
     mg_cast(ctx, &c, &m);                        /* 16-bit <-> 16-bit (or fp32 -> fp16)   */
     mg_cast(ctx, &back, &c);
     OUT(o); OUT(g); OUT(m); OUT(f); OUT(c); OUT(back);
+    {   /* SwiGLU backward: a misaligned gate (no vectors), then aligned (vectors and a tail) */
+        mg_tensor dg = ops_dev(ctx, dt, NULL, 1, L), du = ops_dev(ctx, dt, NULL, 1, L);
+        mg_tensor dg2 = ops_dev(ctx, dt, NULL, 1, L), du2 = ops_dev(ctx, dt, NULL, 1, L);
+        mg_swiglu_backward(ctx, &dg, &du, &o, &a, &g);
+        mg_swiglu_backward(ctx, &dg2, &du2, &o, &g, &back);
+        OUT(dg); OUT(du); OUT(dg2); OUT(du2);
+    }
     return nout;
 }
 static int op_xent(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {

@@ -5517,7 +5517,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
             /* CUDA: the fused linear + GELU's fp32 accumulator where cuBLASLt refuses a shape
                (mg_linear_gelu_forward's fallback) and its bias-gradient scratch            */
             mg_layer_config k = mg_gpt_layer_config(&tr->cfg, (int)a->micro_batch_size,
-                                                    layout.dtype);
+                                                    (mg_dtype)layout.dtype);
             bytes += (size_t)a->micro_batch_size * (size_t)tr->cfg.seq_len *
                          (size_t)(k.ffn_hidden / tp) * sizeof(float) +
                      (size_t)(k.ffn_hidden / tp) * 2 * sizeof(float) + 512;

@@ -1236,7 +1236,8 @@ static void mg__cpu_epi_bias_gelu(mg_ctx *ctx, const float *acc, int64_t N, int6
     for (r = 0; r < N; r++) {
         float *sc = scratch ? scratch + (size_t)MG__TID() * 2 * C : NULL;
         const float *a = acc + r * C;
-        float *p = mg__cpu_out_span(pre, r * C, sc), *o = mg__cpu_out_span(out, r * C, sc ? sc + C : NULL);
+        float *p = mg__cpu_out_span(pre, r * C, sc);
+        float *o = mg__cpu_out_span(out, r * C, sc ? sc + C : NULL);
         int64_t j;
         #pragma omp simd
         for (j = 0; j < C; j++) {
@@ -1256,7 +1257,8 @@ static void mg__cpu_epi_dgelu(mg_ctx *ctx, float *acc, int64_t N, int64_t C, con
     float *scratch = mg__cpu_scratch(ctx, !mg__f32(pre), (size_t)C);
     #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
     for (r = 0; r < N; r++) {
-        const float *x = mg__cpu_span(pre, r * C, C, scratch ? scratch + (size_t)MG__TID() * C : NULL);
+        float *sc = scratch ? scratch + (size_t)MG__TID() * C : NULL;
+        const float *x = mg__cpu_span(pre, r * C, C, sc);
         float *a = acc + r * C;
         int64_t j;
         #pragma omp simd
@@ -1882,8 +1884,12 @@ struct mg__io_dyn {
     void *p; mg_dtype dt;
     __device__ float ld(int64_t i) const { return mg_load(p, dt, i); }
     __device__ void st(int64_t i, float v) const { mg_store(p, dt, i, v); }
-    template <int V> __device__ void ldv(int64_t i, float *x) const { for (int j = 0; j < V; j++) x[j] = ld(i + j); }
-    template <int V> __device__ void stv(int64_t i, const float *x) const { for (int j = 0; j < V; j++) st(i + j, x[j]); }
+    template <int V> __device__ void ldv(int64_t i, float *x) const {
+        for (int j = 0; j < V; j++) x[j] = ld(i + j);
+    }
+    template <int V> __device__ void stv(int64_t i, const float *x) const {
+        for (int j = 0; j < V; j++) st(i + j, x[j]);
+    }
 };
 /* Accessor of a tensor (NULL: a null pointer) for a compile-time accessor type. */
 template <class IO> static IO mg__io_make(const mg_tensor *t) {
@@ -1942,7 +1948,8 @@ template <int OP> struct mg__ew_fn {
 template <class IO, class IA, class F> static __global__ void mg__k_ew(int64_t n, IO out, IA a,
                                                                     IA b, F f, int vec) {
     enum { V = mg__vec_of<IO, IA>::V };
-    int64_t stride = (int64_t)gridDim.x * blockDim.x, t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     int64_t nv = vec ? n / V : 0, i;
     for (i = t; i < nv; i += stride) {
         float x[V], y[V], r[V];
@@ -1981,16 +1988,20 @@ template <int OP> static void mg__cuda_ew_op(mg_ctx *ctx, const mg_tensor *out,
                                              const mg__map_args *g) {
     mg_dtype od = out->dtype, ad = a ? a->dtype : od;
     if ((!b || b->dtype == ad) && ad == od) {
-        if (od == MG_F32) { mg__ew_launch<mg__io_f32, mg__io_f32, OP>(ctx, out, a, b, g); return; }
-        if (od == MG_BF16) { mg__ew_launch<mg__io_bf16, mg__io_bf16, OP>(ctx, out, a, b, g); return; }
-        mg__ew_launch<mg__io_f16, mg__io_f16, OP>(ctx, out, a, b, g);
+        if (od == MG_F32) mg__ew_launch<mg__io_f32, mg__io_f32, OP>(ctx, out, a, b, g);
+        else if (od == MG_BF16) mg__ew_launch<mg__io_bf16, mg__io_bf16, OP>(ctx, out, a, b, g);
+        else mg__ew_launch<mg__io_f16, mg__io_f16, OP>(ctx, out, a, b, g);
         return;
     }
-    if constexpr (OP == MG__EW_COPY) {
-        if (od == MG_F32 && ad == MG_BF16) { mg__ew_launch<mg__io_f32, mg__io_bf16, OP>(ctx, out, a, b, g); return; }
-        if (od == MG_F32 && ad == MG_F16) { mg__ew_launch<mg__io_f32, mg__io_f16, OP>(ctx, out, a, b, g); return; }
-        if (od == MG_BF16 && ad == MG_F32) { mg__ew_launch<mg__io_bf16, mg__io_f32, OP>(ctx, out, a, b, g); return; }
-        if (od == MG_F16 && ad == MG_F32) { mg__ew_launch<mg__io_f16, mg__io_f32, OP>(ctx, out, a, b, g); return; }
+    if constexpr (OP == MG__EW_COPY) {   /* casts between fp32 and a 16-bit type */
+        if (od == MG_F32 && ad == MG_BF16)
+            return mg__ew_launch<mg__io_f32, mg__io_bf16, OP>(ctx, out, a, b, g);
+        if (od == MG_F32 && ad == MG_F16)
+            return mg__ew_launch<mg__io_f32, mg__io_f16, OP>(ctx, out, a, b, g);
+        if (od == MG_BF16 && ad == MG_F32)
+            return mg__ew_launch<mg__io_bf16, mg__io_f32, OP>(ctx, out, a, b, g);
+        if (od == MG_F16 && ad == MG_F32)
+            return mg__ew_launch<mg__io_f16, mg__io_f32, OP>(ctx, out, a, b, g);
     }
     mg__ew_launch<mg__io_dyn, mg__io_dyn, OP>(ctx, out, a, b, g);
 }
@@ -2033,7 +2044,8 @@ template <class F> static void mg__cuda_map(mg_ctx *ctx, int64_t n, F f) {
 template <class IO> static __global__ void mg__k_swiglu_backward(int64_t n, IO dgate, IO dup,
                                                                  IO dout, IO gate, IO up, int vec) {
     enum { V = 16 / IO::BYTES };
-    int64_t stride = (int64_t)gridDim.x * blockDim.x, t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     int64_t nv = vec ? n / V : 0, i;
     for (i = t; i < nv; i += stride) {
         float dy[V], x[V], y[V], dg[V], du[V];

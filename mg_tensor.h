@@ -132,12 +132,33 @@ typedef struct mg_ctx {
     size_t arena_size, arena_used, arena_peak;
     void *blas;           /* cublasHandle_t on CUDA; unused on CPU                              */
     void *stream;         /* cudaStream_t on CUDA; unused on CPU                                */
-    void *blaslt;         /* CUDA: the cuBLASLt handle, its workspace and the per-shape plans of
-                             the fused linear layers (mg__lt_state); NULL on CPU               */
+    void *blas_workspace; /* CUDA: cuBLAS's workspace, allocated here (cublasSetWorkspace) so
+                             that it is counted; blas_workspace_size bytes. cuBLASLt's matmuls
+                             use it too (same stream: never at the same time)              */
+    size_t blas_workspace_size;
+    void *blaslt;         /* CUDA: the cuBLASLt handle and the per-shape plans of the fused
+                             linear layers (mg__lt_state); NULL on CPU                        */
+    size_t *blocks;       /* arena offsets of the live mg_alloc blocks, in order (a stack:
+                             release pops those at or above the mark); n_blocks of cap_blocks */
+    int64_t n_blocks, cap_blocks;
 } mg_ctx;
 
 MGDEF void mg_ctx_init(mg_ctx *ctx, const mg_ctx_desc *desc);
 MGDEF void mg_ctx_free(mg_ctx *ctx);
+/* What the context holds, in the terms of torch.cuda.memory_stats() (device memory on CUDA,
+   host memory on the CPU): reserved = every allocation the context made (the arena, and on
+   CUDA the cuBLAS workspace); allocated = the arena's bytes in use + the workspace;
+   max_allocated = the arena's high-water mark + the workspace; allocations = the live
+   mg_alloc blocks + the workspace. Memory that CUDA, cuBLAS's handle or NCCL allocate for
+   themselves is not the library's and is not counted (mg_device_memory_used sees it).      */
+typedef struct mg_memory_stats {
+    size_t reserved, allocated, max_allocated;
+    int64_t allocations;
+} mg_memory_stats;
+MGDEF mg_memory_stats mg_ctx_memory(const mg_ctx *ctx);
+/* CUDA: the device's memory in use by every process and the driver (cudaMemGetInfo's total −
+   free), bytes; 0 on the CPU.                                                              */
+MGDEF size_t mg_device_memory_used(const mg_ctx *ctx);
 MGDEF const char *mg_device_name(const mg_ctx *ctx);     /* "cpu" or "cuda:<name>"           */
 MGDEF int mg_cuda_available(void);                        /* 0 when not built by nvcc          */
 
@@ -754,7 +775,17 @@ MGDEF void mg_ctx_init(mg_ctx *ctx, const mg_ctx_desc *desc) {
         ctx->stream = (void *)stream;
         ctx->blas = (void *)handle;
         if (d.arena_bytes) MG_CUDA_CHECK(cudaMalloc((void **)&ctx->arena, d.arena_bytes));
-        mg__lt_init(ctx);   /* cuBLASLt handle and workspace, for the fused linear layers */
+        {   /* cuBLAS's workspace, of the size its documentation recommends (cublasSetWorkspace:
+               32 MiB on Hopper, 4 MiB before), owned here so that the memory report counts it;
+               set after cublasSetStream, which resets the handle to cuBLAS's own pool       */
+            struct cudaDeviceProp prop;
+            MG_CUDA_CHECK(cudaGetDeviceProperties(&prop, d.cuda_device));
+            ctx->blas_workspace_size = (size_t)(prop.major >= 9 ? 32 : 4) << 20;
+            MG_CUDA_CHECK(cudaMalloc(&ctx->blas_workspace, ctx->blas_workspace_size));
+            MG_CUBLAS_CHECK(cublasSetWorkspace(handle, ctx->blas_workspace,
+                                               ctx->blas_workspace_size));
+        }
+        mg__lt_init(ctx);   /* the cuBLASLt handle, for the fused linear layers */
     }
 #endif
 }
@@ -770,10 +801,33 @@ MGDEF void mg_ctx_free(mg_ctx *ctx) {
         if (ctx->arena) MG_CUDA_CHECK(cudaFree(ctx->arena));
         mg__lt_free(ctx);
         if (ctx->blas) MG_CUBLAS_CHECK(cublasDestroy((cublasHandle_t)ctx->blas));
+        if (ctx->blas_workspace) MG_CUDA_CHECK(cudaFree(ctx->blas_workspace));
         if (ctx->stream) MG_CUDA_CHECK(cudaStreamDestroy(MG__STREAM(ctx)));
     }
 #endif
+    MG_FREE(ctx->blocks);
     memset(ctx, 0, sizeof *ctx);
+}
+
+MGDEF mg_memory_stats mg_ctx_memory(const mg_ctx *ctx) {
+    mg_memory_stats m;
+    m.reserved = ctx->arena_size + ctx->blas_workspace_size;
+    m.allocated = ctx->arena_used + ctx->blas_workspace_size;
+    m.max_allocated = ctx->arena_peak + ctx->blas_workspace_size;
+    m.allocations = ctx->n_blocks + (ctx->blas_workspace != NULL);
+    return m;
+}
+
+MGDEF size_t mg_device_memory_used(const mg_ctx *ctx) {
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        size_t free_b = 0, total = 0;
+        MG_CUDA_CHECK(cudaMemGetInfo(&free_b, &total));
+        return total - free_b;
+    }
+#endif
+    (void)ctx;
+    return 0;
 }
 
 MGDEF const char *mg_device_name(const mg_ctx *ctx) {
@@ -799,6 +853,16 @@ MGDEF void *mg_alloc(mg_ctx *ctx, size_t bytes) {
     if (need < bytes || need > ctx->arena_size - ctx->arena_used)
         mg_fatal(__FILE__, __LINE__, "arena exhausted: %zu bytes requested, %zu of %zu in use "
                  "(raise arena_bytes)", bytes, ctx->arena_used, ctx->arena_size);
+    if (ctx->n_blocks == ctx->cap_blocks) {   /* grows while the run sets up, then stays */
+        int64_t cap = ctx->cap_blocks ? 2 * ctx->cap_blocks : 256;
+        size_t *grown = (size_t *)MG_MALLOC(sizeof(size_t) * (size_t)cap);
+        if (!grown) mg_fatal(__FILE__, __LINE__, "out of host memory");
+        if (ctx->n_blocks) memcpy(grown, ctx->blocks, sizeof(size_t) * (size_t)ctx->n_blocks);
+        MG_FREE(ctx->blocks);
+        ctx->blocks = grown;
+        ctx->cap_blocks = cap;
+    }
+    ctx->blocks[ctx->n_blocks++] = ctx->arena_used;
     p = ctx->arena + ctx->arena_used;
     ctx->arena_used += need;
     if (ctx->arena_used > ctx->arena_peak) ctx->arena_peak = ctx->arena_used;
@@ -810,6 +874,7 @@ MGDEF void mg_arena_release(mg_ctx *ctx, size_t mark) {
         mg_fatal(__FILE__, __LINE__, "arena release to %zu beyond the %zu bytes in use", mark,
                  ctx->arena_used);
     ctx->arena_used = mark;
+    while (ctx->n_blocks > 0 && ctx->blocks[ctx->n_blocks - 1] >= mark) ctx->n_blocks--;
 }
 MGDEF void mg_arena_reset_peak(mg_ctx *ctx) { ctx->arena_peak = ctx->arena_used; }
 
@@ -2522,14 +2587,13 @@ struct mg__f_epi_dgelu {
     }
 };
 
-/* cuBLASLt: one handle and one workspace per context (created with it), and a table of plans —
+/* cuBLASLt: one handle per context (created with it; its matmuls use the context's cuBLAS
+   workspace, ctx->blas_workspace: one stream, so never both at once), and a table of plans —
    the matmul descriptor, the three matrix layouts and the heuristic's algorithm — keyed by
    everything the heuristic looks at (shape, transposes, leading dimensions, dtypes, epilogue,
    the aux leading dimension and the alignment of each pointer), found once per shape. A shape
    the heuristic rejects is remembered as such (ok = 0) and takes the fallback.                */
 #define MG__LT_PLANS 64
-#define MG__LT_WORKSPACE ((size_t)32 << 20)  /* NVIDIA's recommendation for Hopper; >= A100's 4 MiB */
-#define MG__LT_CHECK(call) MG_CUBLAS_CHECK(call)
 typedef struct mg__lt_plan {
     int64_t key[17];
     int ok;
@@ -2539,7 +2603,6 @@ typedef struct mg__lt_plan {
 } mg__lt_plan;
 typedef struct mg__lt_state {
     cublasLtHandle_t handle;
-    void *workspace;
     int n;
     mg__lt_plan plans[MG__LT_PLANS];
 } mg__lt_state;
@@ -2548,7 +2611,6 @@ static void mg__lt_init(mg_ctx *ctx) {
     MG_ASSERT(st, "out of host memory");
     memset(st, 0, sizeof *st);
     MG_CUBLAS_CHECK(cublasLtCreate(&st->handle));
-    MG_CUDA_CHECK(cudaMalloc(&st->workspace, MG__LT_WORKSPACE));
     ctx->blaslt = st;
 }
 static void mg__lt_free(mg_ctx *ctx) {
@@ -2562,7 +2624,6 @@ static void mg__lt_free(mg_ctx *ctx) {
         MG_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->ld));
         MG_CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
     }
-    MG_CUDA_CHECK(cudaFree(st->workspace));
     MG_CUBLAS_CHECK(cublasLtDestroy(st->handle));
     MG_FREE(st);
     ctx->blaslt = NULL;
@@ -2603,7 +2664,7 @@ static int mg__lt_matmul(mg_ctx *ctx, int ta, int tb, int m, int n, int k, const
         /* split-K partial sums only in fp32: in place when D is fp32, else in the workspace */
         uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
                              (d_dt == MG_F32 ? CUBLASLT_REDUCTION_SCHEME_INPLACE : 0);
-        uint64_t ws = MG__LT_WORKSPACE;
+        uint64_t ws = ctx->blas_workspace_size;
         int found = 0;
         if (st->n == MG__LT_PLANS) return 0;   /* table full: the fallback, uncached */
         p = &st->plans[st->n++];
@@ -2651,8 +2712,8 @@ static int mg__lt_matmul(mg_ctx *ctx, int ta, int tb, int m, int n, int k, const
     if (bias) mg__lt_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
     if (aux) mg__lt_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
     MG_CUBLAS_CHECK(cublasLtMatmul(st->handle, p->desc, &alpha, A, p->la, B, p->lb, &beta, D,
-                                   p->ld, D, p->ld, &p->algo, st->workspace, MG__LT_WORKSPACE,
-                                   MG__STREAM(ctx)));
+                                   p->ld, D, p->ld, &p->algo, ctx->blas_workspace,
+                                   ctx->blas_workspace_size, MG__STREAM(ctx)));
     return 1;
 }
 #endif /* __CUDACC__ */

@@ -110,6 +110,7 @@ cudaError_t cudaPeekAtLastError(void);
 const char *cudaGetErrorName(cudaError_t error);
 const char *cudaGetErrorString(cudaError_t error);
 cudaError_t cudaMalloc(void **devPtr, size_t size);
+cudaError_t cudaMemGetInfo(size_t *free, size_t *total);
 cudaError_t cudaFree(void *devPtr);
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,

@@ -1,12 +1,14 @@
 # megatron.h — build, test, train.
 #   make           build every program with cc into build/ (and with nvcc, as build/<name>_cuda;
-#                  gpt_train and tests/gpu through the CUDA emulator, as build/<name>_emu)
+#                  gpt_train, tests/gpu and bench/*.cu through the CUDA emulator, as
+#                  build/<name>_emu)
 #   make test      install what is missing (as root), build all flavours, run the whole suite
 #   make train     train a small GPT on the corpus shipped in data/ and print a sample
 #   make train-llama  the same with a small Llama-shaped model (docs/llama.md)
 #   make help      every target and the variables a user sets
 #
-# Programs are discovered, never listed: tests/test_*.c, bench/*.c, tools/*.c, examples/*.cu.
+# Programs are discovered, never listed: tests/test_*.c, bench/*.c, tools/*.c, examples/*.cu,
+# bench/*.cu (GPU benchmarks: nvcc and the emulator only).
 # Tests, benches and tools link one implementation object per flavour (build/obj/impl_*.o:
 # `#define MG_IMPLEMENTATION` + every header), so the kernels are compiled once per flavour.
 # Examples include the implementation themselves, as a user's program does.
@@ -34,7 +36,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 NVARCH  := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
 NVFLAGS := -O2 -std=c++17 $(NVARCH) -I. $(MPI_DEF) $(MPI_CFLAGS) $(BLAS_CFLAGS) \
            -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-fopenmp -diag-suppress 177
-NVLIBS  := -lcublas -lnccl -lcudart $(MPI_LIBS) $(BLAS_LIBS) -lm -lgomp
+NVLIBS  := -lcublasLt -lcublas -lnccl -lcudart $(MPI_LIBS) $(BLAS_LIBS) -lm -lgomp
 
 HEADERS := $(wildcard *.h)
 TESTHDRS:= $(wildcard tests/*.h) $(wildcard bench/*.h)
@@ -42,13 +44,14 @@ TESTS   := $(patsubst tests/%.c,%,$(wildcard tests/test_*.c))
 BENCHES := $(patsubst bench/%.c,%,$(wildcard bench/*.c))
 TOOLS   := $(patsubst tools/%.c,%,$(wildcard tools/*.c))
 EXAMPLES:= $(patsubst examples/%.cu,%,$(wildcard examples/*.cu))
+GPUBENCH:= $(patsubst bench/%.cu,%,$(wildcard bench/*.cu))
 GPUTESTS:= $(patsubst tests/gpu/%.c,%,$(wildcard tests/gpu/*.c))
 LINKED  := $(TESTS) $(BENCHES) $(TOOLS)
 
 CPU_PROGS  := $(addprefix $(BUILD)/,$(LINKED) $(EXAMPLES))
 ASAN_PROGS := $(addprefix $(BUILD)/,$(addsuffix _asan,$(TESTS)))
 ifneq ($(NVCC),)
-CUDA_PROGS := $(addprefix $(BUILD)/,$(addsuffix _cuda,$(LINKED) $(EXAMPLES) $(GPUTESTS)))
+CUDA_PROGS := $(addprefix $(BUILD)/,$(addsuffix _cuda,$(LINKED) $(EXAMPLES) $(GPUTESTS) $(GPUBENCH)))
 endif
 
 .PHONY: all cpu cuda emu asan test deps oracle train train-llama clean help
@@ -102,6 +105,9 @@ $(addprefix $(BUILD)/,$(addsuffix _cuda,$(LINKED) $(GPUTESTS))): $(BUILD)/%_cuda
 	$(NVCC) $(NVARCH) $^ -o $@ $(NVLIBS)
 $(addprefix $(BUILD)/,$(addsuffix _cuda,$(EXAMPLES))): $(BUILD)/%_cuda: examples/%.cu $(HEADERS) | $(BUILD)/obj
 	$(NVCC) $(NVFLAGS) $< -o $@ $(NVLIBS)
+# bench/*.cu measure a GPU: nvcc only (build/<name>_cuda), each its own implementation
+$(addprefix $(BUILD)/,$(addsuffix _cuda,$(GPUBENCH))): $(BUILD)/%_cuda: bench/%.cu $(HEADERS) | $(BUILD)/obj
+	$(NVCC) $(NVFLAGS) $< -o $@ $(NVLIBS)
 
 # --- emu flavour: the CUDA path through the CUDA emulator (tests/cuda_emu/README.md) ----------
 # g++ compiles the .cu/.c sources as CUDA C++ against tests/cuda_emu's headers; every load and
@@ -113,7 +119,7 @@ EMU_HDRS:= $(wildcard $(EMU_DIR)/*.h)
 EMU_FLAGS := -O2 -g -std=c++17 -D_GNU_SOURCE $(WARN) -fopenmp -I. $(MPI_DEF) $(MPI_CFLAGS) \
            $(BLAS_CFLAGS) -DMG_CUDA_EMU -D__CUDACC__ -I$(EMU_DIR) -include cuda_runtime.h \
            -fsanitize=thread --param tsan-instrument-func-entry-exit=0
-EMU_PROGS := $(addprefix $(BUILD)/,$(addsuffix _emu,gpt_train $(GPUTESTS)) emu_test)
+EMU_PROGS := $(addprefix $(BUILD)/,$(addsuffix _emu,gpt_train $(GPUTESTS) $(GPUBENCH)) emu_test)
 emu: $(EMU_PROGS)
 $(BUILD)/obj/cuda_emu.o: $(EMU_DIR)/cuda_emu.cpp $(EMU_HDRS) | $(BUILD)/obj
 	$(CXX) -O2 -g -std=c++17 -D_GNU_SOURCE $(WARN) -DMG_CUDA_EMU -I$(EMU_DIR) $(MPI_DEF) \
@@ -132,6 +138,11 @@ $(BUILD)/gpt_train_emu.o: examples/gpt_train.cu $(HEADERS) $(EMU_HDRS) | $(BUILD
 	$(CXX) $(EMU_FLAGS) -x c++ -c $< -o $@
 # linked without -fsanitize=thread: the emulator provides the hooks, no sanitizer runtime
 $(BUILD)/gpt_train_emu: $(BUILD)/gpt_train_emu.o $(BUILD)/obj/cuda_emu.o
+	$(CXX) $^ -o $@ $(LDLIBS)
+# bench/*.cu through the emulator: a smoke test on tiny shapes (check.sh: --tiny)
+$(addprefix $(BUILD)/,$(addsuffix _emu.o,$(GPUBENCH))): $(BUILD)/%_emu.o: bench/%.cu $(HEADERS) $(EMU_HDRS) | $(BUILD)/obj
+	$(CXX) $(EMU_FLAGS) -x c++ -c $< -o $@
+$(addprefix $(BUILD)/,$(addsuffix _emu,$(GPUBENCH))): $(BUILD)/%_emu: $(BUILD)/%_emu.o $(BUILD)/obj/cuda_emu.o
 	$(CXX) $^ -o $@ $(LDLIBS)
 
 # --- dependencies, oracle, tests -------------------------------------------------------------
@@ -173,7 +184,8 @@ help:
 	'                     CUDA builds (cpu + cuda + emu)' \
 	'  cpu                every program with cc: build/<name>' \
 	'  cuda               every program with nvcc: build/<name>_cuda (GPU if present, else CPU)' \
-	'  emu                gpt_train and tests/gpu through the CUDA emulator: build/<name>_emu' \
+	'  emu                gpt_train, tests/gpu and bench/*.cu through the CUDA emulator:' \
+	'                     build/<name>_emu' \
 	'                     (tests/cuda_emu/README.md; make test runs them)' \
 	'  asan               every test with AddressSanitizer + UBSan: build/<name>_asan' \
 	'  test               deps, oracle, all and asan, then tests/run.sh: the whole suite' \

@@ -5675,6 +5675,14 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
             if (a->micro_batch_size * tr->cfg.n_head / tp * tr->cfg.seq_len * tr->cfg.seq_len > big)
                 big = a->micro_batch_size * tr->cfg.n_head / tp * tr->cfg.seq_len * tr->cfg.seq_len;
             bytes += 3 * ((size_t)big * sizeof(float) + 256);
+        } else if (layout.dtype != MG_F32 && !tr->cfg.swiglu) {
+            /* CUDA: the fused linear + GELU's fp32 accumulator where cuBLASLt refuses a shape
+               (mg_linear_gelu_forward's fallback) and its bias-gradient scratch            */
+            mg_layer_config k = mg_gpt_layer_config(&tr->cfg, (int)a->micro_batch_size,
+                                                    (mg_dtype)layout.dtype);
+            bytes += (size_t)a->micro_batch_size * (size_t)tr->cfg.seq_len *
+                         (size_t)(k.ffn_hidden / tp) * sizeof(float) +
+                     (size_t)(k.ffn_hidden / tp) * 2 * sizeof(float) + 512;
         }
     }
     {

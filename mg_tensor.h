@@ -21,7 +21,8 @@
      4. The GEMM seam: BLAS column-major arguments, passed unchanged to cblas_sgemm (CPU) or
         cublasGemmEx / cublasGemmStridedBatchedEx (CUDA). All row-major reasoning lives above it.
      5. Ops, each forward beside its backward, shapes stated once per op:
-        embedding · layernorm · linear (forward, backward-input, backward-weight) · GELU ·
+        embedding · layernorm · linear (forward, backward-input, backward-weight; linear + GELU
+        fused, forward and backward) · GELU ·
         causal attention core · residual add / scale / axpy · dropout · casts ·
         vocabulary-slice softmax cross-entropy (three steps, or one pass) · the fused, chunked
         classifier (output layer + cross-entropy + their backward, never the full logits) ·
@@ -30,7 +31,8 @@
         and tensors · 6c the shared per-element/per-row math (MG_HD functions: exp, GELU,
         layernorm, softmax gradient, cross-entropy, dropout test, AdamW) · 6d the CPU backend
         (OpenMP over rows/chunks/column blocks, `omp simd` inner loops, OpenBLAS) · 6e the CUDA
-        backend (kernels, then launchers; one pair of block-reduction helpers) · 6f the public
+        backend (kernels specialised by dtype, then launchers; one pair of block-reduction
+        helpers; cuBLASLt plans for the fused linear layers) · 6f the public
         ops: shape/dtype validation and the row-major reasoning, shared, then the dispatch on
         ctx->device.
      The inline MG_HD functions of the API (16-bit conversions, mg_load/mg_store, the Philox
@@ -133,8 +135,11 @@ typedef struct mg_ctx {
     void *blas;           /* cublasHandle_t on CUDA; unused on CPU                              */
     void *stream;         /* cudaStream_t on CUDA; unused on CPU                                */
     void *blas_workspace; /* CUDA: cuBLAS's workspace, allocated here (cublasSetWorkspace) so
-                             that it is counted; blas_workspace_size bytes                   */
+                             that it is counted; blas_workspace_size bytes. cuBLASLt's matmuls
+                             use it too (same stream: never at the same time)              */
     size_t blas_workspace_size;
+    void *blaslt;         /* CUDA: the cuBLASLt handle and the per-shape plans of the fused
+                             linear layers (mg__lt_state); NULL on CPU                        */
     size_t *blocks;       /* arena offsets of the live mg_alloc blocks, in order (a stack:
                              release pops those at or above the mark); n_blocks of cap_blocks */
     int64_t n_blocks, cap_blocks;
@@ -301,6 +306,28 @@ MGDEF void mg_linear_backward_input(mg_ctx *ctx, mg_tensor *dinp, const mg_tenso
                                     const mg_tensor *weight, int accumulate);
 MGDEF void mg_linear_backward_weight(mg_ctx *ctx, mg_tensor *dweight, mg_tensor *dbias,
                                      const mg_tensor *dout, const mg_tensor *inp);
+/* Linear + GELU, fused (the GPT-2 MLP's up-projection; on CUDA one cuBLASLt matmul with the
+   GELU_AUX_BIAS epilogue):
+     pre[N, O] = inp[N, I] · weight[O, I]ᵀ + bias[O]   (bias may be NULL; the GELU's input,
+                                                       kept for the backward)
+     out[N, O] = gelu(pre)
+   Both come from the fp32 accumulator and are rounded once each: out is GELU of the UNROUNDED
+   pre-activation. out, pre and bias share a dtype, which is the input's or fp32.
+   backward_input_gelu: the input gradient of the NEXT linear (weight [O2, O], whose input was
+   gelu(pre)) taken through the GELU (cuBLASLt's DGELU_BGRAD epilogue):
+     dpre[N, O] = (dout[N, O2] · weight) ⊙ gelu'(pre)                            (OVERWRITE)
+     dbias[O]  += Σ_rows dpre   (when non-NULL: the bias gradient of the linear that made pre;
+                  summed from the fp32 values, rounded once to dpre's dtype — the type cuBLASLt
+                  writes a bias gradient in — then added)
+   Where cuBLASLt cannot take the shape (the aux leading dimension O must be a multiple of 8,
+   dtypes as above, a heuristic that finds an algorithm) and on the CPU, the same arithmetic
+   runs as a GEMM into an fp32 accumulator followed by the epilogue as a kernel.              */
+MGDEF void mg_linear_gelu_forward(mg_ctx *ctx, mg_tensor *out, mg_tensor *pre,
+                                  const mg_tensor *inp, const mg_tensor *weight,
+                                  const mg_tensor *bias);
+MGDEF void mg_linear_backward_input_gelu(mg_ctx *ctx, mg_tensor *dpre, mg_tensor *dbias,
+                                         const mg_tensor *dout, const mg_tensor *weight,
+                                         const mg_tensor *pre);
 
 /* GELU, tanh approximation: 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))). Same shapes.
    backward: dinp = dout · gelu'(inp) (OVERWRITE; dinp may alias dout).                         */
@@ -726,9 +753,10 @@ MG_HD static inline float mg_rand_normal(uint64_t key, uint64_t index) {
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
+#include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <mma.h>   /* nvcuda::wmma: the tiled attention's tensor-core forward */
+#include <mma.h>   /* nvcuda::wmma: the tiled attention's tensor-core kernels */
 #endif
 
 /* =============================================================================================
@@ -771,6 +799,8 @@ MGDEF MG_NORETURN void mg_fatal(const char *file, int line, const char *fmt, ...
 #define MG_CUDA_LAUNCH_CHECK() MG_CUDA_CHECK(cudaGetLastError())
 #endif
 #define MG__STREAM(ctx) ((cudaStream_t)(ctx)->stream)
+static void mg__lt_init(mg_ctx *ctx);   /* 6e: the cuBLASLt handle, workspace and plans */
+static void mg__lt_free(mg_ctx *ctx);
 #endif
 
 MGDEF int mg_cuda_available(void) {
@@ -875,6 +905,7 @@ MGDEF void mg_ctx_init(mg_ctx *ctx, const mg_ctx_desc *desc) {
             MG_CUBLAS_CHECK(cublasSetWorkspace(handle, ctx->blas_workspace,
                                                ctx->blas_workspace_size));
         }
+        mg__lt_init(ctx);   /* the cuBLASLt handle, for the fused linear layers */
     }
 #endif
 }
@@ -888,6 +919,7 @@ MGDEF void mg_ctx_free(mg_ctx *ctx) {
         /* let queued work that uses the arena finish first (and report its errors here) */
         if (ctx->stream) MG_CUDA_CHECK(cudaStreamSynchronize(MG__STREAM(ctx)));
         if (ctx->arena) MG_CUDA_CHECK(cudaFree(ctx->arena));
+        mg__lt_free(ctx);
         if (ctx->blas) MG_CUBLAS_CHECK(cublasDestroy((cublasHandle_t)ctx->blas));
         if (ctx->blas_workspace) MG_CUDA_CHECK(cudaFree(ctx->blas_workspace));
         if (ctx->stream) MG_CUDA_CHECK(cudaStreamDestroy(MG__STREAM(ctx)));
@@ -1435,6 +1467,55 @@ static void mg__cpu_gemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float
         for (i = 0; i < batch; i++)
             for (j = 0; j < n; j++)
                 mg__cpu_narrow(C, c_dt, i * sC + (int64_t)j * ldc, C32 + i * sC + (int64_t)j * ldc, m);
+    mg_arena_release(ctx, mark);
+}
+
+/* --- the fused linear layers' epilogues, on an fp32 GEMM accumulator acc [N, C] ------------
+   Row by row (OpenMP over rows); each value is rounded once to its storage.
+   bias + GELU:  v = acc + bias;  pre = v;  out = gelu(v)        (acc may be pre's own storage)
+   dGELU:        v = acc · gelu'(pre);  acc = v (kept in fp32 for the bias gradient); dpre = v */
+static void mg__cpu_epi_bias_gelu(mg_ctx *ctx, const float *acc, int64_t N, int64_t C,
+                                  const mg_tensor *bias, const mg_tensor *pre,
+                                  const mg_tensor *out) {
+    int64_t r;
+    size_t mark = mg_arena_mark(ctx);
+    float *b = (float *)mg_alloc(ctx, (size_t)C * sizeof(float));
+    float *scratch = mg__cpu_scratch(ctx, !mg__f32(out) || !mg__f32(pre), 2 * (size_t)C);
+    if (bias) mg__cpu_widen(b, bias->data, bias->dtype, 0, C);
+    else memset(b, 0, (size_t)C * sizeof(float));
+    #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
+    for (r = 0; r < N; r++) {
+        float *sc = scratch ? scratch + (size_t)MG__TID() * 2 * C : NULL;
+        const float *a = acc + r * C;
+        float *p = mg__cpu_out_span(pre, r * C, sc);
+        float *o = mg__cpu_out_span(out, r * C, sc ? sc + C : NULL);
+        int64_t j;
+        #pragma omp simd
+        for (j = 0; j < C; j++) {
+            float v = a[j] + b[j];
+            p[j] = v;
+            o[j] = mg__gelu(v);
+        }
+        mg__cpu_commit(pre, r * C, p, C);
+        mg__cpu_commit(out, r * C, o, C);
+    }
+    mg_arena_release(ctx, mark);
+}
+static void mg__cpu_epi_dgelu(mg_ctx *ctx, float *acc, int64_t N, int64_t C, const mg_tensor *pre,
+                              const mg_tensor *dpre) {
+    int64_t r;
+    size_t mark = mg_arena_mark(ctx);
+    float *scratch = mg__cpu_scratch(ctx, !mg__f32(pre), (size_t)C);
+    #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
+    for (r = 0; r < N; r++) {
+        float *sc = scratch ? scratch + (size_t)MG__TID() * C : NULL;
+        const float *x = mg__cpu_span(pre, r * C, C, sc);
+        float *a = acc + r * C;
+        int64_t j;
+        #pragma omp simd
+        for (j = 0; j < C; j++) a[j] *= mg__gelu_grad(x[j]);
+        mg__cpu_narrow(dpre->data, dpre->dtype, r * C, a, C);   /* a no-op when acc is dpre */
+    }
     mg_arena_release(ctx, mark);
 }
 
@@ -2199,7 +2280,11 @@ static double mg__cpu_sumsq(mg_ctx *ctx, const float *x, int64_t n) {
 #ifdef __CUDACC__
 /* =============================================================================================
    6e. CUDA backend. Kernels first — only the thread mapping lives here, the math is 6c —
-       then the launchers. Rows map to blocks; reductions use the one pair of block helpers.
+       then the launchers. Row kernels map a row to a block (the norms: a warp per row up to
+       4096 columns); reductions use the one pair of block helpers. Elementwise and norm
+       kernels are instantiated per storage dtype (accessor types, 128-bit vectors); the
+       linear layers' epilogues run in cuBLASLt. Beside each kernel: its bytes and FLOPs per
+       call, for its roofline time (bench/gpu.cu measures them).
    ========================================================================================== */
 #define MG__CUDA_THREADS 256
 /* Kernels that map one row to one block launch `rows` blocks; gridDim.x is at most 2^31 − 1. */
@@ -2254,33 +2339,190 @@ __device__ static inline void mg__atomic_add(void *p, mg_dtype dt, int64_t i, fl
     }
 }
 
-/* --- elementwise: one functor, the op (mg__ew_op) chosen by a code uniform over the grid -- */
-struct mg__ew {
-    mg__ew_op op;
-    void *out; const void *a, *b;
-    mg_dtype od, ad, bd;
-    mg__map_args g;
-    __device__ void operator()(int64_t i) const {
-        float r;
-        switch (op) {
-        case MG__EW_ADD: r = mg_load(a, ad, i) + mg_load(b, bd, i); break;
-        case MG__EW_AXPY: r = mg_load(a, ad, i) + g.alpha * mg_load(b, bd, i); break;
-        case MG__EW_SCALE: r = g.alpha * mg_load(a, ad, i); break;
-        case MG__EW_FILL: r = g.alpha; break;
-        case MG__EW_GELU: r = mg__gelu(mg_load(a, ad, i)); break;
-        case MG__EW_GELU_GRAD: r = mg_load(b, bd, i) * mg__gelu_grad(mg_load(a, ad, i)); break;
-        case MG__EW_SWIGLU: r = mg__silu(mg_load(a, ad, i)) * mg_load(b, bd, i); break;
-        case MG__EW_DROPOUT: {
-            int64_t row = i / g.local_cols, col = i % g.local_cols;
-            uint64_t gi = (uint64_t)((g.row_offset + row) * g.global_cols + g.col_offset + col);
-            r = mg__dropout(mg_load(a, ad, i), mg_rand_u32(g.key, gi), g.threshold, g.scale);
-            break;
-        }
-        default: r = mg_load(a, ad, i); break; /* MG__EW_COPY: a cast */
-        }
-        mg_store(out, od, i, r);
+/* --- storage access specialised by dtype at compile time ------------------------------------
+   An accessor (mg__io_f32/bf16/f16) wraps a pointer of a dtype known to the compiler: ld/st
+   convert one element, ldv/stv move V consecutive elements as ONE aligned vector (V·bytes =
+   16 or 8: a 128-bit or 64-bit load/store). mg__io_dyn is the same interface over a run-time
+   dtype (mg_load/mg_store, element by element: BYTES = 16 keeps its V at 1), the fallback for
+   dtype combinations that are not instantiated.                                             */
+template <class T, int V> struct alignas(sizeof(T) * V) mg__pack { T v[V]; };
+struct mg__cvt_f32 {
+    typedef float T;
+    __device__ static float to(float x) { return x; }
+    __device__ static float from(float x) { return x; }
+};
+struct mg__cvt_bf16 {
+    typedef uint16_t T;
+    __device__ static float to(uint16_t h) { return mg_bf16_to_f32(h); }
+    __device__ static uint16_t from(float x) { return mg_f32_to_bf16(x); }
+};
+struct mg__cvt_f16 {
+    typedef uint16_t T;
+    __device__ static float to(uint16_t h) { return mg_f16_to_f32(h); }
+    __device__ static uint16_t from(float x) { return mg_f32_to_f16(x); }
+};
+template <class Cvt> struct mg__io {
+    typedef typename Cvt::T T;
+    enum { BYTES = sizeof(T) };
+    T *p;
+    __device__ float ld(int64_t i) const { return Cvt::to(p[i]); }
+    __device__ void st(int64_t i, float v) const { p[i] = Cvt::from(v); }
+    template <int V> __device__ void ldv(int64_t i, float *x) const {
+        mg__pack<T, V> k = *reinterpret_cast<const mg__pack<T, V> *>(p + i);
+        for (int j = 0; j < V; j++) x[j] = Cvt::to(k.v[j]);
+    }
+    template <int V> __device__ void stv(int64_t i, const float *x) const {
+        mg__pack<T, V> k;
+        for (int j = 0; j < V; j++) k.v[j] = Cvt::from(x[j]);
+        *reinterpret_cast<mg__pack<T, V> *>(p + i) = k;
     }
 };
+typedef mg__io<mg__cvt_f32> mg__io_f32;
+typedef mg__io<mg__cvt_bf16> mg__io_bf16;
+typedef mg__io<mg__cvt_f16> mg__io_f16;
+struct mg__io_dyn {
+    enum { BYTES = 16 };
+    void *p; mg_dtype dt;
+    __device__ float ld(int64_t i) const { return mg_load(p, dt, i); }
+    __device__ void st(int64_t i, float v) const { mg_store(p, dt, i, v); }
+    template <int V> __device__ void ldv(int64_t i, float *x) const {
+        for (int j = 0; j < V; j++) x[j] = ld(i + j);
+    }
+    template <int V> __device__ void stv(int64_t i, const float *x) const {
+        for (int j = 0; j < V; j++) st(i + j, x[j]);
+    }
+};
+/* Accessor of a tensor (NULL: a null pointer) for a compile-time accessor type. */
+template <class IO> static IO mg__io_make(const mg_tensor *t) {
+    IO io;
+    memset(&io, 0, sizeof io);
+    io.p = t ? (typename IO::T *)t->data : NULL;
+    return io;
+}
+template <> mg__io_dyn mg__io_make<mg__io_dyn>(const mg_tensor *t) {
+    mg__io_dyn io = {t ? t->data : NULL, t ? t->dtype : MG_F32};
+    return io;
+}
+/* Elements per vector of a kernel reading/writing accessors A and B: 16 bytes of the wider. */
+template <class A, class B> struct mg__vec_of {
+    enum { V = 16 / ((int)A::BYTES > (int)B::BYTES ? (int)A::BYTES : (int)B::BYTES) };
+};
+/* p may be vector-accessed with V elements of `bytes` each (NULL: no constraint). */
+static int mg__vec_ok(const void *p, int V, int bytes) {
+    return !p || (uintptr_t)p % (uintptr_t)(V * bytes) == 0;
+}
+
+/* --- elementwise: kernels per (output dtype, input dtype, op), 128-bit vectors ----------------
+   The value of element i (x = a[i], y = b[i]) of each op, the same expression as the CPU's
+   mg__map_* (6d): shared by every instantiation.                                            */
+__device__ static inline float mg__ew_value(mg__ew_op op, int64_t i, float x, float y,
+                                            const mg__map_args &g) {
+    switch (op) {
+    case MG__EW_ADD: return x + y;
+    case MG__EW_AXPY: return x + g.alpha * y;
+    case MG__EW_SCALE: return g.alpha * x;
+    case MG__EW_FILL: return g.alpha;
+    case MG__EW_GELU: return mg__gelu(x);
+    case MG__EW_GELU_GRAD: return y * mg__gelu_grad(x);
+    case MG__EW_SWIGLU: return mg__silu(x) * y;
+    case MG__EW_DROPOUT: {
+        int64_t row = i / g.local_cols, col = i % g.local_cols;
+        uint64_t gi = (uint64_t)((g.row_offset + row) * g.global_cols + g.col_offset + col);
+        return mg__dropout(x, mg_rand_u32(g.key, gi), g.threshold, g.scale);
+    }
+    default: return x; /* MG__EW_COPY: a cast */
+    }
+}
+/* The op as a type, so that kernels specialise on it (OP folds the switch above). */
+template <int OP> struct mg__ew_fn {
+    mg__map_args g;
+    __device__ float operator()(int64_t i, float x, float y) const {
+        return mg__ew_value((mg__ew_op)OP, i, x, y, g);
+    }
+};
+/* out[i] = f(i, a[i], b[i]) over n elements; a and b share an accessor type (either may be
+   NULL). With vec, the first n − n mod V elements go as V-element vectors (all pointers then
+   aligned to a vector), grid-stride; the tail, or everything without vec, element by element.
+   Cost: reads (a? + b?)·s and writes s bytes per element (s = storage bytes); FLOPs per
+   element: 1 (add, scale), 2 (axpy), ~20 (GELU, SiLU: one exp), ~25 (GELU'), Philox's 20
+   multiplies (dropout).                                                                       */
+template <class IO, class IA, class F> static __global__ void mg__k_ew(int64_t n, IO out, IA a,
+                                                                    IA b, F f, int vec) {
+    enum { V = mg__vec_of<IO, IA>::V };
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    int64_t nv = vec ? n / V : 0, i;
+    for (i = t; i < nv; i += stride) {
+        float x[V], y[V], r[V];
+        int j;
+        for (j = 0; j < V; j++) x[j] = y[j] = 0.0f;
+        if (a.p) a.template ldv<V>(i * V, x);
+        if (b.p) b.template ldv<V>(i * V, y);
+        for (j = 0; j < V; j++) r[j] = f(i * V + j, x[j], y[j]);
+        out.template stv<V>(i * V, r);
+    }
+    for (i = nv * V + t; i < n; i += stride)
+        out.st(i, f(i, a.p ? a.ld(i) : 0.0f, b.p ? b.ld(i) : 0.0f));
+}
+template <class IO, class IA, int OP> static void mg__ew_launch(mg_ctx *ctx, const mg_tensor *out,
+                                                                const mg_tensor *a,
+                                                                const mg_tensor *b,
+                                                                const mg__map_args *g) {
+    enum { V = mg__vec_of<IO, IA>::V };
+    int64_t n = mg_numel(out), blocks;
+    int vec = mg__vec_ok(out->data, V, IO::BYTES) && mg__vec_ok(a ? a->data : NULL, V, IA::BYTES) &&
+              mg__vec_ok(b ? b->data : NULL, V, IA::BYTES);
+    mg__ew_fn<OP> f;
+    memset(&f, 0, sizeof f);
+    if (g) f.g = *g;
+    if (n <= 0) return;
+    blocks = ((vec ? n / V + n % V : n) + MG__CUDA_THREADS - 1) / MG__CUDA_THREADS;
+    if (blocks > 65536) blocks = 65536;
+    MG_LAUNCH(mg__k_ew, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx), n,
+              mg__io_make<IO>(out), mg__io_make<IA>(a), mg__io_make<IA>(b), f, vec);
+    MG_CUDA_LAUNCH_CHECK();
+}
+/* Instantiated: every op with out, a and b of one dtype; casts between fp32 and bf16/fp16.
+   Any other combination runs through the run-time-dtype accessor.                         */
+template <int OP> static void mg__cuda_ew_op(mg_ctx *ctx, const mg_tensor *out,
+                                             const mg_tensor *a, const mg_tensor *b,
+                                             const mg__map_args *g) {
+    mg_dtype od = out->dtype, ad = a ? a->dtype : od;
+    if ((!b || b->dtype == ad) && ad == od) {
+        if (od == MG_F32) mg__ew_launch<mg__io_f32, mg__io_f32, OP>(ctx, out, a, b, g);
+        else if (od == MG_BF16) mg__ew_launch<mg__io_bf16, mg__io_bf16, OP>(ctx, out, a, b, g);
+        else mg__ew_launch<mg__io_f16, mg__io_f16, OP>(ctx, out, a, b, g);
+        return;
+    }
+    if constexpr (OP == MG__EW_COPY) {   /* casts between fp32 and a 16-bit type */
+        if (od == MG_F32 && ad == MG_BF16)
+            return mg__ew_launch<mg__io_f32, mg__io_bf16, OP>(ctx, out, a, b, g);
+        if (od == MG_F32 && ad == MG_F16)
+            return mg__ew_launch<mg__io_f32, mg__io_f16, OP>(ctx, out, a, b, g);
+        if (od == MG_BF16 && ad == MG_F32)
+            return mg__ew_launch<mg__io_bf16, mg__io_f32, OP>(ctx, out, a, b, g);
+        if (od == MG_F16 && ad == MG_F32)
+            return mg__ew_launch<mg__io_f16, mg__io_f32, OP>(ctx, out, a, b, g);
+    }
+    mg__ew_launch<mg__io_dyn, mg__io_dyn, OP>(ctx, out, a, b, g);
+}
+static void mg__cuda_ew(mg_ctx *ctx, mg__ew_op op, const mg_tensor *out, const mg_tensor *a,
+                        const mg_tensor *b, const mg__map_args *g) {
+    switch (op) {
+    case MG__EW_ADD: mg__cuda_ew_op<MG__EW_ADD>(ctx, out, a, b, g); break;
+    case MG__EW_AXPY: mg__cuda_ew_op<MG__EW_AXPY>(ctx, out, a, b, g); break;
+    case MG__EW_SCALE: mg__cuda_ew_op<MG__EW_SCALE>(ctx, out, a, b, g); break;
+    case MG__EW_FILL: mg__cuda_ew_op<MG__EW_FILL>(ctx, out, a, b, g); break;
+    case MG__EW_GELU: mg__cuda_ew_op<MG__EW_GELU>(ctx, out, a, b, g); break;
+    case MG__EW_GELU_GRAD: mg__cuda_ew_op<MG__EW_GELU_GRAD>(ctx, out, a, b, g); break;
+    case MG__EW_DROPOUT: mg__cuda_ew_op<MG__EW_DROPOUT>(ctx, out, a, b, g); break;
+    case MG__EW_SWIGLU: mg__cuda_ew_op<MG__EW_SWIGLU>(ctx, out, a, b, g); break;
+    default: mg__cuda_ew_op<MG__EW_COPY>(ctx, out, a, b, g); break;
+    }
+}
+
+/* The generic one-thread-per-element kernel: f(i) for i < n, grid-stride. Its cost is the
+   functor's (each functor below states its bytes and FLOPs per element).                     */
 template <class F> static __global__ void mg__k_map(int64_t n, F f) {
     int64_t i;
     for (i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
@@ -2293,20 +2535,53 @@ template <class F> static void mg__cuda_map(mg_ctx *ctx, int64_t n, F f) {
     MG_LAUNCH(mg__k_map, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx), n, f);
     MG_CUDA_LAUNCH_CHECK();
 }
-static void mg__cuda_ew(mg_ctx *ctx, mg__ew_op op, const mg_tensor *out, const mg_tensor *a,
-                        const mg_tensor *b, const mg__map_args *g) {
-    mg__ew f;
-    memset(&f, 0, sizeof f);
-    f.op = op;
-    f.out = out->data; f.od = out->dtype;
-    if (a) { f.a = a->data; f.ad = a->dtype; }
-    if (b) { f.b = b->data; f.bd = b->dtype; }
-    if (g) f.g = *g;
-    mg__cuda_map(ctx, mg_numel(out), f);
-}
 
-/* --- row broadcast, column sums ------------------------------------------------------------ */
-/* --- SwiGLU backward, rotary embedding: one thread per element / per rotated pair --------- */
+/* --- SwiGLU backward, rotary embedding: one thread per element / per rotated pair ---------
+   SwiGLU backward per element: reads 3s, writes 2s bytes, ~45 FLOPs (one exp). Rope per
+   rotated pair: reads and writes 2s bytes of qkv, reads 8 bytes of the table, 6 FLOPs.
+   SwiGLU backward with all five tensors of one dtype: mg__k_swiglu_backward, specialised and
+   vectorised as mg__k_ew (V elements per step when every pointer is vector-aligned, then the
+   tail); other dtype mixes: the functor through mg__k_map.                                  */
+template <class IO> static __global__ void mg__k_swiglu_backward(int64_t n, IO dgate, IO dup,
+                                                                 IO dout, IO gate, IO up, int vec) {
+    enum { V = 16 / IO::BYTES };
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    int64_t nv = vec ? n / V : 0, i;
+    for (i = t; i < nv; i += stride) {
+        float dy[V], x[V], y[V], dg[V], du[V];
+        int j;
+        dout.template ldv<V>(i * V, dy);   /* dout is read before either output is written */
+        gate.template ldv<V>(i * V, x);
+        up.template ldv<V>(i * V, y);
+        for (j = 0; j < V; j++) {
+            dg[j] = dy[j] * y[j] * mg__silu_grad(x[j]);
+            du[j] = dy[j] * mg__silu(x[j]);
+        }
+        dgate.template stv<V>(i * V, dg);
+        dup.template stv<V>(i * V, du);
+    }
+    for (i = nv * V + t; i < n; i += stride) {
+        float dy = dout.ld(i), x = gate.ld(i), y = up.ld(i);
+        dgate.st(i, dy * y * mg__silu_grad(x));
+        dup.st(i, dy * mg__silu(x));
+    }
+}
+template <class IO> static void mg__swiglu_backward_launch(mg_ctx *ctx, int64_t n,
+        const mg_tensor *dgate, const mg_tensor *dup, const mg_tensor *dout,
+        const mg_tensor *gate, const mg_tensor *up) {
+    enum { V = 16 / IO::BYTES };
+    int vec = mg__vec_ok(dgate->data, V, IO::BYTES) && mg__vec_ok(dup->data, V, IO::BYTES) &&
+              mg__vec_ok(dout->data, V, IO::BYTES) && mg__vec_ok(gate->data, V, IO::BYTES) &&
+              mg__vec_ok(up->data, V, IO::BYTES);
+    int64_t blocks = ((vec ? n / V + n % V : n) + MG__CUDA_THREADS - 1) / MG__CUDA_THREADS;
+    if (n <= 0) return;
+    if (blocks > 65536) blocks = 65536;
+    MG_LAUNCH(mg__k_swiglu_backward, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx), n,
+              mg__io_make<IO>(dgate), mg__io_make<IO>(dup), mg__io_make<IO>(dout),
+              mg__io_make<IO>(gate), mg__io_make<IO>(up), vec);
+    MG_CUDA_LAUNCH_CHECK();
+}
 struct mg__f_swiglu_backward {
     void *dgate, *dup; const void *dout, *gate, *up; mg_dtype dgd, dud, dd, gd, ud;
     __device__ void operator()(int64_t i) const {
@@ -2329,6 +2604,8 @@ struct mg__f_rope {
     }
 };
 
+/* --- row broadcast, column sums ------------------------------------------------------------
+   Broadcast (the bias before an unfused GEMM): writes N·C·s bytes, reads C·s (cached).     */
 struct mg__f_broadcast_rows {
     void *out; mg_dtype od; const void *row; mg_dtype rd; int64_t C;
     __device__ void operator()(int64_t i) const { mg_store(out, od, i, mg_load(row, rd, i % C)); }
@@ -2336,7 +2613,10 @@ struct mg__f_broadcast_rows {
 /* dst[c] += Σ_r src[r,c] (· layernorm norm when inp is set). Block = 32 columns × 32 row
    lanes; each lane walks rows with stride 32, then lane sums are added in a fixed order:
    deterministic. 1024 threads per block: __launch_bounds__ keeps the compiler to the 64
-   registers per thread that allows, in every build (-G included).                          */
+   registers per thread that allows, in every build (-G included).
+   Cost: reads N·C·s (src) + N·C·s and 8·N (inp, mean, rstd: the norm's weight gradient),
+   reads and writes C·d; N·C FLOPs (plain) or 4·N·C (with the norm). Not specialised by dtype:
+   lanes read 32 consecutive columns of a row (64–128 bytes per warp, coalesced).           */
 static __global__ void __launch_bounds__(1024) mg__k_colsum(void *dst, mg_dtype dd, const void *src,
                              mg_dtype sd, const void *inp, mg_dtype xd, const float *mean,
                              const float *rstd, int64_t N, int64_t C) {
@@ -2368,7 +2648,10 @@ static void mg__cuda_colsum(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *
     MG_CUDA_LAUNCH_CHECK();
 }
 
-/* --- embedding ----------------------------------------------------------------------------- */
+/* --- embedding -----------------------------------------------------------------------------
+   Forward per element of out: reads s (wte row, gathered) + s (wpe) + 4/C (token), writes s.
+   dwte: reads s, one atomic read-modify-write of d bytes (CAS loop for 16-bit); dwpe: reads
+   B·s + d, writes d per position element. ≤ 1 FLOP per byte: bandwidth bound.             */
 struct mg__f_embed {
     void *out; mg_dtype od; const int32_t *tokens; int B, T, t0; int64_t C, Vw, vocab_start;
     const void *wte; mg_dtype ed; const void *wpe; mg_dtype pd;
@@ -2402,45 +2685,185 @@ struct mg__f_embed_dwpe {
     }
 };
 
-/* --- layernorm: one block per row ----------------------------------------------------------- */
-static __global__ void mg__k_layernorm_forward(void *out, mg_dtype od, float *mean, float *rstd,
-                                        const void *inp, mg_dtype id, const void *w, mg_dtype wd,
-                                        const void *b, mg_dtype bd, int64_t C, mg_norm k) {
-    int64_t base = blockIdx.x * C, j;
-    float s = 0.0f, mu = 0.0f, ss = 0.0f, rs;
-    if (!k.rms) {
-        for (j = threadIdx.x; j < C; j += blockDim.x) s += mg_load(inp, id, base + j);
-        mu = mg__block_sum(s) / (float)C;
+/* --- layernorm / RMSNorm: a warp per row up to MG__NORM_WARP_MAX columns, else a block ------
+   Specialised by the activations' accessor IX (inp, out / dout, dinp) and the weights' IW.
+   The threads of a row (the 32 lanes of a warp, or the block) walk it in chunks of V
+   consecutive elements, one 128-bit vector per chunk when vec (every row and pointer aligned
+   to a vector: C a multiple of V), else element by element with bounds; sums go through warp
+   shuffles (warp per row) or the block helpers. The per-element math is 6c's mg__ln_*, the
+   two-pass statistics the CPU's (mean, then Σ (x − μ)²).
+   Cost per row of C: forward reads 3·C·s (inp three times, from cache after the first) + C·w
+   and writes C·s + 8 bytes, ~8·C FLOPs; backward reads 3·C·(2s) + C·w (+ C·s to accumulate),
+   writes C·s, ~12·C FLOPs (s, w: activation and weight bytes). DRAM traffic: one read of inp
+   (and dout) and one write; rows past L1 read again from L2.                               */
+#define MG__NORM_WARP_MAX 4096
+#define MG__NORM_ROWS_PER_BLOCK (MG__CUDA_THREADS / 32)
+template <int K> struct mg__int_tag {};   /* a compile-time int as an argument (deduced) */
+template <int WARP> __device__ static inline float mg__row_sum(float v) {
+    if constexpr (WARP) {
+        for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
+        return v;
+    } else {
+        return mg__block_sum(v);
     }
-    for (j = threadIdx.x; j < C; j += blockDim.x) {
-        float d = mg_load(inp, id, base + j) - mu;
-        ss += d * d;
-    }
-    rs = mg__ln_rstd(mg__block_sum(ss) / (float)C, k.eps);
-    for (j = threadIdx.x; j < C; j += blockDim.x)
-        mg_store(out, od, base + j, (mg_load(inp, id, base + j) - mu) * rs * mg_load(w, wd, j) +
-                                        (b ? mg_load(b, bd, j) : 0.0f));
-    if (threadIdx.x == 0) { mean[blockIdx.x] = mu; rstd[blockIdx.x] = rs; }
 }
-static __global__ void mg__k_layernorm_backward(void *dinp, mg_dtype did, const void *dout, mg_dtype dd,
-                                         const void *inp, mg_dtype id, const void *w, mg_dtype wd,
-                                         const float *mean, const float *rstd, int64_t C,
-                                         int accumulate, int rms) {
-    int64_t base = blockIdx.x * C, j;
-    float mu = mean[blockIdx.x], rs = rstd[blockIdx.x], sg = 0.0f, sgn = 0.0f, mean_g, mean_gn;
-    for (j = threadIdx.x; j < C; j += blockDim.x) {
-        float g = mg_load(dout, dd, base + j) * mg_load(w, wd, j);
-        sg += g;
-        sgn += g * ((mg_load(inp, id, base + j) - mu) * rs); /* the CPU's association */
+/* Chunk [j0, j0 + V) of the row at base: a vector when vec, else the elements < C (0 past). */
+template <int V, class IO> __device__ static inline void mg__ld_chunk(const IO &io, int64_t base,
+                                                                     int64_t j0, int64_t C,
+                                                                     int vec, float *x) {
+    if (vec) { io.template ldv<V>(base + j0, x); return; }
+    for (int t = 0; t < V; t++) x[t] = j0 + t < C ? io.ld(base + j0 + t) : 0.0f;
+}
+template <int V, class IO> __device__ static inline void mg__st_chunk(const IO &io, int64_t base,
+                                                                     int64_t j0, int64_t C,
+                                                                     int vec, const float *x) {
+    if (vec) { io.template stv<V>(base + j0, x); return; }
+    for (int t = 0; t < V; t++) if (j0 + t < C) io.st(base + j0 + t, x[t]);
+}
+/* This thread's row (N: none) and its first chunk and chunk stride, for a warp or a block. */
+#define MG__NORM_ROW_SETUP(WARP, V)                                                            \
+    int64_t row = WARP ? blockIdx.x * (int64_t)(blockDim.x >> 5) + (threadIdx.x >> 5) : blockIdx.x; \
+    int64_t j_first = (int64_t)(WARP ? threadIdx.x & 31 : threadIdx.x) * V;                  \
+    int64_t j_step = (int64_t)(WARP ? 32 : blockDim.x) * V, base = row * C, j;                \
+    if (row >= N) return; /* a whole warp (warp per row; no block barriers there) */
+template <int WARP, class IX, class IW> static __global__ void mg__k_norm_forward(mg__int_tag<WARP>,
+        IX out, float *mean, float *rstd, IX inp, IW w, IW b, int64_t N, int64_t C, mg_norm k,
+        int vec) {
+    enum { V = mg__vec_of<IX, IW>::V };
+    float x[V], y[V], wv[V], bv[V], s = 0.0f, ss = 0.0f, mu = 0.0f, rs;
+    int t;
+    MG__NORM_ROW_SETUP(WARP, V)
+    if (!k.rms) {
+        for (j = j_first; j < C; j += j_step) {
+            mg__ld_chunk<V>(inp, base, j, C, vec, x);
+            for (t = 0; t < V; t++) s += x[t];
+        }
+        mu = mg__row_sum<WARP>(s) / (float)C;
     }
-    mean_g = rms ? 0.0f : mg__block_sum(sg) / (float)C;
-    mean_gn = mg__block_sum(sgn) / (float)C;
-    for (j = threadIdx.x; j < C; j += blockDim.x) {
-        float d = mg__ln_dx(mg_load(dout, dd, base + j) * mg_load(w, wd, j),
-                            (mg_load(inp, id, base + j) - mu) * rs, rs, mean_g, mean_gn);
-        if (accumulate) d += mg_load(dinp, did, base + j);
-        mg_store(dinp, did, base + j, d);
+    for (j = j_first; j < C; j += j_step) {
+        mg__ld_chunk<V>(inp, base, j, C, vec, x);
+        for (t = 0; t < V && j + t < C; t++) ss += (x[t] - mu) * (x[t] - mu);
     }
+    rs = mg__ln_rstd(mg__row_sum<WARP>(ss) / (float)C, k.eps);
+    for (j = j_first; j < C; j += j_step) {
+        mg__ld_chunk<V>(inp, base, j, C, vec, x);
+        mg__ld_chunk<V>(w, 0, j, C, vec, wv);
+        if (b.p) mg__ld_chunk<V>(b, 0, j, C, vec, bv);
+        else for (t = 0; t < V; t++) bv[t] = 0.0f;
+        for (t = 0; t < V; t++) y[t] = (x[t] - mu) * rs * wv[t] + bv[t];
+        mg__st_chunk<V>(out, base, j, C, vec, y);
+    }
+    if (j_first == 0) { mean[row] = mu; rstd[row] = rs; }
+}
+template <int WARP, class IX, class IW> static __global__ void mg__k_norm_backward(mg__int_tag<WARP>,
+        IX dinp, IX dout, IX inp, IW w, const float *mean, const float *rstd, int64_t N,
+        int64_t C, int accumulate, int rms, int vec) {
+    enum { V = mg__vec_of<IX, IW>::V };
+    float x[V], dy[V], wv[V], d[V], sg = 0.0f, sgn = 0.0f, mu, rs, mean_g, mean_gn;
+    int t;
+    MG__NORM_ROW_SETUP(WARP, V)
+    mu = mean[row];
+    rs = rstd[row];
+    for (j = j_first; j < C; j += j_step) {
+        mg__ld_chunk<V>(dout, base, j, C, vec, dy);
+        mg__ld_chunk<V>(inp, base, j, C, vec, x);
+        mg__ld_chunk<V>(w, 0, j, C, vec, wv);
+        for (t = 0; t < V; t++) {   /* past C: dy = w = 0, so g = 0 adds nothing */
+            float g = dy[t] * wv[t];
+            sg += g;
+            sgn += g * ((x[t] - mu) * rs); /* the CPU's association */
+        }
+    }
+    mean_g = rms ? 0.0f : mg__row_sum<WARP>(sg) / (float)C;
+    mean_gn = mg__row_sum<WARP>(sgn) / (float)C;
+    for (j = j_first; j < C; j += j_step) {
+        mg__ld_chunk<V>(dout, base, j, C, vec, dy);
+        mg__ld_chunk<V>(inp, base, j, C, vec, x);
+        mg__ld_chunk<V>(w, 0, j, C, vec, wv);
+        if (accumulate) mg__ld_chunk<V>(dinp, base, j, C, vec, d);
+        for (t = 0; t < V; t++) {
+            float v = mg__ln_dx(dy[t] * wv[t], (x[t] - mu) * rs, rs, mean_g, mean_gn);
+            d[t] = accumulate ? d[t] + v : v;
+        }
+        mg__st_chunk<V>(dinp, base, j, C, vec, d);
+    }
+}
+/* Grid: rows / (rows per block) blocks of 256 threads (warp per row) or one block per row. */
+static unsigned mg__norm_grid(int64_t N, int64_t C) {
+    return C <= MG__NORM_WARP_MAX
+               ? mg__cuda_row_grid((N + MG__NORM_ROWS_PER_BLOCK - 1) / MG__NORM_ROWS_PER_BLOCK)
+               : mg__cuda_row_grid(N);
+}
+template <class IX, class IW> static void mg__norm_forward_launch(mg_ctx *ctx, const mg_norm *k,
+        const mg_tensor *out, float *mean, float *rstd, const mg_tensor *inp,
+        const mg_tensor *weight, const mg_tensor *bias) {
+    enum { V = mg__vec_of<IX, IW>::V };
+    int64_t N = mg_rows(inp), C = mg_cols(inp);
+    int vec = C % V == 0 && mg__vec_ok(out->data, V, IX::BYTES) &&
+              mg__vec_ok(inp->data, V, IX::BYTES) && mg__vec_ok(weight->data, V, IW::BYTES) &&
+              mg__vec_ok(bias ? bias->data : NULL, V, IW::BYTES);
+    IX o = mg__io_make<IX>(out), x = mg__io_make<IX>(inp);
+    IW w = mg__io_make<IW>(weight), b = mg__io_make<IW>(bias);
+    if (C <= MG__NORM_WARP_MAX)
+        MG_LAUNCH(mg__k_norm_forward, mg__norm_grid(N, C), MG__CUDA_THREADS, 0, MG__STREAM(ctx),
+                  mg__int_tag<1>(), o, mean, rstd, x, w, b, N, C, *k, vec);
+    else
+        MG_LAUNCH(mg__k_norm_forward, mg__norm_grid(N, C), MG__CUDA_THREADS, 0, MG__STREAM(ctx),
+                  mg__int_tag<0>(), o, mean, rstd, x, w, b, N, C, *k, vec);
+    MG_CUDA_LAUNCH_CHECK();
+}
+template <class IX, class IW> static void mg__norm_backward_launch(mg_ctx *ctx, int rms,
+        const mg_tensor *dinp, const mg_tensor *dout, const mg_tensor *inp,
+        const mg_tensor *weight, const float *mean, const float *rstd, int accumulate) {
+    enum { V = mg__vec_of<IX, IW>::V };
+    int64_t N = mg_rows(inp), C = mg_cols(inp);
+    int vec = C % V == 0 && mg__vec_ok(dinp->data, V, IX::BYTES) &&
+              mg__vec_ok(dout->data, V, IX::BYTES) && mg__vec_ok(inp->data, V, IX::BYTES) &&
+              mg__vec_ok(weight->data, V, IW::BYTES);
+    IX di = mg__io_make<IX>(dinp), dy = mg__io_make<IX>(dout), x = mg__io_make<IX>(inp);
+    IW w = mg__io_make<IW>(weight);
+    if (C <= MG__NORM_WARP_MAX)
+        MG_LAUNCH(mg__k_norm_backward, mg__norm_grid(N, C), MG__CUDA_THREADS, 0,
+                  MG__STREAM(ctx), mg__int_tag<1>(), di, dy, x, w, mean, rstd, N, C, accumulate,
+                  rms, vec);
+    else
+        MG_LAUNCH(mg__k_norm_backward, mg__norm_grid(N, C), MG__CUDA_THREADS, 0,
+                  MG__STREAM(ctx), mg__int_tag<0>(), di, dy, x, w, mean, rstd, N, C, accumulate,
+                  rms, vec);
+    MG_CUDA_LAUNCH_CHECK();
+}
+/* Instantiated where activations and weights share a dtype; other combinations run through
+   the run-time-dtype accessor. The weights' dtype counts only if every weight tensor has it. */
+static int mg__norm_uniform(mg_dtype dt, const mg_tensor *a, const mg_tensor *b,
+                            const mg_tensor *c, const mg_tensor *d) {
+    return a->dtype == dt && b->dtype == dt && c->dtype == dt && (!d || d->dtype == dt);
+}
+static void mg__cuda_norm_forward(mg_ctx *ctx, const mg_norm *k, const mg_tensor *out,
+                                  float *mean, float *rstd, const mg_tensor *inp,
+                                  const mg_tensor *weight, const mg_tensor *bias) {
+    mg_dtype dt = inp->dtype;
+    if (!mg__norm_uniform(dt, out, inp, weight, bias))
+        mg__norm_forward_launch<mg__io_dyn, mg__io_dyn>(ctx, k, out, mean, rstd, inp, weight, bias);
+    else if (dt == MG_F32)
+        mg__norm_forward_launch<mg__io_f32, mg__io_f32>(ctx, k, out, mean, rstd, inp, weight, bias);
+    else if (dt == MG_BF16)
+        mg__norm_forward_launch<mg__io_bf16, mg__io_bf16>(ctx, k, out, mean, rstd, inp, weight, bias);
+    else
+        mg__norm_forward_launch<mg__io_f16, mg__io_f16>(ctx, k, out, mean, rstd, inp, weight, bias);
+}
+static void mg__cuda_norm_backward(mg_ctx *ctx, int rms, const mg_tensor *dinp,
+                                   const mg_tensor *dout, const mg_tensor *inp,
+                                   const mg_tensor *weight, const float *mean, const float *rstd,
+                                   int acc) {
+    mg_dtype dt = inp->dtype;
+    if (!mg__norm_uniform(dt, dinp, dout, weight, NULL))
+        mg__norm_backward_launch<mg__io_dyn, mg__io_dyn>(ctx, rms, dinp, dout, inp, weight, mean, rstd, acc);
+    else if (dt == MG_F32)
+        mg__norm_backward_launch<mg__io_f32, mg__io_f32>(ctx, rms, dinp, dout, inp, weight, mean, rstd, acc);
+    else if (dt == MG_BF16)
+        mg__norm_backward_launch<mg__io_bf16, mg__io_bf16>(ctx, rms, dinp, dout, inp, weight, mean, rstd, acc);
+    else
+        mg__norm_backward_launch<mg__io_f16, mg__io_f16>(ctx, rms, dinp, dout, inp, weight, mean, rstd, acc);
 }
 
 /* --- causal softmax over rows of length T (row r is query t1 = r mod T) --------------------- */
@@ -3145,7 +3568,12 @@ static cudaDataType mg__cuda_dtype(mg_dtype dt) {
     return dt == MG_BF16 ? CUDA_R_16BF : dt == MG_F16 ? CUDA_R_16F : CUDA_R_32F;
 }
 /* k = 0: C = β·C for each m×n matrix of the batch, 0 where β = 0 (C not read), as BLAS and
-   OpenBLAS do; cuBLAS's documentation does not state its k = 0 result, so it is not asked. */
+   OpenBLAS do; cuBLAS's documentation does not state its k = 0 result, so it is not asked.
+   Cost: reads (β ≠ 0) and writes m·n·batch·s bytes, 1 FLOP per element.
+   The GEMMs themselves (cuBLAS / cuBLASLt): 2·m·n·k·batch FLOPs; bytes (m·k + k·n)·s_ab +
+   m·n·s_c (+ m·n·s_c read when β ≠ 0; + m·n·s_c for an aux output or input, + m·s_c for a
+   bias): compute bound on tensor cores once m, n, k ≳ 2·peak/bandwidth (~200 on A100,
+   ~300 on H100 for 16-bit).                                                                 */
 struct mg__f_gemm_beta_only {
     void *C; mg_dtype dt; float beta; int m, n, ldc; int64_t sC;
     __device__ void operator()(int64_t i) const {
@@ -3175,6 +3603,158 @@ static void mg__cuda_gemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, floa
             h, opa, opb, m, n, k, &alpha, A, mg__cuda_dtype(ab_dt), lda, (long long)sA, B,
             mg__cuda_dtype(ab_dt), ldb, (long long)sB, &beta, C, mg__cuda_dtype(c_dt), ldc,
             (long long)sC, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+/* --- the fused linear layers: cuBLASLt epilogues, the fallback epilogue kernels -----------
+   Fallback (a shape cuBLASLt does not take): the GEMM writes an fp32 accumulator and these
+   functors (one thread per element, through mg__k_map) apply the epilogue of 6d's CPU twins.
+   Bytes: bias+GELU reads 4 (acc) + s (bias, cached) and writes 2s per element (s = storage
+   bytes), ~20 FLOPs; dGELU reads 4 + s, writes 4 + s, ~25 FLOPs.                            */
+struct mg__f_epi_bias_gelu {
+    const float *acc; const void *bias; mg_dtype bd; void *pre, *out; mg_dtype pd, od; int64_t C;
+    __device__ void operator()(int64_t i) const {
+        float v = acc[i] + (bias ? mg_load(bias, bd, i % C) : 0.0f);
+        mg_store(pre, pd, i, v);
+        mg_store(out, od, i, mg__gelu(v));
+    }
+};
+struct mg__f_epi_dgelu {
+    float *acc; const void *pre; mg_dtype pd; void *dpre; mg_dtype dd;
+    __device__ void operator()(int64_t i) const {
+        float v = acc[i] * mg__gelu_grad(mg_load(pre, pd, i));
+        acc[i] = v;
+        mg_store(dpre, dd, i, v);
+    }
+};
+
+/* cuBLASLt: one handle per context (created with it; its matmuls use the context's cuBLAS
+   workspace, ctx->blas_workspace: one stream, so never both at once), and a table of plans —
+   the matmul descriptor, the three matrix layouts and the heuristic's algorithm — keyed by
+   everything the heuristic looks at (shape, transposes, leading dimensions, dtypes, epilogue,
+   the aux leading dimension and the alignment of each pointer), found once per shape. A shape
+   the heuristic rejects is remembered as such (ok = 0) and takes the fallback.                */
+#define MG__LT_PLANS 64
+typedef struct mg__lt_plan {
+    int64_t key[17];
+    int ok;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasLtMatmulAlgo_t algo;
+} mg__lt_plan;
+typedef struct mg__lt_state {
+    cublasLtHandle_t handle;
+    int n;
+    mg__lt_plan plans[MG__LT_PLANS];
+} mg__lt_state;
+static void mg__lt_init(mg_ctx *ctx) {
+    mg__lt_state *st = (mg__lt_state *)MG_MALLOC(sizeof(mg__lt_state));
+    MG_ASSERT(st, "out of host memory");
+    memset(st, 0, sizeof *st);
+    MG_CUBLAS_CHECK(cublasLtCreate(&st->handle));
+    ctx->blaslt = st;
+}
+static void mg__lt_free(mg_ctx *ctx) {
+    mg__lt_state *st = (mg__lt_state *)ctx->blaslt;
+    int i;
+    if (!st) return;
+    for (i = 0; i < st->n; i++) {
+        mg__lt_plan *p = &st->plans[i];
+        MG_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->la));
+        MG_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->lb));
+        MG_CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(p->ld));
+        MG_CUBLAS_CHECK(cublasLtMatmulDescDestroy(p->desc));
+    }
+    MG_CUBLAS_CHECK(cublasLtDestroy(st->handle));
+    MG_FREE(st);
+    ctx->blaslt = NULL;
+}
+/* The largest power of two up to 256 that divides the address (what the heuristic assumes). */
+static int64_t mg__lt_align(const void *p) {
+    int64_t a = 256;
+    while (a > 1 && (uintptr_t)p % (uintptr_t)a) a >>= 1;
+    return a;
+}
+static void mg__lt_set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                       const void *v, size_t bytes) {
+    MG_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(d, attr, v, bytes));
+}
+/* D(m×n) = op(A)·op(B) + β·D with the epilogue (DEFAULT, BIAS, GELU_AUX_BIAS, DGELU_BGRAD):
+   the GEMM seam's column-major arguments (C = D, ldc = ldd). bias: the bias (forward) or the
+   bias-gradient output (backward), m values of D's dtype; aux: the GELU input, m × n with
+   leading dimension aux_ld, D's dtype. Returns 0, having done nothing, when no plan exists. */
+static int mg__lt_matmul(mg_ctx *ctx, int ta, int tb, int m, int n, int k, const void *A,
+                         mg_dtype ab_dt, int lda, const void *B, int ldb, float beta, void *D,
+                         mg_dtype d_dt, int ldd, cublasLtEpilogue_t epi, const void *bias,
+                         const void *aux, int64_t aux_ld) {
+    mg__lt_state *st = (mg__lt_state *)ctx->blaslt;
+    int64_t key[17] = {ta, tb, m, n, k, lda, ldb, ldd, ab_dt, d_dt, (int64_t)epi, aux_ld,
+                       mg__lt_align(A), mg__lt_align(B), mg__lt_align(D),
+                       bias ? mg__lt_align(bias) : 0, aux ? mg__lt_align(aux) : 0};
+    mg__lt_plan *p = NULL;
+    float alpha = 1.0f;
+    int i;
+    if (!st) return 0;
+    for (i = 0; i < st->n && !p; i++)
+        if (!memcmp(st->plans[i].key, key, sizeof key)) p = &st->plans[i];
+    if (!p) {
+        cublasLtMatmulPreference_t pref;
+        cublasLtMatmulHeuristicResult_t res;
+        int32_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+        uint32_t e = (uint32_t)epi, al;
+        /* split-K partial sums only in fp32: in place when D is fp32, else in the workspace */
+        uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
+                             (d_dt == MG_F32 ? CUBLASLT_REDUCTION_SCHEME_INPLACE : 0);
+        uint64_t ws = ctx->blas_workspace_size;
+        int found = 0;
+        if (st->n == MG__LT_PLANS) return 0;   /* table full: the fallback, uncached */
+        p = &st->plans[st->n++];
+        memcpy(p->key, key, sizeof key);
+        MG_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        mg__lt_set(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa);
+        mg__lt_set(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+        mg__lt_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e);
+        if (bias) mg__lt_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+        if (aux) {
+            mg__lt_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+            mg__lt_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
+        }
+        MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, mg__cuda_dtype(ab_dt),
+                        (uint64_t)(ta ? k : m), (uint64_t)(ta ? m : k), lda));
+        MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, mg__cuda_dtype(ab_dt),
+                        (uint64_t)(tb ? n : k), (uint64_t)(tb ? k : n), ldb));
+        MG_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, mg__cuda_dtype(d_dt), (uint64_t)m,
+                                                   (uint64_t)n, ldd));
+        MG_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+        MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref,
+                        CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+        MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref,
+                        CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction, sizeof reduction));
+        al = (uint32_t)key[12];
+        MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref,
+                        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al));
+        al = (uint32_t)key[13];
+        MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref,
+                        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al));
+        al = (uint32_t)key[14];
+        MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref,
+                        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al));
+        MG_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref,
+                        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al));
+        /* a refusal (NOT_SUPPORTED, INVALID_VALUE for an epilogue the dtypes do not allow) is
+           an answer, not an error: the plan is kept as "no" and the caller falls back */
+        p->ok = cublasLtMatmulAlgoGetHeuristic(st->handle, p->desc, p->la, p->lb, p->ld, p->ld,
+                                               pref, 1, &res, &found) == CUBLAS_STATUS_SUCCESS &&
+                found > 0 && res.state == CUBLAS_STATUS_SUCCESS;
+        if (p->ok) p->algo = res.algo;
+        MG_CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    }
+    if (!p->ok) return 0;
+    if (bias) mg__lt_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    if (aux) mg__lt_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+    MG_CUBLAS_CHECK(cublasLtMatmul(st->handle, p->desc, &alpha, A, p->la, B, p->lb, &beta, D,
+                                   p->ld, D, p->ld, &p->algo, ctx->blas_workspace,
+                                   ctx->blas_workspace_size, MG__STREAM(ctx)));
+    return 1;
 }
 #endif /* __CUDACC__ */
 
@@ -3362,12 +3942,7 @@ MGDEF void mg_norm_forward(mg_ctx *ctx, const mg_norm *kind, mg_tensor *out, flo
                  "for LayerNorm", op, (double)kind->eps);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
-        if (N == 0) return;
-        MG_LAUNCH(mg__k_layernorm_forward, mg__cuda_row_grid(N), MG__CUDA_THREADS, 0,
-                  MG__STREAM(ctx),
-            out->data, out->dtype, mean, rstd, inp->data, inp->dtype, weight->data,
-            weight->dtype, bias ? bias->data : NULL, bias ? bias->dtype : MG_F32, C, *kind);
-        MG_CUDA_LAUNCH_CHECK();
+        if (N > 0) mg__cuda_norm_forward(ctx, kind, out, mean, rstd, inp, weight, bias);
         return;
     }
 #endif
@@ -3390,12 +3965,8 @@ MGDEF void mg_norm_backward(mg_ctx *ctx, const mg_norm *kind, mg_tensor *dinp, m
         /* parameter gradients first: dinp may alias dout */
         if (dweight) mg__cuda_colsum(ctx, dweight, dout, inp, mean, rstd);
         if (dbias) mg__cuda_colsum(ctx, dbias, dout, NULL, NULL, NULL);
-        if (N == 0) return;
-        MG_LAUNCH(mg__k_layernorm_backward, mg__cuda_row_grid(N), MG__CUDA_THREADS, 0,
-                  MG__STREAM(ctx),
-            dinp->data, dinp->dtype, dout->data, dout->dtype, inp->data, inp->dtype,
-            weight->data, weight->dtype, mean, rstd, C, accumulate, kind->rms);
-        MG_CUDA_LAUNCH_CHECK();
+        if (N > 0)
+            mg__cuda_norm_backward(ctx, kind->rms, dinp, dout, inp, weight, mean, rstd, accumulate);
         return;
     }
 #endif
@@ -3442,6 +4013,15 @@ MGDEF void mg_linear_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
     mg__check_linear("mg_linear_forward", inp, weight, out);
     if (bias) {
         mg__check_numel("mg_linear_forward", "bias", bias, Out);
+#ifdef __CUDACC__
+        /* cuBLASLt's BIAS epilogue adds the bias to the fp32 accumulator (bias in D's dtype) */
+        if (mg__is_cuda(ctx) && bias->dtype == out->dtype && N > 0 && In > 0 &&
+            (out->dtype == inp->dtype || out->dtype == MG_F32) &&
+            mg__lt_matmul(ctx, 1, 0, Out, N, In, weight->data, weight->dtype, In, inp->data, In,
+                          0.0f, out->data, out->dtype, Out, CUBLASLT_EPILOGUE_BIAS, bias->data,
+                          NULL, 0))
+            return;
+#endif
         mg__broadcast_rows(ctx, out, bias); /* out = bias, then out += inp·Wᵀ */
     }
     mg_gemm(ctx, 1, 0, Out, N, In, 1.0f, weight->data, weight->dtype, In, inp->data, inp->dtype, In,
@@ -3466,6 +4046,110 @@ MGDEF void mg_linear_backward_weight(mg_ctx *ctx, mg_tensor *dweight, mg_tensor 
         mg__check_numel("mg_linear_backward_weight", "dbias", dbias, Out);
         mg__colsum(ctx, dbias, dout);
     }
+}
+
+/* Linear + GELU and its backward through the GELU (see the API). The GEMMs are the linear
+   layer's (forward: A = weight op T, B = inp; backward: A = weight op N, B = dout); cuBLASLt
+   runs them with the epilogue where it can, otherwise the GEMM writes an fp32 accumulator — the
+   fp32 output itself, or arena scratch — and the epilogue follows as its own pass.            */
+static void mg__check_linear_gelu(const char *op, const mg_tensor *a, const mg_tensor *b,
+                                  const mg_tensor *bias, int64_t O) {
+    mg__check_2d(op, "pre", b, mg_rows(a), mg_cols(a));
+    if (a->dtype != b->dtype || (bias && bias->dtype != a->dtype) || a->data == b->data)
+        mg_fatal(__FILE__, __LINE__, "%s: the output, the GELU input and the bias must be "
+                 "distinct buffers of one dtype", op);
+    if (bias) mg__check_numel(op, "bias", bias, O);
+}
+/* The fp32 accumulator of a GEMM whose result goes to t: t itself when fp32, else arena
+   scratch of its size.                                                                       */
+static float *mg__f32_accumulator(mg_ctx *ctx, const mg_tensor *t) {
+    return t->dtype == MG_F32 ? (float *)t->data
+                              : (float *)mg_alloc(ctx, (size_t)mg_numel(t) * sizeof(float));
+}
+MGDEF void mg_linear_gelu_forward(mg_ctx *ctx, mg_tensor *out, mg_tensor *pre,
+                                  const mg_tensor *inp, const mg_tensor *weight,
+                                  const mg_tensor *bias) {
+    const char *op = "mg_linear_gelu_forward";
+    int N = (int)mg_rows(inp), In = (int)mg_cols(inp), Out = (int)mg_rows(weight);
+    size_t mark = mg_arena_mark(ctx);
+    float *acc;
+    mg__check_linear(op, inp, weight, out);
+    mg__check_linear_gelu(op, out, pre, bias, Out);
+    if (N == 0 || Out == 0) return;
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx) && In > 0 && Out % 8 == 0 &&   /* aux ld: a multiple of 8 */
+        mg__lt_matmul(ctx, 1, 0, Out, N, In, weight->data, weight->dtype, In, inp->data, In, 0.0f,
+                      out->data, out->dtype, Out, bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                                       : CUBLASLT_EPILOGUE_GELU_AUX,
+                      bias ? bias->data : NULL, pre->data, Out))
+        return;
+#endif
+    acc = mg__f32_accumulator(ctx, pre);
+    mg_gemm(ctx, 1, 0, Out, N, In, 1.0f, weight->data, weight->dtype, In, inp->data, inp->dtype,
+            In, 0.0f, acc, MG_F32, Out);
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        mg__f_epi_bias_gelu f = {acc, bias ? bias->data : NULL, bias ? bias->dtype : MG_F32,
+                                 pre->data, out->data, pre->dtype, out->dtype, Out};
+        mg__cuda_map(ctx, (int64_t)N * Out, f);
+    } else
+#endif
+    mg__cpu_epi_bias_gelu(ctx, acc, N, Out, bias, pre, out);
+    mg_arena_release(ctx, mark);
+}
+MGDEF void mg_linear_backward_input_gelu(mg_ctx *ctx, mg_tensor *dpre, mg_tensor *dbias,
+                                         const mg_tensor *dout, const mg_tensor *weight,
+                                         const mg_tensor *pre) {
+    const char *op = "mg_linear_backward_input_gelu";
+    int N = (int)mg_rows(dout), Out = (int)mg_cols(dout), In = (int)mg_cols(weight);
+    size_t mark = mg_arena_mark(ctx);
+    int64_t shape[2] = {N, In};
+    mg_tensor acc_t, bg;
+    float *acc;
+    mg__check_linear(op, dpre, weight, dout);
+    mg__check_linear_gelu(op, dpre, pre, NULL, In);
+    if (dbias) mg__check_numel(op, "dbias", dbias, In);
+    if (N == 0 || In == 0) return;
+    bg = mg_tensor_wrap(NULL, dpre->dtype, 1, &shape[1]);
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx) && Out > 0 && In % 8 == 0) {
+        /* DGELU_BGRAD writes the bias gradient (dpre's dtype) into a scratch vector, added after */
+        bg.data = dbias ? mg_alloc(ctx, (size_t)In * mg_dtype_size(dpre->dtype)) : NULL;
+        if (mg__lt_matmul(ctx, 0, 0, In, N, Out, weight->data, weight->dtype, In, dout->data, Out,
+                          0.0f, dpre->data, dpre->dtype, In,
+                          dbias ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU,
+                          bg.data, pre->data, In)) {
+            if (dbias) mg_axpy(ctx, dbias, 1.0f, &bg);
+            mg_arena_release(ctx, mark);
+            return;
+        }
+    }
+#endif
+    acc = mg__f32_accumulator(ctx, dpre);
+    mg_gemm(ctx, 0, 0, In, N, Out, 1.0f, weight->data, weight->dtype, In, dout->data, dout->dtype,
+            Out, 0.0f, acc, MG_F32, In);
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        mg__f_epi_dgelu f = {acc, pre->data, pre->dtype, dpre->data, dpre->dtype};
+        mg__cuda_map(ctx, (int64_t)N * In, f);
+    } else
+#endif
+    mg__cpu_epi_dgelu(ctx, acc, N, In, pre, dpre);
+    if (dbias) {   /* Σ_rows of the fp32 dpre, rounded once to dpre's dtype, added to dbias */
+        mg_tensor b32 = mg_tensor_wrap(mg_alloc(ctx, (size_t)In * sizeof(float)), MG_F32, 1,
+                                       &shape[1]);
+        acc_t = mg_tensor_wrap(acc, MG_F32, 2, shape);
+        mg_memset_zero(ctx, b32.data, (size_t)In * sizeof(float));
+        mg__colsum(ctx, &b32, &acc_t);
+        if (bg.dtype != MG_F32) {
+            bg.data = mg_alloc(ctx, (size_t)In * mg_dtype_size(bg.dtype));
+            mg_cast(ctx, &bg, &b32);
+        } else {
+            bg = b32;
+        }
+        mg_axpy(ctx, dbias, 1.0f, &bg);
+    }
+    mg_arena_release(ctx, mark);
 }
 
 /* --- GELU ----------------------------------------------------------------------------------- */
@@ -3933,9 +4617,17 @@ MGDEF void mg_swiglu_backward(mg_ctx *ctx, mg_tensor *dgate, mg_tensor *dup,
                  "and up", op);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
+        mg_dtype dt = dout->dtype;
         mg__f_swiglu_backward f = {dgate->data, dup->data, dout->data, gate->data, up->data,
                                    dgate->dtype, dup->dtype, dout->dtype, gate->dtype, up->dtype};
-        mg__cuda_map(ctx, n, f);
+        if (dgate->dtype != dt || dup->dtype != dt || gate->dtype != dt || up->dtype != dt)
+            mg__cuda_map(ctx, n, f);
+        else if (dt == MG_F32)
+            mg__swiglu_backward_launch<mg__io_f32>(ctx, n, dgate, dup, dout, gate, up);
+        else if (dt == MG_BF16)
+            mg__swiglu_backward_launch<mg__io_bf16>(ctx, n, dgate, dup, dout, gate, up);
+        else
+            mg__swiglu_backward_launch<mg__io_f16>(ctx, n, dgate, dup, dout, gate, up);
         return;
     }
 #endif

@@ -193,6 +193,21 @@ MGDEF const mg_tensor *mg_row_parallel_linear_backward(mg_transformer *tf, mg_te
                                                        const mg_tensor *dz, const mg_tensor *y,
                                                        const mg_tensor *w, mg_tensor *dw,
                                                        mg_tensor *db, mg_tensor *keep_g);
+/* The GELU MLP's pair, fused with cuBLASLt epilogues (mg_linear_gelu_forward and
+   mg_linear_backward_input_gelu of mg_tensor.h): the column-parallel forward writes both the
+   GELU input y_pre and the activation y = gelu(y_pre); the row-parallel backward turns its
+   input gradient into dy_pre = (g·W_r) ⊙ gelu'(y_pre) and, when db_pre is non-NULL, adds
+   Σ_rows dy_pre to it — the column-parallel layer's bias gradient, which that layer's own
+   backward then leaves alone (its db NULL).                                                 */
+MGDEF void mg_column_parallel_linear_gelu_forward(mg_transformer *tf, mg_tensor *y,
+                                                  mg_tensor *y_pre, const mg_tensor *x,
+                                                  const mg_tensor *w, const mg_tensor *b);
+MGDEF const mg_tensor *mg_row_parallel_linear_backward_gelu(mg_transformer *tf, mg_tensor *dy_pre,
+                                                            mg_tensor *db_pre, const mg_tensor *dz,
+                                                            const mg_tensor *y,
+                                                            const mg_tensor *y_pre,
+                                                            const mg_tensor *w, mg_tensor *dw,
+                                                            mg_tensor *db, mg_tensor *keep_g);
 /* Where a row-parallel layer (or a vocabulary-parallel embedding) writes its partial sum
    before mg_tp_reduce: straight into its [n, C] destination with plain TP (reduced in place),
    into the [N, C] scratch tf->full_b with sequence parallelism (then reduce-scattered).     */
@@ -496,15 +511,38 @@ MGDEF void mg_row_parallel_linear_forward(mg_transformer *tf, mg_tensor *z, cons
     mg_linear_forward(tf->ctx, partial, y, w, tf->tp.rank == 0 ? b : NULL);
     mg_tp_reduce(&tf->tp, partial, z);
 }
+/* Both row-parallel backwards: y_pre NULL is the plain one, else the input half goes through
+   the GELU (and db_pre).                                                                     */
+static const mg_tensor *mg__row_parallel_backward(mg_transformer *tf, mg_tensor *dy,
+                                                  mg_tensor *db_pre, const mg_tensor *dz,
+                                                  const mg_tensor *y, const mg_tensor *y_pre,
+                                                  const mg_tensor *w, mg_tensor *dw,
+                                                  mg_tensor *db, mg_tensor *keep_g) {
+    const mg_tensor *g = mg_tp_gather(&tf->tp, dz, &tf->full_b);
+    if (keep_g) mg_copy(tf->ctx, keep_g->data, g->data, mg_nbytes(g));
+    if (y_pre) mg_linear_backward_input_gelu(tf->ctx, dy, db_pre, g, w, y_pre);
+    else mg_linear_backward_input(tf->ctx, dy, g, w, 0);
+    if (dw) mg_linear_backward_weight(tf->ctx, dw, db, g, y);
+    return g;
+}
 MGDEF const mg_tensor *mg_row_parallel_linear_backward(mg_transformer *tf, mg_tensor *dy,
                                                        const mg_tensor *dz, const mg_tensor *y,
                                                        const mg_tensor *w, mg_tensor *dw,
                                                        mg_tensor *db, mg_tensor *keep_g) {
-    const mg_tensor *g = mg_tp_gather(&tf->tp, dz, &tf->full_b);
-    if (keep_g) mg_copy(tf->ctx, keep_g->data, g->data, mg_nbytes(g));
-    mg_linear_backward_input(tf->ctx, dy, g, w, 0);
-    if (dw) mg_linear_backward_weight(tf->ctx, dw, db, g, y);
-    return g;
+    return mg__row_parallel_backward(tf, dy, NULL, dz, y, NULL, w, dw, db, keep_g);
+}
+MGDEF const mg_tensor *mg_row_parallel_linear_backward_gelu(mg_transformer *tf, mg_tensor *dy_pre,
+                                                            mg_tensor *db_pre, const mg_tensor *dz,
+                                                            const mg_tensor *y,
+                                                            const mg_tensor *y_pre,
+                                                            const mg_tensor *w, mg_tensor *dw,
+                                                            mg_tensor *db, mg_tensor *keep_g) {
+    return mg__row_parallel_backward(tf, dy_pre, db_pre, dz, y, y_pre, w, dw, db, keep_g);
+}
+MGDEF void mg_column_parallel_linear_gelu_forward(mg_transformer *tf, mg_tensor *y,
+                                                  mg_tensor *y_pre, const mg_tensor *x,
+                                                  const mg_tensor *w, const mg_tensor *b) {
+    mg_linear_gelu_forward(tf->ctx, y, y_pre, mg_tp_gather(&tf->tp, x, &tf->full_a), w, b);
 }
 
 /* ---- 3. The layer ------------------------------------------------------------------------- */
@@ -577,13 +615,15 @@ MGDEF void mg_transformer_layer_forward(mg_transformer *tf, const mg_layer_id *i
     /* MLP block */
     mg_norm_forward(ctx, &k->norm, &la->ln2, la->ln2_mean, la->ln2_rstd, &la->resid_mid,
                     &w[MG_LN2_W], mg__opt(&w[MG_LN2_B]));
-    mg_column_parallel_linear_forward(tf, &la->fc, &la->ln2, &w[MG_FC1_W], mg__opt(&w[MG_FC1_B]));
     if (k->swiglu) {
+        mg_column_parallel_linear_forward(tf, &la->fc, &la->ln2, &w[MG_FC1_W],
+                                          mg__opt(&w[MG_FC1_B]));
         mg_column_parallel_linear_forward(tf, &la->gate, &la->ln2, &w[MG_GATE_W],
                                           mg__opt(&w[MG_GATE_B]));
         mg_swiglu_forward(ctx, &la->fc_gelu, &la->gate, &la->fc);
-    } else {
-        mg_gelu_forward(ctx, &la->fc_gelu, &la->fc);
+    } else {   /* one fused GEMM + bias + GELU, keeping fc for the backward */
+        mg_column_parallel_linear_gelu_forward(tf, &la->fc_gelu, &la->fc, &la->ln2, &w[MG_FC1_W],
+                                               mg__opt(&w[MG_FC1_B]));
     }
     mg_row_parallel_linear_forward(tf, &la->out, &la->fc_gelu, &w[MG_FC2_W],
                                    mg__opt(&w[MG_FC2_B]));
@@ -619,9 +659,16 @@ MGDEF void mg_transformer_layer_backward(mg_transformer *tf, const mg_layer_id *
     mg_tensor *d_qkv = defer_w ? &la->dout_qkv : &tf->d3C;
     /* MLP block */
     g_out = mg_transformer_dropout_grad(tf, id, &tf->dresid, MG_SITE_MLP_OUT(id->layer));
-    mg_row_parallel_linear_backward(tf, d_fc1, g_out, &la->fc_gelu, &w[MG_FC2_W],
-                                    defer_w ? NULL : &g[MG_FC2_W], mg__opt_g(&g[MG_FC2_B]),
-                                    defer_w ? &la->dout_fc2 : NULL);
+    if (k->swiglu)
+        mg_row_parallel_linear_backward(tf, d_fc1, g_out, &la->fc_gelu, &w[MG_FC2_W],
+                                        defer_w ? NULL : &g[MG_FC2_W], mg__opt_g(&g[MG_FC2_B]),
+                                        defer_w ? &la->dout_fc2 : NULL);
+    else   /* dfc = (g·Wfc2) ⊙ GELU'(fc) and fc1's bias gradient, in the GEMM's epilogue */
+        mg_row_parallel_linear_backward_gelu(tf, d_fc1, mg__opt_g(&g[MG_FC1_B]), g_out,
+                                             &la->fc_gelu, &la->fc, &w[MG_FC2_W],
+                                             defer_w ? NULL : &g[MG_FC2_W],
+                                             mg__opt_g(&g[MG_FC2_B]),
+                                             defer_w ? &la->dout_fc2 : NULL);
     if (k->swiglu) {
         mg_swiglu_backward(ctx, d_gate, d_fc1, d_fc1, &la->gate, &la->fc);
         mg_column_parallel_linear_backward_partial(tf, d_fc1, &la->ln2, &w[MG_FC1_W],
@@ -632,10 +679,8 @@ MGDEF void mg_transformer_layer_backward(mg_transformer *tf, const mg_layer_id *
                                                    mg__opt_g(&g[MG_GATE_B]), 1);
         dln = mg_column_parallel_reduce(tf);
     } else {
-        mg_gelu_backward(ctx, d_fc1, &la->fc, d_fc1);
         dln = mg_column_parallel_linear_backward(tf, d_fc1, &la->ln2, &w[MG_FC1_W],
-                                                 defer_w ? NULL : &g[MG_FC1_W],
-                                                 mg__opt_g(&g[MG_FC1_B]));
+                                                 defer_w ? NULL : &g[MG_FC1_W], NULL);
     }
     mg_norm_backward(ctx, &k->norm, &tf->dresid, &g[MG_LN2_W], mg__opt_g(&g[MG_LN2_B]), dln,
                      &la->resid_mid, &w[MG_LN2_W], la->ln2_mean, la->ln2_rstd, 1);
@@ -672,8 +717,9 @@ MGDEF void mg_transformer_layer_backward_weight(mg_transformer *tf, mg_tensor *g
                                                 mg_layer_acts *la) {
     mg_linear_backward_weight(tf->ctx, &g[MG_FC2_W], mg__opt_g(&g[MG_FC2_B]), &la->dout_fc2,
                               &la->fc_gelu);
+    /* fc1's bias gradient came out of the fused GELU backward, unless the MLP is SwiGLU */
     mg_column_parallel_linear_backward_weight(tf, &la->dout_fc1, &la->ln2, &g[MG_FC1_W],
-                                              mg__opt_g(&g[MG_FC1_B]));
+                                              tf->cfg.swiglu ? mg__opt_g(&g[MG_FC1_B]) : NULL);
     if (tf->cfg.swiglu)
         mg_column_parallel_linear_backward_weight(tf, &la->dout_gate, &la->ln2, &g[MG_GATE_W],
                                                   mg__opt_g(&g[MG_GATE_B]));

@@ -203,6 +203,94 @@ static void test_gelu(mg_ctx *ctx) {
     mg_arena_release(ctx, mark);
 }
 
+/* The fused GELU MLP pair against the ops it fuses (each checked against PyTorch above):
+   fp32 — pre = linear, out = gelu(pre), dpre = gelu'(pre) ⊙ (dout·W), dbias += Σ dpre; bf16 —
+   each output the fp32 result rounded ONCE (out = bf16(gelu(fp32 pre)), not gelu of the
+   rounded pre; the bias gradient bf16-rounded before it is added). On the CPU (the twin: a
+   GEMM into fp32, then the epilogue) these are exact; on a GPU cuBLASLt's GELU and GEMM may
+   move a result by rounding, so the tolerances are then 1e-5 and one bf16 ulp.             */
+static void test_linear_gelu(mg_ctx *ctx) {
+    enum { FI = C, FO = 4 * C, FO2 = C };   /* in, out, next layer's out */
+    size_t mark = mg_arena_mark(ctx);
+    int exact = ctx->device == MG_DEVICE_CPU, i, k;
+    double tol32 = exact ? 0.0 : 1e-5, tol16 = exact ? 0.0 : 1.0 / 128;
+    float *x = ops_randn_array(N * FI, 1), *w = ops_randn_array(FO * FI, 0.3f);
+    float *bb = ops_randn_array(FO, 0.5f), *w2 = ops_randn_array(FO2 * FO, 0.3f);
+    float *dy = ops_randn_array(N * FO2, 1), *init = ops_randn_array(FO, 1);
+    float *want = (float *)malloc(sizeof(float) * N * FO), *pre32;
+    mg_tensor t[2][9];   /* per dtype: inp, w, b, w2, dout, act, pre, dpre, dbias (fp32) */
+    for (k = 0; k < 2; k++) {
+        mg_dtype dt = k ? MG_BF16 : MG_F32;
+        t[k][0] = ops_dev(ctx, dt, x, N, FI); t[k][1] = ops_dev(ctx, dt, w, FO, FI);
+        t[k][2] = ops_dev(ctx, dt, bb, 1, FO); t[k][3] = ops_dev(ctx, dt, w2, FO2, FO);
+        t[k][4] = ops_dev(ctx, dt, dy, N, FO2); t[k][5] = ops_dev(ctx, dt, NULL, N, FO);
+        t[k][6] = ops_dev(ctx, dt, NULL, N, FO); t[k][7] = ops_dev(ctx, dt, NULL, N, FO);
+        t[k][8] = ops_dev(ctx, MG_F32, init, 1, FO);
+        if (k == 1)   /* the fp32 run gets the bf16 inputs' values, so both compute alike */
+            for (i = 0; i < 5; i++) {
+                float *h = ops_host(ctx, &t[1][i]);
+                mg_copy_to_device(ctx, t[0][i].data, h, mg_nbytes(&t[0][i]));
+                free(h);
+            }
+    }
+    for (k = 0; k < 2; k++) {
+        mg_linear_gelu_forward(ctx, &t[k][5], &t[k][6], &t[k][0], &t[k][1], &t[k][2]);
+        mg_linear_backward_input_gelu(ctx, &t[k][7], &t[k][8], &t[k][4], &t[k][3], &t[k][6]);
+    }
+    {   /* fp32 against the unfused ops */
+        mg_tensor pre = ops_dev(ctx, MG_F32, NULL, N, FO), act = ops_dev(ctx, MG_F32, NULL, N, FO);
+        mg_tensor da = ops_dev(ctx, MG_F32, NULL, N, FO), db = ops_dev(ctx, MG_F32, init, 1, FO);
+        mg_tensor dw1 = ops_dev(ctx, MG_F32, NULL, FO, FI);
+        float *h;
+        mg_linear_forward(ctx, &pre, &t[0][0], &t[0][1], &t[0][2]);
+        mg_gelu_forward(ctx, &act, &t[0][6]);
+        mg_linear_backward_input(ctx, &da, &t[0][4], &t[0][3], 0);
+        mg_gelu_backward(ctx, &da, &t[0][6], &da);
+        mg_linear_backward_weight(ctx, &dw1, &db, &da, &t[0][0]);   /* db += Σ_rows da */
+        h = ops_host(ctx, &pre);
+        ops_close(ctx, "linear+gelu fp32: pre = linear forward", &t[0][6], h, exact ? 1e-6 : 1e-5, FLOOR);
+        free(h);
+        h = ops_host(ctx, &act);
+        ops_close(ctx, "linear+gelu fp32: out = gelu(pre)", &t[0][5], h, tol32, FLOOR);
+        free(h);
+        h = ops_host(ctx, &da);
+        ops_close(ctx, "linear+gelu fp32: dpre = gelu'(pre) * (dout W)", &t[0][7], h, tol32, FLOOR);
+        free(h);
+        h = ops_host(ctx, &db);
+        ops_close(ctx, "linear+gelu fp32: dbias += column sums of dpre", &t[0][8], h, tol32, FLOOR);
+        free(h);
+    }
+    /* bf16: each output the fp32 run's value rounded once */
+    pre32 = ops_host(ctx, &t[0][6]);
+    for (i = 0; i < N * FO; i++) want[i] = mg_bf16_to_f32(mg_f32_to_bf16(pre32[i]));
+    ops_close(ctx, "linear+gelu bf16: pre = bf16(fp32 pre)", &t[1][6], want, tol16, FLOOR);
+    {
+        float *act32 = ops_host(ctx, &t[0][5]);
+        for (i = 0; i < N * FO; i++) want[i] = mg_bf16_to_f32(mg_f32_to_bf16(act32[i]));
+        ops_close(ctx, "linear+gelu bf16: out = bf16(gelu(fp32 pre)), one rounding", &t[1][5], want, tol16, FLOOR);
+        free(act32);
+    }
+    {   /* dpre in bf16 uses the bf16 pre: compare with the fp32 formula on it */
+        float *preb = ops_host(ctx, &t[1][6]);
+        mg_tensor p32 = ops_dev(ctx, MG_F32, preb, N, FO), d32 = ops_dev(ctx, MG_F32, NULL, N, FO);
+        mg_tensor db = ops_dev(ctx, MG_F32, NULL, 1, FO);
+        float *h, *dsum;
+        mg_linear_backward_input_gelu(ctx, &d32, &db, &t[0][4], &t[0][3], &p32);
+        h = ops_host(ctx, &d32);
+        dsum = ops_host(ctx, &db);
+        for (i = 0; i < N * FO; i++) want[i] = mg_bf16_to_f32(mg_f32_to_bf16(h[i]));
+        ops_close(ctx, "linear+gelu bf16: dpre = bf16(fp32 dpre)", &t[1][7], want, tol16, FLOOR);
+        for (i = 0; i < FO; i++) want[i] = init[i] + mg_bf16_to_f32(mg_f32_to_bf16(dsum[i]));
+        ops_close(ctx, "linear+gelu bf16: dbias += bf16(fp32 column sums)", &t[1][8], want, tol16, FLOOR);
+        free(h); free(dsum); free(preb);
+    }
+    OPS_EXPECT_FATAL("linear+gelu rejects pre aliasing out", "distinct buffers of one dtype",
+                     mg_linear_gelu_forward(ctx, &t[0][5], &t[0][5], &t[0][0], &t[0][1], &t[0][2]));
+    free(x); free(w); free(bb); free(w2); free(dy); free(init); free(want);
+    free(pre32);
+    mg_arena_release(ctx, mark);
+}
+
 static void test_attention(mg_ctx *ctx) {
     ops_ref r;
     size_t mark = mg_arena_mark(ctx);
@@ -546,6 +634,7 @@ int main(void) {
     test_layernorm(&ctx);
     test_linear(&ctx);
     test_gelu(&ctx);
+    test_linear_gelu(&ctx);
     test_attention(&ctx);
     test_xent(&ctx);
     test_classifier_fused(&ctx);

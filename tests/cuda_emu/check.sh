@@ -10,7 +10,8 @@
 #      bf16 2^-7 nats (2u, the bound tests/test_mixed.c holds bf16 to against fp32)
 #   5. the timers of --timing-log-level 2 on the GPU path (CUDA events) add up: 4 ranks, and 1
 #      rank with more timed regions than a timer's pool of event pairs
-#   6. every __global__ function of the library headers was launched by 2-5
+#   6. bench/gpu.cu (build/gpu_emu --tiny): the GPU benchmark runs start to end on tiny shapes
+#   7. every __global__ function of the library headers was launched by 2-6
 # Every emulated run aborts on its first bug-finder report (race, bounds, uninitialised read).
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
@@ -36,7 +37,7 @@ run_prog() {
     grep -E '^not ok |mg-emu' "$out" | head -n 12 | sed 's/^/  | /'
   fi
 }
-for p in emu_test gpu_ops_emu gpu_model_emu gpt_train_emu gpt_train; do
+for p in emu_test gpu_ops_emu gpu_model_emu gpt_train_emu gpt_train gpu_emu; do
   [ -x "$BUILD/$p" ] || { report 1 "cuda_emu: $BUILD/$p is built" "make $BUILD/$p"; exit 1; }
 done
 
@@ -150,6 +151,15 @@ ok=1; [ "$rc" = 0 ] && [ "$3" = 1 ] && ok=0
 report $ok "cuda_emu: gpt_train_emu 1 rank, 40 microbatches (more timed regions than a timer's 32 event pairs): computes / forward-backward $1, forward-backward + optimizer / iteration $2, both in [0.9, 1.001] ($(( $(date +%s) - start ))s)" \
   "exit status $rc"
 [ $ok = 0 ] || grep -E 'mg-emu|rror' "$tmp/pool" | head -n 8 | sed 's/^/  | /'
+
+# --- bench/gpu on tiny shapes: its kernel table and both whole-step lines --------------------
+start=$(date +%s)
+"$BUILD/gpu_emu" --tiny > "$tmp/bench" 2>&1; rc=$?
+rows=$(grep -c '^| ' "$tmp/bench")
+report "$([ "$rc" = 0 ] && [ "$rows" = 14 ] && echo 0 || echo 1)" \
+  "cuda_emu: bench/gpu --tiny runs (kernel table and whole steps, $rows table lines, $(( $(date +%s) - start ))s)" \
+  "exit status $rc, $rows table lines of 14"
+[ "$rc" = 0 ] || grep -E 'mg-emu|rror' "$tmp/bench" | head -n 8 | sed 's/^/  | /'
 
 # --- every __global__ function of the library was launched ------------------------------------
 kernels=$(sed -n 's/.*__global__.*[ *]\([A-Za-z_][A-Za-z0-9_]*\)(.*/\1/p' ./*.h | sort -u)

@@ -10,10 +10,11 @@
      5. fibers and the block scheduler: barriers, warp operations
      6. launches, atomics
      7. runtime API: devices, memory, streams, events
-     8. cuBLAS through cblas_sgemm
+     8. cuBLAS through cblas_sgemm; 8b. cuBLASLt's matmul with its epilogues
      9. NCCL through MPI                                                                      */
 #include "cuda_runtime.h"
 #include "cublas_v2.h"
+#include "cublasLt.h"
 #include "nccl.h"
 #include "cuda_bf16.h"
 #include "cuda_fp16.h"
@@ -1285,6 +1286,247 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta
                                           cublasComputeType_t compute, cublasGemmAlgo_t) {
     return gemm(h, ta, tb, m, n, k, alpha, A, at, lda, sA, B, bt, ldb, sB, beta, C, ct, ldc, sC,
                 batch, compute);
+}
+
+/* =============================================================================================
+   8b. cuBLASLt: descriptors hold what the caller set; the heuristic accepts exactly the
+       combinations below (the documented constraints of the epilogues the library uses) and
+       refuses the rest with CUBLAS_STATUS_NOT_SUPPORTED; cublasLtMatmul computes op(A)·op(B)
+       in fp32 through cblas_sgemm, D = α·AB + β·C, then the epilogue on each fp32 value of D
+       (column-major, row i of m):
+         BIAS           v += bias[i]
+         GELU_AUX(_BIAS) v (+= bias[i]); aux[i, j] = v; v = gelu(v)
+         DGELU(_BGRAD)  v *= gelu'(aux[i, j]); bias[i] = Σ_j v   (the bias gradient)
+       gelu(x) = ½x(1 + tanh(√(2/π)(x + 0.044715x³))). D, aux and the bias gradient are
+       rounded once to D's type (aux and bias types default to it and no other is emulated).
+   ========================================================================================== */
+struct cublasLtContext { int live; };
+struct mg_emu_lt_desc {
+    cublasComputeType_t compute; cudaDataType scale;
+    int32_t pmode, ta, tb, tc; uint32_t epi;
+    const void *bias; const void *aux; int64_t aux_ld; int32_t aux_type, bias_type;
+};
+struct mg_emu_lt_layout { cudaDataType type; uint64_t rows, cols; int64_t ld; };
+struct mg_emu_lt_pref { uint64_t workspace; uint32_t reduction, align[4], search; };
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) { *h = new cublasLtContext{1}; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) { delete h; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t c, cudaDataType s) {
+    *d = new mg_emu_lt_desc{c, s, 0, CUBLAS_OP_N, CUBLAS_OP_N, CUBLAS_OP_N, CUBLASLT_EPILOGUE_DEFAULT,
+                            NULL, NULL, 0, -1, -1};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { delete d; return CUBLAS_STATUS_SUCCESS; }
+/* Each attribute has cuBLASLt's storage size; a different sizeInBytes is INVALID_VALUE. */
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a,
+                                              const void *buf, size_t n) {
+    void *dst;
+    size_t want;
+    switch (a) {
+    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE: dst = &d->compute; want = 4; break;
+    case CUBLASLT_MATMUL_DESC_SCALE_TYPE: dst = &d->scale; want = 4; break;
+    case CUBLASLT_MATMUL_DESC_POINTER_MODE: dst = &d->pmode; want = 4; break;
+    case CUBLASLT_MATMUL_DESC_TRANSA: dst = &d->ta; want = 4; break;
+    case CUBLASLT_MATMUL_DESC_TRANSB: dst = &d->tb; want = 4; break;
+    case CUBLASLT_MATMUL_DESC_TRANSC: dst = &d->tc; want = 4; break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: dst = &d->epi; want = 4; break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: dst = &d->bias; want = sizeof(void *); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: dst = &d->aux; want = sizeof(void *); break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: dst = &d->aux_ld; want = 8; break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: dst = &d->aux_type; want = 4; break;
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: dst = &d->bias_type; want = 4; break;
+    default:
+        report("cuBLASLt: matmul descriptor attribute %d is not emulated", (int)a);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (!buf || n != want) return CUBLAS_STATUS_INVALID_VALUE;
+    memcpy(dst, buf, n);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType t, uint64_t rows,
+                                          uint64_t cols, int64_t ld) {
+    *l = new mg_emu_lt_layout{t, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { delete l; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+    *p = new mg_emu_lt_pref{0, CUBLASLT_REDUCTION_SCHEME_MASK, {256, 256, 256, 256}, 0};
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { delete p; return CUBLAS_STATUS_SUCCESS; }
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                    cublasLtMatmulPreferenceAttributes_t a,
+                                                    const void *buf, size_t n) {
+    void *dst;
+    size_t want = 4;
+    switch (a) {
+    case CUBLASLT_MATMUL_PREF_SEARCH_MODE: dst = &p->search; break;
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: dst = &p->workspace; want = 8; break;
+    case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK: dst = &p->reduction; break;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: dst = &p->align[0]; break;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: dst = &p->align[1]; break;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: dst = &p->align[2]; break;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: dst = &p->align[3]; break;
+    default:
+        report("cuBLASLt: preference attribute %d is not emulated", (int)a);
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (!buf || n != want) return CUBLAS_STATUS_INVALID_VALUE;
+    memcpy(dst, buf, n);
+    return CUBLAS_STATUS_SUCCESS;
+}
+static int lt_has_aux(uint32_t e) { return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_DGELU_BGRAD; }
+static int lt_has_bias(uint32_t e) { return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU_BGRAD; }
+/* The problem is valid and emulated: NULL, or why not. */
+static const char *lt_refusal(const mg_emu_lt_desc *d, const mg_emu_lt_layout *A,
+                              const mg_emu_lt_layout *B, const mg_emu_lt_layout *C,
+                              const mg_emu_lt_layout *D) {
+    uint64_t m = D->rows, n = D->cols, k = d->ta ? A->rows : A->cols;
+    uint32_t e = d->epi;
+    if (d->compute != CUBLAS_COMPUTE_32F || d->scale != CUDA_R_32F || d->pmode != 0)
+        return "compute type, scale type or pointer mode (only 32F, 32F, host)";
+    if ((d->ta != CUBLAS_OP_N && d->ta != CUBLAS_OP_T) || (d->tb != CUBLAS_OP_N && d->tb != CUBLAS_OP_T) ||
+        d->tc != CUBLAS_OP_N)
+        return "transpose (A, B: N or T; C: N)";
+    if (A->type != B->type || (A->type != CUDA_R_32F && A->type != CUDA_R_16F && A->type != CUDA_R_16BF) ||
+        (D->type != A->type && D->type != CUDA_R_32F) || C->type != D->type)
+        return "data types (A = B in 32F/16F/16BF; C = D, the same or 32F)";
+    if ((d->ta ? A->cols : A->rows) != m || (d->tb ? B->rows : B->cols) != n ||
+        (d->tb ? B->cols : B->rows) != k || C->rows != m || C->cols != n)
+        return "layout shapes do not match op(A)·op(B) = D";
+    if (A->ld < (int64_t)std::max<uint64_t>(1, A->rows) || B->ld < (int64_t)std::max<uint64_t>(1, B->rows) ||
+        D->ld < (int64_t)std::max<uint64_t>(1, m) || C->ld != D->ld)
+        return "leading dimensions";
+    if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS && !lt_has_aux(e))
+        return "epilogue not emulated";
+    if (lt_has_bias(e) && (!d->bias || (d->bias_type != -1 && d->bias_type != (int32_t)D->type)))
+        return "bias pointer unset, or a bias type other than D's";
+    if (lt_has_aux(e) && (!d->aux || d->aux_ld % 8 || d->aux_ld < (int64_t)m ||
+                          (d->aux_type != -1 && d->aux_type != (int32_t)D->type)))
+        return "aux pointer unset, aux ld not a multiple of 8 at least D's rows, or an aux type other than D's";
+    return NULL;
+}
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t d,
+                                              cublasLtMatrixLayout_t A, cublasLtMatrixLayout_t B,
+                                              cublasLtMatrixLayout_t C, cublasLtMatrixLayout_t D,
+                                              cublasLtMatmulPreference_t pref, int requested,
+                                              cublasLtMatmulHeuristicResult_t res[], int *count) {
+    if (!h || !d || !A || !B || !C || !D || !pref || requested < 1 || !res || !count)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    *count = 0;
+    if (lt_refusal(d, A, B, C, D)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    memset(&res[0], 0, sizeof res[0]);
+    res[0].algo.data[0] = 0x6d67656d75ull;   /* "mgemu": the one emulated algorithm */
+    res[0].state = CUBLAS_STATUS_SUCCESS;
+    res[0].wavesCount = 1.0f;
+    *count = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+static float lt_gelu_tanh(float x, float *grad) {
+    const float c = 0.7978845608028654f, a = 0.044715f;
+    float t = tanhf(c * (x + a * x * x * x));
+    *grad = 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * a * x * x);
+    return 0.5f * x * (1.0f + t);
+}
+static int lt_read_ok(const char *who, const void *p, size_t bytes) {
+    if (!is_dev(p)) { report("cuBLASLt matmul: %s = %p is not device memory", who, p); return 0; }
+    if (!dev_range_ok(who, p, bytes)) return 0;
+    for (size_t i = 0; i < bytes; i++)
+        if (g_shadow[(const char *)p - g_dev + i] == SH_UNWRITTEN) {
+            report("cuBLASLt matmul: %s reads byte %zu of %s, never written", who, i,
+                   describe_dev((const char *)p + i).c_str());
+            return 0;
+        }
+    return 1;
+}
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t d, const void *alpha,
+                              const void *A, cublasLtMatrixLayout_t Al, const void *B,
+                              cublasLtMatrixLayout_t Bl, const void *beta, const void *C,
+                              cublasLtMatrixLayout_t Cl, void *D, cublasLtMatrixLayout_t Dl,
+                              const cublasLtMatmulAlgo_t *algo, void *ws, size_t ws_bytes,
+                              cudaStream_t) {
+    if (!h || !d || !Al || !Bl || !Cl || !Dl || !alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
+    const char *why = lt_refusal(d, Al, Bl, Cl, Dl);
+    if (why) { report("cuBLASLt matmul: %s", why); return CUBLAS_STATUS_NOT_SUPPORTED; }
+    if (!algo || algo->data[0] != 0x6d67656d75ull) {
+        report("cuBLASLt matmul: the algorithm was not returned by cublasLtMatmulAlgoGetHeuristic");
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (ws_bytes && !dev_range_ok("cuBLASLt workspace", ws, ws_bytes)) return CUBLAS_STATUS_EXECUTION_FAILED;
+    int m = (int)Dl->rows, n = (int)Dl->cols, k = (int)(d->ta ? Al->rows : Al->cols);
+    int lda = (int)Al->ld, ldb = (int)Bl->ld, ldd = (int)Dl->ld;
+    cudaDataType at = Al->type, dt = Dl->type;
+    size_t fa = footprint((int)Al->rows, (int)Al->cols, lda), fb = footprint((int)Bl->rows, (int)Bl->cols, ldb);
+    size_t fd = footprint(m, n, ldd), sz = dt_size(dt);
+    float al = *(const float *)alpha, be = *(const float *)beta;
+    uint32_t e = d->epi;
+    if ((k && (!gemm_operand_ok("A", A, at, fa) || !gemm_operand_ok("B", B, at, fb))) ||
+        !gemm_operand_ok("D", D, dt, fd) || (be != 0.0f && !lt_read_ok("C", C, fd * sz))) {
+        if (!collecting()) fatal("stopping after a bad cuBLASLt matmul");
+        return CUBLAS_STATUS_EXECUTION_FAILED;
+    }
+    std::vector<float> a32(fa), b32(fb), v((size_t)m * n, 0.0f), aux;
+    to_f32(a32.data(), A, at, fa);
+    to_f32(b32.data(), B, at, fb);
+    if (m && n && k)
+        cblas_sgemm(CblasColMajor, d->ta ? CblasTrans : CblasNoTrans, d->tb ? CblasTrans : CblasNoTrans,
+                    m, n, k, al, a32.data(), lda, b32.data(), ldb, 0.0f, v.data(), m);
+    if (be != 0.0f)
+        for (int j = 0; j < n; j++) {
+            std::vector<float> c(m);
+            to_f32(c.data(), (const char *)C + (size_t)j * ldd * sz, dt, (size_t)m);
+            for (int i = 0; i < m; i++) v[(size_t)j * m + i] += be * c[i];
+        }
+    std::vector<float> bias(m, 0.0f);
+    if (e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+        if (!lt_read_ok("bias", d->bias, (size_t)m * sz)) fatal("stopping after a bad cuBLASLt matmul");
+        to_f32(bias.data(), d->bias, dt, (size_t)m);
+    }
+    size_t faux = footprint(m, n, (int)d->aux_ld);
+    if (e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_DGELU_BGRAD) {
+        if (!lt_read_ok("aux (the GELU input)", d->aux, faux * sz)) fatal("stopping after a bad cuBLASLt matmul");
+        aux.resize(faux);
+        to_f32(aux.data(), d->aux, dt, faux);
+    }
+    if ((e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) &&
+        !gemm_operand_ok("aux", d->aux, dt, faux))
+        fatal("stopping after a bad cuBLASLt matmul");
+    if (e == CUBLASLT_EPILOGUE_DGELU_BGRAD && !gemm_operand_ok("bias gradient", d->bias, dt, (size_t)m))
+        fatal("stopping after a bad cuBLASLt matmul");
+    std::vector<float> pre(e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ? (size_t)m : 0);
+    for (int j = 0; j < n; j++) {
+        float *col = &v[(size_t)j * m];
+        for (int i = 0; i < m; i++) {
+            float x = col[i] + bias[i], g;
+            switch (e) {
+            case CUBLASLT_EPILOGUE_GELU_AUX: case CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+                pre[i] = x;
+                x = lt_gelu_tanh(x, &g);
+                break;
+            case CUBLASLT_EPILOGUE_DGELU: case CUBLASLT_EPILOGUE_DGELU_BGRAD:
+                lt_gelu_tanh(aux[(size_t)j * d->aux_ld + i], &g);
+                x *= g;
+                break;
+            default: break;
+            }
+            col[i] = x;
+        }
+        if (!pre.empty()) {
+            char *ac = (char *)d->aux + (size_t)j * d->aux_ld * sz;
+            from_f32(ac, pre.data(), dt, (size_t)m);
+            dev_mark(ac, (size_t)m * sz);
+        }
+        char *dc = (char *)D + (size_t)j * ldd * sz;
+        from_f32(dc, col, dt, (size_t)m);
+        dev_mark(dc, (size_t)m * sz);
+    }
+    if (e == CUBLASLT_EPILOGUE_DGELU_BGRAD) {   /* Σ over D's columns, in column order, in fp32 */
+        std::vector<float> s(m, 0.0f);
+        for (int j = 0; j < n; j++) for (int i = 0; i < m; i++) s[i] += v[(size_t)j * m + i];
+        from_f32((void *)d->bias, s.data(), dt, (size_t)m);
+        dev_mark(d->bias, (size_t)m * sz);
+    }
+    return CUBLAS_STATUS_SUCCESS;
 }
 
 /* =============================================================================================

@@ -224,6 +224,39 @@ static int layernorm_case(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n, in
     OUT(out); OUT(mean); OUT(rstd); OUT(dinp); OUT(dinp0); OUT(dw); OUT(db);
     return nout;
 }
+/* The norm kernels' other paths: a block per row (C = 5000 > 4096), rows that are not a whole
+   number of vectors (C = 37: element by element), activations starting one element past an
+   aligned address (the vector path off although C = 384 divides), and fp32 weights with
+   16-bit activations (the run-time-dtype accessor).                                          */
+static int norm_paths_case(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n, int c, int shift,
+                           mg_dtype wt, int rms) {
+    int nout = 0, rows = N / 3;
+    int64_t shape[2] = {rows, c};
+    mg_norm k = {rms, 1e-5f};
+    mg_tensor in_buf = ops_dev(ctx, dt, X, 1, (int64_t)rows * c + shift);
+    mg_tensor dinp_buf = ops_dev(ctx, dt, E, 1, (int64_t)rows * c + shift);
+    mg_tensor in = mg_tensor_wrap((char *)in_buf.data + shift * mg_dtype_size(dt), dt, 2, shape);
+    mg_tensor dinp = mg_tensor_wrap((char *)dinp_buf.data + shift * mg_dtype_size(dt), dt, 2, shape);
+    mg_tensor w = ops_dev(ctx, wt, W, 1, c), b = ops_dev(ctx, wt, E, 1, c);
+    mg_tensor out = ops_dev(ctx, dt, NULL, rows, c), dout = ops_dev(ctx, dt, D, rows, c);
+    mg_tensor mean = mg_tensor_2d(ctx, MG_F32, 1, rows), rstd = mg_tensor_2d(ctx, MG_F32, 1, rows);
+    mg_norm_forward(ctx, &k, &out, (float *)mean.data, (float *)rstd.data, &in, &w, rms ? NULL : &b);
+    mg_norm_backward(ctx, &k, &dinp, NULL, NULL, &dout, &in, &w, (float *)mean.data,
+                     (float *)rstd.data, 1);
+    OUT(out); OUT(mean); OUT(rstd); OUT(dinp);
+    return nout;
+}
+static int op_norm_block(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    return norm_paths_case(ctx, dt, outs, n, 5000, 0, dt, 0) +
+           norm_paths_case(ctx, dt, outs + 4, n + 4, 4104, 0, dt, 1);
+}
+static int op_norm_unaligned(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    return norm_paths_case(ctx, dt, outs, n, 37, 0, dt, 0) +
+           norm_paths_case(ctx, dt, outs + 4, n + 4, C, 1, dt, 1);
+}
+static int op_norm_mixed(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    return dt == MG_F32 ? 0 : norm_paths_case(ctx, dt, outs, n, C, 0, MG_F32, 0);
+}
 static int op_layernorm(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     return layernorm_case(ctx, dt, outs, n, C);
 }
@@ -244,6 +277,38 @@ static int op_linear(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     mg_linear_backward_weight(ctx, &dw, &db, &dout, &in);
     OUT(out); OUT(out_nb); OUT(dinp); OUT(dinp_acc); OUT(dw); OUT(db);
     return nout;
+}
+/* The fused linear + GELU pair: o = 128 takes cuBLASLt (GELU_AUX_BIAS; DGELU_BGRAD into a
+   16-bit or fp32 bias gradient), o = 30 the fallback (aux leading dimension not a multiple of
+   8) and o = 64 cuBLASLt's GELU_AUX and DGELU, both without a bias; and an fp32 output of
+   16-bit inputs (cuBLASLt with D in fp32). The bias
+   gradients accumulate onto nonzero values; the rows N = 144 are not a multiple of 8 or 32. */
+static int linear_gelu_case(mg_ctx *ctx, mg_dtype dt, mg_dtype ot, float **outs, int64_t *n,
+                            int o, int with_bias) {
+    int nout = 0;
+    mg_tensor in = ops_dev(ctx, dt, X, N, C), w1 = ops_dev(ctx, dt, W, o, C);
+    mg_tensor b1 = ops_dev(ctx, ot, E, 1, o), w2 = ops_dev(ctx, ot, W + o * C, 96, o);
+    mg_tensor act = ops_dev(ctx, ot, NULL, N, o), pre = ops_dev(ctx, ot, NULL, N, o);
+    mg_tensor dout = ops_dev(ctx, ot, D, N, 96), dpre = ops_dev(ctx, ot, NULL, N, o);
+    mg_tensor db = ops_dev(ctx, MG_F32, E + o, 1, o), db16 = ops_dev(ctx, ot, E + 2 * o, 1, o);
+    mg_linear_gelu_forward(ctx, &act, &pre, &in, &w1, with_bias ? &b1 : NULL);
+    mg_linear_backward_input_gelu(ctx, &dpre, with_bias ? &db : NULL, &dout, &w2, &pre);
+    OUT(act); OUT(pre); OUT(dpre);
+    if (with_bias) {
+        mg_linear_backward_input_gelu(ctx, &dpre, &db16, &dout, &w2, &pre);
+        OUT(db); OUT(db16);
+    }
+    return nout;
+}
+static int op_linear_gelu(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    return linear_gelu_case(ctx, dt, dt, outs, n, 128, 1);
+}
+static int op_linear_gelu_odd(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    return linear_gelu_case(ctx, dt, dt, outs, n, 30, 0) +   /* the fallback */
+           linear_gelu_case(ctx, dt, dt, outs + 3, n + 3, 64, 0);   /* GELU_AUX, DGELU */
+}
+static int op_linear_gelu_f32out(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    return dt == MG_F32 ? 0 : linear_gelu_case(ctx, dt, MG_F32, outs, n, 64, 1);
 }
 static int op_gelu(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     int nout = 0;
@@ -399,6 +464,38 @@ static int op_elementwise(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     mg_dropout_backward(ctx, &d, &b, 0.35f, mg_dropout_key(4, 5, 6), 3);
     mg_fill(ctx, &c, 0.125f);
     OUT(o); OUT(f); OUT(back); OUT(a); OUT(d); OUT(c);
+    return nout;
+}
+/* The elementwise kernels' scalar paths and fallbacks: 1001 elements (not a whole number of
+   vectors: a tail), views one element past an aligned address (no vectors at all), an add of
+   mixed dtypes and a bf16 <-> fp16 cast (the run-time-dtype kernel), casts fp32 <-> 16-bit,
+   SwiGLU's backward on a misaligned and on aligned inputs.                                   */
+static int op_elementwise_odd(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    enum { L = 1001 };
+    int nout = 0;
+    int64_t len = L;
+    mg_dtype other = dt == MG_F16 ? MG_BF16 : MG_F16;
+    mg_tensor abuf = ops_dev(ctx, dt, X, 1, L + 1), bbuf = ops_dev(ctx, dt, D, 1, L + 1);
+    mg_tensor a = mg_tensor_wrap((char *)abuf.data + mg_dtype_size(dt), dt, 1, &len);
+    mg_tensor b = mg_tensor_wrap((char *)bbuf.data + mg_dtype_size(dt), dt, 1, &len);
+    mg_tensor o = ops_dev(ctx, dt, NULL, 1, L), g = ops_dev(ctx, dt, NULL, 1, L);
+    mg_tensor f = ops_dev(ctx, MG_F32, E, 1, L), m = ops_dev(ctx, dt, NULL, 1, L);
+    mg_tensor c = ops_dev(ctx, other, NULL, 1, L), back = ops_dev(ctx, dt, NULL, 1, L);
+    mg_add(ctx, &o, &a, &b);                     /* misaligned inputs: element by element */
+    mg_gelu_forward(ctx, &g, &o);                /* aligned, 1001 = 125 vectors + a tail   */
+    mg_dropout_forward(ctx, &g, &g, 0.3f, mg_dropout_key(7, 8, 9), 2);
+    mg_add(ctx, &m, &o, &f);                     /* dt + fp32: the run-time-dtype kernel   */
+    mg_axpy(ctx, &f, 0.5f, &o);                  /* fp32 += dt                            */
+    mg_cast(ctx, &c, &m);                        /* 16-bit <-> 16-bit (or fp32 -> fp16)   */
+    mg_cast(ctx, &back, &c);
+    OUT(o); OUT(g); OUT(m); OUT(f); OUT(c); OUT(back);
+    {   /* SwiGLU backward: a misaligned gate (no vectors), then aligned (vectors and a tail) */
+        mg_tensor dg = ops_dev(ctx, dt, NULL, 1, L), du = ops_dev(ctx, dt, NULL, 1, L);
+        mg_tensor dg2 = ops_dev(ctx, dt, NULL, 1, L), du2 = ops_dev(ctx, dt, NULL, 1, L);
+        mg_swiglu_backward(ctx, &dg, &du, &o, &a, &g);
+        mg_swiglu_backward(ctx, &dg2, &du2, &o, &g, &back);
+        OUT(dg); OUT(du); OUT(dg2); OUT(du2);
+    }
     return nout;
 }
 static int op_xent(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
@@ -582,8 +679,14 @@ int main(void) {
         compare("embedding scatter-add, exact", op_embedding_scatter, dt, 0.0);
         compare("layernorm C=384", op_layernorm, dt, tol);
         compare("layernorm C=40", op_layernorm_narrow, dt, tol);
+        compare("norms C=5000, 4104 (a block per row)", op_norm_block, dt, tol);
+        compare("norms C=37, C=384 unaligned (no vectors)", op_norm_unaligned, dt, tol);
+        if (k) compare("layernorm fp32 weights (run-time dtypes)", op_norm_mixed, dt, tol);
         compare("linear", op_linear, dt, tol);
         compare("gelu", op_gelu, dt, tol);
+        compare("linear+gelu fused (cuBLASLt epilogues)", op_linear_gelu, dt, tol);
+        compare("linear+gelu fused without bias, o=30 (fallback), o=64", op_linear_gelu_odd, dt, tol);
+        if (k) compare("linear+gelu fused, fp32 output of 16-bit inputs", op_linear_gelu_f32out, dt, tol);
         compare("attention T=48", op_attention, dt, k ? 2 * tol : tol);
         compare("attention T=300 dropout", op_attention_long, dt, k ? 2 * tol : tol);
         compare("tiled attention T=48 hd 64", op_flash, dt, k ? 2 * tol : tol);
@@ -594,6 +697,7 @@ int main(void) {
         compare("swiglu", op_swiglu, dt, tol);
         compare("rope + gqa attention (dropout)", op_rope_gqa, dt, k ? 2 * tol : tol);
         compare("elementwise+dropout", op_elementwise, dt, tol);
+        compare("elementwise: tail, unaligned, mixed dtypes", op_elementwise_odd, dt, tol);
         compare("xent (2 vocab slices)", op_xent, dt, tol);
         compare("xent one pass (2 vocab slices)", op_xent_onepass, dt, tol);
         compare("fused classifier (chunks of 50, padding)", op_classifier, dt, tol);

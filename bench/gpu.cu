@@ -1,0 +1,328 @@
+/* bench/gpu — megatron.h's CUDA kernels against the GPU's physical limits, and whole-step MFU.
+
+     build/gpu_cuda [--tiny] [--reps N] [--steps N] [--seq T] [--dtype bf16|fp16|fp32]
+
+   1. Per kernel, at one layer of GPT-2 124M (micro-batch 8, sequence 1024, hidden 768: N = 8192
+      rows, C = 768; --seq changes T): the mean time of --reps calls (default 20, after one
+      warm-up) between two CUDA events, the bytes and FLOPs of one call (the formulas of the
+      notes beside the kernels in mg_tensor.h: DRAM traffic counting each tensor once), the
+      roofline time max(bytes / bandwidth, FLOPs / peak) and the achieved fraction of it. The
+      peak is the tensor-core rate for 16-bit GEMMs and the CUDA-core fp32 rate for fp32 GEMMs
+      and every other kernel.
+   2. Whole steps (forward, backward, optimizer) of GPT-2 124M (12 layers, hidden 768, vocab
+      50257, micro-batch 8, T = 1024) and a ~1.2 B Llama-shaped model (16 layers, hidden 2048,
+      32 heads in 8 KV groups, SwiGLU 8192, RMSNorm, rope, untied, vocab 128256, micro-batch 1,
+      T = 4096): the median of --steps steps (default 5, after 2 warm-up) and MFU = model
+      FLOPs (mg_gpt_flops_per_iteration, Megatron-LM's count) / time / the 16-bit tensor peak.
+   Peaks come from the device name (public specifications, dense):
+        A100 SXM4 80GB 2.039 TB/s, A100 40GB / PCIe 1.555 TB/s; 312 TFLOP/s bf16/fp16,
+        19.5 TFLOP/s fp32;  H100 SXM 3.35 TB/s, 989 TFLOP/s, 67 TFLOP/s fp32;
+        H100 PCIe 2.0 TB/s, 756, 51;  H200 4.8 TB/s, 989, 67.
+   Any other device: bandwidth measured by a device-to-device copy of 1 GiB, the peaks by an
+   8192³ GEMM of mg_gemm in the dtype (16-bit) and in fp32 (said so in the header line).
+   --tiny: tiny shapes, 1 rep, 1 step of tiny models — a smoke test (the CUDA emulator's
+   check.sh runs build/gpu_emu --tiny); its numbers mean nothing.
+   Without a GPU: one line "bench/gpu: skipped: …" and exit status 0 (nothing to measure is
+   not a failure of the program); a CUDA error ends it with the library's one-line message. */
+#define MG_IMPLEMENTATION   /* a program of its own, as examples/ are */
+#include "megatron.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct { double bw, tc16, fp32; const char *source; } bench_peaks;
+static mg_ctx g_ctx;
+static int g_reps = 20;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+/* Mean milliseconds of one call of f(arg) over g_reps calls after one warm-up. */
+static double time_ms(void (*f)(void *), void *arg) {
+    cudaEvent_t a, b;
+    float ms = 0.0f;
+    int i;
+    f(arg);
+    MG_CUDA_CHECK(cudaEventCreate(&a));
+    MG_CUDA_CHECK(cudaEventCreate(&b));
+    MG_CUDA_CHECK(cudaEventRecord(a, (cudaStream_t)g_ctx.stream));
+    for (i = 0; i < g_reps; i++) f(arg);
+    MG_CUDA_CHECK(cudaEventRecord(b, (cudaStream_t)g_ctx.stream));
+    MG_CUDA_CHECK(cudaEventSynchronize(b));
+    MG_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    MG_CUDA_CHECK(cudaEventDestroy(a));
+    MG_CUDA_CHECK(cudaEventDestroy(b));
+    return ms / g_reps;
+}
+
+/* --- peaks ------------------------------------------------------------------------------- */
+typedef struct { void *src, *dst; size_t bytes; } copy_arg;
+static void do_copy(void *p) {
+    copy_arg *c = (copy_arg *)p;
+    mg_copy(&g_ctx, c->dst, c->src, c->bytes);
+}
+typedef struct { int n; mg_dtype dt; void *a, *b, *c; } gemm_arg;
+static void do_gemm(void *p) {
+    gemm_arg *g = (gemm_arg *)p;
+    mg_gemm(&g_ctx, 0, 0, g->n, g->n, g->n, 1.0f, g->a, g->dt, g->n, g->b, g->dt, g->n, 0.0f,
+            g->c, g->dt, g->n);
+}
+static bench_peaks peaks_of(const char *name, mg_dtype dt, int tiny) {
+    bench_peaks p = {0, 0, 0, "public specifications"};
+    if (strstr(name, "H200")) { p.bw = 4.8e12; p.tc16 = 989e12; p.fp32 = 67e12; }
+    else if (strstr(name, "H100") && strstr(name, "PCIe")) { p.bw = 2.0e12; p.tc16 = 756e12; p.fp32 = 51e12; }
+    else if (strstr(name, "H100")) { p.bw = 3.35e12; p.tc16 = 989e12; p.fp32 = 67e12; }
+    else if (strstr(name, "A100") && strstr(name, "80GB") && !strstr(name, "PCIe")) { p.bw = 2.039e12; p.tc16 = 312e12; p.fp32 = 19.5e12; }
+    else if (strstr(name, "A100")) { p.bw = 1.555e12; p.tc16 = 312e12; p.fp32 = 19.5e12; }
+    else {   /* measured: a 1 GiB copy reads and writes 2 GiB; 8192³ GEMMs (64³ with --tiny) */
+        size_t mark = mg_arena_mark(&g_ctx), bytes = tiny ? (1u << 20) : (1u << 30);
+        int n = tiny ? 64 : 8192;
+        copy_arg c = {mg_alloc(&g_ctx, bytes), mg_alloc(&g_ctx, bytes), bytes};
+        gemm_arg g = {n, dt, NULL, NULL, NULL};
+        mg_memset_zero(&g_ctx, c.src, bytes);
+        p.bw = 2.0 * bytes / (time_ms(do_copy, &c) * 1e-3);
+        mg_arena_release(&g_ctx, mark);
+        g.a = mg_alloc(&g_ctx, (size_t)n * n * 4);
+        g.b = mg_alloc(&g_ctx, (size_t)n * n * 4);
+        g.c = mg_alloc(&g_ctx, (size_t)n * n * 4);
+        mg_memset_zero(&g_ctx, g.a, (size_t)n * n * 4);
+        mg_memset_zero(&g_ctx, g.b, (size_t)n * n * 4);
+        p.tc16 = 2.0 * n * n * (double)n / (time_ms(do_gemm, &g) * 1e-3);
+        g.dt = MG_F32;
+        p.fp32 = 2.0 * n * n * (double)n / (time_ms(do_gemm, &g) * 1e-3);
+        if (dt == MG_F32) p.tc16 = p.fp32;
+        mg_arena_release(&g_ctx, mark);
+        p.source = "measured (device not in the table)";
+    }
+    return p;
+}
+
+/* --- per-kernel table ---------------------------------------------------------------------- */
+typedef struct {
+    int64_t N, C;
+    mg_dtype dt;
+    mg_tensor x, y, x4, pre4, act4, dx4, w4, b4, w2, wq, bq, q3, w, b, g32, gb32, dwq, dbq;
+    float *mean, *rstd;
+} layer_bufs;
+static void k_layernorm_fwd(void *p) {
+    layer_bufs *L = (layer_bufs *)p;
+    mg_layernorm_forward(&g_ctx, &L->y, L->mean, L->rstd, &L->x, &L->w, &L->b);
+}
+static void k_layernorm_bwd(void *p) {
+    layer_bufs *L = (layer_bufs *)p;
+    mg_layernorm_backward(&g_ctx, &L->y, &L->g32, &L->gb32, &L->x, &L->x, &L->w, L->mean, L->rstd, 1);
+}
+static void k_linear_bias(void *p) {   /* QKV: cuBLASLt's BIAS epilogue */
+    layer_bufs *L = (layer_bufs *)p;
+    mg_linear_forward(&g_ctx, &L->q3, &L->x, &L->wq, &L->bq);
+}
+static void k_linear_gelu(void *p) {   /* FC1 + GELU: GELU_AUX_BIAS */
+    layer_bufs *L = (layer_bufs *)p;
+    mg_linear_gelu_forward(&g_ctx, &L->act4, &L->pre4, &L->x, &L->w4, &L->b4);
+}
+static void k_linear_dgelu(void *p) {   /* FC2's input gradient through the GELU: DGELU_BGRAD */
+    layer_bufs *L = (layer_bufs *)p;
+    mg_linear_backward_input_gelu(&g_ctx, &L->dx4, &L->b4, &L->x, &L->w2, &L->pre4);
+}
+static void k_linear_dw(void *p) {   /* QKV's weight gradient (+ bias: the column sums) */
+    layer_bufs *L = (layer_bufs *)p;
+    mg_linear_backward_weight(&g_ctx, &L->dwq, &L->dbq, &L->q3, &L->x);
+}
+static void k_gelu(void *p) {
+    layer_bufs *L = (layer_bufs *)p;
+    mg_gelu_forward(&g_ctx, &L->act4, &L->pre4);
+}
+static void k_add(void *p) {
+    layer_bufs *L = (layer_bufs *)p;
+    mg_add(&g_ctx, &L->y, &L->y, &L->x);
+}
+static void k_dropout(void *p) {
+    layer_bufs *L = (layer_bufs *)p;
+    mg_dropout_forward(&g_ctx, &L->y, &L->x, 0.1f, 12345, 0);
+}
+static void k_cast(void *p) {
+    layer_bufs *L = (layer_bufs *)p;
+    mg_tensor f = mg_tensor_wrap(L->dx4.data, MG_F32, 2, L->x.shape);   /* 4·N·C bytes: room */
+    mg_cast(&g_ctx, &f, &L->x);
+}
+
+typedef struct { const char *name; void (*f)(void *); double bytes, flops; int gemm; } kernel_row;
+
+static void kernel_table(const bench_peaks *pk, int64_t N, int64_t C, mg_dtype dt) {
+    layer_bufs L;
+    double s = (double)mg_dtype_size(dt), n = (double)N, c = (double)C;
+    size_t mark = mg_arena_mark(&g_ctx);
+    int i;
+    memset(&L, 0, sizeof L);
+    L.N = N; L.C = C; L.dt = dt;
+    L.x = mg_tensor_2d(&g_ctx, dt, N, C);       L.y = mg_tensor_2d(&g_ctx, dt, N, C);
+    L.x4 = mg_tensor_2d(&g_ctx, dt, N, 4 * C);  L.pre4 = mg_tensor_2d(&g_ctx, dt, N, 4 * C);
+    L.act4 = mg_tensor_2d(&g_ctx, dt, N, 4 * C); L.dx4 = mg_tensor_2d(&g_ctx, dt, N, 4 * C);
+    L.w4 = mg_tensor_2d(&g_ctx, dt, 4 * C, C);  L.b4 = mg_tensor_2d(&g_ctx, dt, 1, 4 * C);
+    L.w2 = mg_tensor_2d(&g_ctx, dt, C, 4 * C);
+    L.wq = mg_tensor_2d(&g_ctx, dt, 3 * C, C);  L.bq = mg_tensor_2d(&g_ctx, dt, 1, 3 * C);
+    L.q3 = mg_tensor_2d(&g_ctx, dt, N, 3 * C);
+    L.w = mg_tensor_2d(&g_ctx, dt, 1, C);       L.b = mg_tensor_2d(&g_ctx, dt, 1, C);
+    L.g32 = mg_tensor_2d(&g_ctx, MG_F32, 1, C); L.gb32 = mg_tensor_2d(&g_ctx, MG_F32, 1, C);
+    L.dwq = mg_tensor_2d(&g_ctx, MG_F32, 3 * C, C); L.dbq = mg_tensor_2d(&g_ctx, MG_F32, 1, 3 * C);
+    L.mean = (float *)mg_alloc(&g_ctx, (size_t)N * 4);
+    L.rstd = (float *)mg_alloc(&g_ctx, (size_t)N * 4);
+    {   /* small values everywhere (no inf/nan to slow anything down) */
+        mg_tensor *all[] = {&L.x, &L.y, &L.x4, &L.pre4, &L.act4, &L.dx4, &L.w4, &L.b4, &L.w2,
+                            &L.wq, &L.bq, &L.q3, &L.w, &L.b, &L.g32, &L.gb32, &L.dwq, &L.dbq};
+        for (i = 0; i < (int)(sizeof all / sizeof all[0]); i++) mg_fill(&g_ctx, all[i], 0.01f);
+    }
+    {
+        /* bytes: each tensor once (DRAM); FLOPs: 2 per multiply-add, ~20 per exp-based op */
+        kernel_row rows[] = {
+            {"layernorm forward", k_layernorm_fwd, 2 * n * c * s + 2 * c * s + 8 * n, 8 * n * c, 0},
+            {"layernorm backward (+dw, db)", k_layernorm_bwd, 3 * n * c * s + c * s + 8 * n + 16 * c, 16 * n * c, 0},
+            {"linear QKV + bias (cuBLASLt BIAS)", k_linear_bias, (n * c + 3 * c * c + 3 * c + 3 * n * c) * s, 2 * n * c * 3 * c, 1},
+            {"linear FC1 + bias + GELU (GELU_AUX_BIAS)", k_linear_gelu, (n * c + 4 * c * c + 4 * c + 8 * n * c) * s, 2 * n * c * 4 * c + 20 * 4 * n * c, 1},
+            {"FC2 dinp through GELU (DGELU_BGRAD)", k_linear_dgelu, (n * c + 4 * c * c + 8 * n * c + 4 * c) * s, 2 * n * c * 4 * c + 25 * 4 * n * c, 1},
+            {"linear QKV weight gradient + bias", k_linear_dw, (n * c + 3 * n * c) * s + 2 * (3 * c * c + 3 * c) * 4, 2 * n * c * 3 * c + 3 * n * c, 1},
+            {"GELU (unfused)", k_gelu, 8 * n * c * s, 20 * 4 * n * c, 0},
+            {"residual add", k_add, 3 * n * c * s, n * c, 0},
+            {"dropout", k_dropout, 2 * n * c * s, 25 * n * c, 0},
+            {"cast to fp32", k_cast, n * c * (s + 4), 0, 0},
+        };
+        printf("| kernel | ms | GB/s | TFLOP/s | roofline ms | of roofline |\n|---|---|---|---|---|---|\n");
+        for (i = 0; i < (int)(sizeof rows / sizeof rows[0]); i++) {
+            kernel_row *r = &rows[i];
+            double ms = time_ms(r->f, &L), peak = r->gemm && dt != MG_F32 ? pk->tc16 : pk->fp32;
+            double roof = 1e3 * (r->bytes / pk->bw > r->flops / peak ? r->bytes / pk->bw : r->flops / peak);
+            printf("| %s | %.4f | %.0f | %.1f | %.4f | %.0f%% |\n", r->name, ms,
+                   r->bytes / (ms * 1e-3) / 1e9, r->flops / (ms * 1e-3) / 1e12, roof,
+                   100.0 * roof / ms);
+        }
+    }
+    mg_arena_release(&g_ctx, mark);
+}
+
+/* --- whole steps ------------------------------------------------------------------------------ */
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+/* One model through the trainer on random tokens; prints its line. */
+static int whole_step(const char *label, const char *model_flags, int T, int batch, int steps,
+                      const char *dtype_flag, double peak, const char *dir) {
+    char line[2048], path[600], err[MG_ERRLEN];
+    char *words[96], *w;
+    int n = 0, i, vocab = 256;
+    int64_t k, n_tokens;
+    int32_t *tokens;
+    mg_train_args args;
+    mg_trainer tr;
+    double *t, flops;
+    const char *v = strstr(model_flags, "--vocab-size ");
+    if (v) vocab = atoi(v + 13);
+    n_tokens = (int64_t)(steps + 2) * batch * T + 1;
+    tokens = (int32_t *)malloc(sizeof(int32_t) * (size_t)n_tokens);
+    for (k = 0; k < n_tokens; k++) tokens[k] = (int32_t)(mg_rand_u32(7, (uint64_t)k) % (uint32_t)vocab);
+    snprintf(path, sizeof path, "%s/tokens.bin", dir);
+    if (mg_llmc_tokens_write(path, tokens, n_tokens, err, sizeof err)) {
+        fprintf(stderr, "bench/gpu: error: %s\n", err);
+        free(tokens);
+        return 1;
+    }
+    free(tokens);
+    snprintf(line, sizeof line, "%s --data-path %s --data-order sequential --split 1,0,0 "
+             "--seq-length %d --max-position-embeddings %d --micro-batch-size %d "
+             "--global-batch-size %d --train-iters %d --lr 1e-4 --lr-decay-style constant "
+             "--eval-iters 0 --device cuda %s", model_flags, path, T, T, batch, batch,
+             steps + 2, dtype_flag);
+    words[n++] = (char *)"bench_gpu";
+    for (w = strtok(line, " "); w && n < 95; w = strtok(NULL, " ")) words[n++] = w;
+    mg_train_args_default(&args);
+    if (mg_train_parse(&args, n, words, err, sizeof err) ||
+        mg_trainer_setup(&tr, &args, err, sizeof err)) {
+        fprintf(stderr, "bench/gpu: error: %s: %s\n", label, err);
+        return 1;
+    }
+    t = (double *)malloc(sizeof(double) * (size_t)steps);
+    for (i = 0; i < 2 + steps; i++) {
+        double t0 = now_s();
+        mg_trainer_step(&tr);   /* reads the loss back: the step has finished */
+        if (i >= 2) t[i - 2] = now_s() - t0;
+    }
+    qsort(t, (size_t)steps, sizeof(double), cmp_double);
+    flops = mg_gpt_flops_per_iteration(&tr.cfg, batch);
+    printf("| %s | %.2f M | %d × %d | %.1f | %.1f | %.1f%% |\n", label,
+           mg_gpt_num_params(&tr.cfg) / 1e6, batch, T, t[steps / 2] * 1e3,
+           flops / t[steps / 2] / 1e12, 100.0 * flops / t[steps / 2] / peak);
+    fflush(stdout);
+    free(t);
+    mg_trainer_free(&tr);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    int tiny = 0, steps = 5, seq = 0, i, rc = 0;
+    mg_dtype dt = MG_BF16;
+    const char *dtype_flag = "--bf16";
+    mg_ctx_desc d;
+    bench_peaks pk;
+    char dir[] = "/tmp/mg_bench_gpu_XXXXXX", cmd[600];
+    for (i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--tiny")) { tiny = 1; g_reps = 1; steps = 1; continue; }
+        if (i + 1 < argc && !strcmp(argv[i], "--reps") && (g_reps = atoi(argv[i + 1])) > 0) { i++; continue; }
+        if (i + 1 < argc && !strcmp(argv[i], "--steps") && (steps = atoi(argv[i + 1])) > 0) { i++; continue; }
+        if (i + 1 < argc && !strcmp(argv[i], "--seq") && (seq = atoi(argv[i + 1])) > 0) { i++; continue; }
+        if (i + 1 < argc && !strcmp(argv[i], "--dtype")) {
+            const char *v = argv[++i];
+            if (!strcmp(v, "bf16")) { dt = MG_BF16; dtype_flag = "--bf16"; continue; }
+            if (!strcmp(v, "fp16")) { dt = MG_F16; dtype_flag = "--fp16"; continue; }
+            if (!strcmp(v, "fp32")) { dt = MG_F32; dtype_flag = ""; continue; }
+        }
+        fprintf(stderr, "bench/gpu: error: bad argument %s (usage: build/gpu_cuda [--tiny] "
+                "[--reps N] [--steps N] [--seq T] [--dtype bf16|fp16|fp32])\n", argv[i]);
+        return 2;
+    }
+    if (!mg_cuda_available()) {
+        printf("bench/gpu: skipped: no CUDA GPU answers cudaGetDeviceCount (nothing to measure)\n");
+        return 0;
+    }
+    memset(&d, 0, sizeof d);
+    d.device = MG_DEVICE_CUDA;
+    d.arena_bytes = (size_t)(tiny ? 64 : 4096) << 20;
+    mg_ctx_init(&g_ctx, &d);
+    pk = peaks_of(mg_device_name(&g_ctx), dt, tiny);
+    printf("bench/gpu: %s, %s; peaks (%s): %.0f GB/s, %.0f TFLOP/s %s tensor, %.1f TFLOP/s "
+           "fp32; %d reps per kernel\n", mg_device_name(&g_ctx), mg_dtype_name(dt), pk.source,
+           pk.bw / 1e9, pk.tc16 / 1e12, mg_dtype_name(dt), pk.fp32 / 1e12, g_reps);
+    {
+        int T = seq ? seq : tiny ? 16 : 1024, B = tiny ? 4 : 8, C = tiny ? 64 : 768;
+        printf("\nkernels at one layer of GPT-2 124M: N = %d rows (micro-batch %d x sequence %d), "
+               "C = %d\n\n", B * T, B, T, C);
+        kernel_table(&pk, (int64_t)B * T, C, dt);
+    }
+    mg_ctx_free(&g_ctx);
+    if (!mkdtemp(dir)) { perror("bench/gpu: mkdtemp"); return 1; }
+    printf("\nwhole training steps (forward, backward, AdamW), median of %d after 2 warm-up; "
+           "MFU against %.0f TFLOP/s\n\n| model | parameters | batch × T | ms/step | TFLOP/s | "
+           "MFU |\n|---|---|---|---|---|---|\n", steps, pk.tc16 / 1e12);
+    if (tiny) {
+        rc |= whole_step("tiny GPT", "--num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+                         "--vocab-size 256", 32, 2, steps, dtype_flag, pk.tc16, dir);
+        rc |= whole_step("tiny Llama", "--num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+                         "--group-query-attention --num-query-groups 2 --normalization RMSNorm "
+                         "--swiglu --position-embedding-type rope --untie-embeddings-and-output-weights "
+                         "--disable-bias-linear --vocab-size 256", 32, 2, steps, dtype_flag, pk.tc16, dir);
+    } else {
+        rc |= whole_step("GPT-2 124M", "--num-layers 12 --hidden-size 768 --num-attention-heads 12 "
+                         "--vocab-size 50257", seq ? seq : 1024, 8, steps, dtype_flag, pk.tc16, dir);
+        rc |= whole_step("Llama-shaped 1.2B", "--num-layers 16 --hidden-size 2048 "
+                         "--num-attention-heads 32 --group-query-attention --num-query-groups 8 "
+                         "--ffn-hidden-size 8192 --normalization RMSNorm --swiglu "
+                         "--position-embedding-type rope --untie-embeddings-and-output-weights "
+                         "--disable-bias-linear --vocab-size 128256", seq ? seq : 4096, 1, steps,
+                         dtype_flag, pk.tc16, dir);
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "bench/gpu: could not remove %s\n", dir);
+    return rc;
+}

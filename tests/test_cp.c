@@ -1,0 +1,181 @@
+// mg-test: ranks=2,4,8 timeout=400 flavors=cpu,cuda,asan
+/* test_cp.c — context parallelism (issue 20): every sequence split over c ranks (chunks i and
+   2c−1−i of 2c), ring attention, trains exactly like one rank. Each row trains 12 AdamW steps
+   through the trainer (warm-up + cosine, weight decay, clipping, a global batch of 8 sequences
+   of 16 tokens) and is compared with the serial run of the same model in the same process:
+   losses, gradient norms and the final weights (gathered) to <= 1e-5 relative, and the weights
+   bit-identical on every replica (tensor, context and data ranks of a stage). Two models: GPT-2
+   (LayerNorm, learned positions, multi-head attention, GELU, biases, tied output) and a Llama
+   (RMSNorm, rotary positions, 4 query heads in 2 key/value groups, SwiGLU, no biases). Rows:
+     2 ranks  c=2 GPT-2; c=2 Llama; c=2 GPT-2 with dropout (hidden and attention: masks at
+              global positions) and selective recomputation; c=2 Llama with full recomputation
+     4 ranks  c=4 GPT-2 and Llama; t=2 × c=2 with sequence parallelism (GPT-2, Llama); c=2 ×
+              p=2 1F1B and interleaved; c=2 × d=2 with the distributed optimizer (and dropout)
+     8 ranks  t=2 × c=2 × p=2 with sequence parallelism, dropout and ZeRO-1 (d = 1: the
+              optimizer shards over the 2 context ranks)
+   Then: the attention tiles each context rank computed (mg_attn_block_tiles) are within 10 %
+   of each other (the causal split's balance); a checkpoint saved under c=2 resumes on one rank
+   and under c=4 (4 ranks) with iterations 7-12 and the final weights of the uninterrupted
+   serial run; a --seq-length that does not divide into 2c chunks is refused with one line.  */
+#include "gpt_test_util.h"
+
+static mg_comm comm;
+static int world;
+
+#define STEPS 12
+#define TOL 1e-5
+#define BASE_LINE "--data-path " GPT_DATA "gpt_tokens.bin --data-order sequential --split 1,0,0 " \
+    "--eval-iters 0 --seq-length 16 --micro-batch-size 1 --global-batch-size 8 "                \
+    "--lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 3 --lr-decay-iters 12 --lr-decay-style cosine "  \
+    "--weight-decay 0.1 --adam-beta2 0.95 --clip-grad 1.0 --seed 99 --vocab-size 37 "
+#define GPT2_LINE BASE_LINE "--num-layers 2 --hidden-size 32 --num-attention-heads 4 "
+#define LLAMA_LINE BASE_LINE "--num-layers 2 --hidden-size 32 --num-attention-heads 4 "      \
+    "--group-query-attention --num-query-groups 2 --kv-channels 12 --normalization RMSNorm "  \
+    "--swiglu --ffn-hidden-size 48 --position-embedding-type rope "                           \
+    "--untie-embeddings-and-output-weights --disable-bias-linear "
+#define DROPOUT " --hidden-dropout 0.1 --attention-dropout 0.1"
+
+typedef struct cp_row {
+    int world;
+    int llama, dropout;
+    const char *layout;   /* the parallel flags                                              */
+} cp_row;
+static const cp_row rows[] = {
+    {2, 0, 0, "--context-parallel-size 2"},
+    {2, 1, 0, "--context-parallel-size 2"},
+    {2, 0, 1, "--context-parallel-size 2 --recompute-granularity selective"},
+    {2, 1, 0, "--context-parallel-size 2 --recompute-granularity full"},
+    {4, 0, 0, "--context-parallel-size 4"},
+    {4, 1, 0, "--context-parallel-size 4"},
+    {4, 0, 0, "--tensor-model-parallel-size 2 --context-parallel-size 2 --sequence-parallel"},
+    {4, 1, 0, "--tensor-model-parallel-size 2 --context-parallel-size 2 --sequence-parallel"},
+    {4, 0, 0, "--context-parallel-size 2 --pipeline-model-parallel-size 2 "
+              "--pipeline-schedule 1f1b"},
+    {4, 1, 0, "--context-parallel-size 2 --pipeline-model-parallel-size 2 "
+              "--num-layers-per-virtual-pipeline-stage 1"},
+    {4, 0, 1, "--context-parallel-size 2 --use-distributed-optimizer"},
+    {8, 1, 1, "--tensor-model-parallel-size 2 --context-parallel-size 2 "
+              "--pipeline-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer"},
+};
+
+static void line_of(char *out, size_t cap, int llama, int dropout, const char *layout,
+                    const char *extra) {
+    snprintf(out, cap, "%s--train-iters %d %s%s %s", llama ? LLAMA_LINE : GPT2_LINE, STEPS,
+             layout, dropout ? DROPOUT : "", extra);
+}
+
+/* The serial runs, one per (model, dropout), made when first needed. */
+static mg_trainer ser[2][2];
+static float ser_loss[2][2][STEPS], ser_norm[2][2][STEPS];
+static int have[2][2];
+static mg_trainer *serial(int llama, int dropout) {
+    if (!have[llama][dropout]) {
+        char line[2048];
+        line_of(line, sizeof line, llama, dropout, "", "");
+        gpt_setup_or_die(&ser[llama][dropout], line, NULL);
+        gpt_train_steps(&ser[llama][dropout], STEPS, ser_loss[llama][dropout],
+                        ser_norm[llama][dropout]);
+        have[llama][dropout] = 1;
+    }
+    return &ser[llama][dropout];
+}
+
+/* Attention tiles of this rank's forwards, max/min over its context group (1: equal).     */
+static double tile_balance(mg_trainer *tr) {
+    long long mine = (long long)tr->model.tf.cp_tiles, hi = mine, lo = mine;
+    MPI_Allreduce(&mine, &hi, 1, MPI_LONG_LONG, MPI_MAX, *(MPI_Comm *)comm.context.mpi_comm);
+    MPI_Allreduce(&mine, &lo, 1, MPI_LONG_LONG, MPI_MIN, *(MPI_Comm *)comm.context.mpi_comm);
+    return lo > 0 ? (double)hi / (double)lo : 1e300;
+}
+
+static void check_row(const cp_row *row) {
+    char line[2048], name[400];
+    mg_trainer tr, *s = serial(row->llama, row->dropout);
+    float loss[STEPS], norm[STEPS];
+    double e_loss, e_norm, e_w, balance;
+    uint64_t sum;
+    line_of(line, sizeof line, row->llama, row->dropout, row->layout, "");
+    gpt_setup_or_die(&tr, line, &comm);
+    gpt_train_steps(&tr, STEPS, loss, norm);
+    e_loss = gpt_agree_max(mg_test_max_rel(loss, ser_loss[row->llama][row->dropout], STEPS, 0));
+    e_norm = gpt_agree_max(mg_test_max_rel(norm, ser_norm[row->llama][row->dropout], STEPS, 0));
+    balance = gpt_agree_max(tile_balance(&tr));
+    mg_adamw_gather_master(&tr.opt, &tr.model);
+    e_w = gpt_agree_max(gpt_compare_weights(&tr.model, &s->model, &sum));
+    snprintf(name, sizeof name, "%s: %s%s (d=%d): %d steps = serial", row->llama ? "llama" :
+             "gpt2", row->layout, row->dropout ? " dropout" : "", tr.dp_size, STEPS);
+    mg_test_report(e_loss <= TOL && e_norm <= TOL && e_w <= TOL, name,
+                   "losses %.3g, grad norms %.3g, weights %.3g (tol %.0e)", e_loss, e_norm, e_w,
+                   TOL);
+    snprintf(name, sizeof name, "%s: %s: weights bit-identical on every replica; attention "
+             "tiles per context rank within 10%%", row->llama ? "llama" : "gpt2", row->layout);
+    mg_test_report(gpt_same_on_stage(&comm, sum) && balance <= 1.10, name,
+                   "max/min tiles over the context group %.3f", balance);
+    mg_trainer_free(&tr);
+}
+
+/* Saved after 6 iterations under c=2, resumed under c=4 (4 ranks) and on one rank.         */
+static void check_resume(void) {
+    char tmpl[] = "/tmp/mg_test_cp_XXXXXX", line[2048], extra[300], name[400], err[MG_ERRLEN];
+    mg_trainer tr, *s = serial(1, 0);
+    int k, i, rc;
+    if (comm.world_rank == 0 && !mkdtemp(tmpl)) exit(1);
+    MPI_Bcast(tmpl, (int)sizeof tmpl, MPI_CHAR, 0, MPI_COMM_WORLD);
+    snprintf(extra, sizeof extra, "--save %s/ck", tmpl);
+    line_of(line, sizeof line, 1, 0, world == 2 ? "--context-parallel-size 2" :
+            "--context-parallel-size 2 --use-distributed-optimizer", extra);
+    gpt_setup_or_die(&tr, line, &comm);
+    for (k = 0; k < 6; k++) mg_trainer_step(&tr);
+    rc = mg_trainer_save(&tr, tr.args.save, err, sizeof err);
+    mg_test_report(mg_test_agree(rc == 0), "llama: save after 6 iterations under c=2", "%s",
+                   rc ? err : "");
+    mg_trainer_free(&tr);
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (i = 0; i < 2; i++) {
+        const char *to = i == 0 ? "" : world == 4 ? "--context-parallel-size 4" :
+                         "--context-parallel-size 2";
+        float loss[6];
+        double e_loss, e_w;
+        uint64_t sum;
+        snprintf(line, sizeof line, "--data-path " GPT_DATA "gpt_tokens.bin --split 1,0,0 "
+                 "--eval-iters 0 --micro-batch-size 1 --global-batch-size 8 --lr 3e-3 "
+                 "--min-lr 3e-4 --lr-warmup-iters 3 --lr-decay-iters 12 --lr-decay-style cosine "
+                 "--weight-decay 0.1 --adam-beta2 0.95 --clip-grad 1.0 --train-iters %d %s "
+                 "--load %s/ck", STEPS, to, tmpl);
+        gpt_setup_or_die(&tr, line, i == 0 ? NULL : &comm);
+        for (k = 0; k < 6; k++) loss[k] = (float)mg_trainer_step(&tr).loss;
+        e_loss = gpt_agree_max(mg_test_max_rel(loss, ser_loss[1][0] + 6, 6, 0));
+        e_w = gpt_agree_max(gpt_compare_weights(&tr.model, &s->model, &sum));
+        snprintf(name, sizeof name, "llama: resume c=2 -> %s: iterations 7-12 = uninterrupted",
+                 i == 0 ? "1 rank" : to);
+        mg_test_report(tr.loaded_iteration == 6 && e_loss <= TOL && e_w <= TOL, name,
+                       "loaded %lld, losses %.3g, weights %.3g (tol %.0e)",
+                       (long long)tr.loaded_iteration, e_loss, e_w, TOL);
+        mg_trainer_free(&tr);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (comm.world_rank == 0) gpt_rmtree(tmpl);
+}
+
+int main(int argc, char **argv) {
+    int i, a, b;
+    mg_comm_init(&comm, &argc, &argv);
+    world = comm.world_size;
+    mg_test_quiet = comm.world_rank != 0;
+    for (i = 0; i < (int)(sizeof rows / sizeof rows[0]); i++)
+        if (rows[i].world == world) check_row(&rows[i]);
+    if (world <= 4) check_resume();
+    {
+        char line[2048];   /* the last --seq-length given counts */
+        line_of(line, sizeof line, 0, 0, world == 2 ? "--context-parallel-size 2 --seq-length 6"
+                : "--context-parallel-size 4 --seq-length 12", "");
+        gpt_expect_error(&comm, "gpt2", "a sequence that does not cut into 2c chunks is refused",
+                         line, world == 2 ? "--seq-length 6 is not divisible by 2 x "
+                         "--context-parallel-size 2" : "--seq-length 12 is not divisible by 2 x "
+                         "--context-parallel-size 4");
+    }
+    for (a = 0; a < 2; a++)
+        for (b = 0; b < 2; b++) if (have[a][b]) mg_trainer_free(&ser[a][b]);
+    mg_comm_finalize(&comm);
+    return mg_test_summary();
+}

@@ -127,6 +127,10 @@ MGDEF mg_cp_group mg_cp_group_make(mg_comm *comm);
 MGDEF int64_t mg_cp_chunk_pos(int rank, int c, int64_t T_local, int half);
 /* The global position of local position t (0 <= t < T_local).                              */
 MGDEF int64_t mg_cp_global_pos(int rank, int c, int64_t T_local, int64_t t);
+/* Attention tiles (MG_ATTN_TILE² query-key tiles per batch row and head, mg_attn_block_tiles)
+   that rank `rank`'s ring forward computes for T_local = T/c positions: its measure of work.
+   The ring's forwards add the same count to mg_transformer.cp_tiles.                       */
+MGDEF int64_t mg_cp_attention_tiles(int rank, int c, int64_t T_local);
 
 /* ---------------------------------------------------------------------------------------------
    3a. The layer's configuration and the per-rank state its calls share (declared before
@@ -409,6 +413,21 @@ MGDEF int64_t mg_cp_global_pos(int rank, int c, int64_t T_local, int64_t t) {
     int half = t >= T_local / 2;
     if (c <= 1) return t;
     return mg_cp_chunk_pos(rank, c, T_local, half) + t - half * (T_local / 2);
+}
+MGDEF int64_t mg_cp_attention_tiles(int rank, int c, int64_t T_local) {
+    mg_attn_block k;
+    int64_t n = 0;
+    memset(&k, 0, sizeof k);
+    k.B = k.n_head = k.n_group = 1;
+    k.Tq = k.Tk = (int)(T_local / 2);
+    for (int s = 0; s < c; s++)          /* the ring's blocks, as mg__cp_attention_forward */
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 2; b++) {
+                k.q_pos0 = mg_cp_chunk_pos(rank, c, T_local, a);
+                k.k_pos0 = mg_cp_chunk_pos((rank + c - s) % c, c, T_local, b);
+                if (k.k_pos0 <= k.q_pos0) n += mg_attn_block_tiles(&k);
+            }
+    return n;
 }
 
 /* ---- 3a. Configuration and shared state ---------------------------------------------------- */

@@ -96,6 +96,7 @@ static double planned_mb(const mg_trainer *tr, mg_plan_result *res) {
     c.gpus = c.gpus_per_node = comm.world_size;
     mg_plan_gpu_preset("h100-sxm", &c.gpu);   /* only its memory size is read here: "fits" */
     L.t = tr->model.layout.tp_size; L.p = tr->pp; L.d = tr->dp_size; L.v = tr->vp;
+    L.c = tr->cp_size;
     L.micro_batch_size = (int)tr->args.micro_batch_size;
     L.recompute = tr->model.layout.recompute_granularity;   /* MG_RECOMPUTE_* = MG_PLAN_* */
     L.sequence_parallel = tr->model.tf.tp.sequence_parallel;

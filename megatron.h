@@ -194,6 +194,7 @@ typedef struct mg_gpt_layout {
     int recompute_granularity;   /* mg_recompute (0: none)                                      */
     int recompute_method;        /* mg_recompute_method (full only)                             */
     int recompute_num_layers;    /* N of the method (full only; 0 counts as 1)                  */
+    int attention_backend;       /* MG_ATTN_FLASH (0, the tiled attention) or MG_ATTN_UNFUSED  */
     int dtype;                   /* mg_dtype of the weights' working copy, the activations and
                                     their gradients: MG_F32, or MG_BF16 / MG_F16 for mixed
                                     precision (--bf16 / --fp16; master weights, gradients,
@@ -762,6 +763,7 @@ typedef struct mg_train_args {
     double hidden_dropout, attention_dropout;
     /* memory: activation recomputation (mg_recompute, mg_recompute_method)                  */
     int recompute_granularity, recompute_method;
+    int attention_backend;        /* --attention-backend: 0 auto, 1 flash, 2 unfused             */
     int64_t recompute_num_layers;
     /* mixed precision (switches) and fp16 loss scaling                                      */
     int bf16, fp16;
@@ -1240,6 +1242,10 @@ static int mg__layout_check(const mg_gpt_config *cfg, const mg_gpt_layout *L, ch
         return mg__err(err, errlen, "layout: tensor-parallel rank %d of %d, but the tensor "
                        "group has rank %d of %d", L->tp_rank, L->tp_size, L->comm->tensor.rank,
                        L->comm->tensor.size);
+    if (L->cp_size > 1 && L->attention_backend == MG_ATTN_UNFUSED)
+        return mg__err(err, errlen, "--attention-backend unfused with --context-parallel-size "
+                       "%d: the ring merges tiled attention blocks (use flash or auto)",
+                       L->cp_size);
     if (L->cp_size > 1 && cfg->seq_len % (2 * L->cp_size))
         return mg__err(err, errlen, "--seq-length %d is not divisible by 2 x "
                        "--context-parallel-size %d (the sequence is cut into 2c equal chunks; "
@@ -1600,6 +1606,7 @@ static void mg__plan_model(mg_gpt *m, mg_claim *p) {
     m->dtype = dt;
     lc = mg_gpt_layer_config(c, L->micro_batch, dt);
     lc.seq_len = (int)T;
+    lc.attention_backend = L->attention_backend;
     tp.comm = L->comm;
     tp.rank = L->tp_rank;
     tp.size = L->tp_size;
@@ -1655,7 +1662,8 @@ static void mg__plan_model(mg_gpt *m, mg_claim *p) {
     /* recomputation scratch, then the recomputed layers point into it */
     for (k = 0; k < m->n_recompute_layers; k++)
         mg_layer_acts_claim(&m->tf, p, &m->recompute_layers[k], 1, 1, 1, 0);
-    if (L->recompute_granularity == MG_RECOMPUTE_SELECTIVE && m->tf.cp.size == 1)
+    if (L->recompute_granularity == MG_RECOMPUTE_SELECTIVE &&
+        m->tf.cfg.attention_backend == MG_ATTN_UNFUSED)
         m->recompute_att = mg_claim_tensor(p, dt, B, nh, T, T);
     for (ch = 0; ch < L->n_chunks; ch++) {
         int nl = L->chunks[ch].layer_end - L->chunks[ch].layer_begin;
@@ -3783,6 +3791,11 @@ static const mg__flag mg__flags[] = {
      "after the iteration that ends past M minutes of wall time: save (with --save), exit 0"},
     {"--exit-interval", MG__F_INT, MG__OFF(exit_interval), "N", 1, MG__BIG,
      "after an iteration that is a multiple of N: save (with --save), exit 0"},
+    {"--attention-backend", MG__F_CHOICE, MG__OFF(attention_backend), "auto|flash|unfused", 0,
+     0, "the attention core: flash — tiled over 32×32 blocks with an online softmax, keeping "
+     "one log-sum-exp per query instead of the T×T probabilities (memory O(T)); unfused — "
+     "scores, softmax and ·V as separate steps through [B, heads, T, T] buffers; auto is flash "
+     "(default auto)"},
     {"--recompute-granularity", MG__F_CHOICE, MG__OFF(recompute_granularity),
      "none|selective|full", 0, 0, "selective: recompute the attention core (scores, softmax, "
      "dropout, ·V) in the backward instead of storing the attention probabilities; full: "
@@ -5561,6 +5574,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     layout.recompute_granularity = a->recompute_granularity;
     layout.recompute_method = a->recompute_method;
     layout.recompute_num_layers = (int)a->recompute_num_layers;
+    layout.attention_backend = a->attention_backend == 2 ? MG_ATTN_UNFUSED : MG_ATTN_FLASH;
     layout.dtype = a->bf16 ? MG_BF16 : a->fp16 ? MG_F16 : MG_F32;
     /* ZeRO-1 with mixed precision: each replica keeps 1/d of the fp32 master weights */
     layout.shard_master = layout.dtype != MG_F32 && a->use_distributed_optimizer &&

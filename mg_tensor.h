@@ -1813,7 +1813,7 @@ static void mg__cpu_attn_fwd_task(const mg_attn_block *a, const mg__attn_geo *ge
                                   int qt, float *ws, const mg_attn_view *o, float *lse, int merge) {
     const int TL = ge->TL, hd = ge->hd, g = h / ge->per, j = h % ge->per;
     float *Q = ws, *K = Q + TL * hd, *V = K + TL * hd, *acc = V + TL * hd, *S = acc + TL * hd;
-    float *m = S + TL * TL, *l = m + TL;
+    float *m = S + TL * TL, *l = m + TL, *part = l + TL;
     int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a->n_head + h) * a->Tq + t0;
     int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL), nkt, kt, i, c;
     mg__cpu_attn_load(Q, &a->q, t0, nq, b, g, j, hd);
@@ -1843,8 +1843,10 @@ static void mg__cpu_attn_fwd_task(const mg_attn_block *a, const mg__attn_geo *ge
             }
             l[i] = l[i] * alpha + sum;
             m[i] = mx;
-            for (c = 0; c < hd; c++) acc_i[c] *= alpha;
-            for (c = 0; c < nv; c++) mg__cpu_axpy_row(acc_i, Si[c], V + (size_t)c * hd, hd);
+            /* the tile's part first, then one rescaled add: 32-term sums, not T-term ones */
+            memset(part, 0, (size_t)hd * sizeof(float));
+            for (c = 0; c < nv; c++) mg__cpu_axpy_row(part, Si[c], V + (size_t)c * hd, hd);
+            for (c = 0; c < hd; c++) acc_i[c] = acc_i[c] * alpha + part[c];
         }
     }
     for (i = 0; i < nq; i++) {         /* o = acc/l (merged), lse */
@@ -1889,7 +1891,7 @@ static void mg__cpu_attn_dq_task(const mg_attn_block *a, const mg__attn_geo *ge,
                                  const float *delta, const mg_attn_view *dq, int accumulate) {
     const int TL = ge->TL, hd = ge->hd, g = h / ge->per, j = h % ge->per;
     float *Q = ws, *dO = Q + TL * hd, *K = dO + TL * hd, *V = K + TL * hd, *acc = V + TL * hd;
-    float *dS = acc + TL * hd, pd;
+    float *dS = acc + TL * hd, *part = dS + TL * TL, pd;
     int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a->n_head + h) * a->Tq + t0;
     int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL), nkt, kt, i, c;
     mg__cpu_attn_load(Q, &a->q, t0, nq, b, g, j, hd);
@@ -1909,9 +1911,11 @@ static void mg__cpu_attn_dq_task(const mg_attn_block *a, const mg__attn_geo *ge,
                                                  dO + (size_t)i * hd, K + (size_t)c * hd,
                                                  V + (size_t)c * hd, lse[row0 + i], delta[row0 + i], &pd);
         }
-        for (i = 0; i < nq; i++) {
+        for (i = 0; i < nq; i++) {     /* a tile's part, then one add (as the forward) */
             int nv = mg__attn_visible(a->q_pos0 + t0 + i, kpos, nk);
-            for (c = 0; c < nv; c++) mg__cpu_axpy_row(acc + (size_t)i * hd, dS[i * TL + c], K + (size_t)c * hd, hd);
+            memset(part, 0, (size_t)hd * sizeof(float));
+            for (c = 0; c < nv; c++) mg__cpu_axpy_row(part, dS[i * TL + c], K + (size_t)c * hd, hd);
+            mg__cpu_axpy_row(acc + (size_t)i * hd, 1.0f, part, hd);
         }
     }
     mg__cpu_attn_store(dq, t0, nq, b, g, j, hd, acc, ge->scale, accumulate);
@@ -1924,7 +1928,8 @@ static void mg__cpu_attn_dkv_task(const mg_attn_block *a, const mg__attn_geo *ge
                                   int accumulate) {
     const int TL = ge->TL, hd = ge->hd;
     float *K = ws, *V = K + TL * hd, *Q = V + TL * hd, *dO = Q + TL * hd, *dKa = dO + TL * hd;
-    float *dVa = dKa + TL * hd, *P = dVa + TL * hd, *dS = P + TL * TL;
+    float *dVa = dKa + TL * hd, *P = dVa + TL * hd, *dS = P + TL * TL, *pk = dS + TL * TL;
+    float *pv = pk + hd;
     int64_t s0 = (int64_t)kt * TL, kpos = a->k_pos0 + s0;
     int nk = (int)(a->Tk - s0 < TL ? a->Tk - s0 : TL), j, qt, i, c;
     mg__cpu_attn_load(K, &a->k, s0, nk, b, g, 0, hd);
@@ -1947,11 +1952,15 @@ static void mg__cpu_attn_dkv_task(const mg_attn_block *a, const mg__attn_geo *ge
                                                      V + (size_t)c * hd, lse[row0 + i],
                                                      delta[row0 + i], &P[i * TL + c]);
             }
-            for (c = 0; c < nk; c++)
+            for (c = 0; c < nk; c++) {    /* the query tile's part, then one add */
+                memset(pk, 0, (size_t)2 * hd * sizeof(float));
                 for (i = 0; i < nq; i++) {
-                    if (P[i * TL + c] != 0.0f) mg__cpu_axpy_row(dVa + (size_t)c * hd, P[i * TL + c], dO + (size_t)i * hd, hd);
-                    if (dS[i * TL + c] != 0.0f) mg__cpu_axpy_row(dKa + (size_t)c * hd, dS[i * TL + c], Q + (size_t)i * hd, hd);
+                    if (P[i * TL + c] != 0.0f) mg__cpu_axpy_row(pv, P[i * TL + c], dO + (size_t)i * hd, hd);
+                    if (dS[i * TL + c] != 0.0f) mg__cpu_axpy_row(pk, dS[i * TL + c], Q + (size_t)i * hd, hd);
                 }
+                mg__cpu_axpy_row(dKa + (size_t)c * hd, 1.0f, pk, hd);
+                mg__cpu_axpy_row(dVa + (size_t)c * hd, 1.0f, pv, hd);
+            }
         }
     }
     mg__cpu_attn_store(dk, s0, nk, b, g, 0, hd, dKa, ge->scale, accumulate);
@@ -1960,7 +1969,7 @@ static void mg__cpu_attn_dkv_task(const mg_attn_block *a, const mg__attn_geo *ge
 static void mg__cpu_attn_forward(mg_ctx *ctx, const mg_attn_block *a, const mg__attn_geo *ge,
                                  const mg_attn_view *o, float *lse, int merge) {
     int64_t n = (int64_t)a->B * a->n_head * ge->nqt, task;
-    size_t ws_floats = (size_t)4 * ge->TL * ge->hd + (size_t)ge->TL * ge->TL + 2 * (size_t)ge->TL;
+    size_t ws_floats = (size_t)4 * ge->TL * ge->hd + (size_t)ge->TL * ge->TL + 2 * (size_t)ge->TL + ge->hd;
     size_t mark = mg_arena_mark(ctx);
     float *ws = mg__cpu_scratch(ctx, 1, ws_floats);
     #pragma omp parallel for num_threads(ctx->n_threads) schedule(dynamic)
@@ -1974,7 +1983,7 @@ static void mg__cpu_attn_backward(mg_ctx *ctx, const mg_attn_block *a, const mg_
                                   const mg_attn_view *dq, const mg_attn_view *dk,
                                   const mg_attn_view *dv, int accumulate) {
     int64_t nq = (int64_t)a->B * a->n_head * ge->nqt, nk = (int64_t)a->B * a->n_group * ge->nkt, task;
-    size_t ws_floats = (size_t)6 * ge->TL * ge->hd + (size_t)2 * ge->TL * ge->TL;
+    size_t ws_floats = (size_t)6 * ge->TL * ge->hd + (size_t)2 * ge->TL * ge->TL + 2 * (size_t)ge->hd;
     size_t mark = mg_arena_mark(ctx);
     float *ws = mg__cpu_scratch(ctx, 1, ws_floats);
     #pragma omp parallel for num_threads(ctx->n_threads) schedule(dynamic)
@@ -2424,12 +2433,12 @@ static __global__ void mg__k_attn_forward(mg_attn_block a, mg__attn_drop_k dk, f
             m[r] = mx;
             if (lane < nv) S[i * (TL + 1) + lane] = mg__attn_drop(&dk, b, h, qpos, kpos + lane, p);
             __syncwarp();
-            for (u = 0; u < MG__ATTN_DPL; u++) {
+            for (u = 0; u < MG__ATTN_DPL; u++) {   /* the tile's part, then one add */
                 int d = lane + 32 * u;
-                float x = acc[r][u] * alpha;
+                float x = 0.0f;
                 if (d < hd)
                     for (c = 0; c < nv; c++) x += S[i * (TL + 1) + c] * Vs[c * ldr + d];
-                acc[r][u] = x;
+                acc[r][u] = acc[r][u] * alpha + x;
             }
         }
     }
@@ -2515,8 +2524,10 @@ static __global__ void mg__k_attn_backward_dq(mg_attn_block a, mg__attn_drop_k d
             int nv = i < nq ? mg__attn_visible(a.q_pos0 + t0 + i, kpos, nk) : 0;
             for (u = 0; u < MG__ATTN_DPL; u++) {
                 int d = lane + 32 * u;
+                float x = 0.0f;
                 if (d < hd)
-                    for (c = 0; c < nv; c++) acc[r][u] += dS[i * (TL + 1) + c] * Ks[c * ldr + d];
+                    for (c = 0; c < nv; c++) x += dS[i * (TL + 1) + c] * Ks[c * ldr + d];
+                acc[r][u] += x;
             }
         }
     }
@@ -2580,11 +2591,14 @@ static __global__ void mg__k_attn_backward_dkv(mg_attn_block a, mg__attn_drop_k 
                 if (c >= nk) continue;
                 for (u = 0; u < MG__ATTN_DPL; u++) {
                     int d = lane + 32 * u;
+                    float xv = 0.0f, xk = 0.0f;
                     if (d < hd)
                         for (i = 0; i < nq; i++) {
-                            dVa[r][u] += P[i * (TL + 1) + c] * dOs[i * ldr + d];
-                            dKa[r][u] += dS[i * (TL + 1) + c] * Qs[i * ldr + d];
+                            xv += P[i * (TL + 1) + c] * dOs[i * ldr + d];
+                            xk += dS[i * (TL + 1) + c] * Qs[i * ldr + d];
                         }
+                    dVa[r][u] += xv;
+                    dKa[r][u] += xk;
                 }
             }
         }

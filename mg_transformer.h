@@ -160,7 +160,12 @@ typedef struct mg_layer_config {
        Masks: mg_dropout_key(dropout_seed, site, global microbatch) at global coordinates.    */
     float hidden_dropout, attention_dropout;
     uint64_t dropout_seed;
+    /* the attention core (--attention-backend): MG_ATTN_FLASH, the tiled attention of
+       mg_flash_attention_* (keeps a log-sum-exp per row; its backward recomputes the
+       probabilities tile by tile), or MG_ATTN_UNFUSED (keeps the [B, nh/t, T, T] probabilities) */
+    int attention_backend;
 } mg_layer_config;
+enum { MG_ATTN_FLASH = 0, MG_ATTN_UNFUSED = 1 };
 
 /* One rank's share of the layers: the configuration, the tensor group, where this rank's
    residual-stream rows sit, and the scratch every forward and backward shares (one
@@ -179,8 +184,9 @@ typedef struct mg_transformer {
     mg_tensor full_a;         /* [N, C] sp: the all-gathered layernorm output                   */
     mg_tensor full_b;         /* [N, C] row-parallel partial output (sp), gathered gradient
                                  (sp), and the partial input gradient of column-parallel layers */
-    mg_tensor dCt, d3C, d4C, datt; /* [N,Q/t] [N,QKV/t] [N,F/t] [B,nh/t,T,T] with Q = nh·hd and
-                                 QKV = (nh + 2·ng)·hd the widths of attention and of qkv     */
+    mg_tensor dCt, d3C, d4C;  /* [N,Q/t] [N,QKV/t] [N,F/t] with Q = nh·hd and QKV = (nh + 2·ng)·hd
+                                 the widths of attention and of qkv                          */
+    mg_tensor datt;           /* [B, nh/t, T, T] the unfused attention's probability gradient   */
     mg_tensor dgate;          /* [N, F/t] SwiGLU: the gate's output gradient                    */
     float *rope_cs;           /* rope: device [T·c, rot_dim/2, 2] cos/sin table (mg_rope_table) */
     /* context parallelism (1b; cp.size 1: none): the ring's buffers, two of each (the block in
@@ -272,10 +278,11 @@ typedef struct mg_layer_acts {
     mg_tensor ln1;            /* [n, C]      input layernorm output                            */
     float *ln1_mean, *ln1_rstd; /* [n]                                                         */
     mg_tensor qkv;            /* [N, 3C/t]   per head [q k v]                                  */
-    mg_tensor att;            /* [B, nh/t, T, T] attention probabilities (before dropout); not
-                                 with context parallelism, whose ring keeps lse instead        */
-    float *lse;               /* context parallelism: fp32 [2][B, nh/t, T/2] log-sum-exp of each
-                                 query row over all keys, per local chunk                      */
+    mg_tensor att;            /* unfused: [B, nh/t, T, T] attention probabilities (before
+                                 dropout)                                                      */
+    mg_tensor lse;            /* flash: [B, nh/t, T] fp32 log-sum-exp of each query's scores;
+                                 with context parallelism [2][B, nh/t, T/2], per local chunk
+                                 over all keys of the sequence                                */
     mg_tensor atty;           /* [N, C/t]    attention output before the projection            */
     mg_tensor resid_mid;      /* [n, C]      residual stream after the attention block         */
     mg_tensor ln2;            /* [n, C]                                                         */
@@ -292,7 +299,9 @@ typedef struct mg_layer_acts {
 } mg_layer_acts;
 
 /* Claims one layer's activations: everything (own_all) or — for a layer whose attention core
-   is recomputed (own_att 0) — everything but the probabilities; `out` alone (own_out) for
+   is recomputed (own_att 0) — everything but the unfused attention's probabilities (the flash
+   backend's log-sum-exps are always kept: its backward recomputes the probabilities from
+   them, so selective recomputation has nothing more to do); `out` alone (own_out) for
    the last layer of a full-recomputation group; the four output gradients with douts (a
    split backward).                                                                         */
 MGDEF void mg_layer_acts_claim(const mg_transformer *tf, mg_claim *c, mg_layer_acts *la,
@@ -445,9 +454,10 @@ MGDEF void mg_transformer_init(mg_transformer *tf, mg_ctx *ctx, const mg_layer_c
 }
 MGDEF void mg_transformer_set_cp(mg_transformer *tf, mg_cp_group cp) {
     MG_ASSERT(cp.size >= 1 && cp.rank >= 0 && cp.rank < cp.size &&
-              (cp.size == 1 || tf->cfg.seq_len % 2 == 0), "mg_transformer_set_cp: rank %d of "
-              "%d with %d local positions (need an even number)", cp.rank, cp.size,
-              tf->cfg.seq_len);
+              (cp.size == 1 || (tf->cfg.seq_len % 2 == 0 &&
+                                tf->cfg.attention_backend == MG_ATTN_FLASH)),
+              "mg_transformer_set_cp: rank %d of %d with %d local positions (need an even "
+              "number, and the tiled attention backend)", cp.rank, cp.size, tf->cfg.seq_len);
     tf->cp = cp;
 }
 
@@ -473,7 +483,9 @@ MGDEF void mg_transformer_claim_scratch(mg_transformer *tf, mg_claim *c) {
     tf->dCt = mg_claim_tensor(c, dt, w.N, w.q, 0, 0);
     tf->d3C = mg_claim_tensor(c, dt, w.N, w.qkv, 0, 0);
     tf->d4C = mg_claim_tensor(c, dt, w.N, w.f, 0, 0);
-    if (tf->cp.size > 1) {   /* the ring's buffers instead of the T×T probabilities' gradient */
+    if (tf->cfg.attention_backend == MG_ATTN_UNFUSED)
+        tf->datt = mg_claim_tensor(c, dt, w.B, w.nh, w.T, w.T);
+    if (tf->cp.size > 1) {   /* the ring's buffers */
         int64_t kvn = w.N * w.ng * 2 * tf->cfg.head_dim;
         for (int k = 0; k < 2; k++) {
             tf->cp_kv[k] = mg_claim_bytes(c, (size_t)kvn * mg_dtype_size(dt));
@@ -481,8 +493,6 @@ MGDEF void mg_transformer_claim_scratch(mg_transformer *tf, mg_claim *c) {
         }
         tf->cp_dq = mg_claim_f32(c, w.N * w.q);
         tf->cp_delta = mg_claim_f32(c, w.B * w.nh * w.T);
-    } else {
-        tf->datt = mg_claim_tensor(c, dt, w.B, w.nh, w.T, w.T);
     }
     if (tf->cfg.swiglu) tf->dgate = mg_claim_tensor(c, dt, w.N, w.f, 0, 0);
     if (tf->cfg.rope) {   /* the table (every global position), computed once on the host */
@@ -507,8 +517,10 @@ MGDEF void mg_layer_acts_claim(const mg_transformer *tf, mg_claim *c, mg_layer_a
         la->ln1_mean = mg_claim_f32(c, w.n);
         la->ln1_rstd = mg_claim_f32(c, w.n);
         la->qkv = mg_claim_tensor(c, dt, w.N, w.qkv, 0, 0);
-        if (tf->cp.size > 1) la->lse = mg_claim_f32(c, w.B * w.nh * w.T);
-        else if (own_att) la->att = mg_claim_tensor(c, dt, w.B, w.nh, w.T, w.T);
+        if (tf->cfg.attention_backend == MG_ATTN_FLASH)
+            la->lse = mg_claim_tensor(c, MG_F32, w.B, w.nh, w.T, 0);
+        else if (own_att)
+            la->att = mg_claim_tensor(c, dt, w.B, w.nh, w.T, w.T);
         la->atty = mg_claim_tensor(c, dt, w.N, w.q, 0, 0);
         la->resid_mid = mg_claim_tensor(c, dt, w.n, w.C, 0, 0);
         la->ln2 = mg_claim_tensor(c, dt, w.n, w.C, 0, 0);
@@ -750,6 +762,7 @@ static void mg__cp_attention_forward(mg_transformer *tf, const mg_attn_dropout *
     int c = tf->cp.size, cur = 0, started[2] = {0, 0};
     int64_t kvn = d.N * d.ng * 2 * tf->cfg.head_dim, lse_half = d.B * d.nh * (d.T / 2);
     mg_dtype dt = la->qkv.dtype;
+    float *lse = (float *)la->lse.data;
     mg__cp_pack(tf, la->qkv.data, tf->cp_kv[0], dt, 0);
     for (int s = 0; s < c; s++) {
         int src = (tf->cp.rank + c - s) % c;
@@ -760,7 +773,7 @@ static void mg__cp_attention_forward(mg_transformer *tf, const mg_attn_dropout *
                 mg_attn_block k = mg__cp_block(tf, &la->qkv, a, tf->cp_kv[cur], src, b, drop);
                 mg_attn_view o = mg__cp_heads(tf, la->atty.data, dt, a);
                 if (k.k_pos0 > k.q_pos0) continue;   /* a later chunk: invisible */
-                mg_attn_block_forward(tf->ctx, &k, &o, la->lse + a * lse_half, started[a]);
+                mg_attn_block_forward(tf->ctx, &k, &o, lse + a * lse_half, started[a]);
                 started[a] = 1;
                 tf->cp_tiles += mg_attn_block_tiles(&k);
             }
@@ -780,6 +793,7 @@ static void mg__cp_attention_backward(mg_transformer *tf, const mg_attn_dropout 
     int c = tf->cp.size, cur = 0;
     int64_t kvn = d.N * d.ng * 2 * tf->cfg.head_dim, lse_half = d.B * d.nh * (d.T / 2);
     mg_dtype dt = la->qkv.dtype;
+    const float *lse = (const float *)la->lse.data;
     mg_tensor dq32, dq, dkv32, dkv;
     mg_memset_zero(tf->ctx, tf->cp_dq, (size_t)(d.N * d.q) * sizeof(float));
     mg_memset_zero(tf->ctx, tf->cp_dkv[0], (size_t)kvn * sizeof(float));
@@ -804,7 +818,7 @@ static void mg__cp_attention_backward(mg_transformer *tf, const mg_attn_dropout 
                 mg_attn_view dv = dk;
                 if (k.k_pos0 > k.q_pos0) continue;
                 dv.data = (float *)dk.data + k.hd;
-                mg_attn_block_backward(tf->ctx, &k, &dout, la->lse + a * lse_half,
+                mg_attn_block_backward(tf->ctx, &k, &dout, lse + a * lse_half,
                                        tf->cp_delta + a * lse_half, &dq, &dk, &dv, 1);
             }
         mg_wait(tf->cp.comm, &req);
@@ -856,6 +870,9 @@ MGDEF void mg_transformer_layer_forward(mg_transformer *tf, const mg_layer_id *i
     if (k->rope) mg__layer_rope(tf, &la->qkv, 0);
     if (tf->cp.size > 1)
         mg__cp_attention_forward(tf, mg__layer_attn_dropout(tf, id, &adrop), la);
+    else if (k->attention_backend == MG_ATTN_FLASH)
+        mg_flash_attention_forward(ctx, &la->atty, &la->lse, &la->qkv, (int)d.B, (int)d.T,
+                                   (int)d.nh, (int)d.ng, mg__layer_attn_dropout(tf, id, &adrop));
     else
         mg_attention_forward_gqa(ctx, &la->atty, &la->att, &la->qkv, (int)d.B, (int)d.T,
                                  (int)d.nh, (int)d.ng, mg__layer_attn_dropout(tf, id, &adrop));
@@ -890,10 +907,10 @@ MGDEF void mg_transformer_layer_forward(mg_transformer *tf, const mg_layer_id *i
    Each linear's backward is its input half then its weight half. With defer_w the weight
    halves are left for mg_transformer_layer_backward_weight: the output gradient each needs is
    written to (or, for the two row-parallel ones, copied into) la->dout_* instead of the
-   shared scratch. Selective recomputation: the attention probabilities are recomputed from
-   the stored (rotated) qkv, with the same dropout key, just before the attention backward;
-   the recomputed attention output is not needed (atty was kept) and lands in the dCt
-   scratch, overwritten next.                                                                */
+   shared scratch. Selective recomputation (unfused attention): the attention probabilities
+   are recomputed from the stored (rotated) qkv, with the same dropout key, just before the
+   attention backward; the recomputed attention output is not needed (atty was kept) and lands
+   in the dCt scratch, overwritten next. The flash backward recomputes them anyway.          */
 MGDEF void mg_transformer_layer_backward(mg_transformer *tf, const mg_layer_id *id,
                                          const mg_tensor *w, mg_tensor *g, mg_layer_acts *la,
                                          const mg_tensor *x, int selective, int defer_w) {
@@ -929,7 +946,7 @@ MGDEF void mg_transformer_layer_backward(mg_transformer *tf, const mg_layer_id *
     mg_norm_backward(ctx, &k->norm, &tf->dresid, &g[MG_LN2_W], mg__opt_g(&g[MG_LN2_B]), dln,
                      &la->resid_mid, &w[MG_LN2_W], la->ln2_mean, la->ln2_rstd, 1);
     /* attention block */
-    if (selective && tf->cp.size == 1)   /* the ring keeps no probabilities to recompute */
+    if (selective && k->attention_backend == MG_ATTN_UNFUSED)
         mg_attention_forward_gqa(ctx, &tf->dCt, &la->att, &la->qkv, (int)d.B, (int)d.T,
                                  (int)d.nh, (int)d.ng, mg__layer_attn_dropout(tf, id, &adrop));
     g_out = mg_transformer_dropout_grad(tf, id, &tf->dresid, MG_SITE_ATTN_OUT(id->layer));
@@ -938,9 +955,13 @@ MGDEF void mg_transformer_layer_backward(mg_transformer *tf, const mg_layer_id *
                                     defer_w ? &la->dout_proj : NULL);
     if (tf->cp.size > 1)
         mg__cp_attention_backward(tf, mg__layer_attn_dropout(tf, id, &adrop), la, d_qkv);
+    else if (k->attention_backend == MG_ATTN_FLASH)
+        mg_flash_attention_backward(ctx, d_qkv, &tf->dCt, &la->atty, &la->lse, &la->qkv,
+                                    (int)d.B, (int)d.T, (int)d.nh, (int)d.ng,
+                                    mg__layer_attn_dropout(tf, id, &adrop));
     else
-        mg_attention_backward_gqa(ctx, d_qkv, &tf->datt, &tf->dCt, &la->qkv, &la->att,
-                                  (int)d.B, (int)d.T, (int)d.nh, (int)d.ng,
+        mg_attention_backward_gqa(ctx, d_qkv, &tf->datt, &tf->dCt, &la->qkv, &la->att, (int)d.B,
+                                  (int)d.T, (int)d.nh, (int)d.ng,
                                   mg__layer_attn_dropout(tf, id, &adrop));
     if (k->rope) mg__layer_rope(tf, d_qkv, 1);
     dln = mg_column_parallel_linear_backward(tf, d_qkv, &la->ln1, &w[MG_QKV_W],

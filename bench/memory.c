@@ -2,7 +2,9 @@
    activation recomputation, beside Korthikanti et al.'s per-layer formulas.
 
      mpirun -np T build/memory [--layers N] [--hidden N] [--heads N] [--seq N] [--batch N]
-                               [--vocab N] [--bf16]   (T = 1, 2, 4, …; or build/memory alone)
+                               [--vocab N] [--bf16] [--attention-backend unfused|flash]
+                               (T = 1, 2, 4, …; or build/memory alone)
+     build/memory --seq-sweep 1024,2048,4096,8192 [--hidden N] [--heads N] [--bf16]
 
    Defaults: 4 layers, hidden 256, 8 heads, sequence 512, micro-batch 2, vocabulary 8192 —
    a model whose attention scores matter (a·s/h = 16), small enough for a CPU. --bf16 stores
@@ -31,7 +33,16 @@
       recomputation scratch: one layer's activations for full, the probabilities for
       selective), and the arena's high-water mark above the model during a real forward +
       backward of one microbatch on these ranks (ops' temporary scratch, e.g. the CPU's fp32
-      copies of 16-bit GEMM operands), all measured from the arena; their sum is the peak.  */
+      copies of 16-bit GEMM operands), all measured from the arena; their sum is the peak.
+   The tables use --attention-backend unfused (default here, the paper's attention, whose
+   [b, a/t, s, s] probabilities its formulas count); with flash, "ours" also drops the
+   probabilities (the tiled attention keeps a fp32 log-sum-exp per query, 4·a·s·b/t bytes).
+   --seq-sweep: per sequence length, one layer's activation bytes and the peak per rank
+   (activations + scratch + ops' scratch of a 2-layer model, micro-batch 1) for both
+   backends, and each figure's growth from the previous length: the unfused attention's grows
+   4× when s doubles (its T×T buffers), the flash attention's 2× (O(s)). An unfused model
+   whose probabilities alone would pass --max-mib (default 2048) is not built; its size
+   from the formula is printed instead.                                                   */
 #include "megatron.h"
 #include "mg_plan.h"       /* the paper's per-layer formula: mg_plan_activation_bytes_per_layer */
 #include <stdio.h>
@@ -40,7 +51,10 @@
 
 static mg_comm comm;
 
-typedef struct bench_args { int layers, hidden, heads, seq, batch, vocab, bf16; } bench_args;
+typedef struct bench_args {
+    int layers, hidden, heads, seq, batch, vocab, bf16, backend, max_mib;
+    char sweep[256];
+} bench_args;
 
 static mg_gpt_config config_of(const bench_args *a, int layers, int t) {
     mg_gpt_config c;
@@ -64,6 +78,7 @@ static size_t build(mg_gpt *m, mg_ctx *ctx, const bench_args *a, int layers, int
     size_t before = mg_arena_mark(ctx);
     mg_gpt_layout_tp(&L, &comm, sp);
     L.recompute_granularity = recompute;        /* full: uniform, groups of 1 layer */
+    L.attention_backend = a->backend;
     L.dtype = a->bf16 ? MG_BF16 : MG_F32;
     if (mg_gpt_create(m, ctx, &c, &L, err, sizeof err)) {
         if (comm.world_rank == 0) fprintf(stderr, "memory: %s\n", err);
@@ -72,9 +87,91 @@ static size_t build(mg_gpt *m, mg_ctx *ctx, const bench_args *a, int layers, int
     return mg_arena_mark(ctx) - before;
 }
 
+/* Per-layer bytes and the peak per rank of a 2-layer model with a's sizes (micro-batch 1),
+   after a forward + backward; *peak 0 when the unfused probabilities would pass max_mib. */
+static void measure(mg_ctx *ctx, const bench_args *a, double *layer, double *peak) {
+    mg_gpt big, small;
+    size_t mark = mg_arena_mark(ctx), used;
+    int32_t *samples = (int32_t *)malloc(sizeof(int32_t) * (size_t)a->batch * (a->seq + 1));
+    int64_t k;
+    build(&small, ctx, a, 1, 0, MG_RECOMPUTE_NONE);
+    build(&big, ctx, a, 2, 0, MG_RECOMPUTE_NONE);
+    *layer = (double)(big.act_bytes - small.act_bytes);
+    used = mg_arena_mark(ctx);
+    for (k = 0; k < (int64_t)a->batch * (a->seq + 1); k++)
+        samples[k] = (int32_t)((k * 2654435761u) % (uint32_t)a->vocab);
+    mg_arena_reset_peak(ctx);
+    mg_gpt_run_microbatches(&big, samples, 1, 1.0f / (float)(a->batch * a->seq), 1);
+    mg_sync(ctx);
+    *peak = (double)big.act_bytes + (double)big.scratch_bytes + (double)(ctx->arena_peak - used);
+    free(samples);
+    mg_gpt_destroy(&big);
+    mg_gpt_destroy(&small);
+    mg_arena_release(ctx, mark);
+}
+static int sweep(const bench_args *a0) {
+    double M = 1024.0 * 1024.0, prev[2][2] = {{0, 0}, {0, 0}};
+    char list[256], *tok, *save = NULL;
+    int t = comm.world_size;
+    snprintf(list, sizeof list, "%s", a0->sweep);
+    if (comm.world_rank == 0)
+        printf("# memory --seq-sweep: h=%d a=%d b=1 V=%d, t=%d, %s activations; MiB per rank "
+               "(growth from the previous length)\n| s | flash: per layer | flash: peak | "
+               "unfused: per layer | unfused: peak |\n|---|---|---|---|---|\n", a0->hidden,
+               a0->heads, a0->vocab, t, a0->bf16 ? "bf16" : "fp32");
+    for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        bench_args a = *a0;
+        double fig[2][2];
+        int bk;
+        mg_ctx ctx;
+        mg_ctx_desc cd;
+        a.seq = atoi(tok); a.batch = 1;
+        if (a.seq <= 0) return 2;
+        for (bk = 0; bk < 2; bk++) {
+            double e = a.bf16 ? 2 : 4, probs = 2.0 * e * a.heads * (double)a.seq * a.seq / t;
+            a.backend = bk ? MG_ATTN_UNFUSED : MG_ATTN_FLASH;
+            fig[bk][0] = fig[bk][1] = 0;
+            if (bk && probs > a.max_mib * M) { fig[bk][0] = -probs; continue; }
+            memset(&cd, 0, sizeof cd);
+            cd.device = MG_DEVICE_AUTO;
+            cd.cuda_device = mg_comm_cuda_device(&comm);
+            cd.n_threads = mg_comm_default_threads(&comm);
+            {
+                mg_gpt_config c = config_of(&a, 2, t);
+                mg_gpt_layout L = mg_gpt_layout_single(&c, 1, 1, 1);
+                L.tp_size = t;
+                L.attention_backend = a.backend;
+                cd.arena_bytes = 4 * mg_gpt_arena_bytes(&c, &L) + ((size_t)64 << 20);
+            }
+            mg_ctx_init(&ctx, &cd);
+            mg_comm_setup_groups(&comm, &ctx, t, 1, 1);
+            measure(&ctx, &a, &fig[bk][0], &fig[bk][1]);
+            mg_ctx_free(&ctx);
+        }
+        if (comm.world_rank == 0) {
+            printf("| %d |", a.seq);
+            for (bk = 0; bk < 2; bk++) {
+                int j;
+                if (fig[bk][0] < 0) {
+                    printf(" not built: the probabilities alone need %.0f | – |", -fig[bk][0] / M);
+                    continue;
+                }
+                for (j = 0; j < 2; j++) {
+                    if (prev[bk][j] > 0) printf(" %.3f (%.2f×) |", fig[bk][j] / M, fig[bk][j] / prev[bk][j]);
+                    else printf(" %.3f |", fig[bk][j] / M);
+                    prev[bk][j] = fig[bk][j];
+                }
+            }
+            printf("\n");
+            fflush(stdout);
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     static const char *const rc_name[3] = {"none", "selective", "full"};
-    bench_args a = {4, 256, 8, 512, 2, 8192, 0};
+    bench_args a = {4, 256, 8, 512, 2, 8192, 0, MG_ATTN_UNFUSED, 2048, ""};
     int i, sp, t, rc;
     mg_ctx ctx;
     mg_ctx_desc cd;
@@ -86,20 +183,38 @@ int main(int argc, char **argv) {
         int v = i + 1 < argc ? atoi(argv[i + 1]) : 0;
         if (!strcmp(argv[i], "--bf16")) { a.bf16 = 1; continue; }
         if (i + 1 >= argc) v = -1;
+        if (!strcmp(argv[i], "--attention-backend") && v != -1 &&
+            (!strcmp(argv[i + 1], "flash") || !strcmp(argv[i + 1], "unfused"))) {
+            a.backend = strcmp(argv[i + 1], "flash") ? MG_ATTN_UNFUSED : MG_ATTN_FLASH;
+            i++;
+            continue;
+        }
+        if (!strcmp(argv[i], "--seq-sweep") && v != -1) {
+            snprintf(a.sweep, sizeof a.sweep, "%s", argv[i + 1]);
+            i++;
+            continue;
+        }
         if (!strcmp(argv[i], "--layers") && v > 1) a.layers = v;
         else if (!strcmp(argv[i], "--hidden") && v > 0) a.hidden = v;
         else if (!strcmp(argv[i], "--heads") && v > 0) a.heads = v;
         else if (!strcmp(argv[i], "--seq") && v > 0) a.seq = v;
         else if (!strcmp(argv[i], "--batch") && v > 0) a.batch = v;
         else if (!strcmp(argv[i], "--vocab") && v > 1) a.vocab = v;
+        else if (!strcmp(argv[i], "--max-mib") && v > 0) a.max_mib = v;
         else {
             if (comm.world_rank == 0)
                 fprintf(stderr, "memory: bad option %s (expected --layers N>1, --hidden N, "
-                        "--heads N, --seq N, --batch N, --vocab N, --bf16)\n", argv[i]);
+                        "--heads N, --seq N, --batch N, --vocab N, --bf16, --attention-backend "
+                        "unfused|flash, --seq-sweep N,N,…, --max-mib N)\n", argv[i]);
             mg_comm_finalize(&comm);
             return 2;
         }
         i++;
+    }
+    if (a.sweep[0]) {
+        int rc2 = sweep(&a);
+        mg_comm_finalize(&comm);
+        return rc2;
     }
     memset(&cd, 0, sizeof cd);
     cd.device = MG_DEVICE_AUTO;
@@ -109,6 +224,7 @@ int main(int argc, char **argv) {
         mg_gpt_config c = config_of(&a, a.layers, t);
         mg_gpt_layout L = mg_gpt_layout_single(&c, a.batch, 1, 1);
         L.tp_size = t;
+        L.attention_backend = a.backend;
         cd.arena_bytes = 4 * mg_gpt_arena_bytes(&c, &L) + ((size_t)64 << 20);
     }
     mg_ctx_init(&ctx, &cd);
@@ -140,6 +256,9 @@ int main(int argc, char **argv) {
                 row[rc][sp].ours -= 2 * s * b * h * r;
             if (rc == MG_RECOMPUTE_NONE)        /* nor the attention mask and dropped probs */
                 row[rc][sp].ours -= (1 + e) * heads * s * s * b / t;
+            if (a.backend == MG_ATTN_FLASH && rc != MG_RECOMPUTE_FULL)   /* nor probabilities: */
+                row[rc][sp].ours += (rc == MG_RECOMPUTE_NONE ? -e : 0.0) * heads * s * s * b / t +
+                                    4.0 * heads * s * b / t;        /* a log-sum-exp a query */
             /* 2. the whole model, and a real forward + backward on these ranks */
             row[rc][sp].acts = (double)big.act_bytes;
             used = mg_arena_mark(&ctx);
@@ -157,9 +276,10 @@ int main(int argc, char **argv) {
             mg_arena_release(&ctx, mark);
         }
     if (comm.world_rank == 0) {
-        printf("# memory: l=%d h=%d a=%d s=%d b=%d V=%d, t=%d, %s activations (%s); MiB per "
-               "rank\n", a.layers, a.hidden, a.heads, a.seq, a.batch, a.vocab, t,
-               a.bf16 ? "bf16" : "fp32", mg_device_name(&ctx));
+        printf("# memory: l=%d h=%d a=%d s=%d b=%d V=%d, t=%d, %s activations, %s attention "
+               "(%s); MiB per rank\n", a.layers, a.hidden, a.heads, a.seq, a.batch, a.vocab, t,
+               a.bf16 ? "bf16" : "fp32", a.backend == MG_ATTN_FLASH ? "flash" : "unfused",
+               mg_device_name(&ctx));
         printf("| t | sp | recompute | per layer measured | paper (e=%d) | ours (paper - masks - "
                "dropout out) | measured/ours | measured/paper |\n"
                "|---|---|---|---|---|---|---|---|\n", a.bf16 ? 2 : 4);

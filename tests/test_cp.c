@@ -20,7 +20,8 @@
    Then: the attention tiles each context rank computed (mg_attn_block_tiles) are within 10 %
    of each other (the causal split's balance); a checkpoint saved under c=2 resumes on one rank
    and under c=4 (4 ranks) with iterations 7-12 and the final weights of the uninterrupted
-   serial run; a --seq-length that does not divide into 2c chunks is refused with one line.  */
+   serial run; a --seq-length that does not divide into 2c chunks, and the unfused attention
+   backend with c > 1, are refused with one line.                                            */
 #include "gpt_test_util.h"
 
 static mg_comm comm;
@@ -225,6 +226,13 @@ int main(int argc, char **argv) {
                          line, world == 2 ? "--seq-length 6 is not divisible by 2 x "
                          "--context-parallel-size 2" : "--seq-length 12 is not divisible by 2 x "
                          "--context-parallel-size 4");
+    }
+    {
+        char line[2048];
+        line_of(line, sizeof line, 0, 0, "--context-parallel-size 2 --attention-backend unfused",
+                "");
+        gpt_expect_error(&comm, "gpt2", "the unfused attention with c > 1 is refused", line,
+                         "--attention-backend unfused with --context-parallel-size 2");
     }
     for (a = 0; a < 2; a++)
         for (b = 0; b < 2; b++) if (have[a][b]) mg_trainer_free(&ser[a][b]);

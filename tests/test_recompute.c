@@ -30,7 +30,10 @@
    one rank holds both), and a split layout's activation bytes
    exceed the unsplit one's by exactly the kept output gradients (the 16-bit dlogits W reads
    take no bytes of their own). The recomputed-FLOP count of a split backward counts full
-   recomputation twice (W re-runs the forward), selective once.                          */
+   recomputation twice (W re-runs the forward), selective once.
+   The attention backend: selective recomputation is checked under --attention-backend
+   unfused (the flash backward recomputes the probabilities anyway, so selective stores
+   the same bytes as none there — checked), full recomputation under both.                */
 #include "gpt_test_util.h"
 
 static mg_comm comm;
@@ -69,13 +72,14 @@ static int same_bits(mg_gpt *a, const float *x, mg_gpt *b, const float *y, int64
     return same;
 }
 
-/* The trainer with `setting` against the plain one, STEPS steps, t = world. */
-static void check_training(const char *setting, int sp) {
+/* The trainer with `setting` against the plain one, STEPS steps, t = world; both with the
+   attention backend flags `backend` ("" the default, flash). */
+static void check_training(const char *setting, int sp, const char *backend) {
     char line[2048], name[300];
     mg_trainer plain, rc;
     double lp[STEPS], lr[STEPS], gp[STEPS], gr[STEPS];
     int k, same;
-    snprintf(line, sizeof line, BASE_LINE "--tensor-model-parallel-size %d%s", world,
+    snprintf(line, sizeof line, BASE_LINE "%s--tensor-model-parallel-size %d%s", backend, world,
              sp ? " --sequence-parallel" : "");
     trainer_make(&plain, line);
     snprintf(line + strlen(line), sizeof line - strlen(line), " %s", setting);
@@ -84,14 +88,14 @@ static void check_training(const char *setting, int sp) {
         mg_step_result a = mg_trainer_step(&plain), b = mg_trainer_step(&rc);
         lp[k] = a.loss; lr[k] = b.loss; gp[k] = a.grad_norm; gr[k] = b.grad_norm;
     }
-    snprintf(name, sizeof name, "recompute t=%d%s %s: %d losses and grad norms bit-identical",
-             world, sp ? " sp" : "", setting + 24, STEPS);
+    snprintf(name, sizeof name, "recompute t=%d%s %s%s: %d losses and grad norms bit-identical",
+             world, sp ? " sp" : "", backend, setting + 24, STEPS);
     same = !memcmp(lp, lr, sizeof lp) && !memcmp(gp, gr, sizeof gp) &&
            lp[STEPS - 1] == lp[STEPS - 1];   /* and not nan */
     mg_test_report(mg_test_agree(same), name, "last loss %.9g vs %.9g", lr[STEPS - 1],
                    lp[STEPS - 1]);
-    snprintf(name, sizeof name, "recompute t=%d%s %s: weights and Adam moments bit-identical",
-             world, sp ? " sp" : "", setting + 24);
+    snprintf(name, sizeof name, "recompute t=%d%s %s%s: weights and Adam moments bit-identical",
+             world, sp ? " sp" : "", backend, setting + 24);
     same = same_bits(&plain.model, plain.model.param_buf, &rc.model, rc.model.param_buf,
                      plain.model.n_elems) &&
            same_bits(&plain.model, plain.opt.m, &rc.model, rc.opt.m, plain.model.n_elems) &&
@@ -133,6 +137,7 @@ static void check_zb(const char *precision, const char *const *zb_settings, int 
 
 /* Serial model of 5 layers in 2 chunks; one dropout forward/backward of 2 microbatches.
    split: 2 activation slots and a split backward (layout.split_backward).                 */
+static int model_backend;   /* the attention backend of model_make's layouts */
 static void model_make(gpt_fixture *f, int gran, int method, int n, mg_dtype dt, int split) {
     mg_gpt_config c;
     mg_gpt_layout L;
@@ -148,6 +153,7 @@ static void model_make(gpt_fixture *f, int gran, int method, int n, mg_dtype dt,
     L.recompute_granularity = gran;
     L.recompute_method = method;
     L.recompute_num_layers = n;
+    L.attention_backend = model_backend;
     f->ctx = gpt_ctx(mg_gpt_arena_bytes(&c, &L) + (8u << 20));
     if (mg_gpt_create(&f->m, &f->ctx, &c, &L, err, sizeof err)) {
         fprintf(stderr, "mg_gpt_create: %s\n", err);
@@ -156,7 +162,8 @@ static void model_make(gpt_fixture *f, int gran, int method, int n, mg_dtype dt,
     mg_gpt_init_weights(&f->m, 5);
 }
 
-static void check_model_chunks(void) {
+/* Returns the activation bytes without recomputation. */
+static size_t check_model_chunks(int backend) {
     static const int cases[5][3] = {{MG_RECOMPUTE_SELECTIVE, 0, 0},
                                     {MG_RECOMPUTE_FULL, MG_RECOMPUTE_UNIFORM, 1},
                                     {MG_RECOMPUTE_FULL, MG_RECOMPUTE_UNIFORM, 2},
@@ -168,7 +175,10 @@ static void check_model_chunks(void) {
     size_t bytes[5];
     int i, k;
     char name[200];
+    size_t none;
+    const char *bk = backend == MG_ATTN_FLASH ? "flash" : "unfused";
     for (i = 0; i < 2 * 2 * 9; i++) samples[i] = (i * 7 + 3) % 37;
+    model_backend = backend;
     model_make(&ref, MG_RECOMPUTE_NONE, 0, 0, MG_F32, 0);
     ref.m.training = 1;
     mg_gpt_zero_grad(&ref.m);
@@ -179,8 +189,8 @@ static void check_model_chunks(void) {
         mg_gpt_zero_grad(&f.m);
         loss = mg_gpt_run_microbatches(&f.m, samples, 2, 0.03f, 1);
         bytes[k] = f.m.act_bytes;
-        snprintf(name, sizeof name, "recompute model, 2 chunks, %s %s N=%d: loss and gradients "
-                 "bit-identical", cases[k][0] == MG_RECOMPUTE_FULL ? "full" : "selective",
+        snprintf(name, sizeof name, "recompute model %s, 2 chunks, %s %s N=%d: loss and gradients "
+                 "bit-identical", bk, cases[k][0] == MG_RECOMPUTE_FULL ? "full" : "selective",
                  cases[k][1] == MG_RECOMPUTE_BLOCK ? "block" : "uniform", cases[k][2]);
         mg_test_report(mg_test_agree(loss == loss_ref &&
                                      same_bits(&f.m, f.m.grad_buf, &ref.m, ref.m.grad_buf,
@@ -188,13 +198,18 @@ static void check_model_chunks(void) {
                        loss_ref);
         gpt_fixture_free(&f);
     }
-    snprintf(name, sizeof name, "recompute: activation bytes none %zu > block-1 %zu > "
-             "block-2 %zu > full %zu; none > selective %zu > full", ref.m.act_bytes, bytes[3],
-             bytes[4], bytes[1], bytes[0]);
+    /* unfused: selective drops the probabilities; flash keeps none to drop (the same bytes) */
+    snprintf(name, sizeof name, "recompute %s: activation bytes none %zu > block-1 %zu > "
+             "block-2 %zu > full %zu; none %s selective %zu > full", bk, ref.m.act_bytes, bytes[3],
+             bytes[4], bytes[1], backend == MG_ATTN_FLASH ? "=" : ">", bytes[0]);
     mg_test_report(mg_test_agree(ref.m.act_bytes > bytes[3] && bytes[3] > bytes[4] &&
-                                 bytes[4] > bytes[1] && ref.m.act_bytes > bytes[0] &&
+                                 bytes[4] > bytes[1] &&
+                                 (backend == MG_ATTN_FLASH ? ref.m.act_bytes == bytes[0]
+                                                           : ref.m.act_bytes > bytes[0]) &&
                                  bytes[0] > bytes[1] && bytes[2] < bytes[1]), name, "%s", "");
+    none = ref.m.act_bytes;
     gpt_fixture_free(&ref);
+    return none;
 }
 
 /* The two microbatches of samples through every chunk with the backward split the ZB-H1 way
@@ -333,17 +348,25 @@ static void check_flops(void) {
 
 int main(int argc, char **argv) {
     int i, sp;
+    size_t flash, unfused;
     mg_comm_init(&comm, &argc, &argv);
     world = comm.world_size;
     mg_test_quiet = comm.world_rank != 0;
+    /* selective recomputation under the unfused attention (the flash backward recomputes the
+       probabilities anyway), full recomputation under both */
     for (sp = 0; sp < (world > 1 ? 2 : 1); sp++)
-        for (i = 0; i < 5; i++) check_training(settings[i], sp);
+        for (i = 0; i < 5; i++) check_training(settings[i], sp, i ? "" : "--attention-backend unfused ");
+    check_training(settings[1], 0, "--attention-backend unfused ");
     if (world == 2) {
-        check_zb("", settings, 5);
+        check_zb("--attention-backend unfused", settings, 1);
+        check_zb("", settings + 1, 4);
         check_zb("--bf16", settings + 1, 2);
         check_zb("--fp16 --loss-scale 1024", settings + 3, 1);
     }
-    check_model_chunks();
+    unfused = check_model_chunks(MG_ATTN_UNFUSED);
+    flash = check_model_chunks(MG_ATTN_FLASH);
+    mg_test_report(mg_test_agree(flash < unfused), "flash attention stores fewer activation bytes "
+                   "than unfused", "%zu vs %zu", flash, unfused);
     check_model_split();
     check_flops();
     mg_comm_finalize(&comm);

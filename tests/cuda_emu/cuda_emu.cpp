@@ -19,6 +19,7 @@
 #include "cuda_fp16.h"
 
 #include <cblas.h>
+#include <map>
 #include <cxxabi.h>
 #include <elf.h>
 #include <fcntl.h>
@@ -173,7 +174,20 @@ static size_t g_tls_size;
 static size_t g_dyn_off = (size_t)-1;    /* offset of the dynamic shared buffer */
 static pthread_t g_tls_thread;
 static int g_tls_known;
-#define DYN_SHARED_MAX (100 * 1024)
+#define DYN_SHARED_MAX (227 * 1024)     /* an H100's opt-in maximum per block */
+#define DYN_SHARED_DEFAULT (48 * 1024)  /* without cudaFuncAttributeMaxDynamicSharedMemorySize */
+static std::map<std::string, size_t> g_dyn_granted;   /* kernel name -> its opt-in */
+static std::string function_name(const void *fn);
+/* Launches know their kernel by name (MG_LAUNCH's #kernel), so the opt-in is kept by the name
+   of the function at fn, looked up in the executable's symbol table. */
+cudaError_t mg_emu_func_set_attribute(const void *fn, enum cudaFuncAttribute attr, int value) {
+    std::string name = function_name(fn);
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 ||
+        value > DYN_SHARED_MAX || name.empty())
+        return cudaErrorInvalidValue;
+    g_dyn_granted[name] = (size_t)value;
+    return cudaSuccess;
+}
 static thread_local unsigned char mg_emu_dynamic_shared_buffer[DYN_SHARED_MAX];
 
 static int tls_phdr(struct dl_phdr_info *info, size_t, void *) {
@@ -222,6 +236,45 @@ static void read_symbols(void) {
     munmap(img, (size_t)len);
     std::sort(g_svars.begin(), g_svars.end(),
               [](const SharedVar &a, const SharedVar &b) { return a.off < b.off; });
+}
+static int exe_base(struct dl_phdr_info *info, size_t, void *base) {
+    if (info->dlpi_name && info->dlpi_name[0]) return 0;   /* the executable comes first */
+    *(uintptr_t *)base = (uintptr_t)info->dlpi_addr;
+    return 1;
+}
+/* The unqualified name of the function at fn ("" if not a function of the executable). */
+static std::string function_name(const void *fn) {
+    uintptr_t base = 0;
+    std::string found;
+    int fd = open("/proc/self/exe", O_RDONLY);
+    off_t len;
+    char *img;
+    if (fd < 0) return found;
+    dl_iterate_phdr(exe_base, &base);
+    len = lseek(fd, 0, SEEK_END);
+    img = (char *)mmap(NULL, (size_t)len, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (img == MAP_FAILED) return found;
+    Elf64_Ehdr *eh = (Elf64_Ehdr *)img;
+    Elf64_Shdr *sh = (Elf64_Shdr *)(img + eh->e_shoff);
+    for (int s = 0; s < eh->e_shnum && found.empty(); s++) {
+        if (sh[s].sh_type != SHT_SYMTAB) continue;
+        Elf64_Sym *sym = (Elf64_Sym *)(img + sh[s].sh_offset);
+        const char *str = img + sh[sh[s].sh_link].sh_offset;
+        size_t n = sh[s].sh_size / sizeof *sym;
+        for (size_t i = 0; i < n; i++) {
+            if (ELF64_ST_TYPE(sym[i].st_info) != STT_FUNC ||
+                base + sym[i].st_value != (uintptr_t)fn) continue;
+            int st = 0;
+            char *dm = abi::__cxa_demangle(str + sym[i].st_name, NULL, NULL, &st);
+            found = st == 0 && dm ? dm : str + sym[i].st_name;
+            free(dm);
+            found = found.substr(0, found.find('('));
+            break;
+        }
+    }
+    munmap(img, (size_t)len);
+    return found;
 }
 static void shared_init(void) {
     if (g_tls_known && pthread_equal(g_tls_thread, pthread_self())) return;
@@ -752,7 +805,9 @@ void mg_emu_launch_raw(const char *name, dim3 grid, dim3 block, size_t shared_by
         fatal("kernel %s launched while another host thread's launch runs: the emulator runs "
               "one launch at a time (launch from one host thread)", name);
     if (!threads || threads > 1024 || block.z > 64 || !grid.x || !grid.y || !grid.z ||
-        grid.y > 65535 || grid.z > 65535 || shared_bytes > DYN_SHARED_MAX) {
+        grid.y > 65535 || grid.z > 65535 || shared_bytes > DYN_SHARED_MAX ||
+        (shared_bytes > DYN_SHARED_DEFAULT &&
+         (!g_dyn_granted.count(name) || g_dyn_granted[name] < shared_bytes))) {
         g_last_error = cudaErrorInvalidConfiguration;
         __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
         return;

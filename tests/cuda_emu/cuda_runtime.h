@@ -132,6 +132,16 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = 0);
 cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
+/* Kernel attributes: only the dynamic shared memory opt-in. As on a device, a launch with more
+   than 48 KiB of dynamic shared memory fails (cudaErrorInvalidConfiguration) unless the
+   kernel was given at least that much with cudaFuncAttributeMaxDynamicSharedMemorySize;
+   values above 227 KiB (an H100's opt-in limit) are refused (cudaErrorInvalidValue).      */
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+cudaError_t mg_emu_func_set_attribute(const void *fn, enum cudaFuncAttribute attr, int value);
+template <class T>
+static inline cudaError_t cudaFuncSetAttribute(T *entry, enum cudaFuncAttribute attr, int value) {
+    return mg_emu_func_set_attribute(reinterpret_cast<const void *>(entry), attr, value);
+}
 
 /* --- the emulator's own interface ---------------------------------------------------------- */
 typedef void (*mg_emu_body_fn)(void *closure);

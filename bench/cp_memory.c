@@ -2,7 +2,7 @@
    the planner's prediction.
 
      mpirun -np C build/cp_memory [--seq N] [--layers N] [--hidden N] [--heads N] [--vocab N]
-                                  [--limit-mib N]
+                                  [--limit-mib N] [--count-only]
 
    Defaults: sequence 16384, 2 layers, hidden 64, 4 heads, vocabulary 256, micro-batch 1, fp32,
    the tiled attention. For c = 1, 2, 4, … up to 16 (every c that cuts the sequence into 2c
@@ -19,7 +19,7 @@
                attention measured here does not keep);
      measured  for c = the job's size only: activations + scratch + the arena's high-water mark
                above the model during a real forward + backward of one microbatch on these
-               ranks (the ops' temporary scratch), the peak per rank;
+               ranks (the ops' temporary scratch), the peak per rank (--count-only: skipped);
    and whether model's figure fits --limit-mib (default 64): a sequence one rank cannot hold
    within the limit is held by c ranks once the figure per rank falls under it.           */
 #include "megatron.h"
@@ -30,7 +30,7 @@
 
 static mg_comm comm;
 
-typedef struct bench_args { int seq, layers, hidden, heads, vocab, limit_mib; } bench_args;
+typedef struct bench_args { int seq, layers, hidden, heads, vocab, limit_mib, count_only; } bench_args;
 
 static mg_gpt_config config_of(const bench_args *a) {
     mg_gpt_config c;
@@ -117,12 +117,13 @@ static double measure(const bench_args *a) {
 }
 
 int main(int argc, char **argv) {
-    bench_args a = {16384, 2, 64, 4, 256, 64};
+    bench_args a = {16384, 2, 64, 4, 256, 64, 0};
     double M = 1024.0 * 1024.0, one = 0, measured;
     int i, cp;
     mg_comm_init(&comm, &argc, &argv);
     for (i = 1; i < argc; i++) {
         int v = i + 1 < argc ? atoi(argv[i + 1]) : 0;
+        if (!strcmp(argv[i], "--count-only")) { a.count_only = 1; continue; }
         if (!strcmp(argv[i], "--seq") && v > 1) a.seq = v;
         else if (!strcmp(argv[i], "--layers") && v > 0) a.layers = v;
         else if (!strcmp(argv[i], "--hidden") && v > 0) a.hidden = v;
@@ -132,7 +133,8 @@ int main(int argc, char **argv) {
         else {
             if (comm.world_rank == 0)
                 fprintf(stderr, "cp_memory: unknown or bad argument '%s' (--seq N, --layers N, "
-                        "--hidden N, --heads N, --vocab N, --limit-mib N)\n", argv[i]);
+                        "--hidden N, --heads N, --vocab N, --limit-mib N, --count-only)\n",
+                        argv[i]);
             mg_comm_finalize(&comm);
             return 2;
         }
@@ -145,7 +147,7 @@ int main(int argc, char **argv) {
         mg_comm_finalize(&comm);
         return 2;
     }
-    measured = measure(&a);   /* collective: every rank first */
+    measured = a.count_only ? 0 : measure(&a);   /* collective: every rank first */
     if (comm.world_rank == 0) {
         printf("# cp_memory: s=%d l=%d h=%d a=%d V=%d, b=1, fp32, tiled attention; MiB per rank; "
                "limit %d MiB\n| c | activations | scratch | sum | sum / c=1's | planner: "
@@ -171,7 +173,8 @@ int main(int argc, char **argv) {
             }
             bytes = (double)m.act_bytes + (double)m.scratch_bytes;
             if (cp == 1) one = bytes;
-            if (cp == comm.world_size) snprintf(meas, sizeof meas, "%.2f", measured / M);
+            if (cp == comm.world_size && !a.count_only)
+                snprintf(meas, sizeof meas, "%.2f", measured / M);
             printf("| %d | %.2f | %.2f | %.2f | %.3f | %.2f | %s | %s |\n", cp,
                    (double)m.act_bytes / M, (double)m.scratch_bytes / M, bytes / M, bytes / one,
                    planned(&a, cp) / M, meas, bytes <= a.limit_mib * M ? "yes" : "no");

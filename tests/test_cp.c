@@ -11,7 +11,8 @@
               positions); c=2 GPT-2 with dropout and selective recomputation; c=2 Llama with
               full recomputation
      4 ranks  c=4 GPT-2 and Llama; t=2 × c=2 with sequence parallelism (GPT-2, Llama); c=2 ×
-              p=2 1F1B and interleaved; c=2 × d=2 with the distributed optimizer (and dropout);
+              p=2 1F1B, interleaved, ZB-H1 and GPipe; c=2 × d=2 with the distributed optimizer
+              (and dropout);
               Llama c=2 × d=2 with ZeRO in bf16, its losses within 2^-7 of the serial fp32 run
               (twice bf16's unit roundoff, as test_llama_layouts)
      8 ranks  t=2 × c=2 × p=2 GPT-2 with sequence parallelism, dropout and ZeRO-1 (d = 1:
@@ -20,6 +21,8 @@
    untied word embedding amplifies the fp32 reordering of gradient sums through Adam — 2.7e-6
    after 12 steps under c=2 here, 4.1e-5 in the asan build, 1.2e-5 under t=2 × c=2 and 4.2e-5
    under t=2 × p=2 × d=2 without context parallelism; the losses stay equal.)
+   Each row also counts the bytes each rank sent on the context group: exactly the ring's K/V
+   (only the key/value heads: GQA sends ng/nh of them) and fp32 dK/dV hops.
    Then: the attention tiles each context rank computed (mg_attn_block_tiles) are within 10 %
    of each other (the causal split's balance); a checkpoint saved under c=2 resumes on one rank
    and under c=4 (4 ranks) with iterations 7-12 and the final weights of the uninterrupted
@@ -64,6 +67,10 @@ static const cp_row rows[] = {
     {4, 1, 0, "--context-parallel-size 2 --pipeline-model-parallel-size 2 "
               "--num-layers-per-virtual-pipeline-stage 1", 0},
     {4, 0, 1, "--context-parallel-size 2 --use-distributed-optimizer", 0},
+    {4, 0, 0, "--context-parallel-size 2 --pipeline-model-parallel-size 2 "
+              "--pipeline-schedule zb-h1", 0},
+    {4, 1, 0, "--context-parallel-size 2 --pipeline-model-parallel-size 2 "
+              "--pipeline-schedule gpipe", 0},
     {4, 1, 0, "--context-parallel-size 2 --use-distributed-optimizer --bf16", 1},
     {8, 0, 1, "--tensor-model-parallel-size 2 --context-parallel-size 2 "
               "--pipeline-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer", 0},
@@ -91,6 +98,25 @@ static mg_trainer *serial(int llama, int dropout) {
     return &ser[llama][dropout];
 }
 
+/* Bytes this rank sent on the context group: the ring's, per layer forward (c − 1 hops of the
+   packed K/V: 2·(ng/t)·hd values per local token, in the activations' dtype) and backward (the
+   K/V again, and c hops of the fp32 dK/dV); full recomputation repeats the forward. Each of
+   the rank's layers runs once per microbatch.                                              */
+static int ring_traffic_ok(mg_trainer *tr, uint64_t sent, uint64_t *want) {
+    const mg_gpt_layout *L = &tr->model.layout;
+    const mg_transformer *tf = &tr->model.tf;
+    uint64_t layers = 0, c = (uint64_t)L->cp_size, kv, fwd, bwd;
+    for (int ch = 0; ch < L->n_chunks; ch++)
+        layers += (uint64_t)(L->chunks[ch].layer_end - L->chunks[ch].layer_begin);
+    kv = 2 * (uint64_t)(tf->cfg.n_group / tf->tp.size) * (uint64_t)tf->cfg.head_dim *
+         (uint64_t)tf->cfg.seq_len * (uint64_t)tf->cfg.micro_batch;
+    fwd = (c - 1) * kv * mg_dtype_size(tf->cfg.dtype);
+    bwd = fwd + c * kv * 4;
+    *want = (uint64_t)STEPS * (uint64_t)tr->n_micro * layers *
+            (fwd * (L->recompute_granularity == MG_RECOMPUTE_FULL ? 2 : 1) + bwd);
+    return sent == *want;
+}
+
 /* Attention tiles of this rank's forwards, max/min over its context group (1: equal); and
    whether they are mg_cp_attention_tiles per layer forward (each of the rank's layers runs
    one forward per microbatch, twice with full recomputation).                             */
@@ -114,11 +140,14 @@ static void check_row(const cp_row *row) {
     float loss[STEPS], norm[STEPS];
     double e_loss, e_norm, e_w, balance;
     double wtol = row->llama && row->dropout ? LLAMA_DROPOUT_WTOL : TOL;
-    uint64_t sum;
-    int count_ok;
+    uint64_t sum, sent, want_sent;
+    int count_ok, traffic_ok;
     line_of(line, sizeof line, row->llama, row->dropout, row->layout, "");
     gpt_setup_or_die(&tr, line, &comm);
+    mg_comm_reset_traffic(&comm);
     gpt_train_steps(&tr, STEPS, loss, norm);
+    sent = comm.bytes_sent[MG_GROUP_CONTEXT];
+    traffic_ok = ring_traffic_ok(&tr, sent, &want_sent);
     e_loss = gpt_agree_max(mg_test_max_rel(loss, ser_loss[row->llama][row->dropout], STEPS, 0));
     e_norm = gpt_agree_max(mg_test_max_rel(norm, ser_norm[row->llama][row->dropout], STEPS, 0));
     balance = gpt_agree_max(tile_balance(&tr, &count_ok));
@@ -134,11 +163,12 @@ static void check_row(const cp_row *row) {
                        "losses %.3g, grad norms %.3g, weights %.3g (tol %.0e, weights %.0e)",
                        e_loss, e_norm, e_w, TOL, wtol);
     snprintf(name, sizeof name, "%s: %s: weights bit-identical on every replica; attention "
-             "tiles per context rank within 10%% (= mg_cp_attention_tiles per layer forward)",
-             row->llama ? "llama" : "gpt2", row->layout);
+             "tiles per context rank within 10%% (= mg_cp_attention_tiles per layer forward); "
+             "the ring's bytes on the context group", row->llama ? "llama" : "gpt2", row->layout);
     mg_test_report(gpt_same_on_stage(&comm, sum) && balance <= 1.10 &&
-                   mg_test_agree(count_ok), name, "max/min tiles over the context group %.3f",
-                   balance);
+                   mg_test_agree(count_ok) && mg_test_agree(traffic_ok), name,
+                   "max/min tiles over the context group %.3f; rank 0 sent %llu bytes (want %llu)",
+                   balance, (unsigned long long)sent, (unsigned long long)want_sent);
     mg_trainer_free(&tr);
 }
 

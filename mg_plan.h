@@ -30,7 +30,8 @@
         Context parallelism (c): each GPU holds s/c tokens of every sequence; activations and
         all token-local work fall as 1/c, the attention core computes its s/c queries against
         all s keys, the ring moves K/V (c − 1 hops forward, again backward) and dK/dV (c hops,
-        fp32) per layer, overlapped with the attention of the block in hand; gradients reduce
+        fp32) per layer, overlapped with the attention of the block in hand (but the last
+        dK/dV hop); gradients reduce
         over d·c GPUs and the distributed optimizer shards over them.
      6. CPU calibration: cblas_sgemm rate and memcpy bandwidth, so the same model predicts
         gpt_train's iteration time on this machine (--gpu cpu).
@@ -925,14 +926,15 @@ static mg__plan_cost mg__plan_layer_cost(const mg__plan_env *v) {
     c.tp = 4 * ar;
     c.backward = bw + bwd_mem + 2 * ar;
     /* Context parallelism: c steps of the ring per pass. Forward: c − 1 hops of the local K/V
-       (2·kv/t wide, e bytes) each overlapping one step's attention (1/c of it); backward: the
-       K/V again, overlapping the backward attention, and c hops of the fp32 dK/dV after each
-       step (not overlapped). Full recomputation repeats the forward's. */
+       (2·kv/t wide, e bytes) each overlapping one step's attention (1/c of it); backward: in
+       c − 1 steps a K/V hop and an fp32 dK/dV hop share the link while the step's backward
+       attention runs, and the last dK/dV hop (back to its owner) is exposed. Full
+       recomputation repeats the forward's. */
     c.cp = 0;
     if (v->c > 1) {
         double kv = mg__plan_cp_hop(v, 2 * x.kv / t * n * e), dkv = mg__plan_cp_hop(v, 2 * x.kv / t * n * 4);
         double fwd = (v->c - 1) * fmax(0.0, kv - attn_f / v->c);
-        double bwd = (v->c - 1) * fmax(0.0, kv - attn_b / v->c) + v->c * dkv;
+        double bwd = (v->c - 1) * fmax(0.0, kv + dkv - attn_b / v->c) + dkv;
         c.cp = fwd + bwd + (rc == MG_PLAN_RECOMPUTE_FULL ? fwd : 0.0);
         c.backward += bwd + (rc == MG_PLAN_RECOMPUTE_FULL ? fwd : 0.0);
     }

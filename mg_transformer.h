@@ -108,9 +108,11 @@ MGDEF mg_comm *mg_tp_comm(const mg_tp_group *g);
                    query chunk attends to each visible key chunk with mg_attn_block_forward at the
                    chunks' global positions, merging the partial outputs by log-sum-exp.
          backward  with the final lse and Δ = rowsum(dO ∘ O), the same ring again: dQ sums in a
-                   local fp32 buffer; dK, dV of the block in hand accumulate into an fp32 buffer
-                   that travels with it, one hop behind the K/V, and arrives back at its owner
-                   after c hops.
+                   local fp32 buffer; the fp32 dK, dV of each block travel with it, one hop
+                   behind the K/V: while a step computes this rank's contribution to the block
+                   in hand, the sum of the previous block leaves and the partial sum of this
+                   one arrives (the transfers overlap the step); after c hops each rank holds
+                   the dK/dV of its own keys over all queries.
        Causal visibility of chunk pairs: a key chunk is visible to a query chunk iff it is not
        later; invisible pairs are skipped. Dropout masks use the global positions (the block
        API's q_pos0/k_pos0 and T_global), so they equal one rank's.
@@ -189,12 +191,13 @@ typedef struct mg_transformer {
     mg_tensor datt;           /* [B, nh/t, T, T] the unfused attention's probability gradient   */
     mg_tensor dgate;          /* [N, F/t] SwiGLU: the gate's output gradient                    */
     float *rope_cs;           /* rope: device [T·c, rot_dim/2, 2] cos/sin table (mg_rope_table) */
-    /* context parallelism (1b; cp.size 1: none): the ring's buffers, two of each (the block in
-       hand and the one arriving) — packed K/V [N, ng/t, 2, hd] in the activations' dtype,
-       their fp32 gradients, the queries' fp32 gradient [N, nh/t, hd], Δ fp32 [2][B, nh/t, T/2] */
+    /* context parallelism (1b; cp.size 1: none): the ring's buffers — two packed K/V blocks
+       [N, ng/t, 2, hd] in the activations' dtype (the block in hand and the one arriving), three
+       fp32 dK/dV blocks (this rank's contribution, the sum leaving, the partial sum arriving),
+       the queries' fp32 gradient [N, nh/t, hd], Δ fp32 [2][B, nh/t, T/2]                   */
     mg_cp_group cp;
     void *cp_kv[2];
-    float *cp_dkv[2], *cp_dq, *cp_delta;
+    float *cp_dkv[3], *cp_dq, *cp_delta;
     int64_t cp_tiles;         /* attention tiles computed by this rank's forwards (the work
                                  balance of the causal split; mg_attn_block_tiles)             */
 } mg_transformer;
@@ -487,10 +490,9 @@ MGDEF void mg_transformer_claim_scratch(mg_transformer *tf, mg_claim *c) {
         tf->datt = mg_claim_tensor(c, dt, w.B, w.nh, w.T, w.T);
     if (tf->cp.size > 1) {   /* the ring's buffers */
         int64_t kvn = w.N * w.ng * 2 * tf->cfg.head_dim;
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < 2; k++)
             tf->cp_kv[k] = mg_claim_bytes(c, (size_t)kvn * mg_dtype_size(dt));
-            tf->cp_dkv[k] = mg_claim_f32(c, kvn);
-        }
+        for (int k = 0; k < 3; k++) tf->cp_dkv[k] = mg_claim_f32(c, kvn);
         tf->cp_dq = mg_claim_f32(c, w.N * w.q);
         tf->cp_delta = mg_claim_f32(c, w.B * w.nh * w.T);
     }
@@ -783,10 +785,10 @@ static void mg__cp_attention_forward(mg_transformer *tf, const mg_attn_dropout *
 }
 
 /* Ring attention, backward: d_qkv from dout (tf->dCt, used as scratch once read). Δ per query
-   chunk first; then the ring of the forward, with the fp32 dK/dV of the block in hand
-   (zero at the owner) accumulated and passed on after each step, so that after c hops every
-   rank holds the dK/dV of its own keys summed over all queries. dQ sums in fp32 locally;
-   both are rounded once into d_qkv at the end.                                              */
+   chunk first; then the ring of the forward, where the fp32 dK/dV of each block travel one
+   hop behind its K/V, summed by every rank it passes, so that after c hops every rank holds
+   the dK/dV of its own keys over all queries. dQ sums in fp32 locally; both are rounded once
+   into d_qkv at the end.                                                                    */
 static void mg__cp_attention_backward(mg_transformer *tf, const mg_attn_dropout *drop,
                                       mg_layer_acts *la, mg_tensor *d_qkv) {
     mg__widths d = mg__widths_of(tf);
@@ -794,9 +796,11 @@ static void mg__cp_attention_backward(mg_transformer *tf, const mg_attn_dropout 
     int64_t kvn = d.N * d.ng * 2 * tf->cfg.head_dim, lse_half = d.B * d.nh * (d.T / 2);
     mg_dtype dt = la->qkv.dtype;
     const float *lse = (const float *)la->lse.data;
-    mg_tensor dq32, dq, dkv32, dkv;
+    mg_tensor dq32, dq, dkv32, dkv, acc, part;
+    int64_t shape[1] = {kvn};
+    int out = 0, in = 1, loc = 2;   /* the fp32 dK/dV buffers' roles, see below */
+    mg_request rdkv = {0};
     mg_memset_zero(tf->ctx, tf->cp_dq, (size_t)(d.N * d.q) * sizeof(float));
-    mg_memset_zero(tf->ctx, tf->cp_dkv[0], (size_t)kvn * sizeof(float));
     mg__cp_pack(tf, la->qkv.data, tf->cp_kv[0], dt, 0);
     for (int a = 0; a < 2; a++) {
         mg_attn_block k = mg__cp_block(tf, &la->qkv, a, tf->cp_kv[0], tf->cp.rank, 0, drop);
@@ -804,16 +808,23 @@ static void mg__cp_attention_backward(mg_transformer *tf, const mg_attn_dropout 
         mg_attn_view dout = mg__cp_heads(tf, tf->dCt.data, dt, a);
         mg_attn_delta(tf->ctx, tf->cp_delta + a * lse_half, &k, &dout, &o);
     }
+    /* Step s: dkv[loc] collects this rank's contribution to the block in hand (src's keys);
+       meanwhile dkv[out], the sum the previous step finished, goes to the next rank and dkv[in]
+       receives from the previous rank the partial sum of the block in hand (every rank before
+       this one in the ring), to which dkv[loc] is then added. Step 0's block is this rank's
+       own: its sum is dkv[loc] alone. The last sum travels after the loop.                */
     for (int s = 0; s < c; s++) {
-        int src = (tf->cp.rank + c - s) % c;
+        int src = (tf->cp.rank + c - s) % c, t;
         mg_request req = {0};
         if (s + 1 < c) req = mg__cp_shift(tf, tf->cp_kv[cur], tf->cp_kv[1 - cur], kvn, dt);
+        if (s > 0) rdkv = mg__cp_shift(tf, tf->cp_dkv[out], tf->cp_dkv[in], kvn, MG_F32);
+        mg_memset_zero(tf->ctx, tf->cp_dkv[loc], (size_t)kvn * sizeof(float));
         for (int a = 0; a < 2; a++)
             for (int b = 0; b < 2; b++) {
                 mg_attn_block k = mg__cp_block(tf, &la->qkv, a, tf->cp_kv[cur], src, b, drop);
                 mg_attn_view dout = mg__cp_heads(tf, tf->dCt.data, dt, a);
                 mg_attn_view dq = mg__cp_heads(tf, tf->cp_dq, MG_F32, a);
-                mg_attn_view dk = mg__cp_view(tf->cp_dkv[cur], MG_F32, b * (d.T / 2), d.B,
+                mg_attn_view dk = mg__cp_view(tf->cp_dkv[loc], MG_F32, b * (d.T / 2), d.B,
                                               d.ng * 2 * k.hd, 2 * k.hd, k.hd, 0);
                 mg_attn_view dv = dk;
                 if (k.k_pos0 > k.q_pos0) continue;
@@ -822,11 +833,22 @@ static void mg__cp_attention_backward(mg_transformer *tf, const mg_attn_dropout 
                                        tf->cp_delta + a * lse_half, &dq, &dk, &dv, 1);
             }
         mg_wait(tf->cp.comm, &req);
-        req = mg__cp_shift(tf, tf->cp_dkv[cur], tf->cp_dkv[1 - cur], kvn, MG_F32);
-        mg_wait(tf->cp.comm, &req);
+        mg_wait(tf->cp.comm, &rdkv);
+        acc = mg_tensor_wrap(tf->cp_dkv[loc], MG_F32, 1, shape);
+        if (s > 0) {   /* the block's sum: the ring's partial plus this rank's */
+            part = mg_tensor_wrap(tf->cp_dkv[in], MG_F32, 1, shape);
+            mg_axpy(tf->ctx, &part, 1.0f, &acc);
+            t = out; out = in; in = t;
+        } else {
+            t = out; out = loc; loc = t;
+        }
         cur = 1 - cur;
     }
-    /* tf->cp_dkv[cur] is this rank's own dK/dV now; round both into d_qkv */
+    rdkv = mg__cp_shift(tf, tf->cp_dkv[out], tf->cp_dkv[in], kvn, MG_F32);
+    mg_wait(tf->cp.comm, &rdkv);
+    cur = in;
+    /* tf->cp_dkv[cur] is this rank's own dK/dV now (its c contributions summed around the
+       ring); round both into d_qkv                                                          */
     dq32 = mg_tensor_wrap(tf->cp_dq, MG_F32, 2, tf->dCt.shape);
     dq = tf->dCt;
     mg_cast(tf->ctx, &dq, &dq32);
@@ -837,9 +859,9 @@ static void mg__cp_attention_backward(mg_transformer *tf, const mg_attn_dropout 
                    (size_t)(per * hd) * es, (size_t)(per * hd) * es, (size_t)(d.N * d.ng));
     }
     {
-        int64_t shape[2] = {d.N, kvn / d.N};
-        dkv32 = mg_tensor_wrap(tf->cp_dkv[cur], MG_F32, 2, shape);
-        dkv = mg_tensor_wrap(tf->cp_kv[1 - cur], dt, 2, shape);
+        int64_t shape2[2] = {d.N, kvn / d.N};
+        dkv32 = mg_tensor_wrap(tf->cp_dkv[cur], MG_F32, 2, shape2);
+        dkv = mg_tensor_wrap(tf->cp_kv[0], dt, 2, shape2);
         mg_cast(tf->ctx, &dkv, &dkv32);
         mg__cp_pack(tf, d_qkv->data, dkv.data, dt, 1);
     }

@@ -11,7 +11,7 @@
                kept tensors, the embedding output, the final layernorm, the fp32 logits and
                loss statistics) and of its shared scratch (mg_gpt.scratch_bytes: the residual
                gradient, one layer's backward temporaries, with c > 1 the ring's two K/V
-               buffers, two fp32 dK/dV buffers and the fp32 dQ), and their sum, as the model
+               buffers, three fp32 dK/dV buffers and the fp32 dQ), and their sum, as the model
                claims them from its arena for a rank of a context group of c — counted, nothing
                runs;
      planner   mg_plan_evaluate's activation bytes for the same layout (t = p = d = 1, c GPUs;
@@ -30,7 +30,9 @@
 
 static mg_comm comm;
 
-typedef struct bench_args { int seq, layers, hidden, heads, vocab, limit_mib, count_only; } bench_args;
+typedef struct bench_args {
+    int seq, layers, hidden, heads, vocab, limit_mib, count_only;
+} bench_args;
 
 static mg_gpt_config config_of(const bench_args *a) {
     mg_gpt_config c;

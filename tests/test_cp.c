@@ -73,7 +73,8 @@ static const cp_row rows[] = {
               "--pipeline-schedule gpipe", 0},
     {4, 1, 0, "--context-parallel-size 2 --use-distributed-optimizer --bf16", 1},
     {8, 0, 1, "--tensor-model-parallel-size 2 --context-parallel-size 2 "
-              "--pipeline-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer", 0},
+              "--pipeline-model-parallel-size 2 --sequence-parallel "
+              "--use-distributed-optimizer", 0},
 };
 
 static void line_of(char *out, size_t cap, int llama, int dropout, const char *layout,

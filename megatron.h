@@ -12,9 +12,11 @@
    examples/gpt_train.cu is the trainer program built on it; read it next.
 
    TOUR
-     1. Model configuration (mg_gpt_config) and this rank's layout (mg_gpt_layout): the tensor-
-        and pipeline-parallel coordinates, the micro-batch, the activation slots, the model
-        chunks (Megatron's interleaved assignment: rank i of p holds virtual stages i, i+p, …).
+     1. Model configuration (mg_gpt_config) and this rank's layout (mg_gpt_layout): the tensor-,
+        context- and pipeline-parallel coordinates, the micro-batch, the activation slots, the
+        model chunks (Megatron's interleaved assignment: rank i of p holds virtual stages i,
+        i+p, …). With context parallelism a rank holds T/c positions of every sequence
+        (mg_transformer.h, 1b): tokens, positions and targets are picked at set_batch.
      2. Parameters: one descriptor per tensor (name, global shape, split kind, init, decay),
         ONE flat fp32 buffer of parameters and ONE of gradients in a documented order;
         counter-based initialisation; global <-> shard copies; the naming table that maps the
@@ -31,7 +33,8 @@
         Mistral / Qwen2 directories (told apart by content and config.json; shards, F32/BF16/
         F16), export Hugging Face safetensors + config.json (GPT-2 or the Llama family).
      4. Optimizer: AdamW state, Megatron's learning-rate schedule, global-norm clipping.
-     4b. Data parallelism (mg_dp): the gradient reduction over the d replicas in buckets started
+     4b. Data parallelism (mg_dp): the gradient reduction over the d replicas (d·c with context
+        parallelism: the data-context group) in buckets started
         during the last microbatch's backward; the distributed optimizer (ZeRO-1: sharded
         moments, reduce-scatter / all-gather).
      4c. Tokenizer flags: Megatron-LM's --tokenizer-type & co. to a loaded mg_tokenizer.h

@@ -12,6 +12,8 @@
      1. Megatron's communication operators over the tensor group (mg_tp_group): mg_tp_gather
         before a column-parallel layer, mg_tp_reduce after a row-parallel one, each the other's
         backward; plain tensor parallelism or sequence parallelism.
+     1b. Context parallelism (mg_cp_group): the load-balanced causal split of the sequence over
+        the context group and the ring attention that the layer runs when it has c > 1 ranks.
      2. Tensor-parallel linear layers: ColumnParallelLinear and RowParallelLinear, each forward
         with its input-gradient and weight-gradient halves (so that a pipeline schedule can run
         the weight half later, ZB-H1), on a shared scratch (mg_transformer).

@@ -5624,8 +5624,8 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
                       "state, activations of --micro-batch-size %lld, buffers of the %d "
                       "microbatches of --global-batch-size %lld), more than the %.2f GiB of "
                       "this machine (a smaller --hidden-size, --num-layers, --micro-batch-size or "
-                      "--global-batch-size, or more ranks with --tensor-model-parallel-size or "
-                      "--pipeline-model-parallel-size, needs less)", bytes / 1073741824.0,
+                      "--global-batch-size, or more ranks with --tensor-model-parallel-size, "
+                      "--context-parallel-size or --pipeline-model-parallel-size, needs less)", bytes / 1073741824.0,
                       (long long)a->micro_batch_size, tr->n_micro,
                       (long long)a->global_batch_size, phys / 1073741824.0); goto fail; }
     }

@@ -91,6 +91,10 @@ typedef struct mg_plan_model {
                                   stage then)                                                 */
     int disable_bias_linear;   /* --disable-bias-linear: no biases on the linear layers        */
     int add_qkv_bias;          /* --add-qkv-bias: the Q/K/V bias even so                        */
+    int flash_attention;       /* --attention-backend flash: the tiled attention (gpt_train's
+                                  default), which stores no attention scores and moves none
+                                  through memory, its backward recomputing QKᵀ; 0 (the default
+                                  here): the paper's unfused attention                         */
 } mg_plan_model;
 enum { MG_PLAN_POS_LEARNED = 0, MG_PLAN_POS_ROPE = 1, MG_PLAN_POS_NONE = 2 };
 
@@ -226,6 +230,8 @@ MGDEF double mg_plan_bubble_fraction(int p, long m, int v);
      none, t, sequence parallel:  s·b·h·(34 + 5·a·s/h)/t
      selective (attention core):  the 5·a·s/h term is not stored
      full:                        the layer input only, 2·s·b·h (/t with sequence parallel).
+   With flash_attention the 5·a·s/h term is never stored (none = selective), and each query
+   keeps a fp32 log-sum-exp instead: 4·a·s·b/t bytes.
    The Llama options change the split part: Q, K, V are q + 2·kv wide, the projection input q,
    the MLP keeps 2F (GeLU's input and output) or 3F (SwiGLU's gate and up, and its output). */
 MGDEF double mg_plan_activation_bytes_per_layer(const mg_plan_model *m, int b, int t,
@@ -528,7 +534,8 @@ MGDEF double mg_plan_activation_bytes_per_layer(const mg_plan_model *m, int b, i
     if (recompute == MG_PLAN_RECOMPUTE_FULL) return sbh * e * r; /* the layer input */
     {
         double act = sbh * r * (4.0 * e + 2.0) + s * bb * split * e / tt;
-        if (recompute == MG_PLAN_RECOMPUTE_NONE) act += a * s * s * bb * (2.0 * e + 1.0) / tt;
+        if (m->flash_attention) act += 4.0 * a * s * bb / tt;
+        else if (recompute == MG_PLAN_RECOMPUTE_NONE) act += a * s * s * bb * (2.0 * e + 1.0) / tt;
         return act;
     }
 }
@@ -912,7 +919,8 @@ static mg__plan_cost mg__plan_layer_cost(const mg__plan_env *v) {
        The backward of each reads its saved input and the output gradient and writes the
        input gradient: twice the forward's traffic. RMSNorm moves what layernorm moves. */
     score_elems = a * s / t;
-    attn_bytes = n * (4 * e + 1) * score_elems;
+    attn_bytes = v->m->flash_attention || v->c > 1 ? 0.0   /* flash (and the ring): fused */
+                 : n * (4 * e + 1) * score_elems;
     act_bytes = (v->m->swiglu ? 3 : 2) * e * x.F / t;
     if (v->m->position_embedding == MG_PLAN_POS_ROPE) act_bytes += 2 * e * (x.q + x.kv) / t;
     fwd_bytes = n * (v->r * (10 * e + 2) * h + act_bytes) + attn_bytes;
@@ -938,14 +946,20 @@ static mg__plan_cost mg__plan_layer_cost(const mg__plan_env *v) {
         c.cp = fwd + bwd + (rc == MG_PLAN_RECOMPUTE_FULL ? fwd : 0.0);
         c.backward += bwd + (rc == MG_PLAN_RECOMPUTE_FULL ? fwd : 0.0);
     }
+    if (v->m->flash_attention || v->c > 1) {   /* the tiled backward (the ring's too) recomputes
+                                                 QKᵀ: half the core's GEMMs */
+        c.gemm += attn_f / 2;
+        c.backward += attn_f / 2;
+    }
     /* Recomputation, inside the backward: full reruns the whole forward (its 2 all-reduces
-       too); selective reruns only the attention core (QKᵀ, softmax, dropout, ·V). */
+       too); selective reruns only the attention core (QKᵀ, softmax, dropout, ·V) — nothing
+       more under flash_attention, whose backward recomputes its scores anyway. */
     if (rc == MG_PLAN_RECOMPUTE_FULL) {
         c.gemm += f;
         c.membound += fwd_mem;
         c.tp += 2 * ar;
         c.backward += f + fwd_mem + 2 * ar;
-    } else if (rc == MG_PLAN_RECOMPUTE_SELECTIVE) {
+    } else if (rc == MG_PLAN_RECOMPUTE_SELECTIVE && !v->m->flash_attention && v->c == 1) {
         double attn_mem = mg__plan_membound_time(g, attn_bytes, 2);
         c.gemm += attn_f;
         c.membound += attn_mem;
@@ -1047,6 +1061,7 @@ MGDEF int mg_plan_evaluate(const mg_plan_model *m, const mg_plan_training *tr,
     if (mg_plan_check(m, tr, cl, L, err, errlen)) return -1;
     mc = *m;
     mc.seq_length = m->seq_length / mg__plan_c(L);
+    if (mg__plan_c(L) > 1) mc.flash_attention = 1;
     memset(out, 0, sizeof(*out));
     out->layout = *L;
     mb = tr->global_batch_size / ((long)L->micro_batch_size * L->d);
@@ -1171,16 +1186,10 @@ MGDEF int mg_plan_evaluate(const mg_plan_model *m, const mg_plan_training *tr,
        - stage 0: the embedding dropout mask per microbatch in flight (s·b·h·r bytes);
          last stage: the fp32 logits of the loss, 4·s·b·V/t (Korthikanti §4.3), and the final
          layernorm input. */
-    act_layer = mg_plan_activation_bytes_per_layer(m, L->micro_batch_size, L->t, L->sequence_parallel,
-                                                   L->recompute, env.e);
-    if (env.c > 1)   /* s/c tokens; the ring keeps each query row's fp32 log-sum-exp, no scores */
-        act_layer = mg_plan_activation_bytes_per_layer(&mc, L->micro_batch_size, L->t,
-                                                       L->sequence_parallel,
-                                                       L->recompute == MG_PLAN_RECOMPUTE_FULL
-                                                           ? MG_PLAN_RECOMPUTE_FULL
-                                                           : MG_PLAN_RECOMPUTE_SELECTIVE, env.e) +
-                    (L->recompute == MG_PLAN_RECOMPUTE_FULL ? 0.0
-                     : 4.0 * m->num_attention_heads / L->t * env.tokens);
+    /* with context parallelism: the layer of s/c tokens, whose ring (tiled) keeps each query
+       row's fp32 log-sum-exp and no scores */
+    act_layer = mg_plan_activation_bytes_per_layer(&mc, L->micro_batch_size, L->t,
+                                                   L->sequence_parallel, L->recompute, env.e);
     if (v == 1) {
         inflight_first = (mb < p ? (double)mb : (double)p) * lp;
         inflight_last = lp;
@@ -1190,13 +1199,10 @@ MGDEF int mg_plan_evaluate(const mg_plan_model *m, const mg_plan_training *tr,
     }
     work = 0;
     if (L->recompute == MG_PLAN_RECOMPUTE_FULL)
-        work = env.c > 1
-            ? mg_plan_activation_bytes_per_layer(&mc, L->micro_batch_size, L->t,
-                                                 L->sequence_parallel, MG_PLAN_RECOMPUTE_SELECTIVE,
-                                                 env.e) + 4.0 * m->num_attention_heads / L->t * env.tokens
-            : mg_plan_activation_bytes_per_layer(m, L->micro_batch_size, L->t, L->sequence_parallel,
-                                                  MG_PLAN_RECOMPUTE_NONE, env.e);
-    else if (L->recompute == MG_PLAN_RECOMPUTE_SELECTIVE && env.c == 1)
+        work = mg_plan_activation_bytes_per_layer(&mc, L->micro_batch_size, L->t,
+                                                  L->sequence_parallel, MG_PLAN_RECOMPUTE_NONE,
+                                                  env.e);
+    else if (L->recompute == MG_PLAN_RECOMPUTE_SELECTIVE && env.c == 1 && !m->flash_attention)
         work = (double)m->num_attention_heads * m->seq_length * m->seq_length * L->micro_batch_size *
                (2.0 * e + 1.0) / L->t;
     act_first = act_layer * inflight_first + work +
@@ -1564,6 +1570,8 @@ static const char *mg__plan_usage =
     "           --use-distributed-optimizer | --no-distributed-optimizer\n"
     "           --accumulate-allreduce-grads-in-fp32  --overlap-grad-reduce\n"
     "           --no-scatter-gather-tensors-in-pipeline  --no-gradient-accumulation-fusion\n"
+    "           --attention-backend {unfused,flash} (unfused: the paper's; gpt_train's default is\n"
+    "           flash, which stores no attention scores and recomputes QKᵀ in the backward)\n"
     "cluster:   --gpu {a100-80gb,a100-40gb,h100-sxm,h200-sxm,cpu,custom} (a100-80gb)\n"
     "           --gpus-per-node G (8)  --peak-tflops --gpu-memory-gb --hbm-gbps --nvlink-gbps\n"
     "           --ib-gbps-per-node --sms --gemm-efficiency --memory-reserve-gb  --calibrate\n"
@@ -1634,6 +1642,8 @@ static int mg__plan_parse(int argc, char **argv, mg__plan_cli *c, char *err, siz
         else if (MG__FLAG("--untie-embeddings-and-output-weights")) MG__SWITCH(c->model.untie_embeddings = 1);
         else if (MG__FLAG("--disable-bias-linear")) MG__SWITCH(c->model.disable_bias_linear = 1);
         else if (MG__FLAG("--add-qkv-bias")) MG__SWITCH(c->model.add_qkv_bias = 1);
+        else if (MG__FLAG("--attention-backend"))   /* 0 unfused, 1 flash */
+            MG__CHOICE(c->model.flash_attention, "unfused|flash");
         else if (MG__FLAG("--use-rope-scaling")) MG__SWITCH((void)0);
         else if (MG__FLAG("--norm-epsilon") || MG__FLAG("--rotary-base") ||
                  MG__FLAG("--rotary-percent") || MG__FLAG("--rope-scaling-factor")) MG__DBL(c->rope_unused);

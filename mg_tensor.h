@@ -130,10 +130,30 @@ typedef struct mg_ctx {
     size_t arena_size, arena_used, arena_peak;
     void *blas;           /* cublasHandle_t on CUDA; unused on CPU                              */
     void *stream;         /* cudaStream_t on CUDA; unused on CPU                                */
+    void *blas_workspace; /* CUDA: cuBLAS's workspace, allocated here (cublasSetWorkspace) so
+                             that it is counted; blas_workspace_size bytes                   */
+    size_t blas_workspace_size;
+    size_t *blocks;       /* arena offsets of the live mg_alloc blocks, in order (a stack:
+                             release pops those at or above the mark); n_blocks of cap_blocks */
+    int64_t n_blocks, cap_blocks;
 } mg_ctx;
 
 MGDEF void mg_ctx_init(mg_ctx *ctx, const mg_ctx_desc *desc);
 MGDEF void mg_ctx_free(mg_ctx *ctx);
+/* What the context holds, in the terms of torch.cuda.memory_stats() (device memory on CUDA,
+   host memory on the CPU): reserved = every allocation the context made (the arena, and on
+   CUDA the cuBLAS workspace); allocated = the arena's bytes in use + the workspace;
+   max_allocated = the arena's high-water mark + the workspace; allocations = the live
+   mg_alloc blocks + the workspace. Memory that CUDA, cuBLAS's handle or NCCL allocate for
+   themselves is not the library's and is not counted (mg_device_memory_used sees it).      */
+typedef struct mg_memory_stats {
+    size_t reserved, allocated, max_allocated;
+    int64_t allocations;
+} mg_memory_stats;
+MGDEF mg_memory_stats mg_ctx_memory(const mg_ctx *ctx);
+/* CUDA: the device's memory in use by every process and the driver (cudaMemGetInfo's total −
+   free), bytes; 0 on the CPU.                                                              */
+MGDEF size_t mg_device_memory_used(const mg_ctx *ctx);
 MGDEF const char *mg_device_name(const mg_ctx *ctx);     /* "cpu" or "cuda:<name>"           */
 MGDEF int mg_cuda_available(void);                        /* 0 when not built by nvcc          */
 
@@ -656,6 +676,9 @@ MG_HD static inline float mg_rand_normal(uint64_t key, uint64_t index) {
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <mma.h>   /* nvcuda::wmma: the tiled attention's tensor-core forward */
 #endif
 
 /* =============================================================================================
@@ -792,6 +815,16 @@ MGDEF void mg_ctx_init(mg_ctx *ctx, const mg_ctx_desc *desc) {
         ctx->stream = (void *)stream;
         ctx->blas = (void *)handle;
         if (d.arena_bytes) MG_CUDA_CHECK(cudaMalloc((void **)&ctx->arena, d.arena_bytes));
+        {   /* cuBLAS's workspace, of the size its documentation recommends (cublasSetWorkspace:
+               32 MiB on Hopper, 4 MiB before), owned here so that the memory report counts it;
+               set after cublasSetStream, which resets the handle to cuBLAS's own pool       */
+            struct cudaDeviceProp prop;
+            MG_CUDA_CHECK(cudaGetDeviceProperties(&prop, d.cuda_device));
+            ctx->blas_workspace_size = (size_t)(prop.major >= 9 ? 32 : 4) << 20;
+            MG_CUDA_CHECK(cudaMalloc(&ctx->blas_workspace, ctx->blas_workspace_size));
+            MG_CUBLAS_CHECK(cublasSetWorkspace(handle, ctx->blas_workspace,
+                                               ctx->blas_workspace_size));
+        }
     }
 #endif
 }
@@ -806,10 +839,33 @@ MGDEF void mg_ctx_free(mg_ctx *ctx) {
         if (ctx->stream) MG_CUDA_CHECK(cudaStreamSynchronize(MG__STREAM(ctx)));
         if (ctx->arena) MG_CUDA_CHECK(cudaFree(ctx->arena));
         if (ctx->blas) MG_CUBLAS_CHECK(cublasDestroy((cublasHandle_t)ctx->blas));
+        if (ctx->blas_workspace) MG_CUDA_CHECK(cudaFree(ctx->blas_workspace));
         if (ctx->stream) MG_CUDA_CHECK(cudaStreamDestroy(MG__STREAM(ctx)));
     }
 #endif
+    MG_FREE(ctx->blocks);
     memset(ctx, 0, sizeof *ctx);
+}
+
+MGDEF mg_memory_stats mg_ctx_memory(const mg_ctx *ctx) {
+    mg_memory_stats m;
+    m.reserved = ctx->arena_size + ctx->blas_workspace_size;
+    m.allocated = ctx->arena_used + ctx->blas_workspace_size;
+    m.max_allocated = ctx->arena_peak + ctx->blas_workspace_size;
+    m.allocations = ctx->n_blocks + (ctx->blas_workspace != NULL);
+    return m;
+}
+
+MGDEF size_t mg_device_memory_used(const mg_ctx *ctx) {
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        size_t free_b = 0, total = 0;
+        MG_CUDA_CHECK(cudaMemGetInfo(&free_b, &total));
+        return total - free_b;
+    }
+#endif
+    (void)ctx;
+    return 0;
 }
 
 MGDEF const char *mg_device_name(const mg_ctx *ctx) {
@@ -835,6 +891,16 @@ MGDEF void *mg_alloc(mg_ctx *ctx, size_t bytes) {
     if (need < bytes || need > ctx->arena_size - ctx->arena_used)
         mg_fatal(__FILE__, __LINE__, "arena exhausted: %zu bytes requested, %zu of %zu in use "
                  "(raise arena_bytes)", bytes, ctx->arena_used, ctx->arena_size);
+    if (ctx->n_blocks == ctx->cap_blocks) {   /* grows while the run sets up, then stays */
+        int64_t cap = ctx->cap_blocks ? 2 * ctx->cap_blocks : 256;
+        size_t *grown = (size_t *)MG_MALLOC(sizeof(size_t) * (size_t)cap);
+        if (!grown) mg_fatal(__FILE__, __LINE__, "out of host memory");
+        if (ctx->n_blocks) memcpy(grown, ctx->blocks, sizeof(size_t) * (size_t)ctx->n_blocks);
+        MG_FREE(ctx->blocks);
+        ctx->blocks = grown;
+        ctx->cap_blocks = cap;
+    }
+    ctx->blocks[ctx->n_blocks++] = ctx->arena_used;
     p = ctx->arena + ctx->arena_used;
     ctx->arena_used += need;
     if (ctx->arena_used > ctx->arena_peak) ctx->arena_peak = ctx->arena_used;
@@ -846,6 +912,7 @@ MGDEF void mg_arena_release(mg_ctx *ctx, size_t mark) {
         mg_fatal(__FILE__, __LINE__, "arena release to %zu beyond the %zu bytes in use", mark,
                  ctx->arena_used);
     ctx->arena_used = mark;
+    while (ctx->n_blocks > 0 && ctx->blocks[ctx->n_blocks - 1] >= mark) ctx->n_blocks--;
 }
 MGDEF void mg_arena_reset_peak(mg_ctx *ctx) { ctx->arena_peak = ctx->arena_used; }
 
@@ -1120,6 +1187,11 @@ MG_HD static inline float mg__attn_drop(const mg__attn_drop_k *k, int b, int h, 
                                         int64_t kpos, float x) {
     uint64_t gi = mg__attn_drop_index((int64_t)b * k->nh_total + k->bh0 + h, k->T_g, qpos, kpos);
     return k->on ? mg__dropout(x, mg_rand_u32(k->key, gi), k->threshold, k->scale) : x;
+}
+/* A probability as the 16-bit products take it: rounded to the storage type (fp32: as is). */
+MG_HD static inline float mg__attn_round(float p, mg_dtype dt) {
+    return dt == MG_BF16 ? mg_bf16_to_f32(mg_f32_to_bf16(p)) :
+           dt == MG_F16 ? mg_f16_to_f32(mg_f32_to_f16(p)) : p;
 }
 /* End of a query row's online softmax: o = acc/l and lse = m + log l (−inf, o = 0, for a row
    that saw no key), merged with an earlier (o_old, lse_old) when merge: the weights
@@ -1753,9 +1825,11 @@ static void mg__cpu_causal_softmax_backward(mg_ctx *ctx, const mg_tensor *datt,
 /* --- tiled attention: the CPU twin of the CUDA kernels ---------------------------------------
    The same tiles in the same order as mg__k_attn_*: a task is one kernel block (a query tile of
    one head, or a key tile of one group); inside it, a score tile S (or P and dS) first, then the
-   row updates, then the products with the value/key rows. OpenMP runs the tasks (dynamic: the
-   causal tiles differ in work), each in per-thread fp32 scratch (16-bit rows are widened on
-   load, as the kernels widen them into shared memory).                                      */
+   row updates, then the products with the value/key rows. The tile products are small
+   row-major sgemms on the calling thread (OpenBLAS runs single-threaded under our OpenMP), each
+   adding its tile's sum to the accumulator once, as the kernels add each tile's part once.
+   OpenMP runs the tasks (dynamic: the causal tiles differ in work), each in per-thread fp32
+   scratch (16-bit rows are widened on load, as the kernels widen them into shared memory).  */
 typedef struct mg__attn_geo {
     int TL, hd, per, nqt, nkt;      /* tile, head dim, query heads per group, tiles of q and k */
     float scale;
@@ -1782,18 +1856,12 @@ static void mg__cpu_attn_store(const mg_attn_view *v, int64_t t0, int n, int b, 
         }
     }
 }
-static float mg__cpu_dot(const float *a, const float *b, int n) {
-    float s = 0.0f;
-    int d;
-    #pragma omp simd reduction(+ : s)
-    for (d = 0; d < n; d++) s += a[d] * b[d];
-    return s;
-}
-/* y[0..n) += a·x[0..n) */
-static void mg__cpu_axpy_row(float *y, float a, const float *x, int n) {
-    int d;
-    #pragma omp simd
-    for (d = 0; d < n; d++) y[d] += a * x[d];
+/* Row-major C[M×N] = alpha·op(A)·op(B) + beta·C of one tile (ta/tb: A or B transposed). */
+static void mg__cpu_tile_mm(int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                            int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M > 0 && N > 0 && K > 0)
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 /* Key tiles a query tile whose last row is at position q_last sees (tiles past it skipped). */
 static int mg__attn_key_tiles(const mg_attn_block *a, int64_t q_last) {
@@ -1813,7 +1881,7 @@ static void mg__cpu_attn_fwd_task(const mg_attn_block *a, const mg__attn_geo *ge
                                   int qt, float *ws, const mg_attn_view *o, float *lse, int merge) {
     const int TL = ge->TL, hd = ge->hd, g = h / ge->per, j = h % ge->per;
     float *Q = ws, *K = Q + TL * hd, *V = K + TL * hd, *acc = V + TL * hd, *S = acc + TL * hd;
-    float *m = S + TL * TL, *l = m + TL, *part = l + TL;
+    float *m = S + TL * TL, *l = m + TL;
     int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a->n_head + h) * a->Tq + t0;
     int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL), nkt, kt, i, c;
     mg__cpu_attn_load(Q, &a->q, t0, nq, b, g, j, hd);
@@ -1825,29 +1893,27 @@ static void mg__cpu_attn_fwd_task(const mg_attn_block *a, const mg__attn_geo *ge
         int nk = (int)(a->Tk - s0 < TL ? a->Tk - s0 : TL);
         mg__cpu_attn_load(K, &a->k, s0, nk, b, g, 0, hd);
         mg__cpu_attn_load(V, &a->v, s0, nk, b, g, 0, hd);
-        for (i = 0; i < nq; i++) {     /* S = scale·Q·Kᵀ over the visible part of each row */
-            int nv = mg__attn_visible(a->q_pos0 + t0 + i, kpos, nk);
-            for (c = 0; c < nv; c++) S[i * TL + c] = ge->scale * mg__cpu_dot(Q + (size_t)i * hd, K + (size_t)c * hd, hd);
-        }
-        for (i = 0; i < nq; i++) {     /* rescale the row, add this tile's exp(s − m)·v */
+        mg__cpu_tile_mm(0, 1, nq, nk, hd, ge->scale, Q, hd, K, hd, 0.0f, S, TL);  /* S = scale·Q·Kᵀ */
+        for (i = 0; i < nq; i++) {     /* online softmax of the row's visible part; P over S */
             int64_t qpos = a->q_pos0 + t0 + i;
             int nv = mg__attn_visible(qpos, kpos, nk);
             float mx = m[i], sum = 0.0f, alpha, *Si = S + i * TL, *acc_i = acc + (size_t)i * hd;
-            if (!nv) continue;
             for (c = 0; c < nv; c++) mx = Si[c] > mx ? Si[c] : mx;
-            alpha = m[i] == -INFINITY ? 0.0f : mg__exp(m[i] - mx);
-            for (c = 0; c < nv; c++) {
-                float p = mg__exp(Si[c] - mx);
-                sum += p;
-                Si[c] = mg__attn_drop(&ge->drop, b, h, qpos, kpos + c, p);
-            }
+            alpha = !nv ? 1.0f : m[i] == -INFINITY ? 0.0f : mg__exp(m[i] - mx);
+            #pragma omp simd reduction(+ : sum)
+            for (c = 0; c < nv; c++) { Si[c] = mg__exp(Si[c] - mx); sum += Si[c]; }
+            if (ge->drop.on)
+                for (c = 0; c < nv; c++) Si[c] = mg__attn_drop(&ge->drop, b, h, qpos, kpos + c, Si[c]);
+            if (a->q.dtype != MG_F32)   /* 16-bit: P·V takes P in the storage type */
+                for (c = 0; c < nv; c++) Si[c] = mg__attn_round(Si[c], a->q.dtype);
+            for (c = nv; c < nk; c++) Si[c] = 0.0f;
+            if (!nv) continue;
             l[i] = l[i] * alpha + sum;
             m[i] = mx;
-            /* the tile's part first, then one rescaled add: 32-term sums, not T-term ones */
-            memset(part, 0, (size_t)hd * sizeof(float));
-            for (c = 0; c < nv; c++) mg__cpu_axpy_row(part, Si[c], V + (size_t)c * hd, hd);
-            for (c = 0; c < hd; c++) acc_i[c] = acc_i[c] * alpha + part[c];
+            if (alpha != 1.0f)
+                for (c = 0; c < hd; c++) acc_i[c] *= alpha;
         }
+        mg__cpu_tile_mm(0, 0, nq, hd, nk, 1.0f, S, TL, V, hd, 1.0f, acc, hd);     /* acc += P·V */
     }
     for (i = 0; i < nq; i++) {         /* o = acc/l (merged), lse */
         float w_new, w_old, *acc_i = acc + (size_t)i * hd;
@@ -1874,16 +1940,36 @@ static void mg__cpu_attn_delta(mg_ctx *ctx, float *delta, const mg_attn_block *a
         delta[r] = s;
     }
 }
-/* One entry of the backward's recomputed tile: P = exp(S − lse), its dropped value pd = D(P)
-   and dS = P·(D'(dO·v) − Δ). */
-static float mg__cpu_attn_ds(const mg_attn_block *a, const mg__attn_geo *ge, int b, int h,
-                             int64_t qpos, int64_t kpos, const float *q, const float *dO,
-                             const float *k, const float *v, float lse, float delta, float *pd) {
-    float p = mg__exp(ge->scale * mg__cpu_dot(q, k, ge->hd) - lse);
-    float dp = mg__attn_drop(&ge->drop, b, h, qpos, kpos, mg__cpu_dot(dO, v, ge->hd));
-    (void)a;
-    *pd = mg__attn_drop(&ge->drop, b, h, qpos, kpos, p);
-    return p * (dp - delta);
+/* The backward's recomputed tile of query rows t0… against key tile kpos…: from S = scale·QKᵀ
+   and dP = dO·Vᵀ (in S and dS), P = exp(S − lse) → pd = D(P) (into P, if given) and
+   dS = P·(D'(dP) − Δ); entries a row does not see are 0. */
+static void mg__cpu_attn_ds_tile(const mg_attn_block *a, const mg__attn_geo *ge, int b, int h,
+                                 int64_t t0, int nq, int64_t kpos, int nk, const float *lse,
+                                 const float *delta, float *S, float *dS, float *P) {
+    int TL = ge->TL, i, c;
+    for (i = 0; i < nq; i++) {
+        int64_t qpos = a->q_pos0 + t0 + i;
+        int nv = mg__attn_visible(qpos, kpos, nk);
+        float li = lse[i], di = delta[i], *Si = S + i * TL, *dSi = dS + i * TL;
+        #pragma omp simd
+        for (c = 0; c < nv; c++) Si[c] = mg__exp(Si[c] - li);
+        if (ge->drop.on)
+            for (c = 0; c < nv; c++) {
+                dSi[c] = Si[c] * (mg__attn_drop(&ge->drop, b, h, qpos, kpos + c, dSi[c]) - di);
+                if (P) P[i * TL + c] = mg__attn_drop(&ge->drop, b, h, qpos, kpos + c, Si[c]);
+            }
+        else {
+            #pragma omp simd
+            for (c = 0; c < nv; c++) dSi[c] = Si[c] * (dSi[c] - di);
+            if (P) memcpy(P + i * TL, Si, (size_t)nv * sizeof(float));
+        }
+        if (a->q.dtype != MG_F32)   /* 16-bit: the products take P and dS in the storage type */
+            for (c = 0; c < nv; c++) {
+                dSi[c] = mg__attn_round(dSi[c], a->q.dtype);
+                if (P) P[i * TL + c] = mg__attn_round(P[i * TL + c], a->q.dtype);
+            }
+        for (c = nv; c < nk; c++) { dSi[c] = 0.0f; if (P) P[i * TL + c] = 0.0f; }
+    }
 }
 /* dQ task (b, h, query tile qt): dQ_i = scale·Σ_s dS_is·K_s over the visible key tiles. */
 static void mg__cpu_attn_dq_task(const mg_attn_block *a, const mg__attn_geo *ge, int b, int h,
@@ -1891,9 +1977,9 @@ static void mg__cpu_attn_dq_task(const mg_attn_block *a, const mg__attn_geo *ge,
                                  const float *delta, const mg_attn_view *dq, int accumulate) {
     const int TL = ge->TL, hd = ge->hd, g = h / ge->per, j = h % ge->per;
     float *Q = ws, *dO = Q + TL * hd, *K = dO + TL * hd, *V = K + TL * hd, *acc = V + TL * hd;
-    float *dS = acc + TL * hd, *part = dS + TL * TL, pd;
+    float *S = acc + TL * hd, *dS = S + TL * TL;
     int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a->n_head + h) * a->Tq + t0;
-    int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL), nkt, kt, i, c;
+    int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL), nkt, kt;
     mg__cpu_attn_load(Q, &a->q, t0, nq, b, g, j, hd);
     mg__cpu_attn_load(dO, dout, t0, nq, b, g, j, hd);
     memset(acc, 0, (size_t)TL * hd * sizeof(float));
@@ -1903,20 +1989,10 @@ static void mg__cpu_attn_dq_task(const mg_attn_block *a, const mg__attn_geo *ge,
         int nk = (int)(a->Tk - s0 < TL ? a->Tk - s0 : TL);
         mg__cpu_attn_load(K, &a->k, s0, nk, b, g, 0, hd);
         mg__cpu_attn_load(V, &a->v, s0, nk, b, g, 0, hd);
-        for (i = 0; i < nq; i++) {
-            int64_t qpos = a->q_pos0 + t0 + i;
-            int nv = mg__attn_visible(qpos, kpos, nk);
-            for (c = 0; c < nv; c++)
-                dS[i * TL + c] = mg__cpu_attn_ds(a, ge, b, h, qpos, kpos + c, Q + (size_t)i * hd,
-                                                 dO + (size_t)i * hd, K + (size_t)c * hd,
-                                                 V + (size_t)c * hd, lse[row0 + i], delta[row0 + i], &pd);
-        }
-        for (i = 0; i < nq; i++) {     /* a tile's part, then one add (as the forward) */
-            int nv = mg__attn_visible(a->q_pos0 + t0 + i, kpos, nk);
-            memset(part, 0, (size_t)hd * sizeof(float));
-            for (c = 0; c < nv; c++) mg__cpu_axpy_row(part, dS[i * TL + c], K + (size_t)c * hd, hd);
-            mg__cpu_axpy_row(acc + (size_t)i * hd, 1.0f, part, hd);
-        }
+        mg__cpu_tile_mm(0, 1, nq, nk, hd, ge->scale, Q, hd, K, hd, 0.0f, S, TL);
+        mg__cpu_tile_mm(0, 1, nq, nk, hd, 1.0f, dO, hd, V, hd, 0.0f, dS, TL);
+        mg__cpu_attn_ds_tile(a, ge, b, h, t0, nq, kpos, nk, lse + row0, delta + row0, S, dS, NULL);
+        mg__cpu_tile_mm(0, 0, nq, hd, nk, 1.0f, dS, TL, K, hd, 1.0f, acc, hd);    /* += dS·K */
     }
     mg__cpu_attn_store(dq, t0, nq, b, g, j, hd, acc, ge->scale, accumulate);
 }
@@ -1928,10 +2004,9 @@ static void mg__cpu_attn_dkv_task(const mg_attn_block *a, const mg__attn_geo *ge
                                   int accumulate) {
     const int TL = ge->TL, hd = ge->hd;
     float *K = ws, *V = K + TL * hd, *Q = V + TL * hd, *dO = Q + TL * hd, *dKa = dO + TL * hd;
-    float *dVa = dKa + TL * hd, *P = dVa + TL * hd, *dS = P + TL * TL, *pk = dS + TL * TL;
-    float *pv = pk + hd;
+    float *dVa = dKa + TL * hd, *S = dVa + TL * hd, *dS = S + TL * TL, *P = dS + TL * TL;
     int64_t s0 = (int64_t)kt * TL, kpos = a->k_pos0 + s0;
-    int nk = (int)(a->Tk - s0 < TL ? a->Tk - s0 : TL), j, qt, i, c;
+    int nk = (int)(a->Tk - s0 < TL ? a->Tk - s0 : TL), j, qt;
     mg__cpu_attn_load(K, &a->k, s0, nk, b, g, 0, hd);
     mg__cpu_attn_load(V, &a->v, s0, nk, b, g, 0, hd);
     memset(dKa, 0, (size_t)2 * TL * hd * sizeof(float));
@@ -1942,25 +2017,11 @@ static void mg__cpu_attn_dkv_task(const mg_attn_block *a, const mg__attn_geo *ge
             int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL);
             mg__cpu_attn_load(Q, &a->q, t0, nq, b, g, j, hd);
             mg__cpu_attn_load(dO, dout, t0, nq, b, g, j, hd);
-            for (i = 0; i < nq; i++) {
-                int64_t qpos = a->q_pos0 + t0 + i;
-                int nv = mg__attn_visible(qpos, kpos, nk);
-                for (c = 0; c < TL; c++) P[i * TL + c] = dS[i * TL + c] = 0.0f;
-                for (c = 0; c < nv; c++)
-                    dS[i * TL + c] = mg__cpu_attn_ds(a, ge, b, h, qpos, kpos + c, Q + (size_t)i * hd,
-                                                     dO + (size_t)i * hd, K + (size_t)c * hd,
-                                                     V + (size_t)c * hd, lse[row0 + i],
-                                                     delta[row0 + i], &P[i * TL + c]);
-            }
-            for (c = 0; c < nk; c++) {    /* the query tile's part, then one add */
-                memset(pk, 0, (size_t)2 * hd * sizeof(float));
-                for (i = 0; i < nq; i++) {
-                    if (P[i * TL + c] != 0.0f) mg__cpu_axpy_row(pv, P[i * TL + c], dO + (size_t)i * hd, hd);
-                    if (dS[i * TL + c] != 0.0f) mg__cpu_axpy_row(pk, dS[i * TL + c], Q + (size_t)i * hd, hd);
-                }
-                mg__cpu_axpy_row(dKa + (size_t)c * hd, 1.0f, pk, hd);
-                mg__cpu_axpy_row(dVa + (size_t)c * hd, 1.0f, pv, hd);
-            }
+            mg__cpu_tile_mm(0, 1, nq, nk, hd, ge->scale, Q, hd, K, hd, 0.0f, S, TL);
+            mg__cpu_tile_mm(0, 1, nq, nk, hd, 1.0f, dO, hd, V, hd, 0.0f, dS, TL);
+            mg__cpu_attn_ds_tile(a, ge, b, h, t0, nq, kpos, nk, lse + row0, delta + row0, S, dS, P);
+            mg__cpu_tile_mm(1, 0, nk, hd, nq, 1.0f, P, TL, dO, hd, 1.0f, dVa, hd);  /* += D(P)ᵀ·dO */
+            mg__cpu_tile_mm(1, 0, nk, hd, nq, 1.0f, dS, TL, Q, hd, 1.0f, dKa, hd);  /* += dSᵀ·Q */
         }
     }
     mg__cpu_attn_store(dk, s0, nk, b, g, 0, hd, dKa, ge->scale, accumulate);
@@ -1969,7 +2030,7 @@ static void mg__cpu_attn_dkv_task(const mg_attn_block *a, const mg__attn_geo *ge
 static void mg__cpu_attn_forward(mg_ctx *ctx, const mg_attn_block *a, const mg__attn_geo *ge,
                                  const mg_attn_view *o, float *lse, int merge) {
     int64_t n = (int64_t)a->B * a->n_head * ge->nqt, task;
-    size_t ws_floats = (size_t)4 * ge->TL * ge->hd + (size_t)ge->TL * ge->TL + 2 * (size_t)ge->TL + ge->hd;
+    size_t ws_floats = (size_t)4 * ge->TL * ge->hd + (size_t)ge->TL * ge->TL + 2 * (size_t)ge->TL;
     size_t mark = mg_arena_mark(ctx);
     float *ws = mg__cpu_scratch(ctx, 1, ws_floats);
     #pragma omp parallel for num_threads(ctx->n_threads) schedule(dynamic)
@@ -1983,7 +2044,7 @@ static void mg__cpu_attn_backward(mg_ctx *ctx, const mg_attn_block *a, const mg_
                                   const mg_attn_view *dq, const mg_attn_view *dk,
                                   const mg_attn_view *dv, int accumulate) {
     int64_t nq = (int64_t)a->B * a->n_head * ge->nqt, nk = (int64_t)a->B * a->n_group * ge->nkt, task;
-    size_t ws_floats = (size_t)6 * ge->TL * ge->hd + (size_t)2 * ge->TL * ge->TL + 2 * (size_t)ge->hd;
+    size_t ws_floats = (size_t)6 * ge->TL * ge->hd + (size_t)3 * ge->TL * ge->TL;
     size_t mark = mg_arena_mark(ctx);
     float *ws = mg__cpu_scratch(ctx, 1, ws_floats);
     #pragma omp parallel for num_threads(ctx->n_threads) schedule(dynamic)
@@ -2358,12 +2419,19 @@ static __global__ void mg__k_causal_softmax_backward(void *datt, mg_dtype dd, co
    causal T×T head: T²·hd·2 FLOPs, K/V read T/64 times. Backward: dQ pass 6·32²·hd FLOPs a tile
    pair, dK/dV pass 8·32²·hd; storage read once per pair of tiles (no T×T traffic).          */
 #define MG__ATTN_THREADS 128
+/* Loops over a thread's register arrays are unrolled so that their indices are constants and
+   the arrays stay in registers (nvcc only; the emulator compiles the same loops as they are). */
+#ifdef __NVCC__
+#define MG__UNROLL _Pragma("unroll")
+#else
+#define MG__UNROLL
+#endif
 #define MG__ATTN_RPW (MG_ATTN_TILE / (MG__ATTN_THREADS / 32))   /* rows (keys) per warp: 8 */
 #define MG__ATTN_DPL (MG_ATTN_MAX_HD / 32)                    /* dims per lane at most: 8 */
 #ifdef MG_CUDA_EMU
 #define MG__DYN_SHARED(T, name) MG_EMU_EXTERN_SHARED(T, name)
 #else
-#define MG__DYN_SHARED(T, name) extern __shared__ T name[]
+#define MG__DYN_SHARED(T, name) extern __shared__ __align__(128) T name[]
 #endif
 /* rows [t0, t0 + n) of a view into shared fp32 rows of stride ld (all threads of the block) */
 __device__ static void mg__attn_load_tile(float *dst, int ld, const mg_attn_view v, int64_t t0,
@@ -2400,8 +2468,10 @@ static __global__ void mg__k_attn_forward(mg_attn_block a, mg__attn_drop_k dk, f
     float *Qs = sm, *Ks = Qs + TL * ldr, *Vs = Ks + TL * ldr, *S = Vs + TL * ldr;
     float m[MG__ATTN_RPW], l[MG__ATTN_RPW], acc[MG__ATTN_RPW][MG__ATTN_DPL];
     int64_t q_last = a.q_pos0 + t0 + nq - 1, nkey = q_last - a.k_pos0 + 1;
+    MG__UNROLL
     for (r = 0; r < MG__ATTN_RPW; r++) {
         m[r] = -INFINITY; l[r] = 0.0f;
+        MG__UNROLL
         for (u = 0; u < MG__ATTN_DPL; u++) acc[r][u] = 0.0f;
     }
     mg__attn_load_tile(Qs, ldr, a.q, t0, nq, b, g, j, hd);
@@ -2420,6 +2490,7 @@ static __global__ void mg__k_attn_forward(mg_attn_block a, mg__attn_drop_k dk, f
                 S[i * (TL + 1) + c] = scale * mg__attn_dot(Qs + i * ldr, Ks + c * ldr, hd);
         }
         __syncthreads();
+        MG__UNROLL
         for (r = 0; r < MG__ATTN_RPW; r++) {     /* the warp's rows: online softmax, then P·V */
             int i = warp + r * (MG__ATTN_THREADS / 32);
             int64_t qpos = a.q_pos0 + t0 + i;
@@ -2431,8 +2502,10 @@ static __global__ void mg__k_attn_forward(mg_attn_block a, mg__attn_drop_k dk, f
             p = lane < nv ? mg__exp(s - mx) : 0.0f;
             l[r] = l[r] * alpha + mg__warp_sum(p);
             m[r] = mx;
-            if (lane < nv) S[i * (TL + 1) + lane] = mg__attn_drop(&dk, b, h, qpos, kpos + lane, p);
+            if (lane < nv)
+                S[i * (TL + 1) + lane] = mg__attn_round(mg__attn_drop(&dk, b, h, qpos, kpos + lane, p), a.q.dtype);
             __syncwarp();
+            MG__UNROLL
             for (u = 0; u < MG__ATTN_DPL; u++) {   /* the tile's part, then one add */
                 int d = lane + 32 * u;
                 float x = 0.0f;
@@ -2442,6 +2515,7 @@ static __global__ void mg__k_attn_forward(mg_attn_block a, mg__attn_drop_k dk, f
             }
         }
     }
+    MG__UNROLL
     for (r = 0; r < MG__ATTN_RPW; r++) {         /* o = acc/l, merged; lse */
         int i = warp + r * (MG__ATTN_THREADS / 32);
         float w_new, w_old, lse_i;
@@ -2449,6 +2523,7 @@ static __global__ void mg__k_attn_forward(mg_attn_block a, mg__attn_drop_k dk, f
         if (i >= nq) continue;
         off = mg__view_at(&o, t0 + i, b, g, j);
         lse_i = mg__attn_finish(m[r], l[r], merge, merge ? lse[row0 + i] : 0.0f, &w_new, &w_old);
+        MG__UNROLL
         for (u = 0; u < MG__ATTN_DPL; u++) {
             int d = lane + 32 * u;
             if (d < hd)
@@ -2458,6 +2533,288 @@ static __global__ void mg__k_attn_forward(mg_attn_block a, mg__attn_drop_k dk, f
         __syncwarp();                            /* every lane has read the old lse */
         if (lane == 0) lse[row0 + i] = lse_i;
     }
+}
+/* The forward on tensor cores (bf16/fp16 storage, hd a multiple of 16; sm_80+): the same tiles,
+   order and online softmax as mg__k_attn_forward, with the two products on WMMA 16×16×16
+   fragments — S = Q·Kᵀ (each warp one 16×16 block of the 32×32 tile, hd/16 steps) and
+   acc += P·V (each warp blocks of the 32×hd accumulator, read from and written back to shared
+   memory so that the softmax's per-row rescaling can touch it) — inputs in the storage type,
+   fp32 accumulation; P is rounded to the storage type for its product, as in every backend's
+   16-bit path. Shared: Q, K, V rows of hd + 8 16-bit values (32-byte aligned 16-row blocks),
+   P 32 × 40, S 32 × 36 fp32, the accumulator 32 × (hd + 4) fp32. Per tile pair: 4·32²·hd FLOPs
+   on tensor cores, 2·32·hd·2 bytes of K/V loaded.                                            */
+/* 16-bit rows [t0, t0 + n) of a view into shared rows of ldh, zero past n (all threads). */
+__device__ static void mg__attn_tc_load(uint16_t *dst, int ldh, const mg_attn_view v, int64_t t0,
+                                        int n, int b, int g, int j, int hd) {
+    int e;
+    for (e = threadIdx.x; e < MG_ATTN_TILE * hd; e += blockDim.x)
+        dst[(e / hd) * ldh + e % hd] = e / hd < n ?
+            ((const uint16_t *)v.data)[mg__view_at(&v, t0 + e / hd, b, g, j) + e % hd] : 0;
+}
+template <class T>
+static __global__ void mg__k_attn_forward_tc(mg_attn_block a, mg__attn_drop_k dk, float scale,
+                                             mg_attn_view o, float *lse, int merge) {
+    MG__DYN_SHARED(float, sm);
+    const int TL = MG_ATTN_TILE, hd = a.hd, ldh = hd + 8, ldp = TL + 8, lds = TL + 4, lda = hd + 4;
+    const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int b = blockIdx.y / a.n_head, h = blockIdx.y % a.n_head, g = h / per, j = h % per;
+    int64_t t0 = (int64_t)blockIdx.x * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
+    int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL), nkt, kt, r, e, blk;
+    uint16_t *Qs = (uint16_t *)sm, *Ks = Qs + TL * ldh, *Vs = Ks + TL * ldh, *Ps = Vs + TL * ldh;
+    float *S = (float *)(Ps + TL * ldp), *acc = S + TL * lds;
+    float m[MG__ATTN_RPW], l[MG__ATTN_RPW];
+    int64_t q_last = a.q_pos0 + t0 + nq - 1, nkey = q_last - a.k_pos0 + 1;
+    MG__UNROLL
+    for (r = 0; r < MG__ATTN_RPW; r++) { m[r] = -INFINITY; l[r] = 0.0f; }
+    mg__attn_tc_load(Qs, ldh, a.q, t0, nq, b, g, j, hd);
+    for (e = threadIdx.x; e < TL * lda; e += blockDim.x) acc[e] = 0.0f;
+    nkt = nkey <= 0 ? 0 : (int)(((nkey < a.Tk ? nkey : a.Tk) + TL - 1) / TL);
+    for (kt = 0; kt < nkt; kt++) {
+        int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
+        int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
+        __syncthreads();
+        mg__attn_tc_load(Ks, ldh, a.k, s0, nk, b, g, 0, hd);
+        mg__attn_tc_load(Vs, ldh, a.v, s0, nk, b, g, 0, hd);
+        __syncthreads();
+        {   /* S = Q·Kᵀ: warp w the block (w / 2, w % 2); Kᵀ is K read column-major */
+            nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, nvcuda::wmma::row_major> fa;
+            nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, T, nvcuda::wmma::col_major> fb;
+            nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> fc;
+            int rb = warp / 2, cb = warp % 2, k;
+            nvcuda::wmma::fill_fragment(fc, 0.0f);
+            for (k = 0; k < hd; k += 16) {
+                nvcuda::wmma::load_matrix_sync(fa, (const T *)(Qs + rb * 16 * ldh + k), ldh);
+                nvcuda::wmma::load_matrix_sync(fb, (const T *)(Ks + cb * 16 * ldh + k), ldh);
+                nvcuda::wmma::mma_sync(fc, fa, fb, fc);
+            }
+            nvcuda::wmma::store_matrix_sync(S + rb * 16 * lds + cb * 16, fc, lds, nvcuda::wmma::mem_row_major);
+        }
+        __syncthreads();
+        MG__UNROLL
+        for (r = 0; r < MG__ATTN_RPW; r++) {     /* the warp's rows: online softmax, P, rescale */
+            int i = warp + r * (MG__ATTN_THREADS / 32), d;
+            int64_t qpos = a.q_pos0 + t0 + i;
+            int nv = i < nq ? mg__attn_visible(qpos, kpos, nk) : 0;
+            float s = lane < nv ? scale * S[i * lds + lane] : -INFINITY, mx, p, alpha;
+            if (!nv) {                           /* the whole warp: the row adds nothing */
+                Ps[i * ldp + lane] = 0;
+                continue;
+            }
+            mx = fmaxf(m[r], mg__warp_max(s));
+            alpha = m[r] == -INFINITY ? 0.0f : mg__exp(m[r] - mx);
+            p = lane < nv ? mg__exp(s - mx) : 0.0f;
+            l[r] = l[r] * alpha + mg__warp_sum(p);
+            m[r] = mx;
+            p = lane < nv ? mg__attn_drop(&dk, b, h, qpos, kpos + lane, p) : 0.0f;
+            Ps[i * ldp + lane] = a.q.dtype == MG_BF16 ? mg_f32_to_bf16(p) : mg_f32_to_f16(p);
+            for (d = lane; d < hd; d += 32) acc[i * lda + d] *= alpha;
+        }
+        __syncthreads();
+        for (blk = warp; blk < 2 * (hd / 16); blk += MG__ATTN_THREADS / 32) {   /* acc += P·V */
+            nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, nvcuda::wmma::row_major> fa;
+            nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, T, nvcuda::wmma::row_major> fb;
+            nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> fc;
+            int rb = blk % 2, cb = blk / 2, k;
+            nvcuda::wmma::load_matrix_sync(fc, acc + rb * 16 * lda + cb * 16, lda, nvcuda::wmma::mem_row_major);
+            for (k = 0; k < TL; k += 16) {
+                nvcuda::wmma::load_matrix_sync(fa, (const T *)(Ps + rb * 16 * ldp + k), ldp);
+                nvcuda::wmma::load_matrix_sync(fb, (const T *)(Vs + k * ldh + cb * 16), ldh);
+                nvcuda::wmma::mma_sync(fc, fa, fb, fc);
+            }
+            nvcuda::wmma::store_matrix_sync(acc + rb * 16 * lda + cb * 16, fc, lda, nvcuda::wmma::mem_row_major);
+        }
+    }
+    __syncthreads();
+    MG__UNROLL
+    for (r = 0; r < MG__ATTN_RPW; r++) {         /* o = acc/l, merged; lse */
+        int i = warp + r * (MG__ATTN_THREADS / 32), d;
+        float w_new, w_old, lse_i;
+        int64_t off;
+        if (i >= nq) continue;
+        off = mg__view_at(&o, t0 + i, b, g, j);
+        lse_i = mg__attn_finish(m[r], l[r], merge, merge ? lse[row0 + i] : 0.0f, &w_new, &w_old);
+        for (d = lane; d < hd; d += 32)
+            mg_store(o.data, o.dtype, off + d, acc[i * lda + d] * w_new +
+                     (w_old != 0.0f ? w_old * mg_load(o.data, o.dtype, off + d) : 0.0f));
+        __syncwarp();
+        if (lane == 0) lse[row0 + i] = lse_i;
+    }
+}
+/* The backward on tensor cores (the forward's conditions): the same two passes, tiles and order
+   as mg__k_attn_backward_dq / _dkv, their four products on WMMA fragments — S = Q·Kᵀ and
+   dP = dO·Vᵀ per 16×16 block of the score tile, then dQ += dS·K, or dV += D(P)ᵀ·dO and
+   dK += dSᵀ·Q (Pᵀ and dSᵀ read column-major) into fp32 accumulators in shared memory — with
+   P and dS rounded to the storage type for their products. Per tile pair 8·32²·hd (dQ pass)
+   or 8·32²·hd (dK/dV pass) FLOPs on tensor cores. */
+/* S = Q·Kᵀ and dP = dO·Vᵀ of one 32×32 tile: warp w the 16×16 block (w / 2, w % 2). */
+template <class T>
+__device__ static void mg__attn_tc_scores(const uint16_t *Qs, const uint16_t *dOs,
+                                          const uint16_t *Ks, const uint16_t *Vs, int ldh, int hd,
+                                          float *S, float *dP, int lds) {
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, nvcuda::wmma::row_major> fa;
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, T, nvcuda::wmma::col_major> fb;
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> fs, fp;
+    int warp = threadIdx.x >> 5, rb = warp / 2, cb = warp % 2, k;
+    nvcuda::wmma::fill_fragment(fs, 0.0f);
+    nvcuda::wmma::fill_fragment(fp, 0.0f);
+    for (k = 0; k < hd; k += 16) {
+        nvcuda::wmma::load_matrix_sync(fa, (const T *)(Qs + rb * 16 * ldh + k), ldh);
+        nvcuda::wmma::load_matrix_sync(fb, (const T *)(Ks + cb * 16 * ldh + k), ldh);
+        nvcuda::wmma::mma_sync(fs, fa, fb, fs);
+        nvcuda::wmma::load_matrix_sync(fa, (const T *)(dOs + rb * 16 * ldh + k), ldh);
+        nvcuda::wmma::load_matrix_sync(fb, (const T *)(Vs + cb * 16 * ldh + k), ldh);
+        nvcuda::wmma::mma_sync(fp, fa, fb, fp);
+    }
+    nvcuda::wmma::store_matrix_sync(S + rb * 16 * lds + cb * 16, fs, lds, nvcuda::wmma::mem_row_major);
+    nvcuda::wmma::store_matrix_sync(dP + rb * 16 * lds + cb * 16, fp, lds, nvcuda::wmma::mem_row_major);
+}
+__device__ static inline int mg__is_col_major(const nvcuda::wmma::col_major *) { return 1; }
+__device__ static inline int mg__is_col_major(const nvcuda::wmma::row_major *) { return 0; }
+/* acc[32 × hd] (+)= op(A)·B for A the 32×32 16-bit tile (transposed: read column-major) and B
+   32 rows of hd: warp w the output blocks w, w + 4, … (2 row blocks × hd/16 column blocks). */
+template <class T, class LA>
+__device__ static void mg__attn_tc_accumulate(const uint16_t *A, int ldp, const uint16_t *B,
+                                              int ldh, int hd, float *acc, int lda) {
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, LA> fa;
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, T, nvcuda::wmma::row_major> fb;
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> fc;
+    int blk, k, transposed = mg__is_col_major((const LA *)0);
+    for (blk = threadIdx.x >> 5; blk < 2 * (hd / 16); blk += MG__ATTN_THREADS / 32) {
+        int rb = blk % 2, cb = blk / 2;
+        nvcuda::wmma::load_matrix_sync(fc, acc + rb * 16 * lda + cb * 16, lda, nvcuda::wmma::mem_row_major);
+        for (k = 0; k < MG_ATTN_TILE; k += 16) {
+            /* A's block (rb, k): row-major at row rb·16, column k; transposed, element (r, c)
+               of Aᵀ is A[c][r], so the block starts at A's row k, column rb·16 */
+            nvcuda::wmma::load_matrix_sync(fa, (const T *)(transposed ? A + k * ldp + rb * 16
+                                                                     : A + rb * 16 * ldp + k), ldp);
+            nvcuda::wmma::load_matrix_sync(fb, (const T *)(B + k * ldh + cb * 16), ldh);
+            nvcuda::wmma::mma_sync(fc, fa, fb, fc);
+        }
+        nvcuda::wmma::store_matrix_sync(acc + rb * 16 * lda + cb * 16, fc, lda, nvcuda::wmma::mem_row_major);
+    }
+}
+/* The score tile's entries, a warp per query row and a lane per key: P = exp(scale·S − lse),
+   dS = P·(D'(dP) − Δ), rounded to the storage type into dSs (and D(P) into Ps if given);
+   0 where the row does not see the key or past the tiles' ends. */
+__device__ static void mg__attn_tc_ds_rows(const mg_attn_block *a, const mg__attn_drop_k *dk,
+                                           float scale, int b, int h, int64_t t0, int nq,
+                                           int64_t kpos, int nk, const float *lse,
+                                           const float *delta, const float *S, const float *dP,
+                                           int lds, uint16_t *Ps, uint16_t *dSs, int ldp) {
+    int lane = threadIdx.x & 31, r;
+    for (r = threadIdx.x >> 5; r < MG_ATTN_TILE; r += MG__ATTN_THREADS / 32) {
+        int64_t qpos = a->q_pos0 + t0 + r;
+        int nv = r < nq ? mg__attn_visible(qpos, kpos, nk) : 0;
+        float ds = 0.0f, pd = 0.0f;
+        if (lane < nv) {
+            float p = mg__exp(scale * S[r * lds + lane] - lse[r]);
+            ds = p * (mg__attn_drop(dk, b, h, qpos, kpos + lane, dP[r * lds + lane]) - delta[r]);
+            pd = mg__attn_drop(dk, b, h, qpos, kpos + lane, p);
+        }
+        dSs[r * ldp + lane] = a->q.dtype == MG_BF16 ? mg_f32_to_bf16(ds) : mg_f32_to_f16(ds);
+        if (Ps) Ps[r * ldp + lane] = a->q.dtype == MG_BF16 ? mg_f32_to_bf16(pd) : mg_f32_to_f16(pd);
+    }
+}
+/* dQ: grid (query tiles, B·n_head). */
+template <class T>
+static __global__ void mg__k_attn_backward_dq_tc(mg_attn_block a, mg__attn_drop_k dk, float scale,
+                                                 mg_attn_view dout, const float *lse,
+                                                 const float *delta, mg_attn_view dq,
+                                                 int accumulate) {
+    MG__DYN_SHARED(float, sm);
+    const int TL = MG_ATTN_TILE, hd = a.hd, ldh = hd + 8, ldp = TL + 8, lds = TL + 4, lda = hd + 4;
+    const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int b = blockIdx.y / a.n_head, h = blockIdx.y % a.n_head, g = h / per, j = h % per, e, r;
+    int64_t t0 = (int64_t)blockIdx.x * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
+    int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL), nkt, kt;
+    uint16_t *Qs = (uint16_t *)sm, *dOs = Qs + TL * ldh, *Ks = dOs + TL * ldh, *Vs = Ks + TL * ldh;
+    uint16_t *dSs = Vs + TL * ldh;
+    float *S = (float *)(dSs + TL * ldp), *dP = S + TL * lds, *acc = dP + TL * lds;
+    int64_t q_last = a.q_pos0 + t0 + nq - 1, nkey = q_last - a.k_pos0 + 1;
+    mg__attn_tc_load(Qs, ldh, a.q, t0, nq, b, g, j, hd);
+    mg__attn_tc_load(dOs, ldh, dout, t0, nq, b, g, j, hd);
+    for (e = threadIdx.x; e < TL * lda; e += blockDim.x) acc[e] = 0.0f;
+    nkt = nkey <= 0 ? 0 : (int)(((nkey < a.Tk ? nkey : a.Tk) + TL - 1) / TL);
+    for (kt = 0; kt < nkt; kt++) {
+        int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
+        int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
+        __syncthreads();
+        mg__attn_tc_load(Ks, ldh, a.k, s0, nk, b, g, 0, hd);
+        mg__attn_tc_load(Vs, ldh, a.v, s0, nk, b, g, 0, hd);
+        __syncthreads();
+        mg__attn_tc_scores<T>(Qs, dOs, Ks, Vs, ldh, hd, S, dP, lds);
+        __syncthreads();
+        mg__attn_tc_ds_rows(&a, &dk, scale, b, h, t0, nq, kpos, nk, lse + row0, delta + row0, S,
+                            dP, lds, NULL, dSs, ldp);
+        __syncthreads();
+        mg__attn_tc_accumulate<T, nvcuda::wmma::row_major>(dSs, ldp, Ks, ldh, hd, acc, lda);
+    }
+    __syncthreads();
+    for (r = warp; r < nq; r += MG__ATTN_THREADS / 32) {
+        int64_t off = mg__view_at(&dq, t0 + r, b, g, j);
+        int d;
+        for (d = lane; d < hd; d += 32)
+            mg_store(dq.data, dq.dtype, off + d, scale * acc[r * lda + d] +
+                     (accumulate ? mg_load(dq.data, dq.dtype, off + d) : 0.0f));
+    }
+}
+/* dK, dV: grid (key tiles, B·n_group). */
+template <class T>
+static __global__ void mg__k_attn_backward_dkv_tc(mg_attn_block a, mg__attn_drop_k dk, float scale,
+                                                  mg_attn_view dout, const float *lse,
+                                                  const float *delta, mg_attn_view dkv_k,
+                                                  mg_attn_view dkv_v, int accumulate) {
+    MG__DYN_SHARED(float, sm);
+    const int TL = MG_ATTN_TILE, hd = a.hd, ldh = hd + 8, ldp = TL + 8, lds = TL + 4, lda = hd + 4;
+    const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int b = blockIdx.y / a.n_group, g = blockIdx.y % a.n_group, j, qt, nqt, e, r;
+    int64_t s0 = (int64_t)blockIdx.x * TL, kpos = a.k_pos0 + s0, tfirst = kpos - a.q_pos0;
+    int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
+    uint16_t *Ks = (uint16_t *)sm, *Vs = Ks + TL * ldh, *Qs = Vs + TL * ldh, *dOs = Qs + TL * ldh;
+    uint16_t *Ps = dOs + TL * ldh, *dSs = Ps + TL * ldp;
+    float *S = (float *)(dSs + TL * ldp), *dP = S + TL * lds, *dKa = dP + TL * lds;
+    float *dVa = dKa + TL * lda;
+    mg__attn_tc_load(Ks, ldh, a.k, s0, nk, b, g, 0, hd);
+    mg__attn_tc_load(Vs, ldh, a.v, s0, nk, b, g, 0, hd);
+    for (e = threadIdx.x; e < 2 * TL * lda; e += blockDim.x) dKa[e] = 0.0f;
+    nqt = (a.Tq + TL - 1) / TL;
+    for (j = 0; j < per; j++) {
+        int h = g * per + j;
+        for (qt = tfirst <= 0 ? 0 : (int)(tfirst / TL); qt < nqt; qt++) {
+            int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
+            int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL);
+            __syncthreads();
+            mg__attn_tc_load(Qs, ldh, a.q, t0, nq, b, g, j, hd);
+            mg__attn_tc_load(dOs, ldh, dout, t0, nq, b, g, j, hd);
+            __syncthreads();
+            mg__attn_tc_scores<T>(Qs, dOs, Ks, Vs, ldh, hd, S, dP, lds);
+            __syncthreads();
+            mg__attn_tc_ds_rows(&a, &dk, scale, b, h, t0, nq, kpos, nk, lse + row0, delta + row0,
+                                S, dP, lds, Ps, dSs, ldp);
+            __syncthreads();
+            mg__attn_tc_accumulate<T, nvcuda::wmma::col_major>(Ps, ldp, dOs, ldh, hd, dVa, lda);
+            mg__attn_tc_accumulate<T, nvcuda::wmma::col_major>(dSs, ldp, Qs, ldh, hd, dKa, lda);
+        }
+    }
+    __syncthreads();
+    for (r = warp; r < nk; r += MG__ATTN_THREADS / 32) {
+        int64_t ok = mg__view_at(&dkv_k, s0 + r, b, g, 0), ov = mg__view_at(&dkv_v, s0 + r, b, g, 0);
+        int d;
+        for (d = lane; d < hd; d += 32) {
+            mg_store(dkv_k.data, dkv_k.dtype, ok + d, scale * dKa[r * lda + d] +
+                     (accumulate ? mg_load(dkv_k.data, dkv_k.dtype, ok + d) : 0.0f));
+            mg_store(dkv_v.data, dkv_v.dtype, ov + d, dVa[r * lda + d] +
+                     (accumulate ? mg_load(dkv_v.data, dkv_v.dtype, ov + d) : 0.0f));
+        }
+    }
+}
+static size_t mg__attn_tc_bwd_smem(int hd, int kv) {
+    return (size_t)4 * MG_ATTN_TILE * (hd + 8) * 2 + (size_t)(kv ? 2 : 1) * MG_ATTN_TILE * (MG_ATTN_TILE + 8) * 2 +
+           (size_t)2 * MG_ATTN_TILE * (MG_ATTN_TILE + 4) * 4 + (size_t)(kv ? 2 : 1) * MG_ATTN_TILE * (hd + 4) * 4;
+}
+static size_t mg__attn_tc_smem(int hd) {
+    return (size_t)3 * MG_ATTN_TILE * (hd + 8) * 2 + (size_t)MG_ATTN_TILE * (MG_ATTN_TILE + 8) * 2 +
+           (size_t)MG_ATTN_TILE * (MG_ATTN_TILE + 4) * 4 + (size_t)MG_ATTN_TILE * (hd + 4) * 4;
 }
 /* Δ = rowsum(dO ∘ O): a warp per row. */
 static __global__ void mg__k_attn_delta(float *delta, mg_attn_block a, mg_attn_view dout,
@@ -2477,11 +2834,11 @@ static __global__ void mg__k_attn_delta(float *delta, mg_attn_block a, mg_attn_v
 __device__ static float mg__attn_ds_entry(const mg__attn_drop_k *dk, float scale, int b, int h,
                                           int64_t qpos, int64_t kpos, const float *q,
                                           const float *dO, const float *k, const float *v,
-                                          int hd, float lse, float delta, float *pd) {
+                                          int hd, float lse, float delta, float *pd, mg_dtype dt) {
     float p = mg__exp(scale * mg__attn_dot(q, k, hd) - lse);
     float dp = mg__attn_drop(dk, b, h, qpos, kpos, mg__attn_dot(dO, v, hd));
-    *pd = mg__attn_drop(dk, b, h, qpos, kpos, p);
-    return p * (dp - delta);
+    *pd = mg__attn_round(mg__attn_drop(dk, b, h, qpos, kpos, p), dt);
+    return mg__attn_round(p * (dp - delta), dt);
 }
 /* dQ: grid (query tiles, B·n_head). */
 static __global__ void mg__k_attn_backward_dq(mg_attn_block a, mg__attn_drop_k dk, float scale,
@@ -2496,7 +2853,9 @@ static __global__ void mg__k_attn_backward_dq(mg_attn_block a, mg__attn_drop_k d
     float *Qs = sm, *dOs = Qs + TL * ldr, *Ks = dOs + TL * ldr, *Vs = Ks + TL * ldr;
     float *dS = Vs + TL * ldr, acc[MG__ATTN_RPW][MG__ATTN_DPL], pd;
     int64_t q_last = a.q_pos0 + t0 + nq - 1, nkey = q_last - a.k_pos0 + 1;
+    MG__UNROLL
     for (r = 0; r < MG__ATTN_RPW; r++)
+        MG__UNROLL
         for (u = 0; u < MG__ATTN_DPL; u++) acc[r][u] = 0.0f;
     mg__attn_load_tile(Qs, ldr, a.q, t0, nq, b, g, j, hd);
     mg__attn_load_tile(dOs, ldr, dout, t0, nq, b, g, j, hd);
@@ -2516,12 +2875,14 @@ static __global__ void mg__k_attn_backward_dq(mg_attn_block a, mg__attn_drop_k d
                 dS[i * (TL + 1) + c] = mg__attn_ds_entry(&dk, scale, b, h, qpos, kpos + c,
                                                          Qs + i * ldr, dOs + i * ldr, Ks + c * ldr,
                                                          Vs + c * ldr, hd, lse[row0 + i],
-                                                         delta[row0 + i], &pd);
+                                                         delta[row0 + i], &pd, a.q.dtype);
         }
         __syncthreads();
+        MG__UNROLL
         for (r = 0; r < MG__ATTN_RPW; r++) {
             int i = warp + r * (MG__ATTN_THREADS / 32);
             int nv = i < nq ? mg__attn_visible(a.q_pos0 + t0 + i, kpos, nk) : 0;
+            MG__UNROLL
             for (u = 0; u < MG__ATTN_DPL; u++) {
                 int d = lane + 32 * u;
                 float x = 0.0f;
@@ -2531,11 +2892,13 @@ static __global__ void mg__k_attn_backward_dq(mg_attn_block a, mg__attn_drop_k d
             }
         }
     }
+    MG__UNROLL
     for (r = 0; r < MG__ATTN_RPW; r++) {
         int i = warp + r * (MG__ATTN_THREADS / 32);
         int64_t off;
         if (i >= nq) continue;
         off = mg__view_at(&dq, t0 + i, b, g, j);
+        MG__UNROLL
         for (u = 0; u < MG__ATTN_DPL; u++) {
             int d = lane + 32 * u;
             if (d < hd)
@@ -2558,7 +2921,9 @@ static __global__ void mg__k_attn_backward_dkv(mg_attn_block a, mg__attn_drop_k 
     float *Ks = sm, *Vs = Ks + TL * ldr, *Qs = Vs + TL * ldr, *dOs = Qs + TL * ldr;
     float *P = dOs + TL * ldr, *dS = P + TL * (TL + 1);
     float dKa[MG__ATTN_RPW][MG__ATTN_DPL], dVa[MG__ATTN_RPW][MG__ATTN_DPL];
+    MG__UNROLL
     for (r = 0; r < MG__ATTN_RPW; r++)
+        MG__UNROLL
         for (u = 0; u < MG__ATTN_DPL; u++) dKa[r][u] = dVa[r][u] = 0.0f;
     mg__attn_load_tile(Ks, ldr, a.k, s0, nk, b, g, 0, hd);
     mg__attn_load_tile(Vs, ldr, a.v, s0, nk, b, g, 0, hd);
@@ -2583,12 +2948,14 @@ static __global__ void mg__k_attn_backward_dkv(mg_attn_block a, mg__attn_drop_k 
                                                              Qs + i * ldr, dOs + i * ldr,
                                                              Ks + c * ldr, Vs + c * ldr, hd,
                                                              lse[row0 + i], delta[row0 + i],
-                                                             &P[i * (TL + 1) + c]);
+                                                             &P[i * (TL + 1) + c], a.q.dtype);
             }
             __syncthreads();
+            MG__UNROLL
             for (r = 0; r < MG__ATTN_RPW; r++) {
                 int c = warp + r * (MG__ATTN_THREADS / 32);
                 if (c >= nk) continue;
+                MG__UNROLL
                 for (u = 0; u < MG__ATTN_DPL; u++) {
                     int d = lane + 32 * u;
                     float xv = 0.0f, xk = 0.0f;
@@ -2603,12 +2970,14 @@ static __global__ void mg__k_attn_backward_dkv(mg_attn_block a, mg__attn_drop_k 
             }
         }
     }
+    MG__UNROLL
     for (r = 0; r < MG__ATTN_RPW; r++) {
         int c = warp + r * (MG__ATTN_THREADS / 32);
         int64_t ok, ov;
         if (c >= nk) continue;
         ok = mg__view_at(&dkv_k, s0 + c, b, g, 0);
         ov = mg__view_at(&dkv_v, s0 + c, b, g, 0);
+        MG__UNROLL
         for (u = 0; u < MG__ATTN_DPL; u++) {
             int d = lane + 32 * u;
             if (d >= hd) continue;
@@ -3259,9 +3628,26 @@ MGDEF void mg_attn_block_forward(mg_ctx *ctx, const mg_attn_block *a, const mg_a
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         size_t smem = mg__attn_smem(a->hd, 3, 1);
+        dim3 grid((unsigned)ge.nqt, (unsigned)(a->B * a->n_head));
+        mg_dtype dt = a->q.dtype;
+        if ((dt == MG_BF16 || dt == MG_F16) && a->k.dtype == dt && a->v.dtype == dt &&
+            o->dtype == dt && a->hd % 16 == 0) {   /* tensor cores */
+            smem = mg__attn_tc_smem(a->hd);
+            if (dt == MG_BF16) {
+                MG__ATTN_SMEM_OPT_IN(mg__k_attn_forward_tc<__nv_bfloat16>, smem);
+                MG_LAUNCH(mg__k_attn_forward_tc<__nv_bfloat16>, grid, MG__ATTN_THREADS, smem,
+                          MG__STREAM(ctx), *a, ge.drop, ge.scale, *o, lse, merge);
+            } else {
+                MG__ATTN_SMEM_OPT_IN(mg__k_attn_forward_tc<__half>, smem);
+                MG_LAUNCH(mg__k_attn_forward_tc<__half>, grid, MG__ATTN_THREADS, smem,
+                          MG__STREAM(ctx), *a, ge.drop, ge.scale, *o, lse, merge);
+            }
+            MG_CUDA_LAUNCH_CHECK();
+            return;
+        }
         MG__ATTN_SMEM_OPT_IN(mg__k_attn_forward, smem);
-        MG_LAUNCH(mg__k_attn_forward, dim3((unsigned)ge.nqt, (unsigned)(a->B * a->n_head)),
-                  MG__ATTN_THREADS, smem, MG__STREAM(ctx), *a, ge.drop, ge.scale, *o, lse, merge);
+        MG_LAUNCH(mg__k_attn_forward, grid, MG__ATTN_THREADS, smem, MG__STREAM(ctx), *a, ge.drop,
+                  ge.scale, *o, lse, merge);
         MG_CUDA_LAUNCH_CHECK();
         return;
     }
@@ -3291,14 +3677,43 @@ MGDEF void mg_attn_block_backward(mg_ctx *ctx, const mg_attn_block *a, const mg_
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         size_t smem_q = mg__attn_smem(a->hd, 4, 1), smem_kv = mg__attn_smem(a->hd, 4, 2);
+        dim3 grid_q((unsigned)ge.nqt, (unsigned)(a->B * a->n_head));
+        dim3 grid_kv((unsigned)ge.nkt, (unsigned)(a->B * a->n_group));
+        mg_dtype dt = a->q.dtype;
+        if ((dt == MG_BF16 || dt == MG_F16) && a->k.dtype == dt && a->v.dtype == dt &&
+            dout->dtype == dt && a->hd % 16 == 0) {   /* tensor cores */
+            smem_q = mg__attn_tc_bwd_smem(a->hd, 0);
+            smem_kv = mg__attn_tc_bwd_smem(a->hd, 1);
+            if (dt == MG_BF16) {
+                MG__ATTN_SMEM_OPT_IN(mg__k_attn_backward_dq_tc<__nv_bfloat16>, smem_q);
+                MG__ATTN_SMEM_OPT_IN(mg__k_attn_backward_dkv_tc<__nv_bfloat16>, smem_kv);
+                MG_LAUNCH(mg__k_attn_backward_dq_tc<__nv_bfloat16>, grid_q, MG__ATTN_THREADS,
+                          smem_q, MG__STREAM(ctx), *a, ge.drop, ge.scale, *dout, lse, delta,
+                          *dq, accumulate);
+                MG_CUDA_LAUNCH_CHECK();
+                MG_LAUNCH(mg__k_attn_backward_dkv_tc<__nv_bfloat16>, grid_kv, MG__ATTN_THREADS,
+                          smem_kv, MG__STREAM(ctx), *a, ge.drop, ge.scale, *dout, lse, delta,
+                          *dk, *dv, accumulate);
+            } else {
+                MG__ATTN_SMEM_OPT_IN(mg__k_attn_backward_dq_tc<__half>, smem_q);
+                MG__ATTN_SMEM_OPT_IN(mg__k_attn_backward_dkv_tc<__half>, smem_kv);
+                MG_LAUNCH(mg__k_attn_backward_dq_tc<__half>, grid_q, MG__ATTN_THREADS, smem_q,
+                          MG__STREAM(ctx), *a, ge.drop, ge.scale, *dout, lse, delta, *dq,
+                          accumulate);
+                MG_CUDA_LAUNCH_CHECK();
+                MG_LAUNCH(mg__k_attn_backward_dkv_tc<__half>, grid_kv, MG__ATTN_THREADS, smem_kv,
+                          MG__STREAM(ctx), *a, ge.drop, ge.scale, *dout, lse, delta, *dk, *dv,
+                          accumulate);
+            }
+            MG_CUDA_LAUNCH_CHECK();
+            return;
+        }
         MG__ATTN_SMEM_OPT_IN(mg__k_attn_backward_dq, smem_q);
         MG__ATTN_SMEM_OPT_IN(mg__k_attn_backward_dkv, smem_kv);
-        MG_LAUNCH(mg__k_attn_backward_dq, dim3((unsigned)ge.nqt, (unsigned)(a->B * a->n_head)),
-                  MG__ATTN_THREADS, smem_q, MG__STREAM(ctx), *a, ge.drop, ge.scale, *dout, lse,
+        MG_LAUNCH(mg__k_attn_backward_dq, grid_q, MG__ATTN_THREADS, smem_q, MG__STREAM(ctx), *a, ge.drop, ge.scale, *dout, lse,
                   delta, *dq, accumulate);
         MG_CUDA_LAUNCH_CHECK();
-        MG_LAUNCH(mg__k_attn_backward_dkv, dim3((unsigned)ge.nkt, (unsigned)(a->B * a->n_group)),
-                  MG__ATTN_THREADS, smem_kv, MG__STREAM(ctx), *a, ge.drop, ge.scale, *dout, lse,
+        MG_LAUNCH(mg__k_attn_backward_dkv, grid_kv, MG__ATTN_THREADS, smem_kv, MG__STREAM(ctx), *a, ge.drop, ge.scale, *dout, lse,
                   delta, *dk, *dv, accumulate);
         MG_CUDA_LAUNCH_CHECK();
         return;

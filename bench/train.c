@@ -1,7 +1,8 @@
 /* bench/train — training throughput of megatron.h on the CPU, side by side with PyTorch.
 
      build/train [--threads N] [--iters N] [--warmup N] [--rounds N] [--layers N] [--hidden N]
-                 [--heads N] [--seq N] [--batch N] [--no-peer]
+                 [--heads N] [--seq N] [--batch N] [--attention-backend flash|unfused]
+                 [--no-peer]
 
    Defaults: the GPT-2-shaped model of issue 3 — 6 layers, hidden 384, 6 heads, vocabulary 256,
    sequence 256, micro-batch 4 (global batch 4) — on 2 threads, 2 warm-up iterations, then
@@ -59,9 +60,15 @@ int main(int argc, char **argv) {
     mg_train_args args;
     mg_trainer tr;
     double first_loss = 0, best = 0, peer_best = 0, peer_ms = 0, peer_loss = 0;
+    const char *backend = "flash";
     for (i = 1; i < argc; i++) {
         int *dst = NULL;
         if (!strcmp(argv[i], "--no-peer")) { peer = 0; continue; }
+        if (!strcmp(argv[i], "--attention-backend") && i + 1 < argc &&
+            (!strcmp(argv[i + 1], "flash") || !strcmp(argv[i + 1], "unfused"))) {
+            backend = argv[++i];
+            continue;
+        }
         if (!strcmp(argv[i], "--threads")) dst = &threads;
         else if (!strcmp(argv[i], "--iters")) dst = &iters;
         else if (!strcmp(argv[i], "--warmup")) dst = &warmup;
@@ -92,8 +99,9 @@ int main(int argc, char **argv) {
     snprintf(line, sizeof line, "--data-path %s --data-order sequential --split 1,0,0 "
              "--vocab-size 256 --num-layers %d --hidden-size %d --num-attention-heads %d "
              "--seq-length %d --micro-batch-size %d --global-batch-size %d --train-iters %d "
-             "--lr 1e-4 --lr-decay-style constant --eval-iters 0 --device cpu", path, layers,
-             hidden, heads, seq, batch, batch, warmup + rounds * iters);
+             "--lr 1e-4 --lr-decay-style constant --eval-iters 0 --device cpu "
+             "--attention-backend %s", path, layers, hidden, heads, seq, batch, batch,
+             warmup + rounds * iters, backend);
     {   /* the line as argv */
         char *words[64], *w;
         int n = 0;
@@ -112,9 +120,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("bench/train: %d layers, hidden %d, %d heads, vocabulary 256, sequence %d, "
-           "micro-batch %d; %d threads; %d warm-up iterations, %d rounds of %d; "
-           "OMP_WAIT_POLICY=%s\n", layers, hidden, heads, seq, batch, threads, warmup, rounds,
-           iters, getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(unset: active)");
+           "micro-batch %d, %s attention; %d threads; %d warm-up iterations, %d rounds of %d; "
+           "OMP_WAIT_POLICY=%s\n", layers, hidden, heads, seq, batch, backend, threads, warmup,
+           rounds, iters, getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "(unset: active)");
     fflush(stdout);
     for (k = 0; k < warmup; k++) {
         mg_step_result s = mg_trainer_step(&tr);

@@ -118,12 +118,12 @@ static void run_case(mg_ctx *ctx, const flash_case *c) {
     e_gf = normwise(g_f, dqkv64, (int64_t)N * C3); e_gr = normwise(g_r, dqkv64, (int64_t)N * C3);
     e_l = normwise(l_f, lse64, (int64_t)c->B * c->nh * c->T);
     e_fr = normwise_f(o_f, o_r, (int64_t)N * Q);
-    /* fp32: within 1e-6 of float64, normwise (max error over the largest value), and of the
-       unfused path. 16-bit: the unfused path rounds scores and probabilities to the storage
+    /* fp32: within 1e-6 of float64, normwise (max error over the largest value), as the
+       unfused path is; so within 2e-6 of the unfused path (each carries its own ≤ 1e-6). 16-bit: the unfused path rounds scores and probabilities to the storage
        type, the tiles keep them fp32, so the tiled result is at least as close to float64
        (bound: 1.25× the unfused error, plus one fp32 ulp). */
     snprintf(name, sizeof name, "tiled attention output vs float64 (%s)", what);
-    ok = c->dt == MG_F32 ? e_of <= 1e-6 && e_fr <= 1e-6 : e_of <= 1.25 * e_or + 1.2e-7;
+    ok = c->dt == MG_F32 ? e_of <= 1e-6 && e_or <= 1e-6 && e_fr <= 2e-6 : e_of <= 1.25 * e_or + 1.2e-7;
     mg_test_report(ok, name, "normwise err %.3g; unfused %.3g; tiled vs unfused %.3g", e_of, e_or, e_fr);
     snprintf(name, sizeof name, "tiled attention dqkv vs float64 (%s)", what);
     ok = c->dt == MG_F32 ? e_gf <= 1e-6 : e_gf <= 1.25 * e_gr + 1.2e-7;

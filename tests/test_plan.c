@@ -117,6 +117,15 @@ static void test_counting(void) {
                   "activations: full recompute keeps the 2sbh layer input");
         CHECK_REL(mg_plan_activation_bytes_per_layer(&t1, 4, 8, 1, MG_PLAN_RECOMPUTE_FULL, 2), 4 * 2 * sbh / 8,
                   1e-15, "activations: full recompute + sequence parallel, b = 4: 2sbh/t");
+        {   /* the tiled attention keeps no scores, a fp32 log-sum-exp per query and head */
+            mg_plan_model fl = t1;
+            double lse = 4.0 * t1.num_attention_heads * t1.seq_length / 8;
+            fl.flash_attention = 1;
+            CHECK_REL(mg_plan_activation_bytes_per_layer(&fl, 1, 8, 0, MG_PLAN_RECOMPUTE_NONE, 2),
+                      sbh * 13 + lse, 1e-15, "activations: flash, none = sbh(10 + 24/t) + 4as/t");
+            CHECK_REL(mg_plan_activation_bytes_per_layer(&fl, 1, 8, 1, MG_PLAN_RECOMPUTE_SELECTIVE, 2),
+                      sbh * 34 / 8 + lse, 1e-15, "activations: flash, selective = none (sp: sbh·34/t + 4as/t)");
+        }
     }
     /* Megatron-Core's bytes per parameter (distributed optimizer docs): 20 | 4 + 16/d for fp16
        params and grads, 18 | 6 + 12/d for 16-bit params with fp32 grads, 16 | 8 + 8/d for fp32;

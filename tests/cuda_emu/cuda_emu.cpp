@@ -75,6 +75,8 @@ static void report(const char *fmt, ...) {
     g_reports += line;
     g_reports += '\n';
 }
+/* A bug-finder report from emulated device code (e.g. mma.h's checks). */
+void mg_emu_fault(const char *what) { report("%s", what); }
 static void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void fatal(const char *fmt, ...) {
     va_list ap;
@@ -188,7 +190,7 @@ cudaError_t mg_emu_func_set_attribute(const void *fn, enum cudaFuncAttribute att
     g_dyn_granted[name] = (size_t)value;
     return cudaSuccess;
 }
-static thread_local unsigned char mg_emu_dynamic_shared_buffer[DYN_SHARED_MAX];
+alignas(128) static thread_local unsigned char mg_emu_dynamic_shared_buffer[DYN_SHARED_MAX];
 
 static int tls_phdr(struct dl_phdr_info *info, size_t, void *) {
     if (info->dlpi_name && info->dlpi_name[0]) return 0;   /* the executable comes first */
@@ -270,6 +272,15 @@ static std::string function_name(const void *fn) {
             found = st == 0 && dm ? dm : str + sym[i].st_name;
             free(dm);
             found = found.substr(0, found.find('('));
+            {   /* a template's demangled name starts with its return type: drop it */
+                int depth = 0;
+                size_t cut = std::string::npos;
+                for (size_t c = 0; c < found.size(); c++) {
+                    depth += found[c] == '<' ? 1 : found[c] == '>' ? -1 : 0;
+                    if (found[c] == ' ' && depth == 0) cut = c;
+                }
+                if (cut != std::string::npos) found = found.substr(cut + 1);
+            }
             break;
         }
     }
@@ -772,7 +783,8 @@ static void launch_log_at_exit(void) {
     if (path && path[0]) {
         FILE *f = fopen(path, "a");
         if (f) {
-            for (const std::string &k : g_launched) fprintf(f, "%s\n", k.c_str());
+            for (const std::string &k : g_launched)   /* a template's name without <args> */
+                fprintf(f, "%s\n", k.substr(0, k.find('<')).c_str());
             fclose(f);
         }
     }
@@ -944,7 +956,14 @@ MG_EMU_CAS(unsigned long long)
       always complete and every recorded event has happened.
    ========================================================================================== */
 struct CUstream_st { int flags, priority; };
-struct CUevent_st { int recorded; };
+/* An event's time is the host's monotonic clock when its stream reaches it: at the record
+   call, since every stream has run all its work by then. */
+struct CUevent_st { int recorded; unsigned int flags; double t_ms; };
+static double host_ms() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
 
 cudaError_t cudaGetDeviceCount(int *count) { *count = 1; return cudaSuccess; }
 cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
@@ -972,6 +991,7 @@ const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
@@ -985,6 +1005,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorNotReady: return "device not ready";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     default: return "unknown error";
     }
@@ -1002,6 +1023,16 @@ cudaError_t cudaMalloc(void **ptr, size_t size) {
     g_allocs.push_back({start, size, (int)g_allocs.size() + 1, 0});
     g_dev_used = end;
     *ptr = g_dev + start;
+    return cudaSuccess;
+}
+/* total = the reserved region; used = the live allocations with their redzones. */
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
+    size_t used = 0;
+    if (!free_bytes || !total) return cudaErrorInvalidValue;
+    for (const Alloc &a : g_allocs)
+        if (!a.freed) used += (a.size + DEV_ALIGN - 1) / DEV_ALIGN * DEV_ALIGN + DEV_ALIGN;
+    *total = DEV_RESERVE;
+    *free_bytes = DEV_RESERVE - used;
     return cudaSuccess;
 }
 cudaError_t cudaFree(void *p) {
@@ -1088,18 +1119,29 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned int) {
     return e ? cudaSuccess : cudaErrorInvalidValue;
 }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int) {
-    *e = new CUevent_st{0};
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
+    *e = new CUevent_st{0, flags, 0.0};
     return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
     if (!e) return cudaErrorInvalidValue;
     e->recorded = 1;
+    e->t_ms = host_ms();
     return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
 cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+/* CUDA's rules: an event never recorded, or created with cudaEventDisableTiming, is
+   cudaErrorInvalidResourceHandle; both recorded events have completed here.               */
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+    if (!ms || !start || !end) return cudaErrorInvalidValue;
+    if (!start->recorded || !end->recorded || (start->flags & cudaEventDisableTiming) ||
+        (end->flags & cudaEventDisableTiming))
+        return cudaErrorInvalidResourceHandle;
+    *ms = (float)(end->t_ms - start->t_ms);
+    return cudaSuccess;
+}
 
 /* =============================================================================================
    8. cuBLAS: GEMMs through cblas_sgemm with the caller's arguments.
@@ -1112,6 +1154,12 @@ cublasStatus_t cublasCreate(cublasHandle_t *h) {
 }
 cublasStatus_t cublasDestroy(cublasHandle_t h) { delete h; return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) { h->stream = s; return CUBLAS_STATUS_SUCCESS; }
+/* The workspace must lie inside a live allocation (the GEMMs here need none of it). */
+cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *w, size_t n) {
+    if (!h || (n && (!is_dev(w) || !dev_range_ok("cublasSetWorkspace", w, n))))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    return CUBLAS_STATUS_SUCCESS;
+}
 cublasStatus_t cublasGetStream(cublasHandle_t h, cudaStream_t *s) { *s = h->stream; return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasSetPointerMode(cublasHandle_t h, cublasPointerMode_t m) { h->pmode = m; return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasGetPointerMode(cublasHandle_t h, cublasPointerMode_t *m) { *m = h->pmode; return CUBLAS_STATUS_SUCCESS; }

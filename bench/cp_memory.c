@@ -14,9 +14,8 @@
                buffers, three fp32 dK/dV buffers and the fp32 dQ), and their sum, as the model
                claims them from its arena for a rank of a context group of c — counted, nothing
                runs;
-     planner   mg_plan_evaluate's activation bytes for the same layout (t = p = d = 1, c GPUs;
-               for c = 1 it counts the a·s² scores of the unfused attention, which the tiled
-               attention measured here does not keep);
+     planner   mg_plan_evaluate's activation bytes for the same layout (t = p = d = 1, c GPUs,
+               the tiled attention);
      measured  for c = the job's size only: activations + scratch + the arena's high-water mark
                above the model during a real forward + backward of one microbatch on these
                ranks (the ops' temporary scratch), the peak per rank (--count-only: skipped);
@@ -69,6 +68,7 @@ static double planned(const bench_args *a, int cp) {
     memset(&L, 0, sizeof L);
     m.num_layers = a->layers; m.hidden_size = a->hidden; m.num_attention_heads = a->heads;
     m.seq_length = a->seq; m.vocab_size = a->vocab;
+    m.flash_attention = 1;   /* the tiled attention, as measured here */
     t.global_batch_size = 1;
     t.precision = MG_PLAN_FP32;
     t.grads_in_fp32 = 1;

@@ -424,6 +424,7 @@ static void test_paper_points(void) {
         /* The paper fixes t and p (and recomputes every layer); the search picks b and v. */
         fx.t = table1[i].t;
         fx.p = table1[i].p;
+        fx.c = 1;                   /* no context parallelism in 2021 */
         fx.recompute = MG_PLAN_RECOMPUTE_FULL;
         fx.sequence_parallel = 0;
         fx.distributed_optimizer = 0;
@@ -530,6 +531,7 @@ static void test_search(void) {
     tr.grads_in_fp32 = 1;
     tr.grad_accum_fusion = 1;
     fx = mg_plan_layout_any();
+    fx.c = 1;   /* the paper's dimensions: context parallelism (free, it picks t = 4 × c = 2) aside */
     k = mg_plan_search(&t1, &tr, &c, &fx, top, 1, &st, NULL, 0);
     mg_test_report(k == 1 && top[0].layout.t == 8, "search 1T (all features): t = 8", "best t=%d p=%d b=%d",
                    top[0].layout.t, top[0].layout.p, top[0].layout.micro_batch_size);
@@ -537,6 +539,7 @@ static void test_search(void) {
     {
         mg_plan_layout same = mg_plan_layout_any();
         int mp_min;
+        same.c = 1;
         same.recompute = L.recompute;
         same.sequence_parallel = L.sequence_parallel;
         same.distributed_optimizer = L.distributed_optimizer;
@@ -577,6 +580,7 @@ static void test_guidance(void) {
             mg_plan_result best;
             char name[200];
             int k, mp_min;
+            fx.c = 1;                    /* the paper's dimensions */
             if (variant == 0) {          /* the paper's software */
                 fx.sequence_parallel = 0;
                 fx.distributed_optimizer = 0;
@@ -713,7 +717,8 @@ static void test_tool(void) {
               "Llama-3-8B flags: the report names the model's options");
     }
     {   /* --search --json: the best, with the reason */
-        static const char *args[] = {MODEL_1T, "--search", "--json", "--top", "3", NULL};
+        static const char *args[] = {MODEL_1T, "--search", "--json", "--top", "3",
+                                     "--context-parallel-size", "1", NULL};
         rc = run_tool(args, err, sizeof(err), out, sizeof(out));
         CHECK(rc == 0 && strstr(out, "\"layout\": {\"t\": 8,") && strstr(out, "\"reason\": ") &&
               strstr(out, "\"top\": ["), "--search --json gives the best layout (t=8) and why");

@@ -12,9 +12,11 @@
    examples/gpt_train.cu is the trainer program built on it; read it next.
 
    TOUR
-     1. Model configuration (mg_gpt_config) and this rank's layout (mg_gpt_layout): the tensor-
-        and pipeline-parallel coordinates, the micro-batch, the activation slots, the model
-        chunks (Megatron's interleaved assignment: rank i of p holds virtual stages i, i+p, …).
+     1. Model configuration (mg_gpt_config) and this rank's layout (mg_gpt_layout): the tensor-,
+        context- and pipeline-parallel coordinates, the micro-batch, the activation slots, the
+        model chunks (Megatron's interleaved assignment: rank i of p holds virtual stages i,
+        i+p, …). With context parallelism a rank holds T/c positions of every sequence
+        (mg_transformer.h, 1b): tokens, positions and targets are picked at set_batch.
      2. Parameters: one descriptor per tensor (name, global shape, split kind, init, decay),
         ONE flat fp32 buffer of parameters and ONE of gradients in a documented order;
         counter-based initialisation; global <-> shard copies; the naming table that maps the
@@ -31,7 +33,8 @@
         Mistral / Qwen2 directories (told apart by content and config.json; shards, F32/BF16/
         F16), export Hugging Face safetensors + config.json (GPT-2 or the Llama family).
      4. Optimizer: AdamW state, Megatron's learning-rate schedule, global-norm clipping.
-     4b. Data parallelism (mg_dp): the gradient reduction over the d replicas in buckets started
+     4b. Data parallelism (mg_dp): the gradient reduction over the d replicas (d·c with context
+        parallelism: the data-context group) in buckets started
         during the last microbatch's backward; the distributed optimizer (ZeRO-1: sharded
         moments, reduce-scatter / all-gather).
      4c. Tokenizer flags: Megatron-LM's --tokenizer-type & co. to a loaded mg_tokenizer.h
@@ -181,8 +184,13 @@ typedef struct mg_gpt_layout {
     mg_comm *comm;               /* the job's groups (comm->tensor has tp_size ranks); may be
                                     NULL with tp_size 1. mg_gpt_layout_tp fills these fields. */
     int pp_rank, pp_size;        /* pipeline coordinate (a single stage: 0, 1)                  */
+    int cp_rank, cp_size;        /* context-parallel coordinate (0 or 1: none; mg_gpt_layout_cp):
+                                    this rank holds T/c positions of every sequence, chunks
+                                    cp_rank and 2c−1−cp_rank of 2c (mg_transformer.h, 1b)     */
     int micro_batch;             /* B: sequences per microbatch                                 */
-    int dp_size;                 /* data-parallel replicas d (0 or 1: none). The flat buffers are
+    int dp_size;                 /* replicas of the weights that reduce gradients together: d,
+                                    times c with context parallelism (0 or 1: none). The flat
+                                    buffers are
                                     padded to a multiple of 64·d elements so that every bucket
                                     of the gradient reduction splits into d equal pieces       */
     int n_slots;                 /* microbatches whose activations can be in flight per chunk   */
@@ -219,6 +227,11 @@ MGDEF mg_gpt_layout mg_gpt_layout_single(const mg_gpt_config *cfg, int micro_bat
    tp_rank/tp_size from the group, sequence parallelism on or off. cfg->padded_vocab must be
    a multiple of 128·tp_size (mg_gpt_pad_vocab).                                            */
 MGDEF void mg_gpt_layout_tp(mg_gpt_layout *layout, mg_comm *comm, int sequence_parallel);
+/* Makes a layout context-parallel over comm's context group (mg_comm_setup_groups_cp):
+   cp_rank/cp_size from the group. --seq-length must divide into 2·cp_size chunks.          */
+MGDEF void mg_gpt_layout_cp(mg_gpt_layout *layout, mg_comm *comm);
+/* Positions of a sequence this rank holds: T, or T/c with context parallelism.             */
+MGDEF int mg_gpt_local_seq(const mg_gpt_config *cfg, const mg_gpt_layout *layout);
 /* Pipeline rank pp_rank of pp_size, with v model chunks per rank (Megatron's interleaved
    assignment): the model's layers form S = pp_size·v virtual stages of n_layer/S consecutive
    layers; virtual stage s lives on rank s % pp_size as its chunk s / pp_size, so rank i holds
@@ -593,7 +606,10 @@ MGDEF double mg_lr_at(const mg_lr_schedule *s, int64_t num_steps);
 typedef struct mg_dp {
     mg_gpt *model;
     mg_comm *comm;               /* NULL: one replica                                          */
-    int rank, size;              /* data-parallel coordinate and d                             */
+    mg_group *group;             /* the replicas: comm's data group, or its data-context group
+                                    with context parallelism (d·c ranks, Megatron-LM's data-
+                                    parallel group with context parallelism)                  */
+    int rank, size;              /* coordinate in the group and its size (d, or d·c)           */
     int distributed;             /* ZeRO-1: reduce-scatter, sharded moments, all-gather         */
     int overlap;                 /* 1 (default): start buckets from the backward hook; 0: all
                                     from mg_dp_finish (bench/overlap compares them)            */
@@ -615,8 +631,9 @@ typedef struct mg_dp {
 } mg_dp;
 /* Megatron's default bucket: max(40 M, 1 M · d) elements. */
 MGDEF int64_t mg_dp_default_bucket(int dp_size);
-/* Sets up the reduction of m's gradients over comm's data group (comm NULL or d = 1: none);
-   m's layout must have dp_size = d. Device scratch comes from m's context arena
+/* Sets up the reduction of m's gradients over comm's data group — the data-context group when
+   the context group has c > 1 ranks: each context rank holds the gradient of its tokens —
+   (comm NULL or d·c = 1: none); m's layout must have dp_size = d·c. Device scratch comes from m's context arena
    (mg_dp_arena_bytes). bucket_elems <= 0: the default.                                      */
 MGDEF void mg_dp_init(mg_dp *dp, mg_gpt *m, mg_comm *comm, int distributed, int64_t bucket_elems);
 MGDEF size_t mg_dp_arena_bytes(int world_size);
@@ -768,6 +785,7 @@ typedef struct mg_train_args {
     mg_str_list data_path, train_data_path, valid_data_path, test_data_path;
     /* parallelism and regularisation                                                        */
     int64_t tensor_model_parallel_size;
+    int64_t context_parallel_size;       /* c: ranks that split every sequence (default 1)     */
     int sequence_parallel;               /* a switch: given = 1                                */
     int use_distributed_optimizer;       /* a switch: ZeRO-1 over the data-parallel group     */
     int64_t bucket_size;                 /* gradient-reduction bucket, elements (0: default)   */
@@ -854,6 +872,8 @@ typedef struct mg_trainer {
                                            global / (micro · d)                                */
     int dp_rank, dp_size;               /* data-parallel coordinate: this rank reads samples
                                            [dp_rank·G/d, (dp_rank+1)·G/d) of each global batch */
+    int cp_rank, cp_size;               /* context-parallel coordinate: the c ranks of a context
+                                           group read the same samples, each its T/c positions */
     mg_dp dp;                           /* the gradient reduction over the data group          */
     int writer;                         /* this rank writes files and logs (world rank 0)      */
     int has_valid, has_test;            /* has_valid: a validation set exists (else the
@@ -1228,6 +1248,14 @@ MGDEF void mg_gpt_layout_tp(mg_gpt_layout *L, mg_comm *comm, int sequence_parall
     L->tp_size = comm->tensor.size;
     L->sequence_parallel = sequence_parallel;
 }
+MGDEF void mg_gpt_layout_cp(mg_gpt_layout *L, mg_comm *comm) {
+    L->comm = comm;
+    L->cp_rank = comm->context.size > 0 ? comm->context.rank : 0;
+    L->cp_size = comm->context.size > 0 ? comm->context.size : 1;
+}
+MGDEF int mg_gpt_local_seq(const mg_gpt_config *cfg, const mg_gpt_layout *L) {
+    return L->cp_size > 1 ? cfg->seq_len / L->cp_size : cfg->seq_len;
+}
 
 MGDEF mg_gpt_layout mg_gpt_layout_pipeline(const mg_gpt_config *cfg, int micro_batch,
                                            int max_microbatches, int pp_rank, int pp_size, int v,
@@ -1258,10 +1286,24 @@ static int mg__layout_check(const mg_gpt_config *cfg, const mg_gpt_layout *L, ch
         return mg__err(err, errlen, "layout: tensor-parallel rank %d of %d, but the tensor "
                        "group has rank %d of %d", L->tp_rank, L->tp_size, L->comm->tensor.rank,
                        L->comm->tensor.size);
-    if (L->sequence_parallel && L->tp_size > 1 && cfg->seq_len % L->tp_size)
-        return mg__err(err, errlen, "--seq-length %d is not divisible by "
+    if (L->cp_size > 1 && L->attention_backend == MG_ATTN_UNFUSED)
+        return mg__err(err, errlen, "--attention-backend unfused with --context-parallel-size "
+                       "%d: the ring merges tiled attention blocks (use flash or auto)",
+                       L->cp_size);
+    if (L->cp_size > 1 && cfg->seq_len % (2 * L->cp_size))
+        return mg__err(err, errlen, "--seq-length %d is not divisible by 2 x "
+                       "--context-parallel-size %d (the sequence is cut into 2c equal chunks; "
+                       "use a multiple of %d)", cfg->seq_len, L->cp_size, 2 * L->cp_size);
+    if (L->cp_size > 1 && L->comm && (L->comm->context.size != L->cp_size ||
+                                      L->comm->context.rank != L->cp_rank))
+        return mg__err(err, errlen, "layout: context-parallel rank %d of %d, but the context "
+                       "group has rank %d of %d", L->cp_rank, L->cp_size, L->comm->context.rank,
+                       L->comm->context.size);
+    if (L->sequence_parallel && L->tp_size > 1 && mg_gpt_local_seq(cfg, L) % L->tp_size)
+        return mg__err(err, errlen, "--seq-length %d%s is not divisible by "
                        "--tensor-model-parallel-size %d (--sequence-parallel gives each rank "
-                       "T/t positions)", cfg->seq_len, L->tp_size);
+                       "T/t positions)", cfg->seq_len, L->cp_size > 1 ? " / c" : "",
+                       L->tp_size);
     if (L->pp_size < 1 || L->pp_rank < 0 || L->pp_rank >= L->pp_size)
         return mg__err(err, errlen, "pipeline rank %d of %d", L->pp_rank, L->pp_size);
     if (L->micro_batch < 1)
@@ -1601,8 +1643,8 @@ static int mg__recompute_group_max(const mg_gpt_layout *L) {
 static void mg__plan_model(mg_gpt *m, mg_claim *p) {
     const mg_gpt_config *c = &m->cfg;
     const mg_gpt_layout *L = &m->layout;
-    int64_t B = L->micro_batch, T = c->seq_len, N = B * T, C = c->hidden, t = L->tp_size;
-    int64_t nh = c->n_head / t, Vl = c->padded_vocab / t, n;
+    int64_t B = L->micro_batch, T = mg_gpt_local_seq(c, L), N = B * T, C = c->hidden;
+    int64_t t = L->tp_size, nh = c->n_head / t, Vl = c->padded_vocab / t, n;
     mg_dtype dt = (mg_dtype)L->dtype;
     size_t acts_begin;
     int ch, s, l, k;
@@ -1610,12 +1652,20 @@ static void mg__plan_model(mg_gpt *m, mg_claim *p) {
     mg_tp_group tp;
     m->dtype = dt;
     lc = mg_gpt_layer_config(c, L->micro_batch, dt);
+    lc.seq_len = (int)T;
     lc.attention_backend = L->attention_backend;
     tp.comm = L->comm;
     tp.rank = L->tp_rank;
     tp.size = L->tp_size;
     tp.sequence_parallel = L->sequence_parallel;
     mg_transformer_init(&m->tf, m->ctx, &lc, tp);
+    if (L->cp_size > 1) {
+        mg_cp_group cp;
+        cp.comm = L->comm;
+        cp.rank = L->cp_rank;
+        cp.size = L->cp_size;
+        mg_transformer_set_cp(&m->tf, cp);
+    }
     n = m->tf.n_rows;
     if (!L->shard_master) m->param_buf = mg_claim_f32(p, m->n_elems);  /* else the optimizer's */
     m->grad_buf = mg_claim_f32(p, m->n_elems);
@@ -1626,7 +1676,7 @@ static void mg__plan_model(mg_gpt *m, mg_claim *p) {
         int nl = chunk->layer_end - chunk->layer_begin;
         for (s = 0; s < L->n_slots; s++) {
             mg_gpt_acts *a = &m->acts[ch * L->n_slots + s];
-            a->tokens = (int32_t *)mg_claim_bytes(p, (size_t)N * sizeof(int32_t));
+            a->tokens = (int32_t *)mg_claim_bytes(p, (size_t)(B * c->seq_len) * sizeof(int32_t));
             a->targets = (int32_t *)mg_claim_bytes(p, (size_t)N * sizeof(int32_t));
             a->input = mg_claim_tensor(p, dt, n, C, 0, 0);
             for (l = 0; l < nl; l++) {
@@ -1831,19 +1881,22 @@ MGDEF mg_tensor *mg_gpt_chunk_output(mg_gpt *m, int chunk, int slot) {
 MGDEF void mg_gpt_set_batch(mg_gpt *m, int chunk, int slot, const int32_t *samples) {
     mg_gpt_acts *a = mg__acts(m, chunk, slot);
     const mg_gpt_chunk *c = &m->layout.chunks[chunk];
-    int B = m->layout.micro_batch, T = m->cfg.seq_len, b, t;
+    int B = m->layout.micro_batch, T = mg_gpt_local_seq(&m->cfg, &m->layout), b, t;
+    int Tg = m->cfg.seq_len;
     if (!c->has_embedding && !c->has_head) return;
-    for (b = 0; b < B; b++)
-        for (t = 0; t < T; t++) {
-            const int32_t *row = samples + (int64_t)b * (T + 1);
-            int32_t tok = row[t], next = row[t + 1];
-            MG_ASSERT(tok >= 0 && tok < m->cfg.vocab_size && next >= 0 &&
-                      next < m->cfg.vocab_size, "token id %d outside the vocabulary 0 … %d",
-                      (tok < 0 || tok >= m->cfg.vocab_size) ? tok : next, m->cfg.vocab_size - 1);
-            m->host_tokens[b * T + t] = tok;       /* [B, T] batch-major for the embedding */
-            m->host_targets[t * B + b] = next;     /* [T, B] row order of the activations  */
-        }
-    mg_copy_to_device(m->ctx, a->tokens, m->host_tokens, sizeof(int32_t) * (size_t)B * T);
+    for (b = 0; b < B; b++) {
+        const int32_t *row = samples + (int64_t)b * (Tg + 1);
+        for (t = 0; t <= Tg; t++)
+            MG_ASSERT(row[t] >= 0 && row[t] < m->cfg.vocab_size, "token id %d outside the "
+                      "vocabulary 0 … %d", row[t], m->cfg.vocab_size - 1);
+        /* the embedding reads the whole [B, T] sequence, batch-major, at its positions */
+        memcpy(m->host_tokens + (size_t)b * Tg, row, sizeof(int32_t) * (size_t)Tg);
+        for (t = 0; t < T; t++)   /* [T, B] row order of the activations: this rank's
+                                     positions (context parallelism: mg_cp_global_pos)  */
+            m->host_targets[t * B + b] = row[mg_cp_global_pos(m->tf.cp.rank, m->tf.cp.size, T,
+                                                              t) + 1];
+    }
+    mg_copy_to_device(m->ctx, a->tokens, m->host_tokens, sizeof(int32_t) * (size_t)B * Tg);
     mg_copy_to_device(m->ctx, a->targets, m->host_targets, sizeof(int32_t) * (size_t)B * T);
 }
 
@@ -1944,7 +1997,7 @@ static void mg__head_classifier(mg_gpt *m, mg_gpt_acts *a, float *losses, int ba
 static void mg__head_forward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, int microbatch) {
     const mg_tensor *w = m->w;
     int ilnf = mg__ilnf(m);
-    int64_t N = (int64_t)m->layout.micro_batch * m->cfg.seq_len;
+    int64_t N = (int64_t)m->layout.micro_batch * m->tf.cfg.seq_len;   /* this rank's rows */
     MG_ASSERT(microbatch >= 0 && microbatch < m->layout.max_microbatches,
               "microbatch %d outside 0 … %d", microbatch, m->layout.max_microbatches - 1);
     mg_norm_forward(m->ctx, &m->tf.cfg.norm, &a->lnf, a->lnf_mean, a->lnf_rstd, x, &w[ilnf],
@@ -1975,14 +2028,27 @@ static void mg__head_backward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, flo
    plus the position embedding (on rank 0 only), summed over the tensor group [g / reduce-
    scatter], then dropout. Backward: the gradient [identity / all-gathered] scatter-added
    into this rank's rows of dwte and into dwpe (the whole gradient on every rank: equal).    */
+/* The runs of the embedding over the [B, T] tokens: all positions from 0, or with context
+   parallelism this rank's two chunks of T/(2c) positions, rows [h·B·T/(2c), …), from their
+   global positions t0[h]. Returns the number of runs, *Th the positions of each.           */
+static int mg__embedding_runs(const mg_gpt *m, int *Th, int t0[2]) {
+    int T = m->tf.cfg.seq_len, halves = m->tf.cp.size > 1 ? 2 : 1;
+    *Th = T / halves;
+    for (int h = 0; h < halves; h++)
+        t0[h] = halves > 1 ? (int)mg_cp_chunk_pos(m->tf.cp.rank, m->tf.cp.size, T, h) : 0;
+    return halves;
+}
 static void mg__embedding_forward(mg_gpt *m, mg_gpt_acts *a) {
-    int iwte = m->idx_global[MG_WTE - MG_LAYER_TENSORS];
+    int iwte = m->idx_global[MG_WTE - MG_LAYER_TENSORS], B = m->layout.micro_batch, Th, t0[2];
     mg_layer_id id = mg__layer_id(a, -1);
     mg_tensor *partial = mg_transformer_partial(&m->tf, &a->input);
     int iwpe = m->idx_global[MG_WPE - MG_LAYER_TENSORS];   /* -1: no learned positions */
-    mg_embedding_forward(m->ctx, partial, a->tokens, m->layout.micro_batch, m->cfg.seq_len, 0,
-                         &m->w[iwte], m->params[iwte].row0,
-                         m->layout.tp_rank == 0 && iwpe >= 0 ? &m->w[iwpe] : NULL);
+    for (int h = 0, n = mg__embedding_runs(m, &Th, t0); h < n; h++) {
+        mg_tensor rows = mg_tensor_rows(partial, (int64_t)h * Th * B, (int64_t)Th * B);
+        mg_embedding_forward(m->ctx, &rows, a->tokens, B, m->cfg.seq_len, t0[h],
+                             &m->w[iwte], m->params[iwte].row0,
+                             m->layout.tp_rank == 0 && iwpe >= 0 ? &m->w[iwpe] : NULL);
+    }
     mg_tp_reduce(&m->tf.tp, partial, &a->input);
     mg_transformer_dropout(&m->tf, &id, &a->input, MG_SITE_EMBEDDING);
 }
@@ -1992,9 +2058,13 @@ static void mg__embedding_backward(mg_gpt *m, mg_gpt_acts *a) {
     const mg_tensor *g_out = mg_transformer_dropout_grad(&m->tf, &id, &m->tf.dresid,
                                                          MG_SITE_EMBEDDING);
     g_out = mg_tp_gather(&m->tf.tp, g_out, &m->tf.full_b);
-    int iwpe = m->idx_global[MG_WPE - MG_LAYER_TENSORS];
-    mg_embedding_backward(m->ctx, &m->g[iwte], iwpe >= 0 ? &m->g[iwpe] : NULL, g_out, a->tokens,
-                          m->layout.micro_batch, m->cfg.seq_len, 0, m->params[iwte].row0);
+    int iwpe = m->idx_global[MG_WPE - MG_LAYER_TENSORS], B = m->layout.micro_batch, Th, t0[2];
+    for (int h = 0, n = mg__embedding_runs(m, &Th, t0); h < n; h++) {
+        mg_tensor rows = mg_tensor_rows(g_out, (int64_t)h * Th * B, (int64_t)Th * B);
+        mg_embedding_backward(m->ctx, &m->g[iwte], iwpe >= 0 ? &m->g[iwpe] : NULL, &rows,
+                              a->tokens, B, m->cfg.seq_len, t0[h],
+                              m->params[iwte].row0);
+    }
 }
 
 /* Forward of one chunk; dropout_mb is the global microbatch index that keys the masks. */
@@ -2173,7 +2243,7 @@ MGDEF void mg_gpt_reduce_grads(mg_gpt *m) {
 }
 
 MGDEF double mg_gpt_loss_sum(mg_gpt *m, int first, int count) {
-    int64_t N = (int64_t)m->layout.micro_batch * m->cfg.seq_len, i, n = N * count;
+    int64_t N = (int64_t)m->layout.micro_batch * m->tf.cfg.seq_len, i, n = N * count;
     double sum = 0;
     MG_ASSERT(first >= 0 && count >= 0 && first + count <= m->layout.max_microbatches,
               "loss of microbatches [%d, %d) outside 0 … %d", first, first + count,
@@ -2232,6 +2302,8 @@ MGDEF void mg_gpt_logits_row(mg_gpt *m, int slot, int t, int b, float *out_V) {
     float *src = (float *)m->head_scratch;
     mg_tensor xr, out;
     MG_ASSERT(m->layout.chunks[last].has_head, "logits need the head on this rank");
+    MG_ASSERT(m->tf.cp.size == 1, "logits of one position with context parallelism (size %d)",
+              m->tf.cp.size);
     xr = mg_tensor_rows(mg_tp_gather(&m->tf.tp, &a->lnf, &m->tf.full_a), row, 1);
     shape[0] = 1;
     shape[1] = Vl;
@@ -3232,12 +3304,14 @@ MGDEF size_t mg_dp_arena_bytes(int world_size) {
 
 MGDEF void mg_dp_init(mg_dp *dp, mg_gpt *m, mg_comm *comm, int distributed, int64_t bucket_elems) {
     int64_t unit, n = m->n_elems, per, k, first_cut = 0;
-    int d = comm ? comm->data.size : 1, world = comm ? comm->world_size : 1;
+    mg_group *g = comm ? (comm->context.size > 1 ? &comm->data_context : &comm->data) : NULL;
+    int d = g ? g->size : 1, world = comm ? comm->world_size : 1;
     memset(dp, 0, sizeof *dp);
     dp->model = m;
     dp->comm = d > 1 ? comm : NULL;
+    dp->group = d > 1 ? g : NULL;
     dp->size = d > 1 ? d : 1;
-    dp->rank = d > 1 ? comm->data.rank : 0;
+    dp->rank = d > 1 ? g->rank : 0;
     dp->distributed = distributed && d > 1;
     dp->overlap = 1;
     MG_ASSERT((m->layout.dp_size > 1 ? m->layout.dp_size : 1) == dp->size,
@@ -3294,10 +3368,10 @@ static void mg__dp_start_bucket(mg_dp *dp, int k) {
     int64_t len = dp->bucket_begin[k + 1] - dp->bucket_begin[k], piece = len / dp->size;
     if (dp->comm_timer) dp->comm_timer(dp->comm_timer_user, 1);
     if (dp->distributed)
-        dp->req[k] = mg_ireduce_scatter(dp->comm, &dp->comm->data, g, g + dp->rank * piece, piece,
+        dp->req[k] = mg_ireduce_scatter(dp->comm, dp->group, g, g + dp->rank * piece, piece,
                                         MG_F32, MG_SUM);
     else
-        dp->req[k] = mg_iall_reduce(dp->comm, &dp->comm->data, g, g, len, MG_F32, MG_SUM);
+        dp->req[k] = mg_iall_reduce(dp->comm, dp->group, g, g, len, MG_F32, MG_SUM);
     if (dp->comm_timer) dp->comm_timer(dp->comm_timer_user, 0);
 }
 
@@ -3354,7 +3428,7 @@ MGDEF void mg_dp_finish(mg_dp *dp) {
 
 MGDEF double mg_dp_sum(mg_dp *dp, double local) {
     if (!dp->comm) return local;
-    return mg__group_sum(dp->model->ctx, dp->comm, &dp->comm->data, dp->dev_scalars,
+    return mg__group_sum(dp->model->ctx, dp->comm, dp->group, dp->dev_scalars,
                          dp->host_scalars, local, NULL);
 }
 
@@ -3371,7 +3445,7 @@ MGDEF void mg_dp_moment_flat(const mg_dp *dp, float *shard, float *flat, int to_
         int64_t lo, piece = mg__dp_piece(dp, k, &lo);
         float *mine = shard + dp->bucket_begin[k] / dp->size;
         if (to_flat)
-            mg_all_gather(dp->comm, &dp->comm->data, mine, flat + dp->bucket_begin[k], piece,
+            mg_all_gather(dp->comm, dp->group, mine, flat + dp->bucket_begin[k], piece,
                           MG_F32);
         else
             mg_copy(dp->model->ctx, mine, flat + lo, (size_t)piece * sizeof(float));
@@ -3537,7 +3611,7 @@ static double mg__model_sum(mg_adamw *opt, mg_gpt *m, int what, int *nonfinite) 
         if (bad) local = NAN;
     }
     if (opt->dp)
-        local = mg__group_sum(m->ctx, opt->dp->comm, &opt->dp->comm->data, opt->dp->dev_scalars,
+        local = mg__group_sum(m->ctx, opt->dp->comm, opt->dp->group, opt->dp->dev_scalars,
                               opt->dp->host_scalars, local, NULL);
     if (L->tp_size > 1) local = mg__group_sum_f64(m, &m->comm->tensor, local);
     if (L->pp_size > 1) local = mg__group_sum_f64(m, &m->comm->pipeline, local);
@@ -3619,7 +3693,7 @@ static void mg__adamw_gather_params(mg_adamw *opt, mg_gpt *m) {
         size_t es = mg_dtype_size(dt);
         for (k = 0; k < dp->n_buckets; k++) {
             int64_t lo, piece = mg__dp_piece(dp, k, &lo);
-            dp->req[k] = mg_iall_gather(dp->comm, &dp->comm->data, base + (size_t)lo * es,
+            dp->req[k] = mg_iall_gather(dp->comm, dp->group, base + (size_t)lo * es,
                                         base + (size_t)dp->bucket_begin[k] * es, piece, dt);
         }
         for (k = 0; k < dp->n_buckets; k++) mg_wait(dp->comm, &dp->req[k]);
@@ -3854,6 +3928,9 @@ static const mg__flag mg__flags[] = {
     {"--tensor-model-parallel-size", MG__F_INT, MG__OFF(tensor_model_parallel_size), "T", 1,
      1024, "split every layer over T ranks: attention heads, MLP columns and vocabulary "
      "divided, Megatron's column/row-parallel layers (default 1)"},
+    {"--context-parallel-size", MG__F_INT, MG__OFF(context_parallel_size), "C", 1, 1024,
+     "split every sequence over C ranks (ring attention; rank i holds chunks i and 2C-1-i of "
+     "2C; --seq-length divisible by 2C; ranks = T x C x D x P, default 1)"},
     {"--sequence-parallel", MG__F_SWITCH, MG__OFF(sequence_parallel), NULL, 0, 0,
      "with T > 1, also split the layernorm, dropout and residual regions along the sequence "
      "(--seq-length divisible by T)"},
@@ -3982,6 +4059,7 @@ MGDEF void mg_train_args_default(mg_train_args *a) {
     a->adam_eps = 1e-8;
     a->seed = 1234;
     a->tensor_model_parallel_size = 1;
+    a->context_parallel_size = 1;
     a->log_interval = 100;
     a->tensorboard_log_interval = 1;
     a->timing_log_option = MG_TIMING_MINMAX;
@@ -4856,6 +4934,10 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
     if (a->train_data_path.n && mg_train_flag_given(a, "--split"))
         return mg__err(err, errlen, "--split applies to --data-path; --train-data-path, "
                        "--valid-data-path and --test-data-path are used whole");
+    if (a->context_parallel_size > 1 && a->sample_tokens > 0)
+        return mg__err(err, errlen, "--sample-tokens with --context-parallel-size %lld: "
+                       "sampling needs every position on one rank (use "
+                       "--context-parallel-size 1)", (long long)a->context_parallel_size);
     if (a->prompt && (!a->tokenizer_type || a->sample_tokens <= 0))
         return mg__err(err, errlen, "--prompt needs %s (it is encoded, then the sample "
                        "continues it)", !a->tokenizer_type ? "--tokenizer-type (ByteTokenizer "
@@ -5149,25 +5231,30 @@ done:
 static int mg__check_world(const mg_train_args *a, char *err, size_t errlen) {
     int world = a->comm ? a->comm->world_size : 1;
     int64_t t = a->tensor_model_parallel_size, p = a->pipeline_model_parallel_size, d;
-    int64_t B = a->micro_batch_size;
+    int64_t B = a->micro_batch_size, c = a->context_parallel_size;
     char split[160];
-    if (t > 1 && p > 1)
+    if (c > 1)
+        snprintf(split, sizeof split, "--tensor-model-parallel-size %lld x "
+                 "--context-parallel-size %lld x --pipeline-model-parallel-size %lld = %lld",
+                 (long long)t, (long long)c, (long long)p, (long long)(t * c * p));
+    else if (t > 1 && p > 1)
         snprintf(split, sizeof split, "--tensor-model-parallel-size %lld x "
                  "--pipeline-model-parallel-size %lld = %lld", (long long)t, (long long)p,
                  (long long)(t * p));
     else
         snprintf(split, sizeof split, "--%s-model-parallel-size %lld", p > 1 ? "pipeline" :
                  "tensor", (long long)(t * p));
-    if (world % (t * p))
+    if (world % (t * c * p))
         return mg__err(err, errlen, "%s does not divide the %d launched ranks (mpirun -np N "
-                       "with N a multiple of %lld)", split, world, (long long)(t * p));
-    d = world / (t * p);
+                       "with N a multiple of %lld)", split, world, (long long)(t * c * p));
+    d = world / (t * c * p);
     if (a->global_batch_size % (B * d))
         return mg__err(err, errlen, "--global-batch-size %lld is not a multiple of "
                        "--micro-batch-size %lld x %lld data-parallel replicas (%d ranks / "
                        "%s); use a multiple of %lld", (long long)a->global_batch_size,
                        (long long)B, (long long)d, world, split, (long long)(B * d));
-    if (a->use_distributed_optimizer && d == 1 && world > 1 && a->comm && a->comm->world_rank == 0)
+    if (a->use_distributed_optimizer && d * c == 1 && world > 1 && a->comm &&
+        a->comm->world_rank == 0)
         fprintf(stderr, "gpt_train: note: --use-distributed-optimizer with one data-parallel "
                 "replica shards nothing\n");
     return 0;
@@ -5607,18 +5694,21 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     tr->cfg.padded_vocab = mg_gpt_pad_vocab(tr->cfg.vocab_size, tp);
     if (mg__check_world(a, err, errlen)) goto fail;
     if (mg_gpt_config_check(&tr->cfg, tp, err, errlen)) goto fail;
-    /* d = world/(t·p) replicas, each running 1/d of the global batch's microbatches */
-    tr->dp_size = (a->comm ? a->comm->world_size : 1) / (tp * (int)a->pipeline_model_parallel_size);
-    tr->dp_rank = 0;
+    /* d = world/(t·c·p) replicas, each running 1/d of the global batch's microbatches */
+    tr->cp_size = (int)a->context_parallel_size;
+    tr->dp_size = (a->comm ? a->comm->world_size : 1) /
+                  (tp * tr->cp_size * (int)a->pipeline_model_parallel_size);
+    tr->dp_rank = tr->cp_rank = 0;
     tr->n_micro = (int)(a->global_batch_size / (a->micro_batch_size * tr->dp_size));
     if (mg__pipe_configure(tr, err, errlen)) goto fail;
     if (a->comm) {   /* this rank's coordinates, as mg_comm_setup_groups will place it (pure) */
         mg_topology topo;
-        if (mg_topology_init(&topo, a->comm->world_size, a->comm->world_rank, tp, tr->pp, tr->vp,
-                             err, errlen)) goto fail;
+        if (mg_topology_init_cp(&topo, a->comm->world_size, a->comm->world_rank, tp, tr->cp_size,
+                                tr->pp, tr->vp, err, errlen)) goto fail;
         tp_rank = topo.tp_rank;
         pp_rank = topo.pp_rank;
         tr->dp_rank = topo.dp_rank;
+        tr->cp_rank = topo.cp_rank;
     }
     if (tr->pp > 1) {                 /* this rank's chunks, slots for what is in flight      */
         n_slots = mg__pipe_slots(&tr->pipe_sched, pp_rank);
@@ -5630,7 +5720,9 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     }
     layout.tp_size = tp;                 /* the comm comes with the groups, below */
     layout.tp_rank = tp_rank;
-    layout.dp_size = tr->dp_size;
+    layout.cp_size = tr->cp_size;
+    layout.cp_rank = tr->cp_rank;
+    layout.dp_size = tr->dp_size * tr->cp_size;   /* the replicas that reduce gradients */
     layout.sequence_parallel = a->sequence_parallel;
     layout.recompute_granularity = a->recompute_granularity;
     layout.recompute_method = a->recompute_method;
@@ -5641,7 +5733,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     layout.dtype = a->bf16 ? MG_BF16 : a->fp16 ? MG_F16 : MG_F32;
     /* ZeRO-1 with mixed precision: each replica keeps 1/d of the fp32 master weights */
     layout.shard_master = layout.dtype != MG_F32 && a->use_distributed_optimizer &&
-                          tr->dp_size > 1;
+                          layout.dp_size > 1;
     bytes = mg_gpt_arena_bytes(&tr->cfg, &layout);
     if (!bytes && mg__layout_check(&tr->cfg, &layout, err, errlen)) goto fail;
     if (tr->pp > 1) {                 /* the executors' message buffers                        */
@@ -5655,7 +5747,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
            shard), and the ops' scratch */
         int64_t n_elems;
         mg__build_params(&tr->cfg, &layout, NULL, &n_elems);
-        if (a->use_distributed_optimizer) n_elems /= tr->dp_size;
+        if (a->use_distributed_optimizer) n_elems /= layout.dp_size;
         bytes += (size_t)(layout.shard_master ? 3 : 2) *
                      (((size_t)n_elems * sizeof(float) + 255) / 256 * 256) + ((size_t)8 << 20) +
                  (size_t)64 * tr->cfg.hidden * sizeof(float) +
@@ -5663,7 +5755,8 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         if (tp > 1 || tr->pp > 1)  /* the largest tensor gathered for a checkpoint or export,
                                       or sent to the first stage for an export            */
             bytes += (size_t)mg__max_global_elems(&tr->cfg) * sizeof(float) + 256;
-        if (tr->cfg.attention_dropout > 0)  /* the dropped probabilities (op scratch) */
+        if (tr->cfg.attention_dropout > 0 && layout.attention_backend == MG_ATTN_UNFUSED)
+            /* the unfused attention's dropped probabilities (op scratch) */
             bytes += (size_t)a->micro_batch_size * (size_t)(tr->cfg.n_head / tp) *
                      (size_t)tr->cfg.seq_len * (size_t)tr->cfg.seq_len * sizeof(float) + 256;
         if (layout.dtype != MG_F32 && (a->device == MG_DEVICE_CPU || !mg_cuda_available())) {
@@ -5672,7 +5765,8 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
             big = (int64_t)tr->cfg.padded_vocab / tp * C;
             if (N * 4 * C / tp > big) big = N * 4 * C / tp;
             if (N * tr->cfg.padded_vocab / tp > big) big = N * tr->cfg.padded_vocab / tp;
-            if (a->micro_batch_size * tr->cfg.n_head / tp * tr->cfg.seq_len * tr->cfg.seq_len > big)
+            if (layout.attention_backend == MG_ATTN_UNFUSED &&   /* its T×T GEMM operands */
+                a->micro_batch_size * tr->cfg.n_head / tp * tr->cfg.seq_len * tr->cfg.seq_len > big)
                 big = a->micro_batch_size * tr->cfg.n_head / tp * tr->cfg.seq_len * tr->cfg.seq_len;
             bytes += 3 * ((size_t)big * sizeof(float) + 256);
         } else if (layout.dtype != MG_F32 && !tr->cfg.swiglu) {
@@ -5692,8 +5786,8 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
                       "state, activations of --micro-batch-size %lld, buffers of the %d "
                       "microbatches of --global-batch-size %lld), more than the %.2f GiB of "
                       "this machine (a smaller --hidden-size, --num-layers, --micro-batch-size or "
-                      "--global-batch-size, or more ranks with --tensor-model-parallel-size or "
-                      "--pipeline-model-parallel-size, needs less)", bytes / 1073741824.0,
+                      "--global-batch-size, or more ranks with --tensor-model-parallel-size, "
+                      "--context-parallel-size or --pipeline-model-parallel-size, needs less)", bytes / 1073741824.0,
                       (long long)a->micro_batch_size, tr->n_micro,
                       (long long)a->global_batch_size, phys / 1073741824.0); goto fail; }
     }
@@ -5710,8 +5804,9 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     }
     mg_ctx_init(&tr->ctx, &cd);
     if (a->comm) {                       /* the first communication of the run */
-        mg_comm_setup_groups(a->comm, &tr->ctx, tp, tr->pp, tr->vp);
+        mg_comm_setup_groups_cp(a->comm, &tr->ctx, tp, tr->cp_size, tr->pp, tr->vp);
         mg_gpt_layout_tp(&layout, a->comm, a->sequence_parallel);
+        mg_gpt_layout_cp(&layout, a->comm);
     }
     if (mg_gpt_create(&tr->model, &tr->ctx, &tr->cfg, &layout, err, errlen)) goto fail;
     tr->model.comm = tr->comm;
@@ -6584,7 +6679,8 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
         acc.errlen = errlen;
         if (acc.use_moment_index && tr->opt.dp)           /* shards: each owner its pieces */
             mg__for_owned(&tr->opt, m, mg__ckpt_visit, &acc);
-        else if (tr->dp_rank == 0)     /* one replica writes what every replica holds */
+        else if (tr->dp_rank == 0 && tr->cp_rank == 0)   /* one replica writes what every
+                                                            replica holds */
             for (i = 0; i < m->n_params && !acc.rc; i++)
                 mg__ckpt_visit(&acc, &m->params[i], m->params[i].offset,
                                m->params[i].offset + m->params[i].numel, m->params[i].offset);

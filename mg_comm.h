@@ -25,8 +25,9 @@
    TOUR
      1. World: mg_comm_init / mg_comm_finalize, world rank/size, local rank (shared-memory split),
         threads per rank (cores of the node / ranks on the node), CUDA device per local rank.
-     2. Topology: t, p, d, v; rank = tp + t·(dp + d·pp) (tensor-parallel fastest); the tensor,
-        data, pipeline and embedding groups as pure functions of the rank (testable without
+     2. Topology: t, p, d, v (and c, context parallelism); rank = tp + t·(dp + d·pp), or
+        tp + t·(cp + c·(dp + d·pp)) (tensor-parallel fastest); the tensor, data, pipeline,
+        embedding, context and data-context groups as pure functions of the rank (testable without
         launching anything), the real groups (MPI communicators, NCCL communicators on CUDA),
         and a printable layout.
      3. Collectives with NCCL's semantics (counts are per rank; in place when send == recv, and
@@ -81,6 +82,7 @@ extern "C" {
 typedef enum { MG_SUM = 0, MG_MAX = 1, MG_AVG = 2 } mg_redop;
 typedef enum {
     MG_GROUP_WORLD = 0, MG_GROUP_TENSOR, MG_GROUP_DATA, MG_GROUP_PIPELINE, MG_GROUP_EMBEDDING,
+    MG_GROUP_CONTEXT, MG_GROUP_DATA_CONTEXT,
     MG_GROUP_KINDS
 } mg_group_kind;
 
@@ -93,12 +95,14 @@ typedef struct mg_group {
     int *world_ranks;      /* size entries: world rank of each member, in group order        */
     void *mpi_comm;        /* MPI_Comm* (CPU path; also used to bootstrap NCCL)              */
     void *nccl_comm;       /* ncclComm_t (GPU path)                                           */
-    const char *name;      /* "tensor", "data", "pipeline", "embedding", "world"              */
+    const char *name;      /* "tensor", "data", "pipeline", "embedding", "context",
+                              "data-context", "world"                                         */
 } mg_group;
 
 typedef struct mg_topology {
     int t, p, d, v;        /* tensor, pipeline, data parallel sizes; virtual stages per rank  */
     int tp_rank, pp_rank, dp_rank;
+    int c, cp_rank;        /* context-parallel size (1: none) and coordinate                  */
 } mg_topology;
 
 struct mg_comm_state;      /* private: request slots, scratch, CUDA stream and events         */
@@ -111,6 +115,10 @@ typedef struct mg_comm {
     mg_topology topo;
     mg_group world, tensor, data, pipeline, embedding; /* embedding: first and last stage;
                                                           size 1 when p == 1               */
+    mg_group context;                 /* the c ranks that split one sequence (ring attention)  */
+    mg_group data_context;            /* data × context: the d·c replicas of the weights that
+                                         reduce gradients together (Megatron-LM's data-parallel
+                                         group with context parallelism)                      */
     double timeout_s;                 /* watchdog: --comm-timeout (default 600)               */
     uint64_t bytes_sent[MG_GROUP_KINDS]; /* traffic counters, see 7                            */
     struct mg_comm_state *state;
@@ -145,6 +153,18 @@ MGDEF void mg_comm_abort(mg_comm *comm, const char *file, int line, const char *
           embedding = first and last stage of the pipeline group (one rank when p == 1),
           middle stages have none. E.g. 16 ranks, t=2, p=4: tensor [0,1] [2,3] …, data [0,2]
           [1,3] [4,6] …, pipeline [0,4,8,12] [1,5,9,13] …, embedding [0,12] [1,13] ….
+      Context parallelism (the _cp variants; the plain ones are c = 1) adds a dimension between
+      tp and dp, Megatron-LM's order tp, cp, dp, pp:
+          rank = tp + t·(cp + c·(dp + d·pp)),  d = world / (t·c·p),
+      so the c ranks of a context group (one sequence split c ways) sit next to its tensor
+      group, within a node where t·c fits one. Groups: context = the c ranks with equal (tp, dp,
+      pp), by cp; data = equal (tp, cp, pp); data-context = the d·c ranks with equal (tp, pp),
+      in world-rank order (index cp + c·dp) — the replicas of the same weights, which reduce
+      gradients and shard the distributed optimizer; pipeline = equal (tp, cp, dp). E.g. 8
+      ranks, t=2, c=2, p=2: tensor [0,1] …, context [0,2] [1,3] [4,6] [5,7], data [0] …,
+      data-context [0,2] …, pipeline [0,4] [1,5] [2,6] [3,7]. c = 1 gives the groups above
+      (context of one rank, data-context = data). mg_topology_validate_cp also needs t·c·p to
+      divide the world size.
       mg_topology_describe: the layout, one header line then one line per rank with its
           (tp, dp, pp) and group members; returns the characters it needed (snprintf rule).
    mg_comm_setup_groups (collective over the world) validates — a bad topology prints one line
@@ -160,6 +180,12 @@ MGDEF int mg_topology_group(const mg_topology *topo, int world_rank, mg_group_ki
                             int *members);
 MGDEF int mg_topology_describe(const mg_topology *topo, char *buf, size_t buflen);
 MGDEF void mg_comm_setup_groups(mg_comm *comm, mg_ctx *ctx, int t, int p, int v);
+MGDEF int mg_topology_validate_cp(int world_size, int t, int c, int p, int v, char *err,
+                                  size_t errlen);
+MGDEF int mg_topology_init_cp(mg_topology *topo, int world_size, int world_rank, int t, int c,
+                              int p, int v, char *err, size_t errlen);
+MGDEF int mg_topology_world_rank_cp(const mg_topology *topo, int tp, int cp, int dp, int pp);
+MGDEF void mg_comm_setup_groups_cp(mg_comm *comm, mg_ctx *ctx, int t, int c, int p, int v);
 MGDEF mg_group *mg_comm_group(mg_comm *comm, mg_group_kind kind);
 
 /* 3. Collectives, blocking. count = elements per rank (NCCL's rule):
@@ -351,7 +377,7 @@ struct mg_comm_state {
 static mg_comm *mg__comm_active = NULL;
 
 static const char *const mg__group_names[MG_GROUP_KINDS] = {
-    "world", "tensor", "data", "pipeline", "embedding"
+    "world", "tensor", "data", "pipeline", "embedding", "context", "data-context"
 };
 
 /* Appends to a bounded buffer with snprintf's rule: *used counts what was needed.            */
@@ -728,6 +754,10 @@ MGDEF int mg_comm_cuda_device(const mg_comm *comm) {
    2. Topology (pure functions)
    ------------------------------------------------------------------------------------------ */
 MGDEF int mg_topology_validate(int world_size, int t, int p, int v, char *err, size_t errlen) {
+    return mg_topology_validate_cp(world_size, t, 1, p, v, err, errlen);
+}
+MGDEF int mg_topology_validate_cp(int world_size, int t, int c, int p, int v, char *err,
+                                  size_t errlen) {
     char valid[256] = "";
     size_t used = 0;
     if (err && errlen) err[0] = 0;
@@ -738,6 +768,20 @@ MGDEF int mg_topology_validate(int world_size, int t, int p, int v, char *err, s
     if (t < 1 || p < 1 || v < 1) {
         if (err) snprintf(err, errlen, "tensor-parallel size t=%d, pipeline-parallel size p=%d "
                           "and virtual stages v=%d must all be >= 1", t, p, v);
+        return -1;
+    }
+    if (c < 1) {
+        if (err) snprintf(err, errlen, "context-parallel size c=%d must be >= 1", c);
+        return -1;
+    }
+    if (c > 1 && (world_size % ((int64_t)t * c) != 0 || world_size / t / c % p != 0)) {
+        for (int k = 1; k <= world_size && used + 12 < sizeof valid; k++)
+            if (world_size % k == 0)
+                used += (size_t)snprintf(valid + used, sizeof valid - used, "%s%d",
+                                         used ? ", " : "", k);
+        if (err) snprintf(err, errlen, "t*c*p = %lld (t=%d, c=%d, p=%d) does not divide the "
+                          "world size %d; t*c*p must be one of %s", (long long)t * c * p, t, c,
+                          p, world_size, valid);
         return -1;
     }
     if (world_size % t != 0 || world_size / t % p != 0) {
@@ -760,7 +804,11 @@ MGDEF int mg_topology_validate(int world_size, int t, int p, int v, char *err, s
 
 MGDEF int mg_topology_init(mg_topology *topo, int world_size, int world_rank, int t, int p,
                            int v, char *err, size_t errlen) {
-    if (mg_topology_validate(world_size, t, p, v, err, errlen) != 0) return -1;
+    return mg_topology_init_cp(topo, world_size, world_rank, t, 1, p, v, err, errlen);
+}
+MGDEF int mg_topology_init_cp(mg_topology *topo, int world_size, int world_rank, int t, int c,
+                              int p, int v, char *err, size_t errlen) {
+    if (mg_topology_validate_cp(world_size, t, c, p, v, err, errlen) != 0) return -1;
     if (world_rank < 0 || world_rank >= world_size) {
         if (err) snprintf(err, errlen, "rank %d outside the world of %d", world_rank, world_size);
         return -1;
@@ -768,44 +816,59 @@ MGDEF int mg_topology_init(mg_topology *topo, int world_size, int world_rank, in
     topo->t = t;
     topo->p = p;
     topo->v = v;
-    topo->d = world_size / (t * p);
-    /* rank = tp + t·(dp + d·pp), read backwards */
+    topo->c = c;
+    topo->d = world_size / (t * c * p);
+    /* rank = tp + t·(cp + c·(dp + d·pp)), read backwards */
     topo->tp_rank = world_rank % t;
-    topo->dp_rank = world_rank / t % topo->d;
-    topo->pp_rank = world_rank / (t * topo->d);
+    topo->cp_rank = world_rank / t % c;
+    topo->dp_rank = world_rank / (t * c) % topo->d;
+    topo->pp_rank = world_rank / (t * c * topo->d);
     return 0;
 }
 
 MGDEF int mg_topology_world_rank(const mg_topology *topo, int tp, int dp, int pp) {
-    return tp + topo->t * (dp + topo->d * pp);
+    return mg_topology_world_rank_cp(topo, tp, 0, dp, pp);
+}
+MGDEF int mg_topology_world_rank_cp(const mg_topology *topo, int tp, int cp, int dp, int pp) {
+    int c = topo->c > 0 ? topo->c : 1;
+    return tp + topo->t * (cp + c * (dp + topo->d * pp));
 }
 
 MGDEF int mg_topology_group(const mg_topology *topo, int world_rank, mg_group_kind kind,
                             int *members) {
-    int t = topo->t, d = topo->d, p = topo->p, n = 0, tp, dp, pp;
-    if (t < 1 || d < 1 || p < 1 || world_rank < 0 || world_rank >= t * d * p)
+    int t = topo->t, d = topo->d, p = topo->p, c = topo->c > 0 ? topo->c : 1, n = 0;
+    int tp, cp, dp, pp;
+    if (t < 1 || d < 1 || p < 1 || world_rank < 0 || world_rank >= t * c * d * p)
         mg_fatal(__FILE__, __LINE__, "mg_topology_group: rank %d of an uninitialised or smaller "
-                 "topology (t %d, d %d, p %d)", world_rank, t, d, p);
+                 "topology (t %d, c %d, d %d, p %d)", world_rank, t, c, d, p);
     tp = world_rank % t;
-    dp = world_rank / t % d;
-    pp = world_rank / (t * d);
+    cp = world_rank / t % c;
+    dp = world_rank / (t * c) % d;
+    pp = world_rank / (t * c * d);
     switch (kind) {
     case MG_GROUP_WORLD:
-        for (int r = 0; r < t * d * p; r++) members[n++] = r;
+        for (int r = 0; r < t * c * d * p; r++) members[n++] = r;
         break;
     case MG_GROUP_TENSOR:     /* vary tp */
-        for (int i = 0; i < t; i++) members[n++] = mg_topology_world_rank(topo, i, dp, pp);
+        for (int i = 0; i < t; i++) members[n++] = mg_topology_world_rank_cp(topo, i, cp, dp, pp);
+        break;
+    case MG_GROUP_CONTEXT:    /* vary cp */
+        for (int i = 0; i < c; i++) members[n++] = mg_topology_world_rank_cp(topo, tp, i, dp, pp);
         break;
     case MG_GROUP_DATA:       /* vary dp */
-        for (int i = 0; i < d; i++) members[n++] = mg_topology_world_rank(topo, tp, i, pp);
+        for (int i = 0; i < d; i++) members[n++] = mg_topology_world_rank_cp(topo, tp, cp, i, pp);
+        break;
+    case MG_GROUP_DATA_CONTEXT:   /* vary cp and dp, cp fastest (world-rank order) */
+        for (int i = 0; i < d * c; i++)
+            members[n++] = mg_topology_world_rank_cp(topo, tp, i % c, i / c, pp);
         break;
     case MG_GROUP_PIPELINE:   /* vary pp */
-        for (int i = 0; i < p; i++) members[n++] = mg_topology_world_rank(topo, tp, dp, i);
+        for (int i = 0; i < p; i++) members[n++] = mg_topology_world_rank_cp(topo, tp, cp, dp, i);
         break;
     case MG_GROUP_EMBEDDING:  /* first and last stage of this rank's pipeline group */
         if (pp != 0 && pp != p - 1) break;
-        members[n++] = mg_topology_world_rank(topo, tp, dp, 0);
-        if (p > 1) members[n++] = mg_topology_world_rank(topo, tp, dp, p - 1);
+        members[n++] = mg_topology_world_rank_cp(topo, tp, cp, dp, 0);
+        if (p > 1) members[n++] = mg_topology_world_rank_cp(topo, tp, cp, dp, p - 1);
         break;
     default:
         mg_fatal(__FILE__, __LINE__, "mg_topology_group: unknown group kind %d", (int)kind);
@@ -814,16 +877,28 @@ MGDEF int mg_topology_group(const mg_topology *topo, int world_rank, mg_group_ki
 }
 
 MGDEF int mg_topology_describe(const mg_topology *topo, char *buf, size_t buflen) {
-    int world = topo->t * topo->p * topo->d;
+    int c = topo->c > 0 ? topo->c : 1, world = topo->t * c * topo->p * topo->d;
     int *members = (int *)MG_MALLOC(sizeof(int) * (size_t)world);
+    int kinds = c > 1 ? MG_GROUP_KINDS : MG_GROUP_CONTEXT;   /* c = 1: no context groups */
     size_t used = 0;
     if (buf && buflen) buf[0] = 0;
-    mg__comm_appendf(buf, buflen, &used, "%d ranks = t %d x p %d x d %d, v %d; "
-                "rank = tp + t*(dp + d*pp)\n", world, topo->t, topo->p, topo->d, topo->v);
+    if (c > 1)
+        mg__comm_appendf(buf, buflen, &used, "%d ranks = t %d x c %d x p %d x d %d, v %d; "
+                         "rank = tp + t*(cp + c*(dp + d*pp))\n", world, topo->t, c, topo->p,
+                         topo->d, topo->v);
+    else
+        mg__comm_appendf(buf, buflen, &used, "%d ranks = t %d x p %d x d %d, v %d; "
+                         "rank = tp + t*(dp + d*pp)\n", world, topo->t, topo->p, topo->d,
+                         topo->v);
     for (int r = 0; r < world; r++) {
-        mg__comm_appendf(buf, buflen, &used, "rank %3d: tp %d dp %d pp %d |", r, r % topo->t,
-                    r / topo->t % topo->d, r / (topo->t * topo->d));
-        for (int k = MG_GROUP_TENSOR; k < MG_GROUP_KINDS; k++) {
+        if (c > 1)
+            mg__comm_appendf(buf, buflen, &used, "rank %3d: tp %d cp %d dp %d pp %d |", r,
+                             r % topo->t, r / topo->t % c, r / (topo->t * c) % topo->d,
+                             r / (topo->t * c * topo->d));
+        else
+            mg__comm_appendf(buf, buflen, &used, "rank %3d: tp %d dp %d pp %d |", r, r % topo->t,
+                             r / topo->t % topo->d, r / (topo->t * topo->d));
+        for (int k = MG_GROUP_TENSOR; k < kinds; k++) {
             int n = mg_topology_group(topo, r, (mg_group_kind)k, members);
             mg__comm_appendf(buf, buflen, &used, " %s [", mg__group_names[k]);
             for (int i = 0; i < n; i++)
@@ -843,6 +918,8 @@ MGDEF mg_group *mg_comm_group(mg_comm *comm, mg_group_kind kind) {
     case MG_GROUP_DATA: return &comm->data;
     case MG_GROUP_PIPELINE: return &comm->pipeline;
     case MG_GROUP_EMBEDDING: return &comm->embedding;
+    case MG_GROUP_CONTEXT: return &comm->context;
+    case MG_GROUP_DATA_CONTEXT: return &comm->data_context;
     default: break;
     }
     mg_fatal(__FILE__, __LINE__, "mg_comm_group: unknown group kind %d", (int)kind);
@@ -910,11 +987,14 @@ static void mg__comm_gpu_streams(mg_comm *comm) {
 #endif
 
 MGDEF void mg_comm_setup_groups(mg_comm *comm, mg_ctx *ctx, int t, int p, int v) {
+    mg_comm_setup_groups_cp(comm, ctx, t, 1, p, v);
+}
+MGDEF void mg_comm_setup_groups_cp(mg_comm *comm, mg_ctx *ctx, int t, int c, int p, int v) {
     char err[512];
     mg_topology topo;
     int *members;
-    if (mg_topology_init(&topo, comm->world_size, comm->world_rank, t, p, v, err,
-                         sizeof err) != 0) {
+    if (mg_topology_init_cp(&topo, comm->world_size, comm->world_rank, t, c, p, v, err,
+                            sizeof err) != 0) {
         /* Every rank reaches the same verdict without communicating: rank 0 says why, all
            leave with status 1.                                                              */
         if (comm->world_rank == 0) fprintf(stderr, "mg_comm: bad topology: %s\n", err);

@@ -27,6 +27,12 @@
         tensor-parallel all-reduces, pipeline transfers), the pipeline schedule, the
         data-parallel gradient reduction and the optimizer step; memory of the worst stage.
      5. Search: every valid layout, keep those that fit, rank by predicted iteration time.
+        Context parallelism (c): each GPU holds s/c tokens of every sequence; activations and
+        all token-local work fall as 1/c, the attention core computes its s/c queries against
+        all s keys, the ring moves K/V (c − 1 hops forward, again backward) and dK/dV (c hops,
+        fp32) per layer, overlapped with the attention of the block in hand (but the last
+        dK/dV hop); gradients reduce
+        over d·c GPUs and the distributed optimizer shards over them.
      6. CPU calibration: cblas_sgemm rate and memcpy bandwidth, so the same model predicts
         gpt_train's iteration time on this machine (--gpu cpu).
      7. The command-line tool, as a function (mg_plan_main) so tests can drive it.
@@ -154,6 +160,9 @@ typedef struct mg_plan_layout {
     int recompute;             /* MG_PLAN_RECOMPUTE_*                                            */
     int sequence_parallel;     /* 0/1 (needs t > 1)                                               */
     int distributed_optimizer; /* 0/1 (ZeRO-1 over the data-parallel group)                     */
+    int c;                     /* context-parallel size (0 or 1: none; in a search constraint
+                                  0 leaves it free): every sequence split over c GPUs, ring
+                                  attention; n = t·c·p·d                                      */
 } mg_plan_layout;
 
 /* Everything the model predicts for one layout. Times are per iteration; the pipeline terms
@@ -168,6 +177,8 @@ typedef struct mg_plan_result {
     double time_pp_comm;            /* pipeline sends/receives (+ all-gather for scatter/gather)  */
     double time_bubble;             /* pipeline fill and drain                                    */
     double time_dp_comm;            /* exposed data-parallel reduction + embedding all-reduce     */
+    double time_cp_comm;            /* context parallelism: the ring's K/V and dK/dV transfers
+                                       that outlast the attention they overlap                  */
     double time_optimizer;          /* Adam step, gradient norm, zeroing                          */
     double iteration_time;
     double bubble_fraction;         /* bubble / (m · stage time): (p−1)/(v·m) for equal stages    */
@@ -668,6 +679,9 @@ static long mg__plan_tp_split(const mg_plan_model *m) {
     return mg__plan_gcd(mg__plan_gcd(m->num_attention_heads, g), mg_plan_ffn_hidden(m));
 }
 
+/* The layout's context-parallel size (0 counts as 1). */
+static int mg__plan_c(const mg_plan_layout *L) { return L->c > 1 ? L->c : 1; }
+
 MGDEF int mg_plan_check(const mg_plan_model *m, const mg_plan_training *tr,
                         const mg_plan_cluster *cl, const mg_plan_layout *L, char *err,
                         size_t errlen) {
@@ -723,6 +737,11 @@ MGDEF int mg_plan_check(const mg_plan_model *m, const mg_plan_training *tr,
                      cl->gpus, cl->gpus_per_node);
         return -1;
     }
+    if (L->c < 0 || (L->c > 1 && (m->seq_length % (2 * L->c) || cl->gpus % L->c))) {
+        mg__plan_err(err, errlen, "--context-parallel-size %d must divide --gpus %d and cut "
+                     "--seq-length %d into 2c equal chunks", L->c, cl->gpus, m->seq_length);
+        return -1;
+    }
     if (L->t <= 0 || cl->gpus % L->t || mg__plan_tp_split(m) % L->t) {
         char groups[64] = "", width[64] = "";
         if (m->num_query_groups > 0)
@@ -735,15 +754,21 @@ MGDEF int mg_plan_check(const mg_plan_model *m, const mg_plan_training *tr,
                      cl->gpus, valid);
         return -1;
     }
-    if (L->p <= 0 || m->num_layers % L->p || (cl->gpus / L->t) % L->p) {
-        mg__plan_divisors(m->num_layers, cl->gpus / L->t, valid, sizeof(valid));
-        mg__plan_err(err, errlen, "--pipeline-model-parallel-size %d must divide --num-layers %d and "
-                     "gpus/t = %d (valid: %s)", L->p, m->num_layers, cl->gpus / L->t, valid);
+    if ((cl->gpus / L->t) % mg__plan_c(L)) {
+        mg__plan_err(err, errlen, "--context-parallel-size %d must divide gpus/t = %d", L->c,
+                     cl->gpus / L->t);
         return -1;
     }
-    if (L->d != cl->gpus / (L->t * L->p)) {
-        mg__plan_err(err, errlen, "data-parallel size %d must be gpus/(t·p) = %d", L->d,
-                     cl->gpus / (L->t * L->p));
+    if (L->p <= 0 || m->num_layers % L->p || (cl->gpus / L->t / mg__plan_c(L)) % L->p) {
+        int rest = cl->gpus / L->t / mg__plan_c(L);
+        mg__plan_divisors(m->num_layers, rest, valid, sizeof(valid));
+        mg__plan_err(err, errlen, "--pipeline-model-parallel-size %d must divide --num-layers %d and "
+                     "gpus/(t·c) = %d (valid: %s)", L->p, m->num_layers, rest, valid);
+        return -1;
+    }
+    if (L->d != cl->gpus / (L->t * mg__plan_c(L) * L->p)) {
+        mg__plan_err(err, errlen, "data-parallel size %d must be gpus/(t·c·p) = %d", L->d,
+                     cl->gpus / (L->t * mg__plan_c(L) * L->p));
         return -1;
     }
     if (B % L->d) {
@@ -800,6 +825,7 @@ MGDEF int mg_plan_check(const mg_plan_model *m, const mg_plan_training *tr,
 /* Costs of one microbatch through one unit of the model on one GPU. */
 typedef struct mg__plan_cost {
     double gemm, membound, tp;  /* forward + backward (+ recompute)                           */
+    double cp;                  /* context parallelism: the ring's exposed transfers          */
     double backward;            /* the backward part of the sum (DP overlap window)           */
 } mg__plan_cost;
 
@@ -807,6 +833,7 @@ static void mg__plan_cost_add(mg__plan_cost *c, const mg__plan_cost *x, double k
     c->gemm += k * x->gemm;
     c->membound += k * x->membound;
     c->tp += k * x->tp;
+    c->cp += k * x->cp;
     c->backward += k * x->backward;
 }
 
@@ -826,7 +853,8 @@ typedef struct mg__plan_env {
     int e;                      /* bytes per activation/weight element                      */
     double peak;                /* GEMM FLOP/s at this precision                            */
     double vocab_padded;        /* V rounded up to a multiple of 128·t                       */
-    double tokens;              /* b·s, rows of every activation of a microbatch             */
+    double tokens;              /* b·s/c, rows of every activation of a microbatch           */
+    double c;                   /* context-parallel size                                      */
     double r;                   /* 1/t under sequence parallelism, else 1                    */
 } mg__plan_env;
 
@@ -851,6 +879,17 @@ static double mg__plan_tp_allreduce(const mg__plan_env *v, double bytes) {
                                    mg__plan_per_node(t, 1, v->cl->gpus_per_node), bytes);
 }
 
+/* One hop of the context-parallel ring: `bytes` to the next rank of the context group, whose
+   c ranks sit t apart — within a node when t·c fits one (NVLink), else over InfiniBand shared
+   by the node's GPUs, which all send at once. */
+static double mg__plan_cp_hop(const mg__plan_env *v, double bytes) {
+    const mg_plan_gpu *g = &v->cl->gpu;
+    int gpn = v->cl->gpus_per_node;
+    if (mg__plan_per_node((int)v->c, v->L->t, gpn) == (int)v->c)
+        return g->nvlink_alpha_us * 1e-6 + bytes / (g->nvlink_gbps * 1e9 * g->nvlink_efficiency);
+    return g->ib_alpha_us * 1e-6 + bytes / (g->ib_gbps_per_node * 1e9 * g->ib_efficiency / gpn);
+}
+
 /* One transformer layer (Megatron's GPT layer, PAPER.md "Tensor parallelism"): GEMMs, the
    memory-bound kernels, and the tensor-parallel all-reduces, for one microbatch. */
 static mg__plan_cost mg__plan_layer_cost(const mg__plan_env *v) {
@@ -869,8 +908,8 @@ static mg__plan_cost mg__plan_layer_cost(const mg__plan_env *v) {
        with SwiGLU gate and up as one N = 2F/t GEMM, Megatron-LM's fused linear_fc1), down
        row-parallel (K = F/t). GPT-2: q = kv = h, F = 4h. */
     mg__plan_linear(g, n, (x.q + 2 * x.kv) / t, h, 1, v->e, v->peak, &f, &bw);
-    mg__plan_linear(g, s, s, d, b * a / t, v->e, v->peak, &attn_f, &attn_b);
-    mg__plan_linear(g, s, d, s, b * a / t, v->e, v->peak, &attn_f, &attn_b);
+    mg__plan_linear(g, s / v->c, s, d, b * a / t, v->e, v->peak, &attn_f, &attn_b);
+    mg__plan_linear(g, s / v->c, d, s, b * a / t, v->e, v->peak, &attn_f, &attn_b);
     mg__plan_linear(g, n, h, x.q / t, 1, v->e, v->peak, &f, &bw);
     mg__plan_linear(g, n, (x.mats - 1) * x.F / t, h, 1, v->e, v->peak, &f, &bw);
     mg__plan_linear(g, n, h, x.F / t, 1, v->e, v->peak, &f, &bw);
@@ -888,7 +927,8 @@ static mg__plan_cost mg__plan_layer_cost(const mg__plan_env *v) {
        The backward of each reads its saved input and the output gradient and writes the
        input gradient: twice the forward's traffic. RMSNorm moves what layernorm moves. */
     score_elems = a * s / t;
-    attn_bytes = v->m->flash_attention ? 0.0 : n * (4 * e + 1) * score_elems;   /* flash: fused */
+    attn_bytes = v->m->flash_attention || v->c > 1 ? 0.0   /* flash (and the ring): fused */
+                 : n * (4 * e + 1) * score_elems;
     act_bytes = (v->m->swiglu ? 3 : 2) * e * x.F / t;
     if (v->m->position_embedding == MG_PLAN_POS_ROPE) act_bytes += 2 * e * (x.q + x.kv) / t;
     fwd_bytes = n * (v->r * (10 * e + 2) * h + act_bytes) + attn_bytes;
@@ -901,7 +941,21 @@ static mg__plan_cost mg__plan_layer_cost(const mg__plan_env *v) {
     c.membound = fwd_mem + bwd_mem;
     c.tp = 4 * ar;
     c.backward = bw + bwd_mem + 2 * ar;
-    if (v->m->flash_attention) {   /* the tiled backward recomputes QKᵀ: half the core's GEMMs */
+    /* Context parallelism: c steps of the ring per pass. Forward: c − 1 hops of the local K/V
+       (2·kv/t wide, e bytes) each overlapping one step's attention (1/c of it); backward: in
+       c − 1 steps a K/V hop and an fp32 dK/dV hop share the link while the step's backward
+       attention runs, and the last dK/dV hop (back to its owner) is exposed. Full
+       recomputation repeats the forward's. */
+    c.cp = 0;
+    if (v->c > 1) {
+        double kv = mg__plan_cp_hop(v, 2 * x.kv / t * n * e), dkv = mg__plan_cp_hop(v, 2 * x.kv / t * n * 4);
+        double fwd = (v->c - 1) * fmax(0.0, kv - attn_f / v->c);
+        double bwd = (v->c - 1) * fmax(0.0, kv + dkv - attn_b / v->c) + dkv;
+        c.cp = fwd + bwd + (rc == MG_PLAN_RECOMPUTE_FULL ? fwd : 0.0);
+        c.backward += bwd + (rc == MG_PLAN_RECOMPUTE_FULL ? fwd : 0.0);
+    }
+    if (v->m->flash_attention || v->c > 1) {   /* the tiled backward (the ring's too) recomputes
+                                                 QKᵀ: half the core's GEMMs */
         c.gemm += attn_f / 2;
         c.backward += attn_f / 2;
     }
@@ -913,7 +967,7 @@ static mg__plan_cost mg__plan_layer_cost(const mg__plan_env *v) {
         c.membound += fwd_mem;
         c.tp += 2 * ar;
         c.backward += f + fwd_mem + 2 * ar;
-    } else if (rc == MG_PLAN_RECOMPUTE_SELECTIVE && !v->m->flash_attention) {
+    } else if (rc == MG_PLAN_RECOMPUTE_SELECTIVE && !v->m->flash_attention && v->c == 1) {
         double attn_mem = mg__plan_membound_time(g, attn_bytes, 2);
         c.gemm += attn_f;
         c.membound += attn_mem;
@@ -929,7 +983,7 @@ static mg__plan_cost mg__plan_embedding_cost(const mg__plan_env *v) {
     double h = v->m->hidden_size, n = v->tokens, e = v->e;
     double fwd_bytes = n * h * (v->r * (3 * e + 1) + e);
     mg__plan_cost c;
-    c.gemm = 0;
+    c.gemm = c.cp = 0;
     c.membound = mg__plan_membound_time(&v->cl->gpu, fwd_bytes, 3) +
                  mg__plan_membound_time(&v->cl->gpu, 2 * fwd_bytes, 4);
     c.backward = mg__plan_membound_time(&v->cl->gpu, 2 * fwd_bytes, 4);
@@ -949,6 +1003,7 @@ static mg__plan_cost mg__plan_head_cost(const mg__plan_env *v) {
     mg__plan_cost c;
     mg__plan_linear(g, n, vt, h, 1, v->e, v->peak, &f, &bw);
     c.gemm = f + bw;
+    c.cp = 0;
     c.membound = mg__plan_membound_time(g, 3 * ln_bytes, 3) + mg__plan_membound_time(g, ce_bytes, 6);
     c.tp = v->L->t > 1 ? mg__plan_tp_allreduce(v, n * h * e) + 3 * mg__plan_tp_allreduce(v, n * 4) : 0.0;
     c.backward = bw + mg__plan_membound_time(g, 2 * ln_bytes, 2);
@@ -1010,8 +1065,12 @@ MGDEF int mg_plan_evaluate(const mg_plan_model *m, const mg_plan_training *tr,
     double act_layer, inflight_first, inflight_last, act_first, act_last, work, mem_first, mem_last;
     double head_bytes;          /* the classifier's bytes on the last stage */
     long mb;
-    int p = L->p, v = L->v, gpn = cl->gpus_per_node;
+    int p = L->p, v = L->v, gpn = cl->gpus_per_node, dc;
+    mg_plan_model mc;           /* the model as one GPU of a context group sees it: s/c tokens */
     if (mg_plan_check(m, tr, cl, L, err, errlen)) return -1;
+    mc = *m;
+    mc.seq_length = m->seq_length / mg__plan_c(L);
+    if (mg__plan_c(L) > 1) mc.flash_attention = 1;
     memset(out, 0, sizeof(*out));
     out->layout = *L;
     mb = tr->global_batch_size / ((long)L->micro_batch_size * L->d);
@@ -1022,7 +1081,8 @@ MGDEF int mg_plan_evaluate(const mg_plan_model *m, const mg_plan_training *tr,
     env.e = (int)e;
     env.peak = g->peak_tflops * 1e12 * (tr->precision == MG_PLAN_FP32 ? g->fp32_ratio : 1.0);
     env.vocab_padded = ceil((double)m->vocab_size / (128.0 * L->t)) * 128.0 * L->t;
-    env.tokens = (double)L->micro_batch_size * m->seq_length;
+    env.c = mg__plan_c(L);
+    env.tokens = (double)L->micro_batch_size * m->seq_length / env.c;
     env.r = L->sequence_parallel ? 1.0 / L->t : 1.0;
 
     /* Per-microbatch time of each stage: its l/p layers, the embedding on the first, the
@@ -1054,9 +1114,9 @@ MGDEF int mg_plan_evaluate(const mg_plan_model *m, const mg_plan_training *tr,
         mg__plan_cost_add(&last, &acc, 1);
     }
     pp_one = p > 1 ? 2.0 * v * mg__plan_p2p_time(&env) : 0.0;
-    t_mid = mid.gemm + mid.membound + mid.tp + pp_one;
-    t_first = first.gemm + first.membound + first.tp + pp_one;
-    t_last = last.gemm + last.membound + last.tp + pp_one;
+    t_mid = mid.gemm + mid.membound + mid.tp + mid.cp + pp_one;
+    t_first = first.gemm + first.membound + first.tp + first.cp + pp_one;
+    t_last = last.gemm + last.membound + last.tp + last.cp + pp_one;
     if (p == 1) {
         t_max = t_sum = t_first;
         slow = &first;
@@ -1073,6 +1133,7 @@ MGDEF int mg_plan_evaluate(const mg_plan_model *m, const mg_plan_training *tr,
     out->time_gemm = mb * slow->gemm;
     out->time_memory_bound = mb * slow->membound;
     out->time_tp_comm = mb * slow->tp;
+    out->time_cp_comm = mb * slow->cp;
     out->time_pp_comm = mb * pp_one;
     out->time_bubble = t_pipe - mb * t_max;
     out->bubble_fraction = out->time_bubble / (mb * t_max);
@@ -1087,12 +1148,13 @@ MGDEF int mg_plan_evaluate(const mg_plan_model *m, const mg_plan_training *tr,
        untied output layer has no such copy). */
     p_max = p_first > p_last ? p_first : p_last;
     dp = 0;
-    if (L->d > 1) {
-        int per_node = mg__plan_per_node(L->d, L->t, gpn);
+    dc = L->d * (int)env.c;   /* with context parallelism the d·c replicas reduce together */
+    if (dc > 1) {
+        int per_node = mg__plan_per_node(dc, L->t, gpn);
         double grads = mg_plan_collective_time(cl, L->distributed_optimizer ? MG_PLAN_REDUCE_SCATTER
-                                               : MG_PLAN_ALL_REDUCE, L->d, per_node, p_max * gb);
+                                               : MG_PLAN_ALL_REDUCE, dc, per_node, p_max * gb);
         double params = L->distributed_optimizer
-            ? mg_plan_collective_time(cl, MG_PLAN_ALL_GATHER, L->d, per_node, p_max * e) : 0.0;
+            ? mg_plan_collective_time(cl, MG_PLAN_ALL_GATHER, dc, per_node, p_max * e) : 0.0;
         if (tr->overlap_grad_reduce) {
             double buckets = ceil(p_max / 40e6), window = (slow == &first ? first : last).backward;
             double exposed = grads - window, last_bucket = grads / (buckets > 1 ? buckets : 1);
@@ -1108,9 +1170,10 @@ MGDEF int mg_plan_evaluate(const mg_plan_model *m, const mg_plan_training *tr,
        writes the fp32 master weight and both moments (24 bytes), reads the main gradient (4),
        writes the 16-bit weight (e); the gradient norm reads the gradient again (4); the
        gradient buffer is zeroed (g). */
-    opt_params = L->distributed_optimizer && L->d > 1 ? p_max / L->d : p_max;
+    opt_params = L->distributed_optimizer && dc > 1 ? p_max / dc : p_max;
     out->time_optimizer = mg__plan_membound_time(g, opt_params * (32 + e) + p_max * gb, 8);
-    out->iteration_time = t_pipe + out->time_dp_comm + out->time_optimizer;
+    out->iteration_time = t_pipe + out->time_dp_comm + out->time_optimizer;   /* the ring's
+                                                      time is inside the stage times */
 
     /* Throughput, counted as the paper counts (recomputed forward included). */
     out->flops_per_iteration = mg_plan_flops(m, (double)tr->global_batch_size, L->recompute);
@@ -1134,8 +1197,10 @@ MGDEF int mg_plan_evaluate(const mg_plan_model *m, const mg_plan_training *tr,
          layernorm input; with the fused classifier instead of the logits the gradient of
          the output layer's input, s·b·h·e·r, and one chunk of logits (fp32, plus their
          16-bit gradient in 16-bit runs), at most MG_PLAN_CLASSIFIER_CHUNK_BYTES. */
-    act_layer = mg_plan_activation_bytes_per_layer(m, L->micro_batch_size, L->t, L->sequence_parallel,
-                                                   L->recompute, env.e);
+    /* with context parallelism: the layer of s/c tokens, whose ring (tiled) keeps each query
+       row's fp32 log-sum-exp and no scores */
+    act_layer = mg_plan_activation_bytes_per_layer(&mc, L->micro_batch_size, L->t,
+                                                   L->sequence_parallel, L->recompute, env.e);
     if (v == 1) {
         inflight_first = (mb < p ? (double)mb : (double)p) * lp;
         inflight_last = lp;
@@ -1145,9 +1210,10 @@ MGDEF int mg_plan_evaluate(const mg_plan_model *m, const mg_plan_training *tr,
     }
     work = 0;
     if (L->recompute == MG_PLAN_RECOMPUTE_FULL)
-        work = mg_plan_activation_bytes_per_layer(m, L->micro_batch_size, L->t, L->sequence_parallel,
-                                                  MG_PLAN_RECOMPUTE_NONE, env.e);
-    else if (L->recompute == MG_PLAN_RECOMPUTE_SELECTIVE && !m->flash_attention)
+        work = mg_plan_activation_bytes_per_layer(&mc, L->micro_batch_size, L->t,
+                                                  L->sequence_parallel, MG_PLAN_RECOMPUTE_NONE,
+                                                  env.e);
+    else if (L->recompute == MG_PLAN_RECOMPUTE_SELECTIVE && env.c == 1 && !m->flash_attention)
         work = (double)m->num_attention_heads * m->seq_length * m->seq_length * L->micro_batch_size *
                (2.0 * e + 1.0) / L->t;
     act_first = act_layer * inflight_first + work +
@@ -1162,7 +1228,7 @@ MGDEF int mg_plan_evaluate(const mg_plan_model *m, const mg_plan_training *tr,
     act_last = act_layer * inflight_last + work + head_bytes + env.tokens * m->hidden_size * env.r * e;
     if (p == 1) act_first = act_first + head_bytes + env.tokens * m->hidden_size * env.r * e;
     {
-        double per_param_opt = L->distributed_optimizer && L->d > 1 ? ob / L->d : ob;
+        double per_param_opt = L->distributed_optimizer && dc > 1 ? ob / dc : ob;
         mem_first = p_first * (e + gb + per_param_opt) + act_first;
         mem_last = p_last * (e + gb + per_param_opt) + act_last;
         out->worst_stage = (p > 1 && mem_last > mem_first) ? p - 1 : 0;
@@ -1185,7 +1251,7 @@ MGDEF int mg_plan_evaluate(const mg_plan_model *m, const mg_plan_training *tr,
    ------------------------------------------------------------------------------------------ */
 MGDEF mg_plan_layout mg_plan_layout_any(void) {
     mg_plan_layout L;
-    L.t = L.p = L.d = L.v = L.micro_batch_size = 0;
+    L.t = L.p = L.d = L.v = L.micro_batch_size = L.c = 0;
     L.recompute = L.sequence_parallel = L.distributed_optimizer = MG_PLAN_ANY;
     return L;
 }
@@ -1199,7 +1265,7 @@ MGDEF int mg_plan_search(const mg_plan_model *m, const mg_plan_training *tr,
                          const mg_plan_cluster *cl, const mg_plan_layout *fx,
                          mg_plan_result *best, int max_best, mg_plan_search_stats *stats,
                          char *err, size_t errlen) {
-    int n = cl->gpus, kept = 0, t, p, v, rc, sp, dopt;
+    int n = cl->gpus, kept = 0, t, cp, p, v, rc, sp, dopt;
     long B = tr->global_batch_size, b;
     mg_plan_search_stats st;
     st.evaluated = st.fitting = 0;
@@ -1208,13 +1274,14 @@ MGDEF int mg_plan_search(const mg_plan_model *m, const mg_plan_training *tr,
         mg_plan_layout probe;
         probe.t = fx->t > 0 ? fx->t : 1;
         probe.p = fx->p > 0 ? fx->p : 1;
+        probe.c = fx->c > 0 ? fx->c : 1;
         probe.v = 1;
-        probe.d = n / (probe.t * probe.p) > 0 ? n / (probe.t * probe.p) : 1;
+        probe.d = n / (probe.t * probe.c * probe.p) > 0 ? n / (probe.t * probe.c * probe.p) : 1;
         probe.micro_batch_size = 1;
         probe.recompute = MG_PLAN_RECOMPUTE_NONE;
         probe.sequence_parallel = 0;
         probe.distributed_optimizer = 0;
-        if (fx->t > 0 || fx->p > 0) {
+        if (fx->t > 0 || fx->p > 0 || fx->c > 0) {
             mg_plan_training tr1 = *tr;
             tr1.global_batch_size = (long)probe.d; /* batch and b checked per layout below */
             if (mg_plan_check(m, &tr1, cl, &probe, err, errlen)) return -1;
@@ -1227,43 +1294,49 @@ MGDEF int mg_plan_search(const mg_plan_model *m, const mg_plan_training *tr,
     }
     for (t = 1; t <= n; t++) {
         if (n % t || mg__plan_tp_split(m) % t || (fx->t > 0 && t != fx->t)) continue;
-        for (p = 1; p <= m->num_layers; p++) {
-            int d;
-            if (m->num_layers % p || (n / t) % p || (fx->p > 0 && p != fx->p)) continue;
-            d = n / (t * p);
-            if (B % d || (fx->d > 0 && d != fx->d)) continue;
-            for (b = 1; b <= B / d; b++) {
-                long mb;
-                if ((B / d) % b || (fx->micro_batch_size > 0 && b != fx->micro_batch_size)) continue;
-                mb = B / (b * d);
-                for (v = 1; v <= m->num_layers / p; v++) {
-                    if ((m->num_layers / p) % v || (fx->v > 0 && v != fx->v)) continue;
-                    if (v > 1 && (p < 2 || mb % p)) continue;
-                    for (rc = 0; rc <= 2; rc++) {
-                        if (fx->recompute != MG_PLAN_ANY && rc != fx->recompute) continue;
-                        for (sp = 0; sp <= 1; sp++) {
-                            if (fx->sequence_parallel != MG_PLAN_ANY && sp != fx->sequence_parallel) continue;
-                            if (sp && t < 2) continue;
-                            for (dopt = 0; dopt <= 1; dopt++) {
-                                mg_plan_layout L;
-                                mg_plan_result r;
-                                int i;
-                                if (fx->distributed_optimizer != MG_PLAN_ANY && dopt != fx->distributed_optimizer) continue;
-                                if (dopt && d < 2 && fx->distributed_optimizer != 1) continue;
-                                L.t = t; L.p = p; L.d = d; L.v = v; L.micro_batch_size = (int)b;
-                                L.recompute = rc; L.sequence_parallel = sp; L.distributed_optimizer = dopt;
-                                if (mg_plan_evaluate(m, tr, cl, &L, &r, NULL, 0)) continue;
-                                st.evaluated++;
-                                if (!r.fits) continue;
-                                st.fitting++;
-                                /* insert into the sorted top list */
-                                if (kept == max_best && !mg__plan_better(&r, &best[kept - 1])) continue;
-                                i = kept < max_best ? kept++ : kept - 1;
-                                while (i > 0 && mg__plan_better(&r, &best[i - 1])) {
-                                    best[i] = best[i - 1];
-                                    i--;
+        for (cp = 1; cp <= n / t; cp++) {   /* c = 1 unless constrained or the sequence splits */
+            if ((n / t) % cp || (cp > 1 && m->seq_length % (2 * cp)) || (fx->c > 0 && cp != fx->c) ||
+                (fx->c <= 0 && cp > 1 && cp & (cp - 1)))   /* free c: powers of two */
+                continue;
+            for (p = 1; p <= m->num_layers; p++) {
+                int d;
+                if (m->num_layers % p || (n / t / cp) % p || (fx->p > 0 && p != fx->p)) continue;
+                d = n / (t * cp * p);
+                if (B % d || (fx->d > 0 && d != fx->d)) continue;
+                for (b = 1; b <= B / d; b++) {
+                    long mb;
+                    if ((B / d) % b || (fx->micro_batch_size > 0 && b != fx->micro_batch_size)) continue;
+                    mb = B / (b * d);
+                    for (v = 1; v <= m->num_layers / p; v++) {
+                        if ((m->num_layers / p) % v || (fx->v > 0 && v != fx->v)) continue;
+                        if (v > 1 && (p < 2 || mb % p)) continue;
+                        for (rc = 0; rc <= 2; rc++) {
+                            if (fx->recompute != MG_PLAN_ANY && rc != fx->recompute) continue;
+                            for (sp = 0; sp <= 1; sp++) {
+                                if (fx->sequence_parallel != MG_PLAN_ANY && sp != fx->sequence_parallel) continue;
+                                if (sp && t < 2) continue;
+                                for (dopt = 0; dopt <= 1; dopt++) {
+                                    mg_plan_layout L;
+                                    mg_plan_result r;
+                                    int i;
+                                    if (fx->distributed_optimizer != MG_PLAN_ANY && dopt != fx->distributed_optimizer) continue;
+                                    if (dopt && d * cp < 2 && fx->distributed_optimizer != 1) continue;
+                                    L.t = t; L.p = p; L.d = d; L.v = v; L.micro_batch_size = (int)b;
+                                    L.c = cp;
+                                    L.recompute = rc; L.sequence_parallel = sp; L.distributed_optimizer = dopt;
+                                    if (mg_plan_evaluate(m, tr, cl, &L, &r, NULL, 0)) continue;
+                                    st.evaluated++;
+                                    if (!r.fits) continue;
+                                    st.fitting++;
+                                    /* insert into the sorted top list */
+                                    if (kept == max_best && !mg__plan_better(&r, &best[kept - 1])) continue;
+                                    i = kept < max_best ? kept++ : kept - 1;
+                                    while (i > 0 && mg__plan_better(&r, &best[i - 1])) {
+                                        best[i] = best[i - 1];
+                                        i--;
+                                    }
+                                    best[i] = r;
                                 }
-                                best[i] = r;
                             }
                         }
                     }
@@ -1285,41 +1358,44 @@ static const char *mg__plan_recompute_name(int rc) {
 }
 
 MGDEF void mg_plan_layout_label(const mg_plan_layout *L, char *buf, size_t len) {
-    snprintf(buf, len, "t=%d p=%d d=%d v=%d b=%d recompute=%s%s%s", L->t, L->p, L->d, L->v,
+    char cp[24] = "";
+    if (L->c > 1) snprintf(cp, sizeof cp, " c=%d", L->c);
+    snprintf(buf, len, "t=%d%s p=%d d=%d v=%d b=%d recompute=%s%s%s", L->t, cp, L->p, L->d, L->v,
              L->micro_batch_size, mg__plan_recompute_name(L->recompute),
              L->sequence_parallel ? " sp" : "", L->distributed_optimizer ? " distopt" : "");
 }
 
 MGDEF void mg_plan_explain(const mg_plan_result *a, const mg_plan_result *b, char *buf, size_t len) {
-    static const char *names[7] = {"GEMM time", "memory-bound kernels", "tensor-parallel comm",
+    static const char *names[8] = {"GEMM time", "memory-bound kernels", "tensor-parallel comm",
                                    "pipeline transfers", "pipeline bubble", "data-parallel comm",
-                                   "optimizer step"};
-    double da[7], db[7], delta[7];
-    int order[7], i, j, said = 0;
+                                   "optimizer step", "context-parallel ring"};
+    double da[8], db[8], delta[8];
+    int order[8], i, j, said = 0;
     size_t used;
     char label[128];
     da[0] = a->time_gemm; da[1] = a->time_memory_bound; da[2] = a->time_tp_comm;
     da[3] = a->time_pp_comm; da[4] = a->time_bubble; da[5] = a->time_dp_comm; da[6] = a->time_optimizer;
     db[0] = b->time_gemm; db[1] = b->time_memory_bound; db[2] = b->time_tp_comm;
     db[3] = b->time_pp_comm; db[4] = b->time_bubble; db[5] = b->time_dp_comm; db[6] = b->time_optimizer;
-    for (i = 0; i < 7; i++) { delta[i] = db[i] - da[i]; order[i] = i; }
-    for (i = 1; i < 7; i++)   /* by saving, largest first */
+    da[7] = a->time_cp_comm; db[7] = b->time_cp_comm;
+    for (i = 0; i < 8; i++) { delta[i] = db[i] - da[i]; order[i] = i; }
+    for (i = 1; i < 8; i++)   /* by saving, largest first */
         for (j = i; j > 0 && delta[order[j]] > delta[order[j - 1]]; j--) {
             int x = order[j]; order[j] = order[j - 1]; order[j - 1] = x;
         }
     mg_plan_layout_label(&b->layout, label, sizeof(label));
     used = (size_t)snprintf(buf, len, "%.1f%% faster than %s:",
                             100.0 * (b->iteration_time / a->iteration_time - 1.0), label);
-    for (i = 0; i < 7 && used < len; i++) {   /* savings worth more than 0.5% of the iteration */
+    for (i = 0; i < 8 && used < len; i++) {   /* savings worth more than 0.5% of the iteration */
         int k = order[i];
         if (delta[k] <= 0.005 * a->iteration_time || said == 3) break;
         used += (size_t)snprintf(buf + used, len - used, "%s %.3g s less %s", said ? "," : "",
                                  delta[k], names[k]);
         said++;
     }
-    if (used < len && delta[order[6]] < -0.005 * a->iteration_time)
+    if (used < len && delta[order[7]] < -0.005 * a->iteration_time)
         used += (size_t)snprintf(buf + used, len - used, "%s pays %.3g s more %s", said ? ";" : "",
-                                 -delta[order[6]], names[order[6]]);
+                                 -delta[order[7]], names[order[7]]);
     else if (!said && used < len)
         snprintf(buf + used, len - used, " differences under 0.5%% of the iteration each");
 }
@@ -1518,7 +1594,7 @@ static const char *mg__plan_usage =
     "           --ib-gbps-per-node --sms --gemm-efficiency --memory-reserve-gb  --calibrate\n"
     "model:     --hbm-efficiency (0.70)  --kernel-us (4)\n"
     "layout:    --tensor-model-parallel-size t  --pipeline-model-parallel-size p\n"
-    "           --num-layers-per-virtual-pipeline-stage k\n"
+    "           --num-layers-per-virtual-pipeline-stage k  --context-parallel-size c\n"
     "output:    --search [--top K (10)]  --json  --train-tokens T\n"
     "Llama family (gpt_train's flags; they change parameters, FLOPs, GEMM shapes, memory):\n"
     "           --normalization {LayerNorm,RMSNorm}  --swiglu  --ffn-hidden-size F\n"
@@ -1595,6 +1671,7 @@ static int mg__plan_parse(int argc, char **argv, mg__plan_cli *c, char *err, siz
         else if (MG__FLAG("--micro-batch-size")) MG__INT(c->fixed.micro_batch_size, 1);
         else if (MG__FLAG("--tensor-model-parallel-size")) MG__INT(c->fixed.t, 1);
         else if (MG__FLAG("--pipeline-model-parallel-size")) MG__INT(c->fixed.p, 1);
+        else if (MG__FLAG("--context-parallel-size")) MG__INT(c->fixed.c, 1);
         else if (MG__FLAG("--num-layers-per-virtual-pipeline-stage")) MG__INT(c->layers_per_virtual, 1);
         else if (MG__FLAG("--gpus")) MG__INT(c->cluster.gpus, 1);
         else if (MG__FLAG("--gpus-per-node")) { MG__INT(c->cluster.gpus_per_node, 1); c->gpus_per_node_given = 1; }
@@ -1756,15 +1833,15 @@ static void mg__plan_json_result(FILE *o, const mg_plan_result *r, const mg__pla
             r->fits ? "true" : "false", mg_plan_parameters(&c->model));
     fprintf(o, "\"layout\": {\"t\": %d, \"p\": %d, \"d\": %d, \"v\": %d, \"micro_batch_size\": %d, "
             "\"num_microbatches\": %ld, \"recompute\": \"%s\", \"sequence_parallel\": %s, "
-            "\"distributed_optimizer\": %s}, ",
+            "\"distributed_optimizer\": %s, \"c\": %d}, ",
             L->t, L->p, L->d, L->v, L->micro_batch_size, r->num_microbatches,
             mg__plan_recompute_name(L->recompute), L->sequence_parallel ? "true" : "false",
-            L->distributed_optimizer ? "true" : "false");
+            L->distributed_optimizer ? "true" : "false", L->c > 1 ? L->c : 1);
     fprintf(o, "\"time_s\": {\"gemm\": %.6g, \"memory_bound\": %.6g, \"tensor_parallel_comm\": %.6g, "
             "\"pipeline_comm\": %.6g, \"bubble\": %.6g, \"data_parallel_comm\": %.6g, "
-            "\"optimizer\": %.6g}, \"bubble_fraction\": %.6g, ",
+            "\"optimizer\": %.6g, \"context_parallel_comm\": %.6g}, \"bubble_fraction\": %.6g, ",
             r->time_gemm, r->time_memory_bound, r->time_tp_comm, r->time_pp_comm, r->time_bubble,
-            r->time_dp_comm, r->time_optimizer, r->bubble_fraction);
+            r->time_dp_comm, r->time_optimizer, r->time_cp_comm, r->bubble_fraction);
     fprintf(o, "\"memory_gb\": {\"weights\": %.4f, \"gradients\": %.4f, \"optimizer\": %.4f, "
             "\"activations\": %.4f}, \"worst_stage\": %d, \"gpu\": \"%s\", \"gpus\": %d",
             r->mem_weights / MG__PLAN_GIB, r->mem_gradients / MG__PLAN_GIB,
@@ -1815,6 +1892,9 @@ static void mg__plan_print_result(FILE *o, const mg_plan_result *r, const mg__pl
     fprintf(o, "time per iteration                          seconds   share\n");
     for (i = 0; i < 7; i++)
         fprintf(o, "  %-40s %9.4g  %5.1f%%\n", names[i], parts[i], 100.0 * parts[i] / T);
+    if (L->c > 1)   /* part of the stage times above it extends */
+        fprintf(o, "  %-40s %9.4g  %5.1f%%\n", "context-parallel ring (exposed)",
+                r->time_cp_comm, 100.0 * r->time_cp_comm / T);
     fprintf(o, "  %-40s %9.4g\n", "total", T);
     fprintf(o, "throughput: %.1f TFLOP/s per GPU = %.1f%% of peak (paper's count, recompute "
             "included); model FLOPs %.1f TFLOP/s; %.4g tokens/s\n",
@@ -1860,10 +1940,10 @@ static void mg__plan_print_neighbours(FILE *o, const mg__plan_cli *c, const mg_p
         mg_plan_result r;
         char label[160], why[400];
         mg_plan_layout *x = &cand[i];
-        x->d = x->t * x->p > 0 ? c->cluster.gpus / (x->t * x->p) : 0;
+        x->d = x->t * x->p > 0 ? c->cluster.gpus / (x->t * mg__plan_c(x) * x->p) : 0;
         if (x->v > 1 && (c->model.num_layers % (x->p * x->v))) x->v = 1;
         if (x->t < 2) x->sequence_parallel = 0;
-        if (x->d < 2) x->distributed_optimizer = 0;
+        if (x->d * mg__plan_c(x) < 2) x->distributed_optimizer = 0;
         if (x->d < 1 || mg_plan_evaluate(&c->model, &c->train, &c->cluster, x, &r, NULL, 0)) continue;
         mg_plan_layout_label(x, label, sizeof(label));
         if (!r.fits) {
@@ -1898,7 +1978,8 @@ MGDEF int mg_plan_main(int argc, char **argv, FILE *out, FILE *errf) {
         if (L.recompute == MG_PLAN_ANY) L.recompute = MG_PLAN_RECOMPUTE_NONE;
         if (L.sequence_parallel == MG_PLAN_ANY) L.sequence_parallel = 0;
         if (L.distributed_optimizer == MG_PLAN_ANY) L.distributed_optimizer = 0;
-        L.d = c.cluster.gpus / (L.t * L.p) > 0 ? c.cluster.gpus / (L.t * L.p) : 0;
+        if (L.c <= 0) L.c = 1;
+        L.d = c.cluster.gpus / (L.t * L.c * L.p) > 0 ? c.cluster.gpus / (L.t * L.c * L.p) : 0;
         if (mg_plan_evaluate(&c.model, &c.train, &c.cluster, &L, &r, err, sizeof(err))) {
             fprintf(errf, "mg_plan: error: %s\n", err);
             return 2;
@@ -1937,9 +2018,10 @@ MGDEF int mg_plan_main(int argc, char **argv, FILE *out, FILE *errf) {
             for (i = 0; i < k; i++) {
                 const mg_plan_layout *L = &top[i].layout;
                 fprintf(out, "%s{\"t\": %d, \"p\": %d, \"d\": %d, \"v\": %d, \"micro_batch_size\": %d, "
+                        "\"c\": %d, "
                         "\"recompute\": \"%s\", \"sequence_parallel\": %s, \"distributed_optimizer\": %s, "
                         "\"tflops_per_gpu\": %.4f, \"iteration_time_s\": %.6g, \"memory_per_gpu_gb\": %.4f}",
-                        i ? ", " : "", L->t, L->p, L->d, L->v, L->micro_batch_size,
+                        i ? ", " : "", L->t, L->p, L->d, L->v, L->micro_batch_size, L->c > 1 ? L->c : 1,
                         mg__plan_recompute_name(L->recompute), L->sequence_parallel ? "true" : "false",
                         L->distributed_optimizer ? "true" : "false", top[i].tflops_per_gpu,
                         top[i].iteration_time, top[i].mem_total / MG__PLAN_GIB);

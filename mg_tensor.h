@@ -180,6 +180,11 @@ MGDEF void mg_copy_to_host(mg_ctx *ctx, void *dst_host, const void *src_dev, siz
 /* dev->dev; the two ranges must be equal or disjoint (cudaMemcpy's rule, checked).          */
 MGDEF void mg_copy(mg_ctx *ctx, void *dst_dev, const void *src_dev, size_t bytes);
 MGDEF void mg_memset_zero(mg_ctx *ctx, void *dst_dev, size_t bytes);
+/* dev->dev strided copy (cudaMemcpy2DAsync's arguments): `rows` rows of `width` bytes, row r
+   from src + r·spitch to dst + r·dpitch (pitches >= width; the regions must not overlap).
+   Context parallelism packs the key/value columns of qkv with it.                           */
+MGDEF void mg_copy_2d(mg_ctx *ctx, void *dst, size_t dpitch, const void *src, size_t spitch,
+                      size_t width, size_t rows);
 MGDEF void mg_sync(mg_ctx *ctx);                          /* wait for the stream (no-op CPU)  */
 
 /* ---------------------------------------------------------------------------------------------
@@ -1025,6 +1030,23 @@ MGDEF void mg_copy(mg_ctx *ctx, void *dst_dev, const void *src_dev, size_t bytes
         mg_fatal(__FILE__, __LINE__, "mg_copy: %zu bytes from %p to %p: the ranges overlap "
                  "(they must be equal or disjoint)", bytes, src_dev, dst_dev);
     mg__copy(ctx, dst_dev, src_dev, bytes, 3);
+}
+MGDEF void mg_copy_2d(mg_ctx *ctx, void *dst, size_t dpitch, const void *src, size_t spitch,
+                      size_t width, size_t rows) {
+    if (!width || !rows) return;
+    if (dpitch < width || spitch < width)
+        mg_fatal(__FILE__, __LINE__, "mg_copy_2d: pitches %zu (dst), %zu (src) below the width "
+                 "%zu", dpitch, spitch, width);
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        MG_CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows,
+                                        cudaMemcpyDeviceToDevice, MG__STREAM(ctx)));
+        return;
+    }
+#endif
+    (void)ctx;
+    for (size_t r = 0; r < rows; r++)
+        memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
 }
 MGDEF void mg_memset_zero(mg_ctx *ctx, void *dst_dev, size_t bytes) {
     if (!bytes) return;

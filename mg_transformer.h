@@ -12,6 +12,8 @@
      1. Megatron's communication operators over the tensor group (mg_tp_group): mg_tp_gather
         before a column-parallel layer, mg_tp_reduce after a row-parallel one, each the other's
         backward; plain tensor parallelism or sequence parallelism.
+     1b. Context parallelism (mg_cp_group): the load-balanced causal split of the sequence over
+        the context group and the ring attention that the layer runs when it has c > 1 ranks.
      2. Tensor-parallel linear layers: ColumnParallelLinear and RowParallelLinear, each forward
         with its input-gradient and weight-gradient halves (so that a pipeline schedule can run
         the weight half later, ZB-H1), on a shared scratch (mg_transformer).
@@ -93,6 +95,48 @@ MGDEF void mg_tp_all_reduce(const mg_tp_group *g, float *buf, int64_t n, mg_redo
 MGDEF mg_comm *mg_tp_comm(const mg_tp_group *g);
 
 /* ---------------------------------------------------------------------------------------------
+   1b. Context parallelism (Megatron-LM's --context-parallel-size c; Liu et al. 2023, ring
+       attention). The c ranks of the context group split every sequence: the T positions are
+       cut into 2c chunks of Tc = T/(2c) and rank i holds chunks i and 2c−1−i (the load-balanced
+       causal split: the early chunk sees few keys, the late one many, so every rank does the
+       same attention work). A rank's T/c local positions are its two chunks in order — local
+       row t·B + b, t < Tc in chunk i, t >= Tc in chunk 2c−1−i — and everything but attention
+       (norms, linears, MLP, residuals, dropout, the loss) is token-local. Attention is the ring
+       (mg_transformer_layer_forward/backward call it when the group has c > 1 ranks):
+         forward   the packed K/V of the local tokens ([T/c, B, ng, 2, hd]: key/value heads only,
+                   so grouped-query attention moves ng/nh of the heads) travel c − 1 hops around
+                   the ring (rank i sends to i+1, receives from i−1, nonblocking, posted before
+                   the attention of the block in hand so the transfer overlaps it); each local
+                   query chunk attends to each visible key chunk with mg_attn_block_forward at the
+                   chunks' global positions, merging the partial outputs by log-sum-exp.
+         backward  with the final lse and Δ = rowsum(dO ∘ O), the same ring again: dQ sums in a
+                   local fp32 buffer; the fp32 dK, dV of each block travel with it, one hop
+                   behind the K/V: while a step computes this rank's contribution to the block
+                   in hand, the sum of the previous block leaves and the partial sum of this
+                   one arrives (the transfers overlap the step); after c hops each rank holds
+                   the dK/dV of its own keys over all queries.
+       Causal visibility of chunk pairs: a key chunk is visible to a query chunk iff it is not
+       later; invisible pairs are skipped. Dropout masks use the global positions (the block
+       API's q_pos0/k_pos0 and T_global), so they equal one rank's.
+   ------------------------------------------------------------------------------------------ */
+typedef struct mg_cp_group {
+    mg_comm *comm;            /* comm->context is the group; may be NULL when size is 1        */
+    int rank, size;
+} mg_cp_group;
+/* The context group of comm (set up by mg_comm_setup_groups_cp); comm NULL: one rank. */
+MGDEF mg_cp_group mg_cp_group_make(mg_comm *comm);
+/* Global position of the first token of local chunk `half` (0 or 1) of rank `rank` of c, with
+   T_local = T/c positions per rank: half 0 is chunk rank, half 1 chunk 2c−1−rank. c = 1: the
+   two halves are just the first and second half of the sequence.                           */
+MGDEF int64_t mg_cp_chunk_pos(int rank, int c, int64_t T_local, int half);
+/* The global position of local position t (0 <= t < T_local).                              */
+MGDEF int64_t mg_cp_global_pos(int rank, int c, int64_t T_local, int64_t t);
+/* Attention tiles (MG_ATTN_TILE² query-key tiles per batch row and head, mg_attn_block_tiles)
+   that rank `rank`'s ring forward computes for T_local = T/c positions: its measure of work.
+   The ring's forwards add the same count to mg_transformer.cp_tiles.                       */
+MGDEF int64_t mg_cp_attention_tiles(int rank, int c, int64_t T_local);
+
+/* ---------------------------------------------------------------------------------------------
    3a. The layer's configuration and the per-rank state its calls share (declared before
        section 2, whose layers run on that state)
    ------------------------------------------------------------------------------------------ */
@@ -104,7 +148,8 @@ typedef struct mg_layer_config {
                                  divide it (a rank holds whole groups)                         */
     int head_dim;             /* hd (Megatron's --kv-channels; C / n_head for GPT-2)           */
     int ffn_hidden;           /* F: the MLP's width (4C for GPT-2)                              */
-    int seq_len;              /* T                                                              */
+    int seq_len;              /* T: positions this rank holds (T/c of the sequence with context
+                                 parallelism, see mg_transformer_set_cp)                       */
     int micro_batch;          /* B: a call processes N = T·B rows                               */
     mg_dtype dtype;           /* activations and their gradients                                */
     mg_norm norm;             /* LayerNorm eps 1e-5 (GPT-2) or RMSNorm                          */
@@ -147,12 +192,25 @@ typedef struct mg_transformer {
                                  the widths of attention and of qkv                          */
     mg_tensor datt;           /* [B, nh/t, T, T] the unfused attention's probability gradient   */
     mg_tensor dgate;          /* [N, F/t] SwiGLU: the gate's output gradient                    */
-    float *rope_cs;           /* rope: device [T, rot_dim/2, 2] cos/sin table (mg_rope_table)  */
+    float *rope_cs;           /* rope: device [T·c, rot_dim/2, 2] cos/sin table (mg_rope_table) */
+    /* context parallelism (1b; cp.size 1: none): the ring's buffers — two packed K/V blocks
+       [N, ng/t, 2, hd] in the activations' dtype (the block in hand and the one arriving), three
+       fp32 dK/dV blocks (this rank's contribution, the sum leaving, the partial sum arriving),
+       the queries' fp32 gradient [N, nh/t, hd], Δ fp32 [2][B, nh/t, T/2]                   */
+    mg_cp_group cp;
+    void *cp_kv[2];
+    float *cp_dkv[3], *cp_dq, *cp_delta;
+    int64_t cp_tiles;         /* attention tiles computed by this rank's forwards (the work
+                                 balance of the causal split; mg_attn_block_tiles)             */
 } mg_transformer;
 
 /* Fills tf (no allocation): the rows this rank holds follow from tp and cfg. */
 MGDEF void mg_transformer_init(mg_transformer *tf, mg_ctx *ctx, const mg_layer_config *cfg,
                                mg_tp_group tp);
+/* Makes the layers context-parallel over cp (call after mg_transformer_init, before claiming):
+   cfg.seq_len is then this rank's T/c positions; rope tables, dropout masks and attention use
+   the global positions of mg_cp_global_pos.                                                  */
+MGDEF void mg_transformer_set_cp(mg_transformer *tf, mg_cp_group cp);
 /* Claims the shared scratch (see mg_claim: counts with c->ctx NULL). */
 MGDEF void mg_transformer_claim_scratch(mg_transformer *tf, mg_claim *c);
 
@@ -242,7 +300,9 @@ typedef struct mg_layer_acts {
     mg_tensor qkv;            /* [N, 3C/t]   per head [q k v]                                  */
     mg_tensor att;            /* unfused: [B, nh/t, T, T] attention probabilities (before
                                  dropout)                                                      */
-    mg_tensor lse;            /* flash: [B, nh/t, T] fp32 log-sum-exp of each query's scores   */
+    mg_tensor lse;            /* flash: [B, nh/t, T] fp32 log-sum-exp of each query's scores;
+                                 with context parallelism [2][B, nh/t, T/2], per local chunk
+                                 over all keys of the sequence                                */
     mg_tensor atty;           /* [N, C/t]    attention output before the projection            */
     mg_tensor resid_mid;      /* [n, C]      residual stream after the attention block         */
     mg_tensor ln2;            /* [n, C]                                                         */
@@ -367,6 +427,38 @@ MGDEF mg_tensor *mg_tp_reduce(const mg_tp_group *g, mg_tensor *partial, mg_tenso
     return local;
 }
 
+/* ---- 1b. Context parallelism: the split ---------------------------------------------------- */
+MGDEF mg_cp_group mg_cp_group_make(mg_comm *comm) {
+    mg_cp_group g;
+    g.comm = comm;
+    g.rank = comm && comm->context.size > 0 ? comm->context.rank : 0;
+    g.size = comm && comm->context.size > 0 ? comm->context.size : 1;
+    return g;
+}
+MGDEF int64_t mg_cp_chunk_pos(int rank, int c, int64_t T_local, int half) {
+    return (half ? 2 * (int64_t)c - 1 - rank : (int64_t)rank) * (T_local / 2);
+}
+MGDEF int64_t mg_cp_global_pos(int rank, int c, int64_t T_local, int64_t t) {
+    int half = t >= T_local / 2;
+    if (c <= 1) return t;
+    return mg_cp_chunk_pos(rank, c, T_local, half) + t - half * (T_local / 2);
+}
+MGDEF int64_t mg_cp_attention_tiles(int rank, int c, int64_t T_local) {
+    mg_attn_block k;
+    int64_t n = 0;
+    memset(&k, 0, sizeof k);
+    k.B = k.n_head = k.n_group = 1;
+    k.Tq = k.Tk = (int)(T_local / 2);
+    for (int s = 0; s < c; s++)          /* the ring's blocks, as mg__cp_attention_forward */
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 2; b++) {
+                k.q_pos0 = mg_cp_chunk_pos(rank, c, T_local, a);
+                k.k_pos0 = mg_cp_chunk_pos((rank + c - s) % c, c, T_local, b);
+                if (k.k_pos0 <= k.q_pos0) n += mg_attn_block_tiles(&k);
+            }
+    return n;
+}
+
 /* ---- 3a. Configuration and shared state ---------------------------------------------------- */
 MGDEF void mg_transformer_init(mg_transformer *tf, mg_ctx *ctx, const mg_layer_config *cfg,
                                mg_tp_group tp) {
@@ -378,6 +470,15 @@ MGDEF void mg_transformer_init(mg_transformer *tf, mg_ctx *ctx, const mg_layer_c
     tf->tp.sequence_parallel = tp.sequence_parallel && tp.size > 1;
     tf->n_rows = tf->tp.sequence_parallel ? N / tp.size : N;
     tf->row0 = tf->tp.sequence_parallel ? tf->n_rows * tp.rank : 0;
+    tf->cp.size = 1;
+}
+MGDEF void mg_transformer_set_cp(mg_transformer *tf, mg_cp_group cp) {
+    MG_ASSERT(cp.size >= 1 && cp.rank >= 0 && cp.rank < cp.size &&
+              (cp.size == 1 || (tf->cfg.seq_len % 2 == 0 &&
+                                tf->cfg.attention_backend == MG_ATTN_FLASH)),
+              "mg_transformer_set_cp: rank %d of %d with %d local positions (need an even "
+              "number, and the tiled attention backend)", cp.rank, cp.size, tf->cfg.seq_len);
+    tf->cp = cp;
 }
 
 /* Widths of this rank's slices: Q = nh·hd/t (attention output), QKV = (nh + 2·ng)·hd/t, F/t. */
@@ -404,14 +505,22 @@ MGDEF void mg_transformer_claim_scratch(mg_transformer *tf, mg_claim *c) {
     tf->d4C = mg_claim_tensor(c, dt, w.N, w.f, 0, 0);
     if (tf->cfg.attention_backend == MG_ATTN_UNFUSED)
         tf->datt = mg_claim_tensor(c, dt, w.B, w.nh, w.T, w.T);
+    if (tf->cp.size > 1) {   /* the ring's buffers */
+        int64_t kvn = w.N * w.ng * 2 * tf->cfg.head_dim;
+        for (int k = 0; k < 2; k++)
+            tf->cp_kv[k] = mg_claim_bytes(c, (size_t)kvn * mg_dtype_size(dt));
+        for (int k = 0; k < 3; k++) tf->cp_dkv[k] = mg_claim_f32(c, kvn);
+        tf->cp_dq = mg_claim_f32(c, w.N * w.q);
+        tf->cp_delta = mg_claim_f32(c, w.B * w.nh * w.T);
+    }
     if (tf->cfg.swiglu) tf->dgate = mg_claim_tensor(c, dt, w.N, w.f, 0, 0);
-    if (tf->cfg.rope) {   /* the table, computed once on the host */
-        size_t n = (size_t)w.T * (size_t)tf->cfg.rot_dim;
+    if (tf->cfg.rope) {   /* the table (every global position), computed once on the host */
+        size_t n = (size_t)w.T * (size_t)tf->cp.size * (size_t)tf->cfg.rot_dim;
         tf->rope_cs = mg_claim_f32(c, (int64_t)n);
         if (c->ctx) {
             float *host = (float *)MG_MALLOC(n * sizeof(float));
             MG_ASSERT(host, "out of host memory");
-            mg_rope_table(host, (int)w.T, tf->cfg.rot_dim, &tf->cfg.rope_freq);
+            mg_rope_table(host, (int)(w.T * tf->cp.size), tf->cfg.rot_dim, &tf->cfg.rope_freq);
             mg_copy_to_device(c->ctx, tf->rope_cs, host, n * sizeof(float));
             MG_FREE(host);
         }
@@ -549,17 +658,45 @@ MGDEF void mg_column_parallel_linear_gelu_forward(mg_transformer *tf, mg_tensor 
 static uint64_t mg__layer_key(const mg_transformer *tf, const mg_layer_id *id, uint64_t site) {
     return mg_dropout_key(tf->cfg.dropout_seed, site, id->microbatch);
 }
+/* The global rows of this rank's residual-stream rows [row0, row0 + n): with context
+   parallelism one run per local chunk the rows touch ({first row within the n, count, first
+   global row t·B + b}), else one run. Masks keyed by global rows are then those of one rank. */
+typedef struct mg__cp_run { int64_t r, n, g; } mg__cp_run;
+static int mg__cp_runs(const mg_transformer *tf, mg__cp_run run[2]) {
+    int64_t B = tf->cfg.micro_batch, Tl = tf->cfg.seq_len, half = Tl / 2 * B;
+    int64_t r0 = tf->row0, r1 = tf->row0 + tf->n_rows;
+    int k = 0;
+    if (tf->cp.size <= 1) { run[0].r = 0; run[0].n = tf->n_rows; run[0].g = tf->row0; return 1; }
+    for (int h = 0; h < 2; h++) {
+        int64_t lo = r0 > h * half ? r0 : h * half, hi = r1 < (h + 1) * half ? r1 : (h + 1) * half;
+        if (hi <= lo) continue;
+        run[k].r = lo - r0;
+        run[k].n = hi - lo;
+        run[k].g = mg_cp_chunk_pos(tf->cp.rank, tf->cp.size, Tl, h) * B + lo - h * half;
+        k++;
+    }
+    return k;
+}
 MGDEF void mg_transformer_dropout(mg_transformer *tf, const mg_layer_id *id, mg_tensor *x,
                                   uint64_t site) {
+    mg__cp_run run[2];
     if (!id->dropout_on || tf->cfg.hidden_dropout <= 0) return;
-    mg_dropout_forward(tf->ctx, x, x, tf->cfg.hidden_dropout, mg__layer_key(tf, id, site),
-                       tf->row0);
+    for (int k = 0, n = mg__cp_runs(tf, run); k < n; k++) {
+        mg_tensor v = mg_tensor_rows(x, run[k].r, run[k].n);
+        mg_dropout_forward(tf->ctx, &v, &v, tf->cfg.hidden_dropout, mg__layer_key(tf, id, site),
+                           run[k].g);
+    }
 }
 MGDEF const mg_tensor *mg_transformer_dropout_grad(mg_transformer *tf, const mg_layer_id *id,
                                                    const mg_tensor *dout, uint64_t site) {
+    mg__cp_run run[2];
     if (!id->dropout_on || tf->cfg.hidden_dropout <= 0) return dout;
-    mg_dropout_backward(tf->ctx, &tf->dlocal, dout, tf->cfg.hidden_dropout,
-                        mg__layer_key(tf, id, site), tf->row0);
+    for (int k = 0, n = mg__cp_runs(tf, run); k < n; k++) {
+        mg_tensor d = mg_tensor_rows(&tf->dlocal, run[k].r, run[k].n);
+        mg_tensor g = mg_tensor_rows(dout, run[k].r, run[k].n);
+        mg_dropout_backward(tf->ctx, &d, &g, tf->cfg.hidden_dropout, mg__layer_key(tf, id, site),
+                            run[k].g);
+    }
     return &tf->dlocal;
 }
 /* The attention-probability dropout of the layer (NULL: off): the global [B, nh, T, T]
@@ -577,6 +714,199 @@ static const mg_attn_dropout *mg__layer_attn_dropout(const mg_transformer *tf,
 /* An optional tensor of a layer's array (NULL when the configuration has none). */
 static const mg_tensor *mg__opt(const mg_tensor *t) { return t->data ? t : NULL; }
 static mg_tensor *mg__opt_g(mg_tensor *t) { return t->data ? t : NULL; }
+
+/* Rotary positions on qkv's queries and keys (inverse: the backward's rotation of dqkv) at the
+   rows' global positions: with context parallelism each local chunk at its own.             */
+static void mg__layer_rope(mg_transformer *tf, mg_tensor *qkv, int inverse) {
+    mg__widths d = mg__widths_of(tf);
+    int halves = tf->cp.size > 1 ? 2 : 1;
+    for (int h = 0; h < halves; h++) {
+        int64_t rows = d.N / halves;
+        mg_tensor v = mg_tensor_rows(qkv, h * rows, rows);
+        int t0 = (int)(halves > 1 ? mg_cp_chunk_pos(tf->cp.rank, tf->cp.size, d.T, h) : 0);
+        if (inverse)
+            mg_rope_backward(tf->ctx, &v, (int)d.B, (int)d.nh, (int)d.ng, tf->cfg.rot_dim, t0,
+                             tf->rope_cs);
+        else
+            mg_rope_forward(tf->ctx, &v, (int)d.B, (int)d.nh, (int)d.ng, tf->cfg.rot_dim, t0,
+                            tf->rope_cs);
+    }
+}
+
+/* ---- 1b. Context parallelism: the ring ------------------------------------------------------
+   A view of per-head rows in a [T, B, …] buffer whose (t, b) row is row_w elements wide,
+   from local position t0 and column col: ld_t = B·row_w, ld_b = row_w.                       */
+static mg_attn_view mg__cp_view(void *base, mg_dtype dt, int64_t t0, int64_t B, int64_t row_w,
+                                int64_t ld_g, int64_t ld_h, int64_t col) {
+    mg_attn_view v;
+    v.dtype = dt;
+    v.ld_b = row_w;
+    v.ld_t = B * row_w;
+    v.ld_g = ld_g;
+    v.ld_h = ld_h;
+    v.data = (char *)base + (size_t)(t0 * v.ld_t + col) * mg_dtype_size(dt);
+    return v;
+}
+/* Local query chunk a (of qkv) against key chunk b of the packed K/V `kv` that rank src holds:
+   their global positions make the causal mask and the dropout mask those of one rank.       */
+static mg_attn_block mg__cp_block(const mg_transformer *tf, const mg_tensor *qkv, int a,
+                                  void *kv, int src, int b, const mg_attn_dropout *drop) {
+    mg__widths d = mg__widths_of(tf);
+    int64_t hd = tf->cfg.head_dim, per = d.nh / d.ng, Tc = d.T / 2;
+    mg_attn_block k;
+    memset(&k, 0, sizeof k);
+    k.B = (int)d.B; k.Tq = k.Tk = (int)Tc; k.n_head = (int)d.nh; k.n_group = (int)d.ng;
+    k.hd = (int)hd;
+    k.q = mg__cp_view(qkv->data, qkv->dtype, a * Tc, d.B, d.qkv, (per + 2) * hd, hd, 0);
+    k.k = mg__cp_view(kv, qkv->dtype, b * Tc, d.B, d.ng * 2 * hd, 2 * hd, hd, 0);
+    k.v = mg__cp_view(kv, qkv->dtype, b * Tc, d.B, d.ng * 2 * hd, 2 * hd, hd, hd);
+    k.q_pos0 = mg_cp_chunk_pos(tf->cp.rank, tf->cp.size, d.T, a);
+    k.k_pos0 = mg_cp_chunk_pos(src, tf->cp.size, d.T, b);
+    k.T_global = d.T * tf->cp.size;
+    k.drop = drop;
+    return k;
+}
+/* Query-head rows of an [N, nh/t·hd] buffer (atty, its gradient, the fp32 dQ), chunk a.     */
+static mg_attn_view mg__cp_heads(const mg_transformer *tf, void *base, mg_dtype dt, int a) {
+    mg__widths d = mg__widths_of(tf);
+    int64_t hd = tf->cfg.head_dim;
+    return mg__cp_view(base, dt, a * (d.T / 2), d.B, d.q, d.nh / d.ng * hd, hd, 0);
+}
+/* Copies the key/value columns of qkv ([N, ng/t, per + 2, hd]) into the packed [N, ng/t, 2,
+   hd] buffer kv, or back (unpack: kv's values into qkv's key/value columns).               */
+static void mg__cp_pack(const mg_transformer *tf, void *qkv, void *kv, mg_dtype dt, int unpack) {
+    mg__widths d = mg__widths_of(tf);
+    size_t es = mg_dtype_size(dt), hd = (size_t)tf->cfg.head_dim, per = (size_t)(d.nh / d.ng);
+    char *cols = (char *)qkv + per * hd * es;
+    size_t rows = (size_t)(d.N * d.ng);
+    if (unpack) mg_copy_2d(tf->ctx, cols, (per + 2) * hd * es, kv, 2 * hd * es, 2 * hd * es, rows);
+    else mg_copy_2d(tf->ctx, kv, 2 * hd * es, cols, (per + 2) * hd * es, 2 * hd * es, rows);
+}
+/* One hop of the ring: send `send` to the next rank, receive `recv` from the previous one
+   (grouped, so the pair never deadlocks; NCCL on the communication stream on CUDA).         */
+static mg_request mg__cp_shift(const mg_transformer *tf, const void *send, void *recv,
+                               int64_t count, mg_dtype dt) {
+    mg_comm *comm = tf->cp.comm;
+    int c = tf->cp.size;
+    mg_group_start(comm);
+    mg_send(comm, &comm->context, send, count, dt, (tf->cp.rank + 1) % c);
+    mg_recv(comm, &comm->context, recv, count, dt, (tf->cp.rank + c - 1) % c);
+    return mg_group_end_async(comm);
+}
+
+/* Ring attention, forward: la->atty and la->lse from la->qkv. Step s (0 … c−1) holds the K/V
+   of rank src = rank − s; the next block's hop is posted before this block's attention, so
+   the transfer overlaps it. Each query chunk's first visible block writes (merge 0), later
+   ones merge by log-sum-exp.                                                               */
+static void mg__cp_attention_forward(mg_transformer *tf, const mg_attn_dropout *drop,
+                                     mg_layer_acts *la) {
+    mg__widths d = mg__widths_of(tf);
+    int c = tf->cp.size, cur = 0, started[2] = {0, 0};
+    int64_t kvn = d.N * d.ng * 2 * tf->cfg.head_dim, lse_half = d.B * d.nh * (d.T / 2);
+    mg_dtype dt = la->qkv.dtype;
+    float *lse = (float *)la->lse.data;
+    mg__cp_pack(tf, la->qkv.data, tf->cp_kv[0], dt, 0);
+    for (int s = 0; s < c; s++) {
+        int src = (tf->cp.rank + c - s) % c;
+        mg_request req = {0};
+        if (s + 1 < c) req = mg__cp_shift(tf, tf->cp_kv[cur], tf->cp_kv[1 - cur], kvn, dt);
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 2; b++) {
+                mg_attn_block k = mg__cp_block(tf, &la->qkv, a, tf->cp_kv[cur], src, b, drop);
+                mg_attn_view o = mg__cp_heads(tf, la->atty.data, dt, a);
+                if (k.k_pos0 > k.q_pos0) continue;   /* a later chunk: invisible */
+                mg_attn_block_forward(tf->ctx, &k, &o, lse + a * lse_half, started[a]);
+                started[a] = 1;
+                tf->cp_tiles += mg_attn_block_tiles(&k);
+            }
+        mg_wait(tf->cp.comm, &req);
+        cur = 1 - cur;
+    }
+}
+
+/* Ring attention, backward: d_qkv from dout (tf->dCt, used as scratch once read). Δ per query
+   chunk first; then the ring of the forward, where the fp32 dK/dV of each block travel one
+   hop behind its K/V, summed by every rank it passes, so that after c hops every rank holds
+   the dK/dV of its own keys over all queries. dQ sums in fp32 locally; both are rounded once
+   into d_qkv at the end.                                                                    */
+static void mg__cp_attention_backward(mg_transformer *tf, const mg_attn_dropout *drop,
+                                      mg_layer_acts *la, mg_tensor *d_qkv) {
+    mg__widths d = mg__widths_of(tf);
+    int c = tf->cp.size, cur = 0;
+    int64_t kvn = d.N * d.ng * 2 * tf->cfg.head_dim, lse_half = d.B * d.nh * (d.T / 2);
+    mg_dtype dt = la->qkv.dtype;
+    const float *lse = (const float *)la->lse.data;
+    mg_tensor dq32, dq, dkv32, dkv, acc, part;
+    int64_t shape[1] = {kvn};
+    int out = 0, in = 1, loc = 2;   /* the fp32 dK/dV buffers' roles, see below */
+    mg_request rdkv = {0};
+    mg_memset_zero(tf->ctx, tf->cp_dq, (size_t)(d.N * d.q) * sizeof(float));
+    mg__cp_pack(tf, la->qkv.data, tf->cp_kv[0], dt, 0);
+    for (int a = 0; a < 2; a++) {
+        mg_attn_block k = mg__cp_block(tf, &la->qkv, a, tf->cp_kv[0], tf->cp.rank, 0, drop);
+        mg_attn_view o = mg__cp_heads(tf, la->atty.data, dt, a);
+        mg_attn_view dout = mg__cp_heads(tf, tf->dCt.data, dt, a);
+        mg_attn_delta(tf->ctx, tf->cp_delta + a * lse_half, &k, &dout, &o);
+    }
+    /* Step s: dkv[loc] collects this rank's contribution to the block in hand (src's keys);
+       meanwhile dkv[out], the sum the previous step finished, goes to the next rank and dkv[in]
+       receives from the previous rank the partial sum of the block in hand (every rank before
+       this one in the ring), to which dkv[loc] is then added. Step 0's block is this rank's
+       own: its sum is dkv[loc] alone. The last sum travels after the loop.                */
+    for (int s = 0; s < c; s++) {
+        int src = (tf->cp.rank + c - s) % c, t;
+        mg_request req = {0};
+        if (s + 1 < c) req = mg__cp_shift(tf, tf->cp_kv[cur], tf->cp_kv[1 - cur], kvn, dt);
+        if (s > 0) rdkv = mg__cp_shift(tf, tf->cp_dkv[out], tf->cp_dkv[in], kvn, MG_F32);
+        mg_memset_zero(tf->ctx, tf->cp_dkv[loc], (size_t)kvn * sizeof(float));
+        for (int a = 0; a < 2; a++)
+            for (int b = 0; b < 2; b++) {
+                mg_attn_block k = mg__cp_block(tf, &la->qkv, a, tf->cp_kv[cur], src, b, drop);
+                mg_attn_view dout = mg__cp_heads(tf, tf->dCt.data, dt, a);
+                mg_attn_view dq = mg__cp_heads(tf, tf->cp_dq, MG_F32, a);
+                mg_attn_view dk = mg__cp_view(tf->cp_dkv[loc], MG_F32, b * (d.T / 2), d.B,
+                                              d.ng * 2 * k.hd, 2 * k.hd, k.hd, 0);
+                mg_attn_view dv = dk;
+                if (k.k_pos0 > k.q_pos0) continue;
+                dv.data = (float *)dk.data + k.hd;
+                mg_attn_block_backward(tf->ctx, &k, &dout, lse + a * lse_half,
+                                       tf->cp_delta + a * lse_half, &dq, &dk, &dv, 1);
+            }
+        mg_wait(tf->cp.comm, &req);
+        mg_wait(tf->cp.comm, &rdkv);
+        acc = mg_tensor_wrap(tf->cp_dkv[loc], MG_F32, 1, shape);
+        if (s > 0) {   /* the block's sum: the ring's partial plus this rank's */
+            part = mg_tensor_wrap(tf->cp_dkv[in], MG_F32, 1, shape);
+            mg_axpy(tf->ctx, &part, 1.0f, &acc);
+            t = out; out = in; in = t;
+        } else {
+            t = out; out = loc; loc = t;
+        }
+        cur = 1 - cur;
+    }
+    rdkv = mg__cp_shift(tf, tf->cp_dkv[out], tf->cp_dkv[in], kvn, MG_F32);
+    mg_wait(tf->cp.comm, &rdkv);
+    cur = in;
+    /* tf->cp_dkv[cur] is this rank's own dK/dV now (its c contributions summed around the
+       ring); round both into d_qkv                                                          */
+    dq32 = mg_tensor_wrap(tf->cp_dq, MG_F32, 2, tf->dCt.shape);
+    dq = tf->dCt;
+    mg_cast(tf->ctx, &dq, &dq32);
+    {
+        int64_t hd = tf->cfg.head_dim, per = d.nh / d.ng;
+        size_t es = mg_dtype_size(dt);
+        mg_copy_2d(tf->ctx, d_qkv->data, (size_t)((per + 2) * hd) * es, dq.data,
+                   (size_t)(per * hd) * es, (size_t)(per * hd) * es, (size_t)(d.N * d.ng));
+    }
+    {
+        int64_t shape2[2] = {d.N, kvn / d.N};
+        dkv32 = mg_tensor_wrap(tf->cp_dkv[cur], MG_F32, 2, shape2);
+        dkv = mg_tensor_wrap(tf->cp_kv[0], dt, 2, shape2);
+        mg_cast(tf->ctx, &dkv, &dkv32);
+        mg__cp_pack(tf, d_qkv->data, dkv.data, dt, 1);
+    }
+}
+
 
 /* Forward, with Megatron's operators in brackets:
      ln1 = norm(x); [f / all-gather] qkv = ln1·Wqkvᵀ (+ b) (column-parallel: this rank's
@@ -599,10 +929,10 @@ MGDEF void mg_transformer_layer_forward(mg_transformer *tf, const mg_layer_id *i
                     mg__opt(&w[MG_LN1_B]));
     mg_column_parallel_linear_forward(tf, &la->qkv, &la->ln1, &w[MG_QKV_W],
                                       mg__opt(&w[MG_QKV_B]));
-    if (k->rope)
-        mg_rope_forward(ctx, &la->qkv, (int)d.B, (int)d.nh, (int)d.ng, k->rot_dim, 0,
-                        tf->rope_cs);
-    if (k->attention_backend == MG_ATTN_FLASH)
+    if (k->rope) mg__layer_rope(tf, &la->qkv, 0);
+    if (tf->cp.size > 1)
+        mg__cp_attention_forward(tf, mg__layer_attn_dropout(tf, id, &adrop), la);
+    else if (k->attention_backend == MG_ATTN_FLASH)
         mg_flash_attention_forward(ctx, &la->atty, &la->lse, &la->qkv, (int)d.B, (int)d.T,
                                    (int)d.nh, (int)d.ng, mg__layer_attn_dropout(tf, id, &adrop));
     else
@@ -692,7 +1022,9 @@ MGDEF void mg_transformer_layer_backward(mg_transformer *tf, const mg_layer_id *
     mg_row_parallel_linear_backward(tf, &tf->dCt, g_out, &la->atty, &w[MG_PROJ_W],
                                     defer_w ? NULL : &g[MG_PROJ_W], mg__opt_g(&g[MG_PROJ_B]),
                                     defer_w ? &la->dout_proj : NULL);
-    if (k->attention_backend == MG_ATTN_FLASH)
+    if (tf->cp.size > 1)
+        mg__cp_attention_backward(tf, mg__layer_attn_dropout(tf, id, &adrop), la, d_qkv);
+    else if (k->attention_backend == MG_ATTN_FLASH)
         mg_flash_attention_backward(ctx, d_qkv, &tf->dCt, &la->atty, &la->lse, &la->qkv,
                                     (int)d.B, (int)d.T, (int)d.nh, (int)d.ng,
                                     mg__layer_attn_dropout(tf, id, &adrop));
@@ -700,9 +1032,7 @@ MGDEF void mg_transformer_layer_backward(mg_transformer *tf, const mg_layer_id *
         mg_attention_backward_gqa(ctx, d_qkv, &tf->datt, &tf->dCt, &la->qkv, &la->att, (int)d.B,
                                   (int)d.T, (int)d.nh, (int)d.ng,
                                   mg__layer_attn_dropout(tf, id, &adrop));
-    if (k->rope)
-        mg_rope_backward(ctx, d_qkv, (int)d.B, (int)d.nh, (int)d.ng, k->rot_dim, 0,
-                         tf->rope_cs);
+    if (k->rope) mg__layer_rope(tf, d_qkv, 1);
     dln = mg_column_parallel_linear_backward(tf, d_qkv, &la->ln1, &w[MG_QKV_W],
                                              defer_w ? NULL : &g[MG_QKV_W],
                                              mg__opt_g(&g[MG_QKV_B]));

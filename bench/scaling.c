@@ -365,7 +365,7 @@ int main(int argc, char **argv) {
         mg_trainer_free(&tr);
         {   /* the model's prediction for this layout */
             mg_plan_layout pl;
-            pl.t = t; pl.p = p; pl.d = d; pl.v = v;
+            pl.t = t; pl.p = p; pl.d = d; pl.v = v; pl.c = 1;
             pl.micro_batch_size = micro;
             pl.recompute = MG_PLAN_RECOMPUTE_NONE;
             pl.sequence_parallel = sp && t > 1;

@@ -96,6 +96,7 @@ static double planned_mb(const mg_trainer *tr, mg_plan_result *res) {
     c.gpus = c.gpus_per_node = comm.world_size;
     mg_plan_gpu_preset("h100-sxm", &c.gpu);   /* only its memory size is read here: "fits" */
     L.t = tr->model.layout.tp_size; L.p = tr->pp; L.d = tr->dp_size; L.v = tr->vp;
+    L.c = tr->cp_size;
     L.micro_batch_size = (int)tr->args.micro_batch_size;
     L.recompute = tr->model.layout.recompute_granularity;   /* MG_RECOMPUTE_* = MG_PLAN_* */
     L.sequence_parallel = tr->model.tf.tp.sequence_parallel;
@@ -210,6 +211,12 @@ int main(int argc, char **argv) {
         if (tr.model.layout.tp_size > 1)
             printf("gpt_train: tensor-parallel size %d%s\n", tr.model.layout.tp_size,
                    tr.model.tf.tp.sequence_parallel ? ", sequence parallel" : "");
+        if (tr.cp_size > 1) {
+            int Tl = mg_gpt_local_seq(&tr.cfg, &tr.model.layout);
+            printf("gpt_train: context-parallel size %d: %d positions per rank (chunks of %d: "
+                   "rank i holds chunks i and %d-i), ring attention\n", tr.cp_size, Tl, Tl / 2,
+                   2 * tr.cp_size - 1);
+        }
         if (tr.pp > 1)
             printf("gpt_train: pipeline of %d ranks x %d model chunk%s of %d layer%s, schedule "
                    "%s\n", tr.pp, tr.vp, tr.vp > 1 ? "s" : "", tr.cfg.n_layer / (tr.pp * tr.vp),
@@ -222,9 +229,11 @@ int main(int argc, char **argv) {
             for (k = 0; k < tr.dp.n_buckets; k++)
                 if (tr.dp.bucket_begin[k + 1] - tr.dp.bucket_begin[k] > largest)
                     largest = tr.dp.bucket_begin[k + 1] - tr.dp.bucket_begin[k];
-            printf("gpt_train: layout t=%d x p=%d x d=%d (data-parallel: %lld samples per replica "
-                   "per iteration%s, %d gradient bucket%s of up to %lld elements)\n",
-                   tr.model.layout.tp_size, tr.pp, tr.dp_size,
+            char cp[32] = "";
+            if (tr.cp_size > 1) snprintf(cp, sizeof cp, " x c=%d", tr.cp_size);
+            printf("gpt_train: layout t=%d%s x p=%d x d=%d (data-parallel: %lld samples per "
+                   "replica per iteration%s, %d gradient bucket%s of up to %lld elements)\n",
+                   tr.model.layout.tp_size, cp, tr.pp, tr.dp_size,
                    (long long)(tr.args.global_batch_size / tr.dp_size),
                    tr.opt.dp ? ", distributed optimizer" : "", tr.dp.n_buckets,
                    tr.dp.n_buckets == 1 ? "" : "s", (long long)largest);

@@ -155,8 +155,76 @@ static void describe(void) {
     CHECK(ok, "describe: one header line, one line per rank with coordinates and groups");
 }
 
+/* Context parallelism: Megatron-LM's order tp, cp, dp, pp. 16 ranks, t=2, c=2, p=2 (d=2):
+   rank = tp + 2·(cp + 2·(dp + 2·pp)). Then, over every (world ≤ 24, t, c, p), each kind's
+   group contains the rank at its coordinate and every member sees the same group; the
+   data-context group is the union of the data groups of the rank's context group.          */
+static void context_parallel(void) {
+    static const int context[2] = {4, 6}, data[2] = {4, 8}, dctx[4] = {0, 2, 4, 6};
+    static const int pipeline[2] = {4, 12}, tensor[2] = {4, 5};
+    mg_topology topo;
+    char err[256], buf[4096];
+    int ok = 1, layouts = 0, members[64], other[64];
+    ok &= mg_topology_init_cp(&topo, 16, 4, 2, 2, 2, 1, err, sizeof err) == 0;
+    ok &= topo.tp_rank == 0 && topo.cp_rank == 0 && topo.dp_rank == 1 && topo.pp_rank == 0;
+    ok &= group_is(&topo, 4, MG_GROUP_TENSOR, tensor, 2);
+    ok &= group_is(&topo, 4, MG_GROUP_CONTEXT, context, 2);
+    ok &= group_is(&topo, 4, MG_GROUP_DATA, data, 2) == 0;   /* dp varies with stride t·c = 4 */
+    {
+        static const int data4[2] = {0, 4};
+        ok &= group_is(&topo, 4, MG_GROUP_DATA, data4, 2);
+    }
+    ok &= group_is(&topo, 4, MG_GROUP_DATA_CONTEXT, dctx, 4);
+    ok &= group_is(&topo, 4, MG_GROUP_PIPELINE, pipeline, 2);
+    ok &= mg_topology_world_rank_cp(&topo, 1, 1, 1, 1) == 1 + 2 * (1 + 2 * (1 + 2));
+    for (int world = 1; world <= 24; world++)
+        for (int t = 1; t <= world; t++)
+            for (int c = 1; c <= world; c++)
+                for (int p = 1; p <= world; p++) {
+                    if (mg_topology_validate_cp(world, t, c, p, 1, err, sizeof err)) continue;
+                    layouts++;
+                    for (int r = 0; r < world; r++) {
+                        mg_topology_init_cp(&topo, world, r, t, c, p, 1, err, sizeof err);
+                        ok &= mg_topology_world_rank_cp(&topo, topo.tp_rank, topo.cp_rank,
+                                                        topo.dp_rank, topo.pp_rank) == r;
+                        for (int k = MG_GROUP_TENSOR; k < MG_GROUP_KINDS; k++) {
+                            int n = mg_topology_group(&topo, r, (mg_group_kind)k, members), in = 0;
+                            for (int i = 0; i < n; i++) {
+                                mg_topology o;
+                                in |= members[i] == r;
+                                mg_topology_init_cp(&o, world, members[i], t, c, p, 1, err,
+                                                    sizeof err);
+                                ok &= mg_topology_group(&o, members[i], (mg_group_kind)k,
+                                                        other) == n &&
+                                      memcmp(members, other, sizeof(int) * (size_t)n) == 0;
+                            }
+                            ok &= n == 0 ? k == MG_GROUP_EMBEDDING : in;
+                            if (k == MG_GROUP_CONTEXT) ok &= n == c;
+                            if (k == MG_GROUP_DATA_CONTEXT) ok &= n == c * topo.d;
+                        }
+                    }
+                }
+    ok &= mg_topology_validate_cp(8, 2, 3, 1, 1, err, sizeof err) == -1 &&
+          strstr(err, "t*c*p = 6 (t=2, c=3, p=1) does not divide the world size 8") != NULL;
+    ok &= mg_topology_validate_cp(8, 1, 0, 1, 1, err, sizeof err) == -1 &&
+          strstr(err, "context-parallel size c=0") != NULL;
+    mg_topology_init_cp(&topo, 16, 0, 2, 2, 2, 1, err, sizeof err);
+    mg_topology_describe(&topo, buf, sizeof buf);
+    ok &= strstr(buf, "16 ranks = t 2 x c 2 x p 2 x d 2, v 1; rank = tp + t*(cp + c*(dp + "
+                      "d*pp))\n") == buf;
+    ok &= strstr(buf, "\nrank   4: tp 0 cp 0 dp 1 pp 0 | tensor [4,5] data [0,4] pipeline "
+                      "[4,12] embedding [4,12] context [4,6] data-context [0,2,4,6]\n") != NULL;
+    if (!ok) printf("%s", buf);
+    snprintf(err, sizeof err, "context parallelism: rank = tp + t*(cp + c*(dp + d*pp)); "
+             "context, data, data-context and pipeline groups of t=2 c=2 p=2 on 16 ranks; %d "
+             "layouts (world <= 24) partition the world; t*c*p not dividing it is one line",
+             layouts);
+    CHECK(ok, err);
+}
+
 int main(void) {
     megatron_example();
+    context_parallel();
     partitions();
     validation();
     describe();

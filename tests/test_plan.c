@@ -60,6 +60,7 @@ static mg_plan_layout layout(int t, int p, int d, int v, int b, int rc, int sp, 
     mg_plan_layout L;
     L.t = t; L.p = p; L.d = d; L.v = v; L.micro_batch_size = b;
     L.recompute = rc; L.sequence_parallel = sp; L.distributed_optimizer = dopt;
+    L.c = 1;
     return L;
 }
 
@@ -440,6 +441,7 @@ static void test_paper_points(void) {
         /* The paper fixes t and p (and recomputes every layer); the search picks b and v. */
         fx.t = table1[i].t;
         fx.p = table1[i].p;
+        fx.c = 1;                   /* no context parallelism in 2021 */
         fx.recompute = MG_PLAN_RECOMPUTE_FULL;
         fx.sequence_parallel = 0;
         fx.distributed_optimizer = 0;
@@ -525,6 +527,7 @@ static void test_search(void) {
     int k;
     fx.sequence_parallel = 0;
     fx.distributed_optimizer = 0;
+    fx.c = 1;                       /* no context parallelism in 2021 */
     k = mg_plan_search(&t1, &tr, &c, &fx, top, 10, &st, NULL, 0);
     CHECK(k > 1 && top[0].iteration_time <= top[1].iteration_time, "search: results sorted by iteration time");
     mg_test_report(k == 10 && top[0].layout.t == 8 && top[0].fits, "search 1T (paper's software): t = 8",
@@ -545,6 +548,7 @@ static void test_search(void) {
     tr.grads_in_fp32 = 1;
     tr.grad_accum_fusion = 1;
     fx = mg_plan_layout_any();
+    fx.c = 1;   /* the paper's dimensions: context parallelism (free, it picks t = 4 × c = 2) aside */
     k = mg_plan_search(&t1, &tr, &c, &fx, top, 1, &st, NULL, 0);
     mg_test_report(k == 1 && top[0].layout.t == 8, "search 1T (all features): t = 8", "best t=%d p=%d b=%d",
                    top[0].layout.t, top[0].layout.p, top[0].layout.micro_batch_size);
@@ -552,6 +556,7 @@ static void test_search(void) {
     {
         mg_plan_layout same = mg_plan_layout_any();
         int mp_min;
+        same.c = 1;
         same.recompute = L.recompute;
         same.sequence_parallel = L.sequence_parallel;
         same.distributed_optimizer = L.distributed_optimizer;
@@ -592,6 +597,7 @@ static void test_guidance(void) {
             mg_plan_result best;
             char name[200];
             int k, mp_min;
+            fx.c = 1;                    /* the paper's dimensions */
             if (variant == 0) {          /* the paper's software */
                 fx.sequence_parallel = 0;
                 fx.distributed_optimizer = 0;
@@ -728,7 +734,8 @@ static void test_tool(void) {
               "Llama-3-8B flags: the report names the model's options");
     }
     {   /* --search --json: the best, with the reason */
-        static const char *args[] = {MODEL_1T, "--search", "--json", "--top", "3", NULL};
+        static const char *args[] = {MODEL_1T, "--search", "--json", "--top", "3",
+                                     "--context-parallel-size", "1", NULL};
         rc = run_tool(args, err, sizeof(err), out, sizeof(out));
         CHECK(rc == 0 && strstr(out, "\"layout\": {\"t\": 8,") && strstr(out, "\"reason\": ") &&
               strstr(out, "\"top\": ["), "--search --json gives the best layout (t=8) and why");
@@ -775,6 +782,64 @@ static void test_calibrate(void) {
     }
 }
 
+/* Context parallelism: a 7B-class GPT at s = 65536 on 64 H100s (t = 8, SP, selective
+   recomputation, distributed optimizer, b = 1). The activations per GPU fall as 1/c (s/c
+   tokens; the ring keeps no scores): at least the 32 layers' s/c·b·h·34/t bytes with SP
+   (Korthikanti's 34 without the 5·a·s/h term) plus the fp32 lse, 4·a/t per token, while
+   c = 1 also holds one layer's a·s² scores for the selective recomputation; the ring costs
+   time (its exposed transfers) and the FLOPs are the same; c = 1 does not fit 80 GB, c = 4
+   does; the search with c free picks c > 1; and mg_plan_check refuses a c that does not
+   divide the GPUs. */
+static void test_context_parallel(void) {
+    mg_plan_model m = model(32, 4096, 32, 65536, 51200);
+    mg_plan_cluster c = cluster("h100-sxm", 64, 8);
+    mg_plan_training tr;
+    mg_plan_result r[3], top[1];
+    mg_plan_layout L = layout(8, 1, 8, 1, 1, MG_PLAN_RECOMPUTE_SELECTIVE, 1, 1), fx;
+    mg_plan_search_stats st;
+    double per_layer, ok = 1;
+    char err[256];
+    int k, i;
+    memset(&tr, 0, sizeof tr);
+    tr.global_batch_size = 64;
+    tr.precision = MG_PLAN_BF16;
+    tr.grads_in_fp32 = 1;
+    tr.overlap_grad_reduce = 1;
+    tr.grad_accum_fusion = 1;
+    for (i = 0; i < 3; i++) {
+        L.c = 1 << i;
+        L.d = 8 >> i;
+        ok = ok && mg_plan_evaluate(&m, &tr, &c, &L, &r[i], err, sizeof err) == 0;
+    }
+    per_layer = 65536.0 / 4 * 4096 * 34 / 8 + 4.0 * 32 / 8 * 65536 / 4;
+    mg_test_report(ok && fabs(r[1].mem_activations / r[2].mem_activations - 2) < 0.02 &&
+                   r[0].mem_activations > 2 * r[1].mem_activations &&
+                   r[2].mem_activations >= 32 * per_layer,
+                   "context parallelism: activations per GPU fall as 1/c (c = 2, 4; c = 1 "
+                   "also keeps one layer's scores)",
+                   "%.2f, %.2f, %.2f GB", r[0].mem_activations / 1073741824.0,
+                   r[1].mem_activations / 1073741824.0, r[2].mem_activations / 1073741824.0);
+    mg_test_report(ok && r[0].time_cp_comm == 0 && r[1].time_cp_comm > 0 &&
+                   r[2].time_cp_comm > 0 && !r[0].fits && r[2].fits &&
+                   r[1].flops_per_iteration == r[0].flops_per_iteration,
+                   "context parallelism: the ring costs time, c = 1 does not fit, c = 4 does",
+                   "ring %.3g, %.3g s; memory %.1f, %.1f, %.1f GB", r[1].time_cp_comm,
+                   r[2].time_cp_comm, r[0].mem_total / 1073741824.0,
+                   r[1].mem_total / 1073741824.0, r[2].mem_total / 1073741824.0);
+    fx = mg_plan_layout_any();
+    fx.t = 8;
+    k = mg_plan_search(&m, &tr, &c, &fx, top, 1, &st, err, sizeof err);
+    mg_test_report(k == 1 && top[0].layout.c > 1, "context parallelism: the search with c free "
+                   "picks c > 1 at s = 65536", "best c=%d p=%d d=%d", k == 1 ? top[0].layout.c : 0,
+                   k == 1 ? top[0].layout.p : 0, k == 1 ? top[0].layout.d : 0);
+    L.c = 3;
+    L.d = 1;
+    k = mg_plan_check(&m, &tr, &c, &L, err, sizeof err);
+    mg_test_report(k == -1 && strstr(err, "--context-parallel-size 3 must divide --gpus 64") &&
+                   !strchr(err, '\n'),
+                   "context parallelism: c = 3 refused with one line", "%s", err);
+}
+
 int main(void) {
     test_counting();
     test_llama_counts();
@@ -787,5 +852,6 @@ int main(void) {
     test_guidance();
     test_tool();
     test_calibrate();
+    test_context_parallel();
     return mg_test_summary();
 }

@@ -6,7 +6,8 @@
 #      threads in order and again in a shuffled order (MG_EMU_SHUFFLE)
 #   3. gpu_model_emu: the whole model, fp32/bf16/fp16, against the CPU backend
 #   4. gpt_train_emu --device cuda against the CPU build's gpt_train on a tiny model: 1 rank
-#      fp32 and bf16, 2 ranks with t=2, d=2 (fp32 and bf16) and p=2. Bounds: fp32 relative 1e-5 per logged loss;
+#      fp32 and bf16, 2 ranks with t=2, d=2 (fp32 and bf16), p=2 and c=2 (fp32, bf16, and a Llama
+#      with GQA, rope and attention dropout). Bounds: fp32 relative 1e-5 per logged loss;
 #      bf16 2^-7 nats (2u, the bound tests/test_mixed.c holds bf16 to against fp32)
 #   5. the timers of --timing-log-level 2 on the GPU path (CUDA events) add up: 4 ranks, and 1
 #      rank with more timed regions than a timer's pool of event pairs
@@ -79,6 +80,13 @@ train_case "2 ranks t=2 fp32" 2 rel 1e-5 "--tensor-model-parallel-size 2"
 train_case "2 ranks d=2 fp32" 2 rel 1e-5 ""
 train_case "2 ranks d=2 bf16" 2 abs 0.0078125 "--bf16"
 train_case "2 ranks p=2 fp32 (NCCL send/recv)" 2 rel 1e-5 "--pipeline-model-parallel-size 2"
+train_case "2 ranks c=2 fp32 (ring attention: tiled kernels, NCCL send/recv)" 2 rel 1e-5 \
+  "--context-parallel-size 2"
+train_case "2 ranks c=2 bf16" 2 abs 0.0078125 "--context-parallel-size 2 --bf16"
+train_case "2 ranks c=2 fp32 GQA, rope, attention dropout" 2 rel 1e-5 \
+  "--context-parallel-size 2 --group-query-attention --num-query-groups 2
+   --position-embedding-type rope --normalization RMSNorm --swiglu --ffn-hidden-size 48
+   --attention-dropout 0.1"
 
 # --- the timers on the GPU path: CUDA events on the compute and communication streams ---------
 # 4 ranks, p=2 x d=2 with the distributed optimizer, every timer of --timing-log-level 2, each

@@ -1074,6 +1074,22 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcp
                             cudaStream_t) {
     return cudaMemcpy(dst, src, n, kind);
 }
+/* Row by row: each row is one checked cudaMemcpy (pitches at least the width, as CUDA's).   */
+cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, enum cudaMemcpyKind kind,
+                              cudaStream_t) {
+    if (dpitch < width || spitch < width) {
+        report("cudaMemcpy2DAsync: pitches %zu, %zu below the width %zu", dpitch, spitch, width);
+        if (!collecting()) fatal("stopping after a bad cudaMemcpy2DAsync");
+        return cudaErrorInvalidValue;
+    }
+    for (size_t r = 0; r < height; r++) {
+        cudaError_t e = cudaMemcpy((char *)dst + r * dpitch, (const char *)src + r * spitch,
+                                   width, kind);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
 cudaError_t cudaMemset(void *p, int value, size_t n) {
     if (!n) return cudaSuccess;
     if (!is_dev(p) || !dev_range_ok("cudaMemset", p, n)) {

@@ -463,6 +463,12 @@ static int op_elementwise(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     mg_dropout_forward(ctx, &a, &a, 0.2f, mg_dropout_key(1, 2, 3), 17);
     mg_dropout_backward(ctx, &d, &b, 0.35f, mg_dropout_key(4, 5, 6), 3);
     mg_fill(ctx, &c, 0.125f);
+    {   /* columns 5 … 20 of every row of o, packed (the strided copy of context parallelism) */
+        size_t es = mg_dtype_size(dt);
+        mg_tensor pk = ops_dev(ctx, dt, NULL, N, 16);
+        mg_copy_2d(ctx, pk.data, 16 * es, (char *)o.data + 5 * es, (size_t)C * es, 16 * es, N);
+        OUT(pk);
+    }
     OUT(o); OUT(f); OUT(back); OUT(a); OUT(d); OUT(c);
     return nout;
 }

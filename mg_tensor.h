@@ -433,6 +433,41 @@ MGDEF void mg_adamw_step(mg_ctx *ctx, float *param, const float *grad, float *m,
                          int64_t n, const mg_adamw_hparams *hp, float grad_scale,
                          void *param16, mg_dtype dt16);
 
+/* Fused multi-tensor AdamW: ONE launch over every piece of the parameters a rank's optimizer
+   owns, the fp32 masters and their 16-bit copies written in the same pass. Both the table and
+   the step's scalars live in device memory (host memory on the CPU), so a GPU step takes no
+   value from the host: device code (the clip and loss-scale decisions) writes the scalars.
+     table[i]  param (fp32 master), grad, m, v: n values each; param16 NULL or the 16-bit copy
+               (dtype dt16) of param; the piece's weight decay; begin = Σ n of the pieces
+               before it (mg_adamw_table_begin fills it), total = Σ n of all.
+     args      lr, the bias corrections step_size = lr/(1−β1^step) and bc2_sqrt = √(1−β2^step)
+               (mg_adamw_args_set), grad_scale (clipping and the loss scale divided out), and
+               skip: nonzero leaves everything unchanged (an fp16 overflow step).
+   Each element is mg_adamw_step's, with the same numbers. CPU: the pieces in order, each as
+   mg_adamw_step runs it. CUDA: each block takes tiles of 4·256 consecutive indices of the
+   pieces laid end to end ([0, total)), finds the tile's first piece by binary search over
+   begin and walks on into the next pieces; one launch of at most 65536 blocks.            */
+typedef struct mg_adamw_piece {
+    float *param; const float *grad; float *m, *v; void *param16;
+    int64_t n, begin;
+    float weight_decay;
+} mg_adamw_piece;
+typedef struct mg_adamw_args {
+    float lr, step_size, bc2_sqrt, grad_scale;
+    int skip;
+} mg_adamw_args;
+MG_HD static inline void mg_adamw_args_set(mg_adamw_args *a, float lr, int64_t step, float beta1,
+                                           float beta2) {
+    a->lr = lr;
+    a->step_size = (float)(lr / (1.0 - pow((double)beta1, (double)step)));
+    a->bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, (double)step));
+}
+/* begin of every piece, from the n's; returns the total.                                     */
+MGDEF int64_t mg_adamw_table_begin(mg_adamw_piece *table, int n_pieces);
+MGDEF void mg_adamw_multi(mg_ctx *ctx, const mg_adamw_piece *table, int n_pieces, int64_t total,
+                          float beta1, float beta2, float eps, mg_dtype dt16,
+                          const mg_adamw_args *args);
+
 /* Σ x² over n fp32 values, accumulated in double on both backends (per-thread/per-block
    partial sums, then the total); returned to the host (synchronises). *nonfinite (may be
    NULL) is set to 1 iff some value is inf or nan — exactly when the double sum is not finite,
@@ -449,6 +484,11 @@ MGDEF int64_t mg_sumsq_slots(const mg_ctx *ctx, int64_t n);
 MGDEF void mg_sumsq_begin(mg_ctx *ctx, mg_sumsq_batch *b, int64_t slots);
 MGDEF void mg_sumsq_add(mg_ctx *ctx, mg_sumsq_batch *b, const float *x, int64_t n);
 MGDEF double mg_sumsq_end(mg_ctx *ctx, mg_sumsq_batch *b, int *nonfinite);
+/* Ends the batch without waiting: the partials are added on the device (one block: each
+   thread a strided subset in order, then the block reduction) into *total (device memory;
+   host memory on the CPU, which adds them in order as mg_sumsq_end). Inf/nan make the total
+   non-finite. Releases the arena.                                                          */
+MGDEF void mg_sumsq_end_device(mg_ctx *ctx, mg_sumsq_batch *b, double *total);
 
 /* ---------------------------------------------------------------------------------------------
    Inline definitions of the MG_HD functions above. They live in the API part (not under
@@ -782,14 +822,17 @@ MGDEF void mg_arena_release(mg_ctx *ctx, size_t mark) {
 }
 MGDEF void mg_arena_reset_peak(mg_ctx *ctx) { ctx->arena_peak = ctx->arena_used; }
 
-/* The three copies: cudaMemcpyAsync on the context's stream (host transfers then wait, since
-   the host buffer may go away or be read next), memmove on the CPU.                          */
+/* The three copies: cudaMemcpyAsync on the context's stream, memmove on the CPU. A copy to the
+   host waits for it (the host reads the buffer next); a copy from pageable host memory (all the
+   library's host buffers) returns once the driver has staged the bytes, so the host may reuse
+   its buffer at once and nothing waits for the device (CUDA's "API synchronization behavior":
+   no device synchronisation for pageable host-to-device cudaMemcpyAsync).                    */
 static void mg__copy(mg_ctx *ctx, void *dst, const void *src, size_t bytes, int kind) {
     if (!bytes || dst == src) return;
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         MG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, (cudaMemcpyKind)kind, MG__STREAM(ctx)));
-        if (kind != cudaMemcpyDeviceToDevice) MG_CUDA_CHECK(cudaStreamSynchronize(MG__STREAM(ctx)));
+        if (kind == cudaMemcpyDeviceToHost) MG_CUDA_CHECK(cudaStreamSynchronize(MG__STREAM(ctx)));
         return;
     }
 #endif
@@ -1026,10 +1069,21 @@ MG_HD static inline float mg__xent_dlogit(float logit, float rowmax, float sumex
 }
 
 /* AdamW element, torch.optim.AdamW's order: decay, moments, bias-corrected step.
-   step_size = lr/(1−β1^t) and bc2_sqrt = √(1−β2^t) are computed once on the host.           */
+   step_size = lr/(1−β1^t) and bc2_sqrt = √(1−β2^t) are computed once per step
+   (mg_adamw_args_set), the decay factor 1 − lr·wd once per piece (mg__adamw_k_of).         */
 typedef struct mg__adamw_k {
     float lr, beta1, beta2, eps, decay_factor /* 1 − lr·wd */, step_size, bc2_sqrt, grad_scale;
 } mg__adamw_k;
+MG_HD static inline mg__adamw_k mg__adamw_k_of(const mg_adamw_args *a, float beta1, float beta2,
+                                               float eps, float weight_decay) {
+    mg__adamw_k k;
+    k.lr = a->lr; k.beta1 = beta1; k.beta2 = beta2; k.eps = eps;
+    k.decay_factor = (float)(1.0 - (double)a->lr * weight_decay);
+    k.step_size = a->step_size;
+    k.bc2_sqrt = a->bc2_sqrt;
+    k.grad_scale = a->grad_scale;
+    return k;
+}
 MG_HD static inline float mg__adamw(float param, float grad, float *m, float *v,
                                     const mg__adamw_k *k) {
     float g = grad * k->grad_scale;
@@ -1685,6 +1739,18 @@ static void mg__cpu_adamw(mg_ctx *ctx, float *param, const float *grad, float *m
         mg__cpu_map(ctx, MG__EW_COPY, &p16, &p32, NULL, NULL);
     }
 }
+/* The fused step's CPU twin: the table's pieces in order, each as mg_adamw_step runs it. */
+static void mg__cpu_adamw_multi(mg_ctx *ctx, const mg_adamw_piece *table, int n_pieces,
+                                float beta1, float beta2, float eps, mg_dtype dt16,
+                                const mg_adamw_args *args) {
+    int i;
+    if (args->skip) return;
+    for (i = 0; i < n_pieces; i++) {
+        const mg_adamw_piece *p = &table[i];
+        mg__adamw_k k = mg__adamw_k_of(args, beta1, beta2, eps, p->weight_decay);
+        mg__cpu_adamw(ctx, p->param, p->grad, p->m, p->v, p->n, &k, p->param16, dt16);
+    }
+}
 /* Σ x² in double; inf/nan anywhere makes the double sum non-finite (x² of a finite fp32 never
    overflows a double), which is exactly the nonfinite flag.                                 */
 static double mg__cpu_sumsq(mg_ctx *ctx, const float *x, int64_t n) {
@@ -2023,6 +2089,57 @@ static __global__ void mg__k_sumsq(double *partial, const float *x, int64_t n) {
         s += (double)x[i] * (double)x[i];
     s = mg__block_reduce(s, mg__op_sum(), 0.0);
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+/* One block adds n partial sums: thread t those at t, t + blockDim, … in order, then the
+   block reduction; *total = the sum (reads n doubles, writes one).                         */
+static __global__ void mg__k_sum_partials(double *total, const double *partial, int64_t n) {
+    int64_t i;
+    double s = 0.0;
+    for (i = threadIdx.x; i < n; i += blockDim.x) s += partial[i];
+    s = mg__block_reduce(s, mg__op_sum(), 0.0);
+    if (threadIdx.x == 0) *total = s;
+}
+/* Fused AdamW over the table's pieces laid end to end. Block b takes the tiles b, b + grid, …
+   of MG__ADAMW_TILE indices; its threads find the tile's first piece by binary search over
+   begin (the same answer in every thread: no shared memory, no barrier) and step from piece
+   to piece as their indices pass a piece's end; a piece's constants (the decay factor) are
+   made when a thread enters it. Per element: reads param, grad, m, v (16 bytes), writes
+   param, m, v (+ the 16-bit copy): 12–14 bytes, ~20 flops — bandwidth-bound. skip: the
+   whole grid returns before touching anything.                                              */
+#define MG__ADAMW_TILE (4 * MG__CUDA_THREADS)
+static __global__ void mg__k_adamw_multi(const mg_adamw_piece *table, int n_pieces,
+                                         int64_t total, float beta1, float beta2, float eps,
+                                         mg_dtype dt16, const mg_adamw_args *args) {
+    mg_adamw_args a = *args;
+    int64_t t0;
+    if (a.skip) return;
+    for (t0 = (int64_t)blockIdx.x * MG__ADAMW_TILE; t0 < total;
+         t0 += (int64_t)gridDim.x * MG__ADAMW_TILE) {
+        int64_t i = t0 + threadIdx.x, end = t0 + MG__ADAMW_TILE < total ? t0 + MG__ADAMW_TILE : total;
+        int lo = 0, hi = n_pieces - 1, c;
+        mg__adamw_k k;
+        if (i >= end) continue;
+        while (lo < hi) {   /* the last piece with begin <= i */
+            int mid = (lo + hi + 1) / 2;
+            if (table[mid].begin <= i) lo = mid; else hi = mid - 1;
+        }
+        c = lo;
+        k = mg__adamw_k_of(&a, beta1, beta2, eps, table[c].weight_decay);
+        for (; i < end; i += blockDim.x) {
+            const mg_adamw_piece *p;
+            int64_t j;
+            float w;
+            if (i >= table[c].begin + table[c].n) {
+                while (i >= table[c].begin + table[c].n) c++;
+                k = mg__adamw_k_of(&a, beta1, beta2, eps, table[c].weight_decay);
+            }
+            p = &table[c];
+            j = i - p->begin;
+            w = mg__adamw(p->param[j], p->grad[j], &p->m[j], &p->v[j], &k);
+            p->param[j] = w;
+            if (p->param16) mg_store(p->param16, dt16, j, w);
+        }
+    }
 }
 #define MG__SUMSQ_BLOCKS 1024
 /* Blocks (= partial sums) for n values: enough to fill the GPU, none idle on small pieces. */
@@ -2751,15 +2868,14 @@ MGDEF void mg_adamw_step(mg_ctx *ctx, float *param, const float *grad, float *m,
                          int64_t n, const mg_adamw_hparams *hp, float grad_scale,
                          void *param16, mg_dtype dt16) {
     mg__adamw_k k;
+    mg_adamw_args a;
     if (hp->step < 1 || n < 0)
         mg_fatal(__FILE__, __LINE__, "mg_adamw_step: step %d (counts from 1), n %lld", hp->step,
                  (long long)n);
     if (param16) (void)mg_dtype_size(dt16);
-    k.lr = hp->lr; k.beta1 = hp->beta1; k.beta2 = hp->beta2; k.eps = hp->eps;
-    k.decay_factor = (float)(1.0 - (double)hp->lr * hp->weight_decay);
-    k.step_size = (float)(hp->lr / (1.0 - pow((double)hp->beta1, hp->step)));
-    k.bc2_sqrt = (float)sqrt(1.0 - pow((double)hp->beta2, hp->step));
-    k.grad_scale = grad_scale;
+    mg_adamw_args_set(&a, hp->lr, hp->step, hp->beta1, hp->beta2);
+    a.grad_scale = grad_scale;
+    k = mg__adamw_k_of(&a, hp->beta1, hp->beta2, hp->eps, hp->weight_decay);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         mg__f_adamw f = {param, grad, m, v, k, param16, dt16};
@@ -2768,6 +2884,35 @@ MGDEF void mg_adamw_step(mg_ctx *ctx, float *param, const float *grad, float *m,
     }
 #endif
     mg__cpu_adamw(ctx, param, grad, m, v, n, &k, param16, dt16);
+}
+MGDEF int64_t mg_adamw_table_begin(mg_adamw_piece *table, int n_pieces) {
+    int64_t total = 0;
+    int i;
+    for (i = 0; i < n_pieces; i++) {
+        table[i].begin = total;
+        total += table[i].n;
+    }
+    return total;
+}
+MGDEF void mg_adamw_multi(mg_ctx *ctx, const mg_adamw_piece *table, int n_pieces, int64_t total,
+                          float beta1, float beta2, float eps, mg_dtype dt16,
+                          const mg_adamw_args *args) {
+    (void)mg_dtype_size(dt16);
+    if (n_pieces < 0 || total < 0)
+        mg_fatal(__FILE__, __LINE__, "mg_adamw_multi: %d pieces, %lld values", n_pieces,
+                 (long long)total);
+    if (!n_pieces || !total) return;
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        int64_t blocks = (total + MG__ADAMW_TILE - 1) / MG__ADAMW_TILE;
+        if (blocks > 65536) blocks = 65536;
+        MG_LAUNCH(mg__k_adamw_multi, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx),
+                  table, n_pieces, total, beta1, beta2, eps, dt16, args);
+        MG_CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
+    mg__cpu_adamw_multi(ctx, table, n_pieces, beta1, beta2, eps, dt16, args);
 }
 MGDEF int64_t mg_sumsq_slots(const mg_ctx *ctx, int64_t n) {
 #ifdef __CUDACC__
@@ -2815,6 +2960,18 @@ MGDEF double mg_sumsq_end(mg_ctx *ctx, mg_sumsq_batch *b, int *nonfinite) {
     mg_arena_release(ctx, b->mark);
     if (nonfinite) *nonfinite = !isfinite(s);
     return s;
+}
+MGDEF void mg_sumsq_end_device(mg_ctx *ctx, mg_sumsq_batch *b, double *total) {
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        MG_LAUNCH(mg__k_sum_partials, 1, MG__CUDA_THREADS, 0, MG__STREAM(ctx), total, b->partial,
+                  b->used);
+        MG_CUDA_LAUNCH_CHECK();
+        mg_arena_release(ctx, b->mark);
+        return;
+    }
+#endif
+    *total = mg_sumsq_end(ctx, b, NULL);
 }
 MGDEF double mg_sumsq(mg_ctx *ctx, const float *x, int64_t n, int *nonfinite) {
     double s;

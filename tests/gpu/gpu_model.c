@@ -100,6 +100,52 @@ static void compare(mg_dtype dt, int recompute, int llama, double tol_loss, doub
     mg_gpt_destroy(&b);
 }
 
+/* The optimizer on both backends after that forward + backward: mg_adamw_update (the norm,
+   the clip and skip decisions and the fused AdamW, all on the device) with clipping engaged
+   (clip 0.05) and, in fp16, the loss scale of 1024 divided out: the grad norm and the updated
+   fp32 weights against the CPU's (tol_w relative to each tensor's RMS). Then an inf planted in
+   one gradient: both backends skip (return 0, norm nan) and leave every weight bit for bit. */
+static void optimizer(mg_dtype dt, double tol_norm, double tol_w) {
+    mg_gpt mm[2];
+    mg_adamw opt[2];
+    float *g[2], *w[2], *w2[2], inf = INFINITY;
+    double norm[2], e_norm, e_w;
+    int rc[2], rc2[2], k, same = 1, worst = 0;
+    char name[200];
+    for (k = 0; k < 2; k++) {
+        mg_ctx *ctx = k ? &g_dev : &g_cpu;
+        double n2;
+        run_model(ctx, dt, MG_RECOMPUTE_NONE, 0, &g[k], &mm[k]);
+        /* eps 1e-3 keeps the first step's update g/(|g| + eps) Lipschitz (1/eps) in g, so
+           gradient rounding differences do not flip a near-zero gradient's whole step */
+        mg_adamw_create(&opt[k], &mm[k], 0.9f, 0.95f, 1e-3f, 0.1f);
+        opt[k].loss_scale = dt == MG_F16 ? 1024.0 : 1.0;
+        rc[k] = mg_adamw_update(&opt[k], &mm[k], 1e-3f, 0.05f, &norm[k]);
+        w[k] = gpt_host(&mm[k], mg_gpt_fp32_params(&mm[k]));
+        mg_copy_to_device(ctx, mm[k].grad_buf + 5, &inf, sizeof inf);
+        rc2[k] = mg_adamw_update(&opt[k], &mm[k], 1e-3f, 0.05f, &n2);
+        rc2[k] = rc2[k] == 0 && n2 != n2 && opt[k].step == 1;
+        w2[k] = gpt_host(&mm[k], mg_gpt_fp32_params(&mm[k]));
+        same &= memcmp(w[k], w2[k], sizeof(float) * (size_t)mm[k].n_elems) == 0;
+    }
+    e_norm = fabs(norm[1] - norm[0]) / norm[0];
+    e_w = gpt_all_err(&mm[0], w[1], w[0], &worst);
+    snprintf(name, sizeof name, "optimizer %s: fused AdamW step, clipped, on-device norm", mg_dtype_name(dt));
+    mg_test_report(rc[0] && rc[1] && norm[0] > 0.05 && e_norm <= tol_norm && e_w <= tol_w, name,
+                   "norm %.6g vs %.6g (rel err %.3g, tol %.3g), weights max rel err %.3g at %s "
+                   "(tol %.3g)", norm[1], norm[0], e_norm, tol_norm, e_w, mm[0].params[worst].name,
+                   tol_w);
+    snprintf(name, sizeof name, "optimizer %s: an inf gradient skips the step on both backends, "
+             "weights unchanged", mg_dtype_name(dt));
+    mg_test_report(rc2[0] && rc2[1] && same, name, "");
+    for (k = 0; k < 2; k++) {
+        free(g[k]);
+        free(w[k]);
+        free(w2[k]);
+        mg_gpt_destroy(&mm[k]);
+    }
+}
+
 int main(void) {
     mg_ctx_desc d;
     int have_gpu = mg_cuda_available(), k;
@@ -122,6 +168,7 @@ int main(void) {
             compare(dt, MG_RECOMPUTE_SELECTIVE, llama, tl, tg);
             compare(dt, MG_RECOMPUTE_FULL, llama, tl, tg);
         }
+        optimizer(dt, !have_gpu ? 0 : k == 0 ? 1e-5 : tg, tg);
     }
     mg_ctx_free(&g_dev);
     mg_ctx_free(&g_cpu);

@@ -402,6 +402,56 @@ static int op_adamw(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     if (dt != MG_F32) OUT(p16);
     return nout;
 }
+/* The fused multi-tensor AdamW: 5 pieces of 1 to 60000 values laid out with gaps in the
+   buffers (a table entry points anywhere), weight decay on some, the 16-bit copy on all but
+   one; 3 steps with a skipped one (args.skip: nothing may change) between steps 1 and 2; the
+   table and the step's arguments in device memory. Then the device-side Σx² of the 5 pieces
+   (mg_sumsq_end_device) against the host's.                                                 */
+static int op_adamw_multi(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    enum { P = 100003, NP = 5 };
+    static const int64_t at[NP] = {0, 5, 400, 1500, 40000}, len[NP] = {1, 300, 1023, 29000, 60000};
+    int nout = 0, step, k;
+    mg_tensor p = ops_dev(ctx, MG_F32, X, 1, P), g = ops_dev(ctx, MG_F32, D, 1, P);
+    mg_tensor m = ops_dev(ctx, MG_F32, NULL, 1, P), v = ops_dev(ctx, MG_F32, NULL, 1, P);
+    mg_tensor p16 = ops_dev(ctx, dt, NULL, 1, P), ss = mg_tensor_2d(ctx, MG_F32, 1, 2);
+    mg_adamw_piece host[NP], *table = (mg_adamw_piece *)mg_alloc(ctx, sizeof host);
+    mg_adamw_args args, *dargs = (mg_adamw_args *)mg_alloc(ctx, sizeof args);
+    double *dsum = (double *)mg_alloc(ctx, sizeof(double)), sum;
+    float hs[2];
+    int64_t total;
+    mg_sumsq_batch batch;
+    for (k = 0; k < NP; k++) {
+        memset(&host[k], 0, sizeof host[k]);
+        host[k].param = (float *)p.data + at[k];
+        host[k].grad = (const float *)g.data + at[k];
+        host[k].m = (float *)m.data + at[k];
+        host[k].v = (float *)v.data + at[k];
+        host[k].param16 = dt == MG_F32 || k == 2 ? NULL : (char *)p16.data + at[k] * mg_dtype_size(dt);
+        host[k].n = len[k];
+        host[k].weight_decay = k % 2 ? 0.1f : 0.0f;
+    }
+    total = mg_adamw_table_begin(host, NP);
+    mg_copy_to_device(ctx, table, host, sizeof host);
+    for (step = 1; step <= 4; step++) {
+        mg_adamw_args_set(&args, 3e-3f, step > 2 ? step - 1 : step, 0.9f, 0.95f);
+        args.grad_scale = 0.7f;
+        args.skip = step == 2;   /* the skipped step: its arguments must not matter */
+        if (args.skip) args.lr = args.step_size = NAN;
+        mg_copy_to_device(ctx, dargs, &args, sizeof args);
+        mg_adamw_multi(ctx, table, NP, total, 0.9f, 0.95f, 1e-8f, dt, dargs);
+    }
+    for (k = 0, total = 0; k < NP; k++) total += mg_sumsq_slots(ctx, len[k]);
+    mg_sumsq_begin(ctx, &batch, total);
+    for (k = 0; k < NP; k++) mg_sumsq_add(ctx, &batch, host[k].param, len[k]);
+    mg_sumsq_end_device(ctx, &batch, dsum);
+    mg_copy_to_host(ctx, &sum, dsum, sizeof sum);
+    hs[0] = (float)sum;
+    hs[1] = (float)mg_adamw_table_begin(host, NP);
+    mg_copy_to_device(ctx, ss.data, hs, sizeof hs);
+    OUT(p); OUT(m); OUT(v); OUT(ss);
+    if (dt != MG_F32) OUT(p16);
+    return nout;
+}
 
 int main(void) {
     mg_ctx cpu, dev;
@@ -453,6 +503,7 @@ int main(void) {
         compare("elementwise+dropout", op_elementwise, dt, tol);
         compare("xent (2 vocab slices)", op_xent, dt, tol);
         compare("adamw+sumsq", op_adamw, dt, tol);
+        compare("fused adamw (5 pieces, a skipped step) + device sumsq", op_adamw_multi, dt, tol);
     }
     free(X); free(W); free(D); free(E); free(Q);
     mg_ctx_free(&dev);

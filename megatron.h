@@ -380,6 +380,13 @@ typedef struct mg_gpt {
        forward and backward over the chunks; NULL: not called                               */
     void (*compute_timer)(void *user, int backward, int start);
     void *compute_timer_user;
+    /* device-resident iteration (the trainer's GPU step reads nothing back): dloss_at, when
+       set, is where the backward reads its seed (a device float the optimizer's device code
+       wrote: the fp16 loss scale over the tokens) instead of the dloss argument; loss_at, when
+       set, is the device double the per-token losses of mg_gpt_run_microbatches are added to
+       (mg_sum_f32_device) instead of being read back (the run then returns 0)               */
+    const float *dloss_at;
+    double *loss_at;
     mg_tensor dlogits;        /* [N, Vp/t] 16-bit gradient of the fp32 logits (mixed precision;
                                  with fp32 the logits are overwritten in place instead)      */
     float *tp_scalars;        /* [3 + 3t] device floats: the tensor group's scalar exchanges   */
@@ -464,7 +471,8 @@ MGDEF float *mg_gpt_fp32_params(mg_gpt *m);
    rank — with sequence parallelism the layernorm gradients (each rank saw its rows) are
    summed over the tensor group. A no-op on one rank.                                      */
 MGDEF void mg_gpt_reduce_grads(mg_gpt *m);
-/* Σ of the per-token losses of microbatches [first, first + count) (copies them to the host). */
+/* Σ of the per-token losses of microbatches [first, first + count) (copies them to the host;
+   with m->loss_at set, adds them to that device double instead and returns 0).             */
 MGDEF double mg_gpt_loss_sum(mg_gpt *m, int first, int count);
 /* One rank, all chunks in order: forward + backward of n_micro microbatches taken from
    samples (host int32 [n_micro·B, T+1]) with dloss per token; returns the summed token loss.
@@ -702,6 +710,15 @@ typedef struct mg_optim_state {
     int64_t step;                /* optimizer updates taken (skipped iterations excluded)       */
     int64_t skipped_iters;       /* iterations skipped                                          */
     double aux;                  /* scratch: the params norm's Σ w²                             */
+    /* the trainer's iteration (mg_trainer_step; mg_adamw_update leaves them): */
+    double loss_sum;             /* Σ of the global batch's per-token losses (summed over the
+                                    data group, the last pipeline stage's on every stage)      */
+    double loss;                 /* loss_sum / tokens                                           */
+    int64_t nan_iters;           /* iterations whose loss was not finite                        */
+    struct {                     /* the log interval's (reset by mg_trainer_log when it prints) */
+        double loss_sum;         /* Σ loss over the iterations not skipped                      */
+        int64_t skipped, nan;
+    } interval;
     float dloss;                 /* the next backward's seed: scaler.scale / tokens (trainer)  */
 } mg_optim_state;
 
@@ -818,6 +835,9 @@ typedef struct mg_step_result {
     double elapsed_ms;        /* wall time of the iteration                                     */
     int skipped;              /* 1: gradient not finite, update skipped                        */
     double loss_scale;        /* the loss scale this iteration used (1 without fp16)           */
+    int has_values;           /* 1: the fields above were read back from the device; 0 (only
+                                 with mg_trainer.defer_results, on an iteration that neither
+                                 logs nor writes TensorBoard): they are nan, skipped 0       */
 } mg_step_result;
 
 /* --timing-log-option: how a timer's times on the ranks are printed (Megatron's choices). */
@@ -839,7 +859,15 @@ typedef struct mg_trainer {
     mg_gpt model;
     mg_adamw opt;
     mg_lr_schedule sched;
-    mg_loss_scaler scaler;              /* fp16: the loss scale; else a constant 1             */
+    mg_loss_scaler scaler;              /* fp16: the loss scale; else a constant 1 (the host's
+                                           copy of the device's, mg_optim_state: read back with
+                                           the step's results)                               */
+    int defer_results;                  /* 1: mg_trainer_step reads its results back from the
+                                           device only on iterations that log (--log-interval,
+                                           the last one, --tensorboard-log-interval with
+                                           --tensorboard-dir): no host synchronisation in the
+                                           other steps. 0 (the default after setup): every
+                                           step. gpt_train sets 1.                             */
     int n_micro;                        /* microbatches per iteration on this rank =
                                            global / (micro · d)                                */
     int dp_rank, dp_size;               /* data-parallel coordinate: this rank reads samples
@@ -1936,8 +1964,12 @@ static void mg__head_backward(mg_gpt *m, mg_gpt_acts *a, const mg_tensor *x, flo
     int iout = mg__iout(m), ilnf = mg__ilnf(m);
     int64_t vstart = m->params[iout].row0;
     mg_tensor *dlogits = mg__dlogits(m, a), *kept = mg__dlogits_kept(m, a);
-    mg_xent_backward(ctx, dlogits, &a->logits, a->targets, a->rowmax, a->sumexp, dloss,
-                     vstart, m->cfg.vocab_size);
+    if (m->dloss_at)   /* the seed in device memory (the trainer's on-device loss scale) */
+        mg_xent_backward_at(ctx, dlogits, &a->logits, a->targets, a->rowmax, a->sumexp,
+                            m->dloss_at, vstart, m->cfg.vocab_size);
+    else
+        mg_xent_backward(ctx, dlogits, &a->logits, a->targets, a->rowmax, a->sumexp, dloss,
+                         vstart, m->cfg.vocab_size);
     mg_linear_backward_input(ctx, &m->tf.full_b, dlogits, &m->w[iout], 0);
     if (!defer_w) mg__head_wgrad(m, a, dlogits);
     else if (kept != dlogits) mg_copy(ctx, kept->data, dlogits->data, mg_nbytes(dlogits));
@@ -2152,6 +2184,10 @@ MGDEF double mg_gpt_loss_sum(mg_gpt *m, int first, int count) {
     MG_ASSERT(first >= 0 && count >= 0 && first + count <= m->layout.max_microbatches,
               "loss of microbatches [%d, %d) outside 0 … %d", first, first + count,
               m->layout.max_microbatches);
+    if (m->loss_at) {   /* added on the device, nothing read back */
+        mg_sum_f32_device(m->ctx, m->losses + first * N, n, m->loss_at);
+        return 0;
+    }
     mg_copy_to_host(m->ctx, m->host_losses, m->losses + first * N, (size_t)n * sizeof(float));
     for (i = 0; i < n; i++) sum += m->host_losses[i];
     return sum;
@@ -3654,7 +3690,9 @@ static void mg__embedding_grad_all_reduce(mg_gpt *m) {
      norm = √Σg² / scale (the gradients carry the loss scale); not finite: skip (grad_norm nan)
      else step += 1, lr = the schedule at the updates taken before, bias corrections of step,
           grad_scale = 1/scale · min(1, clip / (norm + 1e-6)) (clip_grad_norm_; clip 0: off)
-     the loss scaler's update with found_inf = skip; dloss = scale / tokens (tokens > 0).   */
+     the loss scaler's update with found_inf = skip; with tokens > 0 (the trainer) also the
+     iteration's loss = loss_sum / tokens, the next seed dloss = scale / tokens and the counts
+     of the log interval (the loss of iterations not skipped, skipped and nan iterations).  */
 typedef struct mg__optim_decide mg__optim_decide;
 MG_HD static inline void mg__optim_decide_run(const mg__optim_decide *d);
 struct mg__optim_decide {
@@ -3682,7 +3720,15 @@ MG_HD static inline void mg__optim_decide_run(const mg__optim_decide *d) {
         s->skipped_iters++;
     }
     mg__loss_scaler_step(&s->scaler, s->args.skip);
-    if (d->tokens > 0) s->dloss = (float)(s->scaler.scale / d->tokens);
+    if (d->tokens > 0) {   /* the trainer's bookkeeping of the iteration */
+        int nan = !isfinite(s->loss_sum);
+        s->loss = s->loss_sum / d->tokens;
+        s->dloss = (float)(s->scaler.scale / d->tokens);
+        if (!s->args.skip) s->interval.loss_sum += s->loss;
+        s->interval.skipped += s->args.skip;
+        s->interval.nan += nan;
+        s->nan_iters += nan;
+    }
 }
 
 /* mg_adamw_update in its three parts (the trainer times each, as Megatron's
@@ -5468,6 +5514,10 @@ static double mg__pipe_run(mg_trainer *tr, mg_pipe_exec *ex, const int32_t *samp
     mg_gpt_sync_weights(m);        /* 16-bit: the working copy of the master weights */
     mg_pipe_exec_run(ex);
     if (m->layout.chunks[m->layout.n_chunks - 1].has_head) sum = mg_gpt_loss_sum(m, 0, tr->n_micro);
+    if (m->loss_at) {   /* the last stage's device sum to every stage, on the device */
+        mg_broadcast(tr->comm, &tr->comm->pipeline, m->loss_at, m->loss_at, 2, MG_F32, p - 1);
+        return 0;
+    }
     return mg__group_bcast_f64(m, &tr->comm->pipeline, sum, p - 1);
 }
 
@@ -5843,8 +5893,11 @@ static void mg__trainer_pull(mg_trainer *tr, mg_step_result *r) {
     tr->scaler = s.scaler;
     tr->opt.step = s.step;
     tr->skipped_iters = s.skipped_iters;
+    tr->nan_iters = s.nan_iters;
     tr->opt.loss_scale = s.loss_scale;
     if (r) {
+        r->has_values = 1;
+        r->loss = s.loss;
         r->lr = s.lr;
         r->loss_scale = s.loss_scale;
         r->grad_norm = s.grad_norm;
@@ -5859,17 +5912,28 @@ static void mg__trainer_push(mg_trainer *tr) {
     s.loss_scale = tr->scaler.scale;
     s.step = tr->opt.step;
     s.skipped_iters = tr->skipped_iters;
+    s.nan_iters = tr->nan_iters;
+    memset(&s.interval, 0, sizeof s.interval);
     s.dloss = (float)(tr->scaler.scale / tokens);
     mg_copy_to_device(&tr->ctx, tr->opt.state, &s, sizeof s);
 }
 
+/* Whether iteration it (1-based) shows its results: it logs (--log-interval, the last
+   iteration) or writes TensorBoard scalars. The same answer on every rank (the flags only).  */
+static int mg__trainer_shows(const mg_trainer *tr, int64_t it) {
+    return it % tr->args.log_interval == 0 || it == tr->args.train_iters ||
+           (tr->args.tensorboard_dir && it % tr->args.tensorboard_log_interval == 0);
+}
+
 MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     mg_step_result r;
+    mg_optim_state *dev = tr->opt.state;
     int64_t G = tr->args.global_batch_size, Gl = G / tr->dp_size;
-    double t0 = mg__now_ms(), tokens = (double)G * tr->cfg.seq_len, sum;
+    double t0 = mg__now_ms(), tokens = (double)G * tr->cfg.seq_len;
+    int pull = !tr->defer_results || mg__trainer_shows(tr, tr->iteration + 1);
     float dloss;
     memset(&r, 0, sizeof r);
-    r.params_norm = r.num_zeros = NAN;
+    r.params_norm = r.num_zeros = r.loss = r.grad_norm = r.lr = r.loss_scale = NAN;
     mg__timer_start(tr, MG_TIMER_FORWARD_BACKWARD);
     mg__timer_start(tr, MG_TIMER_BATCH_GENERATOR);
     mg__fetch(tr, &tr->train_data, tr->consumed_samples + tr->dp_rank * Gl, Gl);
@@ -5877,14 +5941,19 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     mg_gpt_zero_grad(&tr->model);
     /* dropout on, keyed by the global microbatch index: iteration · microbatches + i */
     tr->model.training = 1;
-    /* fp16: the backward is seeded with the loss scale; AdamW divides it out */
+    /* fp16: the backward is seeded with the loss scale; AdamW divides it out. The seed is the
+       one the device's loss scaler left (dev->dloss; dloss, the host's copy, is not read),
+       and the per-token losses are added up on the device (dev->loss_sum)                 */
     dloss = (float)(tr->scaler.scale / tokens);
+    mg_memset_zero(&tr->ctx, &dev->loss_sum, sizeof dev->loss_sum);
+    tr->model.dloss_at = &dev->dloss;
+    tr->model.loss_at = &dev->loss_sum;
     tr->model.microbatch_base = (uint64_t)tr->iteration * (uint64_t)tr->n_micro * tr->dp_size +
                                 (uint64_t)tr->dp_rank * (uint64_t)tr->n_micro;
     mg_dp_start(&tr->dp);   /* buckets reduced during each chunk's last backward (B, or W) */
     if (tr->pp > 1) {       /* the schedule's forwards and backwards over the pipeline ranks */
         int kind;
-        sum = mg__pipe_run(tr, &tr->pipe_exec, tr->batch, dloss, 0);
+        mg__pipe_run(tr, &tr->pipe_exec, tr->batch, dloss, 0);
         for (kind = 1; kind < MG_PIPE_COMM_KINDS; kind++) {   /* its send/recv groups' time */
             tr->timer_ms[MG_TIMER_PIPE_COMM + kind - 1] += tr->pipe_exec.comm_ms[kind];
             tr->pipe_exec.comm_ms[kind] = 0;
@@ -5896,13 +5965,16 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
         mg__embedding_grad_all_reduce(&tr->model);
         mg__timer_stop(tr, MG_TIMER_EMBEDDING_GRADS);
     } else {
-        sum = mg_gpt_run_microbatches(&tr->model, tr->batch, tr->n_micro, dloss, 1);
+        mg_gpt_run_microbatches(&tr->model, tr->batch, tr->n_micro, dloss, 1);
     }
+    tr->model.dloss_at = NULL;
+    tr->model.loss_at = NULL;
     /* all-grads-sync: what is left of the data-parallel reductions after the backward */
     mg__timer_start(tr, MG_TIMER_ALL_GRADS_SYNC);
     mg_dp_finish(&tr->dp);
     mg__timer_stop(tr, MG_TIMER_ALL_GRADS_SYNC);
-    r.loss = mg_dp_sum(&tr->dp, sum) / tokens;
+    if (tr->dp.comm)   /* the loss summed over the replicas, as mg_dp_sum but on the device */
+        mg__group_sum_dev(&tr->opt, &tr->model, tr->dp.comm, &tr->dp.comm->data, &dev->loss_sum);
     tr->model.training = 0;
     mg__timer_start(tr, MG_TIMER_LAYERNORM_GRADS);
     mg_gpt_reduce_grads(&tr->model);
@@ -5931,15 +6003,14 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     mg__adamw_gather_params(&tr->opt, &tr->model);
     if (tr->opt.dp) mg__timer_stop(tr, MG_TIMER_PARAMS_ALL_GATHER);
     mg__timer_stop(tr, MG_TIMER_OPTIMIZER);
-    mg__trainer_pull(tr, &r);
-    if (tr->args.log_params_norm) {   /* Megatron's calc_params_l2_norm, after the update */
+    if (tr->args.log_params_norm && pull) {   /* Megatron's calc_params_l2_norm, after the update */
         int bad = 0;
         r.params_norm = sqrt(mg__model_sum(&tr->opt, &tr->model, MG__SUM_PARAM_SQ, &bad));
     }
-    tr->nan_iters += !isfinite(r.loss);
     tr->consumed_samples += G;
     tr->iteration++;
-    mg_sync(&tr->ctx);
+    /* the one read-back of the step (it waits for the device); none when deferred */
+    if (pull) mg__trainer_pull(tr, &r);
     r.elapsed_ms = mg__now_ms() - t0;
     return r;
 }
@@ -6065,9 +6136,6 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
     char stamp[32];
     tr->log_count++;
     tr->log_ms_sum += r->elapsed_ms;
-    if (!r->skipped) tr->log_loss_sum += r->loss;
-    tr->log_skipped += r->skipped;
-    tr->log_nan += !isfinite(r->loss);
     /* TensorBoard, every --tensorboard-log-interval: this iteration's values (Megatron's
        training_log; the log line below shows the interval's mean loss)                     */
     if (tr->has_tb && tr->iteration % tr->args.tensorboard_log_interval == 0) {
@@ -6084,6 +6152,14 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
         }
     }
     if (tr->iteration % tr->args.log_interval && tr->iteration != tr->args.train_iters) return;
+    {   /* the interval's loss and counts, accumulated on the device: read, then restarted */
+        mg_optim_state s;
+        mg_copy_to_host(&tr->ctx, &s, tr->opt.state, sizeof s);
+        tr->log_loss_sum = s.interval.loss_sum;
+        tr->log_skipped = s.interval.skipped;
+        tr->log_nan = s.interval.nan;
+        mg_memset_zero(&tr->ctx, &tr->opt.state->interval, sizeof s.interval);
+    }
     ms = tr->log_ms_sum / (double)tr->log_count;
     loss = tr->log_count > tr->log_skipped ?
            tr->log_loss_sum / (double)(tr->log_count - tr->log_skipped) : NAN;

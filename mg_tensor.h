@@ -418,6 +418,11 @@ MGDEF void mg_xent_loss(mg_ctx *ctx, float *losses, const float *rowmax, const f
 MGDEF void mg_xent_backward(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *logits,
                             const int32_t *targets, const float *rowmax, const float *sumexp,
                             float dloss, int64_t vocab_start, int64_t vocab_size);
+/* The same with dloss read from memory by the op itself (device memory on CUDA: a value that
+   device code wrote, such as the fp16 loss scale over the tokens, needs no host copy).     */
+MGDEF void mg_xent_backward_at(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *logits,
+                               const int32_t *targets, const float *rowmax, const float *sumexp,
+                               const float *dloss, int64_t vocab_start, int64_t vocab_size);
 
 /* AdamW on fp32 master weights, as torch.optim.AdamW (decoupled weight decay, bias correction):
      g = grad · grad_scale            (grad_scale folds clipping and loss-scale removal)
@@ -489,6 +494,10 @@ MGDEF double mg_sumsq_end(mg_ctx *ctx, mg_sumsq_batch *b, int *nonfinite);
    host memory on the CPU, which adds them in order as mg_sumsq_end). Inf/nan make the total
    non-finite. Releases the arena.                                                          */
 MGDEF void mg_sumsq_end_device(mg_ctx *ctx, mg_sumsq_batch *b, double *total);
+/* *acc += Σ x over n fp32 values, in double, without waiting: acc is device memory (host on
+   the CPU). CUDA: one block (as mg_sumsq_end_device); CPU: the sum from 0 in order, then
+   added to *acc — so a sequence of calls adds like a host loop over the pieces' sums.      */
+MGDEF void mg_sum_f32_device(mg_ctx *ctx, const float *x, int64_t n, double *acc);
 
 /* ---------------------------------------------------------------------------------------------
    Inline definitions of the MG_HD functions above. They live in the API part (not under
@@ -2056,10 +2065,11 @@ static __global__ void mg__k_xent_sumexp(float *sumexp, float *tlogit, const voi
 }
 static __global__ void mg__k_xent_backward(void *dlogits, mg_dtype dd, const void *logits, mg_dtype ld,
                                     const int32_t *targets, const float *rowmax,
-                                    const float *sumexp, float dloss, int64_t Vs, int64_t nreal,
-                                    int64_t vocab_start) {
+                                    const float *sumexp, float dloss, const float *dloss_at,
+                                    int64_t Vs, int64_t nreal, int64_t vocab_start) {
     int64_t base = blockIdx.x * Vs, j, tgt = (int64_t)targets[blockIdx.x] - vocab_start;
     float mx = rowmax[blockIdx.x], se = sumexp[blockIdx.x];
+    if (dloss_at) dloss = *dloss_at;
     for (j = threadIdx.x; j < Vs; j += blockDim.x)
         mg_store(dlogits, dd, base + j,
                  j < nreal ? mg__xent_dlogit(mg_load(logits, ld, base + j), mx, se, (float)(j == tgt), dloss)
@@ -2090,14 +2100,16 @@ static __global__ void mg__k_sumsq(double *partial, const float *x, int64_t n) {
     s = mg__block_reduce(s, mg__op_sum(), 0.0);
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
-/* One block adds n partial sums: thread t those at t, t + blockDim, … in order, then the
-   block reduction; *total = the sum (reads n doubles, writes one).                         */
-static __global__ void mg__k_sum_partials(double *total, const double *partial, int64_t n) {
+/* One block adds n values (doubles: partial sums; floats: per-token losses) in double:
+   thread t those at t, t + blockDim, … in order, then the block reduction; *total = the sum,
+   or *total += it when accumulate (reads n values, writes one double).                    */
+template <class T>
+static __global__ void mg__k_sum_into(double *total, const T *x, int64_t n, int accumulate) {
     int64_t i;
     double s = 0.0;
-    for (i = threadIdx.x; i < n; i += blockDim.x) s += partial[i];
+    for (i = threadIdx.x; i < n; i += blockDim.x) s += (double)x[i];
     s = mg__block_reduce(s, mg__op_sum(), 0.0);
-    if (threadIdx.x == 0) *total = s;
+    if (threadIdx.x == 0) *total = accumulate ? *total + s : s;
 }
 /* Fused AdamW over the table's pieces laid end to end. Block b takes the tiles b, b + grid, …
    of MG__ADAMW_TILE indices; its threads find the tile's first piece by binary search over
@@ -2844,9 +2856,11 @@ MGDEF void mg_xent_loss(mg_ctx *ctx, float *losses, const float *rowmax, const f
     (void)ctx;
     for (r = 0; r < N; r++) losses[r] = mg__xent_loss(rowmax[r], sumexp[r], tlogit[r]);
 }
-MGDEF void mg_xent_backward(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *logits,
-                            const int32_t *targets, const float *rowmax, const float *sumexp,
-                            float dloss, int64_t vocab_start, int64_t vocab_size) {
+/* dloss_at non-NULL: dloss is read there (by the kernel on CUDA).                          */
+static void mg__xent_backward(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *logits,
+                              const int32_t *targets, const float *rowmax, const float *sumexp,
+                              float dloss, const float *dloss_at, int64_t vocab_start,
+                              int64_t vocab_size) {
     int64_t nreal = mg__check_xent("mg_xent_backward", logits, vocab_start, vocab_size);
     mg__check_2d("mg_xent_backward", "dlogits", dlogits, mg_rows(logits), mg_cols(logits));
 #ifdef __CUDACC__
@@ -2855,12 +2869,25 @@ MGDEF void mg_xent_backward(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *lo
         MG_LAUNCH(mg__k_xent_backward, mg__cuda_row_grid(mg_rows(logits)), MG__CUDA_THREADS, 0,
                   MG__STREAM(ctx),
             dlogits->data, dlogits->dtype, logits->data, logits->dtype, targets, rowmax, sumexp,
-            dloss, mg_cols(logits), nreal, vocab_start);
+            dloss, dloss_at, mg_cols(logits), nreal, vocab_start);
         MG_CUDA_LAUNCH_CHECK();
         return;
     }
 #endif
-    mg__cpu_xent_backward(ctx, dlogits, logits, targets, rowmax, sumexp, dloss, vocab_start, nreal);
+    mg__cpu_xent_backward(ctx, dlogits, logits, targets, rowmax, sumexp,
+                          dloss_at ? *dloss_at : dloss, vocab_start, nreal);
+}
+MGDEF void mg_xent_backward(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *logits,
+                            const int32_t *targets, const float *rowmax, const float *sumexp,
+                            float dloss, int64_t vocab_start, int64_t vocab_size) {
+    mg__xent_backward(ctx, dlogits, logits, targets, rowmax, sumexp, dloss, NULL, vocab_start,
+                      vocab_size);
+}
+MGDEF void mg_xent_backward_at(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *logits,
+                               const int32_t *targets, const float *rowmax, const float *sumexp,
+                               const float *dloss, int64_t vocab_start, int64_t vocab_size) {
+    mg__xent_backward(ctx, dlogits, logits, targets, rowmax, sumexp, 0.0f, dloss, vocab_start,
+                      vocab_size);
 }
 
 /* --- optimizer and norms -------------------------------------------------------------------- */
@@ -2964,14 +2991,29 @@ MGDEF double mg_sumsq_end(mg_ctx *ctx, mg_sumsq_batch *b, int *nonfinite) {
 MGDEF void mg_sumsq_end_device(mg_ctx *ctx, mg_sumsq_batch *b, double *total) {
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
-        MG_LAUNCH(mg__k_sum_partials, 1, MG__CUDA_THREADS, 0, MG__STREAM(ctx), total, b->partial,
-                  b->used);
+        MG_LAUNCH(mg__k_sum_into, 1, MG__CUDA_THREADS, 0, MG__STREAM(ctx), total,
+                  (const double *)b->partial, b->used, 0);
         MG_CUDA_LAUNCH_CHECK();
         mg_arena_release(ctx, b->mark);
         return;
     }
 #endif
     *total = mg_sumsq_end(ctx, b, NULL);
+}
+MGDEF void mg_sum_f32_device(mg_ctx *ctx, const float *x, int64_t n, double *acc) {
+    double s = 0.0;
+    int64_t i;
+    if (n < 0) mg_fatal(__FILE__, __LINE__, "mg_sum_f32_device: n %lld", (long long)n);
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        MG_LAUNCH(mg__k_sum_into, 1, MG__CUDA_THREADS, 0, MG__STREAM(ctx), acc, x, n, 1);
+        MG_CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
+    (void)ctx;
+    for (i = 0; i < n; i++) s += x[i];
+    *acc += s;
 }
 MGDEF double mg_sumsq(mg_ctx *ctx, const float *x, int64_t n, int *nonfinite) {
     double s;

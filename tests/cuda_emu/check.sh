@@ -7,7 +7,9 @@
 #   3. gpu_model_emu: the whole model, fp32/bf16/fp16, against the CPU backend
 #   4. gpt_train_emu --device cuda against the CPU build's gpt_train on a tiny model: 1 rank
 #      fp32 and bf16, 2 ranks with t=2, d=2 (fp32 and bf16) and p=2. Bounds: fp32 relative 1e-5 per logged loss;
-#      bf16 2^-7 nats (2u, the bound tests/test_mixed.c holds bf16 to against fp32)
+#      bf16 2^-7 nats (2u, the bound tests/test_mixed.c holds bf16 to against fp32); 1 rank fp16
+#      with dynamic loss scaling whose first iterations overflow (skipped: "lm loss: NAN" on both),
+#      2^-9 nats (an fp16 ulp at the loss's magnitude)
 #   5. every __global__ function of the library headers was launched by 2-4
 # Every emulated run aborts on its first bug-finder report (race, bounds, uninitialised read).
 cd "$(dirname "$0")/../.." || exit 1
@@ -72,6 +74,8 @@ train_case() { # train_case NAME RANKS MODE(rel|abs) TOL EXTRA-FLAGS
 }
 train_case "1 rank fp32" 1 rel 1e-5 ""
 train_case "1 rank bf16" 1 abs 0.0078125 "--bf16"
+train_case "1 rank fp16 dynamic loss scale (iterations 1-2 overflow, skipped)" 1 abs 0.001953125 \
+  "--fp16 --initial-loss-scale 4194304 --hysteresis 1 --loss-scale-window 3 --clip-grad 0.5"
 train_case "2 ranks t=2 fp32" 2 rel 1e-5 "--tensor-model-parallel-size 2"
 train_case "2 ranks d=2 fp32" 2 rel 1e-5 ""
 train_case "2 ranks d=2 bf16" 2 abs 0.0078125 "--bf16"

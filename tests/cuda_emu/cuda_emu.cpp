@@ -961,9 +961,18 @@ cudaError_t cudaFree(void *p) {
            is_dev(p) ? describe_dev(p).c_str() : "a host address");
     return cudaErrorInvalidValue;
 }
+/* Host synchronisations: the calls after which the host has waited for the device's queued
+   work (CUDA's "API synchronization behavior"): cudaDeviceSynchronize, cudaStreamSynchronize,
+   cudaEventSynchronize, every cudaMemcpy (synchronous: it waits for the legacy stream even
+   from pageable memory), and cudaMemcpyAsync to the host (it returns once the copy is done).
+   A cudaMemcpyAsync from (pageable) host memory to the device only stages the bytes: no wait,
+   not counted. mg_emu_host_syncs() returns the count so far.                               */
+static long g_host_syncs;
+long mg_emu_host_syncs(void) { return g_host_syncs; }
+
 /* Copies check the device side's bounds (and, read from device, that the bytes were written:
    copying uninitialised device memory to the host is reported).                           */
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
+static cudaError_t emu_copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
     if (!n) return cudaSuccess;
     if ((is_dev(src) && !dev_range_ok("cudaMemcpy source", src, n)) ||
         (is_dev(dst) && !dev_range_ok("cudaMemcpy destination", dst, n))) {
@@ -983,9 +992,14 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind
     dev_mark(dst, n);
     return cudaSuccess;
 }
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
+    g_host_syncs++;
+    return emu_copy(dst, src, n, kind);
+}
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
                             cudaStream_t) {
-    return cudaMemcpy(dst, src, n, kind);
+    if (kind == cudaMemcpyDeviceToHost && n) g_host_syncs++;
+    return emu_copy(dst, src, n, kind);
 }
 cudaError_t cudaMemset(void *p, int value, size_t n) {
     if (!n) return cudaSuccess;
@@ -998,7 +1012,7 @@ cudaError_t cudaMemset(void *p, int value, size_t n) {
     return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t) { return cudaMemset(p, value, n); }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) { g_host_syncs++; return cudaSuccess; }
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
     return cudaStreamCreateWithPriority(s, flags, 0);
@@ -1012,7 +1026,7 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
     return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { g_host_syncs++; return cudaSuccess; }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned int) {
     return e ? cudaSuccess : cudaErrorInvalidValue;
 }
@@ -1027,7 +1041,10 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
     return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    g_host_syncs++;
+    return e ? cudaSuccess : cudaErrorInvalidValue;
+}
 cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
 
 /* =============================================================================================

@@ -162,6 +162,10 @@ void mg_emu_clear_reports(void);
 /* Thread order inside a block between two barriers: 0 in order (x fastest), else a seed for a
    shuffled order (also MG_EMU_SHUFFLE=seed in the environment).                            */
 void mg_emu_set_shuffle(unsigned seed);
+/* Host synchronisations so far (cudaDeviceSynchronize, cudaStreamSynchronize,
+   cudaEventSynchronize, cudaMemcpy, cudaMemcpyAsync to the host): a program counts the ones
+   a stretch of its code makes (tests/gpu/gpu_model.c: per training step).                 */
+long mg_emu_host_syncs(void);
 
 /* --- device functions ------------------------------------------------------------------------ */
 void __syncthreads(void);

@@ -361,9 +361,14 @@ static int op_xent(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
         mg_copy_to_device(ctx, se.data, s0, sizeof s0);
         mg_copy_to_device(ctx, tl.data, t0, sizeof t0);
         mg_xent_loss(ctx, (float *)loss.data, (float *)mx.data, (float *)se.data, (float *)tl.data, N);
-        for (s = 0; s < 2; s++)
-            mg_xent_backward(ctx, &dl[s], &l[s], tg, (float *)mx.data, (float *)se.data, 1.0f / N,
-                             512 * s, V);
+        {   /* slice 1 reads its dloss from device memory (mg_xent_backward_at) */
+            float dloss = 1.0f / N, *at = (float *)mg_alloc(ctx, sizeof dloss);
+            mg_copy_to_device(ctx, at, &dloss, sizeof dloss);
+            mg_xent_backward(ctx, &dl[0], &l[0], tg, (float *)mx.data, (float *)se.data, dloss,
+                             0, V);
+            mg_xent_backward_at(ctx, &dl[1], &l[1], tg, (float *)mx.data, (float *)se.data, at,
+                                512, V);
+        }
     }
     OUT(mx); OUT(se); OUT(tl); OUT(loss); OUT(dl[0]); OUT(dl[1]);
     return nout;
@@ -406,18 +411,18 @@ static int op_adamw(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
    buffers (a table entry points anywhere), weight decay on some, the 16-bit copy on all but
    one; 3 steps with a skipped one (args.skip: nothing may change) between steps 1 and 2; the
    table and the step's arguments in device memory. Then the device-side Σx² of the 5 pieces
-   (mg_sumsq_end_device) against the host's.                                                 */
+   (mg_sumsq_end_device) and an accumulated Σx (mg_sum_f32_device) against the host's.       */
 static int op_adamw_multi(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     enum { P = 100003, NP = 5 };
     static const int64_t at[NP] = {0, 5, 400, 1500, 40000}, len[NP] = {1, 300, 1023, 29000, 60000};
     int nout = 0, step, k;
     mg_tensor p = ops_dev(ctx, MG_F32, X, 1, P), g = ops_dev(ctx, MG_F32, D, 1, P);
     mg_tensor m = ops_dev(ctx, MG_F32, NULL, 1, P), v = ops_dev(ctx, MG_F32, NULL, 1, P);
-    mg_tensor p16 = ops_dev(ctx, dt, NULL, 1, P), ss = mg_tensor_2d(ctx, MG_F32, 1, 2);
+    mg_tensor p16 = ops_dev(ctx, dt, NULL, 1, P), ss = mg_tensor_2d(ctx, MG_F32, 1, 3);
     mg_adamw_piece host[NP], *table = (mg_adamw_piece *)mg_alloc(ctx, sizeof host);
     mg_adamw_args args, *dargs = (mg_adamw_args *)mg_alloc(ctx, sizeof args);
-    double *dsum = (double *)mg_alloc(ctx, sizeof(double)), sum;
-    float hs[2];
+    double *dsum = (double *)mg_alloc(ctx, 2 * sizeof(double)), sum[2] = {0.5, 0.0};
+    float hs[3];
     int64_t total;
     mg_sumsq_batch batch;
     for (k = 0; k < NP; k++) {
@@ -444,9 +449,14 @@ static int op_adamw_multi(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     mg_sumsq_begin(ctx, &batch, total);
     for (k = 0; k < NP; k++) mg_sumsq_add(ctx, &batch, host[k].param, len[k]);
     mg_sumsq_end_device(ctx, &batch, dsum);
-    mg_copy_to_host(ctx, &sum, dsum, sizeof sum);
-    hs[0] = (float)sum;
+    /* Σ of the gradients' first 70000 values added twice to 0.5 (mg_sum_f32_device) */
+    mg_copy_to_device(ctx, dsum + 1, &sum[0], sizeof(double));
+    mg_sum_f32_device(ctx, (const float *)g.data, 70000, dsum + 1);
+    mg_sum_f32_device(ctx, (const float *)g.data, 70000, dsum + 1);
+    mg_copy_to_host(ctx, sum, dsum, sizeof sum);
+    hs[0] = (float)sum[0];
     hs[1] = (float)mg_adamw_table_begin(host, NP);
+    hs[2] = (float)sum[1];
     mg_copy_to_device(ctx, ss.data, hs, sizeof hs);
     OUT(p); OUT(m); OUT(v); OUT(ss);
     if (dt != MG_F32) OUT(p16);

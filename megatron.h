@@ -637,6 +637,8 @@ typedef struct mg_adamw {
     int64_t table_total;         /* Σ n of the pieces                                           */
     struct mg_optim_state *state;/* device                                                      */
     double *gather;              /* device [world size]: one double per rank of a group sum    */
+    int keep_scratch;            /* 1: the Σ g² partial sums stay allocated in the arena (a
+                                    CUDA graph captured over them replays into them)          */
 } mg_adamw;
 /* Moments from the arena, zeroed. dp NULL or not distributed: moments of the whole flat buffer;
    distributed: of this rank's shard, and mg_adamw_update becomes ZeRO-1 (collective over the
@@ -806,6 +808,7 @@ typedef struct mg_train_args {
                                             reports its progress (world rank 0; NULL: silent) */
     int data_order;                      /* mg_data_order                                      */
     int device;                          /* mg_device                                          */
+    int enable_cuda_graph;               /* a switch: the optimizer step as one CUDA graph    */
     /* pipeline parallelism                                                                  */
     int64_t pipeline_model_parallel_size, num_layers_per_virtual_pipeline_stage,
             microbatch_group_size_per_vp_stage;
@@ -914,6 +917,9 @@ typedef struct mg_trainer {
     float *timer_dev;                   /* device scratch for gathering them [(1+world)·2·N]  */
     mg_tb_writer tb;                    /* --tensorboard-dir: the last rank's event file      */
     int has_tb;
+    mg_graph opt_graph;                 /* --enable-cuda-graph: the optimizer step, captured at
+                                           the first iteration (has_opt_graph)               */
+    int has_opt_graph;
 } mg_trainer;
 
 /* Validates and builds. Order: architecture (flags, --load checkpoint, --init-from file,
@@ -3624,6 +3630,7 @@ static void mg__model_sumsq_dev(mg_adamw *opt, mg_gpt *m, int what, double *dst)
                                                              L->pp_size == 1))) {
         mg_sumsq_begin(m->ctx, &batch, mg_sumsq_slots(m->ctx, m->n_elems));
         mg_sumsq_add(m->ctx, &batch, m->grad_buf, m->n_elems);
+        if (opt->keep_scratch) batch.mark = mg_arena_mark(m->ctx);   /* not released */
         mg_sumsq_end_device(m->ctx, &batch, dst);
         return;
     }
@@ -3636,6 +3643,7 @@ static void mg__model_sumsq_dev(mg_adamw *opt, mg_gpt *m, int what, double *dst)
     mg_sumsq_begin(m->ctx, &batch, acc.slots);
     acc.batch = &batch;
     mg__for_owned(opt, m, mg__sumsq_visit, &acc);      /* queue the pieces */
+    if (opt->keep_scratch) batch.mark = mg_arena_mark(m->ctx);   /* not released */
     mg_sumsq_end_device(m->ctx, &batch, dst);
     if (opt->dp) mg__group_sum_dev(opt, m, opt->dp->comm, &opt->dp->comm->data, dst);
     if (L->tp_size > 1) mg__group_sum_dev(opt, m, m->comm, &m->comm->tensor, dst);
@@ -4101,6 +4109,9 @@ static const mg__flag mg__flags[] = {
     {"--device", MG__F_CHOICE, MG__OFF(device), "auto|cpu|cuda", 0, 0,
      "auto: the GPU when built by nvcc and one is present, else the CPU (default auto; "
      "OMP_NUM_THREADS sets the CPU threads)"},
+    {"--enable-cuda-graph", MG__F_SWITCH, MG__OFF(enable_cuda_graph), NULL, 0, 0,
+     "capture the optimizer step (gradient norm, clip and loss-scale decisions, fused AdamW) "
+     "as one CUDA graph at the first iteration and replay it (one rank on the GPU)"},
 };
 #define MG__NFLAGS ((int)(sizeof mg__flags / sizeof mg__flags[0]))
 typedef char mg__flags_fit_given[MG__NFLAGS <= 128 ? 1 : -1]; /* mg_train_args.given[128] */
@@ -4912,6 +4923,15 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
     if (a->fp16 && !a->loss_scale && a->min_loss_scale > a->initial_loss_scale)
         return mg__err(err, errlen, "--min-loss-scale %g is larger than --initial-loss-scale %g",
                        a->min_loss_scale, a->initial_loss_scale);
+    if (a->enable_cuda_graph && a->comm && a->comm->world_size > 1)
+        return mg__err(err, errlen, "--enable-cuda-graph captures the optimizer step of one "
+                       "rank; with %d ranks its gradient-norm sums are NCCL collectives, which "
+                       "are not captured (run without --enable-cuda-graph)",
+                       a->comm->world_size);
+    if (a->enable_cuda_graph && (a->device == MG_DEVICE_CPU || !mg_cuda_available()))
+        return mg__err(err, errlen, "--enable-cuda-graph needs the GPU (%s)",
+                       a->device == MG_DEVICE_CPU ? "--device cpu was given" :
+                       "this program runs on the CPU: no GPU, or built without CUDA");
     if (a->data_path.n && (a->train_data_path.n || a->valid_data_path.n || a->test_data_path.n))
         return mg__err(err, errlen, "--data-path with --%s-data-path: give either --data-path "
                        "(split by --split) or --train-data-path [--valid-data-path] "
@@ -5762,6 +5782,11 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         cd.n_threads = mg_comm_default_threads(tr->comm);
     }
     mg_ctx_init(&tr->ctx, &cd);
+    if (a->enable_cuda_graph && tr->ctx.device != MG_DEVICE_CUDA) {   /* MG_DEVICE=cpu */
+        mg__err(err, errlen, "--enable-cuda-graph needs the GPU (the environment's MG_DEVICE "
+                "picked the CPU)");
+        goto fail;
+    }
     if (a->comm) {                       /* the first communication of the run */
         mg_comm_setup_groups(a->comm, &tr->ctx, tp, tr->pp, tr->vp);
         mg_gpt_layout_tp(&layout, a->comm, a->sequence_parallel);
@@ -5858,6 +5883,7 @@ MGDEF void mg_trainer_free(mg_trainer *tr) {
     mg_schedule_free(&tr->pipe_sched);
     mg_schedule_free(&tr->pipe_eval_sched);
     MG_FREE(tr->slot_mb);
+    if (tr->has_opt_graph) mg_graph_free(&tr->opt_graph);
     if (tr->dp.model) mg_dp_free(&tr->dp);
     if (tr->model.ctx) mg_gpt_destroy(&tr->model);
     if (tr->comm && tr->comm->ctx == &tr->ctx) tr->comm->ctx = NULL;  /* host buffers again */
@@ -5993,12 +6019,31 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     /* mg_adamw_update, its parts timed, queued on the device: the norm, the decisions (skip,
        clip, the loss scaler's update, the step count and the learning rate at it), the fused
        step; nothing here waits for the device                                              */
-    mg__timer_start(tr, MG_TIMER_CLIP_MAIN_GRAD);
-    mg__adamw_clip(&tr->opt, &tr->model, &tr->sched, tr->args.clip_grad, tokens);
-    mg__timer_stop(tr, MG_TIMER_CLIP_MAIN_GRAD);
-    mg__timer_start(tr, MG_TIMER_INNER_STEP);
-    mg__adamw_inner_step(&tr->opt, &tr->model);
-    mg__timer_stop(tr, MG_TIMER_INNER_STEP);
+    if (tr->args.enable_cuda_graph) {
+        /* --enable-cuda-graph: the same two parts as one graph, captured at the first
+           iteration (recorded, not run; its Σ g² scratch kept reserved) and launched at every
+           iteration; timed as the inner step. Everything it reads that changes from step to
+           step (gradients, the scaler, the step count) is in device memory.                */
+        mg__timer_start(tr, MG_TIMER_INNER_STEP);
+        if (!tr->has_opt_graph) {
+            tr->opt.keep_scratch = 1;
+            mg_graph_capture_begin(&tr->ctx);
+            mg__adamw_clip(&tr->opt, &tr->model, &tr->sched, tr->args.clip_grad, tokens);
+            mg__adamw_inner_step(&tr->opt, &tr->model);
+            mg_graph_capture_end(&tr->ctx, &tr->opt_graph);
+            tr->opt.keep_scratch = 0;
+            tr->has_opt_graph = 1;
+        }
+        mg_graph_launch(&tr->ctx, &tr->opt_graph);
+        mg__timer_stop(tr, MG_TIMER_INNER_STEP);
+    } else {
+        mg__timer_start(tr, MG_TIMER_CLIP_MAIN_GRAD);
+        mg__adamw_clip(&tr->opt, &tr->model, &tr->sched, tr->args.clip_grad, tokens);
+        mg__timer_stop(tr, MG_TIMER_CLIP_MAIN_GRAD);
+        mg__timer_start(tr, MG_TIMER_INNER_STEP);
+        mg__adamw_inner_step(&tr->opt, &tr->model);
+        mg__timer_stop(tr, MG_TIMER_INNER_STEP);
+    }
     if (tr->opt.dp) mg__timer_start(tr, MG_TIMER_PARAMS_ALL_GATHER);   /* ZeRO only */
     mg__adamw_gather_params(&tr->opt, &tr->model);
     if (tr->opt.dp) mg__timer_stop(tr, MG_TIMER_PARAMS_ALL_GATHER);

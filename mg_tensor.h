@@ -154,6 +154,22 @@ MGDEF void mg_copy_to_host(mg_ctx *ctx, void *dst_host, const void *src_dev, siz
 MGDEF void mg_copy(mg_ctx *ctx, void *dst_dev, const void *src_dev, size_t bytes);
 MGDEF void mg_memset_zero(mg_ctx *ctx, void *dst_dev, size_t bytes);
 MGDEF void mg_sync(mg_ctx *ctx);                          /* wait for the stream (no-op CPU)  */
+/* CUDA graphs (a CUDA context only; on the CPU each call fails with one line). Between
+   mg_graph_capture_begin and mg_graph_capture_end the context's stream captures
+   (cudaStreamBeginCapture, thread-local mode): the library calls made meanwhile are recorded,
+   not run — their kernels with the arguments they have then (pointers, sizes, scalars);
+   mg_graph_capture_end instantiates the graph (cudaStreamEndCapture, cudaGraphInstantiate),
+   mg_graph_launch runs it on the stream (cudaGraphLaunch), as often as wanted. A capture may
+   hold kernels, device-to-device copies and memsets: nothing that waits for the device, copies
+   from or to the host, or calls cuBLAS/NCCL outside what the graph can hold. Values a graph
+   must see change between launches have to live in device memory (the optimizer's
+   mg_adamw_args do). Arena scratch that captured kernels use must stay reserved while the
+   graph lives.                                                                            */
+typedef struct mg_graph { void *graph, *exec; } mg_graph;
+MGDEF void mg_graph_capture_begin(mg_ctx *ctx);
+MGDEF void mg_graph_capture_end(mg_ctx *ctx, mg_graph *g);
+MGDEF void mg_graph_launch(mg_ctx *ctx, const mg_graph *g);
+MGDEF void mg_graph_free(mg_graph *g);
 
 /* ---------------------------------------------------------------------------------------------
    3. Tensors
@@ -878,6 +894,48 @@ MGDEF void mg_sync(mg_ctx *ctx) {
     if (mg__is_cuda(ctx)) MG_CUDA_CHECK(cudaStreamSynchronize(MG__STREAM(ctx)));
 #endif
     (void)ctx;
+}
+
+static void mg__graph_needs_cuda(const mg_ctx *ctx, const char *what) {
+    if (ctx->device != MG_DEVICE_CUDA)
+        mg_fatal(__FILE__, __LINE__, "%s: CUDA graphs need a CUDA context (this one is the CPU)",
+                 what);
+}
+MGDEF void mg_graph_capture_begin(mg_ctx *ctx) {
+    mg__graph_needs_cuda(ctx, "mg_graph_capture_begin");
+#ifdef __CUDACC__
+    MG_CUDA_CHECK(cudaStreamBeginCapture(MG__STREAM(ctx), cudaStreamCaptureModeThreadLocal));
+#endif
+}
+MGDEF void mg_graph_capture_end(mg_ctx *ctx, mg_graph *g) {
+    mg__graph_needs_cuda(ctx, "mg_graph_capture_end");
+#ifdef __CUDACC__
+    {
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
+        MG_CUDA_CHECK(cudaStreamEndCapture(MG__STREAM(ctx), &graph));
+        MG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        g->graph = (void *)graph;
+        g->exec = (void *)exec;
+    }
+#else
+    (void)g;
+#endif
+}
+MGDEF void mg_graph_launch(mg_ctx *ctx, const mg_graph *g) {
+    mg__graph_needs_cuda(ctx, "mg_graph_launch");
+#ifdef __CUDACC__
+    MG_CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)g->exec, MG__STREAM(ctx)));
+#else
+    (void)g;
+#endif
+}
+MGDEF void mg_graph_free(mg_graph *g) {
+#ifdef __CUDACC__
+    if (g->exec) MG_CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)g->exec));
+    if (g->graph) MG_CUDA_CHECK(cudaGraphDestroy((cudaGraph_t)g->graph));
+#endif
+    g->graph = g->exec = NULL;
 }
 
 /* =============================================================================================

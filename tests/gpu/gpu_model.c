@@ -148,72 +148,84 @@ static void optimizer(mg_dtype dt, double tol_norm, double tol_w) {
 
 /* The trainer's step on the device: fp16 with dynamic loss scaling from 2^22 (the first
    iteration overflows fp16 and is skipped, the scale backs off; hysteresis 1, a growth window
-   of 3), clipping, 8 iterations logged every 4, mg_trainer.defer_results as gpt_train runs it.
-   Against the CPU trainer: the logged loss, grad norm, learning rate and loss scale, and the
-   skipped iterations. Under the emulator also the host synchronisations of each step
-   (mg_emu_host_syncs): 0 on the iterations that do not log.                                */
-static void trainer_steps(int have_gpu) {
-    static const char *const dev_flag[2] = {"cpu", "cuda"};
-    char line[1024], name[200];
-    mg_trainer tr[2];
-    mg_step_result r[2][8];
-    long syncs[8] = {0};
-    int k, i, ok_values = 1, ok_syncs = 1, skipped = 0;
-    double worst = 0;
-    for (k = 0; k < 2; k++) {
-        snprintf(line, sizeof line, "--data-path " GPT_DATA "gpt_tokens.bin --vocab-size 37 "
-                 "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 "
-                 "--micro-batch-size 2 --global-batch-size 4 --train-iters 8 --lr 1e-3 "
-                 "--split 1,0,0 --eval-iters 0 --log-interval 4 --fp16 --initial-loss-scale "
-                 "4194304 --hysteresis 1 --loss-scale-window 3 --clip-grad 0.5 --device %s",
-                 k && have_gpu ? dev_flag[1] : dev_flag[0]);
-        gpt_trainer_from_line(&tr[k], line);
-        tr[k].defer_results = 1;
-        for (i = 0; i < 8; i++) {
-#ifdef MG_CUDA_EMU
-            long before = mg_emu_host_syncs();
-#endif
-            r[k][i] = mg_trainer_step(&tr[k]);
-#ifdef MG_CUDA_EMU
-            if (k) syncs[i] = mg_emu_host_syncs() - before;
-#endif
-            mg_trainer_log(&tr[k], &r[k][i], NULL);
-        }
-    }
+   of 3), clipping, 8 iterations logged every 4, mg_trainer.defer_results as gpt_train runs it;
+   on the device once as it is and once with --enable-cuda-graph (the optimizer step captured
+   at iteration 1 and replayed). Against the CPU trainer: the logged loss, grad norm, learning
+   rate and loss scale, and the skipped iterations. Under the emulator also the host
+   synchronisations of each step (mg_emu_host_syncs): 0 on the iterations that do not log.  */
+static void trainer_run(const char *device, const char *extra, mg_trainer *tr,
+                        mg_step_result *r, long *syncs) {
+    char line[1024];
+    int i;
+    snprintf(line, sizeof line, "--data-path " GPT_DATA "gpt_tokens.bin --vocab-size 37 "
+             "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 "
+             "--micro-batch-size 2 --global-batch-size 4 --train-iters 8 --lr 1e-3 "
+             "--split 1,0,0 --eval-iters 0 --log-interval 4 --fp16 --initial-loss-scale "
+             "4194304 --hysteresis 1 --loss-scale-window 3 --clip-grad 0.5 --device %s%s",
+             device, extra);
+    gpt_trainer_from_line(tr, line);
+    tr->defer_results = 1;
     for (i = 0; i < 8; i++) {
-        int shows = (i + 1) % 4 == 0;
-        if (r[0][i].has_values != shows || r[1][i].has_values != shows) ok_values = 0;
-        if (!shows) {
-            if (syncs[i] != 0) ok_syncs = 0;
-            continue;
-        }
-        if (r[1][i].skipped != r[0][i].skipped || r[1][i].loss_scale != r[0][i].loss_scale ||
-            r[1][i].lr != r[0][i].lr)
-            ok_values = 0;
-        if (!r[0][i].skipped) {
-            double e = fabs(r[1][i].loss - r[0][i].loss) / fabs(r[0][i].loss), en =
-                       fabs(r[1][i].grad_norm - r[0][i].grad_norm) / r[0][i].grad_norm;
-            if (en > e) e = en;
-            if (e > worst) worst = e;
-        }
-    }
-    skipped = (int)tr[0].skipped_iters;
-    snprintf(name, sizeof name, "trainer fp16 dynamic scaling on the device: logged loss, grad "
-             "norm, lr, loss scale and skipped iterations = the CPU trainer's");
-    mg_test_report(ok_values && skipped >= 1 && tr[1].skipped_iters == tr[0].skipped_iters &&
-                   tr[1].scaler.scale == tr[0].scaler.scale && worst <= (have_gpu ? 1.0 / 2048 : 0),
-                   name, "skipped %lld vs %lld, last scale %g vs %g, worst rel diff %.3g",
-                   (long long)tr[1].skipped_iters, (long long)tr[0].skipped_iters,
-                   tr[1].scaler.scale, tr[0].scaler.scale, worst);
 #ifdef MG_CUDA_EMU
-    mg_test_report(ok_syncs && syncs[3] > 0, "trainer: 0 host synchronisations in the steps "
-                   "that do not log", "per iteration 1-8: %ld %ld %ld %ld %ld %ld %ld %ld",
-                   syncs[0], syncs[1], syncs[2], syncs[3], syncs[4], syncs[5], syncs[6], syncs[7]);
-#else
-    (void)ok_syncs;
+        long before = mg_emu_host_syncs();
 #endif
-    mg_trainer_free(&tr[0]);
-    mg_trainer_free(&tr[1]);
+        r[i] = mg_trainer_step(tr);
+#ifdef MG_CUDA_EMU
+        syncs[i] = mg_emu_host_syncs() - before;
+#else
+        syncs[i] = -1;
+#endif
+        mg_trainer_log(tr, &r[i], NULL);
+    }
+}
+static void trainer_steps(int have_gpu) {
+    static const char *const label[2] = {"", ", --enable-cuda-graph"};
+    mg_trainer cpu, dev;
+    mg_step_result rc[8], rd[8];
+    long syncs[8];
+    int g, i;
+    trainer_run("cpu", "", &cpu, rc, syncs);
+    for (g = 0; g < (have_gpu ? 2 : 1); g++) {
+        char name[300];
+        int ok_values = 1, ok_syncs = 1;
+        double worst = 0;
+        trainer_run(have_gpu ? "cuda" : "cpu", g ? " --enable-cuda-graph" : "", &dev, rd, syncs);
+        for (i = 0; i < 8; i++) {
+            int shows = (i + 1) % 4 == 0;
+            if (rc[i].has_values != shows || rd[i].has_values != shows) ok_values = 0;
+            if (!shows) {
+                ok_syncs &= syncs[i] <= 0;   /* -1: not counted (a real GPU) */
+                continue;
+            }
+            if (rd[i].skipped != rc[i].skipped || rd[i].loss_scale != rc[i].loss_scale ||
+                rd[i].lr != rc[i].lr)
+                ok_values = 0;
+            if (!rc[i].skipped) {
+                double e = fabs(rd[i].loss - rc[i].loss) / fabs(rc[i].loss), en =
+                           fabs(rd[i].grad_norm - rc[i].grad_norm) / rc[i].grad_norm;
+                if (en > e) e = en;
+                if (e > worst) worst = e;
+            }
+        }
+        snprintf(name, sizeof name, "trainer fp16 dynamic scaling on the device%s: logged loss, "
+                 "grad norm, lr, loss scale and skipped iterations = the CPU trainer's", label[g]);
+        mg_test_report(ok_values && cpu.skipped_iters >= 1 && dev.has_opt_graph == g &&
+                       dev.skipped_iters == cpu.skipped_iters &&
+                       dev.scaler.scale == cpu.scaler.scale &&
+                       worst <= (have_gpu ? 1.0 / 2048 : 0), name,
+                       "skipped %lld vs %lld, last scale %g vs %g, worst rel diff %.3g",
+                       (long long)dev.skipped_iters, (long long)cpu.skipped_iters,
+                       dev.scaler.scale, cpu.scaler.scale, worst);
+        if (syncs[3] >= 0) {   /* counted: the emulator */
+            snprintf(name, sizeof name, "trainer%s: 0 host synchronisations in the steps that do "
+                     "not log", label[g]);
+            mg_test_report(ok_syncs && syncs[3] > 0, name, "per iteration 1-8: %ld %ld %ld %ld "
+                           "%ld %ld %ld %ld", syncs[0], syncs[1], syncs[2], syncs[3], syncs[4],
+                           syncs[5], syncs[6], syncs[7]);
+        }
+        mg_trainer_free(&dev);
+    }
+    mg_trainer_free(&cpu);
 }
 
 int main(void) {

@@ -411,20 +411,24 @@ static int op_adamw(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
    buffers (a table entry points anywhere), weight decay on some, the 16-bit copy on all but
    one; 3 steps with a skipped one (args.skip: nothing may change) between steps 1 and 2; the
    table and the step's arguments in device memory. Then the device-side Σx² of the 5 pieces
-   (mg_sumsq_end_device) and an accumulated Σx (mg_sum_f32_device) against the host's.       */
-static int op_adamw_multi(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+   (mg_sumsq_end_device) and an accumulated Σx (mg_sum_f32_device) against the host's.
+   graph: on a CUDA context the step is captured once as a CUDA graph (mg_graph_*; nothing may
+   change during the capture) and launched at each step, its arguments rewritten in device
+   memory between the launches; on the CPU the same calls run directly.                     */
+static int adamw_multi(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n, int graph) {
     enum { P = 100003, NP = 5 };
     static const int64_t at[NP] = {0, 5, 400, 1500, 40000}, len[NP] = {1, 300, 1023, 29000, 60000};
     int nout = 0, step, k;
     mg_tensor p = ops_dev(ctx, MG_F32, X, 1, P), g = ops_dev(ctx, MG_F32, D, 1, P);
     mg_tensor m = ops_dev(ctx, MG_F32, NULL, 1, P), v = ops_dev(ctx, MG_F32, NULL, 1, P);
-    mg_tensor p16 = ops_dev(ctx, dt, NULL, 1, P), ss = mg_tensor_2d(ctx, MG_F32, 1, 3);
+    mg_tensor p16 = ops_dev(ctx, dt, NULL, 1, P), ss = mg_tensor_2d(ctx, MG_F32, 1, 4);
     mg_adamw_piece host[NP], *table = (mg_adamw_piece *)mg_alloc(ctx, sizeof host);
     mg_adamw_args args, *dargs = (mg_adamw_args *)mg_alloc(ctx, sizeof args);
     double *dsum = (double *)mg_alloc(ctx, 2 * sizeof(double)), sum[2] = {0.5, 0.0};
-    float hs[3];
+    float hs[4], *before = (float *)malloc(sizeof(float) * P), *after = (float *)malloc(sizeof(float) * P);
     int64_t total;
     mg_sumsq_batch batch;
+    mg_graph gr = {NULL, NULL};
     for (k = 0; k < NP; k++) {
         memset(&host[k], 0, sizeof host[k]);
         host[k].param = (float *)p.data + at[k];
@@ -437,14 +441,28 @@ static int op_adamw_multi(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     }
     total = mg_adamw_table_begin(host, NP);
     mg_copy_to_device(ctx, table, host, sizeof host);
+    graph = graph && ctx->device == MG_DEVICE_CUDA;
+    hs[3] = 1;
+    if (graph) {   /* captured, not run: the parameters must not move */
+        mg_copy_to_host(ctx, before, p.data, sizeof(float) * P);
+        mg_graph_capture_begin(ctx);
+        mg_adamw_multi(ctx, table, NP, total, 0.9f, 0.95f, 1e-8f, dt, dargs);
+        mg_graph_capture_end(ctx, &gr);
+        mg_copy_to_host(ctx, after, p.data, sizeof(float) * P);
+        hs[3] = (float)(memcmp(before, after, sizeof(float) * P) == 0);
+    }
     for (step = 1; step <= 4; step++) {
         mg_adamw_args_set(&args, 3e-3f, step > 2 ? step - 1 : step, 0.9f, 0.95f);
         args.grad_scale = 0.7f;
         args.skip = step == 2;   /* the skipped step: its arguments must not matter */
         if (args.skip) args.lr = args.step_size = NAN;
         mg_copy_to_device(ctx, dargs, &args, sizeof args);
-        mg_adamw_multi(ctx, table, NP, total, 0.9f, 0.95f, 1e-8f, dt, dargs);
+        if (graph) mg_graph_launch(ctx, &gr);
+        else mg_adamw_multi(ctx, table, NP, total, 0.9f, 0.95f, 1e-8f, dt, dargs);
     }
+    if (graph) mg_graph_free(&gr);
+    free(before);
+    free(after);
     for (k = 0, total = 0; k < NP; k++) total += mg_sumsq_slots(ctx, len[k]);
     mg_sumsq_begin(ctx, &batch, total);
     for (k = 0; k < NP; k++) mg_sumsq_add(ctx, &batch, host[k].param, len[k]);
@@ -461,6 +479,12 @@ static int op_adamw_multi(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     OUT(p); OUT(m); OUT(v); OUT(ss);
     if (dt != MG_F32) OUT(p16);
     return nout;
+}
+static int op_adamw_multi(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    return adamw_multi(ctx, dt, outs, n, 0);
+}
+static int op_adamw_graph(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    return adamw_multi(ctx, dt, outs, n, 1);
 }
 
 int main(void) {
@@ -514,6 +538,8 @@ int main(void) {
         compare("xent (2 vocab slices)", op_xent, dt, tol);
         compare("adamw+sumsq", op_adamw, dt, tol);
         compare("fused adamw (5 pieces, a skipped step) + device sumsq", op_adamw_multi, dt, tol);
+        if (have_gpu)
+            compare("fused adamw as a CUDA graph, launched 4 times", op_adamw_graph, dt, tol);
     }
     free(X); free(W); free(D); free(E); free(Q);
     mg_ctx_free(&dev);

@@ -83,6 +83,8 @@ train_case "1 rank fp16 dynamic loss scale, optimizer step as a CUDA graph" 1 ab
 train_case "2 ranks t=2 fp32" 2 rel 1e-5 "--tensor-model-parallel-size 2"
 train_case "2 ranks d=2 fp32" 2 rel 1e-5 ""
 train_case "2 ranks d=2 bf16" 2 abs 0.0078125 "--bf16"
+train_case "2 ranks d=2 bf16 distributed optimizer (sharded master, fused step writes the bf16 copy)" \
+  2 abs 0.0078125 "--bf16 --use-distributed-optimizer"
 train_case "2 ranks p=2 fp32 (NCCL send/recv)" 2 rel 1e-5 "--pipeline-model-parallel-size 2"
 
 # --- every __global__ function of the library was launched ------------------------------------

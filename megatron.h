@@ -324,8 +324,11 @@ typedef struct mg_gpt {
                                  with layout.shard_master (see mg_gpt_fp32_params)            */
     void *param16;            /* mixed precision: the 16-bit working copy of the master weights
                                  that the forward and backward read (m->w views it); NULL with
-                                 fp32. mg_gpt_sync_weights refreshes it from param_buf; with a
-                                 sharded master the optimizer writes it (mg_adamw_update).    */
+                                 fp32. mg_gpt_sync_weights refreshes it from param_buf; the
+                                 optimizer's fused step writes it (mg_adamw_update).          */
+    int param16_current;      /* 1: param16 was just written from the fp32 weights (the
+                                 trainer's fused AdamW step writes both): the next
+                                 mg_gpt_sync_weights has nothing to do, and clears it        */
     int fp32_staging;         /* layout.shard_master: what grad_buf holds besides gradients —
                                  MG_STAGING_WRITTEN: parameters just written (init, import,
                                  load), not yet taken by the optimizer; MG_STAGING_GATHERED:
@@ -593,6 +596,10 @@ typedef struct mg_dp {
     float *dev_scalars;          /* [3 + 3·world] device staging of exact scalar sums           */
     float *host_scalars;         /* [3·world]                                                   */
     double wait_ms;              /* time mg_dp_finish spent waiting (accumulates; bench)        */
+    void (*comm_timer)(void *user, int start);   /* optional: called with 1 before each
+                                    bucket's collective is posted, 0 after (the trainer's GPU
+                                    all-grads-sync timer records CUDA events there)           */
+    void *comm_timer_user;
 } mg_dp;
 /* Megatron's default bucket: max(40 M, 1 M · d) elements. */
 MGDEF int64_t mg_dp_default_bucket(int dp_size);
@@ -782,8 +789,8 @@ typedef struct mg_train_args {
     int64_t tensorboard_log_interval, timing_log_level;
     int timing_log_option;               /* mg_timing_option                                    */
     int log_timers_to_tensorboard, log_memory_to_tensorboard,
-        log_validation_ppl_to_tensorboard, log_params_norm, log_num_zeros_in_grad,
-        log_throughput;                  /* switches                                           */
+        log_validation_ppl_to_tensorboard, log_world_size_to_tensorboard, log_params_norm,
+        log_num_zeros_in_grad, log_throughput;   /* switches                                   */
     /* text: the tokenizer (4c; NULL type: ids only) and a generation prompt                  */
     const char *tokenizer_type, *vocab_file, *merge_file, *tokenizer_model, *tiktoken_pattern,
                *prompt;
@@ -842,6 +849,17 @@ typedef struct mg_step_result {
                                  with mg_trainer.defer_results, on an iteration that neither
                                  logs nor writes TensorBoard): they are nan, skipped 0       */
 } mg_step_result;
+
+/* A timer on the GPU: CUDA event pairs recorded on the stream of the work it times, around
+   each timed region, kept until the log iteration adds up their cudaEventElapsedTime (the
+   first wait for the device they cause). MG_TIMER_POOL pairs per timer; a timer that needs
+   more in one log interval first resolves its older half.                                 */
+#define MG_TIMER_POOL 32
+typedef struct mg_timer_events {
+    void *start[MG_TIMER_POOL], *stop[MG_TIMER_POOL];   /* cudaEvent_t, created at first use  */
+    void *stream;                  /* cudaStream_t the open pair records on                    */
+    int n;                         /* pairs recorded since the last resolution                */
+} mg_timer_events;
 
 /* --timing-log-option: how a timer's times on the ranks are printed (Megatron's choices). */
 typedef enum { MG_TIMING_MAX = 0, MG_TIMING_MINMAX = 1, MG_TIMING_ALL = 2 } mg_timing_option;
@@ -912,8 +930,10 @@ typedef struct mg_trainer {
     /* the log interval being accumulated                                                       */
     double log_loss_sum, log_ms_sum;
     int64_t log_count, log_skipped, log_nan;
-    /* timers: milliseconds accumulated over the log interval, and each one's start          */
+    /* timers: milliseconds accumulated over the log interval, and each one's start (host
+       clock, CPU), or its CUDA event pairs not yet added to timer_ms (GPU)                  */
     double timer_ms[MG_N_TIMERS], timer_t0[MG_N_TIMERS];
+    mg_timer_events timer_ev[MG_N_TIMERS];
     float *timer_dev;                   /* device scratch for gathering them [(1+world)·2·N]  */
     mg_tb_writer tb;                    /* --tensorboard-dir: the last rank's event file      */
     int has_tb;
@@ -2165,6 +2185,10 @@ MGDEF float *mg_gpt_fp32_params(mg_gpt *m) {
 MGDEF void mg_gpt_sync_weights(mg_gpt *m) {
     mg_tensor master, copy;
     if (!m->param16) return;
+    if (m->param16_current) {
+        m->param16_current = 0;
+        return;
+    }
     if (m->layout.shard_master && m->fp32_staging != MG_STAGING_WRITTEN) return;
     master = mg_tensor_wrap(mg_gpt_fp32_params(m), MG_F32, 1, &m->n_elems);
     copy = mg_tensor_wrap(m->param16, m->dtype, 1, &m->n_elems);
@@ -3301,11 +3325,13 @@ MGDEF void mg_dp_free(mg_dp *dp) {
 static void mg__dp_start_bucket(mg_dp *dp, int k) {
     float *g = dp->model->grad_buf + dp->bucket_begin[k];
     int64_t len = dp->bucket_begin[k + 1] - dp->bucket_begin[k], piece = len / dp->size;
+    if (dp->comm_timer) dp->comm_timer(dp->comm_timer_user, 1);
     if (dp->distributed)
         dp->req[k] = mg_ireduce_scatter(dp->comm, &dp->comm->data, g, g + dp->rank * piece, piece,
                                         MG_F32, MG_SUM);
     else
         dp->req[k] = mg_iall_reduce(dp->comm, &dp->comm->data, g, g, len, MG_F32, MG_SUM);
+    if (dp->comm_timer) dp->comm_timer(dp->comm_timer_user, 0);
 }
 
 /* The hook: the gradients of [first, end) are final. Each bucket counts the elements still
@@ -3457,9 +3483,10 @@ static void mg__for_owned(const mg_adamw *opt, const mg_gpt *m, mg__owned_fn vis
 }
 
 /* The fused step's table: one mg_adamw_piece per owned piece, in mg__for_owned's order (the
-   order the per-piece steps ran in): the sharded master and the 16-bit copy when the master is
-   sharded, else the model's fp32 parameters; weight decay per parameter (none on biases and
-   norms). pieces NULL: count only.                                                          */
+   order the per-piece steps ran in): the sharded master when the master is sharded, else the
+   model's fp32 parameters; with mixed precision the 16-bit working copy of the same values
+   (written by the same kernel); weight decay per parameter (none on biases and norms).
+   pieces NULL: count only.                                                                  */
 typedef struct { mg_adamw *opt; mg_gpt *m; mg_adamw_piece *pieces; int n; } mg__table_acc;
 static void mg__table_visit(void *user, const mg_param_desc *d, int64_t x0, int64_t x1,
                             int64_t moment0) {
@@ -3469,8 +3496,8 @@ static void mg__table_visit(void *user, const mg_param_desc *d, int64_t x0, int6
     if (!p) return;
     memset(p, 0, sizeof *p);
     p->param = acc->opt->master ? acc->opt->master + moment0 : acc->m->param_buf + x0;
-    p->param16 = acc->opt->master ? (char *)acc->m->param16 +
-                                    (size_t)x0 * mg_dtype_size(acc->m->dtype) : NULL;
+    p->param16 = acc->m->param16 ? (char *)acc->m->param16 +
+                                   (size_t)x0 * mg_dtype_size(acc->m->dtype) : NULL;
     p->grad = acc->m->grad_buf + x0;
     p->m = acc->opt->m + moment0;
     p->v = acc->opt->v + moment0;
@@ -4096,7 +4123,10 @@ static const mg__flag mg__flags[] = {
     {"--log-timers-to-tensorboard", MG__F_SWITCH, MG__OFF(log_timers_to_tensorboard), NULL, 0,
      0, "also write iteration-time and each timer (NAME-time, ms, max across ranks)"},
     {"--log-memory-to-tensorboard", MG__F_SWITCH, MG__OFF(log_memory_to_tensorboard), NULL, 0,
-     0, "also write mem-reserved-bytes, mem-allocated-bytes, mem-max-allocated-bytes"},
+     0, "also write mem-reserved-bytes, mem-allocated-bytes, mem-max-allocated-bytes, "
+     "mem-allocated-count"},
+    {"--log-world-size-to-tensorboard", MG__F_SWITCH, MG__OFF(log_world_size_to_tensorboard),
+     NULL, 0, 0, "also write world-size (the number of ranks)"},
     {"--log-validation-ppl-to-tensorboard", MG__F_SWITCH,
      MG__OFF(log_validation_ppl_to_tensorboard), NULL, 0, 0,
      "also write the validation perplexity (lm loss validation ppl)"},
@@ -4513,12 +4543,15 @@ static double mg__now_ms(void) {
 }
 
 /* Megatron-LM's timers (megatron/core/timers.py): name and --timing-log-level, in the order
-   of training.py's timers_to_log. As Megatron's, a timer waits for the device before it
-   reads the clock at start and at stop (mg_sync: the stream has finished the work queued
-   so far; a no-op on the CPU), so it measures the GPU work between the two points, not the
-   host's time to queue it. The timed regions nest as in Megatron: forward-backward holds
-   the batch generator, the computes and the gradient reductions; optimizer holds the
-   zero count.                                                                                */
+   of training.py's timers_to_log. The timed regions nest as in Megatron: forward-backward
+   holds the batch generator, the computes and the gradient reductions; optimizer holds its
+   parts. How a region is measured depends on the device:
+   - GPU: a pair of CUDA events recorded on the stream the region's work runs on — the
+     compute stream for computation, the communication stream (mg_comm_stream) for NCCL
+     calls, there after the wait for the compute queued so far — so a timer measures the
+     device's time between the two points, never the host's time to queue the work, and
+     adds no synchronisation to the step: the pairs are resolved at the log iteration.
+   - CPU: the host clock at start and stop (the work is done when the call returns).      */
 static const struct { const char *name; int level; } mg__timer_names[] = {
     {"forward-backward", 1}, {"forward-compute", 2}, {"backward-compute", 2},
     {"batch-generator", 2}, {NULL, 2} /* the pipeline's send/recv kinds, all level 2 */,
@@ -4539,15 +4572,79 @@ static const char *mg__timer_name(int k) {
 static int mg__timer_on(const mg_trainer *tr, int k) {
     return mg__timer_names[mg__timer_row(k)].level <= tr->args.timing_log_level;
 }
-static void mg__timer_start(mg_trainer *tr, int k) {
+#ifdef __CUDACC__
+/* Adds the elapsed times of timer k's first `count` event pairs to timer_ms (waiting for each
+   stop event the device has not passed yet) and moves the later pairs to the front; the
+   resolved events go after them, to be recorded again.                                     */
+static void mg__timer_resolve(mg_trainer *tr, int k, int count) {
+    mg_timer_events *e = &tr->timer_ev[k];
+    void *done[MG_TIMER_POOL];
+    int i, j, rest = e->n - count;
+    for (i = 0; i < count; i++) {
+        float ms = 0;
+        MG_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)e->stop[i]));
+        MG_CUDA_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)e->start[i], (cudaEvent_t)e->stop[i]));
+        tr->timer_ms[k] += ms;
+    }
+    for (j = 0; j < 2; j++) {   /* rotate start[], then stop[] */
+        void **ev = j ? e->stop : e->start;
+        memcpy(done, ev, sizeof(void *) * (size_t)count);
+        memmove(ev, ev + count, sizeof(void *) * (size_t)rest);
+        memcpy(ev + rest, done, sizeof(void *) * (size_t)count);
+    }
+    e->n = rest;
+}
+#endif
+/* Starts timer k: on the GPU, a start event on the compute stream, or with on_comm on the
+   communication stream after the compute queued so far; on the CPU, the host clock.       */
+static void mg__timer_start_on(mg_trainer *tr, int k, int on_comm) {
     if (!mg__timer_on(tr, k)) return;
-    mg_sync(&tr->ctx);
+#ifdef __CUDACC__
+    if (tr->ctx.device == MG_DEVICE_CUDA) {
+        mg_timer_events *e = &tr->timer_ev[k];
+        void *stream = on_comm && tr->comm ? mg_comm_stream(tr->comm) : NULL;
+        if (!stream) stream = tr->ctx.stream;
+        if (e->n == MG_TIMER_POOL) mg__timer_resolve(tr, k, MG_TIMER_POOL / 2);
+        if (!e->start[e->n]) {
+            MG_CUDA_CHECK(cudaEventCreate((cudaEvent_t *)&e->start[e->n]));
+            MG_CUDA_CHECK(cudaEventCreate((cudaEvent_t *)&e->stop[e->n]));
+        }
+        MG_CUDA_CHECK(cudaEventRecord((cudaEvent_t)e->start[e->n], (cudaStream_t)stream));
+        e->stream = stream;
+        return;
+    }
+#else
+    (void)on_comm;
+#endif
     tr->timer_t0[k] = mg__now_ms();
 }
+static void mg__timer_start(mg_trainer *tr, int k) { mg__timer_start_on(tr, k, 0); }
+/* Stops timer k: a stop event on the stream its start was recorded on, or the host clock. */
 static void mg__timer_stop(mg_trainer *tr, int k) {
     if (!mg__timer_on(tr, k)) return;
-    mg_sync(&tr->ctx);
+#ifdef __CUDACC__
+    if (tr->ctx.device == MG_DEVICE_CUDA) {
+        mg_timer_events *e = &tr->timer_ev[k];
+        MG_CUDA_CHECK(cudaEventRecord((cudaEvent_t)e->stop[e->n], (cudaStream_t)e->stream));
+        e->n++;
+        return;
+    }
+#endif
     tr->timer_ms[k] += mg__now_ms() - tr->timer_t0[k];
+}
+/* The communication timers' hooks. The pipeline executor brackets each send/recv group it
+   posts (GPU; on the CPU the executor's time_comm times each group's completion instead),
+   the data-parallel reduction each bucket it posts (GPU; on the CPU mg_dp_finish's wait is
+   timed): the NCCL calls on the communication stream.                                     */
+static void mg__pipe_comm_timer(void *user, int kind, int start) {
+    mg_trainer *tr = (mg_trainer *)user;
+    if (start) mg__timer_start_on(tr, MG_TIMER_PIPE_COMM + kind - 1, 1);
+    else mg__timer_stop(tr, MG_TIMER_PIPE_COMM + kind - 1);
+}
+static void mg__dp_comm_timer(void *user, int start) {
+    mg_trainer *tr = (mg_trainer *)user;
+    if (start) mg__timer_start_on(tr, MG_TIMER_ALL_GRADS_SYNC, 1);
+    else mg__timer_stop(tr, MG_TIMER_ALL_GRADS_SYNC);
 }
 /* forward-/backward-compute of training (an evaluation's forwards are not counted): the
    model's compute_timer hook without a pipeline, called by the pipeline callbacks with one. */
@@ -5514,8 +5611,16 @@ static int mg__pipe_exec_make(mg_trainer *tr, mg_pipe_exec *ex, const mg_schedul
     d.cb.backward_weight = mg__pipe_backward_weight;
     d.cb.user = tr;
     d.trace = trace;
-    /* the training executor times its send/recv groups for --timing-log-level 2 */
-    d.time_comm = ex == &tr->pipe_exec && tr->args.timing_log_level >= 2;
+    /* the training executor times its send/recv groups for --timing-log-level 2: on the
+       GPU with events around each group's NCCL calls, on the CPU its completion            */
+    if (ex == &tr->pipe_exec && tr->args.timing_log_level >= 2) {
+        if (tr->ctx.device == MG_DEVICE_CUDA) {
+            d.comm_timer = mg__pipe_comm_timer;
+            d.comm_timer_user = tr;
+        } else {
+            d.time_comm = 1;
+        }
+    }
     return mg_pipe_exec_init(ex, tr->comm, &d, err, errlen);
 }
 
@@ -5810,6 +5915,10 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         }
     }
     mg_dp_init(&tr->dp, &tr->model, a->comm, a->use_distributed_optimizer, a->bucket_size);
+    if (tr->ctx.device == MG_DEVICE_CUDA && a->timing_log_level >= 1) {   /* all-grads-sync */
+        tr->dp.comm_timer = mg__dp_comm_timer;
+        tr->dp.comm_timer_user = tr;
+    }
     mg_adamw_create_dp(&tr->opt, &tr->model, &tr->dp, (float)a->adam_beta1, (float)a->adam_beta2,
                        (float)a->adam_eps, (float)a->weight_decay);
     if (a->fp16)
@@ -5870,6 +5979,14 @@ fail:
 }
 
 MGDEF void mg_trainer_free(mg_trainer *tr) {
+#ifdef __CUDACC__
+    int k, i;
+    for (k = 0; k < MG_N_TIMERS; k++)
+        for (i = 0; i < MG_TIMER_POOL; i++) {
+            if (tr->timer_ev[k].start[i]) cudaEventDestroy((cudaEvent_t)tr->timer_ev[k].start[i]);
+            if (tr->timer_ev[k].stop[i]) cudaEventDestroy((cudaEvent_t)tr->timer_ev[k].stop[i]);
+        }
+#endif
     if (tr->jsonl) fclose(tr->jsonl);
     if (tr->has_tb) mg_tb_close(&tr->tb);
     if (tr->tok) mg_tokenizer_free(tr->tok);
@@ -5987,7 +6104,7 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
         /* the buckets touching the tied word embedding wait for this: its two stage parts
            summed over the embedding group first (the stages' flat buffers differ, so their
            data-parallel pieces do too), then mg_dp_finish starts them */
-        mg__timer_start(tr, MG_TIMER_EMBEDDING_GRADS);
+        mg__timer_start_on(tr, MG_TIMER_EMBEDDING_GRADS, 1);
         mg__embedding_grad_all_reduce(&tr->model);
         mg__timer_stop(tr, MG_TIMER_EMBEDDING_GRADS);
     } else {
@@ -5995,14 +6112,15 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     }
     tr->model.dloss_at = NULL;
     tr->model.loss_at = NULL;
-    /* all-grads-sync: what is left of the data-parallel reductions after the backward */
-    mg__timer_start(tr, MG_TIMER_ALL_GRADS_SYNC);
+    /* all-grads-sync: on the GPU each bucket's collective on the communication stream (the
+       dp hook); on the CPU the wait for what is left of them after the backward            */
+    if (!tr->dp.comm_timer) mg__timer_start(tr, MG_TIMER_ALL_GRADS_SYNC);
     mg_dp_finish(&tr->dp);
-    mg__timer_stop(tr, MG_TIMER_ALL_GRADS_SYNC);
+    if (!tr->dp.comm_timer) mg__timer_stop(tr, MG_TIMER_ALL_GRADS_SYNC);
     if (tr->dp.comm)   /* the loss summed over the replicas, as mg_dp_sum but on the device */
         mg__group_sum_dev(&tr->opt, &tr->model, tr->dp.comm, &tr->dp.comm->data, &dev->loss_sum);
     tr->model.training = 0;
-    mg__timer_start(tr, MG_TIMER_LAYERNORM_GRADS);
+    mg__timer_start_on(tr, MG_TIMER_LAYERNORM_GRADS, 1);
     mg_gpt_reduce_grads(&tr->model);
     mg__timer_stop(tr, MG_TIMER_LAYERNORM_GRADS);
     mg__timer_stop(tr, MG_TIMER_FORWARD_BACKWARD);
@@ -6044,7 +6162,10 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
         mg__adamw_inner_step(&tr->opt, &tr->model);
         mg__timer_stop(tr, MG_TIMER_INNER_STEP);
     }
-    if (tr->opt.dp) mg__timer_start(tr, MG_TIMER_PARAMS_ALL_GATHER);   /* ZeRO only */
+    /* mixed precision: the fused step wrote the 16-bit working copy with the fp32 master (a
+       skipped step leaves both as they were), so the next forward has nothing to cast      */
+    if (tr->model.param16 && !tr->model.layout.shard_master) tr->model.param16_current = 1;
+    if (tr->opt.dp) mg__timer_start_on(tr, MG_TIMER_PARAMS_ALL_GATHER, 1);   /* ZeRO only */
     mg__adamw_gather_params(&tr->opt, &tr->model);
     if (tr->opt.dp) mg__timer_stop(tr, MG_TIMER_PARAMS_ALL_GATHER);
     mg__timer_stop(tr, MG_TIMER_OPTIMIZER);
@@ -6086,22 +6207,31 @@ static void mg__tb_pair(mg_trainer *tr, const char *tag, double v) {
     mg__tb(tr, vs, v, tr->consumed_samples);
 }
 
-/* The memory of this rank's context, as Megatron reads torch.cuda.memory_stats(): reserved
-   = the arena (the one allocation of the device or host memory the run works in), allocated
-   = the part of it in use now, max allocated = its high-water mark.                        */
-static void mg__memory(const mg_trainer *tr, double mem[3]) {
-    mem[0] = (double)tr->ctx.arena_size;
-    mem[1] = (double)tr->ctx.arena_used;
-    mem[2] = (double)tr->ctx.arena_peak;
+/* The memory of this rank's context, as Megatron reads torch.cuda.memory_stats()
+   (mg_ctx_memory): reserved = every allocation the context made (the arena; on the GPU also
+   cuBLAS's workspace), allocated = the part in use now, max allocated = its high-water mark,
+   and the number of live allocations (arena blocks, the workspace).                         */
+#define MG__N_MEM 4
+static void mg__memory(const mg_trainer *tr, double mem[MG__N_MEM]) {
+    mg_memory_stats st = mg_ctx_memory(&tr->ctx);
+    mem[0] = (double)st.reserved;
+    mem[1] = (double)st.allocated;
+    mem[2] = (double)st.max_allocated;
+    mem[3] = (double)st.allocations;
 }
-static const char *const mg__memory_tags[3] = {"mem-reserved-bytes", "mem-allocated-bytes",
-                                               "mem-max-allocated-bytes"};
+static const char *const mg__memory_tags[MG__N_MEM] = {"mem-reserved-bytes",
+    "mem-allocated-bytes", "mem-max-allocated-bytes", "mem-allocated-count"};
 
 /* Every rank's timers over the log interval, ms per iteration, into all[rank·N + k]
-   (collective over the world: an all-gather).                                               */
+   (collective over the world: an all-gather). On the GPU the interval's event pairs are
+   resolved first: the one wait for the device the timers cause.                           */
 static void mg__timers_gather(mg_trainer *tr, double per_iter_div, double *all) {
     int k, world = tr->comm ? tr->comm->world_size : 1, me = tr->comm ? tr->comm->world_rank : 0;
     double mine[MG_N_TIMERS];
+#ifdef __CUDACC__
+    for (k = 0; k < MG_N_TIMERS; k++)
+        if (tr->timer_ev[k].n) mg__timer_resolve(tr, k, tr->timer_ev[k].n);
+#endif
     for (k = 0; k < MG_N_TIMERS; k++) mine[k] = tr->timer_ms[k] / per_iter_div;
     if (world == 1) {
         memcpy(all, mine, sizeof mine);
@@ -6174,7 +6304,7 @@ static void mg__print_progress(const mg_trainer *tr, FILE *out) {
 }
 
 MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
-    double ms, loss, tokens_per_s, tflops, tflops_rc, mem[3], *timers = NULL;
+    double ms, loss, tokens_per_s, tflops, tflops_rc, mem[MG__N_MEM], *timers = NULL;
     int64_t G = tr->args.global_batch_size;
     int k, world = tr->comm ? tr->comm->world_size : 1;
     time_t now;
@@ -6191,9 +6321,10 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
         mg__tb_pair(tr, "grad-norm", r->grad_norm);
         if (tr->args.log_num_zeros_in_grad) mg__tb_pair(tr, "num-zeros", r->num_zeros);
         if (tr->args.log_params_norm) mg__tb_pair(tr, "params-norm", r->params_norm);
+        if (tr->args.log_world_size_to_tensorboard) mg__tb_pair(tr, "world-size", world);
         if (tr->args.log_memory_to_tensorboard) {
             mg__memory(tr, mem);
-            for (k = 0; k < 3; k++) mg__tb(tr, mg__memory_tags[k], mem[k], tr->iteration);
+            for (k = 0; k < MG__N_MEM; k++) mg__tb(tr, mg__memory_tags[k], mem[k], tr->iteration);
         }
     }
     if (tr->iteration % tr->args.log_interval && tr->iteration != tr->args.train_iters) return;
@@ -6212,15 +6343,15 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
        show the last rank's iteration time and memory too, as Megatron's print_rank_last    */
     mg__memory(tr, mem);
     if (world > 1 && (tr->args.tensorboard_dir || tr->args.log_memory_to_tensorboard)) {
-        double last[4];
+        double last[MG__N_MEM + 1];
         memcpy(last, mem, sizeof mem);
-        last[3] = ms;
+        last[MG__N_MEM] = ms;
         mg_copy_to_device(&tr->ctx, tr->timer_dev, last, sizeof last);
-        mg_broadcast(tr->comm, &tr->comm->world, tr->timer_dev, tr->timer_dev, 8, MG_F32,
-                     world - 1);
+        mg_broadcast(tr->comm, &tr->comm->world, tr->timer_dev, tr->timer_dev,
+                     2 * (MG__N_MEM + 1), MG_F32, world - 1);
         mg_copy_to_host(&tr->ctx, last, tr->timer_dev, sizeof last);
         memcpy(mem, last, sizeof mem);
-        ms = last[3];
+        ms = last[MG__N_MEM];
     }
     tokens_per_s = (double)G * tr->cfg.seq_len / (ms * 1e-3);
     /* Megatron-LM's figure counts model FLOPs only; the second one adds the forward work
@@ -6282,7 +6413,9 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
             mg__json_num(tr->jsonl, "mem_reserved_bytes", mem[0], 0);
             mg__json_num(tr->jsonl, "mem_allocated_bytes", mem[1], 0);
             mg__json_num(tr->jsonl, "mem_max_allocated_bytes", mem[2], 0);
+            mg__json_num(tr->jsonl, "mem_allocated_count", mem[3], 0);
         }
+        if (tr->args.log_world_size_to_tensorboard) mg__json_num(tr->jsonl, "world_size", world, 0);
         if (timers) {   /* "name": [min, max] ms per iteration over the ranks that ran it */
             int first = 1;
             fprintf(tr->jsonl, "\"timers_ms\": {");
@@ -6624,6 +6757,19 @@ static int mg__world_agree(mg_trainer *tr, int rc) {
     return mg__group_agree(&tr->model, tr->args.comm, MG_GROUP_WORLD, rc);
 }
 
+/* A test-only hook (tests/test_exits.c, docs/operating.md): with the environment variable
+   MG_TEST_SIGTERM_IN_SAVE=K (every rank) or K:R (world rank R only), the save of iteration K
+   raises SIGTERM in this process once its model file is written and its optimizer files not
+   yet — a signal at a known point inside a save. Unset, nothing happens.                   */
+static void mg__test_sigterm_in_save(const mg_trainer *tr) {
+    const char *v = getenv("MG_TEST_SIGTERM_IN_SAVE");
+    long long k = -1;
+    int r = -1, n = v ? sscanf(v, "%lld:%d", &k, &r) : 0;
+    if (n < 1 || k != (long long)tr->iteration) return;
+    if (n == 2 && (tr->comm ? tr->comm->world_rank : 0) != r) return;
+    raise(SIGTERM);
+}
+
 MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t errlen) {
     char iterdir[1100], tmp[1200], path[1300], why[MG_ERRLEN], latest[32], tag[32];
     char *state;
@@ -6670,6 +6816,7 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
     for (pass = 0; pass < 2; pass++)    /* pass 0 counts the elements, pass 1 writes them */
     for (f = 0; f < open_files && !rc; f++) {
         mg__ckpt_acc acc;
+        if (pass == 1 && f == 1) mg__test_sigterm_in_save(tr);
         acc.count_only = pass == 0;
         acc.prog = &prog;
         acc.m = m;

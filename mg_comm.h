@@ -38,6 +38,7 @@
      6. Failure: every MPI/NCCL/CUDA error and every timeout (the watchdog, --comm-timeout) ends
         the whole job with rank, call, group, file and line.
      7. Traffic counters: bytes each rank sent per group kind (tests check the paper's volumes).
+     8. The communication stream (mg_comm_stream), for timing communication with CUDA events.
 
    HOW IT RUNS
      CPU (ctx is a CPU context, or no context yet): blocking operations are MPI's blocking calls
@@ -227,6 +228,13 @@ MGDEF int mg_test(mg_comm *comm, mg_request *req);
       Each call adds its share rounded down to whole bytes; groups of size 1 add nothing.
       Counted when the operation is posted. Reset with mg_comm_reset_traffic.               */
 MGDEF void mg_comm_reset_traffic(mg_comm *comm);
+
+/* 8. The stream communication runs on, to time it with CUDA events (megatron.h's timers): on
+      the GPU the communication stream (a cudaStream_t), first made to wait for the work queued
+      so far on ctx's stream, so that an event recorded on it now is passed when the operations
+      posted next may start, and one recorded after posting them when they have finished;
+      NULL on the CPU (MPI has no stream: time the wait with the host clock).               */
+MGDEF void *mg_comm_stream(mg_comm *comm);
 
 #ifdef __cplusplus
 }
@@ -1711,6 +1719,17 @@ MGDEF void mg_group_end(mg_comm *comm) { mg__group_end(comm, 1); }
 
 MGDEF void mg_comm_reset_traffic(mg_comm *comm) {
     for (int k = 0; k < MG_GROUP_KINDS; k++) comm->bytes_sent[k] = 0;
+}
+
+MGDEF void *mg_comm_stream(mg_comm *comm) {
+#ifdef __CUDACC__
+    if (comm && comm->state && comm->state->stream && mg__comm_on_gpu(comm)) {
+        mg__comm_gpu_begin(comm);
+        return (void *)comm->state->stream;
+    }
+#endif
+    (void)comm;
+    return NULL;
 }
 
 #endif /* MG_COMM_IMPLEMENTED */

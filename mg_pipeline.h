@@ -248,6 +248,11 @@ typedef struct mg_pipe_exec_desc {
     int poison;                   /* 1 (host buffers only): fill released buffers with NaN      */
     int time_comm;                /* 1: add the time of each send/recv group's completion to
                                      comm_ms (with ctx: between two mg_sync, device included) */
+    void (*comm_timer)(void *user, int kind, int start); /* optional: called with start 1
+                                     before each send/recv group is posted and 0 after, with
+                                     the group's kind (below); a GPU caller records CUDA events
+                                     on the communication stream there (mg_comm_stream)     */
+    void *comm_timer_user;
 } mg_pipe_exec_desc;
 
 /* A send/recv group's kind: a bit per operation it holds — 1 << (op − MG_PIPE_SEND_F) for
@@ -1627,9 +1632,16 @@ static void *mg__pipe_buf(mg_pipe_exec *ex, int id, int dry) {
    then after_recv for each received message, then the sent buffers go back to the pool)
    before the next group is posted, before a compute that needs a buffer it receives, and at
    the end of the run. One group is in flight at a time.                                    */
+/* The kind of the group of items [i, j): a bit per operation it holds. */
+static int mg__pipe_group_kind(const mg_pipe_exec *ex, int i, int j) {
+    int k, kind = 0;
+    for (k = i; k < j; k++) kind |= 1 << (ex->plan.actions[k].op - MG_PIPE_SEND_F);
+    return kind;
+}
 static void mg__pipe_post_group(mg_pipe_exec *ex, int i, int j, int dry) {
     const mg_pipe_transfer *tr = &ex->desc.transfer;
-    int k, p = ex->p, m = ex->m;
+    int k, p = ex->p, m = ex->m, timer = !dry && ex->desc.comm_timer;
+    if (timer) ex->desc.comm_timer(ex->desc.comm_timer_user, mg__pipe_group_kind(ex, i, j), 1);
     if (!dry) mg_group_start(ex->comm);
     for (k = i; k < j; k++) {
         const mg_pipe_action *a = &ex->plan.actions[k];
@@ -1646,6 +1658,7 @@ static void mg__pipe_post_group(mg_pipe_exec *ex, int i, int j, int dry) {
         }
     }
     if (!dry) ex->pending_req = mg_group_end_async(ex->comm);
+    if (timer) ex->desc.comm_timer(ex->desc.comm_timer_user, mg__pipe_group_kind(ex, i, j), 0);
     ex->pending_first = i;
     ex->pending_end = j;
 }
@@ -1666,8 +1679,7 @@ static void mg__pipe_complete_group(mg_pipe_exec *ex, int dry) {
     double t0 = 0;
     if (ex->pending_first < 0) return;
     if (timed) {   /* the group's kind; the clock after the queued work, as a timer does */
-        for (k = ex->pending_first; k < ex->pending_end; k++)
-            kind |= 1 << (ex->plan.actions[k].op - MG_PIPE_SEND_F);
+        kind = mg__pipe_group_kind(ex, ex->pending_first, ex->pending_end);
         if (ex->desc.ctx) mg_sync(ex->desc.ctx);
         t0 = mg__pipe_now();
     }

@@ -130,10 +130,30 @@ typedef struct mg_ctx {
     size_t arena_size, arena_used, arena_peak;
     void *blas;           /* cublasHandle_t on CUDA; unused on CPU                              */
     void *stream;         /* cudaStream_t on CUDA; unused on CPU                                */
+    void *blas_workspace; /* CUDA: cuBLAS's workspace, allocated here (cublasSetWorkspace) so
+                             that it is counted; blas_workspace_size bytes                   */
+    size_t blas_workspace_size;
+    size_t *blocks;       /* arena offsets of the live mg_alloc blocks, in order (a stack:
+                             release pops those at or above the mark); n_blocks of cap_blocks */
+    int64_t n_blocks, cap_blocks;
 } mg_ctx;
 
 MGDEF void mg_ctx_init(mg_ctx *ctx, const mg_ctx_desc *desc);
 MGDEF void mg_ctx_free(mg_ctx *ctx);
+/* What the context holds, in the terms of torch.cuda.memory_stats() (device memory on CUDA,
+   host memory on the CPU): reserved = every allocation the context made (the arena, and on
+   CUDA the cuBLAS workspace); allocated = the arena's bytes in use + the workspace;
+   max_allocated = the arena's high-water mark + the workspace; allocations = the live
+   mg_alloc blocks + the workspace. Memory that CUDA, cuBLAS's handle or NCCL allocate for
+   themselves is not the library's and is not counted (mg_device_memory_used sees it).      */
+typedef struct mg_memory_stats {
+    size_t reserved, allocated, max_allocated;
+    int64_t allocations;
+} mg_memory_stats;
+MGDEF mg_memory_stats mg_ctx_memory(const mg_ctx *ctx);
+/* CUDA: the device's memory in use by every process and the driver (cudaMemGetInfo's total −
+   free), bytes; 0 on the CPU.                                                              */
+MGDEF size_t mg_device_memory_used(const mg_ctx *ctx);
 MGDEF const char *mg_device_name(const mg_ctx *ctx);     /* "cpu" or "cuda:<name>"           */
 MGDEF int mg_cuda_available(void);                        /* 0 when not built by nvcc          */
 
@@ -790,6 +810,16 @@ MGDEF void mg_ctx_init(mg_ctx *ctx, const mg_ctx_desc *desc) {
         ctx->stream = (void *)stream;
         ctx->blas = (void *)handle;
         if (d.arena_bytes) MG_CUDA_CHECK(cudaMalloc((void **)&ctx->arena, d.arena_bytes));
+        {   /* cuBLAS's workspace, of the size its documentation recommends (cublasSetWorkspace:
+               32 MiB on Hopper, 4 MiB before), owned here so that the memory report counts it;
+               set after cublasSetStream, which resets the handle to cuBLAS's own pool       */
+            struct cudaDeviceProp prop;
+            MG_CUDA_CHECK(cudaGetDeviceProperties(&prop, d.cuda_device));
+            ctx->blas_workspace_size = (size_t)(prop.major >= 9 ? 32 : 4) << 20;
+            MG_CUDA_CHECK(cudaMalloc(&ctx->blas_workspace, ctx->blas_workspace_size));
+            MG_CUBLAS_CHECK(cublasSetWorkspace(handle, ctx->blas_workspace,
+                                               ctx->blas_workspace_size));
+        }
     }
 #endif
 }
@@ -804,10 +834,33 @@ MGDEF void mg_ctx_free(mg_ctx *ctx) {
         if (ctx->stream) MG_CUDA_CHECK(cudaStreamSynchronize(MG__STREAM(ctx)));
         if (ctx->arena) MG_CUDA_CHECK(cudaFree(ctx->arena));
         if (ctx->blas) MG_CUBLAS_CHECK(cublasDestroy((cublasHandle_t)ctx->blas));
+        if (ctx->blas_workspace) MG_CUDA_CHECK(cudaFree(ctx->blas_workspace));
         if (ctx->stream) MG_CUDA_CHECK(cudaStreamDestroy(MG__STREAM(ctx)));
     }
 #endif
+    MG_FREE(ctx->blocks);
     memset(ctx, 0, sizeof *ctx);
+}
+
+MGDEF mg_memory_stats mg_ctx_memory(const mg_ctx *ctx) {
+    mg_memory_stats m;
+    m.reserved = ctx->arena_size + ctx->blas_workspace_size;
+    m.allocated = ctx->arena_used + ctx->blas_workspace_size;
+    m.max_allocated = ctx->arena_peak + ctx->blas_workspace_size;
+    m.allocations = ctx->n_blocks + (ctx->blas_workspace != NULL);
+    return m;
+}
+
+MGDEF size_t mg_device_memory_used(const mg_ctx *ctx) {
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        size_t free_b = 0, total = 0;
+        MG_CUDA_CHECK(cudaMemGetInfo(&free_b, &total));
+        return total - free_b;
+    }
+#endif
+    (void)ctx;
+    return 0;
 }
 
 MGDEF const char *mg_device_name(const mg_ctx *ctx) {
@@ -833,6 +886,16 @@ MGDEF void *mg_alloc(mg_ctx *ctx, size_t bytes) {
     if (need < bytes || need > ctx->arena_size - ctx->arena_used)
         mg_fatal(__FILE__, __LINE__, "arena exhausted: %zu bytes requested, %zu of %zu in use "
                  "(raise arena_bytes)", bytes, ctx->arena_used, ctx->arena_size);
+    if (ctx->n_blocks == ctx->cap_blocks) {   /* grows while the run sets up, then stays */
+        int64_t cap = ctx->cap_blocks ? 2 * ctx->cap_blocks : 256;
+        size_t *grown = (size_t *)MG_MALLOC(sizeof(size_t) * (size_t)cap);
+        if (!grown) mg_fatal(__FILE__, __LINE__, "out of host memory");
+        if (ctx->n_blocks) memcpy(grown, ctx->blocks, sizeof(size_t) * (size_t)ctx->n_blocks);
+        MG_FREE(ctx->blocks);
+        ctx->blocks = grown;
+        ctx->cap_blocks = cap;
+    }
+    ctx->blocks[ctx->n_blocks++] = ctx->arena_used;
     p = ctx->arena + ctx->arena_used;
     ctx->arena_used += need;
     if (ctx->arena_used > ctx->arena_peak) ctx->arena_peak = ctx->arena_used;
@@ -844,6 +907,7 @@ MGDEF void mg_arena_release(mg_ctx *ctx, size_t mark) {
         mg_fatal(__FILE__, __LINE__, "arena release to %zu beyond the %zu bytes in use", mark,
                  ctx->arena_used);
     ctx->arena_used = mark;
+    while (ctx->n_blocks > 0 && ctx->blocks[ctx->n_blocks - 1] >= mark) ctx->n_blocks--;
 }
 MGDEF void mg_arena_reset_peak(mg_ctx *ctx) { ctx->arena_peak = ctx->arena_used; }
 

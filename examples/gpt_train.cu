@@ -106,37 +106,48 @@ static double planned_mb(const mg_trainer *tr, mg_plan_result *res) {
 
 /* The memory report after the first iteration, per rank as Megatron prints it ("[Rank r]
    memory (MB) | allocated | max allocated | reserved"): megatron.h takes every tensor from one
-   arena per rank (mg_tensor.h), so the arena's bytes in use, their high-water mark and its
-   size play the allocator's allocated / max allocated / reserved — device memory on the GPU,
-   host memory on the CPU (there also inside the peak resident set, getrusage's ru_maxrss,
-   which adds the program, MPI and the data). Beside it the planner's prediction for the same
-   run. Collective: the figures travel to rank 0 by an all-gather through host memory.      */
+   arena per rank (mg_tensor.h), and on the GPU gives cuBLAS a workspace of its own making;
+   mg_ctx_memory counts both as the allocator's allocated / max allocated / reserved —
+   device memory on the GPU (where the device's memory in use by every process, NCCL's and
+   CUDA's own buffers included, follows: cudaMemGetInfo), host memory on the CPU (there also
+   inside the peak resident set, getrusage's ru_maxrss, which adds the program, MPI and the
+   data). Beside it the planner's prediction for the same run. Collective: the figures travel
+   to rank 0 by an all-gather through host memory.                                         */
+#define MEM_FIGURES 5
 static void memory_report(mg_trainer *tr, FILE *out) {
-    float mine[4], *all = (float *)malloc(sizeof(float) * 4 * (size_t)comm.world_size);
+    float mine[MEM_FIGURES], *all = (float *)malloc(sizeof mine * (size_t)comm.world_size);
+    mg_memory_stats st = mg_ctx_memory(&tr->ctx);
     struct rusage ru;
     mg_plan_result res;
     double plan;
     int r;
     if (!all) return;
     getrusage(RUSAGE_SELF, &ru);
-    mine[0] = (float)(tr->ctx.arena_used / 1048576.0);
-    mine[1] = (float)(tr->ctx.arena_peak / 1048576.0);
-    mine[2] = (float)(tr->ctx.arena_size / 1048576.0);
+    mine[0] = (float)(st.allocated / 1048576.0);
+    mine[1] = (float)(st.max_allocated / 1048576.0);
+    mine[2] = (float)(st.reserved / 1048576.0);
     mine[3] = (float)(ru.ru_maxrss / 1024.0);           /* kilobytes on Linux */
+    mine[4] = (float)(mg_device_memory_used(&tr->ctx) / 1048576.0);
     if (comm.world_size > 1) {
         mg_ctx *ctx = comm.ctx;
         comm.ctx = NULL;                                /* host buffers */
-        mg_all_gather(&comm, &comm.world, mine, all, 4, MG_F32);
+        mg_all_gather(&comm, &comm.world, mine, all, MEM_FIGURES, MG_F32);
         comm.ctx = ctx;
     } else memcpy(all, mine, sizeof mine);
     if (out) {
+        const float *a;
         memset(&res, 0, sizeof res);
         plan = planned_mb(tr, &res);
-        for (r = 0; r < comm.world_size; r++)
+        for (r = 0; r < comm.world_size; r++) {
+            a = all + MEM_FIGURES * r;
             fprintf(out, "[Rank %d] (after %lld iterations) memory (MB) | allocated: %.2f | max "
-                    "allocated: %.2f | reserved: %.2f (%s arena) | CPU peak resident: %.2f\n", r,
-                    (long long)tr->iteration, all[4 * r], all[4 * r + 1], all[4 * r + 2],
-                    mg_device_name(&tr->ctx), all[4 * r + 3]);
+                    "allocated: %.2f | reserved: %.2f (%s %s) | CPU peak resident: %.2f", r,
+                    (long long)tr->iteration, a[0], a[1], a[2], mg_device_name(&tr->ctx),
+                    tr->ctx.blas_workspace ? "arena + cuBLAS workspace" : "arena", a[3]);
+            if (tr->ctx.device == MG_DEVICE_CUDA)
+                fprintf(out, " | device in use (all processes): %.2f", a[4]);
+            fprintf(out, "\n");
+        }
         if (plan > 0)
             fprintf(out, "gpt_train: planner's prediction (mg_plan.h) per rank of pipeline stage "
                     "%d: %.2f MB = weights %.2f + gradients %.2f + optimizer %.2f + activations "

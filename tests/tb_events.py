@@ -78,7 +78,10 @@ def expected(jsonl):
             pair("num-zeros", it, g("num_zeros"))
         if "params_norm" in r:
             pair("params-norm", it, g("params_norm"))
-        for key in ("mem_reserved_bytes", "mem_allocated_bytes", "mem_max_allocated_bytes"):
+        if "world_size" in r:
+            pair("world-size", it, g("world_size"))
+        for key in ("mem_reserved_bytes", "mem_allocated_bytes", "mem_max_allocated_bytes",
+                    "mem_allocated_count"):
             if key in r:
                 want[(key.replace("_", "-"), it)] = g(key)
         want[("iteration-time", it)] = g("elapsed_ms") / 1000

@@ -13,6 +13,10 @@
                                    to 20 ms later. Each run must exit 0 (every rank), say
                                    "exiting after iteration K", leave latest = K and a
                                    complete iter_K (the resume below reads all of it);
+                                   (d) raised inside the save of iteration 5, after its model
+                                   file and before its optimizer files, by the test-only hook
+                                   MG_TEST_SIGTERM_IN_SAVE, in every rank and in rank 3 only:
+                                   the run must exit after iteration 5 with iter_5 complete;
    and every stopped run, resumed with --load to iteration 30, must log the reference's losses
    for iterations K+1 … 30 (the same layout: equal to the printed 9 digits).
    Runs in the cc flavour only (it drives build/gpt_train, the cc build).                    */
@@ -201,6 +205,22 @@ static void signal_run(const char *tmp, const char *what, int all, int delay_us,
     check_stopped(tmp, what, "SIGTERM received", status, 0, ref);
 }
 
+/* SIGTERM at a known point inside the save of iteration 5 (--save-interval 5): the test-only
+   hook MG_TEST_SIGTERM_IN_SAVE raises it once the model file is written and the optimizer
+   files not yet, in every rank ("5") or in one ("5:R"). The save must complete, and the run
+   exit after iteration 5 with that checkpoint.                                             */
+static void save_signal_run(const char *tmp, const char *what, const char *hook,
+                            const double ref[ITERS + 1]) {
+    char flags[4096], first[2048];
+    int status;
+    setenv("MG_TEST_SIGTERM_IN_SAVE", hook, 1);
+    snprintf(flags, sizeof flags, BASE "--exit-signal-handler --save %s/%s_ck --save-interval 5 "
+             "> %s/%s.log", tmp, what, tmp, what);
+    gpt_mpirun_train(4, flags, &status, first, sizeof first, NULL, NULL);
+    unsetenv("MG_TEST_SIGTERM_IN_SAVE");
+    check_stopped(tmp, what, "SIGTERM received", status, 5, ref);
+}
+
 static void check_program(void) {
     char tmp[256], flags[4096], path[400], first[2048], name[200];
     double ref[ITERS + 1];
@@ -238,6 +258,8 @@ static void check_program(void) {
     gpt_mpirun_train(4, flags, &status, first, sizeof first, NULL, NULL);
     check_stopped(tmp, "duration", "--exit-duration-in-mins reached", status, 1, ref);
 
+    save_signal_run(tmp, "sigterm_in_save_all", "5", ref);
+    save_signal_run(tmp, "sigterm_in_save_one", "5:3", ref);
     signal_run(tmp, "sigterm_one", 0, 0, ref);
     signal_run(tmp, "sigterm_all", 1, 0, ref);
     srand((unsigned)time(NULL) ^ (unsigned)getpid());     /* any moment: a random one */

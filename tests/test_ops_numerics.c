@@ -502,7 +502,21 @@ static void test_arena(void) {
     CHECK(((uintptr_t)p1 & 255) == 0 && ((uintptr_t)p2 & 255) == 0 && (char *)p2 - (char *)p1 == 256,
           "arena: 256-byte aligned bump allocation");
     m1 = mg_arena_mark(&ctx);
-    mg_arena_release(&ctx, m0);
+    {   /* mg_ctx_memory: the workspace (CUDA) on top of the arena; live blocks counted */
+        mg_memory_stats st = mg_ctx_memory(&ctx);
+        size_t ws = ctx.blas_workspace_size;
+        int64_t extra = ctx.blas_workspace != NULL;
+        CHECK(st.allocations == 2 + extra && st.allocated == 1280 + ws &&
+              st.max_allocated == 1280 + ws && st.reserved == ctx.arena_size + ws &&
+              (ctx.device == MG_DEVICE_CPU) == (ws == 0),
+              "arena: mg_ctx_memory counts 2 live blocks, the bytes in use, the peak, the size "
+              "(+ the cuBLAS workspace on CUDA)");
+        mg_arena_release(&ctx, m0);
+        st = mg_ctx_memory(&ctx);
+        CHECK(st.allocations == 1 + extra && st.allocated == 256 + ws &&
+              st.max_allocated == 1280 + ws, "arena: a release drops the blocks above the mark "
+              "from mg_ctx_memory's count");
+    }
     CHECK(ctx.arena_used == 256 && m1 == 256 + 1024 && ctx.arena_peak == 1280,
           "arena: release rewinds, peak is kept");
     mg_arena_reset_peak(&ctx);

@@ -14,7 +14,7 @@
    chunks), 2 and 4 ranks the real sends; with 4 ranks also t = 2, p = 2 with Megatron's
    scatter/gather (each tensor rank sends half, the receivers all-gather); a schedule read
    from text with explicit sends; a custom transfer hook; buffers from the context's arena;
-   the trace file, read back by the simulator's parser.                                    */
+   the trace file, read back by the simulator's parser; the comm_timer hook.               */
 #include <string.h>
 #include <unistd.h>
 #include "mg_pipeline.h"
@@ -379,6 +379,53 @@ static void run_trace(void) {
     mg_schedule_free(&s);
 }
 
+/* The comm_timer hook (gpt_train's GPU timers record CUDA events in it): every posted
+   send/recv group is bracketed by one start and one stop of its kind, never nested, and the
+   kinds it names are the kinds time_comm's host clock times at the groups' completions.   */
+typedef struct { int open, pairs, bad, kinds; } comm_timer_log;
+static void count_comm_timer(void *user, int kind, int start) {
+    comm_timer_log *c = (comm_timer_log *)user;
+    if (kind < 1 || kind >= MG_PIPE_COMM_KINDS || (start ? c->open != 0 : c->open != kind))
+        c->bad++;
+    c->open = start ? kind : 0;
+    if (!start) {
+        c->pairs++;
+        c->kinds |= 1 << kind;
+    }
+}
+static void run_comm_timer(void) {
+    int p = comm.pipeline.size, m = 2 * p, ok = 0, k, timed = 0;
+    mg_schedule s;
+    mg_schedule_desc d = mg_schedule_desc_default(MG_SCHED_1F1B, p, 1, m);
+    mg_pipe_exec ex;
+    mg_pipe_exec_desc ed = mg_pipe_exec_desc_default();
+    comm_timer_log log = {0, 0, 0, 0};
+    char err[512] = "";
+    mg_schedule_build(&s, &d, NULL, 0);
+    ed.schedule = &s;
+    ed.msg_count = L;
+    ed.cb.forward = toy_forward;
+    ed.cb.backward = toy_backward;
+    ed.cb.user = &model;
+    ed.time_comm = 1;
+    ed.comm_timer = count_comm_timer;
+    ed.comm_timer_user = &log;
+    if (mg_pipe_exec_init(&ex, &comm, &ed, err, sizeof err) == 0) {
+        toy_serial(&model, p, m, p);
+        mg_pipe_exec_run(&ex);
+        for (k = 1; k < MG_PIPE_COMM_KINDS; k++)
+            if (ex.comm_ms[k] > 0) timed |= 1 << k;
+        ok = toy_check(&model, &s, comm.pipeline.rank) && log.bad == 0 && log.open == 0 &&
+             (p == 1 ? log.pairs == 0 : log.pairs > 0) && log.kinds == timed;
+        mg_pipe_exec_free(&ex);
+    }
+    mg_test_report(mg_test_agree(ok), "exec: comm_timer brackets each send/recv group once, "
+                   "with the kinds time_comm times", "%s%d pairs, %d unmatched, kinds %#x vs "
+                   "time_comm's %#x", err, log.pairs, log.bad, (unsigned)log.kinds,
+                   (unsigned)timed);
+    mg_schedule_free(&s);
+}
+
 /* Forward-only (evaluation): interleaved forwards, the loss exact, no backward called, every
    buffer back in the pool after each forward.                                             */
 static void run_forward_only(void) {
@@ -455,6 +502,7 @@ int main(int argc, char **argv) {
     run_all(RUN_PLAIN, "host buffers");
     run_text();
     run_trace();
+    run_comm_timer();
     run_forward_only();
     run_bad_input();
     if (n > 1) {

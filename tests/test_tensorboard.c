@@ -3,7 +3,8 @@
    its TensorBoard event file read back by the tensorboard package itself, its timers.
      tensorboard  4 ranks, p=2 x d=2 with the distributed optimizer, 10 iterations, every
                   monitoring flag (--tensorboard-dir, --log-timers-to-tensorboard,
-                  --log-memory-to-tensorboard, --log-validation-ppl-to-tensorboard,
+                  --log-memory-to-tensorboard, --log-world-size-to-tensorboard,
+                  --log-validation-ppl-to-tensorboard,
                   --log-params-norm, --log-num-zeros-in-grad, --log-throughput,
                   --timing-log-level 2, --timing-log-option all) and --log-jsonl, every
                   iteration logged; then tests/tb_events.py (.venv's tensorboard 2.17.1,
@@ -142,6 +143,7 @@ static void check_tensorboard(void) {
              "--use-distributed-optimizer --tensorboard-dir " OUT "/tb --log-jsonl " OUT
              "/log.jsonl --log-throughput "
              "--log-timers-to-tensorboard --log-memory-to-tensorboard "
+             "--log-world-size-to-tensorboard "
              "--log-validation-ppl-to-tensorboard --timing-log-level 2 "
              "--timing-log-option all", &seen))
         return;

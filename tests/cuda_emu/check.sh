@@ -11,7 +11,9 @@
 #      with dynamic loss scaling whose first iterations overflow (skipped: "lm loss: NAN" on both),
 #      2^-9 nats (an fp16 ulp at the loss's magnitude), and the same with --enable-cuda-graph on
 #      the emulated device (the optimizer step captured and replayed) against the plain CPU run
-#   5. every __global__ function of the library headers was launched by 2-4
+#   5. the timers of --timing-log-level 2 on the GPU path (CUDA events) add up: 4 ranks, and 1
+#      rank with more timed regions than a timer's pool of event pairs
+#   6. every __global__ function of the library headers was launched by 2-5
 # Every emulated run aborts on its first bug-finder report (race, bounds, uninitialised read).
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
@@ -86,6 +88,78 @@ train_case "2 ranks d=2 bf16" 2 abs 0.0078125 "--bf16"
 train_case "2 ranks d=2 bf16 distributed optimizer (sharded master, fused step writes the bf16 copy)" \
   2 abs 0.0078125 "--bf16 --use-distributed-optimizer"
 train_case "2 ranks p=2 fp32 (NCCL send/recv)" 2 rel 1e-5 "--pipeline-model-parallel-size 2"
+
+# --- the timers on the GPU path: CUDA events on the compute and communication streams ---------
+# 4 ranks, p=2 x d=2 with the distributed optimizer, every timer of --timing-log-level 2, each
+# rank's times printed (--timing-log-option all). Per logged iteration: rank 0's
+# forward-backward + optimizer within [0.9, 1.001] of its iteration time (what runs outside
+# both is the step's bookkeeping: microseconds); on every rank the computes within
+# forward-backward and the optimizer's parts within optimizer; every communication timer
+# (pipeline send/recv, embedding all-reduce, gradient reduce-scatter, parameter all-gather)
+# measured on every rank that runs it.
+start=$(date +%s)
+# shellcheck disable=SC2086
+$MPIRUN -np 4 "$BUILD/gpt_train_emu" $ARGS --global-batch-size 8 --device cuda \
+  --pipeline-model-parallel-size 2 --use-distributed-optimizer --timing-log-level 2 \
+  --timing-log-option all > "$tmp/timing" 2>&1; rc=$?
+verdict=$(awk '
+  function check(   r, fb, opt, parts, ratio) {
+    if (it_ms == "") return
+    n_it++
+    ratio = (t["forward-backward", 0] + t["optimizer", 0]) / it_ms
+    if (worst == "" || (ratio < 1 ? 1 - ratio : ratio - 1) > (worst < 1 ? 1 - worst : worst - 1)) worst = ratio
+    if (!(ratio >= 0.9 && ratio <= 1.001)) bad = bad " ratio " ratio " at iteration " n_it
+    for (r = 0; r < 4; r++) {
+      fb = t["forward-backward", r]; opt = t["optimizer", r]
+      if (t["forward-compute", r] + t["backward-compute", r] > fb * 1.001 || fb <= 0)
+        bad = bad " rank " r ": computes > forward-backward"
+      parts = t["optimizer-clip-main-grad", r] + t["optimizer-inner-step", r] + t["params-all-gather", r]
+      if (parts > opt * 1.001 || opt <= 0) bad = bad " rank " r ": parts > optimizer"
+      if (!(t["embedding-grads-all-reduce", r] > 0 && t["all-grads-sync", r] > 0 && t["params-all-gather", r] > 0))
+        bad = bad " rank " r ": a collective timer is missing"
+    }
+    if (!(t["forward-send", 0] > 0 && t["forward-recv", 2] > 0 && t["backward-send", 2] > 0 && t["backward-recv", 0] > 0))
+      bad = bad " a pipeline send/recv timer is missing"
+    delete t
+  }
+  /iteration +[0-9]+\/.*elapsed time per iteration \(ms\):/ {
+    check(); s = $0; sub(/.*elapsed time per iteration \(ms\): /, "", s); it_ms = s + 0
+  }
+  /^  [a-z-]+:$/ { name = $1; sub(/:$/, "", name) }
+  /^     rank +[0-9]+: / { r = $2; sub(/:$/, "", r); t[name, r + 0] = $3 + 0 }
+  END {
+    check()
+    if (n_it != 3) bad = bad " " n_it " logged iterations"
+    printf "%s|%s\n", worst, bad
+  }' "$tmp/timing")
+ok=1; [ "$rc" = 0 ] && [ -z "${verdict#*|}" ] && ok=0
+report $ok "cuda_emu: gpt_train_emu 4 ranks p=2 d=2 --timing-log-level 2: the CUDA-event timers add up (rank 0 forward-backward + optimizer / iteration time: worst ${verdict%%|*}, in [0.9, 1.001]; computes and optimizer parts within their parents, every communication timer measured, $(( $(date +%s) - start ))s)" \
+  "exit status $rc;${verdict#*|}"
+[ $ok = 0 ] || grep -E 'mg-emu|rror' "$tmp/timing" | head -n 8 | sed 's/^/  | /'
+
+# One rank, 40 microbatches of a tiny model: 40 forward and 40 backward regions in one log
+# interval, more than a timer's pool of 32 event pairs, so each compute timer resolves its
+# older half mid-iteration. forward-compute + backward-compute must stay within [0.9, 1.001]
+# of forward-backward (16 lost pairs of 40 would leave about 0.6), and forward-backward + optimizer
+# within [0.9, 1.001] of the iteration time.
+start=$(date +%s)
+"$BUILD/gpt_train_emu" --device cuda --data-path tests/data/gpt_tokens.bin --vocab-size 37 \
+  --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 4 --micro-batch-size 1 \
+  --global-batch-size 40 --train-iters 1 --lr 1e-3 --split 1,0,0 --eval-iters 0 \
+  --timing-log-level 2 --timing-log-option max > "$tmp/pool" 2>&1; rc=$?
+verdict=$(awk '
+  /elapsed time per iteration \(ms\):/ { s = $0; sub(/.*elapsed time per iteration \(ms\): /, "", s); it = s + 0 }
+  /^    [a-z-]+ \.+: / { t[$1] = $NF + 0 }
+  END {
+    c = (t["forward-compute"] + t["backward-compute"]) / (t["forward-backward"] > 0 ? t["forward-backward"] : 1)
+    i = (t["forward-backward"] + t["optimizer"]) / (it > 0 ? it : 1)
+    printf "%.5f %.5f %d\n", c, i, (c >= 0.9 && c <= 1.001 && i >= 0.9 && i <= 1.001)
+  }' "$tmp/pool")
+set -- $verdict
+ok=1; [ "$rc" = 0 ] && [ "$3" = 1 ] && ok=0
+report $ok "cuda_emu: gpt_train_emu 1 rank, 40 microbatches (more timed regions than a timer's 32 event pairs): computes / forward-backward $1, forward-backward + optimizer / iteration $2, both in [0.9, 1.001] ($(( $(date +%s) - start ))s)" \
+  "exit status $rc"
+[ $ok = 0 ] || grep -E 'mg-emu|rror' "$tmp/pool" | head -n 8 | sed 's/^/  | /'
 
 # --- every __global__ function of the library was launched ------------------------------------
 kernels=$(sed -n 's/.*__global__.*[ *]\([A-Za-z_][A-Za-z0-9_]*\)(.*/\1/p' ./*.h | sort -u)

@@ -910,7 +910,14 @@ struct CUstream_st {
     std::vector<emu_node> *recorded;   /* while capturing */
 };
 static int g_captures;                 /* streams capturing now (cuBLAS/NCCL refuse then) */
-struct CUevent_st { int recorded; };
+/* An event's time is the host's monotonic clock when its stream reaches it: at the record
+   call, since every stream has run all its work by then. */
+struct CUevent_st { int recorded; unsigned int flags; double t_ms; };
+static double host_ms() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
 
 cudaError_t cudaGetDeviceCount(int *count) { *count = 1; return cudaSuccess; }
 cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
@@ -938,6 +945,7 @@ const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
     case cudaErrorNoDevice: return "cudaErrorNoDevice";
     case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
@@ -953,6 +961,7 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorNotReady: return "device not ready";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
@@ -972,6 +981,16 @@ cudaError_t cudaMalloc(void **ptr, size_t size) {
     g_allocs.push_back({start, size, (int)g_allocs.size() + 1, 0});
     g_dev_used = end;
     *ptr = g_dev + start;
+    return cudaSuccess;
+}
+/* total = the reserved region; used = the live allocations with their redzones. */
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
+    size_t used = 0;
+    if (!free_bytes || !total) return cudaErrorInvalidValue;
+    for (const Alloc &a : g_allocs)
+        if (!a.freed) used += (a.size + DEV_ALIGN - 1) / DEV_ALIGN * DEV_ALIGN + DEV_ALIGN;
+    *total = DEV_RESERVE;
+    *free_bytes = DEV_RESERVE - used;
     return cudaSuccess;
 }
 cudaError_t cudaFree(void *p) {
@@ -1086,13 +1105,14 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned int) {
     return e ? cudaSuccess : cudaErrorInvalidValue;
 }
 cudaError_t cudaEventCreate(cudaEvent_t *e) { return cudaEventCreateWithFlags(e, 0); }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int) {
-    *e = new CUevent_st{0};
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags) {
+    *e = new CUevent_st{0, flags, 0.0};
     return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
     if (!e) return cudaErrorInvalidValue;
     e->recorded = 1;
+    e->t_ms = host_ms();
     return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
@@ -1101,6 +1121,16 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     return e ? cudaSuccess : cudaErrorInvalidValue;
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+/* CUDA's rules: an event never recorded, or created with cudaEventDisableTiming, is
+   cudaErrorInvalidResourceHandle; both recorded events have completed here.               */
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
+    if (!ms || !start || !end) return cudaErrorInvalidValue;
+    if (!start->recorded || !end->recorded || (start->flags & cudaEventDisableTiming) ||
+        (end->flags & cudaEventDisableTiming))
+        return cudaErrorInvalidResourceHandle;
+    *ms = (float)(end->t_ms - start->t_ms);
+    return cudaSuccess;
+}
 
 /* --- stream capture and graphs ---------------------------------------------------------- */
 int mg_emu_capturing(cudaStream_t s) { return s && s->capture; }
@@ -1177,6 +1207,12 @@ cublasStatus_t cublasCreate(cublasHandle_t *h) {
 }
 cublasStatus_t cublasDestroy(cublasHandle_t h) { delete h; return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasSetStream(cublasHandle_t h, cudaStream_t s) { h->stream = s; return CUBLAS_STATUS_SUCCESS; }
+/* The workspace must lie inside a live allocation (the GEMMs here need none of it). */
+cublasStatus_t cublasSetWorkspace(cublasHandle_t h, void *w, size_t n) {
+    if (!h || (n && (!is_dev(w) || !dev_range_ok("cublasSetWorkspace", w, n))))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    return CUBLAS_STATUS_SUCCESS;
+}
 cublasStatus_t cublasGetStream(cublasHandle_t h, cudaStream_t *s) { *s = h->stream; return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasSetPointerMode(cublasHandle_t h, cublasPointerMode_t m) { h->pmode = m; return CUBLAS_STATUS_SUCCESS; }
 cublasStatus_t cublasGetPointerMode(cublasHandle_t h, cublasPointerMode_t *m) { *m = h->pmode; return CUBLAS_STATUS_SUCCESS; }

@@ -79,6 +79,7 @@ typedef enum cudaError {
     cudaErrorInvalidConfiguration = 9,
     cudaErrorNoDevice = 100,
     cudaErrorInvalidDevice = 101,
+    cudaErrorInvalidResourceHandle = 400,
     cudaErrorNotReady = 600,
     cudaErrorIllegalAddress = 700,
     cudaErrorLaunchFailure = 719,
@@ -124,6 +125,7 @@ cudaError_t cudaPeekAtLastError(void);
 const char *cudaGetErrorName(cudaError_t error);
 const char *cudaGetErrorString(cudaError_t error);
 cudaError_t cudaMalloc(void **devPtr, size_t size);
+cudaError_t cudaMemGetInfo(size_t *free, size_t *total);
 cudaError_t cudaFree(void *devPtr);
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,
@@ -144,6 +146,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = 0);
 cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end);
 /* Stream capture and graphs: while a stream captures, its kernel launches, memsets and
    device-to-device copies are recorded (a launch's arguments copied then, as CUDA copies them)
    instead of run; cudaGraphLaunch runs the recorded work in order on the stream it is given.

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int g_failed;
 static void check(int ok, const char *what, const char *detail) {
@@ -211,6 +212,30 @@ int main(void) {
         check(!memcmp(got, want, sizeof want), "__float2bfloat16/__float2half: ties to even, "
               "overflow to inf, subnormals; round trips", NULL);
         expect_reports("16-bit conversions: no report", NULL, NULL, NULL);
+    }
+    { /* events: the host time when the stream reaches them (at the call here); CUDA's errors */
+        cudaStream_t st;
+        cudaEvent_t a, b, never, untimed;
+        float ms = -1.0f, junk = 0.0f;
+        struct timespec nap = {0, 20000000};   /* 20 ms between the two records */
+        cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+        cudaEventCreate(&a);
+        cudaEventCreate(&b);
+        cudaEventCreate(&never);
+        cudaEventCreateWithFlags(&untimed, cudaEventDisableTiming);
+        cudaEventRecord(a, st);
+        nanosleep(&nap, NULL);
+        cudaEventRecord(b, st);
+        cudaEventRecord(untimed, st);
+        cudaError_t e = cudaEventElapsedTime(&ms, a, b);
+        check(e == cudaSuccess && ms >= 20.0f && ms < 2000.0f, "cudaEventElapsedTime of two "
+              "events recorded 20 ms apart: >= 20 ms", cudaGetErrorName(e));
+        check(cudaEventElapsedTime(&junk, a, never) == cudaErrorInvalidResourceHandle &&
+              cudaEventElapsedTime(&junk, a, untimed) == cudaErrorInvalidResourceHandle,
+              "cudaEventElapsedTime: an unrecorded or cudaEventDisableTiming event is "
+              "cudaErrorInvalidResourceHandle", NULL);
+        cudaEventDestroy(a); cudaEventDestroy(b); cudaEventDestroy(never);
+        cudaEventDestroy(untimed); cudaStreamDestroy(st);
     }
     { /* dynamic shared memory */
         float h[40], ok = 1;

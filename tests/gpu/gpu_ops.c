@@ -47,6 +47,17 @@ static void test_config(void) {
                        (mode & 0xF) == CUBLAS_DEFAULT_MATH,
                    "cuBLAS default math, reductions in fp32 (no TF32, no 16-bit split-K)",
                    "math mode %d", (int)mode);
+    {   /* the workspace is the context's own allocation, so the memory report counts it */
+        mg_memory_stats ms = mg_ctx_memory(g_dev);
+        size_t ws = g_dev->blas_workspace_size, used = mg_device_memory_used(g_dev);
+        mg_test_report(g_dev->blas_workspace && ws >= ((size_t)4 << 20) &&
+                           ms.reserved == g_dev->arena_size + ws &&
+                           ms.allocated == g_dev->arena_used + ws && used >= ms.reserved,
+                       "cuBLAS's workspace is the context's allocation: mg_ctx_memory counts it "
+                       "in reserved and allocated, the device's memory in use holds both",
+                       "workspace %zu bytes, reserved %zu, device in use %zu", ws, ms.reserved,
+                       used);
+    }
 }
 
 /* --- device-side checks of the MG_HD scalar functions ------------------------------------- */

@@ -349,10 +349,10 @@ typedef struct mg_gpt {
                                  with layout.shard_master (see mg_gpt_fp32_params)            */
     void *param16;            /* mixed precision: the 16-bit working copy of the master weights
                                  that the forward and backward read (m->w views it); NULL with
-                                 fp32. mg_gpt_sync_weights refreshes it from param_buf; with a
-                                 sharded master the optimizer writes it (mg_adamw_update).    */
-    int param16_current;      /* 1: param16 was just cast from the fp32 weights (the trainer's
-                                 optimizer-copy-main-to-model-params): the next
+                                 fp32. mg_gpt_sync_weights refreshes it from param_buf; the
+                                 optimizer's fused step writes it (mg_adamw_update).          */
+    int param16_current;      /* 1: param16 was just written from the fp32 weights (the
+                                 trainer's fused AdamW step writes both): the next
                                  mg_gpt_sync_weights has nothing to do, and clears it        */
     int fp32_staging;         /* layout.shard_master: what grad_buf holds besides gradients —
                                  MG_STAGING_WRITTEN: parameters just written (init, import,
@@ -415,6 +415,14 @@ typedef struct mg_gpt {
     float head_dloss;
     int64_t head_chunk_rows;  /* rows per chunk (layout.classifier_chunk_rows or automatic)   */
     void *head_scratch;       /* mg_classifier_scratch_bytes(head_chunk_rows, Vp/t, dtype)     */
+    /* device-resident iteration (the trainer's GPU step reads nothing back): dloss_at, when
+       set, is where the backward reads its seed (a device float the optimizer's device code
+       wrote: the fp16 loss scale over the tokens) instead of the dloss argument — the fused
+       classifier reads it there too; loss_at, when set, is the device double the per-token
+       losses of mg_gpt_run_microbatches are added to (mg_sum_f32_device) instead of being
+       read back (the run then returns 0)                                                    */
+    const float *dloss_at;
+    double *loss_at;
     float *tp_scalars;        /* [3 + 3t] device floats: the tensor group's scalar exchanges   */
     float *vocab_row;         /* [Vp] one row of logits gathered over the vocabulary slices
                                  (mg_gpt_logits_row recomputes the row into head_scratch)     */
@@ -500,7 +508,8 @@ MGDEF float *mg_gpt_fp32_params(mg_gpt *m);
    rank — with sequence parallelism the layernorm gradients (each rank saw its rows) are
    summed over the tensor group. A no-op on one rank.                                      */
 MGDEF void mg_gpt_reduce_grads(mg_gpt *m);
-/* Σ of the per-token losses of microbatches [first, first + count) (copies them to the host). */
+/* Σ of the per-token losses of microbatches [first, first + count) (copies them to the host;
+   with m->loss_at set, adds them to that device double instead and returns 0).             */
 MGDEF double mg_gpt_loss_sum(mg_gpt *m, int first, int count);
 /* One rank, all chunks in order: forward + backward of n_micro microbatches taken from
    samples (host int32 [n_micro·B, T+1]) with dloss per token; returns the summed token loss.
@@ -664,7 +673,17 @@ typedef struct mg_adamw {
     float beta1, beta2, eps, weight_decay;
     double loss_scale;           /* the gradients hold loss_scale × the true ones (fp16 loss
                                     scaling; 1 otherwise): divided out before the norm, the
-                                    clipping and the update                                   */
+                                    clipping and the update (mg_adamw_update)                 */
+    /* the fused step (mg_adamw_multi): the pieces mg__for_owned visits, as one device table,
+       and the step's scalars in device memory (mg_optim_state), so that a GPU step runs from
+       the gradient norm to the updated weights without the host                            */
+    mg_adamw_piece *table;       /* device [n_pieces]                                           */
+    int n_pieces;
+    int64_t table_total;         /* Σ n of the pieces                                           */
+    struct mg_optim_state *state;/* device                                                      */
+    double *gather;              /* device [world size]: one double per rank of a group sum    */
+    int keep_scratch;            /* 1: the Σ g² partial sums stay allocated in the arena (a
+                                    CUDA graph captured over them replays into them)          */
 } mg_adamw;
 /* Moments from the arena, zeroed. dp NULL or not distributed: moments of the whole flat buffer;
    distributed: of this rank's shard, and mg_adamw_update becomes ZeRO-1 (collective over the
@@ -694,6 +713,10 @@ MGDEF void mg_adamw_gather_master(mg_adamw *opt, mg_gpt *m);
    the distributed optimizer (and, with 16 bits, its sharded master), 12 / 8 × elements
    without it.                                                                             */
 MGDEF size_t mg_adamw_state_bytes(const mg_adamw *opt, const mg_gpt *m);
+/* Arena bytes mg_adamw_create_dp takes besides the moments and the master: the step's scalars,
+   the table of at most n_params + 202 pieces (a parameter cut by at most ~201 bucket
+   boundaries), one double per rank.                                                        */
+MGDEF size_t mg_adamw_arena_bytes(int n_params, int world_size);
 
 /* Loss scaling for fp16 (Megatron-LM's DynamicGradScaler / ConstantGradScaler). The backward
    is seeded with dloss · scale so small gradients survive fp16; the optimizer divides the
@@ -717,6 +740,34 @@ typedef struct mg_loss_scaler {
 MGDEF void mg_loss_scaler_init(mg_loss_scaler *s, int dynamic, double initial, double min_scale,
                                int64_t growth_interval, int64_t hysteresis);
 MGDEF void mg_loss_scaler_update(mg_loss_scaler *s, int found_inf);
+
+/* The optimizer's scalars of one step, in device memory (host memory on the CPU): computed and
+   read by device code within the step — Σ g², the norm, the clip coefficient, the non-finite
+   decision, the loss scaler's update, the step count and the learning rate — so that the GPU
+   never waits for the host; the host reads the whole struct back when it wants the values
+   (mg_trainer_step: once per logged iteration). The CPU runs the same functions on the same
+   struct in host memory, so both make the same decisions with the same numbers.            */
+typedef struct mg_optim_state {
+    mg_adamw_args args;          /* what mg_adamw_multi reads (args.skip: the step skipped)    */
+    double sumsq;                /* Σ g² of the (scaled) gradients, every parameter once        */
+    double grad_norm;            /* of the unscaled gradients before clipping; nan: skipped     */
+    double lr;                   /* the learning rate this iteration used (also when skipped)   */
+    double loss_scale;           /* the scale this iteration's gradients carried                */
+    mg_loss_scaler scaler;       /* updated by the iteration's found_inf                        */
+    int64_t step;                /* optimizer updates taken (skipped iterations excluded)       */
+    int64_t skipped_iters;       /* iterations skipped                                          */
+    double aux;                  /* scratch: the params norm's Σ w²                             */
+    /* the trainer's iteration (mg_trainer_step; mg_adamw_update leaves them): */
+    double loss_sum;             /* Σ of the global batch's per-token losses (summed over the
+                                    data group, the last pipeline stage's on every stage)      */
+    double loss;                 /* loss_sum / tokens                                           */
+    int64_t nan_iters;           /* iterations whose loss was not finite                        */
+    struct {                     /* the log interval's (reset by mg_trainer_log when it prints) */
+        double loss_sum;         /* Σ loss over the iterations not skipped                      */
+        int64_t skipped, nan;
+    } interval;
+    float dloss;                 /* the next backward's seed: scaler.scale / tokens (trainer)  */
+} mg_optim_state;
 
 /* ---------------------------------------------------------------------------------------------
    4c. Tokenizer flags
@@ -805,6 +856,7 @@ typedef struct mg_train_args {
                                             reports its progress (world rank 0; NULL: silent) */
     int data_order;                      /* mg_data_order                                      */
     int device;                          /* mg_device                                          */
+    int enable_cuda_graph;               /* a switch: the optimizer step as one CUDA graph    */
     /* pipeline parallelism                                                                  */
     int64_t pipeline_model_parallel_size, num_layers_per_virtual_pipeline_stage,
             microbatch_group_size_per_vp_stage;
@@ -834,6 +886,9 @@ typedef struct mg_step_result {
     double elapsed_ms;        /* wall time of the iteration                                     */
     int skipped;              /* 1: gradient not finite, update skipped                        */
     double loss_scale;        /* the loss scale this iteration used (1 without fp16)           */
+    int has_values;           /* 1: the fields above were read back from the device; 0 (only
+                                 with mg_trainer.defer_results, on an iteration that neither
+                                 logs nor writes TensorBoard): they are nan, skipped 0       */
 } mg_step_result;
 
 /* A timer on the GPU: CUDA event pairs recorded on the stream of the work it times, around
@@ -857,8 +912,7 @@ enum { MG_TIMER_FORWARD_BACKWARD, MG_TIMER_FORWARD_COMPUTE, MG_TIMER_BACKWARD_CO
                                 (mg_pipe_comm_kind_name: forward-send, backward-recv, …)    */
        MG_TIMER_LAYERNORM_GRADS = MG_TIMER_PIPE_COMM + MG_PIPE_COMM_KINDS - 1, MG_TIMER_EMBEDDING_GRADS,
        MG_TIMER_ALL_GRADS_SYNC, MG_TIMER_PARAMS_ALL_GATHER, MG_TIMER_CLIP_MAIN_GRAD,
-       MG_TIMER_COUNT_ZEROS, MG_TIMER_INNER_STEP, MG_TIMER_COPY_MAIN_TO_MODEL, MG_TIMER_OPTIMIZER,
-       MG_N_TIMERS };
+       MG_TIMER_COUNT_ZEROS, MG_TIMER_INNER_STEP, MG_TIMER_OPTIMIZER, MG_N_TIMERS };
 
 typedef struct mg_trainer {
     mg_train_args args;
@@ -867,7 +921,15 @@ typedef struct mg_trainer {
     mg_gpt model;
     mg_adamw opt;
     mg_lr_schedule sched;
-    mg_loss_scaler scaler;              /* fp16: the loss scale; else a constant 1             */
+    mg_loss_scaler scaler;              /* fp16: the loss scale; else a constant 1 (the host's
+                                           copy of the device's, mg_optim_state: read back with
+                                           the step's results)                               */
+    int defer_results;                  /* 1: mg_trainer_step reads its results back from the
+                                           device only on iterations that log (--log-interval,
+                                           the last one, --tensorboard-log-interval with
+                                           --tensorboard-dir): no host synchronisation in the
+                                           other steps. 0 (the default after setup): every
+                                           step. gpt_train sets 1.                             */
     int n_micro;                        /* microbatches per iteration on this rank =
                                            global / (micro · d)                                */
     int dp_rank, dp_size;               /* data-parallel coordinate: this rank reads samples
@@ -918,6 +980,9 @@ typedef struct mg_trainer {
     float *timer_dev;                   /* device scratch for gathering them [(1+world)·2·N]  */
     mg_tb_writer tb;                    /* --tensorboard-dir: the last rank's event file      */
     int has_tb;
+    mg_graph opt_graph;                 /* --enable-cuda-graph: the optimizer step, captured at
+                                           the first iteration (has_opt_graph)               */
+    int has_opt_graph;
 } mg_trainer;
 
 /* Validates and builds. Order: architecture (flags, --load checkpoint, --init-from file,
@@ -1978,6 +2043,7 @@ static void mg__head_classifier(mg_gpt *m, mg_gpt_acts *a, float *losses, int ba
                   "it holds fp32 parameters (sharded master): mg_adamw_take_master / "
                   "mg_gpt_zero_grad first");
         c.dloss = dloss;
+        c.dloss_at = m->dloss_at;   /* the trainer's on-device loss scale, if set */
         c.dx = m->tf.tp.sequence_parallel ? &m->tf.full_b : &a->dlnf;  /* [N, C] partial */
         c.dw = &m->g[iout];
     }
@@ -2248,6 +2314,10 @@ MGDEF double mg_gpt_loss_sum(mg_gpt *m, int first, int count) {
     MG_ASSERT(first >= 0 && count >= 0 && first + count <= m->layout.max_microbatches,
               "loss of microbatches [%d, %d) outside 0 … %d", first, first + count,
               m->layout.max_microbatches);
+    if (m->loss_at) {   /* added on the device, nothing read back */
+        mg_sum_f32_device(m->ctx, m->losses + first * N, n, m->loss_at);
+        return 0;
+    }
     mg_copy_to_host(m->ctx, m->host_losses, m->losses + first * N, (size_t)n * sizeof(float));
     for (i = 0; i < n; i++) sum += m->host_losses[i];
     return sum;
@@ -3252,7 +3322,8 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
 /* =============================================================================================
    4. Optimizer
    ========================================================================================== */
-MGDEF double mg_lr_at(const mg_lr_schedule *s, int64_t num_steps) {
+/* mg_lr_at's math, host and device (the fused step's learning rate is made on the device). */
+MG_HD static inline double mg__lr_at(const mg_lr_schedule *s, int64_t num_steps) {
     double ratio, coeff;
     if (s->warmup_iters > 0 && num_steps <= s->warmup_iters)
         return s->max_lr * (double)num_steps / (double)s->warmup_iters;
@@ -3262,6 +3333,9 @@ MGDEF double mg_lr_at(const mg_lr_schedule *s, int64_t num_steps) {
     coeff = s->style == MG_LR_LINEAR ? 1.0 - ratio
                                      : 0.5 * (cos(3.14159265358979323846 * ratio) + 1.0);
     return s->min_lr + coeff * (s->max_lr - s->min_lr);
+}
+MGDEF double mg_lr_at(const mg_lr_schedule *s, int64_t num_steps) {
+    return mg__lr_at(s, num_steps);
 }
 
 /* ---- Exact sums of doubles over a group ---------------------------------------------------
@@ -3453,51 +3527,48 @@ MGDEF void mg_dp_moment_flat(const mg_dp *dp, float *shard, float *flat, int to_
 }
 
 /* ---- 4. Optimizer --------------------------------------------------------------------------- */
-MGDEF void mg_adamw_create_dp(mg_adamw *opt, mg_gpt *m, const mg_dp *dp, float beta1,
-                              float beta2, float eps, float weight_decay) {
-    memset(opt, 0, sizeof *opt);
-    opt->dp = dp && dp->distributed ? dp : NULL;
-    MG_ASSERT(!m->layout.shard_master || opt->dp, "a model with a sharded master needs the "
-              "distributed optimizer over its %d data-parallel replicas", m->layout.dp_size);
-    opt->n = opt->dp ? dp->shard_elems : m->n_elems;
-    opt->m = (float *)mg_alloc(m->ctx, (size_t)opt->n * sizeof(float));
-    opt->v = (float *)mg_alloc(m->ctx, (size_t)opt->n * sizeof(float));
-    mg_memset_zero(m->ctx, opt->m, (size_t)opt->n * sizeof(float));
-    mg_memset_zero(m->ctx, opt->v, (size_t)opt->n * sizeof(float));
-    if (m->layout.shard_master) {   /* filled by mg_adamw_take_master */
-        opt->master = (float *)mg_alloc(m->ctx, (size_t)opt->n * sizeof(float));
-        mg_memset_zero(m->ctx, opt->master, (size_t)opt->n * sizeof(float));
+/* Device code of the optimizer's scalars: each is a struct of arguments with a run function
+   (MG_HD) that one thread executes — on the GPU one single-thread launch of mg__k_map (the
+   struct's operator() calls the run function), on the CPU a plain call. The launch keeps the
+   host out of the step; the work is a few dozen flops.                                     */
+#ifdef __CUDACC__
+#define MG__ON_DEVICE(ctx, f, run) do { \
+    if (mg__is_cuda(ctx)) mg__cuda_map((ctx), 1, (f)); else run(&(f)); } while (0)
+#define MG__DEVICE_CALL(T, run) MG_HD void operator()(int64_t) const { run(this); }
+#else
+#define MG__ON_DEVICE(ctx, f, run) do { (void)(ctx); run(&(f)); } while (0)
+#define MG__DEVICE_CALL(T, run)
+#endif
+
+/* Megatron's DynamicGradScaler.update (mg_loss_scaler_update's math, host and device). */
+MG_HD static inline void mg__loss_scaler_step(mg_loss_scaler *s, int found_inf) {
+    if (!s->dynamic) return;
+    if (found_inf) {
+        s->growth_tracker = 0;
+        s->hysteresis_tracker--;
+        if (s->hysteresis_tracker <= 0) {
+            double backed_off = s->scale * s->backoff_factor;
+            s->scale = backed_off > s->min_scale ? backed_off : s->min_scale;
+        }
+    } else if (++s->growth_tracker == s->growth_interval) {
+        s->growth_tracker = 0;
+        s->hysteresis_tracker = s->hysteresis;
+        s->scale *= s->growth_factor;
     }
-    opt->beta1 = beta1;
-    opt->beta2 = beta2;
-    opt->eps = eps;
-    opt->weight_decay = weight_decay;
-    opt->loss_scale = 1.0;
 }
 
-/* Doubles across a group, exactly and identically on every rank: their bits travel as two
-   fp32 words each (moved, never added — all-gather and broadcast do no arithmetic), through
-   the model's device scratch; the sum is taken in group-rank order on every rank.         */
-static double mg__group_sum_f64(mg_gpt *m, mg_group *g, double x) {
-    double sum = 0;
+/* *x = Σ v[r] over r = 0 … n−1 in that order (the device half of a group sum). */
+typedef struct mg__sum_f64 mg__sum_f64;
+MG_HD static inline void mg__sum_f64_run(const mg__sum_f64 *f);
+struct mg__sum_f64 {
+    double *x; const double *v; int n;
+    MG__DEVICE_CALL(mg__sum_f64, mg__sum_f64_run)
+};
+MG_HD static inline void mg__sum_f64_run(const mg__sum_f64 *f) {
+    double s = 0;
     int r;
-    MG_ASSERT(g->size <= mg__scalar_slots(&m->layout), "group of %d ranks", g->size);
-    mg_copy_to_device(m->ctx, m->scalars + g->rank, &x, sizeof x);
-    mg_all_gather(m->comm, g, m->scalars + g->rank, m->scalars, 2, MG_F32);
-    mg_copy_to_host(m->ctx, m->host_scalars, m->scalars, sizeof(double) * (size_t)g->size);
-    for (r = 0; r < g->size; r++) sum += m->host_scalars[r];
-    return sum;
-}
-static double mg__group_bcast_f64(mg_gpt *m, mg_group *g, double x, int root) {
-    mg_copy_to_device(m->ctx, m->scalars, &x, sizeof x);
-    mg_broadcast(m->comm, g, m->scalars, m->scalars, 2, MG_F32, root);
-    mg_copy_to_host(m->ctx, &x, m->scalars, sizeof x);
-    return x;
-}
-
-MGDEF void mg_adamw_create(mg_adamw *opt, mg_gpt *m, float beta1, float beta2, float eps,
-                           float weight_decay) {
-    mg_adamw_create_dp(opt, m, NULL, beta1, beta2, eps, weight_decay);
+    for (r = 0; r < f->n; r++) s += f->v[r];
+    *f->x = s;
 }
 
 /* The parts of the flat buffer the optimizer of this rank owns, as (parameter, flat range,
@@ -3526,12 +3597,127 @@ static void mg__for_owned(const mg_adamw *opt, const mg_gpt *m, mg__owned_fn vis
     }
 }
 
+/* The fused step's table: one mg_adamw_piece per owned piece, in mg__for_owned's order (the
+   order the per-piece steps ran in): the sharded master when the master is sharded, else the
+   model's fp32 parameters; with mixed precision the 16-bit working copy of the same values
+   (written by the same kernel); weight decay per parameter (none on biases and norms).
+   pieces NULL: count only.                                                                  */
+typedef struct { mg_adamw *opt; mg_gpt *m; mg_adamw_piece *pieces; int n; } mg__table_acc;
+static void mg__table_visit(void *user, const mg_param_desc *d, int64_t x0, int64_t x1,
+                            int64_t moment0) {
+    mg__table_acc *acc = (mg__table_acc *)user;
+    mg_adamw_piece *p = acc->pieces ? &acc->pieces[acc->n] : NULL;
+    acc->n++;
+    if (!p) return;
+    memset(p, 0, sizeof *p);
+    p->param = acc->opt->master ? acc->opt->master + moment0 : acc->m->param_buf + x0;
+    p->param16 = acc->m->param16 ? (char *)acc->m->param16 +
+                                   (size_t)x0 * mg_dtype_size(acc->m->dtype) : NULL;
+    p->grad = acc->m->grad_buf + x0;
+    p->m = acc->opt->m + moment0;
+    p->v = acc->opt->v + moment0;
+    p->n = x1 - x0;
+    p->weight_decay = d->weight_decay ? acc->opt->weight_decay : 0.0f;
+}
+
+MGDEF size_t mg_adamw_arena_bytes(int n_params, int world_size) {
+    return (sizeof(mg_optim_state) + 255) / 256 * 256 +
+           ((size_t)(n_params + 202) * sizeof(mg_adamw_piece) + 255) / 256 * 256 +
+           ((size_t)(world_size > 1 ? world_size : 1) * sizeof(double) + 255) / 256 * 256;
+}
+
+/* ---- 4. Optimizer --------------------------------------------------------------------------- */
+MGDEF void mg_adamw_create_dp(mg_adamw *opt, mg_gpt *m, const mg_dp *dp, float beta1,
+                              float beta2, float eps, float weight_decay) {
+    mg__table_acc acc;
+    mg_optim_state s0;
+    int world = m->comm ? m->comm->world_size : 1;
+    memset(opt, 0, sizeof *opt);
+    opt->dp = dp && dp->distributed ? dp : NULL;
+    MG_ASSERT(!m->layout.shard_master || opt->dp, "a model with a sharded master needs the "
+              "distributed optimizer over its %d data-parallel replicas", m->layout.dp_size);
+    opt->n = opt->dp ? dp->shard_elems : m->n_elems;
+    opt->m = (float *)mg_alloc(m->ctx, (size_t)opt->n * sizeof(float));
+    opt->v = (float *)mg_alloc(m->ctx, (size_t)opt->n * sizeof(float));
+    mg_memset_zero(m->ctx, opt->m, (size_t)opt->n * sizeof(float));
+    mg_memset_zero(m->ctx, opt->v, (size_t)opt->n * sizeof(float));
+    if (m->layout.shard_master) {   /* filled by mg_adamw_take_master */
+        opt->master = (float *)mg_alloc(m->ctx, (size_t)opt->n * sizeof(float));
+        mg_memset_zero(m->ctx, opt->master, (size_t)opt->n * sizeof(float));
+    }
+    opt->beta1 = beta1;
+    opt->beta2 = beta2;
+    opt->eps = eps;
+    opt->weight_decay = weight_decay;
+    opt->loss_scale = 1.0;
+    /* the table: counted, built on the host, copied to the device once */
+    acc.opt = opt;
+    acc.m = m;
+    acc.pieces = NULL;
+    acc.n = 0;
+    mg__for_owned(opt, m, mg__table_visit, &acc);
+    MG_ASSERT(acc.n <= m->n_params + 202, "%d optimizer pieces", acc.n);
+    acc.pieces = (mg_adamw_piece *)MG_MALLOC(sizeof(mg_adamw_piece) * (size_t)(acc.n + 1));
+    MG_ASSERT(acc.pieces, "out of host memory");
+    opt->n_pieces = acc.n;
+    acc.n = 0;
+    mg__for_owned(opt, m, mg__table_visit, &acc);
+    opt->table_total = mg_adamw_table_begin(acc.pieces, acc.n);
+    opt->table = (mg_adamw_piece *)mg_alloc(m->ctx, sizeof(mg_adamw_piece) * (size_t)(acc.n + 1));
+    mg_copy_to_device(m->ctx, opt->table, acc.pieces, sizeof(mg_adamw_piece) * (size_t)acc.n);
+    MG_FREE(acc.pieces);
+    /* the step's scalars: no step yet, a constant scale of 1 */
+    memset(&s0, 0, sizeof s0);
+    s0.loss_scale = 1.0;
+    mg_loss_scaler_init(&s0.scaler, 0, 1.0, 1.0, 1, 1);
+    opt->state = (mg_optim_state *)mg_alloc(m->ctx, sizeof s0);
+    mg_copy_to_device(m->ctx, opt->state, &s0, sizeof s0);
+    opt->gather = (double *)mg_alloc(m->ctx, sizeof(double) * (size_t)world);
+}
+
+/* Doubles across a group, exactly and identically on every rank: their bits travel as two
+   fp32 words each (moved, never added — all-gather and broadcast do no arithmetic), through
+   the model's device scratch; the sum is taken in group-rank order on every rank.         */
+static double mg__group_sum_f64(mg_gpt *m, mg_group *g, double x) {
+    double sum = 0;
+    int r;
+    MG_ASSERT(g->size <= mg__scalar_slots(&m->layout), "group of %d ranks", g->size);
+    mg_copy_to_device(m->ctx, m->scalars + g->rank, &x, sizeof x);
+    mg_all_gather(m->comm, g, m->scalars + g->rank, m->scalars, 2, MG_F32);
+    mg_copy_to_host(m->ctx, m->host_scalars, m->scalars, sizeof(double) * (size_t)g->size);
+    for (r = 0; r < g->size; r++) sum += m->host_scalars[r];
+    return sum;
+}
+/* The same on the device: *x (device) becomes the group's sum, added in rank order by one
+   device thread after an all-gather of the 8 bytes of every rank's x; nothing reaches the
+   host, and the sum is the host version's bit for bit (inf/nan carried in the doubles).   */
+static void mg__group_sum_dev(mg_adamw *opt, mg_gpt *m, mg_comm *comm, mg_group *g, double *x) {
+    mg__sum_f64 f;
+    if (g->size <= 1) return;
+    mg_all_gather(comm, g, x, opt->gather, 2, MG_F32);
+    f.x = x;
+    f.v = opt->gather;
+    f.n = g->size;
+    MG__ON_DEVICE(m->ctx, f, mg__sum_f64_run);
+}
+static double mg__group_bcast_f64(mg_gpt *m, mg_group *g, double x, int root) {
+    mg_copy_to_device(m->ctx, m->scalars, &x, sizeof x);
+    mg_broadcast(m->comm, g, m->scalars, m->scalars, 2, MG_F32, root);
+    mg_copy_to_host(m->ctx, &x, m->scalars, sizeof x);
+    return x;
+}
+
+MGDEF void mg_adamw_create(mg_adamw *opt, mg_gpt *m, float beta1, float beta2, float eps,
+                           float weight_decay) {
+    mg_adamw_create_dp(opt, m, NULL, beta1, beta2, eps, weight_decay);
+}
+
 /* What mg__model_sum adds over the parameters: Σ g² (the grad norm), Σ w² of the fp32
    weights (--log-params-norm), or the count of zero gradient entries (--log-num-zeros-in-grad,
    Megatron's count_zeros_fp32). The squares of the owned pieces are queued into one
-   mg_sumsq_batch (one host synchronisation for the whole norm on the GPU): a first pass
-   counts the partial-sum slots (batch NULL), the second queues the pieces in the same order;
-   the zeros are counted in one pass.                                                       */
+   mg_sumsq_batch whose total stays on the device: a first pass counts the partial-sum slots
+   (batch NULL), the second queues the pieces in the same order; the zeros are counted on the
+   host in one pass.                                                                        */
 enum { MG__SUM_GRAD_SQ, MG__SUM_PARAM_SQ, MG__SUM_GRAD_ZEROS };
 typedef struct { mg_gpt *m; const mg_adamw *opt; int what; mg_sumsq_batch *batch;
                  int64_t slots; double zeros; int has_embedding; float *host; } mg__sumsq_acc;
@@ -3566,50 +3752,68 @@ static void mg__sumsq_visit(void *user, const mg_param_desc *d, int64_t x0, int6
     else acc->slots += mg_sumsq_slots(m->ctx, x1 - x0);
 }
 
-/* Σ g² over every parameter of the model counted once. On one rank that is the whole flat
-   buffer (its alignment gaps are zero). With tensor parallelism each rank sums its shards of
-   the split tensors and tensor rank 0 adds the replicated ones (equal on every rank); over a
-   pipeline each stage adds its own parameters, and the tied word embedding, held by the
-   first and the last stage with equal (all-reduced) gradients, counts on the first only;
-   with the distributed optimizer each data-parallel rank sums only the pieces it owns (the
-   others' are not reduced there) and the partial sums are added over the data group (plain
-   data parallelism leaves equal gradients on every replica: nothing to add). The partial
-   sums are then summed exactly over the tensor group, then over the pipeline group
-   (mg__group_sum_f64: every rank adds the same values in the same order), so all get the
-   same norm, as precise as the serial one.
-   The same walk and sums for the other quantities of mg__sumsq_acc (params norm, zeros). */
-static double mg__model_sum(mg_adamw *opt, mg_gpt *m, int what, int *nonfinite) {
+/* Σ over every parameter of the model counted once, into *dst (device). On one rank that is
+   the whole flat buffer (its alignment gaps are zero), one piece. With tensor parallelism each
+   rank sums its shards of the split tensors and tensor rank 0 adds the replicated ones (equal
+   on every rank); over a pipeline each stage adds its own parameters, and the tied word
+   embedding, held by the first and the last stage with equal (all-reduced) gradients, counts
+   on the first only; with the distributed optimizer each data-parallel rank sums only the
+   pieces it owns (the others' are not reduced there) and the partial sums are added over the
+   data group (plain data parallelism leaves equal gradients on every replica: nothing to
+   add). The partial sums are then summed exactly over the tensor group, then over the
+   pipeline group (mg__group_sum_dev: every rank adds the same values in the same order), so
+   all get the same sum, as precise as the serial one, without the host.                   */
+static void mg__model_sumsq_dev(mg_adamw *opt, mg_gpt *m, int what, double *dst) {
     const mg_gpt_layout *L = &m->layout;
     mg__sumsq_acc acc;
     mg_sumsq_batch batch;
-    double local;
-    int c, bad = 0;
+    int c;
     if (what == MG__SUM_GRAD_SQ && !opt->dp && (!m->comm || (L->tp_size == 1 &&
-                                                             L->pp_size == 1)))
-        return mg_sumsq(m->ctx, m->grad_buf, m->n_elems, nonfinite);
+                                                             L->pp_size == 1))) {
+        mg_sumsq_begin(m->ctx, &batch, mg_sumsq_slots(m->ctx, m->n_elems));
+        mg_sumsq_add(m->ctx, &batch, m->grad_buf, m->n_elems);
+        if (opt->keep_scratch) batch.mark = mg_arena_mark(m->ctx);   /* not released */
+        mg_sumsq_end_device(m->ctx, &batch, dst);
+        return;
+    }
+    memset(&acc, 0, sizeof acc);
     acc.m = m;
     acc.opt = opt;
     acc.what = what;
-    acc.batch = NULL;
-    acc.slots = 0;
-    acc.zeros = 0;
-    acc.has_embedding = 0;
-    acc.host = NULL;
     for (c = 0; c < L->n_chunks; c++) acc.has_embedding |= L->chunks[c].has_embedding;
-    if (what == MG__SUM_GRAD_ZEROS) {
-        acc.host = (float *)MG_MALLOC(sizeof(float) * 65536);
-        MG_ASSERT(acc.host, "out of host memory");
-        mg__for_owned(opt, m, mg__sumsq_visit, &acc);
-        MG_FREE(acc.host);
-        local = acc.zeros;
-    } else {
-        mg__for_owned(opt, m, mg__sumsq_visit, &acc);      /* count the slots */
-        mg_sumsq_begin(m->ctx, &batch, acc.slots);
-        acc.batch = &batch;
-        mg__for_owned(opt, m, mg__sumsq_visit, &acc);      /* queue the pieces */
-        local = mg_sumsq_end(m->ctx, &batch, &bad);
-        if (bad) local = NAN;
+    mg__for_owned(opt, m, mg__sumsq_visit, &acc);      /* count the slots */
+    mg_sumsq_begin(m->ctx, &batch, acc.slots);
+    acc.batch = &batch;
+    mg__for_owned(opt, m, mg__sumsq_visit, &acc);      /* queue the pieces */
+    if (opt->keep_scratch) batch.mark = mg_arena_mark(m->ctx);   /* not released */
+    mg_sumsq_end_device(m->ctx, &batch, dst);
+    if (opt->dp) mg__group_sum_dev(opt, m, opt->dp->comm, &opt->dp->comm->data, dst);
+    if (L->tp_size > 1) mg__group_sum_dev(opt, m, m->comm, &m->comm->tensor, dst);
+    if (L->pp_size > 1) mg__group_sum_dev(opt, m, m->comm, &m->comm->pipeline, dst);
+}
+/* The same sums read back (the params norm), or the zero count over the same pieces (host,
+   summed over the groups as mg__model_sumsq_dev's).                                       */
+static double mg__model_sum(mg_adamw *opt, mg_gpt *m, int what, int *nonfinite) {
+    const mg_gpt_layout *L = &m->layout;
+    mg__sumsq_acc acc;
+    double local;
+    int c;
+    if (what != MG__SUM_GRAD_ZEROS) {
+        mg__model_sumsq_dev(opt, m, what, &opt->state->aux);
+        mg_copy_to_host(m->ctx, &local, &opt->state->aux, sizeof local);
+        *nonfinite = !isfinite(local);
+        return local;
     }
+    memset(&acc, 0, sizeof acc);
+    acc.m = m;
+    acc.opt = opt;
+    acc.what = what;
+    for (c = 0; c < L->n_chunks; c++) acc.has_embedding |= L->chunks[c].has_embedding;
+    acc.host = (float *)MG_MALLOC(sizeof(float) * 65536);
+    MG_ASSERT(acc.host, "out of host memory");
+    mg__for_owned(opt, m, mg__sumsq_visit, &acc);
+    MG_FREE(acc.host);
+    local = acc.zeros;
     if (opt->dp)
         local = mg__group_sum(m->ctx, opt->dp->comm, opt->dp->group, opt->dp->dev_scalars,
                               opt->dp->host_scalars, local, NULL);
@@ -3632,57 +3836,75 @@ static void mg__embedding_grad_all_reduce(mg_gpt *m) {
                       MG_F32, MG_SUM);
 }
 
-typedef struct { mg_adamw *opt; mg_gpt *m; mg_adamw_hparams hp; float scale; } mg__adam_acc;
-static void mg__adam_visit(void *user, const mg_param_desc *d, int64_t x0, int64_t x1,
-                           int64_t moment0) {
-    mg__adam_acc *acc = (mg__adam_acc *)user;
-    mg_gpt *m = acc->m;
-    acc->hp.weight_decay = d->weight_decay ? acc->opt->weight_decay : 0.0f;
-    if (acc->opt->master)   /* sharded master: update it, round the pieces into the copy */
-        mg_adamw_step(m->ctx, acc->opt->master + moment0, m->grad_buf + x0,
-                      acc->opt->m + moment0, acc->opt->v + moment0, x1 - x0, &acc->hp,
-                      acc->scale, (char *)m->param16 + (size_t)x0 * mg_dtype_size(m->dtype),
-                      m->dtype);
-    else
-        mg_adamw_step(m->ctx, m->param_buf + x0, m->grad_buf + x0, acc->opt->m + moment0,
-                      acc->opt->v + moment0, x1 - x0, &acc->hp, acc->scale, NULL, MG_F32);
+/* The step's decisions, on the device from the Σ g² there (mg_optim_state):
+     norm = √Σg² / scale (the gradients carry the loss scale); not finite: skip (grad_norm nan)
+     else step += 1, lr = the schedule at the updates taken before, bias corrections of step,
+          grad_scale = 1/scale · min(1, clip / (norm + 1e-6)) (clip_grad_norm_; clip 0: off)
+     the loss scaler's update with found_inf = skip; with tokens > 0 (the trainer) also the
+     iteration's loss = loss_sum / tokens, the next seed dloss = scale / tokens and the counts
+     of the log interval (the loss of iterations not skipped, skipped and nan iterations).  */
+typedef struct mg__optim_decide mg__optim_decide;
+MG_HD static inline void mg__optim_decide_run(const mg__optim_decide *d);
+struct mg__optim_decide {
+    mg_optim_state *s;
+    mg_lr_schedule sched;
+    double clip_grad, tokens;
+    float beta1, beta2;
+    MG__DEVICE_CALL(mg__optim_decide, mg__optim_decide_run)
+};
+MG_HD static inline void mg__optim_decide_run(const mg__optim_decide *d) {
+    mg_optim_state *s = d->s;
+    double unscale = s->scaler.scale > 0 ? 1.0 / s->scaler.scale : 1.0;
+    double norm = sqrt(s->sumsq) * unscale;
+    int bad = !isfinite(s->sumsq);
+    s->loss_scale = s->scaler.scale;
+    s->lr = mg__lr_at(&d->sched, s->step);
+    s->grad_norm = bad ? NAN : norm;
+    s->args.skip = bad || !isfinite(norm);
+    if (!s->args.skip) {
+        double coef = d->clip_grad > 0 ? d->clip_grad / (norm + 1e-6) : 1.0;
+        s->step++;
+        mg_adamw_args_set(&s->args, (float)s->lr, s->step, d->beta1, d->beta2);
+        s->args.grad_scale = (float)(coef < 1.0 ? coef * unscale : unscale);
+    } else {
+        s->skipped_iters++;
+    }
+    mg__loss_scaler_step(&s->scaler, s->args.skip);
+    if (d->tokens > 0) {   /* the trainer's bookkeeping of the iteration */
+        int nan = !isfinite(s->loss_sum);
+        s->loss = s->loss_sum / d->tokens;
+        s->dloss = (float)(s->scaler.scale / d->tokens);
+        if (!s->args.skip) s->interval.loss_sum += s->loss;
+        s->interval.skipped += s->args.skip;
+        s->interval.nan += nan;
+        s->nan_iters += nan;
+    }
 }
 
 /* mg_adamw_update in its three parts (the trainer times each, as Megatron's
-   optimizer-clip-main-grad, optimizer-inner-step and params-all-gather timers do).
-   1. The gradient norm and the factor the step multiplies the gradients by (the loss scale
-      divided out, clipping); 0 when the norm is not finite (the step is skipped).           */
-static int mg__adamw_clip(mg_adamw *opt, mg_gpt *m, float clip_grad, double *grad_norm,
-                          float *scale) {
-    int nonfinite = 0;
-    /* fp16: the gradients carry the loss scale; the norm and the step see them unscaled */
-    double unscale = opt->loss_scale > 0 ? 1.0 / opt->loss_scale : 1.0;
-    double norm = sqrt(mg__model_sum(opt, m, MG__SUM_GRAD_SQ, &nonfinite)) * unscale;
-    if (grad_norm) *grad_norm = nonfinite ? NAN : norm;
-    if (nonfinite || !isfinite(norm)) return 0;
-    /* clip_grad_norm_: coefficient max_norm / (norm + 1e-6), applied when below 1 */
-    *scale = (float)unscale;
-    if (clip_grad > 0) {
-        double coef = clip_grad / (norm + 1e-6);
-        if (coef < 1.0) *scale = (float)(coef * unscale);
-    }
-    return 1;
+   optimizer-clip-main-grad, optimizer-inner-step and params-all-gather timers do), all queued
+   on the device without waiting.
+   1. The gradient norm and the decisions (mg__optim_decide_run) into opt->state.           */
+static void mg__adamw_clip(mg_adamw *opt, mg_gpt *m, const mg_lr_schedule *sched,
+                           double clip_grad, double tokens) {
+    mg__optim_decide d;
+    mg__model_sumsq_dev(opt, m, MG__SUM_GRAD_SQ, &opt->state->sumsq);
+    d.s = opt->state;
+    d.sched = *sched;
+    d.clip_grad = clip_grad;
+    d.tokens = tokens;
+    d.beta1 = opt->beta1;
+    d.beta2 = opt->beta2;
+    MG__ON_DEVICE(m->ctx, d, mg__optim_decide_run);
 }
-/* 2. AdamW on the pieces this rank owns.                                                  */
-static void mg__adamw_inner_step(mg_adamw *opt, mg_gpt *m, float lr, float scale) {
-    mg__adam_acc acc;
-    opt->step++;
-    acc.scale = scale;
-    acc.opt = opt;
-    acc.m = m;
-    acc.hp.lr = lr;
-    acc.hp.beta1 = opt->beta1;
-    acc.hp.beta2 = opt->beta2;
-    acc.hp.eps = opt->eps;
-    acc.hp.step = (int)opt->step;
-    mg__for_owned(opt, m, mg__adam_visit, &acc);
+/* 2. AdamW on the pieces this rank owns: one fused launch reading opt->state's arguments
+      (it does nothing when the step is skipped).                                          */
+static void mg__adamw_inner_step(mg_adamw *opt, mg_gpt *m) {
+    mg_adamw_multi(m->ctx, opt->table, opt->n_pieces, opt->table_total, opt->beta1, opt->beta2,
+                   opt->eps, m->dtype, &opt->state->args);
 }
-/* 3. With the distributed optimizer, the updated pieces all-gathered over the data group. */
+/* 3. With the distributed optimizer, the updated pieces all-gathered over the data group
+      (also after a skipped step: the pieces then are the unchanged ones every rank holds).  */
 static void mg__adamw_gather_params(mg_adamw *opt, mg_gpt *m) {
     int k;
     if (opt->dp) {   /* ZeRO-1: every rank gets the pieces the others updated */
@@ -3699,12 +3921,25 @@ static void mg__adamw_gather_params(mg_adamw *opt, mg_gpt *m) {
         for (k = 0; k < dp->n_buckets; k++) mg_wait(dp->comm, &dp->req[k]);
     }
 }
+/* The public update: the loss scale opt->loss_scale (constant), a constant learning rate;
+   the state read back once at the end (the return value and *grad_norm need it).          */
 MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, double *grad_norm) {
-    float scale;
-    if (!mg__adamw_clip(opt, m, clip_grad, grad_norm, &scale)) return 0;
-    mg__adamw_inner_step(opt, m, lr, scale);
+    mg_optim_state s;
+    mg_loss_scaler constant;
+    mg_lr_schedule sched;
+    mg_loss_scaler_init(&constant, 0, opt->loss_scale, opt->loss_scale, 1, 1);
+    mg_copy_to_device(m->ctx, &opt->state->scaler, &constant, sizeof constant);
+    mg_copy_to_device(m->ctx, &opt->state->step, &opt->step, sizeof opt->step);
+    memset(&sched, 0, sizeof sched);
+    sched.max_lr = sched.min_lr = lr;
+    sched.style = MG_LR_CONSTANT;
+    mg__adamw_clip(opt, m, &sched, clip_grad, 0);
+    mg__adamw_inner_step(opt, m);
     mg__adamw_gather_params(opt, m);
-    return 1;
+    mg_copy_to_host(m->ctx, &s, opt->state, sizeof s);
+    opt->step = s.step;
+    if (grad_norm) *grad_norm = s.grad_norm;
+    return !s.args.skip;
 }
 
 MGDEF void mg_adamw_take_master(mg_adamw *opt, mg_gpt *m) {
@@ -3744,19 +3979,7 @@ MGDEF void mg_loss_scaler_init(mg_loss_scaler *s, int dynamic, double initial, d
 }
 
 MGDEF void mg_loss_scaler_update(mg_loss_scaler *s, int found_inf) {
-    if (!s->dynamic) return;
-    if (found_inf) {
-        s->growth_tracker = 0;
-        s->hysteresis_tracker--;
-        if (s->hysteresis_tracker <= 0) {
-            double backed_off = s->scale * s->backoff_factor;
-            s->scale = backed_off > s->min_scale ? backed_off : s->min_scale;
-        }
-    } else if (++s->growth_tracker == s->growth_interval) {
-        s->growth_tracker = 0;
-        s->hysteresis_tracker = s->hysteresis;
-        s->scale *= s->growth_factor;
-    }
+    mg__loss_scaler_step(s, found_inf);
 }
 
 /* =============================================================================================
@@ -4042,6 +4265,9 @@ static const mg__flag mg__flags[] = {
     {"--device", MG__F_CHOICE, MG__OFF(device), "auto|cpu|cuda", 0, 0,
      "auto: the GPU when built by nvcc and one is present, else the CPU (default auto; "
      "OMP_NUM_THREADS sets the CPU threads)"},
+    {"--enable-cuda-graph", MG__F_SWITCH, MG__OFF(enable_cuda_graph), NULL, 0, 0,
+     "capture the optimizer step (gradient norm, clip and loss-scale decisions, fused AdamW) "
+     "as one CUDA graph at the first iteration and replay it (one rank on the GPU)"},
 };
 #define MG__NFLAGS ((int)(sizeof mg__flags / sizeof mg__flags[0]))
 typedef char mg__flags_fit_given[MG__NFLAGS <= 128 ? 1 : -1]; /* mg_train_args.given[128] */
@@ -4458,8 +4684,7 @@ static const struct { const char *name; int level; } mg__timer_names[] = {
     {"batch-generator", 2}, {NULL, 2} /* the pipeline's send/recv kinds, all level 2 */,
     {"layernorm-grads-all-reduce", 1}, {"embedding-grads-all-reduce", 1},
     {"all-grads-sync", 1}, {"params-all-gather", 1}, {"optimizer-clip-main-grad", 1},
-    {"optimizer-count-zeros", 1}, {"optimizer-inner-step", 1},
-    {"optimizer-copy-main-to-model-params", 1}, {"optimizer", 1}};
+    {"optimizer-count-zeros", 1}, {"optimizer-inner-step", 1}, {"optimizer", 1}};
 typedef char mg__timer_names_fit[sizeof mg__timer_names / sizeof mg__timer_names[0] ==
                                  MG_N_TIMERS - MG_PIPE_COMM_KINDS + 2 ? 1 : -1];
 /* Timer k's row of the table (the pipeline's kinds share one). */
@@ -4922,6 +5147,15 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
     if (a->fp16 && !a->loss_scale && a->min_loss_scale > a->initial_loss_scale)
         return mg__err(err, errlen, "--min-loss-scale %g is larger than --initial-loss-scale %g",
                        a->min_loss_scale, a->initial_loss_scale);
+    if (a->enable_cuda_graph && a->comm && a->comm->world_size > 1)
+        return mg__err(err, errlen, "--enable-cuda-graph captures the optimizer step of one "
+                       "rank; with %d ranks its gradient-norm sums are NCCL collectives, which "
+                       "are not captured (run without --enable-cuda-graph)",
+                       a->comm->world_size);
+    if (a->enable_cuda_graph && (a->device == MG_DEVICE_CPU || !mg_cuda_available()))
+        return mg__err(err, errlen, "--enable-cuda-graph needs the GPU (%s)",
+                       a->device == MG_DEVICE_CPU ? "--device cpu was given" :
+                       "this program runs on the CPU: no GPU, or built without CUDA");
     if (a->data_path.n && (a->train_data_path.n || a->valid_data_path.n || a->test_data_path.n))
         return mg__err(err, errlen, "--data-path with --%s-data-path: give either --data-path "
                        "(split by --split) or --train-data-path [--valid-data-path] "
@@ -5543,6 +5777,10 @@ static double mg__pipe_run(mg_trainer *tr, mg_pipe_exec *ex, const int32_t *samp
     mg_pipe_exec_run(ex);
     m->head_dloss = 0.0f;
     if (m->layout.chunks[m->layout.n_chunks - 1].has_head) sum = mg_gpt_loss_sum(m, 0, tr->n_micro);
+    if (m->loss_at) {   /* the last stage's device sum to every stage, on the device */
+        mg_broadcast(tr->comm, &tr->comm->pipeline, m->loss_at, m->loss_at, 2, MG_F32, p - 1);
+        return 0;
+    }
     return mg__group_bcast_f64(m, &tr->comm->pipeline, sum, p - 1);
 }
 
@@ -5561,6 +5799,7 @@ MGDEF int mg_trainer_write_pipeline_trace(mg_trainer *tr, const char *path, char
 }
 
 static void mg__exit_signal_install(void);
+static void mg__trainer_push(mg_trainer *tr);   /* section 5: iteration */
 MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err, size_t errlen) {
     mg_train_args *a = &tr->args;
     mg_weights_file wf;
@@ -5746,12 +5985,13 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     {   /* AdamW's two moments (and a sharded master), like the flat buffer (or its 1/d
            shard), and the ops' scratch */
         int64_t n_elems;
-        mg__build_params(&tr->cfg, &layout, NULL, &n_elems);
+        int n_params = mg__build_params(&tr->cfg, &layout, NULL, &n_elems);
         if (a->use_distributed_optimizer) n_elems /= layout.dp_size;
         bytes += (size_t)(layout.shard_master ? 3 : 2) *
                      (((size_t)n_elems * sizeof(float) + 255) / 256 * 256) + ((size_t)8 << 20) +
                  (size_t)64 * tr->cfg.hidden * sizeof(float) +
-                 mg_dp_arena_bytes(a->comm ? a->comm->world_size : 1);
+                 mg_dp_arena_bytes(a->comm ? a->comm->world_size : 1) +
+                 mg_adamw_arena_bytes(n_params, a->comm ? a->comm->world_size : 1);
         if (tp > 1 || tr->pp > 1)  /* the largest tensor gathered for a checkpoint or export,
                                       or sent to the first stage for an export            */
             bytes += (size_t)mg__max_global_elems(&tr->cfg) * sizeof(float) + 256;
@@ -5803,6 +6043,11 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         cd.n_threads = mg_comm_default_threads(tr->comm);
     }
     mg_ctx_init(&tr->ctx, &cd);
+    if (a->enable_cuda_graph && tr->ctx.device != MG_DEVICE_CUDA) {   /* MG_DEVICE=cpu */
+        mg__err(err, errlen, "--enable-cuda-graph needs the GPU (the environment's MG_DEVICE "
+                "picked the CPU)");
+        goto fail;
+    }
     if (a->comm) {                       /* the first communication of the run */
         mg_comm_setup_groups_cp(a->comm, &tr->ctx, tp, tr->cp_size, tr->pp, tr->vp);
         mg_gpt_layout_tp(&layout, a->comm, a->sequence_parallel);
@@ -5856,6 +6101,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         has_weights = 0;
     }
     mg_adamw_take_master(&tr->opt, &tr->model);   /* the 16-bit copy (and sharded master) */
+    mg__trainer_push(tr);                          /* the loss scaler, a loaded step count */
     tr->batch = (int32_t *)MG_MALLOC(sizeof(int32_t) * (size_t)(a->global_batch_size /
                                      tr->dp_size) * (size_t)(tr->cfg.seq_len + 1));
     MG_ASSERT(tr->batch, "out of host memory");
@@ -5911,6 +6157,7 @@ MGDEF void mg_trainer_free(mg_trainer *tr) {
     mg_schedule_free(&tr->pipe_sched);
     mg_schedule_free(&tr->pipe_eval_sched);
     MG_FREE(tr->slot_mb);
+    if (tr->has_opt_graph) mg_graph_free(&tr->opt_graph);
     if (tr->dp.model) mg_dp_free(&tr->dp);
     if (tr->model.ctx) mg_gpt_destroy(&tr->model);
     if (tr->comm && tr->comm->ctx == &tr->ctx) tr->comm->ctx = NULL;  /* host buffers again */
@@ -5935,13 +6182,58 @@ static void mg__fetch(mg_trainer *tr, const mg_blend *b, int64_t first, int64_t 
    (microbatches r·n_micro … of the serial run's order: the dropout keys match too), seeds
    each backward with 1/(G·T) like the serial run, and the gradients and the loss are SUMMED
    over the data group — so the step equals the serial one up to the order of additions.   */
+/* The optimizer's device scalars (mg_optim_state) and the trainer's host copies of them:
+   pull reads the struct back (one copy: the host waits for the device) into the loss scaler,
+   the step count, the skipped iterations and, when r is non-NULL, r's learning rate, loss
+   scale, grad norm and skip flag; push writes the host copies there (after setup or a load:
+   a copy to the device, no wait).                                                          */
+static void mg__trainer_pull(mg_trainer *tr, mg_step_result *r) {
+    mg_optim_state s;
+    mg_copy_to_host(&tr->ctx, &s, tr->opt.state, sizeof s);
+    tr->scaler = s.scaler;
+    tr->opt.step = s.step;
+    tr->skipped_iters = s.skipped_iters;
+    tr->nan_iters = s.nan_iters;
+    tr->opt.loss_scale = s.loss_scale;
+    if (r) {
+        r->has_values = 1;
+        r->loss = s.loss;
+        r->lr = s.lr;
+        r->loss_scale = s.loss_scale;
+        r->grad_norm = s.grad_norm;
+        r->skipped = s.args.skip;
+    }
+}
+static void mg__trainer_push(mg_trainer *tr) {
+    mg_optim_state s;
+    double tokens = (double)tr->args.global_batch_size * tr->cfg.seq_len;
+    mg_copy_to_host(&tr->ctx, &s, tr->opt.state, sizeof s);
+    s.scaler = tr->scaler;
+    s.loss_scale = tr->scaler.scale;
+    s.step = tr->opt.step;
+    s.skipped_iters = tr->skipped_iters;
+    s.nan_iters = tr->nan_iters;
+    memset(&s.interval, 0, sizeof s.interval);
+    s.dloss = (float)(tr->scaler.scale / tokens);
+    mg_copy_to_device(&tr->ctx, tr->opt.state, &s, sizeof s);
+}
+
+/* Whether iteration it (1-based) shows its results: it logs (--log-interval, the last
+   iteration) or writes TensorBoard scalars. The same answer on every rank (the flags only).  */
+static int mg__trainer_shows(const mg_trainer *tr, int64_t it) {
+    return it % tr->args.log_interval == 0 || it == tr->args.train_iters ||
+           (tr->args.tensorboard_dir && it % tr->args.tensorboard_log_interval == 0);
+}
+
 MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     mg_step_result r;
+    mg_optim_state *dev = tr->opt.state;
     int64_t G = tr->args.global_batch_size, Gl = G / tr->dp_size;
-    double t0 = mg__now_ms(), tokens = (double)G * tr->cfg.seq_len, sum;
+    double t0 = mg__now_ms(), tokens = (double)G * tr->cfg.seq_len;
+    int pull = !tr->defer_results || mg__trainer_shows(tr, tr->iteration + 1);
     float dloss;
     memset(&r, 0, sizeof r);
-    r.params_norm = r.num_zeros = NAN;
+    r.params_norm = r.num_zeros = r.loss = r.grad_norm = r.lr = r.loss_scale = NAN;
     mg__timer_start(tr, MG_TIMER_FORWARD_BACKWARD);
     mg__timer_start(tr, MG_TIMER_BATCH_GENERATOR);
     mg__fetch(tr, &tr->train_data, tr->consumed_samples + tr->dp_rank * Gl, Gl);
@@ -5949,14 +6241,19 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     mg_gpt_zero_grad(&tr->model);
     /* dropout on, keyed by the global microbatch index: iteration · microbatches + i */
     tr->model.training = 1;
-    /* fp16: the backward is seeded with the loss scale; AdamW divides it out */
+    /* fp16: the backward is seeded with the loss scale; AdamW divides it out. The seed is the
+       one the device's loss scaler left (dev->dloss; dloss, the host's copy, is not read),
+       and the per-token losses are added up on the device (dev->loss_sum)                 */
     dloss = (float)(tr->scaler.scale / tokens);
+    mg_memset_zero(&tr->ctx, &dev->loss_sum, sizeof dev->loss_sum);
+    tr->model.dloss_at = &dev->dloss;
+    tr->model.loss_at = &dev->loss_sum;
     tr->model.microbatch_base = (uint64_t)tr->iteration * (uint64_t)tr->n_micro * tr->dp_size +
                                 (uint64_t)tr->dp_rank * (uint64_t)tr->n_micro;
     mg_dp_start(&tr->dp);   /* buckets reduced during each chunk's last backward (B, or W) */
     if (tr->pp > 1) {       /* the schedule's forwards and backwards over the pipeline ranks */
         int kind;
-        sum = mg__pipe_run(tr, &tr->pipe_exec, tr->batch, dloss, 0);
+        mg__pipe_run(tr, &tr->pipe_exec, tr->batch, dloss, 0);
         for (kind = 1; kind < MG_PIPE_COMM_KINDS; kind++) {   /* its send/recv groups' time */
             tr->timer_ms[MG_TIMER_PIPE_COMM + kind - 1] += tr->pipe_exec.comm_ms[kind];
             tr->pipe_exec.comm_ms[kind] = 0;
@@ -5968,14 +6265,17 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
         mg__embedding_grad_all_reduce(&tr->model);
         mg__timer_stop(tr, MG_TIMER_EMBEDDING_GRADS);
     } else {
-        sum = mg_gpt_run_microbatches(&tr->model, tr->batch, tr->n_micro, dloss, 1);
+        mg_gpt_run_microbatches(&tr->model, tr->batch, tr->n_micro, dloss, 1);
     }
+    tr->model.dloss_at = NULL;
+    tr->model.loss_at = NULL;
     /* all-grads-sync: on the GPU each bucket's collective on the communication stream (the
        dp hook); on the CPU the wait for what is left of them after the backward            */
     if (!tr->dp.comm_timer) mg__timer_start(tr, MG_TIMER_ALL_GRADS_SYNC);
     mg_dp_finish(&tr->dp);
     if (!tr->dp.comm_timer) mg__timer_stop(tr, MG_TIMER_ALL_GRADS_SYNC);
-    r.loss = mg_dp_sum(&tr->dp, sum) / tokens;
+    if (tr->dp.comm)   /* the loss summed over the replicas, as mg_dp_sum but on the device */
+        mg__group_sum_dev(&tr->opt, &tr->model, tr->dp.comm, &tr->dp.comm->data, &dev->loss_sum);
     tr->model.training = 0;
     mg__timer_start_on(tr, MG_TIMER_LAYERNORM_GRADS, 1);
     mg_gpt_reduce_grads(&tr->model);
@@ -5991,42 +6291,49 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     /* the schedule counts optimizer updates, not iterations: Megatron-LM steps its
        OptimizerParamScheduler only after a successful update, so skipped (fp16 overflow)
        iterations neither warm up nor decay the learning rate                               */
-    r.lr = mg_lr_at(&tr->sched, tr->opt.step);
-    r.loss_scale = tr->opt.loss_scale = tr->scaler.scale;
-    {   /* mg_adamw_update, its parts timed */
-        float scale = 0;
-        mg__timer_start(tr, MG_TIMER_CLIP_MAIN_GRAD);
-        r.skipped = !mg__adamw_clip(&tr->opt, &tr->model, (float)tr->args.clip_grad,
-                                    &r.grad_norm, &scale);
-        mg__timer_stop(tr, MG_TIMER_CLIP_MAIN_GRAD);
-        if (!r.skipped) {
-            mg__timer_start(tr, MG_TIMER_INNER_STEP);
-            mg__adamw_inner_step(&tr->opt, &tr->model, (float)r.lr, scale);
-            mg__timer_stop(tr, MG_TIMER_INNER_STEP);
-            if (tr->model.param16 && !tr->model.layout.shard_master) {
-                /* mixed precision, whole master: the 16-bit working copy cast here, once
-                   (with a sharded master the AdamW kernel writes it)                       */
-                mg__timer_start(tr, MG_TIMER_COPY_MAIN_TO_MODEL);
-                mg_gpt_sync_weights(&tr->model);
-                tr->model.param16_current = 1;
-                mg__timer_stop(tr, MG_TIMER_COPY_MAIN_TO_MODEL);
-            }
-            if (tr->opt.dp) mg__timer_start_on(tr, MG_TIMER_PARAMS_ALL_GATHER, 1);   /* ZeRO */
-            mg__adamw_gather_params(&tr->opt, &tr->model);
-            if (tr->opt.dp) mg__timer_stop(tr, MG_TIMER_PARAMS_ALL_GATHER);
+    /* mg_adamw_update, its parts timed, queued on the device: the norm, the decisions (skip,
+       clip, the loss scaler's update, the step count and the learning rate at it), the fused
+       step; nothing here waits for the device                                              */
+    if (tr->args.enable_cuda_graph) {
+        /* --enable-cuda-graph: the same two parts as one graph, captured at the first
+           iteration (recorded, not run; its Σ g² scratch kept reserved) and launched at every
+           iteration; timed as the inner step. Everything it reads that changes from step to
+           step (gradients, the scaler, the step count) is in device memory.                */
+        mg__timer_start(tr, MG_TIMER_INNER_STEP);
+        if (!tr->has_opt_graph) {
+            tr->opt.keep_scratch = 1;
+            mg_graph_capture_begin(&tr->ctx);
+            mg__adamw_clip(&tr->opt, &tr->model, &tr->sched, tr->args.clip_grad, tokens);
+            mg__adamw_inner_step(&tr->opt, &tr->model);
+            mg_graph_capture_end(&tr->ctx, &tr->opt_graph);
+            tr->opt.keep_scratch = 0;
+            tr->has_opt_graph = 1;
         }
+        mg_graph_launch(&tr->ctx, &tr->opt_graph);
+        mg__timer_stop(tr, MG_TIMER_INNER_STEP);
+    } else {
+        mg__timer_start(tr, MG_TIMER_CLIP_MAIN_GRAD);
+        mg__adamw_clip(&tr->opt, &tr->model, &tr->sched, tr->args.clip_grad, tokens);
+        mg__timer_stop(tr, MG_TIMER_CLIP_MAIN_GRAD);
+        mg__timer_start(tr, MG_TIMER_INNER_STEP);
+        mg__adamw_inner_step(&tr->opt, &tr->model);
+        mg__timer_stop(tr, MG_TIMER_INNER_STEP);
     }
-    mg_loss_scaler_update(&tr->scaler, r.skipped);   /* found_inf: agreed by every rank */
+    /* mixed precision: the fused step wrote the 16-bit working copy with the fp32 master (a
+       skipped step leaves both as they were), so the next forward has nothing to cast      */
+    if (tr->model.param16 && !tr->model.layout.shard_master) tr->model.param16_current = 1;
+    if (tr->opt.dp) mg__timer_start_on(tr, MG_TIMER_PARAMS_ALL_GATHER, 1);   /* ZeRO only */
+    mg__adamw_gather_params(&tr->opt, &tr->model);
+    if (tr->opt.dp) mg__timer_stop(tr, MG_TIMER_PARAMS_ALL_GATHER);
     mg__timer_stop(tr, MG_TIMER_OPTIMIZER);
-    if (tr->args.log_params_norm) {   /* Megatron's calc_params_l2_norm, after the update */
+    if (tr->args.log_params_norm && pull) {   /* Megatron's calc_params_l2_norm, after the update */
         int bad = 0;
         r.params_norm = sqrt(mg__model_sum(&tr->opt, &tr->model, MG__SUM_PARAM_SQ, &bad));
     }
-    tr->skipped_iters += r.skipped;
-    tr->nan_iters += !isfinite(r.loss);
     tr->consumed_samples += G;
     tr->iteration++;
-    mg_sync(&tr->ctx);
+    /* the one read-back of the step (it waits for the device); none when deferred */
+    if (pull) mg__trainer_pull(tr, &r);
     r.elapsed_ms = mg__now_ms() - t0;
     return r;
 }
@@ -6161,9 +6468,6 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
     char stamp[32];
     tr->log_count++;
     tr->log_ms_sum += r->elapsed_ms;
-    if (!r->skipped) tr->log_loss_sum += r->loss;
-    tr->log_skipped += r->skipped;
-    tr->log_nan += !isfinite(r->loss);
     /* TensorBoard, every --tensorboard-log-interval: this iteration's values (Megatron's
        training_log; the log line below shows the interval's mean loss)                     */
     if (tr->has_tb && tr->iteration % tr->args.tensorboard_log_interval == 0) {
@@ -6181,6 +6485,14 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
         }
     }
     if (tr->iteration % tr->args.log_interval && tr->iteration != tr->args.train_iters) return;
+    {   /* the interval's loss and counts, accumulated on the device: read, then restarted */
+        mg_optim_state s;
+        mg_copy_to_host(&tr->ctx, &s, tr->opt.state, sizeof s);
+        tr->log_loss_sum = s.interval.loss_sum;
+        tr->log_skipped = s.interval.skipped;
+        tr->log_nan = s.interval.nan;
+        mg_memset_zero(&tr->ctx, &tr->opt.state->interval, sizeof s.interval);
+    }
     ms = tr->log_ms_sum / (double)tr->log_count;
     loss = tr->log_count > tr->log_skipped ?
            tr->log_loss_sum / (double)(tr->log_count - tr->log_skipped) : NAN;
@@ -6625,6 +6937,7 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
     int64_t max_numel = 1;
     mg__progress prog;
     int pass;
+    mg__trainer_pull(tr, NULL);   /* the step count and the loss scaler from the device */
     snprintf(iterdir, sizeof iterdir, "%s/iter_%07lld", dir, (long long)tr->iteration);
     memset(&prog, 0, sizeof prog);
     prog.out = w ? tr->args.progress : NULL;
@@ -6812,6 +7125,7 @@ MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t err
         tr->scaler.growth_tracker = st.growth_tracker;
         tr->scaler.hysteresis_tracker = st.hysteresis_tracker;
     }
+    mg__trainer_push(tr);                         /* the device's optimizer scalars too */
     tr->loaded_iteration = tr->last_saved = st.iteration;
     return 1;
 }

@@ -186,6 +186,22 @@ MGDEF void mg_memset_zero(mg_ctx *ctx, void *dst_dev, size_t bytes);
 MGDEF void mg_copy_2d(mg_ctx *ctx, void *dst, size_t dpitch, const void *src, size_t spitch,
                       size_t width, size_t rows);
 MGDEF void mg_sync(mg_ctx *ctx);                          /* wait for the stream (no-op CPU)  */
+/* CUDA graphs (a CUDA context only; on the CPU each call fails with one line). Between
+   mg_graph_capture_begin and mg_graph_capture_end the context's stream captures
+   (cudaStreamBeginCapture, thread-local mode): the library calls made meanwhile are recorded,
+   not run — their kernels with the arguments they have then (pointers, sizes, scalars);
+   mg_graph_capture_end instantiates the graph (cudaStreamEndCapture, cudaGraphInstantiate),
+   mg_graph_launch runs it on the stream (cudaGraphLaunch), as often as wanted. A capture may
+   hold kernels, device-to-device copies and memsets: nothing that waits for the device, copies
+   from or to the host, or calls cuBLAS/NCCL outside what the graph can hold. Values a graph
+   must see change between launches have to live in device memory (the optimizer's
+   mg_adamw_args do). Arena scratch that captured kernels use must stay reserved while the
+   graph lives.                                                                            */
+typedef struct mg_graph { void *graph, *exec; } mg_graph;
+MGDEF void mg_graph_capture_begin(mg_ctx *ctx);
+MGDEF void mg_graph_capture_end(mg_ctx *ctx, mg_graph *g);
+MGDEF void mg_graph_launch(mg_ctx *ctx, const mg_graph *g);
+MGDEF void mg_graph_free(mg_graph *g);
 
 /* ---------------------------------------------------------------------------------------------
    3. Tensors
@@ -534,6 +550,11 @@ MGDEF void mg_xent_loss(mg_ctx *ctx, float *losses, const float *rowmax, const f
 MGDEF void mg_xent_backward(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *logits,
                             const int32_t *targets, const float *rowmax, const float *sumexp,
                             float dloss, int64_t vocab_start, int64_t vocab_size);
+/* The same with dloss read from memory by the op itself (device memory on CUDA: a value that
+   device code wrote, such as the fp16 loss scale over the tokens, needs no host copy).     */
+MGDEF void mg_xent_backward_at(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *logits,
+                               const int32_t *targets, const float *rowmax, const float *sumexp,
+                               const float *dloss, int64_t vocab_start, int64_t vocab_size);
 /* The same statistics of a slice in ONE pass over each row (online softmax, as flash-attention
    and llm.c's fused classifier): rowmax[r] = the slice's own max over its real ids,
    sumexp[r] = Σ exp(logit − rowmax[r]), tlogit[r] as above. Slices merge afterwards:
@@ -578,6 +599,8 @@ typedef struct mg_classifier {
     int64_t vocab_start, vocab_size;
     float *losses;                /* [N] per-token losses, or NULL                              */
     float dloss;                  /* d loss / d (per-token loss), used with dx or dw            */
+    const float *dloss_at;        /* if not NULL, dloss read from here by the op (device memory
+                                     on CUDA: a seed device code wrote, e.g. the fp16 scale)   */
     mg_tensor *dx, *dw;           /* NULL both: the loss only (evaluation)                      */
     int64_t chunk_rows;
     void *scratch;
@@ -602,6 +625,41 @@ MGDEF void mg_adamw_step(mg_ctx *ctx, float *param, const float *grad, float *m,
                          int64_t n, const mg_adamw_hparams *hp, float grad_scale,
                          void *param16, mg_dtype dt16);
 
+/* Fused multi-tensor AdamW: ONE launch over every piece of the parameters a rank's optimizer
+   owns, the fp32 masters and their 16-bit copies written in the same pass. Both the table and
+   the step's scalars live in device memory (host memory on the CPU), so a GPU step takes no
+   value from the host: device code (the clip and loss-scale decisions) writes the scalars.
+     table[i]  param (fp32 master), grad, m, v: n values each; param16 NULL or the 16-bit copy
+               (dtype dt16) of param; the piece's weight decay; begin = Σ n of the pieces
+               before it (mg_adamw_table_begin fills it), total = Σ n of all.
+     args      lr, the bias corrections step_size = lr/(1−β1^step) and bc2_sqrt = √(1−β2^step)
+               (mg_adamw_args_set), grad_scale (clipping and the loss scale divided out), and
+               skip: nonzero leaves everything unchanged (an fp16 overflow step).
+   Each element is mg_adamw_step's, with the same numbers. CPU: the pieces in order, each as
+   mg_adamw_step runs it. CUDA: each block takes tiles of 4·256 consecutive indices of the
+   pieces laid end to end ([0, total)), finds the tile's first piece by binary search over
+   begin and walks on into the next pieces; one launch of at most 65536 blocks.            */
+typedef struct mg_adamw_piece {
+    float *param; const float *grad; float *m, *v; void *param16;
+    int64_t n, begin;
+    float weight_decay;
+} mg_adamw_piece;
+typedef struct mg_adamw_args {
+    float lr, step_size, bc2_sqrt, grad_scale;
+    int skip;
+} mg_adamw_args;
+MG_HD static inline void mg_adamw_args_set(mg_adamw_args *a, float lr, int64_t step, float beta1,
+                                           float beta2) {
+    a->lr = lr;
+    a->step_size = (float)(lr / (1.0 - pow((double)beta1, (double)step)));
+    a->bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, (double)step));
+}
+/* begin of every piece, from the n's; returns the total.                                     */
+MGDEF int64_t mg_adamw_table_begin(mg_adamw_piece *table, int n_pieces);
+MGDEF void mg_adamw_multi(mg_ctx *ctx, const mg_adamw_piece *table, int n_pieces, int64_t total,
+                          float beta1, float beta2, float eps, mg_dtype dt16,
+                          const mg_adamw_args *args);
+
 /* Σ x² over n fp32 values, accumulated in double on both backends (per-thread/per-block
    partial sums, then the total); returned to the host (synchronises). *nonfinite (may be
    NULL) is set to 1 iff some value is inf or nan — exactly when the double sum is not finite,
@@ -618,6 +676,15 @@ MGDEF int64_t mg_sumsq_slots(const mg_ctx *ctx, int64_t n);
 MGDEF void mg_sumsq_begin(mg_ctx *ctx, mg_sumsq_batch *b, int64_t slots);
 MGDEF void mg_sumsq_add(mg_ctx *ctx, mg_sumsq_batch *b, const float *x, int64_t n);
 MGDEF double mg_sumsq_end(mg_ctx *ctx, mg_sumsq_batch *b, int *nonfinite);
+/* Ends the batch without waiting: the partials are added on the device (one block: each
+   thread a strided subset in order, then the block reduction) into *total (device memory;
+   host memory on the CPU, which adds them in order as mg_sumsq_end). Inf/nan make the total
+   non-finite. Releases the arena.                                                          */
+MGDEF void mg_sumsq_end_device(mg_ctx *ctx, mg_sumsq_batch *b, double *total);
+/* *acc += Σ x over n fp32 values, in double, without waiting: acc is device memory (host on
+   the CPU). CUDA: one block (as mg_sumsq_end_device); CPU: the sum from 0 in order, then
+   added to *acc — so a sequence of calls adds like a host loop over the pieces' sums.      */
+MGDEF void mg_sum_f32_device(mg_ctx *ctx, const float *x, int64_t n, double *acc);
 
 /* ---------------------------------------------------------------------------------------------
    Inline definitions of the MG_HD functions above. They live in the API part (not under
@@ -1003,14 +1070,17 @@ MGDEF void mg_arena_release(mg_ctx *ctx, size_t mark) {
 }
 MGDEF void mg_arena_reset_peak(mg_ctx *ctx) { ctx->arena_peak = ctx->arena_used; }
 
-/* The three copies: cudaMemcpyAsync on the context's stream (host transfers then wait, since
-   the host buffer may go away or be read next), memmove on the CPU.                          */
+/* The three copies: cudaMemcpyAsync on the context's stream, memmove on the CPU. A copy to the
+   host waits for it (the host reads the buffer next); a copy from pageable host memory (all the
+   library's host buffers) returns once the driver has staged the bytes, so the host may reuse
+   its buffer at once and nothing waits for the device (CUDA's "API synchronization behavior":
+   no device synchronisation for pageable host-to-device cudaMemcpyAsync).                    */
 static void mg__copy(mg_ctx *ctx, void *dst, const void *src, size_t bytes, int kind) {
     if (!bytes || dst == src) return;
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         MG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, (cudaMemcpyKind)kind, MG__STREAM(ctx)));
-        if (kind != cudaMemcpyDeviceToDevice) MG_CUDA_CHECK(cudaStreamSynchronize(MG__STREAM(ctx)));
+        if (kind == cudaMemcpyDeviceToHost) MG_CUDA_CHECK(cudaStreamSynchronize(MG__STREAM(ctx)));
         return;
     }
 #endif
@@ -1064,6 +1134,48 @@ MGDEF void mg_sync(mg_ctx *ctx) {
     if (mg__is_cuda(ctx)) MG_CUDA_CHECK(cudaStreamSynchronize(MG__STREAM(ctx)));
 #endif
     (void)ctx;
+}
+
+static void mg__graph_needs_cuda(const mg_ctx *ctx, const char *what) {
+    if (ctx->device != MG_DEVICE_CUDA)
+        mg_fatal(__FILE__, __LINE__, "%s: CUDA graphs need a CUDA context (this one is the CPU)",
+                 what);
+}
+MGDEF void mg_graph_capture_begin(mg_ctx *ctx) {
+    mg__graph_needs_cuda(ctx, "mg_graph_capture_begin");
+#ifdef __CUDACC__
+    MG_CUDA_CHECK(cudaStreamBeginCapture(MG__STREAM(ctx), cudaStreamCaptureModeThreadLocal));
+#endif
+}
+MGDEF void mg_graph_capture_end(mg_ctx *ctx, mg_graph *g) {
+    mg__graph_needs_cuda(ctx, "mg_graph_capture_end");
+#ifdef __CUDACC__
+    {
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
+        MG_CUDA_CHECK(cudaStreamEndCapture(MG__STREAM(ctx), &graph));
+        MG_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        g->graph = (void *)graph;
+        g->exec = (void *)exec;
+    }
+#else
+    (void)g;
+#endif
+}
+MGDEF void mg_graph_launch(mg_ctx *ctx, const mg_graph *g) {
+    mg__graph_needs_cuda(ctx, "mg_graph_launch");
+#ifdef __CUDACC__
+    MG_CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)g->exec, MG__STREAM(ctx)));
+#else
+    (void)g;
+#endif
+}
+MGDEF void mg_graph_free(mg_graph *g) {
+#ifdef __CUDACC__
+    if (g->exec) MG_CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)g->exec));
+    if (g->graph) MG_CUDA_CHECK(cudaGraphDestroy((cudaGraph_t)g->graph));
+#endif
+    g->graph = g->exec = NULL;
 }
 
 /* =============================================================================================
@@ -1330,10 +1442,21 @@ MG_HD static inline float mg__xent_rescale(float s, float m, float M) {
 }
 
 /* AdamW element, torch.optim.AdamW's order: decay, moments, bias-corrected step.
-   step_size = lr/(1−β1^t) and bc2_sqrt = √(1−β2^t) are computed once on the host.           */
+   step_size = lr/(1−β1^t) and bc2_sqrt = √(1−β2^t) are computed once per step
+   (mg_adamw_args_set), the decay factor 1 − lr·wd once per piece (mg__adamw_k_of).         */
 typedef struct mg__adamw_k {
     float lr, beta1, beta2, eps, decay_factor /* 1 − lr·wd */, step_size, bc2_sqrt, grad_scale;
 } mg__adamw_k;
+MG_HD static inline mg__adamw_k mg__adamw_k_of(const mg_adamw_args *a, float beta1, float beta2,
+                                               float eps, float weight_decay) {
+    mg__adamw_k k;
+    k.lr = a->lr; k.beta1 = beta1; k.beta2 = beta2; k.eps = eps;
+    k.decay_factor = (float)(1.0 - (double)a->lr * weight_decay);
+    k.step_size = a->step_size;
+    k.bc2_sqrt = a->bc2_sqrt;
+    k.grad_scale = a->grad_scale;
+    return k;
+}
 MG_HD static inline float mg__adamw(float param, float grad, float *m, float *v,
                                     const mg__adamw_k *k) {
     float g = grad * k->grad_scale;
@@ -2286,6 +2409,18 @@ static void mg__cpu_adamw(mg_ctx *ctx, float *param, const float *grad, float *m
     if (param16) {
         mg_tensor p32 = mg_tensor_wrap(param, MG_F32, 1, &n), p16 = mg_tensor_wrap(param16, dt16, 1, &n);
         mg__cpu_map(ctx, MG__EW_COPY, &p16, &p32, NULL, NULL);
+    }
+}
+/* The fused step's CPU twin: the table's pieces in order, each as mg_adamw_step runs it. */
+static void mg__cpu_adamw_multi(mg_ctx *ctx, const mg_adamw_piece *table, int n_pieces,
+                                float beta1, float beta2, float eps, mg_dtype dt16,
+                                const mg_adamw_args *args) {
+    int i;
+    if (args->skip) return;
+    for (i = 0; i < n_pieces; i++) {
+        const mg_adamw_piece *p = &table[i];
+        mg__adamw_k k = mg__adamw_k_of(args, beta1, beta2, eps, p->weight_decay);
+        mg__cpu_adamw(ctx, p->param, p->grad, p->m, p->v, p->n, &k, p->param16, dt16);
     }
 }
 /* Σ x² in double; inf/nan anywhere makes the double sum non-finite (x² of a finite fp32 never
@@ -3533,10 +3668,11 @@ static __global__ void mg__k_xent_sumexp(float *sumexp, float *tlogit, const voi
 }
 static __global__ void mg__k_xent_backward(void *dlogits, mg_dtype dd, const void *logits, mg_dtype ld,
                                     const int32_t *targets, const float *rowmax,
-                                    const float *sumexp, float dloss, int64_t Vs, int64_t nreal,
-                                    int64_t vocab_start) {
+                                    const float *sumexp, float dloss, const float *dloss_at,
+                                    int64_t Vs, int64_t nreal, int64_t vocab_start) {
     int64_t base = blockIdx.x * Vs, j, tgt = (int64_t)targets[blockIdx.x] - vocab_start;
     float mx = rowmax[blockIdx.x], se = sumexp[blockIdx.x];
+    if (dloss_at) dloss = *dloss_at;
     for (j = threadIdx.x; j < Vs; j += blockDim.x)
         mg_store(dlogits, dd, base + j,
                  j < nreal ? mg__xent_dlogit(mg_load(logits, ld, base + j), mx, se, (float)(j == tgt), dloss)
@@ -3572,6 +3708,59 @@ static __global__ void mg__k_sumsq(double *partial, const float *x, int64_t n) {
         s += (double)x[i] * (double)x[i];
     s = mg__block_reduce(s, mg__op_sum(), 0.0);
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+/* One block adds n values (doubles: partial sums; floats: per-token losses) in double:
+   thread t those at t, t + blockDim, … in order, then the block reduction; *total = the sum,
+   or *total += it when accumulate (reads n values, writes one double).                    */
+template <class T>
+static __global__ void mg__k_sum_into(double *total, const T *x, int64_t n, int accumulate) {
+    int64_t i;
+    double s = 0.0;
+    for (i = threadIdx.x; i < n; i += blockDim.x) s += (double)x[i];
+    s = mg__block_reduce(s, mg__op_sum(), 0.0);
+    if (threadIdx.x == 0) *total = accumulate ? *total + s : s;
+}
+/* Fused AdamW over the table's pieces laid end to end. Block b takes the tiles b, b + grid, …
+   of MG__ADAMW_TILE indices; its threads find the tile's first piece by binary search over
+   begin (the same answer in every thread: no shared memory, no barrier) and step from piece
+   to piece as their indices pass a piece's end; a piece's constants (the decay factor) are
+   made when a thread enters it. Per element: reads param, grad, m, v (16 bytes), writes
+   param, m, v (+ the 16-bit copy): 12–14 bytes, ~20 flops — bandwidth-bound. skip: the
+   whole grid returns before touching anything.                                              */
+#define MG__ADAMW_TILE (4 * MG__CUDA_THREADS)
+static __global__ void mg__k_adamw_multi(const mg_adamw_piece *table, int n_pieces,
+                                         int64_t total, float beta1, float beta2, float eps,
+                                         mg_dtype dt16, const mg_adamw_args *args) {
+    mg_adamw_args a = *args;
+    int64_t t0;
+    if (a.skip) return;
+    for (t0 = (int64_t)blockIdx.x * MG__ADAMW_TILE; t0 < total;
+         t0 += (int64_t)gridDim.x * MG__ADAMW_TILE) {
+        int64_t i = t0 + threadIdx.x, end = t0 + MG__ADAMW_TILE < total ? t0 + MG__ADAMW_TILE : total;
+        int lo = 0, hi = n_pieces - 1, c;
+        mg__adamw_k k;
+        if (i >= end) continue;
+        while (lo < hi) {   /* the last piece with begin <= i */
+            int mid = (lo + hi + 1) / 2;
+            if (table[mid].begin <= i) lo = mid; else hi = mid - 1;
+        }
+        c = lo;
+        k = mg__adamw_k_of(&a, beta1, beta2, eps, table[c].weight_decay);
+        for (; i < end; i += blockDim.x) {
+            const mg_adamw_piece *p;
+            int64_t j;
+            float w;
+            if (i >= table[c].begin + table[c].n) {
+                while (i >= table[c].begin + table[c].n) c++;
+                k = mg__adamw_k_of(&a, beta1, beta2, eps, table[c].weight_decay);
+            }
+            p = &table[c];
+            j = i - p->begin;
+            w = mg__adamw(p->param[j], p->grad[j], &p->m[j], &p->v[j], &k);
+            p->param[j] = w;
+            if (p->param16) mg_store(p->param16, dt16, j, w);
+        }
+    }
 }
 #define MG__SUMSQ_BLOCKS 1024
 /* Blocks (= partial sums) for n values: enough to fill the GPU, none idle on small pieces. */
@@ -4791,9 +4980,11 @@ MGDEF void mg_xent_loss(mg_ctx *ctx, float *losses, const float *rowmax, const f
     (void)ctx;
     for (r = 0; r < N; r++) losses[r] = mg__xent_loss(rowmax[r], sumexp[r], tlogit[r]);
 }
-MGDEF void mg_xent_backward(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *logits,
-                            const int32_t *targets, const float *rowmax, const float *sumexp,
-                            float dloss, int64_t vocab_start, int64_t vocab_size) {
+/* dloss_at non-NULL: dloss is read there (by the kernel on CUDA).                          */
+static void mg__xent_backward(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *logits,
+                              const int32_t *targets, const float *rowmax, const float *sumexp,
+                              float dloss, const float *dloss_at, int64_t vocab_start,
+                              int64_t vocab_size) {
     int64_t nreal = mg__check_xent("mg_xent_backward", logits, vocab_start, vocab_size);
     mg__check_2d("mg_xent_backward", "dlogits", dlogits, mg_rows(logits), mg_cols(logits));
 #ifdef __CUDACC__
@@ -4802,12 +4993,25 @@ MGDEF void mg_xent_backward(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *lo
         MG_LAUNCH(mg__k_xent_backward, mg__cuda_row_grid(mg_rows(logits)), MG__CUDA_THREADS, 0,
                   MG__STREAM(ctx),
             dlogits->data, dlogits->dtype, logits->data, logits->dtype, targets, rowmax, sumexp,
-            dloss, mg_cols(logits), nreal, vocab_start);
+            dloss, dloss_at, mg_cols(logits), nreal, vocab_start);
         MG_CUDA_LAUNCH_CHECK();
         return;
     }
 #endif
-    mg__cpu_xent_backward(ctx, dlogits, logits, targets, rowmax, sumexp, dloss, vocab_start, nreal);
+    mg__cpu_xent_backward(ctx, dlogits, logits, targets, rowmax, sumexp,
+                          dloss_at ? *dloss_at : dloss, vocab_start, nreal);
+}
+MGDEF void mg_xent_backward(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *logits,
+                            const int32_t *targets, const float *rowmax, const float *sumexp,
+                            float dloss, int64_t vocab_start, int64_t vocab_size) {
+    mg__xent_backward(ctx, dlogits, logits, targets, rowmax, sumexp, dloss, NULL, vocab_start,
+                      vocab_size);
+}
+MGDEF void mg_xent_backward_at(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *logits,
+                               const int32_t *targets, const float *rowmax, const float *sumexp,
+                               const float *dloss, int64_t vocab_start, int64_t vocab_size) {
+    mg__xent_backward(ctx, dlogits, logits, targets, rowmax, sumexp, 0.0f, dloss, vocab_start,
+                      vocab_size);
 }
 
 /* --- fused, chunked classifier ---------------------------------------------------------------
@@ -4876,7 +5080,7 @@ MGDEF void mg_classifier_fused(mg_ctx *ctx, const mg_classifier *c) {
         if (c->losses) mg_xent_loss(ctx, c->losses + r0, M, S, TL, n);
         if (!c->dx && !c->dw) continue;
         dlogits = dt == MG_F32 ? logits : mg_tensor_wrap(grad16, dt, 2, shape);
-        mg_xent_backward(ctx, &dlogits, &logits, tg, M, S, c->dloss, c->vocab_start,
+        mg__xent_backward(ctx, &dlogits, &logits, tg, M, S, c->dloss, c->dloss_at, c->vocab_start,
                          c->vocab_size);
         if (c->dx) {
             mg_tensor dxc = mg_tensor_rows(c->dx, r0, n);
@@ -4891,15 +5095,14 @@ MGDEF void mg_adamw_step(mg_ctx *ctx, float *param, const float *grad, float *m,
                          int64_t n, const mg_adamw_hparams *hp, float grad_scale,
                          void *param16, mg_dtype dt16) {
     mg__adamw_k k;
+    mg_adamw_args a;
     if (hp->step < 1 || n < 0)
         mg_fatal(__FILE__, __LINE__, "mg_adamw_step: step %d (counts from 1), n %lld", hp->step,
                  (long long)n);
     if (param16) (void)mg_dtype_size(dt16);
-    k.lr = hp->lr; k.beta1 = hp->beta1; k.beta2 = hp->beta2; k.eps = hp->eps;
-    k.decay_factor = (float)(1.0 - (double)hp->lr * hp->weight_decay);
-    k.step_size = (float)(hp->lr / (1.0 - pow((double)hp->beta1, hp->step)));
-    k.bc2_sqrt = (float)sqrt(1.0 - pow((double)hp->beta2, hp->step));
-    k.grad_scale = grad_scale;
+    mg_adamw_args_set(&a, hp->lr, hp->step, hp->beta1, hp->beta2);
+    a.grad_scale = grad_scale;
+    k = mg__adamw_k_of(&a, hp->beta1, hp->beta2, hp->eps, hp->weight_decay);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         mg__f_adamw f = {param, grad, m, v, k, param16, dt16};
@@ -4908,6 +5111,35 @@ MGDEF void mg_adamw_step(mg_ctx *ctx, float *param, const float *grad, float *m,
     }
 #endif
     mg__cpu_adamw(ctx, param, grad, m, v, n, &k, param16, dt16);
+}
+MGDEF int64_t mg_adamw_table_begin(mg_adamw_piece *table, int n_pieces) {
+    int64_t total = 0;
+    int i;
+    for (i = 0; i < n_pieces; i++) {
+        table[i].begin = total;
+        total += table[i].n;
+    }
+    return total;
+}
+MGDEF void mg_adamw_multi(mg_ctx *ctx, const mg_adamw_piece *table, int n_pieces, int64_t total,
+                          float beta1, float beta2, float eps, mg_dtype dt16,
+                          const mg_adamw_args *args) {
+    (void)mg_dtype_size(dt16);
+    if (n_pieces < 0 || total < 0)
+        mg_fatal(__FILE__, __LINE__, "mg_adamw_multi: %d pieces, %lld values", n_pieces,
+                 (long long)total);
+    if (!n_pieces || !total) return;
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        int64_t blocks = (total + MG__ADAMW_TILE - 1) / MG__ADAMW_TILE;
+        if (blocks > 65536) blocks = 65536;
+        MG_LAUNCH(mg__k_adamw_multi, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx),
+                  table, n_pieces, total, beta1, beta2, eps, dt16, args);
+        MG_CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
+    mg__cpu_adamw_multi(ctx, table, n_pieces, beta1, beta2, eps, dt16, args);
 }
 MGDEF int64_t mg_sumsq_slots(const mg_ctx *ctx, int64_t n) {
 #ifdef __CUDACC__
@@ -4955,6 +5187,33 @@ MGDEF double mg_sumsq_end(mg_ctx *ctx, mg_sumsq_batch *b, int *nonfinite) {
     mg_arena_release(ctx, b->mark);
     if (nonfinite) *nonfinite = !isfinite(s);
     return s;
+}
+MGDEF void mg_sumsq_end_device(mg_ctx *ctx, mg_sumsq_batch *b, double *total) {
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        MG_LAUNCH(mg__k_sum_into, 1, MG__CUDA_THREADS, 0, MG__STREAM(ctx), total,
+                  (const double *)b->partial, b->used, 0);
+        MG_CUDA_LAUNCH_CHECK();
+        mg_arena_release(ctx, b->mark);
+        return;
+    }
+#endif
+    *total = mg_sumsq_end(ctx, b, NULL);
+}
+MGDEF void mg_sum_f32_device(mg_ctx *ctx, const float *x, int64_t n, double *acc) {
+    double s = 0.0;
+    int64_t i;
+    if (n < 0) mg_fatal(__FILE__, __LINE__, "mg_sum_f32_device: n %lld", (long long)n);
+#ifdef __CUDACC__
+    if (mg__is_cuda(ctx)) {
+        MG_LAUNCH(mg__k_sum_into, 1, MG__CUDA_THREADS, 0, MG__STREAM(ctx), acc, x, n, 1);
+        MG_CUDA_LAUNCH_CHECK();
+        return;
+    }
+#endif
+    (void)ctx;
+    for (i = 0; i < n; i++) s += x[i];
+    *acc += s;
 }
 MGDEF double mg_sumsq(mg_ctx *ctx, const float *x, int64_t n, int *nonfinite) {
     double s;

@@ -192,6 +192,7 @@ int main(int argc, char **argv) {
     comm.timeout_s = args.comm_timeout;          /* --comm-timeout bounds every wait */
     if (mg_trainer_setup(&tr, &args, err, sizeof err)) return finish(2, err);
     iters = tr.args.train_iters;
+    tr.defer_results = 1;   /* a GPU step reads nothing back unless its iteration logs */
     if (out) {
         printf("gpt_train: %d layers, hidden %d, %d heads, sequence %d, vocabulary %d (padded %d): "
                "%.3f M parameters on %d x %s\n", tr.cfg.n_layer, tr.cfg.hidden, tr.cfg.n_head,

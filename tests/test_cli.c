@@ -69,6 +69,8 @@ static void check_flags(void) {
                  "in 1 … 1000000)");
     expect_error("empty number", BASE "--train-iters=",
                  "^--train-iters: empty value (expected N, a whole number >= 0)");
+    expect_error("--enable-cuda-graph on the CPU", BASE "--enable-cuda-graph --device cpu",
+                 "^--enable-cuda-graph needs the GPU (--device cpu was given)");
     expect_error("zero interval", BASE "--eval-interval 0",
                  "^--eval-interval 0: out of range (expected N, a whole number >= 1)");
     expect_error("choice in capitals", BASE "--lr-decay-style Cosine", "^--lr-decay-style Cosine: "

@@ -57,6 +57,12 @@ static void check_library(void) {
         expect_error("global batch not shared by the replicas", line, want);
     }
     expect_error("negative bucket size", BASE "--bucket-size -5", "--bucket-size -5: out of range");
+    if (world > 1) {   /* the graph captures one rank's optimizer step: refused here */
+        char want[200];
+        snprintf(want, sizeof want, "--enable-cuda-graph captures the optimizer step of one rank; "
+                 "with %d ranks", world);
+        expect_error("--enable-cuda-graph over several ranks", BASE "--enable-cuda-graph", want);
+    }
     expect_error("--use-distributed-optimizer with a value", BASE
                  "--use-distributed-optimizer=1", "--use-distributed-optimizer takes no value");
     for (k = 0; k < MG_GROUP_KINDS; k++)   /* the world's verdict agreement aside */

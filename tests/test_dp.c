@@ -476,8 +476,14 @@ static void check_nonfinite(int dist) {
     ok = r.skipped == 1 && !(r.grad_norm == r.grad_norm) && !(r.loss == r.loss) &&
          tr.skipped_iters == 1 &&
          tr.opt.step == 1;
+    /* with the distributed optimizer the parameter all-gather runs after a skipped step too
+       (the GPU decides the skip; the host does not wait for it): every rank sends its own
+       unchanged pieces, so the only value that can move is the planted NaN itself, from the
+       replica that owns it                                                                 */
     if (tr.dp_rank != tr.dp_size - 1)
-        for (k = 0; k < tr.model.n_elems; k++) ok &= memcmp(&before[k], &after[k], 4) == 0;
+        for (k = 0; k < tr.model.n_elems; k++)
+            ok &= (dist && k == tr.model.params[idx].offset) ||
+                  memcmp(&before[k], &after[k], 4) == 0;
     snprintf(name, sizeof name, "dp: a NaN in one replica of t=%d d=%d%s: loss NaN, the step "
              "skipped on every rank, weights unchanged", t, world / t, dist ? " distopt" : "");
     mg_test_report(mg_test_agree(ok), name, "skipped %d, loss %g, norm %g", r.skipped, r.loss,

@@ -8,7 +8,10 @@
 #   4. gpt_train_emu --device cuda against the CPU build's gpt_train on a tiny model: 1 rank
 #      fp32 and bf16, 2 ranks with t=2, d=2 (fp32 and bf16), p=2 and c=2 (fp32, bf16, and a Llama
 #      with GQA, rope and attention dropout). Bounds: fp32 relative 1e-5 per logged loss;
-#      bf16 2^-7 nats (2u, the bound tests/test_mixed.c holds bf16 to against fp32)
+#      bf16 2^-7 nats (2u, the bound tests/test_mixed.c holds bf16 to against fp32); 1 rank fp16
+#      with dynamic loss scaling whose first iterations overflow (skipped: "lm loss: NAN" on both),
+#      2^-9 nats (an fp16 ulp at the loss's magnitude), and the same with --enable-cuda-graph on
+#      the emulated device (the optimizer step captured and replayed) against the plain CPU run
 #   5. the timers of --timing-log-level 2 on the GPU path (CUDA events) add up: 4 ranks, and 1
 #      rank with more timed regions than a timer's pool of event pairs
 #   6. bench/gpu.cu (build/gpu_emu --tiny): the GPU benchmark runs start to end on tiny shapes
@@ -55,14 +58,14 @@ ARGS="--data-path tests/data/gpt_tokens.bin --vocab-size 37 --num-layers 2 --hid
   --num-attention-heads 4 --seq-length 16 --micro-batch-size 2 --global-batch-size 4
   --train-iters 3 --lr 1e-3 --split 1,0,0 --eval-iters 0 --log-interval 1"
 losses() { grep -o 'lm loss: [-0-9.eE+]*' "$1" | awk '{print $3}'; }
-train_case() { # train_case NAME RANKS MODE(rel|abs) TOL EXTRA-FLAGS
-  name=$1; np=$2; mode=$3; tol=$4; extra=$5
+train_case() { # train_case NAME RANKS MODE(rel|abs) TOL EXTRA-FLAGS [EMU-ONLY-FLAGS]
+  name=$1; np=$2; mode=$3; tol=$4; extra=$5; emu_extra=${6:-}
   if [ "$np" = 1 ]; then launch=""; else launch="$MPIRUN -np $np"; fi
   start=$(date +%s)
   # shellcheck disable=SC2086
   $launch "$BUILD/gpt_train" $ARGS $extra --device cpu > "$tmp/cpu" 2>&1; rc1=$?
   # shellcheck disable=SC2086
-  $launch "$BUILD/gpt_train_emu" $ARGS $extra --device cuda > "$tmp/emu" 2>&1; rc2=$?
+  $launch "$BUILD/gpt_train_emu" $ARGS $extra $emu_extra --device cuda > "$tmp/emu" 2>&1; rc2=$?
   losses "$tmp/cpu" > "$tmp/l_cpu"; losses "$tmp/emu" > "$tmp/l_emu"
   worst=$(paste "$tmp/l_cpu" "$tmp/l_emu" | awk -v mode="$mode" '
     { n++; d = $1 - $2; if (d < 0) d = -d; if (mode == "rel") d /= ($1 < 0 ? -$1 : $1); if (d > w) w = d }
@@ -76,9 +79,16 @@ train_case() { # train_case NAME RANKS MODE(rel|abs) TOL EXTRA-FLAGS
 }
 train_case "1 rank fp32" 1 rel 1e-5 ""
 train_case "1 rank bf16" 1 abs 0.0078125 "--bf16"
+train_case "1 rank fp16 dynamic loss scale (iterations 1-2 overflow, skipped)" 1 abs 0.001953125 \
+  "--fp16 --initial-loss-scale 4194304 --hysteresis 1 --loss-scale-window 3 --clip-grad 0.5"
+train_case "1 rank fp16 dynamic loss scale, optimizer step as a CUDA graph" 1 abs 0.001953125 \
+  "--fp16 --initial-loss-scale 4194304 --hysteresis 1 --loss-scale-window 3 --clip-grad 0.5" \
+  "--enable-cuda-graph"
 train_case "2 ranks t=2 fp32" 2 rel 1e-5 "--tensor-model-parallel-size 2"
 train_case "2 ranks d=2 fp32" 2 rel 1e-5 ""
 train_case "2 ranks d=2 bf16" 2 abs 0.0078125 "--bf16"
+train_case "2 ranks d=2 bf16 distributed optimizer (sharded master, fused step writes the bf16 copy)" \
+  2 abs 0.0078125 "--bf16 --use-distributed-optimizer"
 train_case "2 ranks p=2 fp32 (NCCL send/recv)" 2 rel 1e-5 "--pipeline-model-parallel-size 2"
 train_case "2 ranks c=2 fp32 (ring attention: tiled kernels, NCCL send/recv)" 2 rel 1e-5 \
   "--context-parallel-size 2"

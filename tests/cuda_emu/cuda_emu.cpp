@@ -12,6 +12,7 @@
      7. runtime API: devices, memory, streams, events
      8. cuBLAS through cblas_sgemm; 8b. cuBLASLt's matmul with its epilogues
      9. NCCL through MPI                                                                      */
+#include <memory>   /* before the CUDA headers: their __noinline__ would break it */
 #include "cuda_runtime.h"
 #include "cublas_v2.h"
 #include "cublasLt.h"
@@ -956,7 +957,27 @@ MG_EMU_CAS(unsigned long long)
    7. Runtime API: one emulated device; streams run their work at the call, so every stream is
       always complete and every recorded event has happened.
    ========================================================================================== */
-struct CUstream_st { int flags, priority; };
+/* A recorded piece of a stream capture: a kernel (its closure shared by the graphs that hold
+   it), a memset or a device-to-device copy.                                                */
+struct emu_node {
+    enum { KERNEL, MEMSET, COPY } kind;
+    std::string name;
+    dim3 grid, block;
+    size_t shared, n;
+    mg_emu_body_fn body;
+    std::shared_ptr<void> closure;
+    void *dst;
+    const void *src;
+    int value;
+};
+struct CUgraph_st { std::vector<emu_node> nodes; };
+struct CUgraphExec_st { std::vector<emu_node> nodes; };
+struct CUstream_st {
+    int flags, priority;
+    int capture;                       /* cudaStreamCaptureStatus */
+    std::vector<emu_node> *recorded;   /* while capturing */
+};
+static int g_captures;                 /* streams capturing now (cuBLAS/NCCL refuse then) */
 /* An event's time is the host's monotonic clock when its stream reaches it: at the record
    call, since every stream has run all its work by then. */
 struct CUevent_st { int recorded; unsigned int flags; double t_ms; };
@@ -996,6 +1017,8 @@ const char *cudaGetErrorName(cudaError_t e) {
     case cudaErrorNotReady: return "cudaErrorNotReady";
     case cudaErrorIllegalAddress: return "cudaErrorIllegalAddress";
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
     }
     return "cudaErrorUnknown";
 }
@@ -1008,6 +1031,8 @@ const char *cudaGetErrorString(cudaError_t e) {
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
     default: return "unknown error";
     }
 }
@@ -1048,9 +1073,18 @@ cudaError_t cudaFree(void *p) {
            is_dev(p) ? describe_dev(p).c_str() : "a host address");
     return cudaErrorInvalidValue;
 }
+/* Host synchronisations: the calls after which the host has waited for the device's queued
+   work (CUDA's "API synchronization behavior"): cudaDeviceSynchronize, cudaStreamSynchronize,
+   cudaEventSynchronize, every cudaMemcpy (synchronous: it waits for the legacy stream even
+   from pageable memory), and cudaMemcpyAsync to the host (it returns once the copy is done).
+   A cudaMemcpyAsync from (pageable) host memory to the device only stages the bytes: no wait,
+   not counted. mg_emu_host_syncs() returns the count so far.                               */
+static long g_host_syncs;
+long mg_emu_host_syncs(void) { return g_host_syncs; }
+
 /* Copies check the device side's bounds (and, read from device, that the bytes were written:
    copying uninitialised device memory to the host is reported).                           */
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
+static cudaError_t emu_copy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
     if (!n) return cudaSuccess;
     if ((is_dev(src) && !dev_range_ok("cudaMemcpy source", src, n)) ||
         (is_dev(dst) && !dev_range_ok("cudaMemcpy destination", dst, n))) {
@@ -1070,9 +1104,31 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind
     dev_mark(dst, n);
     return cudaSuccess;
 }
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind) {
+    g_host_syncs++;
+    return emu_copy(dst, src, n, kind);
+}
+/* A capturing stream records device-to-device copies and memsets; anything touching the
+   host (or waiting) fails as CUDA's capture does and invalidates the capture.              */
+static cudaError_t capture_refuse(cudaStream_t s) {
+    if (s->capture == cudaStreamCaptureStatusActive) {
+        s->capture = cudaStreamCaptureStatusInvalidated;
+        g_captures--;
+    }
+    return cudaErrorStreamCaptureUnsupported;
+}
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind,
-                            cudaStream_t) {
-    return cudaMemcpy(dst, src, n, kind);
+                            cudaStream_t s) {
+    if (s && s->capture) {
+        emu_node d;
+        if (s->capture != cudaStreamCaptureStatusActive || kind != cudaMemcpyDeviceToDevice)
+            return capture_refuse(s);
+        d.kind = emu_node::COPY; d.dst = dst; d.src = src; d.n = n;
+        s->recorded->push_back(d);
+        return cudaSuccess;
+    }
+    if (kind == cudaMemcpyDeviceToHost && n) g_host_syncs++;
+    return emu_copy(dst, src, n, kind);
 }
 /* Row by row: each row is one checked cudaMemcpy (pitches at least the width, as CUDA's).   */
 cudaError_t cudaMemcpy2DAsync(void *dst, size_t dpitch, const void *src, size_t spitch,
@@ -1100,14 +1156,23 @@ cudaError_t cudaMemset(void *p, int value, size_t n) {
     dev_mark(p, n);
     return cudaSuccess;
 }
-cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t) { return cudaMemset(p, value, n); }
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s) {
+    if (s && s->capture) {
+        emu_node d;
+        if (s->capture != cudaStreamCaptureStatusActive) return capture_refuse(s);
+        d.kind = emu_node::MEMSET; d.dst = p; d.value = value; d.n = n;
+        s->recorded->push_back(d);
+        return cudaSuccess;
+    }
+    return cudaMemset(p, value, n);
+}
+cudaError_t cudaDeviceSynchronize(void) { g_host_syncs++; return cudaSuccess; }
 cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
     return cudaStreamCreateWithPriority(s, flags, 0);
 }
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t *s, unsigned int flags, int priority) {
-    *s = new CUstream_st{(int)flags, priority};
+    *s = new CUstream_st{(int)flags, priority, cudaStreamCaptureStatusNone, NULL};
     return cudaSuccess;
 }
 cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
@@ -1115,7 +1180,11 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest) {
     return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    if (s && s->capture) return capture_refuse(s);
+    g_host_syncs++;
+    return cudaSuccess;
+}
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t e, unsigned int) {
     return e ? cudaSuccess : cudaErrorInvalidValue;
 }
@@ -1131,7 +1200,10 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t) {
     return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) { return e ? cudaSuccess : cudaErrorInvalidValue; }
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    g_host_syncs++;
+    return e ? cudaSuccess : cudaErrorInvalidValue;
+}
 cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
 /* CUDA's rules: an event never recorded, or created with cudaEventDisableTiming, is
    cudaErrorInvalidResourceHandle; both recorded events have completed here.               */
@@ -1143,6 +1215,70 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) 
     *ms = (float)(end->t_ms - start->t_ms);
     return cudaSuccess;
 }
+
+/* --- stream capture and graphs ---------------------------------------------------------- */
+int mg_emu_capturing(cudaStream_t s) { return s && s->capture; }
+void mg_emu_capture_launch(const char *name, dim3 grid, dim3 block, size_t shared_bytes,
+                           cudaStream_t s, mg_emu_body_fn body, void *closure,
+                           void (*free_closure)(void *)) {
+    emu_node d;
+    if (s->capture != cudaStreamCaptureStatusActive) {   /* invalidated: CUDA drops it too */
+        free_closure(closure);
+        g_last_error = cudaErrorStreamCaptureInvalidated;
+        return;
+    }
+    d.kind = emu_node::KERNEL; d.name = name; d.grid = grid; d.block = block;
+    d.shared = shared_bytes; d.body = body; d.closure = std::shared_ptr<void>(closure, free_closure);
+    s->recorded->push_back(d);
+}
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode) {
+    if (!s || s->capture) return cudaErrorInvalidValue;   /* the legacy stream cannot capture */
+    s->capture = cudaStreamCaptureStatusActive;
+    s->recorded = new std::vector<emu_node>();
+    g_captures++;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph) {
+    int status = s ? s->capture : 0;
+    if (!status) return cudaErrorInvalidValue;
+    if (status == cudaStreamCaptureStatusActive) g_captures--;
+    s->capture = cudaStreamCaptureStatusNone;
+    if (status == cudaStreamCaptureStatusInvalidated) {
+        delete s->recorded;
+        s->recorded = NULL;
+        *graph = NULL;
+        return cudaErrorStreamCaptureInvalidated;
+    }
+    *graph = new CUgraph_st{std::move(*s->recorded)};
+    delete s->recorded;
+    s->recorded = NULL;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, enum cudaStreamCaptureStatus *status) {
+    *status = s ? (enum cudaStreamCaptureStatus)s->capture : cudaStreamCaptureStatusNone;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *exec, cudaGraph_t g, unsigned long long) {
+    if (!g) return cudaErrorInvalidValue;
+    *exec = new CUgraphExec_st{g->nodes};
+    return cudaSuccess;
+}
+/* The recorded work in its order, on the given stream, as if issued now. */
+cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t s) {
+    if (!exec) return cudaErrorInvalidValue;
+    if (s && s->capture) return capture_refuse(s);
+    for (const emu_node &d : exec->nodes) {
+        cudaError_t e = cudaSuccess;
+        if (d.kind == emu_node::KERNEL)
+            mg_emu_launch_raw(d.name.c_str(), d.grid, d.block, d.shared, s, d.body, d.closure.get());
+        else if (d.kind == emu_node::MEMSET) e = cudaMemset(d.dst, d.value, d.n);
+        else e = emu_copy(d.dst, d.src, d.n, cudaMemcpyDeviceToDevice);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) { delete exec; return cudaSuccess; }
+cudaError_t cudaGraphDestroy(cudaGraph_t g) { delete g; return cudaSuccess; }
 
 /* =============================================================================================
    8. cuBLAS: GEMMs through cblas_sgemm with the caller's arguments.
@@ -1239,6 +1375,8 @@ static cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
                            long long sB, const void *beta, void *C, cudaDataType ct, int ldc,
                            long long sC, int batch, cublasComputeType_t compute) {
     if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    if (mg_emu_capturing(h->stream))
+        fatal("cuBLAS GEMM on a capturing stream: graph capture of cuBLAS is not emulated");
     if (compute != CUBLAS_COMPUTE_32F || at != bt || (at != CUDA_R_32F && at != CUDA_R_16F &&
         at != CUDA_R_16BF) || (ct != at && ct != CUDA_R_32F) || (ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) ||
         (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T)) {
@@ -1658,6 +1796,8 @@ static cudaDataType nccl_cuda(ncclDataType_t t) {
 }
 /* A buffer's bytes must be device memory inside allocations. */
 static int nccl_buf_ok(const char *who, const void *p, size_t bytes) {
+    if (g_captures)
+        fatal("%s while a stream captures: graph capture of NCCL is not emulated", who);
     if (!bytes) return 1;
     if (!is_dev(p)) { report("%s: buffer %p is not device memory", who, p); return 0; }
     return dev_range_ok(who, p, bytes);

@@ -25,6 +25,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <tuple>         /* before the qualifier macros below, which the C++ headers trip on */
+#include <type_traits>
+#include <utility>
 
 /* --- qualifiers ------------------------------------------------------------------------------
    One compilation serves host and device. A __shared__ variable is a thread_local static: the
@@ -79,7 +82,9 @@ typedef enum cudaError {
     cudaErrorInvalidResourceHandle = 400,
     cudaErrorNotReady = 600,
     cudaErrorIllegalAddress = 700,
-    cudaErrorLaunchFailure = 719
+    cudaErrorLaunchFailure = 719,
+    cudaErrorStreamCaptureUnsupported = 900,
+    cudaErrorStreamCaptureInvalidated = 901
 } cudaError_t;
 enum cudaMemcpyKind {
     cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
@@ -90,6 +95,16 @@ typedef enum cudaDataType_t {
 } cudaDataType;
 typedef struct CUstream_st *cudaStream_t;
 typedef struct CUevent_st *cudaEvent_t;
+typedef struct CUgraph_st *cudaGraph_t;
+typedef struct CUgraphExec_st *cudaGraphExec_t;
+enum cudaStreamCaptureMode {
+    cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1,
+    cudaStreamCaptureModeRelaxed = 2
+};
+enum cudaStreamCaptureStatus {
+    cudaStreamCaptureStatusNone = 0, cudaStreamCaptureStatusActive = 1,
+    cudaStreamCaptureStatusInvalidated = 2
+};
 #define cudaStreamDefault 0x00
 #define cudaStreamNonBlocking 0x01
 #define cudaEventDefault 0x00
@@ -145,23 +160,61 @@ template <class T>
 static inline cudaError_t cudaFuncSetAttribute(T *entry, enum cudaFuncAttribute attr, int value) {
     return mg_emu_func_set_attribute(reinterpret_cast<const void *>(entry), attr, value);
 }
+/* Stream capture and graphs: while a stream captures, its kernel launches, memsets and
+   device-to-device copies are recorded (a launch's arguments copied then, as CUDA copies them)
+   instead of run; cudaGraphLaunch runs the recorded work in order on the stream it is given.
+   What CUDA refuses inside a capture fails here too (a synchronisation, a copy from or to the
+   host: cudaErrorStreamCaptureUnsupported, the capture then invalidated); cuBLAS and NCCL
+   calls on a capturing stream are not emulated (the program stops with a message).        */
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *pStatus);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                                 unsigned long long flags = 0);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 
 /* --- the emulator's own interface ---------------------------------------------------------- */
 typedef void (*mg_emu_body_fn)(void *closure);
 /* Runs kernel `name` (its body: closure called once per thread) over grid × block. */
 void mg_emu_launch_raw(const char *name, dim3 grid, dim3 block, size_t shared_bytes,
                        cudaStream_t stream, mg_emu_body_fn body, void *closure);
+/* A launch on a capturing stream: recorded with a heap copy of its closure (freed by
+   free_closure when the last graph holding it goes).                                        */
+int mg_emu_capturing(cudaStream_t stream);
+void mg_emu_capture_launch(const char *name, dim3 grid, dim3 block, size_t shared_bytes,
+                           cudaStream_t stream, mg_emu_body_fn body, void *closure,
+                           void (*free_closure)(void *));
 template <class F>
 static inline void mg_emu_launch(const char *name, dim3 grid, dim3 block, size_t shared_bytes,
                                  cudaStream_t stream, F body) {
+    if (mg_emu_capturing(stream)) {
+        mg_emu_capture_launch(name, grid, block, shared_bytes, stream,
+                              [](void *c) { (*(F *)c)(); }, (void *)new F(body),
+                              [](void *c) { delete (F *)c; });
+        return;
+    }
     mg_emu_launch_raw(name, grid, block, shared_bytes, stream,
                       [](void *c) { (*(F *)c)(); }, (void *)&body);
 }
-/* The library's launch macro (mg_tensor.h): the arguments are evaluated once, on the host, and
-   copied into the closure, as <<<…>>> copies them into the kernel's parameter space.       */
+/* The library's launch macro (mg_tensor.h): the arguments are evaluated once, on the host, at
+   the launch, and their values kept in the closure (a tuple), as <<<…>>> copies them into the
+   kernel's parameter space — so a launch recorded by a stream capture and replayed later sees
+   the values of the launch, not the variables' later ones.                                 */
+template <class F, class... A> struct mg_emu_bound {
+    F f;
+    std::tuple<A...> args;
+    void operator()() { std::apply(f, args); }
+};
+template <class F, class... A>
+static inline mg_emu_bound<F, typename std::decay<A>::type...> mg_emu_bind(F f, A &&...a) {
+    return {f, std::tuple<typename std::decay<A>::type...>(std::forward<A>(a)...)};
+}
 #define MG_LAUNCH(kernel, grid, block, shared_bytes, stream, ...) \
     mg_emu_launch(#kernel, dim3(grid), dim3(block), (size_t)(shared_bytes), \
-                  (cudaStream_t)(stream), [=]() { kernel(__VA_ARGS__); })
+                  (cudaStream_t)(stream), \
+                  mg_emu_bind([](auto... mg_emu_a) { kernel(mg_emu_a...); }, __VA_ARGS__))
 /* Dynamic shared memory (`extern __shared__ T name[];` on nvcc) is written
    MG_EMU_EXTERN_SHARED(T, name) in emulated code: the launch's shared_bytes, bounds-checked. */
 void *mg_emu_dynamic_shared(void);
@@ -178,6 +231,10 @@ void mg_emu_clear_reports(void);
 /* Thread order inside a block between two barriers: 0 in order (x fastest), else a seed for a
    shuffled order (also MG_EMU_SHUFFLE=seed in the environment).                            */
 void mg_emu_set_shuffle(unsigned seed);
+/* Host synchronisations so far (cudaDeviceSynchronize, cudaStreamSynchronize,
+   cudaEventSynchronize, cudaMemcpy, cudaMemcpyAsync to the host): a program counts the ones
+   a stretch of its code makes (tests/gpu/gpu_model.c: per training step).                 */
+long mg_emu_host_syncs(void);
 
 /* --- device functions ------------------------------------------------------------------------ */
 void __syncthreads(void);

@@ -320,6 +320,53 @@ int main(void) {
         check(in_order == 255 && shuffled != 255, "shuffled thread order changes an "
               "order-dependent result", why);
     }
+    { /* stream capture: launches and a memset recorded, not run; the graph replays them in
+         order with the arguments of the capture; a synchronisation or a host copy inside a
+         capture fails (cudaErrorStreamCaptureUnsupported) and invalidates it; host syncs count */
+        cudaStream_t st;
+        cudaGraph_t g = NULL, bad = NULL;
+        cudaGraphExec_t x = NULL;
+        int *d = (int *)dev_alloc(96 * sizeof(int)), h[96], first = -1, ok = 1, one = 1;
+        long syncs;
+        enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+        cudaMemset(d, 0, 96 * sizeof(int));
+        ok &= cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+        ok &= cudaStreamIsCapturing(st, &cs) == cudaSuccess && cs == cudaStreamCaptureStatusActive;
+        cudaMemsetAsync(d, 0xFF, 96 * sizeof(int), st);
+        MG_LAUNCH(k_coords, dim3(3, 2), dim3(4, 2, 2), 0, st, d);
+        ok &= cudaStreamEndCapture(st, &g) == cudaSuccess && g;
+        cudaMemcpy(&first, d, sizeof first, cudaMemcpyDeviceToHost);
+        ok &= first == 0;                                   /* nothing ran at capture */
+        ok &= cudaGraphInstantiate(&x, g, 0) == cudaSuccess;
+        cudaGraphDestroy(g);                                /* the exec keeps its own copy */
+        for (int rep = 0; rep < 2; rep++) {
+            cudaMemset(d, 0, 96 * sizeof(int));
+            ok &= cudaGraphLaunch(x, st) == cudaSuccess;
+            cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+            for (int b = 0; b < 6; b++) for (int t = 0; t < 16; t++) ok &= h[b * 16 + t] == b * 1000 + t;
+        }
+        cudaGraphExecDestroy(x);
+        check(ok, "stream capture: a memset and a kernel recorded, not run; the graph replays "
+              "them (twice, after its cudaGraph_t is destroyed)", NULL);
+        cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
+        syncs = mg_emu_host_syncs();
+        ok = cudaStreamSynchronize(st) == cudaErrorStreamCaptureUnsupported &&
+             cudaMemcpyAsync(d, &one, sizeof one, cudaMemcpyHostToDevice, st) ==
+                 cudaErrorStreamCaptureUnsupported &&
+             mg_emu_host_syncs() == syncs &&
+             cudaStreamEndCapture(st, &bad) == cudaErrorStreamCaptureInvalidated && !bad;
+        check(ok, "stream capture: a synchronisation or a host copy inside it fails and "
+              "invalidates the capture", NULL);
+        syncs = mg_emu_host_syncs();
+        cudaMemcpyAsync(d, &one, sizeof one, cudaMemcpyHostToDevice, st);   /* staged: no wait */
+        cudaMemcpyAsync(&one, d, sizeof one, cudaMemcpyDeviceToHost, st);   /* waits */
+        cudaStreamSynchronize(st);
+        check(mg_emu_host_syncs() - syncs == 2, "host synchronisations counted: a copy to the "
+              "host and a stream synchronisation, not a copy to the device", NULL);
+        cudaStreamDestroy(st);
+        expect_reports("stream capture: no report", NULL, NULL, NULL);
+    }
     printf("%s\n", g_failed ? "emu_test: FAILED" : "emu_test: all passed");
     return g_failed != 0;
 }

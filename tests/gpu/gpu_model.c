@@ -100,6 +100,134 @@ static void compare(mg_dtype dt, int recompute, int llama, double tol_loss, doub
     mg_gpt_destroy(&b);
 }
 
+/* The optimizer on both backends after that forward + backward: mg_adamw_update (the norm,
+   the clip and skip decisions and the fused AdamW, all on the device) with clipping engaged
+   (clip 0.05) and, in fp16, the loss scale of 1024 divided out: the grad norm and the updated
+   fp32 weights against the CPU's (tol_w relative to each tensor's RMS). Then an inf planted in
+   one gradient: both backends skip (return 0, norm nan) and leave every weight bit for bit. */
+static void optimizer(mg_dtype dt, double tol_norm, double tol_w) {
+    mg_gpt mm[2];
+    mg_adamw opt[2];
+    float *g[2], *w[2], *w2[2], inf = INFINITY;
+    double norm[2], e_norm, e_w;
+    int rc[2], rc2[2], k, same = 1, worst = 0;
+    char name[200];
+    for (k = 0; k < 2; k++) {
+        mg_ctx *ctx = k ? &g_dev : &g_cpu;
+        double n2;
+        run_model(ctx, dt, MG_RECOMPUTE_NONE, 0, &g[k], &mm[k]);
+        /* eps 1e-3 keeps the first step's update g/(|g| + eps) Lipschitz (1/eps) in g, so
+           gradient rounding differences do not flip a near-zero gradient's whole step */
+        mg_adamw_create(&opt[k], &mm[k], 0.9f, 0.95f, 1e-3f, 0.1f);
+        opt[k].loss_scale = dt == MG_F16 ? 1024.0 : 1.0;
+        rc[k] = mg_adamw_update(&opt[k], &mm[k], 1e-3f, 0.05f, &norm[k]);
+        w[k] = gpt_host(&mm[k], mg_gpt_fp32_params(&mm[k]));
+        mg_copy_to_device(ctx, mm[k].grad_buf + 5, &inf, sizeof inf);
+        rc2[k] = mg_adamw_update(&opt[k], &mm[k], 1e-3f, 0.05f, &n2);
+        rc2[k] = rc2[k] == 0 && n2 != n2 && opt[k].step == 1;
+        w2[k] = gpt_host(&mm[k], mg_gpt_fp32_params(&mm[k]));
+        same &= memcmp(w[k], w2[k], sizeof(float) * (size_t)mm[k].n_elems) == 0;
+    }
+    e_norm = fabs(norm[1] - norm[0]) / norm[0];
+    e_w = gpt_all_err(&mm[0], w[1], w[0], &worst);
+    snprintf(name, sizeof name, "optimizer %s: fused AdamW step, clipped, on-device norm", mg_dtype_name(dt));
+    mg_test_report(rc[0] && rc[1] && norm[0] > 0.05 && e_norm <= tol_norm && e_w <= tol_w, name,
+                   "norm %.6g vs %.6g (rel err %.3g, tol %.3g), weights max rel err %.3g at %s "
+                   "(tol %.3g)", norm[1], norm[0], e_norm, tol_norm, e_w, mm[0].params[worst].name,
+                   tol_w);
+    snprintf(name, sizeof name, "optimizer %s: an inf gradient skips the step on both backends, "
+             "weights unchanged", mg_dtype_name(dt));
+    mg_test_report(rc2[0] && rc2[1] && same, name, "");
+    for (k = 0; k < 2; k++) {
+        free(g[k]);
+        free(w[k]);
+        free(w2[k]);
+        mg_gpt_destroy(&mm[k]);
+    }
+}
+
+/* The trainer's step on the device: fp16 with dynamic loss scaling from 2^22 (the first
+   iteration overflows fp16 and is skipped, the scale backs off; hysteresis 1, a growth window
+   of 3), clipping, 8 iterations logged every 4, mg_trainer.defer_results as gpt_train runs it;
+   on the device once as it is and once with --enable-cuda-graph (the optimizer step captured
+   at iteration 1 and replayed). Against the CPU trainer: the logged loss, grad norm, learning
+   rate and loss scale, and the skipped iterations. Under the emulator also the host
+   synchronisations of each step (mg_emu_host_syncs): 0 on the iterations that do not log.  */
+static void trainer_run(const char *device, const char *extra, mg_trainer *tr,
+                        mg_step_result *r, long *syncs) {
+    char line[1024];
+    int i;
+    snprintf(line, sizeof line, "--data-path " GPT_DATA "gpt_tokens.bin --vocab-size 37 "
+             "--num-layers 2 --hidden-size 32 --num-attention-heads 4 --seq-length 16 "
+             "--micro-batch-size 2 --global-batch-size 4 --train-iters 8 --lr 1e-3 "
+             "--split 1,0,0 --eval-iters 0 --log-interval 4 --fp16 --initial-loss-scale "
+             "4194304 --hysteresis 1 --loss-scale-window 3 --clip-grad 0.5 --device %s%s",
+             device, extra);
+    gpt_trainer_from_line(tr, line);
+    tr->defer_results = 1;
+    for (i = 0; i < 8; i++) {
+#ifdef MG_CUDA_EMU
+        long before = mg_emu_host_syncs();
+#endif
+        r[i] = mg_trainer_step(tr);
+#ifdef MG_CUDA_EMU
+        syncs[i] = mg_emu_host_syncs() - before;
+#else
+        syncs[i] = -1;
+#endif
+        mg_trainer_log(tr, &r[i], NULL);
+    }
+}
+static void trainer_steps(int have_gpu) {
+    static const char *const label[2] = {"", ", --enable-cuda-graph"};
+    mg_trainer cpu, dev;
+    mg_step_result rc[8], rd[8];
+    long syncs[8];
+    int g, i;
+    trainer_run("cpu", "", &cpu, rc, syncs);
+    for (g = 0; g < (have_gpu ? 2 : 1); g++) {
+        char name[300];
+        int ok_values = 1, ok_syncs = 1;
+        double worst = 0;
+        trainer_run(have_gpu ? "cuda" : "cpu", g ? " --enable-cuda-graph" : "", &dev, rd, syncs);
+        for (i = 0; i < 8; i++) {
+            int shows = (i + 1) % 4 == 0;
+            if (rc[i].has_values != shows || rd[i].has_values != shows) ok_values = 0;
+            if (!shows) {
+                ok_syncs &= syncs[i] <= 0;   /* -1: not counted (a real GPU) */
+                continue;
+            }
+            if (rd[i].skipped != rc[i].skipped || rd[i].loss_scale != rc[i].loss_scale ||
+                rd[i].lr != rc[i].lr)
+                ok_values = 0;
+            if (!rc[i].skipped) {
+                double e = fabs(rd[i].loss - rc[i].loss) / fabs(rc[i].loss), en =
+                           fabs(rd[i].grad_norm - rc[i].grad_norm) / rc[i].grad_norm;
+                if (en > e) e = en;
+                if (e > worst) worst = e;
+            }
+        }
+        snprintf(name, sizeof name, "trainer fp16 dynamic scaling on the device%s: logged loss, "
+                 "grad norm, lr, loss scale and skipped iterations = the CPU trainer's", label[g]);
+        mg_test_report(ok_values && cpu.skipped_iters >= 1 && dev.has_opt_graph == g &&
+                       dev.skipped_iters == cpu.skipped_iters &&
+                       dev.scaler.scale == cpu.scaler.scale &&
+                       worst <= (have_gpu ? 1.0 / 2048 : 0), name,
+                       "skipped %lld vs %lld, last scale %g vs %g, worst rel diff %.3g",
+                       (long long)dev.skipped_iters, (long long)cpu.skipped_iters,
+                       dev.scaler.scale, cpu.scaler.scale, worst);
+        if (syncs[3] >= 0) {   /* counted: the emulator */
+            snprintf(name, sizeof name, "trainer%s: 0 host synchronisations in the steps that do "
+                     "not log", label[g]);
+            mg_test_report(ok_syncs && syncs[3] > 0, name, "per iteration 1-8: %ld %ld %ld %ld "
+                           "%ld %ld %ld %ld", syncs[0], syncs[1], syncs[2], syncs[3], syncs[4],
+                           syncs[5], syncs[6], syncs[7]);
+        }
+        mg_trainer_free(&dev);
+    }
+    mg_trainer_free(&cpu);
+}
+
 int main(void) {
     mg_ctx_desc d;
     int have_gpu = mg_cuda_available(), k;
@@ -122,7 +250,9 @@ int main(void) {
             compare(dt, MG_RECOMPUTE_SELECTIVE, llama, tl, tg);
             compare(dt, MG_RECOMPUTE_FULL, llama, tl, tg);
         }
+        optimizer(dt, !have_gpu ? 0 : k == 0 ? 1e-5 : tg, tg);
     }
+    trainer_steps(have_gpu);
     mg_ctx_free(&g_dev);
     mg_ctx_free(&g_cpu);
     return mg_test_summary();

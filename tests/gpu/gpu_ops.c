@@ -537,9 +537,14 @@ static int op_xent(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
         mg_copy_to_device(ctx, se.data, s0, sizeof s0);
         mg_copy_to_device(ctx, tl.data, t0, sizeof t0);
         mg_xent_loss(ctx, (float *)loss.data, (float *)mx.data, (float *)se.data, (float *)tl.data, N);
-        for (s = 0; s < 2; s++)
-            mg_xent_backward(ctx, &dl[s], &l[s], tg, (float *)mx.data, (float *)se.data, 1.0f / N,
-                             512 * s, V);
+        {   /* slice 1 reads its dloss from device memory (mg_xent_backward_at) */
+            float dloss = 1.0f / N, *at = (float *)mg_alloc(ctx, sizeof dloss);
+            mg_copy_to_device(ctx, at, &dloss, sizeof dloss);
+            mg_xent_backward(ctx, &dl[0], &l[0], tg, (float *)mx.data, (float *)se.data, dloss,
+                             0, V);
+            mg_xent_backward_at(ctx, &dl[1], &l[1], tg, (float *)mx.data, (float *)se.data, at,
+                                512, V);
+        }
     }
     OUT(mx); OUT(se); OUT(tl); OUT(loss); OUT(dl[0]); OUT(dl[1]);
     return nout;
@@ -645,6 +650,85 @@ static int op_adamw(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     if (dt != MG_F32) OUT(p16);
     return nout;
 }
+/* The fused multi-tensor AdamW: 5 pieces of 1 to 60000 values laid out with gaps in the
+   buffers (a table entry points anywhere), weight decay on some, the 16-bit copy on all but
+   one; 3 steps with a skipped one (args.skip: nothing may change) between steps 1 and 2; the
+   table and the step's arguments in device memory. Then the device-side Σx² of the 5 pieces
+   (mg_sumsq_end_device) and an accumulated Σx (mg_sum_f32_device) against the host's.
+   graph: on a CUDA context the step is captured once as a CUDA graph (mg_graph_*; nothing may
+   change during the capture) and launched at each step, its arguments rewritten in device
+   memory between the launches; on the CPU the same calls run directly.                     */
+static int adamw_multi(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n, int graph) {
+    enum { P = 100003, NP = 5 };
+    static const int64_t at[NP] = {0, 5, 400, 1500, 40000}, len[NP] = {1, 300, 1023, 29000, 60000};
+    int nout = 0, step, k;
+    mg_tensor p = ops_dev(ctx, MG_F32, X, 1, P), g = ops_dev(ctx, MG_F32, D, 1, P);
+    mg_tensor m = ops_dev(ctx, MG_F32, NULL, 1, P), v = ops_dev(ctx, MG_F32, NULL, 1, P);
+    mg_tensor p16 = ops_dev(ctx, dt, NULL, 1, P), ss = mg_tensor_2d(ctx, MG_F32, 1, 4);
+    mg_adamw_piece host[NP], *table = (mg_adamw_piece *)mg_alloc(ctx, sizeof host);
+    mg_adamw_args args, *dargs = (mg_adamw_args *)mg_alloc(ctx, sizeof args);
+    double *dsum = (double *)mg_alloc(ctx, 2 * sizeof(double)), sum[2] = {0.5, 0.0};
+    float hs[4], *before = (float *)malloc(sizeof(float) * P), *after = (float *)malloc(sizeof(float) * P);
+    int64_t total;
+    mg_sumsq_batch batch;
+    mg_graph gr = {NULL, NULL};
+    for (k = 0; k < NP; k++) {
+        memset(&host[k], 0, sizeof host[k]);
+        host[k].param = (float *)p.data + at[k];
+        host[k].grad = (const float *)g.data + at[k];
+        host[k].m = (float *)m.data + at[k];
+        host[k].v = (float *)v.data + at[k];
+        host[k].param16 = dt == MG_F32 || k == 2 ? NULL : (char *)p16.data + at[k] * mg_dtype_size(dt);
+        host[k].n = len[k];
+        host[k].weight_decay = k % 2 ? 0.1f : 0.0f;
+    }
+    total = mg_adamw_table_begin(host, NP);
+    mg_copy_to_device(ctx, table, host, sizeof host);
+    graph = graph && ctx->device == MG_DEVICE_CUDA;
+    hs[3] = 1;
+    if (graph) {   /* captured, not run: the parameters must not move */
+        mg_copy_to_host(ctx, before, p.data, sizeof(float) * P);
+        mg_graph_capture_begin(ctx);
+        mg_adamw_multi(ctx, table, NP, total, 0.9f, 0.95f, 1e-8f, dt, dargs);
+        mg_graph_capture_end(ctx, &gr);
+        mg_copy_to_host(ctx, after, p.data, sizeof(float) * P);
+        hs[3] = (float)(memcmp(before, after, sizeof(float) * P) == 0);
+    }
+    for (step = 1; step <= 4; step++) {
+        mg_adamw_args_set(&args, 3e-3f, step > 2 ? step - 1 : step, 0.9f, 0.95f);
+        args.grad_scale = 0.7f;
+        args.skip = step == 2;   /* the skipped step: its arguments must not matter */
+        if (args.skip) args.lr = args.step_size = NAN;
+        mg_copy_to_device(ctx, dargs, &args, sizeof args);
+        if (graph) mg_graph_launch(ctx, &gr);
+        else mg_adamw_multi(ctx, table, NP, total, 0.9f, 0.95f, 1e-8f, dt, dargs);
+    }
+    if (graph) mg_graph_free(&gr);
+    free(before);
+    free(after);
+    for (k = 0, total = 0; k < NP; k++) total += mg_sumsq_slots(ctx, len[k]);
+    mg_sumsq_begin(ctx, &batch, total);
+    for (k = 0; k < NP; k++) mg_sumsq_add(ctx, &batch, host[k].param, len[k]);
+    mg_sumsq_end_device(ctx, &batch, dsum);
+    /* Σ of the gradients' first 70000 values added twice to 0.5 (mg_sum_f32_device) */
+    mg_copy_to_device(ctx, dsum + 1, &sum[0], sizeof(double));
+    mg_sum_f32_device(ctx, (const float *)g.data, 70000, dsum + 1);
+    mg_sum_f32_device(ctx, (const float *)g.data, 70000, dsum + 1);
+    mg_copy_to_host(ctx, sum, dsum, sizeof sum);
+    hs[0] = (float)sum[0];
+    hs[1] = (float)mg_adamw_table_begin(host, NP);
+    hs[2] = (float)sum[1];
+    mg_copy_to_device(ctx, ss.data, hs, sizeof hs);
+    OUT(p); OUT(m); OUT(v); OUT(ss);
+    if (dt != MG_F32) OUT(p16);
+    return nout;
+}
+static int op_adamw_multi(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    return adamw_multi(ctx, dt, outs, n, 0);
+}
+static int op_adamw_graph(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    return adamw_multi(ctx, dt, outs, n, 1);
+}
 
 int main(void) {
     mg_ctx cpu, dev;
@@ -708,6 +792,9 @@ int main(void) {
         compare("xent one pass (2 vocab slices)", op_xent_onepass, dt, tol);
         compare("fused classifier (chunks of 50, padding)", op_classifier, dt, tol);
         compare("adamw+sumsq", op_adamw, dt, tol);
+        compare("fused adamw (5 pieces, a skipped step) + device sumsq", op_adamw_multi, dt, tol);
+        if (have_gpu)
+            compare("fused adamw as a CUDA graph, launched 4 times", op_adamw_graph, dt, tol);
     }
     free(X); free(W); free(D); free(E); free(Q);
     mg_ctx_free(&dev);

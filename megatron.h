@@ -3787,7 +3787,7 @@ static void mg__model_sumsq_dev(mg_adamw *opt, mg_gpt *m, int what, double *dst)
     mg__for_owned(opt, m, mg__sumsq_visit, &acc);      /* queue the pieces */
     if (opt->keep_scratch) batch.mark = mg_arena_mark(m->ctx);   /* not released */
     mg_sumsq_end_device(m->ctx, &batch, dst);
-    if (opt->dp) mg__group_sum_dev(opt, m, opt->dp->comm, &opt->dp->comm->data, dst);
+    if (opt->dp) mg__group_sum_dev(opt, m, opt->dp->comm, opt->dp->group, dst);  /* dp (x cp) */
     if (L->tp_size > 1) mg__group_sum_dev(opt, m, m->comm, &m->comm->tensor, dst);
     if (L->pp_size > 1) mg__group_sum_dev(opt, m, m->comm, &m->comm->pipeline, dst);
 }
@@ -6275,7 +6275,7 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     mg_dp_finish(&tr->dp);
     if (!tr->dp.comm_timer) mg__timer_stop(tr, MG_TIMER_ALL_GRADS_SYNC);
     if (tr->dp.comm)   /* the loss summed over the replicas, as mg_dp_sum but on the device */
-        mg__group_sum_dev(&tr->opt, &tr->model, tr->dp.comm, &tr->dp.comm->data, &dev->loss_sum);
+        mg__group_sum_dev(&tr->opt, &tr->model, tr->dp.comm, tr->dp.group, &dev->loss_sum);
     tr->model.training = 0;
     mg__timer_start_on(tr, MG_TIMER_LAYERNORM_GRADS, 1);
     mg_gpt_reduce_grads(&tr->model);

@@ -1369,6 +1369,18 @@ MG_HD static inline int mg__attn_visible(int64_t qpos, int64_t kpos, int nk) {
     int64_t n = qpos - kpos + 1;
     return n <= 0 ? 0 : n < nk ? (int)n : nk;
 }
+/* Key tiles a query tile whose last row is at position q_last sees (tiles past it skipped),
+   and the first query tile that sees a key tile whose first key is at position k_first. */
+MG_HD static inline int mg__attn_key_tiles(const mg_attn_block *a, int64_t q_last) {
+    int64_t n = q_last - a->k_pos0 + 1;
+    if (n <= 0) return 0;
+    if (n > a->Tk) n = a->Tk;
+    return (int)((n + MG_ATTN_TILE - 1) / MG_ATTN_TILE);
+}
+MG_HD static inline int mg__attn_first_query_tile(const mg_attn_block *a, int64_t k_first) {
+    int64_t t = k_first - a->q_pos0;
+    return t <= 0 ? 0 : (int)(t / MG_ATTN_TILE);
+}
 MG_HD static inline uint64_t mg__attn_drop_index(int64_t bh, int64_t T_g, int64_t qpos,
                                                  int64_t kpos) {
     return ((uint64_t)bh * (uint64_t)T_g + (uint64_t)qpos) * (uint64_t)T_g + (uint64_t)kpos;
@@ -2136,19 +2148,6 @@ static void mg__cpu_tile_mm(int ta, int tb, int M, int N, int K, float alpha, co
         cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                     M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
-/* Key tiles a query tile whose last row is at position q_last sees (tiles past it skipped). */
-static int mg__attn_key_tiles(const mg_attn_block *a, int64_t q_last) {
-    int64_t n = q_last - a->k_pos0 + 1;
-    if (n <= 0) return 0;
-    if (n > a->Tk) n = a->Tk;
-    return (int)((n + MG_ATTN_TILE - 1) / MG_ATTN_TILE);
-}
-/* First query tile that sees a key tile whose first key is at position k_first. */
-static int mg__attn_first_query_tile(const mg_attn_block *a, int64_t k_first) {
-    int64_t t = k_first - a->q_pos0;
-    return t <= 0 ? 0 : (int)(t / MG_ATTN_TILE);
-}
-
 /* Forward task (b, h, query tile qt): online softmax over the visible key tiles. */
 static void mg__cpu_attn_fwd_task(const mg_attn_block *a, const mg__attn_geo *ge, int b, int h,
                                   int qt, float *ws, const mg_attn_view *o, float *lse, int merge) {
@@ -3106,7 +3105,6 @@ static __global__ void mg__k_attn_forward(mg_attn_block a, mg__attn_drop_k dk, f
     int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL), nkt, kt, r, u, c, e;
     float *Qs = sm, *Ks = Qs + TL * ldr, *Vs = Ks + TL * ldr, *S = Vs + TL * ldr;
     float m[MG__ATTN_RPW], l[MG__ATTN_RPW], acc[MG__ATTN_RPW][MG__ATTN_DPL];
-    int64_t q_last = a.q_pos0 + t0 + nq - 1, nkey = q_last - a.k_pos0 + 1;
     MG__UNROLL
     for (r = 0; r < MG__ATTN_RPW; r++) {
         m[r] = -INFINITY; l[r] = 0.0f;
@@ -3114,7 +3112,7 @@ static __global__ void mg__k_attn_forward(mg_attn_block a, mg__attn_drop_k dk, f
         for (u = 0; u < MG__ATTN_DPL; u++) acc[r][u] = 0.0f;
     }
     mg__attn_load_tile(Qs, ldr, a.q, t0, nq, b, g, j, hd);
-    nkt = nkey <= 0 ? 0 : (int)(((nkey < a.Tk ? nkey : a.Tk) + TL - 1) / TL);
+    nkt = mg__attn_key_tiles(&a, a.q_pos0 + t0 + nq - 1);
     for (kt = 0; kt < nkt; kt++) {
         int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
         int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
@@ -3202,12 +3200,11 @@ static __global__ void mg__k_attn_forward_tc(mg_attn_block a, mg__attn_drop_k dk
     uint16_t *Qs = (uint16_t *)sm, *Ks = Qs + TL * ldh, *Vs = Ks + TL * ldh, *Ps = Vs + TL * ldh;
     float *S = (float *)(Ps + TL * ldp), *acc = S + TL * lds;
     float m[MG__ATTN_RPW], l[MG__ATTN_RPW];
-    int64_t q_last = a.q_pos0 + t0 + nq - 1, nkey = q_last - a.k_pos0 + 1;
     MG__UNROLL
     for (r = 0; r < MG__ATTN_RPW; r++) { m[r] = -INFINITY; l[r] = 0.0f; }
     mg__attn_tc_load(Qs, ldh, a.q, t0, nq, b, g, j, hd);
     for (e = threadIdx.x; e < TL * lda; e += blockDim.x) acc[e] = 0.0f;
-    nkt = nkey <= 0 ? 0 : (int)(((nkey < a.Tk ? nkey : a.Tk) + TL - 1) / TL);
+    nkt = mg__attn_key_tiles(&a, a.q_pos0 + t0 + nq - 1);
     for (kt = 0; kt < nkt; kt++) {
         int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
         int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
@@ -3369,11 +3366,10 @@ static __global__ void mg__k_attn_backward_dq_tc(mg_attn_block a, mg__attn_drop_
     uint16_t *Qs = (uint16_t *)sm, *dOs = Qs + TL * ldh, *Ks = dOs + TL * ldh, *Vs = Ks + TL * ldh;
     uint16_t *dSs = Vs + TL * ldh;
     float *S = (float *)(dSs + TL * ldp), *dP = S + TL * lds, *acc = dP + TL * lds;
-    int64_t q_last = a.q_pos0 + t0 + nq - 1, nkey = q_last - a.k_pos0 + 1;
     mg__attn_tc_load(Qs, ldh, a.q, t0, nq, b, g, j, hd);
     mg__attn_tc_load(dOs, ldh, dout, t0, nq, b, g, j, hd);
     for (e = threadIdx.x; e < TL * lda; e += blockDim.x) acc[e] = 0.0f;
-    nkt = nkey <= 0 ? 0 : (int)(((nkey < a.Tk ? nkey : a.Tk) + TL - 1) / TL);
+    nkt = mg__attn_key_tiles(&a, a.q_pos0 + t0 + nq - 1);
     for (kt = 0; kt < nkt; kt++) {
         int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
         int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
@@ -3407,7 +3403,7 @@ static __global__ void mg__k_attn_backward_dkv_tc(mg_attn_block a, mg__attn_drop
     const int TL = MG_ATTN_TILE, hd = a.hd, ldh = hd + 8, ldp = TL + 8, lds = TL + 4, lda = hd + 4;
     const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int b = blockIdx.y / a.n_group, g = blockIdx.y % a.n_group, j, qt, nqt, e, r;
-    int64_t s0 = (int64_t)blockIdx.x * TL, kpos = a.k_pos0 + s0, tfirst = kpos - a.q_pos0;
+    int64_t s0 = (int64_t)blockIdx.x * TL, kpos = a.k_pos0 + s0;
     int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
     uint16_t *Ks = (uint16_t *)sm, *Vs = Ks + TL * ldh, *Qs = Vs + TL * ldh, *dOs = Qs + TL * ldh;
     uint16_t *Ps = dOs + TL * ldh, *dSs = Ps + TL * ldp;
@@ -3419,7 +3415,7 @@ static __global__ void mg__k_attn_backward_dkv_tc(mg_attn_block a, mg__attn_drop
     nqt = (a.Tq + TL - 1) / TL;
     for (j = 0; j < per; j++) {
         int h = g * per + j;
-        for (qt = tfirst <= 0 ? 0 : (int)(tfirst / TL); qt < nqt; qt++) {
+        for (qt = mg__attn_first_query_tile(&a, kpos); qt < nqt; qt++) {
             int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
             int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL);
             __syncthreads();
@@ -3491,14 +3487,13 @@ static __global__ void mg__k_attn_backward_dq(mg_attn_block a, mg__attn_drop_k d
     int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL), nkt, kt, r, u, c, e;
     float *Qs = sm, *dOs = Qs + TL * ldr, *Ks = dOs + TL * ldr, *Vs = Ks + TL * ldr;
     float *dS = Vs + TL * ldr, acc[MG__ATTN_RPW][MG__ATTN_DPL], pd;
-    int64_t q_last = a.q_pos0 + t0 + nq - 1, nkey = q_last - a.k_pos0 + 1;
     MG__UNROLL
     for (r = 0; r < MG__ATTN_RPW; r++)
         MG__UNROLL
         for (u = 0; u < MG__ATTN_DPL; u++) acc[r][u] = 0.0f;
     mg__attn_load_tile(Qs, ldr, a.q, t0, nq, b, g, j, hd);
     mg__attn_load_tile(dOs, ldr, dout, t0, nq, b, g, j, hd);
-    nkt = nkey <= 0 ? 0 : (int)(((nkey < a.Tk ? nkey : a.Tk) + TL - 1) / TL);
+    nkt = mg__attn_key_tiles(&a, a.q_pos0 + t0 + nq - 1);
     for (kt = 0; kt < nkt; kt++) {
         int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
         int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
@@ -3555,7 +3550,7 @@ static __global__ void mg__k_attn_backward_dkv(mg_attn_block a, mg__attn_drop_k 
     const int TL = MG_ATTN_TILE, hd = a.hd, ldr = hd + 1, per = a.n_head / a.n_group;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int b = blockIdx.y / a.n_group, g = blockIdx.y % a.n_group, j, r, u, i, e, qt, nqt;
-    int64_t s0 = (int64_t)blockIdx.x * TL, kpos = a.k_pos0 + s0, tfirst = kpos - a.q_pos0;
+    int64_t s0 = (int64_t)blockIdx.x * TL, kpos = a.k_pos0 + s0;
     int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
     float *Ks = sm, *Vs = Ks + TL * ldr, *Qs = Vs + TL * ldr, *dOs = Qs + TL * ldr;
     float *P = dOs + TL * ldr, *dS = P + TL * (TL + 1);
@@ -3569,7 +3564,7 @@ static __global__ void mg__k_attn_backward_dkv(mg_attn_block a, mg__attn_drop_k 
     nqt = (a.Tq + TL - 1) / TL;
     for (j = 0; j < per; j++) {
         int h = g * per + j;
-        for (qt = tfirst <= 0 ? 0 : (int)(tfirst / TL); qt < nqt; qt++) {
+        for (qt = mg__attn_first_query_tile(&a, kpos); qt < nqt; qt++) {
             int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
             int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL);
             __syncthreads();

@@ -237,9 +237,11 @@ int main(int argc, char **argv) {
     plan_cluster.gpus = plan_cluster.gpus_per_node = comm.world_size;
     {   /* the trainer's model and settings as mg_plan sees them: l, h, a, s, V; B, fp32 with fp32
            gradients, the DP reduction overlapped (the trainer's default; a one-bucket model
-           exposes all of it either way), scatter/gather, gradient-accumulation fusion */
-        mg_plan_training training = {global, MG_PLAN_FP32, 1, 1, 1, 1};
+           exposes all of it either way), scatter/gather, gradient-accumulation fusion, the
+           fused classifier and the tiled attention (the trainer's defaults) */
+        mg_plan_training training = {global, MG_PLAN_FP32, 1, 1, 1, 1, 1};
         memset(&plan_model, 0, sizeof plan_model);   /* GPT-2: no Llama option */
+        plan_model.flash_attention = 1;
         plan_model.num_layers = layers;
         plan_model.hidden_size = hidden;
         plan_model.num_attention_heads = heads;

@@ -3022,7 +3022,10 @@ static void mg__cuda_norm_backward(mg_ctx *ctx, int rms, const mg_tensor *dinp,
         mg__norm_backward_launch<mg__io_f16, mg__io_f16>(ctx, rms, dinp, dout, inp, weight, mean, rstd, acc);
 }
 
-/* --- causal softmax over rows of length T (row r is query t1 = r mod T) --------------------- */
+/* --- causal softmax over rows of length T (row r is query t1 = r mod T) ---------------------
+   The unfused attention's. Forward: reads the visible half of the B·nh·T² scores twice and
+   writes all of them, ≈ 2·e·B·nh·T² bytes (e the storage bytes), ~3 FLOPs per visible
+   score; backward: reads P and dP, writes dS, ≈ 3·e·B·nh·T² bytes, ~4 FLOPs per score. */
 static __global__ void mg__k_causal_softmax(void *att, mg_dtype dt, int64_t T) {
     int64_t base = blockIdx.x * T, n = blockIdx.x % T + 1, j;
     float mx = -INFINITY, s = 0.0f, inv;
@@ -3627,7 +3630,10 @@ static size_t mg__attn_smem(int hd, int rows, int score_tiles) {
     return ((size_t)rows * MG_ATTN_TILE * (hd + 1) + (size_t)score_tiles * MG_ATTN_TILE * (MG_ATTN_TILE + 1)) * sizeof(float);
 }
 
-/* --- cross-entropy: one block per row ------------------------------------------------------- */
+/* --- cross-entropy: one block per row -------------------------------------------------------
+   Over N rows of Vs logits of e bytes: max reads e·N·Vs bytes (1 compare each); Σexp and the
+   target logit read them once more, ~3 FLOPs each (one pass with local_max: the same read);
+   backward reads e_l·N·Vs and writes e_d·N·Vs bytes, ~5 FLOPs each. Bandwidth-bound.    */
 static __global__ void mg__k_xent_max(float *rowmax, const void *logits, mg_dtype dt, int64_t Vs,
                                int64_t nreal) {
     int64_t base = blockIdx.x * Vs, j;
@@ -3695,7 +3701,8 @@ struct mg__f_adamw {
         if (param16) mg_store(param16, dt16, i, p);
     }
 };
-/* Per-block Σ x² in double (inf/nan propagate into it); the host adds the block sums. */
+/* Per-block Σ x² in double (inf/nan propagate into it); the host adds the block sums.
+   Reads 4·n bytes, 2·n double FLOPs. */
 static __global__ void mg__k_sumsq(double *partial, const float *x, int64_t n) {
     int64_t i;
     double s = 0.0;

@@ -21,12 +21,13 @@
                 (one all-gather or reduce-scatter of a [b·s, h] activation; an all-reduce is
                 2X) per microbatch: the vocabulary-parallel embedding on the first stage, 2X
                 (the all-reduce of its output; with sequence parallelism a reduce-scatter and
-                the backward's all-gather); the output layer and cross-entropy on the last,
-                2X (the all-reduce of the input gradient) + three all-reduces of b·s fp32
-                statistics (row max, sum of exponentials, target logit), with sequence
-                parallelism 3X (the final layernorm's output gathered in the forward and again
-                for the weight gradient, the input gradient reduce-scattered) + the same
-                statistics; and per iteration, with sequence parallelism, the all-reduce of
+                the backward's all-gather); the output layer and cross-entropy on the last
+                (the fused classifier, whose forward runs its backward too), 2X (the
+                all-reduce of the input gradient; with sequence parallelism the final
+                layernorm's output gathered once and the input gradient reduce-scattered) +
+                the b·s fp32 statistics (row max, then the sums of exponentials and the target
+                logits: three b·s all-reduces' worth); and per iteration, with sequence
+                parallelism, the all-reduce of
                 the layernorm gradients, 2·(t−1)/t·4·h·(4 per layer + 2 on the last stage).
      pipeline   one message of b·s·h/t·e per microbatch across every boundary between virtual
                 stages, forward (the activation) and backward (its gradient); with t > 1 each
@@ -83,7 +84,7 @@ static inline traffic traffic_formula(const mg_trainer *tr) {
     if (p > 1 && t > 1 && !sp) f.tensor += f.pipeline_messages * X;
     /* tensor, outside the layers: embedding, head, sequence-parallel layernorm gradients   */
     if (L->chunks[0].has_embedding) f.tensor_outside += 2 * X * m;
-    if (has_head) f.tensor_outside += ((sp ? 3 : 2) * X + 3 * 2 * (t - 1.0) / t * bs * 4) * m;
+    if (has_head) f.tensor_outside += (2 * X + 3 * 2 * (t - 1.0) / t * bs * 4) * m;
     if (sp)
         f.tensor_outside += 2 * (t - 1.0) / t * 4 * tr->cfg.hidden *
                             (4.0 * tr->cfg.n_layer / p + (has_head ? 2 : 0));

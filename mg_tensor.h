@@ -1404,6 +1404,16 @@ MG_HD static inline float mg__attn_round(float p, mg_dtype dt) {
     return dt == MG_BF16 ? mg_bf16_to_f32(mg_f32_to_bf16(p)) :
            dt == MG_F16 ? mg_f16_to_f32(mg_f32_to_f16(p)) : p;
 }
+/* One recomputed entry of the backward (every backend's), from the scaled score s and the
+   raw dp = dO·v: P = exp(s − lse), *pd = D(P) and the result dS = P·(D'(dp) − Δ), both
+   rounded to dt, the type the products take them in (fp32: as they are). */
+MG_HD static inline float mg__attn_ds(const mg__attn_drop_k *k, int b, int h, int64_t qpos,
+                                      int64_t kpos, float s, float dp, float lse, float delta,
+                                      mg_dtype dt, float *pd) {
+    float p = mg__exp(s - lse);
+    *pd = mg__attn_round(mg__attn_drop(k, b, h, qpos, kpos, p), dt);
+    return mg__attn_round(p * (mg__attn_drop(k, b, h, qpos, kpos, dp) - delta), dt);
+}
 /* End of a query row's online softmax: o = acc/l and lse = m + log l (−inf, o = 0, for a row
    that saw no key), merged with an earlier (o_old, lse_old) when merge: the weights
    e^(lse_x − lse') sum to 1 with lse' = log(e^lse_old + e^lse_new). Returns the row's lse and
@@ -2222,24 +2232,25 @@ static void mg__cpu_attn_ds_tile(const mg_attn_block *a, const mg__attn_geo *ge,
     for (i = 0; i < nq; i++) {
         int64_t qpos = a->q_pos0 + t0 + i;
         int nv = mg__attn_visible(qpos, kpos, nk);
-        float li = lse[i], di = delta[i], *Si = S + i * TL, *dSi = dS + i * TL;
-        #pragma omp simd
-        for (c = 0; c < nv; c++) Si[c] = mg__exp(Si[c] - li);
-        if (ge->drop.on)
+        float li = lse[i], di = delta[i], *Si = S + i * TL, *dSi = dS + i * TL, pd;
+        if (ge->drop.on) {          /* the kernels' entry, per element */
             for (c = 0; c < nv; c++) {
-                dSi[c] = Si[c] * (mg__attn_drop(&ge->drop, b, h, qpos, kpos + c, dSi[c]) - di);
-                if (P) P[i * TL + c] = mg__attn_drop(&ge->drop, b, h, qpos, kpos + c, Si[c]);
+                dSi[c] = mg__attn_ds(&ge->drop, b, h, qpos, kpos + c, Si[c], dSi[c], li, di,
+                                     a->q.dtype, &pd);
+                if (P) P[i * TL + c] = pd;
             }
-        else {
+        } else {                    /* the same without dropout, in vector loops */
+            #pragma omp simd
+            for (c = 0; c < nv; c++) Si[c] = mg__exp(Si[c] - li);
             #pragma omp simd
             for (c = 0; c < nv; c++) dSi[c] = Si[c] * (dSi[c] - di);
             if (P) memcpy(P + i * TL, Si, (size_t)nv * sizeof(float));
+            if (a->q.dtype != MG_F32)   /* 16-bit: the products take P and dS in that type */
+                for (c = 0; c < nv; c++) {
+                    dSi[c] = mg__attn_round(dSi[c], a->q.dtype);
+                    if (P) P[i * TL + c] = mg__attn_round(P[i * TL + c], a->q.dtype);
+                }
         }
-        if (a->q.dtype != MG_F32)   /* 16-bit: the products take P and dS in the storage type */
-            for (c = 0; c < nv; c++) {
-                dSi[c] = mg__attn_round(dSi[c], a->q.dtype);
-                if (P) P[i * TL + c] = mg__attn_round(P[i * TL + c], a->q.dtype);
-            }
         for (c = nv; c < nk; c++) { dSi[c] = 0.0f; if (P) P[i * TL + c] = 0.0f; }
     }
 }
@@ -3345,11 +3356,9 @@ __device__ static void mg__attn_tc_ds_rows(const mg_attn_block *a, const mg__att
         int64_t qpos = a->q_pos0 + t0 + r;
         int nv = r < nq ? mg__attn_visible(qpos, kpos, nk) : 0;
         float ds = 0.0f, pd = 0.0f;
-        if (lane < nv) {
-            float p = mg__exp(scale * S[r * lds + lane] - lse[r]);
-            ds = p * (mg__attn_drop(dk, b, h, qpos, kpos + lane, dP[r * lds + lane]) - delta[r]);
-            pd = mg__attn_drop(dk, b, h, qpos, kpos + lane, p);
-        }
+        if (lane < nv)
+            ds = mg__attn_ds(dk, b, h, qpos, kpos + lane, scale * S[r * lds + lane],
+                             dP[r * lds + lane], lse[r], delta[r], a->q.dtype, &pd);
         dSs[r * ldp + lane] = a->q.dtype == MG_BF16 ? mg_f32_to_bf16(ds) : mg_f32_to_f16(ds);
         if (Ps) Ps[r * ldp + lane] = a->q.dtype == MG_BF16 ? mg_f32_to_bf16(pd) : mg_f32_to_f16(pd);
     }
@@ -3473,10 +3482,8 @@ __device__ static float mg__attn_ds_entry(const mg__attn_drop_k *dk, float scale
                                           int64_t qpos, int64_t kpos, const float *q,
                                           const float *dO, const float *k, const float *v,
                                           int hd, float lse, float delta, float *pd, mg_dtype dt) {
-    float p = mg__exp(scale * mg__attn_dot(q, k, hd) - lse);
-    float dp = mg__attn_drop(dk, b, h, qpos, kpos, mg__attn_dot(dO, v, hd));
-    *pd = mg__attn_round(mg__attn_drop(dk, b, h, qpos, kpos, p), dt);
-    return mg__attn_round(p * (dp - delta), dt);
+    return mg__attn_ds(dk, b, h, qpos, kpos, scale * mg__attn_dot(q, k, hd),
+                       mg__attn_dot(dO, v, hd), lse, delta, dt, pd);
 }
 /* dQ: grid (query tiles, B·n_head). */
 static __global__ void mg__k_attn_backward_dq(mg_attn_block a, mg__attn_drop_k dk, float scale,

@@ -105,7 +105,10 @@ train_case "2 ranks c=2 fp32 GQA, rope, attention dropout" 2 rel 1e-5 \
 # both is the step's bookkeeping: microseconds); on every rank the computes within
 # forward-backward and the optimizer's parts within optimizer; every communication timer
 # (pipeline send/recv, embedding all-reduce, gradient reduce-scatter, parameter all-gather)
-# measured on every rank that runs it.
+# measured on every rank that runs it. The log prints each timer to 0.01 ms and the iteration
+# time to 0.1 ms, so every bound also allows half a printed unit per term it adds or compares
+# (three optimizer parts of about 5 ms each, rounded up, can exceed 1.001x their parent by that
+# alone).
 start=$(date +%s)
 # shellcheck disable=SC2086
 $MPIRUN -np 4 "$BUILD/gpt_train_emu" $ARGS --global-batch-size 8 --device cuda \
@@ -117,13 +120,14 @@ verdict=$(awk '
     n_it++
     ratio = (t["forward-backward", 0] + t["optimizer", 0]) / it_ms
     if (worst == "" || (ratio < 1 ? 1 - ratio : ratio - 1) > (worst < 1 ? 1 - worst : worst - 1)) worst = ratio
-    if (!(ratio >= 0.9 && ratio <= 1.001)) bad = bad " ratio " ratio " at iteration " n_it
+    if (!(ratio >= 0.9 && t["forward-backward", 0] + t["optimizer", 0] <= it_ms * 1.001 + 0.06))
+      bad = bad " ratio " ratio " at iteration " n_it
     for (r = 0; r < 4; r++) {
       fb = t["forward-backward", r]; opt = t["optimizer", r]
-      if (t["forward-compute", r] + t["backward-compute", r] > fb * 1.001 || fb <= 0)
+      if (t["forward-compute", r] + t["backward-compute", r] > fb * 1.001 + 0.015 || fb <= 0)
         bad = bad " rank " r ": computes > forward-backward"
       parts = t["optimizer-clip-main-grad", r] + t["optimizer-inner-step", r] + t["params-all-gather", r]
-      if (parts > opt * 1.001 || opt <= 0) bad = bad " rank " r ": parts > optimizer"
+      if (parts > opt * 1.001 + 0.02 || opt <= 0) bad = bad " rank " r ": parts > optimizer"
       if (!(t["embedding-grads-all-reduce", r] > 0 && t["all-grads-sync", r] > 0 && t["params-all-gather", r] > 0))
         bad = bad " rank " r ": a collective timer is missing"
     }
@@ -142,7 +146,7 @@ verdict=$(awk '
     printf "%s|%s\n", worst, bad
   }' "$tmp/timing")
 ok=1; [ "$rc" = 0 ] && [ -z "${verdict#*|}" ] && ok=0
-report $ok "cuda_emu: gpt_train_emu 4 ranks p=2 d=2 --timing-log-level 2: the CUDA-event timers add up (rank 0 forward-backward + optimizer / iteration time: worst ${verdict%%|*}, in [0.9, 1.001]; computes and optimizer parts within their parents, every communication timer measured, $(( $(date +%s) - start ))s)" \
+report $ok "cuda_emu: gpt_train_emu 4 ranks p=2 d=2 --timing-log-level 2: the CUDA-event timers add up (rank 0 forward-backward + optimizer / iteration time: worst ${verdict%%|*}, in [0.9, 1.001] up to the log's rounding; computes and optimizer parts within their parents, every communication timer measured, $(( $(date +%s) - start ))s)" \
   "exit status $rc;${verdict#*|}"
 [ $ok = 0 ] || grep -E 'mg-emu|rror' "$tmp/timing" | head -n 8 | sed 's/^/  | /'
 
@@ -150,7 +154,8 @@ report $ok "cuda_emu: gpt_train_emu 4 ranks p=2 d=2 --timing-log-level 2: the CU
 # interval, more than a timer's pool of 32 event pairs, so each compute timer resolves its
 # older half mid-iteration. forward-compute + backward-compute must stay within [0.9, 1.001]
 # of forward-backward (16 lost pairs of 40 would leave about 0.6), and forward-backward + optimizer
-# within [0.9, 1.001] of the iteration time.
+# within [0.9, 1.001] of the iteration time (each upper bound plus the printed values' rounding,
+# as above).
 start=$(date +%s)
 "$BUILD/gpt_train_emu" --device cuda --data-path tests/data/gpt_tokens.bin --vocab-size 37 \
   --num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 4 --micro-batch-size 1 \
@@ -162,11 +167,13 @@ verdict=$(awk '
   END {
     c = (t["forward-compute"] + t["backward-compute"]) / (t["forward-backward"] > 0 ? t["forward-backward"] : 1)
     i = (t["forward-backward"] + t["optimizer"]) / (it > 0 ? it : 1)
-    printf "%.5f %.5f %d\n", c, i, (c >= 0.9 && c <= 1.001 && i >= 0.9 && i <= 1.001)
+    ok = c >= 0.9 && t["forward-compute"] + t["backward-compute"] <= t["forward-backward"] * 1.001 + 0.015 &&
+         i >= 0.9 && t["forward-backward"] + t["optimizer"] <= it * 1.001 + 0.06
+    printf "%.5f %.5f %d\n", c, i, ok
   }' "$tmp/pool")
 set -- $verdict
 ok=1; [ "$rc" = 0 ] && [ "$3" = 1 ] && ok=0
-report $ok "cuda_emu: gpt_train_emu 1 rank, 40 microbatches (more timed regions than a timer's 32 event pairs): computes / forward-backward $1, forward-backward + optimizer / iteration $2, both in [0.9, 1.001] ($(( $(date +%s) - start ))s)" \
+report $ok "cuda_emu: gpt_train_emu 1 rank, 40 microbatches (more timed regions than a timer's 32 event pairs): computes / forward-backward $1, forward-backward + optimizer / iteration $2, both in [0.9, 1.001] up to the log's rounding ($(( $(date +%s) - start ))s)" \
   "exit status $rc"
 [ $ok = 0 ] || grep -E 'mg-emu|rror' "$tmp/pool" | head -n 8 | sed 's/^/  | /'
 

@@ -27,8 +27,8 @@ BLAS_CFLAGS := -I/usr/include/x86_64-linux-gnu/openblas-pthread
 BLAS_LIBS   := -lopenblas
 
 WARN    := -Wall -Wextra -Werror
-CFLAGS  ?= -O2 -g -march=x86-64-v2
-CFLAGS  += -std=c11 -D_GNU_SOURCE $(WARN) -fopenmp -I. $(MPI_DEF) $(MPI_CFLAGS) $(BLAS_CFLAGS)
+CFLAGS  ?= -O2 -g -march=native
+CFLAGS  += -std=c11 -D_GNU_SOURCE -fno-math-errno $(WARN) -fopenmp -I. $(MPI_DEF) $(MPI_CFLAGS) $(BLAS_CFLAGS)
 LDLIBS  := $(MPI_LIBS) $(BLAS_LIBS) -lm -fopenmp
 SANFLAGS:= -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 
@@ -205,7 +205,7 @@ help:
 	'' \
 	'Variables (make VAR=value ...):' \
 	'  CC=$(CC)  NVCC=$(NVCC)  CLANG=$(CLANG)  PYTHON=$(PYTHON)' \
-	'  CFLAGS       compiler flags of the cc builds (default -O2 -g -march=x86-64-v2)' \
+	'  CFLAGS       compiler flags of the cc builds (default -O2 -g -march=native)' \
 	'  MODEL        train: gpt (default) or llama (what train-llama sets)' \
 	'  RANKS TP PP  train: MPI ranks (default 8, llama 1; 1: one process, no mpirun), tensor- and' \
 	'               pipeline-parallel sizes (default 2 and 2; data parallel = RANKS/(TP*PP)),' \

@@ -5999,6 +5999,20 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
             /* the unfused attention's dropped probabilities (op scratch) */
             bytes += (size_t)a->micro_batch_size * (size_t)(tr->cfg.n_head / tp) *
                      (size_t)tr->cfg.seq_len * (size_t)tr->cfg.seq_len * sizeof(float) + 256;
+        if (layout.attention_backend == MG_ATTN_FLASH &&
+            (a->device == MG_DEVICE_CPU || !mg_cuda_available())) {
+            /* the CPU's single-pass tiled-attention backward: a fp32 dQ accumulator of one
+               (b, group) per thread, [query heads per group, T, head_dim] (without the room it
+               takes the two-pass schedule, same result)                                   */
+            mg_layer_config k = mg_gpt_layer_config(&tr->cfg, (int)a->micro_batch_size,
+                                                    (mg_dtype)layout.dtype);
+            int threads = tr->comm ? mg_comm_default_threads(tr->comm) : 1;
+#ifdef _OPENMP
+            if (!tr->comm) threads = omp_get_max_threads();
+#endif
+            bytes += (size_t)threads * (size_t)(k.n_head / k.n_group) * (size_t)tr->cfg.seq_len *
+                         (size_t)k.head_dim * sizeof(float) + 256;
+        }
         if (layout.dtype != MG_F32 && (a->device == MG_DEVICE_CPU || !mg_cuda_available())) {
             /* the CPU widens a 16-bit GEMM's A, B (and C) to fp32 scratch: 3 × the largest */
             int64_t N = a->micro_batch_size * tr->cfg.seq_len, C = tr->cfg.hidden, big;

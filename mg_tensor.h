@@ -2144,6 +2144,15 @@ static void mg__cpu_attn_store(const mg_attn_view *v, int64_t t0, int n, int b, 
     int r, d;
     for (r = 0; r < n; r++) {
         int64_t off = mg__view_at(v, t0 + r, b, g, j);
+        if (v->dtype == MG_F32) {   /* the same sums, in a loop that vectorises */
+            float *o = (float *)v->data + off;
+            const float *x = src + (size_t)r * hd;
+            if (accumulate)
+                for (d = 0; d < hd; d++) o[d] = alpha * x[d] + o[d];
+            else
+                for (d = 0; d < hd; d++) o[d] = alpha * x[d];
+            continue;
+        }
         for (d = 0; d < hd; d++) {
             float x = alpha * src[(size_t)r * hd + d];
             if (accumulate) x += mg_load(v->data, v->dtype, off + d);
@@ -2280,11 +2289,13 @@ static void mg__cpu_attn_dq_task(const mg_attn_block *a, const mg__attn_geo *ge,
     mg__cpu_attn_store(dq, t0, nq, b, g, j, hd, acc, ge->scale, accumulate);
 }
 /* dK/dV task (b, group g, key tile kt): over the group's query heads and the query tiles that
-   see the keys, dV_s = Σ_t D(P)_ts·dO_t and dK_s = scale·Σ_t dS_ts·Q_t, in fp32. */
+   see the keys, dV_s = Σ_t D(P)_ts·dO_t and dK_s = scale·Σ_t dS_ts·Q_t, in fp32. With dq_acc
+   (the single-pass backward below), each dS tile is also added into its query rows' dQ
+   accumulator, dq_acc[j·Tq + t][hd], as the dQ task adds it.                                */
 static void mg__cpu_attn_dkv_task(const mg_attn_block *a, const mg__attn_geo *ge, int b, int g,
                                   int kt, float *ws, const mg_attn_view *dout, const float *lse,
                                   const float *delta, const mg_attn_view *dk, const mg_attn_view *dv,
-                                  int accumulate) {
+                                  int accumulate, float *dq_acc) {
     const int TL = ge->TL, hd = ge->hd;
     float *K = ws, *V = K + TL * hd, *Q = V + TL * hd, *dO = Q + TL * hd, *dKa = dO + TL * hd;
     float *dVa = dKa + TL * hd, *S = dVa + TL * hd, *dS = S + TL * TL, *P = dS + TL * TL;
@@ -2305,6 +2316,9 @@ static void mg__cpu_attn_dkv_task(const mg_attn_block *a, const mg__attn_geo *ge
             mg__cpu_attn_ds_tile(a, ge, b, h, t0, nq, kpos, nk, lse + row0, delta + row0, S, dS, P);
             mg__cpu_tile_mm(1, 0, nk, hd, nq, 1.0f, P, TL, dO, hd, 1.0f, dVa, hd);  /* += D(P)ᵀ·dO */
             mg__cpu_tile_mm(1, 0, nk, hd, nq, 1.0f, dS, TL, Q, hd, 1.0f, dKa, hd);  /* += dSᵀ·Q */
+            if (dq_acc)                                                             /* += dS·K */
+                mg__cpu_tile_mm(0, 0, nq, hd, nk, 1.0f, dS, TL, K, hd, 1.0f,
+                                dq_acc + ((size_t)j * a->Tq + t0) * hd, hd);
         }
     }
     mg__cpu_attn_store(dk, s0, nk, b, g, 0, hd, dKa, ge->scale, accumulate);
@@ -2322,14 +2336,40 @@ static void mg__cpu_attn_forward(mg_ctx *ctx, const mg_attn_block *a, const mg__
                               (int)(task % ge->nqt), ws + (size_t)MG__TID() * ws_floats, o, lse, merge);
     mg_arena_release(ctx, mark);
 }
+/* The backward. Two passes as the kernels run it (dQ by query tile, then dK/dV by key tile,
+   each recomputing S, dP and dS), or — when there are enough (b, group) tasks for the threads
+   and the arena has room for their dQ accumulators — one pass per (b, group) over its key
+   tiles in order, the dK/dV task adding each dS tile into dQ as well. Each dQ row then gets
+   the same tile products in the same order (key tiles ascending) as in the dQ pass, so the two
+   schedules agree bit for bit; the single pass computes S, dP and dS once instead of twice
+   (7 tile products per tile pair become 5).                                                 */
 static void mg__cpu_attn_backward(mg_ctx *ctx, const mg_attn_block *a, const mg__attn_geo *ge,
                                   const mg_attn_view *dout, const float *lse, const float *delta,
                                   const mg_attn_view *dq, const mg_attn_view *dk,
                                   const mg_attn_view *dv, int accumulate) {
     int64_t nq = (int64_t)a->B * a->n_head * ge->nqt, nk = (int64_t)a->B * a->n_group * ge->nkt, task;
+    int64_t groups = (int64_t)a->B * a->n_group, nt = ctx->n_threads;
     size_t ws_floats = (size_t)6 * ge->TL * ge->hd + (size_t)3 * ge->TL * ge->TL;
+    size_t dq_floats = (size_t)ge->per * (size_t)a->Tq * (size_t)ge->hd;
     size_t mark = mg_arena_mark(ctx);
     float *ws = mg__cpu_scratch(ctx, 1, ws_floats);
+    if (groups >= nt && (groups % nt == 0 || groups >= 4 * nt) &&
+        ctx->arena_size - ctx->arena_used >= (size_t)nt * dq_floats * sizeof(float) + MG__ARENA_ALIGN) {
+        float *dq_acc = mg__cpu_scratch(ctx, 1, dq_floats);
+        #pragma omp parallel for num_threads(ctx->n_threads) schedule(static)
+        for (task = 0; task < groups; task++) {
+            int b = (int)(task / a->n_group), g = (int)(task % a->n_group), kt, j;
+            float *w = ws + (size_t)MG__TID() * ws_floats, *acc = dq_acc + (size_t)MG__TID() * dq_floats;
+            memset(acc, 0, dq_floats * sizeof(float));
+            for (kt = 0; kt < ge->nkt; kt++)
+                mg__cpu_attn_dkv_task(a, ge, b, g, kt, w, dout, lse, delta, dk, dv, accumulate, acc);
+            for (j = 0; j < ge->per; j++)
+                mg__cpu_attn_store(dq, 0, (int)a->Tq, b, g, j, ge->hd, acc + (size_t)j * a->Tq * ge->hd,
+                                   ge->scale, accumulate);
+        }
+        mg_arena_release(ctx, mark);
+        return;
+    }
     #pragma omp parallel for num_threads(ctx->n_threads) schedule(dynamic)
     for (task = 0; task < nq; task++)
         mg__cpu_attn_dq_task(a, ge, (int)(task / ge->nqt / a->n_head), (int)(task / ge->nqt % a->n_head),
@@ -2339,7 +2379,7 @@ static void mg__cpu_attn_backward(mg_ctx *ctx, const mg_attn_block *a, const mg_
     for (task = 0; task < nk; task++)
         mg__cpu_attn_dkv_task(a, ge, (int)(task / ge->nkt / a->n_group), (int)(task / ge->nkt % a->n_group),
                               (int)(task % ge->nkt), ws + (size_t)MG__TID() * ws_floats, dout, lse,
-                              delta, dk, dv, accumulate);
+                              delta, dk, dv, accumulate, NULL);
     mg_arena_release(ctx, mark);
 }
 

@@ -160,6 +160,14 @@ int main(int argc, char **argv) {
             TIME(&ctx, "attention_fwd", fl, mg_attention_forward(&ctx, &out, &att, &qkv, B, T, NH, NULL));
             TIME(&ctx, "attention_bwd", 2 * fl,
                  mg_attention_backward(&ctx, &dqkv, &datt, &dout, &qkv, &att, B, T, NH, NULL));
+            {   /* the tiled attention (the layer's default): fp32 lse [B, nh, T], no T x T */
+                mg_tensor lse = rand_tensor(&ctx, (int64_t)B * NH, T, 0);
+                TIME(&ctx, "flash_attention_fwd", fl,
+                     mg_flash_attention_forward(&ctx, &out, &lse, &qkv, B, T, NH, NH, NULL));
+                TIME(&ctx, "flash_attention_bwd", 2 * fl,
+                     mg_flash_attention_backward(&ctx, &dqkv, &dout, &out, &lse, &qkv, B, T, NH,
+                                                 NH, NULL));
+            }
             mg_arena_release(&ctx, mark);
         }
         /* cross-entropy over V, one slice */

@@ -20,6 +20,7 @@
    second and ms per iteration of the best round, the first iteration's loss (equal on both
    sides: the same model), and the ratio. */
 #include "megatron.h"
+#include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,69 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The GEMM-only limit (/work/shared/PERF.md): every GEMM of one training iteration, each timed
+   alone through OpenBLAS with its own `threads` threads (the library's rate for that shape),
+   best of `reps`, summed in ms. Per layer: the four linear layers (qkv, attention projection,
+   MLP up and down), forward, input gradient and weight gradient (row-major, as
+   y = x·Wᵀ, dx = dy·W, dW = dyᵀ·x); the output layer the same. Attention: per (sequence,
+   head), the six T×T×hd products (S = Q·Kᵀ, O = P·V; dP = dO·Vᵀ, dV = Pᵀ·dO, dQ = dS·K,
+   dK = dSᵀ·Q), returned separately in *attn_ms over the full square — what an attention that
+   materialises T×T computes; a causal one needs about half.                                  */
+static double time_gemm(int ta, int tb, int M, int N, int K, int reps, float *a, float *b,
+                        float *c) {
+    double best = 1e30;
+    int r;
+    for (r = 0; r < reps; r++) {
+        double t0 = now_s(), t;
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    M, N, K, 1.0f, a, ta ? M : K, b, tb ? K : N, 0.0f, c, N);
+        t = now_s() - t0;
+        if (t < best) best = t;
+    }
+    return best * 1e3;
+}
+static double gemm_limit_ms(int threads, int layers, int C, int heads, int T, int B, int V,
+                            double *attn_ms) {
+    int64_t N = (int64_t)B * T, most = 4 * (int64_t)C * (N > V ? N : V), i;
+    if ((int64_t)threads * T * T > most) most = (int64_t)threads * T * T;   /* P, dS per thread */
+    int fin[4] = {C, C, C, 4 * C}, fout[4] = {3 * C, C, 4 * C, C}, hd = C / heads, k, reps = 5;
+    float *a = (float *)malloc(sizeof(float) * (size_t)most), *b = (float *)malloc(sizeof(float) * (size_t)most);
+    float *c = (float *)malloc(sizeof(float) * (size_t)most);
+    double lin = 0, head, att;
+    for (i = 0; i < most; i++) { a[i] = (float)(i % 13) * 0.01f; b[i] = (float)(i % 7) * 0.01f; c[i] = 0; }
+    openblas_set_num_threads(threads);
+    for (k = 0; k < 4; k++)
+        lin += time_gemm(0, 1, (int)N, fout[k], fin[k], reps, a, b, c) +   /* y = x·Wᵀ   */
+               time_gemm(0, 0, (int)N, fin[k], fout[k], reps, a, b, c) +   /* dx = dy·W  */
+               time_gemm(1, 0, fout[k], fin[k], (int)N, reps, a, b, c);    /* dW = dyᵀ·x */
+    head = time_gemm(0, 1, (int)N, V, C, reps, a, b, c) + time_gemm(0, 0, (int)N, C, V, reps, a, b, c) +
+           time_gemm(1, 0, V, C, (int)N, reps, a, b, c);
+    openblas_set_num_threads(1);   /* the per-head products run one per thread, as a batch */
+    att = 0;
+    {
+        double t0, best = 1e30;
+        int r, p;
+        for (r = 0; r < 3; r++) {
+            t0 = now_s();
+            #pragma omp parallel for num_threads(threads) schedule(static)
+            for (p = 0; p < B * heads; p++) {
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, 1.0f, a, hd, b, hd, 0.0f, c + (size_t)omp_get_thread_num() * T * T, T);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, a, T, b, hd, 0.0f, c + (size_t)omp_get_thread_num() * T * T, hd);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, 1.0f, a, hd, b, hd, 0.0f, c + (size_t)omp_get_thread_num() * T * T, T);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, a, T, b, hd, 0.0f, c + (size_t)omp_get_thread_num() * T * T, hd);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, a, T, b, hd, 0.0f, c + (size_t)omp_get_thread_num() * T * T, hd);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, a, T, b, hd, 0.0f, c + (size_t)omp_get_thread_num() * T * T, hd);
+            }
+            t0 = now_s() - t0;
+            if (t0 < best) best = t0;
+        }
+        att = best * 1e3;
+    }
+    free(a); free(b); free(c);
+    *attn_ms = layers * att;
+    return layers * lin + head;
 }
 
 /* Runs the PyTorch peer once; returns 0 and its numbers, or -1. */
@@ -59,7 +123,7 @@ int main(int argc, char **argv) {
     int32_t *tokens;
     mg_train_args args;
     mg_trainer tr;
-    double first_loss = 0, best = 0, peer_best = 0, peer_ms = 0, peer_loss = 0;
+    double first_loss = 0, best = 0, peer_best = 0, peer_ms = 0, peer_loss = 0, lin_ms, attn_ms;
     const char *backend = "flash";
     for (i = 1; i < argc; i++) {
         int *dst = NULL;
@@ -128,6 +192,7 @@ int main(int argc, char **argv) {
         mg_step_result s = mg_trainer_step(&tr);
         if (k == 0) first_loss = s.loss;
     }
+    lin_ms = gemm_limit_ms(threads, layers, hidden, heads, seq, batch, 256, &attn_ms);
     for (r = 0; r < rounds; r++) {
         double t0 = now_s(), tps, ptps, pms, ploss;
         for (k = 0; k < iters; k++) mg_trainer_step(&tr);
@@ -152,8 +217,15 @@ int main(int argc, char **argv) {
     if (peer) {
         printf("| PyTorch 1.13 (%d threads) | %.0f | %.1f | %.6f |\n", threads, peer_best,
                peer_ms, peer_loss);
-        printf("speed-up over PyTorch: %.2fx (goal: 2x)\n", best / peer_best);
+        printf("speed-up over PyTorch: %.2fx (goal: 1.5x at T = 256)\n", best / peer_best);
     }
+    printf("GEMM-only limit (each GEMM alone at OpenBLAS's rate, %d threads): linear layers and "
+           "output layer %.1f ms, attention %.1f ms over the full T x T (%.1f causal half); "
+           "per iteration %.1f ms full, %.1f ms causal\n", threads, lin_ms, attn_ms, attn_ms / 2,
+           lin_ms + attn_ms, lin_ms + attn_ms / 2);
+    printf("megatron.h at %.0f%% of the causal limit", 100 * (lin_ms + attn_ms / 2) / (1e3 * batch * seq / best));
+    if (peer) printf(", PyTorch at %.0f%% of the full-square limit it computes", 100 * (lin_ms + attn_ms) / peer_ms);
+    printf("\n");
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "train: could not remove %s\n", dir);
     return 0;

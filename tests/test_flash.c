@@ -204,6 +204,52 @@ static void test_blocks(mg_ctx *ctx, int T, int qcut, int kcut, int reversed, fl
     mg_arena_release(ctx, mark);
 }
 
+/* The CPU's two backward schedules: with room in the arena for the dQ accumulators and enough
+   (b, group) tasks, one pass per (b, group) (S, dP, dS computed once); without, the kernels'
+   two passes. Both give the same dqkv bit for bit; the arena's high-water mark shows which ran. */
+static void test_backward_schedules(mg_dtype dt, float p) {
+    const int B = 4, T = 100, nh = 4, ng = 2, hd = 32, nt = 2;
+    const int C3 = (nh + 2 * ng) * hd, N = B * T, Q = nh * hd;
+    size_t delta_bytes = (size_t)B * nh * T * 4, ws_bytes = (size_t)nt * (6 * 32 * hd + 3 * 32 * 32) * 4;
+    size_t dq_bytes = (size_t)nt * (nh / ng) * T * hd * 4, base, rise[2];
+    mg_ctx ctx;
+    mg_ctx_desc d;
+    float *qkv_h = ops_randn_array((int64_t)N * C3, 1.5f), *dout_h = ops_randn_array((int64_t)N * Q, 1.0f);
+    float *g[2];
+    mg_attn_dropout drop = {p, mg_dropout_key(99, 1, 2), 0, nh};
+    char name[200];
+    int k;
+    memset(&d, 0, sizeof d);
+    d.device = MG_DEVICE_CPU;
+    d.n_threads = nt;
+    d.arena_bytes = (size_t)16 << 20;
+    mg_ctx_init(&ctx, &d);
+    {
+        mg_tensor qkv = ops_dev(&ctx, dt, qkv_h, N, C3), dout = ops_dev(&ctx, dt, dout_h, N, Q);
+        mg_tensor out = ops_dev(&ctx, dt, NULL, N, Q), lse = ops_dev(&ctx, MG_F32, NULL, (int64_t)B * nh, T);
+        mg_tensor dqkv = ops_dev(&ctx, dt, NULL, N, C3);
+        mg_flash_attention_forward(&ctx, &out, &lse, &qkv, B, T, nh, ng, &drop);
+        for (k = 0; k < 2; k++) {
+            size_t mark = mg_arena_mark(&ctx);
+            if (k)   /* leave the two passes' scratch and less than the accumulators need */
+                (void)mg_alloc(&ctx, ctx.arena_size - ctx.arena_used - (delta_bytes + ws_bytes + 4096));
+            base = ctx.arena_used;
+            ctx.arena_peak = base;
+            mg_flash_attention_backward(&ctx, &dqkv, &dout, &out, &lse, &qkv, B, T, nh, ng, &drop);
+            rise[k] = ctx.arena_peak - base;
+            g[k] = ops_host(&ctx, &dqkv);
+            mg_arena_release(&ctx, mark);
+        }
+    }
+    snprintf(name, sizeof name, "tiled attention backward on the CPU: one pass per (b, group) "
+             "equals the two passes bit for bit (%s, dropout %g)", mg_dtype_name(dt), (double)p);
+    mg_test_report(!memcmp(g[0], g[1], (size_t)N * C3 * sizeof(float)) &&
+                   rise[0] >= rise[1] + dq_bytes, name,
+                   "scratch %zu vs %zu bytes (the accumulators: %zu)", rise[0], rise[1], dq_bytes);
+    free(g[0]); free(g[1]); free(qkv_h); free(dout_h);
+    mg_ctx_free(&ctx);
+}
+
 int main(void) {
     mg_ctx ctx = ops_ctx_make((size_t)1 << 30);
     static const flash_case cases[] = {
@@ -219,6 +265,9 @@ int main(void) {
     test_blocks(&ctx, 70, 40, 33, 0, 0.0f);
     test_blocks(&ctx, 70, 40, 33, 1, 0.15f);
     test_blocks(&ctx, 64, 32, 32, 1, 0.0f);
+    test_backward_schedules(MG_F32, 0.0f);
+    test_backward_schedules(MG_F32, 0.1f);
+    test_backward_schedules(MG_BF16, 0.0f);
     {   /* the causal skip: query tile i computes key tiles 0..i */
         mg_attn_block a;
         memset(&a, 0, sizeof a);

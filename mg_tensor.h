@@ -2124,7 +2124,8 @@ static void mg__cpu_causal_softmax_backward(mg_ctx *ctx, const mg_tensor *datt,
    row-major sgemms on the calling thread (OpenBLAS runs single-threaded under our OpenMP), each
    adding its tile's sum to the accumulator once, as the kernels add each tile's part once.
    OpenMP runs the tasks (dynamic: the causal tiles differ in work), each in per-thread fp32
-   scratch (16-bit rows are widened on load, as the kernels widen them into shared memory).  */
+   scratch: fp32 rows are read in place, 16-bit rows widened on load (as the kernels widen them
+   into shared memory).                                                                       */
 typedef struct mg__attn_geo {
     int TL, hd, per, nqt, nkt;      /* tile, head dim, query heads per group, tiles of q and k */
     float scale;
@@ -2160,6 +2161,18 @@ static void mg__cpu_attn_store(const mg_attn_view *v, int64_t t0, int n, int b, 
         }
     }
 }
+/* Rows t0… (n of them) of head (b, g, j) of v as a row-major fp32 operand of the tile products:
+   fp32 storage in place (row stride ld_t, no copy), 16-bit widened into buf (row stride hd). */
+static const float *mg__cpu_attn_rows(const mg_attn_view *v, int64_t t0, int n, int b, int g,
+                                      int j, int hd, float *buf, int *ld) {
+    if (v->dtype == MG_F32 && v->ld_t >= hd && v->ld_t <= INT32_MAX) {
+        *ld = (int)v->ld_t;
+        return (const float *)v->data + mg__view_at(v, t0, b, g, j);
+    }
+    mg__cpu_attn_load(buf, v, t0, n, b, g, j, hd);
+    *ld = hd;
+    return buf;
+}
 /* Row-major C[M×N] = alpha·op(A)·op(B) + beta·C of one tile (ta/tb: A or B transposed). */
 static void mg__cpu_tile_mm(int ta, int tb, int M, int N, int K, float alpha, const float *A,
                             int lda, const float *B, int ldb, float beta, float *C, int ldc) {
@@ -2171,24 +2184,26 @@ static void mg__cpu_tile_mm(int ta, int tb, int M, int N, int K, float alpha, co
 static void mg__cpu_attn_fwd_task(const mg_attn_block *a, const mg__attn_geo *ge, int b, int h,
                                   int qt, float *ws, const mg_attn_view *o, float *lse, int merge) {
     const int TL = ge->TL, hd = ge->hd, g = h / ge->per, j = h % ge->per;
-    float *Q = ws, *K = Q + TL * hd, *V = K + TL * hd, *acc = V + TL * hd, *S = acc + TL * hd;
+    float *Qb = ws, *Kb = Qb + TL * hd, *Vb = Kb + TL * hd, *acc = Vb + TL * hd, *S = acc + TL * hd;
     float *m = S + TL * TL, *l = m + TL;
+    const float *Q, *K, *V;
     int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a->n_head + h) * a->Tq + t0;
-    int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL), nkt, kt, i, c;
-    mg__cpu_attn_load(Q, &a->q, t0, nq, b, g, j, hd);
+    int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL), nkt, kt, i, c, ldq, ldk, ldv;
+    Q = mg__cpu_attn_rows(&a->q, t0, nq, b, g, j, hd, Qb, &ldq);
     memset(acc, 0, (size_t)TL * hd * sizeof(float));
     for (i = 0; i < nq; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
     nkt = mg__attn_key_tiles(a, a->q_pos0 + t0 + nq - 1);
     for (kt = 0; kt < nkt; kt++) {
         int64_t s0 = (int64_t)kt * TL, kpos = a->k_pos0 + s0;
         int nk = (int)(a->Tk - s0 < TL ? a->Tk - s0 : TL);
-        mg__cpu_attn_load(K, &a->k, s0, nk, b, g, 0, hd);
-        mg__cpu_attn_load(V, &a->v, s0, nk, b, g, 0, hd);
-        mg__cpu_tile_mm(0, 1, nq, nk, hd, ge->scale, Q, hd, K, hd, 0.0f, S, TL);  /* S = scale·Q·Kᵀ */
+        K = mg__cpu_attn_rows(&a->k, s0, nk, b, g, 0, hd, Kb, &ldk);
+        V = mg__cpu_attn_rows(&a->v, s0, nk, b, g, 0, hd, Vb, &ldv);
+        mg__cpu_tile_mm(0, 1, nq, nk, hd, ge->scale, Q, ldq, K, ldk, 0.0f, S, TL);  /* S = scale·Q·Kᵀ */
         for (i = 0; i < nq; i++) {     /* online softmax of the row's visible part; P over S */
             int64_t qpos = a->q_pos0 + t0 + i;
             int nv = mg__attn_visible(qpos, kpos, nk);
             float mx = m[i], sum = 0.0f, alpha, *Si = S + i * TL, *acc_i = acc + (size_t)i * hd;
+            #pragma omp simd reduction(max : mx)
             for (c = 0; c < nv; c++) mx = Si[c] > mx ? Si[c] : mx;
             alpha = !nv ? 1.0f : m[i] == -INFINITY ? 0.0f : mg__exp(m[i] - mx);
             #pragma omp simd reduction(+ : sum)
@@ -2201,10 +2216,12 @@ static void mg__cpu_attn_fwd_task(const mg_attn_block *a, const mg__attn_geo *ge
             if (!nv) continue;
             l[i] = l[i] * alpha + sum;
             m[i] = mx;
-            if (alpha != 1.0f)
+            if (alpha != 1.0f) {
+                #pragma omp simd
                 for (c = 0; c < hd; c++) acc_i[c] *= alpha;
+            }
         }
-        mg__cpu_tile_mm(0, 0, nq, hd, nk, 1.0f, S, TL, V, hd, 1.0f, acc, hd);     /* acc += P·V */
+        mg__cpu_tile_mm(0, 0, nq, hd, nk, 1.0f, S, TL, V, ldv, 1.0f, acc, hd);    /* acc += P·V */
     }
     for (i = 0; i < nq; i++) {         /* o = acc/l (merged), lse */
         float w_new, w_old, *acc_i = acc + (size_t)i * hd;
@@ -2227,7 +2244,12 @@ static void mg__cpu_attn_delta(mg_ctx *ctx, float *delta, const mg_attn_block *a
         int h = (int)(r / a->Tq % a->n_head), b = (int)(r / a->Tq / a->n_head), d;
         int64_t od = mg__view_at(dout, t, b, h / per, h % per), oo = mg__view_at(o, t, b, h / per, h % per);
         float s = 0.0f;
-        for (d = 0; d < a->hd; d++) s += mg_load(dout->data, dout->dtype, od + d) * mg_load(o->data, o->dtype, oo + d);
+        if (dout->dtype == MG_F32 && o->dtype == MG_F32) {   /* the same sum, without the loads' switch */
+            const float *x = (const float *)dout->data + od, *y = (const float *)o->data + oo;
+            for (d = 0; d < a->hd; d++) s += x[d] * y[d];
+        } else {
+            for (d = 0; d < a->hd; d++) s += mg_load(dout->data, dout->dtype, od + d) * mg_load(o->data, o->dtype, oo + d);
+        }
         delta[r] = s;
     }
 }
@@ -2268,23 +2290,24 @@ static void mg__cpu_attn_dq_task(const mg_attn_block *a, const mg__attn_geo *ge,
                                  int qt, float *ws, const mg_attn_view *dout, const float *lse,
                                  const float *delta, const mg_attn_view *dq, int accumulate) {
     const int TL = ge->TL, hd = ge->hd, g = h / ge->per, j = h % ge->per;
-    float *Q = ws, *dO = Q + TL * hd, *K = dO + TL * hd, *V = K + TL * hd, *acc = V + TL * hd;
+    float *Qb = ws, *dOb = Qb + TL * hd, *Kb = dOb + TL * hd, *Vb = Kb + TL * hd, *acc = Vb + TL * hd;
     float *S = acc + TL * hd, *dS = S + TL * TL;
+    const float *Q, *dO, *K, *V;
     int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a->n_head + h) * a->Tq + t0;
-    int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL), nkt, kt;
-    mg__cpu_attn_load(Q, &a->q, t0, nq, b, g, j, hd);
-    mg__cpu_attn_load(dO, dout, t0, nq, b, g, j, hd);
+    int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL), nkt, kt, ldq, ldo, ldk, ldv;
+    Q = mg__cpu_attn_rows(&a->q, t0, nq, b, g, j, hd, Qb, &ldq);
+    dO = mg__cpu_attn_rows(dout, t0, nq, b, g, j, hd, dOb, &ldo);
     memset(acc, 0, (size_t)TL * hd * sizeof(float));
     nkt = mg__attn_key_tiles(a, a->q_pos0 + t0 + nq - 1);
     for (kt = 0; kt < nkt; kt++) {
         int64_t s0 = (int64_t)kt * TL, kpos = a->k_pos0 + s0;
         int nk = (int)(a->Tk - s0 < TL ? a->Tk - s0 : TL);
-        mg__cpu_attn_load(K, &a->k, s0, nk, b, g, 0, hd);
-        mg__cpu_attn_load(V, &a->v, s0, nk, b, g, 0, hd);
-        mg__cpu_tile_mm(0, 1, nq, nk, hd, ge->scale, Q, hd, K, hd, 0.0f, S, TL);
-        mg__cpu_tile_mm(0, 1, nq, nk, hd, 1.0f, dO, hd, V, hd, 0.0f, dS, TL);
+        K = mg__cpu_attn_rows(&a->k, s0, nk, b, g, 0, hd, Kb, &ldk);
+        V = mg__cpu_attn_rows(&a->v, s0, nk, b, g, 0, hd, Vb, &ldv);
+        mg__cpu_tile_mm(0, 1, nq, nk, hd, ge->scale, Q, ldq, K, ldk, 0.0f, S, TL);
+        mg__cpu_tile_mm(0, 1, nq, nk, hd, 1.0f, dO, ldo, V, ldv, 0.0f, dS, TL);
         mg__cpu_attn_ds_tile(a, ge, b, h, t0, nq, kpos, nk, lse + row0, delta + row0, S, dS, NULL);
-        mg__cpu_tile_mm(0, 0, nq, hd, nk, 1.0f, dS, TL, K, hd, 1.0f, acc, hd);    /* += dS·K */
+        mg__cpu_tile_mm(0, 0, nq, hd, nk, 1.0f, dS, TL, K, ldk, 1.0f, acc, hd);   /* += dS·K */
     }
     mg__cpu_attn_store(dq, t0, nq, b, g, j, hd, acc, ge->scale, accumulate);
 }
@@ -2297,27 +2320,28 @@ static void mg__cpu_attn_dkv_task(const mg_attn_block *a, const mg__attn_geo *ge
                                   const float *delta, const mg_attn_view *dk, const mg_attn_view *dv,
                                   int accumulate, float *dq_acc) {
     const int TL = ge->TL, hd = ge->hd;
-    float *K = ws, *V = K + TL * hd, *Q = V + TL * hd, *dO = Q + TL * hd, *dKa = dO + TL * hd;
+    float *Kb = ws, *Vb = Kb + TL * hd, *Qb = Vb + TL * hd, *dOb = Qb + TL * hd, *dKa = dOb + TL * hd;
     float *dVa = dKa + TL * hd, *S = dVa + TL * hd, *dS = S + TL * TL, *P = dS + TL * TL;
+    const float *Q, *dO, *K, *V;
     int64_t s0 = (int64_t)kt * TL, kpos = a->k_pos0 + s0;
-    int nk = (int)(a->Tk - s0 < TL ? a->Tk - s0 : TL), j, qt;
-    mg__cpu_attn_load(K, &a->k, s0, nk, b, g, 0, hd);
-    mg__cpu_attn_load(V, &a->v, s0, nk, b, g, 0, hd);
+    int nk = (int)(a->Tk - s0 < TL ? a->Tk - s0 : TL), j, qt, ldq, ldo, ldk, ldv;
+    K = mg__cpu_attn_rows(&a->k, s0, nk, b, g, 0, hd, Kb, &ldk);
+    V = mg__cpu_attn_rows(&a->v, s0, nk, b, g, 0, hd, Vb, &ldv);
     memset(dKa, 0, (size_t)2 * TL * hd * sizeof(float));
     for (j = 0; j < ge->per; j++) {
         int h = g * ge->per + j;
         for (qt = mg__attn_first_query_tile(a, kpos); qt < ge->nqt; qt++) {
             int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a->n_head + h) * a->Tq + t0;
             int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL);
-            mg__cpu_attn_load(Q, &a->q, t0, nq, b, g, j, hd);
-            mg__cpu_attn_load(dO, dout, t0, nq, b, g, j, hd);
-            mg__cpu_tile_mm(0, 1, nq, nk, hd, ge->scale, Q, hd, K, hd, 0.0f, S, TL);
-            mg__cpu_tile_mm(0, 1, nq, nk, hd, 1.0f, dO, hd, V, hd, 0.0f, dS, TL);
+            Q = mg__cpu_attn_rows(&a->q, t0, nq, b, g, j, hd, Qb, &ldq);
+            dO = mg__cpu_attn_rows(dout, t0, nq, b, g, j, hd, dOb, &ldo);
+            mg__cpu_tile_mm(0, 1, nq, nk, hd, ge->scale, Q, ldq, K, ldk, 0.0f, S, TL);
+            mg__cpu_tile_mm(0, 1, nq, nk, hd, 1.0f, dO, ldo, V, ldv, 0.0f, dS, TL);
             mg__cpu_attn_ds_tile(a, ge, b, h, t0, nq, kpos, nk, lse + row0, delta + row0, S, dS, P);
-            mg__cpu_tile_mm(1, 0, nk, hd, nq, 1.0f, P, TL, dO, hd, 1.0f, dVa, hd);  /* += D(P)ᵀ·dO */
-            mg__cpu_tile_mm(1, 0, nk, hd, nq, 1.0f, dS, TL, Q, hd, 1.0f, dKa, hd);  /* += dSᵀ·Q */
-            if (dq_acc)                                                             /* += dS·K */
-                mg__cpu_tile_mm(0, 0, nq, hd, nk, 1.0f, dS, TL, K, hd, 1.0f,
+            mg__cpu_tile_mm(1, 0, nk, hd, nq, 1.0f, P, TL, dO, ldo, 1.0f, dVa, hd);  /* += D(P)ᵀ·dO */
+            mg__cpu_tile_mm(1, 0, nk, hd, nq, 1.0f, dS, TL, Q, ldq, 1.0f, dKa, hd);  /* += dSᵀ·Q */
+            if (dq_acc)                                                              /* += dS·K */
+                mg__cpu_tile_mm(0, 0, nq, hd, nk, 1.0f, dS, TL, K, ldk, 1.0f,
                                 dq_acc + ((size_t)j * a->Tq + t0) * hd, hd);
         }
     }

@@ -6006,10 +6006,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
                takes the two-pass schedule, same result)                                   */
             mg_layer_config k = mg_gpt_layer_config(&tr->cfg, (int)a->micro_batch_size,
                                                     (mg_dtype)layout.dtype);
-            int threads = tr->comm ? mg_comm_default_threads(tr->comm) : 1;
-#ifdef _OPENMP
-            if (!tr->comm) threads = omp_get_max_threads();
-#endif
+            int threads = mg__ctx_threads(tr->comm ? mg_comm_default_threads(tr->comm) : 0);
             bytes += (size_t)threads * (size_t)(k.n_head / k.n_group) * (size_t)tr->cfg.seq_len *
                          (size_t)k.head_dim * sizeof(float) + 256;
         }

@@ -915,6 +915,16 @@ static mg_device mg__resolve_device(mg_device want) {
 
 #define MG__ARENA_ALIGN 256
 
+/* The threads a context initialised with n_threads = requested runs (0: OpenMP's default). */
+static int mg__ctx_threads(int requested) {
+#ifdef _OPENMP
+    return requested ? requested : omp_get_max_threads();
+#else
+    (void)requested;
+    return 1;
+#endif
+}
+
 MGDEF void mg_ctx_init(mg_ctx *ctx, const mg_ctx_desc *desc) {
     mg_ctx_desc d;
     memset(ctx, 0, sizeof *ctx);
@@ -922,11 +932,7 @@ MGDEF void mg_ctx_init(mg_ctx *ctx, const mg_ctx_desc *desc) {
     if (desc) d = *desc;
     ctx->device = mg__resolve_device(d.device);
     if (d.n_threads < 0) mg_fatal(__FILE__, __LINE__, "n_threads %d < 0", d.n_threads);
-#ifdef _OPENMP
-    ctx->n_threads = d.n_threads ? d.n_threads : omp_get_max_threads();
-#else
-    ctx->n_threads = 1;
-#endif
+    ctx->n_threads = mg__ctx_threads(d.n_threads);
     /* GEMMs are parallelised by the library (OpenMP over the batch or over blocks of C), each
        thread calling a single-threaded OpenBLAS: one thread pool, none oversubscribed.    */
     if (ctx->device == MG_DEVICE_CPU) openblas_set_num_threads(1);
@@ -2140,33 +2146,32 @@ static void mg__cpu_attn_load(float *dst, const mg_attn_view *v, int64_t t0, int
         else for (d = 0; d < hd; d++) dst[(size_t)r * hd + d] = mg_load(v->data, v->dtype, off + d);
     }
 }
+/* Rows t0… of head (b, g, j) of v = alpha·src (+ v, accumulating), row by row in fp32: fp32
+   storage in place, 16-bit through row_buf (hd floats: widened, summed, rounded back).       */
 static void mg__cpu_attn_store(const mg_attn_view *v, int64_t t0, int n, int b, int g, int j,
-                               int hd, const float *src, float alpha, int accumulate) {
+                               int hd, const float *src, float alpha, int accumulate,
+                               float *row_buf) {
     int r, d;
     for (r = 0; r < n; r++) {
         int64_t off = mg__view_at(v, t0 + r, b, g, j);
-        if (v->dtype == MG_F32) {   /* the same sums, in a loop that vectorises */
-            float *o = (float *)v->data + off;
-            const float *x = src + (size_t)r * hd;
-            if (accumulate)
-                for (d = 0; d < hd; d++) o[d] = alpha * x[d] + o[d];
-            else
-                for (d = 0; d < hd; d++) o[d] = alpha * x[d];
-            continue;
+        float *o = v->dtype == MG_F32 ? (float *)v->data + off : row_buf;
+        const float *x = src + (size_t)r * hd;
+        if (accumulate) {
+            if (v->dtype != MG_F32) mg__cpu_widen(row_buf, v->data, v->dtype, off, hd);
+            for (d = 0; d < hd; d++) o[d] = alpha * x[d] + o[d];
+        } else {
+            for (d = 0; d < hd; d++) o[d] = alpha * x[d];
         }
-        for (d = 0; d < hd; d++) {
-            float x = alpha * src[(size_t)r * hd + d];
-            if (accumulate) x += mg_load(v->data, v->dtype, off + d);
-            mg_store(v->data, v->dtype, off + d, x);
-        }
+        if (v->dtype != MG_F32) mg__cpu_narrow(v->data, v->dtype, off, row_buf, hd);
     }
 }
 /* Rows t0… (n of them) of head (b, g, j) of v as a row-major fp32 operand of the tile products:
-   fp32 storage in place (row stride ld_t, no copy), 16-bit widened into buf (row stride hd). */
+   fp32 storage in place (row stride ld_t, or hd for one row: no copy), 16-bit widened into buf
+   (row stride hd).                                                                           */
 static const float *mg__cpu_attn_rows(const mg_attn_view *v, int64_t t0, int n, int b, int g,
                                       int j, int hd, float *buf, int *ld) {
-    if (v->dtype == MG_F32 && v->ld_t >= hd && v->ld_t <= INT32_MAX) {
-        *ld = (int)v->ld_t;
+    if (v->dtype == MG_F32 && (n == 1 || (v->ld_t >= hd && v->ld_t <= INT32_MAX))) {
+        *ld = n == 1 ? hd : (int)v->ld_t;
         return (const float *)v->data + mg__view_at(v, t0, b, g, j);
     }
     mg__cpu_attn_load(buf, v, t0, n, b, g, j, hd);
@@ -2232,26 +2237,25 @@ static void mg__cpu_attn_fwd_task(const mg_attn_block *a, const mg__attn_geo *ge
                      (w_old != 0.0f ? w_old * mg_load(o->data, o->dtype, off + c) : 0.0f));
     }
 }
-/* Δ = rowsum(dO ∘ O) per query row. */
+/* Δ = rowsum(dO ∘ O) per query row (16-bit rows widened into per-thread scratch). */
 static void mg__cpu_attn_delta(mg_ctx *ctx, float *delta, const mg_attn_block *a,
                                const mg_attn_view *dout, const mg_attn_view *o) {
     int64_t R = (int64_t)a->B * a->n_head * a->Tq, r;
-    int per = a->n_head / a->n_group;
-    (void)ctx;
-    #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (R * a->hd > MG__PAR_MIN)
+    int per = a->n_head / a->n_group, hd = a->hd;
+    size_t mark = mg_arena_mark(ctx);
+    float *scratch = mg__cpu_scratch(ctx, dout->dtype != MG_F32 || o->dtype != MG_F32, 2 * (size_t)hd);
+    #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (R * hd > MG__PAR_MIN)
     for (r = 0; r < R; r++) {
         int64_t t = r % a->Tq;
-        int h = (int)(r / a->Tq % a->n_head), b = (int)(r / a->Tq / a->n_head), d;
-        int64_t od = mg__view_at(dout, t, b, h / per, h % per), oo = mg__view_at(o, t, b, h / per, h % per);
+        int h = (int)(r / a->Tq % a->n_head), b = (int)(r / a->Tq / a->n_head), d, ld;
+        float *sc = scratch ? scratch + (size_t)MG__TID() * 2 * hd : NULL;
+        const float *x = mg__cpu_attn_rows(dout, t, 1, b, h / per, h % per, hd, sc, &ld);
+        const float *y = mg__cpu_attn_rows(o, t, 1, b, h / per, h % per, hd, sc ? sc + hd : NULL, &ld);
         float s = 0.0f;
-        if (dout->dtype == MG_F32 && o->dtype == MG_F32) {   /* the same sum, without the loads' switch */
-            const float *x = (const float *)dout->data + od, *y = (const float *)o->data + oo;
-            for (d = 0; d < a->hd; d++) s += x[d] * y[d];
-        } else {
-            for (d = 0; d < a->hd; d++) s += mg_load(dout->data, dout->dtype, od + d) * mg_load(o->data, o->dtype, oo + d);
-        }
+        for (d = 0; d < hd; d++) s += x[d] * y[d];
         delta[r] = s;
     }
+    mg_arena_release(ctx, mark);
 }
 /* The backward's recomputed tile of query rows t0… against key tile kpos…: from S = scale·QKᵀ
    and dP = dO·Vᵀ (in S and dS), P = exp(S − lse) → pd = D(P) (into P, if given) and
@@ -2309,7 +2313,7 @@ static void mg__cpu_attn_dq_task(const mg_attn_block *a, const mg__attn_geo *ge,
         mg__cpu_attn_ds_tile(a, ge, b, h, t0, nq, kpos, nk, lse + row0, delta + row0, S, dS, NULL);
         mg__cpu_tile_mm(0, 0, nq, hd, nk, 1.0f, dS, TL, K, ldk, 1.0f, acc, hd);   /* += dS·K */
     }
-    mg__cpu_attn_store(dq, t0, nq, b, g, j, hd, acc, ge->scale, accumulate);
+    mg__cpu_attn_store(dq, t0, nq, b, g, j, hd, acc, ge->scale, accumulate, Qb);
 }
 /* dK/dV task (b, group g, key tile kt): over the group's query heads and the query tiles that
    see the keys, dV_s = Σ_t D(P)_ts·dO_t and dK_s = scale·Σ_t dS_ts·Q_t, in fp32. With dq_acc
@@ -2345,8 +2349,8 @@ static void mg__cpu_attn_dkv_task(const mg_attn_block *a, const mg__attn_geo *ge
                                 dq_acc + ((size_t)j * a->Tq + t0) * hd, hd);
         }
     }
-    mg__cpu_attn_store(dk, s0, nk, b, g, 0, hd, dKa, ge->scale, accumulate);
-    mg__cpu_attn_store(dv, s0, nk, b, g, 0, hd, dVa, 1.0f, accumulate);
+    mg__cpu_attn_store(dk, s0, nk, b, g, 0, hd, dKa, ge->scale, accumulate, Qb);
+    mg__cpu_attn_store(dv, s0, nk, b, g, 0, hd, dVa, 1.0f, accumulate, Qb);
 }
 static void mg__cpu_attn_forward(mg_ctx *ctx, const mg_attn_block *a, const mg__attn_geo *ge,
                                  const mg_attn_view *o, float *lse, int merge) {
@@ -2389,7 +2393,7 @@ static void mg__cpu_attn_backward(mg_ctx *ctx, const mg_attn_block *a, const mg_
                 mg__cpu_attn_dkv_task(a, ge, b, g, kt, w, dout, lse, delta, dk, dv, accumulate, acc);
             for (j = 0; j < ge->per; j++)
                 mg__cpu_attn_store(dq, 0, (int)a->Tq, b, g, j, ge->hd, acc + (size_t)j * a->Tq * ge->hd,
-                                   ge->scale, accumulate);
+                                   ge->scale, accumulate, w);
         }
         mg_arena_release(ctx, mark);
         return;

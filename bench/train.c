@@ -41,14 +41,18 @@ static double now_s(void) {
    head), the six T×T×hd products (S = Q·Kᵀ, O = P·V; dP = dO·Vᵀ, dV = Pᵀ·dO, dQ = dS·K,
    dK = dSᵀ·Q), returned separately in *attn_ms over the full square — what an attention that
    materialises T×T computes; a causal one needs about half.                                  */
+/* Row-major C[M×N] = op(A)·op(B), A and B packed (leading dimensions from the shape). */
+static void sgemm_rm(int ta, int tb, int M, int N, int K, const float *a, const float *b, float *c) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                M, N, K, 1.0f, a, ta ? M : K, b, tb ? K : N, 0.0f, c, N);
+}
 static double time_gemm(int ta, int tb, int M, int N, int K, int reps, float *a, float *b,
                         float *c) {
     double best = 1e30;
     int r;
     for (r = 0; r < reps; r++) {
         double t0 = now_s(), t;
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                    M, N, K, 1.0f, a, ta ? M : K, b, tb ? K : N, 0.0f, c, N);
+        sgemm_rm(ta, tb, M, N, K, a, b, c);
         t = now_s() - t0;
         if (t < best) best = t;
     }
@@ -71,21 +75,18 @@ static double gemm_limit_ms(int threads, int layers, int C, int heads, int T, in
     head = time_gemm(0, 1, (int)N, V, C, reps, a, b, c) + time_gemm(0, 0, (int)N, C, V, reps, a, b, c) +
            time_gemm(1, 0, V, C, (int)N, reps, a, b, c);
     openblas_set_num_threads(1);   /* the per-head products run one per thread, as a batch */
-    att = 0;
-    {
-        double t0, best = 1e30;
+    {   /* S = Q·Kᵀ, O = P·V; dP = dO·Vᵀ, dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q: {ta, tb, M, N, K} */
+        const int prod[6][5] = {{0, 1, T, T, hd}, {0, 0, T, hd, T}, {0, 1, T, T, hd},
+                                {1, 0, T, hd, T}, {0, 0, T, hd, T}, {1, 0, T, hd, T}};
+        double best = 1e30;
         int r, p;
         for (r = 0; r < 3; r++) {
-            t0 = now_s();
+            double t0 = now_s();
             #pragma omp parallel for num_threads(threads) schedule(static)
-            for (p = 0; p < B * heads; p++) {
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, 1.0f, a, hd, b, hd, 0.0f, c + (size_t)omp_get_thread_num() * T * T, T);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, a, T, b, hd, 0.0f, c + (size_t)omp_get_thread_num() * T * T, hd);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, 1.0f, a, hd, b, hd, 0.0f, c + (size_t)omp_get_thread_num() * T * T, T);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, a, T, b, hd, 0.0f, c + (size_t)omp_get_thread_num() * T * T, hd);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, a, T, b, hd, 0.0f, c + (size_t)omp_get_thread_num() * T * T, hd);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hd, T, 1.0f, a, T, b, hd, 0.0f, c + (size_t)omp_get_thread_num() * T * T, hd);
-            }
+            for (p = 0; p < B * heads; p++)
+                for (int q = 0; q < 6; q++)
+                    sgemm_rm(prod[q][0], prod[q][1], prod[q][2], prod[q][3], prod[q][4], a, b,
+                             c + (size_t)omp_get_thread_num() * T * T);
             t0 = now_s() - t0;
             if (t0 < best) best = t0;
         }

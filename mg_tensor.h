@@ -2129,6 +2129,11 @@ static void mg__cpu_causal_softmax_backward(mg_ctx *ctx, const mg_tensor *datt,
    row updates, then the products with the value/key rows. The tile products are small
    row-major sgemms on the calling thread (OpenBLAS runs single-threaded under our OpenMP), each
    adding its tile's sum to the accumulator once, as the kernels add each tile's part once.
+   Every product is an NN or TN sgemm: the operand that would enter transposed (Kᵀ, Vᵀ) is
+   loaded transposed into scratch once per task instead, because OpenBLAS's small-matrix NT
+   kernel runs these 32×32×64 shapes at about 2/3 of the rate of its NN and TN kernels. The
+   forward therefore computes the score tile transposed, Sᵀ = scale·K·Qᵀ (Qᵀ loaded once per
+   query tile), and runs the online softmax down its columns, a query row per vector lane.
    OpenMP runs the tasks (dynamic: the causal tiles differ in work), each in per-thread fp32
    scratch: fp32 rows are read in place, 16-bit rows widened on load (as the kernels widen them
    into shared memory).                                                                       */
@@ -2144,6 +2149,21 @@ static void mg__cpu_attn_load(float *dst, const mg_attn_view *v, int64_t t0, int
         int64_t off = mg__view_at(v, t0 + r, b, g, j);
         if (v->dtype == MG_F32) memcpy(dst + (size_t)r * hd, (const float *)v->data + off, (size_t)hd * sizeof(float));
         else for (d = 0; d < hd; d++) dst[(size_t)r * hd + d] = mg_load(v->data, v->dtype, off + d);
+    }
+}
+/* Rows t0… (n of them) of head (b, g, j) of v, transposed and widened to fp32: row t0 + r
+   becomes column r of dst [hd][ld] (ld >= n), the operand of an NN or TN tile product.      */
+static void mg__cpu_attn_load_t(float *dst, int ld, const mg_attn_view *v, int64_t t0, int n,
+                                int b, int g, int j, int hd) {
+    int r, d;
+    for (r = 0; r < n; r++) {
+        int64_t off = mg__view_at(v, t0 + r, b, g, j);
+        if (v->dtype == MG_F32) {
+            const float *x = (const float *)v->data + off;
+            for (d = 0; d < hd; d++) dst[(size_t)d * ld + r] = x[d];
+        } else {
+            for (d = 0; d < hd; d++) dst[(size_t)d * ld + r] = mg_load(v->data, v->dtype, off + d);
+        }
     }
 }
 /* Rows t0… of head (b, g, j) of v = alpha·src (+ v, accumulating), row by row in fp32: fp32
@@ -2185,56 +2205,83 @@ static void mg__cpu_tile_mm(int ta, int tb, int M, int N, int K, float alpha, co
         cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                     M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
-/* Forward task (b, h, query tile qt): online softmax over the visible key tiles. */
+/* Forward task (b, h, query tile qt): online softmax over the visible key tiles. The score
+   tile is held transposed, St[c][i] = scale·k_c·q_i (key c, query row i), so each step of the
+   softmax — the running max, exp, the sum — runs across the tile's query rows in vector lanes,
+   one key at a time in key order; a key a row does not see enters as −∞ (p = 0).           */
 static void mg__cpu_attn_fwd_task(const mg_attn_block *a, const mg__attn_geo *ge, int b, int h,
                                   int qt, float *ws, const mg_attn_view *o, float *lse, int merge) {
     const int TL = ge->TL, hd = ge->hd, g = h / ge->per, j = h % ge->per;
-    float *Qb = ws, *Kb = Qb + TL * hd, *Vb = Kb + TL * hd, *acc = Vb + TL * hd, *S = acc + TL * hd;
-    float *m = S + TL * TL, *l = m + TL;
-    const float *Q, *K, *V;
+    float *Qt = ws, *Kb = Qt + TL * hd, *Vb = Kb + TL * hd, *acc = Vb + TL * hd, *St = acc + TL * hd;
+    float *m = St + TL * TL, *l = m + TL, *mx = l + TL, *sum = mx + TL;
+    int *nv = (int *)(sum + TL);
+    const float *K, *V;
     int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a->n_head + h) * a->Tq + t0;
-    int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL), nkt, kt, i, c, ldq, ldk, ldv;
-    Q = mg__cpu_attn_rows(&a->q, t0, nq, b, g, j, hd, Qb, &ldq);
+    int64_t qpos0 = a->q_pos0 + t0;
+    int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL), nkt, kt, i, c, ldk, ldv;
+    mg__cpu_attn_load_t(Qt, TL, &a->q, t0, nq, b, g, j, hd);
     memset(acc, 0, (size_t)TL * hd * sizeof(float));
     for (i = 0; i < nq; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
-    nkt = mg__attn_key_tiles(a, a->q_pos0 + t0 + nq - 1);
+    nkt = mg__attn_key_tiles(a, qpos0 + nq - 1);
     for (kt = 0; kt < nkt; kt++) {
         int64_t s0 = (int64_t)kt * TL, kpos = a->k_pos0 + s0;
         int nk = (int)(a->Tk - s0 < TL ? a->Tk - s0 : TL);
         K = mg__cpu_attn_rows(&a->k, s0, nk, b, g, 0, hd, Kb, &ldk);
         V = mg__cpu_attn_rows(&a->v, s0, nk, b, g, 0, hd, Vb, &ldv);
-        mg__cpu_tile_mm(0, 1, nq, nk, hd, ge->scale, Q, ldq, K, ldk, 0.0f, S, TL);  /* S = scale·Q·Kᵀ */
-        for (i = 0; i < nq; i++) {     /* online softmax of the row's visible part; P over S */
-            int64_t qpos = a->q_pos0 + t0 + i;
-            int nv = mg__attn_visible(qpos, kpos, nk);
-            float mx = m[i], sum = 0.0f, alpha, *Si = S + i * TL, *acc_i = acc + (size_t)i * hd;
-            #pragma omp simd reduction(max : mx)
-            for (c = 0; c < nv; c++) mx = Si[c] > mx ? Si[c] : mx;
-            alpha = !nv ? 1.0f : m[i] == -INFINITY ? 0.0f : mg__exp(m[i] - mx);
-            #pragma omp simd reduction(+ : sum)
-            for (c = 0; c < nv; c++) { Si[c] = mg__exp(Si[c] - mx); sum += Si[c]; }
-            if (ge->drop.on)
-                for (c = 0; c < nv; c++) Si[c] = mg__attn_drop(&ge->drop, b, h, qpos, kpos + c, Si[c]);
-            if (a->q.dtype != MG_F32)   /* 16-bit: P·V takes P in the storage type */
-                for (c = 0; c < nv; c++) Si[c] = mg__attn_round(Si[c], a->q.dtype);
-            for (c = nv; c < nk; c++) Si[c] = 0.0f;
-            if (!nv) continue;
-            l[i] = l[i] * alpha + sum;
-            m[i] = mx;
-            if (alpha != 1.0f) {
-                #pragma omp simd
-                for (c = 0; c < hd; c++) acc_i[c] *= alpha;
+        mg__cpu_tile_mm(0, 0, nk, nq, hd, ge->scale, K, ldk, Qt, TL, 0.0f, St, TL); /* Sᵀ = scale·K·Qᵀ */
+        for (i = 0; i < nq; i++) {
+            nv[i] = mg__attn_visible(qpos0 + i, kpos, nk);
+            mx[i] = m[i];
+            sum[i] = 0.0f;
+        }
+        for (c = 0; c < nk; c++) {     /* each row's max over its visible keys */
+            const float *s = St + (size_t)c * TL;
+            #pragma omp simd
+            for (i = 0; i < nq; i++) {
+                float v = c < nv[i] ? s[i] : -INFINITY;
+                mx[i] = v > mx[i] ? v : mx[i];
             }
         }
-        mg__cpu_tile_mm(0, 0, nq, hd, nk, 1.0f, S, TL, V, ldv, 1.0f, acc, hd);    /* acc += P·V */
+        for (c = 0; c < nk; c++) {     /* P = exp(S − max) over the visible keys, 0 elsewhere */
+            float *s = St + (size_t)c * TL;
+            #pragma omp simd
+            for (i = 0; i < nq; i++) {
+                float p = c < nv[i] ? mg__exp(s[i] - mx[i]) : 0.0f;
+                s[i] = p;
+                sum[i] += p;
+            }
+            if (ge->drop.on)
+                for (i = 0; i < nq; i++)
+                    if (c < nv[i]) s[i] = mg__attn_drop(&ge->drop, b, h, qpos0 + i, kpos + c, s[i]);
+            if (a->q.dtype != MG_F32)   /* 16-bit: P·V takes P in the storage type */
+                for (i = 0; i < nq; i++) s[i] = mg__attn_round(s[i], a->q.dtype);
+        }
+        for (i = 0; i < nq; i++) {     /* rescale the row's sum and output to the new max */
+            float *acc_i = acc + (size_t)i * hd, al;
+            if (!nv[i]) continue;
+            al = m[i] == -INFINITY ? 0.0f : mg__exp(m[i] - mx[i]);
+            l[i] = l[i] * al + sum[i];
+            m[i] = mx[i];
+            if (al != 1.0f) {
+                #pragma omp simd
+                for (c = 0; c < hd; c++) acc_i[c] *= al;
+            }
+        }
+        mg__cpu_tile_mm(1, 0, nq, hd, nk, 1.0f, St, TL, V, ldv, 1.0f, acc, hd);   /* acc += P·V */
     }
-    for (i = 0; i < nq; i++) {         /* o = acc/l (merged), lse */
-        float w_new, w_old, *acc_i = acc + (size_t)i * hd;
+    for (i = 0; i < nq; i++) {         /* o = acc/l (merged), lse; 16-bit rows through Kb */
+        float w_new, w_old, *acc_i = acc + (size_t)i * hd, *orow;
         int64_t off = mg__view_at(o, t0 + i, b, g, j);
         lse[row0 + i] = mg__attn_finish(m[i], l[i], merge, merge ? lse[row0 + i] : 0.0f, &w_new, &w_old);
-        for (c = 0; c < hd; c++)
-            mg_store(o->data, o->dtype, off + c, acc_i[c] * w_new +
-                     (w_old != 0.0f ? w_old * mg_load(o->data, o->dtype, off + c) : 0.0f));
+        orow = o->dtype == MG_F32 ? (float *)o->data + off : Kb;
+        if (w_old != 0.0f) {
+            if (o->dtype != MG_F32) mg__cpu_widen(orow, o->data, o->dtype, off, hd);
+            for (c = 0; c < hd; c++) orow[c] = acc_i[c] * w_new + w_old * orow[c];
+        } else {
+            #pragma omp simd
+            for (c = 0; c < hd; c++) orow[c] = acc_i[c] * w_new;
+        }
+        if (o->dtype != MG_F32) mg__cpu_narrow(o->data, o->dtype, off, orow, hd);
     }
 }
 /* Δ = rowsum(dO ∘ O) per query row (16-bit rows widened into per-thread scratch). */
@@ -2294,11 +2341,11 @@ static void mg__cpu_attn_dq_task(const mg_attn_block *a, const mg__attn_geo *ge,
                                  int qt, float *ws, const mg_attn_view *dout, const float *lse,
                                  const float *delta, const mg_attn_view *dq, int accumulate) {
     const int TL = ge->TL, hd = ge->hd, g = h / ge->per, j = h % ge->per;
-    float *Qb = ws, *dOb = Qb + TL * hd, *Kb = dOb + TL * hd, *Vb = Kb + TL * hd, *acc = Vb + TL * hd;
-    float *S = acc + TL * hd, *dS = S + TL * TL;
-    const float *Q, *dO, *K, *V;
+    float *Qb = ws, *dOb = Qb + TL * hd, *Kb = dOb + TL * hd, *Kt = Kb + TL * hd, *Vt = Kt + TL * hd;
+    float *acc = Vt + TL * hd, *S = acc + TL * hd, *dS = S + TL * TL;
+    const float *Q, *dO, *K;
     int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a->n_head + h) * a->Tq + t0;
-    int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL), nkt, kt, ldq, ldo, ldk, ldv;
+    int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL), nkt, kt, ldq, ldo, ldk;
     Q = mg__cpu_attn_rows(&a->q, t0, nq, b, g, j, hd, Qb, &ldq);
     dO = mg__cpu_attn_rows(dout, t0, nq, b, g, j, hd, dOb, &ldo);
     memset(acc, 0, (size_t)TL * hd * sizeof(float));
@@ -2307,9 +2354,10 @@ static void mg__cpu_attn_dq_task(const mg_attn_block *a, const mg__attn_geo *ge,
         int64_t s0 = (int64_t)kt * TL, kpos = a->k_pos0 + s0;
         int nk = (int)(a->Tk - s0 < TL ? a->Tk - s0 : TL);
         K = mg__cpu_attn_rows(&a->k, s0, nk, b, g, 0, hd, Kb, &ldk);
-        V = mg__cpu_attn_rows(&a->v, s0, nk, b, g, 0, hd, Vb, &ldv);
-        mg__cpu_tile_mm(0, 1, nq, nk, hd, ge->scale, Q, ldq, K, ldk, 0.0f, S, TL);
-        mg__cpu_tile_mm(0, 1, nq, nk, hd, 1.0f, dO, ldo, V, ldv, 0.0f, dS, TL);
+        mg__cpu_attn_load_t(Kt, TL, &a->k, s0, nk, b, g, 0, hd);
+        mg__cpu_attn_load_t(Vt, TL, &a->v, s0, nk, b, g, 0, hd);
+        mg__cpu_tile_mm(0, 0, nq, nk, hd, ge->scale, Q, ldq, Kt, TL, 0.0f, S, TL);  /* scale·Q·Kᵀ */
+        mg__cpu_tile_mm(0, 0, nq, nk, hd, 1.0f, dO, ldo, Vt, TL, 0.0f, dS, TL);     /* dO·Vᵀ */
         mg__cpu_attn_ds_tile(a, ge, b, h, t0, nq, kpos, nk, lse + row0, delta + row0, S, dS, NULL);
         mg__cpu_tile_mm(0, 0, nq, hd, nk, 1.0f, dS, TL, K, ldk, 1.0f, acc, hd);   /* += dS·K */
     }
@@ -2324,13 +2372,15 @@ static void mg__cpu_attn_dkv_task(const mg_attn_block *a, const mg__attn_geo *ge
                                   const float *delta, const mg_attn_view *dk, const mg_attn_view *dv,
                                   int accumulate, float *dq_acc) {
     const int TL = ge->TL, hd = ge->hd;
-    float *Kb = ws, *Vb = Kb + TL * hd, *Qb = Vb + TL * hd, *dOb = Qb + TL * hd, *dKa = dOb + TL * hd;
-    float *dVa = dKa + TL * hd, *S = dVa + TL * hd, *dS = S + TL * TL, *P = dS + TL * TL;
-    const float *Q, *dO, *K, *V;
+    float *Kb = ws, *Kt = Kb + TL * hd, *Vt = Kt + TL * hd, *Qb = Vt + TL * hd, *dOb = Qb + TL * hd;
+    float *dKa = dOb + TL * hd, *dVa = dKa + TL * hd, *S = dVa + TL * hd, *dS = S + TL * TL;
+    float *P = dS + TL * TL;
+    const float *Q, *dO, *K;
     int64_t s0 = (int64_t)kt * TL, kpos = a->k_pos0 + s0;
-    int nk = (int)(a->Tk - s0 < TL ? a->Tk - s0 : TL), j, qt, ldq, ldo, ldk, ldv;
-    K = mg__cpu_attn_rows(&a->k, s0, nk, b, g, 0, hd, Kb, &ldk);
-    V = mg__cpu_attn_rows(&a->v, s0, nk, b, g, 0, hd, Vb, &ldv);
+    int nk = (int)(a->Tk - s0 < TL ? a->Tk - s0 : TL), j, qt, ldq, ldo, ldk;
+    K = mg__cpu_attn_rows(&a->k, s0, nk, b, g, 0, hd, Kb, &ldk);   /* rows for dQ += dS·K */
+    mg__cpu_attn_load_t(Kt, TL, &a->k, s0, nk, b, g, 0, hd);         /* Kᵀ, Vᵀ for S and dP */
+    mg__cpu_attn_load_t(Vt, TL, &a->v, s0, nk, b, g, 0, hd);
     memset(dKa, 0, (size_t)2 * TL * hd * sizeof(float));
     for (j = 0; j < ge->per; j++) {
         int h = g * ge->per + j;
@@ -2339,8 +2389,8 @@ static void mg__cpu_attn_dkv_task(const mg_attn_block *a, const mg__attn_geo *ge
             int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL);
             Q = mg__cpu_attn_rows(&a->q, t0, nq, b, g, j, hd, Qb, &ldq);
             dO = mg__cpu_attn_rows(dout, t0, nq, b, g, j, hd, dOb, &ldo);
-            mg__cpu_tile_mm(0, 1, nq, nk, hd, ge->scale, Q, ldq, K, ldk, 0.0f, S, TL);
-            mg__cpu_tile_mm(0, 1, nq, nk, hd, 1.0f, dO, ldo, V, ldv, 0.0f, dS, TL);
+            mg__cpu_tile_mm(0, 0, nq, nk, hd, ge->scale, Q, ldq, Kt, TL, 0.0f, S, TL);
+            mg__cpu_tile_mm(0, 0, nq, nk, hd, 1.0f, dO, ldo, Vt, TL, 0.0f, dS, TL);
             mg__cpu_attn_ds_tile(a, ge, b, h, t0, nq, kpos, nk, lse + row0, delta + row0, S, dS, P);
             mg__cpu_tile_mm(1, 0, nk, hd, nq, 1.0f, P, TL, dO, ldo, 1.0f, dVa, hd);  /* += D(P)ᵀ·dO */
             mg__cpu_tile_mm(1, 0, nk, hd, nq, 1.0f, dS, TL, Q, ldq, 1.0f, dKa, hd);  /* += dSᵀ·Q */
@@ -2355,7 +2405,7 @@ static void mg__cpu_attn_dkv_task(const mg_attn_block *a, const mg__attn_geo *ge
 static void mg__cpu_attn_forward(mg_ctx *ctx, const mg_attn_block *a, const mg__attn_geo *ge,
                                  const mg_attn_view *o, float *lse, int merge) {
     int64_t n = (int64_t)a->B * a->n_head * ge->nqt, task;
-    size_t ws_floats = (size_t)4 * ge->TL * ge->hd + (size_t)ge->TL * ge->TL + 2 * (size_t)ge->TL;
+    size_t ws_floats = (size_t)4 * ge->TL * ge->hd + (size_t)ge->TL * ge->TL + 5 * (size_t)ge->TL;
     size_t mark = mg_arena_mark(ctx);
     float *ws = mg__cpu_scratch(ctx, 1, ws_floats);
     #pragma omp parallel for num_threads(ctx->n_threads) schedule(dynamic)
@@ -2377,7 +2427,7 @@ static void mg__cpu_attn_backward(mg_ctx *ctx, const mg_attn_block *a, const mg_
                                   const mg_attn_view *dv, int accumulate) {
     int64_t nq = (int64_t)a->B * a->n_head * ge->nqt, nk = (int64_t)a->B * a->n_group * ge->nkt, task;
     int64_t groups = (int64_t)a->B * a->n_group, nt = ctx->n_threads;
-    size_t ws_floats = (size_t)6 * ge->TL * ge->hd + (size_t)3 * ge->TL * ge->TL;
+    size_t ws_floats = (size_t)7 * ge->TL * ge->hd + (size_t)3 * ge->TL * ge->TL;
     size_t dq_floats = (size_t)ge->per * (size_t)a->Tq * (size_t)ge->hd;
     size_t mark = mg_arena_mark(ctx);
     float *ws = mg__cpu_scratch(ctx, 1, ws_floats);

@@ -210,7 +210,7 @@ static void test_blocks(mg_ctx *ctx, int T, int qcut, int kcut, int reversed, fl
 static void test_backward_schedules(mg_dtype dt, float p) {
     const int B = 4, T = 100, nh = 4, ng = 2, hd = 32, nt = 2;
     const int C3 = (nh + 2 * ng) * hd, N = B * T, Q = nh * hd;
-    size_t delta_bytes = (size_t)B * nh * T * 4, ws_bytes = (size_t)nt * (6 * 32 * hd + 3 * 32 * 32) * 4;
+    size_t delta_bytes = (size_t)B * nh * T * 4, ws_bytes = (size_t)nt * (7 * 32 * hd + 3 * 32 * 32) * 4;
     size_t dq_bytes = (size_t)nt * (nh / ng) * T * hd * 4, base, rise[2];
     mg_ctx ctx;
     mg_ctx_desc d;

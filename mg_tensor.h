@@ -2178,8 +2178,10 @@ static void mg__cpu_attn_store(const mg_attn_view *v, int64_t t0, int n, int b, 
         const float *x = src + (size_t)r * hd;
         if (accumulate) {
             if (v->dtype != MG_F32) mg__cpu_widen(row_buf, v->data, v->dtype, off, hd);
+            #pragma omp simd
             for (d = 0; d < hd; d++) o[d] = alpha * x[d] + o[d];
         } else {
+            #pragma omp simd
             for (d = 0; d < hd; d++) o[d] = alpha * x[d];
         }
         if (v->dtype != MG_F32) mg__cpu_narrow(v->data, v->dtype, off, row_buf, hd);
@@ -2299,6 +2301,7 @@ static void mg__cpu_attn_delta(mg_ctx *ctx, float *delta, const mg_attn_block *a
         const float *x = mg__cpu_attn_rows(dout, t, 1, b, h / per, h % per, hd, sc, &ld);
         const float *y = mg__cpu_attn_rows(o, t, 1, b, h / per, h % per, hd, sc ? sc + hd : NULL, &ld);
         float s = 0.0f;
+        #pragma omp simd reduction(+ : s)
         for (d = 0; d < hd; d++) s += x[d] * y[d];
         delta[r] = s;
     }

@@ -1505,8 +1505,10 @@ MG_HD static inline float mg__adamw(float param, float grad, float *m, float *v,
    ========================================================================================== */
 #ifdef _OPENMP
 #define MG__TID() omp_get_thread_num()
+#define MG__NTH() omp_get_num_threads()
 #else
 #define MG__TID() 0
+#define MG__NTH() 1
 #endif
 #define MG__PAR_MIN 32768 /* loops over fewer elements than this run on one thread */
 #define MG__CHUNK 2048    /* elements per chunk of the elementwise ops                */
@@ -2532,26 +2534,37 @@ static void mg__cpu_xent_backward(mg_ctx *ctx, const mg_tensor *dlogits, const m
 }
 
 /* --- optimizer and norms -------------------------------------------------------------------- */
-static void mg__cpu_adamw(mg_ctx *ctx, float *param, const float *grad, float *m, float *v,
-                          int64_t n, const mg__adamw_k *k, void *param16, mg_dtype dt16) {
+/* Elements [lo, hi) of one AdamW piece on the calling thread: the update, then the 16-bit
+   copy of the new values (each rounded once). */
+static void mg__cpu_adamw_range(float *param, const float *grad, float *m, float *v, int64_t lo,
+                                int64_t hi, const mg__adamw_k *k, void *param16, mg_dtype dt16) {
     int64_t i;
-    #pragma omp parallel for simd num_threads(ctx->n_threads) schedule(static) if (n > MG__PAR_MIN)
-    for (i = 0; i < n; i++) param[i] = mg__adamw(param[i], grad[i], &m[i], &v[i], k);
-    if (param16) {
-        mg_tensor p32 = mg_tensor_wrap(param, MG_F32, 1, &n), p16 = mg_tensor_wrap(param16, dt16, 1, &n);
-        mg__cpu_map(ctx, MG__EW_COPY, &p16, &p32, NULL, NULL);
-    }
+    #pragma omp simd
+    for (i = lo; i < hi; i++) param[i] = mg__adamw(param[i], grad[i], &m[i], &v[i], k);
+    if (param16) mg__cpu_narrow(param16, dt16, lo, param + lo, hi - lo);
 }
-/* The fused step's CPU twin: the table's pieces in order, each as mg_adamw_step runs it. */
+/* The fused step's CPU twin, in one parallel region: the threads split the Σn values of the
+   table evenly by their index in the concatenation, each walking the pieces its share
+   overlaps. One wake-up of the worker threads per step instead of one per piece (a GPT has
+   a dozen pieces per layer); every element gets the same arithmetic either way.          */
 static void mg__cpu_adamw_multi(mg_ctx *ctx, const mg_adamw_piece *table, int n_pieces,
                                 float beta1, float beta2, float eps, mg_dtype dt16,
                                 const mg_adamw_args *args) {
+    int64_t total = 0;
     int i;
     if (args->skip) return;
-    for (i = 0; i < n_pieces; i++) {
-        const mg_adamw_piece *p = &table[i];
-        mg__adamw_k k = mg__adamw_k_of(args, beta1, beta2, eps, p->weight_decay);
-        mg__cpu_adamw(ctx, p->param, p->grad, p->m, p->v, p->n, &k, p->param16, dt16);
+    for (i = 0; i < n_pieces; i++) total += table[i].n;
+    #pragma omp parallel num_threads(ctx->n_threads) if (total > MG__PAR_MIN)
+    {
+        int64_t lo = total * MG__TID() / MG__NTH(), hi = total * (MG__TID() + 1) / MG__NTH();
+        int64_t off = 0;
+        int q;
+        for (q = 0; q < n_pieces && off < hi; off += table[q].n, q++) {
+            const mg_adamw_piece *p = &table[q];
+            int64_t a = lo > off ? lo - off : 0, b = hi < off + p->n ? hi - off : p->n;
+            mg__adamw_k k = mg__adamw_k_of(args, beta1, beta2, eps, p->weight_decay);
+            if (a < b) mg__cpu_adamw_range(p->param, p->grad, p->m, p->v, a, b, &k, p->param16, dt16);
+        }
     }
 }
 /* Σ x² in double; inf/nan anywhere makes the double sum non-finite (x² of a finite fp32 never
@@ -5224,7 +5237,6 @@ MGDEF void mg_classifier_fused(mg_ctx *ctx, const mg_classifier *c) {
 MGDEF void mg_adamw_step(mg_ctx *ctx, float *param, const float *grad, float *m, float *v,
                          int64_t n, const mg_adamw_hparams *hp, float grad_scale,
                          void *param16, mg_dtype dt16) {
-    mg__adamw_k k;
     mg_adamw_args a;
     if (hp->step < 1 || n < 0)
         mg_fatal(__FILE__, __LINE__, "mg_adamw_step: step %d (counts from 1), n %lld", hp->step,
@@ -5232,15 +5244,27 @@ MGDEF void mg_adamw_step(mg_ctx *ctx, float *param, const float *grad, float *m,
     if (param16) (void)mg_dtype_size(dt16);
     mg_adamw_args_set(&a, hp->lr, hp->step, hp->beta1, hp->beta2);
     a.grad_scale = grad_scale;
-    k = mg__adamw_k_of(&a, hp->beta1, hp->beta2, hp->eps, hp->weight_decay);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
+        mg__adamw_k k = mg__adamw_k_of(&a, hp->beta1, hp->beta2, hp->eps, hp->weight_decay);
         mg__f_adamw f = {param, grad, m, v, k, param16, dt16};
         mg__cuda_map(ctx, n, f);
         return;
     }
 #endif
-    mg__cpu_adamw(ctx, param, grad, m, v, n, &k, param16, dt16);
+    {   /* the table's CPU path with one piece */
+        mg_adamw_piece piece;
+        memset(&piece, 0, sizeof piece);
+        piece.param = param;
+        piece.grad = grad;
+        piece.m = m;
+        piece.v = v;
+        piece.param16 = param16;
+        piece.n = n;
+        piece.weight_decay = hp->weight_decay;
+        a.skip = 0;
+        mg__cpu_adamw_multi(ctx, &piece, 1, hp->beta1, hp->beta2, hp->eps, dt16, &a);
+    }
 }
 MGDEF int64_t mg_adamw_table_begin(mg_adamw_piece *table, int n_pieces) {
     int64_t total = 0;

@@ -5252,16 +5252,8 @@ MGDEF void mg_adamw_step(mg_ctx *ctx, float *param, const float *grad, float *m,
         return;
     }
 #endif
-    {   /* the table's CPU path with one piece */
-        mg_adamw_piece piece;
-        memset(&piece, 0, sizeof piece);
-        piece.param = param;
-        piece.grad = grad;
-        piece.m = m;
-        piece.v = v;
-        piece.param16 = param16;
-        piece.n = n;
-        piece.weight_decay = hp->weight_decay;
+    {   /* the table's CPU path with one piece: {param, grad, m, v, param16, n, begin, wd} */
+        mg_adamw_piece piece = {param, grad, m, v, param16, n, 0, hp->weight_decay};
         a.skip = 0;
         mg__cpu_adamw_multi(ctx, &piece, 1, hp->beta1, hp->beta2, hp->eps, dt16, &a);
     }

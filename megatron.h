@@ -6001,13 +6001,13 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
                      (size_t)tr->cfg.seq_len * (size_t)tr->cfg.seq_len * sizeof(float) + 256;
         if (layout.attention_backend == MG_ATTN_FLASH &&
             (a->device == MG_DEVICE_CPU || !mg_cuda_available())) {
-            /* the CPU's single-pass tiled-attention backward: a fp32 dQ accumulator of one
-               (b, group) per thread, [query heads per group, T, head_dim] (without the room it
-               takes the two-pass schedule, same result)                                   */
+            /* the CPU's single-pass tiled-attention backward: per thread, a fp32 dQ accumulator
+               of one (b, group) and the group's Qᵀ, 2 × [query heads per group, T, head_dim]
+               (without the room it takes the two-pass schedule, same result)                */
             mg_layer_config k = mg_gpt_layer_config(&tr->cfg, (int)a->micro_batch_size,
                                                     (mg_dtype)layout.dtype);
             int threads = mg__ctx_threads(tr->comm ? mg_comm_default_threads(tr->comm) : 0);
-            bytes += (size_t)threads * (size_t)(k.n_head / k.n_group) * (size_t)tr->cfg.seq_len *
+            bytes += (size_t)threads * 2 * (size_t)(k.n_head / k.n_group) * (size_t)tr->cfg.seq_len *
                          (size_t)k.head_dim * sizeof(float) + 256;
         }
         if (layout.dtype != MG_F32 && (a->device == MG_DEVICE_CPU || !mg_cuda_available())) {

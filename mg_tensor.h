@@ -2131,14 +2131,18 @@ static void mg__cpu_causal_softmax_backward(mg_ctx *ctx, const mg_tensor *datt,
    row updates, then the products with the value/key rows. The tile products are small
    row-major sgemms on the calling thread (OpenBLAS runs single-threaded under our OpenMP), each
    adding its tile's sum to the accumulator once, as the kernels add each tile's part once.
-   Every product is an NN or TN sgemm: the operand that would enter transposed (Kᵀ, Vᵀ) is
-   loaded transposed into scratch once per task instead, because OpenBLAS's small-matrix NT
-   kernel runs these 32×32×64 shapes at about 2/3 of the rate of its NN and TN kernels. The
-   forward therefore computes the score tile transposed, Sᵀ = scale·K·Qᵀ (Qᵀ loaded once per
-   query tile), and runs the online softmax down its columns, a query row per vector lane.
-   OpenMP runs the tasks (dynamic: the causal tiles differ in work), each in per-thread fp32
-   scratch: fp32 rows are read in place, 16-bit rows widened on load (as the kernels widen them
-   into shared memory).                                                                       */
+   Tiles of scores are held transposed (key c, query row i at [c][i]), so that the row updates
+   run down their columns, a query row per vector lane, and the products are NN or TN sgemms:
+   OpenBLAS's small-matrix NT kernel runs these 32×32×64 shapes at about 2/3 of the rate of its
+   NN and TN kernels. Sᵀ = scale·K·Qᵀ takes Qᵀ, loaded transposed once per query tile (or once
+   per (b, group) in the single-pass backward); the forward and the backward form it with the
+   same product, so the recomputed scores are the forward's bit for bit and P = exp(S − lse)
+   stays consistent with lse. dPᵀ = V·dOᵀ stays an NT product on purpose: its dot products over
+   hd are summed in OpenBLAS's vector-lane order, while the NN kernel sums them in sequence,
+   and dS = P·(dP − Δ) cancels — with an NN dP the backward's error against float64 rose by a
+   quarter (tests/test_flash.c). OpenMP runs the tasks (dynamic: the causal tiles differ in
+   work), each in per-thread fp32 scratch: fp32 rows are read in place, 16-bit rows widened on
+   load (as the kernels widen them into shared memory).                                      */
 typedef struct mg__attn_geo {
     int TL, hd, per, nqt, nkt;      /* tile, head dim, query heads per group, tiles of q and k */
     float scale;
@@ -2303,55 +2307,62 @@ static void mg__cpu_attn_delta(mg_ctx *ctx, float *delta, const mg_attn_block *a
         const float *x = mg__cpu_attn_rows(dout, t, 1, b, h / per, h % per, hd, sc, &ld);
         const float *y = mg__cpu_attn_rows(o, t, 1, b, h / per, h % per, hd, sc ? sc + hd : NULL, &ld);
         float s = 0.0f;
-        #pragma omp simd reduction(+ : s)
         for (d = 0; d < hd; d++) s += x[d] * y[d];
         delta[r] = s;
     }
     mg_arena_release(ctx, mark);
 }
-/* The backward's recomputed tile of query rows t0… against key tile kpos…: from S = scale·QKᵀ
-   and dP = dO·Vᵀ (in S and dS), P = exp(S − lse) → pd = D(P) (into P, if given) and
-   dS = P·(D'(dP) − Δ); entries a row does not see are 0. */
+/* The backward's recomputed tile, transposed (key c, query row i at [c][i]): from Sᵀ =
+   scale·K·Qᵀ and dPᵀ = V·dOᵀ (in St and dSt), P = exp(S − lse_i) → D(P) (into Pt, if given)
+   and dSᵀ = P·(D'(dP) − Δ_i); entries a row does not see are 0. */
 static void mg__cpu_attn_ds_tile(const mg_attn_block *a, const mg__attn_geo *ge, int b, int h,
                                  int64_t t0, int nq, int64_t kpos, int nk, const float *lse,
-                                 const float *delta, float *S, float *dS, float *P) {
+                                 const float *delta, float *St, float *dSt, float *Pt) {
     int TL = ge->TL, i, c;
-    for (i = 0; i < nq; i++) {
-        int64_t qpos = a->q_pos0 + t0 + i;
-        int nv = mg__attn_visible(qpos, kpos, nk);
-        float li = lse[i], di = delta[i], *Si = S + i * TL, *dSi = dS + i * TL, pd;
-        if (ge->drop.on) {          /* the kernels' entry, per element */
-            for (c = 0; c < nv; c++) {
-                dSi[c] = mg__attn_ds(&ge->drop, b, h, qpos, kpos + c, Si[c], dSi[c], li, di,
-                                     a->q.dtype, &pd);
-                if (P) P[i * TL + c] = pd;
+    int64_t qpos0 = a->q_pos0 + t0;
+    for (c = 0; c < nk; c++) {
+        float *s = St + (size_t)c * TL, *ds = dSt + (size_t)c * TL, *p = Pt ? Pt + (size_t)c * TL : NULL;
+        int64_t k = kpos + c;
+        if (ge->drop.on || a->q.dtype != MG_F32) {   /* the kernels' entry, per element */
+            for (i = 0; i < nq; i++) {
+                float pd = 0.0f;
+                ds[i] = qpos0 + i < k ? 0.0f : mg__attn_ds(&ge->drop, b, h, qpos0 + i, k, s[i], ds[i],
+                                                           lse[i], delta[i], a->q.dtype, &pd);
+                if (p) p[i] = pd;
             }
-        } else {                    /* the same without dropout, in vector loops */
+        } else {                                     /* the same in vector loops */
             #pragma omp simd
-            for (c = 0; c < nv; c++) Si[c] = mg__exp(Si[c] - li);
+            for (i = 0; i < nq; i++) s[i] = qpos0 + i < k ? 0.0f : mg__exp(s[i] - lse[i]);
             #pragma omp simd
-            for (c = 0; c < nv; c++) dSi[c] = Si[c] * (dSi[c] - di);
-            if (P) memcpy(P + i * TL, Si, (size_t)nv * sizeof(float));
-            if (a->q.dtype != MG_F32)   /* 16-bit: the products take P and dS in that type */
-                for (c = 0; c < nv; c++) {
-                    dSi[c] = mg__attn_round(dSi[c], a->q.dtype);
-                    if (P) P[i * TL + c] = mg__attn_round(P[i * TL + c], a->q.dtype);
-                }
+            for (i = 0; i < nq; i++) ds[i] = s[i] * (ds[i] - delta[i]);
+            if (p) memcpy(p, s, (size_t)nq * sizeof(float));
         }
-        for (c = nv; c < nk; c++) { dSi[c] = 0.0f; if (P) P[i * TL + c] = 0.0f; }
     }
+}
+/* Qᵀ of query rows t0… (nq) of head (b, h): inside grp_t, the (b, group)'s [per][hd][Tq]
+   made by the single-pass backward, when given; else loaded into Qtb (row stride TL).
+   Returns the row stride. */
+static int mg__cpu_attn_q_t(const mg_attn_block *a, const mg__attn_geo *ge, const float *grp_t,
+                            int b, int h, int64_t t0, int nq, float *Qtb, const float **Qt) {
+    if (grp_t) {
+        *Qt = grp_t + (size_t)(h % ge->per) * ge->hd * a->Tq + t0;
+        return (int)a->Tq;
+    }
+    mg__cpu_attn_load_t(Qtb, ge->TL, &a->q, t0, nq, b, h / ge->per, h % ge->per, ge->hd);
+    *Qt = Qtb;
+    return ge->TL;
 }
 /* dQ task (b, h, query tile qt): dQ_i = scale·Σ_s dS_is·K_s over the visible key tiles. */
 static void mg__cpu_attn_dq_task(const mg_attn_block *a, const mg__attn_geo *ge, int b, int h,
                                  int qt, float *ws, const mg_attn_view *dout, const float *lse,
                                  const float *delta, const mg_attn_view *dq, int accumulate) {
     const int TL = ge->TL, hd = ge->hd, g = h / ge->per, j = h % ge->per;
-    float *Qb = ws, *dOb = Qb + TL * hd, *Kb = dOb + TL * hd, *Kt = Kb + TL * hd, *Vt = Kt + TL * hd;
-    float *acc = Vt + TL * hd, *S = acc + TL * hd, *dS = S + TL * TL;
-    const float *Q, *dO, *K;
+    float *Qtb = ws, *dOb = Qtb + TL * hd, *Kb = dOb + TL * hd, *Vb = Kb + TL * hd, *acc = Vb + TL * hd;
+    float *St = acc + TL * hd, *dSt = St + TL * TL;
+    const float *Qt, *dO, *K, *V;
     int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a->n_head + h) * a->Tq + t0;
-    int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL), nkt, kt, ldq, ldo, ldk;
-    Q = mg__cpu_attn_rows(&a->q, t0, nq, b, g, j, hd, Qb, &ldq);
+    int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL), nkt, kt, ldt, ldo, ldk, ldv;
+    ldt = mg__cpu_attn_q_t(a, ge, NULL, b, h, t0, nq, Qtb, &Qt);
     dO = mg__cpu_attn_rows(dout, t0, nq, b, g, j, hd, dOb, &ldo);
     memset(acc, 0, (size_t)TL * hd * sizeof(float));
     nkt = mg__attn_key_tiles(a, a->q_pos0 + t0 + nq - 1);
@@ -2359,33 +2370,32 @@ static void mg__cpu_attn_dq_task(const mg_attn_block *a, const mg__attn_geo *ge,
         int64_t s0 = (int64_t)kt * TL, kpos = a->k_pos0 + s0;
         int nk = (int)(a->Tk - s0 < TL ? a->Tk - s0 : TL);
         K = mg__cpu_attn_rows(&a->k, s0, nk, b, g, 0, hd, Kb, &ldk);
-        mg__cpu_attn_load_t(Kt, TL, &a->k, s0, nk, b, g, 0, hd);
-        mg__cpu_attn_load_t(Vt, TL, &a->v, s0, nk, b, g, 0, hd);
-        mg__cpu_tile_mm(0, 0, nq, nk, hd, ge->scale, Q, ldq, Kt, TL, 0.0f, S, TL);  /* scale·Q·Kᵀ */
-        mg__cpu_tile_mm(0, 0, nq, nk, hd, 1.0f, dO, ldo, Vt, TL, 0.0f, dS, TL);     /* dO·Vᵀ */
-        mg__cpu_attn_ds_tile(a, ge, b, h, t0, nq, kpos, nk, lse + row0, delta + row0, S, dS, NULL);
-        mg__cpu_tile_mm(0, 0, nq, hd, nk, 1.0f, dS, TL, K, ldk, 1.0f, acc, hd);   /* += dS·K */
+        V = mg__cpu_attn_rows(&a->v, s0, nk, b, g, 0, hd, Vb, &ldv);
+        mg__cpu_tile_mm(0, 0, nk, nq, hd, ge->scale, K, ldk, Qt, ldt, 0.0f, St, TL); /* Sᵀ = scale·K·Qᵀ */
+        mg__cpu_tile_mm(0, 1, nk, nq, hd, 1.0f, V, ldv, dO, ldo, 0.0f, dSt, TL);     /* dPᵀ = V·dOᵀ */
+        mg__cpu_attn_ds_tile(a, ge, b, h, t0, nq, kpos, nk, lse + row0, delta + row0, St, dSt, NULL);
+        mg__cpu_tile_mm(1, 0, nq, hd, nk, 1.0f, dSt, TL, K, ldk, 1.0f, acc, hd);     /* += dS·K */
     }
-    mg__cpu_attn_store(dq, t0, nq, b, g, j, hd, acc, ge->scale, accumulate, Qb);
+    mg__cpu_attn_store(dq, t0, nq, b, g, j, hd, acc, ge->scale, accumulate, Kb);
 }
 /* dK/dV task (b, group g, key tile kt): over the group's query heads and the query tiles that
    see the keys, dV_s = Σ_t D(P)_ts·dO_t and dK_s = scale·Σ_t dS_ts·Q_t, in fp32. With dq_acc
    (the single-pass backward below), each dS tile is also added into its query rows' dQ
-   accumulator, dq_acc[j·Tq + t][hd], as the dQ task adds it.                                */
+   accumulator, dq_acc[j·Tq + t][hd], as the dQ task adds it; grp_t: the group's Qᵀ
+   (mg__cpu_attn_q_t), or NULL.                                                              */
 static void mg__cpu_attn_dkv_task(const mg_attn_block *a, const mg__attn_geo *ge, int b, int g,
                                   int kt, float *ws, const mg_attn_view *dout, const float *lse,
                                   const float *delta, const mg_attn_view *dk, const mg_attn_view *dv,
-                                  int accumulate, float *dq_acc) {
+                                  int accumulate, float *dq_acc, const float *grp_t) {
     const int TL = ge->TL, hd = ge->hd;
-    float *Kb = ws, *Kt = Kb + TL * hd, *Vt = Kt + TL * hd, *Qb = Vt + TL * hd, *dOb = Qb + TL * hd;
-    float *dKa = dOb + TL * hd, *dVa = dKa + TL * hd, *S = dVa + TL * hd, *dS = S + TL * TL;
-    float *P = dS + TL * TL;
-    const float *Q, *dO, *K;
+    float *Kb = ws, *Vb = Kb + TL * hd, *Qb = Vb + TL * hd, *dOb = Qb + TL * hd, *Qtb = dOb + TL * hd;
+    float *dKa = Qtb + TL * hd, *dVa = dKa + TL * hd, *St = dVa + TL * hd, *dSt = St + TL * TL;
+    float *Pt = dSt + TL * TL;
+    const float *Q, *dO, *Qt, *K, *V;
     int64_t s0 = (int64_t)kt * TL, kpos = a->k_pos0 + s0;
-    int nk = (int)(a->Tk - s0 < TL ? a->Tk - s0 : TL), j, qt, ldq, ldo, ldk;
-    K = mg__cpu_attn_rows(&a->k, s0, nk, b, g, 0, hd, Kb, &ldk);   /* rows for dQ += dS·K */
-    mg__cpu_attn_load_t(Kt, TL, &a->k, s0, nk, b, g, 0, hd);         /* Kᵀ, Vᵀ for S and dP */
-    mg__cpu_attn_load_t(Vt, TL, &a->v, s0, nk, b, g, 0, hd);
+    int nk = (int)(a->Tk - s0 < TL ? a->Tk - s0 : TL), j, qt, ldq, ldo, ldt, ldk, ldv;
+    K = mg__cpu_attn_rows(&a->k, s0, nk, b, g, 0, hd, Kb, &ldk);
+    V = mg__cpu_attn_rows(&a->v, s0, nk, b, g, 0, hd, Vb, &ldv);
     memset(dKa, 0, (size_t)2 * TL * hd * sizeof(float));
     for (j = 0; j < ge->per; j++) {
         int h = g * ge->per + j;
@@ -2394,13 +2404,14 @@ static void mg__cpu_attn_dkv_task(const mg_attn_block *a, const mg__attn_geo *ge
             int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL);
             Q = mg__cpu_attn_rows(&a->q, t0, nq, b, g, j, hd, Qb, &ldq);
             dO = mg__cpu_attn_rows(dout, t0, nq, b, g, j, hd, dOb, &ldo);
-            mg__cpu_tile_mm(0, 0, nq, nk, hd, ge->scale, Q, ldq, Kt, TL, 0.0f, S, TL);
-            mg__cpu_tile_mm(0, 0, nq, nk, hd, 1.0f, dO, ldo, Vt, TL, 0.0f, dS, TL);
-            mg__cpu_attn_ds_tile(a, ge, b, h, t0, nq, kpos, nk, lse + row0, delta + row0, S, dS, P);
-            mg__cpu_tile_mm(1, 0, nk, hd, nq, 1.0f, P, TL, dO, ldo, 1.0f, dVa, hd);  /* += D(P)ᵀ·dO */
-            mg__cpu_tile_mm(1, 0, nk, hd, nq, 1.0f, dS, TL, Q, ldq, 1.0f, dKa, hd);  /* += dSᵀ·Q */
+            ldt = mg__cpu_attn_q_t(a, ge, grp_t, b, h, t0, nq, Qtb, &Qt);
+            mg__cpu_tile_mm(0, 0, nk, nq, hd, ge->scale, K, ldk, Qt, ldt, 0.0f, St, TL);
+            mg__cpu_tile_mm(0, 1, nk, nq, hd, 1.0f, V, ldv, dO, ldo, 0.0f, dSt, TL);
+            mg__cpu_attn_ds_tile(a, ge, b, h, t0, nq, kpos, nk, lse + row0, delta + row0, St, dSt, Pt);
+            mg__cpu_tile_mm(0, 0, nk, hd, nq, 1.0f, Pt, TL, dO, ldo, 1.0f, dVa, hd);  /* += D(P)ᵀ·dO */
+            mg__cpu_tile_mm(0, 0, nk, hd, nq, 1.0f, dSt, TL, Q, ldq, 1.0f, dKa, hd);  /* += dSᵀ·Q */
             if (dq_acc)                                                              /* += dS·K */
-                mg__cpu_tile_mm(0, 0, nq, hd, nk, 1.0f, dS, TL, K, ldk, 1.0f,
+                mg__cpu_tile_mm(1, 0, nq, hd, nk, 1.0f, dSt, TL, K, ldk, 1.0f,
                                 dq_acc + ((size_t)j * a->Tq + t0) * hd, hd);
         }
     }
@@ -2421,11 +2432,12 @@ static void mg__cpu_attn_forward(mg_ctx *ctx, const mg_attn_block *a, const mg__
 }
 /* The backward. Two passes as the kernels run it (dQ by query tile, then dK/dV by key tile,
    each recomputing S, dP and dS), or — when there are enough (b, group) tasks for the threads
-   and the arena has room for their dQ accumulators — one pass per (b, group) over its key
-   tiles in order, the dK/dV task adding each dS tile into dQ as well. Each dQ row then gets
-   the same tile products in the same order (key tiles ascending) as in the dQ pass, so the two
-   schedules agree bit for bit; the single pass computes S, dP and dS once instead of twice
-   (7 tile products per tile pair become 5).                                                 */
+   and the arena has room for their dQ accumulators and the group's Qᵀ — one pass per
+   (b, group) over its key tiles in order, the dK/dV task adding each dS tile into dQ as well.
+   Each dQ row then gets the same tile products in the same order (key tiles ascending) as in
+   the dQ pass, so the two schedules agree bit for bit; the single pass computes S, dP and dS
+   once instead of twice (7 tile products per tile pair become 5) and transposes each query
+   row once.                                                                                */
 static void mg__cpu_attn_backward(mg_ctx *ctx, const mg_attn_block *a, const mg__attn_geo *ge,
                                   const mg_attn_view *dout, const float *lse, const float *delta,
                                   const mg_attn_view *dq, const mg_attn_view *dk,
@@ -2437,15 +2449,20 @@ static void mg__cpu_attn_backward(mg_ctx *ctx, const mg_attn_block *a, const mg_
     size_t mark = mg_arena_mark(ctx);
     float *ws = mg__cpu_scratch(ctx, 1, ws_floats);
     if (groups >= nt && (groups % nt == 0 || groups >= 4 * nt) &&
-        ctx->arena_size - ctx->arena_used >= (size_t)nt * dq_floats * sizeof(float) + MG__ARENA_ALIGN) {
-        float *dq_acc = mg__cpu_scratch(ctx, 1, dq_floats);
+        ctx->arena_size - ctx->arena_used >= (size_t)nt * 2 * dq_floats * sizeof(float) + MG__ARENA_ALIGN) {
+        float *dq_acc = mg__cpu_scratch(ctx, 1, 2 * dq_floats);   /* per thread: dQ, then Qᵀ */
         #pragma omp parallel for num_threads(ctx->n_threads) schedule(static)
         for (task = 0; task < groups; task++) {
             int b = (int)(task / a->n_group), g = (int)(task % a->n_group), kt, j;
-            float *w = ws + (size_t)MG__TID() * ws_floats, *acc = dq_acc + (size_t)MG__TID() * dq_floats;
+            float *w = ws + (size_t)MG__TID() * ws_floats, *acc = dq_acc + (size_t)MG__TID() * 2 * dq_floats;
+            float *grp_t = acc + dq_floats;
             memset(acc, 0, dq_floats * sizeof(float));
+            for (j = 0; j < ge->per; j++)   /* the group's Qᵀ, [per][hd][Tq] */
+                mg__cpu_attn_load_t(grp_t + (size_t)j * ge->hd * a->Tq, (int)a->Tq, &a->q, 0,
+                                    (int)a->Tq, b, g, j, ge->hd);
             for (kt = 0; kt < ge->nkt; kt++)
-                mg__cpu_attn_dkv_task(a, ge, b, g, kt, w, dout, lse, delta, dk, dv, accumulate, acc);
+                mg__cpu_attn_dkv_task(a, ge, b, g, kt, w, dout, lse, delta, dk, dv, accumulate, acc,
+                                      grp_t);
             for (j = 0; j < ge->per; j++)
                 mg__cpu_attn_store(dq, 0, (int)a->Tq, b, g, j, ge->hd, acc + (size_t)j * a->Tq * ge->hd,
                                    ge->scale, accumulate, w);
@@ -2462,7 +2479,7 @@ static void mg__cpu_attn_backward(mg_ctx *ctx, const mg_attn_block *a, const mg_
     for (task = 0; task < nk; task++)
         mg__cpu_attn_dkv_task(a, ge, (int)(task / ge->nkt / a->n_group), (int)(task / ge->nkt % a->n_group),
                               (int)(task % ge->nkt), ws + (size_t)MG__TID() * ws_floats, dout, lse,
-                              delta, dk, dv, accumulate, NULL);
+                              delta, dk, dv, accumulate, NULL, NULL);
     mg_arena_release(ctx, mark);
 }
 

@@ -2148,28 +2148,21 @@ typedef struct mg__attn_geo {
     float scale;
     mg__attn_drop_k drop;
 } mg__attn_geo;
-static void mg__cpu_attn_load(float *dst, const mg_attn_view *v, int64_t t0, int n, int b, int g,
-                              int j, int hd) {
+/* Rows t0… (n of them) of head (b, g, j) of v, widened to fp32 into dst: element d of row r
+   at dst[r·hd + d], or with transposed at dst[d·ld + r] (row t0 + r becomes column r of
+   dst [hd][ld], ld >= n: the operand of an NN or TN tile product).                          */
+static void mg__cpu_attn_load(float *dst, int transposed, int ld, const mg_attn_view *v, int64_t t0,
+                              int n, int b, int g, int j, int hd) {
+    size_t rs = transposed ? 1 : (size_t)hd, ds = transposed ? (size_t)ld : 1;
     int r, d;
     for (r = 0; r < n; r++) {
         int64_t off = mg__view_at(v, t0 + r, b, g, j);
-        if (v->dtype == MG_F32) memcpy(dst + (size_t)r * hd, (const float *)v->data + off, (size_t)hd * sizeof(float));
-        else for (d = 0; d < hd; d++) dst[(size_t)r * hd + d] = mg_load(v->data, v->dtype, off + d);
-    }
-}
-/* Rows t0… (n of them) of head (b, g, j) of v, transposed and widened to fp32: row t0 + r
-   becomes column r of dst [hd][ld] (ld >= n), the operand of an NN or TN tile product.      */
-static void mg__cpu_attn_load_t(float *dst, int ld, const mg_attn_view *v, int64_t t0, int n,
-                                int b, int g, int j, int hd) {
-    int r, d;
-    for (r = 0; r < n; r++) {
-        int64_t off = mg__view_at(v, t0 + r, b, g, j);
-        if (v->dtype == MG_F32) {
-            const float *x = (const float *)v->data + off;
-            for (d = 0; d < hd; d++) dst[(size_t)d * ld + r] = x[d];
-        } else {
-            for (d = 0; d < hd; d++) dst[(size_t)d * ld + r] = mg_load(v->data, v->dtype, off + d);
-        }
+        if (v->dtype != MG_F32)
+            for (d = 0; d < hd; d++) dst[r * rs + d * ds] = mg_load(v->data, v->dtype, off + d);
+        else if (!transposed)
+            memcpy(dst + r * rs, (const float *)v->data + off, (size_t)hd * sizeof(float));
+        else
+            for (d = 0; d < hd; d++) dst[r * rs + d * ds] = ((const float *)v->data)[off + d];
     }
 }
 /* Rows t0… of head (b, g, j) of v = alpha·src (+ v, accumulating), row by row in fp32: fp32
@@ -2202,7 +2195,7 @@ static const float *mg__cpu_attn_rows(const mg_attn_view *v, int64_t t0, int n, 
         *ld = n == 1 ? hd : (int)v->ld_t;
         return (const float *)v->data + mg__view_at(v, t0, b, g, j);
     }
-    mg__cpu_attn_load(buf, v, t0, n, b, g, j, hd);
+    mg__cpu_attn_load(buf, 0, hd, v, t0, n, b, g, j, hd);
     *ld = hd;
     return buf;
 }
@@ -2227,7 +2220,7 @@ static void mg__cpu_attn_fwd_task(const mg_attn_block *a, const mg__attn_geo *ge
     int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a->n_head + h) * a->Tq + t0;
     int64_t qpos0 = a->q_pos0 + t0;
     int nq = (int)(a->Tq - t0 < TL ? a->Tq - t0 : TL), nkt, kt, i, c, ldk, ldv;
-    mg__cpu_attn_load_t(Qt, TL, &a->q, t0, nq, b, g, j, hd);
+    mg__cpu_attn_load(Qt, 1, TL, &a->q, t0, nq, b, g, j, hd);
     memset(acc, 0, (size_t)TL * hd * sizeof(float));
     for (i = 0; i < nq; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
     nkt = mg__attn_key_tiles(a, qpos0 + nq - 1);
@@ -2318,21 +2311,21 @@ static void mg__cpu_attn_delta(mg_ctx *ctx, float *delta, const mg_attn_block *a
 static void mg__cpu_attn_ds_tile(const mg_attn_block *a, const mg__attn_geo *ge, int b, int h,
                                  int64_t t0, int nq, int64_t kpos, int nk, const float *lse,
                                  const float *delta, float *St, float *dSt, float *Pt) {
-    int TL = ge->TL, i, c;
+    int TL = ge->TL, i, c, nv[MG_ATTN_TILE];   /* keys of the tile each query row sees */
     int64_t qpos0 = a->q_pos0 + t0;
+    for (i = 0; i < nq; i++) nv[i] = mg__attn_visible(qpos0 + i, kpos, nk);
     for (c = 0; c < nk; c++) {
         float *s = St + (size_t)c * TL, *ds = dSt + (size_t)c * TL, *p = Pt ? Pt + (size_t)c * TL : NULL;
-        int64_t k = kpos + c;
         if (ge->drop.on || a->q.dtype != MG_F32) {   /* the kernels' entry, per element */
             for (i = 0; i < nq; i++) {
                 float pd = 0.0f;
-                ds[i] = qpos0 + i < k ? 0.0f : mg__attn_ds(&ge->drop, b, h, qpos0 + i, k, s[i], ds[i],
-                                                           lse[i], delta[i], a->q.dtype, &pd);
+                ds[i] = c < nv[i] ? mg__attn_ds(&ge->drop, b, h, qpos0 + i, kpos + c, s[i], ds[i],
+                                                lse[i], delta[i], a->q.dtype, &pd) : 0.0f;
                 if (p) p[i] = pd;
             }
         } else {                                     /* the same in vector loops */
             #pragma omp simd
-            for (i = 0; i < nq; i++) s[i] = qpos0 + i < k ? 0.0f : mg__exp(s[i] - lse[i]);
+            for (i = 0; i < nq; i++) s[i] = c < nv[i] ? mg__exp(s[i] - lse[i]) : 0.0f;
             #pragma omp simd
             for (i = 0; i < nq; i++) ds[i] = s[i] * (ds[i] - delta[i]);
             if (p) memcpy(p, s, (size_t)nq * sizeof(float));
@@ -2348,7 +2341,7 @@ static int mg__cpu_attn_q_t(const mg_attn_block *a, const mg__attn_geo *ge, cons
         *Qt = grp_t + (size_t)(h % ge->per) * ge->hd * a->Tq + t0;
         return (int)a->Tq;
     }
-    mg__cpu_attn_load_t(Qtb, ge->TL, &a->q, t0, nq, b, h / ge->per, h % ge->per, ge->hd);
+    mg__cpu_attn_load(Qtb, 1, ge->TL, &a->q, t0, nq, b, h / ge->per, h % ge->per, ge->hd);
     *Qt = Qtb;
     return ge->TL;
 }
@@ -2458,8 +2451,8 @@ static void mg__cpu_attn_backward(mg_ctx *ctx, const mg_attn_block *a, const mg_
             float *grp_t = acc + dq_floats;
             memset(acc, 0, dq_floats * sizeof(float));
             for (j = 0; j < ge->per; j++)   /* the group's Qᵀ, [per][hd][Tq] */
-                mg__cpu_attn_load_t(grp_t + (size_t)j * ge->hd * a->Tq, (int)a->Tq, &a->q, 0,
-                                    (int)a->Tq, b, g, j, ge->hd);
+                mg__cpu_attn_load(grp_t + (size_t)j * ge->hd * a->Tq, 1, (int)a->Tq, &a->q, 0,
+                                  (int)a->Tq, b, g, j, ge->hd);
             for (kt = 0; kt < ge->nkt; kt++)
                 mg__cpu_attn_dkv_task(a, ge, b, g, kt, w, dout, lse, delta, dk, dv, accumulate, acc,
                                       grp_t);

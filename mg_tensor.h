@@ -138,6 +138,10 @@ typedef struct mg_ctx {
                              that it is counted; blas_workspace_size bytes. cuBLASLt's matmuls
                              use it too (same stream: never at the same time)              */
     size_t blas_workspace_size;
+    float *cpu_gemm_pack; /* CPU built for AVX-512: the packed sgemm's per-thread packing areas
+                             (n_threads × 2.6 MiB); NULL where OpenBLAS runs the CPU's GEMMs.
+                             The BLAS's own working memory, as OpenBLAS's buffers are: not in
+                             mg_ctx_memory, which counts the arena and cuBLAS's workspace      */
     void *blaslt;         /* CUDA: the cuBLASLt handle and the per-shape plans of the fused
                              linear layers (mg__lt_state); NULL on CPU                        */
     size_t *blocks;       /* arena offsets of the live mg_alloc blocks, in order (a stack:
@@ -822,6 +826,19 @@ MG_HD static inline float mg_rand_normal(uint64_t key, uint64_t index) {
 #include <omp.h>
 #endif
 #include <cblas.h>
+/* The CPU's own packed sgemm (6d) where the compiler targets AVX-512 (-march=native on such a
+   machine) and this is not an nvcc build; MG_CPU_OPENBLAS_SGEMM keeps OpenBLAS's.           */
+#if defined(__AVX512F__) && !defined(__CUDACC__) && !defined(MG_CPU_OPENBLAS_SGEMM)
+#define MG__OWN_SGEMM 1
+#include <immintrin.h>
+/* its blocking (6d): MR×NR micro-tile, KC k-slice, MC rows and NC columns of a packed block */
+#define MG__SG_MR 48
+#define MG__SG_NR 8
+#define MG__SG_KC 384
+#define MG__SG_MC 240
+#define MG__SG_NC 1536
+#define MG__SG_THREAD_FLOATS ((size_t)MG__SG_MC * MG__SG_KC + (size_t)MG__SG_KC * MG__SG_NC)
+#endif
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
@@ -925,6 +942,20 @@ static int mg__ctx_threads(int requested) {
 #endif
 }
 
+/* Host memory aligned to MG__ARENA_ALIGN: over-allocated, the raw pointer kept just below the
+   aligned base (mg__host_aligned_free takes it back).                                        */
+static void *mg__host_aligned(size_t bytes, const char *what) {
+    char *raw = (char *)MG_MALLOC(bytes + MG__ARENA_ALIGN + sizeof(void *));
+    uintptr_t base;
+    if (!raw) mg_fatal(__FILE__, __LINE__, "cannot allocate %s of %zu bytes", what, bytes);
+    base = ((uintptr_t)(raw + sizeof(void *)) + MG__ARENA_ALIGN - 1) & ~(uintptr_t)(MG__ARENA_ALIGN - 1);
+    ((void **)base)[-1] = raw;
+    return (void *)base;
+}
+static void mg__host_aligned_free(void *p) {
+    if (p) MG_FREE(((void **)p)[-1]);
+}
+
 MGDEF void mg_ctx_init(mg_ctx *ctx, const mg_ctx_desc *desc) {
     mg_ctx_desc d;
     memset(ctx, 0, sizeof *ctx);
@@ -938,17 +969,11 @@ MGDEF void mg_ctx_init(mg_ctx *ctx, const mg_ctx_desc *desc) {
     if (ctx->device == MG_DEVICE_CPU) openblas_set_num_threads(1);
     ctx->arena_size = d.arena_bytes;
     if (ctx->device == MG_DEVICE_CPU) {
-        if (d.arena_bytes) {
-            /* Over-allocate, align the base, and keep the raw pointer just below it. */
-            char *raw = (char *)MG_MALLOC(d.arena_bytes + MG__ARENA_ALIGN + sizeof(void *));
-            uintptr_t base;
-            if (!raw) mg_fatal(__FILE__, __LINE__, "cannot allocate an arena of %zu bytes",
-                               d.arena_bytes);
-            base = ((uintptr_t)(raw + sizeof(void *)) + MG__ARENA_ALIGN - 1) &
-                   ~(uintptr_t)(MG__ARENA_ALIGN - 1);
-            ctx->arena = (char *)base;
-            ((void **)ctx->arena)[-1] = raw;
-        }
+        if (d.arena_bytes) ctx->arena = (char *)mg__host_aligned(d.arena_bytes, "an arena");
+#ifdef MG__OWN_SGEMM
+        ctx->cpu_gemm_pack = (float *)mg__host_aligned((size_t)ctx->n_threads * MG__SG_THREAD_FLOATS *
+                                                       sizeof(float), "the sgemm's packing areas");
+#endif
         return;
     }
 #ifdef __CUDACC__
@@ -990,7 +1015,8 @@ MGDEF void mg_ctx_init(mg_ctx *ctx, const mg_ctx_desc *desc) {
 
 MGDEF void mg_ctx_free(mg_ctx *ctx) {
     if (ctx->device == MG_DEVICE_CPU) {
-        if (ctx->arena) MG_FREE(((void **)ctx->arena)[-1]);
+        mg__host_aligned_free(ctx->arena);
+        mg__host_aligned_free(ctx->cpu_gemm_pack);
     }
 #ifdef __CUDACC__
     else {
@@ -1556,45 +1582,231 @@ static float *mg__cpu_scratch(mg_ctx *ctx, int needed, size_t floats_per_thread)
 static int mg__f32(const mg_tensor *t) { return !t || t->dtype == MG_F32; }
 
 /* --- GEMM -------------------------------------------------------------------------------- */
-/* One sgemm of the batch, on OpenBLAS's calling thread (OpenBLAS is set single-threaded at
-   context init; parallelism is ours, so only one thread pool ever spins).                    */
-static void mg__cpu_sgemm1(int ta, int tb, int m, int n, int k, float alpha, const float *A,
-                           int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+#ifdef MG__OWN_SGEMM
+/* The CPU sgemm, column-major C(m×n) = α·op(A)·op(B) + β·C (cblas_sgemm's arguments), as a
+   packed, blocked GEMM in the Goto/BLIS scheme with an AVX-512 micro-kernel. On the machine it
+   was tuned on (AMD Zen 4: two 256-bit FMA pipes, 117 GFLOP/s a core) it runs the training
+   step's layer shapes at 86–90 % of the FMA peak on two threads, OpenBLAS 0.3.21 at 83–85 %
+   (bench/train's GEMM-only line prints both).
+     Blocks: for each NC-column block of C (jc) and each k-slice (pc: ⌈k/KC⌉ equal slices),
+       op(B)'s kc×nc slice is packed into NR-column panels, each laid out k-major (kc×NR);
+       then for each MC-row block (ic) op(A)'s mc×kc slice is packed into MR-row panels
+       (kc×MR, k-major); then every (NR panel, MR panel) pair runs the micro-kernel.
+     Micro-kernel: an MR×NR = 48×8 block of C in 24 zmm accumulators (3 vectors of 16 rows
+       × 8 columns); per k it loads the 48 floats of the A panel and broadcasts the 8 of the
+       B panel: 24 FMAs to 11 loads. The B panel (kc×8 floats, 12 KiB at kc = 384) stays in
+       L1 while the A panels of the block stream from L2 (240×384 floats, 360 KiB).
+     Every C element is one sum over k in order, slice by slice: its value does not depend on
+       m, n, the block sizes or how C is split over threads — only on k (the slice bounds).
+       KC = 384 keeps each in-order chain as short as OpenBLAS's (a 512-deep slice was no
+       faster and left the unfused attention's P·V over T = 1000 keys at the edge of
+       test_flash's 1e-6 bound against float64).
+     Edges: panels are zero-padded; C's ragged rows are masked, ragged columns skipped. β = 0
+       never reads C; α = 0 or k = 0 reads neither A nor B (BLAS's rules).
+   Packing buffers: one MC×KC + KC×NC area per thread (2.6 MiB), allocated with the context
+   (ctx->cpu_gemm_pack).                                                                      */
+
+/* 8×8 transpose: 8 rows of 8 floats at s (row stride ls) into 8 rows at d (row stride ld). */
+static inline void mg__sg_tr8(const float *s, size_t ls, float *d, size_t ld) {
+    __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + ls);
+    __m256 r2 = _mm256_loadu_ps(s + 2 * ls), r3 = _mm256_loadu_ps(s + 3 * ls);
+    __m256 r4 = _mm256_loadu_ps(s + 4 * ls), r5 = _mm256_loadu_ps(s + 5 * ls);
+    __m256 r6 = _mm256_loadu_ps(s + 6 * ls), r7 = _mm256_loadu_ps(s + 7 * ls);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+    __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+    __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(d + ld, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(d + 2 * ld, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(d + 3 * ld, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(d + 4 * ld, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(d + 5 * ld, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(d + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(d + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+/* op(X)'s block of `len` vectorised indices (C's rows for A, its columns for B) × kc into
+   panels of `w` indices, panel q at dst + q·w·kc holding [p][0..w) (zero past len).
+   trans = 0: index i of k-step p is X[i + p·ld] (runs of w contiguous floats per p);
+   trans = 1: it is X[p + i·ld] (each index's k-run contiguous: 8×8 transposes).             */
+static void mg__sg_pack(int trans, int w, int len, int kc, const float *X, size_t ld, float *dst) {
+    int i0, p, q, ii;
+    for (i0 = 0; i0 < len; i0 += w) {
+        int n = len - i0 < w ? len - i0 : w, p8 = n == w ? kc & ~7 : 0;
+        float *d = dst + (size_t)i0 * kc;
+        if (!trans && n == w && w == MG__SG_NR && i0 + 4 * w <= len) {
+            /* four 8-wide panels from each k-row's 32 contiguous floats: whole cache lines */
+            for (p = 0; p < kc; p++)
+                for (q = 0; q < 4; q++)
+                    _mm256_storeu_ps(d + (size_t)q * w * kc + (size_t)p * w,
+                                     _mm256_loadu_ps(X + i0 + (size_t)p * ld + q * w));
+            i0 += 3 * w;
+        } else if (!trans && n == w && w == MG__SG_MR) {   /* three zmm per k-row */
+            for (p = 0; p < kc; p++)
+                for (q = 0; q < 3; q++)
+                    _mm512_store_ps(d + (size_t)p * w + 16 * q,
+                                    _mm512_loadu_ps(X + i0 + (size_t)p * ld + 16 * q));
+        } else if (!trans && n == w) {
+            for (p = 0; p < kc; p++)
+                _mm256_storeu_ps(d + (size_t)p * w, _mm256_loadu_ps(X + i0 + (size_t)p * ld));
+        } else if (!trans) {
+            for (p = 0; p < kc; p++)
+                for (ii = 0; ii < w; ii++) d[(size_t)p * w + ii] = ii < n ? X[i0 + ii + (size_t)p * ld] : 0.0f;
+        } else {
+            for (ii = 0; ii < w && p8; ii += 8)
+                for (p = 0; p < p8; p += 8)
+                    mg__sg_tr8(X + (size_t)(i0 + ii) * ld + p, ld, d + (size_t)p * w + ii, (size_t)w);
+            for (ii = 0; ii < w; ii++) {
+                const float *x = X + (size_t)(i0 + ii) * ld;
+                if (ii < n) for (p = p8; p < kc; p++) d[(size_t)p * w + ii] = x[p];
+                else        for (p = 0; p < kc; p++) d[(size_t)p * w + ii] = 0.0f;
+            }
+        }
+    }
+}
+/* C[0..mr)×[0..nr) (column stride ldc) = α·(A panel · B panel) + β·C over kc k-steps. */
+static void mg__sg_kernel(int kc, const float *pa, const float *pb, float *C, size_t ldc,
+                          float alpha, float beta, int mr, int nr) {
+    __m512 acc[MG__SG_NR][3], va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    __mmask16 mask[3];
+    int j, v, p;
+#pragma GCC unroll 8
+    for (j = 0; j < MG__SG_NR; j++)
+#pragma GCC unroll 3
+        for (v = 0; v < 3; v++) acc[j][v] = _mm512_setzero_ps();
+    for (j = 0; j < nr; j++)   /* C's lines, wanted at the end: start fetching them now */
+        for (v = 0; v < 3; v++) _mm_prefetch((const char *)(C + (size_t)j * ldc + 16 * v), _MM_HINT_T0);
+    for (p = 0; p < kc; p++) {
+        __m512 a0 = _mm512_load_ps(pa + (size_t)p * MG__SG_MR);
+        __m512 a1 = _mm512_load_ps(pa + (size_t)p * MG__SG_MR + 16);
+        __m512 a2 = _mm512_load_ps(pa + (size_t)p * MG__SG_MR + 32);
+        _mm_prefetch((const char *)(pa + (size_t)p * MG__SG_MR + 1536), _MM_HINT_T0);
+#pragma GCC unroll 8
+        for (j = 0; j < MG__SG_NR; j++) {
+            __m512 b = _mm512_set1_ps(pb[(size_t)p * MG__SG_NR + j]);
+            acc[j][0] = _mm512_fmadd_ps(a0, b, acc[j][0]);
+            acc[j][1] = _mm512_fmadd_ps(a1, b, acc[j][1]);
+            acc[j][2] = _mm512_fmadd_ps(a2, b, acc[j][2]);
+        }
+    }
+    for (v = 0; v < 3; v++) {
+        int r = mr - 16 * v;
+        mask[v] = r >= 16 ? (__mmask16)0xFFFF : r <= 0 ? (__mmask16)0 : (__mmask16)((1u << r) - 1);
+    }
+    for (j = 0; j < nr; j++) {
+        float *c = C + (size_t)j * ldc;
+        for (v = 0; v < 3; v++) {
+            __m512 r = _mm512_mul_ps(va, acc[j][v]);
+            if (beta != 0.0f) r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask[v], c + 16 * v), r);
+            _mm512_mask_storeu_ps(c + 16 * v, mask[v], r);
+        }
+    }
+}
+/* One sgemm on the calling thread, op(A) packed into pa (MG__SG_MC × MG__SG_KC floats),
+   op(B) into pb (MG__SG_KC × MG__SG_NC).                                                    */
+static void mg__sg_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A,
+                        int lda, const float *B, int ldb, float beta, float *C, int ldc,
+                        float *pa, float *pb) {
+    int jc, pc, ic, jr, ir, slices, kstep;
+    if (m <= 0 || n <= 0) return;
+    if (alpha == 0.0f || k <= 0) {   /* C = β·C; A and B are not read */
+        for (jc = 0; jc < n; jc++)
+            for (ic = 0; ic < m; ic++) {
+                float *c = C + ic + (size_t)jc * ldc;
+                *c = beta == 0.0f ? 0.0f : beta * *c;
+            }
+        return;
+    }
+    slices = (k + MG__SG_KC - 1) / MG__SG_KC;
+    kstep = (k + slices - 1) / slices;
+    for (jc = 0; jc < n; jc += MG__SG_NC) {
+        const int nc = n - jc < MG__SG_NC ? n - jc : MG__SG_NC;
+        for (pc = 0; pc < k; pc += kstep) {
+            const int kc = k - pc < kstep ? k - pc : kstep;
+            const float be = pc == 0 ? beta : 1.0f;   /* later slices add to the first's result */
+            mg__sg_pack(!tb, MG__SG_NR, nc, kc,
+                        tb ? B + jc + (size_t)pc * ldb : B + pc + (size_t)jc * ldb, (size_t)ldb, pb);
+            for (ic = 0; ic < m; ic += MG__SG_MC) {
+                const int mc = m - ic < MG__SG_MC ? m - ic : MG__SG_MC;
+                mg__sg_pack(ta, MG__SG_MR, mc, kc,
+                            ta ? A + pc + (size_t)ic * lda : A + ic + (size_t)pc * lda, (size_t)lda, pa);
+                for (jr = 0; jr < nc; jr += MG__SG_NR)
+                    for (ir = 0; ir < mc; ir += MG__SG_MR)
+                        mg__sg_kernel(kc, pa + (size_t)ir * kc, pb + (size_t)jr * kc,
+                                      C + ic + ir + (size_t)(jc + jr) * ldc, (size_t)ldc, alpha, be,
+                                      mc - ir < MG__SG_MR ? mc - ir : MG__SG_MR,
+                                      nc - jr < MG__SG_NR ? nc - jr : MG__SG_NR);
+            }
+        }
+    }
+}
+#endif
+/* One sgemm of the batch on the calling thread (thread number `tid` of the context's team):
+   the packed kernel above with that thread's area, or OpenBLAS (set single-threaded at
+   context init; parallelism is ours, so only one thread pool ever spins).                  */
+static void mg__cpu_sgemm1(mg_ctx *ctx, int tid, int ta, int tb, int m, int n, int k, float alpha,
+                           const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                           int ldc) {
+#ifdef MG__OWN_SGEMM
+    if (ctx->cpu_gemm_pack && tid >= 0) {
+        float *pa = ctx->cpu_gemm_pack + (size_t)tid * MG__SG_THREAD_FLOATS;
+        mg__sg_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, pa,
+                    pa + (size_t)MG__SG_MC * MG__SG_KC);
+        return;
+    }
+#endif
+    (void)ctx;
+    (void)tid;
     cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 /* Batched fp32 GEMM. Many matrices (batch >= threads): OpenMP over the batch. Few large ones:
    each GEMM is split into per-thread blocks of C's columns (or rows when C is tall), which
-   only repeats the packing of the shared operand.                                            */
+   only repeats the packing of the shared operand; the split falls on panel boundaries
+   (multiples of 48 rows or 8 columns) where the sizes allow. Each work item packs into its
+   thread's own area; called from inside a parallel region of the caller's (the library never
+   does), the threads there would share one area, so the GEMM runs on OpenBLAS (tid −1).    */
 static void mg__cpu_sgemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float alpha,
                           const float *A, int lda, int64_t sA, const float *B, int ldb, int64_t sB,
                           float beta, float *C, int ldc, int64_t sC, int batch) {
-    int nt = ctx->n_threads, i;
+    int nt = ctx->n_threads, i, nested = 0;
     double flops = 2.0 * m * n * k * batch;
-    if (nt <= 1 || flops < 2.0 * 64 * 64 * 64) {
+#ifdef _OPENMP
+    nested = omp_in_parallel();
+#endif
+    if (nt <= 1 || nested || flops < 2.0 * 64 * 64 * 64) {
         for (i = 0; i < batch; i++)
-            mg__cpu_sgemm1(ta, tb, m, n, k, alpha, A + i * sA, lda, B + i * sB, ldb, beta,
-                           C + i * sC, ldc);
+            mg__cpu_sgemm1(ctx, nested ? -1 : 0, ta, tb, m, n, k, alpha, A + i * sA, lda,
+                           B + i * sB, ldb, beta, C + i * sC, ldc);
     } else if (batch >= nt) {
         #pragma omp parallel for num_threads(nt) schedule(static)
         for (i = 0; i < batch; i++)
-            mg__cpu_sgemm1(ta, tb, m, n, k, alpha, A + i * sA, lda, B + i * sB, ldb, beta,
-                           C + i * sC, ldc);
+            mg__cpu_sgemm1(ctx, MG__TID(), ta, tb, m, n, k, alpha, A + i * sA, lda,
+                           B + i * sB, ldb, beta, C + i * sC, ldc);
     } else {
         int split_n = n >= m, len = split_n ? n : m, parts = nt, b;
+        int unit = split_n ? 8 : 48;
+        if (len < unit * parts) unit = 1;
         for (b = 0; b < batch; b++) {
             const float *Ab = A + b * sA, *Bb = B + b * sB;
             float *Cb = C + b * sC;
             #pragma omp parallel for num_threads(nt) schedule(static)
             for (i = 0; i < parts; i++) {
-                int lo = (int)((int64_t)len * i / parts), hi = (int)((int64_t)len * (i + 1) / parts);
+                int units = (len + unit - 1) / unit, tid = MG__TID();
+                int lo = (int)((int64_t)units * i / parts) * unit;
+                int hi = i == parts - 1 ? len : (int)((int64_t)units * (i + 1) / parts) * unit;
+                if (hi > len) hi = len;
                 if (hi <= lo) continue;
                 if (split_n) /* columns lo..hi of C and of op(B) */
-                    mg__cpu_sgemm1(ta, tb, m, hi - lo, k, alpha, Ab, lda,
+                    mg__cpu_sgemm1(ctx, tid, ta, tb, m, hi - lo, k, alpha, Ab, lda,
                                    Bb + (tb ? (int64_t)lo : (int64_t)lo * ldb), ldb, beta,
                                    Cb + (int64_t)lo * ldc, ldc);
                 else         /* rows lo..hi of C and of op(A) */
-                    mg__cpu_sgemm1(ta, tb, hi - lo, n, k, alpha,
+                    mg__cpu_sgemm1(ctx, tid, ta, tb, hi - lo, n, k, alpha,
                                    Ab + (ta ? (int64_t)lo * lda : (int64_t)lo), lda, Bb, ldb,
                                    beta, Cb + lo, ldc);
             }

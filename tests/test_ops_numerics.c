@@ -416,6 +416,107 @@ static void test_gemm_paths(mg_ctx *ctx) {
     mg_arena_release(ctx, mark);
 }
 
+/* Shapes across the CPU sgemm's block edges (6d: 48×8 micro-tiles, k in slices of at most
+   384, blocks of 240 rows and 1536 columns): rows past a block with a ragged tile, k in three
+   uneven slices and not a multiple of 8; columns past a block, ragged on both sides. Every
+   op(A)/op(B), padded leading dimensions; against the double oracle, then β = 0 over a C of
+   NaN (not read), α = 0 over an A of NaN (C = β·C). Where the packed kernel runs (the
+   context has its packing areas, cpu_gemm_pack), every element is one sum over k in order: a one-thread
+   context, which does not split the GEMM, gives the same bits.                            */
+/* C (uploaded from c_host, nc floats) = α·op(A)·op(B) + β·C through mg_gemm, fp32. */
+static mg_tensor gemm_on(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float alpha,
+                         const mg_tensor *a, int lda, const mg_tensor *b, int ldb, float beta,
+                         const float *c_host, int64_t nc, int ldc) {
+    mg_tensor c = ops_dev(ctx, MG_F32, c_host, 1, nc);
+    mg_gemm(ctx, ta, tb, m, n, k, alpha, a->data, MG_F32, lda, b->data, MG_F32, ldb, beta, c.data,
+            MG_F32, ldc);
+    return c;
+}
+static void test_gemm_blocks(mg_ctx *ctx) {
+    const int shapes[2][3] = {{290, 21, 1100}, {50, 1545, 37}};
+    mg_ctx one;
+    mg_ctx_desc d1;
+    int sh, ta, tb;
+    memset(&d1, 0, sizeof d1);
+    d1.device = ctx->device;
+    d1.n_threads = 1;
+    d1.arena_bytes = (size_t)16 << 20;
+    mg_ctx_init(&one, &d1);
+    for (sh = 0; sh < 2; sh++)
+        for (ta = 0; ta < 2; ta++)
+            for (tb = 0; tb < 2; tb++) {
+                const int m = shapes[sh][0], n = shapes[sh][1], k = shapes[sh][2];
+                int lda = (ta ? k : m) + 3, ldb = (tb ? n : k) + 1, ldc = m + 2;
+                int64_t na = (int64_t)lda * (ta ? m : k), nb = (int64_t)ldb * (tb ? k : n);
+                int64_t nc = (int64_t)ldc * n, i;
+                size_t mark = mg_arena_mark(ctx), mark1 = mg_arena_mark(&one);
+                float *A = ops_randn_array(na, 1), *Bm = ops_randn_array(nb, 1);
+                float *C0 = ops_randn_array(nc, 1), *want = (float *)malloc(sizeof(float) * nc);
+                float *nan_c = (float *)malloc(sizeof(float) * nc), *nan_a = (float *)malloc(sizeof(float) * na);
+                mg_tensor a, b, c, c1, a_nan;
+                char label[160];
+                memcpy(want, C0, sizeof(float) * nc);
+                gemm_ref(ta, tb, m, n, k, 0.75, A, lda, Bm, ldb, 0.5, want, ldc);
+                a = ops_dev(ctx, MG_F32, A, 1, na);
+                b = ops_dev(ctx, MG_F32, Bm, 1, nb);
+                c = gemm_on(ctx, ta, tb, m, n, k, 0.75f, &a, lda, &b, ldb, 0.5f, C0, nc, ldc);
+                snprintf(label, sizeof label, "gemm across the blocks %d×%d×%d, op %s%s, α 0.75 β 0.5",
+                         m, n, k, ta ? "T" : "N", tb ? "T" : "N");
+                /* an fp32 sum of k products is off by about √k·u·Σ|a·b| (u = 2⁻²⁴), and Σ|a·b|
+                   is about √k times the result's scale for random signs: a bound in √k         */
+                ops_close(ctx, label, &c, want, 1e-6 * sqrt((double)k), 1e-6);
+                if (ctx->device == MG_DEVICE_CPU && ctx->cpu_gemm_pack) {   /* one thread: same bits */
+                    mg_tensor a1 = ops_dev(&one, MG_F32, A, 1, na), b1 = ops_dev(&one, MG_F32, Bm, 1, nb);
+                    float *got = ops_host(ctx, &c), *got1;
+                    c1 = gemm_on(&one, ta, tb, m, n, k, 0.75f, &a1, lda, &b1, ldb, 0.5f, C0, nc, ldc);
+                    got1 = ops_host(&one, &c1);
+                    snprintf(label, sizeof label, "gemm %d×%d×%d op %s%s: split over threads or not, "
+                             "the same bits", m, n, k, ta ? "T" : "N", tb ? "T" : "N");
+                    CHECK(memcmp(got, got1, sizeof(float) * nc) == 0, label);
+                    free(got);
+                    free(got1);
+                }
+                /* β = 0: C's NaNs are not read; the gaps between C's columns keep them */
+                for (i = 0; i < nc; i++) nan_c[i] = NAN;
+                memset(want, 0, sizeof(float) * nc);
+                gemm_ref(ta, tb, m, n, k, 0.75, A, lda, Bm, ldb, 0.0, want, ldc);
+                c = gemm_on(ctx, ta, tb, m, n, k, 0.75f, &a, lda, &b, ldb, 0.0f, nan_c, nc, ldc);
+                {
+                    float *got = ops_host(ctx, &c);
+                    int fine = 1, col, row;
+                    for (col = 0; col < n && fine; col++)
+                        for (row = 0; row < ldc; row++) {
+                            float g = got[row + (int64_t)col * ldc];
+                            if (row >= m ? !isnan(g) : !(isfinite(g) && fabs(g - want[row + (int64_t)col * ldc]) <=
+                                                          1e-4 * (1 + fabs(want[row + (int64_t)col * ldc])))) {
+                                fine = 0;
+                                break;
+                            }
+                        }
+                    snprintf(label, sizeof label, "gemm %d×%d×%d op %s%s, β = 0: C's NaNs not read, "
+                             "the gaps untouched", m, n, k, ta ? "T" : "N", tb ? "T" : "N");
+                    CHECK(fine, label);
+                    free(got);
+                }
+                /* α = 0: A (all NaN) is not read, C = β·C */
+                for (i = 0; i < na; i++) nan_a[i] = NAN;
+                for (i = 0; i < nc; i++) want[i] = C0[i];
+                for (i = 0; i < n; i++) {
+                    int r;
+                    for (r = 0; r < m; r++) want[r + i * ldc] = 0.5f * C0[r + i * ldc];
+                }
+                a_nan = ops_dev(ctx, MG_F32, nan_a, 1, na);
+                c = gemm_on(ctx, ta, tb, m, n, k, 0.0f, &a_nan, lda, &b, ldb, 0.5f, C0, nc, ldc);
+                snprintf(label, sizeof label, "gemm %d×%d×%d op %s%s, α = 0: A not read, C = β·C",
+                         m, n, k, ta ? "T" : "N", tb ? "T" : "N");
+                ops_close(ctx, label, &c, want, 0.0, 1e-6);
+                free(A); free(Bm); free(C0); free(want); free(nan_c); free(nan_a);
+                mg_arena_release(ctx, mark);
+                mg_arena_release(&one, mark1);
+            }
+    mg_ctx_free(&one);
+}
+
 /* --- elementwise, casts, sumsq, arena ------------------------------------------------------ */
 static void test_elementwise(mg_ctx *ctx) {
     size_t mark = mg_arena_mark(ctx);
@@ -545,6 +646,7 @@ int main(void) {
     test_attention_dropout(&ctx);
     test_gemm(&ctx);
     test_gemm_paths(&ctx);
+    test_gemm_blocks(&ctx);
     test_elementwise(&ctx);
     test_arena();
     mg_ctx_free(&ctx);

@@ -1668,43 +1668,51 @@ static void mg__sg_pack(int trans, int w, int len, int kc, const float *X, size_
         }
     }
 }
-/* C[0..mr)×[0..nr) (column stride ldc) = α·(A panel · B panel) + β·C over kc k-steps. */
-static void mg__sg_kernel(int kc, const float *pa, const float *pb, float *C, size_t ldc,
-                          float alpha, float beta, int mr, int nr) {
+/* C[0..mr)×[0..nr) (column stride ldc) = α·(A panel · B panel) + β·C over kc k-steps, with
+   the panel's first nv of its 3 vectors of rows (nv = ⌈mr/16⌉: a short last panel skips the
+   FMAs of its zero rows). Inlined with a constant nv, one specialised copy per nv.           */
+static inline __attribute__((always_inline)) void
+mg__sg_kernel_nv(const int nv, int kc, const float *pa, const float *pb, float *C, size_t ldc,
+                 float alpha, float beta, int mr, int nr) {
     __m512 acc[MG__SG_NR][3], va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
     __mmask16 mask[3];
     int j, v, p;
 #pragma GCC unroll 8
     for (j = 0; j < MG__SG_NR; j++)
 #pragma GCC unroll 3
-        for (v = 0; v < 3; v++) acc[j][v] = _mm512_setzero_ps();
+        for (v = 0; v < nv; v++) acc[j][v] = _mm512_setzero_ps();
     for (j = 0; j < nr; j++)   /* C's lines, wanted at the end: start fetching them now */
-        for (v = 0; v < 3; v++) _mm_prefetch((const char *)(C + (size_t)j * ldc + 16 * v), _MM_HINT_T0);
+        for (v = 0; v < nv; v++) _mm_prefetch((const char *)(C + (size_t)j * ldc + 16 * v), _MM_HINT_T0);
     for (p = 0; p < kc; p++) {
-        __m512 a0 = _mm512_load_ps(pa + (size_t)p * MG__SG_MR);
-        __m512 a1 = _mm512_load_ps(pa + (size_t)p * MG__SG_MR + 16);
-        __m512 a2 = _mm512_load_ps(pa + (size_t)p * MG__SG_MR + 32);
+        __m512 a[3];
+#pragma GCC unroll 3
+        for (v = 0; v < nv; v++) a[v] = _mm512_load_ps(pa + (size_t)p * MG__SG_MR + 16 * v);
         _mm_prefetch((const char *)(pa + (size_t)p * MG__SG_MR + 1536), _MM_HINT_T0);
 #pragma GCC unroll 8
         for (j = 0; j < MG__SG_NR; j++) {
             __m512 b = _mm512_set1_ps(pb[(size_t)p * MG__SG_NR + j]);
-            acc[j][0] = _mm512_fmadd_ps(a0, b, acc[j][0]);
-            acc[j][1] = _mm512_fmadd_ps(a1, b, acc[j][1]);
-            acc[j][2] = _mm512_fmadd_ps(a2, b, acc[j][2]);
+#pragma GCC unroll 3
+            for (v = 0; v < nv; v++) acc[j][v] = _mm512_fmadd_ps(a[v], b, acc[j][v]);
         }
     }
-    for (v = 0; v < 3; v++) {
+    for (v = 0; v < nv; v++) {
         int r = mr - 16 * v;
-        mask[v] = r >= 16 ? (__mmask16)0xFFFF : r <= 0 ? (__mmask16)0 : (__mmask16)((1u << r) - 1);
+        mask[v] = r >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << r) - 1);
     }
     for (j = 0; j < nr; j++) {
         float *c = C + (size_t)j * ldc;
-        for (v = 0; v < 3; v++) {
+        for (v = 0; v < nv; v++) {
             __m512 r = _mm512_mul_ps(va, acc[j][v]);
             if (beta != 0.0f) r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask[v], c + 16 * v), r);
             _mm512_mask_storeu_ps(c + 16 * v, mask[v], r);
         }
     }
+}
+static void mg__sg_kernel(int kc, const float *pa, const float *pb, float *C, size_t ldc,
+                          float alpha, float beta, int mr, int nr) {
+    if (mr > 32)      mg__sg_kernel_nv(3, kc, pa, pb, C, ldc, alpha, beta, mr, nr);
+    else if (mr > 16) mg__sg_kernel_nv(2, kc, pa, pb, C, ldc, alpha, beta, mr, nr);
+    else              mg__sg_kernel_nv(1, kc, pa, pb, C, ldc, alpha, beta, mr, nr);
 }
 /* One sgemm on the calling thread, op(A) packed into pa (MG__SG_MC × MG__SG_KC floats),
    op(B) into pb (MG__SG_KC × MG__SG_NC).                                                    */
@@ -1746,8 +1754,9 @@ static void mg__sg_gemm(int ta, int tb, int m, int n, int k, float alpha, const 
 }
 #endif
 /* One sgemm of the batch on the calling thread (thread number `tid` of the context's team):
-   the packed kernel above with that thread's area, or OpenBLAS (set single-threaded at
-   context init; parallelism is ours, so only one thread pool ever spins).                  */
+   the packed kernel above with that thread's area, or OpenBLAS where tid is −1 or the build
+   has no packed kernel (OpenBLAS is set single-threaded at context init; parallelism is ours,
+   so only one thread pool ever spins).                                                       */
 static void mg__cpu_sgemm1(mg_ctx *ctx, int tid, int ta, int tb, int m, int n, int k, float alpha,
                            const float *A, int lda, const float *B, int ldb, float beta, float *C,
                            int ldc) {
@@ -1766,26 +1775,33 @@ static void mg__cpu_sgemm1(mg_ctx *ctx, int tid, int ta, int tb, int m, int n, i
 }
 /* Batched fp32 GEMM. Many matrices (batch >= threads): OpenMP over the batch. Few large ones:
    each GEMM is split into per-thread blocks of C's columns (or rows when C is tall), which
-   only repeats the packing of the shared operand; the split falls on panel boundaries
+   only repeats the packing of the shared operand; the split falls on micro-tile boundaries
    (multiples of 48 rows or 8 columns) where the sizes allow. Each work item packs into its
-   thread's own area; called from inside a parallel region of the caller's (the library never
-   does), the threads there would share one area, so the GEMM runs on OpenBLAS (tid −1).    */
+   thread's own area. The packed kernel takes a GEMM whole or not at all (one summation order
+   for all of C); OpenBLAS runs it instead (tid −1) when C is under two row panels tall or two
+   column panels wide — packing op(B) for so few rows, or op(A) for so few columns, costs more
+   than OpenBLAS's small-matrix kernels, which do not pack — and when called from inside a
+   parallel region of the caller's (the library never does: the threads there would share
+   one area), then serially on the calling thread.                                          */
 static void mg__cpu_sgemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float alpha,
                           const float *A, int lda, int64_t sA, const float *B, int ldb, int64_t sB,
                           float beta, float *C, int ldc, int64_t sC, int batch) {
-    int nt = ctx->n_threads, i, nested = 0;
+    int nt = ctx->n_threads, i, nested = 0, own = 1;
     double flops = 2.0 * m * n * k * batch;
 #ifdef _OPENMP
     nested = omp_in_parallel();
 #endif
+#ifdef MG__OWN_SGEMM
+    own = !nested && m >= 2 * MG__SG_MR && n >= 2 * MG__SG_NR;
+#endif
     if (nt <= 1 || nested || flops < 2.0 * 64 * 64 * 64) {
         for (i = 0; i < batch; i++)
-            mg__cpu_sgemm1(ctx, nested ? -1 : 0, ta, tb, m, n, k, alpha, A + i * sA, lda,
+            mg__cpu_sgemm1(ctx, own ? 0 : -1, ta, tb, m, n, k, alpha, A + i * sA, lda,
                            B + i * sB, ldb, beta, C + i * sC, ldc);
     } else if (batch >= nt) {
         #pragma omp parallel for num_threads(nt) schedule(static)
         for (i = 0; i < batch; i++)
-            mg__cpu_sgemm1(ctx, MG__TID(), ta, tb, m, n, k, alpha, A + i * sA, lda,
+            mg__cpu_sgemm1(ctx, own ? MG__TID() : -1, ta, tb, m, n, k, alpha, A + i * sA, lda,
                            B + i * sB, ldb, beta, C + i * sC, ldc);
     } else {
         int split_n = n >= m, len = split_n ? n : m, parts = nt, b;
@@ -1796,7 +1812,7 @@ static void mg__cpu_sgemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, floa
             float *Cb = C + b * sC;
             #pragma omp parallel for num_threads(nt) schedule(static)
             for (i = 0; i < parts; i++) {
-                int units = (len + unit - 1) / unit, tid = MG__TID();
+                int units = (len + unit - 1) / unit, tid = own ? MG__TID() : -1;
                 int lo = (int)((int64_t)units * i / parts) * unit;
                 int hi = i == parts - 1 ? len : (int)((int64_t)units * (i + 1) / parts) * unit;
                 if (hi > len) hi = len;

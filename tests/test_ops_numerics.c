@@ -519,6 +519,45 @@ static void test_gemm_blocks(mg_ctx *ctx) {
     mg_ctx_free(&one);
 }
 
+/* mg_linear_backward_weight: dW against float64, and the bias gradient as the plain column
+   sums — each column added in row order in fp32, then added to dbias once — bit for bit,
+   whatever the thread split. Shapes whose GEMM splits over columns (Out ≥ In) and over rows
+   (In > Out), with k = N in three slices.                                                   */
+static void test_linear_bgrad(mg_ctx *ctx) {
+    const int shapes[2][3] = {{1100, 130, 300}, {777, 500, 40}};   /* N, In, Out */
+    int sh;
+    for (sh = 0; sh < 2; sh++) {
+        const int N = shapes[sh][0], In = shapes[sh][1], Out = shapes[sh][2];
+        size_t mark = mg_arena_mark(ctx);
+        float *x = ops_randn_array((int64_t)N * In, 1), *dy = ops_randn_array((int64_t)N * Out, 1);
+        float *w0 = ops_randn_array((int64_t)Out * In, 1), *b0 = ops_randn_array(Out, 1);
+        float *want_w = (float *)malloc(sizeof(float) * (size_t)Out * In);
+        float *want_b = (float *)malloc(sizeof(float) * (size_t)Out), *got_b;
+        mg_tensor xt = ops_dev(ctx, MG_F32, x, N, In), dyt = ops_dev(ctx, MG_F32, dy, N, Out);
+        mg_tensor dw = ops_dev(ctx, MG_F32, w0, Out, In), db = ops_dev(ctx, MG_F32, b0, 1, Out);
+        char label[160];
+        int r, j, same = 1;
+        memcpy(want_w, w0, sizeof(float) * (size_t)Out * In);
+        /* dWᵀ(In×Out) += xᵀ·dy in column-major terms: A = x (In×N), B = dy (Out×N) transposed */
+        gemm_ref(0, 1, In, Out, N, 1.0, x, In, dy, Out, 1.0, want_w, In);
+        for (j = 0; j < Out; j++) {
+            float acc = 0.0f;
+            for (r = 0; r < N; r++) acc += dy[(int64_t)r * Out + j];
+            want_b[j] = b0[j] + acc;
+        }
+        mg_linear_backward_weight(ctx, &dw, &db, &dyt, &xt);
+        snprintf(label, sizeof label, "linear backward weight N %d In %d Out %d: dW vs float64", N, In, Out);
+        ops_close(ctx, label, &dw, want_w, 1e-6 * sqrt((double)N), 1e-6);
+        got_b = ops_host(ctx, &db);
+        for (j = 0; j < Out; j++) same &= got_b[j] == want_b[j];
+        snprintf(label, sizeof label, "linear backward weight N %d In %d Out %d: dbias = the in-order "
+                 "column sums, bit for bit", N, In, Out);
+        CHECK(same, label);
+        free(x); free(dy); free(w0); free(b0); free(want_w); free(want_b); free(got_b);
+        mg_arena_release(ctx, mark);
+    }
+}
+
 /* --- elementwise, casts, sumsq, arena ------------------------------------------------------ */
 static void test_elementwise(mg_ctx *ctx) {
     size_t mark = mg_arena_mark(ctx);
@@ -649,6 +688,7 @@ int main(void) {
     test_gemm(&ctx);
     test_gemm_paths(&ctx);
     test_gemm_blocks(&ctx);
+    test_linear_bgrad(&ctx);
     test_elementwise(&ctx);
     test_arena();
     mg_ctx_free(&ctx);

@@ -18,8 +18,9 @@
         row-major shape of up to 4 dims. Every op accumulates in fp32 whatever the storage.
         Two-pass allocation (mg_claim): count the bytes a sequence of tensors needs, then take
         them from the arena with the same code.
-     4. The GEMM seam: BLAS column-major arguments, passed unchanged to cblas_sgemm (CPU) or
-        cublasGemmEx / cublasGemmStridedBatchedEx (CUDA). All row-major reasoning lives above it.
+     4. The GEMM seam: BLAS column-major arguments, passed unchanged to the CPU's sgemm (its own
+        packed AVX-512 kernel where built for AVX-512, else cblas_sgemm) or cublasGemmEx /
+        cublasGemmStridedBatchedEx (CUDA). All row-major reasoning lives above it.
      5. Ops, each forward beside its backward, shapes stated once per op:
         embedding · layernorm · linear (forward, backward-input, backward-weight; linear + GELU
         fused, forward and backward) · GELU ·
@@ -30,7 +31,8 @@
      6. Implementation (under MG_IMPLEMENTATION): 6a errors, context, arena, copies · 6b dtypes
         and tensors · 6c the shared per-element/per-row math (MG_HD functions: exp, GELU,
         layernorm, softmax gradient, cross-entropy, dropout test, AdamW) · 6d the CPU backend
-        (OpenMP over rows/chunks/column blocks, `omp simd` inner loops, OpenBLAS) · 6e the CUDA
+        (OpenMP over rows/chunks/column blocks, `omp simd` inner loops, the packed sgemm or
+        OpenBLAS) · 6e the CUDA
         backend (kernels specialised by dtype, then launchers; one pair of block-reduction
         helpers; cuBLASLt plans for the fused linear layers) · 6f the public
         ops: shape/dtype validation and the row-major reasoning, shared, then the dispatch on
@@ -260,8 +262,9 @@ MG_HD static inline void mg_store(void *p, mg_dtype dt, int64_t i, float v);
       cuBLAS accepts with CUBLAS_COMPUTE_32F; both backends reject other combinations); compute
       is fp32. transa/transb: 0 = N, nonzero = T. k = 0 gives C = β·C (C = 0 when β = 0, C
       not read), as in BLAS.
-      CPU: cblas_sgemm(CblasColMajor, ...) (16-bit inputs are widened to fp32 in arena scratch
-      first: the products are exact in fp32, as with cuBLAS's fp32 compute; a 16-bit C is
+      CPU: the packed AVX-512 sgemm of 6d, or cblas_sgemm(CblasColMajor, ...) where the build
+      has no AVX-512 or C is under 96 × 16; 16-bit inputs are widened to fp32 in arena scratch
+      first (the products are exact in fp32, as with cuBLAS's fp32 compute; a 16-bit C is
       computed in fp32 and rounded once). CUDA: cublasGemmEx / cublasGemmStridedBatchedEx with
       CUBLAS_COMPUTE_32F, the very same arguments (the handle's reductions kept in fp32, no
       TF32). Batched CPU GEMMs run OpenMP over the batch; a single large one is split over
@@ -1525,7 +1528,8 @@ MG_HD static inline float mg__adamw(float param, float grad, float *m, float *v,
 }
 
 /* =============================================================================================
-   6d. CPU backend: OpenMP over rows / chunks / columns, OpenBLAS (single-threaded) for GEMMs.
+   6d. CPU backend: OpenMP over rows / chunks / columns; GEMMs through the packed AVX-512 sgemm
+       below, or OpenBLAS (single-threaded inside our threads).
        fp32 tensors are used in place; 16-bit tensors are widened to fp32 rows or chunks, the
        same fp32 code runs, and results are rounded back (one code path for the math).
    ========================================================================================== */
@@ -1586,7 +1590,7 @@ static int mg__f32(const mg_tensor *t) { return !t || t->dtype == MG_F32; }
 /* The CPU sgemm, column-major C(m×n) = α·op(A)·op(B) + β·C (cblas_sgemm's arguments), as a
    packed, blocked GEMM in the Goto/BLIS scheme with an AVX-512 micro-kernel. On the machine it
    was tuned on (AMD Zen 4: two 256-bit FMA pipes, 117 GFLOP/s a core) it runs the training
-   step's layer shapes at 86–90 % of the FMA peak on two threads, OpenBLAS 0.3.21 at 83–85 %
+   step's layer shapes at 86–89 % of the FMA peak on two threads, OpenBLAS 0.3.21 at 83–85 %
    (bench/train's GEMM-only line prints both).
      Blocks: for each NC-column block of C (jc) and each k-slice (pc: ⌈k/KC⌉ equal slices),
        op(B)'s kc×nc slice is packed into NR-column panels, each laid out k-major (kc×NR);

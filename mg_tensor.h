@@ -834,14 +834,15 @@ MG_HD static inline float mg_rand_normal(uint64_t key, uint64_t index) {
 #if defined(__AVX512F__) && !defined(__CUDACC__) && !defined(MG_CPU_OPENBLAS_SGEMM)
 #define MG__OWN_SGEMM 1
 #include <immintrin.h>
-/* its blocking (6d): MR×NR micro-tile, KC k-slice, MC rows and NC columns of a packed block */
+#endif
+/* The packed sgemm's blocking (6d): MR×NR micro-tile, KC k-slice, MC rows and NC columns of a
+   packed block. Defined in every build: the GEMM split over threads falls on MR/NR multiples. */
 #define MG__SG_MR 48
 #define MG__SG_NR 8
 #define MG__SG_KC 384
 #define MG__SG_MC 240
 #define MG__SG_NC 1536
 #define MG__SG_THREAD_FLOATS ((size_t)MG__SG_MC * MG__SG_KC + (size_t)MG__SG_KC * MG__SG_NC)
-#endif
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
@@ -1691,7 +1692,8 @@ mg__sg_kernel_nv(const int nv, int kc, const float *pa, const float *pb, float *
         __m512 a[3];
 #pragma GCC unroll 3
         for (v = 0; v < nv; v++) a[v] = _mm512_load_ps(pa + (size_t)p * MG__SG_MR + 16 * v);
-        _mm_prefetch((const char *)(pa + (size_t)p * MG__SG_MR + 1536), _MM_HINT_T0);
+        /* the A panel 32 k-steps ahead (it streams from L2) */
+        _mm_prefetch((const char *)(pa + (size_t)(p + 32) * MG__SG_MR), _MM_HINT_T0);
 #pragma GCC unroll 8
         for (j = 0; j < MG__SG_NR; j++) {
             __m512 b = _mm512_set1_ps(pb[(size_t)p * MG__SG_NR + j]);
@@ -1809,7 +1811,7 @@ static void mg__cpu_sgemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, floa
                            B + i * sB, ldb, beta, C + i * sC, ldc);
     } else {
         int split_n = n >= m, len = split_n ? n : m, parts = nt, b;
-        int unit = split_n ? 8 : 48;
+        int unit = split_n ? MG__SG_NR : MG__SG_MR;
         if (len < unit * parts) unit = 1;
         for (b = 0; b < batch; b++) {
             const float *Ab = A + b * sA, *Bb = B + b * sB;

@@ -416,15 +416,6 @@ static void test_gemm_paths(mg_ctx *ctx) {
     mg_arena_release(ctx, mark);
 }
 
-/* Shapes across the CPU sgemm's block edges (6d: 48×8 micro-tiles, k in slices of at most
-   384, blocks of 240 rows and 1536 columns): rows past a block with a ragged tile, k in three
-   uneven slices and not a multiple of 8; columns past a block, ragged on both sides; a last
-   panel of 30 rows (two of its three vectors) with 4 ragged columns. Every op(A)/op(B),
-   padded leading dimensions; against the double oracle, then β = 0 over a C of NaN (not
-   read), α = 0 over an A of NaN (C = β·C). Where the packed kernel runs (the context has its
-   packing areas, cpu_gemm_pack, and C is at least 96 × 16, as all these are), every element
-   is one sum over k in order: a one-thread context, which does not split the GEMM, gives the
-   same bits.                                                                                 */
 /* C (uploaded from c_host, nc floats) = α·op(A)·op(B) + β·C through mg_gemm, fp32. */
 static mg_tensor gemm_on(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float alpha,
                          const mg_tensor *a, int lda, const mg_tensor *b, int ldb, float beta,
@@ -434,6 +425,15 @@ static mg_tensor gemm_on(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float
             MG_F32, ldc);
     return c;
 }
+/* Shapes across the CPU sgemm's block edges (6d: 48×8 micro-tiles, k in slices of at most
+   384, blocks of 240 rows and 1536 columns): rows past a block with a ragged tile, k in three
+   uneven slices and not a multiple of 8; columns past a block, ragged on both sides; a last
+   panel of 30 rows (two of its three vectors) with 4 ragged columns. Every op(A)/op(B),
+   padded leading dimensions; against the double oracle, then β = 0 over a C of NaN (not
+   read), α = 0 over an A of NaN (C = β·C). Where the packed kernel runs (the context has its
+   packing areas, cpu_gemm_pack, and C is at least 96 × 16, as all these are), every element
+   is one sum over k in order: a one-thread context, which does not split the GEMM, gives the
+   same bits.                                                                                 */
 static void test_gemm_blocks(mg_ctx *ctx) {
     const int shapes[3][3] = {{290, 21, 1100}, {100, 1545, 37}, {126, 300, 45}};
     mg_ctx one;

@@ -141,7 +141,7 @@ typedef struct mg_ctx {
                              use it too (same stream: never at the same time)              */
     size_t blas_workspace_size;
     float *cpu_gemm_pack; /* CPU built for AVX-512: the packed sgemm's per-thread packing areas
-                             (n_threads × 2.6 MiB); NULL where OpenBLAS runs the CPU's GEMMs.
+                             (n_threads × 372 KiB); NULL where OpenBLAS runs the CPU's GEMMs.
                              The BLAS's own working memory, as OpenBLAS's buffers are: not in
                              mg_ctx_memory, which counts the arena and cuBLAS's workspace      */
     void *blaslt;         /* CUDA: the cuBLASLt handle and the per-shape plans of the fused
@@ -263,7 +263,7 @@ MG_HD static inline void mg_store(void *p, mg_dtype dt, int64_t i, float v);
       is fp32. transa/transb: 0 = N, nonzero = T. k = 0 gives C = β·C (C = 0 when β = 0, C
       not read), as in BLAS.
       CPU: the packed AVX-512 sgemm of 6d, or cblas_sgemm(CblasColMajor, ...) where the build
-      has no AVX-512 or C is under 96 × 16; 16-bit inputs are widened to fp32 in arena scratch
+      has no AVX-512 or C is under 16 columns; 16-bit inputs are widened to fp32 in arena scratch
       first (the products are exact in fp32, as with cuBLAS's fp32 compute; a 16-bit C is
       computed in fp32 and rounded once). CUDA: cublasGemmEx / cublasGemmStridedBatchedEx with
       CUBLAS_COMPUTE_32F, the very same arguments (the handle's reductions kept in fp32, no
@@ -835,14 +835,16 @@ MG_HD static inline float mg_rand_normal(uint64_t key, uint64_t index) {
 #define MG__OWN_SGEMM 1
 #include <immintrin.h>
 #endif
-/* The packed sgemm's blocking (6d): MR×NR micro-tile, KC k-slice, MC rows and NC columns of a
-   packed block. Defined in every build: the GEMM split over threads falls on MR/NR multiples. */
+/* The packed sgemm's blocking (6d): MR×NR micro-tile, KC k-slice, MC rows of a packed block of
+   op(A), NC columns of C per block. Defined in every build: the GEMM split over threads falls
+   on MR/NR multiples. A thread's area: the packed block of op(A) and one packed NR-column
+   panel of op(B) (its ragged last panel).                                                    */
 #define MG__SG_MR 48
 #define MG__SG_NR 8
 #define MG__SG_KC 384
 #define MG__SG_MC 240
 #define MG__SG_NC 1536
-#define MG__SG_THREAD_FLOATS ((size_t)MG__SG_MC * MG__SG_KC + (size_t)MG__SG_KC * MG__SG_NC)
+#define MG__SG_THREAD_FLOATS ((size_t)MG__SG_MC * MG__SG_KC + (size_t)MG__SG_KC * MG__SG_NR)
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
@@ -1594,9 +1596,13 @@ static int mg__f32(const mg_tensor *t) { return !t || t->dtype == MG_F32; }
    step's layer shapes at 86–89 % of the FMA peak on two threads, OpenBLAS 0.3.21 at 83–85 %
    (bench/train's GEMM-only line prints both).
      Blocks: for each NC-column block of C (jc) and each k-slice (pc: ⌈k/KC⌉ equal slices),
-       op(B)'s kc×nc slice is packed into NR-column panels, each laid out k-major (kc×NR);
-       then for each MC-row block (ic) op(A)'s mc×kc slice is packed into MR-row panels
-       (kc×MR, k-major); then every (NR panel, MR panel) pair runs the micro-kernel.
+       for each MC-row block (ic), op(A)'s mc×kc slice is packed into MR-row panels (kc×MR,
+       k-major); then every (NR-column panel of op(B), MR panel) pair runs the micro-kernel.
+       op(B) is read in place, its panel's 8 columns as 8 strided runs (or 8 contiguous floats
+       per k-step when B is transposed): only its ragged last panel (nc mod 8 columns) is
+       packed, zero-padded. Packing op(B) as well cost more than it saved — the shared operand
+       of a GEMM split over threads would be packed by each — about 3 % of the layer GEMMs'
+       time at the training step's shapes.
      Micro-kernel: an MR×NR = 48×8 block of C in 24 zmm accumulators (3 vectors of 16 rows
        × 8 columns); per k it loads the 48 floats of the A panel and broadcasts the 8 of the
        B panel: 24 FMAs to 11 loads. The B panel (kc×8 floats, 12 KiB at kc = 384) stays in
@@ -1608,7 +1614,7 @@ static int mg__f32(const mg_tensor *t) { return !t || t->dtype == MG_F32; }
        test_flash's 1e-6 bound against float64).
      Edges: panels are zero-padded; C's ragged rows are masked, ragged columns skipped. β = 0
        never reads C; α = 0 or k = 0 reads neither A nor B (BLAS's rules).
-   Packing buffers: one MC×KC + KC×NC area per thread (2.6 MiB), allocated with the context
+   Packing buffers: one MC×KC + KC×NR area per thread (372 KiB), allocated with the context
    (ctx->cpu_gemm_pack).                                                                      */
 
 /* 8×8 transpose: 8 rows of 8 floats at s (row stride ls) into 8 rows at d (row stride ld). */
@@ -1643,21 +1649,11 @@ static void mg__sg_pack(int trans, int w, int len, int kc, const float *X, size_
     for (i0 = 0; i0 < len; i0 += w) {
         int n = len - i0 < w ? len - i0 : w, p8 = n == w ? kc & ~7 : 0;
         float *d = dst + (size_t)i0 * kc;
-        if (!trans && n == w && w == MG__SG_NR && i0 + 4 * w <= len) {
-            /* four 8-wide panels from each k-row's 32 contiguous floats: whole cache lines */
-            for (p = 0; p < kc; p++)
-                for (q = 0; q < 4; q++)
-                    _mm256_storeu_ps(d + (size_t)q * w * kc + (size_t)p * w,
-                                     _mm256_loadu_ps(X + i0 + (size_t)p * ld + q * w));
-            i0 += 3 * w;
-        } else if (!trans && n == w && w == MG__SG_MR) {   /* three zmm per k-row */
+        if (!trans && n == w && w == MG__SG_MR) {   /* three zmm per k-row */
             for (p = 0; p < kc; p++)
                 for (q = 0; q < 3; q++)
                     _mm512_store_ps(d + (size_t)p * w + 16 * q,
                                     _mm512_loadu_ps(X + i0 + (size_t)p * ld + 16 * q));
-        } else if (!trans && n == w) {
-            for (p = 0; p < kc; p++)
-                _mm256_storeu_ps(d + (size_t)p * w, _mm256_loadu_ps(X + i0 + (size_t)p * ld));
         } else if (!trans) {
             for (p = 0; p < kc; p++)
                 for (ii = 0; ii < w; ii++) d[(size_t)p * w + ii] = ii < n ? X[i0 + ii + (size_t)p * ld] : 0.0f;
@@ -1675,10 +1671,13 @@ static void mg__sg_pack(int trans, int w, int len, int kc, const float *X, size_
 }
 /* C[0..mr)×[0..nr) (column stride ldc) = α·(A panel · B panel) + β·C over kc k-steps, with
    the panel's first nv of its 3 vectors of rows (nv = ⌈mr/16⌉: a short last panel skips the
-   FMAs of its zero rows). Inlined with a constant nv, one specialised copy per nv.           */
+   FMAs of its zero rows). The B panel's element (p, j) is pb[p·sp + j·sj]: op(B) in place
+   (sp = 1, sj = ldb; or sp = ldb, sj = 1) or packed (sp = NR, sj = 1); all 8 columns are
+   read, so a panel of fewer is a packed one. Inlined with a constant nv and a constant 1 for
+   sp or sj, one specialised copy each.                                                      */
 static inline __attribute__((always_inline)) void
-mg__sg_kernel_nv(const int nv, int kc, const float *pa, const float *pb, float *C, size_t ldc,
-                 float alpha, float beta, int mr, int nr) {
+mg__sg_kernel_nv(const int nv, int kc, const float *pa, const float *pb, size_t sp, size_t sj,
+                 float *C, size_t ldc, float alpha, float beta, int mr, int nr) {
     __m512 acc[MG__SG_NR][3], va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
     __mmask16 mask[3];
     int j, v, p;
@@ -1696,7 +1695,7 @@ mg__sg_kernel_nv(const int nv, int kc, const float *pa, const float *pb, float *
         _mm_prefetch((const char *)(pa + (size_t)(p + 32) * MG__SG_MR), _MM_HINT_T0);
 #pragma GCC unroll 8
         for (j = 0; j < MG__SG_NR; j++) {
-            __m512 b = _mm512_set1_ps(pb[(size_t)p * MG__SG_NR + j]);
+            __m512 b = _mm512_set1_ps(pb[(size_t)p * sp + (size_t)j * sj]);
 #pragma GCC unroll 3
             for (v = 0; v < nv; v++) acc[j][v] = _mm512_fmadd_ps(a[v], b, acc[j][v]);
         }
@@ -1714,14 +1713,20 @@ mg__sg_kernel_nv(const int nv, int kc, const float *pa, const float *pb, float *
         }
     }
 }
-static void mg__sg_kernel(int kc, const float *pa, const float *pb, float *C, size_t ldc,
-                          float alpha, float beta, int mr, int nr) {
-    if (mr > 32)      mg__sg_kernel_nv(3, kc, pa, pb, C, ldc, alpha, beta, mr, nr);
-    else if (mr > 16) mg__sg_kernel_nv(2, kc, pa, pb, C, ldc, alpha, beta, mr, nr);
-    else              mg__sg_kernel_nv(1, kc, pa, pb, C, ldc, alpha, beta, mr, nr);
+static void mg__sg_kernel(int kc, const float *pa, const float *pb, size_t sp, size_t sj,
+                          float *C, size_t ldc, float alpha, float beta, int mr, int nr) {
+    if (sj == 1) {   /* 8 contiguous floats per k-step */
+        if (mr > 32)      mg__sg_kernel_nv(3, kc, pa, pb, sp, 1, C, ldc, alpha, beta, mr, nr);
+        else if (mr > 16) mg__sg_kernel_nv(2, kc, pa, pb, sp, 1, C, ldc, alpha, beta, mr, nr);
+        else              mg__sg_kernel_nv(1, kc, pa, pb, sp, 1, C, ldc, alpha, beta, mr, nr);
+    } else {         /* 8 runs along k (sp = 1) */
+        if (mr > 32)      mg__sg_kernel_nv(3, kc, pa, pb, 1, sj, C, ldc, alpha, beta, mr, nr);
+        else if (mr > 16) mg__sg_kernel_nv(2, kc, pa, pb, 1, sj, C, ldc, alpha, beta, mr, nr);
+        else              mg__sg_kernel_nv(1, kc, pa, pb, 1, sj, C, ldc, alpha, beta, mr, nr);
+    }
 }
 /* One sgemm on the calling thread, op(A) packed into pa (MG__SG_MC × MG__SG_KC floats),
-   op(B) into pb (MG__SG_KC × MG__SG_NC).                                                    */
+   op(B) read in place but for its ragged last panel, packed into pb (MG__SG_KC × MG__SG_NR). */
 static void mg__sg_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A,
                         int lda, const float *B, int ldb, float beta, float *C, int ldc,
                         float *pa, float *pb) {
@@ -1739,21 +1744,27 @@ static void mg__sg_gemm(int ta, int tb, int m, int n, int k, float alpha, const 
     kstep = (k + slices - 1) / slices;
     for (jc = 0; jc < n; jc += MG__SG_NC) {
         const int nc = n - jc < MG__SG_NC ? n - jc : MG__SG_NC;
+        const int nfull = nc - nc % MG__SG_NR;   /* columns in whole panels, read in place */
         for (pc = 0; pc < k; pc += kstep) {
             const int kc = k - pc < kstep ? k - pc : kstep;
             const float be = pc == 0 ? beta : 1.0f;   /* later slices add to the first's result */
-            mg__sg_pack(!tb, MG__SG_NR, nc, kc,
-                        tb ? B + jc + (size_t)pc * ldb : B + pc + (size_t)jc * ldb, (size_t)ldb, pb);
+            /* op(B)'s slice: element (p, j) at bs[p·bp + j·bj] */
+            const float *bs = tb ? B + jc + (size_t)pc * ldb : B + pc + (size_t)jc * ldb;
+            const size_t bp = tb ? (size_t)ldb : 1, bj = tb ? 1 : (size_t)ldb;
+            if (nc > nfull) mg__sg_pack(!tb, MG__SG_NR, nc - nfull, kc, bs + nfull * bj, (size_t)ldb, pb);
             for (ic = 0; ic < m; ic += MG__SG_MC) {
                 const int mc = m - ic < MG__SG_MC ? m - ic : MG__SG_MC;
                 mg__sg_pack(ta, MG__SG_MR, mc, kc,
                             ta ? A + pc + (size_t)ic * lda : A + ic + (size_t)pc * lda, (size_t)lda, pa);
-                for (jr = 0; jr < nc; jr += MG__SG_NR)
+                for (jr = 0; jr < nc; jr += MG__SG_NR) {
+                    const int in_place = jr < nfull;
+                    const float *b = in_place ? bs + (size_t)jr * bj : pb;
                     for (ir = 0; ir < mc; ir += MG__SG_MR)
-                        mg__sg_kernel(kc, pa + (size_t)ir * kc, pb + (size_t)jr * kc,
-                                      C + ic + ir + (size_t)(jc + jr) * ldc, (size_t)ldc, alpha, be,
-                                      mc - ir < MG__SG_MR ? mc - ir : MG__SG_MR,
+                        mg__sg_kernel(kc, pa + (size_t)ir * kc, b, in_place ? bp : MG__SG_NR,
+                                      in_place ? bj : 1, C + ic + ir + (size_t)(jc + jr) * ldc,
+                                      (size_t)ldc, alpha, be, mc - ir < MG__SG_MR ? mc - ir : MG__SG_MR,
                                       nc - jr < MG__SG_NR ? nc - jr : MG__SG_NR);
+                }
             }
         }
     }
@@ -1781,12 +1792,12 @@ static void mg__cpu_sgemm1(mg_ctx *ctx, int tid, int ta, int tb, int m, int n, i
 }
 /* Batched fp32 GEMM. Many matrices (batch >= threads): OpenMP over the batch. Few large ones:
    each GEMM is split into per-thread blocks of C's columns (or rows when C is tall), which
-   only repeats the packing of the shared operand; the split falls on micro-tile boundaries
+   only repeats the packing of op(A) when it is the shared one; the split falls on micro-tile boundaries
    (multiples of 48 rows or 8 columns) where the sizes allow. Each work item packs into its
    thread's own area. The packed kernel takes a GEMM whole or not at all (one summation order
-   for all of C); OpenBLAS runs it instead (tid −1) when C is under two row panels tall or two
-   column panels wide — packing op(B) for so few rows, or op(A) for so few columns, costs more
-   than OpenBLAS's small-matrix kernels, which do not pack — and when called from inside a
+   for all of C); OpenBLAS runs it instead (tid −1) when C is under two column panels wide —
+   packing op(A) for so few columns can cost more than OpenBLAS's small-matrix kernels, which
+   do not pack — and when called from inside a
    parallel region of the caller's (the library never does: the threads there would share
    one area), then serially on the calling thread.                                          */
 static void mg__cpu_sgemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float alpha,
@@ -1798,7 +1809,7 @@ static void mg__cpu_sgemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, floa
     nested = omp_in_parallel();
 #endif
 #ifdef MG__OWN_SGEMM
-    own = !nested && m >= 2 * MG__SG_MR && n >= 2 * MG__SG_NR;
+    own = !nested && n >= 2 * MG__SG_NR;
 #endif
     if (nt <= 1 || nested || flops < 2.0 * 64 * 64 * 64) {
         for (i = 0; i < batch; i++)

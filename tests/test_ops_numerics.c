@@ -428,14 +428,16 @@ static mg_tensor gemm_on(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float
 /* Shapes across the CPU sgemm's block edges (6d: 48×8 micro-tiles, k in slices of at most
    384, blocks of 240 rows and 1536 columns): rows past a block with a ragged tile, k in three
    uneven slices and not a multiple of 8; columns past a block, ragged on both sides; a last
-   panel of 30 rows (two of its three vectors) with 4 ragged columns. Every op(A)/op(B),
-   padded leading dimensions; against the double oracle, then β = 0 over a C of NaN (not
-   read), α = 0 over an A of NaN (C = β·C). Where the packed kernel runs (the context has its
-   packing areas, cpu_gemm_pack, and C is at least 96 × 16, as all these are), every element
+   panel of 30 rows (two of its three vectors) with 4 ragged columns; C of one short panel
+   (40 rows), op(B)'s columns split over threads with the ragged panel on the second.
+   Every op(A)/op(B), padded leading dimensions; against the double oracle, then β = 0 over a
+   C of NaN (not read), α = 0 over an A of NaN (C = β·C). Where the packed kernel runs (the
+   context has its packing areas, cpu_gemm_pack, and C has at least 16 columns, as all these
+   have), every element
    is one sum over k in order: a one-thread context, which does not split the GEMM, gives the
    same bits.                                                                                 */
 static void test_gemm_blocks(mg_ctx *ctx) {
-    const int shapes[3][3] = {{290, 21, 1100}, {100, 1545, 37}, {126, 300, 45}};
+    const int shapes[4][3] = {{290, 21, 1100}, {100, 1545, 37}, {126, 300, 45}, {40, 203, 70}};
     mg_ctx one;
     mg_ctx_desc d1;
     int sh, ta, tb;
@@ -444,7 +446,7 @@ static void test_gemm_blocks(mg_ctx *ctx) {
     d1.n_threads = 1;
     d1.arena_bytes = (size_t)16 << 20;
     mg_ctx_init(&one, &d1);
-    for (sh = 0; sh < 3; sh++)
+    for (sh = 0; sh < 4; sh++)
         for (ta = 0; ta < 2; ta++)
             for (tb = 0; tb < 2; tb++) {
                 const int m = shapes[sh][0], n = shapes[sh][1], k = shapes[sh][2];

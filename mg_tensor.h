@@ -2399,8 +2399,17 @@ typedef struct mg__attn_geo {
 static void mg__cpu_attn_load(float *dst, int transposed, int ld, const mg_attn_view *v, int64_t t0,
                               int n, int b, int g, int j, int hd) {
     size_t rs = transposed ? 1 : (size_t)hd, ds = transposed ? (size_t)ld : 1;
-    int r, d;
-    for (r = 0; r < n; r++) {
+    int r = 0, d;
+#ifdef MG__OWN_SGEMM
+    if (transposed && v->dtype == MG_F32)   /* fp32 rows ld_t apart: 8×8 blocks, then the rest */
+        for (; r + 8 <= n; r += 8) {
+            const float *src = (const float *)v->data + mg__view_at(v, t0 + r, b, g, j);
+            for (d = 0; d + 8 <= hd; d += 8) mg__sg_tr8(src + d, (size_t)v->ld_t, dst + (size_t)d * ld + r, (size_t)ld);
+            for (; d < hd; d++)
+                for (int i = 0; i < 8; i++) dst[(size_t)d * ld + r + i] = src[(size_t)i * v->ld_t + d];
+        }
+#endif
+    for (; r < n; r++) {
         int64_t off = mg__view_at(v, t0 + r, b, g, j);
         if (v->dtype != MG_F32)
             for (d = 0; d < hd; d++) dst[r * rs + d * ds] = mg_load(v->data, v->dtype, off + d);
@@ -2545,6 +2554,7 @@ static void mg__cpu_attn_delta(mg_ctx *ctx, float *delta, const mg_attn_block *a
         const float *x = mg__cpu_attn_rows(dout, t, 1, b, h / per, h % per, hd, sc, &ld);
         const float *y = mg__cpu_attn_rows(o, t, 1, b, h / per, h % per, hd, sc ? sc + hd : NULL, &ld);
         float s = 0.0f;
+        #pragma omp simd reduction(+ : s)
         for (d = 0; d < hd; d++) s += x[d] * y[d];
         delta[r] = s;
     }

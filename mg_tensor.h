@@ -1673,11 +1673,12 @@ static void mg__sg_pack(int trans, int w, int len, int kc, const float *X, size_
    the panel's first nv of its 3 vectors of rows (nv = ⌈mr/16⌉: a short last panel skips the
    FMAs of its zero rows). The B panel's element (p, j) is pb[p·sp + j·sj]: op(B) in place
    (sp = 1, sj = ldb; or sp = ldb, sj = 1) or packed (sp = NR, sj = 1); all 8 columns are
-   read, so a panel of fewer is a packed one. Inlined with a constant nv and a constant 1 for
-   sp or sj, one specialised copy each.                                                      */
+   read, so a panel of fewer is a packed one. bias (the panel's mr rows of it), when given,
+   takes β·C's place: C = α·A·B + bias. Inlined with a constant nv and a constant 1 for sp or
+   sj, one specialised copy each.                                                            */
 static inline __attribute__((always_inline)) void
 mg__sg_kernel_nv(const int nv, int kc, const float *pa, const float *pb, size_t sp, size_t sj,
-                 float *C, size_t ldc, float alpha, float beta, int mr, int nr) {
+                 float *C, size_t ldc, float alpha, float beta, const float *bias, int mr, int nr) {
     __m512 acc[MG__SG_NR][3], va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
     __mmask16 mask[3];
     int j, v, p;
@@ -1708,35 +1709,38 @@ mg__sg_kernel_nv(const int nv, int kc, const float *pa, const float *pb, size_t 
         float *c = C + (size_t)j * ldc;
         for (v = 0; v < nv; v++) {
             __m512 r = _mm512_mul_ps(va, acc[j][v]);
-            if (beta != 0.0f) r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask[v], c + 16 * v), r);
+            if (bias) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask[v], bias + 16 * v));
+            else if (beta != 0.0f) r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask[v], c + 16 * v), r);
             _mm512_mask_storeu_ps(c + 16 * v, mask[v], r);
         }
     }
 }
 static void mg__sg_kernel(int kc, const float *pa, const float *pb, size_t sp, size_t sj,
-                          float *C, size_t ldc, float alpha, float beta, int mr, int nr) {
+                          float *C, size_t ldc, float alpha, float beta, const float *bias,
+                          int mr, int nr) {
     if (sj == 1) {   /* 8 contiguous floats per k-step */
-        if (mr > 32)      mg__sg_kernel_nv(3, kc, pa, pb, sp, 1, C, ldc, alpha, beta, mr, nr);
-        else if (mr > 16) mg__sg_kernel_nv(2, kc, pa, pb, sp, 1, C, ldc, alpha, beta, mr, nr);
-        else              mg__sg_kernel_nv(1, kc, pa, pb, sp, 1, C, ldc, alpha, beta, mr, nr);
+        if (mr > 32)      mg__sg_kernel_nv(3, kc, pa, pb, sp, 1, C, ldc, alpha, beta, bias, mr, nr);
+        else if (mr > 16) mg__sg_kernel_nv(2, kc, pa, pb, sp, 1, C, ldc, alpha, beta, bias, mr, nr);
+        else              mg__sg_kernel_nv(1, kc, pa, pb, sp, 1, C, ldc, alpha, beta, bias, mr, nr);
     } else {         /* 8 runs along k (sp = 1) */
-        if (mr > 32)      mg__sg_kernel_nv(3, kc, pa, pb, 1, sj, C, ldc, alpha, beta, mr, nr);
-        else if (mr > 16) mg__sg_kernel_nv(2, kc, pa, pb, 1, sj, C, ldc, alpha, beta, mr, nr);
-        else              mg__sg_kernel_nv(1, kc, pa, pb, 1, sj, C, ldc, alpha, beta, mr, nr);
+        if (mr > 32)      mg__sg_kernel_nv(3, kc, pa, pb, 1, sj, C, ldc, alpha, beta, bias, mr, nr);
+        else if (mr > 16) mg__sg_kernel_nv(2, kc, pa, pb, 1, sj, C, ldc, alpha, beta, bias, mr, nr);
+        else              mg__sg_kernel_nv(1, kc, pa, pb, 1, sj, C, ldc, alpha, beta, bias, mr, nr);
     }
 }
 /* One sgemm on the calling thread, op(A) packed into pa (MG__SG_MC × MG__SG_KC floats),
-   op(B) read in place but for its ragged last panel, packed into pb (MG__SG_KC × MG__SG_NR). */
+   op(B) read in place but for its ragged last panel, packed into pb (MG__SG_KC × MG__SG_NR).
+   bias (m floats) or NULL: see mg__cpu_sgemm.                                                */
 static void mg__sg_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A,
-                        int lda, const float *B, int ldb, float beta, float *C, int ldc,
-                        float *pa, float *pb) {
+                        int lda, const float *B, int ldb, float beta, const float *bias, float *C,
+                        int ldc, float *pa, float *pb) {
     int jc, pc, ic, jr, ir, slices, kstep;
     if (m <= 0 || n <= 0) return;
-    if (alpha == 0.0f || k <= 0) {   /* C = β·C; A and B are not read */
+    if (alpha == 0.0f || k <= 0) {   /* C = β·C (or the bias); A and B are not read */
         for (jc = 0; jc < n; jc++)
             for (ic = 0; ic < m; ic++) {
                 float *c = C + ic + (size_t)jc * ldc;
-                *c = beta == 0.0f ? 0.0f : beta * *c;
+                *c = bias ? bias[ic] : beta == 0.0f ? 0.0f : beta * *c;
             }
         return;
     }
@@ -1762,7 +1766,8 @@ static void mg__sg_gemm(int ta, int tb, int m, int n, int k, float alpha, const 
                     for (ir = 0; ir < mc; ir += MG__SG_MR)
                         mg__sg_kernel(kc, pa + (size_t)ir * kc, b, in_place ? bp : MG__SG_NR,
                                       in_place ? bj : 1, C + ic + ir + (size_t)(jc + jr) * ldc,
-                                      (size_t)ldc, alpha, be, mc - ir < MG__SG_MR ? mc - ir : MG__SG_MR,
+                                      (size_t)ldc, alpha, be, pc == 0 && bias ? bias + ic + ir : NULL,
+                                      mc - ir < MG__SG_MR ? mc - ir : MG__SG_MR,
                                       nc - jr < MG__SG_NR ? nc - jr : MG__SG_NR);
                 }
             }
@@ -1775,18 +1780,23 @@ static void mg__sg_gemm(int ta, int tb, int m, int n, int k, float alpha, const 
    has no packed kernel (OpenBLAS is set single-threaded at context init; parallelism is ours,
    so only one thread pool ever spins).                                                       */
 static void mg__cpu_sgemm1(mg_ctx *ctx, int tid, int ta, int tb, int m, int n, int k, float alpha,
-                           const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                           int ldc) {
+                           const float *A, int lda, const float *B, int ldb, float beta,
+                           const float *bias, float *C, int ldc) {
+    int j;
 #ifdef MG__OWN_SGEMM
     if (ctx->cpu_gemm_pack && tid >= 0) {
         float *pa = ctx->cpu_gemm_pack + (size_t)tid * MG__SG_THREAD_FLOATS;
-        mg__sg_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc, pa,
+        mg__sg_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, bias, C, ldc, pa,
                     pa + (size_t)MG__SG_MC * MG__SG_KC);
         return;
     }
 #endif
     (void)ctx;
     (void)tid;
+    if (bias) {   /* C = bias, then C += α·op(A)·op(B) */
+        for (j = 0; j < n; j++) memcpy(C + (size_t)j * ldc, bias, (size_t)m * sizeof(float));
+        beta = 1.0f;
+    }
     cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -1799,10 +1809,14 @@ static void mg__cpu_sgemm1(mg_ctx *ctx, int tid, int ta, int tb, int m, int n, i
    packing op(A) for so few columns can cost more than OpenBLAS's small-matrix kernels, which
    do not pack — and when called from inside a
    parallel region of the caller's (the library never does: the threads there would share
-   one area), then serially on the calling thread.                                          */
+   one area), then serially on the calling thread.
+   bias: NULL, or m floats added to every column of C in place of β·C (C = α·op(A)·op(B) +
+   bias, β ignored; the linear layer's bias): the packed kernel adds it to the accumulators
+   of the first k-slice, giving the bits of C = bias followed by a β = 1 GEMM, which is what
+   the OpenBLAS path does.                                                                    */
 static void mg__cpu_sgemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float alpha,
                           const float *A, int lda, int64_t sA, const float *B, int ldb, int64_t sB,
-                          float beta, float *C, int ldc, int64_t sC, int batch) {
+                          float beta, const float *bias, float *C, int ldc, int64_t sC, int batch) {
     int nt = ctx->n_threads, i, nested = 0, own = 1;
     double flops = 2.0 * m * n * k * batch;
 #ifdef _OPENMP
@@ -1814,12 +1828,12 @@ static void mg__cpu_sgemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, floa
     if (nt <= 1 || nested || flops < 2.0 * 64 * 64 * 64) {
         for (i = 0; i < batch; i++)
             mg__cpu_sgemm1(ctx, own ? 0 : -1, ta, tb, m, n, k, alpha, A + i * sA, lda,
-                           B + i * sB, ldb, beta, C + i * sC, ldc);
+                           B + i * sB, ldb, beta, bias, C + i * sC, ldc);
     } else if (batch >= nt) {
         #pragma omp parallel for num_threads(nt) schedule(static)
         for (i = 0; i < batch; i++)
             mg__cpu_sgemm1(ctx, own ? MG__TID() : -1, ta, tb, m, n, k, alpha, A + i * sA, lda,
-                           B + i * sB, ldb, beta, C + i * sC, ldc);
+                           B + i * sB, ldb, beta, bias, C + i * sC, ldc);
     } else {
         int split_n = n >= m, len = split_n ? n : m, parts = nt, b;
         int unit = split_n ? MG__SG_NR : MG__SG_MR;
@@ -1836,12 +1850,12 @@ static void mg__cpu_sgemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, floa
                 if (hi <= lo) continue;
                 if (split_n) /* columns lo..hi of C and of op(B) */
                     mg__cpu_sgemm1(ctx, tid, ta, tb, m, hi - lo, k, alpha, Ab, lda,
-                                   Bb + (tb ? (int64_t)lo : (int64_t)lo * ldb), ldb, beta,
+                                   Bb + (tb ? (int64_t)lo : (int64_t)lo * ldb), ldb, beta, bias,
                                    Cb + (int64_t)lo * ldc, ldc);
                 else         /* rows lo..hi of C and of op(A) */
                     mg__cpu_sgemm1(ctx, tid, ta, tb, hi - lo, n, k, alpha,
                                    Ab + (ta ? (int64_t)lo * lda : (int64_t)lo), lda, Bb, ldb,
-                                   beta, Cb + lo, ldc);
+                                   beta, bias ? bias + lo : NULL, Cb + lo, ldc);
             }
         }
     }
@@ -1851,13 +1865,14 @@ static int64_t mg__gemm_span(int rows, int cols, int ld, int64_t stride, int bat
     if (rows == 0 || cols == 0 || batch == 0) return 0;
     return (int64_t)(batch - 1) * stride + (int64_t)(cols - 1) * ld + rows;
 }
-/* 16-bit operands are widened into arena scratch (exact); a 16-bit C is widened (when β ≠ 0),
-   computed in fp32 and rounded back element by element — only the m×n entries of each
-   matrix, never the gaps between columns, which may belong to other data.                  */
+/* 16-bit operands are widened into arena scratch (exact); a 16-bit C is widened (when β ≠ 0
+   and no bias takes β·C's place: mg__cpu_sgemm), computed in fp32 and rounded back element
+   by element — only the m×n entries of each matrix, never the gaps between columns, which
+   may belong to other data.                                                                  */
 static void mg__cpu_gemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float alpha,
                          const void *A, mg_dtype ab_dt, int lda, int64_t sA, const void *B,
-                         int ldb, int64_t sB, float beta, void *C, mg_dtype c_dt, int ldc,
-                         int64_t sC, int batch) {
+                         int ldb, int64_t sB, float beta, const float *bias, void *C,
+                         mg_dtype c_dt, int ldc, int64_t sC, int batch) {
     size_t mark = mg_arena_mark(ctx);
     const float *A32 = (const float *)A, *B32 = (const float *)B;
     float *C32 = (float *)C;
@@ -1875,14 +1890,14 @@ static void mg__cpu_gemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float
     if (c_dt != MG_F32) {
         int64_t nc = mg__gemm_span(m, n, ldc, sC, batch);
         C32 = (float *)mg_alloc(ctx, (size_t)nc * sizeof(float));
-        if (beta != 0.0f)
+        if (beta != 0.0f && !bias)
             for (i = 0; i < batch; i++)
                 for (j = 0; j < n; j++)
                     mg__cpu_widen(C32 + i * sC + (int64_t)j * ldc, C, c_dt,
                                   i * sC + (int64_t)j * ldc, m);
     }
-    mg__cpu_sgemm(ctx, ta, tb, m, n, k, alpha, A32, lda, sA, B32, ldb, sB, beta, C32, ldc, sC,
-                  batch);
+    mg__cpu_sgemm(ctx, ta, tb, m, n, k, alpha, A32, lda, sA, B32, ldb, sB, beta, bias, C32, ldc,
+                  sC, batch);
     if (c_dt != MG_F32)
         for (i = 0; i < batch; i++)
             for (j = 0; j < n; j++)
@@ -2111,16 +2126,6 @@ static void mg__cpu_colsum(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *s
     }
 }
 
-/* out[r, :] = row[:] for every row (the bias before a GEMM with β = 1). */
-static void mg__cpu_broadcast_rows(mg_ctx *ctx, const mg_tensor *out, const mg_tensor *row) {
-    int64_t N = mg_rows(out), C = mg_cols(out), r;
-    size_t mark = mg_arena_mark(ctx);
-    float *v = (float *)mg_alloc(ctx, (size_t)C * sizeof(float));
-    mg__cpu_widen(v, row->data, row->dtype, 0, C);
-    #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
-    for (r = 0; r < N; r++) mg__cpu_narrow(out->data, out->dtype, r * C, v, C);
-    mg_arena_release(ctx, mark);
-}
 
 /* --- embedding ----------------------------------------------------------------------------- */
 static void mg__cpu_embedding_forward(mg_ctx *ctx, const mg_tensor *out, const int32_t *tokens,
@@ -4449,7 +4454,7 @@ MGDEF void mg_gemm_strided_batched(mg_ctx *ctx, int transa, int transb, int m, i
     }
 #endif
     mg__cpu_gemm(ctx, transa, transb, m, n, k, alpha, A, a_dt, lda, strideA, B, ldb, strideB,
-                 beta, C, c_dt, ldc, strideC, batch);
+                 beta, NULL, C, c_dt, ldc, strideC, batch);
 }
 
 /* --- internal dispatchers used by the shared op code --------------------------------------- */
@@ -4465,16 +4470,6 @@ static void mg__colsum(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *src) 
     if (mg__is_cuda(ctx)) { mg__cuda_colsum(ctx, dst, src, NULL, NULL, NULL); return; }
 #endif
     mg__cpu_colsum(ctx, dst, src, NULL, NULL, NULL);
-}
-static void mg__broadcast_rows(mg_ctx *ctx, const mg_tensor *out, const mg_tensor *row) {
-#ifdef __CUDACC__
-    if (mg__is_cuda(ctx)) {
-        mg__f_broadcast_rows f = {out->data, out->dtype, row->data, row->dtype, mg_cols(out)};
-        mg__cuda_map(ctx, mg_numel(out), f);
-        return;
-    }
-#endif
-    mg__cpu_broadcast_rows(ctx, out, row);
 }
 /* Dropout of a local [rows, local_cols] block that sits at (row_offset, col_offset) of a
    global [·, global_cols] tensor: the keep test of element (r, c) uses global index
@@ -4640,11 +4635,32 @@ MGDEF void mg_linear_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
                           0.0f, out->data, out->dtype, Out, CUBLASLT_EPILOGUE_BIAS, bias->data,
                           NULL, 0))
             return;
+        if (mg__is_cuda(ctx)) {   /* out = bias, then out += inp·Wᵀ */
+            mg__f_broadcast_rows f = {out->data, out->dtype, bias->data, bias->dtype, Out};
+            mg__cuda_map(ctx, mg_numel(out), f);
+            mg_gemm(ctx, 1, 0, Out, N, In, 1.0f, weight->data, weight->dtype, In, inp->data,
+                    inp->dtype, In, 1.0f, out->data, out->dtype, Out);
+            return;
+        }
 #endif
-        mg__broadcast_rows(ctx, out, bias); /* out = bias, then out += inp·Wᵀ */
+        {   /* CPU: the GEMM adds the fp32 bias in place of β·C (mg__cpu_sgemm) */
+            size_t mark = mg_arena_mark(ctx);
+            const float *b32 = (const float *)bias->data;
+            mg__check_gemm(1, 0, Out, N, In, weight->dtype, In, inp->dtype, In, out->dtype, Out, 1);
+            if (bias->dtype != MG_F32) {
+                float *w = (float *)mg_alloc(ctx, (size_t)Out * sizeof(float));
+                mg__cpu_widen(w, bias->data, bias->dtype, 0, Out);
+                b32 = w;
+            }
+            if (N > 0 && Out > 0)
+                mg__cpu_gemm(ctx, 1, 0, Out, N, In, 1.0f, weight->data, weight->dtype, In, 0,
+                             inp->data, In, 0, 0.0f, b32, out->data, out->dtype, Out, 0, 1);
+            mg_arena_release(ctx, mark);
+            return;
+        }
     }
     mg_gemm(ctx, 1, 0, Out, N, In, 1.0f, weight->data, weight->dtype, In, inp->data, inp->dtype, In,
-            bias ? 1.0f : 0.0f, out->data, out->dtype, Out);
+            0.0f, out->data, out->dtype, Out);
 }
 MGDEF void mg_linear_backward_input(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *dout,
                                     const mg_tensor *weight, int accumulate) {

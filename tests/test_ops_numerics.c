@@ -560,6 +560,51 @@ static void test_linear_bgrad(mg_ctx *ctx) {
     }
 }
 
+/* mg_linear_forward with a bias: the CPU's GEMM adds the bias to its first k-slice in place of
+   β·C; on every backend the result must be the bits of out = bias followed by a β = 1 GEMM
+   (what cuBLAS and OpenBLAS compute), and within the float64 bound. One k-slice and two
+   (k = 500), a C of one short row panel (Out = 40), fp32 and bf16.                          */
+static void test_linear_bias_forward(mg_ctx *ctx) {
+    const int shapes[2][3] = {{1100, 130, 300}, {777, 500, 40}};   /* N, In, Out */
+    int sh, d;
+    for (sh = 0; sh < 2; sh++)
+        for (d = 0; d < 2; d++) {
+            const int N = shapes[sh][0], In = shapes[sh][1], Out = shapes[sh][2];
+            const mg_dtype dt = d ? MG_BF16 : MG_F32;
+            size_t mark = mg_arena_mark(ctx);
+            float *x = ops_randn_array((int64_t)N * In, 1), *w = ops_randn_array((int64_t)Out * In, 1);
+            float *b = ops_randn_array(Out, 1), *rows = (float *)malloc(sizeof(float) * (size_t)N * Out);
+            float *want = (float *)malloc(sizeof(float) * (size_t)N * Out), *got, *got2;
+            mg_tensor xt, wt, bt, out, out2;
+            char label[160];
+            int64_t i;
+            for (i = 0; i < (int64_t)N * In; i++) x[i] = d ? mg_bf16_to_f32(mg_f32_to_bf16(x[i])) : x[i];
+            for (i = 0; i < (int64_t)Out * In; i++) w[i] = d ? mg_bf16_to_f32(mg_f32_to_bf16(w[i])) : w[i];
+            for (i = 0; i < Out; i++) b[i] = d ? mg_bf16_to_f32(mg_f32_to_bf16(b[i])) : b[i];
+            for (i = 0; i < (int64_t)N * Out; i++) rows[i] = want[i] = b[i % Out];
+            xt = ops_dev(ctx, dt, x, N, In);
+            wt = ops_dev(ctx, dt, w, Out, In);
+            bt = ops_dev(ctx, dt, b, 1, Out);
+            out = ops_dev(ctx, dt, NULL, N, Out);
+            out2 = ops_dev(ctx, dt, rows, N, Out);
+            mg_linear_forward(ctx, &out, &xt, &wt, &bt);
+            mg_gemm(ctx, 1, 0, Out, N, In, 1.0f, wt.data, dt, In, xt.data, dt, In, 1.0f, out2.data,
+                    dt, Out);
+            /* yᵀ(Out×N) = W·xᵀ + b in column-major terms */
+            gemm_ref(1, 0, Out, N, In, 1.0, w, In, x, In, 1.0, want, Out);
+            snprintf(label, sizeof label, "linear forward N %d In %d Out %d %s: y = x·Wᵀ + b vs float64",
+                     N, In, Out, d ? "bf16" : "fp32");
+            ops_close(ctx, label, &out, want, d ? 8e-3 : 1e-6 * sqrt((double)In), d ? 8e-3 : 1e-6);
+            got = ops_host(ctx, &out);
+            got2 = ops_host(ctx, &out2);
+            snprintf(label, sizeof label, "linear forward N %d In %d Out %d %s: the bits of out = bias, "
+                     "then a β = 1 GEMM", N, In, Out, d ? "bf16" : "fp32");
+            CHECK(memcmp(got, got2, sizeof(float) * (size_t)N * Out) == 0, label);
+            free(x); free(w); free(b); free(rows); free(want); free(got); free(got2);
+            mg_arena_release(ctx, mark);
+        }
+}
+
 /* --- elementwise, casts, sumsq, arena ------------------------------------------------------ */
 static void test_elementwise(mg_ctx *ctx) {
     size_t mark = mg_arena_mark(ctx);
@@ -691,6 +736,7 @@ int main(void) {
     test_gemm_paths(&ctx);
     test_gemm_blocks(&ctx);
     test_linear_bgrad(&ctx);
+    test_linear_bias_forward(&ctx);
     test_elementwise(&ctx);
     test_arena();
     mg_ctx_free(&ctx);

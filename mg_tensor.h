@@ -2094,19 +2094,23 @@ static void mg__cpu_map(mg_ctx *ctx, mg__ew_op op, const mg_tensor *out, const m
 }
 
 /* --- column sums: dst[c] += Σ_r src[r, c] · (factor) -------------------------------------- */
-/* factor = 1, or the layernorm norm (inp[r,c] − mean[r])·rstd[r] when inp is given. Threads
-   own blocks of columns and walk all rows in order: deterministic, no atomics.               */
+/* factor = 1, or the layernorm norm (inp[r,c] − mean[r])·rstd[r] when inp is given; with inp,
+   plain (or NULL) also gets the factor-1 sums of the same pass (the norm's bias gradient
+   beside its weight gradient: one read of src, one parallel region). Threads own blocks of
+   columns and walk all rows in order: deterministic, no atomics.                           */
 static void mg__cpu_colsum(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *src,
-                           const mg_tensor *inp, const float *mean, const float *rstd) {
+                           const mg_tensor *inp, const float *mean, const float *rstd,
+                           const mg_tensor *plain) {
     (void)ctx;   /* read only by the OpenMP pragma: a build without OpenMP ignores it */
     int64_t N = mg_rows(src), C = mg_cols(src), nblk = (C + MG__COLBLOCK - 1) / MG__COLBLOCK, blk;
     #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
     for (blk = 0; blk < nblk; blk++) {
         int64_t c0 = blk * MG__COLBLOCK, w = C - c0 < MG__COLBLOCK ? C - c0 : MG__COLBLOCK, r, j;
-        float acc[MG__COLBLOCK], sbuf[MG__COLBLOCK], xbuf[MG__COLBLOCK], dbuf[MG__COLBLOCK];
+        float acc[MG__COLBLOCK], acc1[MG__COLBLOCK], sbuf[MG__COLBLOCK], xbuf[MG__COLBLOCK];
+        float dbuf[MG__COLBLOCK];
         const float *d;
         float *o;
-        for (j = 0; j < w; j++) acc[j] = 0.0f;
+        for (j = 0; j < w; j++) acc[j] = acc1[j] = 0.0f;
         for (r = 0; r < N; r++) {
             const float *s = mg__cpu_span(src, r * C + c0, w, sbuf);
             if (inp) {
@@ -2114,6 +2118,10 @@ static void mg__cpu_colsum(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *s
                 float mu = mean[r], rs = rstd[r];
                 #pragma omp simd
                 for (j = 0; j < w; j++) acc[j] += s[j] * ((x[j] - mu) * rs);
+                if (plain) {
+                    #pragma omp simd
+                    for (j = 0; j < w; j++) acc1[j] += s[j];
+                }
             } else {
                 #pragma omp simd
                 for (j = 0; j < w; j++) acc[j] += s[j];
@@ -2123,6 +2131,12 @@ static void mg__cpu_colsum(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *s
         o = mg__cpu_out_span(dst, c0, dbuf);
         for (j = 0; j < w; j++) o[j] = d[j] + acc[j];
         mg__cpu_commit(dst, c0, o, w);
+        if (inp && plain) {
+            d = mg__cpu_span(plain, c0, w, dbuf);
+            o = mg__cpu_out_span(plain, c0, dbuf);
+            for (j = 0; j < w; j++) o[j] = d[j] + acc1[j];
+            mg__cpu_commit(plain, c0, o, w);
+        }
     }
 }
 
@@ -2245,8 +2259,8 @@ static void mg__cpu_layernorm_backward(mg_ctx *ctx, const mg_norm *k, const mg_t
     float *scratch = mg__cpu_scratch(ctx, !mg__f32(inp) || !mg__f32(dout) || !mg__f32(dinp), 3 * C);
     mg__cpu_widen(w, weight->data, weight->dtype, 0, C);
     /* dweight += Σ_r dout·norm, dbias += Σ_r dout — first, since dinp may alias dout */
-    if (dweight) mg__cpu_colsum(ctx, dweight, dout, inp, mean, rstd);
-    if (dbias) mg__cpu_colsum(ctx, dbias, dout, NULL, NULL, NULL);
+    if (dweight) mg__cpu_colsum(ctx, dweight, dout, inp, mean, rstd, dbias);
+    else if (dbias) mg__cpu_colsum(ctx, dbias, dout, NULL, NULL, NULL, NULL);
     /* dinp, row by row */
     #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
     for (r = 0; r < N; r++) {
@@ -4469,7 +4483,7 @@ static void mg__colsum(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *src) 
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) { mg__cuda_colsum(ctx, dst, src, NULL, NULL, NULL); return; }
 #endif
-    mg__cpu_colsum(ctx, dst, src, NULL, NULL, NULL);
+    mg__cpu_colsum(ctx, dst, src, NULL, NULL, NULL, NULL);
 }
 /* Dropout of a local [rows, local_cols] block that sits at (row_offset, col_offset) of a
    global [·, global_cols] tensor: the keep test of element (r, c) uses global index

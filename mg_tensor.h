@@ -1755,7 +1755,8 @@ static void mg__sg_gemm(int ta, int tb, int m, int n, int k, float alpha, const 
             /* op(B)'s slice: element (p, j) at bs[p·bp + j·bj] */
             const float *bs = tb ? B + jc + (size_t)pc * ldb : B + pc + (size_t)jc * ldb;
             const size_t bp = tb ? (size_t)ldb : 1, bj = tb ? 1 : (size_t)ldb;
-            if (nc > nfull) mg__sg_pack(!tb, MG__SG_NR, nc - nfull, kc, bs + nfull * bj, (size_t)ldb, pb);
+            if (nc > nfull)
+                mg__sg_pack(!tb, MG__SG_NR, nc - nfull, kc, bs + nfull * bj, (size_t)ldb, pb);
             for (ic = 0; ic < m; ic += MG__SG_MC) {
                 const int mc = m - ic < MG__SG_MC ? m - ic : MG__SG_MC;
                 mg__sg_pack(ta, MG__SG_MR, mc, kc,
@@ -1802,8 +1803,8 @@ static void mg__cpu_sgemm1(mg_ctx *ctx, int tid, int ta, int tb, int m, int n, i
 }
 /* Batched fp32 GEMM. Many matrices (batch >= threads): OpenMP over the batch. Few large ones:
    each GEMM is split into per-thread blocks of C's columns (or rows when C is tall), which
-   only repeats the packing of op(A) when it is the shared one; the split falls on micro-tile boundaries
-   (multiples of 48 rows or 8 columns) where the sizes allow. Each work item packs into its
+   only repeats the packing of op(A) when it is the shared one; the split falls on micro-tile
+   boundaries (multiples of 48 rows or 8 columns) where the sizes allow. Each work item packs into its
    thread's own area. The packed kernel takes a GEMM whole or not at all (one summation order
    for all of C); OpenBLAS runs it instead (tid −1) when C is under two column panels wide —
    packing op(A) for so few columns can cost more than OpenBLAS's small-matrix kernels, which
@@ -2423,9 +2424,11 @@ static void mg__cpu_attn_load(float *dst, int transposed, int ld, const mg_attn_
     if (transposed && v->dtype == MG_F32)   /* fp32 rows ld_t apart: 8×8 blocks, then the rest */
         for (; r + 8 <= n; r += 8) {
             const float *src = (const float *)v->data + mg__view_at(v, t0 + r, b, g, j);
-            for (d = 0; d + 8 <= hd; d += 8) mg__sg_tr8(src + d, (size_t)v->ld_t, dst + (size_t)d * ld + r, (size_t)ld);
+            int i;
+            for (d = 0; d + 8 <= hd; d += 8)
+                mg__sg_tr8(src + d, (size_t)v->ld_t, dst + (size_t)d * ld + r, (size_t)ld);
             for (; d < hd; d++)
-                for (int i = 0; i < 8; i++) dst[(size_t)d * ld + r + i] = src[(size_t)i * v->ld_t + d];
+                for (i = 0; i < 8; i++) dst[(size_t)d * ld + r + i] = src[(size_t)i * v->ld_t + d];
         }
 #endif
     for (; r < n; r++) {

@@ -1593,8 +1593,8 @@ static int mg__f32(const mg_tensor *t) { return !t || t->dtype == MG_F32; }
 /* The CPU sgemm, column-major C(m×n) = α·op(A)·op(B) + β·C (cblas_sgemm's arguments), as a
    packed, blocked GEMM in the Goto/BLIS scheme with an AVX-512 micro-kernel. On the machine it
    was tuned on (AMD Zen 4: two 256-bit FMA pipes, 117 GFLOP/s a core) it runs the training
-   step's layer shapes at 86–89 % of the FMA peak on two threads, OpenBLAS 0.3.21 at 83–85 %
-   (bench/train's GEMM-only line prints both).
+   step's layer shapes at 94 % of the FMA peak on two threads, OpenBLAS 0.3.21 threading itself
+   at 91 % (bench/train's GEMM-only line prints both).
      Blocks: for each NC-column block of C (jc) and each k-slice (pc: ⌈k/KC⌉ equal slices),
        for each MC-row block (ic), op(A)'s mc×kc slice is packed into MR-row panels (kc×MR,
        k-major); then every (NR-column panel of op(B), MR panel) pair runs the micro-kernel.
@@ -1804,13 +1804,13 @@ static void mg__cpu_sgemm1(mg_ctx *ctx, int tid, int ta, int tb, int m, int n, i
 /* Batched fp32 GEMM. Many matrices (batch >= threads): OpenMP over the batch. Few large ones:
    each GEMM is split into per-thread blocks of C's columns (or rows when C is tall), which
    only repeats the packing of op(A) when it is the shared one; the split falls on micro-tile
-   boundaries (multiples of 48 rows or 8 columns) where the sizes allow. Each work item packs into its
-   thread's own area. The packed kernel takes a GEMM whole or not at all (one summation order
-   for all of C); OpenBLAS runs it instead (tid −1) when C is under two column panels wide —
-   packing op(A) for so few columns can cost more than OpenBLAS's small-matrix kernels, which
-   do not pack — and when called from inside a
-   parallel region of the caller's (the library never does: the threads there would share
-   one area), then serially on the calling thread.
+   boundaries (multiples of 48 rows or 8 columns) where the sizes allow. Each work item packs
+   into its thread's own area. The packed kernel takes a GEMM whole or not at all (one
+   summation order for all of C); OpenBLAS runs it instead (tid −1) when C is under two column
+   panels wide — packing op(A) for so few columns can cost more than OpenBLAS's small-matrix
+   kernels, which do not pack — and when called from inside a parallel region of the caller's
+   (the library never does: the threads there would share one area), then serially on the
+   calling thread.
    bias: NULL, or m floats added to every column of C in place of β·C (C = α·op(A)·op(B) +
    bias, β ignored; the linear layer's bias): the packed kernel adds it to the accumulators
    of the first k-slice, giving the bits of C = bias followed by a β = 1 GEMM, which is what
@@ -2099,6 +2099,15 @@ static void mg__cpu_map(mg_ctx *ctx, mg__ew_op op, const mg_tensor *out, const m
    plain (or NULL) also gets the factor-1 sums of the same pass (the norm's bias gradient
    beside its weight gradient: one read of src, one parallel region). Threads own blocks of
    columns and walk all rows in order: deterministic, no atomics.                           */
+/* dst[c0 + j] += v[j] for j < w, through buf (w floats) when dst is 16-bit. */
+static void mg__cpu_add_span(const mg_tensor *dst, int64_t c0, int64_t w, const float *v,
+                             float *buf) {
+    const float *d = mg__cpu_span(dst, c0, w, buf);
+    float *o = mg__cpu_out_span(dst, c0, buf);
+    int64_t j;
+    for (j = 0; j < w; j++) o[j] = d[j] + v[j];
+    mg__cpu_commit(dst, c0, o, w);
+}
 static void mg__cpu_colsum(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *src,
                            const mg_tensor *inp, const float *mean, const float *rstd,
                            const mg_tensor *plain) {
@@ -2109,8 +2118,6 @@ static void mg__cpu_colsum(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *s
         int64_t c0 = blk * MG__COLBLOCK, w = C - c0 < MG__COLBLOCK ? C - c0 : MG__COLBLOCK, r, j;
         float acc[MG__COLBLOCK], acc1[MG__COLBLOCK], sbuf[MG__COLBLOCK], xbuf[MG__COLBLOCK];
         float dbuf[MG__COLBLOCK];
-        const float *d;
-        float *o;
         for (j = 0; j < w; j++) acc[j] = acc1[j] = 0.0f;
         for (r = 0; r < N; r++) {
             const float *s = mg__cpu_span(src, r * C + c0, w, sbuf);
@@ -2128,19 +2135,10 @@ static void mg__cpu_colsum(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *s
                 for (j = 0; j < w; j++) acc[j] += s[j];
             }
         }
-        d = mg__cpu_span(dst, c0, w, dbuf);
-        o = mg__cpu_out_span(dst, c0, dbuf);
-        for (j = 0; j < w; j++) o[j] = d[j] + acc[j];
-        mg__cpu_commit(dst, c0, o, w);
-        if (inp && plain) {
-            d = mg__cpu_span(plain, c0, w, dbuf);
-            o = mg__cpu_out_span(plain, c0, dbuf);
-            for (j = 0; j < w; j++) o[j] = d[j] + acc1[j];
-            mg__cpu_commit(plain, c0, o, w);
-        }
+        mg__cpu_add_span(dst, c0, w, acc, dbuf);
+        if (inp && plain) mg__cpu_add_span(plain, c0, w, acc1, dbuf);
     }
 }
-
 
 /* --- embedding ----------------------------------------------------------------------------- */
 static void mg__cpu_embedding_forward(mg_ctx *ctx, const mg_tensor *out, const int32_t *tokens,
@@ -4457,10 +4455,12 @@ MGDEF void mg_gemm(mg_ctx *ctx, int transa, int transb, int m, int n, int k, flo
     mg_gemm_strided_batched(ctx, transa, transb, m, n, k, alpha, A, a_dt, lda, 0, B, b_dt, ldb,
                             0, beta, C, c_dt, ldc, 0, 1);
 }
-MGDEF void mg_gemm_strided_batched(mg_ctx *ctx, int transa, int transb, int m, int n, int k,
-                   float alpha, const void *A, mg_dtype a_dt, int lda, int64_t strideA,
-                   const void *B, mg_dtype b_dt, int ldb, int64_t strideB, float beta,
-                   void *C, mg_dtype c_dt, int ldc, int64_t strideC, int batch) {
+/* mg_gemm_strided_batched, with a CPU-only cpu_bias: NULL, or m fp32 values that take β·C's
+   place (mg__cpu_sgemm); CUDA contexts never get one.                                       */
+static void mg__gemm(mg_ctx *ctx, int transa, int transb, int m, int n, int k, float alpha,
+                     const void *A, mg_dtype a_dt, int lda, int64_t strideA, const void *B,
+                     mg_dtype b_dt, int ldb, int64_t strideB, float beta, const float *cpu_bias,
+                     void *C, mg_dtype c_dt, int ldc, int64_t strideC, int batch) {
     mg__check_gemm(transa, transb, m, n, k, a_dt, lda, b_dt, ldb, c_dt, ldc, batch);
     if (m == 0 || n == 0 || batch == 0) return;
 #ifdef __CUDACC__
@@ -4471,7 +4471,14 @@ MGDEF void mg_gemm_strided_batched(mg_ctx *ctx, int transa, int transb, int m, i
     }
 #endif
     mg__cpu_gemm(ctx, transa, transb, m, n, k, alpha, A, a_dt, lda, strideA, B, ldb, strideB,
-                 beta, NULL, C, c_dt, ldc, strideC, batch);
+                 beta, cpu_bias, C, c_dt, ldc, strideC, batch);
+}
+MGDEF void mg_gemm_strided_batched(mg_ctx *ctx, int transa, int transb, int m, int n, int k,
+                   float alpha, const void *A, mg_dtype a_dt, int lda, int64_t strideA,
+                   const void *B, mg_dtype b_dt, int ldb, int64_t strideB, float beta,
+                   void *C, mg_dtype c_dt, int ldc, int64_t strideC, int batch) {
+    mg__gemm(ctx, transa, transb, m, n, k, alpha, A, a_dt, lda, strideA, B, b_dt, ldb, strideB,
+             beta, NULL, C, c_dt, ldc, strideC, batch);
 }
 
 /* --- internal dispatchers used by the shared op code --------------------------------------- */
@@ -4641,6 +4648,9 @@ static void mg__check_linear(const char *op, const mg_tensor *x, const mg_tensor
 MGDEF void mg_linear_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
                              const mg_tensor *weight, const mg_tensor *bias) {
     int N = (int)mg_rows(inp), In = (int)mg_cols(inp), Out = (int)mg_rows(weight);
+    size_t mark = mg_arena_mark(ctx);
+    float *cpu_bias = NULL;
+    float beta = 0.0f;
     mg__check_linear("mg_linear_forward", inp, weight, out);
     if (bias) {
         mg__check_numel("mg_linear_forward", "bias", bias, Out);
@@ -4655,29 +4665,17 @@ MGDEF void mg_linear_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
         if (mg__is_cuda(ctx)) {   /* out = bias, then out += inp·Wᵀ */
             mg__f_broadcast_rows f = {out->data, out->dtype, bias->data, bias->dtype, Out};
             mg__cuda_map(ctx, mg_numel(out), f);
-            mg_gemm(ctx, 1, 0, Out, N, In, 1.0f, weight->data, weight->dtype, In, inp->data,
-                    inp->dtype, In, 1.0f, out->data, out->dtype, Out);
-            return;
+            beta = 1.0f;
         }
 #endif
-        {   /* CPU: the GEMM adds the fp32 bias in place of β·C (mg__cpu_sgemm) */
-            size_t mark = mg_arena_mark(ctx);
-            const float *b32 = (const float *)bias->data;
-            mg__check_gemm(1, 0, Out, N, In, weight->dtype, In, inp->dtype, In, out->dtype, Out, 1);
-            if (bias->dtype != MG_F32) {
-                float *w = (float *)mg_alloc(ctx, (size_t)Out * sizeof(float));
-                mg__cpu_widen(w, bias->data, bias->dtype, 0, Out);
-                b32 = w;
-            }
-            if (N > 0 && Out > 0)
-                mg__cpu_gemm(ctx, 1, 0, Out, N, In, 1.0f, weight->data, weight->dtype, In, 0,
-                             inp->data, In, 0, 0.0f, b32, out->data, out->dtype, Out, 0, 1);
-            mg_arena_release(ctx, mark);
-            return;
+        if (!mg__is_cuda(ctx)) {   /* CPU: the sgemm adds the bias, in fp32, in place of β·C */
+            cpu_bias = (float *)mg_alloc(ctx, (size_t)Out * sizeof(float));
+            mg__cpu_widen(cpu_bias, bias->data, bias->dtype, 0, Out);
         }
     }
-    mg_gemm(ctx, 1, 0, Out, N, In, 1.0f, weight->data, weight->dtype, In, inp->data, inp->dtype, In,
-            0.0f, out->data, out->dtype, Out);
+    mg__gemm(ctx, 1, 0, Out, N, In, 1.0f, weight->data, weight->dtype, In, 0, inp->data,
+             inp->dtype, In, 0, beta, cpu_bias, out->data, out->dtype, Out, 0, 1);
+    mg_arena_release(ctx, mark);
 }
 MGDEF void mg_linear_backward_input(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *dout,
                                     const mg_tensor *weight, int accumulate) {

@@ -433,9 +433,8 @@ static mg_tensor gemm_on(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float
    Every op(A)/op(B), padded leading dimensions; against the double oracle, then β = 0 over a
    C of NaN (not read), α = 0 over an A of NaN (C = β·C). Where the packed kernel runs (the
    context has its packing areas, cpu_gemm_pack, and C has at least 16 columns, as all these
-   have), every element
-   is one sum over k in order: a one-thread context, which does not split the GEMM, gives the
-   same bits.                                                                                 */
+   have), every element is one sum over k in order: a one-thread context, which does not split
+   the GEMM, gives the same bits.                                                             */
 static void test_gemm_blocks(mg_ctx *ctx) {
     const int shapes[4][3] = {{290, 21, 1100}, {100, 1545, 37}, {126, 300, 45}, {40, 203, 70}};
     mg_ctx one;
@@ -560,14 +559,15 @@ static void test_linear_bgrad(mg_ctx *ctx) {
     }
 }
 
-/* mg_linear_forward with a bias: the CPU's GEMM adds the bias to its first k-slice in place of
-   β·C; on every backend the result must be the bits of out = bias followed by a β = 1 GEMM
-   (what cuBLAS and OpenBLAS compute), and within the float64 bound. One k-slice and two
-   (k = 500), a C of one short row panel (Out = 40), fp32 and bf16.                          */
+/* x rounded to the values bf16 holds. */
 static void bf16_values(float *x, int64_t n) {
     int64_t i;
     for (i = 0; i < n; i++) x[i] = mg_bf16_to_f32(mg_f32_to_bf16(x[i]));
 }
+/* mg_linear_forward with a bias: the CPU's GEMM adds the bias to its first k-slice in place of
+   β·C; on every backend the result must be the bits of out = bias followed by a β = 1 GEMM
+   (what cuBLAS and OpenBLAS compute), and within the float64 bound. One k-slice and two
+   (k = 500), a C of one short row panel (Out = 40), fp32 and bf16.                          */
 static void test_linear_bias_forward(mg_ctx *ctx) {
     const int shapes[2][3] = {{1100, 130, 300}, {777, 500, 40}};   /* N, In, Out */
     int sh, d;

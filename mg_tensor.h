@@ -1589,6 +1589,35 @@ static float *mg__cpu_scratch(mg_ctx *ctx, int needed, size_t floats_per_thread)
 static int mg__f32(const mg_tensor *t) { return !t || t->dtype == MG_F32; }
 
 /* --- GEMM -------------------------------------------------------------------------------- */
+/* What a CPU GEMM does besides C = α·op(A)·op(B) + β·C: the linear layers' fusions, the CPU
+   twins of cuBLASLt's epilogues. NULL members are not wanted.
+     bias  m floats added to every column of C in place of β·C: C = α·op(A)·op(B) + bias, β
+           ignored (the linear layer's bias; cuBLASLt's BIAS). The packed kernel adds it to the
+           accumulators of the first k-slice, giving the bits of C = bias followed by a β = 1
+           GEMM, which is what the OpenBLAS path does.
+     bsum  n floats: bsum[j] += Σ_p op(B)[p, j], in order over p (the bias gradient of a weight-
+           gradient GEMM, whose op(B) is the output gradient; BGRADB). The packed sgemm sums
+           each panel of op(B) just before its first micro-kernels read it, so the sum costs no
+           extra pass; its bits are those of mg__cpu_colsum. Batch 1 only.                  */
+typedef struct mg__cpu_epi { const float *bias; float *bsum; } mg__cpu_epi;
+/* bsum[j] += Σ_{p<kc} op(B)[p, j] for j < nc, in order over p, op(B)'s element (p, j) at
+   b[p·sp + j·sj] (sp = 1 or sj = 1).                                                         */
+static void mg__cpu_bsum(int kc, int nc, const float *b, size_t sp, size_t sj, float *bsum) {
+    int p, j;
+    if (sj == 1) {
+        for (p = 0; p < kc; p++) {
+            #pragma omp simd
+            for (j = 0; j < nc; j++) bsum[j] += b[(size_t)p * sp + j];
+        }
+        return;
+    }
+    for (j = 0; j < nc; j++) {
+        const float *col = b + (size_t)j * sj;
+        float acc = bsum[j];
+        for (p = 0; p < kc; p++) acc += col[p];
+        bsum[j] = acc;
+    }
+}
 #ifdef MG__OWN_SGEMM
 /* The CPU sgemm, column-major C(m×n) = α·op(A)·op(B) + β·C (cblas_sgemm's arguments), as a
    packed, blocked GEMM in the Goto/BLIS scheme with an AVX-512 micro-kernel. On the machine it
@@ -1728,20 +1757,35 @@ static void mg__sg_kernel(int kc, const float *pa, const float *pb, size_t sp, s
         else              mg__sg_kernel_nv(1, kc, pa, pb, 1, sj, C, ldc, alpha, beta, bias, mr, nr);
     }
 }
+/* mg__cpu_bsum of one panel of op(B): 8 contiguous floats per k-step (sj = 1, a whole panel)
+   in one ymm accumulator — the same in-order sums, in vector lanes.                         */
+static void mg__sg_bsum(int kc, int nr, const float *b, size_t sp, size_t sj, float *bsum) {
+    if (sj == 1 && nr == MG__SG_NR) {
+        __m256 acc = _mm256_loadu_ps(bsum);
+        int p;
+        for (p = 0; p < kc; p++) acc = _mm256_add_ps(acc, _mm256_loadu_ps(b + (size_t)p * sp));
+        _mm256_storeu_ps(bsum, acc);
+        return;
+    }
+    mg__cpu_bsum(kc, nr, b, sp, sj, bsum);
+}
 /* One sgemm on the calling thread, op(A) packed into pa (MG__SG_MC × MG__SG_KC floats),
    op(B) read in place but for its ragged last panel, packed into pb (MG__SG_KC × MG__SG_NR).
-   bias (m floats) or NULL: see mg__cpu_sgemm.                                                */
+   epi (NULL, or what mg__cpu_epi lists): see mg__cpu_sgemm.                                 */
 static void mg__sg_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A,
-                        int lda, const float *B, int ldb, float beta, const float *bias, float *C,
-                        int ldc, float *pa, float *pb) {
+                        int lda, const float *B, int ldb, float beta, const mg__cpu_epi *epi,
+                        float *C, int ldc, float *pa, float *pb) {
+    const float *bias = epi ? epi->bias : NULL;
+    float *bsum = epi ? epi->bsum : NULL;
     int jc, pc, ic, jr, ir, slices, kstep;
     if (m <= 0 || n <= 0) return;
-    if (alpha == 0.0f || k <= 0) {   /* C = β·C (or the bias); A and B are not read */
+    if (alpha == 0.0f || k <= 0) {   /* C = β·C (or the bias); op(B) is read for bsum only */
         for (jc = 0; jc < n; jc++)
             for (ic = 0; ic < m; ic++) {
                 float *c = C + ic + (size_t)jc * ldc;
                 *c = bias ? bias[ic] : beta == 0.0f ? 0.0f : beta * *c;
             }
+        if (bsum && k > 0) mg__cpu_bsum(k, n, B, tb ? (size_t)ldb : 1, tb ? 1 : (size_t)ldb, bsum);
         return;
     }
     slices = (k + MG__SG_KC - 1) / MG__SG_KC;
@@ -1762,14 +1806,16 @@ static void mg__sg_gemm(int ta, int tb, int m, int n, int k, float alpha, const 
                 mg__sg_pack(ta, MG__SG_MR, mc, kc,
                             ta ? A + pc + (size_t)ic * lda : A + ic + (size_t)pc * lda, (size_t)lda, pa);
                 for (jr = 0; jr < nc; jr += MG__SG_NR) {
-                    const int in_place = jr < nfull;
+                    const int in_place = jr < nfull, nr = nc - jr < MG__SG_NR ? nc - jr : MG__SG_NR;
                     const float *b = in_place ? bs + (size_t)jr * bj : pb;
+                    const size_t sp = in_place ? bp : MG__SG_NR, sj = in_place ? bj : 1;
+                    const size_t off = (size_t)(jc + jr) * ldc;
+                    if (bsum && ic == 0)   /* the panel's sums, bringing it into L1 */
+                        mg__sg_bsum(kc, nr, b, sp, sj, bsum + jc + jr);
                     for (ir = 0; ir < mc; ir += MG__SG_MR)
-                        mg__sg_kernel(kc, pa + (size_t)ir * kc, b, in_place ? bp : MG__SG_NR,
-                                      in_place ? bj : 1, C + ic + ir + (size_t)(jc + jr) * ldc,
+                        mg__sg_kernel(kc, pa + (size_t)ir * kc, b, sp, sj, C + ic + ir + off,
                                       (size_t)ldc, alpha, be, pc == 0 && bias ? bias + ic + ir : NULL,
-                                      mc - ir < MG__SG_MR ? mc - ir : MG__SG_MR,
-                                      nc - jr < MG__SG_NR ? nc - jr : MG__SG_NR);
+                                      mc - ir < MG__SG_MR ? mc - ir : MG__SG_MR, nr);
                 }
             }
         }
@@ -1782,22 +1828,25 @@ static void mg__sg_gemm(int ta, int tb, int m, int n, int k, float alpha, const 
    so only one thread pool ever spins).                                                       */
 static void mg__cpu_sgemm1(mg_ctx *ctx, int tid, int ta, int tb, int m, int n, int k, float alpha,
                            const float *A, int lda, const float *B, int ldb, float beta,
-                           const float *bias, float *C, int ldc) {
+                           const mg__cpu_epi *epi, float *C, int ldc) {
     int j;
 #ifdef MG__OWN_SGEMM
     if (ctx->cpu_gemm_pack && tid >= 0) {
         float *pa = ctx->cpu_gemm_pack + (size_t)tid * MG__SG_THREAD_FLOATS;
-        mg__sg_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, bias, C, ldc, pa,
+        mg__sg_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, epi, C, ldc, pa,
                     pa + (size_t)MG__SG_MC * MG__SG_KC);
         return;
     }
 #endif
     (void)ctx;
     (void)tid;
-    if (bias) {   /* C = bias, then C += α·op(A)·op(B) */
-        for (j = 0; j < n; j++) memcpy(C + (size_t)j * ldc, bias, (size_t)m * sizeof(float));
+    if (m <= 0 || n <= 0) return;
+    if (epi && epi->bias) {   /* C = bias, then C += α·op(A)·op(B) */
+        for (j = 0; j < n; j++) memcpy(C + (size_t)j * ldc, epi->bias, (size_t)m * sizeof(float));
         beta = 1.0f;
     }
+    if (epi && epi->bsum && k > 0)
+        mg__cpu_bsum(k, n, B, tb ? (size_t)ldb : 1, tb ? 1 : (size_t)ldb, epi->bsum);
     cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -1811,13 +1860,13 @@ static void mg__cpu_sgemm1(mg_ctx *ctx, int tid, int ta, int tb, int m, int n, i
    kernels, which do not pack — and when called from inside a parallel region of the caller's
    (the library never does: the threads there would share one area), then serially on the
    calling thread.
-   bias: NULL, or m floats added to every column of C in place of β·C (C = α·op(A)·op(B) +
-   bias, β ignored; the linear layer's bias): the packed kernel adds it to the accumulators
-   of the first k-slice, giving the bits of C = bias followed by a β = 1 GEMM, which is what
-   the OpenBLAS path does.                                                                    */
+   epi: NULL, or the fusions mg__cpu_epi lists, each split with C: a thread's block of C gets
+   its rows of bias and its columns of bsum — the thread that holds C's first row sums them for
+   all its columns, so every sum stays one in-order run, whatever the threads.               */
 static void mg__cpu_sgemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float alpha,
                           const float *A, int lda, int64_t sA, const float *B, int ldb, int64_t sB,
-                          float beta, const float *bias, float *C, int ldc, int64_t sC, int batch) {
+                          float beta, const mg__cpu_epi *epi, float *C, int ldc, int64_t sC,
+                          int batch) {
     int nt = ctx->n_threads, i, nested = 0, own = 1;
     double flops = 2.0 * m * n * k * batch;
 #ifdef _OPENMP
@@ -1826,15 +1875,19 @@ static void mg__cpu_sgemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, floa
 #ifdef MG__OWN_SGEMM
     own = !nested && n >= 2 * MG__SG_NR;
 #endif
+    if (epi && epi->bsum && batch != 1)
+        mg_fatal(__FILE__, __LINE__, "mg__cpu_sgemm: column sums of op(B) need batch 1 (%d)", batch);
     if (nt <= 1 || nested || flops < 2.0 * 64 * 64 * 64) {
-        for (i = 0; i < batch; i++)
+        for (i = 0; i < batch; i++) {
             mg__cpu_sgemm1(ctx, own ? 0 : -1, ta, tb, m, n, k, alpha, A + i * sA, lda,
-                           B + i * sB, ldb, beta, bias, C + i * sC, ldc);
+                           B + i * sB, ldb, beta, epi, C + i * sC, ldc);
+        }
     } else if (batch >= nt) {
         #pragma omp parallel for num_threads(nt) schedule(static)
-        for (i = 0; i < batch; i++)
+        for (i = 0; i < batch; i++) {
             mg__cpu_sgemm1(ctx, own ? MG__TID() : -1, ta, tb, m, n, k, alpha, A + i * sA, lda,
-                           B + i * sB, ldb, beta, bias, C + i * sC, ldc);
+                           B + i * sB, ldb, beta, epi, C + i * sC, ldc);
+        }
     } else {
         int split_n = n >= m, len = split_n ? n : m, parts = nt, b;
         int unit = split_n ? MG__SG_NR : MG__SG_MR;
@@ -1847,16 +1900,21 @@ static void mg__cpu_sgemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, floa
                 int units = (len + unit - 1) / unit, tid = own ? MG__TID() : -1;
                 int lo = (int)((int64_t)units * i / parts) * unit;
                 int hi = i == parts - 1 ? len : (int)((int64_t)units * (i + 1) / parts) * unit;
+                mg__cpu_epi e = {NULL, NULL};
                 if (hi > len) hi = len;
                 if (hi <= lo) continue;
-                if (split_n) /* columns lo..hi of C and of op(B) */
+                if (split_n) { /* columns lo..hi of C and of op(B) */
+                    if (epi) e = (mg__cpu_epi){epi->bias, epi->bsum ? epi->bsum + lo : NULL};
                     mg__cpu_sgemm1(ctx, tid, ta, tb, m, hi - lo, k, alpha, Ab, lda,
-                                   Bb + (tb ? (int64_t)lo : (int64_t)lo * ldb), ldb, beta, bias,
-                                   Cb + (int64_t)lo * ldc, ldc);
-                else         /* rows lo..hi of C and of op(A) */
+                                   Bb + (tb ? (int64_t)lo : (int64_t)lo * ldb), ldb, beta,
+                                   epi ? &e : NULL, Cb + (int64_t)lo * ldc, ldc);
+                } else {       /* rows lo..hi of C and of op(A) */
+                    if (epi) e = (mg__cpu_epi){epi->bias ? epi->bias + lo : NULL,
+                                               lo == 0 ? epi->bsum : NULL};
                     mg__cpu_sgemm1(ctx, tid, ta, tb, hi - lo, n, k, alpha,
                                    Ab + (ta ? (int64_t)lo * lda : (int64_t)lo), lda, Bb, ldb,
-                                   beta, bias ? bias + lo : NULL, Cb + lo, ldc);
+                                   beta, epi ? &e : NULL, Cb + lo, ldc);
+                }
             }
         }
     }
@@ -1872,7 +1930,7 @@ static int64_t mg__gemm_span(int rows, int cols, int ld, int64_t stride, int bat
    may belong to other data.                                                                  */
 static void mg__cpu_gemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float alpha,
                          const void *A, mg_dtype ab_dt, int lda, int64_t sA, const void *B,
-                         int ldb, int64_t sB, float beta, const float *bias, void *C,
+                         int ldb, int64_t sB, float beta, const mg__cpu_epi *epi, void *C,
                          mg_dtype c_dt, int ldc, int64_t sC, int batch) {
     size_t mark = mg_arena_mark(ctx);
     const float *A32 = (const float *)A, *B32 = (const float *)B;
@@ -1891,13 +1949,13 @@ static void mg__cpu_gemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float
     if (c_dt != MG_F32) {
         int64_t nc = mg__gemm_span(m, n, ldc, sC, batch);
         C32 = (float *)mg_alloc(ctx, (size_t)nc * sizeof(float));
-        if (beta != 0.0f && !bias)
+        if (beta != 0.0f && !(epi && epi->bias))
             for (i = 0; i < batch; i++)
                 for (j = 0; j < n; j++)
                     mg__cpu_widen(C32 + i * sC + (int64_t)j * ldc, C, c_dt,
                                   i * sC + (int64_t)j * ldc, m);
     }
-    mg__cpu_sgemm(ctx, ta, tb, m, n, k, alpha, A32, lda, sA, B32, ldb, sB, beta, bias, C32, ldc,
+    mg__cpu_sgemm(ctx, ta, tb, m, n, k, alpha, A32, lda, sA, B32, ldb, sB, beta, epi, C32, ldc,
                   sC, batch);
     if (c_dt != MG_F32)
         for (i = 0; i < batch; i++)
@@ -4455,12 +4513,13 @@ MGDEF void mg_gemm(mg_ctx *ctx, int transa, int transb, int m, int n, int k, flo
     mg_gemm_strided_batched(ctx, transa, transb, m, n, k, alpha, A, a_dt, lda, 0, B, b_dt, ldb,
                             0, beta, C, c_dt, ldc, 0, 1);
 }
-/* mg_gemm_strided_batched, with a CPU-only cpu_bias: NULL, or m fp32 values that take β·C's
-   place (mg__cpu_sgemm); CUDA contexts never get one.                                       */
+/* mg_gemm_strided_batched, with CPU-only fusions cpu_epi: NULL, or what mg__cpu_epi lists
+   (fp32 values; the GELU output needs an fp32 C); CUDA contexts never get them.             */
 static void mg__gemm(mg_ctx *ctx, int transa, int transb, int m, int n, int k, float alpha,
                      const void *A, mg_dtype a_dt, int lda, int64_t strideA, const void *B,
-                     mg_dtype b_dt, int ldb, int64_t strideB, float beta, const float *cpu_bias,
-                     void *C, mg_dtype c_dt, int ldc, int64_t strideC, int batch) {
+                     mg_dtype b_dt, int ldb, int64_t strideB, float beta,
+                     const mg__cpu_epi *cpu_epi, void *C, mg_dtype c_dt, int ldc,
+                     int64_t strideC, int batch) {
     mg__check_gemm(transa, transb, m, n, k, a_dt, lda, b_dt, ldb, c_dt, ldc, batch);
     if (m == 0 || n == 0 || batch == 0) return;
 #ifdef __CUDACC__
@@ -4471,7 +4530,7 @@ static void mg__gemm(mg_ctx *ctx, int transa, int transb, int m, int n, int k, f
     }
 #endif
     mg__cpu_gemm(ctx, transa, transb, m, n, k, alpha, A, a_dt, lda, strideA, B, ldb, strideB,
-                 beta, cpu_bias, C, c_dt, ldc, strideC, batch);
+                 beta, cpu_epi, C, c_dt, ldc, strideC, batch);
 }
 MGDEF void mg_gemm_strided_batched(mg_ctx *ctx, int transa, int transb, int m, int n, int k,
                    float alpha, const void *A, mg_dtype a_dt, int lda, int64_t strideA,
@@ -4649,7 +4708,7 @@ MGDEF void mg_linear_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
                              const mg_tensor *weight, const mg_tensor *bias) {
     int N = (int)mg_rows(inp), In = (int)mg_cols(inp), Out = (int)mg_rows(weight);
     size_t mark = mg_arena_mark(ctx);
-    float *cpu_bias = NULL;
+    mg__cpu_epi epi = {NULL, NULL};
     float beta = 0.0f;
     mg__check_linear("mg_linear_forward", inp, weight, out);
     if (bias) {
@@ -4669,12 +4728,13 @@ MGDEF void mg_linear_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
         }
 #endif
         if (!mg__is_cuda(ctx)) {   /* CPU: the sgemm adds the bias, in fp32, in place of β·C */
-            cpu_bias = (float *)mg_alloc(ctx, (size_t)Out * sizeof(float));
-            mg__cpu_widen(cpu_bias, bias->data, bias->dtype, 0, Out);
+            float *b32 = (float *)mg_alloc(ctx, (size_t)Out * sizeof(float));
+            mg__cpu_widen(b32, bias->data, bias->dtype, 0, Out);
+            epi.bias = b32;
         }
     }
     mg__gemm(ctx, 1, 0, Out, N, In, 1.0f, weight->data, weight->dtype, In, 0, inp->data,
-             inp->dtype, In, 0, beta, cpu_bias, out->data, out->dtype, Out, 0, 1);
+             inp->dtype, In, 0, beta, epi.bias ? &epi : NULL, out->data, out->dtype, Out, 0, 1);
     mg_arena_release(ctx, mark);
 }
 MGDEF void mg_linear_backward_input(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *dout,
@@ -4690,12 +4750,21 @@ MGDEF void mg_linear_backward_weight(mg_ctx *ctx, mg_tensor *dweight, mg_tensor 
     mg__check_2d("mg_linear_backward_weight", "dout", dout, N, Out);
     mg__check_2d("mg_linear_backward_weight", "dweight", dweight, Out, In);
     mg__check_int("mg_linear_backward_weight", "rows", N);
+    if (dbias) mg__check_numel("mg_linear_backward_weight", "dbias", dbias, Out);
+    if (dbias && !mg__is_cuda(ctx) && In > 0 && Out > 0) {
+        /* CPU: the GEMM sums dout's columns as it reads them (op(B) = dout), then dbias += */
+        size_t mark = mg_arena_mark(ctx);
+        mg__cpu_epi epi = {NULL, (float *)mg_alloc(ctx, (size_t)Out * sizeof(float))};
+        memset(epi.bsum, 0, (size_t)Out * sizeof(float));
+        mg__gemm(ctx, 0, 1, In, Out, N, 1.0f, inp->data, inp->dtype, In, 0, dout->data,
+                 dout->dtype, Out, 0, 1.0f, &epi, dweight->data, dweight->dtype, In, 0, 1);
+        mg__cpu_add_span(dbias, 0, Out, epi.bsum, (float *)mg_alloc(ctx, (size_t)Out * sizeof(float)));
+        mg_arena_release(ctx, mark);
+        return;
+    }
     mg_gemm(ctx, 0, 1, In, Out, N, 1.0f, inp->data, inp->dtype, In, dout->data, dout->dtype, Out, 1.0f,
             dweight->data, dweight->dtype, In);
-    if (dbias) {
-        mg__check_numel("mg_linear_backward_weight", "dbias", dbias, Out);
-        mg__colsum(ctx, dbias, dout);
-    }
+    if (dbias) mg__colsum(ctx, dbias, dout);
 }
 
 /* Linear + GELU and its backward through the GELU (see the API). The GEMMs are the linear

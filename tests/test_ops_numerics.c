@@ -521,14 +521,24 @@ static void test_gemm_blocks(mg_ctx *ctx) {
 }
 
 /* mg_linear_backward_weight: dW against float64, and the bias gradient as the plain column
-   sums — each column added in row order in fp32, then added to dbias once — bit for bit,
-   whatever the thread split. Shapes whose GEMM splits over columns (Out ≥ In) and over rows
-   (In > Out), with k = N in three slices.                                                   */
-static void test_linear_bgrad(mg_ctx *ctx) {
-    const int shapes[2][3] = {{1100, 130, 300}, {777, 500, 40}};   /* N, In, Out */
+   sums — each column added in row order in fp32, then added to dbias once — bit for bit, on
+   the context's threads and on one (the CPU sums dout's columns inside the dW GEMM, split with
+   its columns or its rows). Shapes whose GEMM splits over columns (Out ≥ In) and over rows
+   (In > Out), with k = N in three slices, and one with fewer than 16 columns (Out = 9: the
+   OpenBLAS path).                                                                          */
+static void test_linear_bgrad(mg_ctx *ctx0) {
+    const int shapes[3][3] = {{1100, 130, 300}, {777, 500, 40}, {300, 70, 9}};   /* N, In, Out */
+    mg_ctx one;
+    mg_ctx_desc d1;
     int sh;
-    for (sh = 0; sh < 2; sh++) {
-        const int N = shapes[sh][0], In = shapes[sh][1], Out = shapes[sh][2];
+    memset(&d1, 0, sizeof d1);
+    d1.device = ctx0->device;
+    d1.n_threads = 1;
+    d1.arena_bytes = (size_t)16 << 20;
+    mg_ctx_init(&one, &d1);
+    for (sh = 0; sh < 6; sh++) {
+        mg_ctx *ctx = sh < 3 ? ctx0 : &one;
+        const int N = shapes[sh % 3][0], In = shapes[sh % 3][1], Out = shapes[sh % 3][2];
         size_t mark = mg_arena_mark(ctx);
         float *x = ops_randn_array((int64_t)N * In, 1), *dy = ops_randn_array((int64_t)N * Out, 1);
         float *w0 = ops_randn_array((int64_t)Out * In, 1), *b0 = ops_randn_array(Out, 1);
@@ -547,16 +557,18 @@ static void test_linear_bgrad(mg_ctx *ctx) {
             want_b[j] = b0[j] + acc;
         }
         mg_linear_backward_weight(ctx, &dw, &db, &dyt, &xt);
-        snprintf(label, sizeof label, "linear backward weight N %d In %d Out %d: dW vs float64", N, In, Out);
+        snprintf(label, sizeof label, "linear backward weight N %d In %d Out %d, %d thread(s): dW vs "
+                 "float64", N, In, Out, ctx->n_threads);
         ops_close(ctx, label, &dw, want_w, 1e-6 * sqrt((double)N), 1e-6);
         got_b = ops_host(ctx, &db);
         for (j = 0; j < Out; j++) same &= got_b[j] == want_b[j];
-        snprintf(label, sizeof label, "linear backward weight N %d In %d Out %d: dbias = the in-order "
-                 "column sums, bit for bit", N, In, Out);
+        snprintf(label, sizeof label, "linear backward weight N %d In %d Out %d, %d thread(s): dbias = "
+                 "the in-order column sums, bit for bit", N, In, Out, ctx->n_threads);
         CHECK(same, label);
         free(x); free(dy); free(w0); free(b0); free(want_w); free(want_b); free(got_b);
         mg_arena_release(ctx, mark);
     }
+    mg_ctx_free(&one);
 }
 
 /* x rounded to the values bf16 holds. */

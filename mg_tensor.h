@@ -2567,6 +2567,23 @@ static void mg__cpu_attn_fwd_task(const mg_attn_block *a, const mg__attn_geo *ge
             mx[i] = m[i];
             sum[i] = 0.0f;
         }
+        if (nq == MG_ATTN_TILE && nk == MG_ATTN_TILE && nv[0] == nk && !ge->drop.on &&
+            a->q.dtype == MG_F32) {   /* a whole tile every row sees: the loops below, unmasked */
+            for (c = 0; c < MG_ATTN_TILE; c++) {
+                const float *s = St + (size_t)c * TL;
+                #pragma omp simd
+                for (i = 0; i < MG_ATTN_TILE; i++) mx[i] = s[i] > mx[i] ? s[i] : mx[i];
+            }
+            for (c = 0; c < MG_ATTN_TILE; c++) {
+                float *s = St + (size_t)c * TL;
+                #pragma omp simd
+                for (i = 0; i < MG_ATTN_TILE; i++) {
+                    float p = mg__exp(s[i] - mx[i]);
+                    s[i] = p;
+                    sum[i] += p;
+                }
+            }
+        } else {
         for (c = 0; c < nk; c++) {     /* each row's max over its visible keys */
             const float *s = St + (size_t)c * TL;
             #pragma omp simd
@@ -2589,12 +2606,18 @@ static void mg__cpu_attn_fwd_task(const mg_attn_block *a, const mg__attn_geo *ge
             if (a->q.dtype != MG_F32)   /* 16-bit: P·V takes P in the storage type */
                 for (i = 0; i < nq; i++) s[i] = mg__attn_round(s[i], a->q.dtype);
         }
-        for (i = 0; i < nq; i++) {     /* rescale the row's sum and output to the new max */
-            float *acc_i = acc + (size_t)i * hd, al;
-            if (!nv[i]) continue;
-            al = m[i] == -INFINITY ? 0.0f : mg__exp(m[i] - mx[i]);
-            l[i] = l[i] * al + sum[i];
-            m[i] = mx[i];
+        }
+        #pragma omp simd
+        for (i = 0; i < nq; i++) {     /* rescale the row's sum to the new max (vector lanes) */
+            float al = m[i] == -INFINITY ? 0.0f : mg__exp(m[i] - mx[i]);
+            if (nv[i]) {
+                l[i] = l[i] * al + sum[i];
+                m[i] = mx[i];
+            }
+            sum[i] = nv[i] ? al : 1.0f;   /* now the factor of the row's output */
+        }
+        for (i = 0; i < nq; i++) {     /* ... and its output */
+            float *acc_i = acc + (size_t)i * hd, al = sum[i];
             if (al != 1.0f) {
                 #pragma omp simd
                 for (c = 0; c < hd; c++) acc_i[c] *= al;
@@ -2656,6 +2679,12 @@ static void mg__cpu_attn_ds_tile(const mg_attn_block *a, const mg__attn_geo *ge,
                                                 lse[i], delta[i], a->q.dtype, &pd) : 0.0f;
                 if (p) p[i] = pd;
             }
+        } else if (nq == MG_ATTN_TILE && nv[0] == nk) {   /* every row sees the whole tile */
+            #pragma omp simd
+            for (i = 0; i < MG_ATTN_TILE; i++) s[i] = mg__exp(s[i] - lse[i]);
+            #pragma omp simd
+            for (i = 0; i < MG_ATTN_TILE; i++) ds[i] = s[i] * (ds[i] - delta[i]);
+            if (p) memcpy(p, s, (size_t)MG_ATTN_TILE * sizeof(float));
         } else {                                     /* the same in vector loops */
             #pragma omp simd
             for (i = 0; i < nq; i++) s[i] = c < nv[i] ? mg__exp(s[i] - lse[i]) : 0.0f;

@@ -330,6 +330,13 @@ MGDEF void mg_layernorm_backward(mg_ctx *ctx, mg_tensor *dinp, mg_tensor *dweigh
    times and data-parallel reduction can start per layer.                                     */
 MGDEF void mg_linear_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
                              const mg_tensor *weight, const mg_tensor *bias);
+/* The linear layer then the residual connection: out = inp·Wᵀ + bias + resid (resid [N, O],
+   of out's dtype, a buffer of its own), the bits of mg_linear_forward followed by
+   mg_add(out, out, resid). On the CPU with fp32 tensors it is one GEMM that adds resid to each
+   tile as it stores it (no pass, no parallel region of its own); elsewhere the two ops run.  */
+MGDEF void mg_linear_forward_residual(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
+                                      const mg_tensor *weight, const mg_tensor *bias,
+                                      const mg_tensor *resid);
 MGDEF void mg_linear_backward_input(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *dout,
                                     const mg_tensor *weight, int accumulate);
 MGDEF void mg_linear_backward_weight(mg_ctx *ctx, mg_tensor *dweight, mg_tensor *dbias,
@@ -1595,11 +1602,15 @@ static int mg__f32(const mg_tensor *t) { return !t || t->dtype == MG_F32; }
            ignored (the linear layer's bias; cuBLASLt's BIAS). The packed kernel adds it to the
            accumulators of the first k-slice, giving the bits of C = bias followed by a β = 1
            GEMM, which is what the OpenBLAS path does.
+     add   a matrix shaped like C (C's leading dimension) added to the final C: C = (α·op(A)·
+           op(B) + bias or β·C) + add (the residual connection after a row-parallel linear;
+           the bits of the GEMM followed by mg_add). The packed kernel adds it to each micro-
+           tile of the last k-slice as the tile is stored. Batch 1 only.
      bsum  n floats: bsum[j] += Σ_p op(B)[p, j], in order over p (the bias gradient of a weight-
            gradient GEMM, whose op(B) is the output gradient; BGRADB). The packed sgemm sums
            each panel of op(B) just before its first micro-kernels read it, so the sum costs no
            extra pass; its bits are those of mg__cpu_colsum. Batch 1 only.                  */
-typedef struct mg__cpu_epi { const float *bias; float *bsum; } mg__cpu_epi;
+typedef struct mg__cpu_epi { const float *bias, *add; float *bsum; } mg__cpu_epi;
 /* bsum[j] += Σ_{p<kc} op(B)[p, j] for j < nc, in order over p, op(B)'s element (p, j) at
    b[p·sp + j·sj] (sp = 1 or sj = 1).                                                         */
 static void mg__cpu_bsum(int kc, int nc, const float *b, size_t sp, size_t sj, float *bsum) {
@@ -1703,11 +1714,13 @@ static void mg__sg_pack(int trans, int w, int len, int kc, const float *X, size_
    FMAs of its zero rows). The B panel's element (p, j) is pb[p·sp + j·sj]: op(B) in place
    (sp = 1, sj = ldb; or sp = ldb, sj = 1) or packed (sp = NR, sj = 1); all 8 columns are
    read, so a panel of fewer is a packed one. bias (the panel's mr rows of it), when given,
-   takes β·C's place: C = α·A·B + bias. Inlined with a constant nv and a constant 1 for sp or
+   takes β·C's place: C = α·A·B + bias. add (the tile of mg__cpu_epi's add, at C's offsets),
+   when given, is added to the stored result. Inlined with a constant nv and a constant 1 for sp or
    sj, one specialised copy each.                                                            */
 static inline __attribute__((always_inline)) void
 mg__sg_kernel_nv(const int nv, int kc, const float *pa, const float *pb, size_t sp, size_t sj,
-                 float *C, size_t ldc, float alpha, float beta, const float *bias, int mr, int nr) {
+                 float *C, size_t ldc, float alpha, float beta, const float *bias,
+                 const float *add, int mr, int nr) {
     __m512 acc[MG__SG_NR][3], va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
     __mmask16 mask[3];
     int j, v, p;
@@ -1716,7 +1729,10 @@ mg__sg_kernel_nv(const int nv, int kc, const float *pa, const float *pb, size_t 
 #pragma GCC unroll 3
         for (v = 0; v < nv; v++) acc[j][v] = _mm512_setzero_ps();
     for (j = 0; j < nr; j++)   /* C's lines, wanted at the end: start fetching them now */
-        for (v = 0; v < nv; v++) _mm_prefetch((const char *)(C + (size_t)j * ldc + 16 * v), _MM_HINT_T0);
+        for (v = 0; v < nv; v++) {
+            _mm_prefetch((const char *)(C + (size_t)j * ldc + 16 * v), _MM_HINT_T0);
+            if (add) _mm_prefetch((const char *)(add + (size_t)j * ldc + 16 * v), _MM_HINT_T0);
+        }
     for (p = 0; p < kc; p++) {
         __m512 a[3];
 #pragma GCC unroll 3
@@ -1740,21 +1756,22 @@ mg__sg_kernel_nv(const int nv, int kc, const float *pa, const float *pb, size_t 
             __m512 r = _mm512_mul_ps(va, acc[j][v]);
             if (bias) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask[v], bias + 16 * v));
             else if (beta != 0.0f) r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mask[v], c + 16 * v), r);
+            if (add) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask[v], add + (size_t)j * ldc + 16 * v));
             _mm512_mask_storeu_ps(c + 16 * v, mask[v], r);
         }
     }
 }
 static void mg__sg_kernel(int kc, const float *pa, const float *pb, size_t sp, size_t sj,
                           float *C, size_t ldc, float alpha, float beta, const float *bias,
-                          int mr, int nr) {
+                          const float *add, int mr, int nr) {
     if (sj == 1) {   /* 8 contiguous floats per k-step */
-        if (mr > 32)      mg__sg_kernel_nv(3, kc, pa, pb, sp, 1, C, ldc, alpha, beta, bias, mr, nr);
-        else if (mr > 16) mg__sg_kernel_nv(2, kc, pa, pb, sp, 1, C, ldc, alpha, beta, bias, mr, nr);
-        else              mg__sg_kernel_nv(1, kc, pa, pb, sp, 1, C, ldc, alpha, beta, bias, mr, nr);
+        if (mr > 32)      mg__sg_kernel_nv(3, kc, pa, pb, sp, 1, C, ldc, alpha, beta, bias, add, mr, nr);
+        else if (mr > 16) mg__sg_kernel_nv(2, kc, pa, pb, sp, 1, C, ldc, alpha, beta, bias, add, mr, nr);
+        else              mg__sg_kernel_nv(1, kc, pa, pb, sp, 1, C, ldc, alpha, beta, bias, add, mr, nr);
     } else {         /* 8 runs along k (sp = 1) */
-        if (mr > 32)      mg__sg_kernel_nv(3, kc, pa, pb, 1, sj, C, ldc, alpha, beta, bias, mr, nr);
-        else if (mr > 16) mg__sg_kernel_nv(2, kc, pa, pb, 1, sj, C, ldc, alpha, beta, bias, mr, nr);
-        else              mg__sg_kernel_nv(1, kc, pa, pb, 1, sj, C, ldc, alpha, beta, bias, mr, nr);
+        if (mr > 32)      mg__sg_kernel_nv(3, kc, pa, pb, 1, sj, C, ldc, alpha, beta, bias, add, mr, nr);
+        else if (mr > 16) mg__sg_kernel_nv(2, kc, pa, pb, 1, sj, C, ldc, alpha, beta, bias, add, mr, nr);
+        else              mg__sg_kernel_nv(1, kc, pa, pb, 1, sj, C, ldc, alpha, beta, bias, add, mr, nr);
     }
 }
 /* mg__cpu_bsum of one panel of op(B): 8 contiguous floats per k-step (sj = 1, a whole panel)
@@ -1776,6 +1793,7 @@ static void mg__sg_gemm(int ta, int tb, int m, int n, int k, float alpha, const 
                         int lda, const float *B, int ldb, float beta, const mg__cpu_epi *epi,
                         float *C, int ldc, float *pa, float *pb) {
     const float *bias = epi ? epi->bias : NULL;
+    const float *add = epi ? epi->add : NULL;
     float *bsum = epi ? epi->bsum : NULL;
     int jc, pc, ic, jr, ir, slices, kstep;
     if (m <= 0 || n <= 0) return;
@@ -1784,6 +1802,7 @@ static void mg__sg_gemm(int ta, int tb, int m, int n, int k, float alpha, const 
             for (ic = 0; ic < m; ic++) {
                 float *c = C + ic + (size_t)jc * ldc;
                 *c = bias ? bias[ic] : beta == 0.0f ? 0.0f : beta * *c;
+                if (add) *c += add[ic + (size_t)jc * ldc];
             }
         if (bsum && k > 0) mg__cpu_bsum(k, n, B, tb ? (size_t)ldb : 1, tb ? 1 : (size_t)ldb, bsum);
         return;
@@ -1796,6 +1815,7 @@ static void mg__sg_gemm(int ta, int tb, int m, int n, int k, float alpha, const 
         for (pc = 0; pc < k; pc += kstep) {
             const int kc = k - pc < kstep ? k - pc : kstep;
             const float be = pc == 0 ? beta : 1.0f;   /* later slices add to the first's result */
+            const int last = pc + kc >= k;
             /* op(B)'s slice: element (p, j) at bs[p·bp + j·bj] */
             const float *bs = tb ? B + jc + (size_t)pc * ldb : B + pc + (size_t)jc * ldb;
             const size_t bp = tb ? (size_t)ldb : 1, bj = tb ? 1 : (size_t)ldb;
@@ -1815,6 +1835,7 @@ static void mg__sg_gemm(int ta, int tb, int m, int n, int k, float alpha, const 
                     for (ir = 0; ir < mc; ir += MG__SG_MR)
                         mg__sg_kernel(kc, pa + (size_t)ir * kc, b, sp, sj, C + ic + ir + off,
                                       (size_t)ldc, alpha, be, pc == 0 && bias ? bias + ic + ir : NULL,
+                                      last && add ? add + ic + ir + off : NULL,
                                       mc - ir < MG__SG_MR ? mc - ir : MG__SG_MR, nr);
                 }
             }
@@ -1849,6 +1870,14 @@ static void mg__cpu_sgemm1(mg_ctx *ctx, int tid, int ta, int tb, int m, int n, i
         mg__cpu_bsum(k, n, B, tb ? (size_t)ldb : 1, tb ? 1 : (size_t)ldb, epi->bsum);
     cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                 m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (epi && epi->add)
+        for (j = 0; j < n; j++) {
+            float *c = C + (size_t)j * ldc;
+            const float *x = epi->add + (size_t)j * ldc;
+            int i;
+            #pragma omp simd
+            for (i = 0; i < m; i++) c[i] = c[i] + x[i];
+        }
 }
 /* Batched fp32 GEMM. Many matrices (batch >= threads): OpenMP over the batch. Few large ones:
    each GEMM is split into per-thread blocks of C's columns (or rows when C is tall), which
@@ -1861,8 +1890,9 @@ static void mg__cpu_sgemm1(mg_ctx *ctx, int tid, int ta, int tb, int m, int n, i
    (the library never does: the threads there would share one area), then serially on the
    calling thread.
    epi: NULL, or the fusions mg__cpu_epi lists, each split with C: a thread's block of C gets
-   its rows of bias and its columns of bsum — the thread that holds C's first row sums them for
-   all its columns, so every sum stays one in-order run, whatever the threads.               */
+   its rows of bias, its block of add and its columns of bsum — the thread that holds C's first
+   row sums them for all its columns, so every sum stays one in-order run, whatever the
+   threads.                                                                                  */
 static void mg__cpu_sgemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float alpha,
                           const float *A, int lda, int64_t sA, const float *B, int ldb, int64_t sB,
                           float beta, const mg__cpu_epi *epi, float *C, int ldc, int64_t sC,
@@ -1875,8 +1905,9 @@ static void mg__cpu_sgemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, floa
 #ifdef MG__OWN_SGEMM
     own = !nested && n >= 2 * MG__SG_NR;
 #endif
-    if (epi && epi->bsum && batch != 1)
-        mg_fatal(__FILE__, __LINE__, "mg__cpu_sgemm: column sums of op(B) need batch 1 (%d)", batch);
+    if (epi && (epi->bsum || epi->add) && batch != 1)
+        mg_fatal(__FILE__, __LINE__, "mg__cpu_sgemm: column sums and the added matrix need batch 1 "
+                 "(%d)", batch);
     if (nt <= 1 || nested || flops < 2.0 * 64 * 64 * 64) {
         for (i = 0; i < batch; i++) {
             mg__cpu_sgemm1(ctx, own ? 0 : -1, ta, tb, m, n, k, alpha, A + i * sA, lda,
@@ -1900,16 +1931,18 @@ static void mg__cpu_sgemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, floa
                 int units = (len + unit - 1) / unit, tid = own ? MG__TID() : -1;
                 int lo = (int)((int64_t)units * i / parts) * unit;
                 int hi = i == parts - 1 ? len : (int)((int64_t)units * (i + 1) / parts) * unit;
-                mg__cpu_epi e = {NULL, NULL};
+                mg__cpu_epi e = {NULL, NULL, NULL};
                 if (hi > len) hi = len;
                 if (hi <= lo) continue;
                 if (split_n) { /* columns lo..hi of C and of op(B) */
-                    if (epi) e = (mg__cpu_epi){epi->bias, epi->bsum ? epi->bsum + lo : NULL};
+                    if (epi) e = (mg__cpu_epi){epi->bias, epi->add ? epi->add + (int64_t)lo * ldc : NULL,
+                                               epi->bsum ? epi->bsum + lo : NULL};
                     mg__cpu_sgemm1(ctx, tid, ta, tb, m, hi - lo, k, alpha, Ab, lda,
                                    Bb + (tb ? (int64_t)lo : (int64_t)lo * ldb), ldb, beta,
                                    epi ? &e : NULL, Cb + (int64_t)lo * ldc, ldc);
                 } else {       /* rows lo..hi of C and of op(A) */
                     if (epi) e = (mg__cpu_epi){epi->bias ? epi->bias + lo : NULL,
+                                               epi->add ? epi->add + lo : NULL,
                                                lo == 0 ? epi->bsum : NULL};
                     mg__cpu_sgemm1(ctx, tid, ta, tb, hi - lo, n, k, alpha,
                                    Ab + (ta ? (int64_t)lo * lda : (int64_t)lo), lda, Bb, ldb,
@@ -1949,6 +1982,8 @@ static void mg__cpu_gemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float
     if (c_dt != MG_F32) {
         int64_t nc = mg__gemm_span(m, n, ldc, sC, batch);
         C32 = (float *)mg_alloc(ctx, (size_t)nc * sizeof(float));
+        if (epi && epi->add)
+            mg_fatal(__FILE__, __LINE__, "mg__cpu_gemm: the added matrix needs an fp32 C");
         if (beta != 0.0f && !(epi && epi->bias))
             for (i = 0; i < batch; i++)
                 for (j = 0; j < n; j++)
@@ -4733,12 +4768,15 @@ static void mg__check_linear(const char *op, const mg_tensor *x, const mg_tensor
     mg__check_int(op, "in_features", In);
     mg__check_int(op, "out_features", Out);
 }
-MGDEF void mg_linear_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
-                             const mg_tensor *weight, const mg_tensor *bias) {
+/* mg_linear_forward; add (CPU only, fp32 [N, Out] like an fp32 out, or NULL): added to the
+   result inside the GEMM (mg__cpu_epi).                                                      */
+static void mg__linear_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
+                               const mg_tensor *weight, const mg_tensor *bias, const float *add) {
     int N = (int)mg_rows(inp), In = (int)mg_cols(inp), Out = (int)mg_rows(weight);
     size_t mark = mg_arena_mark(ctx);
-    mg__cpu_epi epi = {NULL, NULL};
+    mg__cpu_epi epi = {NULL, NULL, NULL};
     float beta = 0.0f;
+    epi.add = add;
     mg__check_linear("mg_linear_forward", inp, weight, out);
     if (bias) {
         mg__check_numel("mg_linear_forward", "bias", bias, Out);
@@ -4763,8 +4801,28 @@ MGDEF void mg_linear_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
         }
     }
     mg__gemm(ctx, 1, 0, Out, N, In, 1.0f, weight->data, weight->dtype, In, 0, inp->data,
-             inp->dtype, In, 0, beta, epi.bias ? &epi : NULL, out->data, out->dtype, Out, 0, 1);
+             inp->dtype, In, 0, beta, epi.bias || epi.add ? &epi : NULL, out->data, out->dtype,
+             Out, 0, 1);
     mg_arena_release(ctx, mark);
+}
+MGDEF void mg_linear_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
+                             const mg_tensor *weight, const mg_tensor *bias) {
+    mg__linear_forward(ctx, out, inp, weight, bias, NULL);
+}
+MGDEF void mg_linear_forward_residual(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
+                                      const mg_tensor *weight, const mg_tensor *bias,
+                                      const mg_tensor *resid) {
+    const char *op = "mg_linear_forward_residual";
+    mg__check_2d(op, "resid", resid, mg_rows(out), mg_cols(out));
+    if (resid->dtype != out->dtype || (resid->data == out->data && mg_numel(out) > 0))
+        mg_fatal(__FILE__, __LINE__, "%s: resid must be a buffer of its own of the output's dtype",
+                 op);
+    if (!mg__is_cuda(ctx) && out->dtype == MG_F32) {   /* one GEMM: the sum added per tile */
+        mg__linear_forward(ctx, out, inp, weight, bias, (const float *)resid->data);
+        return;
+    }
+    mg_linear_forward(ctx, out, inp, weight, bias);
+    mg_add(ctx, out, out, resid);
 }
 MGDEF void mg_linear_backward_input(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *dout,
                                     const mg_tensor *weight, int accumulate) {
@@ -4783,7 +4841,7 @@ MGDEF void mg_linear_backward_weight(mg_ctx *ctx, mg_tensor *dweight, mg_tensor 
     if (dbias && !mg__is_cuda(ctx) && In > 0 && Out > 0) {
         /* CPU: the GEMM sums dout's columns as it reads them (op(B) = dout), then dbias += */
         size_t mark = mg_arena_mark(ctx);
-        mg__cpu_epi epi = {NULL, (float *)mg_alloc(ctx, (size_t)Out * sizeof(float))};
+        mg__cpu_epi epi = {NULL, NULL, (float *)mg_alloc(ctx, (size_t)Out * sizeof(float))};
         memset(epi.bsum, 0, (size_t)Out * sizeof(float));
         mg__gemm(ctx, 0, 1, In, Out, N, 1.0f, inp->data, inp->dtype, In, 0, dout->data,
                  dout->dtype, Out, 0, 1.0f, &epi, dweight->data, dweight->dtype, In, 0, 1);

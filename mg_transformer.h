@@ -917,6 +917,22 @@ static void mg__cp_attention_backward(mg_transformer *tf, const mg_attn_dropout 
            SwiGLU: also gate = ln2·Wgateᵀ (+ b), same split
      act = GELU(fc), or silu(gate) ⊙ fc
      out = resid_mid + dropout([g / reduce-scatter] act·Wfc2ᵀ (+ b))        (row-parallel)  */
+/* A block's output: z = dropout(row-parallel linear(y)) + resid. Without a tensor-parallel
+   reduction between the GEMM and the sum (one tensor rank) and without dropout, one fused op
+   (mg_linear_forward_residual: the same bits).                                               */
+static void mg__row_parallel_forward_residual(mg_transformer *tf, const mg_layer_id *id,
+                                              mg_tensor *z, const mg_tensor *y, const mg_tensor *w,
+                                              const mg_tensor *b, const mg_tensor *resid,
+                                              uint64_t site) {
+    if (tf->tp.size == 1 && !tf->tp.sequence_parallel &&
+        (!id->dropout_on || tf->cfg.hidden_dropout <= 0)) {
+        mg_linear_forward_residual(tf->ctx, z, y, w, b, resid);
+        return;
+    }
+    mg_row_parallel_linear_forward(tf, z, y, w, b);
+    mg_transformer_dropout(tf, id, z, site);
+    mg_add(tf->ctx, z, z, resid);
+}
 MGDEF void mg_transformer_layer_forward(mg_transformer *tf, const mg_layer_id *id,
                                         const mg_tensor *w, mg_layer_acts *la,
                                         const mg_tensor *x) {
@@ -938,10 +954,8 @@ MGDEF void mg_transformer_layer_forward(mg_transformer *tf, const mg_layer_id *i
     else
         mg_attention_forward_gqa(ctx, &la->atty, &la->att, &la->qkv, (int)d.B, (int)d.T,
                                  (int)d.nh, (int)d.ng, mg__layer_attn_dropout(tf, id, &adrop));
-    mg_row_parallel_linear_forward(tf, &la->resid_mid, &la->atty, &w[MG_PROJ_W],
-                                   mg__opt(&w[MG_PROJ_B]));
-    mg_transformer_dropout(tf, id, &la->resid_mid, MG_SITE_ATTN_OUT(id->layer));
-    mg_add(ctx, &la->resid_mid, &la->resid_mid, x);
+    mg__row_parallel_forward_residual(tf, id, &la->resid_mid, &la->atty, &w[MG_PROJ_W],
+                                      mg__opt(&w[MG_PROJ_B]), x, MG_SITE_ATTN_OUT(id->layer));
     /* MLP block */
     mg_norm_forward(ctx, &k->norm, &la->ln2, la->ln2_mean, la->ln2_rstd, &la->resid_mid,
                     &w[MG_LN2_W], mg__opt(&w[MG_LN2_B]));
@@ -955,10 +969,9 @@ MGDEF void mg_transformer_layer_forward(mg_transformer *tf, const mg_layer_id *i
         mg_column_parallel_linear_gelu_forward(tf, &la->fc_gelu, &la->fc, &la->ln2, &w[MG_FC1_W],
                                                mg__opt(&w[MG_FC1_B]));
     }
-    mg_row_parallel_linear_forward(tf, &la->out, &la->fc_gelu, &w[MG_FC2_W],
-                                   mg__opt(&w[MG_FC2_B]));
-    mg_transformer_dropout(tf, id, &la->out, MG_SITE_MLP_OUT(id->layer));
-    mg_add(ctx, &la->out, &la->out, &la->resid_mid);
+    mg__row_parallel_forward_residual(tf, id, &la->out, &la->fc_gelu, &w[MG_FC2_W],
+                                      mg__opt(&w[MG_FC2_B]), &la->resid_mid,
+                                      MG_SITE_MLP_OUT(id->layer));
 }
 
 /* Backward. The residual stream's gradient tf->dresid flows straight through; each block adds

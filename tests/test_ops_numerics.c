@@ -425,6 +425,17 @@ static mg_tensor gemm_on(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float
             MG_F32, ldc);
     return c;
 }
+/* A CPU context like ctx with one thread (its sums must come out bit for bit the same). */
+static mg_ctx one_thread_ctx(const mg_ctx *ctx) {
+    mg_ctx one;
+    mg_ctx_desc d1;
+    memset(&d1, 0, sizeof d1);
+    d1.device = ctx->device;
+    d1.n_threads = 1;
+    d1.arena_bytes = (size_t)16 << 20;
+    mg_ctx_init(&one, &d1);
+    return one;
+}
 /* Shapes across the CPU sgemm's block edges (6d: 48×8 micro-tiles, k in slices of at most
    384, blocks of 240 rows and 1536 columns): rows past a block with a ragged tile, k in three
    uneven slices and not a multiple of 8; columns past a block, ragged on both sides; a last
@@ -437,14 +448,8 @@ static mg_tensor gemm_on(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float
    the GEMM, gives the same bits.                                                             */
 static void test_gemm_blocks(mg_ctx *ctx) {
     const int shapes[4][3] = {{290, 21, 1100}, {100, 1545, 37}, {126, 300, 45}, {40, 203, 70}};
-    mg_ctx one;
-    mg_ctx_desc d1;
+    mg_ctx one = one_thread_ctx(ctx);
     int sh, ta, tb;
-    memset(&d1, 0, sizeof d1);
-    d1.device = ctx->device;
-    d1.n_threads = 1;
-    d1.arena_bytes = (size_t)16 << 20;
-    mg_ctx_init(&one, &d1);
     for (sh = 0; sh < 4; sh++)
         for (ta = 0; ta < 2; ta++)
             for (tb = 0; tb < 2; tb++) {
@@ -528,14 +533,8 @@ static void test_gemm_blocks(mg_ctx *ctx) {
    OpenBLAS path).                                                                          */
 static void test_linear_bgrad(mg_ctx *ctx0) {
     const int shapes[3][3] = {{1100, 130, 300}, {777, 500, 40}, {300, 70, 9}};   /* N, In, Out */
-    mg_ctx one;
-    mg_ctx_desc d1;
+    mg_ctx one = one_thread_ctx(ctx0);
     int sh;
-    memset(&d1, 0, sizeof d1);
-    d1.device = ctx0->device;
-    d1.n_threads = 1;
-    d1.arena_bytes = (size_t)16 << 20;
-    mg_ctx_init(&one, &d1);
     for (sh = 0; sh < 6; sh++) {
         mg_ctx *ctx = sh < 3 ? ctx0 : &one;
         const int N = shapes[sh % 3][0], In = shapes[sh % 3][1], Out = shapes[sh % 3][2];
@@ -621,6 +620,60 @@ static void test_linear_bias_forward(mg_ctx *ctx) {
             free(x); free(w); free(b); free(rows); free(want); free(got); free(got2);
             mg_arena_release(ctx, mark);
         }
+}
+
+/* mg_linear_forward_residual: the bits of mg_linear_forward followed by mg_add, on the
+   context's threads and on one — one k-slice and four (In = 1500), a C of one short row panel
+   (Out = 40) and fewer than 16 columns of C (N = 9: the OpenBLAS path), fp32 and bf16 — and
+   within the float64 bound.                                                                  */
+static void test_linear_residual(mg_ctx *ctx0) {
+    const int shapes[3][3] = {{1100, 130, 300}, {777, 1500, 40}, {9, 200, 70}};   /* N, In, Out */
+    mg_ctx one = one_thread_ctx(ctx0);
+    int sh, d;
+    for (sh = 0; sh < 6; sh++)
+        for (d = 0; d < 2; d++) {
+            mg_ctx *ctx = sh < 3 ? ctx0 : &one;
+            const int N = shapes[sh % 3][0], In = shapes[sh % 3][1], Out = shapes[sh % 3][2];
+            const mg_dtype dt = d ? MG_BF16 : MG_F32;
+            size_t mark = mg_arena_mark(ctx);
+            float *x = ops_randn_array((int64_t)N * In, 1), *w = ops_randn_array((int64_t)Out * In, 1);
+            float *b = ops_randn_array(Out, 1), *r = ops_randn_array((int64_t)N * Out, 1);
+            float *want = (float *)malloc(sizeof(float) * (size_t)N * Out), *got, *got2;
+            mg_tensor xt, wt, bt, rt, out, out2;
+            char label[160];
+            int64_t i;
+            if (d) {
+                bf16_values(x, (int64_t)N * In);
+                bf16_values(w, (int64_t)Out * In);
+                bf16_values(b, Out);
+                bf16_values(r, (int64_t)N * Out);
+            }
+            for (i = 0; i < (int64_t)N * Out; i++) want[i] = b[i % Out] + r[i];
+            xt = ops_dev(ctx, dt, x, N, In);
+            wt = ops_dev(ctx, dt, w, Out, In);
+            bt = ops_dev(ctx, dt, b, 1, Out);
+            rt = ops_dev(ctx, dt, r, N, Out);
+            out = ops_dev(ctx, dt, NULL, N, Out);
+            out2 = ops_dev(ctx, dt, NULL, N, Out);
+            mg_linear_forward_residual(ctx, &out, &xt, &wt, &bt, &rt);
+            mg_linear_forward(ctx, &out2, &xt, &wt, &bt);
+            mg_add(ctx, &out2, &out2, &rt);
+            gemm_ref(1, 0, Out, N, In, 1.0, w, In, x, In, 1.0, want, Out);
+            snprintf(label, sizeof label, "linear forward + residual N %d In %d Out %d %s, %d thread(s): "
+                     "vs float64", N, In, Out, d ? "bf16" : "fp32", ctx->n_threads);
+            /* bf16: rounded twice (the linear output, then the sum), each by up to 2^-9 of a
+               value that can be several times the sum where the residual cancels it */
+            ops_close(ctx, label, &out, want, d ? 2e-2 : 1e-6 * sqrt((double)In), d ? 8e-3 : 1e-6);
+            got = ops_host(ctx, &out);
+            got2 = ops_host(ctx, &out2);
+            snprintf(label, sizeof label, "linear forward + residual N %d In %d Out %d %s, %d thread(s): "
+                     "the bits of mg_linear_forward then mg_add", N, In, Out, d ? "bf16" : "fp32",
+                     ctx->n_threads);
+            CHECK(memcmp(got, got2, sizeof(float) * (size_t)N * Out) == 0, label);
+            free(x); free(w); free(b); free(r); free(want); free(got); free(got2);
+            mg_arena_release(ctx, mark);
+        }
+    mg_ctx_free(&one);
 }
 
 /* --- elementwise, casts, sumsq, arena ------------------------------------------------------ */
@@ -755,6 +808,7 @@ int main(void) {
     test_gemm_blocks(&ctx);
     test_linear_bgrad(&ctx);
     test_linear_bias_forward(&ctx);
+    test_linear_residual(&ctx);
     test_elementwise(&ctx);
     test_arena();
     mg_ctx_free(&ctx);

@@ -2000,9 +2000,12 @@ static void mg__cpu_gemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float
 }
 
 /* --- the fused linear layers' epilogues, on an fp32 GEMM accumulator acc [N, C] ------------
-   Row by row (OpenMP over rows); each value is rounded once to its storage.
+   Row by row (OpenMP over rows; the dGELU with bias sums by column blocks); each value is
+   rounded once to its storage.
    bias + GELU:  v = acc + bias;  pre = v;  out = gelu(v)        (acc may be pre's own storage)
-   dGELU:        v = acc · gelu'(pre);  acc = v (kept in fp32 for the bias gradient); dpre = v */
+   dGELU:        v = acc · gelu'(pre);  acc = v;  dpre = v;  bsum (when given) += Σ_rows v —
+                 the bias gradient's fp32 sums, with threads owning column blocks instead of
+                 rows so that each column is summed in row order (mg__cpu_colsum's bits)    */
 static void mg__cpu_epi_bias_gelu(mg_ctx *ctx, const float *acc, int64_t N, int64_t C,
                                   const mg_tensor *bias, const mg_tensor *pre,
                                   const mg_tensor *out) {
@@ -2031,10 +2034,33 @@ static void mg__cpu_epi_bias_gelu(mg_ctx *ctx, const float *acc, int64_t N, int6
     mg_arena_release(ctx, mark);
 }
 static void mg__cpu_epi_dgelu(mg_ctx *ctx, float *acc, int64_t N, int64_t C, const mg_tensor *pre,
-                              const mg_tensor *dpre) {
+                              const mg_tensor *dpre, float *bsum) {
     int64_t r;
     size_t mark = mg_arena_mark(ctx);
     float *scratch = mg__cpu_scratch(ctx, !mg__f32(pre), (size_t)C);
+    if (bsum) {   /* threads own column blocks and walk the rows in order: mg__cpu_colsum's sums */
+        const int64_t W = 4 * MG__COLBLOCK;   /* wide blocks: long vector runs per row */
+        int64_t nblk = (C + W - 1) / W, blk;
+        #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
+        for (blk = 0; blk < nblk; blk++) {
+            int64_t c0 = blk * W, w = C - c0 < W ? C - c0 : W, j;
+            float sum[4 * MG__COLBLOCK], *sc = scratch ? scratch + (size_t)MG__TID() * C : NULL;
+            for (j = 0; j < w; j++) sum[j] = 0.0f;
+            for (r = 0; r < N; r++) {
+                const float *x = mg__cpu_span(pre, r * C + c0, w, sc);
+                float *a = acc + r * C + c0;
+                #pragma omp simd
+                for (j = 0; j < w; j++) {
+                    a[j] *= mg__gelu_grad(x[j]);
+                    sum[j] += a[j];
+                }
+                mg__cpu_narrow(dpre->data, dpre->dtype, r * C + c0, a, w);
+            }
+            for (j = 0; j < w; j++) bsum[c0 + j] += sum[j];
+        }
+        mg_arena_release(ctx, mark);
+        return;
+    }
     #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
     for (r = 0; r < N; r++) {
         float *sc = scratch ? scratch + (size_t)MG__TID() * C : NULL;
@@ -4910,7 +4936,7 @@ MGDEF void mg_linear_backward_input_gelu(mg_ctx *ctx, mg_tensor *dpre, mg_tensor
     int N = (int)mg_rows(dout), Out = (int)mg_cols(dout), In = (int)mg_cols(weight);
     size_t mark = mg_arena_mark(ctx);
     int64_t shape[2] = {N, In};
-    mg_tensor acc_t, bg;
+    mg_tensor bg, b32;
     float *acc;
     mg__check_linear(op, dpre, weight, dout);
     mg__check_linear_gelu(op, dpre, pre, NULL, In);
@@ -4934,19 +4960,20 @@ MGDEF void mg_linear_backward_input_gelu(mg_ctx *ctx, mg_tensor *dpre, mg_tensor
     acc = mg__f32_accumulator(ctx, dpre);
     mg_gemm(ctx, 0, 0, In, N, Out, 1.0f, weight->data, weight->dtype, In, dout->data, dout->dtype,
             Out, 0.0f, acc, MG_F32, In);
+    /* the bias gradient's fp32 sums: Σ_rows of the fp32 dpre */
+    b32 = mg_tensor_wrap(dbias ? mg_alloc(ctx, (size_t)In * sizeof(float)) : NULL, MG_F32, 1,
+                         &shape[1]);
+    if (dbias) mg_memset_zero(ctx, b32.data, (size_t)In * sizeof(float));
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         mg__f_epi_dgelu f = {acc, pre->data, pre->dtype, dpre->data, dpre->dtype};
+        mg_tensor acc_t = mg_tensor_wrap(acc, MG_F32, 2, shape);
         mg__cuda_map(ctx, (int64_t)N * In, f);
+        if (dbias) mg__colsum(ctx, &b32, &acc_t);
     } else
 #endif
-    mg__cpu_epi_dgelu(ctx, acc, N, In, pre, dpre);
+    mg__cpu_epi_dgelu(ctx, acc, N, In, pre, dpre, (float *)b32.data);   /* sums in the same pass */
     if (dbias) {   /* Σ_rows of the fp32 dpre, rounded once to dpre's dtype, added to dbias */
-        mg_tensor b32 = mg_tensor_wrap(mg_alloc(ctx, (size_t)In * sizeof(float)), MG_F32, 1,
-                                       &shape[1]);
-        acc_t = mg_tensor_wrap(acc, MG_F32, 2, shape);
-        mg_memset_zero(ctx, b32.data, (size_t)In * sizeof(float));
-        mg__colsum(ctx, &b32, &acc_t);
         if (bg.dtype != MG_F32) {
             bg.data = mg_alloc(ctx, (size_t)In * mg_dtype_size(bg.dtype));
             mg_cast(ctx, &bg, &b32);

@@ -2227,36 +2227,41 @@ static void mg__cpu_add_span(const mg_tensor *dst, int64_t c0, int64_t w, const 
     for (j = 0; j < w; j++) o[j] = d[j] + v[j];
     mg__cpu_commit(dst, c0, o, w);
 }
+/* Column block blk (MG__COLBLOCK columns) of the sums, on the calling thread. */
+static void mg__cpu_colsum_block(int64_t blk, const mg_tensor *dst, const mg_tensor *src,
+                                 const mg_tensor *inp, const float *mean, const float *rstd,
+                                 const mg_tensor *plain) {
+    int64_t N = mg_rows(src), C = mg_cols(src);
+    int64_t c0 = blk * MG__COLBLOCK, w = C - c0 < MG__COLBLOCK ? C - c0 : MG__COLBLOCK, r, j;
+    float acc[MG__COLBLOCK], acc1[MG__COLBLOCK], sbuf[MG__COLBLOCK], xbuf[MG__COLBLOCK];
+    float dbuf[MG__COLBLOCK];
+    for (j = 0; j < w; j++) acc[j] = acc1[j] = 0.0f;
+    for (r = 0; r < N; r++) {
+        const float *s = mg__cpu_span(src, r * C + c0, w, sbuf);
+        if (inp) {
+            const float *x = mg__cpu_span(inp, r * C + c0, w, xbuf);
+            float mu = mean[r], rs = rstd[r];
+            #pragma omp simd
+            for (j = 0; j < w; j++) acc[j] += s[j] * ((x[j] - mu) * rs);
+            if (plain) {
+                #pragma omp simd
+                for (j = 0; j < w; j++) acc1[j] += s[j];
+            }
+        } else {
+            #pragma omp simd
+            for (j = 0; j < w; j++) acc[j] += s[j];
+        }
+    }
+    mg__cpu_add_span(dst, c0, w, acc, dbuf);
+    if (inp && plain) mg__cpu_add_span(plain, c0, w, acc1, dbuf);
+}
 static void mg__cpu_colsum(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *src,
                            const mg_tensor *inp, const float *mean, const float *rstd,
                            const mg_tensor *plain) {
     (void)ctx;   /* read only by the OpenMP pragma: a build without OpenMP ignores it */
     int64_t N = mg_rows(src), C = mg_cols(src), nblk = (C + MG__COLBLOCK - 1) / MG__COLBLOCK, blk;
     #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
-    for (blk = 0; blk < nblk; blk++) {
-        int64_t c0 = blk * MG__COLBLOCK, w = C - c0 < MG__COLBLOCK ? C - c0 : MG__COLBLOCK, r, j;
-        float acc[MG__COLBLOCK], acc1[MG__COLBLOCK], sbuf[MG__COLBLOCK], xbuf[MG__COLBLOCK];
-        float dbuf[MG__COLBLOCK];
-        for (j = 0; j < w; j++) acc[j] = acc1[j] = 0.0f;
-        for (r = 0; r < N; r++) {
-            const float *s = mg__cpu_span(src, r * C + c0, w, sbuf);
-            if (inp) {
-                const float *x = mg__cpu_span(inp, r * C + c0, w, xbuf);
-                float mu = mean[r], rs = rstd[r];
-                #pragma omp simd
-                for (j = 0; j < w; j++) acc[j] += s[j] * ((x[j] - mu) * rs);
-                if (plain) {
-                    #pragma omp simd
-                    for (j = 0; j < w; j++) acc1[j] += s[j];
-                }
-            } else {
-                #pragma omp simd
-                for (j = 0; j < w; j++) acc[j] += s[j];
-            }
-        }
-        mg__cpu_add_span(dst, c0, w, acc, dbuf);
-        if (inp && plain) mg__cpu_add_span(plain, c0, w, acc1, dbuf);
-    }
+    for (blk = 0; blk < nblk; blk++) mg__cpu_colsum_block(blk, dst, src, inp, mean, rstd, plain);
 }
 
 /* --- embedding ----------------------------------------------------------------------------- */
@@ -2366,6 +2371,39 @@ static void mg__cpu_layernorm_forward(mg_ctx *ctx, const mg_norm *k, const mg_te
     }
     mg_arena_release(ctx, mark);
 }
+/* Row r of the norm's input gradient (dinp overwritten, or accumulated), on the calling
+   thread; w is the fp32 weight, scratch NULL or 3·C floats per thread.                      */
+static void mg__cpu_norm_dx_row(const mg_norm *k, int64_t r, const mg_tensor *dinp,
+                                const mg_tensor *dout, const mg_tensor *inp, const float *w,
+                                const float *mean, const float *rstd, int accumulate,
+                                float *scratch) {
+    int64_t C = mg_cols(inp);
+    float *sc = scratch ? scratch + (size_t)MG__TID() * 3 * C : NULL;
+    const float *x = mg__cpu_span(inp, r * C, C, sc);
+    const float *dy = mg__cpu_span(dout, r * C, C, sc ? sc + C : NULL);
+    float *dx = accumulate ? (float *)mg__cpu_span(dinp, r * C, C, sc ? sc + 2 * C : NULL)
+                           : mg__cpu_out_span(dinp, r * C, sc ? sc + 2 * C : NULL);
+    float mu = mean[r], rs = rstd[r], sum_g = 0.0f, sum_gn = 0.0f, mean_g, mean_gn;
+    int64_t j;
+    #pragma omp simd reduction(+ : sum_g, sum_gn)
+    for (j = 0; j < C; j++) {
+        float g = dy[j] * w[j];
+        sum_g += g;
+        sum_gn += g * ((x[j] - mu) * rs);
+    }
+    mean_g = k->rms ? 0.0f : sum_g / (float)C;
+    mean_gn = sum_gn / (float)C;
+    if (accumulate) {
+        #pragma omp simd
+        for (j = 0; j < C; j++)
+            dx[j] += mg__ln_dx(dy[j] * w[j], (x[j] - mu) * rs, rs, mean_g, mean_gn);
+    } else {
+        #pragma omp simd
+        for (j = 0; j < C; j++)
+            dx[j] = mg__ln_dx(dy[j] * w[j], (x[j] - mu) * rs, rs, mean_g, mean_gn);
+    }
+    mg__cpu_commit(dinp, r * C, dx, C);
+}
 static void mg__cpu_layernorm_backward(mg_ctx *ctx, const mg_norm *k, const mg_tensor *dinp,
                                        const mg_tensor *dweight, const mg_tensor *dbias,
                                        const mg_tensor *dout, const mg_tensor *inp,
@@ -2376,38 +2414,29 @@ static void mg__cpu_layernorm_backward(mg_ctx *ctx, const mg_norm *k, const mg_t
     float *w = (float *)mg_alloc(ctx, (size_t)C * sizeof(float));
     float *scratch = mg__cpu_scratch(ctx, !mg__f32(inp) || !mg__f32(dout) || !mg__f32(dinp), 3 * C);
     mg__cpu_widen(w, weight->data, weight->dtype, 0, C);
-    /* dweight += Σ_r dout·norm, dbias += Σ_r dout — first, since dinp may alias dout */
+    if (dinp->data != dout->data) {   /* both halves in one parallel region, independent */
+        const mg_tensor *dst = dweight ? dweight : dbias;
+        int64_t nblk = dst ? (C + MG__COLBLOCK - 1) / MG__COLBLOCK : 0, blk;
+        #pragma omp parallel num_threads(ctx->n_threads) if (N * C > MG__PAR_MIN)
+        {
+            #pragma omp for schedule(static) nowait
+            for (blk = 0; blk < nblk; blk++)
+                mg__cpu_colsum_block(blk, dst, dout, dweight ? inp : NULL, mean, rstd,
+                                     dweight ? dbias : NULL);
+            #pragma omp for schedule(static) nowait
+            for (r = 0; r < N; r++)
+                mg__cpu_norm_dx_row(k, r, dinp, dout, inp, w, mean, rstd, accumulate, scratch);
+        }
+        mg_arena_release(ctx, mark);
+        return;
+    }
+    /* dweight += Σ_r dout·norm, dbias += Σ_r dout — first, since dinp aliases dout */
     if (dweight) mg__cpu_colsum(ctx, dweight, dout, inp, mean, rstd, dbias);
     else if (dbias) mg__cpu_colsum(ctx, dbias, dout, NULL, NULL, NULL, NULL);
     /* dinp, row by row */
     #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
-    for (r = 0; r < N; r++) {
-        float *sc = scratch ? scratch + (size_t)MG__TID() * 3 * C : NULL;
-        const float *x = mg__cpu_span(inp, r * C, C, sc);
-        const float *dy = mg__cpu_span(dout, r * C, C, sc ? sc + C : NULL);
-        float *dx = accumulate ? (float *)mg__cpu_span(dinp, r * C, C, sc ? sc + 2 * C : NULL)
-                               : mg__cpu_out_span(dinp, r * C, sc ? sc + 2 * C : NULL);
-        float mu = mean[r], rs = rstd[r], sum_g = 0.0f, sum_gn = 0.0f, mean_g, mean_gn;
-        int64_t j;
-        #pragma omp simd reduction(+ : sum_g, sum_gn)
-        for (j = 0; j < C; j++) {
-            float g = dy[j] * w[j];
-            sum_g += g;
-            sum_gn += g * ((x[j] - mu) * rs);
-        }
-        mean_g = k->rms ? 0.0f : sum_g / (float)C;
-        mean_gn = sum_gn / (float)C;
-        if (accumulate) {
-            #pragma omp simd
-            for (j = 0; j < C; j++)
-                dx[j] += mg__ln_dx(dy[j] * w[j], (x[j] - mu) * rs, rs, mean_g, mean_gn);
-        } else {
-            #pragma omp simd
-            for (j = 0; j < C; j++)
-                dx[j] = mg__ln_dx(dy[j] * w[j], (x[j] - mu) * rs, rs, mean_g, mean_gn);
-        }
-        mg__cpu_commit(dinp, r * C, dx, C);
-    }
+    for (r = 0; r < N; r++)
+        mg__cpu_norm_dx_row(k, r, dinp, dout, inp, w, mean, rstd, accumulate, scratch);
     mg_arena_release(ctx, mark);
 }
 

@@ -1909,16 +1909,14 @@ static void mg__cpu_sgemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, floa
         mg_fatal(__FILE__, __LINE__, "mg__cpu_sgemm: column sums and the added matrix need batch 1 "
                  "(%d)", batch);
     if (nt <= 1 || nested || flops < 2.0 * 64 * 64 * 64) {
-        for (i = 0; i < batch; i++) {
+        for (i = 0; i < batch; i++)
             mg__cpu_sgemm1(ctx, own ? 0 : -1, ta, tb, m, n, k, alpha, A + i * sA, lda,
                            B + i * sB, ldb, beta, epi, C + i * sC, ldc);
-        }
     } else if (batch >= nt) {
         #pragma omp parallel for num_threads(nt) schedule(static)
-        for (i = 0; i < batch; i++) {
+        for (i = 0; i < batch; i++)
             mg__cpu_sgemm1(ctx, own ? MG__TID() : -1, ta, tb, m, n, k, alpha, A + i * sA, lda,
                            B + i * sB, ldb, beta, epi, C + i * sC, ldc);
-        }
     } else {
         int split_n = n >= m, len = split_n ? n : m, parts = nt, b;
         int unit = split_n ? MG__SG_NR : MG__SG_MR;
@@ -2000,12 +1998,12 @@ static void mg__cpu_gemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float
 }
 
 /* --- the fused linear layers' epilogues, on an fp32 GEMM accumulator acc [N, C] ------------
-   Row by row (OpenMP over rows; the dGELU with bias sums by column blocks); each value is
-   rounded once to its storage.
+   bias + GELU row by row, dGELU by column blocks (OpenMP over them); each value is rounded once
+   to its storage.
    bias + GELU:  v = acc + bias;  pre = v;  out = gelu(v)        (acc may be pre's own storage)
    dGELU:        v = acc · gelu'(pre);  acc = v;  dpre = v;  bsum (when given) += Σ_rows v —
-                 the bias gradient's fp32 sums, with threads owning column blocks instead of
-                 rows so that each column is summed in row order (mg__cpu_colsum's bits)    */
+                 the bias gradient's fp32 sums: a thread owns a column block and walks its
+                 rows in order, so each column is summed in row order (mg__cpu_colsum's bits) */
 static void mg__cpu_epi_bias_gelu(mg_ctx *ctx, const float *acc, int64_t N, int64_t C,
                                   const mg_tensor *bias, const mg_tensor *pre,
                                   const mg_tensor *out) {
@@ -2035,41 +2033,28 @@ static void mg__cpu_epi_bias_gelu(mg_ctx *ctx, const float *acc, int64_t N, int6
 }
 static void mg__cpu_epi_dgelu(mg_ctx *ctx, float *acc, int64_t N, int64_t C, const mg_tensor *pre,
                               const mg_tensor *dpre, float *bsum) {
-    int64_t r;
+    enum { W = 4 * MG__COLBLOCK };   /* wide column blocks: long vector runs per row */
+    int64_t nblk = (C + W - 1) / W, blk;
     size_t mark = mg_arena_mark(ctx);
-    float *scratch = mg__cpu_scratch(ctx, !mg__f32(pre), (size_t)C);
-    if (bsum) {   /* threads own column blocks and walk the rows in order: mg__cpu_colsum's sums */
-        const int64_t W = 4 * MG__COLBLOCK;   /* wide blocks: long vector runs per row */
-        int64_t nblk = (C + W - 1) / W, blk;
-        #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
-        for (blk = 0; blk < nblk; blk++) {
-            int64_t c0 = blk * W, w = C - c0 < W ? C - c0 : W, j;
-            float sum[4 * MG__COLBLOCK], *sc = scratch ? scratch + (size_t)MG__TID() * C : NULL;
-            for (j = 0; j < w; j++) sum[j] = 0.0f;
-            for (r = 0; r < N; r++) {
-                const float *x = mg__cpu_span(pre, r * C + c0, w, sc);
-                float *a = acc + r * C + c0;
-                #pragma omp simd
-                for (j = 0; j < w; j++) {
-                    a[j] *= mg__gelu_grad(x[j]);
-                    sum[j] += a[j];
-                }
-                mg__cpu_narrow(dpre->data, dpre->dtype, r * C + c0, a, w);
-            }
-            for (j = 0; j < w; j++) bsum[c0 + j] += sum[j];
-        }
-        mg_arena_release(ctx, mark);
-        return;
-    }
+    float *scratch = mg__cpu_scratch(ctx, !mg__f32(pre), (size_t)W);
     #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
-    for (r = 0; r < N; r++) {
-        float *sc = scratch ? scratch + (size_t)MG__TID() * C : NULL;
-        const float *x = mg__cpu_span(pre, r * C, C, sc);
-        float *a = acc + r * C;
-        int64_t j;
-        #pragma omp simd
-        for (j = 0; j < C; j++) a[j] *= mg__gelu_grad(x[j]);
-        mg__cpu_narrow(dpre->data, dpre->dtype, r * C, a, C);   /* a no-op when acc is dpre */
+    for (blk = 0; blk < nblk; blk++) {
+        int64_t c0 = blk * W, w = C - c0 < (int64_t)W ? C - c0 : (int64_t)W, r, j;
+        float sum[W], *sc = scratch ? scratch + (size_t)MG__TID() * W : NULL;
+        for (j = 0; j < w; j++) sum[j] = 0.0f;
+        for (r = 0; r < N; r++) {
+            const float *x = mg__cpu_span(pre, r * C + c0, w, sc);
+            float *a = acc + r * C + c0;
+            #pragma omp simd
+            for (j = 0; j < w; j++) {
+                a[j] *= mg__gelu_grad(x[j]);
+                sum[j] += a[j];
+            }
+            /* rounded into dpre: a no-op when acc is dpre */
+            mg__cpu_narrow(dpre->data, dpre->dtype, r * C + c0, a, w);
+        }
+        if (bsum)
+            for (j = 0; j < w; j++) bsum[c0 + j] += sum[j];
     }
     mg_arena_release(ctx, mark);
 }
@@ -2674,28 +2659,29 @@ static void mg__cpu_attn_fwd_task(const mg_attn_block *a, const mg__attn_geo *ge
                 }
             }
         } else {
-        for (c = 0; c < nk; c++) {     /* each row's max over its visible keys */
-            const float *s = St + (size_t)c * TL;
-            #pragma omp simd
-            for (i = 0; i < nq; i++) {
-                float v = c < nv[i] ? s[i] : -INFINITY;
-                mx[i] = v > mx[i] ? v : mx[i];
+            for (c = 0; c < nk; c++) {     /* each row's max over its visible keys */
+                const float *s = St + (size_t)c * TL;
+                #pragma omp simd
+                for (i = 0; i < nq; i++) {
+                    float v = c < nv[i] ? s[i] : -INFINITY;
+                    mx[i] = v > mx[i] ? v : mx[i];
+                }
             }
-        }
-        for (c = 0; c < nk; c++) {     /* P = exp(S − max) over the visible keys, 0 elsewhere */
-            float *s = St + (size_t)c * TL;
-            #pragma omp simd
-            for (i = 0; i < nq; i++) {
-                float p = c < nv[i] ? mg__exp(s[i] - mx[i]) : 0.0f;
-                s[i] = p;
-                sum[i] += p;
+            for (c = 0; c < nk; c++) {     /* P = exp(S − max) over the visible keys, 0 elsewhere */
+                float *s = St + (size_t)c * TL;
+                #pragma omp simd
+                for (i = 0; i < nq; i++) {
+                    float p = c < nv[i] ? mg__exp(s[i] - mx[i]) : 0.0f;
+                    s[i] = p;
+                    sum[i] += p;
+                }
+                if (ge->drop.on)
+                    for (i = 0; i < nq; i++)
+                        if (c < nv[i])
+                            s[i] = mg__attn_drop(&ge->drop, b, h, qpos0 + i, kpos + c, s[i]);
+                if (a->q.dtype != MG_F32)   /* 16-bit: P·V takes P in the storage type */
+                    for (i = 0; i < nq; i++) s[i] = mg__attn_round(s[i], a->q.dtype);
             }
-            if (ge->drop.on)
-                for (i = 0; i < nq; i++)
-                    if (c < nv[i]) s[i] = mg__attn_drop(&ge->drop, b, h, qpos0 + i, kpos + c, s[i]);
-            if (a->q.dtype != MG_F32)   /* 16-bit: P·V takes P in the storage type */
-                for (i = 0; i < nq; i++) s[i] = mg__attn_round(s[i], a->q.dtype);
-        }
         }
         #pragma omp simd
         for (i = 0; i < nq; i++) {     /* rescale the row's sum to the new max (vector lanes) */
@@ -4633,7 +4619,7 @@ MGDEF void mg_gemm(mg_ctx *ctx, int transa, int transb, int m, int n, int k, flo
                             0, beta, C, c_dt, ldc, 0, 1);
 }
 /* mg_gemm_strided_batched, with CPU-only fusions cpu_epi: NULL, or what mg__cpu_epi lists
-   (fp32 values; the GELU output needs an fp32 C); CUDA contexts never get them.             */
+   (fp32 values; the added matrix needs an fp32 C); CUDA contexts never get them.            */
 static void mg__gemm(mg_ctx *ctx, int transa, int transb, int m, int n, int k, float alpha,
                      const void *A, mg_dtype a_dt, int lda, int64_t strideA, const void *B,
                      mg_dtype b_dt, int ldb, int64_t strideB, float beta,
@@ -4829,9 +4815,8 @@ static void mg__linear_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp
                                const mg_tensor *weight, const mg_tensor *bias, const float *add) {
     int N = (int)mg_rows(inp), In = (int)mg_cols(inp), Out = (int)mg_rows(weight);
     size_t mark = mg_arena_mark(ctx);
-    mg__cpu_epi epi = {NULL, NULL, NULL};
+    mg__cpu_epi epi = {NULL, add, NULL};
     float beta = 0.0f;
-    epi.add = add;
     mg__check_linear("mg_linear_forward", inp, weight, out);
     if (bias) {
         mg__check_numel("mg_linear_forward", "bias", bias, Out);
@@ -4892,21 +4877,19 @@ MGDEF void mg_linear_backward_weight(mg_ctx *ctx, mg_tensor *dweight, mg_tensor 
     mg__check_2d("mg_linear_backward_weight", "dout", dout, N, Out);
     mg__check_2d("mg_linear_backward_weight", "dweight", dweight, Out, In);
     mg__check_int("mg_linear_backward_weight", "rows", N);
+    size_t mark = mg_arena_mark(ctx);
+    mg__cpu_epi epi = {NULL, NULL, NULL};
     if (dbias) mg__check_numel("mg_linear_backward_weight", "dbias", dbias, Out);
     if (dbias && !mg__is_cuda(ctx) && In > 0 && Out > 0) {
         /* CPU: the GEMM sums dout's columns as it reads them (op(B) = dout), then dbias += */
-        size_t mark = mg_arena_mark(ctx);
-        mg__cpu_epi epi = {NULL, NULL, (float *)mg_alloc(ctx, (size_t)Out * sizeof(float))};
+        epi.bsum = (float *)mg_alloc(ctx, 2 * (size_t)Out * sizeof(float));
         memset(epi.bsum, 0, (size_t)Out * sizeof(float));
-        mg__gemm(ctx, 0, 1, In, Out, N, 1.0f, inp->data, inp->dtype, In, 0, dout->data,
-                 dout->dtype, Out, 0, 1.0f, &epi, dweight->data, dweight->dtype, In, 0, 1);
-        mg__cpu_add_span(dbias, 0, Out, epi.bsum, (float *)mg_alloc(ctx, (size_t)Out * sizeof(float)));
-        mg_arena_release(ctx, mark);
-        return;
     }
-    mg_gemm(ctx, 0, 1, In, Out, N, 1.0f, inp->data, inp->dtype, In, dout->data, dout->dtype, Out, 1.0f,
-            dweight->data, dweight->dtype, In);
-    if (dbias) mg__colsum(ctx, dbias, dout);
+    mg__gemm(ctx, 0, 1, In, Out, N, 1.0f, inp->data, inp->dtype, In, 0, dout->data, dout->dtype,
+             Out, 0, 1.0f, epi.bsum ? &epi : NULL, dweight->data, dweight->dtype, In, 0, 1);
+    if (epi.bsum) mg__cpu_add_span(dbias, 0, Out, epi.bsum, epi.bsum + Out);
+    else if (dbias) mg__colsum(ctx, dbias, dout);
+    mg_arena_release(ctx, mark);
 }
 
 /* Linear + GELU and its backward through the GELU (see the API). The GEMMs are the linear

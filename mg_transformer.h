@@ -908,15 +908,6 @@ static void mg__cp_attention_backward(mg_transformer *tf, const mg_attn_dropout 
 }
 
 
-/* Forward, with Megatron's operators in brackets:
-     ln1 = norm(x); [f / all-gather] qkv = ln1·Wqkvᵀ (+ b) (column-parallel: this rank's
-           query groups); rope: queries and keys rotated by position
-     atty = dropout(softmax(q·kᵀ/√hd, causal))·v          (each query head reads its group)
-     resid_mid = x + dropout([g / reduce-scatter] atty·Wprojᵀ (+ b))        (row-parallel)
-     ln2 = norm(resid_mid); [f / all-gather] fc = ln2·Wfc1ᵀ (+ b)           (column-parallel)
-           SwiGLU: also gate = ln2·Wgateᵀ (+ b), same split
-     act = GELU(fc), or silu(gate) ⊙ fc
-     out = resid_mid + dropout([g / reduce-scatter] act·Wfc2ᵀ (+ b))        (row-parallel)  */
 /* A block's output: z = dropout(row-parallel linear(y)) + resid. Without a tensor-parallel
    reduction between the GEMM and the sum (one tensor rank) and without dropout, one fused op
    (mg_linear_forward_residual: the same bits).                                               */
@@ -933,6 +924,15 @@ static void mg__row_parallel_forward_residual(mg_transformer *tf, const mg_layer
     mg_transformer_dropout(tf, id, z, site);
     mg_add(tf->ctx, z, z, resid);
 }
+/* Forward, with Megatron's operators in brackets:
+     ln1 = norm(x); [f / all-gather] qkv = ln1·Wqkvᵀ (+ b) (column-parallel: this rank's
+           query groups); rope: queries and keys rotated by position
+     atty = dropout(softmax(q·kᵀ/√hd, causal))·v          (each query head reads its group)
+     resid_mid = x + dropout([g / reduce-scatter] atty·Wprojᵀ (+ b))        (row-parallel)
+     ln2 = norm(resid_mid); [f / all-gather] fc = ln2·Wfc1ᵀ (+ b)           (column-parallel)
+           SwiGLU: also gate = ln2·Wgateᵀ (+ b), same split
+     act = GELU(fc), or silu(gate) ⊙ fc
+     out = resid_mid + dropout([g / reduce-scatter] act·Wfc2ᵀ (+ b))        (row-parallel)  */
 MGDEF void mg_transformer_layer_forward(mg_transformer *tf, const mg_layer_id *id,
                                         const mg_tensor *w, mg_layer_acts *la,
                                         const mg_tensor *x) {

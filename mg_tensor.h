@@ -2035,6 +2035,7 @@ static void mg__cpu_epi_dgelu(mg_ctx *ctx, float *acc, int64_t N, int64_t C, con
                               const mg_tensor *dpre, float *bsum) {
     enum { W = 4 * MG__COLBLOCK };   /* wide column blocks: long vector runs per row */
     int64_t nblk = (C + W - 1) / W, blk;
+    const size_t esize = mg_dtype_size(pre->dtype);
     size_t mark = mg_arena_mark(ctx);
     float *scratch = mg__cpu_scratch(ctx, !mg__f32(pre), (size_t)W);
     #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
@@ -2045,6 +2046,11 @@ static void mg__cpu_epi_dgelu(mg_ctx *ctx, float *acc, int64_t N, int64_t C, con
         for (r = 0; r < N; r++) {
             const float *x = mg__cpu_span(pre, r * C + c0, w, sc);
             float *a = acc + r * C + c0;
+            if (r + 2 < N)   /* a block's rows lie C floats apart: fetch two rows ahead */
+                for (j = 0; j < w; j += 16) {
+                    __builtin_prefetch((const char *)pre->data + (size_t)((r + 2) * C + c0 + j) * esize, 0, 3);
+                    __builtin_prefetch(a + 2 * C + j, 1, 3);
+                }
             #pragma omp simd
             for (j = 0; j < w; j++) {
                 a[j] *= mg__gelu_grad(x[j]);

@@ -425,17 +425,19 @@ static mg_tensor gemm_on(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float
             MG_F32, ldc);
     return c;
 }
-/* A CPU context like ctx with one thread (its sums must come out bit for bit the same). */
-static mg_ctx one_thread_ctx(const mg_ctx *ctx) {
+/* A context like ctx with n_threads threads (one thread: its sums must come out bit for bit
+   the same as the team's). */
+static mg_ctx threads_ctx(const mg_ctx *ctx, int n_threads) {
     mg_ctx one;
     mg_ctx_desc d1;
     memset(&d1, 0, sizeof d1);
     d1.device = ctx->device;
-    d1.n_threads = 1;
+    d1.n_threads = n_threads;
     d1.arena_bytes = (size_t)16 << 20;
     mg_ctx_init(&one, &d1);
     return one;
 }
+static mg_ctx one_thread_ctx(const mg_ctx *ctx) { return threads_ctx(ctx, 1); }
 /* Shapes across the CPU sgemm's block edges (6d: 48×8 micro-tiles, k in slices of at most
    384, blocks of 240 rows and 1536 columns): rows past a block with a ragged tile, k in three
    uneven slices and not a multiple of 8; columns past a block, ragged on both sides; a last
@@ -752,6 +754,34 @@ static void test_elementwise(mg_ctx *ctx) {
     mg_arena_release(ctx, mark);
 }
 
+/* mg_memset_zero: from 1 MiB the CPU splits the range over the context's threads at cache
+   lines. Ranges just under and over that size, at odd offsets and odd lengths, with 1, 2 and
+   3 threads: every byte inside is zero, every byte around it untouched.                    */
+static void test_memset_zero(mg_ctx *ctx0) {
+    const size_t lens[3] = {((size_t)1 << 20) - 1, ((size_t)1 << 20) + 13, (size_t)3 << 20 | 5};
+    const size_t total = ((size_t)3 << 20) + 256;
+    unsigned char *host = (unsigned char *)malloc(total);
+    int nt, k;
+    for (nt = 1; nt <= 3; nt++) {
+        mg_ctx c = threads_ctx(ctx0, nt);
+        unsigned char *dev = (unsigned char *)mg_alloc(&c, total);
+        for (k = 0; k < 3; k++) {
+            size_t off = 7 + 64 * (size_t)k, i, bad = 0;
+            memset(host, 0xA5, total);
+            mg_copy_to_device(&c, dev, host, total);
+            mg_memset_zero(&c, dev + off, lens[k]);
+            mg_copy_to_host(&c, host, dev, total);
+            for (i = 0; i < total; i++)
+                bad += host[i] != (i >= off && i < off + lens[k] ? 0 : 0xA5);
+            mg_test_report(bad == 0, "mg_memset_zero: zero inside, untouched around",
+                           "%zu bytes at offset %zu, %d thread(s): %zu bytes wrong", lens[k], off,
+                           nt, bad);
+        }
+        mg_ctx_free(&c);
+    }
+    free(host);
+}
+
 static void test_arena(void) {
     mg_ctx ctx = ops_ctx_make(1 << 20);
     size_t m0, m1;
@@ -810,6 +840,7 @@ int main(void) {
     test_linear_bias_forward(&ctx);
     test_linear_residual(&ctx);
     test_elementwise(&ctx);
+    test_memset_zero(&ctx);
     test_arena();
     mg_ctx_free(&ctx);
     return mg_test_summary();

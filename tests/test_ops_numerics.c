@@ -428,14 +428,14 @@ static mg_tensor gemm_on(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float
 /* A context like ctx with n_threads threads (one thread: its sums must come out bit for bit
    the same as the team's). */
 static mg_ctx threads_ctx(const mg_ctx *ctx, int n_threads) {
-    mg_ctx one;
-    mg_ctx_desc d1;
-    memset(&d1, 0, sizeof d1);
-    d1.device = ctx->device;
-    d1.n_threads = n_threads;
-    d1.arena_bytes = (size_t)16 << 20;
-    mg_ctx_init(&one, &d1);
-    return one;
+    mg_ctx c;
+    mg_ctx_desc d;
+    memset(&d, 0, sizeof d);
+    d.device = ctx->device;
+    d.n_threads = n_threads;
+    d.arena_bytes = (size_t)16 << 20;
+    mg_ctx_init(&c, &d);
+    return c;
 }
 static mg_ctx one_thread_ctx(const mg_ctx *ctx) { return threads_ctx(ctx, 1); }
 /* Shapes across the CPU sgemm's block edges (6d: 48×8 micro-tiles, k in slices of at most

@@ -4903,6 +4903,7 @@ MGDEF void mg_linear_backward_weight(mg_ctx *ctx, mg_tensor *dweight, mg_tensor 
     if (dbias) mg__check_numel("mg_linear_backward_weight", "dbias", dbias, Out);
     if (dbias && !mg__is_cuda(ctx) && In > 0 && Out > 0) {
         /* CPU: the GEMM sums dout's columns as it reads them (op(B) = dout), then dbias += */
+        /* the sums, then Out floats of scratch for a 16-bit dbias in mg__cpu_add_span */
         epi.bsum = (float *)mg_alloc(ctx, 2 * (size_t)Out * sizeof(float));
         memset(epi.bsum, 0, (size_t)Out * sizeof(float));
     }

@@ -677,10 +677,14 @@ static int mg__cp_runs(const mg_transformer *tf, mg__cp_run run[2]) {
     }
     return k;
 }
+/* Whether the hidden dropout runs in this pass (training, with a rate). */
+static int mg__hidden_dropout_on(const mg_transformer *tf, const mg_layer_id *id) {
+    return id->dropout_on && !(tf->cfg.hidden_dropout <= 0);
+}
 MGDEF void mg_transformer_dropout(mg_transformer *tf, const mg_layer_id *id, mg_tensor *x,
                                   uint64_t site) {
     mg__cp_run run[2];
-    if (!id->dropout_on || tf->cfg.hidden_dropout <= 0) return;
+    if (!mg__hidden_dropout_on(tf, id)) return;
     for (int k = 0, n = mg__cp_runs(tf, run); k < n; k++) {
         mg_tensor v = mg_tensor_rows(x, run[k].r, run[k].n);
         mg_dropout_forward(tf->ctx, &v, &v, tf->cfg.hidden_dropout, mg__layer_key(tf, id, site),
@@ -690,7 +694,7 @@ MGDEF void mg_transformer_dropout(mg_transformer *tf, const mg_layer_id *id, mg_
 MGDEF const mg_tensor *mg_transformer_dropout_grad(mg_transformer *tf, const mg_layer_id *id,
                                                    const mg_tensor *dout, uint64_t site) {
     mg__cp_run run[2];
-    if (!id->dropout_on || tf->cfg.hidden_dropout <= 0) return dout;
+    if (!mg__hidden_dropout_on(tf, id)) return dout;
     for (int k = 0, n = mg__cp_runs(tf, run); k < n; k++) {
         mg_tensor d = mg_tensor_rows(&tf->dlocal, run[k].r, run[k].n);
         mg_tensor g = mg_tensor_rows(dout, run[k].r, run[k].n);
@@ -915,8 +919,7 @@ static void mg__row_parallel_forward_residual(mg_transformer *tf, const mg_layer
                                               mg_tensor *z, const mg_tensor *y, const mg_tensor *w,
                                               const mg_tensor *b, const mg_tensor *resid,
                                               uint64_t site) {
-    if (tf->tp.size == 1 && !tf->tp.sequence_parallel &&
-        (!id->dropout_on || tf->cfg.hidden_dropout <= 0)) {
+    if (tf->tp.size == 1 && !tf->tp.sequence_parallel && !mg__hidden_dropout_on(tf, id)) {
         mg_linear_forward_residual(tf->ctx, z, y, w, b, resid);
         return;
     }

@@ -950,6 +950,9 @@ typedef struct mg_trainer {
     int64_t consumed_samples, consumed_valid_samples;
     int64_t skipped_iters, nan_iters;
     int64_t loaded_iteration;           /* iteration of the checkpoint loaded (-1: none)       */
+    int load_found;                     /* what --load found: 0 nothing (or no --load: a start
+                                           from --init-from or the seed), 1 a checkpoint,
+                                           2 Megatron's 'release' weights (iteration 0)        */
     int64_t last_saved;                 /* iteration of the last checkpoint written (-1)       */
     int64_t first_iteration;            /* iteration the run started at (0, or the loaded one) */
     double start_ms;                    /* mg__now_ms() at setup: the run's elapsed time,
@@ -1179,9 +1182,12 @@ MGDEF int mg_gpt_config_check(const mg_gpt_config *c, int tp_size, char *err, si
         return mg__err(err, errlen, "padded vocabulary %d: must be >= %d and a multiple of %d",
                        c->padded_vocab, c->vocab_size, 128 * tp_size);
     /* Sizes are ints in the GEMM seam: every dimension product that becomes one must fit. */
-    if ((int64_t)c->hidden * 4 > INT32_MAX / 4 || (int64_t)c->seq_len * c->seq_len > INT32_MAX)
-        return mg__err(err, errlen, "--hidden-size %d / --seq-length %d too large", c->hidden,
-                       c->seq_len);
+    if ((int64_t)c->hidden * 4 > INT32_MAX / 4)
+        return mg__err(err, errlen, "--hidden-size %d: at most %d (sizes in the GEMM seam are "
+                       "32-bit: 16 x hidden must fit)", c->hidden, INT32_MAX / 16);
+    if ((int64_t)c->seq_len * c->seq_len > INT32_MAX)
+        return mg__err(err, errlen, "--seq-length %d: at most 46340 (sizes in the GEMM seam are "
+                       "32-bit: T x T must fit)", c->seq_len);
     if (!(c->hidden_dropout >= 0 && c->hidden_dropout < 1))
         return mg__err(err, errlen, "--hidden-dropout %g: must be in [0, 1)", c->hidden_dropout);
     if (!(c->attention_dropout >= 0 && c->attention_dropout < 1))
@@ -5286,11 +5292,6 @@ static int mg__open_data_group(mg_trainer *tr, mg__data_group *g, const char *fl
 
 /* "1 document", "20 documents" (or sequences, where a document holds several: the split
    counts sequences, which Megatron's GPTDataset calls documents).                           */
-static const char *mg__units(const mg_dataset *ds, int64_t n) {
-    int docs = ds->n_documents == ds->n_sequences;
-    return n == 1 ? (docs ? "document" : "sequence") : (docs ? "documents" : "sequences");
-}
-
 /* One part's blend: n_samples samples of part `part` of each dataset of g under split. */
 static int mg__part_blend(mg_trainer *tr, mg_blend *b, const mg__data_group *g,
                           const char *split, mg_split_part part, int64_t n_samples, char *err,
@@ -5828,6 +5829,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     if (a->load) {
         rc = mg__latest_iteration(a->load, &load_iter, why, sizeof why);
         if (rc < 0) { mg__err(err, errlen, "--load %s: %s", a->load, why); goto fail; }
+        tr->load_found = rc;
         if (rc == 2) {   /* Megatron's 'release': its weights, from iteration 0 (as --init-from) */
             snprintf(release, sizeof release, "%s/release", a->load);
             weights_from = release;

@@ -1449,6 +1449,12 @@ static void mg__split_bounds(const double c[4], mg_split_part part, int64_t S, i
     if (*end > S) *end = S;
 }
 
+/* What a dataset's n sequences are called in messages: documents when each is one. */
+static const char *mg__units(const mg_dataset *ds, int64_t n) {
+    int docs = ds->n_documents == ds->n_sequences;
+    return n == 1 ? (docs ? "document" : "sequence") : (docs ? "documents" : "sequences");
+}
+
 MGDEF int mg_split_range(const char *split, mg_split_part part, int64_t n_sequences,
                          int64_t *begin, int64_t *end, char *err, size_t errlen) {
     double c[4];
@@ -1569,6 +1575,14 @@ MGDEF int mg_sampler_init(mg_sampler *smp, const mg_dataset *ds, const mg_sample
     if (!mg__mul(n, s, &need_tokens) || !mg__add(need_tokens, 1, &need_tokens))
         return mg__fail(err, errlen, "%lld samples of %lld tokens overflow", (long long)n,
                         (long long)s);
+    const char *split = desc->split ? desc->split : "969,30,1";
+    int64_t need = mg_split_min_sequences(split, desc->part);   /* -1: no weight, bad split */
+    if (need > 0 && mg_split_count(split, desc->part, ds->n_sequences) == 0)
+        return mg__fail(err, errlen, "%s: --split %s gives the %s part none of its %lld %s (the "
+                        "split divides whole %s; a %s part needs %lld or more with this split)",
+                        ds->path, split, mg__part_name(desc->part), (long long)ds->n_sequences,
+                        mg__units(ds, ds->n_sequences), mg__units(ds, 2),
+                        mg__part_name(desc->part), (long long)need);
     if (mg_split_range(desc->split, desc->part, ds->n_sequences, &smp->seq_begin, &smp->seq_end,
                        err, errlen) != 0)
         return -1;

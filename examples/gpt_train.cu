@@ -267,6 +267,18 @@ int main(int argc, char **argv) {
             printf("gpt_train: resumed from %s at iteration %lld%s\n", tr.args.load,
                    (long long)tr.loaded_iteration, tr.args.init_from ? " (--init-from not used: "
                    "the checkpoint has the weights)" : "");
+        else if (tr.load_found == 2)
+            printf("gpt_train: weights from %s/release (a released checkpoint: iteration 0, fresh "
+                   "optimizer%s)\n", tr.args.load, tr.args.init_from ? "; --init-from not used"
+                   : "");
+        else if (tr.args.load && tr.args.init_from)   /* Megatron-LM warns and starts afresh */
+            printf("gpt_train: --load %s: no checkpoint there yet (no latest_checkpointed_"
+                   "iteration.txt); starting from --init-from %s\n", tr.args.load,
+                   tr.args.init_from);
+        else if (tr.args.load)
+            printf("gpt_train: --load %s: no checkpoint there yet (no latest_checkpointed_"
+                   "iteration.txt); starting from random weights (--seed %lld)\n", tr.args.load,
+                   (long long)tr.args.seed);
         fflush(stdout);
     }
 

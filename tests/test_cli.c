@@ -120,6 +120,8 @@ static void check_required_and_sizes(void) {
                  "--hidden-size 16 is not divisible by --num-attention-heads 3");
     expect_error("sequence longer than positions", BASE "--max-position-embeddings 4",
                  "--max-position-embeddings 4 is smaller than --seq-length 8");
+    expect_error("sequence past 32-bit T x T", BASE "--seq-length 100000", "^--seq-length 100000: "
+                 "at most 46340 (sizes in the GEMM seam are 32-bit: T x T must fit)");
     expect_error("global batch not a multiple", BASE "--micro-batch-size 4 --global-batch-size 6",
                  "^--global-batch-size 6 is not a multiple of --micro-batch-size 4 (gradients "
                  "accumulate over whole microbatches: use a multiple of 4, e.g. 8)");

@@ -7,7 +7,8 @@
      save    8 ranks, t=2 × p=2 × d=2 with --use-distributed-optimizer, iterations 1–10,
              --save (each rank writes its pieces: ZeRO moment shards, both pipeline stages);
      resume  4 ranks, t=4 × p=1 × d=1, --load, iterations 11–20, --save;
-     serial  1 rank, iterations 1–20 uninterrupted, --save.
+     serial  1 rank, iterations 1–20 uninterrupted, --load and --save of one directory that
+             holds no checkpoint yet (one line must say so: a start from the seed).
    The resumed job must say it resumed at iteration 10, its JSONL losses of iterations 11–20
    (--log-jsonl, every iteration) must equal the serial run's, and its final checkpoint — the
    weights and both AdamW moments, every tensor by name — must equal the serial run's
@@ -30,12 +31,19 @@ static void saw_resume(const char *line, void *user) {
     if (strstr(line, "gpt_train: resumed from ") && strstr(line, " at iteration 10"))
         *(int *)user = 1;
 }
+/* ... or that its --load directory held no checkpoint yet, so it starts from the seed. */
+static void saw_fresh(const char *line, void *user) {
+    if (strstr(line, "gpt_train: --load ") && strstr(line, ": no checkpoint there yet (no "
+        "latest_checkpointed_iteration.txt); starting from random weights (--seed 99)"))
+        *(int *)user = 1;
+}
 
 /* Runs build/gpt_train under mpirun -np np; reports the run (no error line, status 0). */
-static int run(int np, const char *what, const char *flags, int *resumed) {
+static int run(int np, const char *what, const char *flags, void (*saw)(const char *, void *),
+               int *said) {
     char first[2048], name[200];
     int status, n, ok;
-    n = gpt_mpirun_train(np, flags, &status, first, sizeof first, saw_resume, resumed);
+    n = gpt_mpirun_train(np, flags, &status, first, sizeof first, saw, said);
     ok = n == 0 && status == 0;
     snprintf(name, sizeof name, "cli resume: %s (mpirun -np %d gpt_train)", what, np);
     mg_test_report(ok, name, "%d error lines, status %d%s%s", n, status, n ? ": " : "", first);
@@ -110,7 +118,7 @@ static void check_program(void) {
     static const char *const files[3] = {"model", "optimizer", "optimizer_sq"};
     char tmp[256], flags[4096], got[600], want[600], worst[600], name[300];
     double serial[21], resumed[21], e_loss = 0;
-    int resumed_flag = 0, unused = 0, ok, i;
+    int resumed_flag = 0, fresh_flag = 0, unused = 0, ok, i;
     if (access("build/gpt_train", X_OK) != 0) {
         mg_test_report(0, "cli resume: build/gpt_train exists", "build it with make build/gpt_train");
         return;
@@ -119,14 +127,18 @@ static void check_program(void) {
     snprintf(flags, sizeof flags, BASE "--train-iters 10 --tensor-model-parallel-size 2 "
              "--pipeline-model-parallel-size 2 --use-distributed-optimizer --save %s/ck8", tmp);
     ok = run(8, "save after 10 iterations under t=2 p=2 d=2 + distributed optimizer", flags,
-             &unused);
+             saw_resume, &unused);
     snprintf(flags, sizeof flags, BASE "--train-iters 20 --tensor-model-parallel-size 4 "
              "--load %s/ck8 --save %s/ck4 --log-jsonl %s/resumed.jsonl", tmp, tmp, tmp);
-    ok &= run(4, "resume it under t=4 p=1 d=1 for iterations 11-20", flags, &resumed_flag);
-    snprintf(flags, sizeof flags, BASE "--train-iters 20 --save %s/ck1 --log-jsonl "
-             "%s/serial.jsonl", tmp, tmp);
-    ok &= run(1, "the uninterrupted serial run of 20 iterations", flags, &unused);
+    ok &= run(4, "resume it under t=4 p=1 d=1 for iterations 11-20", flags, saw_resume,
+              &resumed_flag);
+    /* --load and --save of one directory, as a job script that resumes when it can: empty */
+    snprintf(flags, sizeof flags, BASE "--train-iters 20 --load %s/ck1 --save %s/ck1 "
+             "--log-jsonl %s/serial.jsonl", tmp, tmp, tmp);
+    ok &= run(1, "the uninterrupted serial run of 20 iterations", flags, saw_fresh, &fresh_flag);
     CHECK(resumed_flag, "cli resume: the 4-rank job says it resumed at iteration 10");
+    CHECK(fresh_flag, "cli resume: a --load directory without a checkpoint: one line says so "
+          "and that the run starts from --seed's weights");
     snprintf(got, sizeof got, "%s/resumed.jsonl", tmp);
     jsonl_losses(got, resumed);
     snprintf(want, sizeof want, "%s/serial.jsonl", tmp);

@@ -27,7 +27,10 @@
        vocabulary are one-line errors), --prompt is encoded and the sample printed as text
        starting with the prompt, ending early at the end-of-document id (a model trained on
        nothing but byte 255, prompted with it, stops at once); --prompt without --tokenizer-type and a tokenizer file without
-       it are refused.                                                                       */
+       it are refused;
+     - tools/mg_tokenize, with the same tokenizer flags: GPT-2's ids of "Hello world" (15496
+       995), and one-line errors for a missing or unknown --tokenizer-type, an unknown flag, a
+       stray argument, a flag without its value, a GPT-2 BPE without its merges.              */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -272,6 +275,34 @@ static void check_progress(void) {
     "--seq-length 32 --micro-batch-size 2 --global-batch-size 8 --lr 1e-3 --eval-iters 0 " \
     "--split 1,0,0 --device cpu "
 
+/* tools/mg_tokenize, the same flags: GPT-2's ids for a known text, and one-line errors. */
+static void check_tokenize_cli(void) {
+    static const char *const cases[][3] = {
+        {"--text hi", "2", "mg_tokenize: --tokenizer-type is required (GPT2BPETokenizer"},
+        {"--tokenizer-type ByteTokenizer --bogus", "2", "mg_tokenize: --bogus: unknown flag"},
+        {"--tokenizer-type ByteTokenizer hello", "2", "mg_tokenize: hello: unknown argument "
+         "(the text goes after --text, or on standard input)"},
+        {"--tokenizer-type ByteTokenizer --text", "2", "mg_tokenize: --text needs a value"},
+        {"--tokenizer-type GPT2BPETokenizer --vocab-file v.json --text hi", "1", "mg_tokenize: "
+         "--tokenizer-type GPT2BPETokenizer takes --vocab-file vocab.json and --merge-file"},
+        {"--tokenizer-type Foo --text hi", "1", "mg_tokenize: --tokenizer-type Foo: unknown"},
+        {"--tokenizer-type TikTokenizer --vocab-file " VOCAB " --text 'Hello world'", "0",
+         "15496 995\n2 tokens, vocabulary 50257, eod 50256, bos -1\n"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cmd[2048], out[2048], name[300];
+        int want = atoi(cases[i][1]), rc;
+        snprintf(cmd, sizeof cmd, "build/mg_tokenize %s < /dev/null", cases[i][0]);
+        rc = run(cmd, out, sizeof out);
+        snprintf(name, sizeof name, "tokenize: %s: exit %d, %s", cases[i][0], want,
+                 want ? "one error line" : "GPT-2's ids");
+        mg_test_report(rc == want && (want ? strstr(out, cases[i][2]) == out &&
+                                             strchr(out, '\n') == out + strlen(out) - 1
+                                           : !strcmp(out, cases[i][2])),
+                       name, "rc %d: %.300s", rc, out);
+    }
+}
+
 static void check_tiktoken(void) {
     char cmd[2048], out[4096];
     int rc, ok;
@@ -384,6 +415,7 @@ int main(void) {
     check_flag_errors();
     check_progress();
     check_tiktoken();
+    check_tokenize_cli();
     check_train_text();
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

@@ -10,7 +10,7 @@
    Without --text it reads standard input. Prints one line: the ids separated by spaces
    (--pieces: id:"decoded bytes" per token, bytes outside printable ASCII as \xNN), then a line
    "N tokens, vocabulary V, eod E, bos B". --decode: the text is ids; prints the bytes.    */
-#include "mg_tokenizer.h"
+#include "megatron.h"   /* mg_tokenizer_from_flags: the flags, checked as gpt_train does */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,33 +23,39 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-    const char *type = NULL, *text = NULL;
-    mg_tokenizer_desc d = {MG_TOK_BYTES, NULL, NULL, NULL};
+    const char *type = NULL, *text = NULL, *vocab = NULL, *merges = NULL, *model = NULL;
+    const char *pattern = NULL;
+    static const char *const valued[] = {"--tokenizer-type", "--vocab-file", "--merge-file",
+                                         "--tokenizer-model", "--tiktoken-pattern", "--text"};
+    const char **slot[] = {&type, &vocab, &merges, &model, &pattern, &text};
     int allow = 0, pieces = 0, decode = 0;
     for (int a = 1; a < argc; a++) {
         const char *f = argv[a];
-        int has = a + 1 < argc;
-        if (!strcmp(f, "--tokenizer-type") && has) type = argv[++a];
-        else if (!strcmp(f, "--vocab-file") && has) d.vocab_file = argv[++a];
-        else if (!strcmp(f, "--merge-file") && has) d.merge_file = argv[++a];
-        else if (!strcmp(f, "--tokenizer-model") && has) d.vocab_file = argv[++a];
-        else if (!strcmp(f, "--tiktoken-pattern") && has) d.pattern = argv[++a];
-        else if (!strcmp(f, "--text") && has) text = argv[++a];
+        int k = 0;
+        while (k < 6 && strcmp(f, valued[k])) k++;
+        if (k < 6) {
+            if (a + 1 >= argc) {
+                fprintf(stderr, "mg_tokenize: %s needs a value (see --help)\n", f);
+                return 2;
+            }
+            *slot[k] = argv[++a];
+        }
         else if (!strcmp(f, "--allow-special")) allow = 1;
         else if (!strcmp(f, "--pieces")) pieces = 1;
         else if (!strcmp(f, "--decode")) decode = 1;
         else if (!strcmp(f, "--help") || !strcmp(f, "-h")) { usage(stdout); return 0; }
-        else { fprintf(stderr, "mg_tokenize: %s: unknown flag or missing value\n", f); usage(stderr); return 2; }
+        else { fprintf(stderr, "mg_tokenize: %s: unknown %s\n", f, f[0] == '-' ? "flag (see --help)"
+                       : "argument (the text goes after --text, or on standard input)");
+               return 2; }
     }
-    int ty = mg_tok_type_from_name(type);
-    if (ty < 0) {
-        fprintf(stderr, "mg_tokenize: --tokenizer-type %s: unknown (GPT2BPETokenizer, TikTokenizer, HuggingFaceTokenizer, "
-                        "SentencePieceTokenizer, Llama2Tokenizer, ByteTokenizer)\n", type ? type : "(missing)");
+    if (!type) {
+        fprintf(stderr, "mg_tokenize: --tokenizer-type is required (GPT2BPETokenizer, TikTokenizer, "
+                        "HuggingFaceTokenizer, SentencePieceTokenizer, Llama2Tokenizer or "
+                        "ByteTokenizer)\n");
         return 2;
     }
-    d.type = (mg_tok_type)ty;
-    char err[512];
-    mg_tokenizer *t = mg_tokenizer_load(&d, err, sizeof err);
+    char err[MG_ERRLEN];   /* the type's files checked as gpt_train and mg_prepare check them */
+    mg_tokenizer *t = mg_tokenizer_from_flags(type, vocab, merges, model, pattern, err, sizeof err);
     if (!t) { fprintf(stderr, "mg_tokenize: %s\n", err); return 1; }
     char *buf = NULL;
     size_t n = 0;

@@ -1,6 +1,7 @@
 /* bench/gpu — megatron.h's CUDA kernels against the GPU's physical limits, and whole-step MFU.
 
      build/gpu_cuda [--tiny] [--reps N] [--steps N] [--seq T] [--dtype bf16|fp16|fp32]
+                    [--model gpt2|llama|all|none] [--no-kernels]
 
    1. Per kernel, at one layer of GPT-2 124M (micro-batch 8, sequence 1024, hidden 768: N = 8192
       rows, C = 768; --seq changes T): the mean time of --reps calls (default 20, after one
@@ -131,6 +132,20 @@ static void k_linear_dw(void *p) {   /* QKV's weight gradient (+ bias: the colum
     layer_bufs *L = (layer_bufs *)p;
     mg_linear_backward_weight(&g_ctx, &L->dwq, &L->dbq, &L->q3, &L->x);
 }
+/* The unfused pieces of the two rows above, for comparison: the plain GEMMs and the GELU
+   backward as its own kernel. */
+static void k_linear_dinp(void *p) {   /* FC2's input gradient, no epilogue */
+    layer_bufs *L = (layer_bufs *)p;
+    mg_linear_backward_input(&g_ctx, &L->dx4, &L->x, &L->w2, 0);
+}
+static void k_gelu_bwd(void *p) {
+    layer_bufs *L = (layer_bufs *)p;
+    mg_gelu_backward(&g_ctx, &L->dx4, &L->pre4, &L->dx4);
+}
+static void k_linear_dw_nobias(void *p) {
+    layer_bufs *L = (layer_bufs *)p;
+    mg_linear_backward_weight(&g_ctx, &L->dwq, NULL, &L->q3, &L->x);
+}
 static void k_gelu(void *p) {
     layer_bufs *L = (layer_bufs *)p;
     mg_gelu_forward(&g_ctx, &L->act4, &L->pre4);
@@ -183,7 +198,10 @@ static void kernel_table(const bench_peaks *pk, int64_t N, int64_t C, mg_dtype d
             {"linear QKV + bias (cuBLASLt BIAS)", k_linear_bias, (n * c + 3 * c * c + 3 * c + 3 * n * c) * s, 2 * n * c * 3 * c, 1},
             {"linear FC1 + bias + GELU (GELU_AUX_BIAS)", k_linear_gelu, (n * c + 4 * c * c + 4 * c + 8 * n * c) * s, 2 * n * c * 4 * c + 20 * 4 * n * c, 1},
             {"FC2 dinp through GELU (DGELU_BGRAD)", k_linear_dgelu, (n * c + 4 * c * c + 8 * n * c + 4 * c) * s, 2 * n * c * 4 * c + 25 * 4 * n * c, 1},
+            {"FC2 dinp, plain GEMM (no epilogue)", k_linear_dinp, (n * c + 4 * c * c + 4 * n * c) * s, 2 * n * c * 4 * c, 1},
+            {"GELU backward (unfused)", k_gelu_bwd, 12 * n * c * s, 25 * 4 * n * c, 0},
             {"linear QKV weight gradient + bias", k_linear_dw, (n * c + 3 * n * c) * s + 2 * (3 * c * c + 3 * c) * 4, 2 * n * c * 3 * c + 3 * n * c, 1},
+            {"linear QKV weight gradient, no bias", k_linear_dw_nobias, (n * c + 3 * n * c) * s + 2 * 3 * c * c * 4, 2 * n * c * 3 * c, 1},
             {"GELU (unfused)", k_gelu, 8 * n * c * s, 20 * 4 * n * c, 0},
             {"residual add", k_add, 3 * n * c * s, n * c, 0},
             {"dropout", k_dropout, 2 * n * c * s, 25 * n * c, 0},
@@ -223,11 +241,16 @@ static int whole_step(const char *label, const char *model_flags, int T, int bat
     n_tokens = (int64_t)(steps + 2) * batch * T + 1;
     tokens = (int32_t *)malloc(sizeof(int32_t) * (size_t)n_tokens);
     for (k = 0; k < n_tokens; k++) tokens[k] = (int32_t)(mg_rand_u32(7, (uint64_t)k) % (uint32_t)vocab);
-    snprintf(path, sizeof path, "%s/tokens.bin", dir);
-    if (mg_llmc_tokens_write(path, tokens, n_tokens, err, sizeof err)) {
-        fprintf(stderr, "bench/gpu: error: %s\n", err);
-        free(tokens);
-        return 1;
+    {   /* one document of int32 ids in a Megatron indexed dataset (vocabularies past 65535) */
+        mg_idx_writer wr;
+        snprintf(path, sizeof path, "%s/tokens", dir);
+        if (mg_idx_writer_begin(&wr, path, MG_IDX_I32, err, sizeof err) ||
+            mg_idx_writer_add(&wr, tokens, n_tokens, err, sizeof err) ||
+            (mg_idx_writer_end_document(&wr), mg_idx_writer_finish(&wr, err, sizeof err))) {
+            fprintf(stderr, "bench/gpu: error: %s\n", err);
+            free(tokens);
+            return 1;
+        }
     }
     free(tokens);
     snprintf(line, sizeof line, "%s --data-path %s --data-order sequential --split 1,0,0 "
@@ -261,7 +284,7 @@ static int whole_step(const char *label, const char *model_flags, int T, int bat
 }
 
 int main(int argc, char **argv) {
-    int tiny = 0, steps = 5, seq = 0, i, rc = 0;
+    int tiny = 0, steps = 5, seq = 0, i, rc = 0, kernels = 1, gpt2 = 1, llama = 1;
     mg_dtype dt = MG_BF16;
     const char *dtype_flag = "--bf16";
     mg_ctx_desc d;
@@ -272,6 +295,14 @@ int main(int argc, char **argv) {
         if (i + 1 < argc && !strcmp(argv[i], "--reps") && (g_reps = atoi(argv[i + 1])) > 0) { i++; continue; }
         if (i + 1 < argc && !strcmp(argv[i], "--steps") && (steps = atoi(argv[i + 1])) > 0) { i++; continue; }
         if (i + 1 < argc && !strcmp(argv[i], "--seq") && (seq = atoi(argv[i + 1])) > 0) { i++; continue; }
+        if (i + 1 < argc && !strcmp(argv[i], "--model")) {   /* whole steps of which models */
+            const char *v = argv[++i];
+            if (!strcmp(v, "gpt2")) { llama = 0; continue; }
+            if (!strcmp(v, "llama")) { gpt2 = 0; continue; }
+            if (!strcmp(v, "all")) continue;
+            if (!strcmp(v, "none")) { gpt2 = llama = 0; continue; }
+        }
+        if (!strcmp(argv[i], "--no-kernels")) { kernels = 0; continue; }
         if (i + 1 < argc && !strcmp(argv[i], "--dtype")) {
             const char *v = argv[++i];
             if (!strcmp(v, "bf16")) { dt = MG_BF16; dtype_flag = "--bf16"; continue; }
@@ -279,7 +310,8 @@ int main(int argc, char **argv) {
             if (!strcmp(v, "fp32")) { dt = MG_F32; dtype_flag = ""; continue; }
         }
         fprintf(stderr, "bench/gpu: error: bad argument %s (usage: build/gpu_cuda [--tiny] "
-                "[--reps N] [--steps N] [--seq T] [--dtype bf16|fp16|fp32])\n", argv[i]);
+                "[--reps N] [--steps N] [--seq T] [--dtype bf16|fp16|fp32] [--model gpt2|llama|all|none] "
+                "[--no-kernels])\n", argv[i]);
         return 2;
     }
     if (!mg_cuda_available()) {
@@ -294,7 +326,7 @@ int main(int argc, char **argv) {
     printf("bench/gpu: %s, %s; peaks (%s): %.0f GB/s, %.0f TFLOP/s %s tensor, %.1f TFLOP/s "
            "fp32; %d reps per kernel\n", mg_device_name(&g_ctx), mg_dtype_name(dt), pk.source,
            pk.bw / 1e9, pk.tc16 / 1e12, mg_dtype_name(dt), pk.fp32 / 1e12, g_reps);
-    {
+    if (kernels) {
         int T = seq ? seq : tiny ? 16 : 1024, B = tiny ? 4 : 8, C = tiny ? 64 : 768;
         printf("\nkernels at one layer of GPT-2 124M: N = %d rows (micro-batch %d x sequence %d), "
                "C = %d\n\n", B * T, B, T, C);
@@ -313,9 +345,9 @@ int main(int argc, char **argv) {
                          "--swiglu --position-embedding-type rope --untie-embeddings-and-output-weights "
                          "--disable-bias-linear --vocab-size 256", 32, 2, steps, dtype_flag, pk.tc16, dir);
     } else {
-        rc |= whole_step("GPT-2 124M", "--num-layers 12 --hidden-size 768 --num-attention-heads 12 "
+        if (gpt2) rc |= whole_step("GPT-2 124M", "--num-layers 12 --hidden-size 768 --num-attention-heads 12 "
                          "--vocab-size 50257", seq ? seq : 1024, 8, steps, dtype_flag, pk.tc16, dir);
-        rc |= whole_step("Llama-shaped 1.2B", "--num-layers 16 --hidden-size 2048 "
+        if (llama) rc |= whole_step("Llama-shaped 1.2B", "--num-layers 16 --hidden-size 2048 "
                          "--num-attention-heads 32 --group-query-attention --num-query-groups 8 "
                          "--ffn-hidden-size 8192 --normalization RMSNorm --swiglu "
                          "--position-embedding-type rope --untie-embeddings-and-output-weights "

@@ -3719,7 +3719,7 @@ static __global__ void mg__k_attn_forward(mg_attn_block a, mg__attn_drop_k dk, f
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int b = blockIdx.y / a.n_head, h = blockIdx.y % a.n_head, g = h / per, j = h % per;
     int64_t t0 = (int64_t)blockIdx.x * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
-    int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL), nkt, kt, r, u, c, e;
+    int nq = (int)(a.Tq - t0 < MG_ATTN_TILE ? a.Tq - t0 : MG_ATTN_TILE), nkt, kt, r, u, c, e;
     float *Qs = sm, *Ks = Qs + TL * ldr, *Vs = Ks + TL * ldr, *S = Vs + TL * ldr;
     float m[MG__ATTN_RPW], l[MG__ATTN_RPW], acc[MG__ATTN_RPW][MG__ATTN_DPL];
     MG__UNROLL
@@ -3732,7 +3732,7 @@ static __global__ void mg__k_attn_forward(mg_attn_block a, mg__attn_drop_k dk, f
     nkt = mg__attn_key_tiles(&a, a.q_pos0 + t0 + nq - 1);
     for (kt = 0; kt < nkt; kt++) {
         int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
-        int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
+        int nk = (int)(a.Tk - s0 < MG_ATTN_TILE ? a.Tk - s0 : MG_ATTN_TILE);
         __syncthreads();                         /* the previous tile's K, V, S are consumed */
         mg__attn_load_tile(Ks, ldr, a.k, s0, nk, b, g, 0, hd);
         mg__attn_load_tile(Vs, ldr, a.v, s0, nk, b, g, 0, hd);
@@ -3813,7 +3813,7 @@ static __global__ void mg__k_attn_forward_tc(mg_attn_block a, mg__attn_drop_k dk
     const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int b = blockIdx.y / a.n_head, h = blockIdx.y % a.n_head, g = h / per, j = h % per;
     int64_t t0 = (int64_t)blockIdx.x * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
-    int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL), nkt, kt, r, e, blk;
+    int nq = (int)(a.Tq - t0 < MG_ATTN_TILE ? a.Tq - t0 : MG_ATTN_TILE), nkt, kt, r, e, blk;
     uint16_t *Qs = (uint16_t *)sm, *Ks = Qs + TL * ldh, *Vs = Ks + TL * ldh, *Ps = Vs + TL * ldh;
     float *S = (float *)(Ps + TL * ldp), *acc = S + TL * lds;
     float m[MG__ATTN_RPW], l[MG__ATTN_RPW];
@@ -3824,7 +3824,7 @@ static __global__ void mg__k_attn_forward_tc(mg_attn_block a, mg__attn_drop_k dk
     nkt = mg__attn_key_tiles(&a, a.q_pos0 + t0 + nq - 1);
     for (kt = 0; kt < nkt; kt++) {
         int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
-        int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
+        int nk = (int)(a.Tk - s0 < MG_ATTN_TILE ? a.Tk - s0 : MG_ATTN_TILE);
         __syncthreads();
         mg__attn_tc_load(Ks, ldh, a.k, s0, nk, b, g, 0, hd);
         mg__attn_tc_load(Vs, ldh, a.v, s0, nk, b, g, 0, hd);
@@ -3977,7 +3977,7 @@ static __global__ void mg__k_attn_backward_dq_tc(mg_attn_block a, mg__attn_drop_
     const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int b = blockIdx.y / a.n_head, h = blockIdx.y % a.n_head, g = h / per, j = h % per, e, r;
     int64_t t0 = (int64_t)blockIdx.x * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
-    int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL), nkt, kt;
+    int nq = (int)(a.Tq - t0 < MG_ATTN_TILE ? a.Tq - t0 : MG_ATTN_TILE), nkt, kt;
     uint16_t *Qs = (uint16_t *)sm, *dOs = Qs + TL * ldh, *Ks = dOs + TL * ldh, *Vs = Ks + TL * ldh;
     uint16_t *dSs = Vs + TL * ldh;
     float *S = (float *)(dSs + TL * ldp), *dP = S + TL * lds, *acc = dP + TL * lds;
@@ -3987,7 +3987,7 @@ static __global__ void mg__k_attn_backward_dq_tc(mg_attn_block a, mg__attn_drop_
     nkt = mg__attn_key_tiles(&a, a.q_pos0 + t0 + nq - 1);
     for (kt = 0; kt < nkt; kt++) {
         int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
-        int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
+        int nk = (int)(a.Tk - s0 < MG_ATTN_TILE ? a.Tk - s0 : MG_ATTN_TILE);
         __syncthreads();
         mg__attn_tc_load(Ks, ldh, a.k, s0, nk, b, g, 0, hd);
         mg__attn_tc_load(Vs, ldh, a.v, s0, nk, b, g, 0, hd);
@@ -4019,7 +4019,7 @@ static __global__ void mg__k_attn_backward_dkv_tc(mg_attn_block a, mg__attn_drop
     const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int b = blockIdx.y / a.n_group, g = blockIdx.y % a.n_group, j, qt, nqt, e, r;
     int64_t s0 = (int64_t)blockIdx.x * TL, kpos = a.k_pos0 + s0;
-    int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
+    int nk = (int)(a.Tk - s0 < MG_ATTN_TILE ? a.Tk - s0 : MG_ATTN_TILE);
     uint16_t *Ks = (uint16_t *)sm, *Vs = Ks + TL * ldh, *Qs = Vs + TL * ldh, *dOs = Qs + TL * ldh;
     uint16_t *Ps = dOs + TL * ldh, *dSs = Ps + TL * ldp;
     float *S = (float *)(dSs + TL * ldp), *dP = S + TL * lds, *dKa = dP + TL * lds;
@@ -4032,7 +4032,7 @@ static __global__ void mg__k_attn_backward_dkv_tc(mg_attn_block a, mg__attn_drop
         int h = g * per + j;
         for (qt = mg__attn_first_query_tile(&a, kpos); qt < nqt; qt++) {
             int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
-            int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL);
+            int nq = (int)(a.Tq - t0 < MG_ATTN_TILE ? a.Tq - t0 : MG_ATTN_TILE);
             __syncthreads();
             mg__attn_tc_load(Qs, ldh, a.q, t0, nq, b, g, j, hd);
             mg__attn_tc_load(dOs, ldh, dout, t0, nq, b, g, j, hd);
@@ -4066,6 +4066,353 @@ static size_t mg__attn_tc_smem(int hd) {
     return (size_t)3 * MG_ATTN_TILE * (hd + 8) * 2 + (size_t)MG_ATTN_TILE * (MG_ATTN_TILE + 8) * 2 +
            (size_t)MG_ATTN_TILE * (MG_ATTN_TILE + 4) * 4 + (size_t)MG_ATTN_TILE * (hd + 4) * 4;
 }
+/* --- tiled attention on tensor cores, 64 rows a block (hd 64 and 128) ------------------------
+   The kernels above give a block one 32-row tile and keep every intermediate — scores,
+   probabilities, the output accumulator — in block-shared memory between __syncthreads, which
+   on an H100 ran at ~5 TFLOP/s (GPT-2 124M, T = 1024: 2.7 ms per layer forward, 4.4 backward).
+   These give each of the 4 warps its own 16 rows (64 query rows, or 64 keys, a block) and keep
+   the per-row work inside the warp:
+     - the block loads each 32-key tile (forward, dQ) or 32-query tile (dK/dV) once, 16-byte
+       loads where the views allow, for its 4 warps;
+     - a warp's scores go through its own 16 × 32 fp32 scratch, a lane pair per row (lane 2r
+       keys 0-15, lane 2r+1 keys 16-31: the row's max and sum are one shuffle between them),
+       its probabilities (or dS) through its own 16 × 32 16-bit tile: __syncwarp, never
+       __syncthreads;
+     - forward: the rows' fp32 output accumulator lives in the warp's scratch; a lane pair
+       rescales its row, then WMMA adds the tile's P·V to it (loaded as the accumulator
+       fragment, as the CPU twin's acc += P·V starts from the rescaled acc); the row's sum of
+       P is taken in key order by one lane, the CPU twin's order;
+     - backward: the dQ, dK and dV accumulators stay WMMA accumulator fragments for the whole
+       kernel (they need no rescaling).
+   Per row, the math and its order are the 32-row kernels' and the CPU twin's: key tiles of
+   MG_ATTN_TILE from the block's first key, the online softmax's max, rescale and sum per tile,
+   P and dS rounded to the storage type for their products, dK/dV summed over the group's heads
+   and then the query tiles in order. Only how rows are grouped into blocks differs.
+   Per tile pair (16 rows × 32 keys a warp): forward 4·16·32·hd FLOPs on tensor cores, the
+   backward passes 8·16·32·hd each; K/V (or Q/dO) tiles read from L2 once per 64 rows.       */
+#define MG__FA_ROWS 64     /* query rows (forward, dQ) or keys (dK/dV) of a block: 4 warps × 16 */
+/* Rows [t0, t0 + n) of a view into shared 16-bit rows of stride ldh, zero for rows n … rows-1:
+   16-byte loads when vec (every row 16-byte aligned), else one element at a time. */
+template <int HD>
+__device__ static void mg__fa_load(uint16_t *dst, int ldh, const mg_attn_view v, int64_t t0, int n,
+                                   int rows, int b, int g, int j, int vec) {
+    const uint16_t *src = (const uint16_t *)v.data;
+    int e;
+    if (vec) {
+        for (e = threadIdx.x; e < rows * (HD / 8); e += blockDim.x) {
+            int r = e / (HD / 8), c = e % (HD / 8) * 8;
+            uint4 x = make_uint4(0u, 0u, 0u, 0u);
+            if (r < n) x = *(const uint4 *)(src + mg__view_at(&v, t0 + r, b, g, j) + c);
+            *(uint4 *)(dst + r * ldh + c) = x;
+        }
+    } else {
+        for (e = threadIdx.x; e < rows * HD; e += blockDim.x) {
+            int r = e / HD, c = e % HD;
+            dst[r * ldh + c] = r < n ? src[mg__view_at(&v, t0 + r, b, g, j) + c] : (uint16_t)0;
+        }
+    }
+}
+__device__ static inline uint16_t mg__fa_to16(float x, mg_dtype dt) {
+    return dt == MG_BF16 ? mg_f32_to_bf16(x) : mg_f32_to_f16(x);
+}
+/* A warp's 16 × 32 product A·Bᵀ (A: 16 rows of hd at a, B: 32 rows of hd at bm, both 16-bit
+   rows of stride ldh in shared memory) into fp32 scratch s of stride lds. */
+template <class T, int HD>
+__device__ static void mg__fa_scores(const uint16_t *a, const uint16_t *bm, int ldh, float *s,
+                                     int lds) {
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, nvcuda::wmma::row_major> fa;
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, T, nvcuda::wmma::col_major> fb;
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> f0, f1;
+    int k;
+    nvcuda::wmma::fill_fragment(f0, 0.0f);
+    nvcuda::wmma::fill_fragment(f1, 0.0f);
+    MG__UNROLL
+    for (k = 0; k < HD; k += 16) {
+        nvcuda::wmma::load_matrix_sync(fa, (const T *)(a + k), ldh);
+        nvcuda::wmma::load_matrix_sync(fb, (const T *)(bm + k), ldh);
+        nvcuda::wmma::mma_sync(f0, fa, fb, f0);
+        nvcuda::wmma::load_matrix_sync(fb, (const T *)(bm + 16 * ldh + k), ldh);
+        nvcuda::wmma::mma_sync(f1, fa, fb, f1);
+    }
+    nvcuda::wmma::store_matrix_sync(s, f0, lds, nvcuda::wmma::mem_row_major);
+    nvcuda::wmma::store_matrix_sync(s + 16, f1, lds, nvcuda::wmma::mem_row_major);
+}
+/* acc[cb] += P·B[:, 16cb … 16cb+15] for P the warp's 16 × 32 16-bit tile (stride ldp) and B 32
+   rows of hd (stride ldh). */
+template <class T, int HD>
+__device__ static void mg__fa_accumulate(
+        nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> *acc,
+        const uint16_t *p, int ldp, const uint16_t *bm, int ldh) {
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, nvcuda::wmma::row_major> fa0, fa1;
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, T, nvcuda::wmma::row_major> fb;
+    int cb;
+    nvcuda::wmma::load_matrix_sync(fa0, (const T *)p, ldp);
+    nvcuda::wmma::load_matrix_sync(fa1, (const T *)(p + 16), ldp);
+    MG__UNROLL
+    for (cb = 0; cb < HD / 16; cb++) {
+        nvcuda::wmma::load_matrix_sync(fb, (const T *)(bm + cb * 16), ldh);
+        nvcuda::wmma::mma_sync(acc[cb], fa0, fb, acc[cb]);
+        nvcuda::wmma::load_matrix_sync(fb, (const T *)(bm + 16 * ldh + cb * 16), ldh);
+        nvcuda::wmma::mma_sync(acc[cb], fa1, fb, acc[cb]);
+    }
+}
+/* Shared memory of the three kernels: 16-bit rows of HD + 8 (32-byte aligned 16-row blocks);
+   each warp's scratch: forward S (16 × 36 fp32), the accumulator (16 × (hd + 4) fp32) and P
+   (16 × 40 16-bit); backward S and dP (16 × (max(32, hd) + 4) fp32 each, the larger so that
+   the final accumulators pass through them) and P, dS (16 × 40 16-bit each). */
+MG_HD static inline size_t mg__fa_warp_bytes(int hd, int bwd) {
+    int lds = (hd > MG_ATTN_TILE ? hd : MG_ATTN_TILE) + 4;
+    return bwd ? (size_t)2 * 16 * lds * 4 + (size_t)2 * 16 * (MG_ATTN_TILE + 8) * 2
+               : (size_t)16 * (MG_ATTN_TILE + 4) * 4 + (size_t)16 * (hd + 4) * 4 +
+                 (size_t)16 * (MG_ATTN_TILE + 8) * 2;
+}
+static size_t mg__fa_smem(int hd, int kernel) {   /* 0 forward, 1 dQ, 2 dK/dV */
+    size_t row = (size_t)(hd + 8) * 2;
+    size_t rows = kernel == 0 ? (MG__FA_ROWS + 2 * MG_ATTN_TILE) * row
+                : kernel == 1 ? (2 * MG__FA_ROWS + 2 * MG_ATTN_TILE) * row
+                              : (2 * MG__FA_ROWS + 2 * MG_ATTN_TILE) * row + 2 * MG_ATTN_TILE * 4;
+    return rows + 4 * mg__fa_warp_bytes(hd, kernel > 0);
+}
+/* A kernel's head dim and storage type as one integer template argument, hd | (fp16 ? 1 : 0)
+   (64, 65, 128, 129), so that a launch names one concrete kernel, mg__k_fa_forward<65>. */
+template <int F16> struct mg__fa_type { typedef __nv_bfloat16 T; };
+template <> struct mg__fa_type<1> { typedef __half T; };
+/* Forward: grid (⌈Tq / 64⌉, B·n_head). Per warp: S (16 × 32 fp32, then P in fp32), the
+   output accumulator (16 × hd fp32) and P in the storage type (16 × 32). */
+template <int CFG>
+static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, mg__attn_drop_k dk,
+        float scale, mg_attn_view o, float *lse, int merge, int vec) {
+    typedef typename mg__fa_type<CFG & 1>::T T;
+    enum { HD = CFG & ~1, TL = MG_ATTN_TILE, LDH = HD + 8, LDP = TL + 8, LDS = TL + 4,
+           LDA = HD + 4, HALF = HD / 2 };
+    MG__DYN_SHARED(float, sm);
+    const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int b = blockIdx.y / a.n_head, h = blockIdx.y % a.n_head, g = h / per, j = h % per;
+    const int row = lane >> 1, half = lane & 1, c0 = half * 16, i = warp * 16 + row;
+    const int64_t t0 = (int64_t)blockIdx.x * MG__FA_ROWS;
+    const int nq = (int)(a.Tq - t0 < MG__FA_ROWS ? a.Tq - t0 : MG__FA_ROWS);
+    const int64_t qpos = a.q_pos0 + t0 + i, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
+    uint16_t *Qs = (uint16_t *)sm, *Ks = Qs + MG__FA_ROWS * LDH, *Vs = Ks + TL * LDH;
+    float *Sw = (float *)(Vs + TL * LDH) + warp * (mg__fa_warp_bytes(HD, 0) / 4);
+    float *Aw = Sw + 16 * LDS, *arow = Aw + row * LDA + half * HALF;
+    uint16_t *Pw = (uint16_t *)(Aw + 16 * LDA);
+    float m = -INFINITY, l = 0.0f;
+    int nkt, wkt, kt, u;
+    MG__UNROLL
+    for (u = 0; u < HALF; u++) arow[u] = 0.0f;
+    mg__fa_load<HD>(Qs, LDH, a.q, t0, nq, MG__FA_ROWS, b, g, j, vec);
+    nkt = mg__attn_key_tiles(&a, a.q_pos0 + t0 + nq - 1);
+    wkt = warp * 16 < nq ? mg__attn_key_tiles(&a, a.q_pos0 + t0 + (warp * 16 + 15 < nq ? warp * 16 + 15 : nq - 1)) : 0;
+    for (kt = 0; kt < nkt; kt++) {
+        int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
+        int nk = (int)(a.Tk - s0 < MG_ATTN_TILE ? a.Tk - s0 : MG_ATTN_TILE), nv;
+        float s[16], mx = -INFINITY, alpha = 1.0f, sum = 0.0f;
+        __syncthreads();                         /* the previous tile's K, V are consumed */
+        mg__fa_load<HD>(Ks, LDH, a.k, s0, nk, TL, b, g, 0, vec);
+        mg__fa_load<HD>(Vs, LDH, a.v, s0, nk, TL, b, g, 0, vec);
+        __syncthreads();
+        if (kt >= wkt) continue;                 /* the warp's rows see none of this tile */
+        mg__fa_scores<T, HD>(Qs + warp * 16 * LDH, Ks, LDH, Sw, LDS);
+        __syncwarp();
+        nv = i < nq ? mg__attn_visible(qpos, kpos, nk) : 0;
+        MG__UNROLL
+        for (u = 0; u < 16; u++) {               /* the row's max over its visible keys */
+            s[u] = c0 + u < nv ? scale * Sw[row * LDS + c0 + u] : -INFINITY;
+            mx = fmaxf(mx, s[u]);
+        }
+        mx = fmaxf(fmaxf(m, mx), __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
+        __syncwarp();                            /* S read: the scratch takes P in fp32 */
+        MG__UNROLL
+        for (u = 0; u < 16; u++) {               /* P = exp(S − max); D(P) in the storage type */
+            float p = c0 + u < nv ? mg__exp(s[u] - mx) : 0.0f;
+            Sw[row * LDS + c0 + u] = p;
+            Pw[row * LDP + c0 + u] = mg__fa_to16(
+                c0 + u < nv ? mg__attn_drop(&dk, b, h, qpos, kpos + c0 + u, p) : 0.0f, a.q.dtype);
+        }
+        __syncwarp();
+        if (!half)                               /* the row's sum in key order, as the CPU twin */
+            for (u = 0; u < TL; u++) sum += Sw[row * LDS + u];
+        sum = __shfl_sync(0xFFFFFFFFu, sum, lane & ~1);
+        if (nv) {
+            alpha = m == -INFINITY ? 0.0f : mg__exp(m - mx);
+            l = l * alpha + sum;
+            m = mx;
+            if (alpha != 1.0f) {
+                MG__UNROLL
+                for (u = 0; u < HALF; u++) arow[u] *= alpha;
+            }
+        }
+        __syncwarp();
+        {   /* acc += P·V, the accumulator read from and written back to the warp's scratch */
+            nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> pv[HD / 16];
+            int cb;
+            MG__UNROLL
+            for (cb = 0; cb < HD / 16; cb++)
+                nvcuda::wmma::load_matrix_sync(pv[cb], Aw + cb * 16, LDA, nvcuda::wmma::mem_row_major);
+            mg__fa_accumulate<T, HD>(pv, Pw, LDP, Vs, LDH);
+            MG__UNROLL
+            for (cb = 0; cb < HD / 16; cb++)
+                nvcuda::wmma::store_matrix_sync(Aw + cb * 16, pv[cb], LDA, nvcuda::wmma::mem_row_major);
+        }
+        __syncwarp();
+    }
+    {                                            /* o = acc/l, merged; lse (lane pairs) */
+        float lse_old = merge && i < nq ? lse[row0 + i] : 0.0f;
+        __syncwarp();                            /* both lanes of a pair read the old lse */
+        if (i < nq) {
+            int64_t off = mg__view_at(&o, t0 + i, b, g, j) + half * HALF;
+            float w_new, w_old, lse_i = mg__attn_finish(m, l, merge, lse_old, &w_new, &w_old);
+            MG__UNROLL
+            for (u = 0; u < HALF; u++)
+                mg_store(o.data, o.dtype, off + u, arow[u] * w_new +
+                         (w_old != 0.0f ? w_old * mg_load(o.data, o.dtype, off + u) : 0.0f));
+            if (!half) lse[row0 + i] = lse_i;
+        }
+    }
+}
+/* The warp's 16 × hd accumulator fragments into its scratch (stride ld), then each lane pair
+   writes its row: dst = scale·acc (+ dst when accumulate). n: the warp's valid rows. */
+template <int HD>
+__device__ static void mg__fa_write_rows(
+        const nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> *acc,
+        float *scratch, int ld, const mg_attn_view v, int64_t t0, int n, int b, int g, int j,
+        float scale, int accumulate) {
+    int lane = threadIdx.x & 31, row = lane >> 1, half = lane & 1, cb, u;
+    MG__UNROLL
+    for (cb = 0; cb < HD / 16; cb++)
+        nvcuda::wmma::store_matrix_sync(scratch + cb * 16, acc[cb], ld, nvcuda::wmma::mem_row_major);
+    __syncwarp();
+    if (row < n) {
+        int64_t off = mg__view_at(&v, t0 + row, b, g, j) + half * (HD / 2);
+        MG__UNROLL
+        for (u = 0; u < HD / 2; u++)
+            mg_store(v.data, v.dtype, off + u, scale * scratch[row * ld + half * (HD / 2) + u] +
+                     (accumulate ? mg_load(v.data, v.dtype, off + u) : 0.0f));
+    }
+    __syncwarp();                                /* read before the scratch is reused */
+}
+/* dQ: grid (⌈Tq / 64⌉, B·n_head). A lane pair per query row: dS of its 16 keys of the tile. */
+template <int CFG>
+static __global__ void __launch_bounds__(128) mg__k_fa_backward_dq(mg_attn_block a,
+        mg__attn_drop_k dk, float scale, mg_attn_view dout, const float *lse, const float *delta,
+        mg_attn_view dq, int accumulate, int vec) {
+    typedef typename mg__fa_type<CFG & 1>::T T;
+    enum { HD = CFG & ~1, TL = MG_ATTN_TILE, LDH = HD + 8, LDP = TL + 8, LDS = (HD > TL ? HD : TL) + 4 };
+    MG__DYN_SHARED(float, sm);
+    const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int b = blockIdx.y / a.n_head, h = blockIdx.y % a.n_head, g = h / per, j = h % per;
+    const int row = lane >> 1, c0 = (lane & 1) * 16, i = warp * 16 + row;
+    const int64_t t0 = (int64_t)blockIdx.x * MG__FA_ROWS;
+    const int nq = (int)(a.Tq - t0 < MG__FA_ROWS ? a.Tq - t0 : MG__FA_ROWS);
+    const int64_t qpos = a.q_pos0 + t0 + i, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
+    uint16_t *Qs = (uint16_t *)sm, *dOs = Qs + MG__FA_ROWS * LDH, *Ks = dOs + MG__FA_ROWS * LDH;
+    uint16_t *Vs = Ks + TL * LDH;
+    float *Sw = (float *)(Vs + TL * LDH) + warp * (mg__fa_warp_bytes(HD, 1) / 4), *dPw = Sw + 16 * LDS;
+    uint16_t *dSw = (uint16_t *)(dPw + 16 * LDS);
+    const float lse_i = i < nq ? lse[row0 + i] : 0.0f, delta_i = i < nq ? delta[row0 + i] : 0.0f;
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc[HD / 16];
+    int nkt, wkt, kt, u;
+    MG__UNROLL
+    for (u = 0; u < HD / 16; u++) nvcuda::wmma::fill_fragment(acc[u], 0.0f);
+    mg__fa_load<HD>(Qs, LDH, a.q, t0, nq, MG__FA_ROWS, b, g, j, vec);
+    mg__fa_load<HD>(dOs, LDH, dout, t0, nq, MG__FA_ROWS, b, g, j, vec);
+    nkt = mg__attn_key_tiles(&a, a.q_pos0 + t0 + nq - 1);
+    wkt = warp * 16 < nq ? mg__attn_key_tiles(&a, a.q_pos0 + t0 + (warp * 16 + 15 < nq ? warp * 16 + 15 : nq - 1)) : 0;
+    for (kt = 0; kt < nkt; kt++) {
+        int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
+        int nk = (int)(a.Tk - s0 < MG_ATTN_TILE ? a.Tk - s0 : MG_ATTN_TILE), nv;
+        __syncthreads();
+        mg__fa_load<HD>(Ks, LDH, a.k, s0, nk, TL, b, g, 0, vec);
+        mg__fa_load<HD>(Vs, LDH, a.v, s0, nk, TL, b, g, 0, vec);
+        __syncthreads();
+        if (kt >= wkt) continue;
+        mg__fa_scores<T, HD>(Qs + warp * 16 * LDH, Ks, LDH, Sw, LDS);
+        mg__fa_scores<T, HD>(dOs + warp * 16 * LDH, Vs, LDH, dPw, LDS);
+        __syncwarp();
+        nv = i < nq ? mg__attn_visible(qpos, kpos, nk) : 0;
+        MG__UNROLL
+        for (u = 0; u < 16; u++) {
+            int c = c0 + u;
+            float pd, ds = c < nv ? mg__attn_ds(&dk, b, h, qpos, kpos + c, scale * Sw[row * LDS + c],
+                                                 dPw[row * LDS + c], lse_i, delta_i, a.q.dtype, &pd)
+                                  : 0.0f;
+            dSw[row * LDP + c] = mg__fa_to16(ds, a.q.dtype);
+        }
+        __syncwarp();
+        mg__fa_accumulate<T, HD>(acc, dSw, LDP, Ks, LDH);   /* dQ += dS·K */
+        __syncwarp();                            /* dS read before the next tile's lands */
+    }
+    mg__fa_write_rows<HD>(acc, Sw, LDS, dq, t0 + warp * 16, nq - warp * 16, b, g, j, scale,
+                          accumulate);
+}
+/* dK, dV: grid (⌈Tk / 64⌉, B·n_group). A lane pair per key: D(P)ᵀ and dSᵀ of 16 queries. */
+template <int CFG>
+static __global__ void __launch_bounds__(128) mg__k_fa_backward_dkv(mg_attn_block a,
+        mg__attn_drop_k dk, float scale, mg_attn_view dout, const float *lse, const float *delta,
+        mg_attn_view dkv_k, mg_attn_view dkv_v, int accumulate, int vec) {
+    typedef typename mg__fa_type<CFG & 1>::T T;
+    enum { HD = CFG & ~1, TL = MG_ATTN_TILE, LDH = HD + 8, LDP = TL + 8, LDS = (HD > TL ? HD : TL) + 4 };
+    MG__DYN_SHARED(float, sm);
+    const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int b = blockIdx.y / a.n_group, g = blockIdx.y % a.n_group;
+    const int key = lane >> 1, r0 = (lane & 1) * 16, c = warp * 16 + key;
+    const int64_t s0 = (int64_t)blockIdx.x * MG__FA_ROWS;
+    const int nk = (int)(a.Tk - s0 < MG__FA_ROWS ? a.Tk - s0 : MG__FA_ROWS);
+    const int64_t kpos = a.k_pos0 + s0 + c;
+    uint16_t *Ks = (uint16_t *)sm, *Vs = Ks + MG__FA_ROWS * LDH, *Qs = Vs + MG__FA_ROWS * LDH;
+    uint16_t *dOs = Qs + TL * LDH;
+    float *lse_s = (float *)(dOs + TL * LDH), *delta_s = lse_s + TL;
+    float *St = delta_s + TL + warp * (mg__fa_warp_bytes(HD, 1) / 4), *dPt = St + 16 * LDS;
+    uint16_t *Pt = (uint16_t *)(dPt + 16 * LDS), *dSt = Pt + 16 * LDP;
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> dKa[HD / 16], dVa[HD / 16];
+    int nqt = (a.Tq + TL - 1) / TL, qt0 = mg__attn_first_query_tile(&a, a.k_pos0 + s0);
+    int wqt0 = mg__attn_first_query_tile(&a, a.k_pos0 + s0 + warp * 16), jh, qt, u;
+    MG__UNROLL
+    for (u = 0; u < HD / 16; u++) {
+        nvcuda::wmma::fill_fragment(dKa[u], 0.0f);
+        nvcuda::wmma::fill_fragment(dVa[u], 0.0f);
+    }
+    mg__fa_load<HD>(Ks, LDH, a.k, s0, nk, MG__FA_ROWS, b, g, 0, vec);
+    mg__fa_load<HD>(Vs, LDH, a.v, s0, nk, MG__FA_ROWS, b, g, 0, vec);
+    for (jh = 0; jh < per; jh++) {
+        int h = g * per + jh;
+        for (qt = qt0; qt < nqt; qt++) {
+            int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
+            int nq = (int)(a.Tq - t0 < MG_ATTN_TILE ? a.Tq - t0 : MG_ATTN_TILE), e;
+            __syncthreads();
+            mg__fa_load<HD>(Qs, LDH, a.q, t0, nq, TL, b, g, jh, vec);
+            mg__fa_load<HD>(dOs, LDH, dout, t0, nq, TL, b, g, jh, vec);
+            for (e = threadIdx.x; e < TL; e += blockDim.x) {
+                lse_s[e] = e < nq ? lse[row0 + e] : 0.0f;
+                delta_s[e] = e < nq ? delta[row0 + e] : 0.0f;
+            }
+            __syncthreads();
+            if (warp * 16 >= nk || qt < wqt0) continue;   /* no keys, or no query sees them */
+            mg__fa_scores<T, HD>(Ks + warp * 16 * LDH, Qs, LDH, St, LDS);    /* Sᵀ = K·Qᵀ */
+            mg__fa_scores<T, HD>(Vs + warp * 16 * LDH, dOs, LDH, dPt, LDS);  /* dPᵀ = V·dOᵀ */
+            __syncwarp();
+            MG__UNROLL
+            for (u = 0; u < 16; u++) {
+                int r = r0 + u;
+                int64_t qpos = a.q_pos0 + t0 + r;
+                float pd = 0.0f, ds = 0.0f;
+                if (c < nk && r < nq && kpos <= qpos)
+                    ds = mg__attn_ds(&dk, b, h, qpos, kpos, scale * St[key * LDS + r],
+                                     dPt[key * LDS + r], lse_s[r], delta_s[r], a.q.dtype, &pd);
+                Pt[key * LDP + r] = mg__fa_to16(pd, a.q.dtype);
+                dSt[key * LDP + r] = mg__fa_to16(ds, a.q.dtype);
+            }
+            __syncwarp();
+            mg__fa_accumulate<T, HD>(dVa, Pt, LDP, dOs, LDH);   /* dV += D(P)ᵀ·dO */
+            mg__fa_accumulate<T, HD>(dKa, dSt, LDP, Qs, LDH);   /* dK += dSᵀ·Q */
+            __syncwarp();
+        }
+    }
+    mg__fa_write_rows<HD>(dKa, St, LDS, dkv_k, s0 + warp * 16, nk - warp * 16, b, g, 0, scale,
+                          accumulate);
+    mg__fa_write_rows<HD>(dVa, St, LDS, dkv_v, s0 + warp * 16, nk - warp * 16, b, g, 0, 1.0f,
+                          accumulate);
+}
 /* Δ = rowsum(dO ∘ O): a warp per row. */
 static __global__ void mg__k_attn_delta(float *delta, mg_attn_block a, mg_attn_view dout,
                                         mg_attn_view o) {
@@ -4097,7 +4444,7 @@ static __global__ void mg__k_attn_backward_dq(mg_attn_block a, mg__attn_drop_k d
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int b = blockIdx.y / a.n_head, h = blockIdx.y % a.n_head, g = h / per, j = h % per;
     int64_t t0 = (int64_t)blockIdx.x * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
-    int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL), nkt, kt, r, u, c, e;
+    int nq = (int)(a.Tq - t0 < MG_ATTN_TILE ? a.Tq - t0 : MG_ATTN_TILE), nkt, kt, r, u, c, e;
     float *Qs = sm, *dOs = Qs + TL * ldr, *Ks = dOs + TL * ldr, *Vs = Ks + TL * ldr;
     float *dS = Vs + TL * ldr, acc[MG__ATTN_RPW][MG__ATTN_DPL], pd;
     MG__UNROLL
@@ -4109,7 +4456,7 @@ static __global__ void mg__k_attn_backward_dq(mg_attn_block a, mg__attn_drop_k d
     nkt = mg__attn_key_tiles(&a, a.q_pos0 + t0 + nq - 1);
     for (kt = 0; kt < nkt; kt++) {
         int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
-        int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
+        int nk = (int)(a.Tk - s0 < MG_ATTN_TILE ? a.Tk - s0 : MG_ATTN_TILE);
         __syncthreads();
         mg__attn_load_tile(Ks, ldr, a.k, s0, nk, b, g, 0, hd);
         mg__attn_load_tile(Vs, ldr, a.v, s0, nk, b, g, 0, hd);
@@ -4164,7 +4511,7 @@ static __global__ void mg__k_attn_backward_dkv(mg_attn_block a, mg__attn_drop_k 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int b = blockIdx.y / a.n_group, g = blockIdx.y % a.n_group, j, r, u, i, e, qt, nqt;
     int64_t s0 = (int64_t)blockIdx.x * TL, kpos = a.k_pos0 + s0;
-    int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
+    int nk = (int)(a.Tk - s0 < MG_ATTN_TILE ? a.Tk - s0 : MG_ATTN_TILE);
     float *Ks = sm, *Vs = Ks + TL * ldr, *Qs = Vs + TL * ldr, *dOs = Qs + TL * ldr;
     float *P = dOs + TL * ldr, *dS = P + TL * (TL + 1);
     float dKa[MG__ATTN_RPW][MG__ATTN_DPL], dVa[MG__ATTN_RPW][MG__ATTN_DPL];
@@ -4179,7 +4526,7 @@ static __global__ void mg__k_attn_backward_dkv(mg_attn_block a, mg__attn_drop_k 
         int h = g * per + j;
         for (qt = mg__attn_first_query_tile(&a, kpos); qt < nqt; qt++) {
             int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
-            int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL);
+            int nq = (int)(a.Tq - t0 < MG_ATTN_TILE ? a.Tq - t0 : MG_ATTN_TILE);
             __syncthreads();
             mg__attn_load_tile(Qs, ldr, a.q, t0, nq, b, g, j, hd);
             mg__attn_load_tile(dOs, ldr, dout, t0, nq, b, g, j, hd);
@@ -5250,6 +5597,42 @@ MGDEF int64_t mg_attn_block_tiles(const mg_attn_block *a) {
         } \
     } while (0)
 #endif
+#ifdef __CUDACC__
+/* The 64-row kernels' launches: 16-byte loads when every row of a view starts 16-byte aligned. */
+static int mg__fa_vec(const mg_attn_view *v) {
+    return (uintptr_t)v->data % 16 == 0 && v->ld_t % 8 == 0 && v->ld_b % 8 == 0 &&
+           v->ld_g % 8 == 0 && v->ld_h % 8 == 0;
+}
+/* LAUNCH(CFG) for the block's head dim and dtype, CFG a literal (see mg__fa_type). */
+#define MG__FA_DISPATCH(LAUNCH) do { \
+        switch (a->hd | (a->q.dtype == MG_F16)) { \
+        case 64: LAUNCH(64); break; \
+        case 65: LAUNCH(65); break; \
+        case 128: LAUNCH(128); break; \
+        default: LAUNCH(129); break; \
+        } \
+    } while (0)
+/* One launch of the forward (the dQ and dK/dV kernels) for CFG. */
+#define MG__FA_FORWARD(CFG) do { \
+        size_t smem_ = mg__fa_smem((CFG) & ~1, 0); \
+        dim3 grid_((unsigned)((a->Tq + MG__FA_ROWS - 1) / MG__FA_ROWS), (unsigned)(a->B * a->n_head)); \
+        MG__ATTN_SMEM_OPT_IN(mg__k_fa_forward<CFG>, smem_); \
+        MG_LAUNCH(mg__k_fa_forward<CFG>, grid_, MG__ATTN_THREADS, smem_, MG__STREAM(ctx), *a, \
+                  ge.drop, ge.scale, *o, lse, merge, vec); \
+    } while (0)
+#define MG__FA_BACKWARD(CFG) do { \
+        size_t smem_q_ = mg__fa_smem((CFG) & ~1, 1), smem_kv_ = mg__fa_smem((CFG) & ~1, 2); \
+        dim3 grid_q_((unsigned)((a->Tq + MG__FA_ROWS - 1) / MG__FA_ROWS), (unsigned)(a->B * a->n_head)); \
+        dim3 grid_kv_((unsigned)((a->Tk + MG__FA_ROWS - 1) / MG__FA_ROWS), (unsigned)(a->B * a->n_group)); \
+        MG__ATTN_SMEM_OPT_IN(mg__k_fa_backward_dq<CFG>, smem_q_); \
+        MG__ATTN_SMEM_OPT_IN(mg__k_fa_backward_dkv<CFG>, smem_kv_); \
+        MG_LAUNCH(mg__k_fa_backward_dq<CFG>, grid_q_, MG__ATTN_THREADS, smem_q_, MG__STREAM(ctx), \
+                  *a, ge.drop, ge.scale, *dout, lse, delta, *dq, accumulate, vec); \
+        MG_CUDA_LAUNCH_CHECK(); \
+        MG_LAUNCH(mg__k_fa_backward_dkv<CFG>, grid_kv_, MG__ATTN_THREADS, smem_kv_, MG__STREAM(ctx), \
+                  *a, ge.drop, ge.scale, *dout, lse, delta, *dk, *dv, accumulate, vec); \
+    } while (0)
+#endif
 MGDEF void mg_attn_block_forward(mg_ctx *ctx, const mg_attn_block *a, const mg_attn_view *o,
                                  float *lse, int merge) {
     mg__attn_geo ge = mg__attn_check_block(ctx, "mg_attn_block_forward", a);
@@ -5259,6 +5642,13 @@ MGDEF void mg_attn_block_forward(mg_ctx *ctx, const mg_attn_block *a, const mg_a
         size_t smem = mg__attn_smem(a->hd, 3, 1);
         dim3 grid((unsigned)ge.nqt, (unsigned)(a->B * a->n_head));
         mg_dtype dt = a->q.dtype;
+        if ((dt == MG_BF16 || dt == MG_F16) && a->k.dtype == dt && a->v.dtype == dt &&
+            o->dtype == dt && (a->hd == 64 || a->hd == 128)) {   /* 64-row blocks */
+            int vec = mg__fa_vec(&a->q) && mg__fa_vec(&a->k) && mg__fa_vec(&a->v) && mg__fa_vec(o);
+            MG__FA_DISPATCH(MG__FA_FORWARD);
+            MG_CUDA_LAUNCH_CHECK();
+            return;
+        }
         if ((dt == MG_BF16 || dt == MG_F16) && a->k.dtype == dt && a->v.dtype == dt &&
             o->dtype == dt && a->hd % 16 == 0) {   /* tensor cores */
             smem = mg__attn_tc_smem(a->hd);
@@ -5309,6 +5699,14 @@ MGDEF void mg_attn_block_backward(mg_ctx *ctx, const mg_attn_block *a, const mg_
         dim3 grid_q((unsigned)ge.nqt, (unsigned)(a->B * a->n_head));
         dim3 grid_kv((unsigned)ge.nkt, (unsigned)(a->B * a->n_group));
         mg_dtype dt = a->q.dtype;
+        if ((dt == MG_BF16 || dt == MG_F16) && a->k.dtype == dt && a->v.dtype == dt &&
+            dout->dtype == dt && (a->hd == 64 || a->hd == 128)) {   /* 64-row blocks */
+            int vec = mg__fa_vec(&a->q) && mg__fa_vec(&a->k) && mg__fa_vec(&a->v) &&
+                      mg__fa_vec(dout) && mg__fa_vec(dq) && mg__fa_vec(dk) && mg__fa_vec(dv);
+            MG__FA_DISPATCH(MG__FA_BACKWARD);
+            MG_CUDA_LAUNCH_CHECK();
+            return;
+        }
         if ((dt == MG_BF16 || dt == MG_F16) && a->k.dtype == dt && a->v.dtype == dt &&
             dout->dtype == dt && a->hd % 16 == 0) {   /* tensor cores */
             smem_q = mg__attn_tc_bwd_smem(a->hd, 0);

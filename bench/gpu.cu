@@ -106,6 +106,8 @@ typedef struct {
     int64_t N, C;
     mg_dtype dt;
     mg_tensor x, y, x4, pre4, act4, dx4, w4, b4, w2, wq, bq, q3, w, b, g32, gb32, dwq, dbq;
+    mg_tensor lse, dq3;   /* the attention's log-sum-exps (fp32) and dqkv */
+    int B, T, n_head;
     float *mean, *rstd;
 } layer_bufs;
 static void k_layernorm_fwd(void *p) {
@@ -164,9 +166,20 @@ static void k_cast(void *p) {
     mg_cast(&g_ctx, &f, &L->x);
 }
 
+static void k_attn_fwd(void *p) {   /* tiled attention, causal: out = x (as [N, C]) */
+    layer_bufs *L = (layer_bufs *)p;
+    mg_flash_attention_forward(&g_ctx, &L->y, &L->lse, &L->q3, L->B, L->T, L->n_head, L->n_head, NULL);
+}
+static void k_attn_bwd(void *p) {
+    layer_bufs *L = (layer_bufs *)p;
+    mg_flash_attention_backward(&g_ctx, &L->dq3, &L->x, &L->y, &L->lse, &L->q3, L->B, L->T,
+                                L->n_head, L->n_head, NULL);
+}
+
 typedef struct { const char *name; void (*f)(void *); double bytes, flops; int gemm; } kernel_row;
 
-static void kernel_table(const bench_peaks *pk, int64_t N, int64_t C, mg_dtype dt) {
+static void kernel_table(const bench_peaks *pk, int B, int T, int64_t C, mg_dtype dt) {
+    int64_t N = (int64_t)B * T;
     layer_bufs L;
     double s = (double)mg_dtype_size(dt), n = (double)N, c = (double)C;
     size_t mark = mg_arena_mark(&g_ctx);
@@ -183,11 +196,15 @@ static void kernel_table(const bench_peaks *pk, int64_t N, int64_t C, mg_dtype d
     L.w = mg_tensor_2d(&g_ctx, dt, 1, C);       L.b = mg_tensor_2d(&g_ctx, dt, 1, C);
     L.g32 = mg_tensor_2d(&g_ctx, MG_F32, 1, C); L.gb32 = mg_tensor_2d(&g_ctx, MG_F32, 1, C);
     L.dwq = mg_tensor_2d(&g_ctx, MG_F32, 3 * C, C); L.dbq = mg_tensor_2d(&g_ctx, MG_F32, 1, 3 * C);
+    L.B = B; L.T = T; L.n_head = (int)(C / 64);   /* GPT-2's head dim 64 */
+    L.lse = mg_tensor_2d(&g_ctx, MG_F32, (int64_t)B * L.n_head, T);
+    L.dq3 = mg_tensor_2d(&g_ctx, dt, N, 3 * C);
     L.mean = (float *)mg_alloc(&g_ctx, (size_t)N * 4);
     L.rstd = (float *)mg_alloc(&g_ctx, (size_t)N * 4);
     {   /* small values everywhere (no inf/nan to slow anything down) */
         mg_tensor *all[] = {&L.x, &L.y, &L.x4, &L.pre4, &L.act4, &L.dx4, &L.w4, &L.b4, &L.w2,
-                            &L.wq, &L.bq, &L.q3, &L.w, &L.b, &L.g32, &L.gb32, &L.dwq, &L.dbq};
+                            &L.wq, &L.bq, &L.q3, &L.w, &L.b, &L.g32, &L.gb32, &L.dwq, &L.dbq,
+                            &L.dq3};
         for (i = 0; i < (int)(sizeof all / sizeof all[0]); i++) mg_fill(&g_ctx, all[i], 0.01f);
     }
     {
@@ -206,6 +223,10 @@ static void kernel_table(const bench_peaks *pk, int64_t N, int64_t C, mg_dtype d
             {"residual add", k_add, 3 * n * c * s, n * c, 0},
             {"dropout", k_dropout, 2 * n * c * s, 25 * n * c, 0},
             {"cast to fp32", k_cast, n * c * (s + 4), 0, 0},
+            /* causal: half of the T² scores; forward 2 products, backward 5 (S and dP
+               recomputed, dQ, dK, dV), 2·hd FLOPs per score each: on tensor cores when 16-bit */
+            {"tiled attention forward (causal)", k_attn_fwd, 4 * n * c * s + 4 * n * (c / 64), 2.0 * n * T * c, 1},
+            {"tiled attention backward (causal)", k_attn_bwd, 8 * n * c * s + 8 * n * (c / 64), 5.0 * n * T * c, 1},
         };
         printf("| kernel | ms | GB/s | TFLOP/s | roofline ms | of roofline |\n|---|---|---|---|---|---|\n");
         for (i = 0; i < (int)(sizeof rows / sizeof rows[0]); i++) {
@@ -330,7 +351,7 @@ int main(int argc, char **argv) {
         int T = seq ? seq : tiny ? 16 : 1024, B = tiny ? 4 : 8, C = tiny ? 64 : 768;
         printf("\nkernels at one layer of GPT-2 124M: N = %d rows (micro-batch %d x sequence %d), "
                "C = %d\n\n", B * T, B, T, C);
-        kernel_table(&pk, (int64_t)B * T, C, dt);
+        kernel_table(&pk, B, T, C, dt);
     }
     mg_ctx_free(&g_ctx);
     if (!mkdtemp(dir)) { perror("bench/gpu: mkdtemp"); return 1; }

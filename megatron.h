@@ -6023,8 +6023,10 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
                 big = a->micro_batch_size * tr->cfg.n_head / tp * tr->cfg.seq_len * tr->cfg.seq_len;
             bytes += 3 * ((size_t)big * sizeof(float) + 256);
         } else if (layout.dtype != MG_F32 && !tr->cfg.swiglu) {
-            /* CUDA: the fused linear + GELU's fp32 accumulator where cuBLASLt refuses a shape
-               (mg_linear_gelu_forward's fallback) and its bias-gradient scratch            */
+            /* CUDA: the linear + GELU's fp32 accumulator — the backward through the GELU
+               always (mg_linear_backward_input_gelu), the forward where cuBLASLt refuses a
+               shape — and the bias gradient's fp32 sums and 16-bit copy (the column sums'
+               partials, at most 256 KiB, come from the 8 MiB of ops' scratch above)      */
             mg_layer_config k = mg_gpt_layer_config(&tr->cfg, (int)a->micro_batch_size,
                                                     (mg_dtype)layout.dtype);
             bytes += (size_t)a->micro_batch_size * (size_t)tr->cfg.seq_len *

@@ -6001,6 +6001,17 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
             /* the unfused attention's dropped probabilities (op scratch) */
             bytes += (size_t)a->micro_batch_size * (size_t)(tr->cfg.n_head / tp) *
                      (size_t)tr->cfg.seq_len * (size_t)tr->cfg.seq_len * sizeof(float) + 256;
+        if (layout.attention_backend == MG_ATTN_UNFUSED && layout.dtype != MG_F32) {
+            /* the unfused grouped-query backward's fp32 dK, dV sums and their 16-bit copy,
+               [T, B, groups/t, 2·head_dim] (mg_attention_backward_gqa; more than one query
+               head per group only)                                                        */
+            mg_layer_config k = mg_gpt_layer_config(&tr->cfg, (int)a->micro_batch_size,
+                                                    (mg_dtype)layout.dtype);
+            if (k.n_head > k.n_group)
+                bytes += (size_t)a->micro_batch_size * (size_t)tr->cfg.seq_len *
+                             (size_t)(k.n_group / tp) * 2 * (size_t)k.head_dim *
+                             (sizeof(float) + mg_dtype_size((mg_dtype)layout.dtype)) + 512;
+        }
         if (layout.attention_backend == MG_ATTN_FLASH &&
             (a->device == MG_DEVICE_CPU || !mg_cuda_available())) {
             /* the CPU's single-pass tiled-attention backward: per thread, a fp32 dQ accumulator

@@ -172,10 +172,19 @@ typedef enum { MG_RECOMPUTE_UNIFORM = 0, MG_RECOMPUTE_BLOCK } mg_recompute_metho
 
 #define MG_MAX_CHUNKS 32
 /* The fused classifier's logits scratch when layout.classifier_chunk_rows is 0: the most rows
-   of fp32 logits (and their 16-bit gradient) that fit in 64 MiB — 227 rows of GPT-2's
-   Vp = 50304 in bf16, 333 in fp32 — shared by all microbatches in flight.                */
+   of fp32 logits (and their 16-bit gradient) that fit in 64 MiB — 222 rows of GPT-2's
+   Vp = 50304 in bf16, 333 in fp32 — shared by all microbatches in flight.
+   The trainer on a CUDA device (--classifier-chunk-rows 0) uses MG_CLASSIFIER_CHUNK_BYTES_CUDA
+   instead, resolving the rows itself (mg_gpt_classifier_auto_rows) so that its arena estimate
+   and the model agree: 222 rows made each chunk's logits GEMM skinny (~117 TFLOP/s on an
+   H100) and its per-row kernels 222 blocks, 37 chunks and ~17 ms of a 113 ms GPT-2 step at
+   B·T = 8192. With 1 GiB: 3557 rows in bf16 (3 chunks: 3557, 3557, 1078), 5335 in fp32
+   (2 chunks), for the same 8192 rows of Vp = 50304.                                        */
 #ifndef MG_CLASSIFIER_CHUNK_BYTES
 #define MG_CLASSIFIER_CHUNK_BYTES ((size_t)64 << 20)
+#endif
+#ifndef MG_CLASSIFIER_CHUNK_BYTES_CUDA
+#define MG_CLASSIFIER_CHUNK_BYTES_CUDA ((size_t)1 << 30)
 #endif
 typedef struct mg_gpt_layout {
     int tp_rank, tp_size;        /* tensor-parallel coordinate (a single rank: 0, 1)            */
@@ -211,7 +220,8 @@ typedef struct mg_gpt_layout {
     int classifier_chunk_rows;   /* --classifier-chunk-rows: rows of [N, Vp/t] logits the fused
                                     classifier computes at a time (mg__head_classifier); 0:
                                     automatic, the most whose scratch fits
-                                    MG_CLASSIFIER_CHUNK_BYTES                                 */
+                                    MG_CLASSIFIER_CHUNK_BYTES (the trainer on a GPU sets the
+                                    rows of MG_CLASSIFIER_CHUNK_BYTES_CUDA here instead)     */
     int shard_master;            /* mixed precision with the distributed optimizer (dp_size > 1,
                                     a 16-bit dtype): the model keeps NO whole fp32 copy of its
                                     parameters — the optimizer owns this rank's 1/d of the fp32
@@ -439,6 +449,11 @@ typedef struct mg_gpt {
 MGDEF int mg_gpt_recompute_kind(const mg_gpt_layout *layout, int nl, int i, int *first,
                                 int *last);
 /* Bytes of the context's arena the model needs (parameters, gradients, activations, scratch). */
+/* The fused classifier's automatic rows per chunk (layout.classifier_chunk_rows 0): the most
+   rows of the [B·T_local, Vp/t] logits whose scratch fits MG_CLASSIFIER_CHUNK_BYTES, or
+   MG_CLASSIFIER_CHUNK_BYTES_CUDA when cuda (the trainer's choice on a GPU).                 */
+MGDEF int64_t mg_gpt_classifier_auto_rows(const mg_gpt_config *cfg, const mg_gpt_layout *L,
+                                          int cuda);
 MGDEF size_t mg_gpt_arena_bytes(const mg_gpt_config *cfg, const mg_gpt_layout *layout);
 /* Builds descriptors, buffers and views; values are undefined until mg_gpt_init_weights or a
    load. Returns 0, or -1 with the reason in err (bad config/layout).                         */
@@ -1711,6 +1726,13 @@ static int mg__recompute_group_max(const mg_gpt_layout *L) {
    (qkv, attention, MLP hidden, logits) N rows and 1/t of the columns. With recomputation,
    a full-recomputed layer keeps only its group's output and borrows the rest from the shared
    group scratch; a selective one borrows the attention probabilities.                     */
+MGDEF int64_t mg_gpt_classifier_auto_rows(const mg_gpt_config *cfg, const mg_gpt_layout *L,
+                                          int cuda) {
+    int64_t N = (int64_t)L->micro_batch * mg_gpt_local_seq(cfg, L);
+    return mg_classifier_chunk_rows(N, cfg->padded_vocab / (L->tp_size > 1 ? L->tp_size : 1),
+                                    (mg_dtype)L->dtype, cuda ? MG_CLASSIFIER_CHUNK_BYTES_CUDA
+                                                             : MG_CLASSIFIER_CHUNK_BYTES);
+}
 static void mg__plan_model(mg_gpt *m, mg_claim *p) {
     const mg_gpt_config *c = &m->cfg;
     const mg_gpt_layout *L = &m->layout;
@@ -1773,7 +1795,7 @@ static void mg__plan_model(mg_gpt *m, mg_claim *p) {
     if (L->chunks[L->n_chunks - 1].has_head) {  /* one chunk of logits, shared by all slots */
         m->head_chunk_rows = L->classifier_chunk_rows > 0
             ? (L->classifier_chunk_rows < N ? L->classifier_chunk_rows : N)
-            : mg_classifier_chunk_rows(N, Vl, dt, MG_CLASSIFIER_CHUNK_BYTES);
+            : mg_gpt_classifier_auto_rows(c, L, 0);
         m->head_scratch = mg_claim_bytes(p, mg_classifier_scratch_bytes(m->head_chunk_rows, Vl, dt));
     }
     /* recomputation scratch, then the recomputed layers point into it */
@@ -4106,7 +4128,7 @@ static const mg__flag mg__flags[] = {
      "with full: layers per group (uniform) or recomputed layers per chunk (block) (default 1)"},
     {"--classifier-chunk-rows", MG__F_INT, MG__OFF(classifier_chunk_rows), "N", 0, MG__BIG,
      "rows of logits the fused classifier (output layer + cross-entropy) computes at a time; "
-     "0: the most that fit in 64 MiB of scratch (default 0)"},
+     "0: the most that fit in 64 MiB of scratch, 1 GiB on a GPU (default 0)"},
     {"initialization", MG__F_HELP, 0, NULL, 0, 0, ""},
     {"--seed", MG__F_INT, MG__OFF(seed), "N", 0, 4294967295.0,
      "initialisation, data order, dropout masks and sampling (default 1234)"},
@@ -5972,6 +5994,10 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     layout.classifier_chunk_rows = a->classifier_chunk_rows > INT32_MAX
         ? INT32_MAX : (int)a->classifier_chunk_rows;  /* more rows than B·T mean B·T */
     layout.dtype = a->bf16 ? MG_BF16 : a->fp16 ? MG_F16 : MG_F32;
+    if (layout.classifier_chunk_rows == 0)   /* automatic: the device's budget, set here so
+                                                 that the arena estimate below sees it   */
+        layout.classifier_chunk_rows = (int)mg_gpt_classifier_auto_rows(
+            &tr->cfg, &layout, mg__resolve_device((mg_device)a->device) == MG_DEVICE_CUDA);
     /* ZeRO-1 with mixed precision: each replica keeps 1/d of the fp32 master weights */
     layout.shard_master = layout.dtype != MG_F32 && a->use_distributed_optimizer &&
                           layout.dp_size > 1;
@@ -6001,6 +6027,17 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
             /* the unfused attention's dropped probabilities (op scratch) */
             bytes += (size_t)a->micro_batch_size * (size_t)(tr->cfg.n_head / tp) *
                      (size_t)tr->cfg.seq_len * (size_t)tr->cfg.seq_len * sizeof(float) + 256;
+        if (layout.attention_backend == MG_ATTN_UNFUSED && layout.dtype != MG_F32) {
+            /* the unfused grouped-query backward's fp32 dK, dV sums and their 16-bit copy,
+               [T, B, groups/t, 2·head_dim] (mg_attention_backward_gqa; more than one query
+               head per group only)                                                        */
+            mg_layer_config k = mg_gpt_layer_config(&tr->cfg, (int)a->micro_batch_size,
+                                                    (mg_dtype)layout.dtype);
+            if (k.n_head > k.n_group)
+                bytes += (size_t)a->micro_batch_size * (size_t)tr->cfg.seq_len *
+                             (size_t)(k.n_group / tp) * 2 * (size_t)k.head_dim *
+                             (sizeof(float) + mg_dtype_size((mg_dtype)layout.dtype)) + 512;
+        }
         if (layout.attention_backend == MG_ATTN_FLASH &&
             (a->device == MG_DEVICE_CPU || !mg_cuda_available())) {
             /* the CPU's single-pass tiled-attention backward: per thread, a fp32 dQ accumulator
@@ -6023,8 +6060,10 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
                 big = a->micro_batch_size * tr->cfg.n_head / tp * tr->cfg.seq_len * tr->cfg.seq_len;
             bytes += 3 * ((size_t)big * sizeof(float) + 256);
         } else if (layout.dtype != MG_F32 && !tr->cfg.swiglu) {
-            /* CUDA: the fused linear + GELU's fp32 accumulator where cuBLASLt refuses a shape
-               (mg_linear_gelu_forward's fallback) and its bias-gradient scratch            */
+            /* CUDA: the linear + GELU's fp32 accumulator — the backward through the GELU
+               always (mg_linear_backward_input_gelu), the forward where cuBLASLt refuses a
+               shape — and the bias gradient's fp32 sums and 16-bit copy (the column sums'
+               partials, at most 256 KiB, come from the 8 MiB of ops' scratch above)      */
             mg_layer_config k = mg_gpt_layer_config(&tr->cfg, (int)a->micro_batch_size,
                                                     (mg_dtype)layout.dtype);
             bytes += (size_t)a->micro_batch_size * (size_t)tr->cfg.seq_len *

@@ -112,11 +112,14 @@ typedef struct mg_plan_training {
                                   the last stage keeps the [s·b, h] gradient of the output
                                   layer's input per microbatch instead of the fp32 logits
                                   4·s·b·V/t, plus one chunk of logits shared by all microbatches
-                                  (at most MG_PLAN_CLASSIFIER_CHUNK_BYTES); 0: Megatron's
+                                  (at most MG_PLAN_CLASSIFIER_CHUNK_BYTES, _CUDA on a GPU);
+                                  0: Megatron's
                                   unfused cross-entropy (the paper's memory)                   */
 } mg_plan_training;
-/* megatron.h's MG_CLASSIFIER_CHUNK_BYTES: the fused classifier's logits scratch. */
+/* megatron.h's MG_CLASSIFIER_CHUNK_BYTES and MG_CLASSIFIER_CHUNK_BYTES_CUDA: the fused
+   classifier's logits scratch on a CPU (a preset without SMs) and on a GPU. */
 #define MG_PLAN_CLASSIFIER_CHUNK_BYTES (64.0 * 1024.0 * 1024.0)
+#define MG_PLAN_CLASSIFIER_CHUNK_BYTES_CUDA (1024.0 * 1024.0 * 1024.0)
 
 /* One accelerator plus the links around it. The presets (mg_plan_gpu_preset) fill every field
    from vendor datasheets and published measurements; the model constants at the end are shared
@@ -1196,7 +1199,8 @@ MGDEF int mg_plan_evaluate(const mg_plan_model *m, const mg_plan_training *tr,
          last stage: the fp32 logits of the loss, 4·s·b·V/t (Korthikanti §4.3), and the final
          layernorm input; with the fused classifier instead of the logits the gradient of
          the output layer's input, s·b·h·e·r, and one chunk of logits (fp32, plus their
-         16-bit gradient in 16-bit runs), at most MG_PLAN_CLASSIFIER_CHUNK_BYTES. */
+         16-bit gradient in 16-bit runs), at most MG_PLAN_CLASSIFIER_CHUNK_BYTES (the
+         _CUDA budget on a GPU, a preset with SMs: the trainer's rule). */
     /* with context parallelism: the layer of s/c tokens, whose ring (tiled) keeps each query
        row's fp32 log-sum-exp and no scores */
     act_layer = mg_plan_activation_bytes_per_layer(&mc, L->micro_batch_size, L->t,
@@ -1220,8 +1224,9 @@ MGDEF int mg_plan_evaluate(const mg_plan_model *m, const mg_plan_training *tr,
                 env.tokens * m->hidden_size * env.r * (v == 1 ? (mb < p ? mb : p) : p);
     if (tr->fused_classifier) {
         double chunk = env.tokens * env.vocab_padded / L->t * (4.0 + (e < 4 ? e : 0));
-        head_bytes = env.tokens * m->hidden_size * env.r * e +
-                     (chunk < MG_PLAN_CLASSIFIER_CHUNK_BYTES ? chunk : MG_PLAN_CLASSIFIER_CHUNK_BYTES);
+        double cap = g->sms > 0 ? MG_PLAN_CLASSIFIER_CHUNK_BYTES_CUDA
+                                : MG_PLAN_CLASSIFIER_CHUNK_BYTES;
+        head_bytes = env.tokens * m->hidden_size * env.r * e + (chunk < cap ? chunk : cap);
     } else {
         head_bytes = 4.0 * env.tokens * env.vocab_padded / L->t;
     }

@@ -102,7 +102,7 @@ static void run_case(mg_ctx *ctx, const flash_case *c) {
     double *dqkv64 = (double *)malloc((size_t)N * C3 * sizeof(double));
     double *lse64 = (double *)malloc((size_t)c->B * c->nh * c->T * sizeof(double));
     float *qr = ops_host(ctx, &qkv), *dr = ops_host(ctx, &dout), *o_f, *o_r, *g_f, *g_r, *l_f;
-    double e_of, e_or, e_gf, e_gr, e_l, e_fr;
+    double e_of, e_or, e_gf, e_gr, e_l, e_fr, ref_tol;
     char name[300], what[160];
     int ok;
     snprintf(what, sizeof what, "B %d T %d heads %d groups %d hd %d p %g %s", c->B, c->T, c->nh,
@@ -118,12 +118,18 @@ static void run_case(mg_ctx *ctx, const flash_case *c) {
     e_gf = normwise(g_f, dqkv64, (int64_t)N * C3); e_gr = normwise(g_r, dqkv64, (int64_t)N * C3);
     e_l = normwise(l_f, lse64, (int64_t)c->B * c->nh * c->T);
     e_fr = normwise_f(o_f, o_r, (int64_t)N * Q);
-    /* fp32: within 1e-6 of float64, normwise (max error over the largest value), as the
-       unfused path is; so within 2e-6 of the unfused path (each carries its own ≤ 1e-6). 16-bit: the unfused path rounds scores and probabilities to the storage
-       type, the tiles keep them fp32, so the tiled result is at least as close to float64
-       (bound: 1.25× the unfused error, plus one fp32 ulp). */
+    /* fp32: the tiled output within 1e-6 of float64, normwise (max error over the largest
+       value); the unfused reference within 1e-6 on the CPU too, but within 2e-6 on a CUDA
+       context: there its cuBLAS GEMMs (another summation order) and the device's expf reached
+       1.12e-6 at T = 1000 on an H100 — the check is of the tiled path, the reference's bound
+       only says the comparison is sound. So the two are within the sum of the bounds. 16-bit:
+       the unfused path rounds scores and probabilities to the storage type, the tiles keep
+       them fp32, so the tiled result is at least as close to float64 (bound: 1.25× the unfused
+       error, plus one fp32 ulp). */
+    ref_tol = ctx->device == MG_DEVICE_CUDA ? 2e-6 : 1e-6;
     snprintf(name, sizeof name, "tiled attention output vs float64 (%s)", what);
-    ok = c->dt == MG_F32 ? e_of <= 1e-6 && e_or <= 1e-6 && e_fr <= 2e-6 : e_of <= 1.25 * e_or + 1.2e-7;
+    ok = c->dt == MG_F32 ? e_of <= 1e-6 && e_or <= ref_tol && e_fr <= 1e-6 + ref_tol
+                         : e_of <= 1.25 * e_or + 1.2e-7;
     mg_test_report(ok, name, "normwise err %.3g; unfused %.3g; tiled vs unfused %.3g", e_of, e_or, e_fr);
     snprintf(name, sizeof name, "tiled attention dqkv vs float64 (%s)", what);
     ok = c->dt == MG_F32 ? e_gf <= 1e-6 : e_gf <= 1.25 * e_gr + 1.2e-7;

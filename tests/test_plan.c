@@ -267,18 +267,27 @@ static void test_llama_memory(void) {
           "untied, p=2: same memory, no embedding all-reduce");
     /* the fused classifier (--fused-classifier), one stage, b = 4: the fp32 logits
        4·s·b·V/t (128 MiB) give way to dlnf s·b·h·e and one chunk of logits (fp32 + bf16:
-       6 bytes a logit, 192 MiB for the whole microbatch) capped at 64 MiB */
+       6 bytes a logit, 192 MiB for the whole microbatch) capped at 1 GiB on a GPU (the
+       whole microbatch here) and at 64 MiB on a CPU (the same preset without SMs) */
     {
         mg_plan_training fused = tr;
-        mg_plan_result r;
+        mg_plan_result r, tied_cpu, r_cpu;
+        mg_plan_cluster cpu = c;
         double Vp = ceil(V / (128 * t)) * 128 * t, b = 4;
+        cpu.gpu.sms = 0;
         L = layout(2, 1, 4, 1, 4, MG_PLAN_RECOMPUTE_NONE, 0, 0);
         fused.fused_classifier = 1;
         CHECK(mg_plan_evaluate(&base, &tr, &c, &L, &tied, NULL, 0) == 0 &&
-              mg_plan_evaluate(&base, &fused, &c, &L, &r, NULL, 0) == 0, "evaluate: fused classifier");
+              mg_plan_evaluate(&base, &fused, &c, &L, &r, NULL, 0) == 0 &&
+              mg_plan_evaluate(&base, &tr, &cpu, &L, &tied_cpu, NULL, 0) == 0 &&
+              mg_plan_evaluate(&base, &fused, &cpu, &L, &r_cpu, NULL, 0) == 0,
+              "evaluate: fused classifier");
         CHECK_REL(tied.mem_activations - r.mem_activations,
+                  4 * s * b * Vp / t - (s * b * h * e + 6 * s * b * Vp / t), 1e-12,
+                  "fused classifier, GPU: - 4sbV/t logits + sbhe dlnf + the whole 6sbV/t chunk");
+        CHECK_REL(tied_cpu.mem_activations - r_cpu.mem_activations,
                   4 * s * b * Vp / t - (s * b * h * e + 64.0 * 1024 * 1024), 1e-12,
-                  "fused classifier: - 4sbV/t logits + sbhe dlnf + a 64 MiB chunk");
+                  "fused classifier, CPU: - 4sbV/t logits + sbhe dlnf + a 64 MiB chunk");
         CHECK(r.mem_weights == tied.mem_weights && r.iteration_time == tied.iteration_time,
               "fused classifier: same weights and time");
     }

@@ -16,7 +16,6 @@
 #include "gpt_test_util.h"
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 
 /* The oracle's run, as flags. */
 static void oracle_line(char *out, size_t cap, const char *extra) {
@@ -166,8 +165,6 @@ static void check_failed_save(void) {
     char dir[256], line[2048], extra[512], err[MG_ERRLEN], path[512], cmd[600];
     mg_trainer a, b;
     double losses[8];
-    pid_t pid;
-    int status = 0;
     char *latest;
     FILE *ls;
     char listing[512] = {0};
@@ -178,18 +175,25 @@ static void check_failed_save(void) {
     run_until(&a, 3, losses);
     if (mg_trainer_save(&a, dir, err, sizeof err)) fprintf(stderr, "save: %s\n", err);
     run_until(&a, 4, losses);
-    fflush(stdout);
-    pid = fork();
-    if (pid == 0) {
-        struct rlimit rl;
-        signal(SIGXFSZ, SIG_IGN);          /* writes past the limit fail with EFBIG */
-        rl.rlim_cur = rl.rlim_max = 40000; /* bytes: inside model.safetensors (~120 kB) */
+    {   /* the limit is set in this process for the save only, not in a forked child: a child
+           cannot use the parent's CUDA context (cudaErrorInitializationError). Only the soft
+           limit is lowered, so the old one comes back; stdout is flushed first so that
+           nothing but the save writes a file meanwhile. */
+        struct rlimit old, rl;
+        void (*prev)(int);
+        int failed;
+        getrlimit(RLIMIT_FSIZE, &old);
+        rl = old;
+        rl.rlim_cur = 40000;               /* bytes: inside model.safetensors (~120 kB) */
+        fflush(stdout);
+        fflush(stderr);
+        prev = signal(SIGXFSZ, SIG_IGN);   /* writes past the limit fail with EFBIG */
         setrlimit(RLIMIT_FSIZE, &rl);
-        _exit(mg_trainer_save(&a, dir, err, sizeof err) == 0 ? 0 : 3);
+        failed = mg_trainer_save(&a, dir, err, sizeof err) != 0;
+        setrlimit(RLIMIT_FSIZE, &old);
+        signal(SIGXFSZ, prev);
+        CHECK(failed, "train: a save cut off by a full disk reports failure");
     }
-    waitpid(pid, &status, 0);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 3, "train: a save cut off by a full disk "
-          "reports failure");
     snprintf(path, sizeof path, "%s/latest_checkpointed_iteration.txt", dir);
     latest = gpt_read_text(path);
     CHECK(latest && atoi(latest) == 3, "train: after the failed save, latest still "

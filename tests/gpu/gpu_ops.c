@@ -280,10 +280,36 @@ static int op_linear(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     OUT(out); OUT(out_nb); OUT(dinp); OUT(dinp_acc); OUT(dw); OUT(db);
     return nout;
 }
-/* The fused linear + GELU pair: o = 128 takes cuBLASLt (GELU_AUX_BIAS; DGELU_BGRAD into a
-   16-bit or fp32 bias gradient), o = 30 the fallback (aux leading dimension not a multiple of
-   8) and o = 64 cuBLASLt's GELU_AUX and DGELU, both without a bias; and an fp32 output of
-   16-bit inputs (cuBLASLt with D in fp32). The bias
+/* The column sums (bias gradients, the norm's dγ and dβ) over many rows: 2600 rows of 97
+   columns split into 41 row chunks of 64 (the last of 40) over 4 column blocks, the chunks'
+   partials added by the second pass; the weight gradient of a linear without its dbias beside
+   it, and the layernorm's dγ, dβ in one pass, into 16-bit and fp32 gradients that accumulate.
+   8 rows of 97: one chunk (the blocks add into dst themselves).                             */
+static int colsum_case(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n, int rows, int c) {
+    int nout = 0;
+    mg_tensor in = ops_dev(ctx, dt, X, rows, c), dout = ops_dev(ctx, dt, D, rows, c);
+    mg_tensor w = ops_dev(ctx, dt, W, 1, c), b = ops_dev(ctx, dt, E, 1, c);
+    mg_tensor out = ops_dev(ctx, dt, NULL, rows, c), dinp = ops_dev(ctx, dt, NULL, rows, c);
+    mg_tensor dlw = ops_dev(ctx, MG_F32, X, c, c);
+    mg_tensor db = ops_dev(ctx, dt, E, 1, c), dw = ops_dev(ctx, dt, X, 1, c);
+    mg_tensor db32 = ops_dev(ctx, MG_F32, W, 1, c);
+    mg_tensor mean = mg_tensor_2d(ctx, MG_F32, 1, rows), rstd = mg_tensor_2d(ctx, MG_F32, 1, rows);
+    mg_linear_backward_weight(ctx, &dlw, &db32, &dout, &in);
+    mg_layernorm_forward(ctx, &out, (float *)mean.data, (float *)rstd.data, &in, &w, &b);
+    mg_layernorm_backward(ctx, &dinp, &dw, &db, &dout, &in, &w, (float *)mean.data,
+                          (float *)rstd.data, 0);
+    OUT(db32); OUT(dw); OUT(db);
+    return nout;
+}
+static int op_colsum(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    return colsum_case(ctx, dt, outs, n, 2600, 97) + colsum_case(ctx, dt, outs + 3, n + 3, 8, 97);
+}
+/* The fused linear + GELU pair: o = 128 takes cuBLASLt's GELU_AUX_BIAS forward, o = 30 the
+   forward's fallback (aux leading dimension not a multiple of 8) and o = 64 cuBLASLt's
+   GELU_AUX, both without a bias; and an fp32 output of 16-bit inputs (cuBLASLt with D in
+   fp32). The backward through the GELU is one path on both backends (a GEMM into fp32, the
+   exact dGELU, the column sums into a 16-bit or fp32 bias gradient: not cuBLASLt's
+   DGELU_BGRAD, whose approximate gelu' was 5.5e-4 off in fp32). The bias
    gradients accumulate onto nonzero values; the rows N = 144 are not a multiple of 8 or 32. */
 static int linear_gelu_case(mg_ctx *ctx, mg_dtype dt, mg_dtype ot, float **outs, int64_t *n,
                             int o, int with_bias) {
@@ -307,7 +333,7 @@ static int op_linear_gelu(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
 }
 static int op_linear_gelu_odd(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     return linear_gelu_case(ctx, dt, dt, outs, n, 30, 0) +   /* the fallback */
-           linear_gelu_case(ctx, dt, dt, outs + 3, n + 3, 64, 0);   /* GELU_AUX, DGELU */
+           linear_gelu_case(ctx, dt, dt, outs + 3, n + 3, 64, 0);   /* GELU_AUX */
 }
 static int op_linear_gelu_f32out(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     return dt == MG_F32 ? 0 : linear_gelu_case(ctx, dt, MG_F32, outs, n, 64, 1);
@@ -775,9 +801,11 @@ int main(void) {
         compare("norms C=37, C=384 unaligned (no vectors)", op_norm_unaligned, dt, tol);
         if (k) compare("layernorm fp32 weights (run-time dtypes)", op_norm_mixed, dt, tol);
         compare("linear", op_linear, dt, tol);
+        compare("column sums: 2600 rows in 41 chunks, 8 rows in one (dbias, layernorm dγ dβ)",
+                op_colsum, dt, tol);
         compare("gelu", op_gelu, dt, tol);
-        compare("linear+gelu fused (cuBLASLt epilogues)", op_linear_gelu, dt, tol);
-        compare("linear+gelu fused without bias, o=30 (fallback), o=64", op_linear_gelu_odd, dt, tol);
+        compare("linear+gelu fused (cuBLASLt GELU_AUX_BIAS forward)", op_linear_gelu, dt, tol);
+        compare("linear+gelu fused without bias, o=30 (forward fallback), o=64", op_linear_gelu_odd, dt, tol);
         if (k) compare("linear+gelu fused, fp32 output of 16-bit inputs", op_linear_gelu_f32out, dt, tol);
         compare("attention T=48", op_attention, dt, k ? 2 * tol : tol);
         compare("attention T=300 dropout", op_attention_long, dt, k ? 2 * tol : tol);

@@ -4246,18 +4246,18 @@ static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, 
     MG__DYN_SHARED(float, sm);
     const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int b = blockIdx.y / a.n_head, h = blockIdx.y % a.n_head, g = h / per, j = h % per;
-    const int row = lane >> 1, half = lane & 1, c0 = half * 16, i = warp * 16 + row;
+    const int row = lane >> 1, half = lane & 1, c0 = 2 * half, i = warp * 16 + row;
     const int64_t t0 = (int64_t)blockIdx.x * MG__FA_ROWS;
     const int nq = (int)(a.Tq - t0 < MG__FA_ROWS ? a.Tq - t0 : MG__FA_ROWS);
     const int64_t qpos = a.q_pos0 + t0 + i, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
     uint16_t *Qs = (uint16_t *)sm, *Ks = Qs + MG__FA_ROWS * LDH, *Vs = Ks + TL * LDH;
     float *Sw = (float *)(Vs + TL * LDH) + warp * (mg__fa_warp_bytes(HD, 0) / 4);
-    float *Aw = Sw + 16 * LDS, *arow = Aw + row * LDA + half * HALF;
+    float *Aw = Sw + 16 * LDS, *arow = Aw + row * LDA + c0;
     uint16_t *Pw = (uint16_t *)(Aw + 16 * LDA);
     float m = -INFINITY, l = 0.0f;
     int nkt, wkt, kt, u;
     MG__UNROLL
-    for (u = 0; u < HALF; u++) arow[u] = 0.0f;
+    for (u = 0; u < HALF; u += 2) { arow[2 * u] = 0.0f; arow[2 * u + 1] = 0.0f; }
     mg__fa_load<HD>(Qs, LDH, a.q, t0, nq, MG__FA_ROWS, b, g, j, vec);
     nkt = mg__attn_key_tiles(&a, a.q_pos0 + t0 + nq - 1);
     wkt = warp * 16 < nq ? mg__attn_key_tiles(&a, a.q_pos0 + t0 + (warp * 16 + 15 < nq ? warp * 16 + 15 : nq - 1)) : 0;
@@ -4274,18 +4274,23 @@ static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, 
         __syncwarp();
         nv = i < nq ? mg__attn_visible(qpos, kpos, nk) : 0;
         MG__UNROLL
-        for (u = 0; u < 16; u++) {               /* the row's max over its visible keys */
-            s[u] = c0 + u < nv ? scale * Sw[row * LDS + c0 + u] : -INFINITY;
-            mx = fmaxf(mx, s[u]);
+        for (u = 0; u < 16; u += 2) {            /* the row's max over its visible keys */
+            float2 v = *(const float2 *)&Sw[row * LDS + 2 * u + c0];
+            s[u] = 2 * u + c0 < nv ? scale * v.x : -INFINITY;
+            s[u + 1] = 2 * u + c0 + 1 < nv ? scale * v.y : -INFINITY;
+            mx = fmaxf(mx, fmaxf(s[u], s[u + 1]));
         }
         mx = fmaxf(fmaxf(m, mx), __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
         __syncwarp();                            /* S read: the scratch takes P in fp32 */
         MG__UNROLL
-        for (u = 0; u < 16; u++) {               /* P = exp(S − max); D(P) in the storage type */
-            float p = c0 + u < nv ? mg__exp(s[u] - mx) : 0.0f;
-            Sw[row * LDS + c0 + u] = p;
-            Pw[row * LDP + c0 + u] = mg__fa_to16(
-                c0 + u < nv ? mg__attn_drop(&dk, b, h, qpos, kpos + c0 + u, p) : 0.0f, a.q.dtype);
+        for (u = 0; u < 16; u += 2) {            /* P = exp(S − max); D(P) in the storage type */
+            int c = 2 * u + c0;
+            float p0 = c < nv ? mg__exp(s[u] - mx) : 0.0f, p1 = c + 1 < nv ? mg__exp(s[u + 1] - mx) : 0.0f;
+            *(float2 *)&Sw[row * LDS + c] = make_float2(p0, p1);
+            *(uint32_t *)&Pw[row * LDP + c] =
+                mg__fa_to16(c < nv ? mg__attn_drop(&dk, b, h, qpos, kpos + c, p0) : 0.0f, a.q.dtype) |
+                (uint32_t)mg__fa_to16(c + 1 < nv ? mg__attn_drop(&dk, b, h, qpos, kpos + c + 1, p1) : 0.0f,
+                                      a.q.dtype) << 16;
         }
         __syncwarp();
         if (!half)                               /* the row's sum in key order, as the CPU twin */
@@ -4297,7 +4302,7 @@ static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, 
             m = mx;
             if (alpha != 1.0f) {
                 MG__UNROLL
-                for (u = 0; u < HALF; u++) arow[u] *= alpha;
+                for (u = 0; u < HALF; u += 2) { arow[2 * u] *= alpha; arow[2 * u + 1] *= alpha; }
             }
         }
         __syncwarp();
@@ -4318,12 +4323,13 @@ static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, 
         float lse_old = merge && i < nq ? lse[row0 + i] : 0.0f;
         __syncwarp();                            /* both lanes of a pair read the old lse */
         if (i < nq) {
-            int64_t off = mg__view_at(&o, t0 + i, b, g, j) + half * HALF;
+            int64_t off = mg__view_at(&o, t0 + i, b, g, j) + c0;
             float w_new, w_old, lse_i = mg__attn_finish(m, l, merge, lse_old, &w_new, &w_old);
             MG__UNROLL
-            for (u = 0; u < HALF; u++)
-                mg_store(o.data, o.dtype, off + u, arow[u] * w_new +
-                         (w_old != 0.0f ? w_old * mg_load(o.data, o.dtype, off + u) : 0.0f));
+            for (u = 0; u < HD; u++)   /* columns 4k + c0, 4k + c0 + 1 */
+                if (u % 4 < 2)
+                    mg_store(o.data, o.dtype, off + u, arow[u] * w_new +
+                             (w_old != 0.0f ? w_old * mg_load(o.data, o.dtype, off + u) : 0.0f));
             if (!half) lse[row0 + i] = lse_i;
         }
     }
@@ -4340,12 +4346,14 @@ __device__ static void mg__fa_write_rows(
     for (cb = 0; cb < HD / 16; cb++)
         nvcuda::wmma::store_matrix_sync(scratch + cb * 16, acc[cb], ld, nvcuda::wmma::mem_row_major);
     __syncwarp();
-    if (row < n) {
-        int64_t off = mg__view_at(&v, t0 + row, b, g, j) + half * (HD / 2);
+    if (row < n) {   /* lane pair: columns 4k + 2·half and the next, bank-conflict free */
+        int64_t off = mg__view_at(&v, t0 + row, b, g, j) + 2 * half;
+        const float *src = scratch + row * ld + 2 * half;
         MG__UNROLL
-        for (u = 0; u < HD / 2; u++)
-            mg_store(v.data, v.dtype, off + u, scale * scratch[row * ld + half * (HD / 2) + u] +
-                     (accumulate ? mg_load(v.data, v.dtype, off + u) : 0.0f));
+        for (u = 0; u < HD; u++)
+            if (u % 4 < 2)
+                mg_store(v.data, v.dtype, off + u, scale * src[u] +
+                         (accumulate ? mg_load(v.data, v.dtype, off + u) : 0.0f));
     }
     __syncwarp();                                /* read before the scratch is reused */
 }
@@ -4359,7 +4367,7 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dq(mg_attn_block
     MG__DYN_SHARED(float, sm);
     const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int b = blockIdx.y / a.n_head, h = blockIdx.y % a.n_head, g = h / per, j = h % per;
-    const int row = lane >> 1, c0 = (lane & 1) * 16, i = warp * 16 + row;
+    const int row = lane >> 1, c0 = (lane & 1) * 2, i = warp * 16 + row;
     const int64_t t0 = (int64_t)blockIdx.x * MG__FA_ROWS;
     const int nq = (int)(a.Tq - t0 < MG__FA_ROWS ? a.Tq - t0 : MG__FA_ROWS);
     const int64_t qpos = a.q_pos0 + t0 + i, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
@@ -4389,12 +4397,16 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dq(mg_attn_block
         __syncwarp();
         nv = i < nq ? mg__attn_visible(qpos, kpos, nk) : 0;
         MG__UNROLL
-        for (u = 0; u < 16; u++) {
-            int c = c0 + u;
-            float pd, ds = c < nv ? mg__attn_ds(&dk, b, h, qpos, kpos + c, scale * Sw[row * LDS + c],
-                                                 dPw[row * LDS + c], lse_i, delta_i, a.q.dtype, &pd)
-                                  : 0.0f;
-            dSw[row * LDP + c] = mg__fa_to16(ds, a.q.dtype);
+        for (u = 0; u < 16; u += 2) {            /* keys c, c + 1: bank-conflict free pairs */
+            int c = 2 * u + c0;
+            float2 sv = *(const float2 *)&Sw[row * LDS + c], pv = *(const float2 *)&dPw[row * LDS + c];
+            float pd, ds0 = 0.0f, ds1 = 0.0f;
+            if (c < nv)
+                ds0 = mg__attn_ds(&dk, b, h, qpos, kpos + c, scale * sv.x, pv.x, lse_i, delta_i, a.q.dtype, &pd);
+            if (c + 1 < nv)
+                ds1 = mg__attn_ds(&dk, b, h, qpos, kpos + c + 1, scale * sv.y, pv.y, lse_i, delta_i, a.q.dtype, &pd);
+            *(uint32_t *)&dSw[row * LDP + c] = mg__fa_to16(ds0, a.q.dtype) |
+                                               (uint32_t)mg__fa_to16(ds1, a.q.dtype) << 16;
         }
         __syncwarp();
         mg__fa_accumulate<T, HD>(acc, dSw, LDP, Ks, LDH);   /* dQ += dS·K */
@@ -4413,7 +4425,7 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dkv(mg_attn_bloc
     MG__DYN_SHARED(float, sm);
     const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int b = blockIdx.y / a.n_group, g = blockIdx.y % a.n_group;
-    const int key = lane >> 1, r0 = (lane & 1) * 16, c = warp * 16 + key;
+    const int key = lane >> 1, r0 = (lane & 1) * 2, c = warp * 16 + key;
     const int64_t s0 = (int64_t)blockIdx.x * MG__FA_ROWS;
     const int nk = (int)(a.Tk - s0 < MG__FA_ROWS ? a.Tk - s0 : MG__FA_ROWS);
     const int64_t kpos = a.k_pos0 + s0 + c;
@@ -4450,15 +4462,22 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dkv(mg_attn_bloc
             mg__fa_scores<T, HD>(Vs + warp * 16 * LDH, dOs, LDH, dPt, LDS);  /* dPᵀ = V·dOᵀ */
             __syncwarp();
             MG__UNROLL
-            for (u = 0; u < 16; u++) {
-                int r = r0 + u;
-                int64_t qpos = a.q_pos0 + t0 + r;
-                float pd = 0.0f, ds = 0.0f;
-                if (c < nk && r < nq && kpos <= qpos)
-                    ds = mg__attn_ds(&dk, b, h, qpos, kpos, scale * St[key * LDS + r],
-                                     dPt[key * LDS + r], lse_s[r], delta_s[r], a.q.dtype, &pd);
-                Pt[key * LDP + r] = mg__fa_to16(pd, a.q.dtype);
-                dSt[key * LDP + r] = mg__fa_to16(ds, a.q.dtype);
+            for (u = 0; u < 16; u += 2) {        /* queries r, r + 1: bank-conflict free pairs */
+                int r = 2 * u + r0, e2;
+                float2 sv = *(const float2 *)&St[key * LDS + r], pv = *(const float2 *)&dPt[key * LDS + r];
+                float pd[2] = {0.0f, 0.0f}, ds[2] = {0.0f, 0.0f};
+                MG__UNROLL
+                for (e2 = 0; e2 < 2; e2++) {
+                    int64_t qpos = a.q_pos0 + t0 + r + e2;
+                    if (c < nk && r + e2 < nq && kpos <= qpos)
+                        ds[e2] = mg__attn_ds(&dk, b, h, qpos, kpos, scale * (e2 ? sv.y : sv.x),
+                                             e2 ? pv.y : pv.x, lse_s[r + e2], delta_s[r + e2],
+                                             a.q.dtype, &pd[e2]);
+                }
+                *(uint32_t *)&Pt[key * LDP + r] = mg__fa_to16(pd[0], a.q.dtype) |
+                                                  (uint32_t)mg__fa_to16(pd[1], a.q.dtype) << 16;
+                *(uint32_t *)&dSt[key * LDP + r] = mg__fa_to16(ds[0], a.q.dtype) |
+                                                   (uint32_t)mg__fa_to16(ds[1], a.q.dtype) << 16;
             }
             __syncwarp();
             mg__fa_accumulate<T, HD>(dVa, Pt, LDP, dOs, LDH);   /* dV += D(P)ᵀ·dO */

@@ -24,7 +24,12 @@
    the RMS floor lose a little more). 16-bit attention twice that: a score that rounds the
    other way moves its probability by |score|·ulp, and the probabilities are rounded again
    before P·V. The same holds for the tiled attention's 16-bit path, which rounds P to the
-   storage type for its P·V (tensor cores on the device, the CPU twin likewise).
+   storage type for its P·V (tensor cores on the device, the CPU twin likewise). Its dqkv four
+   times the dtype's: dS = P·(dP − Δ) is rounded to 16 bits from fp32 values the backends sum
+   in different orders, so an entry near a rounding boundary lands an ulp apart, and each row
+   of dS sums to zero, so dQ = scale·dS·K (and dK) cancel: one ulp of dS moves them by
+   ulp·|K|, several ulps of a cancelled result. Measured (T = 48, hd 64): fp16 1.15e-2 with an
+   emulated device against a Zen 3 CPU's OpenBLAS, 4.0e-3 on an H100; bf16 1.9e-2 on both.
    Exact cases (tolerance 0 on every device): the embedding scatter-add into 16-bit dwte
    with values whose every partial sum is representable (so the atomic order cannot matter),
    and the GEMM with k = 0 (C = β·C, and 0 with β = 0 even where C holds NaN).             */
@@ -133,6 +138,9 @@ static int32_t TOK[N], TOKR[N];   /* TOK: distinct ids; TOKR: 13 ids, each ~11 t
 /* Runs op on ctx with storage dtype dt; returns its outputs as host fp32 arrays. */
 typedef int (*op_fn)(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n);
 
+/* Outputs from index g_grad_from on take tolerance g_grad_tol (compare_grads), the rest tol. */
+static int g_grad_from = 1 << 30;
+static double g_grad_tol;
 static void compare(const char *name, op_fn op, mg_dtype dt, double tol) {
     float *oc[16], *og[16];
     int64_t nc[16], ng[16];
@@ -144,12 +152,20 @@ static void compare(const char *name, op_fn op, mg_dtype dt, double tol) {
         snprintf(label, sizeof label, "%s [%s] output %d: %s vs cpu", name, mg_dtype_name(dt), k,
                  g_dev->device == MG_DEVICE_CUDA ? "cuda" : "cpu");
         if (k >= nout_dev || ng[k] != nc[k]) mg_test_report(0, label, "output shapes differ");
-        else ops_close_host(label, og[k], oc[k], (long)nc[k], tol, 1e-6);
+        else ops_close_host(label, og[k], oc[k], (long)nc[k], k >= g_grad_from ? g_grad_tol : tol, 1e-6);
     }
     for (k = 0; k < nout; k++) free(oc[k]);
     for (k = 0; k < nout_dev; k++) free(og[k]);
     mg_arena_release(g_cpu, mc);
     mg_arena_release(g_dev, mgk);
+}
+/* compare, with outputs first_grad, … (an attention's dqkv) held to grad_tol. */
+static void compare_grads(const char *name, op_fn op, mg_dtype dt, double tol, int first_grad,
+                          double grad_tol) {
+    g_grad_from = first_grad;
+    g_grad_tol = grad_tol;
+    compare(name, op, dt, tol);
+    g_grad_from = 1 << 30;
 }
 #define OUT(t) (outs[nout] = ops_host(ctx, &(t)), n[nout] = mg_numel(&(t)), nout++)
 
@@ -809,9 +825,11 @@ int main(void) {
         if (k) compare("linear+gelu fused, fp32 output of 16-bit inputs", op_linear_gelu_f32out, dt, tol);
         compare("attention T=48", op_attention, dt, k ? 2 * tol : tol);
         compare("attention T=300 dropout", op_attention_long, dt, k ? 2 * tol : tol);
-        compare("tiled attention T=48 hd 64", op_flash, dt, k ? 2 * tol : tol);
-        compare("tiled attention T=100 gqa hd 128 dropout", op_flash_gqa, dt, k ? 2 * tol : tol);
-        compare("tiled attention blocks merged and accumulated", op_flash_blocks, dt, k ? 2 * tol : tol);
+        compare_grads("tiled attention T=48 hd 64", op_flash, dt, k ? 2 * tol : tol, 2, k ? 4 * tol : tol);
+        compare_grads("tiled attention T=100 gqa hd 128 dropout", op_flash_gqa, dt, k ? 2 * tol : tol, 2,
+                      k ? 4 * tol : tol);
+        compare_grads("tiled attention blocks merged and accumulated", op_flash_blocks, dt,
+                      k ? 2 * tol : tol, 2, k ? 4 * tol : tol);
         compare("rmsnorm C=384", op_rmsnorm, dt, tol);
         compare("rmsnorm C=40", op_rmsnorm_narrow, dt, tol);
         compare("swiglu", op_swiglu, dt, tol);

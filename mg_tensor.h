@@ -4229,11 +4229,11 @@ __device__ static void mg__fa_accumulate(
 }
 /* Shared memory of the three kernels: 16-bit rows of HD + 8 (32-byte aligned 16-row blocks);
    each warp's scratch: forward S (16 × 36 fp32), the accumulator (16 × (hd + 4) fp32) and P
-   (16 × 40 16-bit); backward S and dP (16 × (max(32, hd) + 4) fp32 each, the larger so that
-   the final accumulators pass through them) and P, dS (16 × 40 16-bit each). */
+   (16 × 40 16-bit); backward S and dP (16 × 36 fp32 each) and P, dS (16 × 40 16-bit each);
+   at the end of the backward the block's 64 rows of Q and dO (or K and V) take the warps'
+   16 × (hd + 4) fp32 accumulators on their way out (4·16·(hd + 4)·4 ≤ 2·64·(hd + 8)·2). */
 MG_HD static inline size_t mg__fa_warp_bytes(int hd, int bwd) {
-    int lds = (hd > MG_ATTN_TILE ? hd : MG_ATTN_TILE) + 4;
-    return bwd ? (size_t)2 * 16 * lds * 4 + (size_t)2 * 16 * (MG_ATTN_TILE + 8) * 2
+    return bwd ? (size_t)2 * 16 * (MG_ATTN_TILE + 4) * 4 + (size_t)2 * 16 * (MG_ATTN_TILE + 8) * 2
                : (size_t)16 * (MG_ATTN_TILE + 4) * 4 + (size_t)16 * (hd + 4) * 4 +
                  (size_t)16 * (MG_ATTN_TILE + 8) * 2;
 }
@@ -4376,7 +4376,7 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dq(mg_attn_block
         mg__attn_drop_k dk, float scale, mg_attn_view dout, const float *lse, const float *delta,
         mg_attn_view dq, int accumulate, int vec) {
     typedef typename mg__fa_type<CFG & 1>::T T;
-    enum { HD = CFG & ~1, TL = MG_ATTN_TILE, LDH = HD + 8, LDP = TL + 8, LDS = (HD > TL ? HD : TL) + 4 };
+    enum { HD = CFG & ~1, TL = MG_ATTN_TILE, LDH = HD + 8, LDP = TL + 8, LDS = TL + 4, LDA = HD + 4 };
     MG__DYN_SHARED(float, sm);
     const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int b = blockIdx.y / a.n_head, h = blockIdx.y % a.n_head, g = h / per, j = h % per;
@@ -4425,7 +4425,8 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dq(mg_attn_block
         mg__fa_accumulate<T, HD>(acc, dSw, LDP, Ks, LDH);   /* dQ += dS·K */
         __syncwarp();                            /* dS read before the next tile's lands */
     }
-    mg__fa_write_rows<HD>(acc, Sw, LDS, dq, t0 + warp * 16, nq - warp * 16, b, g, j, scale,
+    __syncthreads();   /* Q and dO consumed: their rows take the warps' accumulators */
+    mg__fa_write_rows<HD>(acc, (float *)sm + warp * 16 * LDA, LDA, dq, t0 + warp * 16, nq - warp * 16, b, g, j, scale,
                           accumulate);
 }
 /* dK, dV: grid (⌈Tk / 64⌉, B·n_group). A lane pair per key: D(P)ᵀ and dSᵀ of 16 queries. */
@@ -4434,7 +4435,7 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dkv(mg_attn_bloc
         mg__attn_drop_k dk, float scale, mg_attn_view dout, const float *lse, const float *delta,
         mg_attn_view dkv_k, mg_attn_view dkv_v, int accumulate, int vec) {
     typedef typename mg__fa_type<CFG & 1>::T T;
-    enum { HD = CFG & ~1, TL = MG_ATTN_TILE, LDH = HD + 8, LDP = TL + 8, LDS = (HD > TL ? HD : TL) + 4 };
+    enum { HD = CFG & ~1, TL = MG_ATTN_TILE, LDH = HD + 8, LDP = TL + 8, LDS = TL + 4, LDA = HD + 4 };
     MG__DYN_SHARED(float, sm);
     const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int b = blockIdx.y / a.n_group, g = blockIdx.y % a.n_group;
@@ -4498,9 +4499,10 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dkv(mg_attn_bloc
             __syncwarp();
         }
     }
-    mg__fa_write_rows<HD>(dKa, St, LDS, dkv_k, s0 + warp * 16, nk - warp * 16, b, g, 0, scale,
+    __syncthreads();   /* K and V consumed: their rows take the warps' accumulators */
+    mg__fa_write_rows<HD>(dKa, (float *)sm + warp * 16 * LDA, LDA, dkv_k, s0 + warp * 16, nk - warp * 16, b, g, 0, scale,
                           accumulate);
-    mg__fa_write_rows<HD>(dVa, St, LDS, dkv_v, s0 + warp * 16, nk - warp * 16, b, g, 0, 1.0f,
+    mg__fa_write_rows<HD>(dVa, (float *)sm + warp * 16 * LDA, LDA, dkv_v, s0 + warp * 16, nk - warp * 16, b, g, 0, 1.0f,
                           accumulate);
 }
 /* Δ = rowsum(dO ∘ O): a warp per row. */

@@ -1459,7 +1459,8 @@ MG_HD static inline float mg__attn_drop(const mg__attn_drop_k *k, int b, int h, 
     uint64_t gi = mg__attn_drop_index((int64_t)b * k->nh_total + k->bh0 + h, k->T_g, qpos, kpos);
     return k->on ? mg__dropout(x, mg_rand_u32(k->key, gi), k->threshold, k->scale) : x;
 }
-/* A probability as the 16-bit products take it: rounded to the storage type (fp32: as is). */
+/* x rounded to the storage type dt (fp32: as is): a probability as the 16-bit products take it,
+   a 16-bit accumulator after each add. */
 MG_HD static inline float mg__attn_round(float p, mg_dtype dt) {
     return dt == MG_BF16 ? mg_bf16_to_f32(mg_f32_to_bf16(p)) :
            dt == MG_F16 ? mg_f16_to_f32(mg_f32_to_f16(p)) : p;
@@ -3089,26 +3090,6 @@ template <class T, class Op> __device__ T mg__block_reduce(T v, Op op, T identit
 __device__ static inline float mg__block_sum(float v) { return mg__block_reduce(v, mg__op_sum(), 0.0f); }
 __device__ static inline float mg__block_max(float v) { return mg__block_reduce(v, mg__op_max(), -INFINITY); }
 
-/* Atomic p[i] += v for any storage dtype: fp32 natively, 16-bit by compare-and-swap on the
-   aligned 32-bit word holding the element (rounding with the library's own conversion).    */
-__device__ static inline void mg__atomic_add(void *p, mg_dtype dt, int64_t i, float v) {
-    if (dt == MG_F32) { atomicAdd((float *)p + i, v); return; }
-    {
-        uint16_t *h = (uint16_t *)p + i;
-        unsigned int *word = (unsigned int *)((size_t)h & ~(size_t)3);
-        unsigned int shift = ((size_t)h & 2) ? 16u : 0u, old = *word, assumed;
-        do {
-            float cur;
-            unsigned int nv;
-            assumed = old;
-            cur = (dt == MG_BF16) ? mg_bf16_to_f32((uint16_t)(assumed >> shift))
-                                  : mg_f16_to_f32((uint16_t)(assumed >> shift));
-            nv = (dt == MG_BF16) ? mg_f32_to_bf16(cur + v) : mg_f32_to_f16(cur + v);
-            old = atomicCAS(word, assumed, (assumed & ~(0xFFFFu << shift)) | (nv << shift));
-        } while (assumed != old);
-    }
-}
-
 /* --- storage access specialised by dtype at compile time ------------------------------------
    An accessor (mg__io_f32/bf16/f16) wraps a pointer of a dtype known to the compiler: ld/st
    convert one element, ldv/stv move V consecutive elements as ONE aligned vector (V·bytes =
@@ -3505,15 +3486,75 @@ struct mg__f_embed {
     }
 };
 /* dwte: atomic scatter-add (rows sharing a token add in arbitrary order). */
-struct mg__f_embed_dwte {
-    void *dwte; mg_dtype wd; const void *dout; mg_dtype dd; const int32_t *tokens;
-    int B, T, t0; int64_t C, Vw, vocab_start;
-    __device__ void operator()(int64_t i) const {
-        int64_t r = i / C, c = i % C;
-        int64_t tok = tokens[(r % B) * T + t0 + r / B] - vocab_start;
-        if (tok >= 0 && tok < Vw) mg__atomic_add(dwte, wd, tok * C + c, mg_load(dout, dd, i));
+/* dwte, deterministic: the CPU twin's order — each token's rows in increasing row order, each
+   add rounded to dwte's dtype — so the result is the same every run (no float atomics) and
+   bit for bit the CPU's. The rows are grouped by token with a counting sort in four kernels:
+     count   count[tok]++ for every row in the slice (integer atomics: exact);
+     scan    start = exclusive prefix sum of count (one block);
+     place   row r goes to sorted[start[tok] + rank], rank = rows before r with its token,
+             counted over 256-token tiles in shared memory (N²/2 comparisons);
+     add     a block per sorted slot (those past the slice's rows return) that starts a
+             token's run: thread c walks the run,
+             w = round(w + dout[row][c]) from w = dwte[tok][c].
+   Cost: N·4 bytes of tokens read ~N/256 times (from L1/L2) and N²/2 integer compares; the
+   add reads dout once (N·C·s) and reads and writes the touched rows of dwte once.            */
+__device__ static inline int64_t mg__embed_tok(const int32_t *tokens, int64_t r, int B, int T,
+                                               int t0, int64_t vocab_start) {
+    return tokens[(r % B) * T + t0 + r / B] - vocab_start;
+}
+static __global__ void mg__k_embed_count(int *count, const int32_t *tokens, int64_t N, int B,
+                                         int T, int t0, int64_t vocab_start, int64_t Vw) {
+    int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, tok;
+    if (r >= N) return;
+    tok = mg__embed_tok(tokens, r, B, T, t0, vocab_start);
+    if (tok >= 0 && tok < Vw) atomicAdd(&count[tok], 1);
+}
+static __global__ void mg__k_embed_scan(int *start, const int *count, int64_t Vw) {
+    __shared__ int part[MG__CUDA_THREADS];
+    int64_t per = (Vw + blockDim.x - 1) / blockDim.x, v0 = threadIdx.x * per, v;
+    int s = 0, k;
+    for (v = v0; v < v0 + per && v < Vw; v++) s += count[v];
+    part[threadIdx.x] = s;
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (k = 0, s = 0; k < (int)blockDim.x; k++) { int c = part[k]; part[k] = s; s += c; }
+    __syncthreads();
+    s = part[threadIdx.x];
+    for (v = v0; v < v0 + per && v < Vw; v++) { start[v] = s; s += count[v]; }
+}
+static __global__ void mg__k_embed_place(int *sorted, const int *start, const int32_t *tokens,
+                                         int64_t N, int B, int T, int t0, int64_t vocab_start,
+                                         int64_t Vw) {
+    __shared__ int64_t tile[MG__CUDA_THREADS];
+    int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, first = (int64_t)blockIdx.x * blockDim.x;
+    int64_t tok = r < N ? mg__embed_tok(tokens, r, B, T, t0, vocab_start) : -1, j0, j;
+    int rank = 0;
+    for (j0 = 0; j0 <= first; j0 += blockDim.x) {   /* tiles of the rows before the block's last */
+        __syncthreads();
+        tile[threadIdx.x] = j0 + threadIdx.x < N ? mg__embed_tok(tokens, j0 + threadIdx.x, B, T, t0, vocab_start) : -1;
+        __syncthreads();
+        for (j = 0; j < (int64_t)blockDim.x && j0 + j < r; j++) rank += tile[j] == tok;
     }
-};
+    if (r < N && tok >= 0 && tok < Vw) sorted[start[tok] + rank] = (int)r;
+}
+static __global__ void mg__k_embed_add(void *dwte, mg_dtype wd, const void *dout, mg_dtype dd,
+                                       const int *sorted, const int *start, const int *count,
+                                       const int32_t *tokens, int B, int T, int t0,
+                                       int64_t vocab_start, int64_t C, int64_t Vw) {
+    int64_t i = blockIdx.x, r, tok, c, k;
+    if (i >= (int64_t)start[Vw - 1] + count[Vw - 1]) return;   /* past the rows in the slice */
+    r = sorted[i];
+    tok = mg__embed_tok(tokens, r, B, T, t0, vocab_start);
+    if (start[tok] != i) return;                 /* not the first row of its token's run */
+    for (c = threadIdx.x; c < C; c += blockDim.x) {
+        float w = mg_load(dwte, wd, tok * C + c);
+        for (k = i; k < i + count[tok]; k++) {   /* the CPU's order: each add rounded to wd */
+            w += mg_load(dout, dd, (int64_t)sorted[k] * C + c);
+            w = mg__attn_round(w, wd);
+        }
+        mg_store(dwte, wd, tok * C + c, w);
+    }
+}
 /* dwpe: element (t, c) sums its B rows in order (no atomics). */
 struct mg__f_embed_dwpe {
     void *dwpe; mg_dtype pd; const void *dout; mg_dtype dd; int B, t0; int64_t C;
@@ -5167,10 +5208,28 @@ MGDEF void mg_embedding_backward(mg_ctx *ctx, mg_tensor *dwte, mg_tensor *dwpe,
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         int64_t C = mg_cols(dout);
-        if (dwte) {
-            mg__f_embed_dwte f = {dwte->data, dwte->dtype, dout->data, dout->dtype, tokens, B, T,
-                                  t0, C, mg_rows(dwte), vocab_start};
-            mg__cuda_map(ctx, mg_numel(dout), f);
+        int64_t N = mg_rows(dout), Vw = mg_rows(dwte ? dwte : dout);
+        if (dwte && N > 0 && Vw > 0) {   /* the deterministic scatter-add (see mg__k_embed_add) */
+            size_t mark = mg_arena_mark(ctx);
+            int *count = (int *)mg_alloc(ctx, (size_t)Vw * sizeof(int));
+            int *start = (int *)mg_alloc(ctx, (size_t)Vw * sizeof(int));
+            int *sorted = (int *)mg_alloc(ctx, (size_t)N * sizeof(int));
+            unsigned rows = (unsigned)((N + MG__CUDA_THREADS - 1) / MG__CUDA_THREADS);
+            if (N > INT32_MAX) mg_fatal(__FILE__, __LINE__, "mg_embedding_backward: %lld rows", (long long)N);
+            mg_memset_zero(ctx, count, (size_t)Vw * sizeof(int));
+            MG_LAUNCH(mg__k_embed_count, rows, MG__CUDA_THREADS, 0, MG__STREAM(ctx), count, tokens,
+                      N, B, T, t0, vocab_start, Vw);
+            MG_CUDA_LAUNCH_CHECK();
+            MG_LAUNCH(mg__k_embed_scan, 1, MG__CUDA_THREADS, 0, MG__STREAM(ctx), start, count, Vw);
+            MG_CUDA_LAUNCH_CHECK();
+            MG_LAUNCH(mg__k_embed_place, rows, MG__CUDA_THREADS, 0, MG__STREAM(ctx), sorted, start,
+                      tokens, N, B, T, t0, vocab_start, Vw);
+            MG_CUDA_LAUNCH_CHECK();
+            MG_LAUNCH(mg__k_embed_add, (unsigned)N, MG__CUDA_THREADS, 0, MG__STREAM(ctx), dwte->data,
+                      dwte->dtype, dout->data, dout->dtype, sorted, start, count, tokens, B, T, t0,
+                      vocab_start, C, Vw);
+            MG_CUDA_LAUNCH_CHECK();
+            mg_arena_release(ctx, mark);
         }
         if (dwpe) {
             mg__f_embed_dwpe f = {dwpe->data, dwpe->dtype, dout->data, dout->dtype, B, t0, C};

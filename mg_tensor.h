@@ -34,7 +34,9 @@
         (OpenMP over rows/chunks/column blocks, `omp simd` inner loops, the packed sgemm or
         OpenBLAS) · 6e the CUDA
         backend (kernels specialised by dtype, then launchers; one pair of block-reduction
-        helpers; cuBLASLt plans for the fused linear layers) · 6f the public
+        helpers; the tiled attention's 32-row and, for head dims 64 and 128 on tensor cores,
+        64-row kernels; the two-pass column sums; the embedding backward's counting sort;
+        cuBLASLt plans for the linear layers' bias epilogue) · 6f the public
         ops: shape/dtype validation and the row-major reasoning, shared, then the dispatch on
         ctx->device.
      The inline MG_HD functions of the API (16-bit conversions, mg_load/mg_store, the Philox

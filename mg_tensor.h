@@ -4312,7 +4312,6 @@ static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, 
     uint16_t *Pw = (uint16_t *)(Aw + 16 * LDA);
     float m = -INFINITY, l = 0.0f;
     int nkt, wkt, kt, u;
-    MG__UNROLL
     for (u = 0; u < HALF; u += 2) { arow[2 * u] = 0.0f; arow[2 * u + 1] = 0.0f; }
     mg__fa_load<HD>(Qs, LDH, a.q, t0, nq, MG__FA_ROWS, b, g, j, vec);
     nkt = mg__attn_key_tiles(&a, a.q_pos0 + t0 + nq - 1);
@@ -4381,11 +4380,12 @@ static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, 
         if (i < nq) {
             int64_t off = mg__view_at(&o, t0 + i, b, g, j) + c0;
             float w_new, w_old, lse_i = mg__attn_finish(m, l, merge, lse_old, &w_new, &w_old);
-            MG__UNROLL
-            for (u = 0; u < HD; u++)   /* columns 4k + c0, 4k + c0 + 1 */
-                if (u % 4 < 2)
-                    mg_store(o.data, o.dtype, off + u, arow[u] * w_new +
-                             (w_old != 0.0f ? w_old * mg_load(o.data, o.dtype, off + u) : 0.0f));
+            for (u = 0; u < HD; u += 4) {   /* columns 4k + c0, 4k + c0 + 1 (not unrolled: once) */
+                int e;
+                for (e = u; e < u + 2; e++)
+                    mg_store(o.data, o.dtype, off + e, arow[e] * w_new +
+                             (w_old != 0.0f ? w_old * mg_load(o.data, o.dtype, off + e) : 0.0f));
+            }
             if (!half) lse[row0 + i] = lse_i;
         }
     }
@@ -4405,11 +4405,12 @@ __device__ static void mg__fa_write_rows(
     if (row < n) {   /* lane pair: columns 4k + 2·half and the next, bank-conflict free */
         int64_t off = mg__view_at(&v, t0 + row, b, g, j) + 2 * half;
         const float *src = scratch + row * ld + 2 * half;
-        MG__UNROLL
-        for (u = 0; u < HD; u++)
-            if (u % 4 < 2)
-                mg_store(v.data, v.dtype, off + u, scale * src[u] +
-                         (accumulate ? mg_load(v.data, v.dtype, off + u) : 0.0f));
+        for (u = 0; u < HD; u += 4) {   /* not unrolled: once a kernel */
+            int e;
+            for (e = u; e < u + 2; e++)
+                mg_store(v.data, v.dtype, off + e, scale * src[e] +
+                         (accumulate ? mg_load(v.data, v.dtype, off + e) : 0.0f));
+        }
     }
     __syncwarp();                                /* read before the scratch is reused */
 }

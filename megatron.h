@@ -448,12 +448,12 @@ typedef struct mg_gpt {
    for MG_RECOMPUTE_FULL also the chunk-relative group [*first, *last] re-run together.     */
 MGDEF int mg_gpt_recompute_kind(const mg_gpt_layout *layout, int nl, int i, int *first,
                                 int *last);
-/* Bytes of the context's arena the model needs (parameters, gradients, activations, scratch). */
 /* The fused classifier's automatic rows per chunk (layout.classifier_chunk_rows 0): the most
    rows of the [B·T_local, Vp/t] logits whose scratch fits MG_CLASSIFIER_CHUNK_BYTES, or
    MG_CLASSIFIER_CHUNK_BYTES_CUDA when cuda (the trainer's choice on a GPU).                 */
 MGDEF int64_t mg_gpt_classifier_auto_rows(const mg_gpt_config *cfg, const mg_gpt_layout *L,
                                           int cuda);
+/* Bytes of the context's arena the model needs (parameters, gradients, activations, scratch). */
 MGDEF size_t mg_gpt_arena_bytes(const mg_gpt_config *cfg, const mg_gpt_layout *layout);
 /* Builds descriptors, buffers and views; values are undefined until mg_gpt_init_weights or a
    load. Returns 0, or -1 with the reason in err (bad config/layout).                         */
@@ -1721,11 +1721,6 @@ static int mg__recompute_group_max(const mg_gpt_layout *L) {
     return most;
 }
 
-/* Everything the model puts in the arena. With m->ctx NULL nothing is stored. Residual-
-   stream activations have n rows (N/t with sequence parallelism), the tensor-parallel ones
-   (qkv, attention, MLP hidden, logits) N rows and 1/t of the columns. With recomputation,
-   a full-recomputed layer keeps only its group's output and borrows the rest from the shared
-   group scratch; a selective one borrows the attention probabilities.                     */
 MGDEF int64_t mg_gpt_classifier_auto_rows(const mg_gpt_config *cfg, const mg_gpt_layout *L,
                                           int cuda) {
     int64_t N = (int64_t)L->micro_batch * mg_gpt_local_seq(cfg, L);
@@ -1733,6 +1728,11 @@ MGDEF int64_t mg_gpt_classifier_auto_rows(const mg_gpt_config *cfg, const mg_gpt
                                     (mg_dtype)L->dtype, cuda ? MG_CLASSIFIER_CHUNK_BYTES_CUDA
                                                              : MG_CLASSIFIER_CHUNK_BYTES);
 }
+/* Everything the model puts in the arena. With m->ctx NULL nothing is stored. Residual-
+   stream activations have n rows (N/t with sequence parallelism), the tensor-parallel ones
+   (qkv, attention, MLP hidden, logits) N rows and 1/t of the columns. With recomputation,
+   a full-recomputed layer keeps only its group's output and borrows the rest from the shared
+   group scratch; a selective one borrows the attention probabilities.                     */
 static void mg__plan_model(mg_gpt *m, mg_claim *p) {
     const mg_gpt_config *c = &m->cfg;
     const mg_gpt_layout *L = &m->layout;
@@ -6060,10 +6060,10 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
                 big = a->micro_batch_size * tr->cfg.n_head / tp * tr->cfg.seq_len * tr->cfg.seq_len;
             bytes += 3 * ((size_t)big * sizeof(float) + 256);
         } else if (layout.dtype != MG_F32 && !tr->cfg.swiglu) {
-            /* CUDA: the linear + GELU's fp32 accumulator — the backward through the GELU
-               always (mg_linear_backward_input_gelu), the forward where cuBLASLt refuses a
-               shape — and the bias gradient's fp32 sums and 16-bit copy (the column sums'
-               partials, at most 256 KiB, come from the 8 MiB of ops' scratch above)      */
+            /* CUDA: the linear + GELU's fp32 accumulator (mg_linear_gelu_forward and
+               mg_linear_backward_input_gelu, one at a time) and the bias gradient's fp32 sums
+               and 16-bit copy (the column sums' partials, at most 256 KiB, come from the
+               8 MiB of ops' scratch above)                                                 */
             mg_layer_config k = mg_gpt_layer_config(&tr->cfg, (int)a->micro_batch_size,
                                                     (mg_dtype)layout.dtype);
             bytes += (size_t)a->micro_batch_size * (size_t)tr->cfg.seq_len *

@@ -1461,6 +1461,11 @@ MG_HD static inline float mg__attn_drop(const mg__attn_drop_k *k, int b, int h, 
     uint64_t gi = mg__attn_drop_index((int64_t)b * k->nh_total + k->bh0 + h, k->T_g, qpos, kpos);
     return k->on ? mg__dropout(x, mg_rand_u32(k->key, gi), k->threshold, k->scale) : x;
 }
+/* x as the 16 bits of a 16-bit storage type dt (bf16 or fp16): the tensor-core kernels' P and
+   dS tiles. */
+MG_HD static inline uint16_t mg__attn_to16(float x, mg_dtype dt) {
+    return dt == MG_BF16 ? mg_f32_to_bf16(x) : mg_f32_to_f16(x);
+}
 /* x rounded to the storage type dt (fp32: as is): a probability as the 16-bit products take it,
    a 16-bit accumulator after each add. */
 MG_HD static inline float mg__attn_round(float p, mg_dtype dt) {
@@ -2274,6 +2279,12 @@ static void mg__cpu_colsum(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *s
 }
 
 /* --- embedding ----------------------------------------------------------------------------- */
+/* The slice-relative token of activation row r = t·B + b (tokens are [B, T], the rows a shard
+   starting at position t0): every backend's embedding reads it this way. */
+MG_HD static inline int64_t mg__embed_row_token(const int32_t *tokens, int64_t r, int B, int T,
+                                                int t0, int64_t vocab_start) {
+    return tokens[(r % B) * T + t0 + r / B] - vocab_start;
+}
 static void mg__cpu_embedding_forward(mg_ctx *ctx, const mg_tensor *out, const int32_t *tokens,
                                       int B, int T, int t0, const mg_tensor *wte,
                                       int64_t vocab_start, const mg_tensor *wpe) {
@@ -2283,7 +2294,7 @@ static void mg__cpu_embedding_forward(mg_ctx *ctx, const mg_tensor *out, const i
     #pragma omp parallel for num_threads(ctx->n_threads) schedule(static) if (N * C > MG__PAR_MIN)
     for (r = 0; r < N; r++) {
         float *sc = scratch ? scratch + (size_t)MG__TID() * 3 * C : NULL;
-        int64_t t = r / B, b = r % B, tok = tokens[b * T + t0 + t] - vocab_start, j;
+        int64_t t = r / B, tok = mg__embed_row_token(tokens, r, B, T, t0, vocab_start), j;
         float *o = mg__cpu_out_span(out, r * C, sc);
         const float *e = tok >= 0 && tok < Vw ? mg__cpu_span(wte, tok * C, C, sc ? sc + C : NULL) : NULL;
         const float *p = wpe ? mg__cpu_span(wpe, (t0 + t) * C, C, sc ? sc + 2 * C : NULL) : NULL;
@@ -2313,7 +2324,7 @@ static void mg__cpu_embedding_backward(mg_ctx *ctx, const mg_tensor *dwte, const
             int64_t c0 = blk * MG__COLBLOCK, w = C - c0 < MG__COLBLOCK ? C - c0 : MG__COLBLOCK, r, j;
             float dbuf[MG__COLBLOCK], wbuf[MG__COLBLOCK];
             for (r = 0; r < N; r++) {
-                int64_t tok = tokens[(r % B) * T + t0 + r / B] - vocab_start;
+                int64_t tok = mg__embed_row_token(tokens, r, B, T, t0, vocab_start);
                 const float *d, *e;
                 float *o;
                 if (tok < 0 || tok >= Vw) continue;
@@ -3384,7 +3395,7 @@ struct mg__f_broadcast_rows {
    read is ~5 µs of an H100's HBM; the partials (≤ 256 KiB) stay in L2.                      */
 #define MG__COLSUM_BLOCKS 1024   /* ~ one full wave: 132 SMs × 8 resident blocks of 256 threads */
 #define MG__COLSUM_MIN_ROWS 64   /* per chunk: below, partials and pass 2 cost more than they save */
-/* gelu (the linear + GELU backward, mg__cuda_colsum_dgelu): src is the fp32 product dout·W and
+/* gelu (the linear + GELU backward, mg__cuda_colsum_gelu): src is the fp32 product dout·W and
    each element becomes v = src·gelu'(pre), stored to gelu->dpre and summed (one pass instead of
    a dGELU pass writing fp32 and a sum reading it back). */
 typedef struct mg__colsum_gelu { const void *pre; mg_dtype prd; void *dpre; mg_dtype dd; } mg__colsum_gelu;
@@ -3480,14 +3491,13 @@ struct mg__f_embed {
     void *out; mg_dtype od; const int32_t *tokens; int B, T, t0; int64_t C, Vw, vocab_start;
     const void *wte; mg_dtype ed; const void *wpe; mg_dtype pd;
     __device__ void operator()(int64_t i) const {
-        int64_t r = i / C, c = i % C, t = r / B, b = r % B;
-        int64_t tok = tokens[b * T + t0 + t] - vocab_start;
+        int64_t r = i / C, c = i % C, t = r / B;
+        int64_t tok = mg__embed_row_token(tokens, r, B, T, t0, vocab_start);
         float v = (tok >= 0 && tok < Vw) ? mg_load(wte, ed, tok * C + c) : 0.0f;
         if (wpe) v += mg_load(wpe, pd, (t0 + t) * C + c);
         mg_store(out, od, i, v);
     }
 };
-/* dwte: atomic scatter-add (rows sharing a token add in arbitrary order). */
 /* dwte, deterministic: the CPU twin's order — each token's rows in increasing row order, each
    add rounded to dwte's dtype — so the result is the same every run (no float atomics) and
    bit for bit the CPU's. The rows are grouped by token with a counting sort in four kernels:
@@ -3500,15 +3510,11 @@ struct mg__f_embed {
              w = round(w + dout[row][c]) from w = dwte[tok][c].
    Cost: N·4 bytes of tokens read ~N/256 times (from L1/L2) and N²/2 integer compares; the
    add reads dout once (N·C·s) and reads and writes the touched rows of dwte once.            */
-__device__ static inline int64_t mg__embed_tok(const int32_t *tokens, int64_t r, int B, int T,
-                                               int t0, int64_t vocab_start) {
-    return tokens[(r % B) * T + t0 + r / B] - vocab_start;
-}
 static __global__ void mg__k_embed_count(int *count, const int32_t *tokens, int64_t N, int B,
                                          int T, int t0, int64_t vocab_start, int64_t Vw) {
     int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, tok;
     if (r >= N) return;
-    tok = mg__embed_tok(tokens, r, B, T, t0, vocab_start);
+    tok = mg__embed_row_token(tokens, r, B, T, t0, vocab_start);
     if (tok >= 0 && tok < Vw) atomicAdd(&count[tok], 1);
 }
 static __global__ void mg__k_embed_scan(int *start, const int *count, int64_t Vw) {
@@ -3529,11 +3535,11 @@ static __global__ void mg__k_embed_place(int *sorted, const int *start, const in
                                          int64_t Vw) {
     __shared__ int64_t tile[MG__CUDA_THREADS];
     int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, first = (int64_t)blockIdx.x * blockDim.x;
-    int64_t tok = r < N ? mg__embed_tok(tokens, r, B, T, t0, vocab_start) : -1, j0, j;
+    int64_t tok = r < N ? mg__embed_row_token(tokens, r, B, T, t0, vocab_start) : -1, j0, j;
     int rank = 0;
     for (j0 = 0; j0 <= first; j0 += blockDim.x) {   /* tiles of the rows before the block's last */
         __syncthreads();
-        tile[threadIdx.x] = j0 + threadIdx.x < N ? mg__embed_tok(tokens, j0 + threadIdx.x, B, T, t0, vocab_start) : -1;
+        tile[threadIdx.x] = j0 + threadIdx.x < N ? mg__embed_row_token(tokens, j0 + threadIdx.x, B, T, t0, vocab_start) : -1;
         __syncthreads();
         for (j = 0; j < (int64_t)blockDim.x && j0 + j < r; j++) rank += tile[j] == tok;
     }
@@ -3546,7 +3552,7 @@ static __global__ void mg__k_embed_add(void *dwte, mg_dtype wd, const void *dout
     int64_t i = blockIdx.x, r, tok, c, k;
     if (i >= (int64_t)start[Vw - 1] + count[Vw - 1]) return;   /* past the rows in the slice */
     r = sorted[i];
-    tok = mg__embed_tok(tokens, r, B, T, t0, vocab_start);
+    tok = mg__embed_row_token(tokens, r, B, T, t0, vocab_start);
     if (start[tok] != i) return;                 /* not the first row of its token's run */
     for (c = threadIdx.x; c < C; c += blockDim.x) {
         float w = mg_load(dwte, wd, tok * C + c);
@@ -3833,7 +3839,7 @@ static __global__ void mg__k_attn_forward(mg_attn_block a, mg__attn_drop_k dk, f
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int b = blockIdx.y / a.n_head, h = blockIdx.y % a.n_head, g = h / per, j = h % per;
     int64_t t0 = (int64_t)blockIdx.x * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
-    int nq = (int)(a.Tq - t0 < MG_ATTN_TILE ? a.Tq - t0 : MG_ATTN_TILE), nkt, kt, r, u, c, e;
+    int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL), nkt, kt, r, u, c, e;
     float *Qs = sm, *Ks = Qs + TL * ldr, *Vs = Ks + TL * ldr, *S = Vs + TL * ldr;
     float m[MG__ATTN_RPW], l[MG__ATTN_RPW], acc[MG__ATTN_RPW][MG__ATTN_DPL];
     MG__UNROLL
@@ -3846,7 +3852,7 @@ static __global__ void mg__k_attn_forward(mg_attn_block a, mg__attn_drop_k dk, f
     nkt = mg__attn_key_tiles(&a, a.q_pos0 + t0 + nq - 1);
     for (kt = 0; kt < nkt; kt++) {
         int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
-        int nk = (int)(a.Tk - s0 < MG_ATTN_TILE ? a.Tk - s0 : MG_ATTN_TILE);
+        int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
         __syncthreads();                         /* the previous tile's K, V, S are consumed */
         mg__attn_load_tile(Ks, ldr, a.k, s0, nk, b, g, 0, hd);
         mg__attn_load_tile(Vs, ldr, a.v, s0, nk, b, g, 0, hd);
@@ -3927,7 +3933,7 @@ static __global__ void mg__k_attn_forward_tc(mg_attn_block a, mg__attn_drop_k dk
     const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int b = blockIdx.y / a.n_head, h = blockIdx.y % a.n_head, g = h / per, j = h % per;
     int64_t t0 = (int64_t)blockIdx.x * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
-    int nq = (int)(a.Tq - t0 < MG_ATTN_TILE ? a.Tq - t0 : MG_ATTN_TILE), nkt, kt, r, e, blk;
+    int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL), nkt, kt, r, e, blk;
     uint16_t *Qs = (uint16_t *)sm, *Ks = Qs + TL * ldh, *Vs = Ks + TL * ldh, *Ps = Vs + TL * ldh;
     float *S = (float *)(Ps + TL * ldp), *acc = S + TL * lds;
     float m[MG__ATTN_RPW], l[MG__ATTN_RPW];
@@ -3938,7 +3944,7 @@ static __global__ void mg__k_attn_forward_tc(mg_attn_block a, mg__attn_drop_k dk
     nkt = mg__attn_key_tiles(&a, a.q_pos0 + t0 + nq - 1);
     for (kt = 0; kt < nkt; kt++) {
         int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
-        int nk = (int)(a.Tk - s0 < MG_ATTN_TILE ? a.Tk - s0 : MG_ATTN_TILE);
+        int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
         __syncthreads();
         mg__attn_tc_load(Ks, ldh, a.k, s0, nk, b, g, 0, hd);
         mg__attn_tc_load(Vs, ldh, a.v, s0, nk, b, g, 0, hd);
@@ -3973,7 +3979,7 @@ static __global__ void mg__k_attn_forward_tc(mg_attn_block a, mg__attn_drop_k dk
             l[r] = l[r] * alpha + mg__warp_sum(p);
             m[r] = mx;
             p = lane < nv ? mg__attn_drop(&dk, b, h, qpos, kpos + lane, p) : 0.0f;
-            Ps[i * ldp + lane] = a.q.dtype == MG_BF16 ? mg_f32_to_bf16(p) : mg_f32_to_f16(p);
+            Ps[i * ldp + lane] = mg__attn_to16(p, a.q.dtype);
             for (d = lane; d < hd; d += 32) acc[i * lda + d] *= alpha;
         }
         __syncthreads();
@@ -4076,8 +4082,8 @@ __device__ static void mg__attn_tc_ds_rows(const mg_attn_block *a, const mg__att
         if (lane < nv)
             ds = mg__attn_ds(dk, b, h, qpos, kpos + lane, scale * S[r * lds + lane],
                              dP[r * lds + lane], lse[r], delta[r], a->q.dtype, &pd);
-        dSs[r * ldp + lane] = a->q.dtype == MG_BF16 ? mg_f32_to_bf16(ds) : mg_f32_to_f16(ds);
-        if (Ps) Ps[r * ldp + lane] = a->q.dtype == MG_BF16 ? mg_f32_to_bf16(pd) : mg_f32_to_f16(pd);
+        dSs[r * ldp + lane] = mg__attn_to16(ds, a->q.dtype);
+        if (Ps) Ps[r * ldp + lane] = mg__attn_to16(pd, a->q.dtype);
     }
 }
 /* dQ: grid (query tiles, B·n_head). */
@@ -4091,7 +4097,7 @@ static __global__ void mg__k_attn_backward_dq_tc(mg_attn_block a, mg__attn_drop_
     const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int b = blockIdx.y / a.n_head, h = blockIdx.y % a.n_head, g = h / per, j = h % per, e, r;
     int64_t t0 = (int64_t)blockIdx.x * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
-    int nq = (int)(a.Tq - t0 < MG_ATTN_TILE ? a.Tq - t0 : MG_ATTN_TILE), nkt, kt;
+    int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL), nkt, kt;
     uint16_t *Qs = (uint16_t *)sm, *dOs = Qs + TL * ldh, *Ks = dOs + TL * ldh, *Vs = Ks + TL * ldh;
     uint16_t *dSs = Vs + TL * ldh;
     float *S = (float *)(dSs + TL * ldp), *dP = S + TL * lds, *acc = dP + TL * lds;
@@ -4101,7 +4107,7 @@ static __global__ void mg__k_attn_backward_dq_tc(mg_attn_block a, mg__attn_drop_
     nkt = mg__attn_key_tiles(&a, a.q_pos0 + t0 + nq - 1);
     for (kt = 0; kt < nkt; kt++) {
         int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
-        int nk = (int)(a.Tk - s0 < MG_ATTN_TILE ? a.Tk - s0 : MG_ATTN_TILE);
+        int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
         __syncthreads();
         mg__attn_tc_load(Ks, ldh, a.k, s0, nk, b, g, 0, hd);
         mg__attn_tc_load(Vs, ldh, a.v, s0, nk, b, g, 0, hd);
@@ -4133,7 +4139,7 @@ static __global__ void mg__k_attn_backward_dkv_tc(mg_attn_block a, mg__attn_drop
     const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int b = blockIdx.y / a.n_group, g = blockIdx.y % a.n_group, j, qt, nqt, e, r;
     int64_t s0 = (int64_t)blockIdx.x * TL, kpos = a.k_pos0 + s0;
-    int nk = (int)(a.Tk - s0 < MG_ATTN_TILE ? a.Tk - s0 : MG_ATTN_TILE);
+    int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
     uint16_t *Ks = (uint16_t *)sm, *Vs = Ks + TL * ldh, *Qs = Vs + TL * ldh, *dOs = Qs + TL * ldh;
     uint16_t *Ps = dOs + TL * ldh, *dSs = Ps + TL * ldp;
     float *S = (float *)(dSs + TL * ldp), *dP = S + TL * lds, *dKa = dP + TL * lds;
@@ -4146,7 +4152,7 @@ static __global__ void mg__k_attn_backward_dkv_tc(mg_attn_block a, mg__attn_drop
         int h = g * per + j;
         for (qt = mg__attn_first_query_tile(&a, kpos); qt < nqt; qt++) {
             int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
-            int nq = (int)(a.Tq - t0 < MG_ATTN_TILE ? a.Tq - t0 : MG_ATTN_TILE);
+            int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL);
             __syncthreads();
             mg__attn_tc_load(Qs, ldh, a.q, t0, nq, b, g, j, hd);
             mg__attn_tc_load(dOs, ldh, dout, t0, nq, b, g, j, hd);
@@ -4188,10 +4194,10 @@ static size_t mg__attn_tc_smem(int hd) {
    the per-row work inside the warp:
      - the block loads each 32-key tile (forward, dQ) or 32-query tile (dK/dV) once, 16-byte
        loads where the views allow, for its 4 warps;
-     - a warp's scores go through its own 16 × 32 fp32 scratch, a lane pair per row (lane 2r
-       keys 0-15, lane 2r+1 keys 16-31: the row's max and sum are one shuffle between them),
-       its probabilities (or dS) through its own 16 × 32 16-bit tile: __syncwarp, never
-       __syncthreads;
+     - a warp's scores go through its own 16 × 32 fp32 scratch, a lane pair per row (lanes 2r
+       and 2r + 1 take columns 4k + 2·half and the next, so a half-warp's accesses hit distinct
+       banks; the row's max is one shuffle between them), its probabilities (or dS) through its
+       own 16 × 32 16-bit tile: __syncwarp, never __syncthreads;
      - forward: the rows' fp32 output accumulator lives in the warp's scratch; a lane pair
        rescales its row, then WMMA adds the tile's P·V to it (loaded as the accumulator
        fragment, as the CPU twin's acc += P·V starts from the rescaled acc); the row's sum of
@@ -4225,9 +4231,6 @@ __device__ static void mg__fa_load(uint16_t *dst, int ldh, const mg_attn_view v,
             dst[r * ldh + c] = r < n ? src[mg__view_at(&v, t0 + r, b, g, j) + c] : (uint16_t)0;
         }
     }
-}
-__device__ static inline uint16_t mg__fa_to16(float x, mg_dtype dt) {
-    return dt == MG_BF16 ? mg_f32_to_bf16(x) : mg_f32_to_f16(x);
 }
 /* A warp's 16 × 32 product A·Bᵀ (A: 16 rows of hd at a, B: 32 rows of hd at bm, both 16-bit
    rows of stride ldh in shared memory) into fp32 scratch s of stride lds. */
@@ -4343,8 +4346,8 @@ static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, 
             float p0 = c < nv ? mg__exp(s[u] - mx) : 0.0f, p1 = c + 1 < nv ? mg__exp(s[u + 1] - mx) : 0.0f;
             *(float2 *)&Sw[row * LDS + c] = make_float2(p0, p1);
             *(uint32_t *)&Pw[row * LDP + c] =
-                mg__fa_to16(c < nv ? mg__attn_drop(&dk, b, h, qpos, kpos + c, p0) : 0.0f, a.q.dtype) |
-                (uint32_t)mg__fa_to16(c + 1 < nv ? mg__attn_drop(&dk, b, h, qpos, kpos + c + 1, p1) : 0.0f,
+                mg__attn_to16(c < nv ? mg__attn_drop(&dk, b, h, qpos, kpos + c, p0) : 0.0f, a.q.dtype) |
+                (uint32_t)mg__attn_to16(c + 1 < nv ? mg__attn_drop(&dk, b, h, qpos, kpos + c + 1, p1) : 0.0f,
                                       a.q.dtype) << 16;
         }
         __syncwarp();
@@ -4462,8 +4465,8 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dq(mg_attn_block
                 ds0 = mg__attn_ds(&dk, b, h, qpos, kpos + c, scale * sv.x, pv.x, lse_i, delta_i, a.q.dtype, &pd);
             if (c + 1 < nv)
                 ds1 = mg__attn_ds(&dk, b, h, qpos, kpos + c + 1, scale * sv.y, pv.y, lse_i, delta_i, a.q.dtype, &pd);
-            *(uint32_t *)&dSw[row * LDP + c] = mg__fa_to16(ds0, a.q.dtype) |
-                                               (uint32_t)mg__fa_to16(ds1, a.q.dtype) << 16;
+            *(uint32_t *)&dSw[row * LDP + c] = mg__attn_to16(ds0, a.q.dtype) |
+                                               (uint32_t)mg__attn_to16(ds1, a.q.dtype) << 16;
         }
         __syncwarp();
         mg__fa_accumulate<T, HD>(acc, dSw, LDP, Ks, LDH);   /* dQ += dS·K */
@@ -4532,10 +4535,10 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dkv(mg_attn_bloc
                                              e2 ? pv.y : pv.x, lse_s[r + e2], delta_s[r + e2],
                                              a.q.dtype, &pd[e2]);
                 }
-                *(uint32_t *)&Pt[key * LDP + r] = mg__fa_to16(pd[0], a.q.dtype) |
-                                                  (uint32_t)mg__fa_to16(pd[1], a.q.dtype) << 16;
-                *(uint32_t *)&dSt[key * LDP + r] = mg__fa_to16(ds[0], a.q.dtype) |
-                                                   (uint32_t)mg__fa_to16(ds[1], a.q.dtype) << 16;
+                *(uint32_t *)&Pt[key * LDP + r] = mg__attn_to16(pd[0], a.q.dtype) |
+                                                  (uint32_t)mg__attn_to16(pd[1], a.q.dtype) << 16;
+                *(uint32_t *)&dSt[key * LDP + r] = mg__attn_to16(ds[0], a.q.dtype) |
+                                                   (uint32_t)mg__attn_to16(ds[1], a.q.dtype) << 16;
             }
             __syncwarp();
             mg__fa_accumulate<T, HD>(dVa, Pt, LDP, dOs, LDH);   /* dV += D(P)ᵀ·dO */
@@ -4580,7 +4583,7 @@ static __global__ void mg__k_attn_backward_dq(mg_attn_block a, mg__attn_drop_k d
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int b = blockIdx.y / a.n_head, h = blockIdx.y % a.n_head, g = h / per, j = h % per;
     int64_t t0 = (int64_t)blockIdx.x * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
-    int nq = (int)(a.Tq - t0 < MG_ATTN_TILE ? a.Tq - t0 : MG_ATTN_TILE), nkt, kt, r, u, c, e;
+    int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL), nkt, kt, r, u, c, e;
     float *Qs = sm, *dOs = Qs + TL * ldr, *Ks = dOs + TL * ldr, *Vs = Ks + TL * ldr;
     float *dS = Vs + TL * ldr, acc[MG__ATTN_RPW][MG__ATTN_DPL], pd;
     MG__UNROLL
@@ -4592,7 +4595,7 @@ static __global__ void mg__k_attn_backward_dq(mg_attn_block a, mg__attn_drop_k d
     nkt = mg__attn_key_tiles(&a, a.q_pos0 + t0 + nq - 1);
     for (kt = 0; kt < nkt; kt++) {
         int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
-        int nk = (int)(a.Tk - s0 < MG_ATTN_TILE ? a.Tk - s0 : MG_ATTN_TILE);
+        int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
         __syncthreads();
         mg__attn_load_tile(Ks, ldr, a.k, s0, nk, b, g, 0, hd);
         mg__attn_load_tile(Vs, ldr, a.v, s0, nk, b, g, 0, hd);
@@ -4647,7 +4650,7 @@ static __global__ void mg__k_attn_backward_dkv(mg_attn_block a, mg__attn_drop_k 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int b = blockIdx.y / a.n_group, g = blockIdx.y % a.n_group, j, r, u, i, e, qt, nqt;
     int64_t s0 = (int64_t)blockIdx.x * TL, kpos = a.k_pos0 + s0;
-    int nk = (int)(a.Tk - s0 < MG_ATTN_TILE ? a.Tk - s0 : MG_ATTN_TILE);
+    int nk = (int)(a.Tk - s0 < TL ? a.Tk - s0 : TL);
     float *Ks = sm, *Vs = Ks + TL * ldr, *Qs = Vs + TL * ldr, *dOs = Qs + TL * ldr;
     float *P = dOs + TL * ldr, *dS = P + TL * (TL + 1);
     float dKa[MG__ATTN_RPW][MG__ATTN_DPL], dVa[MG__ATTN_RPW][MG__ATTN_DPL];
@@ -4662,7 +4665,7 @@ static __global__ void mg__k_attn_backward_dkv(mg_attn_block a, mg__attn_drop_k 
         int h = g * per + j;
         for (qt = mg__attn_first_query_tile(&a, kpos); qt < nqt; qt++) {
             int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
-            int nq = (int)(a.Tq - t0 < MG_ATTN_TILE ? a.Tq - t0 : MG_ATTN_TILE);
+            int nq = (int)(a.Tq - t0 < TL ? a.Tq - t0 : TL);
             __syncthreads();
             mg__attn_load_tile(Qs, ldr, a.q, t0, nq, b, g, j, hd);
             mg__attn_load_tile(dOs, ldr, dout, t0, nq, b, g, j, hd);
@@ -5211,8 +5214,8 @@ MGDEF void mg_embedding_backward(mg_ctx *ctx, mg_tensor *dwte, mg_tensor *dwpe,
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         int64_t C = mg_cols(dout);
-        int64_t N = mg_rows(dout), Vw = mg_rows(dwte ? dwte : dout);
-        if (dwte && N > 0 && Vw > 0) {   /* the deterministic scatter-add (see mg__k_embed_add) */
+        int64_t N = mg_rows(dout), Vw = dwte ? mg_rows(dwte) : 0;
+        if (Vw > 0 && N > 0) {   /* the deterministic scatter-add (see mg__k_embed_add) */
             size_t mark = mg_arena_mark(ctx);
             int *count = (int *)mg_alloc(ctx, (size_t)Vw * sizeof(int));
             int *start = (int *)mg_alloc(ctx, (size_t)Vw * sizeof(int));

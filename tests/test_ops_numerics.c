@@ -529,10 +529,11 @@ static void test_gemm_blocks(mg_ctx *ctx) {
 
 /* mg_linear_backward_weight: dW against float64, and the bias gradient as the plain column
    sums — each column added in row order in fp32, then added to dbias once — bit for bit, on
-   the context's threads and on one (a CUDA context: within fp32's summation bound) (the CPU sums dout's columns inside the dW GEMM, split with
+   the context's threads and on one (the CPU sums dout's columns inside the dW GEMM, split with
    its columns or its rows). Shapes whose GEMM splits over columns (Out ≥ In) and over rows
    (In > Out), with k = N in three slices, and one with fewer than 16 columns (Out = 9: the
-   OpenBLAS path).                                                                          */
+   OpenBLAS path). On a CUDA context the column sums run in another order: there they are held
+   to fp32's summation bound instead.                                                       */
 static void test_linear_bgrad(mg_ctx *ctx0) {
     const int shapes[3][3] = {{1100, 130, 300}, {777, 500, 40}, {300, 70, 9}};   /* N, In, Out */
     mg_ctx one = one_thread_ctx(ctx0);

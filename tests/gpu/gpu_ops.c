@@ -140,10 +140,9 @@ static int32_t TOK[N], TOKR[N];   /* TOK: distinct ids; TOKR: 13 ids, each ~11 t
 /* Runs op on ctx with storage dtype dt; returns its outputs as host fp32 arrays. */
 typedef int (*op_fn)(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n);
 
-/* Outputs from index g_grad_from on take tolerance g_grad_tol (compare_grads), the rest tol. */
-static int g_grad_from = 1 << 30;
-static double g_grad_tol;
-static void compare(const char *name, op_fn op, mg_dtype dt, double tol) {
+/* Outputs first_grad, … (an attention's dqkv) are held to grad_tol, the others to tol. */
+static void compare_grads(const char *name, op_fn op, mg_dtype dt, double tol, int first_grad,
+                          double grad_tol) {
     float *oc[16], *og[16];
     int64_t nc[16], ng[16];
     size_t mc = mg_arena_mark(g_cpu), mgk = mg_arena_mark(g_dev);
@@ -154,20 +153,15 @@ static void compare(const char *name, op_fn op, mg_dtype dt, double tol) {
         snprintf(label, sizeof label, "%s [%s] output %d: %s vs cpu", name, mg_dtype_name(dt), k,
                  g_dev->device == MG_DEVICE_CUDA ? "cuda" : "cpu");
         if (k >= nout_dev || ng[k] != nc[k]) mg_test_report(0, label, "output shapes differ");
-        else ops_close_host(label, og[k], oc[k], (long)nc[k], k >= g_grad_from ? g_grad_tol : tol, 1e-6);
+        else ops_close_host(label, og[k], oc[k], (long)nc[k], k >= first_grad ? grad_tol : tol, 1e-6);
     }
     for (k = 0; k < nout; k++) free(oc[k]);
     for (k = 0; k < nout_dev; k++) free(og[k]);
     mg_arena_release(g_cpu, mc);
     mg_arena_release(g_dev, mgk);
 }
-/* compare, with outputs first_grad, … (an attention's dqkv) held to grad_tol. */
-static void compare_grads(const char *name, op_fn op, mg_dtype dt, double tol, int first_grad,
-                          double grad_tol) {
-    g_grad_from = first_grad;
-    g_grad_tol = grad_tol;
-    compare(name, op, dt, tol);
-    g_grad_from = 1 << 30;
+static void compare(const char *name, op_fn op, mg_dtype dt, double tol) {
+    compare_grads(name, op, dt, tol, 16, tol);   /* 16: past every op's outputs */
 }
 #define OUT(t) (outs[nout] = ops_host(ctx, &(t)), n[nout] = mg_numel(&(t)), nout++)
 

@@ -11,7 +11,8 @@
 # bench/*.cu (GPU benchmarks: nvcc and the emulator only).
 # Tests, benches and tools link one implementation object per flavour (build/obj/impl_*.o:
 # `#define MG_IMPLEMENTATION` + every header), so the kernels are compiled once per flavour.
-# Examples include the implementation themselves, as a user's program does.
+# Examples include the implementation themselves, as a user's program does (cc compiles them
+# so); the nvcc builds link impl_cuda.o instead (MG_IMPLEMENTATION_ELSEWHERE, megatron.h).
 
 CC      ?= cc
 NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -101,13 +102,15 @@ $(BUILD)/%_cuda.o: bench/%.c $(HEADERS) $(TESTHDRS) | $(BUILD)/obj
 	$(NVCC) $(NVFLAGS) -x cu -c $< -o $@
 $(BUILD)/%_cuda.o: tools/%.c $(HEADERS) | $(BUILD)/obj
 	$(NVCC) $(NVFLAGS) -x cu -c $< -o $@
-$(addprefix $(BUILD)/,$(addsuffix _cuda,$(LINKED) $(GPUTESTS))): $(BUILD)/%_cuda: $(BUILD)/%_cuda.o $(BUILD)/obj/impl_cuda.o
+# examples/*.cu and bench/*.cu (GPU benchmarks: nvcc only) define MG_IMPLEMENTATION themselves;
+# here they skip it (MG_IMPLEMENTATION_ELSEWHERE, megatron.h) and link impl_cuda.o, so nvcc
+# compiles the kernels once, not once per program (each compile takes minutes).
+$(BUILD)/%_cuda.o: examples/%.cu $(HEADERS) | $(BUILD)/obj
+	$(NVCC) $(NVFLAGS) -DMG_IMPLEMENTATION_ELSEWHERE -c $< -o $@
+$(BUILD)/%_cuda.o: bench/%.cu $(HEADERS) | $(BUILD)/obj
+	$(NVCC) $(NVFLAGS) -DMG_IMPLEMENTATION_ELSEWHERE -c $< -o $@
+$(addprefix $(BUILD)/,$(addsuffix _cuda,$(LINKED) $(GPUTESTS) $(EXAMPLES) $(GPUBENCH))): $(BUILD)/%_cuda: $(BUILD)/%_cuda.o $(BUILD)/obj/impl_cuda.o
 	$(NVCC) $(NVARCH) $^ -o $@ $(NVLIBS)
-$(addprefix $(BUILD)/,$(addsuffix _cuda,$(EXAMPLES))): $(BUILD)/%_cuda: examples/%.cu $(HEADERS) | $(BUILD)/obj
-	$(NVCC) $(NVFLAGS) $< -o $@ $(NVLIBS)
-# bench/*.cu measure a GPU: nvcc only (build/<name>_cuda), each its own implementation
-$(addprefix $(BUILD)/,$(addsuffix _cuda,$(GPUBENCH))): $(BUILD)/%_cuda: bench/%.cu $(HEADERS) | $(BUILD)/obj
-	$(NVCC) $(NVFLAGS) $< -o $@ $(NVLIBS)
 
 # --- emu flavour: the CUDA path through the CUDA emulator (tests/cuda_emu/README.md) ----------
 # g++ compiles the .cu/.c sources as CUDA C++ against tests/cuda_emu's headers; every load and
@@ -132,17 +135,14 @@ $(BUILD)/emu_test.o: $(EMU_DIR)/emu_test.cu $(EMU_HDRS) | $(BUILD)/obj
 	$(CXX) $(EMU_FLAGS) -x c++ -c $< -o $@
 $(BUILD)/emu_test: $(BUILD)/emu_test.o $(BUILD)/obj/cuda_emu.o
 	$(CXX) $^ -o $@ $(LDLIBS)
-$(addprefix $(BUILD)/,$(addsuffix _emu,$(GPUTESTS))): $(BUILD)/%_emu: $(BUILD)/%_emu.o $(BUILD)/obj/impl_emu.o $(BUILD)/obj/cuda_emu.o
-	$(CXX) $^ -o $@ $(LDLIBS)
+# gpt_train and bench/*.cu (a smoke test on tiny shapes, check.sh: --tiny) link impl_emu.o, as
+# their nvcc builds link impl_cuda.o; linked without -fsanitize=thread: the emulator provides
+# the hooks, no sanitizer runtime
 $(BUILD)/gpt_train_emu.o: examples/gpt_train.cu $(HEADERS) $(EMU_HDRS) | $(BUILD)/obj
-	$(CXX) $(EMU_FLAGS) -x c++ -c $< -o $@
-# linked without -fsanitize=thread: the emulator provides the hooks, no sanitizer runtime
-$(BUILD)/gpt_train_emu: $(BUILD)/gpt_train_emu.o $(BUILD)/obj/cuda_emu.o
-	$(CXX) $^ -o $@ $(LDLIBS)
-# bench/*.cu through the emulator: a smoke test on tiny shapes (check.sh: --tiny)
+	$(CXX) $(EMU_FLAGS) -DMG_IMPLEMENTATION_ELSEWHERE -x c++ -c $< -o $@
 $(addprefix $(BUILD)/,$(addsuffix _emu.o,$(GPUBENCH))): $(BUILD)/%_emu.o: bench/%.cu $(HEADERS) $(EMU_HDRS) | $(BUILD)/obj
-	$(CXX) $(EMU_FLAGS) -x c++ -c $< -o $@
-$(addprefix $(BUILD)/,$(addsuffix _emu,$(GPUBENCH))): $(BUILD)/%_emu: $(BUILD)/%_emu.o $(BUILD)/obj/cuda_emu.o
+	$(CXX) $(EMU_FLAGS) -DMG_IMPLEMENTATION_ELSEWHERE -x c++ -c $< -o $@
+$(addprefix $(BUILD)/,$(addsuffix _emu,gpt_train $(GPUTESTS) $(GPUBENCH))): $(BUILD)/%_emu: $(BUILD)/%_emu.o $(BUILD)/obj/impl_emu.o $(BUILD)/obj/cuda_emu.o
 	$(CXX) $^ -o $@ $(LDLIBS)
 
 # --- dependencies, oracle, tests -------------------------------------------------------------

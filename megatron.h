@@ -9,7 +9,11 @@
    DO THIS in exactly one C or CUDA file:
        #define MG_IMPLEMENTATION
        #include "megatron.h"
-   examples/gpt_train.cu is the trainer program built on it; read it next.
+   examples/gpt_train.cu is the trainer program built on it; read it next. Compiled with
+   -DMG_IMPLEMENTATION_ELSEWHERE, a file that defines MG_IMPLEMENTATION gets only the
+   declarations of every header: for builds that compile the implementation once, into an
+   object of its own, and link it into several such programs (the Makefile's nvcc builds of
+   examples/ and bench/gpu.cu).
 
    TOUR
      1. Model configuration (mg_gpt_config) and this rank's layout (mg_gpt_layout): the tensor-,
@@ -1085,7 +1089,7 @@ MGDEF void mg_plot_default_path(char *out, size_t cap, const char *jsonl);
 /* =============================================================================================
    IMPLEMENTATION
    ========================================================================================== */
-#ifdef MG_IMPLEMENTATION
+#if defined(MG_IMPLEMENTATION) && !defined(MG_IMPLEMENTATION_ELSEWHERE)
 #ifndef MEGATRON_IMPLEMENTED
 #define MEGATRON_IMPLEMENTED
 

@@ -270,7 +270,7 @@ MGDEF void *mg_comm_stream(mg_comm *comm);
 /* =============================================================================================
    IMPLEMENTATION
    ========================================================================================== */
-#ifdef MG_IMPLEMENTATION
+#if defined(MG_IMPLEMENTATION) && !defined(MG_IMPLEMENTATION_ELSEWHERE)
 #ifndef MG_COMM_IMPLEMENTED
 #define MG_COMM_IMPLEMENTED
 

@@ -506,7 +506,7 @@ MGDEF uint32_t mg_crc32c(uint32_t crc, const void *data, size_t n);
 /* =============================================================================================
    IMPLEMENTATION
    ========================================================================================== */
-#ifdef MG_IMPLEMENTATION
+#if defined(MG_IMPLEMENTATION) && !defined(MG_IMPLEMENTATION_ELSEWHERE)
 #ifndef MG_DATA_IMPLEMENTED
 #define MG_DATA_IMPLEMENTED
 

@@ -359,7 +359,7 @@ MGDEF void mg_pipe_timeline_free(mg_pipe_timeline *tl);
 /* =============================================================================================
    IMPLEMENTATION
    ========================================================================================== */
-#ifdef MG_IMPLEMENTATION
+#if defined(MG_IMPLEMENTATION) && !defined(MG_IMPLEMENTATION_ELSEWHERE)
 #ifndef MG_PIPELINE_IMPLEMENTED
 #define MG_PIPELINE_IMPLEMENTED
 

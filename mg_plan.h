@@ -338,7 +338,7 @@ MGDEF int mg_plan_main(int argc, char **argv, FILE *out, FILE *errf);
 /* =============================================================================================
    IMPLEMENTATION
    ========================================================================================== */
-#ifdef MG_IMPLEMENTATION
+#if defined(MG_IMPLEMENTATION) && !defined(MG_IMPLEMENTATION_ELSEWHERE)
 #ifndef MG_PLAN_IMPLEMENTED
 #define MG_PLAN_IMPLEMENTED
 

@@ -6,7 +6,8 @@
        #define MG_IMPLEMENTATION
        #include "mg_tensor.h"
    Every other file includes it without the define. Define MG_STATIC as well to make every
-   function static (private to that translation unit).
+   function static (private to that translation unit). MG_IMPLEMENTATION_ELSEWHERE (every
+   header; megatron.h says when) leaves the implementation out even where it is defined.
 
    TOUR
      1. Configuration macros: MGDEF, MG_HD, MG_ASSERT, MG_MALLOC/MG_FREE; MG_CUDA_DEBUG (wait
@@ -116,6 +117,16 @@ MGDEF void mg_set_fatal_handler(mg_fatal_fn fn);
 #endif
 MGDEF MG_NORETURN void mg_fatal(const char *file, int line, const char *fmt, ...) MG_PRINTF(3, 4);
 #define MG_ASSERT(cond, ...) do { if (!(cond)) mg_fatal(__FILE__, __LINE__, __VA_ARGS__); } while (0)
+#ifdef __CUDACC__
+/* Every CUDA / cuBLAS call is checked; a failure names the call, file and line (for programs
+   too: bench/gpu.cu checks its events with it).                                            */
+#define MG_CUDA_CHECK(call) do { cudaError_t mg__e = (call); if (mg__e != cudaSuccess) \
+    mg_fatal(__FILE__, __LINE__, "CUDA error %s (%s) in %s", cudaGetErrorName(mg__e), \
+             cudaGetErrorString(mg__e), #call); } while (0)
+#define MG_CUBLAS_CHECK(call) do { cublasStatus_t mg__s = (call); \
+    if (mg__s != CUBLAS_STATUS_SUCCESS) mg_fatal(__FILE__, __LINE__, "cuBLAS error %s in %s", \
+             cublasGetStatusString(mg__s), #call); } while (0)
+#endif
 
 /* ---------------------------------------------------------------------------------------------
    2. Context
@@ -827,7 +838,7 @@ MG_HD static inline float mg_rand_normal(uint64_t key, uint64_t index) {
 /* =============================================================================================
    IMPLEMENTATION
    ========================================================================================== */
-#ifdef MG_IMPLEMENTATION
+#if defined(MG_IMPLEMENTATION) && !defined(MG_IMPLEMENTATION_ELSEWHERE)
 #ifndef MG_TENSOR_IMPLEMENTED
 #define MG_TENSOR_IMPLEMENTED
 
@@ -885,13 +896,6 @@ MGDEF MG_NORETURN void mg_fatal(const char *file, int line, const char *fmt, ...
 }
 
 #ifdef __CUDACC__
-/* Every CUDA / cuBLAS call is checked; a failure names the call, file and line. */
-#define MG_CUDA_CHECK(call) do { cudaError_t mg__e = (call); if (mg__e != cudaSuccess) \
-    mg_fatal(__FILE__, __LINE__, "CUDA error %s (%s) in %s", cudaGetErrorName(mg__e), \
-             cudaGetErrorString(mg__e), #call); } while (0)
-#define MG_CUBLAS_CHECK(call) do { cublasStatus_t mg__s = (call); \
-    if (mg__s != CUBLAS_STATUS_SUCCESS) mg_fatal(__FILE__, __LINE__, "cuBLAS error %s in %s", \
-             cublasGetStatusString(mg__s), #call); } while (0)
 /* A launch reports configuration errors at once (cudaGetLastError); a fault while the kernel
    runs (bad address, ...) surfaces at the next synchronising call, so it may be reported
    there. Define MG_CUDA_DEBUG to wait for every kernel at its launch site instead (slow; for

@@ -130,7 +130,7 @@ MGDEF int64_t mg_tokenizer_pretokenize(const mg_tokenizer *t, const char *text, 
 #endif /* MG_TOKENIZER_H */
 
 /* ============================================================================================ */
-#ifdef MG_IMPLEMENTATION
+#if defined(MG_IMPLEMENTATION) && !defined(MG_IMPLEMENTATION_ELSEWHERE)
 #ifndef MG_TOKENIZER_IMPLEMENTED
 #define MG_TOKENIZER_IMPLEMENTED
 

@@ -373,7 +373,7 @@ MGDEF void mg_transformer_layer_backward_weight(mg_transformer *tf, mg_tensor *g
 /* =============================================================================================
    IMPLEMENTATION
    ========================================================================================== */
-#ifdef MG_IMPLEMENTATION
+#if defined(MG_IMPLEMENTATION) && !defined(MG_IMPLEMENTATION_ELSEWHERE)
 #ifndef MG_TRANSFORMER_IMPLEMENTED
 #define MG_TRANSFORMER_IMPLEMENTED
 #include <stdio.h>

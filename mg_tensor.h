@@ -36,8 +36,8 @@
         OpenBLAS) · 6e the CUDA
         backend (kernels specialised by dtype, then launchers; one pair of block-reduction
         helpers; the tiled attention's 32-row and, for head dims 64 and 128 on tensor cores,
-        64-row kernels; the two-pass column sums; the embedding backward's counting sort;
-        cuBLASLt plans for the linear layers' bias epilogue) · 6f the public
+        64-row kernels; the two-pass column sums; the embedding backward's sort of the rows by
+        token; cuBLASLt plans for the linear layers' bias epilogue) · 6f the public
         ops: shape/dtype validation and the row-major reasoning, shared, then the dispatch on
         ctx->device.
      The inline MG_HD functions of the API (16-bit conversions, mg_load/mg_store, the Philox
@@ -3504,16 +3504,22 @@ struct mg__f_embed {
 };
 /* dwte, deterministic: the CPU twin's order — each token's rows in increasing row order, each
    add rounded to dwte's dtype — so the result is the same every run (no float atomics) and
-   bit for bit the CPU's. The rows are grouped by token with a counting sort in four kernels:
+   bit for bit the CPU's. The rows are grouped by token with a stable sort in these kernels:
      count   count[tok]++ for every row in the slice (integer atomics: exact);
      scan    start = exclusive prefix sum of count (one block);
-     place   row r goes to sorted[start[tok] + rank], rank = rows before r with its token,
-             counted over 256-token tiles in shared memory (N²/2 comparisons);
+     sort    the rows by key = their token (Vw for rows of other vocabulary shards, which sort
+             last), least significant 8 bits first, each pass stable: a block of 256 rows
+             counts its digits (radix_hist: hist[digit][block]), scan turns the counts into
+             each (digit, block)'s first slot, and radix_scatter puts a row at its slot plus
+             the number of rows before it in its block with its digit. ⌈log2(Vw + 1) / 8⌉
+             passes (2 for GPT-2's 50304 rows, 3 for Llama 3's 128256); the rows of a token
+             end in increasing order, at sorted[start[tok] …];
      add     a block per sorted slot (those past the slice's rows return) that starts a
              token's run: thread c walks the run,
              w = round(w + dout[row][c]) from w = dwte[tok][c].
-   Cost: N·4 bytes of tokens read ~N/256 times (from L1/L2) and N²/2 integer compares; the
-   add reads dout once (N·C·s) and reads and writes the touched rows of dwte once.            */
+   Cost: per pass, N row indices read and written twice and 256·N/256 counts scanned; the
+   in-block ranks are 256 shared-memory compares a row. The add reads dout once (N·C·s) and
+   reads and writes the touched rows of dwte once.                                          */
 static __global__ void mg__k_embed_count(int *count, const int32_t *tokens, int64_t N, int B,
                                          int T, int t0, int64_t vocab_start, int64_t Vw) {
     int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, tok;
@@ -3534,20 +3540,42 @@ static __global__ void mg__k_embed_scan(int *start, const int *count, int64_t Vw
     s = part[threadIdx.x];
     for (v = v0; v < v0 + per && v < Vw; v++) { start[v] = s; s += count[v]; }
 }
-static __global__ void mg__k_embed_place(int *sorted, const int *start, const int32_t *tokens,
-                                         int64_t N, int B, int T, int t0, int64_t vocab_start,
-                                         int64_t Vw) {
-    __shared__ int64_t tile[MG__CUDA_THREADS];
-    int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, first = (int64_t)blockIdx.x * blockDim.x;
-    int64_t tok = r < N ? mg__embed_row_token(tokens, r, B, T, t0, vocab_start) : -1, j0, j;
-    int rank = 0;
-    for (j0 = 0; j0 <= first; j0 += blockDim.x) {   /* tiles of the rows before the block's last */
-        __syncthreads();
-        tile[threadIdx.x] = j0 + threadIdx.x < N ? mg__embed_row_token(tokens, j0 + threadIdx.x, B, T, t0, vocab_start) : -1;
-        __syncthreads();
-        for (j = 0; j < (int64_t)blockDim.x && j0 + j < r; j++) rank += tile[j] == tok;
+/* The sort's key digit of the row in slot i of src (src NULL: the identity, row i). */
+static __device__ int mg__embed_digit(const int *src, int64_t i, const int32_t *tokens, int B,
+                                      int T, int t0, int64_t vocab_start, int64_t Vw, int shift,
+                                      int *row) {
+    int64_t r = src ? src[i] : i, tok = mg__embed_row_token(tokens, r, B, T, t0, vocab_start);
+    *row = (int)r;
+    return (int)(((tok >= 0 && tok < Vw) ? tok : Vw) >> shift) & 255;
+}
+static __global__ void mg__k_embed_radix_hist(int *hist, const int *src, const int32_t *tokens,
+                                              int64_t N, int B, int T, int t0,
+                                              int64_t vocab_start, int64_t Vw, int shift) {
+    __shared__ int h[256];
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int row, d;
+    h[threadIdx.x] = 0;   /* blockDim.x = 256: one digit per thread */
+    __syncthreads();
+    if (i < N) {
+        d = mg__embed_digit(src, i, tokens, B, T, t0, vocab_start, Vw, shift, &row);
+        atomicAdd(&h[d], 1);
     }
-    if (r < N && tok >= 0 && tok < Vw) sorted[start[tok] + rank] = (int)r;
+    __syncthreads();
+    hist[(int64_t)threadIdx.x * gridDim.x + blockIdx.x] = h[threadIdx.x];
+}
+static __global__ void mg__k_embed_radix_scatter(int *dst, const int *src, const int *first,
+                                                 const int32_t *tokens, int64_t N, int B, int T,
+                                                 int t0, int64_t vocab_start, int64_t Vw,
+                                                 int shift) {
+    __shared__ int digit[MG__CUDA_THREADS];
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int row = 0, d = -1, rank = 0, j;
+    if (i < N) d = mg__embed_digit(src, i, tokens, B, T, t0, vocab_start, Vw, shift, &row);
+    digit[threadIdx.x] = d;
+    __syncthreads();
+    if (i >= N) return;
+    for (j = 0; j < (int)threadIdx.x; j++) rank += digit[j] == d;
+    dst[first[(int64_t)d * gridDim.x + blockIdx.x] + rank] = row;
 }
 static __global__ void mg__k_embed_add(void *dwte, mg_dtype wd, const void *dout, mg_dtype dd,
                                        const int *sorted, const int *start, const int *count,
@@ -5224,17 +5252,32 @@ MGDEF void mg_embedding_backward(mg_ctx *ctx, mg_tensor *dwte, mg_tensor *dwpe,
             int *count = (int *)mg_alloc(ctx, (size_t)Vw * sizeof(int));
             int *start = (int *)mg_alloc(ctx, (size_t)Vw * sizeof(int));
             int *sorted = (int *)mg_alloc(ctx, (size_t)N * sizeof(int));
+            int *other = (int *)mg_alloc(ctx, (size_t)N * sizeof(int));
             unsigned rows = (unsigned)((N + MG__CUDA_THREADS - 1) / MG__CUDA_THREADS);
+            int *hist = (int *)mg_alloc(ctx, (size_t)256 * rows * sizeof(int));
+            int *first = (int *)mg_alloc(ctx, (size_t)256 * rows * sizeof(int));
+            int passes = 0, pass;
             if (N > INT32_MAX) mg_fatal(__FILE__, __LINE__, "mg_embedding_backward: %lld rows", (long long)N);
+            while (passes < 8 && (Vw >> (8 * passes)) > 0) passes++;   /* digits of keys ≤ Vw */
             mg_memset_zero(ctx, count, (size_t)Vw * sizeof(int));
             MG_LAUNCH(mg__k_embed_count, rows, MG__CUDA_THREADS, 0, MG__STREAM(ctx), count, tokens,
                       N, B, T, t0, vocab_start, Vw);
             MG_CUDA_LAUNCH_CHECK();
             MG_LAUNCH(mg__k_embed_scan, 1, MG__CUDA_THREADS, 0, MG__STREAM(ctx), start, count, Vw);
             MG_CUDA_LAUNCH_CHECK();
-            MG_LAUNCH(mg__k_embed_place, rows, MG__CUDA_THREADS, 0, MG__STREAM(ctx), sorted, start,
-                      tokens, N, B, T, t0, vocab_start, Vw);
-            MG_CUDA_LAUNCH_CHECK();
+            for (pass = 0; pass < passes; pass++) {   /* the last pass writes `sorted` */
+                int *dst = (passes - pass) % 2 ? sorted : other;
+                const int *src = pass == 0 ? NULL : dst == sorted ? other : sorted;
+                MG_LAUNCH(mg__k_embed_radix_hist, rows, MG__CUDA_THREADS, 0, MG__STREAM(ctx), hist,
+                          src, tokens, N, B, T, t0, vocab_start, Vw, 8 * pass);
+                MG_CUDA_LAUNCH_CHECK();
+                MG_LAUNCH(mg__k_embed_scan, 1, MG__CUDA_THREADS, 0, MG__STREAM(ctx), first, hist,
+                          (int64_t)256 * rows);
+                MG_CUDA_LAUNCH_CHECK();
+                MG_LAUNCH(mg__k_embed_radix_scatter, rows, MG__CUDA_THREADS, 0, MG__STREAM(ctx), dst,
+                          src, first, tokens, N, B, T, t0, vocab_start, Vw, 8 * pass);
+                MG_CUDA_LAUNCH_CHECK();
+            }
             MG_LAUNCH(mg__k_embed_add, (unsigned)N, MG__CUDA_THREADS, 0, MG__STREAM(ctx), dwte->data,
                       dwte->dtype, dout->data, dout->dtype, sorted, start, count, tokens, B, T, t0,
                       vocab_start, C, Vw);

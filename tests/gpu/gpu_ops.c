@@ -223,6 +223,28 @@ static int op_embedding_scatter(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t 
     OUT(dwte); OUT(dwpe);
     return nout;
 }
+/* The CUDA dwte groups rows by token with a radix sort in blocks of 256 rows, 8 bits a pass:
+   here 1200 rows (5 blocks, a ragged last one) into a 600-row slice at 400 (keys up to 600:
+   two passes), ids below and above the slice among them; and 1500 rows into 70000 rows
+   (three passes), a quarter of them on one id, some past the slice. Random values: exact
+   only if every token's rows are added in the CPU's order.                                 */
+static int op_embedding_sorted(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    enum { B1 = 4, T1 = 300, C1 = 40, B2 = 5, T2 = 300, C2 = 8, V2 = 70000 };
+    static int32_t tok1[B1 * T1], tok2[B2 * T2];
+    uint32_t h = 12345u;
+    int nout = 0, i;
+    mg_tensor dout1 = ops_dev(ctx, dt, X, B1 * T1, C1), dwte1 = ops_dev(ctx, dt, W, 600, C1);
+    mg_tensor dout2 = ops_dev(ctx, dt, D, B2 * T2, C2), dwte2 = ops_dev(ctx, MG_F32, E, V2, C2);
+    for (i = 0; i < B1 * T1; i++) { h = h * 1664525u + 1013904223u; tok1[i] = (int32_t)((h >> 8) % 1100); }
+    for (i = 0; i < B2 * T2; i++) {
+        h = h * 1664525u + 1013904223u;
+        tok2[i] = i % 4 == 1 ? 69999 : (int32_t)((h >> 8) % (V2 + 100));
+    }
+    mg_embedding_backward(ctx, &dwte1, NULL, &dout1, ops_dev_i32(ctx, tok1, B1 * T1), B1, T1, 0, 400);
+    mg_embedding_backward(ctx, &dwte2, NULL, &dout2, ops_dev_i32(ctx, tok2, B2 * T2), B2, T2, 0, 0);
+    OUT(dwte1); OUT(dwte2);
+    return nout;
+}
 static int layernorm_case(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n, int c) {
     int nout = 0;
     mg_tensor in = ops_dev(ctx, dt, X, N, c), w = ops_dev(ctx, dt, W, 1, c), b = ops_dev(ctx, dt, E, 1, c);
@@ -807,6 +829,7 @@ int main(void) {
         compare("gemm k=0", op_gemm_k0, dt, 0.0);
         compare("embedding, exact", op_embedding, dt, 0.0);
         compare("embedding scatter-add, exact", op_embedding_scatter, dt, 0.0);
+        compare("embedding backward, sorted in blocks, exact", op_embedding_sorted, dt, 0.0);
         compare("layernorm C=384", op_layernorm, dt, tol);
         compare("layernorm C=40", op_layernorm_narrow, dt, tol);
         compare("norms C=5000, 4104 (a block per row)", op_norm_block, dt, tol);

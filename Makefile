@@ -35,8 +35,13 @@ SANFLAGS:= -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omi
 
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 NVARCH  := -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
-NVFLAGS := -O2 -std=c++17 $(NVARCH) -I. $(MPI_DEF) $(MPI_CFLAGS) $(BLAS_CFLAGS) \
+# The programs' own files hold no kernels (every kernel is in impl_cuda.o; tests/gpu/gpu_ops.c
+# is the exception): nvcc compiles them for one virtual architecture (PTX, which a GPU from
+# sm_80 on would compile at load), saving a device pass per architecture and file.
+NVARCH_PROG := -gencode arch=compute_80,code=compute_80
+NVCOMMON:= -O2 -std=c++17 -I. $(MPI_DEF) $(MPI_CFLAGS) $(BLAS_CFLAGS) \
            -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror,-fopenmp -diag-suppress 177
+NVFLAGS := $(NVCOMMON) $(NVARCH)
 NVLIBS  := -lcublasLt -lcublas -lnccl -lcudart $(MPI_LIBS) $(BLAS_LIBS) -lm -lgomp
 
 HEADERS := $(wildcard *.h)
@@ -95,20 +100,20 @@ $(BUILD)/%_asan: tests/%.c $(BUILD)/obj/impl_asan.o $(HEADERS) $(TESTHDRS)
 $(BUILD)/obj/impl_cuda.o: $(BUILD)/obj/impl.c $(HEADERS)
 	$(NVCC) $(NVFLAGS) -x cu -c $< -o $@
 $(BUILD)/%_cuda.o: tests/%.c $(HEADERS) $(TESTHDRS) | $(BUILD)/obj
-	$(NVCC) $(NVFLAGS) -x cu -c $< -o $@
+	$(NVCC) $(NVCOMMON) $(NVARCH_PROG) -x cu -c $< -o $@
 $(BUILD)/%_cuda.o: tests/gpu/%.c $(HEADERS) $(TESTHDRS) | $(BUILD)/obj
 	$(NVCC) $(NVFLAGS) -x cu -c $< -o $@
 $(BUILD)/%_cuda.o: bench/%.c $(HEADERS) $(TESTHDRS) | $(BUILD)/obj
-	$(NVCC) $(NVFLAGS) -x cu -c $< -o $@
+	$(NVCC) $(NVCOMMON) $(NVARCH_PROG) -x cu -c $< -o $@
 $(BUILD)/%_cuda.o: tools/%.c $(HEADERS) | $(BUILD)/obj
-	$(NVCC) $(NVFLAGS) -x cu -c $< -o $@
+	$(NVCC) $(NVCOMMON) $(NVARCH_PROG) -x cu -c $< -o $@
 # examples/*.cu and bench/*.cu (GPU benchmarks: nvcc only) define MG_IMPLEMENTATION themselves;
 # here they skip it (MG_IMPLEMENTATION_ELSEWHERE, megatron.h) and link impl_cuda.o, so nvcc
 # compiles the kernels once, not once per program (each compile takes minutes).
 $(BUILD)/%_cuda.o: examples/%.cu $(HEADERS) | $(BUILD)/obj
-	$(NVCC) $(NVFLAGS) -DMG_IMPLEMENTATION_ELSEWHERE -c $< -o $@
+	$(NVCC) $(NVCOMMON) $(NVARCH_PROG) -DMG_IMPLEMENTATION_ELSEWHERE -c $< -o $@
 $(BUILD)/%_cuda.o: bench/%.cu $(HEADERS) | $(BUILD)/obj
-	$(NVCC) $(NVFLAGS) -DMG_IMPLEMENTATION_ELSEWHERE -c $< -o $@
+	$(NVCC) $(NVCOMMON) $(NVARCH_PROG) -DMG_IMPLEMENTATION_ELSEWHERE -c $< -o $@
 $(addprefix $(BUILD)/,$(addsuffix _cuda,$(LINKED) $(GPUTESTS) $(EXAMPLES) $(GPUBENCH))): $(BUILD)/%_cuda: $(BUILD)/%_cuda.o $(BUILD)/obj/impl_cuda.o
 	$(NVCC) $(NVARCH) $^ -o $@ $(NVLIBS)
 

@@ -855,6 +855,13 @@ MG_HD static inline float mg_rand_normal(uint64_t key, uint64_t index) {
 #define MG__OWN_SGEMM 1
 #include <immintrin.h>
 #endif
+/* The tiled attention's NN and TN tile products (6e's CPU twin) on an AVX2 kernel of its own
+   where the compiler targets AVX2 with FMA but not AVX-512 (mg__cpu_tile_mm says why).       */
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__) && !defined(__CUDACC__) && \
+    !defined(MG_CPU_OPENBLAS_SGEMM)
+#define MG__TILE_AVX2 1
+#include <immintrin.h>
+#endif
 /* The packed sgemm's blocking (6d): MR×NR micro-tile, KC k-slice, MC rows of a packed block of
    op(A), NC columns of C per block. Defined in every build: the GEMM split over threads falls
    on MR/NR multiples. A thread's area: the packed block of op(A) and one packed NR-column
@@ -2645,12 +2652,84 @@ static const float *mg__cpu_attn_rows(const mg_attn_view *v, int64_t t0, int n, 
     *ld = hd;
     return buf;
 }
-/* Row-major C[M×N] = alpha·op(A)·op(B) + beta·C of one tile (ta/tb: A or B transposed). */
+#ifdef MG__TILE_AVX2
+/* Rows i0 … i0+R of a tile product (R ≤ 6, constant where inlined) × columns j0 … j0+16 (or
+   the w < 16 left, masked when !full): 12 ymm accumulators; per k two vectors of B's row k and
+   R broadcasts of op(A)'s column k, each element one FMA chain over k in order. β = 0 never
+   reads C.                                                                                   */
+static inline __attribute__((always_inline)) void
+mg__tile_block(const int R, const int ta, const int full, int K, float alpha, const float *A,
+               int lda, const float *B, int ldb, float beta, float *C, int ldc, int i0, int j0,
+               int w) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w), lane);
+    const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w - 8), lane);
+    __m256 acc[6][2], va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+    int r, k;
+#pragma GCC unroll 6
+    for (r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+    for (k = 0; k < K; k++) {
+        const float *b = B + (size_t)k * ldb + j0;
+        __m256 b0 = full ? _mm256_loadu_ps(b) : _mm256_maskload_ps(b, m0);
+        __m256 b1 = full ? _mm256_loadu_ps(b + 8) : _mm256_maskload_ps(b + 8, m1);
+#pragma GCC unroll 6
+        for (r = 0; r < R; r++) {
+            __m256 a = _mm256_set1_ps(ta ? A[(size_t)k * lda + i0 + r] : A[(size_t)(i0 + r) * lda + k]);
+            acc[r][0] = _mm256_fmadd_ps(a, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(a, b1, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (r = 0; r < R; r++) {
+        float *c = C + (size_t)(i0 + r) * ldc + j0;
+        __m256 c0 = _mm256_mul_ps(va, acc[r][0]), c1 = _mm256_mul_ps(va, acc[r][1]);
+        if (beta != 0.0f) {
+            c0 = _mm256_fmadd_ps(vb, full ? _mm256_loadu_ps(c) : _mm256_maskload_ps(c, m0), c0);
+            c1 = _mm256_fmadd_ps(vb, full ? _mm256_loadu_ps(c + 8) : _mm256_maskload_ps(c + 8, m1), c1);
+        }
+        if (full) { _mm256_storeu_ps(c, c0); _mm256_storeu_ps(c + 8, c1); }
+        else { _mm256_maskstore_ps(c, m0, c0); _mm256_maskstore_ps(c + 8, m1, c1); }
+    }
+}
+/* One (R, ta, full) specialisation of mg__tile_block per call: R rows in the block. */
+#define MG__TILE_BLOCK(R, ta, full) mg__tile_block(R, ta, full, K, alpha, A, lda, B, ldb, beta, C, \
+                                                   ldc, i0, j0, N - j0)
+#define MG__TILE_CASES(ta, full) switch (M - i0 < 6 ? M - i0 : 6) {                              \
+    case 6: MG__TILE_BLOCK(6, ta, full); break; case 5: MG__TILE_BLOCK(5, ta, full); break;    \
+    case 4: MG__TILE_BLOCK(4, ta, full); break; case 3: MG__TILE_BLOCK(3, ta, full); break;    \
+    case 2: MG__TILE_BLOCK(2, ta, full); break; default: MG__TILE_BLOCK(1, ta, full); }
+static void mg__tile_rows(int ta, int full, int M, int N, int K, float alpha, const float *A,
+                          int lda, const float *B, int ldb, float beta, float *C, int ldc, int j0) {
+    int i0;
+    for (i0 = 0; i0 < M; i0 += 6) {
+        if (ta && full) MG__TILE_CASES(1, 1)
+        else if (ta)    MG__TILE_CASES(1, 0)
+        else if (full)  MG__TILE_CASES(0, 1)
+        else            MG__TILE_CASES(0, 0)
+    }
+}
+#undef MG__TILE_CASES
+#undef MG__TILE_BLOCK
+#endif
+/* Row-major C[M×N] = alpha·op(A)·op(B) + beta·C of one tile (ta/tb: A or B transposed).
+   OpenBLAS in general. Built for AVX2 without AVX-512, the NN and TN products run the kernel
+   above instead: OpenBLAS 0.3.21 has small-matrix kernels for AVX-512 CPUs only, and on Zen 3
+   it runs a 32×32×64 product through its general path (both operands packed, a β pass) at
+   about 3 µs, 40 GFLOP/s of the core's 99. The NT product (dPᵀ = V·dOᵀ) stays OpenBLAS's in
+   every build, for its summation order (see the section's comment above).                   */
 static void mg__cpu_tile_mm(int ta, int tb, int M, int N, int K, float alpha, const float *A,
                             int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    if (M > 0 && N > 0 && K > 0)
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                    M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (M <= 0 || N <= 0 || K <= 0) return;
+#ifdef MG__TILE_AVX2
+    if (!tb) {
+        int j0;
+        for (j0 = 0; j0 < N; j0 += 16)
+            mg__tile_rows(ta, N - j0 >= 16, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, j0);
+        return;
+    }
+#endif
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 /* Forward task (b, h, query tile qt): online softmax over the visible key tiles. The score
    tile is held transposed, St[c][i] = scale·k_c·q_i (key c, query row i), so each step of the

@@ -841,6 +841,15 @@ MG_HD static inline float mg_rand_normal(uint64_t key, uint64_t index) {
 #if defined(MG_IMPLEMENTATION) && !defined(MG_IMPLEMENTATION_ELSEWHERE)
 #ifndef MG_TENSOR_IMPLEMENTED
 #define MG_TENSOR_IMPLEMENTED
+/* `#pragma omp simd` (clauses) on a loop that gcc vectorises but clang cannot: a float max
+   reduction, the AdamW element update. clang reports such a loop as a -Wpass-failed warning
+   (an error under -Werror); without the pragma its own vectoriser does what it can.        */
+#define MG__PRAGMA(x) _Pragma(#x)
+#ifdef __clang__
+#define MG__SIMD_HINT(clauses)
+#else
+#define MG__SIMD_HINT(clauses) MG__PRAGMA(omp simd clauses)
+#endif
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -2532,7 +2541,7 @@ static void mg__cpu_causal_softmax(mg_ctx *ctx, const mg_tensor *att, int T) {
         float *p = (float *)mg__cpu_span(att, r * T, T, sc);
         int64_t n = r % T + 1, j;
         float mx = -FLT_MAX, sum = 0.0f, inv;
-        #pragma omp simd reduction(max : mx)
+        MG__SIMD_HINT(reduction(max : mx))
         for (j = 0; j < n; j++) mx = p[j] > mx ? p[j] : mx;
         #pragma omp simd reduction(+ : sum)
         for (j = 0; j < n; j++) { p[j] = mg__exp(p[j] - mx); sum += p[j]; }
@@ -3037,7 +3046,7 @@ static void mg__cpu_attn_backward(mg_ctx *ctx, const mg_attn_block *a, const mg_
 static float mg__cpu_row_max(const float *l, int64_t n) {
     float mx = -INFINITY;
     int64_t j;
-    #pragma omp simd reduction(max : mx)
+    MG__SIMD_HINT(reduction(max : mx))
     for (j = 0; j < n; j++) mx = l[j] > mx ? l[j] : mx;
     return mx;
 }
@@ -3105,7 +3114,7 @@ static void mg__cpu_xent_backward(mg_ctx *ctx, const mg_tensor *dlogits, const m
 static void mg__cpu_adamw_range(float *param, const float *grad, float *m, float *v, int64_t lo,
                                 int64_t hi, const mg__adamw_k *k, void *param16, mg_dtype dt16) {
     int64_t i;
-    #pragma omp simd
+    MG__SIMD_HINT()
     for (i = lo; i < hi; i++) param[i] = mg__adamw(param[i], grad[i], &m[i], &v[i], k);
     if (param16) mg__cpu_narrow(param16, dt16, lo, param + lo, hi - lo);
 }

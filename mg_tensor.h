@@ -2580,8 +2580,9 @@ static void mg__cpu_causal_softmax_backward(mg_ctx *ctx, const mg_tensor *datt,
    The same tiles in the same order as mg__k_attn_*: a task is one kernel block (a query tile of
    one head, or a key tile of one group); inside it, a score tile S (or P and dS) first, then the
    row updates, then the products with the value/key rows. The tile products are small
-   row-major sgemms on the calling thread (OpenBLAS runs single-threaded under our OpenMP), each
-   adding its tile's sum to the accumulator once, as the kernels add each tile's part once.
+   row-major sgemms on the calling thread (mg__cpu_tile_mm: OpenBLAS, single-threaded under our
+   OpenMP, or on AVX2 without AVX-512 a kernel of our own for NN and TN), each adding its
+   tile's sum to the accumulator once, as the kernels add each tile's part once.
    Tiles of scores are held transposed (key c, query row i at [c][i]), so that the row updates
    run down their columns, a query row per vector lane, and the products are NN or TN sgemms:
    OpenBLAS's small-matrix NT kernel runs these 32×32×64 shapes at about 2/3 of the rate of its

@@ -299,14 +299,6 @@ MGDEF void *mg_comm_stream(mg_comm *comm);
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-/* The conversions' loops: `omp simd` where the compiler vectorises them all; clang cannot
-   vectorise the fp16 one and reports it as a -Wpass-failed warning, so clang gets none (its
-   own vectoriser does what it can), as mg_tensor.h's MG__SIMD_HINT.                         */
-#if defined(_OPENMP) && !defined(__clang__)
-#define MG__COMM_SIMD _Pragma("omp simd")
-#else
-#define MG__COMM_SIMD
-#endif
 
 /* ---------------------------------------------------------------------------------------------
    Private state
@@ -1067,32 +1059,32 @@ MGDEF void mg_comm_setup_groups_cp(mg_comm *comm, mg_ctx *ctx, int t, int c, int
    ------------------------------------------------------------------------------------------ */
 /* dst[i] = src[i] / divisor for i in [lo, hi), one side fp32, the other fp32/bf16/fp16
    (16-bit -> fp32 is exact; fp32 -> 16-bit rounds to nearest even; x / 1 is exact). One loop
-   per pair, so each vectorises.                                                              */
+   per pair, so each vectorises (omp simd through mg_tensor.h's MG__SIMD_HINT, none on clang).  */
 static void mg__comm_convert_range(void *dst, mg_dtype dst_dt, const void *src, mg_dtype src_dt,
                                    int64_t lo, int64_t hi, float divisor) {
     if (src_dt == MG_F32) {
         const float *x = (const float *)src;
         if (dst_dt == MG_F32) {
             float *y = (float *)dst;
-            MG__COMM_SIMD
+            MG__SIMD_HINT()
             for (int64_t i = lo; i < hi; i++) y[i] = x[i] / divisor;
         } else if (dst_dt == MG_BF16) {
             uint16_t *y = (uint16_t *)dst;
-            MG__COMM_SIMD
+            MG__SIMD_HINT()
             for (int64_t i = lo; i < hi; i++) y[i] = mg_f32_to_bf16(x[i] / divisor);
         } else {
             uint16_t *y = (uint16_t *)dst;
-            MG__COMM_SIMD
+            MG__SIMD_HINT()
             for (int64_t i = lo; i < hi; i++) y[i] = mg_f32_to_f16(x[i] / divisor);
         }
     } else {   /* widening: divisor is 1 */
         const uint16_t *x = (const uint16_t *)src;
         float *y = (float *)dst;
         if (src_dt == MG_BF16) {
-            MG__COMM_SIMD
+            MG__SIMD_HINT()
             for (int64_t i = lo; i < hi; i++) y[i] = mg_bf16_to_f32(x[i]);
         } else {
-            MG__COMM_SIMD
+            MG__SIMD_HINT()
             for (int64_t i = lo; i < hi; i++) y[i] = mg_f16_to_f32(x[i]);
         }
     }

@@ -842,8 +842,9 @@ MG_HD static inline float mg_rand_normal(uint64_t key, uint64_t index) {
 #ifndef MG_TENSOR_IMPLEMENTED
 #define MG_TENSOR_IMPLEMENTED
 /* `#pragma omp simd` (clauses) on a loop that gcc vectorises but clang cannot: a float max
-   reduction, the AdamW element update. clang reports such a loop as a -Wpass-failed warning
-   (an error under -Werror); without the pragma its own vectoriser does what it can.        */
+   reduction, the AdamW element update, mg_comm.h's fp16 conversions. clang reports such a loop
+   as a -Wpass-failed warning (an error under -Werror); without the pragma its own vectoriser
+   does what it can.                                                                          */
 #define MG__PRAGMA(x) _Pragma(#x)
 #ifdef __clang__
 #define MG__SIMD_HINT(clauses)
@@ -3593,41 +3594,33 @@ struct mg__f_embed {
 };
 /* dwte, deterministic: the CPU twin's order — each token's rows in increasing row order, each
    add rounded to dwte's dtype — so the result is the same every run (no float atomics) and
-   bit for bit the CPU's. The rows are grouped by token with a stable sort in these kernels:
-     count   count[tok]++ for every row in the slice (integer atomics: exact);
-     scan    start = exclusive prefix sum of count (one block);
+   bit for bit the CPU's. The rows are grouped by token with a stable sort, then added:
      sort    the rows by key = their token (Vw for rows of other vocabulary shards, which sort
              last), least significant 8 bits first, each pass stable: a block of 256 rows
-             counts its digits (radix_hist: hist[digit][block]), scan turns the counts into
-             each (digit, block)'s first slot, and radix_scatter puts a row at its slot plus
-             the number of rows before it in its block with its digit. ⌈log2(Vw + 1) / 8⌉
-             passes (2 for GPT-2's 50304 rows, 3 for Llama 3's 128256); the rows of a token
-             end in increasing order, at sorted[start[tok] …];
-     add     a block per sorted slot (those past the slice's rows return) that starts a
-             token's run: thread c walks the run,
+             counts its digits (radix_hist: hist[digit][block]), a one-block exclusive scan
+             turns the counts into each (digit, block)'s first slot, and radix_scatter puts a
+             row at its slot plus the number of rows before it in its block with its digit.
+             ⌈log2(Vw + 1) / 8⌉ passes (2 for GPT-2's 50304 rows, 3 for Llama 3's 128256);
+             each token's rows end in one run of `sorted`, in increasing row order;
+     add     a block per sorted slot; the slot that starts a run of a token in the slice
+             (the first, or its predecessor's token differs) walks it: thread c,
              w = round(w + dout[row][c]) from w = dwte[tok][c].
    Cost: per pass, N row indices read and written twice and 256·N/256 counts scanned; the
    in-block ranks are 256 shared-memory compares a row. The add reads dout once (N·C·s) and
    reads and writes the touched rows of dwte once.                                          */
-static __global__ void mg__k_embed_count(int *count, const int32_t *tokens, int64_t N, int B,
-                                         int T, int t0, int64_t vocab_start, int64_t Vw) {
-    int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, tok;
-    if (r >= N) return;
-    tok = mg__embed_row_token(tokens, r, B, T, t0, vocab_start);
-    if (tok >= 0 && tok < Vw) atomicAdd(&count[tok], 1);
-}
-static __global__ void mg__k_embed_scan(int *start, const int *count, int64_t Vw) {
+/* out = the exclusive prefix sum of in[0 … n) (one block of MG__CUDA_THREADS). */
+static __global__ void mg__k_exclusive_scan(int *out, const int *in, int64_t n) {
     __shared__ int part[MG__CUDA_THREADS];
-    int64_t per = (Vw + blockDim.x - 1) / blockDim.x, v0 = threadIdx.x * per, v;
+    int64_t per = (n + blockDim.x - 1) / blockDim.x, v0 = threadIdx.x * per, v;
     int s = 0, k;
-    for (v = v0; v < v0 + per && v < Vw; v++) s += count[v];
+    for (v = v0; v < v0 + per && v < n; v++) s += in[v];
     part[threadIdx.x] = s;
     __syncthreads();
     if (threadIdx.x == 0)
         for (k = 0, s = 0; k < (int)blockDim.x; k++) { int c = part[k]; part[k] = s; s += c; }
     __syncthreads();
     s = part[threadIdx.x];
-    for (v = v0; v < v0 + per && v < Vw; v++) { start[v] = s; s += count[v]; }
+    for (v = v0; v < v0 + per && v < n; v++) { out[v] = s; s += in[v]; }
 }
 /* The sort's key digit of the row in slot i of src (src NULL: the identity, row i). */
 static __device__ int mg__embed_digit(const int *src, int64_t i, const int32_t *tokens, int B,
@@ -3667,17 +3660,19 @@ static __global__ void mg__k_embed_radix_scatter(int *dst, const int *src, const
     dst[first[(int64_t)d * gridDim.x + blockIdx.x] + rank] = row;
 }
 static __global__ void mg__k_embed_add(void *dwte, mg_dtype wd, const void *dout, mg_dtype dd,
-                                       const int *sorted, const int *start, const int *count,
-                                       const int32_t *tokens, int B, int T, int t0,
-                                       int64_t vocab_start, int64_t C, int64_t Vw) {
-    int64_t i = blockIdx.x, r, tok, c, k;
-    if (i >= (int64_t)start[Vw - 1] + count[Vw - 1]) return;   /* past the rows in the slice */
-    r = sorted[i];
-    tok = mg__embed_row_token(tokens, r, B, T, t0, vocab_start);
-    if (start[tok] != i) return;                 /* not the first row of its token's run */
+                                       const int *sorted, const int32_t *tokens, int64_t N,
+                                       int B, int T, int t0, int64_t vocab_start, int64_t C,
+                                       int64_t Vw) {
+    int64_t i = blockIdx.x, tok = mg__embed_row_token(tokens, sorted[i], B, T, t0, vocab_start);
+    int64_t end, c, k;
+    if (tok < 0 || tok >= Vw) return;            /* another shard's row: those sort last */
+    if (i > 0 && mg__embed_row_token(tokens, sorted[i - 1], B, T, t0, vocab_start) == tok)
+        return;                                  /* not the first row of its token's run */
+    for (end = i + 1; end < N && mg__embed_row_token(tokens, sorted[end], B, T, t0, vocab_start) == tok;)
+        end++;
     for (c = threadIdx.x; c < C; c += blockDim.x) {
         float w = mg_load(dwte, wd, tok * C + c);
-        for (k = i; k < i + count[tok]; k++) {   /* the CPU's order: each add rounded to wd */
+        for (k = i; k < end; k++) {              /* the CPU's order: each add rounded to wd */
             w += mg_load(dout, dd, (int64_t)sorted[k] * C + c);
             w = mg__attn_round(w, wd);
         }
@@ -5337,38 +5332,31 @@ MGDEF void mg_embedding_backward(mg_ctx *ctx, mg_tensor *dwte, mg_tensor *dwpe,
         int64_t C = mg_cols(dout);
         int64_t N = mg_rows(dout), Vw = dwte ? mg_rows(dwte) : 0;
         if (Vw > 0 && N > 0) {   /* the deterministic scatter-add (see mg__k_embed_add) */
-            size_t mark = mg_arena_mark(ctx);
-            int *count = (int *)mg_alloc(ctx, (size_t)Vw * sizeof(int));
-            int *start = (int *)mg_alloc(ctx, (size_t)Vw * sizeof(int));
-            int *sorted = (int *)mg_alloc(ctx, (size_t)N * sizeof(int));
-            int *other = (int *)mg_alloc(ctx, (size_t)N * sizeof(int));
+            size_t mark;
             unsigned rows = (unsigned)((N + MG__CUDA_THREADS - 1) / MG__CUDA_THREADS);
-            int *hist = (int *)mg_alloc(ctx, (size_t)256 * rows * sizeof(int));
-            int *first = (int *)mg_alloc(ctx, (size_t)256 * rows * sizeof(int));
-            int passes = 0, pass;
+            int *sorted, *other, *hist, *first, passes = 0, pass;
             if (N > INT32_MAX) mg_fatal(__FILE__, __LINE__, "mg_embedding_backward: %lld rows", (long long)N);
+            mark = mg_arena_mark(ctx);
+            sorted = (int *)mg_alloc(ctx, (size_t)N * sizeof(int));
+            other = (int *)mg_alloc(ctx, (size_t)N * sizeof(int));
+            hist = (int *)mg_alloc(ctx, (size_t)256 * rows * sizeof(int));
+            first = (int *)mg_alloc(ctx, (size_t)256 * rows * sizeof(int));
             while (passes < 8 && (Vw >> (8 * passes)) > 0) passes++;   /* digits of keys ≤ Vw */
-            mg_memset_zero(ctx, count, (size_t)Vw * sizeof(int));
-            MG_LAUNCH(mg__k_embed_count, rows, MG__CUDA_THREADS, 0, MG__STREAM(ctx), count, tokens,
-                      N, B, T, t0, vocab_start, Vw);
-            MG_CUDA_LAUNCH_CHECK();
-            MG_LAUNCH(mg__k_embed_scan, 1, MG__CUDA_THREADS, 0, MG__STREAM(ctx), start, count, Vw);
-            MG_CUDA_LAUNCH_CHECK();
             for (pass = 0; pass < passes; pass++) {   /* the last pass writes `sorted` */
                 int *dst = (passes - pass) % 2 ? sorted : other;
                 const int *src = pass == 0 ? NULL : dst == sorted ? other : sorted;
                 MG_LAUNCH(mg__k_embed_radix_hist, rows, MG__CUDA_THREADS, 0, MG__STREAM(ctx), hist,
                           src, tokens, N, B, T, t0, vocab_start, Vw, 8 * pass);
                 MG_CUDA_LAUNCH_CHECK();
-                MG_LAUNCH(mg__k_embed_scan, 1, MG__CUDA_THREADS, 0, MG__STREAM(ctx), first, hist,
-                          (int64_t)256 * rows);
+                MG_LAUNCH(mg__k_exclusive_scan, 1, MG__CUDA_THREADS, 0, MG__STREAM(ctx), first,
+                          hist, (int64_t)256 * rows);
                 MG_CUDA_LAUNCH_CHECK();
                 MG_LAUNCH(mg__k_embed_radix_scatter, rows, MG__CUDA_THREADS, 0, MG__STREAM(ctx), dst,
                           src, first, tokens, N, B, T, t0, vocab_start, Vw, 8 * pass);
                 MG_CUDA_LAUNCH_CHECK();
             }
             MG_LAUNCH(mg__k_embed_add, (unsigned)N, MG__CUDA_THREADS, 0, MG__STREAM(ctx), dwte->data,
-                      dwte->dtype, dout->data, dout->dtype, sorted, start, count, tokens, B, T, t0,
+                      dwte->dtype, dout->data, dout->dtype, sorted, tokens, N, B, T, t0,
                       vocab_start, C, Vw);
             MG_CUDA_LAUNCH_CHECK();
             mg_arena_release(ctx, mark);

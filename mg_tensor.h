@@ -888,7 +888,7 @@ MG_HD static inline float mg_rand_normal(uint64_t key, uint64_t index) {
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <mma.h>   /* nvcuda::wmma: the tiled attention's tensor-core kernels */
+#include <mma.h>   /* nvcuda::wmma: the 32-row tensor-core attention kernels (the emulator: also mma.sync) */
 #endif
 
 /* =============================================================================================
@@ -4307,23 +4307,24 @@ static size_t mg__attn_tc_smem(int hd) {
    probabilities, the output accumulator — in block-shared memory between __syncthreads, which
    on an H100 ran at ~5 TFLOP/s (GPT-2 124M, T = 1024: 2.7 ms per layer forward, 4.4 backward).
    These give each of the 4 warps its own 16 rows (64 query rows, or 64 keys, a block) and keep
-   the per-row work inside the warp:
-     - the block loads each 32-key tile (forward, dQ) or 32-query tile (dK/dV) once, 16-byte
-       loads where the views allow, for its 4 warps;
-     - a warp's scores go through its own 16 × 32 fp32 scratch, a lane pair per row (lanes 2r
-       and 2r + 1 take columns 4k + 2·half and the next, so a half-warp's accesses hit distinct
-       banks; the row's max is one shuffle between them), its probabilities (or dS) through its
-       own 16 × 32 16-bit tile: __syncwarp, never __syncthreads;
-     - forward: the rows' fp32 output accumulator lives in the warp's scratch; a lane pair
-       rescales its row, then WMMA adds the tile's P·V to it (loaded as the accumulator
-       fragment, as the CPU twin's acc += P·V starts from the rescaled acc); the row's sum of
-       P is taken in key order by one lane, the CPU twin's order;
-     - backward: the dQ, dK and dV accumulators stay WMMA accumulator fragments for the whole
-       kernel (they need no rescaling).
-   Per row, the math and its order are the 32-row kernels' and the CPU twin's: key tiles of
-   MG_ATTN_TILE from the block's first key, the online softmax's max, rescale and sum per tile,
-   P and dS rounded to the storage type for their products, dK/dV summed over the group's heads
-   and then the query tiles in order. Only how rows are grouped into blocks differs.
+   everything a warp computes in its registers, as FlashAttention-2 does:
+     - the block loads each 32-key tile (forward, dQ) or 32-query tile (dK/dV) once into
+       shared memory, 16-byte loads where the views allow, for its 4 warps; that, and the
+       16-bit rows the products read from it, is all the shared memory holds;
+     - the products are mma.sync m16n8k16 on register fragments (mg__mma16816 below): a
+       warp's 16 × 32 scores S (and dP) come out as 4 accumulator fragments, the softmax (or
+       dS) runs on them in place — a row's 32 values live in the 4 lanes of a quad, 8 each,
+       so its max and sum are two shuffles — and the probabilities (dS) go back into the next
+       product as A fragments without leaving the registers;
+     - forward: the rows' fp32 output accumulator is HD/8 fragments, rescaled in registers
+       before the tile's P·V adds to it; backward: dQ, or dK and dV, accumulate in fragments
+       for the whole kernel.
+   Per row, the math is the 32-row kernels' and the CPU twin's: key tiles of MG_ATTN_TILE from
+   the block's first key, the online softmax's max, rescale and sum per tile, P and dS rounded
+   to the storage type for their products, dK/dV summed over the group's heads and then the
+   query tiles in order. Two orders differ from the CPU twin's: a row's sum of P adds each
+   lane's 8 values and then the quad's 4 partial sums (not the 32 in key order), and the
+   tensor cores sum each product's 16 terms in their own order.
    Per tile pair (16 rows × 32 keys a warp): forward 4·16·32·hd FLOPs on tensor cores, the
    backward passes 8·16·32·hd each; K/V (or Q/dO) tiles read from L2 once per 64 rows.       */
 #define MG__FA_ROWS 64     /* query rows (forward, dQ) or keys (dK/dV) of a block: 4 warps × 16 */
@@ -4348,284 +4349,338 @@ __device__ static void mg__fa_load(uint16_t *dst, int ldh, const mg_attn_view v,
         }
     }
 }
-/* A warp's 16 × 32 product A·Bᵀ (A: 16 rows of hd at a, B: 32 rows of hd at bm, both 16-bit
-   rows of stride ldh in shared memory) into fp32 scratch s of stride lds. */
-template <class T, int HD>
-__device__ static void mg__fa_scores(const uint16_t *a, const uint16_t *bm, int ldh, float *s,
-                                     int lds) {
-    nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, nvcuda::wmma::row_major> fa;
-    nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, T, nvcuda::wmma::col_major> fb;
-    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> f0, f1;
-    int k;
-    nvcuda::wmma::fill_fragment(f0, 0.0f);
-    nvcuda::wmma::fill_fragment(f1, 0.0f);
+/* D[16×8] += A[16×16]·B[16×8]: one mma.sync.aligned.m16n8k16.row.col.f32 with bf16 (F16 = 0)
+   or fp16 inputs and fp32 accumulators, on the PTX ISA's register fragments ("Matrix
+   Fragments for mma.m16n8k16 with floating point type"). With fr = lane/4 and fc = 2·(lane%4),
+   and a 32-bit register holding two 16-bit elements, the lower column (or k) in its low half:
+     A (row, k):  a[0] = (fr, fc…fc+1)  a[1] = (fr+8, fc…)  a[2] = (fr, fc+8…)  a[3] = (fr+8, fc+8…)
+     B (k, n):    b[0] = (fc…fc+1, fr)  b[1] = (fc+8…fc+9, fr)
+     D (row, n):  d[0], d[1] = (fr, fc), (fr, fc+1)   d[2], d[3] = (fr+8, fc), (fr+8, fc+1)
+   So the D fragments of two adjacent n8 tiles, rounded to 16 bits in pairs, are the A fragment
+   of a product over those 16 columns (mg__fa_pack). A warp-collective operation: every lane
+   calls it. The CUDA emulator implements the instruction on these layouts
+   (tests/cuda_emu/mma.h).                                                                  */
+template <int F16>
+__device__ static __forceinline__ void mg__mma16816(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+#ifdef MG_CUDA_EMU
+    mg_emu_mma16816(d, a, b, F16);
+#else
+    if (F16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+/* Fragments from shared 16-bit rows of stride ld (even, so 32-bit loads stay aligned):
+     mg__fa_frag_a:   A = the 16 × 16 block at s, row-major (rows of Q, dO, K or V);
+     mg__fa_frag_bt:  B = the transpose of the 8 × 16 block at s: B(k, n) = s[n·ld + k]
+                      (rows of K for S = Q·Kᵀ: a lane's pair of k is one 32-bit word);
+     mg__fa_frag_b:   B = the 16 × 8 block at s: B(k, n) = s[k·ld + n] (rows of V for P·V:
+                      a lane's pair of k lies in two rows, two 16-bit loads).
+   With rows of hd + 8 elements, a quad's 4 lanes and the 8 quads hit 32 distinct banks.    */
+__device__ static __forceinline__ uint32_t mg__fa_lds32(const uint16_t *p) { return *(const uint32_t *)p; }
+__device__ static __forceinline__ void mg__fa_frag_a(uint32_t a[4], const uint16_t *s, int ld) {
+    const int fr = (threadIdx.x & 31) >> 2, fc = 2 * (threadIdx.x & 3);
+    a[0] = mg__fa_lds32(s + fr * ld + fc);
+    a[1] = mg__fa_lds32(s + (fr + 8) * ld + fc);
+    a[2] = mg__fa_lds32(s + fr * ld + fc + 8);
+    a[3] = mg__fa_lds32(s + (fr + 8) * ld + fc + 8);
+}
+__device__ static __forceinline__ void mg__fa_frag_bt(uint32_t b[2], const uint16_t *s, int ld) {
+    const int fr = (threadIdx.x & 31) >> 2, fc = 2 * (threadIdx.x & 3);
+    b[0] = mg__fa_lds32(s + fr * ld + fc);
+    b[1] = mg__fa_lds32(s + fr * ld + fc + 8);
+}
+__device__ static __forceinline__ void mg__fa_frag_b(uint32_t b[2], const uint16_t *s, int ld) {
+    const int fr = (threadIdx.x & 31) >> 2, fc = 2 * (threadIdx.x & 3);
+    b[0] = (uint32_t)s[fc * ld + fr] | (uint32_t)s[(fc + 1) * ld + fr] << 16;
+    b[1] = (uint32_t)s[(fc + 8) * ld + fr] | (uint32_t)s[(fc + 9) * ld + fr] << 16;
+}
+/* The A fragment of columns 16kk … 16kk+15 of a warp's 16 × 32 tile held as 4 D fragments
+   (p[nt] for columns 8nt …), each value rounded to the storage type dt (exact for values the
+   caller already rounded). */
+__device__ static __forceinline__ void mg__fa_pack(uint32_t a[4], float (*p)[4], int kk, mg_dtype dt) {
+    int u;
     MG__UNROLL
-    for (k = 0; k < HD; k += 16) {
-        nvcuda::wmma::load_matrix_sync(fa, (const T *)(a + k), ldh);
-        nvcuda::wmma::load_matrix_sync(fb, (const T *)(bm + k), ldh);
-        nvcuda::wmma::mma_sync(f0, fa, fb, f0);
-        nvcuda::wmma::load_matrix_sync(fb, (const T *)(bm + 16 * ldh + k), ldh);
-        nvcuda::wmma::mma_sync(f1, fa, fb, f1);
+    for (u = 0; u < 4; u++) {
+        const float *x = p[2 * kk + (u >> 1)] + 2 * (u & 1);
+        a[u] = (uint32_t)mg__attn_to16(x[0], dt) | (uint32_t)mg__attn_to16(x[1], dt) << 16;
     }
-    nvcuda::wmma::store_matrix_sync(s, f0, lds, nvcuda::wmma::mem_row_major);
-    nvcuda::wmma::store_matrix_sync(s + 16, f1, lds, nvcuda::wmma::mem_row_major);
 }
-/* acc[cb] += P·B[:, 16cb … 16cb+15] for P the warp's 16 × 32 16-bit tile (stride ldp) and B 32
-   rows of hd (stride ldh). */
-template <class T, int HD>
-__device__ static void mg__fa_accumulate(
-        nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> *acc,
-        const uint16_t *p, int ldp, const uint16_t *bm, int ldh) {
-    nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, nvcuda::wmma::row_major> fa0, fa1;
-    nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, T, nvcuda::wmma::row_major> fb;
-    int cb;
-    nvcuda::wmma::load_matrix_sync(fa0, (const T *)p, ldp);
-    nvcuda::wmma::load_matrix_sync(fa1, (const T *)(p + 16), ldp);
+/* acc[nt] += A·B[:, 8nt … 8nt+7] for nt < HD/8, A the packed 16 × 16 fragment, B 16 rows of hd
+   at s (stride ld): the products of P (or dS) with 16 rows of V, dO, K or Q. */
+template <int F16, int HD>
+__device__ static __forceinline__ void mg__fa_accumulate(float (*acc)[4], const uint32_t a[4],
+                                                const uint16_t *s, int ld) {
+    uint32_t bf[2];
+    int nt;
     MG__UNROLL
-    for (cb = 0; cb < HD / 16; cb++) {
-        nvcuda::wmma::load_matrix_sync(fb, (const T *)(bm + cb * 16), ldh);
-        nvcuda::wmma::mma_sync(acc[cb], fa0, fb, acc[cb]);
-        nvcuda::wmma::load_matrix_sync(fb, (const T *)(bm + 16 * ldh + cb * 16), ldh);
-        nvcuda::wmma::mma_sync(acc[cb], fa1, fb, acc[cb]);
+    for (nt = 0; nt < HD / 8; nt++) {
+        mg__fa_frag_b(bf, s + nt * 8, ld);
+        mg__mma16816<F16>(acc[nt], a, bf);
     }
 }
-/* Shared memory of the three kernels: 16-bit rows of HD + 8 (32-byte aligned 16-row blocks);
-   each warp's scratch: forward S (16 × 36 fp32), the accumulator (16 × (hd + 4) fp32) and P
-   (16 × 40 16-bit); backward S and dP (16 × 36 fp32 each) and P, dS (16 × 40 16-bit each);
-   at the end of the backward the block's 64 rows of Q and dO (or K and V) take the warps'
-   16 × (hd + 4) fp32 accumulators on their way out (4·16·(hd + 4)·4 ≤ 2·64·(hd + 8)·2). */
-MG_HD static inline size_t mg__fa_warp_bytes(int hd, int bwd) {
-    return bwd ? (size_t)2 * 16 * (MG_ATTN_TILE + 4) * 4 + (size_t)2 * 16 * (MG_ATTN_TILE + 8) * 2
-               : (size_t)16 * (MG_ATTN_TILE + 4) * 4 + (size_t)16 * (hd + 4) * 4 +
-                 (size_t)16 * (MG_ATTN_TILE + 8) * 2;
+/* A warp's 16 × 32 scores: s[nt] = A·Bᵀ for the 16 rows of hd at a and the 32 rows of hd at bm
+   (both stride ld), the 4 n8 tiles of 8 rows of bm each. */
+template <int F16, int HD>
+__device__ static __forceinline__ void mg__fa_scores(float (*s)[4], const uint16_t *a, const uint16_t *bm,
+                                            int ld) {
+    uint32_t af[4], bf[2];
+    int kk, nt;
+    MG__UNROLL
+    for (nt = 0; nt < MG_ATTN_TILE / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    MG__UNROLL
+    for (kk = 0; kk < HD / 16; kk++) {
+        mg__fa_frag_a(af, a + kk * 16, ld);
+        MG__UNROLL
+        for (nt = 0; nt < MG_ATTN_TILE / 8; nt++) {
+            mg__fa_frag_bt(bf, bm + nt * 8 * ld + kk * 16, ld);
+            mg__mma16816<F16>(s[nt], af, bf);
+        }
+    }
 }
+/* A warp's 16 rows of HD/8 accumulator fragments into a view, through the warp's fp32 scratch
+   (16 rows of HD + 4; the row's weight w in column HD): this lane stages rows fr and fr + 8
+   with their weights w[0], w[1], then a lane pair writes each of the n rows that exist from t0
+   (columns 4k + 2·half and the next, bank-conflict free): dst = scale·acc + w·dst, dst read
+   only where w ≠ 0. */
+template <int HD>
+__device__ static __forceinline__ void mg__fa_write_rows(float (*acc)[4], const float w[2], float *scratch,
+                                         const mg_attn_view v, int64_t t0, int n, int b, int g,
+                                         int j, float scale) {
+    enum { LDA = HD + 4 };
+    const int lane = threadIdx.x & 31, fr = lane >> 2, fc = 2 * (lane & 3);
+    const int row = lane >> 1, half = lane & 1;
+    int nt, u;
+    MG__UNROLL
+    for (nt = 0; nt < HD / 8; nt++) {
+        *(float2 *)&scratch[fr * LDA + 8 * nt + fc] = make_float2(acc[nt][0], acc[nt][1]);
+        *(float2 *)&scratch[(fr + 8) * LDA + 8 * nt + fc] = make_float2(acc[nt][2], acc[nt][3]);
+    }
+    if (fc == 0) { scratch[fr * LDA + HD] = w[0]; scratch[(fr + 8) * LDA + HD] = w[1]; }
+    __syncwarp();
+    if (row < n) {
+        int64_t off = mg__view_at(&v, t0 + row, b, g, j) + 2 * half;
+        const float *src = scratch + row * LDA + 2 * half, wr = scratch[row * LDA + HD];
+        for (u = 0; u < HD; u += 4) {   /* not unrolled: once a kernel */
+            int e;
+            for (e = u; e < u + 2; e++)
+                mg_store(v.data, v.dtype, off + e, scale * src[e] +
+                         (wr != 0.0f ? wr * mg_load(v.data, v.dtype, off + e) : 0.0f));
+        }
+    }
+    __syncwarp();                                /* read before the scratch is reused */
+}
+/* Shared memory of the three kernels: 16-bit rows of HD + 8 (the block's 64 rows and a tile's
+   two sets of 32), and for dK/dV the tile's lse and Δ. At the end the 4 warps' fp32 scratch of
+   mg__fa_write_rows, 64·(HD + 4)·4 bytes, takes the place of the rows (≤ 128·(HD + 8)·2). */
 static size_t mg__fa_smem(int hd, int kernel) {   /* 0 forward, 1 dQ, 2 dK/dV */
     size_t row = (size_t)(hd + 8) * 2;
-    size_t rows = kernel == 0 ? (MG__FA_ROWS + 2 * MG_ATTN_TILE) * row
-                : kernel == 1 ? (2 * MG__FA_ROWS + 2 * MG_ATTN_TILE) * row
-                              : (2 * MG__FA_ROWS + 2 * MG_ATTN_TILE) * row + 2 * MG_ATTN_TILE * 4;
-    return rows + 4 * mg__fa_warp_bytes(hd, kernel > 0);
+    return kernel == 0 ? (MG__FA_ROWS + 2 * MG_ATTN_TILE) * row
+         : kernel == 1 ? (2 * MG__FA_ROWS + 2 * MG_ATTN_TILE) * row
+                       : (2 * MG__FA_ROWS + 2 * MG_ATTN_TILE) * row + 2 * MG_ATTN_TILE * 4;
 }
-/* A kernel's head dim and storage type as one integer template argument, hd | (fp16 ? 1 : 0)
-   (64, 65, 128, 129), so that a launch names one concrete kernel, mg__k_fa_forward<65>. */
-template <int F16> struct mg__fa_type { typedef __nv_bfloat16 T; };
-template <> struct mg__fa_type<1> { typedef __half T; };
-/* Forward: grid (⌈Tq / 64⌉, B·n_head). Per warp: S (16 × 32 fp32, then P in fp32), the
-   output accumulator (16 × hd fp32) and P in the storage type (16 × 32). */
+/* A kernel's head dim and storage type are one integer template argument CFG = hd | (fp16 ? 1
+   : 0) (64, 65, 128, 129), so that a launch names one concrete kernel, mg__k_fa_forward<65>.
+   Forward: grid (⌈Tq / 64⌉, B·n_head). A lane holds rows fr and fr + 8 of its warp's 16:
+   their running max m and sum l, and columns 8nt + fc, + 1 of S, P and the accumulator. */
 template <int CFG>
 static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, mg__attn_drop_k dk,
         float scale, mg_attn_view o, float *lse, int merge, int vec) {
-    typedef typename mg__fa_type<CFG & 1>::T T;
-    enum { HD = CFG & ~1, TL = MG_ATTN_TILE, LDH = HD + 8, LDP = TL + 8, LDS = TL + 4,
-           LDA = HD + 4, HALF = HD / 2 };
+    enum { F16 = CFG & 1, HD = CFG & ~1, TL = MG_ATTN_TILE, LDH = HD + 8, NT = TL / 8 };
+    const mg_dtype dt = F16 ? MG_F16 : MG_BF16;
     MG__DYN_SHARED(float, sm);
     const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int b = blockIdx.y / a.n_head, h = blockIdx.y % a.n_head, g = h / per, j = h % per;
-    const int row = lane >> 1, half = lane & 1, c0 = 2 * half, i = warp * 16 + row;
+    const int fr = lane >> 2, fc = 2 * (lane & 3), i0 = warp * 16 + fr;
     const int64_t t0 = (int64_t)blockIdx.x * MG__FA_ROWS;
     const int nq = (int)(a.Tq - t0 < MG__FA_ROWS ? a.Tq - t0 : MG__FA_ROWS);
-    const int64_t qpos = a.q_pos0 + t0 + i, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
+    const int64_t qpos0 = a.q_pos0 + t0 + i0, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
     uint16_t *Qs = (uint16_t *)sm, *Ks = Qs + MG__FA_ROWS * LDH, *Vs = Ks + TL * LDH;
-    float *Sw = (float *)(Vs + TL * LDH) + warp * (mg__fa_warp_bytes(HD, 0) / 4);
-    float *Aw = Sw + 16 * LDS, *arow = Aw + row * LDA + c0;
-    uint16_t *Pw = (uint16_t *)(Aw + 16 * LDA);
-    float m = -INFINITY, l = 0.0f;
-    int nkt, wkt, kt, u;
-    for (u = 0; u < HALF; u += 2) { arow[2 * u] = 0.0f; arow[2 * u + 1] = 0.0f; }
+    float acc[HD / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    int nkt, wkt, kt, nt, r, e;
+    MG__UNROLL
+    for (nt = 0; nt < HD / 8; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
     mg__fa_load<HD>(Qs, LDH, a.q, t0, nq, MG__FA_ROWS, b, g, j, vec);
     nkt = mg__attn_key_tiles(&a, a.q_pos0 + t0 + nq - 1);
     wkt = warp * 16 < nq ? mg__attn_key_tiles(&a, a.q_pos0 + t0 + (warp * 16 + 15 < nq ? warp * 16 + 15 : nq - 1)) : 0;
     for (kt = 0; kt < nkt; kt++) {
         int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
-        int nk = (int)(a.Tk - s0 < MG_ATTN_TILE ? a.Tk - s0 : MG_ATTN_TILE), nv;
-        float s[16], mx = -INFINITY, alpha = 1.0f, sum = 0.0f;
+        int nk = (int)(a.Tk - s0 < MG_ATTN_TILE ? a.Tk - s0 : MG_ATTN_TILE), nv[2];
+        float s[NT][4], mx[2], sum[2] = {0.0f, 0.0f};
+        uint32_t pf[4];
         __syncthreads();                         /* the previous tile's K, V are consumed */
         mg__fa_load<HD>(Ks, LDH, a.k, s0, nk, TL, b, g, 0, vec);
         mg__fa_load<HD>(Vs, LDH, a.v, s0, nk, TL, b, g, 0, vec);
         __syncthreads();
         if (kt >= wkt) continue;                 /* the warp's rows see none of this tile */
-        mg__fa_scores<T, HD>(Qs + warp * 16 * LDH, Ks, LDH, Sw, LDS);
-        __syncwarp();
-        nv = i < nq ? mg__attn_visible(qpos, kpos, nk) : 0;
+        mg__fa_scores<F16, HD>(s, Qs + warp * 16 * LDH, Ks, LDH);
         MG__UNROLL
-        for (u = 0; u < 16; u += 2) {            /* the row's max over its visible keys */
-            float2 v = *(const float2 *)&Sw[row * LDS + 2 * u + c0];
-            s[u] = 2 * u + c0 < nv ? scale * v.x : -INFINITY;
-            s[u + 1] = 2 * u + c0 + 1 < nv ? scale * v.y : -INFINITY;
-            mx = fmaxf(mx, fmaxf(s[u], s[u + 1]));
-        }
-        mx = fmaxf(fmaxf(m, mx), __shfl_xor_sync(0xFFFFFFFFu, mx, 1));
-        __syncwarp();                            /* S read: the scratch takes P in fp32 */
-        MG__UNROLL
-        for (u = 0; u < 16; u += 2) {            /* P = exp(S − max); D(P) in the storage type */
-            int c = 2 * u + c0;
-            float p0 = c < nv ? mg__exp(s[u] - mx) : 0.0f, p1 = c + 1 < nv ? mg__exp(s[u + 1] - mx) : 0.0f;
-            *(float2 *)&Sw[row * LDS + c] = make_float2(p0, p1);
-            *(uint32_t *)&Pw[row * LDP + c] =
-                mg__attn_to16(c < nv ? mg__attn_drop(&dk, b, h, qpos, kpos + c, p0) : 0.0f, a.q.dtype) |
-                (uint32_t)mg__attn_to16(c + 1 < nv ? mg__attn_drop(&dk, b, h, qpos, kpos + c + 1, p1) : 0.0f,
-                                      a.q.dtype) << 16;
-        }
-        __syncwarp();
-        if (!half)                               /* the row's sum in key order, as the CPU twin */
-            for (u = 0; u < TL; u++) sum += Sw[row * LDS + u];
-        sum = __shfl_sync(0xFFFFFFFFu, sum, lane & ~1);
-        if (nv) {
-            alpha = m == -INFINITY ? 0.0f : mg__exp(m - mx);
-            l = l * alpha + sum;
-            m = mx;
-            if (alpha != 1.0f) {
+        for (r = 0; r < 2; r++) {                /* the row's max over its visible keys */
+            nv[r] = i0 + 8 * r < nq ? mg__attn_visible(qpos0 + 8 * r, kpos, nk) : 0;
+            mx[r] = -INFINITY;
+            MG__UNROLL
+            for (nt = 0; nt < NT; nt++)
                 MG__UNROLL
-                for (u = 0; u < HALF; u += 2) { arow[2 * u] *= alpha; arow[2 * u + 1] *= alpha; }
+                for (e = 0; e < 2; e++) {
+                    float *x = &s[nt][2 * r + e];
+                    *x = 8 * nt + fc + e < nv[r] ? scale * *x : -INFINITY;
+                    mx[r] = fmaxf(mx[r], *x);
+                }
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xFFFFFFFFu, mx[r], 1));
+            mx[r] = fmaxf(m[r], fmaxf(mx[r], __shfl_xor_sync(0xFFFFFFFFu, mx[r], 2)));
+        }
+        MG__UNROLL
+        for (r = 0; r < 2; r++) {                /* P = exp(S − max), summed; S takes D(P) */
+            MG__UNROLL
+            for (nt = 0; nt < NT; nt++)
+                MG__UNROLL
+                for (e = 0; e < 2; e++) {
+                    int c = 8 * nt + fc + e;
+                    float p = c < nv[r] ? mg__exp(s[nt][2 * r + e] - mx[r]) : 0.0f;
+                    sum[r] += p;
+                    s[nt][2 * r + e] = c < nv[r] ? mg__attn_drop(&dk, b, h, qpos0 + 8 * r, kpos + c, p) : 0.0f;
+                }
+            sum[r] += __shfl_xor_sync(0xFFFFFFFFu, sum[r], 1);
+            sum[r] += __shfl_xor_sync(0xFFFFFFFFu, sum[r], 2);
+            if (nv[r]) {
+                float alpha = m[r] == -INFINITY ? 0.0f : mg__exp(m[r] - mx[r]);
+                l[r] = l[r] * alpha + sum[r];
+                m[r] = mx[r];
+                if (alpha != 1.0f) {
+                    MG__UNROLL
+                    for (nt = 0; nt < HD / 8; nt++) { acc[nt][2 * r] *= alpha; acc[nt][2 * r + 1] *= alpha; }
+                }
             }
         }
-        __syncwarp();
-        {   /* acc += P·V, the accumulator read from and written back to the warp's scratch */
-            nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> pv[HD / 16];
-            int cb;
-            MG__UNROLL
-            for (cb = 0; cb < HD / 16; cb++)
-                nvcuda::wmma::load_matrix_sync(pv[cb], Aw + cb * 16, LDA, nvcuda::wmma::mem_row_major);
-            mg__fa_accumulate<T, HD>(pv, Pw, LDP, Vs, LDH);
-            MG__UNROLL
-            for (cb = 0; cb < HD / 16; cb++)
-                nvcuda::wmma::store_matrix_sync(Aw + cb * 16, pv[cb], LDA, nvcuda::wmma::mem_row_major);
+        MG__UNROLL
+        for (e = 0; e < TL / 16; e++) {          /* acc += D(P)·V, 16 keys at a time */
+            mg__fa_pack(pf, s, e, dt);
+            mg__fa_accumulate<F16, HD>(acc, pf, Vs + e * 16 * LDH, LDH);
         }
-        __syncwarp();
     }
-    {                                            /* o = acc/l, merged; lse (lane pairs) */
-        float lse_old = merge && i < nq ? lse[row0 + i] : 0.0f;
-        __syncwarp();                            /* both lanes of a pair read the old lse */
-        if (i < nq) {
-            int64_t off = mg__view_at(&o, t0 + i, b, g, j) + c0;
-            float w_new, w_old, lse_i = mg__attn_finish(m, l, merge, lse_old, &w_new, &w_old);
-            for (u = 0; u < HD; u += 4) {   /* columns 4k + c0, 4k + c0 + 1 (not unrolled: once) */
-                int e;
-                for (e = u; e < u + 2; e++)
-                    mg_store(o.data, o.dtype, off + e, arow[e] * w_new +
-                             (w_old != 0.0f ? w_old * mg_load(o.data, o.dtype, off + e) : 0.0f));
-            }
-            if (!half) lse[row0 + i] = lse_i;
+    {   /* o = acc/l, merged with the old o by its weight; lse (the quad's first lane) */
+        float lse_old[2], w_old[2];
+        MG__UNROLL
+        for (r = 0; r < 2; r++) lse_old[r] = merge && i0 + 8 * r < nq ? lse[row0 + i0 + 8 * r] : 0.0f;
+        __syncthreads();   /* every warp is done with K, V: the rows take the accumulators */
+        MG__UNROLL
+        for (r = 0; r < 2; r++) {
+            float w_new = 0.0f, lse_i = mg__attn_finish(m[r], l[r], merge, lse_old[r], &w_new, &w_old[r]);
+            MG__UNROLL
+            for (nt = 0; nt < HD / 8; nt++) { acc[nt][2 * r] *= w_new; acc[nt][2 * r + 1] *= w_new; }
+            if (fc == 0 && i0 + 8 * r < nq) lse[row0 + i0 + 8 * r] = lse_i;
         }
+        mg__fa_write_rows<HD>(acc, w_old, sm + warp * 16 * (HD + 4), o, t0 + warp * 16, nq - warp * 16,
+                              b, g, j, 1.0f);
     }
 }
-/* The warp's 16 × hd accumulator fragments into its scratch (stride ld), then each lane pair
-   writes its row: dst = scale·acc (+ dst when accumulate). n: the warp's valid rows. */
-template <int HD>
-__device__ static void mg__fa_write_rows(
-        const nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> *acc,
-        float *scratch, int ld, const mg_attn_view v, int64_t t0, int n, int b, int g, int j,
-        float scale, int accumulate) {
-    int lane = threadIdx.x & 31, row = lane >> 1, half = lane & 1, cb, u;
-    MG__UNROLL
-    for (cb = 0; cb < HD / 16; cb++)
-        nvcuda::wmma::store_matrix_sync(scratch + cb * 16, acc[cb], ld, nvcuda::wmma::mem_row_major);
-    __syncwarp();
-    if (row < n) {   /* lane pair: columns 4k + 2·half and the next, bank-conflict free */
-        int64_t off = mg__view_at(&v, t0 + row, b, g, j) + 2 * half;
-        const float *src = scratch + row * ld + 2 * half;
-        for (u = 0; u < HD; u += 4) {   /* not unrolled: once a kernel */
-            int e;
-            for (e = u; e < u + 2; e++)
-                mg_store(v.data, v.dtype, off + e, scale * src[e] +
-                         (accumulate ? mg_load(v.data, v.dtype, off + e) : 0.0f));
-        }
-    }
-    __syncwarp();                                /* read before the scratch is reused */
-}
-/* dQ: grid (⌈Tq / 64⌉, B·n_head). A lane pair per query row: dS of its 16 keys of the tile. */
+/* dQ: grid (⌈Tq / 64⌉, B·n_head). A lane holds rows fr and fr + 8 of its warp's 16 queries. */
 template <int CFG>
 static __global__ void __launch_bounds__(128) mg__k_fa_backward_dq(mg_attn_block a,
         mg__attn_drop_k dk, float scale, mg_attn_view dout, const float *lse, const float *delta,
         mg_attn_view dq, int accumulate, int vec) {
-    typedef typename mg__fa_type<CFG & 1>::T T;
-    enum { HD = CFG & ~1, TL = MG_ATTN_TILE, LDH = HD + 8, LDP = TL + 8, LDS = TL + 4, LDA = HD + 4 };
+    enum { F16 = CFG & 1, HD = CFG & ~1, TL = MG_ATTN_TILE, LDH = HD + 8, NT = TL / 8 };
+    const mg_dtype dt = F16 ? MG_F16 : MG_BF16;
     MG__DYN_SHARED(float, sm);
     const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int b = blockIdx.y / a.n_head, h = blockIdx.y % a.n_head, g = h / per, j = h % per;
-    const int row = lane >> 1, c0 = (lane & 1) * 2, i = warp * 16 + row;
+    const int fr = lane >> 2, fc = 2 * (lane & 3), i0 = warp * 16 + fr;
     const int64_t t0 = (int64_t)blockIdx.x * MG__FA_ROWS;
     const int nq = (int)(a.Tq - t0 < MG__FA_ROWS ? a.Tq - t0 : MG__FA_ROWS);
-    const int64_t qpos = a.q_pos0 + t0 + i, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
+    const int64_t qpos0 = a.q_pos0 + t0 + i0, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
     uint16_t *Qs = (uint16_t *)sm, *dOs = Qs + MG__FA_ROWS * LDH, *Ks = dOs + MG__FA_ROWS * LDH;
     uint16_t *Vs = Ks + TL * LDH;
-    float *Sw = (float *)(Vs + TL * LDH) + warp * (mg__fa_warp_bytes(HD, 1) / 4), *dPw = Sw + 16 * LDS;
-    uint16_t *dSw = (uint16_t *)(dPw + 16 * LDS);
-    const float lse_i = i < nq ? lse[row0 + i] : 0.0f, delta_i = i < nq ? delta[row0 + i] : 0.0f;
-    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc[HD / 16];
-    int nkt, wkt, kt, u;
+    float acc[HD / 8][4], lse_r[2], delta_r[2];
+    int nkt, wkt, kt, nt, r, e;
+    for (r = 0; r < 2; r++) {
+        lse_r[r] = i0 + 8 * r < nq ? lse[row0 + i0 + 8 * r] : 0.0f;
+        delta_r[r] = i0 + 8 * r < nq ? delta[row0 + i0 + 8 * r] : 0.0f;
+    }
     MG__UNROLL
-    for (u = 0; u < HD / 16; u++) nvcuda::wmma::fill_fragment(acc[u], 0.0f);
+    for (nt = 0; nt < HD / 8; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
     mg__fa_load<HD>(Qs, LDH, a.q, t0, nq, MG__FA_ROWS, b, g, j, vec);
     mg__fa_load<HD>(dOs, LDH, dout, t0, nq, MG__FA_ROWS, b, g, j, vec);
     nkt = mg__attn_key_tiles(&a, a.q_pos0 + t0 + nq - 1);
     wkt = warp * 16 < nq ? mg__attn_key_tiles(&a, a.q_pos0 + t0 + (warp * 16 + 15 < nq ? warp * 16 + 15 : nq - 1)) : 0;
     for (kt = 0; kt < nkt; kt++) {
         int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
-        int nk = (int)(a.Tk - s0 < MG_ATTN_TILE ? a.Tk - s0 : MG_ATTN_TILE), nv;
+        int nk = (int)(a.Tk - s0 < MG_ATTN_TILE ? a.Tk - s0 : MG_ATTN_TILE);
+        float s[NT][4], dp[NT][4];
+        uint32_t pf[4];
         __syncthreads();
         mg__fa_load<HD>(Ks, LDH, a.k, s0, nk, TL, b, g, 0, vec);
         mg__fa_load<HD>(Vs, LDH, a.v, s0, nk, TL, b, g, 0, vec);
         __syncthreads();
         if (kt >= wkt) continue;
-        mg__fa_scores<T, HD>(Qs + warp * 16 * LDH, Ks, LDH, Sw, LDS);
-        mg__fa_scores<T, HD>(dOs + warp * 16 * LDH, Vs, LDH, dPw, LDS);
-        __syncwarp();
-        nv = i < nq ? mg__attn_visible(qpos, kpos, nk) : 0;
+        mg__fa_scores<F16, HD>(s, Qs + warp * 16 * LDH, Ks, LDH);    /* S = Q·Kᵀ */
+        mg__fa_scores<F16, HD>(dp, dOs + warp * 16 * LDH, Vs, LDH);  /* dP = dO·Vᵀ */
         MG__UNROLL
-        for (u = 0; u < 16; u += 2) {            /* keys c, c + 1: bank-conflict free pairs */
-            int c = 2 * u + c0;
-            float2 sv = *(const float2 *)&Sw[row * LDS + c], pv = *(const float2 *)&dPw[row * LDS + c];
-            float pd, ds0 = 0.0f, ds1 = 0.0f;
-            if (c < nv)
-                ds0 = mg__attn_ds(&dk, b, h, qpos, kpos + c, scale * sv.x, pv.x, lse_i, delta_i, a.q.dtype, &pd);
-            if (c + 1 < nv)
-                ds1 = mg__attn_ds(&dk, b, h, qpos, kpos + c + 1, scale * sv.y, pv.y, lse_i, delta_i, a.q.dtype, &pd);
-            *(uint32_t *)&dSw[row * LDP + c] = mg__attn_to16(ds0, a.q.dtype) |
-                                               (uint32_t)mg__attn_to16(ds1, a.q.dtype) << 16;
+        for (r = 0; r < 2; r++) {                /* S takes dS */
+            int nv = i0 + 8 * r < nq ? mg__attn_visible(qpos0 + 8 * r, kpos, nk) : 0;
+            MG__UNROLL
+            for (nt = 0; nt < NT; nt++)
+                MG__UNROLL
+                for (e = 0; e < 2; e++) {
+                    int c = 8 * nt + fc + e;
+                    float pd, *x = &s[nt][2 * r + e];
+                    *x = c < nv ? mg__attn_ds(&dk, b, h, qpos0 + 8 * r, kpos + c, scale * *x,
+                                              dp[nt][2 * r + e], lse_r[r], delta_r[r], dt, &pd)
+                                : 0.0f;
+                }
         }
-        __syncwarp();
-        mg__fa_accumulate<T, HD>(acc, dSw, LDP, Ks, LDH);   /* dQ += dS·K */
-        __syncwarp();                            /* dS read before the next tile's lands */
+        MG__UNROLL
+        for (e = 0; e < TL / 16; e++) {          /* dQ += dS·K, 16 keys at a time */
+            mg__fa_pack(pf, s, e, dt);
+            mg__fa_accumulate<F16, HD>(acc, pf, Ks + e * 16 * LDH, LDH);
+        }
     }
-    __syncthreads();   /* Q and dO consumed: their rows take the warps' accumulators */
-    mg__fa_write_rows<HD>(acc, (float *)sm + warp * 16 * LDA, LDA, dq, t0 + warp * 16, nq - warp * 16, b, g, j, scale,
-                          accumulate);
+    {
+        const float w[2] = {accumulate ? 1.0f : 0.0f, accumulate ? 1.0f : 0.0f};
+        __syncthreads();   /* Q and dO consumed: their rows take the warps' accumulators */
+        mg__fa_write_rows<HD>(acc, w, sm + warp * 16 * (HD + 4), dq, t0 + warp * 16, nq - warp * 16,
+                              b, g, j, scale);
+    }
 }
-/* dK, dV: grid (⌈Tk / 64⌉, B·n_group). A lane pair per key: D(P)ᵀ and dSᵀ of 16 queries. */
+/* dK, dV: grid (⌈Tk / 64⌉, B·n_group). A lane holds keys fr and fr + 8 of its warp's 16, and
+   of Sᵀ, D(P)ᵀ and dSᵀ the columns (queries) 8nt + fc, + 1 of the tile. */
 template <int CFG>
 static __global__ void __launch_bounds__(128) mg__k_fa_backward_dkv(mg_attn_block a,
         mg__attn_drop_k dk, float scale, mg_attn_view dout, const float *lse, const float *delta,
         mg_attn_view dkv_k, mg_attn_view dkv_v, int accumulate, int vec) {
-    typedef typename mg__fa_type<CFG & 1>::T T;
-    enum { HD = CFG & ~1, TL = MG_ATTN_TILE, LDH = HD + 8, LDP = TL + 8, LDS = TL + 4, LDA = HD + 4 };
+    enum { F16 = CFG & 1, HD = CFG & ~1, TL = MG_ATTN_TILE, LDH = HD + 8, NT = TL / 8 };
+    const mg_dtype dt = F16 ? MG_F16 : MG_BF16;
     MG__DYN_SHARED(float, sm);
     const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int b = blockIdx.y / a.n_group, g = blockIdx.y % a.n_group;
-    const int key = lane >> 1, r0 = (lane & 1) * 2, c = warp * 16 + key;
+    const int fr = lane >> 2, fc = 2 * (lane & 3), c0 = warp * 16 + fr;
     const int64_t s0 = (int64_t)blockIdx.x * MG__FA_ROWS;
     const int nk = (int)(a.Tk - s0 < MG__FA_ROWS ? a.Tk - s0 : MG__FA_ROWS);
-    const int64_t kpos = a.k_pos0 + s0 + c;
+    const int64_t kpos0 = a.k_pos0 + s0 + c0;
     uint16_t *Ks = (uint16_t *)sm, *Vs = Ks + MG__FA_ROWS * LDH, *Qs = Vs + MG__FA_ROWS * LDH;
     uint16_t *dOs = Qs + TL * LDH;
     float *lse_s = (float *)(dOs + TL * LDH), *delta_s = lse_s + TL;
-    float *St = delta_s + TL + warp * (mg__fa_warp_bytes(HD, 1) / 4), *dPt = St + 16 * LDS;
-    uint16_t *Pt = (uint16_t *)(dPt + 16 * LDS), *dSt = Pt + 16 * LDP;
-    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> dKa[HD / 16], dVa[HD / 16];
+    float dKa[HD / 8][4], dVa[HD / 8][4];
     int nqt = (a.Tq + TL - 1) / TL, qt0 = mg__attn_first_query_tile(&a, a.k_pos0 + s0);
-    int wqt0 = mg__attn_first_query_tile(&a, a.k_pos0 + s0 + warp * 16), jh, qt, u;
+    int wqt0 = mg__attn_first_query_tile(&a, a.k_pos0 + s0 + warp * 16), jh, qt, nt, r, e;
     MG__UNROLL
-    for (u = 0; u < HD / 16; u++) {
-        nvcuda::wmma::fill_fragment(dKa[u], 0.0f);
-        nvcuda::wmma::fill_fragment(dVa[u], 0.0f);
-    }
+    for (nt = 0; nt < HD / 8; nt++)
+        for (e = 0; e < 4; e++) dKa[nt][e] = dVa[nt][e] = 0.0f;
     mg__fa_load<HD>(Ks, LDH, a.k, s0, nk, MG__FA_ROWS, b, g, 0, vec);
     mg__fa_load<HD>(Vs, LDH, a.v, s0, nk, MG__FA_ROWS, b, g, 0, vec);
     for (jh = 0; jh < per; jh++) {
         int h = g * per + jh;
         for (qt = qt0; qt < nqt; qt++) {
             int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
-            int nq = (int)(a.Tq - t0 < MG_ATTN_TILE ? a.Tq - t0 : MG_ATTN_TILE), e;
+            int nq = (int)(a.Tq - t0 < MG_ATTN_TILE ? a.Tq - t0 : MG_ATTN_TILE);
+            float st[NT][4], dpt[NT][4];
+            uint32_t pf[4];
             __syncthreads();
             mg__fa_load<HD>(Qs, LDH, a.q, t0, nq, TL, b, g, jh, vec);
             mg__fa_load<HD>(dOs, LDH, dout, t0, nq, TL, b, g, jh, vec);
@@ -4635,38 +4690,39 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dkv(mg_attn_bloc
             }
             __syncthreads();
             if (warp * 16 >= nk || qt < wqt0) continue;   /* no keys, or no query sees them */
-            mg__fa_scores<T, HD>(Ks + warp * 16 * LDH, Qs, LDH, St, LDS);    /* Sᵀ = K·Qᵀ */
-            mg__fa_scores<T, HD>(Vs + warp * 16 * LDH, dOs, LDH, dPt, LDS);  /* dPᵀ = V·dOᵀ */
-            __syncwarp();
+            mg__fa_scores<F16, HD>(st, Ks + warp * 16 * LDH, Qs, LDH);    /* Sᵀ = K·Qᵀ */
+            mg__fa_scores<F16, HD>(dpt, Vs + warp * 16 * LDH, dOs, LDH);  /* dPᵀ = V·dOᵀ */
             MG__UNROLL
-            for (u = 0; u < 16; u += 2) {        /* queries r, r + 1: bank-conflict free pairs */
-                int r = 2 * u + r0, e2;
-                float2 sv = *(const float2 *)&St[key * LDS + r], pv = *(const float2 *)&dPt[key * LDS + r];
-                float pd[2] = {0.0f, 0.0f}, ds[2] = {0.0f, 0.0f};
+            for (r = 0; r < 2; r++)              /* Sᵀ takes D(P)ᵀ, dPᵀ takes dSᵀ */
                 MG__UNROLL
-                for (e2 = 0; e2 < 2; e2++) {
-                    int64_t qpos = a.q_pos0 + t0 + r + e2;
-                    if (c < nk && r + e2 < nq && kpos <= qpos)
-                        ds[e2] = mg__attn_ds(&dk, b, h, qpos, kpos, scale * (e2 ? sv.y : sv.x),
-                                             e2 ? pv.y : pv.x, lse_s[r + e2], delta_s[r + e2],
-                                             a.q.dtype, &pd[e2]);
-                }
-                *(uint32_t *)&Pt[key * LDP + r] = mg__attn_to16(pd[0], a.q.dtype) |
-                                                  (uint32_t)mg__attn_to16(pd[1], a.q.dtype) << 16;
-                *(uint32_t *)&dSt[key * LDP + r] = mg__attn_to16(ds[0], a.q.dtype) |
-                                                   (uint32_t)mg__attn_to16(ds[1], a.q.dtype) << 16;
+                for (nt = 0; nt < NT; nt++)
+                    MG__UNROLL
+                    for (e = 0; e < 2; e++) {
+                        int q = 8 * nt + fc + e;
+                        int64_t qpos = a.q_pos0 + t0 + q, kpos = kpos0 + 8 * r;
+                        float pd = 0.0f, ds = 0.0f;
+                        if (c0 + 8 * r < nk && q < nq && kpos <= qpos)
+                            ds = mg__attn_ds(&dk, b, h, qpos, kpos, scale * st[nt][2 * r + e],
+                                             dpt[nt][2 * r + e], lse_s[q], delta_s[q], dt, &pd);
+                        st[nt][2 * r + e] = pd;
+                        dpt[nt][2 * r + e] = ds;
+                    }
+            MG__UNROLL
+            for (e = 0; e < TL / 16; e++) {      /* 16 queries at a time */
+                mg__fa_pack(pf, st, e, dt);
+                mg__fa_accumulate<F16, HD>(dVa, pf, dOs + e * 16 * LDH, LDH);   /* dV += D(P)ᵀ·dO */
+                mg__fa_pack(pf, dpt, e, dt);
+                mg__fa_accumulate<F16, HD>(dKa, pf, Qs + e * 16 * LDH, LDH);    /* dK += dSᵀ·Q */
             }
-            __syncwarp();
-            mg__fa_accumulate<T, HD>(dVa, Pt, LDP, dOs, LDH);   /* dV += D(P)ᵀ·dO */
-            mg__fa_accumulate<T, HD>(dKa, dSt, LDP, Qs, LDH);   /* dK += dSᵀ·Q */
-            __syncwarp();
         }
     }
-    __syncthreads();   /* K and V consumed: their rows take the warps' accumulators */
-    mg__fa_write_rows<HD>(dKa, (float *)sm + warp * 16 * LDA, LDA, dkv_k, s0 + warp * 16, nk - warp * 16, b, g, 0, scale,
-                          accumulate);
-    mg__fa_write_rows<HD>(dVa, (float *)sm + warp * 16 * LDA, LDA, dkv_v, s0 + warp * 16, nk - warp * 16, b, g, 0, 1.0f,
-                          accumulate);
+    {
+        const float w[2] = {accumulate ? 1.0f : 0.0f, accumulate ? 1.0f : 0.0f};
+        float *scratch = sm + warp * 16 * (HD + 4);
+        __syncthreads();   /* K and V consumed: their rows take the warps' accumulators */
+        mg__fa_write_rows<HD>(dKa, w, scratch, dkv_k, s0 + warp * 16, nk - warp * 16, b, g, 0, scale);
+        mg__fa_write_rows<HD>(dVa, w, scratch, dkv_v, s0 + warp * 16, nk - warp * 16, b, g, 0, 1.0f);
+    }
 }
 /* Δ = rowsum(dO ∘ O): a warp per row. */
 static __global__ void mg__k_attn_delta(float *delta, mg_attn_block a, mg_attn_view dout,
@@ -5895,7 +5951,7 @@ static int mg__fa_vec(const mg_attn_view *v) {
     return (uintptr_t)v->data % 16 == 0 && v->ld_t % 8 == 0 && v->ld_b % 8 == 0 &&
            v->ld_g % 8 == 0 && v->ld_h % 8 == 0;
 }
-/* LAUNCH(CFG) for the block's head dim and dtype, CFG a literal (see mg__fa_type). */
+/* LAUNCH(CFG) for the block's head dim and dtype, CFG a literal (see mg__k_fa_forward). */
 #define MG__FA_DISPATCH(LAUNCH) do { \
         switch (a->hd | (a->q.dtype == MG_F16)) { \
         case 64: LAUNCH(64); break; \

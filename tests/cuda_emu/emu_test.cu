@@ -8,6 +8,7 @@
    thread order changes an order-dependent result.                                          */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <mma.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,25 @@ __global__ void k_warp_ops(int *out) {
     out[4 * 32 + l] = (int)__ballot_sync(0xFFFFFFFFu, l % 3 == 0);
     out[5 * 32 + l] = __any_sync(0xFFFFFFFFu, l == 7) + 2 * __all_sync(0xFFFFFFFFu, l < 31);
     out[6 * 32 + l] = __syncthreads_count(l & 1);
+}
+/* mma.sync m16n8k16 (mg_emu_mma16816): each lane builds its fragments from row-major A [16][16]
+   and B [16][8] (16-bit) by the PTX ISA's formulas (g = lane/4, t = 2·(lane%4)) and writes its
+   four outputs of D = C + A·B where the formula for D puts them; C(r, n) = r − n. */
+__global__ void k_mma16816(float *out, const uint16_t *A, const uint16_t *B, int f16) {
+    int lane = threadIdx.x, g = lane / 4, t = 2 * (lane % 4), i;
+    uint32_t a[4], b[2];
+    float d[4];
+    for (i = 0; i < 4; i++) {   /* a[i]: row g (+8 for odd i), columns t, t+1 (+8 for i >= 2) */
+        int row = g + 8 * (i & 1), col = t + 8 * (i >> 1);
+        a[i] = A[row * 16 + col] | (uint32_t)A[row * 16 + col + 1] << 16;
+    }
+    for (i = 0; i < 2; i++) {   /* b[i]: rows (k) t, t+1 (+8 for i = 1), column g */
+        int k = t + 8 * i;
+        b[i] = B[k * 8 + g] | (uint32_t)B[(k + 1) * 8 + g] << 16;
+    }
+    for (i = 0; i < 4; i++) d[i] = (float)((g + 8 * (i / 2)) - (t + i % 2));
+    mg_emu_mma16816(d, a, b, f16);
+    for (i = 0; i < 4; i++) out[(g + 8 * (i / 2)) * 8 + t + i % 2] = d[i];
 }
 __global__ void k_atomics(float *sum, unsigned int *word) {
     atomicAdd(sum, 1.0f);
@@ -184,6 +204,38 @@ int main(void) {
         check(ok, "__shfl_sync/_up/_down (width 16)/_xor (width 8), ballot, any, all, "
               "__syncthreads_count", NULL);
         expect_reports("warp operations: no report", NULL, NULL, NULL);
+    }
+    for (int f16 = 0; f16 < 2; f16++) { /* mma.sync m16n8k16 on the PTX fragment layouts */
+        uint16_t ha[256], hb[128];
+        float ref[128], got[128];
+        int ok = 1;
+        for (int r = 0; r < 16; r++)
+            for (int k = 0; k < 16; k++) {   /* small integers: exact in bf16 and fp16 */
+                float x = (float)((r * 3 + k * 5) % 7 - 3);
+                ha[r * 16 + k] = f16 ? __half(x).__x : __nv_bfloat16(x).__x;
+            }
+        for (int k = 0; k < 16; k++)
+            for (int n = 0; n < 8; n++) {
+                float x = (float)((k * 2 + n * 7) % 5 - 2);
+                hb[k * 8 + n] = f16 ? __half(x).__x : __nv_bfloat16(x).__x;
+            }
+        for (int r = 0; r < 16; r++)
+            for (int n = 0; n < 8; n++) {
+                float s = (float)(r - n);
+                for (int k = 0; k < 16; k++)
+                    s += (float)((r * 3 + k * 5) % 7 - 3) * (float)((k * 2 + n * 7) % 5 - 2);
+                ref[r * 8 + n] = s;
+            }
+        uint16_t *da = (uint16_t *)dev_alloc(sizeof ha), *db = (uint16_t *)dev_alloc(sizeof hb);
+        float *dout = (float *)dev_alloc(sizeof got);
+        cudaMemcpy(da, ha, sizeof ha, cudaMemcpyHostToDevice);
+        cudaMemcpy(db, hb, sizeof hb, cudaMemcpyHostToDevice);
+        MG_LAUNCH(k_mma16816, 1, 32, 0, 0, dout, da, db, f16);
+        cudaMemcpy(got, dout, sizeof got, cudaMemcpyDeviceToHost);
+        for (int i = 0; i < 128; i++) ok &= got[i] == ref[i];
+        check(ok, f16 ? "mma.sync m16n8k16 fp16: D = C + A*B on the PTX fragment layouts"
+                      : "mma.sync m16n8k16 bf16: D = C + A*B on the PTX fragment layouts", NULL);
+        expect_reports("mma.sync m16n8k16: no report", NULL, NULL, NULL);
     }
     { /* atomics from 4 blocks of 128 */
         float zero = 0.0f, sum = 0.0f;

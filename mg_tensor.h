@@ -3250,16 +3250,21 @@ struct mg__io_dyn {
         for (int j = 0; j < V; j++) st(i + j, x[j]);
     }
 };
-/* Accessor of a tensor (NULL: a null pointer) for a compile-time accessor type. */
-template <class IO> static IO mg__io_make(const mg_tensor *t) {
+/* Accessor of storage p of dtype dt (the typed accessors know theirs), and of a tensor (NULL:
+   a null pointer), for a compile-time accessor type. */
+template <class IO> static IO mg__io_ptr(const void *p, mg_dtype dt) {
     IO io;
+    (void)dt;
     memset(&io, 0, sizeof io);
-    io.p = t ? (typename IO::T *)t->data : NULL;
+    io.p = (typename IO::T *)p;
     return io;
 }
-template <> mg__io_dyn mg__io_make<mg__io_dyn>(const mg_tensor *t) {
-    mg__io_dyn io = {t ? t->data : NULL, t ? t->dtype : MG_F32};
+template <> mg__io_dyn mg__io_ptr<mg__io_dyn>(const void *p, mg_dtype dt) {
+    mg__io_dyn io = {(void *)p, dt};
     return io;
+}
+template <class IO> static IO mg__io_make(const mg_tensor *t) {
+    return mg__io_ptr<IO>(t ? t->data : NULL, t ? t->dtype : MG_F32);
 }
 /* Elements per vector of a kernel reading/writing accessors A and B: 16 bytes of the wider. */
 template <class A, class B> struct mg__vec_of {
@@ -3473,63 +3478,88 @@ struct mg__f_broadcast_rows {
    norm's bias gradient, as mg__cpu_colsum's plain). Rows N are many (8192 tokens) and columns
    few (768): a grid of only ⌈C/32⌉ blocks each walking all rows used 24 of an H100's 132 SMs
    (173 µs at 8192 × 768 bf16). So the rows split into K chunks of R rows over a 2-D grid
-   (⌈C/32⌉ column blocks × K), K chosen for about MG__COLSUM_BLOCKS blocks in all, each
-   chunk at least MG__COLSUM_MIN_ROWS rows:
-     pass 1 (mg__k_colsum_part): block (x, k) = 32 columns × 8 row lanes; lane y walks rows
-       k·R + y, +8, … < (k+1)·R; a warp reads 32 consecutive columns of one row (coalesced:
-       64–128 bytes); the 8 lanes' sums add in lane order into part[k][c] (fp32 scratch).
+   (⌈C/(32·V)⌉ column blocks × K), K chosen for about MG__COLSUM_PARTS column blocks' worth of
+   partial sums, each chunk at least MG__COLSUM_MIN_ROWS rows:
+     pass 1 (mg__k_colsum_part): block (x, k) = 32 column lanes × 16 row lanes; a thread owns V
+       neighbouring columns (V = 4 where C and every pointer allow one vector load per row and
+       operand: 8 bytes of 16-bit storage, 16 of fp32, so a warp reads 256–512 contiguous
+       bytes of a row; else V = 1) and row lane y walks rows k·R + y, +16, … < (k+1)·R; the 16
+       lanes' sums add in lane order into part[k][c] (fp32 scratch).
      pass 2 (mg__k_colsum_finish): a thread per column adds part[0..K−1][c] in chunk order
        and adds the sum into dst (dst's dtype, fp32 or 16-bit; rounded once).
-   Fixed grid and orders for a given (N, C): deterministic, no atomics. K = 1 (few rows or
-   many columns) skips pass 2: the blocks add into dst themselves. The scratch is at most
-   2·MG__COLSUM_BLOCKS·32 floats (256 KiB: K·⌈C/32⌉ ≤ MG__COLSUM_BLOCKS), from the arena.
+   Fixed grid and orders for a given (N, C): deterministic, no atomics; V changes which thread
+   owns a column, not the order of its sum. K = 1 (few rows or many columns) skips pass 2: the
+   blocks add into dst themselves. The scratch is at most 2·MG__COLSUM_PARTS·32 floats
+   (256 KiB: K·C ≤ 32·MG__COLSUM_PARTS), from the arena. The loads are compiled per dtype
+   (src: fp32, bf16, fp16; inp or pre/dpre: src's dtype, or 16-bit beside an fp32 src), any
+   other combination through the run-time-dtype accessor.
    Cost: pass 1 reads N·C·s (src) + N·C·x + 8·N (inp, mean, rstd: the norm's variant) and
    writes 4·K·C (×2 with plain); pass 2 reads those and reads and writes C·d. N·C FLOPs
    (plain) or 5·N·C (the norm's, with plain). Bandwidth bound: at 8192 × 768 bf16 the 12.6 MB
    read is ~5 µs of an H100's HBM; the partials (≤ 256 KiB) stay in L2.                      */
-#define MG__COLSUM_BLOCKS 1024   /* ~ one full wave: 132 SMs × 8 resident blocks of 256 threads */
+#define MG__COLSUM_PARTS 1024  /* partial sums per column block of 32: K·C ≤ 32·this (scratch) */
 #define MG__COLSUM_MIN_ROWS 64   /* per chunk: below, partials and pass 2 cost more than they save */
+#define MG__COLSUM_LANES 16      /* row lanes of a block (× 32 column lanes: 512 threads) */
 /* gelu (the linear + GELU backward, mg__cuda_colsum_gelu): src is the fp32 product dout·W and
    each element becomes v = src·gelu'(pre), stored to gelu->dpre and summed (one pass instead of
    a dGELU pass writing fp32 and a sum reading it back). */
 typedef struct mg__colsum_gelu { const void *pre; mg_dtype prd; void *dpre; mg_dtype dd; } mg__colsum_gelu;
-static __global__ void __launch_bounds__(256) mg__k_colsum_part(float *part, void *dst, mg_dtype dd,
-        void *plain, mg_dtype pd, const void *src, mg_dtype sd, const void *inp, mg_dtype xd,
-        const float *mean, const float *rstd, int64_t N, int64_t C, int64_t R,
-        mg__colsum_gelu gelu) {
-    __shared__ float sw[8][33], sp[8][33];
-    int64_t c = (int64_t)blockIdx.x * 32 + threadIdx.x, K = gridDim.y, k = blockIdx.y;
+/* Pass 1 with src read through accessor IS and inp, pre and dpre through IX: V columns a
+   thread with the compiled accessors, 1 with the run-time-dtype one (launched only where C and
+   the pointers allow V). */
+template <class IO> struct mg__colsum_vec { enum { V = 4 }; };
+template <> struct mg__colsum_vec<mg__io_dyn> { enum { V = 1 }; };
+template <class IS, class IX>
+static __global__ void __launch_bounds__(32 * MG__COLSUM_LANES) mg__k_colsum_part(float *part,
+        void *dst, mg_dtype dd, void *plain, mg_dtype pd, IS src, IX inp, const float *mean,
+        const float *rstd, int64_t N, int64_t C, int64_t R, IX pre, IX dpre) {
+    enum { V = mg__colsum_vec<IS>::V };
+    __shared__ float sw[MG__COLSUM_LANES][32 * V + 1], sp[MG__COLSUM_LANES][32 * V + 1];
+    int64_t c = ((int64_t)blockIdx.x * 32 + threadIdx.x) * V, K = gridDim.y, k = blockIdx.y;
     int64_t r0 = k * R, r1 = r0 + R < N ? r0 + R : N, r;
-    float acc = 0.0f, acc1 = 0.0f;
-    if (c < C)
-        for (r = r0 + threadIdx.y; r < r1; r += 8) {
-            float v = mg_load(src, sd, r * C + c);
-            if (gelu.pre) {
-                v *= mg__gelu_grad(mg_load(gelu.pre, gelu.prd, r * C + c));
-                mg_store(gelu.dpre, gelu.dd, r * C + c, v);
+    float acc[V], acc1[V];
+    int j;
+    for (j = 0; j < V; j++) acc[j] = acc1[j] = 0.0f;
+    if (c < C)   /* with V > 1, C is a multiple of V: the thread's V columns all exist */
+        for (r = r0 + threadIdx.y; r < r1; r += MG__COLSUM_LANES) {
+            float v[V], x[V];
+            src.template ldv<V>(r * C + c, v);
+            if (pre.p) {
+                pre.template ldv<V>(r * C + c, x);
+                for (j = 0; j < V; j++) v[j] *= mg__gelu_grad(x[j]);
+                dpre.template stv<V>(r * C + c, v);
             }
-            if (inp) {
-                acc += v * ((mg_load(inp, xd, r * C + c) - mean[r]) * rstd[r]);
-                acc1 += v;
+            if (inp.p) {
+                inp.template ldv<V>(r * C + c, x);
+                for (j = 0; j < V; j++) {
+                    acc[j] += v[j] * ((x[j] - mean[r]) * rstd[r]);
+                    acc1[j] += v[j];
+                }
             } else {
-                acc += v;
+                for (j = 0; j < V; j++) acc[j] += v[j];
             }
         }
-    sw[threadIdx.y][threadIdx.x] = acc;
-    sp[threadIdx.y][threadIdx.x] = acc1;
-    __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
-        float s = 0.0f, s1 = 0.0f;
-        int y;
-        for (y = 0; y < 8; y++) { s += sw[y][threadIdx.x]; s1 += sp[y][threadIdx.x]; }
-        if (part) {
-            part[k * C + c] = s;
-            if (inp && plain) part[(K + k) * C + c] = s1;
-        } else {
-            mg_store(dst, dd, c, mg_load(dst, dd, c) + s);
-            if (inp && plain) mg_store(plain, pd, c, mg_load(plain, pd, c) + s1);
-        }
+    for (j = 0; j < V; j++) {
+        sw[threadIdx.y][threadIdx.x * V + j] = acc[j];
+        sp[threadIdx.y][threadIdx.x * V + j] = acc1[j];
     }
+    __syncthreads();
+    if (threadIdx.y == 0)
+        for (j = 0; j < V && c + j < C; j++) {
+            float s = 0.0f, s1 = 0.0f;
+            int y;
+            for (y = 0; y < MG__COLSUM_LANES; y++) {
+                s += sw[y][threadIdx.x * V + j];
+                s1 += sp[y][threadIdx.x * V + j];
+            }
+            if (part) {
+                part[k * C + c + j] = s;
+                if (inp.p && plain) part[(K + k) * C + c + j] = s1;
+            } else {
+                mg_store(dst, dd, c + j, mg_load(dst, dd, c + j) + s);
+                if (inp.p && plain) mg_store(plain, pd, c + j, mg_load(plain, pd, c + j) + s1);
+            }
+        }
 }
 static __global__ void mg__k_colsum_finish(void *dst, mg_dtype dd, void *plain, mg_dtype pd,
                                            const float *part, int64_t K, int64_t C) {
@@ -3543,24 +3573,54 @@ static __global__ void mg__k_colsum_finish(void *dst, mg_dtype dd, void *plain, 
         mg_store(plain, pd, c, mg_load(plain, pd, c) + s1);
     }
 }
+/* Pass 1's launch for accessors IS, IX. */
+template <class IS, class IX>
+static void mg__colsum_part_launch(mg_ctx *ctx, dim3 grid, float *part, const mg_tensor *dst,
+                                   const mg_tensor *plain, const mg_tensor *src,
+                                   const mg_tensor *inp, const float *mean, const float *rstd,
+                                   int64_t N, int64_t C, int64_t R, mg__colsum_gelu gelu) {
+    MG_LAUNCH(mg__k_colsum_part, grid, dim3(32, MG__COLSUM_LANES), 0, MG__STREAM(ctx),
+              part, dst->data, dst->dtype, plain ? plain->data : NULL,
+              plain ? plain->dtype : MG_F32, mg__io_make<IS>(src), mg__io_make<IX>(inp), mean,
+              rstd, N, C, R, mg__io_ptr<IX>(gelu.pre, gelu.prd), mg__io_ptr<IX>(gelu.dpre, gelu.dd));
+}
 /* plain (dbias beside the norm's dweight) is read only with inp. */
 static void mg__cuda_colsum_gelu(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *src,
                                  const mg_tensor *inp, const float *mean, const float *rstd,
                                  const mg_tensor *plain, mg__colsum_gelu gelu) {
-    int64_t N = mg_rows(src), C = mg_cols(src), cb = (C + 31) / 32, want, R, K;
+    const mg_dtype sd = src->dtype;
+    /* inp, pre and dpre share one dtype xd for the compiled loads (none: src's) */
+    const mg_dtype xd = inp ? inp->dtype : gelu.pre ? gelu.prd : sd;
+    const int xs = (int)mg_dtype_size(xd), ss = (int)mg_dtype_size(sd);
+    int64_t N = mg_rows(src), C = mg_cols(src), cb, want, R, K;
+    int typed = (sd == xd || (sd == MG_F32 && xd != MG_F32)) && (!gelu.pre || gelu.dd == xd) &&
+                C % 4 == 0 && mg__vec_ok(src->data, 4, ss) && mg__vec_ok(inp ? inp->data : NULL, 4, xs) &&
+                mg__vec_ok(gelu.pre, 4, xs) && mg__vec_ok(gelu.dpre, 4, xs);
     size_t mark = mg_arena_mark(ctx);
     float *part = NULL;
+    dim3 grid;
     if (C == 0 || N == 0) return;
     if (!inp) plain = NULL;
-    want = cb < MG__COLSUM_BLOCKS ? MG__COLSUM_BLOCKS / cb : 1;   /* chunks */
+    cb = (C + 32 * (typed ? 4 : 1) - 1) / (32 * (typed ? 4 : 1));
+    want = 32 * MG__COLSUM_PARTS / C;   /* chunks */
+    if (want < 1) want = 1;
     R = (N + want - 1) / want;
     if (R < MG__COLSUM_MIN_ROWS) R = MG__COLSUM_MIN_ROWS;
     K = (N + R - 1) / R;
     if (K > 1) part = (float *)mg_alloc(ctx, (size_t)(plain ? 2 : 1) * (size_t)(K * C) * sizeof(float));
-    MG_LAUNCH(mg__k_colsum_part, dim3((unsigned)cb, (unsigned)K), dim3(32, 8), 0, MG__STREAM(ctx),
-        part, dst->data, dst->dtype, plain ? plain->data : NULL, plain ? plain->dtype : MG_F32,
-        src->data, src->dtype, inp ? inp->data : NULL, inp ? inp->dtype : MG_F32, mean, rstd,
-        N, C, R, gelu);
+    grid = dim3((unsigned)cb, (unsigned)K);
+    if (!typed)
+        mg__colsum_part_launch<mg__io_dyn, mg__io_dyn>(ctx, grid, part, dst, plain, src, inp, mean, rstd, N, C, R, gelu);
+    else if (sd == MG_F32 && xd == MG_BF16)
+        mg__colsum_part_launch<mg__io_f32, mg__io_bf16>(ctx, grid, part, dst, plain, src, inp, mean, rstd, N, C, R, gelu);
+    else if (sd == MG_F32 && xd == MG_F16)
+        mg__colsum_part_launch<mg__io_f32, mg__io_f16>(ctx, grid, part, dst, plain, src, inp, mean, rstd, N, C, R, gelu);
+    else if (sd == MG_BF16)
+        mg__colsum_part_launch<mg__io_bf16, mg__io_bf16>(ctx, grid, part, dst, plain, src, inp, mean, rstd, N, C, R, gelu);
+    else if (sd == MG_F16)
+        mg__colsum_part_launch<mg__io_f16, mg__io_f16>(ctx, grid, part, dst, plain, src, inp, mean, rstd, N, C, R, gelu);
+    else
+        mg__colsum_part_launch<mg__io_f32, mg__io_f32>(ctx, grid, part, dst, plain, src, inp, mean, rstd, N, C, R, gelu);
     MG_CUDA_LAUNCH_CHECK();
     if (part) {
         MG_LAUNCH(mg__k_colsum_finish, (unsigned)((C + MG__CUDA_THREADS - 1) / MG__CUDA_THREADS),

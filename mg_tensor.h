@@ -3271,7 +3271,7 @@ template <class A, class B> struct mg__vec_of {
     enum { V = 16 / ((int)A::BYTES > (int)B::BYTES ? (int)A::BYTES : (int)B::BYTES) };
 };
 /* p may be vector-accessed with V elements of `bytes` each (NULL: no constraint). */
-static int mg__vec_ok(const void *p, int V, int bytes) {
+MG_HD static inline int mg__vec_ok(const void *p, int V, int bytes) {
     return !p || (uintptr_t)p % (uintptr_t)(V * bytes) == 0;
 }
 
@@ -4961,52 +4961,88 @@ static size_t mg__attn_smem(int hd, int rows, int score_tiles) {
 /* --- cross-entropy: one block per row -------------------------------------------------------
    Over N rows of Vs logits of e bytes: max reads e·N·Vs bytes (1 compare each); Σexp and the
    target logit read them once more, ~3 FLOPs each (one pass with local_max: the same read);
-   backward reads e_l·N·Vs and writes e_d·N·Vs bytes, ~5 FLOPs each. Bandwidth-bound.    */
-static __global__ void mg__k_xent_max(float *rowmax, const void *logits, mg_dtype dt, int64_t Vs,
-                               int64_t nreal) {
-    int64_t base = blockIdx.x * Vs, j;
+   backward reads e_l·N·Vs and writes e_d·N·Vs bytes, ~5 FLOPs each. Bandwidth-bound.
+   The loads are compiled per dtype (IL: the logits' accessor; ID: dlogits'), and where Vs and
+   the pointers allow, a thread takes 4 neighbouring columns as one vector (16 bytes of fp32
+   logits): thread t the columns 4t … 4t+3, then 4(t + blockDim) …; else a column at a time,
+   j ≡ t (mod blockDim). mg__xent_cols walks a thread's columns below n in that order.     */
+template <class IO, class F>
+__device__ static void mg__xent_cols(IO x, int64_t base, int64_t n, int vec, F f) {
+    int64_t j = vec ? 4 * (int64_t)threadIdx.x : threadIdx.x, step = vec ? 4 * (int64_t)blockDim.x : blockDim.x;
+    for (; j < n; j += step) {
+        if (vec && j + 4 <= n) {
+            float v[4];
+            int e;
+            x.template ldv<4>(base + j, v);
+            for (e = 0; e < 4; e++) f(j + e, v[e]);
+        } else {
+            int e;
+            for (e = 0; e < (vec ? 4 : 1) && j + e < n; e++) f(j + e, x.ld(base + j + e));
+        }
+    }
+}
+template <class IL>
+static __global__ void mg__k_xent_max(float *rowmax, IL logits, int64_t Vs, int64_t nreal, int vec) {
     float mx = -INFINITY;
-    for (j = threadIdx.x; j < nreal; j += blockDim.x) mx = fmaxf(mx, mg_load(logits, dt, base + j));
+    mg__xent_cols(logits, blockIdx.x * Vs, nreal, vec, [&](int64_t, float x) { mx = fmaxf(mx, x); });
     mx = mg__block_max(mx);
     if (threadIdx.x == 0) rowmax[blockIdx.x] = mx;
 }
 /* rowmax given (the merged max): Σexp and the target logit. local_max: one pass — each thread
-   a running (max, Σ) over its columns j ≡ threadIdx.x (mod blockDim.x), then the block's max
-   M (written to rowmax) and Σ of the threads' sums moved to M (mg_xent_partial).         */
-static __global__ void mg__k_xent_sumexp(float *sumexp, float *tlogit, const void *logits, mg_dtype dt,
-                                  const int32_t *targets, float *rowmax, int64_t Vs,
-                                  int64_t nreal, int64_t vocab_start, int local_max) {
-    int64_t base = blockIdx.x * Vs, j, tgt = (int64_t)targets[blockIdx.x] - vocab_start;
+   a running (max, Σ) over its columns, then the block's max M (written to rowmax) and Σ of
+   the threads' sums moved to M (mg_xent_partial).                                          */
+template <class IL>
+static __global__ void mg__k_xent_sumexp(float *sumexp, float *tlogit, IL logits,
+                                         const int32_t *targets, float *rowmax, int64_t Vs,
+                                         int64_t nreal, int64_t vocab_start, int local_max,
+                                         int vec) {
+    int64_t base = blockIdx.x * Vs, tgt = (int64_t)targets[blockIdx.x] - vocab_start;
     float mx = local_max ? -INFINITY : rowmax[blockIdx.x], s = 0.0f;
     if (local_max) {
         float M;
-        for (j = threadIdx.x; j < nreal; j += blockDim.x)
-            mg__xent_online(&mx, &s, mg_load(logits, dt, base + j));
+        mg__xent_cols(logits, base, nreal, vec, [&](int64_t, float x) { mg__xent_online(&mx, &s, x); });
         M = mg__block_max(mx);
         s = mg__xent_rescale(s, mx, M);
         mx = M;
     } else {
-        for (j = threadIdx.x; j < nreal; j += blockDim.x) s += mg__exp(mg_load(logits, dt, base + j) - mx);
+        mg__xent_cols(logits, base, nreal, vec, [&](int64_t, float x) { s += mg__exp(x - mx); });
     }
     s = mg__block_sum(s);
     if (threadIdx.x == 0) {
         if (local_max) rowmax[blockIdx.x] = mx;
         sumexp[blockIdx.x] = s;
-        tlogit[blockIdx.x] = (tgt >= 0 && tgt < nreal) ? mg_load(logits, dt, base + tgt) : 0.0f;
+        tlogit[blockIdx.x] = (tgt >= 0 && tgt < nreal) ? logits.ld(base + tgt) : 0.0f;
     }
 }
-static __global__ void mg__k_xent_backward(void *dlogits, mg_dtype dd, const void *logits, mg_dtype ld,
-                                    const int32_t *targets, const float *rowmax,
-                                    const float *sumexp, float dloss, const float *dloss_at,
-                                    int64_t Vs, int64_t nreal, int64_t vocab_start) {
-    int64_t base = blockIdx.x * Vs, j, tgt = (int64_t)targets[blockIdx.x] - vocab_start;
+template <class ID, class IL>
+static __global__ void mg__k_xent_backward(ID dlogits, IL logits, const int32_t *targets,
+                                           const float *rowmax, const float *sumexp, float dloss,
+                                           const float *dloss_at, int64_t Vs, int64_t nreal,
+                                           int64_t vocab_start, int vec) {
+    int64_t base = blockIdx.x * Vs, tgt = (int64_t)targets[blockIdx.x] - vocab_start, j;
     float mx = rowmax[blockIdx.x], se = sumexp[blockIdx.x];
     if (dloss_at) dloss = *dloss_at;
-    for (j = threadIdx.x; j < Vs; j += blockDim.x)
-        mg_store(dlogits, dd, base + j,
-                 j < nreal ? mg__xent_dlogit(mg_load(logits, ld, base + j), mx, se, (float)(j == tgt), dloss)
-                           : 0.0f);
+    for (j = vec ? 4 * (int64_t)threadIdx.x : threadIdx.x; j < Vs; j += vec ? 4 * (int64_t)blockDim.x : blockDim.x) {
+        float v[4];
+        int e, w = vec ? 4 : 1;
+        if (vec) logits.template ldv<4>(base + j, v);   /* Vs is a multiple of 4 */
+        else v[0] = logits.ld(base + j);
+        for (e = 0; e < w; e++)
+            v[e] = j + e < nreal ? mg__xent_dlogit(v[e], mx, se, (float)(j + e == tgt), dloss) : 0.0f;
+        if (vec) dlogits.template stv<4>(base + j, v);
+        else dlogits.st(base + j, v[0]);
+    }
 }
+/* LAUNCH(IL, vec) with IL the logits' compiled accessor (or the run-time one) and vec whether
+   the rows go 4 columns at a time (Vs a multiple of 4, the pointers aligned to 4 values). */
+#define MG__XENT_DISPATCH(logits, LAUNCH) do { \
+        mg_dtype ldt_ = (logits)->dtype; \
+        int vec_ = mg_cols(logits) % 4 == 0 && mg__vec_ok((logits)->data, 4, (int)mg_dtype_size(ldt_)); \
+        if (ldt_ == MG_F32) LAUNCH(mg__io_f32, vec_); \
+        else if (ldt_ == MG_BF16) LAUNCH(mg__io_bf16, vec_); \
+        else if (ldt_ == MG_F16) LAUNCH(mg__io_f16, vec_); \
+        else LAUNCH(mg__io_dyn, 0); \
+    } while (0)
 struct mg__f_xent_loss {
     float *losses; const float *rowmax, *sumexp, *tlogit;
     __device__ void operator()(int64_t i) const {
@@ -5051,44 +5087,72 @@ static __global__ void mg__k_sum_into(double *total, const T *x, int64_t n, int 
     if (threadIdx.x == 0) *total = accumulate ? *total + s : s;
 }
 /* Fused AdamW over the table's pieces laid end to end. Block b takes the tiles b, b + grid, …
-   of MG__ADAMW_TILE indices; its threads find the tile's first piece by binary search over
-   begin (the same answer in every thread: no shared memory, no barrier) and step from piece
-   to piece as their indices pass a piece's end; a piece's constants (the decay factor) are
-   made when a thread enters it. Per element: reads param, grad, m, v (16 bytes), writes
-   param, m, v (+ the 16-bit copy): 12–14 bytes, ~20 flops — bandwidth-bound. skip: the
-   whole grid returns before touching anything.                                              */
+   of MG__ADAMW_TILE indices, a thread 4 neighbouring indices of a tile; its threads find their
+   first piece by binary search over begin (no shared memory, no barrier), and a piece's
+   constants (the decay factor) are made when a thread enters it. Where the 4 indices lie in
+   one piece and its arrays are aligned to them, param, grad, m and v move as 128-bit vectors
+   and the 16-bit copy as one 64-bit store (through IO16, the copy's accessor compiled for its
+   dtype: bf16, fp16, or the run-time-dtype one for any other); else element by element,
+   stepping from piece to piece. Every element's update is the same mg__adamw either way.
+   Per element: reads param, grad, m, v (16 bytes), writes param, m, v (+ the 16-bit copy):
+   12–14 bytes, ~20 flops — bandwidth-bound. skip: the whole grid returns before touching
+   anything.                                                                                 */
 #define MG__ADAMW_TILE (4 * MG__CUDA_THREADS)
+template <class IO16>
 static __global__ void mg__k_adamw_multi(const mg_adamw_piece *table, int n_pieces,
                                          int64_t total, float beta1, float beta2, float eps,
-                                         mg_dtype dt16, const mg_adamw_args *args) {
+                                         IO16 io16, const mg_adamw_args *args) {
     mg_adamw_args a = *args;
     int64_t t0;
     if (a.skip) return;
     for (t0 = (int64_t)blockIdx.x * MG__ADAMW_TILE; t0 < total;
          t0 += (int64_t)gridDim.x * MG__ADAMW_TILE) {
-        int64_t i = t0 + threadIdx.x, end = t0 + MG__ADAMW_TILE < total ? t0 + MG__ADAMW_TILE : total;
-        int lo = 0, hi = n_pieces - 1, c;
+        int64_t i = t0 + 4 * threadIdx.x, end = t0 + MG__ADAMW_TILE < total ? t0 + MG__ADAMW_TILE : total;
+        int lo = 0, hi = n_pieces - 1, c, e;
+        const mg_adamw_piece *p;
         mg__adamw_k k;
+        int64_t j;
+        IO16 o = io16;
         if (i >= end) continue;
         while (lo < hi) {   /* the last piece with begin <= i */
             int mid = (lo + hi + 1) / 2;
             if (table[mid].begin <= i) lo = mid; else hi = mid - 1;
         }
         c = lo;
-        k = mg__adamw_k_of(&a, beta1, beta2, eps, table[c].weight_decay);
-        for (; i < end; i += blockDim.x) {
-            const mg_adamw_piece *p;
-            int64_t j;
+        p = &table[c];
+        j = i - p->begin;
+        k = mg__adamw_k_of(&a, beta1, beta2, eps, p->weight_decay);
+        o.p = (decltype(o.p))p->param16;
+        if (i + 4 <= end && j + 4 <= p->n && mg__vec_ok(p->param + j, 4, 4) &&
+            mg__vec_ok(p->grad + j, 4, 4) && mg__vec_ok(p->m + j, 4, 4) &&
+            mg__vec_ok(p->v + j, 4, 4) &&
+            (IO16::BYTES == 16 || mg__vec_ok((const char *)p->param16 + j * IO16::BYTES, 4, IO16::BYTES))) {
+            float4 w = *(const float4 *)(p->param + j), g = *(const float4 *)(p->grad + j);
+            float4 m = *(const float4 *)(p->m + j), v = *(const float4 *)(p->v + j);
+            float wv[4];
+            w.x = mg__adamw(w.x, g.x, &m.x, &v.x, &k);
+            w.y = mg__adamw(w.y, g.y, &m.y, &v.y, &k);
+            w.z = mg__adamw(w.z, g.z, &m.z, &v.z, &k);
+            w.w = mg__adamw(w.w, g.w, &m.w, &v.w, &k);
+            *(float4 *)(p->param + j) = w;
+            *(float4 *)(p->m + j) = m;
+            *(float4 *)(p->v + j) = v;
+            wv[0] = w.x; wv[1] = w.y; wv[2] = w.z; wv[3] = w.w;
+            if (o.p) o.template stv<4>(j, wv);
+            continue;
+        }
+        for (e = 0; e < 4 && i + e < end; e++) {
             float w;
-            if (i >= table[c].begin + table[c].n) {
-                while (i >= table[c].begin + table[c].n) c++;
-                k = mg__adamw_k_of(&a, beta1, beta2, eps, table[c].weight_decay);
+            if (i + e >= table[c].begin + table[c].n) {
+                while (i + e >= table[c].begin + table[c].n) c++;
+                p = &table[c];
+                k = mg__adamw_k_of(&a, beta1, beta2, eps, p->weight_decay);
+                o.p = (decltype(o.p))p->param16;
             }
-            p = &table[c];
-            j = i - p->begin;
+            j = i + e - p->begin;
             w = mg__adamw(p->param[j], p->grad[j], &p->m[j], &p->v[j], &k);
             p->param[j] = w;
-            if (p->param16) mg_store(p->param16, dt16, j, w);
+            if (o.p) o.st(j, w);
         }
     }
 }
@@ -6377,9 +6441,11 @@ MGDEF void mg_xent_max(mg_ctx *ctx, float *rowmax, const mg_tensor *logits,
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         if (mg_rows(logits) == 0) return;
-        MG_LAUNCH(mg__k_xent_max, mg__cuda_row_grid(mg_rows(logits)), MG__CUDA_THREADS, 0,
-                  MG__STREAM(ctx),
-            rowmax, logits->data, logits->dtype, mg_cols(logits), nreal);
+#define MG__XENT_MAX(IL, vec) MG_LAUNCH(mg__k_xent_max, mg__cuda_row_grid(mg_rows(logits)), \
+                                       MG__CUDA_THREADS, 0, MG__STREAM(ctx), rowmax, \
+                                       mg__io_make<IL>(logits), mg_cols(logits), nreal, vec)
+        MG__XENT_DISPATCH(logits, MG__XENT_MAX);
+#undef MG__XENT_MAX
         MG_CUDA_LAUNCH_CHECK();
         return;
     }
@@ -6393,10 +6459,12 @@ static void mg__xent_stats(mg_ctx *ctx, const char *op, float *sumexp, float *tl
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         if (mg_rows(logits) == 0) return;
-        MG_LAUNCH(mg__k_xent_sumexp, mg__cuda_row_grid(mg_rows(logits)), MG__CUDA_THREADS, 0,
-                  MG__STREAM(ctx),
-            sumexp, tlogit, logits->data, logits->dtype, targets, rowmax, mg_cols(logits), nreal,
-            vocab_start, local_max);
+#define MG__XENT_SUMEXP(IL, vec) MG_LAUNCH(mg__k_xent_sumexp, mg__cuda_row_grid(mg_rows(logits)), \
+                                          MG__CUDA_THREADS, 0, MG__STREAM(ctx), sumexp, tlogit, \
+                                          mg__io_make<IL>(logits), targets, rowmax, \
+                                          mg_cols(logits), nreal, vocab_start, local_max, vec)
+        MG__XENT_DISPATCH(logits, MG__XENT_SUMEXP);
+#undef MG__XENT_SUMEXP
         MG_CUDA_LAUNCH_CHECK();
         return;
     }
@@ -6452,10 +6520,23 @@ static void mg__xent_backward(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         if (mg_rows(logits) == 0) return;
-        MG_LAUNCH(mg__k_xent_backward, mg__cuda_row_grid(mg_rows(logits)), MG__CUDA_THREADS, 0,
-                  MG__STREAM(ctx),
-            dlogits->data, dlogits->dtype, logits->data, logits->dtype, targets, rowmax, sumexp,
-            dloss, dloss_at, mg_cols(logits), nreal, vocab_start);
+        /* dlogits compiled for the logits' dtype, or 16-bit beside fp32 logits; else both
+           through the run-time accessor */
+#define MG__XENT_BWD(ID, IL, vec) MG_LAUNCH(mg__k_xent_backward, mg__cuda_row_grid(mg_rows(logits)), \
+                                            MG__CUDA_THREADS, 0, MG__STREAM(ctx), \
+                                            mg__io_make<ID>(dlogits), mg__io_make<IL>(logits), targets, \
+                                            rowmax, sumexp, dloss, dloss_at, mg_cols(logits), nreal, \
+                                            vocab_start, vec)
+        mg_dtype ld = logits->dtype, dd = dlogits->dtype;
+        int vec = mg_cols(logits) % 4 == 0 && mg__vec_ok(logits->data, 4, (int)mg_dtype_size(ld)) &&
+                  mg__vec_ok(dlogits->data, 4, (int)mg_dtype_size(dd));
+        if (ld == MG_F32 && dd == MG_F32) MG__XENT_BWD(mg__io_f32, mg__io_f32, vec);
+        else if (ld == MG_F32 && dd == MG_BF16) MG__XENT_BWD(mg__io_bf16, mg__io_f32, vec);
+        else if (ld == MG_F32 && dd == MG_F16) MG__XENT_BWD(mg__io_f16, mg__io_f32, vec);
+        else if (ld == MG_BF16 && dd == MG_BF16) MG__XENT_BWD(mg__io_bf16, mg__io_bf16, vec);
+        else if (ld == MG_F16 && dd == MG_F16) MG__XENT_BWD(mg__io_f16, mg__io_f16, vec);
+        else MG__XENT_BWD(mg__io_dyn, mg__io_dyn, 0);
+#undef MG__XENT_BWD
         MG_CUDA_LAUNCH_CHECK();
         return;
     }
@@ -6598,8 +6679,15 @@ MGDEF void mg_adamw_multi(mg_ctx *ctx, const mg_adamw_piece *table, int n_pieces
     if (mg__is_cuda(ctx)) {
         int64_t blocks = (total + MG__ADAMW_TILE - 1) / MG__ADAMW_TILE;
         if (blocks > 65536) blocks = 65536;
-        MG_LAUNCH(mg__k_adamw_multi, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx),
-                  table, n_pieces, total, beta1, beta2, eps, dt16, args);
+        if (dt16 == MG_BF16)
+            MG_LAUNCH(mg__k_adamw_multi, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx),
+                      table, n_pieces, total, beta1, beta2, eps, mg__io_ptr<mg__io_bf16>(NULL, dt16), args);
+        else if (dt16 == MG_F16)
+            MG_LAUNCH(mg__k_adamw_multi, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx),
+                      table, n_pieces, total, beta1, beta2, eps, mg__io_ptr<mg__io_f16>(NULL, dt16), args);
+        else
+            MG_LAUNCH(mg__k_adamw_multi, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx),
+                      table, n_pieces, total, beta1, beta2, eps, mg__io_ptr<mg__io_dyn>(NULL, dt16), args);
         MG_CUDA_LAUNCH_CHECK();
         return;
     }

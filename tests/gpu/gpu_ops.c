@@ -613,6 +613,29 @@ static int op_xent(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     OUT(mx); OUT(se); OUT(tl); OUT(loss); OUT(dl[0]); OUT(dl[1]);
     return nout;
 }
+/* Cross-entropy rows the CUDA kernels cannot read 4 columns at a time: 511 columns (501 real)
+   column by column, and 516 (515 real: the 4-column vectors end in a partial one); each
+   slice's max, Σexp with the target logit, the one-pass statistics and the gradient.       */
+static int op_xent_odd(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    static const int width[2] = {511, 516}, real[2] = {501, 515};
+    int nout = 0, s, i;
+    int32_t tgt[N];
+    for (s = 0; s < 2; s++) {
+        mg_tensor l = ops_dev(ctx, dt, X, N, width[s]), dl = ops_dev(ctx, dt, NULL, N, width[s]);
+        mg_tensor mx = mg_tensor_2d(ctx, MG_F32, 1, N), se = mg_tensor_2d(ctx, MG_F32, 1, N);
+        mg_tensor tl = mg_tensor_2d(ctx, MG_F32, 1, N), pm = mg_tensor_2d(ctx, MG_F32, 1, N);
+        mg_tensor ps = mg_tensor_2d(ctx, MG_F32, 1, N), pt = mg_tensor_2d(ctx, MG_F32, 1, N);
+        int32_t *tg;
+        for (i = 0; i < N; i++) tgt[i] = (i * 37) % real[s];
+        tg = ops_dev_i32(ctx, tgt, N);
+        mg_xent_max(ctx, (float *)mx.data, &l, 0, real[s]);
+        mg_xent_sumexp(ctx, (float *)se.data, (float *)tl.data, &l, tg, (float *)mx.data, 0, real[s]);
+        mg_xent_partial(ctx, (float *)pm.data, (float *)ps.data, (float *)pt.data, &l, tg, 0, real[s]);
+        mg_xent_backward(ctx, &dl, &l, tg, (float *)mx.data, (float *)se.data, 1.0f / N, 0, real[s]);
+        OUT(mx); OUT(se); OUT(tl); OUT(pm); OUT(ps); OUT(pt); OUT(dl);
+    }
+    return nout;
+}
 /* The one-pass slice statistics (mg_xent_partial) of the two slices of op_xent, merged on
    the host (max, then Σexp moved to it by mg_xent_rescale and summed) as the fused
    classifier's all-reduces do.                                                             */
@@ -859,6 +882,7 @@ int main(void) {
         compare("elementwise: tail, unaligned, mixed dtypes", op_elementwise_odd, dt, tol);
         compare("xent (2 vocab slices)", op_xent, dt, tol);
         compare("xent one pass (2 vocab slices)", op_xent_onepass, dt, tol);
+        compare("xent rows of 511 and 516 columns (no vectors; a partial last vector)", op_xent_odd, dt, tol);
         compare("fused classifier (chunks of 50, padding)", op_classifier, dt, tol);
         compare("adamw+sumsq", op_adamw, dt, tol);
         compare("fused adamw (5 pieces, a skipped step) + device sumsq", op_adamw_multi, dt, tol);

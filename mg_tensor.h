@@ -4369,8 +4369,9 @@ static size_t mg__attn_tc_smem(int hd) {
    These give each of the 4 warps its own 16 rows (64 query rows, or 64 keys, a block) and keep
    everything a warp computes in its registers, as FlashAttention-2 does:
      - the block loads each 32-key tile (forward, dQ) or 32-query tile (dK/dV) once into
-       shared memory, 16-byte loads where the views allow, for its 4 warps; that, and the
-       16-bit rows the products read from it, is all the shared memory holds;
+       shared memory for its 4 warps, double-buffered: while the warps compute on one tile the
+       next one's rows arrive by cp.async (where the views are 16-byte aligned; else plain
+       loads). The 16-bit rows are all the shared memory holds;
      - the products are mma.sync m16n8k16 on register fragments (mg__mma16816 below): a
        warp's 16 × 32 scores S (and dP) come out as 4 accumulator fragments, the softmax (or
        dS) runs on them in place — a row's 32 values live in the 4 lanes of a quad, 8 each,
@@ -4391,7 +4392,7 @@ static size_t mg__attn_tc_smem(int hd) {
 /* Rows [t0, t0 + n) of a view into shared 16-bit rows of stride ldh, zero for rows n … rows-1:
    16-byte loads when vec (every row 16-byte aligned), else one element at a time. */
 template <int HD>
-__device__ static void mg__fa_load(uint16_t *dst, int ldh, const mg_attn_view v, int64_t t0, int n,
+__device__ static __forceinline__ void mg__fa_load(uint16_t *dst, int ldh, const mg_attn_view v, int64_t t0, int n,
                                    int rows, int b, int g, int j, int vec) {
     const uint16_t *src = (const uint16_t *)v.data;
     int e;
@@ -4408,6 +4409,69 @@ __device__ static void mg__fa_load(uint16_t *dst, int ldh, const mg_attn_view v,
             dst[r * ldh + c] = r < n ? src[mg__view_at(&v, t0 + r, b, g, j) + c] : (uint16_t)0;
         }
     }
+}
+/* cp.async (sm_80+): 16 bytes from global to shared memory without passing through registers,
+   in flight until a cp.async.wait_group completes their group: mg__cp_async16 issues one copy
+   (both addresses 16-byte aligned), mg__cp_async_commit closes the thread's group of copies
+   issued since the last one, mg__cp_async_wait<N> waits until at most the N newest groups
+   are in flight. A wait covers the calling thread's copies only: a __syncthreads after it
+   makes the block's copies visible to all. The emulator lands each copy at its wait. */
+__device__ static __forceinline__ void mg__cp_async16(void *dst, const void *src) {
+#ifdef MG_CUDA_EMU
+    mg_emu_cp_async16(dst, src);
+#else
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+#endif
+}
+__device__ static __forceinline__ void mg__cp_async_commit(void) {
+#ifdef MG_CUDA_EMU
+    mg_emu_cp_async_commit();
+#else
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int N> __device__ static __forceinline__ void mg__cp_async_wait(void) {
+#ifdef MG_CUDA_EMU
+    mg_emu_cp_async_wait(N);
+#else
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+/* mg__fa_load for the next tile while this one is computed: with vec, rows < n as cp.async
+   copies of 16 bytes (landing at a later mg__cp_async_wait) and rows n … rows−1 zeroed by
+   plain stores; without vec, mg__fa_load's loads, done at once. */
+template <int HD>
+__device__ static __forceinline__ void mg__fa_load_async(uint16_t *dst, int ldh, const mg_attn_view v, int64_t t0,
+                                         int n, int rows, int b, int g, int j, int vec) {
+    const uint16_t *src = (const uint16_t *)v.data;
+    int e;
+    if (!vec) {
+        mg__fa_load<HD>(dst, ldh, v, t0, n, rows, b, g, j, 0);
+        return;
+    }
+    for (e = threadIdx.x; e < rows * (HD / 8); e += blockDim.x) {
+        int r = e / (HD / 8), c = e % (HD / 8) * 8;
+        if (r < n) mg__cp_async16(dst + r * ldh + c, src + mg__view_at(&v, t0 + r, b, g, j) + c);
+        else *(uint4 *)(dst + r * ldh + c) = make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+/* Tile `tile` of two views (K and V, or Q and dO: rows tile·TL …, of n_rows in all; head
+   (bi, g, j)) in flight into buffer buf of a and b (two tiles of TL rows each, buf 0 or 1), if
+   issue, then the thread's group closed — an empty group without a tile, so that each loop
+   iteration commits one and mg__cp_async_wait<1> means "all but the tile just issued". */
+template <int HD>
+__device__ static __forceinline__ void mg__fa_prefetch(uint16_t *a, uint16_t *b, int ldh, int buf,
+                                       const mg_attn_view va, const mg_attn_view vb, int issue,
+                                       int tile, int64_t n_rows, int bi, int g, int j, int vec) {
+    if (issue) {
+        int64_t t0 = (int64_t)tile * MG_ATTN_TILE;
+        int n = (int)(n_rows - t0 < MG_ATTN_TILE ? n_rows - t0 : MG_ATTN_TILE);
+        size_t off = (size_t)buf * MG_ATTN_TILE * ldh;
+        mg__fa_load_async<HD>(a + off, ldh, va, t0, n, MG_ATTN_TILE, bi, g, j, vec);
+        mg__fa_load_async<HD>(b + off, ldh, vb, t0, n, MG_ATTN_TILE, bi, g, j, vec);
+    }
+    mg__cp_async_commit();
 }
 /* D[16×8] += A[16×16]·B[16×8]: one mma.sync.aligned.m16n8k16.row.col.f32 with bf16 (F16 = 0)
    or fp16 inputs and fp32 accumulators, on the PTX ISA's register fragments ("Matrix
@@ -4537,14 +4601,16 @@ __device__ static __forceinline__ void mg__fa_write_rows(float (*acc)[4], const 
     }
     __syncwarp();                                /* read before the scratch is reused */
 }
-/* Shared memory of the three kernels: 16-bit rows of HD + 8 (the block's 64 rows and a tile's
-   two sets of 32), and for dK/dV the tile's lse and Δ. At the end the 4 warps' fp32 scratch of
-   mg__fa_write_rows, 64·(HD + 4)·4 bytes, takes the place of the rows (≤ 128·(HD + 8)·2). */
+/* Shared memory of the three kernels: 16-bit rows of HD + 8 — the block's 64 rows (Q, or Q and
+   dO, or K and V) and two buffers of a tile's two sets of 32 (the tile being computed and the
+   next, in flight) — and for dK/dV two buffers of the tile's lse and Δ. At the end the 4
+   warps' fp32 scratch of mg__fa_write_rows, 64·(HD + 4)·4 bytes, takes the place of the rows
+   (≤ 192·(HD + 8)·2). */
 static size_t mg__fa_smem(int hd, int kernel) {   /* 0 forward, 1 dQ, 2 dK/dV */
     size_t row = (size_t)(hd + 8) * 2;
-    return kernel == 0 ? (MG__FA_ROWS + 2 * MG_ATTN_TILE) * row
-         : kernel == 1 ? (2 * MG__FA_ROWS + 2 * MG_ATTN_TILE) * row
-                       : (2 * MG__FA_ROWS + 2 * MG_ATTN_TILE) * row + 2 * MG_ATTN_TILE * 4;
+    return kernel == 0 ? (MG__FA_ROWS + 4 * MG_ATTN_TILE) * row
+         : kernel == 1 ? (2 * MG__FA_ROWS + 4 * MG_ATTN_TILE) * row
+                       : (2 * MG__FA_ROWS + 4 * MG_ATTN_TILE) * row + 4 * MG_ATTN_TILE * 4;
 }
 /* A kernel's head dim and storage type are one integer template argument CFG = hd | (fp16 ? 1
    : 0) (64, 65, 128, 129), so that a launch names one concrete kernel, mg__k_fa_forward<65>.
@@ -4562,7 +4628,7 @@ static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, 
     const int64_t t0 = (int64_t)blockIdx.x * MG__FA_ROWS;
     const int nq = (int)(a.Tq - t0 < MG__FA_ROWS ? a.Tq - t0 : MG__FA_ROWS);
     const int64_t qpos0 = a.q_pos0 + t0 + i0, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
-    uint16_t *Qs = (uint16_t *)sm, *Ks = Qs + MG__FA_ROWS * LDH, *Vs = Ks + TL * LDH;
+    uint16_t *Qs = (uint16_t *)sm, *Kb = Qs + MG__FA_ROWS * LDH, *Vb = Kb + 2 * TL * LDH;
     float acc[HD / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     int nkt, wkt, kt, nt, r, e;
     MG__UNROLL
@@ -4570,15 +4636,17 @@ static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, 
     mg__fa_load<HD>(Qs, LDH, a.q, t0, nq, MG__FA_ROWS, b, g, j, vec);
     nkt = mg__attn_key_tiles(&a, a.q_pos0 + t0 + nq - 1);
     wkt = warp * 16 < nq ? mg__attn_key_tiles(&a, a.q_pos0 + t0 + (warp * 16 + 15 < nq ? warp * 16 + 15 : nq - 1)) : 0;
+    mg__fa_prefetch<HD>(Kb, Vb, LDH, 0, a.k, a.v, nkt > 0, 0, a.Tk, b, g, 0, vec);   /* tile 0 */
     for (kt = 0; kt < nkt; kt++) {
         int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
         int nk = (int)(a.Tk - s0 < MG_ATTN_TILE ? a.Tk - s0 : MG_ATTN_TILE), nv[2];
         float s[NT][4], mx[2], sum[2] = {0.0f, 0.0f};
         uint32_t pf[4];
-        __syncthreads();                         /* the previous tile's K, V are consumed */
-        mg__fa_load<HD>(Ks, LDH, a.k, s0, nk, TL, b, g, 0, vec);
-        mg__fa_load<HD>(Vs, LDH, a.v, s0, nk, TL, b, g, 0, vec);
-        __syncthreads();
+        const uint16_t *Ks = Kb + (kt & 1) * TL * LDH, *Vs = Vb + (kt & 1) * TL * LDH;
+        __syncthreads();                         /* tile kt − 1 is consumed: its buffer is free */
+        mg__fa_prefetch<HD>(Kb, Vb, LDH, (kt + 1) & 1, a.k, a.v, kt + 1 < nkt, kt + 1, a.Tk, b, g, 0, vec);
+        mg__cp_async_wait<1>();                  /* this thread's copies of tile kt landed, */
+        __syncthreads();                         /* and every thread's */
         if (kt >= wkt) continue;                 /* the warp's rows see none of this tile */
         mg__fa_scores<F16, HD>(s, Qs + warp * 16 * LDH, Ks, LDH);
         MG__UNROLL
@@ -4625,6 +4693,7 @@ static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, 
             mg__fa_accumulate<F16, HD>(acc, pf, Vs + e * 16 * LDH, LDH);
         }
     }
+    mg__cp_async_wait<0>();                      /* (only an empty group is left) */
     {   /* o = acc/l, merged with the old o by its weight; lse (the quad's first lane) */
         float lse_old[2], w_old[2];
         MG__UNROLL
@@ -4655,8 +4724,8 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dq(mg_attn_block
     const int64_t t0 = (int64_t)blockIdx.x * MG__FA_ROWS;
     const int nq = (int)(a.Tq - t0 < MG__FA_ROWS ? a.Tq - t0 : MG__FA_ROWS);
     const int64_t qpos0 = a.q_pos0 + t0 + i0, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
-    uint16_t *Qs = (uint16_t *)sm, *dOs = Qs + MG__FA_ROWS * LDH, *Ks = dOs + MG__FA_ROWS * LDH;
-    uint16_t *Vs = Ks + TL * LDH;
+    uint16_t *Qs = (uint16_t *)sm, *dOs = Qs + MG__FA_ROWS * LDH, *Kb = dOs + MG__FA_ROWS * LDH;
+    uint16_t *Vb = Kb + 2 * TL * LDH;
     float acc[HD / 8][4], lse_r[2], delta_r[2];
     int nkt, wkt, kt, nt, r, e;
     for (r = 0; r < 2; r++) {
@@ -4669,15 +4738,17 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dq(mg_attn_block
     mg__fa_load<HD>(dOs, LDH, dout, t0, nq, MG__FA_ROWS, b, g, j, vec);
     nkt = mg__attn_key_tiles(&a, a.q_pos0 + t0 + nq - 1);
     wkt = warp * 16 < nq ? mg__attn_key_tiles(&a, a.q_pos0 + t0 + (warp * 16 + 15 < nq ? warp * 16 + 15 : nq - 1)) : 0;
+    mg__fa_prefetch<HD>(Kb, Vb, LDH, 0, a.k, a.v, nkt > 0, 0, a.Tk, b, g, 0, vec);   /* tile 0 */
     for (kt = 0; kt < nkt; kt++) {
         int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
         int nk = (int)(a.Tk - s0 < MG_ATTN_TILE ? a.Tk - s0 : MG_ATTN_TILE);
         float s[NT][4], dp[NT][4];
         uint32_t pf[4];
-        __syncthreads();
-        mg__fa_load<HD>(Ks, LDH, a.k, s0, nk, TL, b, g, 0, vec);
-        mg__fa_load<HD>(Vs, LDH, a.v, s0, nk, TL, b, g, 0, vec);
-        __syncthreads();
+        const uint16_t *Ks = Kb + (kt & 1) * TL * LDH, *Vs = Vb + (kt & 1) * TL * LDH;
+        __syncthreads();                         /* tile kt − 1 is consumed: its buffer is free */
+        mg__fa_prefetch<HD>(Kb, Vb, LDH, (kt + 1) & 1, a.k, a.v, kt + 1 < nkt, kt + 1, a.Tk, b, g, 0, vec);
+        mg__cp_async_wait<1>();                  /* this thread's copies of tile kt landed, */
+        __syncthreads();                         /* and every thread's */
         if (kt >= wkt) continue;
         mg__fa_scores<F16, HD>(s, Qs + warp * 16 * LDH, Ks, LDH);    /* S = Q·Kᵀ */
         mg__fa_scores<F16, HD>(dp, dOs + warp * 16 * LDH, Vs, LDH);  /* dP = dO·Vᵀ */
@@ -4701,6 +4772,7 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dq(mg_attn_block
             mg__fa_accumulate<F16, HD>(acc, pf, Ks + e * 16 * LDH, LDH);
         }
     }
+    mg__cp_async_wait<0>();                      /* (only an empty group is left) */
     {
         const float w[2] = {accumulate ? 1.0f : 0.0f, accumulate ? 1.0f : 0.0f};
         __syncthreads();   /* Q and dO consumed: their rows take the warps' accumulators */
@@ -4723,32 +4795,46 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dkv(mg_attn_bloc
     const int64_t s0 = (int64_t)blockIdx.x * MG__FA_ROWS;
     const int nk = (int)(a.Tk - s0 < MG__FA_ROWS ? a.Tk - s0 : MG__FA_ROWS);
     const int64_t kpos0 = a.k_pos0 + s0 + c0;
-    uint16_t *Ks = (uint16_t *)sm, *Vs = Ks + MG__FA_ROWS * LDH, *Qs = Vs + MG__FA_ROWS * LDH;
-    uint16_t *dOs = Qs + TL * LDH;
-    float *lse_s = (float *)(dOs + TL * LDH), *delta_s = lse_s + TL;
+    uint16_t *Ks = (uint16_t *)sm, *Vs = Ks + MG__FA_ROWS * LDH, *Qb = Vs + MG__FA_ROWS * LDH;
+    uint16_t *dOb = Qb + 2 * TL * LDH;
+    float *lse_b = (float *)(dOb + 2 * TL * LDH), *delta_b = lse_b + 2 * TL;
     float dKa[HD / 8][4], dVa[HD / 8][4];
     int nqt = (a.Tq + TL - 1) / TL, qt0 = mg__attn_first_query_tile(&a, a.k_pos0 + s0);
-    int wqt0 = mg__attn_first_query_tile(&a, a.k_pos0 + s0 + warp * 16), jh, qt, nt, r, e;
+    int wqt0 = mg__attn_first_query_tile(&a, a.k_pos0 + s0 + warp * 16), nt, r, e, it;
+    /* the (head of the group, query tile) pairs in order, head by head: per · n_qt of them */
+    const int n_qt = nqt > qt0 ? nqt - qt0 : 0, n_it = per * n_qt;
+    /* Pair it's Q, dO rows in flight and its lse, Δ stored, into buffer it & 1 (none: an
+       empty group) */
+    auto stage = [&](int it1) {
+        int jh1 = it1 < n_it ? it1 / n_qt : 0, qt1 = it1 < n_it ? qt0 + it1 % n_qt : 0;
+        int64_t t1 = (int64_t)qt1 * TL, row1 = ((int64_t)b * a.n_head + g * per + jh1) * a.Tq + t1;
+        int nq1 = (int)(a.Tq - t1 < MG_ATTN_TILE ? a.Tq - t1 : MG_ATTN_TILE), u;
+        mg__fa_prefetch<HD>(Qb, dOb, LDH, it1 & 1, a.q, dout, it1 < n_it, qt1, a.Tq, b, g, jh1, vec);
+        if (it1 < n_it)
+            for (u = threadIdx.x; u < TL; u += blockDim.x) {
+                lse_b[(it1 & 1) * TL + u] = u < nq1 ? lse[row1 + u] : 0.0f;
+                delta_b[(it1 & 1) * TL + u] = u < nq1 ? delta[row1 + u] : 0.0f;
+            }
+    };
     MG__UNROLL
     for (nt = 0; nt < HD / 8; nt++)
         for (e = 0; e < 4; e++) dKa[nt][e] = dVa[nt][e] = 0.0f;
     mg__fa_load<HD>(Ks, LDH, a.k, s0, nk, MG__FA_ROWS, b, g, 0, vec);
     mg__fa_load<HD>(Vs, LDH, a.v, s0, nk, MG__FA_ROWS, b, g, 0, vec);
-    for (jh = 0; jh < per; jh++) {
-        int h = g * per + jh;
-        for (qt = qt0; qt < nqt; qt++) {
-            int64_t t0 = (int64_t)qt * TL, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
+    stage(0);
+    for (it = 0; it < n_it; it++) {
+        {
+            const int jh = it / n_qt, qt = qt0 + it % n_qt, h = g * per + jh;
+            int64_t t0 = (int64_t)qt * TL;
             int nq = (int)(a.Tq - t0 < MG_ATTN_TILE ? a.Tq - t0 : MG_ATTN_TILE);
             float st[NT][4], dpt[NT][4];
             uint32_t pf[4];
-            __syncthreads();
-            mg__fa_load<HD>(Qs, LDH, a.q, t0, nq, TL, b, g, jh, vec);
-            mg__fa_load<HD>(dOs, LDH, dout, t0, nq, TL, b, g, jh, vec);
-            for (e = threadIdx.x; e < TL; e += blockDim.x) {
-                lse_s[e] = e < nq ? lse[row0 + e] : 0.0f;
-                delta_s[e] = e < nq ? delta[row0 + e] : 0.0f;
-            }
-            __syncthreads();
+            const uint16_t *Qs = Qb + (it & 1) * TL * LDH, *dOs = dOb + (it & 1) * TL * LDH;
+            const float *lse_s = lse_b + (it & 1) * TL, *delta_s = delta_b + (it & 1) * TL;
+            __syncthreads();                     /* pair it − 1 is consumed: its buffer is free */
+            stage(it + 1);
+            mg__cp_async_wait<1>();              /* this thread's copies of pair it landed, */
+            __syncthreads();                     /* and every thread's */
             if (warp * 16 >= nk || qt < wqt0) continue;   /* no keys, or no query sees them */
             mg__fa_scores<F16, HD>(st, Ks + warp * 16 * LDH, Qs, LDH);    /* Sᵀ = K·Qᵀ */
             mg__fa_scores<F16, HD>(dpt, Vs + warp * 16 * LDH, dOs, LDH);  /* dPᵀ = V·dOᵀ */
@@ -4776,6 +4862,7 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dkv(mg_attn_bloc
             }
         }
     }
+    mg__cp_async_wait<0>();                      /* (only an empty group is left) */
     {
         const float w[2] = {accumulate ? 1.0f : 0.0f, accumulate ? 1.0f : 0.0f};
         float *scratch = sm + warp * 16 * (HD + 4);

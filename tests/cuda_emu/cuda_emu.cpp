@@ -338,6 +338,9 @@ struct Fiber {
     unsigned int mask;
     uint64_t value, result;
     int bar_value;           /* __syncthreads_count/and/or predicate */
+    /* cp.async: copies issued since the last commit, and the committed groups in flight */
+    std::vector<std::pair<char *, const char *>> cp_open;
+    std::vector<std::vector<std::pair<char *, const char *>>> cp_groups;
 };
 static std::vector<Fiber> g_fibers;
 static void *g_sched_sp;                 /* the scheduler's saved stack pointer */
@@ -607,6 +610,41 @@ uint64_t mg_emu_warp_op(int op, unsigned int mask, uint64_t value, int arg, int 
     return g_fibers[(size_t)g_cur].result;
 }
 void __syncwarp(unsigned int mask) { mg_emu_warp_op(MG_EMU_SYNCWARP, mask, 0, 0, 32); }
+/* cp.async (16 bytes, global to shared): recorded when issued, grouped by commit, and made —
+   the source read and the shared bytes written, both through the access hooks, by the issuing
+   thread — only when a wait_group completes its group. A read of the destination before that
+   sees what was there before, as a device may show it; the race detector sees the write at
+   the wait, after which only a barrier makes it visible to other threads. */
+void mg_emu_cp_async16(void *dst, const void *src) {
+    need_fiber("cp.async");
+    Fiber &f = g_fibers[(size_t)g_cur];
+    if ((uintptr_t)dst % 16 || (uintptr_t)src % 16 || (uintptr_t)dst - g_sh_lo >= g_sh_span) {
+        char wh[200];
+        where(wh, sizeof wh, g_cur);
+        report("cp.async in %s: destination %p must be 16-byte aligned shared memory and source "
+               "%p 16-byte aligned", wh, dst, src);
+        return;
+    }
+    f.cp_open.push_back(std::make_pair((char *)dst, (const char *)src));
+}
+void mg_emu_cp_async_commit(void) {
+    need_fiber("cp.async.commit_group");
+    Fiber &f = g_fibers[(size_t)g_cur];
+    f.cp_groups.push_back(f.cp_open);
+    f.cp_open.clear();
+}
+void mg_emu_cp_async_wait(int n) {
+    need_fiber("cp.async.wait_group");
+    Fiber &f = g_fibers[(size_t)g_cur];
+    while ((int)f.cp_groups.size() > n) {
+        for (const std::pair<char *, const char *> &c : f.cp_groups.front()) {
+            check((uintptr_t)c.second, 16, 0);
+            check((uintptr_t)c.first, 16, 1);
+            memcpy(c.first, c.second, 16);
+        }
+        f.cp_groups.erase(f.cp_groups.begin());
+    }
+}
 unsigned int __activemask(void) {
     need_fiber("__activemask");
     unsigned int m = 0;
@@ -720,6 +758,8 @@ static void run_block(void) {
     for (int t = 0; t < g_nthreads; t++) {
         order[(size_t)t] = t;
         g_fibers[(size_t)t].state = F_READY;
+        g_fibers[(size_t)t].cp_open.clear();
+        g_fibers[(size_t)t].cp_groups.clear();
         fiber_start(g_fibers[(size_t)t], t);
     }
     g_epoch++;
@@ -742,7 +782,17 @@ static void run_block(void) {
             if (f.state != F_DONE) live++;
             if (f.state == F_BARRIER) { at_barrier++; count += f.bar_value; }
         }
-        if (!live) return;
+        if (!live) {
+            for (int t = 0; t < g_nthreads; t++)
+                if (!g_fibers[(size_t)t].cp_open.empty() || !g_fibers[(size_t)t].cp_groups.empty()) {
+                    char wh[200];
+                    where(wh, sizeof wh, t);
+                    report("cp.async copies still in flight when %s ended (no cp.async.wait_group "
+                           "for them)", wh);
+                    break;
+                }
+            return;
+        }
         for (int w = 0; w * 32 < g_nthreads; w++) {
             int r = resolve_warp(w);
             if (r < 0) return;   /* reported; the block is abandoned */
@@ -843,8 +893,7 @@ void mg_emu_launch_raw(const char *name, dim3 grid, dim3 block, size_t shared_by
     clock_gettime(CLOCK_MONOTONIC, &t0);
     g_nthreads = (int)threads;
     while (g_fibers.size() < (size_t)g_nthreads) {
-        Fiber f;
-        memset(&f, 0, sizeof f);
+        Fiber f = Fiber();   /* zeroed scalars, empty cp.async lists */
         /* a guard page below each stack turns an overflow into a fault */
         char *mem = (char *)mmap(NULL, STACK_BYTES + 4096, PROT_READ | PROT_WRITE,
                                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

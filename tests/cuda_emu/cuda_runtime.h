@@ -242,6 +242,12 @@ int __syncthreads_count(int predicate);
 int __syncthreads_and(int predicate);
 int __syncthreads_or(int predicate);
 void __syncwarp(unsigned int mask = 0xFFFFFFFFu);
+/* The PTX instructions cp.async.cg.shared.global (16 bytes), cp.async.commit_group and
+   cp.async.wait_group n, which mg_tensor.h issues through mg__cp_async16 / _commit / _wait:
+   a copy lands in shared memory only when a wait completes its group (cuda_emu.cpp). */
+void mg_emu_cp_async16(void *dst, const void *src);
+void mg_emu_cp_async_commit(void);
+void mg_emu_cp_async_wait(int n);
 unsigned int __activemask(void);
 static inline void __threadfence(void) {}
 static inline void __threadfence_block(void) {}

@@ -145,6 +145,30 @@ __global__ void k_past_end(float *p, int n) {
     if (i <= n) p[i] = 1.0f;   /* <= : one element too many */
 }
 __global__ void k_read(float *out, const float *in) { out[threadIdx.x] = in[threadIdx.x]; }
+/* cp.async: 64 threads each copy 16 bytes of src into shared memory. seen[t] is what thread t
+   reads of its own destination before the wait (the copy is in flight: the zero it wrote
+   first), out[t] the first float of thread (t + 1) % 64's chunk after the wait and a barrier. */
+__global__ void k_cp_async(float *out, float *seen, const float *src) {
+    __shared__ float4 s4[64];
+    float *s = (float *)s4;
+    int t = threadIdx.x;
+    s[4 * t] = 0.0f;
+    mg_emu_cp_async16(&s[4 * t], src + 4 * t);
+    mg_emu_cp_async_commit();
+    seen[t] = s[4 * t];
+    mg_emu_cp_async_wait(0);
+    __syncthreads();
+    out[t] = s[4 * ((t + 1) % 64)];
+}
+/* A copy that no wait ever completes. */
+__global__ void k_cp_async_unwaited(const float *src) {
+    __shared__ float4 s4[1];
+    float *s = (float *)s4;
+    if (threadIdx.x == 0) {
+        mg_emu_cp_async16(s, src);
+        mg_emu_cp_async_commit();
+    }
+}
 __global__ void k_uninit_shared(float *out) {
     __shared__ float acc[32];
     acc[threadIdx.x] += 1.0f;   /* never zeroed */
@@ -350,6 +374,24 @@ int main(void) {
         (void)host_read;
         expect_reports("host read of device memory: caught", "host code reads 4 bytes of device "
                        "address", "byte 12 of cudaMalloc #", NULL);
+    }
+    { /* cp.async: a copy lands at the wait that completes its group */
+        float h[256], got[64], seen[64];
+        int ok = 1;
+        for (int i = 0; i < 256; i++) h[i] = (float)(i + 1);
+        float *src = (float *)dev_alloc(sizeof h), *out = (float *)dev_alloc(sizeof got);
+        float *dseen = (float *)dev_alloc(sizeof seen);
+        cudaMemcpy(src, h, sizeof h, cudaMemcpyHostToDevice);
+        MG_LAUNCH(k_cp_async, 1, 64, 0, 0, out, dseen, src);
+        cudaMemcpy(got, out, sizeof got, cudaMemcpyDeviceToHost);
+        cudaMemcpy(seen, dseen, sizeof seen, cudaMemcpyDeviceToHost);
+        for (int t = 0; t < 64; t++) ok &= got[t] == h[4 * ((t + 1) % 64)] && seen[t] == 0.0f;
+        check(ok, "cp.async: the destination holds the old bytes until cp.async.wait_group, the "
+              "copy after it and a barrier", NULL);
+        expect_reports("cp.async: no report", NULL, NULL, NULL);
+        MG_LAUNCH(k_cp_async_unwaited, 1, 32, 0, 0, src);
+        expect_reports("cp.async never waited for: caught", "cp.async copies still in flight when "
+                       "kernel k_cp_async_unwaited block (0,0,0) thread (0,0,0) ended", NULL, NULL);
     }
     MG_LAUNCH(k_uninit_shared, 1, 32, 0, 0, out);
     expect_reports("shared accumulator never zeroed: caught",

@@ -4473,6 +4473,24 @@ __device__ static __forceinline__ void mg__fa_prefetch(uint16_t *a, uint16_t *b,
     }
     mg__cp_async_commit();
 }
+/* One step of the three kernels' double-buffered tile loop, for tile (or pair) it: the barrier
+   after which tile it − 1's buffer is free (every warp is done with it), issue_next() — the
+   next tile in flight into that buffer, its group committed (mg__fa_prefetch) — then this
+   thread's copies of tile it land (all but the newest group) and a barrier makes every
+   thread's visible. */
+template <class F> __device__ static __forceinline__ void mg__fa_next_tile(F issue_next) {
+    __syncthreads();
+    issue_next();
+    mg__cp_async_wait<1>();
+    __syncthreads();
+}
+/* Key tiles a warp's 16 query rows (from block row warp·16, of the block's nq from t0) see:
+   0 for a warp with no rows. */
+__device__ static __forceinline__ int mg__fa_warp_key_tiles(const mg_attn_block *a, int64_t t0,
+                                                            int nq, int warp) {
+    int last = warp * 16 + 15 < nq ? warp * 16 + 15 : nq - 1;
+    return warp * 16 < nq ? mg__attn_key_tiles(a, a->q_pos0 + t0 + last) : 0;
+}
 /* D[16×8] += A[16×16]·B[16×8]: one mma.sync.aligned.m16n8k16.row.col.f32 with bf16 (F16 = 0)
    or fp16 inputs and fp32 accumulators, on the PTX ISA's register fragments ("Matrix
    Fragments for mma.m16n8k16 with floating point type"). With fr = lane/4 and fc = 2·(lane%4),
@@ -4635,7 +4653,7 @@ static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, 
     for (nt = 0; nt < HD / 8; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
     mg__fa_load<HD>(Qs, LDH, a.q, t0, nq, MG__FA_ROWS, b, g, j, vec);
     nkt = mg__attn_key_tiles(&a, a.q_pos0 + t0 + nq - 1);
-    wkt = warp * 16 < nq ? mg__attn_key_tiles(&a, a.q_pos0 + t0 + (warp * 16 + 15 < nq ? warp * 16 + 15 : nq - 1)) : 0;
+    wkt = mg__fa_warp_key_tiles(&a, t0, nq, warp);
     mg__fa_prefetch<HD>(Kb, Vb, LDH, 0, a.k, a.v, nkt > 0, 0, a.Tk, b, g, 0, vec);   /* tile 0 */
     for (kt = 0; kt < nkt; kt++) {
         int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
@@ -4643,10 +4661,9 @@ static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, 
         float s[NT][4], mx[2], sum[2] = {0.0f, 0.0f};
         uint32_t pf[4];
         const uint16_t *Ks = Kb + (kt & 1) * TL * LDH, *Vs = Vb + (kt & 1) * TL * LDH;
-        __syncthreads();                         /* tile kt − 1 is consumed: its buffer is free */
-        mg__fa_prefetch<HD>(Kb, Vb, LDH, (kt + 1) & 1, a.k, a.v, kt + 1 < nkt, kt + 1, a.Tk, b, g, 0, vec);
-        mg__cp_async_wait<1>();                  /* this thread's copies of tile kt landed, */
-        __syncthreads();                         /* and every thread's */
+        mg__fa_next_tile([&] {                   /* tile kt + 1 in flight, tile kt landed */
+            mg__fa_prefetch<HD>(Kb, Vb, LDH, (kt + 1) & 1, a.k, a.v, kt + 1 < nkt, kt + 1, a.Tk, b, g, 0, vec);
+        });
         if (kt >= wkt) continue;                 /* the warp's rows see none of this tile */
         mg__fa_scores<F16, HD>(s, Qs + warp * 16 * LDH, Ks, LDH);
         MG__UNROLL
@@ -4737,7 +4754,7 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dq(mg_attn_block
     mg__fa_load<HD>(Qs, LDH, a.q, t0, nq, MG__FA_ROWS, b, g, j, vec);
     mg__fa_load<HD>(dOs, LDH, dout, t0, nq, MG__FA_ROWS, b, g, j, vec);
     nkt = mg__attn_key_tiles(&a, a.q_pos0 + t0 + nq - 1);
-    wkt = warp * 16 < nq ? mg__attn_key_tiles(&a, a.q_pos0 + t0 + (warp * 16 + 15 < nq ? warp * 16 + 15 : nq - 1)) : 0;
+    wkt = mg__fa_warp_key_tiles(&a, t0, nq, warp);
     mg__fa_prefetch<HD>(Kb, Vb, LDH, 0, a.k, a.v, nkt > 0, 0, a.Tk, b, g, 0, vec);   /* tile 0 */
     for (kt = 0; kt < nkt; kt++) {
         int64_t s0 = (int64_t)kt * TL, kpos = a.k_pos0 + s0;
@@ -4745,10 +4762,9 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dq(mg_attn_block
         float s[NT][4], dp[NT][4];
         uint32_t pf[4];
         const uint16_t *Ks = Kb + (kt & 1) * TL * LDH, *Vs = Vb + (kt & 1) * TL * LDH;
-        __syncthreads();                         /* tile kt − 1 is consumed: its buffer is free */
-        mg__fa_prefetch<HD>(Kb, Vb, LDH, (kt + 1) & 1, a.k, a.v, kt + 1 < nkt, kt + 1, a.Tk, b, g, 0, vec);
-        mg__cp_async_wait<1>();                  /* this thread's copies of tile kt landed, */
-        __syncthreads();                         /* and every thread's */
+        mg__fa_next_tile([&] {                   /* tile kt + 1 in flight, tile kt landed */
+            mg__fa_prefetch<HD>(Kb, Vb, LDH, (kt + 1) & 1, a.k, a.v, kt + 1 < nkt, kt + 1, a.Tk, b, g, 0, vec);
+        });
         if (kt >= wkt) continue;
         mg__fa_scores<F16, HD>(s, Qs + warp * 16 * LDH, Ks, LDH);    /* S = Q·Kᵀ */
         mg__fa_scores<F16, HD>(dp, dOs + warp * 16 * LDH, Vs, LDH);  /* dP = dO·Vᵀ */
@@ -4831,10 +4847,7 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dkv(mg_attn_bloc
             uint32_t pf[4];
             const uint16_t *Qs = Qb + (it & 1) * TL * LDH, *dOs = dOb + (it & 1) * TL * LDH;
             const float *lse_s = lse_b + (it & 1) * TL, *delta_s = delta_b + (it & 1) * TL;
-            __syncthreads();                     /* pair it − 1 is consumed: its buffer is free */
-            stage(it + 1);
-            mg__cp_async_wait<1>();              /* this thread's copies of pair it landed, */
-            __syncthreads();                     /* and every thread's */
+            mg__fa_next_tile([&] { stage(it + 1); });   /* pair it + 1 in flight, pair it landed */
             if (warp * 16 >= nk || qt < wqt0) continue;   /* no keys, or no query sees them */
             mg__fa_scores<F16, HD>(st, Ks + warp * 16 * LDH, Qs, LDH);    /* Sᵀ = K·Qᵀ */
             mg__fa_scores<F16, HD>(dpt, Vs + warp * 16 * LDH, dOs, LDH);  /* dPᵀ = V·dOᵀ */
@@ -5213,6 +5226,7 @@ static __global__ void mg__k_adamw_multi(const mg_adamw_piece *table, int n_piec
         if (i + 4 <= end && j + 4 <= p->n && mg__vec_ok(p->param + j, 4, 4) &&
             mg__vec_ok(p->grad + j, 4, 4) && mg__vec_ok(p->m + j, 4, 4) &&
             mg__vec_ok(p->v + j, 4, 4) &&
+            /* (the run-time accessor, BYTES 16, stores value by value: any address) */
             (IO16::BYTES == 16 || mg__vec_ok((const char *)p->param16 + j * IO16::BYTES, 4, IO16::BYTES))) {
             float4 w = *(const float4 *)(p->param + j), g = *(const float4 *)(p->grad + j);
             float4 m = *(const float4 *)(p->m + j), v = *(const float4 *)(p->v + j);

@@ -1673,6 +1673,33 @@ static void mg__cpu_bsum(int kc, int nc, const float *b, size_t sp, size_t sj, f
         bsum[j] = acc;
     }
 }
+#if defined(MG__OWN_SGEMM) || defined(MG__TILE_AVX2)
+/* 8×8 transpose: 8 rows of 8 floats at s (row stride ls) into 8 rows at d (row stride ld).
+   AVX (256-bit) only: the packed sgemm and the tiled attention's transposed loads use it. */
+static inline void mg__sg_tr8(const float *s, size_t ls, float *d, size_t ld) {
+    __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + ls);
+    __m256 r2 = _mm256_loadu_ps(s + 2 * ls), r3 = _mm256_loadu_ps(s + 3 * ls);
+    __m256 r4 = _mm256_loadu_ps(s + 4 * ls), r5 = _mm256_loadu_ps(s + 5 * ls);
+    __m256 r6 = _mm256_loadu_ps(s + 6 * ls), r7 = _mm256_loadu_ps(s + 7 * ls);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+    __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+    __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(d + ld, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(d + 2 * ld, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(d + 3 * ld, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(d + 4 * ld, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(d + 5 * ld, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(d + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(d + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+#define MG__HAVE_TR8 1
+#endif
 #ifdef MG__OWN_SGEMM
 /* The CPU sgemm, column-major C(m×n) = α·op(A)·op(B) + β·C (cblas_sgemm's arguments), as a
    packed, blocked GEMM in the Goto/BLIS scheme with an AVX-512 micro-kernel. On the machine it
@@ -1701,29 +1728,6 @@ static void mg__cpu_bsum(int kc, int nc, const float *b, size_t sp, size_t sj, f
    Packing buffers: one MC×KC + KC×NR area per thread (372 KiB), allocated with the context
    (ctx->cpu_gemm_pack).                                                                      */
 
-/* 8×8 transpose: 8 rows of 8 floats at s (row stride ls) into 8 rows at d (row stride ld). */
-static inline void mg__sg_tr8(const float *s, size_t ls, float *d, size_t ld) {
-    __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + ls);
-    __m256 r2 = _mm256_loadu_ps(s + 2 * ls), r3 = _mm256_loadu_ps(s + 3 * ls);
-    __m256 r4 = _mm256_loadu_ps(s + 4 * ls), r5 = _mm256_loadu_ps(s + 5 * ls);
-    __m256 r6 = _mm256_loadu_ps(s + 6 * ls), r7 = _mm256_loadu_ps(s + 7 * ls);
-    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
-    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
-    __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
-    __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
-    _mm256_storeu_ps(d + ld, _mm256_permute2f128_ps(u1, u5, 0x20));
-    _mm256_storeu_ps(d + 2 * ld, _mm256_permute2f128_ps(u2, u6, 0x20));
-    _mm256_storeu_ps(d + 3 * ld, _mm256_permute2f128_ps(u3, u7, 0x20));
-    _mm256_storeu_ps(d + 4 * ld, _mm256_permute2f128_ps(u0, u4, 0x31));
-    _mm256_storeu_ps(d + 5 * ld, _mm256_permute2f128_ps(u1, u5, 0x31));
-    _mm256_storeu_ps(d + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31));
-    _mm256_storeu_ps(d + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
-}
 /* op(X)'s block of `len` vectorised indices (C's rows for A, its columns for B) × kc into
    panels of `w` indices, panel q at dst + q·w·kc holding [p][0..w) (zero past len).
    trans = 0: index i of k-step p is X[i + p·ld] (runs of w contiguous floats per p);
@@ -2608,7 +2612,7 @@ static void mg__cpu_attn_load(float *dst, int transposed, int ld, const mg_attn_
                               int n, int b, int g, int j, int hd) {
     size_t rs = transposed ? 1 : (size_t)hd, ds = transposed ? (size_t)ld : 1;
     int r = 0, d;
-#ifdef MG__OWN_SGEMM
+#ifdef MG__HAVE_TR8
     if (transposed && v->dtype == MG_F32)   /* fp32 rows ld_t apart: 8×8 blocks, then the rest */
         for (; r + 8 <= n; r += 8) {
             const float *src = (const float *)v->data + mg__view_at(v, t0 + r, b, g, j);

@@ -4376,7 +4376,8 @@ static size_t mg__attn_tc_smem(int hd) {
        shared memory for its 4 warps, double-buffered: while the warps compute on one tile the
        next one's rows arrive by cp.async (where the views are 16-byte aligned; else plain
        loads). The 16-bit rows are all the shared memory holds;
-     - the products are mma.sync m16n8k16 on register fragments (mg__mma16816 below): a
+     - the products are mma.sync m16n8k16 on register fragments (mg__mma16816 below), the
+       operands from shared memory read by ldmatrix, a 16 × 16 block an instruction: a
        warp's 16 × 32 scores S (and dP) come out as 4 accumulator fragments, the softmax (or
        dS) runs on them in place — a row's 32 values live in the 4 lanes of a quad, 8 each,
        so its max and sum are two shuffles — and the probabilities (dS) go back into the next
@@ -4523,30 +4524,60 @@ __device__ static __forceinline__ void mg__mma16816(float d[4], const uint32_t a
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #endif
 }
-/* Fragments from shared 16-bit rows of stride ld (even, so 32-bit loads stay aligned):
-     mg__fa_frag_a:   A = the 16 × 16 block at s, row-major (rows of Q, dO, K or V);
-     mg__fa_frag_bt:  B = the transpose of the 8 × 16 block at s: B(k, n) = s[n·ld + k]
-                      (rows of K for S = Q·Kᵀ: a lane's pair of k is one 32-bit word);
-     mg__fa_frag_b:   B = the 16 × 8 block at s: B(k, n) = s[k·ld + n] (rows of V for P·V:
-                      a lane's pair of k lies in two rows, two 16-bit loads).
-   With rows of hd + 8 elements, a quad's 4 lanes and the 8 quads hit 32 distinct banks.    */
-__device__ static __forceinline__ uint32_t mg__fa_lds32(const uint16_t *p) { return *(const uint32_t *)p; }
+/* ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 (sm_75+): four 8×8 matrices of 16-bit
+   elements from shared memory, row i of matrix q at the address lane 8q + i gives (16-byte
+   aligned: 8 elements). Lane l receives one 32-bit register per matrix, r[q]: without TRANS the
+   elements (row l/4, columns 2·(l%4), +1), with TRANS (rows 2·(l%4), +1, column l/4) — the
+   lower column (or row) in the low half. So a 16 × 16 block read as its four 8 × 8 quarters
+   lands in exactly the mma.m16n8k16 fragment layout above (fr = l/4, fc = 2·(l%4)); with
+   TRANS, a block stored k-major lands as B fragments. One instruction replaces 4 to 8 shared
+   loads of 32 or 16 bits. The emulator implements it on the same layout
+   (tests/cuda_emu/cuda_emu.cpp). A warp-collective operation: every lane calls it. */
+template <int TRANS>
+__device__ static __forceinline__ void mg__ldmatrix_x4(uint32_t r[4], const uint16_t *p) {
+#ifdef MG_CUDA_EMU
+    mg_emu_ldmatrix_x4(r, p, TRANS);
+#else
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    if (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a) : "memory");
+#endif
+}
+/* Fragments from shared 16-bit rows of stride ld (a multiple of 8 elements, so that every
+   row of an 8 × 8 quarter starts 16-byte aligned), each by one ldmatrix:
+     mg__fa_frag_a:   A = the 16 × 16 block at s, row-major (rows of Q, dO, K or V): lane l
+                      names row l%16, columns 8·(l/16) …: quarters (rows 0–7 | 8–15) × (k 0–7
+                      | 8–15) in the order a[0..3];
+     mg__fa_frag_bt2: B of two n8 tiles, b0 (n 0–7) and b1 (n 8–15), the transpose of the
+                      16 × 16 block at s: B(k, n) = s[n·ld + k] (rows of K for S = Q·Kᵀ: a lane's
+                      pair of k is one 32-bit word): lane l names row (l%8) + 8·(l/16), columns
+                      8·((l/8)%2) …;
+     mg__fa_frag_b2:  B of two n8 tiles, the 16 × 16 block at s: B(k, n) = s[k·ld + n] (rows
+                      of V for P·V: a lane's pair of k lies in two rows), by the transposing
+                      form: lane l names row l%16, columns 8·(l/16) ….
+   With rows of hd + 8 elements ((hd + 8)·2 bytes, 4 banks on from the row before), each 8-row
+   quarter reads 32 distinct banks.                                                          */
 __device__ static __forceinline__ void mg__fa_frag_a(uint32_t a[4], const uint16_t *s, int ld) {
-    const int fr = (threadIdx.x & 31) >> 2, fc = 2 * (threadIdx.x & 3);
-    a[0] = mg__fa_lds32(s + fr * ld + fc);
-    a[1] = mg__fa_lds32(s + (fr + 8) * ld + fc);
-    a[2] = mg__fa_lds32(s + fr * ld + fc + 8);
-    a[3] = mg__fa_lds32(s + (fr + 8) * ld + fc + 8);
+    const int lane = threadIdx.x & 31;
+    mg__ldmatrix_x4<0>(a, s + (lane & 15) * ld + (lane >> 4) * 8);
 }
-__device__ static __forceinline__ void mg__fa_frag_bt(uint32_t b[2], const uint16_t *s, int ld) {
-    const int fr = (threadIdx.x & 31) >> 2, fc = 2 * (threadIdx.x & 3);
-    b[0] = mg__fa_lds32(s + fr * ld + fc);
-    b[1] = mg__fa_lds32(s + fr * ld + fc + 8);
+__device__ static __forceinline__ void mg__fa_frag_bt2(uint32_t b0[2], uint32_t b1[2], const uint16_t *s,
+                                                       int ld) {
+    const int lane = threadIdx.x & 31;
+    uint32_t r[4];
+    mg__ldmatrix_x4<0>(r, s + ((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8);
+    b0[0] = r[0]; b0[1] = r[1]; b1[0] = r[2]; b1[1] = r[3];
 }
-__device__ static __forceinline__ void mg__fa_frag_b(uint32_t b[2], const uint16_t *s, int ld) {
-    const int fr = (threadIdx.x & 31) >> 2, fc = 2 * (threadIdx.x & 3);
-    b[0] = (uint32_t)s[fc * ld + fr] | (uint32_t)s[(fc + 1) * ld + fr] << 16;
-    b[1] = (uint32_t)s[(fc + 8) * ld + fr] | (uint32_t)s[(fc + 9) * ld + fr] << 16;
+__device__ static __forceinline__ void mg__fa_frag_b2(uint32_t b0[2], uint32_t b1[2], const uint16_t *s,
+                                                      int ld) {
+    const int lane = threadIdx.x & 31;
+    uint32_t r[4];
+    mg__ldmatrix_x4<1>(r, s + (lane & 15) * ld + (lane >> 4) * 8);
+    b0[0] = r[0]; b0[1] = r[1]; b1[0] = r[2]; b1[1] = r[3];
 }
 /* The A fragment of columns 16kk … 16kk+15 of a warp's 16 × 32 tile held as 4 D fragments
    (p[nt] for columns 8nt …), each value rounded to the storage type dt (exact for values the
@@ -4564,12 +4595,13 @@ __device__ static __forceinline__ void mg__fa_pack(uint32_t a[4], float (*p)[4],
 template <int F16, int HD>
 __device__ static __forceinline__ void mg__fa_accumulate(float (*acc)[4], const uint32_t a[4],
                                                 const uint16_t *s, int ld) {
-    uint32_t bf[2];
+    uint32_t b0[2], b1[2];
     int nt;
     MG__UNROLL
-    for (nt = 0; nt < HD / 8; nt++) {
-        mg__fa_frag_b(bf, s + nt * 8, ld);
-        mg__mma16816<F16>(acc[nt], a, bf);
+    for (nt = 0; nt < HD / 8; nt += 2) {   /* two n8 tiles a load */
+        mg__fa_frag_b2(b0, b1, s + nt * 8, ld);
+        mg__mma16816<F16>(acc[nt], a, b0);
+        mg__mma16816<F16>(acc[nt + 1], a, b1);
     }
 }
 /* A warp's 16 × 32 scores: s[nt] = A·Bᵀ for the 16 rows of hd at a and the 32 rows of hd at bm
@@ -4577,7 +4609,7 @@ __device__ static __forceinline__ void mg__fa_accumulate(float (*acc)[4], const 
 template <int F16, int HD>
 __device__ static __forceinline__ void mg__fa_scores(float (*s)[4], const uint16_t *a, const uint16_t *bm,
                                             int ld) {
-    uint32_t af[4], bf[2];
+    uint32_t af[4], b0[2], b1[2];
     int kk, nt;
     MG__UNROLL
     for (nt = 0; nt < MG_ATTN_TILE / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
@@ -4585,9 +4617,10 @@ __device__ static __forceinline__ void mg__fa_scores(float (*s)[4], const uint16
     for (kk = 0; kk < HD / 16; kk++) {
         mg__fa_frag_a(af, a + kk * 16, ld);
         MG__UNROLL
-        for (nt = 0; nt < MG_ATTN_TILE / 8; nt++) {
-            mg__fa_frag_bt(bf, bm + nt * 8 * ld + kk * 16, ld);
-            mg__mma16816<F16>(s[nt], af, bf);
+        for (nt = 0; nt < MG_ATTN_TILE / 8; nt += 2) {   /* two n8 tiles (16 rows of bm) a load */
+            mg__fa_frag_bt2(b0, b1, bm + nt * 8 * ld + kk * 16, ld);
+            mg__mma16816<F16>(s[nt], af, b0);
+            mg__mma16816<F16>(s[nt + 1], af, b1);
         }
     }
 }

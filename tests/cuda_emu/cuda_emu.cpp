@@ -645,6 +645,40 @@ void mg_emu_cp_async_wait(int n) {
         f.cp_groups.erase(f.cp_groups.begin());
     }
 }
+/* ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16: four 8×8 matrices of 16-bit elements,
+   row i of matrix q at the 16-byte aligned shared address lane 8q + i gives; each lane gets
+   one 32-bit register per matrix: without .trans the elements (row lane/4, columns 2·(lane%4)
+   and the next), with .trans (rows 2·(lane%4) and the next, column lane/4) — the lower column
+   (or row) in the low half. Warp-collective: every lane leaves its address in its warp's row
+   of a table between two __syncwarps, then reads its own elements, through the access hooks,
+   from the rows the others named. */
+static const char *g_ldm_rows[32][32];   /* [warp][lane] */
+void mg_emu_ldmatrix_x4(uint32_t r[4], const void *p, int trans) {
+    need_fiber("ldmatrix");
+    int warp = g_cur >> 5, lane = g_cur & 31, q;
+    __syncwarp(0xFFFFFFFFu);
+    if ((uintptr_t)p % 16 || (uintptr_t)p - g_sh_lo >= g_sh_span) {
+        char wh[200];
+        where(wh, sizeof wh, g_cur);
+        report("ldmatrix in %s: the row address %p must be 16-byte aligned shared memory", wh, p);
+        p = NULL;
+    }
+    g_ldm_rows[warp][lane] = (const char *)p;
+    __syncwarp(0xFFFFFFFFu);
+    for (q = 0; q < 4; q++) {
+        uint16_t e[2] = {0, 0};
+        int h;
+        for (h = 0; h < 2; h++) {
+            int row = trans ? 2 * (lane % 4) + h : lane / 4, col = trans ? lane / 4 : 2 * (lane % 4) + h;
+            const char *src = g_ldm_rows[warp][8 * q + row];
+            if (!src) continue;
+            check((uintptr_t)(src + 2 * col), 2, 0);
+            memcpy(&e[h], src + 2 * col, 2);
+        }
+        r[q] = (uint32_t)e[0] | (uint32_t)e[1] << 16;
+    }
+    __syncwarp(0xFFFFFFFFu);
+}
 unsigned int __activemask(void) {
     need_fiber("__activemask");
     unsigned int m = 0;

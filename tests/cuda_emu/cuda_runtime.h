@@ -248,6 +248,10 @@ void __syncwarp(unsigned int mask = 0xFFFFFFFFu);
 void mg_emu_cp_async16(void *dst, const void *src);
 void mg_emu_cp_async_commit(void);
 void mg_emu_cp_async_wait(int n);
+/* The PTX instruction ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16, which mg_tensor.h
+   issues through mg__ldmatrix_x4: four 8×8 16-bit matrices, one register a lane each, on the
+   fragment layout the PTX ISA documents (cuda_emu.cpp). */
+void mg_emu_ldmatrix_x4(uint32_t r[4], const void *p, int trans);
 unsigned int __activemask(void);
 static inline void __threadfence(void) {}
 static inline void __threadfence_block(void) {}

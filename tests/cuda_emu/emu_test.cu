@@ -160,6 +160,23 @@ __global__ void k_cp_async(float *out, float *seen, const float *src) {
     __syncthreads();
     out[t] = s[4 * ((t + 1) % 64)];
 }
+/* ldmatrix x4: a 16 × 16 block of M (16-bit, rows 24 elements apart, M[r][c] = 32r + c) read
+   as its four 8 × 8 quarters, lane l naming row l%16 at column 8·(l/16) (quarter q: rows
+   8·(q%2) …, columns 8·(q/2) …), without and with .trans; lane l's register q goes to
+   out[(trans·32 + l)·4 + q]. With misalign, lane 5 names an address 2 bytes on. */
+__global__ void k_ldmatrix(uint32_t *out, int misalign) {
+    __shared__ uint4 m4[16 * 3];
+    uint16_t *m = (uint16_t *)m4;
+    int l = threadIdx.x, tr, i;
+    uint32_t r[4];
+    if (l < 16)   /* lane l writes column l; columns 16–23 are padding, never read */
+        for (i = 0; i < 16; i++) m[i * 24 + l] = (uint16_t)(32 * i + l);
+    __syncthreads();
+    for (tr = 0; tr < 2; tr++) {
+        mg_emu_ldmatrix_x4(r, m + (l % 16) * 24 + (l / 16) * 8 + (misalign && l == 5), tr);
+        for (i = 0; i < 4; i++) out[(tr * 32 + l) * 4 + i] = r[i];
+    }
+}
 /* A copy that no wait ever completes. */
 __global__ void k_cp_async_unwaited(const float *src) {
     __shared__ float4 s4[1];
@@ -392,6 +409,28 @@ int main(void) {
         MG_LAUNCH(k_cp_async_unwaited, 1, 32, 0, 0, src);
         expect_reports("cp.async never waited for: caught", "cp.async copies still in flight when "
                        "kernel k_cp_async_unwaited block (0,0,0) thread (0,0,0) ended", NULL, NULL);
+    }
+    { /* ldmatrix x4, plain and transposing, on the PTX fragment layout */
+        uint32_t got[256];
+        int ok = 1;
+        uint32_t *dout = (uint32_t *)dev_alloc(sizeof got);
+        MG_LAUNCH(k_ldmatrix, 1, 32, 0, 0, dout, 0);
+        cudaMemcpy(got, dout, sizeof got, cudaMemcpyDeviceToHost);
+        for (int tr = 0; tr < 2; tr++)
+            for (int l = 0; l < 32; l++)
+                for (int q = 0; q < 4; q++)
+                    for (int h = 0; h < 2; h++) {   /* the element in half h of register q */
+                        int row = 8 * (q % 2) + (tr ? 2 * (l % 4) + h : l / 4);
+                        int col = 8 * (q / 2) + (tr ? l / 4 : 2 * (l % 4) + h);
+                        ok &= (got[(tr * 32 + l) * 4 + q] >> (16 * h) & 0xFFFFu) == (uint32_t)(32 * row + col);
+                    }
+        check(ok, "ldmatrix x4: the four 8x8 quarters in the PTX fragment layout, plain and .trans",
+              NULL);
+        expect_reports("ldmatrix: no report", NULL, NULL, NULL);
+        MG_LAUNCH(k_ldmatrix, 1, 32, 0, 0, dout, 1);
+        expect_reports("ldmatrix with a row address not 16-byte aligned: caught",
+                       "ldmatrix in kernel k_ldmatrix block (0,0,0) thread (5,0,0)",
+                       "must be 16-byte aligned shared memory", NULL);
     }
     MG_LAUNCH(k_uninit_shared, 1, 32, 0, 0, out);
     expect_reports("shared accumulator never zeroed: caught",

@@ -7396,10 +7396,10 @@ MGDEF int mg_plot_jsonl(const char *jsonl, const char *svg, char *err, size_t er
         if (len == 0 && ch == EOF) break;
         if (!line) continue;
         line[len] = 0;
+        n_lines++;
         {
             double it, v;
             if (!mg__json_line_num(line, "iteration", &it)) continue;
-            n_lines++;
             for (c = 0; c < MG__NCURVES; c++)
                 if (mg__json_line_num(line, mg__curves[c].key, &v)) {
                     mg__points_add(&pts[c], it, v);

@@ -197,6 +197,17 @@ static void check_plot(void) {
                    strstr(out, "no logged iteration"),
                    "plot: a log without iterations: one error line, status 1", "status %d: %s",
                    st, out);
+    snprintf(path, sizeof path, "%s/other.jsonl", tmp);   /* JSON lines, none of them gpt_train's */
+    {
+        FILE *f = fopen(path, "w");
+        fputs("{\"text\": \"hello\"}\n{\"loss\": 1.5}\nnot json\n", f);
+        fclose(f);
+    }
+    snprintf(cmd, sizeof cmd, "build/mg_plot %s 2>&1", path);
+    st = sh(cmd, out, sizeof out);
+    mg_test_report(st == 1 && strstr(out, "no logged iteration in 3 lines"),
+                   "plot: a file of other lines: the error counts the lines it read", "status %d: %s",
+                   st, out);
     gpt_rmtree(tmp);
 }
 

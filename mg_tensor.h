@@ -3596,16 +3596,18 @@ static void mg__cuda_colsum_gelu(mg_ctx *ctx, const mg_tensor *dst, const mg_ten
     /* inp, pre and dpre share one dtype xd for the compiled loads (none: src's) */
     const mg_dtype xd = inp ? inp->dtype : gelu.pre ? gelu.prd : sd;
     const int xs = (int)mg_dtype_size(xd), ss = (int)mg_dtype_size(sd);
+    const int VT = mg__colsum_vec<mg__io_f32>::V;   /* columns a thread of the typed kernels */
     int64_t N = mg_rows(src), C = mg_cols(src), cb, want, R, K;
     int typed = (sd == xd || (sd == MG_F32 && xd != MG_F32)) && (!gelu.pre || gelu.dd == xd) &&
-                C % 4 == 0 && mg__vec_ok(src->data, 4, ss) && mg__vec_ok(inp ? inp->data : NULL, 4, xs) &&
-                mg__vec_ok(gelu.pre, 4, xs) && mg__vec_ok(gelu.dpre, 4, xs);
+                C % VT == 0 && mg__vec_ok(src->data, VT, ss) && mg__vec_ok(inp ? inp->data : NULL, VT, xs) &&
+                mg__vec_ok(gelu.pre, VT, xs) && mg__vec_ok(gelu.dpre, VT, xs);
+    const int V = typed ? VT : 1;
     size_t mark = mg_arena_mark(ctx);
     float *part = NULL;
     dim3 grid;
     if (C == 0 || N == 0) return;
     if (!inp) plain = NULL;
-    cb = (C + 32 * (typed ? 4 : 1) - 1) / (32 * (typed ? 4 : 1));
+    cb = (C + 32 * V - 1) / (32 * V);
     want = 32 * MG__COLSUM_PARTS / C;   /* chunks */
     if (want < 1) want = 1;
     R = (N + want - 1) / want;
@@ -5172,9 +5174,12 @@ static __global__ void mg__k_xent_backward(ID dlogits, IL logits, const int32_t 
 }
 /* LAUNCH(IL, vec) with IL the logits' compiled accessor (or the run-time one) and vec whether
    the rows go 4 columns at a time (Vs a multiple of 4, the pointers aligned to 4 values). */
+static int mg__xent_vec(const mg_tensor *t) {   /* rows of t read 4 columns at a time */
+    return mg_cols(t) % 4 == 0 && mg__vec_ok(t->data, 4, (int)mg_dtype_size(t->dtype));
+}
 #define MG__XENT_DISPATCH(logits, LAUNCH) do { \
         mg_dtype ldt_ = (logits)->dtype; \
-        int vec_ = mg_cols(logits) % 4 == 0 && mg__vec_ok((logits)->data, 4, (int)mg_dtype_size(ldt_)); \
+        int vec_ = mg__xent_vec(logits); \
         if (ldt_ == MG_F32) LAUNCH(mg__io_f32, vec_); \
         else if (ldt_ == MG_BF16) LAUNCH(mg__io_bf16, vec_); \
         else if (ldt_ == MG_F16) LAUNCH(mg__io_f16, vec_); \
@@ -6666,8 +6671,7 @@ static void mg__xent_backward(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *
                                             rowmax, sumexp, dloss, dloss_at, mg_cols(logits), nreal, \
                                             vocab_start, vec)
         mg_dtype ld = logits->dtype, dd = dlogits->dtype;
-        int vec = mg_cols(logits) % 4 == 0 && mg__vec_ok(logits->data, 4, (int)mg_dtype_size(ld)) &&
-                  mg__vec_ok(dlogits->data, 4, (int)mg_dtype_size(dd));
+        int vec = mg__xent_vec(logits) && mg__xent_vec(dlogits);
         if (ld == MG_F32 && dd == MG_F32) MG__XENT_BWD(mg__io_f32, mg__io_f32, vec);
         else if (ld == MG_F32 && dd == MG_BF16) MG__XENT_BWD(mg__io_bf16, mg__io_f32, vec);
         else if (ld == MG_F32 && dd == MG_F16) MG__XENT_BWD(mg__io_f16, mg__io_f32, vec);
@@ -6817,15 +6821,13 @@ MGDEF void mg_adamw_multi(mg_ctx *ctx, const mg_adamw_piece *table, int n_pieces
     if (mg__is_cuda(ctx)) {
         int64_t blocks = (total + MG__ADAMW_TILE - 1) / MG__ADAMW_TILE;
         if (blocks > 65536) blocks = 65536;
-        if (dt16 == MG_BF16)
-            MG_LAUNCH(mg__k_adamw_multi, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx),
-                      table, n_pieces, total, beta1, beta2, eps, mg__io_ptr<mg__io_bf16>(NULL, dt16), args);
-        else if (dt16 == MG_F16)
-            MG_LAUNCH(mg__k_adamw_multi, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx),
-                      table, n_pieces, total, beta1, beta2, eps, mg__io_ptr<mg__io_f16>(NULL, dt16), args);
-        else
-            MG_LAUNCH(mg__k_adamw_multi, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx),
-                      table, n_pieces, total, beta1, beta2, eps, mg__io_ptr<mg__io_dyn>(NULL, dt16), args);
+#define MG__ADAMW_LAUNCH(IO16) MG_LAUNCH(mg__k_adamw_multi, (unsigned)blocks, MG__CUDA_THREADS, 0, \
+                                         MG__STREAM(ctx), table, n_pieces, total, beta1, beta2, \
+                                         eps, mg__io_ptr<IO16>(NULL, dt16), args)
+        if (dt16 == MG_BF16) MG__ADAMW_LAUNCH(mg__io_bf16);
+        else if (dt16 == MG_F16) MG__ADAMW_LAUNCH(mg__io_f16);
+        else MG__ADAMW_LAUNCH(mg__io_dyn);
+#undef MG__ADAMW_LAUNCH
         MG_CUDA_LAUNCH_CHECK();
         return;
     }

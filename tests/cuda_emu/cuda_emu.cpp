@@ -615,10 +615,14 @@ void __syncwarp(unsigned int mask) { mg_emu_warp_op(MG_EMU_SYNCWARP, mask, 0, 0,
    thread — only when a wait_group completes its group. A read of the destination before that
    sees what was there before, as a device may show it; the race detector sees the write at
    the wait, after which only a barrier makes it visible to other threads. */
+/* p is 16-byte aligned shared memory (cp.async's destination, an ldmatrix row) */
+static int shared16(const void *p) {
+    return (uintptr_t)p % 16 == 0 && (uintptr_t)p - g_sh_lo < g_sh_span;
+}
 void mg_emu_cp_async16(void *dst, const void *src) {
     need_fiber("cp.async");
     Fiber &f = g_fibers[(size_t)g_cur];
-    if ((uintptr_t)dst % 16 || (uintptr_t)src % 16 || (uintptr_t)dst - g_sh_lo >= g_sh_span) {
+    if (!shared16(dst) || (uintptr_t)src % 16) {
         char wh[200];
         where(wh, sizeof wh, g_cur);
         report("cp.async in %s: destination %p must be 16-byte aligned shared memory and source "
@@ -657,7 +661,7 @@ void mg_emu_ldmatrix_x4(uint32_t r[4], const void *p, int trans) {
     need_fiber("ldmatrix");
     int warp = g_cur >> 5, lane = g_cur & 31, q;
     __syncwarp(0xFFFFFFFFu);
-    if ((uintptr_t)p % 16 || (uintptr_t)p - g_sh_lo >= g_sh_span) {
+    if (!shared16(p)) {
         char wh[200];
         where(wh, sizeof wh, g_cur);
         report("ldmatrix in %s: the row address %p must be 16-byte aligned shared memory", wh, p);

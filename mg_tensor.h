@@ -3274,6 +3274,27 @@ template <class IO> static IO mg__io_make(const mg_tensor *t) {
 template <class A, class B> struct mg__vec_of {
     enum { V = 16 / ((int)A::BYTES > (int)B::BYTES ? (int)A::BYTES : (int)B::BYTES) };
 };
+/* LAUNCH(IO, IA) for storage written in dtype od and read in dtype ad: compiled accessors when
+   the two are one dtype, or fp32 and a 16-bit type either way (the casts, fp32 gradients of
+   16-bit activations); any other pair through the run-time accessor on both sides.          */
+#define MG__IO_PAIR_DISPATCH(od, ad, LAUNCH) do { \
+        mg_dtype od_ = (od), ad_ = (ad); \
+        if (od_ == MG_F32 && ad_ == MG_F32) LAUNCH(mg__io_f32, mg__io_f32); \
+        else if (od_ == MG_BF16 && ad_ == MG_BF16) LAUNCH(mg__io_bf16, mg__io_bf16); \
+        else if (od_ == MG_F16 && ad_ == MG_F16) LAUNCH(mg__io_f16, mg__io_f16); \
+        else if (od_ == MG_F32 && ad_ == MG_BF16) LAUNCH(mg__io_f32, mg__io_bf16); \
+        else if (od_ == MG_F32 && ad_ == MG_F16) LAUNCH(mg__io_f32, mg__io_f16); \
+        else if (od_ == MG_BF16 && ad_ == MG_F32) LAUNCH(mg__io_bf16, mg__io_f32); \
+        else if (od_ == MG_F16 && ad_ == MG_F32) LAUNCH(mg__io_f16, mg__io_f32); \
+        else LAUNCH(mg__io_dyn, mg__io_dyn); \
+    } while (0)
+/* LAUNCH(IO) with IO the compiled accessor of storage of dtype dt. */
+#define MG__IO_DISPATCH(dt, LAUNCH) do { \
+        mg_dtype dt_ = (dt); \
+        if (dt_ == MG_F32) LAUNCH(mg__io_f32); \
+        else if (dt_ == MG_BF16) LAUNCH(mg__io_bf16); \
+        else LAUNCH(mg__io_f16); \
+    } while (0)
 /* p may be vector-accessed with V elements of `bytes` each (NULL: no constraint). */
 MG_HD static inline int mg__vec_ok(const void *p, int V, int bytes) {
     return !p || (uintptr_t)p % (uintptr_t)(V * bytes) == 0;
@@ -3355,23 +3376,14 @@ template <int OP> static void mg__cuda_ew_op(mg_ctx *ctx, const mg_tensor *out,
                                              const mg_tensor *a, const mg_tensor *b,
                                              const mg__map_args *g) {
     mg_dtype od = out->dtype, ad = a ? a->dtype : od;
-    if ((!b || b->dtype == ad) && ad == od) {
-        if (od == MG_F32) mg__ew_launch<mg__io_f32, mg__io_f32, OP>(ctx, out, a, b, g);
-        else if (od == MG_BF16) mg__ew_launch<mg__io_bf16, mg__io_bf16, OP>(ctx, out, a, b, g);
-        else mg__ew_launch<mg__io_f16, mg__io_f16, OP>(ctx, out, a, b, g);
-        return;
-    }
-    if constexpr (OP == MG__EW_COPY) {   /* casts between fp32 and a 16-bit type */
-        if (od == MG_F32 && ad == MG_BF16)
-            return mg__ew_launch<mg__io_f32, mg__io_bf16, OP>(ctx, out, a, b, g);
-        if (od == MG_F32 && ad == MG_F16)
-            return mg__ew_launch<mg__io_f32, mg__io_f16, OP>(ctx, out, a, b, g);
-        if (od == MG_BF16 && ad == MG_F32)
-            return mg__ew_launch<mg__io_bf16, mg__io_f32, OP>(ctx, out, a, b, g);
-        if (od == MG_F16 && ad == MG_F32)
-            return mg__ew_launch<mg__io_f16, mg__io_f32, OP>(ctx, out, a, b, g);
-    }
-    mg__ew_launch<mg__io_dyn, mg__io_dyn, OP>(ctx, out, a, b, g);
+#define MG__EW_LAUNCH(IO, IA) mg__ew_launch<IO, IA, OP>(ctx, out, a, b, g)
+#define MG__EW_SAME(IO) MG__EW_LAUNCH(IO, IO)
+    if (b && b->dtype != ad) MG__EW_LAUNCH(mg__io_dyn, mg__io_dyn);
+    else if constexpr (OP == MG__EW_COPY) MG__IO_PAIR_DISPATCH(od, ad, MG__EW_LAUNCH);
+    else if (ad != od) MG__EW_LAUNCH(mg__io_dyn, mg__io_dyn);
+    else MG__IO_DISPATCH(od, MG__EW_SAME);
+#undef MG__EW_LAUNCH
+#undef MG__EW_SAME
 }
 static void mg__cuda_ew(mg_ctx *ctx, mg__ew_op op, const mg_tensor *out, const mg_tensor *a,
                         const mg_tensor *b, const mg__map_args *g) {
@@ -3403,12 +3415,12 @@ template <class F> static void mg__cuda_map(mg_ctx *ctx, int64_t n, F f) {
     MG_CUDA_LAUNCH_CHECK();
 }
 
-/* --- SwiGLU backward, rotary embedding: one thread per element / per rotated pair ---------
+/* --- SwiGLU backward, rotary embedding: V elements / V rotated pairs per thread --------------
    SwiGLU backward per element: reads 3s, writes 2s bytes, ~45 FLOPs (one exp). Rope per
    rotated pair: reads and writes 2s bytes of qkv, reads 8 bytes of the table, 6 FLOPs.
-   SwiGLU backward with all five tensors of one dtype: mg__k_swiglu_backward, specialised and
+   SwiGLU backward: mg__k_swiglu_backward, specialised by the dtype of all five tensors and
    vectorised as mg__k_ew (V elements per step when every pointer is vector-aligned, then the
-   tail); other dtype mixes: the functor through mg__k_map.                                  */
+   tail); other dtype mixes through the run-time accessor, element by element.               */
 template <class IO> static __global__ void mg__k_swiglu_backward(int64_t n, IO dgate, IO dup,
                                                                  IO dout, IO gate, IO up, int vec) {
     enum { V = 16 / IO::BYTES };
@@ -3449,27 +3461,48 @@ template <class IO> static void mg__swiglu_backward_launch(mg_ctx *ctx, int64_t 
               mg__io_make<IO>(gate), mg__io_make<IO>(up), vec);
     MG_CUDA_LAUNCH_CHECK();
 }
-struct mg__f_swiglu_backward {
-    void *dgate, *dup; const void *dout, *gate, *up; mg_dtype dgd, dud, dd, gd, ud;
-    __device__ void operator()(int64_t i) const {
-        float dy = mg_load(dout, dd, i), x = mg_load(gate, gd, i), y = mg_load(up, ud, i);
-        mg_store(dgate, dgd, i, dy * y * mg__silu_grad(x));
-        mg_store(dup, dud, i, dy * mg__silu(x));
-    }
+/* Rope, specialised by qkv's accessor: item k of row r (token r, position t0 + r / B) rotates
+   V consecutive pairs (x[p … p+V), x[p+h … p+h+V)) of one of the row's ng·(per + 1) query and
+   key heads with the table's V (cos, sin) pairs, V = 16/s when h and hd are multiples of it and
+   qkv is vector-aligned, else 1. One 64-bit division per item (the row), the rest in 32 bits. */
+struct mg__rope_geom {
+    int64_t N, C3; int B, per, hd, h, t0; const float *cos_sin; float sign;
 };
-struct mg__f_rope {
-    void *qkv; mg_dtype dt; int64_t C3; int B, per, hd, h, t0; const float *cos_sin; float sign;
-    __device__ void operator()(int64_t i) const {
-        int64_t pair = i % h, rest = i / h, heads = (int64_t)(C3 / ((per + 2) * (int64_t)hd)) * (per + 1);
-        int64_t head = rest % heads, r = rest / heads, g = head / (per + 1), j = head % (per + 1);
-        int64_t x1 = r * C3 + (g * (per + 2) + j) * hd + pair;
-        const float *cs = cos_sin + ((int64_t)(t0 + r / B) * h + pair) * 2;
-        float a = mg_load(qkv, dt, x1), b = mg_load(qkv, dt, x1 + h);
-        mg__rope_pair(&a, &b, cs[0], sign * cs[1]);
-        mg_store(qkv, dt, x1, a);
-        mg_store(qkv, dt, x1 + h, b);
+template <int V, class IO> __device__ static inline void mg__rope_items(const IO &qkv,
+                                                                      const mg__rope_geom &g) {
+    int per_head = g.h / V, heads = (int)(g.C3 / ((int64_t)(g.per + 2) * g.hd)) * (g.per + 1);
+    int64_t per_row = (int64_t)heads * per_head, n = g.N * per_row, i;
+    for (i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / per_row;
+        int k = (int)(i - r * per_row), head = k / per_head, p = (k - head * per_head) * V;
+        int grp = head / (g.per + 1), j = head - grp * (g.per + 1), e;
+        int64_t x1 = r * g.C3 + (int64_t)(grp * (g.per + 2) + j) * g.hd + p;
+        const float *cs = g.cos_sin + ((int64_t)(g.t0 + r / g.B) * g.h + p) * 2;
+        float a[V], b[V];
+        qkv.template ldv<V>(x1, a);
+        qkv.template ldv<V>(x1 + g.h, b);
+        for (e = 0; e < V; e++) mg__rope_pair(&a[e], &b[e], cs[2 * e], g.sign * cs[2 * e + 1]);
+        qkv.template stv<V>(x1, a);
+        qkv.template stv<V>(x1 + g.h, b);
     }
-};
+}
+template <class IO> static __global__ void mg__k_rope(IO qkv, mg__rope_geom g, int vec) {
+    if (vec) mg__rope_items<16 / IO::BYTES>(qkv, g);
+    else mg__rope_items<1>(qkv, g);
+}
+template <class IO> static void mg__rope_launch(mg_ctx *ctx, const mg_tensor *qkv,
+                                                          const mg__rope_geom *g) {
+    enum { V = 16 / IO::BYTES };
+    int vec = g->h % V == 0 && g->hd % V == 0 && mg__vec_ok(qkv->data, V, IO::BYTES);
+    int64_t items = g->N * (g->C3 / ((int64_t)(g->per + 2) * g->hd)) * (g->per + 1) *
+                    (vec ? g->h / V : g->h);
+    int64_t blocks = (items + MG__CUDA_THREADS - 1) / MG__CUDA_THREADS;
+    if (items <= 0) return;
+    if (blocks > 65536) blocks = 65536;
+    MG_LAUNCH(mg__k_rope, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx),
+              mg__io_make<IO>(qkv), *g, vec);
+    MG_CUDA_LAUNCH_CHECK();
+}
 
 /* --- row broadcast, column sums ------------------------------------------------------------
    Broadcast (the bias before an unfused GEMM): writes N·C·s bytes, reads C·s (cached).     */
@@ -3645,19 +3678,58 @@ static void mg__cuda_colsum(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *
 
 /* --- embedding -----------------------------------------------------------------------------
    Forward per element of out: reads s (wte row, gathered) + s (wpe) + 4/C (token), writes s.
-   dwte: reads s, one atomic read-modify-write of d bytes (CAS loop for 16-bit); dwpe: reads
-   B·s + d, writes d per position element. ≤ 1 FLOP per byte: bandwidth bound.             */
-struct mg__f_embed {
-    void *out; mg_dtype od; const int32_t *tokens; int B, T, t0; int64_t C, Vw, vocab_start;
-    const void *wte; mg_dtype ed; const void *wpe; mg_dtype pd;
-    __device__ void operator()(int64_t i) const {
-        int64_t r = i / C, c = i % C, t = r / B;
-        int64_t tok = mg__embed_row_token(tokens, r, B, T, t0, vocab_start);
-        float v = (tok >= 0 && tok < Vw) ? mg_load(wte, ed, tok * C + c) : 0.0f;
-        if (wpe) v += mg_load(wpe, pd, (t0 + t) * C + c);
-        mg_store(out, od, i, v);
-    }
+   dwte: reads s, reads and writes the touched rows of dwte once (d bytes); dwpe: reads B·s + d,
+   writes d per position element. ≤ 1 FLOP per byte: bandwidth bound. The three kernels are
+   specialised by their accessors (out or the gradient: IO; the weights or dout: IA) and move V
+   consecutive columns per thread, V = 16 bytes of the wider dtype when C is a multiple of it
+   and every pointer is vector-aligned (else 1).                                              */
+struct mg__embed_geom {
+    const int32_t *tokens; int64_t N, C, Vw, vocab_start; int B, T, t0;
 };
+template <int V, class IO, class IA> __device__ static inline void mg__embed_items(
+        const IO &out, const IA &wte, const IA &wpe, const mg__embed_geom &g) {
+    int64_t per_row = g.C / V, n = g.N * per_row, i;
+    for (i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / per_row, c = (i - r * per_row) * V;
+        int64_t tok = mg__embed_row_token(g.tokens, r, g.B, g.T, g.t0, g.vocab_start);
+        float v[V], p[V];
+        int e;
+        for (e = 0; e < V; e++) v[e] = 0.0f;
+        if (tok >= 0 && tok < g.Vw) wte.template ldv<V>(tok * g.C + c, v);
+        if (wpe.p) {
+            wpe.template ldv<V>((g.t0 + r / g.B) * g.C + c, p);
+            for (e = 0; e < V; e++) v[e] += p[e];
+        }
+        out.template stv<V>(r * g.C + c, v);
+    }
+}
+template <class IO, class IA> static __global__ void mg__k_embed(IO out, IA wte, IA wpe,
+                                                                 mg__embed_geom g, int vec) {
+    if (vec) mg__embed_items<mg__vec_of<IO, IA>::V>(out, wte, wpe, g);
+    else mg__embed_items<1>(out, wte, wpe, g);
+}
+/* Whether rows of C columns of every tensor given (NULL: none) go V columns at a time. */
+static int mg__embed_vec(int64_t C, int V, const mg_tensor *a, const mg_tensor *b,
+                         const mg_tensor *c) {
+    const mg_tensor *t[3] = {a, b, c};
+    int k, ok = C % V == 0;
+    for (k = 0; k < 3; k++)
+        if (t[k]) ok = ok && mg__vec_ok(t[k]->data, V, (int)mg_dtype_size(t[k]->dtype));
+    return ok;
+}
+template <class IO, class IA> static void mg__embed_launch(mg_ctx *ctx, const mg_tensor *out,
+                                                           const mg_tensor *wte,
+                                                           const mg_tensor *wpe,
+                                                           const mg__embed_geom *g) {
+    enum { V = mg__vec_of<IO, IA>::V };
+    int vec = mg__embed_vec(g->C, V, out, wte, wpe);
+    int64_t items = g->N * (vec ? g->C / V : g->C), blocks = (items + MG__CUDA_THREADS - 1) / MG__CUDA_THREADS;
+    if (items <= 0) return;
+    if (blocks > 65536) blocks = 65536;
+    MG_LAUNCH(mg__k_embed, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx),
+              mg__io_make<IO>(out), mg__io_make<IA>(wte), mg__io_make<IA>(wpe), *g, vec);
+    MG_CUDA_LAUNCH_CHECK();
+}
 /* dwte, deterministic: the CPU twin's order — each token's rows in increasing row order, each
    add rounded to dwte's dtype — so the result is the same every run (no float atomics) and
    bit for bit the CPU's. The rows are grouped by token with a stable sort, then added:
@@ -3725,37 +3797,76 @@ static __global__ void mg__k_embed_radix_scatter(int *dst, const int *src, const
     for (j = 0; j < (int)threadIdx.x; j++) rank += digit[j] == d;
     dst[first[(int64_t)d * gridDim.x + blockIdx.x] + rank] = row;
 }
-static __global__ void mg__k_embed_add(void *dwte, mg_dtype wd, const void *dout, mg_dtype dd,
-                                       const int *sorted, const int32_t *tokens, int64_t N,
-                                       int B, int T, int t0, int64_t vocab_start, int64_t C,
-                                       int64_t Vw) {
-    int64_t i = blockIdx.x, tok = mg__embed_row_token(tokens, sorted[i], B, T, t0, vocab_start);
-    int64_t end, c, k;
-    if (tok < 0 || tok >= Vw) return;            /* another shard's row: those sort last */
-    if (i > 0 && mg__embed_row_token(tokens, sorted[i - 1], B, T, t0, vocab_start) == tok)
-        return;                                  /* not the first row of its token's run */
-    for (end = i + 1; end < N && mg__embed_row_token(tokens, sorted[end], B, T, t0, vocab_start) == tok;)
-        end++;
-    for (c = threadIdx.x; c < C; c += blockDim.x) {
-        float w = mg_load(dwte, wd, tok * C + c);
+/* dwte += the rows of one token's run: a block per sorted slot, V columns per thread. */
+template <int V, class IO, class IA> __device__ static inline void mg__embed_add_run(
+        const IO &dwte, mg_dtype wd, const IA &dout, const int *sorted, int64_t i, int64_t end,
+        int64_t tok, int64_t C) {
+    int64_t c, k;
+    int e;
+    for (c = threadIdx.x * (int64_t)V; c < C; c += (int64_t)blockDim.x * V) {
+        float w[V], d[V];
+        dwte.template ldv<V>(tok * C + c, w);
         for (k = i; k < end; k++) {              /* the CPU's order: each add rounded to wd */
-            w += mg_load(dout, dd, (int64_t)sorted[k] * C + c);
-            w = mg__attn_round(w, wd);
+            dout.template ldv<V>((int64_t)sorted[k] * C + c, d);
+            for (e = 0; e < V; e++) w[e] = mg__attn_round(w[e] + d[e], wd);
         }
-        mg_store(dwte, wd, tok * C + c, w);
+        dwte.template stv<V>(tok * C + c, w);
     }
 }
-/* dwpe: element (t, c) sums its B rows in order (no atomics). */
-struct mg__f_embed_dwpe {
-    void *dwpe; mg_dtype pd; const void *dout; mg_dtype dd; int B, t0; int64_t C;
-    __device__ void operator()(int64_t i) const {
-        int64_t t = i / C, c = i % C, p = (t0 + t) * C + c;
-        float s = mg_load(dwpe, pd, p);
-        int b;
-        for (b = 0; b < B; b++) s += mg_load(dout, dd, (t * B + b) * C + c);
-        mg_store(dwpe, pd, p, s);
+template <class IO, class IA> static __global__ void mg__k_embed_add(IO dwte, mg_dtype wd, IA dout,
+                                                                     const int *sorted,
+                                                                     mg__embed_geom g, int vec) {
+    const int32_t *tokens = g.tokens;
+    int64_t i = blockIdx.x, tok = mg__embed_row_token(tokens, sorted[i], g.B, g.T, g.t0, g.vocab_start);
+    int64_t end;
+    if (tok < 0 || tok >= g.Vw) return;          /* another shard's row: those sort last */
+    if (i > 0 && mg__embed_row_token(tokens, sorted[i - 1], g.B, g.T, g.t0, g.vocab_start) == tok)
+        return;                                  /* not the first row of its token's run */
+    for (end = i + 1; end < g.N &&
+                      mg__embed_row_token(tokens, sorted[end], g.B, g.T, g.t0, g.vocab_start) == tok;)
+        end++;
+    if (vec) mg__embed_add_run<mg__vec_of<IO, IA>::V>(dwte, wd, dout, sorted, i, end, tok, g.C);
+    else mg__embed_add_run<1>(dwte, wd, dout, sorted, i, end, tok, g.C);
+}
+/* dwpe: element (t, c) sums its B rows in order (no atomics), V columns per thread. */
+template <int V, class IO, class IA> __device__ static inline void mg__embed_dwpe_items(
+        const IO &dwpe, const IA &dout, const mg__embed_geom &g) {
+    int64_t per_pos = g.C / V, n = g.N / g.B * per_pos, i;
+    for (i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t t = i / per_pos, c = (i - t * per_pos) * V, p = (g.t0 + t) * g.C + c;
+        float s[V], d[V];
+        int b, e;
+        dwpe.template ldv<V>(p, s);
+        for (b = 0; b < g.B; b++) {
+            dout.template ldv<V>((t * g.B + b) * g.C + c, d);
+            for (e = 0; e < V; e++) s[e] += d[e];
+        }
+        dwpe.template stv<V>(p, s);
     }
-};
+}
+template <class IO, class IA> static __global__ void mg__k_embed_dwpe(IO dwpe, IA dout,
+                                                                      mg__embed_geom g, int vec) {
+    if (vec) mg__embed_dwpe_items<mg__vec_of<IO, IA>::V>(dwpe, dout, g);
+    else mg__embed_dwpe_items<1>(dwpe, dout, g);
+}
+/* grad = dwte (sorted: the rows grouped by token) or, with sorted NULL, dwpe. */
+template <class IO, class IA> static void mg__embed_backward_launch(mg_ctx *ctx,
+        const mg_tensor *grad, const mg_tensor *dout, const int *sorted, const mg__embed_geom *g) {
+    enum { V = mg__vec_of<IO, IA>::V };
+    int vec = mg__embed_vec(g->C, V, grad, dout, NULL);
+    int64_t items = g->N / g->B * (vec ? g->C / V : g->C);
+    int64_t blocks = (items + MG__CUDA_THREADS - 1) / MG__CUDA_THREADS;
+    if (sorted) {
+        MG_LAUNCH(mg__k_embed_add, (unsigned)g->N, MG__CUDA_THREADS, 0, MG__STREAM(ctx),
+                  mg__io_make<IO>(grad), grad->dtype, mg__io_make<IA>(dout), sorted, *g, vec);
+    } else {
+        if (items <= 0) return;
+        if (blocks > 65536) blocks = 65536;
+        MG_LAUNCH(mg__k_embed_dwpe, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx),
+                  mg__io_make<IO>(grad), mg__io_make<IA>(dout), *g, vec);
+    }
+    MG_CUDA_LAUNCH_CHECK();
+}
 
 /* --- layernorm / RMSNorm: a warp per row up to MG__NORM_WARP_MAX columns, else a block ------
    Specialised by the activations' accessor IX (inp, out / dout, dinp) and the weights' IW.
@@ -5637,10 +5748,11 @@ MGDEF void mg_embedding_forward(mg_ctx *ctx, mg_tensor *out, const int32_t *toke
     mg__check_embedding("mg_embedding_forward", out, tokens, B, T, t0, wte, wpe);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
-        mg__f_embed f = {out->data, out->dtype, tokens, B, T, t0, mg_cols(out), mg_rows(wte),
-                         vocab_start, wte->data, wte->dtype, wpe ? wpe->data : NULL,
-                         wpe ? wpe->dtype : MG_F32};
-        mg__cuda_map(ctx, mg_numel(out), f);
+        mg__embed_geom g = {tokens, mg_rows(out), mg_cols(out), mg_rows(wte), vocab_start, B, T, t0};
+#define MG__EMBED_LAUNCH(IO, IA) mg__embed_launch<IO, IA>(ctx, out, wte, wpe, &g)
+        if (wpe && wpe->dtype != wte->dtype) MG__EMBED_LAUNCH(mg__io_dyn, mg__io_dyn);
+        else MG__IO_PAIR_DISPATCH(out->dtype, wte->dtype, MG__EMBED_LAUNCH);
+#undef MG__EMBED_LAUNCH
         return;
     }
 #endif
@@ -5652,12 +5764,15 @@ MGDEF void mg_embedding_backward(mg_ctx *ctx, mg_tensor *dwte, mg_tensor *dwpe,
     mg__check_embedding("mg_embedding_backward", dout, tokens, B, T, t0, dwte, dwpe);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
-        int64_t C = mg_cols(dout);
         int64_t N = mg_rows(dout), Vw = dwte ? mg_rows(dwte) : 0;
+        mg__embed_geom g = {tokens, N, mg_cols(dout), Vw, vocab_start, B, T, t0};
+        int *sorted = NULL;
+#define MG__EMBED_DWTE(IO, IA) mg__embed_backward_launch<IO, IA>(ctx, dwte, dout, sorted, &g)
+#define MG__EMBED_DWPE(IO, IA) mg__embed_backward_launch<IO, IA>(ctx, dwpe, dout, NULL, &g)
         if (Vw > 0 && N > 0) {   /* the deterministic scatter-add (see mg__k_embed_add) */
             size_t mark;
             unsigned rows = (unsigned)((N + MG__CUDA_THREADS - 1) / MG__CUDA_THREADS);
-            int *sorted, *other, *hist, *first, passes = 0, pass;
+            int *other, *hist, *first, passes = 0, pass;
             if (N > INT32_MAX) mg_fatal(__FILE__, __LINE__, "mg_embedding_backward: %lld rows", (long long)N);
             mark = mg_arena_mark(ctx);
             sorted = (int *)mg_alloc(ctx, (size_t)N * sizeof(int));
@@ -5678,16 +5793,12 @@ MGDEF void mg_embedding_backward(mg_ctx *ctx, mg_tensor *dwte, mg_tensor *dwpe,
                           src, first, tokens, N, B, T, t0, vocab_start, Vw, 8 * pass);
                 MG_CUDA_LAUNCH_CHECK();
             }
-            MG_LAUNCH(mg__k_embed_add, (unsigned)N, MG__CUDA_THREADS, 0, MG__STREAM(ctx), dwte->data,
-                      dwte->dtype, dout->data, dout->dtype, sorted, tokens, N, B, T, t0,
-                      vocab_start, C, Vw);
-            MG_CUDA_LAUNCH_CHECK();
+            MG__IO_PAIR_DISPATCH(dwte->dtype, dout->dtype, MG__EMBED_DWTE);
             mg_arena_release(ctx, mark);
         }
-        if (dwpe) {
-            mg__f_embed_dwpe f = {dwpe->data, dwpe->dtype, dout->data, dout->dtype, B, t0, C};
-            mg__cuda_map(ctx, mg_rows(dout) / B * C, f);
-        }
+        if (dwpe) MG__IO_PAIR_DISPATCH(dwpe->dtype, dout->dtype, MG__EMBED_DWPE);
+#undef MG__EMBED_DWTE
+#undef MG__EMBED_DWPE
         return;
     }
 #endif
@@ -6462,8 +6573,10 @@ static void mg__rope(mg_ctx *ctx, const char *op, mg_tensor *qkv, int B, int nh,
                  "number in 2 … %lld", op, rot, (long long)hd, (long long)hd);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
-        mg__f_rope f = {qkv->data, qkv->dtype, C3, B, nh / ng, (int)hd, rot / 2, t0, cos_sin, sign};
-        mg__cuda_map(ctx, mg_rows(qkv) * (nh + ng) * (int64_t)(rot / 2), f);
+        mg__rope_geom g = {mg_rows(qkv), C3, B, nh / ng, (int)hd, rot / 2, t0, cos_sin, sign};
+#define MG__ROPE_LAUNCH(IO) mg__rope_launch<IO>(ctx, qkv, &g)
+        MG__IO_DISPATCH(qkv->dtype, MG__ROPE_LAUNCH);
+#undef MG__ROPE_LAUNCH
         return;
     }
 #endif
@@ -6498,16 +6611,12 @@ MGDEF void mg_swiglu_backward(mg_ctx *ctx, mg_tensor *dgate, mg_tensor *dup,
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         mg_dtype dt = dout->dtype;
-        mg__f_swiglu_backward f = {dgate->data, dup->data, dout->data, gate->data, up->data,
-                                   dgate->dtype, dup->dtype, dout->dtype, gate->dtype, up->dtype};
+#define MG__SWIGLU_LAUNCH(IO) mg__swiglu_backward_launch<IO>(ctx, n, dgate, dup, dout, gate, up)
         if (dgate->dtype != dt || dup->dtype != dt || gate->dtype != dt || up->dtype != dt)
-            mg__cuda_map(ctx, n, f);
-        else if (dt == MG_F32)
-            mg__swiglu_backward_launch<mg__io_f32>(ctx, n, dgate, dup, dout, gate, up);
-        else if (dt == MG_BF16)
-            mg__swiglu_backward_launch<mg__io_bf16>(ctx, n, dgate, dup, dout, gate, up);
+            MG__SWIGLU_LAUNCH(mg__io_dyn);
         else
-            mg__swiglu_backward_launch<mg__io_f16>(ctx, n, dgate, dup, dout, gate, up);
+            MG__IO_DISPATCH(dt, MG__SWIGLU_LAUNCH);
+#undef MG__SWIGLU_LAUNCH
         return;
     }
 #endif

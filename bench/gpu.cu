@@ -9,7 +9,10 @@
       notes beside the kernels in mg_tensor.h: DRAM traffic counting each tensor once), the
       roofline time max(bytes / bandwidth, FLOPs / peak) and the achieved fraction of it. The
       peak is the tensor-core rate for 16-bit GEMMs and the CUDA-core fp32 rate for fp32 GEMMs
-      and every other kernel.
+      and every other kernel. After the layer's kernels: the embedding forward and backward
+      (vocabulary 50304; once per step), the Llama family's rope, SwiGLU and RMSNorm at the
+      same N and C, then the fused classifier forward + backward in the trainer's chunks and
+      the fused AdamW over 124.4 M parameters (once per step each).
    2. Whole steps (forward, backward, optimizer) of GPT-2 124M (12 layers, hidden 768, vocab
       50257, micro-batch 8, T = 1024) and a ~1.2 B Llama-shaped model (16 layers, hidden 2048,
       32 heads in 8 KV groups, SwiGLU 8192, RMSNorm, rope, untied, vocab 128256, micro-batch 1,
@@ -107,6 +110,15 @@ typedef struct {
     mg_dtype dt;
     mg_tensor x, y, x4, pre4, act4, dx4, w4, b4, w2, wq, bq, q3, w, b, g32, gb32, dwq, dbq;
     mg_tensor lse, dq3;   /* the attention's log-sum-exps (fp32) and dqkv */
+    mg_tensor y4;         /* SwiGLU's second gradient */
+    mg_tensor wte, wpe, dwte, dwpe;   /* [V, C] and [T, C]; gradients fp32 */
+    int32_t *tokens;      /* [B, T] device ids, also the classifier's targets */
+    float *rope_cs, *losses;
+    void *head_scratch;
+    int64_t V, head_rows;
+    mg_adamw_piece *adamw_table;       /* device: one piece of adamw_n parameters */
+    mg_adamw_args *adamw_args;         /* device */
+    int64_t adamw_n;
     int B, T, n_head;
     float *mean, *rstd;
 } layer_bufs;
@@ -177,6 +189,58 @@ static void k_attn_bwd(void *p) {
                                 L->n_head, L->n_head, NULL);
 }
 
+/* The embedding: token rows of wte plus the positions' rows of wpe; backward: the radix sort
+   and the deterministic scatter-add into fp32 dwte, and dwpe (GPT-2's vocabulary, T positions). */
+static void k_embed_fwd(void *p) {
+    layer_bufs *L = (layer_bufs *)p;
+    mg_embedding_forward(&g_ctx, &L->y, L->tokens, L->B, L->T, 0, &L->wte, 0, &L->wpe);
+}
+static void k_embed_bwd(void *p) {
+    layer_bufs *L = (layer_bufs *)p;
+    mg_embedding_backward(&g_ctx, &L->dwte, &L->dwpe, &L->x, L->tokens, L->B, L->T, 0, 0);
+}
+/* The Llama family's kernels at the same N and C: rope on the queries and keys of a [N, 3C]
+   qkv (C/64 heads of 64, all rotated), SwiGLU on [N, 4C], RMSNorm on [N, C]. */
+static void k_rope(void *p) {
+    layer_bufs *L = (layer_bufs *)p;
+    mg_rope_forward(&g_ctx, &L->q3, L->B, L->n_head, L->n_head, 64, 0, L->rope_cs);
+}
+static void k_swiglu_fwd(void *p) {
+    layer_bufs *L = (layer_bufs *)p;
+    mg_swiglu_forward(&g_ctx, &L->dx4, &L->pre4, &L->act4);
+}
+static void k_swiglu_bwd(void *p) {
+    layer_bufs *L = (layer_bufs *)p;
+    mg_swiglu_backward(&g_ctx, &L->x4, &L->y4, &L->dx4, &L->pre4, &L->act4);
+}
+static void k_rmsnorm_fwd(void *p) {
+    layer_bufs *L = (layer_bufs *)p;
+    mg_norm rms = {1, 1e-6f};
+    mg_norm_forward(&g_ctx, &rms, &L->y, L->mean, L->rstd, &L->x, &L->w, NULL);
+}
+static void k_rmsnorm_bwd(void *p) {
+    layer_bufs *L = (layer_bufs *)p;
+    mg_norm rms = {1, 1e-6f};
+    mg_norm_backward(&g_ctx, &rms, &L->y, &L->g32, NULL, &L->x, &L->x, &L->w, L->mean, L->rstd, 1);
+}
+/* The output layer and the loss, forward and backward in chunks of head_rows rows (the
+   trainer's MG_CLASSIFIER_CHUNK_BYTES_CUDA budget), tied to wte: dx into y, dw into dwte. */
+static void k_classifier(void *p) {
+    layer_bufs *L = (layer_bufs *)p;
+    mg_classifier c;
+    memset(&c, 0, sizeof c);
+    c.x = &L->x; c.w = &L->wte; c.targets = L->tokens;
+    c.vocab_start = 0; c.vocab_size = L->V;
+    c.losses = L->losses; c.dloss = 1.0f / (float)L->N;
+    c.dx = &L->y; c.dw = &L->dwte;
+    c.chunk_rows = L->head_rows; c.scratch = L->head_scratch;
+    mg_classifier_fused(&g_ctx, &c);
+}
+static void k_adamw(void *p) {   /* one launch over adamw_n parameters with their 16-bit copy */
+    layer_bufs *L = (layer_bufs *)p;
+    mg_adamw_multi(&g_ctx, L->adamw_table, 1, L->adamw_n, 0.9f, 0.95f, 1e-8f, L->dt, L->adamw_args);
+}
+
 typedef struct { const char *name; void (*f)(void *); double bytes, flops; int gemm; } kernel_row;
 
 static void kernel_table(const bench_peaks *pk, int B, int T, int64_t C, mg_dtype dt) {
@@ -202,10 +266,54 @@ static void kernel_table(const bench_peaks *pk, int B, int T, int64_t C, mg_dtyp
     L.dq3 = mg_tensor_2d(&g_ctx, dt, N, 3 * C);
     L.mean = (float *)mg_alloc(&g_ctx, (size_t)N * 4);
     L.rstd = (float *)mg_alloc(&g_ctx, (size_t)N * 4);
+    L.y4 = mg_tensor_2d(&g_ctx, dt, N, 4 * C);
+    L.V = C >= 768 ? 50304 : 512;   /* GPT-2's vocabulary padded to 128 (tiny: 512) */
+    L.wte = mg_tensor_2d(&g_ctx, dt, L.V, C);     L.wpe = mg_tensor_2d(&g_ctx, dt, T, C);
+    L.dwte = mg_tensor_2d(&g_ctx, MG_F32, L.V, C); L.dwpe = mg_tensor_2d(&g_ctx, MG_F32, T, C);
+    L.losses = (float *)mg_alloc(&g_ctx, (size_t)N * 4);
+    L.head_rows = mg_classifier_chunk_rows(N, L.V, dt, MG_CLASSIFIER_CHUNK_BYTES_CUDA);
+    L.head_scratch = mg_alloc(&g_ctx, mg_classifier_scratch_bytes(L.head_rows, L.V, dt));
+    {   /* token ids spread over the vocabulary; rope's table for head dim 64 */
+        int32_t *tok = (int32_t *)malloc(sizeof(int32_t) * (size_t)N);
+        float *cs = (float *)malloc(sizeof(float) * (size_t)T * 64);
+        mg_rope rope = {10000.0f, 0, 0.0f, 0.0f, 0.0f, 0};
+        for (i = 0; i < N; i++) tok[i] = (int32_t)(mg_rand_u32(11, (uint64_t)i) % (uint32_t)L.V);
+        mg_rope_table(cs, T, 64, &rope);
+        L.tokens = (int32_t *)mg_alloc(&g_ctx, sizeof(int32_t) * (size_t)N);
+        L.rope_cs = (float *)mg_alloc(&g_ctx, sizeof(float) * (size_t)T * 64);
+        mg_copy_to_device(&g_ctx, L.tokens, tok, sizeof(int32_t) * (size_t)N);
+        mg_copy_to_device(&g_ctx, L.rope_cs, cs, sizeof(float) * (size_t)T * 64);
+        free(tok);
+        free(cs);
+    }
+    {   /* AdamW over GPT-2 124M's parameters (12 layers of 12·C² weights, the embeddings) */
+        mg_adamw_piece piece;
+        mg_adamw_args args;
+        mg_tensor f;
+        L.adamw_n = 12 * 12 * C * C + (L.V + 1024) * C;
+        f = mg_tensor_2d(&g_ctx, MG_F32, 4, L.adamw_n);   /* param, grad, m, v */
+        mg_fill(&g_ctx, &f, 0.01f);
+        memset(&piece, 0, sizeof piece);
+        piece.param = (float *)f.data;
+        piece.grad = piece.param + L.adamw_n;
+        piece.m = piece.param + 2 * L.adamw_n;
+        piece.v = piece.param + 3 * L.adamw_n;
+        piece.param16 = dt == MG_F32 ? NULL : mg_alloc(&g_ctx, (size_t)L.adamw_n * 2);
+        piece.n = L.adamw_n;
+        piece.weight_decay = 0.1f;
+        mg_adamw_table_begin(&piece, 1);
+        memset(&args, 0, sizeof args);
+        mg_adamw_args_set(&args, 1e-4f, 10, 0.9f, 0.95f);
+        args.grad_scale = 1.0f;
+        L.adamw_table = (mg_adamw_piece *)mg_alloc(&g_ctx, sizeof piece);
+        L.adamw_args = (mg_adamw_args *)mg_alloc(&g_ctx, sizeof args);
+        mg_copy_to_device(&g_ctx, L.adamw_table, &piece, sizeof piece);
+        mg_copy_to_device(&g_ctx, L.adamw_args, &args, sizeof args);
+    }
     {   /* small values everywhere (no inf/nan to slow anything down) */
         mg_tensor *all[] = {&L.x, &L.y, &L.x4, &L.pre4, &L.act4, &L.dx4, &L.w4, &L.b4, &L.w2,
                             &L.wq, &L.bq, &L.q3, &L.w, &L.b, &L.g32, &L.gb32, &L.dwq, &L.dbq,
-                            &L.dq3};
+                            &L.dq3, &L.y4, &L.wte, &L.wpe, &L.dwte, &L.dwpe};
         for (i = 0; i < (int)(sizeof all / sizeof all[0]); i++) mg_fill(&g_ctx, all[i], 0.01f);
     }
     {
@@ -230,6 +338,28 @@ static void kernel_table(const bench_peaks *pk, int B, int T, int64_t C, mg_dtyp
                recomputed, dQ, dK, dV), 2·hd FLOPs per score each: on tensor cores when 16-bit */
             {"tiled attention forward (causal)", k_attn_fwd, 4 * n * c * s + 4 * n * (c / 64), 2.0 * n * T * c, 1},
             {"tiled attention backward (causal)", k_attn_bwd, 8 * n * c * s + 8 * n * (c / 64), 5.0 * n * T * c, 1},
+            /* the rows gathered from wte, wpe's T rows, the ids */
+            {"embedding forward (wte rows + wpe)", k_embed_fwd, (2 * n * c + T * c) * s + 4 * n, n * c, 0},
+            /* sort: 2 passes over the ids; add: dout once, each touched dwte row read and
+               written (at most n rows); dwpe: dout once more, its rows read and written */
+            {"embedding backward (sort, dwte, dwpe; fp32)", k_embed_bwd, 2 * n * c * s + 8 * n * c + 8 * T * c + 32 * n, 2 * n * c, 0},
+            /* the queries' and keys' 2·C values of each row read and written, the table */
+            {"rope (queries and keys, hd 64)", k_rope, 4 * n * c * s + 4 * T * 64, 6 * n * c, 0},
+            {"SwiGLU forward [N, 4C]", k_swiglu_fwd, 12 * n * c * s, 22 * 4 * n * c, 0},
+            {"SwiGLU backward [N, 4C]", k_swiglu_bwd, 20 * n * c * s, 45 * 4 * n * c, 0},
+            {"RMSNorm forward", k_rmsnorm_fwd, 2 * n * c * s + c * s + 4 * n, 5 * n * c, 0},
+            {"RMSNorm backward (+dw)", k_rmsnorm_bwd, 3 * n * c * s + c * s + 4 * n + 8 * c, 12 * n * c, 0},
+            /* logits, dx and dw GEMMs (6·N·C·V); per chunk w read twice and dw (fp32) read and
+               written; the fp32 logits written, read by the one pass, read and written by the
+               backward, then (16-bit) rounded into a copy that the two GEMMs read (fp32: read
+               in place): 22 or 24 bytes per logit; x read twice, dx written */
+            {"fused classifier, forward + backward", k_classifier,
+             (double)((N + L.head_rows - 1) / L.head_rows) * ((double)L.V * c * (2 * s + 8)) +
+                 (s == 4 ? 24.0 : 22.0) * n * L.V + 3 * n * c * s + 8 * n,
+             6.0 * n * c * L.V, 1},
+            /* param, grad, m, v read; param, m, v written; the 16-bit copy written */
+            {"fused AdamW (GPT-2 124M's parameters)", k_adamw,
+             (double)L.adamw_n * (28 + (s == 4 ? 0 : 2)), 20.0 * L.adamw_n, 0},
         };
         printf("| kernel | ms | GB/s | TFLOP/s | roofline ms | of roofline |\n|---|---|---|---|---|---|\n");
         for (i = 0; i < (int)(sizeof rows / sizeof rows[0]); i++) {
@@ -344,7 +474,7 @@ int main(int argc, char **argv) {
     }
     memset(&d, 0, sizeof d);
     d.device = MG_DEVICE_CUDA;
-    d.arena_bytes = (size_t)(tiny ? 64 : 4096) << 20;
+    d.arena_bytes = (size_t)(tiny ? 256 : 8192) << 20;
     mg_ctx_init(&g_ctx, &d);
     pk = peaks_of(mg_device_name(&g_ctx), dt, tiny);
     printf("bench/gpu: %s, %s; peaks (%s): %.0f GB/s, %.0f TFLOP/s %s tensor, %.1f TFLOP/s "

@@ -513,6 +513,50 @@ static int op_rope_gqa(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     free(table);
     return nout;
 }
+/* Rope alone: hd 64 fully rotated, 4 query heads in 2 groups, positions from 3 (h = 32 pairs:
+   vectors of 4 or 8 pairs); then a view one element past alignment, hd 16 with 8 dims rotated
+   (pair by pair).                                                                             */
+static int op_rope(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    enum { RQ = 4, RG = 2, RHD = 64, RW = (RQ + 2 * RG) * RHD, SHD = 16, SROT = 8,
+           SW = (RQ + 2 * RG) * SHD };
+    int nout = 0;
+    int64_t shape[2] = {N, SW};
+    mg_rope rope = {10000.0f, 0, 0.0f, 0.0f, 0.0f, 0};
+    float *table = (float *)malloc(sizeof(float) * (T + 3) * RHD);
+    float *small = (float *)malloc(sizeof(float) * (T + 3) * SROT), *cs, *cs_small;
+    mg_tensor qkv = ops_dev(ctx, dt, X, N, RW), dqkv = ops_dev(ctx, dt, D, N, RW);
+    mg_tensor buf = ops_dev(ctx, dt, E, 1, (int64_t)N * SW + 1);
+    mg_tensor odd = mg_tensor_wrap((char *)buf.data + mg_dtype_size(dt), dt, 2, shape);
+    mg_rope_table(table, T + 3, RHD, &rope);
+    mg_rope_table(small, T + 3, SROT, &rope);
+    cs = ops_dev_f32(ctx, table, (T + 3) * RHD);
+    cs_small = ops_dev_f32(ctx, small, (T + 3) * SROT);
+    mg_rope_forward(ctx, &qkv, B, RQ, RG, RHD, 3, cs);
+    mg_rope_backward(ctx, &dqkv, B, RQ, RG, RHD, 3, cs);
+    mg_rope_forward(ctx, &odd, B, RQ, RG, SROT, 3, cs_small);
+    OUT(qkv); OUT(dqkv); OUT(buf);
+    free(table);
+    free(small);
+    return nout;
+}
+/* The embedding with other layouts than op_embedding's: fp32 weights under 16-bit rows (C = 40:
+   vectors of the fp32 width), C = 37 (column by column), wpe of another dtype than wte (the
+   run-time accessors), dwte and dwpe in the rows' dtype. Exact, as op_embedding.             */
+static int op_embedding_odd(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    int nout = 0, k;
+    mg_dtype other = dt == MG_F32 ? MG_BF16 : MG_F32;
+    int32_t *tok = ops_dev_i32(ctx, TOK, N);
+    for (k = 0; k < 2; k++) {
+        int64_t c = k ? 37 : 40;
+        mg_tensor wte = ops_dev(ctx, MG_F32, E, 600, c), wpe = ops_dev(ctx, k ? other : MG_F32, W, T, c);
+        mg_tensor out = ops_dev(ctx, dt, NULL, (T - 5) * B, c), dout = ops_dev(ctx, dt, D, (T - 5) * B, c);
+        mg_tensor dwte = ops_dev(ctx, dt, X, 600, c), dwpe = ops_dev(ctx, dt, X, T, c);
+        mg_embedding_forward(ctx, &out, tok, B, T, 5, &wte, 400, &wpe);
+        mg_embedding_backward(ctx, &dwte, &dwpe, &dout, tok, B, T, 5, 400);
+        OUT(out); OUT(dwte); OUT(dwpe);
+    }
+    return nout;
+}
 static int op_elementwise(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     int nout = 0;
     mg_tensor a = ops_dev(ctx, dt, X, N, C), b = ops_dev(ctx, dt, D, N, C), o = ops_dev(ctx, dt, NULL, N, C);
@@ -559,12 +603,15 @@ static int op_elementwise_odd(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n
     mg_cast(ctx, &c, &m);                        /* 16-bit <-> 16-bit (or fp32 -> fp16)   */
     mg_cast(ctx, &back, &c);
     OUT(o); OUT(g); OUT(m); OUT(f); OUT(c); OUT(back);
-    {   /* SwiGLU backward: a misaligned gate (no vectors), then aligned (vectors and a tail) */
+    {   /* SwiGLU backward: a misaligned gate (no vectors), then aligned (vectors and a tail),
+           then an fp32 gate among the others (the run-time accessors) */
         mg_tensor dg = ops_dev(ctx, dt, NULL, 1, L), du = ops_dev(ctx, dt, NULL, 1, L);
         mg_tensor dg2 = ops_dev(ctx, dt, NULL, 1, L), du2 = ops_dev(ctx, dt, NULL, 1, L);
+        mg_tensor dg3 = ops_dev(ctx, dt, NULL, 1, L), du3 = ops_dev(ctx, dt, NULL, 1, L);
         mg_swiglu_backward(ctx, &dg, &du, &o, &a, &g);
         mg_swiglu_backward(ctx, &dg2, &du2, &o, &g, &back);
-        OUT(dg); OUT(du); OUT(dg2); OUT(du2);
+        mg_swiglu_backward(ctx, &dg3, &du3, &o, &f, &g);
+        OUT(dg); OUT(du); OUT(dg2); OUT(du2); OUT(dg3); OUT(du3);
     }
     return nout;
 }
@@ -855,6 +902,7 @@ int main(void) {
         compare("embedding, exact", op_embedding, dt, 0.0);
         compare("embedding scatter-add, exact", op_embedding_scatter, dt, 0.0);
         compare("embedding backward, sorted in blocks, exact", op_embedding_sorted, dt, 0.0);
+        compare("embedding C=40 fp32 weights, C=37, wpe of another dtype, exact", op_embedding_odd, dt, 0.0);
         compare("layernorm C=384", op_layernorm, dt, tol);
         compare("layernorm C=40", op_layernorm_narrow, dt, tol);
         compare("norms C=5000, 4104 (a block per row)", op_norm_block, dt, tol);
@@ -877,6 +925,7 @@ int main(void) {
         compare("rmsnorm C=384", op_rmsnorm, dt, tol);
         compare("rmsnorm C=40", op_rmsnorm_narrow, dt, tol);
         compare("swiglu", op_swiglu, dt, tol);
+        compare("rope hd 64 (vectors), hd 16 unaligned (pairs)", op_rope, dt, tol);
         compare("rope + gqa attention (dropout)", op_rope_gqa, dt, k ? 2 * tol : tol);
         compare("elementwise+dropout", op_elementwise, dt, tol);
         compare("elementwise: tail, unaligned, mixed dtypes", op_elementwise_odd, dt, tol);

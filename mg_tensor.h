@@ -3256,14 +3256,13 @@ struct mg__io_dyn {
 };
 /* Accessor of storage p of dtype dt (the typed accessors know theirs), and of a tensor (NULL:
    a null pointer), for a compile-time accessor type. */
-template <class IO> static IO mg__io_ptr(const void *p, mg_dtype dt) {
+template <class IO> __host__ __device__ static IO mg__io_ptr(const void *p, mg_dtype dt) {
     IO io;
     (void)dt;
-    memset(&io, 0, sizeof io);
     io.p = (typename IO::T *)p;
     return io;
 }
-template <> mg__io_dyn mg__io_ptr<mg__io_dyn>(const void *p, mg_dtype dt) {
+template <> __host__ __device__ mg__io_dyn mg__io_ptr<mg__io_dyn>(const void *p, mg_dtype dt) {
     mg__io_dyn io = {(void *)p, dt};
     return io;
 }
@@ -3298,6 +3297,13 @@ template <class A, class B> struct mg__vec_of {
 /* p may be vector-accessed with V elements of `bytes` each (NULL: no constraint). */
 MG_HD static inline int mg__vec_ok(const void *p, int V, int bytes) {
     return !p || (uintptr_t)p % (uintptr_t)(V * bytes) == 0;
+}
+
+/* Blocks of MG__CUDA_THREADS for a grid-stride kernel over `items` work items (> 0): one per
+   MG__CUDA_THREADS items, at most 65536 (the threads then loop).                            */
+static unsigned mg__grid(int64_t items) {
+    int64_t blocks = (items + MG__CUDA_THREADS - 1) / MG__CUDA_THREADS;
+    return (unsigned)(blocks > 65536 ? 65536 : blocks);
 }
 
 /* --- elementwise: kernels per (output dtype, input dtype, op), 128-bit vectors ----------------
@@ -3357,17 +3363,15 @@ template <class IO, class IA, int OP> static void mg__ew_launch(mg_ctx *ctx, con
                                                                 const mg_tensor *b,
                                                                 const mg__map_args *g) {
     enum { V = mg__vec_of<IO, IA>::V };
-    int64_t n = mg_numel(out), blocks;
+    int64_t n = mg_numel(out);
     int vec = mg__vec_ok(out->data, V, IO::BYTES) && mg__vec_ok(a ? a->data : NULL, V, IA::BYTES) &&
               mg__vec_ok(b ? b->data : NULL, V, IA::BYTES);
     mg__ew_fn<OP> f;
     memset(&f, 0, sizeof f);
     if (g) f.g = *g;
     if (n <= 0) return;
-    blocks = ((vec ? n / V + n % V : n) + MG__CUDA_THREADS - 1) / MG__CUDA_THREADS;
-    if (blocks > 65536) blocks = 65536;
-    MG_LAUNCH(mg__k_ew, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx), n,
-              mg__io_make<IO>(out), mg__io_make<IA>(a), mg__io_make<IA>(b), f, vec);
+    MG_LAUNCH(mg__k_ew, mg__grid(vec ? n / V + n % V : n), MG__CUDA_THREADS, 0, MG__STREAM(ctx),
+              n, mg__io_make<IO>(out), mg__io_make<IA>(a), mg__io_make<IA>(b), f, vec);
     MG_CUDA_LAUNCH_CHECK();
 }
 /* Instantiated: every op with out, a and b of one dtype; casts between fp32 and bf16/fp16.
@@ -3408,10 +3412,8 @@ template <class F> static __global__ void mg__k_map(int64_t n, F f) {
         f(i);
 }
 template <class F> static void mg__cuda_map(mg_ctx *ctx, int64_t n, F f) {
-    int64_t blocks = (n + MG__CUDA_THREADS - 1) / MG__CUDA_THREADS;
     if (n <= 0) return;
-    if (blocks > 65536) blocks = 65536;
-    MG_LAUNCH(mg__k_map, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx), n, f);
+    MG_LAUNCH(mg__k_map, mg__grid(n), MG__CUDA_THREADS, 0, MG__STREAM(ctx), n, f);
     MG_CUDA_LAUNCH_CHECK();
 }
 
@@ -3453,10 +3455,9 @@ template <class IO> static void mg__swiglu_backward_launch(mg_ctx *ctx, int64_t 
     int vec = mg__vec_ok(dgate->data, V, IO::BYTES) && mg__vec_ok(dup->data, V, IO::BYTES) &&
               mg__vec_ok(dout->data, V, IO::BYTES) && mg__vec_ok(gate->data, V, IO::BYTES) &&
               mg__vec_ok(up->data, V, IO::BYTES);
-    int64_t blocks = ((vec ? n / V + n % V : n) + MG__CUDA_THREADS - 1) / MG__CUDA_THREADS;
     if (n <= 0) return;
-    if (blocks > 65536) blocks = 65536;
-    MG_LAUNCH(mg__k_swiglu_backward, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx), n,
+    MG_LAUNCH(mg__k_swiglu_backward, mg__grid(vec ? n / V + n % V : n), MG__CUDA_THREADS, 0,
+              MG__STREAM(ctx), n,
               mg__io_make<IO>(dgate), mg__io_make<IO>(dup), mg__io_make<IO>(dout),
               mg__io_make<IO>(gate), mg__io_make<IO>(up), vec);
     MG_CUDA_LAUNCH_CHECK();
@@ -3496,21 +3497,14 @@ template <class IO> static void mg__rope_launch(mg_ctx *ctx, const mg_tensor *qk
     int vec = g->h % V == 0 && g->hd % V == 0 && mg__vec_ok(qkv->data, V, IO::BYTES);
     int64_t items = g->N * (g->C3 / ((int64_t)(g->per + 2) * g->hd)) * (g->per + 1) *
                     (vec ? g->h / V : g->h);
-    int64_t blocks = (items + MG__CUDA_THREADS - 1) / MG__CUDA_THREADS;
     if (items <= 0) return;
-    if (blocks > 65536) blocks = 65536;
-    MG_LAUNCH(mg__k_rope, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx),
+    MG_LAUNCH(mg__k_rope, mg__grid(items), MG__CUDA_THREADS, 0, MG__STREAM(ctx),
               mg__io_make<IO>(qkv), *g, vec);
     MG_CUDA_LAUNCH_CHECK();
 }
 
-/* --- row broadcast, column sums ------------------------------------------------------------
-   Broadcast (the bias before an unfused GEMM): writes N·C·s bytes, reads C·s (cached).     */
-struct mg__f_broadcast_rows {
-    void *out; mg_dtype od; const void *row; mg_dtype rd; int64_t C;
-    __device__ void operator()(int64_t i) const { mg_store(out, od, i, mg_load(row, rd, i % C)); }
-};
-/* dst[c] += Σ_r src[r,c] — or, with inp (the layernorm's weight gradient), Σ_r src[r,c]·x̂[r,c]
+/* --- column sums ---------------------------------------------------------------------------
+   dst[c] += Σ_r src[r,c] — or, with inp (the layernorm's weight gradient), Σ_r src[r,c]·x̂[r,c]
    where x̂ = (inp − mean[r])·rstd[r], and then plain[c] += Σ_r src[r,c] in the same pass (the
    norm's bias gradient, as mg__cpu_colsum's plain). Rows N are many (8192 tokens) and columns
    few (768): a grid of only ⌈C/32⌉ blocks each walking all rows used 24 of an H100's 132 SMs
@@ -3723,10 +3717,9 @@ template <class IO, class IA> static void mg__embed_launch(mg_ctx *ctx, const mg
                                                            const mg__embed_geom *g) {
     enum { V = mg__vec_of<IO, IA>::V };
     int vec = mg__embed_vec(g->C, V, out, wte, wpe);
-    int64_t items = g->N * (vec ? g->C / V : g->C), blocks = (items + MG__CUDA_THREADS - 1) / MG__CUDA_THREADS;
+    int64_t items = g->N * (vec ? g->C / V : g->C);
     if (items <= 0) return;
-    if (blocks > 65536) blocks = 65536;
-    MG_LAUNCH(mg__k_embed, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx),
+    MG_LAUNCH(mg__k_embed, mg__grid(items), MG__CUDA_THREADS, 0, MG__STREAM(ctx),
               mg__io_make<IO>(out), mg__io_make<IA>(wte), mg__io_make<IA>(wpe), *g, vec);
     MG_CUDA_LAUNCH_CHECK();
 }
@@ -3855,14 +3848,12 @@ template <class IO, class IA> static void mg__embed_backward_launch(mg_ctx *ctx,
     enum { V = mg__vec_of<IO, IA>::V };
     int vec = mg__embed_vec(g->C, V, grad, dout, NULL);
     int64_t items = g->N / g->B * (vec ? g->C / V : g->C);
-    int64_t blocks = (items + MG__CUDA_THREADS - 1) / MG__CUDA_THREADS;
     if (sorted) {
         MG_LAUNCH(mg__k_embed_add, (unsigned)g->N, MG__CUDA_THREADS, 0, MG__STREAM(ctx),
                   mg__io_make<IO>(grad), grad->dtype, mg__io_make<IA>(dout), sorted, *g, vec);
     } else {
         if (items <= 0) return;
-        if (blocks > 65536) blocks = 65536;
-        MG_LAUNCH(mg__k_embed_dwpe, (unsigned)blocks, MG__CUDA_THREADS, 0, MG__STREAM(ctx),
+        MG_LAUNCH(mg__k_embed_dwpe, mg__grid(items), MG__CUDA_THREADS, 0, MG__STREAM(ctx),
                   mg__io_make<IO>(grad), mg__io_make<IA>(dout), *g, vec);
     }
     MG_CUDA_LAUNCH_CHECK();
@@ -4053,27 +4044,24 @@ static void mg__cuda_norm_backward(mg_ctx *ctx, int rms, const mg_tensor *dinp,
    The unfused attention's. Forward: reads the visible half of the B·nh·T² scores twice and
    writes all of them, ≈ 2·e·B·nh·T² bytes (e the storage bytes), ~3 FLOPs per visible
    score; backward: reads P and dP, writes dS, ≈ 3·e·B·nh·T² bytes, ~4 FLOPs per score. */
-static __global__ void mg__k_causal_softmax(void *att, mg_dtype dt, int64_t T) {
+template <class IO> static __global__ void mg__k_causal_softmax(IO att, int64_t T) {
     int64_t base = blockIdx.x * T, n = blockIdx.x % T + 1, j;
     float mx = -INFINITY, s = 0.0f, inv;
-    for (j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, mg_load(att, dt, base + j));
+    for (j = threadIdx.x; j < n; j += blockDim.x) mx = fmaxf(mx, att.ld(base + j));
     mx = mg__block_max(mx);
-    for (j = threadIdx.x; j < n; j += blockDim.x) s += mg__exp(mg_load(att, dt, base + j) - mx);
+    for (j = threadIdx.x; j < n; j += blockDim.x) s += mg__exp(att.ld(base + j) - mx);
     inv = 1.0f / mg__block_sum(s);
     for (j = threadIdx.x; j < T; j += blockDim.x)
-        mg_store(att, dt, base + j, j < n ? mg__exp(mg_load(att, dt, base + j) - mx) * inv : 0.0f);
+        att.st(base + j, j < n ? mg__exp(att.ld(base + j) - mx) * inv : 0.0f);
 }
-static __global__ void mg__k_causal_softmax_backward(void *datt, mg_dtype dd, const void *att,
-                                              mg_dtype ad, int64_t T) {
+template <class IO> static __global__ void mg__k_causal_softmax_backward(IO datt, IO att,
+                                                                         int64_t T) {
     int64_t base = blockIdx.x * T, n = blockIdx.x % T + 1, j;
     float dot = 0.0f;
-    for (j = threadIdx.x; j < n; j += blockDim.x)
-        dot += mg_load(att, ad, base + j) * mg_load(datt, dd, base + j);
+    for (j = threadIdx.x; j < n; j += blockDim.x) dot += att.ld(base + j) * datt.ld(base + j);
     dot = mg__block_sum(dot);
     for (j = threadIdx.x; j < T; j += blockDim.x)
-        mg_store(datt, dd, base + j,
-                 j < n ? mg__softmax_grad(mg_load(att, ad, base + j), mg_load(datt, dd, base + j), dot)
-                       : 0.0f);
+        datt.st(base + j, j < n ? mg__softmax_grad(att.ld(base + j), datt.ld(base + j), dot) : 0.0f);
 }
 
 /* --- tiled attention -------------------------------------------------------------------------
@@ -5034,17 +5022,20 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dkv(mg_attn_bloc
         mg__fa_write_rows<HD>(dVa, w, scratch, dkv_v, s0 + warp * 16, nk - warp * 16, b, g, 0, 1.0f);
     }
 }
-/* Δ = rowsum(dO ∘ O): a warp per row. */
-static __global__ void mg__k_attn_delta(float *delta, mg_attn_block a, mg_attn_view dout,
-                                        mg_attn_view o) {
-    int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5), t;
+/* Δ = rowsum(dO ∘ O): a warp per row, lane L the elements L, L + 32, … of the head's row;
+   dO and O through IO (compiled for their dtype when they share one). Reads 2·hd·s bytes and
+   writes 4 per row, 2·hd FLOPs.                                                              */
+template <class IO> static __global__ void mg__k_attn_delta(float *delta, mg_attn_block a,
+                                                            mg_attn_view dout, mg_attn_view o) {
+    int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + (threadIdx.x >> 5), t, od, oo;
     int lane = threadIdx.x & 31, per = a.n_head / a.n_group, h, b, d;
+    IO dO = mg__io_ptr<IO>(dout.data, dout.dtype), O = mg__io_ptr<IO>(o.data, o.dtype);
     float s = 0.0f;
     if (r >= (int64_t)a.B * a.n_head * a.Tq) return;     /* whole warps leave together */
     t = r % a.Tq; h = (int)(r / a.Tq % a.n_head); b = (int)(r / a.Tq / a.n_head);
-    for (d = lane; d < a.hd; d += 32)
-        s += mg_load(dout.data, dout.dtype, mg__view_at(&dout, t, b, h / per, h % per) + d) *
-             mg_load(o.data, o.dtype, mg__view_at(&o, t, b, h / per, h % per) + d);
+    od = mg__view_at(&dout, t, b, h / per, h % per);
+    oo = mg__view_at(&o, t, b, h / per, h % per);
+    for (d = lane; d < a.hd; d += 32) s += dO.ld(od + d) * O.ld(oo + d);
     s = mg__warp_sum(s);
     if (lane == 0) delta[r] = s;
 }
@@ -5310,14 +5301,6 @@ struct mg__f_xent_rescale {
 };
 
 /* --- optimizer and norms -------------------------------------------------------------------- */
-struct mg__f_adamw {
-    float *param; const float *grad; float *m, *v; mg__adamw_k k; void *param16; mg_dtype dt16;
-    __device__ void operator()(int64_t i) const {
-        float p = mg__adamw(param[i], grad[i], &m[i], &v[i], &k);
-        param[i] = p;
-        if (param16) mg_store(param16, dt16, i, p);
-    }
-};
 /* Per-block Σ x² in double (inf/nan propagate into it); the host adds the block sums.
    Reads 4·n bytes, 2·n double FLOPs. */
 static __global__ void mg__k_sumsq(double *partial, const float *x, int64_t n) {
@@ -5464,25 +5447,78 @@ static void mg__cuda_gemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, floa
             (long long)sC, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-/* --- the fused linear layers: cuBLASLt epilogues, the fallback epilogue kernels -----------
-   Fallback (a shape cuBLASLt does not take): the GEMM writes an fp32 accumulator and these
-   functors (one thread per element, through mg__k_map) apply the epilogue of 6d's CPU twins.
-   Bytes: bias+GELU reads 4 (acc) + s (bias, cached) and writes 2s per element (s = storage
-   bytes), ~20 FLOPs; dGELU reads 4 + s, writes 4 + s, ~25 FLOPs.                            */
-struct mg__f_epi_bias_gelu {
-    const float *acc; const void *bias; mg_dtype bd; void *pre, *out; mg_dtype pd, od; int64_t C;
-    __device__ void operator()(int64_t i) const {
-        float v = acc[i] + (bias ? mg_load(bias, bd, i % C) : 0.0f);
-        mg_store(pre, pd, i, v);
-        mg_store(out, od, i, mg__gelu(v));
+/* --- the fused linear layers: cuBLASLt epilogues, the epilogue kernels -------------------
+   The GPT MLP's linear + GELU pair, and a biased linear whose bias epilogue cuBLASLt declines:
+   the GEMM writes an fp32 accumulator and these kernels apply the epilogue of 6d's CPU twins
+   (the bias added in fp32, each output rounded once), specialised by the storage's accessor IO
+   (pre and out, or pre and dpre) and the bias's IB, 4 values per thread (16 bytes of the fp32
+   accumulator) where the width and the pointers allow, else one; other dtype mixes through the
+   run-time accessor. (The backward with a bias gradient is mg__cuda_colsum_gelu: dGELU and the
+   column sums.) Bytes: bias+GELU reads 4 (acc) + s (bias, cached) and writes 2s per element
+   (s = storage bytes), ~20 FLOPs; the bias alone writes s, 1 FLOP; dGELU reads 4 + s, writes s
+   (4 in place when fp32), ~25 FLOPs.                                                        */
+template <int V, int GELU, class IO, class IB> __device__ static inline void mg__epi_bias_items(
+        const mg__io_f32 &acc, const IB &bias, const IO &pre, const IO &out, int64_t N, int64_t C) {
+    int64_t per_row = C / V, n = N * per_row, i;
+    for (i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = i / per_row, c = (i - r * per_row) * V, at = r * C + c;
+        float v[V], b[V], g[V];
+        int e;
+        acc.template ldv<V>(at, v);
+        if (bias.p) {
+            bias.template ldv<V>(c, b);
+            for (e = 0; e < V; e++) v[e] += b[e];
+        }
+        if (GELU) {   /* pre = acc + bias, out = GELU(pre) */
+            for (e = 0; e < V; e++) g[e] = mg__gelu(v[e]);
+            pre.template stv<V>(at, v);
+            out.template stv<V>(at, g);
+        } else {      /* out = acc + bias */
+            out.template stv<V>(at, v);
+        }
     }
-};
-struct mg__f_epi_dgelu {   /* without a bias gradient (with one: mg__cuda_colsum_gelu) */
-    const float *acc; const void *pre; mg_dtype pd; void *dpre; mg_dtype dd;
-    __device__ void operator()(int64_t i) const {
-        mg_store(dpre, dd, i, acc[i] * mg__gelu_grad(mg_load(pre, pd, i)));
+}
+template <int GELU, class IO, class IB> static __global__ void mg__k_epi_bias(
+        mg__io_f32 acc, IB bias, IO pre, IO out, int64_t N, int64_t C, int vec) {
+    if (vec) mg__epi_bias_items<4, GELU>(acc, bias, pre, out, N, C);
+    else mg__epi_bias_items<1, GELU>(acc, bias, pre, out, N, C);
+}
+template <class IO> static __global__ void mg__k_epi_dgelu(mg__io_f32 acc, IO pre, IO dpre,
+                                                           int64_t n, int vec) {
+    int64_t nv = vec ? n / 4 : 0, stride = (int64_t)gridDim.x * blockDim.x, i;
+    int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    for (i = t; i < nv; i += stride) {
+        float a[4], x[4];
+        int e;
+        acc.template ldv<4>(i * 4, a);
+        pre.template ldv<4>(i * 4, x);
+        for (e = 0; e < 4; e++) a[e] *= mg__gelu_grad(x[e]);
+        dpre.template stv<4>(i * 4, a);
     }
-};
+    for (i = nv * 4 + t; i < n; i += stride) dpre.st(i, acc.ld(i) * mg__gelu_grad(pre.ld(i)));
+}
+/* The launches (N, C > 0): acc [N, C] fp32; pre (NULL without GELU), out (dpre) of one dtype. */
+template <int GELU, class IO, class IB> static void mg__epi_bias_launch(mg_ctx *ctx,
+        const float *acc, const mg_tensor *bias, const mg_tensor *pre, const mg_tensor *out,
+        int64_t N, int64_t C) {
+    int vec = C % 4 == 0 && mg__vec_ok(acc, 4, 4) && mg__vec_ok(pre ? pre->data : NULL, 4, IO::BYTES) &&
+              mg__vec_ok(out->data, 4, IO::BYTES) &&
+              mg__vec_ok(bias ? bias->data : NULL, 4, IB::BYTES);
+    MG_LAUNCH(mg__k_epi_bias<GELU>, mg__grid(N * (vec ? C / 4 : C)), MG__CUDA_THREADS, 0,
+              MG__STREAM(ctx), mg__io_ptr<mg__io_f32>(acc, MG_F32), mg__io_make<IB>(bias),
+              mg__io_make<IO>(pre), mg__io_make<IO>(out), N, C, vec);
+    MG_CUDA_LAUNCH_CHECK();
+}
+template <class IO> static void mg__epi_dgelu_launch(mg_ctx *ctx, const float *acc,
+                                                     const mg_tensor *pre, const mg_tensor *dpre) {
+    int64_t n = mg_numel(dpre);
+    int vec = mg__vec_ok(acc, 4, 4) && mg__vec_ok(pre->data, 4, IO::BYTES) &&
+              mg__vec_ok(dpre->data, 4, IO::BYTES);
+    MG_LAUNCH(mg__k_epi_dgelu, mg__grid(vec ? n / 4 + n % 4 : n), MG__CUDA_THREADS, 0,
+              MG__STREAM(ctx), mg__io_ptr<mg__io_f32>(acc, MG_F32), mg__io_make<IO>(pre),
+              mg__io_make<IO>(dpre), n, vec);
+    MG_CUDA_LAUNCH_CHECK();
+}
 
 /* cuBLASLt: one handle per context (created with it; its matmuls use the context's cuBLAS
    workspace, ctx->blas_workspace: one stream, so never both at once), and a table of plans —
@@ -5886,12 +5922,17 @@ static void mg__check_linear(const char *op, const mg_tensor *x, const mg_tensor
 }
 /* mg_linear_forward; add (CPU only, fp32 [N, Out] like an fp32 out, or NULL): added to the
    result inside the GEMM (mg__cpu_epi).                                                      */
+/* The fp32 accumulator of a GEMM whose result goes to t: t itself when fp32, else arena
+   scratch of its size.                                                                       */
+static float *mg__f32_accumulator(mg_ctx *ctx, const mg_tensor *t) {
+    return t->dtype == MG_F32 ? (float *)t->data
+                              : (float *)mg_alloc(ctx, (size_t)mg_numel(t) * sizeof(float));
+}
 static void mg__linear_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
                                const mg_tensor *weight, const mg_tensor *bias, const float *add) {
     int N = (int)mg_rows(inp), In = (int)mg_cols(inp), Out = (int)mg_rows(weight);
     size_t mark = mg_arena_mark(ctx);
     mg__cpu_epi epi = {NULL, add, NULL};
-    float beta = 0.0f;
     mg__check_linear("mg_linear_forward", inp, weight, out);
     if (bias) {
         mg__check_numel("mg_linear_forward", "bias", bias, Out);
@@ -5902,20 +5943,27 @@ static void mg__linear_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp
             mg__lt_matmul(ctx, 1, 0, Out, N, In, weight->data, weight->dtype, In, inp->data, In,
                           0.0f, out->data, out->dtype, Out, CUBLASLT_EPILOGUE_BIAS, bias->data))
             return;
-        if (mg__is_cuda(ctx)) {   /* out = bias, then out += inp·Wᵀ */
-            mg__f_broadcast_rows f = {out->data, out->dtype, bias->data, bias->dtype, Out};
-            mg__cuda_map(ctx, mg_numel(out), f);
-            beta = 1.0f;
+        if (mg__is_cuda(ctx)) {   /* the GEMM into fp32, then out = acc + bias rounded once */
+            float *acc = mg__f32_accumulator(ctx, out);
+            if (N > 0 && Out > 0) {
+                mg_gemm(ctx, 1, 0, Out, N, In, 1.0f, weight->data, weight->dtype, In, inp->data,
+                        inp->dtype, In, 0.0f, acc, MG_F32, Out);
+#define MG__EPI_LAUNCH(IO, IB) mg__epi_bias_launch<0, IO, IB>(ctx, acc, bias, NULL, out, N, Out)
+                MG__IO_PAIR_DISPATCH(out->dtype, bias->dtype, MG__EPI_LAUNCH);
+#undef MG__EPI_LAUNCH
+            }
+            mg_arena_release(ctx, mark);
+            return;
         }
 #endif
-        if (!mg__is_cuda(ctx)) {   /* CPU: the sgemm adds the bias, in fp32, in place of β·C */
+        {   /* CPU: the sgemm adds the bias, in fp32, in place of β·C */
             float *b32 = (float *)mg_alloc(ctx, (size_t)Out * sizeof(float));
             mg__cpu_widen(b32, bias->data, bias->dtype, 0, Out);
             epi.bias = b32;
         }
     }
     mg__gemm(ctx, 1, 0, Out, N, In, 1.0f, weight->data, weight->dtype, In, 0, inp->data,
-             inp->dtype, In, 0, beta, epi.bias || epi.add ? &epi : NULL, out->data, out->dtype,
+             inp->dtype, In, 0, 0.0f, epi.bias || epi.add ? &epi : NULL, out->data, out->dtype,
              Out, 0, 1);
     mg_arena_release(ctx, mark);
 }
@@ -5979,12 +6027,6 @@ static void mg__check_linear_gelu(const char *op, const mg_tensor *a, const mg_t
                  "distinct buffers of one dtype", op);
     if (bias) mg__check_numel(op, "bias", bias, O);
 }
-/* The fp32 accumulator of a GEMM whose result goes to t: t itself when fp32, else arena
-   scratch of its size.                                                                       */
-static float *mg__f32_accumulator(mg_ctx *ctx, const mg_tensor *t) {
-    return t->dtype == MG_F32 ? (float *)t->data
-                              : (float *)mg_alloc(ctx, (size_t)mg_numel(t) * sizeof(float));
-}
 MGDEF void mg_linear_gelu_forward(mg_ctx *ctx, mg_tensor *out, mg_tensor *pre,
                                   const mg_tensor *inp, const mg_tensor *weight,
                                   const mg_tensor *bias) {
@@ -6006,9 +6048,10 @@ MGDEF void mg_linear_gelu_forward(mg_ctx *ctx, mg_tensor *out, mg_tensor *pre,
             In, 0.0f, acc, MG_F32, Out);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
-        mg__f_epi_bias_gelu f = {acc, bias ? bias->data : NULL, bias ? bias->dtype : MG_F32,
-                                 pre->data, out->data, pre->dtype, out->dtype, Out};
-        mg__cuda_map(ctx, (int64_t)N * Out, f);
+#define MG__EPI_LAUNCH(IO, IB) mg__epi_bias_launch<1, IO, IB>(ctx, acc, bias, pre, out, N, Out)
+        if (pre->dtype != out->dtype) MG__EPI_LAUNCH(mg__io_dyn, mg__io_dyn);
+        else MG__IO_PAIR_DISPATCH(out->dtype, bias ? bias->dtype : out->dtype, MG__EPI_LAUNCH);
+#undef MG__EPI_LAUNCH
     } else
 #endif
     mg__cpu_epi_bias_gelu(ctx, acc, N, Out, bias, pre, out);
@@ -6048,8 +6091,10 @@ MGDEF void mg_linear_backward_input_gelu(mg_ctx *ctx, mg_tensor *dpre, mg_tensor
             mg_tensor acc_t = mg_tensor_wrap(acc, MG_F32, 2, shape);
             mg__cuda_colsum_gelu(ctx, &b32, &acc_t, NULL, NULL, NULL, NULL, gl);
         } else {
-            mg__f_epi_dgelu f = {acc, pre->data, pre->dtype, dpre->data, dpre->dtype};
-            mg__cuda_map(ctx, (int64_t)N * In, f);
+#define MG__EPI_DGELU(IO) mg__epi_dgelu_launch<IO>(ctx, acc, pre, dpre)
+            if (pre->dtype != dpre->dtype) MG__EPI_DGELU(mg__io_dyn);
+            else MG__IO_DISPATCH(dpre->dtype, MG__EPI_DGELU);
+#undef MG__EPI_DGELU
         }
     } else
 #endif
@@ -6166,8 +6211,10 @@ MGDEF void mg_attention_forward_gqa(mg_ctx *ctx, mg_tensor *out, mg_tensor *att,
                                 0.0f, mg__att_at(att, &d, j), dt, T, d.per * d.TT, d.batch);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
-        MG_LAUNCH(mg__k_causal_softmax, mg__cuda_row_grid((int64_t)B * n_head * T),
-                  MG__CUDA_THREADS, 0, MG__STREAM(ctx), att->data, dt, T);
+#define MG__SOFTMAX(IO) MG_LAUNCH(mg__k_causal_softmax<IO>, mg__cuda_row_grid((int64_t)B * n_head * T), \
+                                  MG__CUDA_THREADS, 0, MG__STREAM(ctx), mg__io_make<IO>(att), T)
+        MG__IO_DISPATCH(dt, MG__SOFTMAX);
+#undef MG__SOFTMAX
         MG_CUDA_LAUNCH_CHECK();
     } else
 #endif
@@ -6231,8 +6278,11 @@ MGDEF void mg_attention_backward_gqa(mg_ctx *ctx, mg_tensor *dqkv, mg_tensor *da
     if (dropping) mg__attn_dropout(ctx, datt, datt, &d, drop);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
-        MG_LAUNCH(mg__k_causal_softmax_backward, mg__cuda_row_grid((int64_t)B * n_head * T),
-                  MG__CUDA_THREADS, 0, MG__STREAM(ctx), datt->data, dt, att->data, dt, T);
+#define MG__SOFTMAX_BWD(IO) MG_LAUNCH(mg__k_causal_softmax_backward<IO>, \
+                                      mg__cuda_row_grid((int64_t)B * n_head * T), MG__CUDA_THREADS, \
+                                      0, MG__STREAM(ctx), mg__io_make<IO>(datt), mg__io_make<IO>(att), T)
+        MG__IO_DISPATCH(dt, MG__SOFTMAX_BWD);
+#undef MG__SOFTMAX_BWD
         MG_CUDA_LAUNCH_CHECK();
     } else
 #endif
@@ -6406,8 +6456,11 @@ MGDEF void mg_attn_delta(mg_ctx *ctx, float *delta, const mg_attn_block *a,
     if (!rows) return;
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
-        MG_LAUNCH(mg__k_attn_delta, mg__cuda_row_grid((rows + 7) / 8), 256, 0, MG__STREAM(ctx),
-                  delta, *a, *dout, *o);
+#define MG__DELTA(IO) MG_LAUNCH(mg__k_attn_delta<IO>, mg__cuda_row_grid((rows + 7) / 8), 256, 0, \
+                                MG__STREAM(ctx), delta, *a, *dout, *o)
+        if (dout->dtype != o->dtype) MG__DELTA(mg__io_dyn);
+        else MG__IO_DISPATCH(o->dtype, MG__DELTA);
+#undef MG__DELTA
         MG_CUDA_LAUNCH_CHECK();
         return;
     }
@@ -6888,6 +6941,8 @@ MGDEF void mg_classifier_fused(mg_ctx *ctx, const mg_classifier *c) {
 MGDEF void mg_adamw_step(mg_ctx *ctx, float *param, const float *grad, float *m, float *v,
                          int64_t n, const mg_adamw_hparams *hp, float grad_scale,
                          void *param16, mg_dtype dt16) {
+    /* the fused AdamW with one piece: {param, grad, m, v, param16, n, begin, wd} */
+    mg_adamw_piece piece = {param, grad, m, v, param16, n, 0, hp->weight_decay};
     mg_adamw_args a;
     if (hp->step < 1 || n < 0)
         mg_fatal(__FILE__, __LINE__, "mg_adamw_step: step %d (counts from 1), n %lld", hp->step,
@@ -6895,19 +6950,20 @@ MGDEF void mg_adamw_step(mg_ctx *ctx, float *param, const float *grad, float *m,
     if (param16) (void)mg_dtype_size(dt16);
     mg_adamw_args_set(&a, hp->lr, hp->step, hp->beta1, hp->beta2);
     a.grad_scale = grad_scale;
+    a.skip = 0;
 #ifdef __CUDACC__
-    if (mg__is_cuda(ctx)) {
-        mg__adamw_k k = mg__adamw_k_of(&a, hp->beta1, hp->beta2, hp->eps, hp->weight_decay);
-        mg__f_adamw f = {param, grad, m, v, k, param16, dt16};
-        mg__cuda_map(ctx, n, f);
+    if (mg__is_cuda(ctx)) {   /* the kernel reads its table and arguments from device memory */
+        size_t mark = mg_arena_mark(ctx);
+        mg_adamw_piece *table = (mg_adamw_piece *)mg_alloc(ctx, sizeof piece);
+        mg_adamw_args *args = (mg_adamw_args *)mg_alloc(ctx, sizeof a);
+        mg_copy_to_device(ctx, table, &piece, sizeof piece);
+        mg_copy_to_device(ctx, args, &a, sizeof a);
+        mg_adamw_multi(ctx, table, 1, n, hp->beta1, hp->beta2, hp->eps, dt16, args);
+        mg_arena_release(ctx, mark);   /* later users of the bytes queue behind the kernel */
         return;
     }
 #endif
-    {   /* the table's CPU path with one piece: {param, grad, m, v, param16, n, begin, wd} */
-        mg_adamw_piece piece = {param, grad, m, v, param16, n, 0, hp->weight_decay};
-        a.skip = 0;
-        mg__cpu_adamw_multi(ctx, &piece, 1, hp->beta1, hp->beta2, hp->eps, dt16, &a);
-    }
+    mg_adamw_multi(ctx, &piece, 1, n, hp->beta1, hp->beta2, hp->eps, dt16, &a);
 }
 MGDEF int64_t mg_adamw_table_begin(mg_adamw_piece *table, int n_pieces) {
     int64_t total = 0;

@@ -306,12 +306,16 @@ static int op_linear(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     mg_tensor dout = ops_dev(ctx, dt, D, N, 3 * C);
     mg_tensor dinp = ops_dev(ctx, dt, NULL, N, C), dinp_acc = ops_dev(ctx, dt, E, N, C);
     mg_tensor dw = ops_dev(ctx, MG_F32, X, 3 * C, C), db = ops_dev(ctx, MG_F32, E, 1, 3 * C);
+    /* an fp32 bias under 16-bit outputs: not cuBLASLt's epilogue (the bias in D's dtype) but
+       the bias broadcast into out, then the GEMM with β = 1 */
+    mg_tensor b32 = ops_dev(ctx, MG_F32, E, 1, 3 * C), out_b32 = ops_dev(ctx, dt, NULL, N, 3 * C);
     mg_linear_forward(ctx, &out, &in, &w, &b);
     mg_linear_forward(ctx, &out_nb, &in, &w, NULL);
+    mg_linear_forward(ctx, &out_b32, &in, &w, &b32);
     mg_linear_backward_input(ctx, &dinp, &dout, &w, 0);
     mg_linear_backward_input(ctx, &dinp_acc, &dout, &w, 1);
     mg_linear_backward_weight(ctx, &dw, &db, &dout, &in);
-    OUT(out); OUT(out_nb); OUT(dinp); OUT(dinp_acc); OUT(dw); OUT(db);
+    OUT(out); OUT(out_nb); OUT(dinp); OUT(dinp_acc); OUT(dw); OUT(db); OUT(out_b32);
     return nout;
 }
 /* The column sums (bias gradients, the norm's dγ and dβ) over many rows: 2600 rows of 97

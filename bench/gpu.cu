@@ -350,12 +350,12 @@ static void kernel_table(const bench_peaks *pk, int B, int T, int64_t C, mg_dtyp
             {"RMSNorm forward", k_rmsnorm_fwd, 2 * n * c * s + c * s + 4 * n, 5 * n * c, 0},
             {"RMSNorm backward (+dw)", k_rmsnorm_bwd, 3 * n * c * s + c * s + 4 * n + 8 * c, 12 * n * c, 0},
             /* logits, dx and dw GEMMs (6·N·C·V); per chunk w read twice and dw (fp32) read and
-               written; the fp32 logits written, read by the one pass, read and written by the
-               backward, then (16-bit) rounded into a copy that the two GEMMs read (fp32: read
-               in place): 22 or 24 bytes per logit; x read twice, dx written */
+               written; the fp32 logits written by the GEMM, read by the one pass, read by the
+               backward, which writes the gradient (16-bit: into a copy; fp32: in place) that the
+               two GEMMs read: 18 (16-bit) or 24 (fp32) bytes per logit; x read twice, dx written */
             {"fused classifier, forward + backward", k_classifier,
              (double)((N + L.head_rows - 1) / L.head_rows) * ((double)L.V * c * (2 * s + 8)) +
-                 (s == 4 ? 24.0 : 22.0) * n * L.V + 3 * n * c * s + 8 * n,
+                 (s == 4 ? 24.0 : 18.0) * n * L.V + 3 * n * c * s + 8 * n,
              6.0 * n * c * L.V, 1},
             /* param, grad, m, v read; param, m, v written; the 16-bit copy written */
             {"fused AdamW (GPT-2 124M's parameters)", k_adamw,

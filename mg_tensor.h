@@ -3492,7 +3492,7 @@ template <class IO> static __global__ void mg__k_rope(IO qkv, mg__rope_geom g, i
     else mg__rope_items<1>(qkv, g);
 }
 template <class IO> static void mg__rope_launch(mg_ctx *ctx, const mg_tensor *qkv,
-                                                          const mg__rope_geom *g) {
+                                                const mg__rope_geom *g) {
     enum { V = 16 / IO::BYTES };
     int vec = g->h % V == 0 && g->hd % V == 0 && mg__vec_ok(qkv->data, V, IO::BYTES);
     int64_t items = g->N * (g->C3 / ((int64_t)(g->per + 2) * g->hd)) * (g->per + 1) *

@@ -862,7 +862,8 @@ typedef struct mg_train_args {
     double hidden_dropout, attention_dropout;
     /* memory: activation recomputation (mg_recompute, mg_recompute_method)                  */
     int recompute_granularity, recompute_method;
-    int attention_backend;        /* --attention-backend: 0 auto, 1 flash, 2 unfused             */
+    int attention_backend;        /* --attention-backend: 0 auto, 1 flash, 2 unfused, 3 fused
+                                     (= flash), 4 local (= unfused): Megatron-LM's names     */
     int64_t recompute_num_layers;
     int64_t classifier_chunk_rows;       /* the fused classifier's rows per chunk (0: auto)    */
     /* mixed precision (switches) and fp16 loss scaling                                      */
@@ -4115,11 +4116,12 @@ static const mg__flag mg__flags[] = {
      "after the iteration that ends past M minutes of wall time: save (with --save), exit 0"},
     {"--exit-interval", MG__F_INT, MG__OFF(exit_interval), "N", 1, MG__BIG,
      "after an iteration that is a multiple of N: save (with --save), exit 0"},
-    {"--attention-backend", MG__F_CHOICE, MG__OFF(attention_backend), "auto|flash|unfused", 0,
-     0, "the attention core: flash — tiled over 32×32 blocks with an online softmax, keeping "
-     "one log-sum-exp per query instead of the T×T probabilities (memory O(T)); unfused — "
-     "scores, softmax and ·V as separate steps through [B, heads, T, T] buffers; auto is flash "
-     "(default auto)"},
+    {"--attention-backend", MG__F_CHOICE, MG__OFF(attention_backend),
+     "auto|flash|unfused|fused|local", 0, 0, "the attention core: flash — tiled over 32×32 "
+     "blocks with an online softmax, keeping one log-sum-exp per query instead of the T×T "
+     "probabilities (memory O(T)); unfused — scores, softmax and ·V as separate steps through "
+     "[B, heads, T, T] buffers; auto and fused are flash, local is unfused (Megatron-LM's "
+     "names for its fused and local attention) (default auto)"},
     {"--recompute-granularity", MG__F_CHOICE, MG__OFF(recompute_granularity),
      "none|selective|full", 0, 0, "selective: recompute the attention core (scores, softmax, "
      "dropout, ·V) in the backward instead of storing the attention probabilities; full: "
@@ -5994,7 +5996,8 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     layout.recompute_granularity = a->recompute_granularity;
     layout.recompute_method = a->recompute_method;
     layout.recompute_num_layers = (int)a->recompute_num_layers;
-    layout.attention_backend = a->attention_backend == 2 ? MG_ATTN_UNFUSED : MG_ATTN_FLASH;
+    layout.attention_backend = a->attention_backend == 2 || a->attention_backend == 4
+                                   ? MG_ATTN_UNFUSED : MG_ATTN_FLASH;   /* unfused, local */
     layout.classifier_chunk_rows = a->classifier_chunk_rows > INT32_MAX
         ? INT32_MAX : (int)a->classifier_chunk_rows;  /* more rows than B·T mean B·T */
     layout.dtype = a->bf16 ? MG_BF16 : a->fp16 ? MG_F16 : MG_F32;

@@ -1591,8 +1591,9 @@ static const char *mg__plan_usage =
     "           --use-distributed-optimizer | --no-distributed-optimizer\n"
     "           --accumulate-allreduce-grads-in-fp32  --overlap-grad-reduce\n"
     "           --no-scatter-gather-tensors-in-pipeline  --no-gradient-accumulation-fusion\n"
-    "           --attention-backend {unfused,flash} (unfused: the paper's; gpt_train's default is\n"
-    "           flash, which stores no attention scores and recomputes QKᵀ in the backward)\n"
+    "           --attention-backend {unfused,flash,auto,fused,local} (unfused or local: the\n"
+    "           paper's; flash, auto or fused: gpt_train's default, which stores no attention\n"
+    "           scores and recomputes QKᵀ in the backward)\n"
     "           --fused-classifier (megatron.h's chunked classifier: no s*b*V/t logits)\n"
     "cluster:   --gpu {a100-80gb,a100-40gb,h100-sxm,h200-sxm,cpu,custom} (a100-80gb)\n"
     "           --gpus-per-node G (8)  --peak-tflops --gpu-memory-gb --hbm-gbps --nvlink-gbps\n"
@@ -1664,8 +1665,12 @@ static int mg__plan_parse(int argc, char **argv, mg__plan_cli *c, char *err, siz
         else if (MG__FLAG("--untie-embeddings-and-output-weights")) MG__SWITCH(c->model.untie_embeddings = 1);
         else if (MG__FLAG("--disable-bias-linear")) MG__SWITCH(c->model.disable_bias_linear = 1);
         else if (MG__FLAG("--add-qkv-bias")) MG__SWITCH(c->model.add_qkv_bias = 1);
-        else if (MG__FLAG("--attention-backend"))   /* 0 unfused, 1 flash */
-            MG__CHOICE(c->model.flash_attention, "unfused|flash");
+        else if (MG__FLAG("--attention-backend")) {   /* gpt_train's names: unfused and local
+                                                         plan the unfused core, the rest flash */
+            int b = 0;
+            MG__CHOICE(b, "unfused|flash|auto|fused|local");
+            c->model.flash_attention = b != 0 && b != 4;
+        }
         else if (MG__FLAG("--use-rope-scaling")) MG__SWITCH((void)0);
         else if (MG__FLAG("--norm-epsilon") || MG__FLAG("--rotary-base") ||
                  MG__FLAG("--rotary-percent") || MG__FLAG("--rope-scaling-factor")) MG__DBL(c->rope_unused);

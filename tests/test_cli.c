@@ -47,6 +47,32 @@ static void write_file(const char *path, const void *data, size_t n) {
     fclose(f);
 }
 
+/* --attention-backend takes Megatron-LM's names too: fused runs the tiled attention as flash
+   and auto do, local the unfused one; anything else is refused. */
+static void check_attention_backend_names(void) {
+    static const char *names[] = {"auto", "flash", "fused", "unfused", "local"};
+    static const int want[] = {MG_ATTN_FLASH, MG_ATTN_FLASH, MG_ATTN_FLASH, MG_ATTN_UNFUSED,
+                               MG_ATTN_UNFUSED};
+    int i;
+    for (i = 0; i < 5; i++) {
+        char line[1024], err[MG_ERRLEN] = {0};
+        mg_train_args a;
+        mg_trainer tr;
+        int ok = 0;
+        snprintf(line, sizeof line, BASE "--attention-backend %s", names[i]);
+        if (gpt_parse_line(&a, line, err, sizeof err) == 0 &&
+            mg_trainer_setup(&tr, &a, err, sizeof err) == 0) {
+            ok = tr.model.layout.attention_backend == want[i];
+            mg_trainer_free(&tr);
+        }
+        mg_test_report(ok, "cli: --attention-backend name", "%s -> %s%s", names[i],
+                       want[i] == MG_ATTN_FLASH ? "the tiled attention" : "the unfused attention",
+                       err[0] ? err : "");
+    }
+    expect_error("attention backend not among the names", BASE "--attention-backend sdpa",
+                 "--attention-backend sdpa: invalid choice (expected one of auto|flash|unfused|fused|local)");
+}
+
 static void check_flags(void) {
     char line[1024];
     mg_train_args a;
@@ -734,6 +760,7 @@ static void check_make_help(void) {
 int main(void) {
     gpt_tmpdir(tmp, sizeof tmp, "cli");
     check_flags();
+    check_attention_backend_names();
     check_help();
     check_required_and_sizes();
     check_paths_and_data();

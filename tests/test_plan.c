@@ -698,6 +698,7 @@ static void test_tool(void) {
         {MODEL_1T, "--swiglu=1", NULL},
         {MODEL_1T, "--rotary-base", "-1", NULL},
         {MODEL_1T, "--max-position-embeddings", "1024", NULL},
+        {MODEL_1T, "--attention-backend", "sdpa", NULL},
     };
     int i, rc;
     for (i = 0; i < (int)(sizeof(bad) / sizeof(bad[0])); i++) {
@@ -706,6 +707,22 @@ static void test_tool(void) {
         snprintf(name, sizeof(name), "bad flags #%d -> one line 'mg_plan: error:', exit 2", i);
         mg_test_report(rc == 2 && strncmp(err, "mg_plan: error: ", 16) == 0 && count_lines(err) == 1 && !out[0],
                        name, "rc %d: %s", rc, err);
+    }
+    {   /* gpt_train's --attention-backend names: unfused and local plan the unfused core; flash,
+           auto and fused the tiled one (which stores no scores: less memory) */
+        static const char *names[] = {"unfused", "local", "flash", "auto", "fused"};
+        static char json[5][4096];
+        int k;
+        for (k = 0; k < 5; k++) {
+            const char *args[] = {MODEL_1T, "--tensor-model-parallel-size", "8",
+                                  "--pipeline-model-parallel-size", "64", "--attention-backend",
+                                  names[k], "--json", NULL};
+            rc = run_tool(args, err, sizeof(err), out, sizeof(out));
+            memcpy(json[k], rc == 0 ? out : err, sizeof json[k] - 1);   /* both end in 0 */
+        }
+        CHECK(!strcmp(json[0], json[1]) && !strcmp(json[2], json[3]) && !strcmp(json[2], json[4]) &&
+              strcmp(json[0], json[2]) && json[0][0] == '{' && json[2][0] == '{',
+              "--attention-backend local plans as unfused; auto and fused as flash; the two differ");
     }
     {   /* --json: the required keys, the paper's layout */
         static const char *args[] = {MODEL_1T, "--fp16", "--recompute-granularity", "full",

@@ -4089,12 +4089,25 @@ template <class IO> static __global__ void mg__k_causal_softmax_backward(IO datt
 #else
 #define MG__DYN_SHARED(T, name) extern __shared__ __align__(128) T name[]
 #endif
-/* rows [t0, t0 + n) of a view into shared fp32 rows of stride ld (all threads of the block) */
+/* rows [t0, t0 + n) of a view into shared fp32 rows of stride ld (all threads of the block),
+   read through IO: the view's dtype is switched on once per tile, not per element */
+template <class IO> __device__ static void mg__attn_load_rows(float *dst, int ld, const IO src,
+                                                              const mg_attn_view &v, int64_t t0,
+                                                              int n, int b, int g, int j, int hd) {
+    int e;
+    for (e = threadIdx.x; e < n * hd; e += blockDim.x) {
+        int r = e / hd, d = e - r * hd;
+        dst[r * ld + d] = src.ld(mg__view_at(&v, t0 + r, b, g, j) + d);
+    }
+}
 __device__ static void mg__attn_load_tile(float *dst, int ld, const mg_attn_view v, int64_t t0,
                                           int n, int b, int g, int j, int hd) {
-    int e;
-    for (e = threadIdx.x; e < n * hd; e += blockDim.x)
-        dst[(e / hd) * ld + e % hd] = mg_load(v.data, v.dtype, mg__view_at(&v, t0 + e / hd, b, g, j) + e % hd);
+    if (v.dtype == MG_F32)
+        mg__attn_load_rows(dst, ld, mg__io_ptr<mg__io_f32>(v.data, v.dtype), v, t0, n, b, g, j, hd);
+    else if (v.dtype == MG_BF16)
+        mg__attn_load_rows(dst, ld, mg__io_ptr<mg__io_bf16>(v.data, v.dtype), v, t0, n, b, g, j, hd);
+    else
+        mg__attn_load_rows(dst, ld, mg__io_ptr<mg__io_f16>(v.data, v.dtype), v, t0, n, b, g, j, hd);
 }
 __device__ static float mg__attn_dot(const float *a, const float *b, int hd) {
     float s = 0.0f;

@@ -119,14 +119,17 @@ $(addprefix $(BUILD)/,$(addsuffix _cuda,$(LINKED) $(GPUTESTS) $(EXAMPLES) $(GPUB
 
 # --- emu flavour: the CUDA path through the CUDA emulator (tests/cuda_emu/README.md) ----------
 # g++ compiles the .cu/.c sources as CUDA C++ against tests/cuda_emu's headers; every load and
-# store calls the emulator's checks (-fsanitize=thread's hooks, linked without its runtime).
+# store calls the emulator's checks (-fsanitize=thread's hooks, linked without its runtime), and
+# every typed access is checked for its type's alignment (-fsanitize=alignment: a vector load
+# from an address its width does not divide stops the program, as it faults on a GPU).
 # cuda_emu.o, the emulator itself, is compiled without them.
 CXX     ?= g++
 EMU_DIR := tests/cuda_emu
 EMU_HDRS:= $(wildcard $(EMU_DIR)/*.h)
 EMU_FLAGS := -O2 -g -std=c++17 -D_GNU_SOURCE $(WARN) -fopenmp -I. $(MPI_DEF) $(MPI_CFLAGS) \
            $(BLAS_CFLAGS) -DMG_CUDA_EMU -D__CUDACC__ -I$(EMU_DIR) -include cuda_runtime.h \
-           -fsanitize=thread --param tsan-instrument-func-entry-exit=0
+           -fsanitize=thread --param tsan-instrument-func-entry-exit=0 \
+           -fsanitize=alignment -fno-sanitize-recover=alignment
 EMU_PROGS := $(addprefix $(BUILD)/,$(addsuffix _emu,gpt_train $(GPUTESTS) $(GPUBENCH)) emu_test)
 emu: $(EMU_PROGS)
 $(BUILD)/obj/cuda_emu.o: $(EMU_DIR)/cuda_emu.cpp $(EMU_HDRS) | $(BUILD)/obj
@@ -139,7 +142,7 @@ $(BUILD)/%_emu.o: tests/gpu/%.c $(HEADERS) $(TESTHDRS) $(EMU_HDRS) | $(BUILD)/ob
 $(BUILD)/emu_test.o: $(EMU_DIR)/emu_test.cu $(EMU_HDRS) | $(BUILD)/obj
 	$(CXX) $(EMU_FLAGS) -x c++ -c $< -o $@
 $(BUILD)/emu_test: $(BUILD)/emu_test.o $(BUILD)/obj/cuda_emu.o
-	$(CXX) $^ -o $@ $(LDLIBS)
+	$(CXX) $^ -o $@ $(LDLIBS) -fsanitize=alignment
 # gpt_train and bench/*.cu (a smoke test on tiny shapes, check.sh: --tiny) link impl_emu.o, as
 # their nvcc builds link impl_cuda.o; linked without -fsanitize=thread: the emulator provides
 # the hooks, no sanitizer runtime
@@ -148,7 +151,7 @@ $(BUILD)/gpt_train_emu.o: examples/gpt_train.cu $(HEADERS) $(EMU_HDRS) | $(BUILD
 $(addprefix $(BUILD)/,$(addsuffix _emu.o,$(GPUBENCH))): $(BUILD)/%_emu.o: bench/%.cu $(HEADERS) $(EMU_HDRS) | $(BUILD)/obj
 	$(CXX) $(EMU_FLAGS) -DMG_IMPLEMENTATION_ELSEWHERE -x c++ -c $< -o $@
 $(addprefix $(BUILD)/,$(addsuffix _emu,gpt_train $(GPUTESTS) $(GPUBENCH))): $(BUILD)/%_emu: $(BUILD)/%_emu.o $(BUILD)/obj/impl_emu.o $(BUILD)/obj/cuda_emu.o
-	$(CXX) $^ -o $@ $(LDLIBS)
+	$(CXX) $^ -o $@ $(LDLIBS) -fsanitize=alignment
 
 # --- dependencies, oracle, tests -------------------------------------------------------------
 deps:

@@ -16,7 +16,8 @@
 #      rank with more timed regions than a timer's pool of event pairs
 #   6. bench/gpu.cu (build/gpu_emu --tiny): the GPU benchmark runs start to end on tiny shapes
 #   7. every __global__ function of the library headers was launched by 2-6
-# Every emulated run aborts on its first bug-finder report (race, bounds, uninitialised read).
+# Every emulated run aborts on its first bug-finder report (race, bounds, uninitialised read,
+# a typed access at an address its type's alignment does not divide).
 cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build}
 MPIRUN=${MPIRUN:-mpirun --oversubscribe --bind-to none}
@@ -46,6 +47,10 @@ for p in emu_test gpu_ops_emu gpu_model_emu gpt_train_emu gpt_train gpu_emu; do
 done
 
 run_prog "cuda_emu: emulator self-test and bug finders (emu_test)" "$tmp/emu_test" "$BUILD/emu_test"
+"$BUILD/emu_test" --misaligned > "$tmp/misaligned" 2>&1; rc=$?
+report "$([ "$rc" != 0 ] && grep -q 'misaligned address' "$tmp/misaligned" && echo 0 || echo 1)" \
+  "cuda_emu: a misaligned 16-byte vector load stops the emulated program (-fsanitize=alignment), as it faults on a GPU" \
+  "exit status $rc: $(head -c 200 "$tmp/misaligned")"
 run_prog "cuda_emu: gpu_ops_emu, every op on the emulated device vs the CPU backend" "$tmp/ops" \
   env MG_DEVICE=cuda "$BUILD/gpu_ops_emu"
 run_prog "cuda_emu: gpu_ops_emu with threads of each block in shuffled order" "$tmp/ops_shuf" \

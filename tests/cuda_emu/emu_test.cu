@@ -198,8 +198,23 @@ __global__ void k_last_writer(int *out) {
     if (threadIdx.x == 0) *out = who;
 }
 
-int main(void) {
+/* A 16-byte vector load from an address 4 bytes past a 16-byte boundary: a GPU faults
+   ("misaligned address"); the emulated program stops at -fsanitize=alignment's report. */
+__global__ void k_misaligned_float4(float *out, const float *in) {
+    float4 v = *(const float4 *)(in + 1);
+    out[threadIdx.x] = v.x + v.y + v.z + v.w;
+}
+
+int main(int argc, char **argv) {
     int n_dev = 0;
+    if (argc > 1 && !strcmp(argv[1], "--misaligned")) {   /* check.sh: must not return 0 */
+        float *in = (float *)dev_alloc(8 * sizeof(float)), *out = (float *)dev_alloc(sizeof(float));
+        cudaMemset(in, 0, 8 * sizeof(float));
+        MG_LAUNCH(k_misaligned_float4, 1, 1, 0, 0, out, in);
+        cudaDeviceSynchronize();
+        printf("the misaligned float4 load was not stopped\n");
+        return 0;
+    }
     mg_emu_collect(1);
     check(cudaGetDeviceCount(&n_dev) == cudaSuccess && n_dev == 1, "one emulated device", NULL);
 

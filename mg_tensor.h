@@ -3466,13 +3466,13 @@ template <class IO> static void mg__swiglu_backward_launch(mg_ctx *ctx, int64_t 
    V consecutive pairs (x[p … p+V), x[p+h … p+h+V)) of one of the row's ng·(per + 1) query and
    key heads with the table's V (cos, sin) pairs, V = 16/s when h and hd are multiples of it and
    qkv is vector-aligned, else 1. One 64-bit division per item (the row), the rest in 32 bits. */
-struct mg__rope_geom {
-    int64_t N, C3; int B, per, hd, h, t0; const float *cos_sin; float sign;
+struct mg__rope_geom {   /* heads: the rotated ones of a row, ng·(per + 1) = nh + ng */
+    int64_t N, C3; int B, per, hd, h, heads, t0; const float *cos_sin; float sign;
 };
 template <int V, class IO> __device__ static inline void mg__rope_items(const IO &qkv,
                                                                       const mg__rope_geom &g) {
-    int per_head = g.h / V, heads = (int)(g.C3 / ((int64_t)(g.per + 2) * g.hd)) * (g.per + 1);
-    int64_t per_row = (int64_t)heads * per_head, n = g.N * per_row, i;
+    int per_head = g.h / V;
+    int64_t per_row = (int64_t)g.heads * per_head, n = g.N * per_row, i;
     for (i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = i / per_row;
         int k = (int)(i - r * per_row), head = k / per_head, p = (k - head * per_head) * V;
@@ -3495,8 +3495,7 @@ template <class IO> static void mg__rope_launch(mg_ctx *ctx, const mg_tensor *qk
                                                 const mg__rope_geom *g) {
     enum { V = 16 / IO::BYTES };
     int vec = g->h % V == 0 && g->hd % V == 0 && mg__vec_ok(qkv->data, V, IO::BYTES);
-    int64_t items = g->N * (g->C3 / ((int64_t)(g->per + 2) * g->hd)) * (g->per + 1) *
-                    (vec ? g->h / V : g->h);
+    int64_t items = g->N * g->heads * (vec ? g->h / V : g->h);
     if (items <= 0) return;
     MG_LAUNCH(mg__k_rope, mg__grid(items), MG__CUDA_THREADS, 0, MG__STREAM(ctx),
               mg__io_make<IO>(qkv), *g, vec);
@@ -3847,11 +3846,11 @@ template <class IO, class IA> static void mg__embed_backward_launch(mg_ctx *ctx,
         const mg_tensor *grad, const mg_tensor *dout, const int *sorted, const mg__embed_geom *g) {
     enum { V = mg__vec_of<IO, IA>::V };
     int vec = mg__embed_vec(g->C, V, grad, dout, NULL);
-    int64_t items = g->N / g->B * (vec ? g->C / V : g->C);
-    if (sorted) {
+    if (sorted) {   /* a block per sorted row */
         MG_LAUNCH(mg__k_embed_add, (unsigned)g->N, MG__CUDA_THREADS, 0, MG__STREAM(ctx),
                   mg__io_make<IO>(grad), grad->dtype, mg__io_make<IA>(dout), sorted, *g, vec);
-    } else {
+    } else {        /* an item per position and column vector */
+        int64_t items = g->N / g->B * (vec ? g->C / V : g->C);
         if (items <= 0) return;
         MG_LAUNCH(mg__k_embed_dwpe, mg__grid(items), MG__CUDA_THREADS, 0, MG__STREAM(ctx),
                   mg__io_make<IO>(grad), mg__io_make<IA>(dout), *g, vec);
@@ -4102,12 +4101,10 @@ template <class IO> __device__ static void mg__attn_load_rows(float *dst, int ld
 }
 __device__ static void mg__attn_load_tile(float *dst, int ld, const mg_attn_view v, int64_t t0,
                                           int n, int b, int g, int j, int hd) {
-    if (v.dtype == MG_F32)
-        mg__attn_load_rows(dst, ld, mg__io_ptr<mg__io_f32>(v.data, v.dtype), v, t0, n, b, g, j, hd);
-    else if (v.dtype == MG_BF16)
-        mg__attn_load_rows(dst, ld, mg__io_ptr<mg__io_bf16>(v.data, v.dtype), v, t0, n, b, g, j, hd);
-    else
-        mg__attn_load_rows(dst, ld, mg__io_ptr<mg__io_f16>(v.data, v.dtype), v, t0, n, b, g, j, hd);
+#define MG__LOAD_ROWS(IO) \
+        mg__attn_load_rows(dst, ld, mg__io_ptr<IO>(v.data, v.dtype), v, t0, n, b, g, j, hd)
+    MG__IO_DISPATCH(v.dtype, MG__LOAD_ROWS);
+#undef MG__LOAD_ROWS
 }
 __device__ static float mg__attn_dot(const float *a, const float *b, int hd) {
     float s = 0.0f;
@@ -5933,14 +5930,14 @@ static void mg__check_linear(const char *op, const mg_tensor *x, const mg_tensor
     mg__check_int(op, "in_features", In);
     mg__check_int(op, "out_features", Out);
 }
-/* mg_linear_forward; add (CPU only, fp32 [N, Out] like an fp32 out, or NULL): added to the
-   result inside the GEMM (mg__cpu_epi).                                                      */
 /* The fp32 accumulator of a GEMM whose result goes to t: t itself when fp32, else arena
    scratch of its size.                                                                       */
 static float *mg__f32_accumulator(mg_ctx *ctx, const mg_tensor *t) {
     return t->dtype == MG_F32 ? (float *)t->data
                               : (float *)mg_alloc(ctx, (size_t)mg_numel(t) * sizeof(float));
 }
+/* mg_linear_forward; add (CPU only, fp32 [N, Out] like an fp32 out, or NULL): added to the
+   result inside the GEMM (mg__cpu_epi).                                                      */
 static void mg__linear_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
                                const mg_tensor *weight, const mg_tensor *bias, const float *add) {
     int N = (int)mg_rows(inp), In = (int)mg_cols(inp), Out = (int)mg_rows(weight);
@@ -6639,7 +6636,7 @@ static void mg__rope(mg_ctx *ctx, const char *op, mg_tensor *qkv, int B, int nh,
                  "number in 2 … %lld", op, rot, (long long)hd, (long long)hd);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
-        mg__rope_geom g = {mg_rows(qkv), C3, B, nh / ng, (int)hd, rot / 2, t0, cos_sin, sign};
+        mg__rope_geom g = {mg_rows(qkv), C3, B, nh / ng, (int)hd, rot / 2, nh + ng, t0, cos_sin, sign};
 #define MG__ROPE_LAUNCH(IO) mg__rope_launch<IO>(ctx, qkv, &g)
         MG__IO_DISPATCH(qkv->dtype, MG__ROPE_LAUNCH);
 #undef MG__ROPE_LAUNCH

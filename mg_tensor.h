@@ -3544,7 +3544,9 @@ static __global__ void __launch_bounds__(32 * MG__COLSUM_LANES) mg__k_colsum_par
         void *dst, mg_dtype dd, void *plain, mg_dtype pd, IS src, IX inp, const float *mean,
         const float *rstd, int64_t N, int64_t C, int64_t R, IX pre, IX dpre) {
     enum { V = mg__colsum_vec<IS>::V };
-    __shared__ float sw[MG__COLSUM_LANES][32 * V + 1], sp[MG__COLSUM_LANES][32 * V + 1];
+    /* column j of a thread's V at [y][32·j + x]: a warp (one y) stores and reads 32 consecutive
+       words at a time, free of bank conflicts */
+    __shared__ float sw[MG__COLSUM_LANES][32 * V], sp[MG__COLSUM_LANES][32 * V];
     int64_t c = ((int64_t)blockIdx.x * 32 + threadIdx.x) * V, K = gridDim.y, k = blockIdx.y;
     int64_t r0 = k * R, r1 = r0 + R < N ? r0 + R : N, r;
     float acc[V], acc1[V];
@@ -3570,8 +3572,8 @@ static __global__ void __launch_bounds__(32 * MG__COLSUM_LANES) mg__k_colsum_par
             }
         }
     for (j = 0; j < V; j++) {
-        sw[threadIdx.y][threadIdx.x * V + j] = acc[j];
-        sp[threadIdx.y][threadIdx.x * V + j] = acc1[j];
+        sw[threadIdx.y][32 * j + threadIdx.x] = acc[j];
+        sp[threadIdx.y][32 * j + threadIdx.x] = acc1[j];
     }
     __syncthreads();
     if (threadIdx.y == 0)
@@ -3579,8 +3581,8 @@ static __global__ void __launch_bounds__(32 * MG__COLSUM_LANES) mg__k_colsum_par
             float s = 0.0f, s1 = 0.0f;
             int y;
             for (y = 0; y < MG__COLSUM_LANES; y++) {
-                s += sw[y][threadIdx.x * V + j];
-                s1 += sp[y][threadIdx.x * V + j];
+                s += sw[y][32 * j + threadIdx.x];
+                s1 += sp[y][32 * j + threadIdx.x];
             }
             if (part) {
                 part[k * C + c + j] = s;
@@ -4736,33 +4738,38 @@ __device__ static __forceinline__ void mg__fa_scores(float (*s)[4], const uint16
     }
 }
 /* A warp's 16 rows of HD/8 accumulator fragments into a view, through the warp's fp32 scratch
-   (16 rows of HD + 4; the row's weight w in column HD): this lane stages rows fr and fr + 8
-   with their weights w[0], w[1], then a lane pair writes each of the n rows that exist from t0
-   (columns 4k + 2·half and the next, bank-conflict free): dst = scale·acc + w·dst, dst read
-   only where w ≠ 0. */
+   of MG__FA_SCRATCH(HD) floats (16 rows of HD + 8, then the 16 rows' weights w): this lane
+   stages rows fr and fr + 8 and their weights w[0], w[1], then a lane pair writes each of the
+   n rows that exist from t0, four columns a lane (8k + 4·half …): dst = scale·acc + w·dst, dst
+   read only where w ≠ 0. Free of bank conflicts: a row starts 8 banks on from the row before,
+   so the 4 rows of a half-warp's 8-byte stores and of a quarter-warp's 16-byte loads cover
+   the 32 banks once; the weights are 16 consecutive words. */
+#define MG__FA_SCRATCH(HD) (16 * ((HD) + 8) + 16)
 template <int HD>
 __device__ static __forceinline__ void mg__fa_write_rows(float (*acc)[4], const float w[2], float *scratch,
                                          const mg_attn_view v, int64_t t0, int n, int b, int g,
                                          int j, float scale) {
-    enum { LDA = HD + 4 };
+    enum { LDA = HD + 8 };
     const int lane = threadIdx.x & 31, fr = lane >> 2, fc = 2 * (lane & 3);
     const int row = lane >> 1, half = lane & 1;
-    int nt, u;
+    float *weight = scratch + 16 * LDA;
+    int nt, u, e;
     MG__UNROLL
     for (nt = 0; nt < HD / 8; nt++) {
         *(float2 *)&scratch[fr * LDA + 8 * nt + fc] = make_float2(acc[nt][0], acc[nt][1]);
         *(float2 *)&scratch[(fr + 8) * LDA + 8 * nt + fc] = make_float2(acc[nt][2], acc[nt][3]);
     }
-    if (fc == 0) { scratch[fr * LDA + HD] = w[0]; scratch[(fr + 8) * LDA + HD] = w[1]; }
+    if (fc == 0) { weight[fr] = w[0]; weight[fr + 8] = w[1]; }
     __syncwarp();
     if (row < n) {
-        int64_t off = mg__view_at(&v, t0 + row, b, g, j) + 2 * half;
-        const float *src = scratch + row * LDA + 2 * half, wr = scratch[row * LDA + HD];
-        for (u = 0; u < HD; u += 4) {   /* not unrolled: once a kernel */
-            int e;
-            for (e = u; e < u + 2; e++)
-                mg_store(v.data, v.dtype, off + e, scale * src[e] +
-                         (wr != 0.0f ? wr * mg_load(v.data, v.dtype, off + e) : 0.0f));
+        int64_t off = mg__view_at(&v, t0 + row, b, g, j) + 4 * half;
+        const float wr = weight[row];
+        for (u = 0; u < HD; u += 8) {   /* not unrolled: once a kernel */
+            const float4 x4 = *(const float4 *)&scratch[row * LDA + u + 4 * half];
+            const float x[4] = {x4.x, x4.y, x4.z, x4.w};
+            for (e = 0; e < 4; e++)
+                mg_store(v.data, v.dtype, off + u + e, scale * x[e] +
+                         (wr != 0.0f ? wr * mg_load(v.data, v.dtype, off + u + e) : 0.0f));
         }
     }
     __syncwarp();                                /* read before the scratch is reused */
@@ -4770,8 +4777,8 @@ __device__ static __forceinline__ void mg__fa_write_rows(float (*acc)[4], const 
 /* Shared memory of the three kernels: 16-bit rows of HD + 8 — the block's 64 rows (Q, or Q and
    dO, or K and V) and two buffers of a tile's two sets of 32 (the tile being computed and the
    next, in flight) — and for dK/dV two buffers of the tile's lse and Δ. At the end the 4
-   warps' fp32 scratch of mg__fa_write_rows, 64·(HD + 4)·4 bytes, takes the place of the rows
-   (≤ 192·(HD + 8)·2). */
+   warps' fp32 scratch of mg__fa_write_rows, 4·MG__FA_SCRATCH(HD)·4 = (64·(HD + 8) + 64)·4
+   bytes, takes the place of the rows (≥ 192·(HD + 8)·2). */
 static size_t mg__fa_smem(int hd, int kernel) {   /* 0 forward, 1 dQ, 2 dK/dV */
     size_t row = (size_t)(hd + 8) * 2;
     return kernel == 0 ? (MG__FA_ROWS + 4 * MG_ATTN_TILE) * row
@@ -4871,7 +4878,7 @@ static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, 
             for (nt = 0; nt < HD / 8; nt++) { acc[nt][2 * r] *= w_new; acc[nt][2 * r + 1] *= w_new; }
             if (fc == 0 && i0 + 8 * r < nq) lse[row0 + i0 + 8 * r] = lse_i;
         }
-        mg__fa_write_rows<HD>(acc, w_old, sm + warp * 16 * (HD + 4), o, t0 + warp * 16, nq - warp * 16,
+        mg__fa_write_rows<HD>(acc, w_old, sm + warp * MG__FA_SCRATCH(HD), o, t0 + warp * 16, nq - warp * 16,
                               b, g, j, 1.0f);
     }
 }
@@ -4940,7 +4947,7 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dq(mg_attn_block
     {
         const float w[2] = {accumulate ? 1.0f : 0.0f, accumulate ? 1.0f : 0.0f};
         __syncthreads();   /* Q and dO consumed: their rows take the warps' accumulators */
-        mg__fa_write_rows<HD>(acc, w, sm + warp * 16 * (HD + 4), dq, t0 + warp * 16, nq - warp * 16,
+        mg__fa_write_rows<HD>(acc, w, sm + warp * MG__FA_SCRATCH(HD), dq, t0 + warp * 16, nq - warp * 16,
                               b, g, j, scale);
     }
 }
@@ -5026,7 +5033,7 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dkv(mg_attn_bloc
     mg__cp_async_wait<0>();                      /* (only an empty group is left) */
     {
         const float w[2] = {accumulate ? 1.0f : 0.0f, accumulate ? 1.0f : 0.0f};
-        float *scratch = sm + warp * 16 * (HD + 4);
+        float *scratch = sm + warp * MG__FA_SCRATCH(HD);
         __syncthreads();   /* K and V consumed: their rows take the warps' accumulators */
         mg__fa_write_rows<HD>(dKa, w, scratch, dkv_k, s0 + warp * 16, nk - warp * 16, b, g, 0, scale);
         mg__fa_write_rows<HD>(dVa, w, scratch, dkv_v, s0 + warp * 16, nk - warp * 16, b, g, 0, 1.0f);

@@ -122,6 +122,8 @@ $(addprefix $(BUILD)/,$(addsuffix _cuda,$(LINKED) $(GPUTESTS) $(EXAMPLES) $(GPUB
 # store calls the emulator's checks (-fsanitize=thread's hooks, linked without its runtime), and
 # every typed access is checked for its type's alignment (-fsanitize=alignment: a vector load
 # from an address its width does not divide stops the program, as it faults on a GPU).
+# -fno-tree-sra keeps a whole float4/uint4 load or store one 16-byte access, as nvcc's
+# ld/st.v4 is, instead of four 4-byte ones (the shared-memory bank model counts accesses).
 # cuda_emu.o, the emulator itself, is compiled without them.
 CXX     ?= g++
 EMU_DIR := tests/cuda_emu
@@ -129,7 +131,7 @@ EMU_HDRS:= $(wildcard $(EMU_DIR)/*.h)
 EMU_FLAGS := -O2 -g -std=c++17 -D_GNU_SOURCE $(WARN) -fopenmp -I. $(MPI_DEF) $(MPI_CFLAGS) \
            $(BLAS_CFLAGS) -DMG_CUDA_EMU -D__CUDACC__ -I$(EMU_DIR) -include cuda_runtime.h \
            -fsanitize=thread --param tsan-instrument-func-entry-exit=0 \
-           -fsanitize=alignment -fno-sanitize-recover=alignment
+           -fsanitize=alignment -fno-sanitize-recover=alignment -fno-tree-sra
 EMU_PROGS := $(addprefix $(BUILD)/,$(addsuffix _emu,gpt_train $(GPUTESTS) $(GPUBENCH)) emu_test)
 emu: $(EMU_PROGS)
 $(BUILD)/obj/cuda_emu.o: $(EMU_DIR)/cuda_emu.cpp $(EMU_HDRS) | $(BUILD)/obj

@@ -12,7 +12,8 @@
 #      need the deterministic embedding backward);
 #   3. bench/gpu --steps 3: per-kernel time against the roofline, whole-step MFU;
 #   4. compute-sanitizer memcheck over gpu_ops_cuda, then an ncu per-kernel profile of one
-#      GPT-2 step, each only if the time left allows it.
+#      GPT-2 step (times, then shared-memory wavefronts and bank conflicts), each only if the
+#      time left allows it.
 # One summary line per program on stdout; every log under $OUT/gpu-logs (the device tool's
 # $OUT, else /tmp). Exit status 0 once everything that ran has been reported.
 #   DEADLINE  seconds for the whole run      TESTS   the MG_DEVICE=cuda tests (names)
@@ -61,6 +62,16 @@ if [ -z "$NONCU" ] && [ -n "$NCU" ] && [ "$(left)" -gt 70 ]; then
   echo "== ncu, one GPT-2 step, per kernel ($(left) s left): $LOG/ncu_gpt2.csv"
   timeout $(($(left) - 30)) "$NCU" --metrics gpu__time_duration.sum --print-summary per-kernel \
     --csv $R/bin/gpu_cuda --no-kernels --model gpt2 --steps 1 > "$LOG/ncu_gpt2.csv" 2> "$LOG/ncu_gpt2.err"
+  echo "exit $?"
+fi
+# The device's shared-memory wavefronts and bank conflicts per kernel, beside the emulator's
+# bank model (MG_EMU_BANKS=1, tests/cuda_emu/README.md), which counts every kernel conflict free.
+if [ -z "$NONCU" ] && [ -n "$NCU" ] && [ "$(left)" -gt 60 ]; then
+  echo "== ncu, shared-memory wavefronts and bank conflicts of one GPT-2 step ($(left) s left): $LOG/ncu_banks.csv"
+  timeout $(($(left) - 20)) "$NCU" --print-summary per-kernel --csv --metrics \
+l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,\
+l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum \
+    $R/bin/gpu_cuda --no-kernels --model gpt2 --steps 1 > "$LOG/ncu_banks.csv" 2> "$LOG/ncu_banks.err"
   echo "exit $?"
 fi
 echo "gpu-run: $(($(date +%s) - T0)) s; logs in $LOG"

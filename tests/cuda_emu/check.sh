@@ -3,7 +3,8 @@
 # built by `make emu`); tests/run.sh runs it and counts its "ok"/"not ok" lines.
 #   1. emu_test: the emulator itself, and its bug finders on deliberately broken kernels
 #   2. gpu_ops_emu: every op on the "cuda" device (the emulator) against the CPU backend, with
-#      threads in order and again in a shuffled order (MG_EMU_SHUFFLE)
+#      threads in order and again in a shuffled order (MG_EMU_SHUFFLE); the in-order run with
+#      the shared-memory bank model (MG_EMU_BANKS=1): no bank conflict at any access site
 #   3. gpu_model_emu: the whole model, fp32/bf16/fp16, against the CPU backend
 #   4. gpt_train_emu --device cuda against the CPU build's gpt_train on a tiny model: 1 rank
 #      fp32 and bf16, 2 ranks with t=2, d=2 (fp32 and bf16), p=2 and c=2 (fp32, bf16, and a Llama
@@ -52,7 +53,17 @@ report "$([ "$rc" != 0 ] && grep -q 'misaligned address' "$tmp/misaligned" && ec
   "cuda_emu: a misaligned 16-byte vector load stops the emulated program (-fsanitize=alignment), as it faults on a GPU" \
   "exit status $rc: $(head -c 200 "$tmp/misaligned")"
 run_prog "cuda_emu: gpu_ops_emu, every op on the emulated device vs the CPU backend" "$tmp/ops" \
-  env MG_DEVICE=cuda "$BUILD/gpu_ops_emu"
+  env MG_DEVICE=cuda MG_EMU_BANKS=1 "$BUILD/gpu_ops_emu"
+# The bank model's table of that run: no bank conflict at any access site whose lanes ran it
+# equally often (sites a warp's lanes ran unequal numbers of times are paired approximately).
+kernels=$(grep -c '^mg-emu:   [^ ]' "$tmp/ops")
+requests=$(awk '/^mg-emu:   [^ ]/ { n += $3 } END { print n + 0 }' "$tmp/ops")
+fa=$(awk '/^mg-emu:   mg__k_fa_/ { r += $3; w += $5; i += $7 } END { printf "%d requests, %d wavefronts, ideal %d", r, w, i }' "$tmp/ops")
+uneven=$(grep '^mg-emu:     ' "$tmp/ops" | grep -c 'uneven')
+conflicts=$(grep '^mg-emu:     ' "$tmp/ops" | grep -v 'uneven')
+report "$([ "$kernels" -gt 20 ] && [ -z "$conflicts" ] && echo 0 || echo 1)" \
+  "cuda_emu: shared-memory bank model over that run: no bank conflict at any access site of the $kernels kernel instantiations with shared memory ($requests warp-wide requests; the tensor-core attention kernels $fa; $uneven sites run unevenly by a warp's lanes, approximate, left out)" \
+  "$(echo "$conflicts" | head -n 5)"
 run_prog "cuda_emu: gpu_ops_emu with threads of each block in shuffled order" "$tmp/ops_shuf" \
   env MG_DEVICE=cuda MG_EMU_SHUFFLE=7 "$BUILD/gpu_ops_emu"
 run_prog "cuda_emu: gpu_model_emu, the model in fp32/bf16/fp16 vs the CPU backend" "$tmp/model" \

@@ -6,7 +6,8 @@
         per byte (unallocated / freed / allocated-unwritten / written)
      3. shared memory: the executable's TLS segment, its __shared__ variables from the symbol
         table; per-byte shadow for the race detector and unwritten reads
-     4. the access hooks (__tsan_readN / __tsan_writeN) that the instrumented code calls
+     4. the access hooks (__tsan_readN / __tsan_writeN) that the instrumented code calls;
+        4a. the shared-memory bank model they feed (MG_EMU_BANKS=1)
      5. fibers and the block scheduler: barriers, warp operations
      6. launches, atomics
      7. runtime API: devices, memory, streams, events
@@ -378,6 +379,134 @@ static inline int warp_ordered(int a, uint32_t seen, int t) {
 static uint32_t g_block_serial;
 
 /* =============================================================================================
+   4a. The shared-memory bank model (MG_EMU_BANKS=1, or mg_emu_banks(1)). A device serves a
+       warp's shared-memory instruction in wavefronts: 32 banks of 4 bytes, one 4-byte word per
+       bank per wavefront, the lanes reading one word sharing it. Accesses of 8 and 16 bytes are
+       served a half-warp or a quarter-warp (128 bytes) at a time, each part at least one
+       wavefront; ldmatrix's four 8 × 16-byte matrices are those quarters. Here the lanes of a
+       warp run one after another, so an instruction's warp-wide access is put back together:
+       each lane's n-th execution of an access site (the instrumented instruction's address)
+       since the last __syncthreads meets the other lanes' n-th, as it would in lockstep. That
+       is exact for code the lanes of a warp run alike, and pairs the wrong executions where a
+       lane skips some in the middle (a site whose lanes ran it unequal numbers of times is
+       marked uneven in the report). Counted per kernel and per site: requests (warp-wide
+       accesses), wavefronts, and the ideal (one per part with a lane in it); wavefronts above
+       the ideal are bank conflicts, the figure Nsight Compute reports as shared-memory
+       wavefronts beyond the ideal. WMMA's fragment loads and stores are not counted: which
+       lane reads which element is unspecified on a device.                                  */
+struct BankAccess {
+    const void *pc;
+    uint32_t occ, off;
+    uint16_t warp;
+    uint8_t lane, size;
+};
+struct BankCounts { long requests, wavefronts, ideal; int size, uneven; };
+static int g_banks = -1;                      /* -1: MG_EMU_BANKS not read yet */
+static int g_bank_paused;                     /* > 0 inside WMMA and the engine's own copies */
+static const void *g_pc;                      /* the access site the running hook was called from */
+static std::vector<BankAccess> g_bank_log;    /* this barrier interval's accesses */
+static std::vector<std::vector<std::pair<const void *, uint32_t>>> g_bank_occ;   /* per thread: site, executions */
+static std::vector<BankCounts> g_bank_kernel; /* per entry of g_launched */
+static std::map<std::pair<size_t, const void *>, BankCounts> g_bank_site;   /* (kernel, site) */
+static size_t g_kindex;                       /* the running kernel's entry of g_launched */
+static int banks_on(void) {
+    if (g_banks < 0) {
+        const char *e = getenv("MG_EMU_BANKS");
+        g_banks = e && e[0] == '1';
+    }
+    return g_banks;
+}
+void mg_emu_banks(int on) { g_banks = on != 0; }
+void mg_emu_banks_pause(int pause) { g_bank_paused += pause ? 1 : -1; }
+static void bank_record(const void *pc, size_t off, size_t n) {
+    int t = g_cur;
+    if (g_bank_paused || t < 0 || n > 16 || !pc) return;
+    if (g_bank_occ.size() < (size_t)g_nthreads) g_bank_occ.resize((size_t)g_nthreads);
+    std::vector<std::pair<const void *, uint32_t>> &occ = g_bank_occ[(size_t)t];
+    uint32_t k = 0;
+    size_t i;
+    for (i = 0; i < occ.size() && occ[i].first != pc; i++) {}
+    if (i == occ.size()) occ.push_back(std::make_pair(pc, 0u));
+    k = occ[i].second++;
+    g_bank_log.push_back({pc, k, (uint32_t)off, (uint16_t)(t >> 5), (uint8_t)(t & 31), (uint8_t)n});
+}
+/* Wavefronts of one warp-wide access (lanes [lo, hi) of g_bank_log, one warp, one site, one
+   execution): per part of 32, 16 or 8 lanes, the most distinct words any one bank holds. */
+static void bank_request(size_t lo, size_t hi, BankCounts &c) {
+    int size = 0;
+    for (size_t i = lo; i < hi; i++) size = std::max(size, (int)g_bank_log[i].size);
+    int part_lanes = size <= 4 ? 32 : 128 / size;
+    c.requests++;
+    for (int part = 0; part * part_lanes < 32; part++) {
+        uint32_t words[32][32];   /* [bank][k]: the distinct words asked of each bank */
+        int nw[32] = {0}, any = 0, most = 0;
+        for (size_t i = lo; i < hi; i++) {
+            const BankAccess &a = g_bank_log[i];
+            if (a.lane / part_lanes != part) continue;
+            any = 1;
+            for (uint32_t w = a.off / 4; w <= (a.off + a.size - 1) / 4; w++) {
+                int b = (int)(w % 32), k;
+                for (k = 0; k < nw[b] && words[b][k] != w; k++) {}
+                if (k == nw[b] && nw[b] < 32) words[b][nw[b]++] = w;
+                most = std::max(most, nw[b]);
+            }
+        }
+        c.wavefronts += most;
+        c.ideal += any;
+    }
+}
+/* At a barrier (and at a block's end): the interval's accesses put together by (warp, site,
+   execution) and counted; every thread's executions start again from 0. */
+static void bank_flush(void) {
+    if (g_bank_log.empty()) return;
+    std::sort(g_bank_log.begin(), g_bank_log.end(), [](const BankAccess &a, const BankAccess &b) {
+        if (a.warp != b.warp) return a.warp < b.warp;
+        if (a.pc != b.pc) return a.pc < b.pc;
+        if (a.occ != b.occ) return a.occ < b.occ;
+        return a.lane < b.lane;
+    });
+    if (g_bank_kernel.size() <= g_kindex) g_bank_kernel.resize(g_kindex + 1, BankCounts{0, 0, 0, 0, 0});
+    int uneven = 0;   /* the lanes of the current (warp, site) ran it unequal numbers of times */
+    for (size_t lo = 0, hi; lo < g_bank_log.size(); lo = hi) {
+        const BankAccess &a = g_bank_log[lo];
+        if (lo == 0 || g_bank_log[lo - 1].warp != a.warp || g_bank_log[lo - 1].pc != a.pc) {
+            uint32_t runs[32] = {0};
+            size_t e;
+            for (e = lo; e < g_bank_log.size() && g_bank_log[e].warp == a.warp && g_bank_log[e].pc == a.pc; e++)
+                runs[g_bank_log[e].lane] = g_bank_log[e].occ + 1;
+            uneven = 0;
+            for (int l = 0, first = -1; l < 32; l++)
+                if (runs[l]) {
+                    if (first < 0) first = (int)runs[l];
+                    else if ((int)runs[l] != first) uneven = 1;
+                }
+        }
+        for (hi = lo + 1; hi < g_bank_log.size() && g_bank_log[hi].warp == a.warp &&
+                          g_bank_log[hi].pc == a.pc && g_bank_log[hi].occ == a.occ; hi++) {}
+        BankCounts one = {0, 0, 0, 0, 0};
+        bank_request(lo, hi, one);
+        BankCounts &k = g_bank_kernel[g_kindex], &s = g_bank_site[std::make_pair(g_kindex, a.pc)];
+        k.requests += one.requests; k.wavefronts += one.wavefronts; k.ideal += one.ideal;
+        s.requests += one.requests; s.wavefronts += one.wavefronts; s.ideal += one.ideal;
+        s.size = std::max(s.size, (int)a.size);
+        s.uneven |= uneven;
+    }
+    g_bank_log.clear();
+    for (std::vector<std::pair<const void *, uint32_t>> &o : g_bank_occ) o.clear();
+}
+int mg_emu_bank_counts(const char *kernel, long *requests, long *wavefronts, long *ideal) {
+    for (size_t k = 0; k < g_launched.size() && k < g_bank_kernel.size(); k++)
+        if (g_launched[k].substr(0, g_launched[k].find('<')) == kernel ||
+            g_launched[k] == kernel) {
+            *requests = g_bank_kernel[k].requests;
+            *wavefronts = g_bank_kernel[k].wavefronts;
+            *ideal = g_bank_kernel[k].ideal;
+            return 1;
+        }
+    return 0;
+}
+
+/* =============================================================================================
    4. The access hooks. The emulated code is compiled with -fsanitize=thread (and linked without
       its runtime), which makes every load and store — direct accesses to named thread_local
       variables included — call __tsan_readN/__tsan_writeN(addr): they come here. Only device
@@ -386,6 +515,7 @@ static uint32_t g_block_serial;
 static void shared_access(size_t off, size_t n, int write) {
     char w[200] = "";
     int t = g_cur;
+    if (g_pc && banks_on()) bank_record(g_pc, off, n);
     const SharedVar *v = svar_at(off);
     size_t limit = 0;
     if (v) limit = v->off == g_dyn_off ? v->off + g_dyn_bytes : v->off + v->size;
@@ -507,19 +637,24 @@ static inline void check(uintptr_t a, size_t n, int write) {
     else if (a - g_sh_lo < g_sh_span) shared_access(a - g_sh_lo, n, write);
 }
 extern "C" {
+/* g_pc: the instrumented instruction's site, for the bank model; NULL in the engine's own
+   checks (an ldmatrix's element reads, the copies a cp.async.wait_group lands). */
+#define MG_EMU_SITE_CHECK(a, n, write) \
+    { g_pc = __builtin_return_address(0); check((uintptr_t)(a), n, write); g_pc = NULL; }
 #define MG_EMU_HOOK(n) \
-    void __tsan_read##n(void *a) { check((uintptr_t)a, n, 0); } \
-    void __tsan_write##n(void *a) { check((uintptr_t)a, n, 1); } \
-    void __tsan_unaligned_read##n(void *a) { check((uintptr_t)a, n, 0); } \
-    void __tsan_unaligned_write##n(void *a) { check((uintptr_t)a, n, 1); }
+    void __tsan_read##n(void *a) MG_EMU_SITE_CHECK(a, n, 0) \
+    void __tsan_write##n(void *a) MG_EMU_SITE_CHECK(a, n, 1) \
+    void __tsan_unaligned_read##n(void *a) MG_EMU_SITE_CHECK(a, n, 0) \
+    void __tsan_unaligned_write##n(void *a) MG_EMU_SITE_CHECK(a, n, 1)
 MG_EMU_HOOK(1)
 MG_EMU_HOOK(2)
 MG_EMU_HOOK(4)
 MG_EMU_HOOK(8)
 MG_EMU_HOOK(16)
 #undef MG_EMU_HOOK
-void __tsan_read_range(void *a, unsigned long n) { check((uintptr_t)a, n, 0); }
-void __tsan_write_range(void *a, unsigned long n) { check((uintptr_t)a, n, 1); }
+void __tsan_read_range(void *a, unsigned long n) MG_EMU_SITE_CHECK(a, n, 0)
+void __tsan_write_range(void *a, unsigned long n) MG_EMU_SITE_CHECK(a, n, 1)
+#undef MG_EMU_SITE_CHECK
 /* Atomics of host code (C11/__atomic, e.g. mg_comm.h's watchdog): done, not checked. */
 #define MG_EMU_TSAN_ATOMIC(bits, T) \
     T __tsan_atomic##bits##_load(const volatile T *a, int) { return __atomic_load_n(a, __ATOMIC_SEQ_CST); } \
@@ -629,6 +764,7 @@ void mg_emu_cp_async16(void *dst, const void *src) {
                "%p 16-byte aligned", wh, dst, src);
         return;
     }
+    if (banks_on()) bank_record(__builtin_return_address(0), (uintptr_t)dst - g_sh_lo, 16);
     f.cp_open.push_back(std::make_pair((char *)dst, (const char *)src));
 }
 void mg_emu_cp_async_commit(void) {
@@ -666,7 +802,8 @@ void mg_emu_ldmatrix_x4(uint32_t r[4], const void *p, int trans) {
         where(wh, sizeof wh, g_cur);
         report("ldmatrix in %s: the row address %p must be 16-byte aligned shared memory", wh, p);
         p = NULL;
-    }
+    } else if (banks_on())   /* a lane's row: its matrix's 8 rows are one quarter-warp part */
+        bank_record(__builtin_return_address(0), (uintptr_t)p - g_sh_lo, 16);
     g_ldm_rows[warp][lane] = (const char *)p;
     __syncwarp(0xFFFFFFFFu);
     for (q = 0; q < 4; q++) {
@@ -803,6 +940,8 @@ static void run_block(void) {
     g_epoch++;
     g_block_serial++;
     memset(g_wsync, 0, sizeof g_wsync);
+    g_bank_log.clear();   /* left by a block abandoned at a report */
+    for (std::vector<std::pair<const void *, uint32_t>> &o : g_bank_occ) o.clear();
     for (;;) {
         if (g_shuffle_seed)
             for (int i = g_nthreads - 1; i > 0; i--)
@@ -821,6 +960,7 @@ static void run_block(void) {
             if (f.state == F_BARRIER) { at_barrier++; count += f.bar_value; }
         }
         if (!live) {
+            bank_flush();
             for (int t = 0; t < g_nthreads; t++)
                 if (!g_fibers[(size_t)t].cp_open.empty() || !g_fibers[(size_t)t].cp_groups.empty()) {
                     char wh[200];
@@ -842,6 +982,7 @@ static void run_block(void) {
                 if (g_fibers[(size_t)t].state == F_BARRIER) g_fibers[(size_t)t].state = F_READY;
             g_bar_result = count;
             g_epoch++;
+            bank_flush();
             continue;
         }
         char wh[200];
@@ -864,10 +1005,62 @@ static void run_block(void) {
 static cudaError_t g_last_error = cudaSuccess;
 struct KernelStats { long launches, threads; double seconds; };
 static std::vector<KernelStats> g_kstats;      /* per entry of g_launched */
-static size_t g_kindex;
 static double g_launch_seconds;
 static long g_launch_count, g_thread_count;
 
+/* "file:line (kernel)" of an access site, by addr2line on the executable: the innermost
+   inlined frame outside the emulator's own headers (an accessor's vector operator= or mma.h
+   say less than the line that called them), and the outermost frame's function. */
+static std::string site_name(const void *pc) {
+    uintptr_t base = 0;
+    char cmd[128], fn[512], line[512];
+    std::string where, outer;
+    dl_iterate_phdr(exe_base, &base);
+    /* the return address is the instruction after the access's call */
+    snprintf(cmd, sizeof cmd, "addr2line -C -f -i -e /proc/%d/exe 0x%lx 2>/dev/null", (int)getpid(),
+             (unsigned long)((uintptr_t)pc - base - 1));
+    FILE *f = popen(cmd, "r");
+    if (f) {
+        while (fgets(fn, sizeof fn, f) && fgets(line, sizeof line, f)) {
+            fn[strcspn(fn, "(\n")] = 0;
+            line[strcspn(line, " \n")] = 0;
+            outer = fn;
+            if (line[0] == '?') continue;
+            if (where.empty() || where.find("tests/cuda_emu/") != std::string::npos) where = line;
+        }
+        pclose(f);
+    }
+    if (where.empty()) {
+        snprintf(line, sizeof line, "%p", pc);
+        return line;
+    }
+    size_t slash = where.rfind('/');
+    return (slash == std::string::npos ? where : where.substr(slash + 1)) + " (" + outer + ")";
+}
+/* At exit with MG_EMU_BANKS=1: every kernel's requests, wavefronts and ideal, then the sites
+   of those with bank conflicts, most excess first. */
+static void bank_report(void) {
+    fprintf(stderr, "mg-emu: shared-memory banks (warp-wide requests, wavefronts, ideal "
+            "wavefronts; above the ideal: bank conflicts)\n");
+    for (size_t k = 0; k < g_launched.size() && k < g_bank_kernel.size(); k++) {
+        const BankCounts &c = g_bank_kernel[k];
+        if (!c.requests) continue;
+        fprintf(stderr, "mg-emu:   %-40s %10ld requests %10ld wavefronts %10ld ideal %6.2fx\n",
+                g_launched[k].c_str(), c.requests, c.wavefronts, c.ideal,
+                (double)c.wavefronts / (double)c.ideal);
+        std::vector<std::pair<long, const void *>> bad;
+        for (const auto &s : g_bank_site)
+            if (s.first.first == k && s.second.wavefronts > s.second.ideal)
+                bad.push_back(std::make_pair(s.second.wavefronts - s.second.ideal, s.first.second));
+        std::sort(bad.rbegin(), bad.rend());
+        for (const auto &b : bad) {
+            const BankCounts &sc = g_bank_site[std::make_pair(k, b.second)];
+            fprintf(stderr, "mg-emu:     %-56s %2d-byte %10ld requests %10ld wavefronts %10ld ideal%s\n",
+                    site_name(b.second).c_str(), sc.size, sc.requests, sc.wavefronts, sc.ideal,
+                    sc.uneven ? " (uneven: approximate)" : "");
+        }
+    }
+}
 static void launch_log_at_exit(void) {
     const char *path = getenv("MG_EMU_LAUNCH_LOG");
     if (path && path[0]) {
@@ -878,6 +1071,7 @@ static void launch_log_at_exit(void) {
             fclose(f);
         }
     }
+    if (banks_on()) bank_report();
     const char *st = getenv("MG_EMU_STATS");
     if (st && st[0] == '1') {
         fprintf(stderr, "mg-emu: %ld launches, %ld threads, %.3f s in kernels (%.2f us per "

@@ -236,6 +236,14 @@ void mg_emu_set_shuffle(unsigned seed);
    a stretch of its code makes (tests/gpu/gpu_model.c: per training step).                 */
 long mg_emu_host_syncs(void);
 
+/* The shared-memory bank model (cuda_emu.cpp, 4a): on with MG_EMU_BANKS=1 in the environment
+   (a table per kernel and conflicting site at exit) or mg_emu_banks(1). mg_emu_bank_counts
+   gives a kernel's totals so far (its name without template arguments): 0 if never counted.
+   mg_emu_banks_pause(1) … (0) leaves accesses out (mma.h's WMMA fragments).               */
+void mg_emu_banks(int on);
+void mg_emu_banks_pause(int pause);
+int mg_emu_bank_counts(const char *kernel, long *requests, long *wavefronts, long *ideal);
+
 /* --- device functions ------------------------------------------------------------------------ */
 void __syncthreads(void);
 int __syncthreads_count(int predicate);

@@ -5,7 +5,8 @@
    __syncthreads, an off-by-one shared index, a wrong shuffle width, a shuffle mask naming
    lanes that do not exist, a barrier in divergent code, device writes past an allocation,
    reads of never-written device and shared memory, a host read of device memory. The shuffled
-   thread order changes an order-dependent result.                                          */
+   thread order changes an order-dependent result. The shared-memory bank model counts the
+   wavefronts of known access patterns.                                                     */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mma.h>
@@ -176,6 +177,34 @@ __global__ void k_ldmatrix(uint32_t *out, int misalign) {
         mg_emu_ldmatrix_x4(r, m + (l % 16) * 24 + (l / 16) * 8 + (misalign && l == 5), tr);
         for (i = 0; i < 4; i++) out[(tr * 32 + l) * 4 + i] = r[i];
     }
+}
+/* One warp-wide shared-memory access of a known bank pattern (the bank model, mode by mode;
+   the stores that fill the array first are left out of the counts). */
+__global__ void k_banks(float *out, int mode) {
+    __shared__ float4 s4[32 * 33 / 4 + 8];
+    float *s = (float *)s4;
+    uint16_t *h = (uint16_t *)s4;
+    int l = threadIdx.x, i;
+    float v = 0.0f;
+    uint32_t r[4] = {0, 0, 0, 0};
+    mg_emu_banks_pause(1);
+    for (i = l; i < 32 * 33 + 32; i += 32) s[i] = (float)i;
+    mg_emu_banks_pause(0);
+    __syncthreads();
+    switch (mode) {
+    case 0: v = s[l]; break;                       /* consecutive words: 1 wavefront */
+    case 1: v = s[2 * l]; break;                   /* stride 2: 2-way */
+    case 2: v = s[32 * l]; break;                  /* one bank: 32-way */
+    case 3: v = s[33 * l]; break;                  /* a padded column: 1 */
+    case 4: v = s[5]; break;                       /* one word: broadcast, 1 */
+    case 5: { float4 x = s4[l]; v = x.x + x.w; break; }   /* 16 bytes a lane, consecutive: 4 */
+    case 6: { float4 x = s4[2 * l]; v = x.y; break; }   /* 16-byte loads 32 bytes apart: 2-way */
+    case 7: { float2 x = ((float2 *)s)[l]; v = x.x; break; }   /* 8 bytes, consecutive: 2 */
+    case 8: mg_emu_ldmatrix_x4(r, h + (l % 16) * 32 + (l / 16) * 8, 0); break;   /* 64-byte rows */
+    case 9: mg_emu_ldmatrix_x4(r, h + (l % 16) * 40 + (l / 16) * 8, 0); break;   /* 80-byte rows */
+    case 10: if (l == 0) s[0] = 1.0f; break;        /* one lane: 1 */
+    }
+    out[l] = v + (float)(r[0] + r[3]);
 }
 /* A copy that no wait ever completes. */
 __global__ void k_cp_async_unwaited(const float *src) {
@@ -446,6 +475,32 @@ int main(int argc, char **argv) {
         expect_reports("ldmatrix with a row address not 16-byte aligned: caught",
                        "ldmatrix in kernel k_ldmatrix block (0,0,0) thread (5,0,0)",
                        "must be 16-byte aligned shared memory", NULL);
+    }
+    { /* the shared-memory bank model: requests, wavefronts and ideal of each pattern */
+        static const long want[11][2] = {{1, 1}, {2, 1}, {32, 1}, {1, 1}, {1, 1}, {4, 4}, {8, 4},
+                                         {2, 2}, {16, 4}, {4, 4}, {1, 1}};
+        static const char *what[11] = {
+            "consecutive words", "stride 2 words: 2-way", "stride 32: 32-way", "stride 33: "
+            "conflict free", "one word (broadcast)", "consecutive 16-byte loads: 4 quarter-warps",
+            "16-byte loads 32 bytes apart: 2-way per quarter", "consecutive 8-byte loads: 2 "
+            "half-warps", "ldmatrix x4 on 64-byte rows: 4-way per matrix", "ldmatrix x4 on "
+            "80-byte rows: conflict free", "a store by one lane"};
+        mg_emu_banks(1);
+        for (int mode = 0; mode < 11; mode++) {
+            long r0 = 0, w0 = 0, i0 = 0, r1 = 0, w1 = 0, i1 = 0;
+            char got[200], name[160];
+            mg_emu_bank_counts("k_banks", &r0, &w0, &i0);
+            MG_LAUNCH(k_banks, 1, 32, 0, 0, out, mode);
+            int counted = mg_emu_bank_counts("k_banks", &r1, &w1, &i1);
+            snprintf(got, sizeof got, "%ld requests, %ld wavefronts, ideal %ld (want 1, %ld, %ld)",
+                     r1 - r0, w1 - w0, i1 - i0, want[mode][0], want[mode][1]);
+            snprintf(name, sizeof name, "bank model: %s: %ld wavefronts, ideal %ld", what[mode],
+                     want[mode][0], want[mode][1]);
+            check(counted && r1 - r0 == 1 && w1 - w0 == want[mode][0] && i1 - i0 == want[mode][1],
+                  name, got);
+        }
+        mg_emu_banks(0);
+        expect_reports("bank model: no report", NULL, NULL, NULL);
     }
     MG_LAUNCH(k_uninit_shared, 1, 32, 0, 0, out);
     expect_reports("shared accumulator never zeroed: caught",

@@ -8,7 +8,8 @@
    it (the emulator's warp-divergence check fires otherwise), and it checks what a device
    requires — a 256-bit aligned pointer, ldm a multiple of 8 elements (16-bit) or 4 (float).
    Loads and the product start with a __syncwarp; store_matrix_sync is written by lane 0
-   between two. Products of 16-bit inputs
+   between two. The shared-memory bank model leaves their accesses out (a device's are not
+   these). Products of 16-bit inputs
    are exact in float; the sums run in float, k ascending (a device's order is unspecified). */
 #ifndef MG_CUDA_EMU_MMA_H
 #define MG_CUDA_EMU_MMA_H
@@ -37,26 +38,32 @@ template <class Use, class T, class L>
 static inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, L> &f, const T *p, unsigned ldm) {
     __syncwarp();
     mg_emu_wmma_check(p, ldm, sizeof(T));
+    mg_emu_banks_pause(1);
     for (int r = 0; r < 16; r++)
         for (int c = 0; c < 16; c++)
             f.v[r][c] = (float)(__is_same(L, col_major) ? p[c * ldm + r] : p[r * ldm + c]);
+    mg_emu_banks_pause(0);
 }
 static inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p,
                                     unsigned ldm, layout_t layout) {
     __syncwarp();
     mg_emu_wmma_check(p, ldm, sizeof(float));
+    mg_emu_banks_pause(1);
     for (int r = 0; r < 16; r++)
         for (int c = 0; c < 16; c++)
             f.v[r][c] = layout == mem_col_major ? p[c * ldm + r] : p[r * ldm + c];
+    mg_emu_banks_pause(0);
 }
 static inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f,
                                      unsigned ldm, layout_t layout) {
     __syncwarp();
     mg_emu_wmma_check(p, ldm, sizeof(float));
+    mg_emu_banks_pause(1);
     if ((threadIdx.x & 31) == 0)
         for (int r = 0; r < 16; r++)
             for (int c = 0; c < 16; c++)
                 (layout == mem_col_major ? p[c * ldm + r] : p[r * ldm + c]) = f.v[r][c];
+    mg_emu_banks_pause(0);
     __syncwarp();
 }
 template <class Use, class T, class L>

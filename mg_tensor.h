@@ -4739,21 +4739,47 @@ __device__ static __forceinline__ void mg__fa_scores(float (*s)[4], const uint16
 }
 /* A warp's 16 rows of HD/8 accumulator fragments into a view, through the warp's fp32 scratch
    of MG__FA_SCRATCH(HD) floats (16 rows of HD + 8, then the 16 rows' weights w): this lane
-   stages rows fr and fr + 8 and their weights w[0], w[1], then a lane pair writes each of the
-   n rows that exist from t0, four columns a lane (8k + 4·half …): dst = scale·acc + w·dst, dst
-   read only where w ≠ 0. Free of bank conflicts: a row starts 8 banks on from the row before,
-   so the 4 rows of a half-warp's 8-byte stores and of a quarter-warp's 16-byte loads cover
-   the 32 banks once; the weights are 16 consecutive words. */
+   stages rows fr and fr + 8 and their weights w[0], w[1]; then HD/4 consecutive lanes write
+   each row that exists (n of them from t0), four columns a lane: dst = scale·acc + w·dst, dst
+   read only where w ≠ 0. A store instruction of the warp so covers whole rows (hd 64: two rows
+   of 128 contiguous bytes in bf16), and a lane's four columns are one vector where the view's
+   address allows. Free of bank conflicts: a staged row starts 8 banks on from the row before,
+   so the 4 rows of a half-warp's 8-byte stores cover the 32 banks once, and a quarter-warp's
+   16-byte loads read 128 contiguous bytes of one row. */
 #define MG__FA_SCRATCH(HD) (16 * ((HD) + 8) + 16)
+template <int HD, class IO>
+__device__ static __forceinline__ void mg__fa_store_rows(const IO out, const float *scratch,
+                                                         const mg_attn_view &v, int64_t t0, int n,
+                                                         int b, int g, int j, float scale) {
+    enum { LDA = HD + 8, LPR = HD / 4, RPS = 32 / LPR };   /* lanes a row, rows a step */
+    const int lane = threadIdx.x & 31, col = 4 * (lane % LPR);
+    const float *weight = scratch + 16 * LDA;
+    int step, e;
+    for (step = 0; step < 16 / RPS; step++) {   /* not unrolled: once a kernel */
+        const int row = step * RPS + lane / LPR;
+        if (row >= n) break;
+        const int64_t off = mg__view_at(&v, t0 + row, b, g, j) + col;
+        const int vec = (uintptr_t)(out.p + off) % (4 * sizeof(*out.p)) == 0;
+        const float wr = weight[row];
+        const float4 x4 = *(const float4 *)&scratch[row * LDA + col];
+        float y[4] = {x4.x, x4.y, x4.z, x4.w}, old[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (wr != 0.0f) {
+            if (vec) out.template ldv<4>(off, old);
+            else for (e = 0; e < 4; e++) old[e] = out.ld(off + e);
+        }
+        for (e = 0; e < 4; e++) y[e] = scale * y[e] + (wr != 0.0f ? wr * old[e] : 0.0f);
+        if (vec) out.template stv<4>(off, y);
+        else for (e = 0; e < 4; e++) out.st(off + e, y[e]);
+    }
+}
 template <int HD>
 __device__ static __forceinline__ void mg__fa_write_rows(float (*acc)[4], const float w[2], float *scratch,
                                          const mg_attn_view v, int64_t t0, int n, int b, int g,
                                          int j, float scale) {
     enum { LDA = HD + 8 };
     const int lane = threadIdx.x & 31, fr = lane >> 2, fc = 2 * (lane & 3);
-    const int row = lane >> 1, half = lane & 1;
     float *weight = scratch + 16 * LDA;
-    int nt, u, e;
+    int nt;
     MG__UNROLL
     for (nt = 0; nt < HD / 8; nt++) {
         *(float2 *)&scratch[fr * LDA + 8 * nt + fc] = make_float2(acc[nt][0], acc[nt][1]);
@@ -4761,17 +4787,10 @@ __device__ static __forceinline__ void mg__fa_write_rows(float (*acc)[4], const 
     }
     if (fc == 0) { weight[fr] = w[0]; weight[fr + 8] = w[1]; }
     __syncwarp();
-    if (row < n) {
-        int64_t off = mg__view_at(&v, t0 + row, b, g, j) + 4 * half;
-        const float wr = weight[row];
-        for (u = 0; u < HD; u += 8) {   /* not unrolled: once a kernel */
-            const float4 x4 = *(const float4 *)&scratch[row * LDA + u + 4 * half];
-            const float x[4] = {x4.x, x4.y, x4.z, x4.w};
-            for (e = 0; e < 4; e++)
-                mg_store(v.data, v.dtype, off + u + e, scale * x[e] +
-                         (wr != 0.0f ? wr * mg_load(v.data, v.dtype, off + u + e) : 0.0f));
-        }
-    }
+#define MG__FA_STORE(IO) \
+    mg__fa_store_rows<HD>(mg__io_ptr<IO>(v.data, v.dtype), scratch, v, t0, n, b, g, j, scale)
+    MG__IO_DISPATCH(v.dtype, MG__FA_STORE);
+#undef MG__FA_STORE
     __syncwarp();                                /* read before the scratch is reused */
 }
 /* Shared memory of the three kernels: 16-bit rows of HD + 8 — the block's 64 rows (Q, or Q and

@@ -7,7 +7,8 @@
      3. shared memory: the executable's TLS segment, its __shared__ variables from the symbol
         table; per-byte shadow for the race detector and unwritten reads
      4. the access hooks (__tsan_readN / __tsan_writeN) that the instrumented code calls;
-        4a. the shared-memory bank model they feed (MG_EMU_BANKS=1)
+        4a. the shared-memory bank model they feed (MG_EMU_BANKS=1), and its global-memory
+            twin, 32-byte sectors per warp access (MG_EMU_SECTORS=1)
      5. fibers and the block scheduler: barriers, warp operations
      6. launches, atomics
      7. runtime API: devices, memory, streams, events
@@ -396,18 +397,22 @@ static uint32_t g_block_serial;
        lane reads which element is unspecified on a device.                                  */
 struct BankAccess {
     const void *pc;
-    uint32_t occ, off;
+    uint64_t off;            /* in shared memory, or in the device region (global) */
+    uint32_t occ;
     uint16_t warp;
-    uint8_t lane, size;
+    uint8_t lane, size, global;
 };
 struct BankCounts { long requests, wavefronts, ideal; int size, uneven; };
-static int g_banks = -1;                      /* -1: MG_EMU_BANKS not read yet */
+static int g_banks = -1, g_sectors = -1;      /* -1: MG_EMU_BANKS / MG_EMU_SECTORS not read yet */
 static int g_bank_paused;                     /* > 0 inside WMMA and the engine's own copies */
 static const void *g_pc;                      /* the access site the running hook was called from */
 static std::vector<BankAccess> g_bank_log;    /* this barrier interval's accesses */
 static std::vector<std::vector<std::pair<const void *, uint32_t>>> g_bank_occ;   /* per thread: site, executions */
 static std::vector<BankCounts> g_bank_kernel; /* per entry of g_launched */
 static std::map<std::pair<size_t, const void *>, BankCounts> g_bank_site;   /* (kernel, site) */
+/* the same for global memory (MG_EMU_SECTORS=1): requests, 32-byte sectors, ideal sectors */
+static std::vector<BankCounts> g_sector_kernel;
+static std::map<std::pair<size_t, const void *>, BankCounts> g_sector_site;
 static size_t g_kindex;                       /* the running kernel's entry of g_launched */
 static int banks_on(void) {
     if (g_banks < 0) {
@@ -416,19 +421,28 @@ static int banks_on(void) {
     }
     return g_banks;
 }
+static int sectors_on(void) {
+    if (g_sectors < 0) {
+        const char *e = getenv("MG_EMU_SECTORS");
+        g_sectors = e && e[0] == '1';
+    }
+    return g_sectors;
+}
 void mg_emu_banks(int on) { g_banks = on != 0; }
+void mg_emu_sectors(int on) { g_sectors = on != 0; }
 void mg_emu_banks_pause(int pause) { g_bank_paused += pause ? 1 : -1; }
-static void bank_record(const void *pc, size_t off, size_t n) {
+static void bank_record(const void *pc, uint64_t off, size_t n, int global) {
     int t = g_cur;
     if (g_bank_paused || t < 0 || n > 16 || !pc) return;
     if (g_bank_occ.size() < (size_t)g_nthreads) g_bank_occ.resize((size_t)g_nthreads);
-    std::vector<std::pair<const void *, uint32_t>> &occ = g_bank_occ[(size_t)t];
+    std::vector<std::pair<const void *, uint32_t>> &occ = g_bank_occ[(size_t)t];   /* one count a site: a
+                                                         site touches one space per execution */
     uint32_t k = 0;
     size_t i;
     for (i = 0; i < occ.size() && occ[i].first != pc; i++) {}
     if (i == occ.size()) occ.push_back(std::make_pair(pc, 0u));
     k = occ[i].second++;
-    g_bank_log.push_back({pc, k, (uint32_t)off, (uint16_t)(t >> 5), (uint8_t)(t & 31), (uint8_t)n});
+    g_bank_log.push_back({pc, off, k, (uint16_t)(t >> 5), (uint8_t)(t & 31), (uint8_t)n, (uint8_t)global});
 }
 /* Wavefronts of one warp-wide access (lanes [lo, hi) of g_bank_log, one warp, one site, one
    execution): per part of 32, 16 or 8 lanes, the most distinct words any one bank holds. */
@@ -455,24 +469,48 @@ static void bank_request(size_t lo, size_t hi, BankCounts &c) {
         c.ideal += any;
     }
 }
+/* Sectors of one warp-wide global access: the distinct 32-byte sectors its bytes lie in; the
+   ideal is its distinct bytes / 32, rounded up (a warp reading 128 contiguous aligned bytes: 4
+   of 4; 4 bytes a lane 64 bytes apart: 32 of 4). */
+static void sector_request(size_t lo, size_t hi, BankCounts &c) {
+    std::vector<std::pair<uint64_t, uint64_t>> span;   /* [begin, end) of each lane's bytes */
+    for (size_t i = lo; i < hi; i++)
+        span.push_back(std::make_pair(g_bank_log[i].off, g_bank_log[i].off + g_bank_log[i].size));
+    std::sort(span.begin(), span.end());
+    uint64_t bytes = 0, sectors = 0, end = 0, last_sector = UINT64_MAX;
+    for (const std::pair<uint64_t, uint64_t> &r : span) {
+        uint64_t b = std::max(r.first, end);
+        if (r.second > b) bytes += r.second - b;
+        end = std::max(end, r.second);
+        for (uint64_t sct = r.first / 32; sct <= (r.second - 1) / 32; sct++)
+            if (last_sector == UINT64_MAX || sct > last_sector) { sectors++; last_sector = sct; }
+    }
+    c.requests++;
+    c.wavefronts += (long)sectors;
+    c.ideal += (long)((bytes + 31) / 32);
+}
 /* At a barrier (and at a block's end): the interval's accesses put together by (warp, site,
    execution) and counted; every thread's executions start again from 0. */
 static void bank_flush(void) {
     if (g_bank_log.empty()) return;
     std::sort(g_bank_log.begin(), g_bank_log.end(), [](const BankAccess &a, const BankAccess &b) {
+        if (a.global != b.global) return a.global < b.global;
         if (a.warp != b.warp) return a.warp < b.warp;
         if (a.pc != b.pc) return a.pc < b.pc;
         if (a.occ != b.occ) return a.occ < b.occ;
         return a.lane < b.lane;
     });
     if (g_bank_kernel.size() <= g_kindex) g_bank_kernel.resize(g_kindex + 1, BankCounts{0, 0, 0, 0, 0});
+    if (g_sector_kernel.size() <= g_kindex) g_sector_kernel.resize(g_kindex + 1, BankCounts{0, 0, 0, 0, 0});
     int uneven = 0;   /* the lanes of the current (warp, site) ran it unequal numbers of times */
     for (size_t lo = 0, hi; lo < g_bank_log.size(); lo = hi) {
         const BankAccess &a = g_bank_log[lo];
-        if (lo == 0 || g_bank_log[lo - 1].warp != a.warp || g_bank_log[lo - 1].pc != a.pc) {
+        if (lo == 0 || g_bank_log[lo - 1].global != a.global || g_bank_log[lo - 1].warp != a.warp ||
+            g_bank_log[lo - 1].pc != a.pc) {
             uint32_t runs[32] = {0};
             size_t e;
-            for (e = lo; e < g_bank_log.size() && g_bank_log[e].warp == a.warp && g_bank_log[e].pc == a.pc; e++)
+            for (e = lo; e < g_bank_log.size() && g_bank_log[e].global == a.global &&
+                         g_bank_log[e].warp == a.warp && g_bank_log[e].pc == a.pc; e++)
                 runs[g_bank_log[e].lane] = g_bank_log[e].occ + 1;
             uneven = 0;
             for (int l = 0, first = -1; l < 32; l++)
@@ -481,11 +519,14 @@ static void bank_flush(void) {
                     else if ((int)runs[l] != first) uneven = 1;
                 }
         }
-        for (hi = lo + 1; hi < g_bank_log.size() && g_bank_log[hi].warp == a.warp &&
-                          g_bank_log[hi].pc == a.pc && g_bank_log[hi].occ == a.occ; hi++) {}
+        for (hi = lo + 1; hi < g_bank_log.size() && g_bank_log[hi].global == a.global &&
+                          g_bank_log[hi].warp == a.warp && g_bank_log[hi].pc == a.pc &&
+                          g_bank_log[hi].occ == a.occ; hi++) {}
         BankCounts one = {0, 0, 0, 0, 0};
-        bank_request(lo, hi, one);
-        BankCounts &k = g_bank_kernel[g_kindex], &s = g_bank_site[std::make_pair(g_kindex, a.pc)];
+        if (a.global) sector_request(lo, hi, one);
+        else bank_request(lo, hi, one);
+        BankCounts &k = (a.global ? g_sector_kernel : g_bank_kernel)[g_kindex];
+        BankCounts &s = (a.global ? g_sector_site : g_bank_site)[std::make_pair(g_kindex, a.pc)];
         k.requests += one.requests; k.wavefronts += one.wavefronts; k.ideal += one.ideal;
         s.requests += one.requests; s.wavefronts += one.wavefronts; s.ideal += one.ideal;
         s.size = std::max(s.size, (int)a.size);
@@ -494,16 +535,23 @@ static void bank_flush(void) {
     g_bank_log.clear();
     for (std::vector<std::pair<const void *, uint32_t>> &o : g_bank_occ) o.clear();
 }
-int mg_emu_bank_counts(const char *kernel, long *requests, long *wavefronts, long *ideal) {
-    for (size_t k = 0; k < g_launched.size() && k < g_bank_kernel.size(); k++)
+static int counts_of(const std::vector<BankCounts> &table, const char *kernel, long *requests,
+                     long *units, long *ideal) {
+    for (size_t k = 0; k < g_launched.size() && k < table.size(); k++)
         if (g_launched[k].substr(0, g_launched[k].find('<')) == kernel ||
             g_launched[k] == kernel) {
-            *requests = g_bank_kernel[k].requests;
-            *wavefronts = g_bank_kernel[k].wavefronts;
-            *ideal = g_bank_kernel[k].ideal;
+            *requests = table[k].requests;
+            *units = table[k].wavefronts;
+            *ideal = table[k].ideal;
             return 1;
         }
     return 0;
+}
+int mg_emu_bank_counts(const char *kernel, long *requests, long *wavefronts, long *ideal) {
+    return counts_of(g_bank_kernel, kernel, requests, wavefronts, ideal);
+}
+int mg_emu_sector_counts(const char *kernel, long *requests, long *sectors, long *ideal) {
+    return counts_of(g_sector_kernel, kernel, requests, sectors, ideal);
 }
 
 /* =============================================================================================
@@ -515,7 +563,7 @@ int mg_emu_bank_counts(const char *kernel, long *requests, long *wavefronts, lon
 static void shared_access(size_t off, size_t n, int write) {
     char w[200] = "";
     int t = g_cur;
-    if (g_pc && banks_on()) bank_record(g_pc, off, n);
+    if (g_pc && banks_on()) bank_record(g_pc, off, n, 0);
     const SharedVar *v = svar_at(off);
     size_t limit = 0;
     if (v) limit = v->off == g_dyn_off ? v->off + g_dyn_bytes : v->off + v->size;
@@ -612,6 +660,7 @@ static void device_access(const void *p, size_t n, int write) {
         if (!collecting()) fatal("stopping after a host access to device memory");
         return;
     }
+    if (g_pc && sectors_on()) bank_record(g_pc, off, n, 1);
     for (size_t i = 0; i < n; i++) {
         int s = off + i < g_dev_used ? (int)g_shadow[off + i] : (int)SH_NONE;
         if (s >= SH_UNWRITTEN) {
@@ -764,7 +813,9 @@ void mg_emu_cp_async16(void *dst, const void *src) {
                "%p 16-byte aligned", wh, dst, src);
         return;
     }
-    if (banks_on()) bank_record(__builtin_return_address(0), (uintptr_t)dst - g_sh_lo, 16);
+    if (banks_on()) bank_record(__builtin_return_address(0), (uintptr_t)dst - g_sh_lo, 16, 0);
+    if (sectors_on() && is_dev(src))   /* the global read, counted at the issue */
+        bank_record(__builtin_return_address(0), (uint64_t)((const char *)src - g_dev), 16, 1);
     f.cp_open.push_back(std::make_pair((char *)dst, (const char *)src));
 }
 void mg_emu_cp_async_commit(void) {
@@ -803,7 +854,7 @@ void mg_emu_ldmatrix_x4(uint32_t r[4], const void *p, int trans) {
         report("ldmatrix in %s: the row address %p must be 16-byte aligned shared memory", wh, p);
         p = NULL;
     } else if (banks_on())   /* a lane's row: its matrix's 8 rows are one quarter-warp part */
-        bank_record(__builtin_return_address(0), (uintptr_t)p - g_sh_lo, 16);
+        bank_record(__builtin_return_address(0), (uintptr_t)p - g_sh_lo, 16, 0);
     g_ldm_rows[warp][lane] = (const char *)p;
     __syncwarp(0xFFFFFFFFu);
     for (q = 0; q < 4; q++) {
@@ -1037,28 +1088,31 @@ static std::string site_name(const void *pc) {
     size_t slash = where.rfind('/');
     return (slash == std::string::npos ? where : where.substr(slash + 1)) + " (" + outer + ")";
 }
-/* At exit with MG_EMU_BANKS=1: every kernel's requests, wavefronts and ideal, then the sites
-   of those with bank conflicts, most excess first. */
-static void bank_report(void) {
-    fprintf(stderr, "mg-emu: shared-memory banks (warp-wide requests, wavefronts, ideal "
-            "wavefronts; above the ideal: bank conflicts)\n");
-    for (size_t k = 0; k < g_launched.size() && k < g_bank_kernel.size(); k++) {
-        const BankCounts &c = g_bank_kernel[k];
+/* At exit: every kernel's requests, units (wavefronts or sectors) and ideal, then the sites
+   above the ideal, most excess first (at most `sites` of them a kernel). */
+static void counts_report(const char *title, const char *units,
+                          const std::vector<BankCounts> &table,
+                          std::map<std::pair<size_t, const void *>, BankCounts> &sites, size_t most) {
+    fprintf(stderr, "mg-emu: %s\n", title);
+    for (size_t k = 0; k < g_launched.size() && k < table.size(); k++) {
+        const BankCounts &c = table[k];
         if (!c.requests) continue;
-        fprintf(stderr, "mg-emu:   %-40s %10ld requests %10ld wavefronts %10ld ideal %6.2fx\n",
-                g_launched[k].c_str(), c.requests, c.wavefronts, c.ideal,
+        fprintf(stderr, "mg-emu:   %-40s %10ld requests %10ld %s %10ld ideal %6.2fx\n",
+                g_launched[k].c_str(), c.requests, c.wavefronts, units, c.ideal,
                 (double)c.wavefronts / (double)c.ideal);
         std::vector<std::pair<long, const void *>> bad;
-        for (const auto &s : g_bank_site)
+        for (const auto &s : sites)
             if (s.first.first == k && s.second.wavefronts > s.second.ideal)
                 bad.push_back(std::make_pair(s.second.wavefronts - s.second.ideal, s.first.second));
         std::sort(bad.rbegin(), bad.rend());
-        for (const auto &b : bad) {
-            const BankCounts &sc = g_bank_site[std::make_pair(k, b.second)];
-            fprintf(stderr, "mg-emu:     %-56s %2d-byte %10ld requests %10ld wavefronts %10ld ideal%s\n",
-                    site_name(b.second).c_str(), sc.size, sc.requests, sc.wavefronts, sc.ideal,
-                    sc.uneven ? " (uneven: approximate)" : "");
+        for (size_t b = 0; b < bad.size() && b < most; b++) {
+            const BankCounts &sc = sites[std::make_pair(k, bad[b].second)];
+            fprintf(stderr, "mg-emu:     %-56s %2d-byte %10ld requests %10ld %s %10ld ideal%s\n",
+                    site_name(bad[b].second).c_str(), sc.size, sc.requests, sc.wavefronts, units,
+                    sc.ideal, sc.uneven ? " (uneven: approximate)" : "");
         }
+        if (bad.size() > most)
+            fprintf(stderr, "mg-emu:     (%zu more sites above the ideal)\n", bad.size() - most);
     }
 }
 static void launch_log_at_exit(void) {
@@ -1071,7 +1125,14 @@ static void launch_log_at_exit(void) {
             fclose(f);
         }
     }
-    if (banks_on()) bank_report();
+    if (banks_on())
+        counts_report("shared-memory banks (warp-wide requests, wavefronts, ideal wavefronts; "
+                      "above the ideal: bank conflicts)", "wavefronts", g_bank_kernel, g_bank_site,
+                      (size_t)-1);
+    if (sectors_on())
+        counts_report("global memory (warp-wide requests, 32-byte sectors, ideal sectors: the "
+                      "distinct bytes / 32; above the ideal: uncoalesced or misaligned)", "sectors",
+                      g_sector_kernel, g_sector_site, 5);
     const char *st = getenv("MG_EMU_STATS");
     if (st && st[0] == '1') {
         fprintf(stderr, "mg-emu: %ld launches, %ld threads, %.3f s in kernels (%.2f us per "

@@ -243,6 +243,10 @@ long mg_emu_host_syncs(void);
 void mg_emu_banks(int on);
 void mg_emu_banks_pause(int pause);
 int mg_emu_bank_counts(const char *kernel, long *requests, long *wavefronts, long *ideal);
+/* Its global-memory twin (MG_EMU_SECTORS=1 or mg_emu_sectors(1)): per warp-wide access the
+   32-byte sectors touched, against the ideal, its distinct bytes / 32 rounded up. */
+void mg_emu_sectors(int on);
+int mg_emu_sector_counts(const char *kernel, long *requests, long *sectors, long *ideal);
 
 /* --- device functions ------------------------------------------------------------------------ */
 void __syncthreads(void);

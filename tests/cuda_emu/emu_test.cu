@@ -206,6 +206,20 @@ __global__ void k_banks(float *out, int mode) {
     }
     out[l] = v + (float)(r[0] + r[3]);
 }
+/* One warp-wide global read of a known pattern (the sector model, mode by mode). */
+__global__ void k_sectors(float *out, const float *g, int mode) {
+    int l = threadIdx.x;
+    float v = 0.0f;
+    switch (mode) {
+    case 0: v = g[l]; break;                        /* 128 aligned bytes: 4 sectors */
+    case 1: v = g[2 * l]; break;                    /* stride 2: 8 for 4 */
+    case 2: v = g[l + 1]; break;                    /* 128 bytes one word off: 5 for 4 */
+    case 3: v = g[32 * l]; break;                   /* one word a line: 32 for 4 */
+    case 4: { float4 x = ((const float4 *)g)[l]; v = x.y; break; }   /* 512 bytes: 16 */
+    case 5: v = g[3]; break;                        /* one word: 1 */
+    }
+    out[l] = v;                                     /* and a store of 128 bytes: 4 */
+}
 /* A copy that no wait ever completes. */
 __global__ void k_cp_async_unwaited(const float *src) {
     __shared__ float4 s4[1];
@@ -501,6 +515,31 @@ int main(int argc, char **argv) {
         }
         mg_emu_banks(0);
         expect_reports("bank model: no report", NULL, NULL, NULL);
+    }
+    { /* the global-memory sector model: each pattern's read, then the 4-sector store */
+        static const long want[6] = {4, 8, 5, 32, 16, 1}, ideal[6] = {4, 4, 4, 4, 16, 1};
+        static const char *what[6] = {
+            "consecutive words: 4 sectors, ideal 4", "stride 2 words: 8 sectors, ideal 4",
+            "consecutive words one word off alignment: 5 sectors, ideal 4",
+            "one word every 128 bytes: 32 sectors, ideal 4",
+            "consecutive 16-byte loads: 16 sectors, ideal 16", "one word (broadcast): 1 sector"};
+        float *g = (float *)dev_alloc(32 * 33 * sizeof(float)), *o = (float *)dev_alloc(32 * sizeof(float));
+        cudaMemset(g, 0, 32 * 33 * sizeof(float));
+        mg_emu_sectors(1);
+        for (int mode = 0; mode < 6; mode++) {
+            long r0 = 0, s0 = 0, i0 = 0, r1 = 0, s1 = 0, i1 = 0;
+            char got[200], name[120];
+            mg_emu_sector_counts("k_sectors", &r0, &s0, &i0);
+            MG_LAUNCH(k_sectors, 1, 32, 0, 0, o, g, mode);
+            int counted = mg_emu_sector_counts("k_sectors", &r1, &s1, &i1);
+            snprintf(got, sizeof got, "%ld requests, %ld sectors, ideal %ld (want 2, %ld, %ld)",
+                     r1 - r0, s1 - s0, i1 - i0, want[mode] + 4, ideal[mode] + 4);
+            snprintf(name, sizeof name, "sector model: %s", what[mode]);
+            check(counted && r1 - r0 == 2 && s1 - s0 == want[mode] + 4 && i1 - i0 == ideal[mode] + 4,
+                  name, got);
+        }
+        mg_emu_sectors(0);
+        expect_reports("sector model: no report", NULL, NULL, NULL);
     }
     MG_LAUNCH(k_uninit_shared, 1, 32, 0, 0, out);
     expect_reports("shared accumulator never zeroed: caught",

@@ -395,19 +395,22 @@ static uint32_t g_block_serial;
        the ideal are bank conflicts, the figure Nsight Compute reports as shared-memory
        wavefronts beyond the ideal. WMMA's fragment loads and stores are not counted: which
        lane reads which element is unspecified on a device.                                  */
-struct BankAccess {
+struct BankLane { uint64_t off; uint8_t size; };   /* one lane's part of a warp-wide access */
+struct BankGroup { uint32_t mask; BankLane lane[32]; };   /* one execution of a site by a warp */
+struct BankSite {        /* an access site of one warp in this barrier interval */
     const void *pc;
-    uint64_t off;            /* in shared memory, or in the device region (global) */
-    uint32_t occ;
-    uint16_t warp;
-    uint8_t lane, size, global;
+    int global;
+    uint32_t runs[32];   /* executions by each lane so far */
+    size_t n_groups;     /* groups[0 … n_groups) in use */
+    std::vector<BankGroup> groups;
 };
 struct BankCounts { long requests, wavefronts, ideal; int size, uneven; };
 static int g_banks = -1, g_sectors = -1;      /* -1: MG_EMU_BANKS / MG_EMU_SECTORS not read yet */
 static int g_bank_paused;                     /* > 0 inside WMMA and the engine's own copies */
 static const void *g_pc;                      /* the access site the running hook was called from */
-static std::vector<BankAccess> g_bank_log;    /* this barrier interval's accesses */
-static std::vector<std::vector<std::pair<const void *, uint32_t>>> g_bank_occ;   /* per thread: site, executions */
+static std::vector<BankSite> g_bank_sites[32];   /* per warp: this interval's sites (the vectors
+                                                    and their groups are kept for reuse) */
+static size_t g_bank_nsites[32];              /* sites in use per warp */
 static std::vector<BankCounts> g_bank_kernel; /* per entry of g_launched */
 static std::map<std::pair<size_t, const void *>, BankCounts> g_bank_site;   /* (kernel, site) */
 /* the same for global memory (MG_EMU_SECTORS=1): requests, 32-byte sectors, ideal sectors */
@@ -431,34 +434,50 @@ static int sectors_on(void) {
 void mg_emu_banks(int on) { g_banks = on != 0; }
 void mg_emu_sectors(int on) { g_sectors = on != 0; }
 void mg_emu_banks_pause(int pause) { g_bank_paused += pause ? 1 : -1; }
+/* The running thread's access of n bytes at off (shared, or global in the device region) from
+   site pc: filed under its warp's site, as that lane's next execution of it. */
 static void bank_record(const void *pc, uint64_t off, size_t n, int global) {
     int t = g_cur;
     if (g_bank_paused || t < 0 || n > 16 || !pc) return;
-    if (g_bank_occ.size() < (size_t)g_nthreads) g_bank_occ.resize((size_t)g_nthreads);
-    std::vector<std::pair<const void *, uint32_t>> &occ = g_bank_occ[(size_t)t];   /* one count a site: a
-                                                         site touches one space per execution */
-    uint32_t k = 0;
-    size_t i;
-    for (i = 0; i < occ.size() && occ[i].first != pc; i++) {}
-    if (i == occ.size()) occ.push_back(std::make_pair(pc, 0u));
-    k = occ[i].second++;
-    g_bank_log.push_back({pc, off, k, (uint16_t)(t >> 5), (uint8_t)(t & 31), (uint8_t)n, (uint8_t)global});
+    int warp = t >> 5, lane = t & 31;
+    std::vector<BankSite> &sites = g_bank_sites[warp];
+    size_t &ns = g_bank_nsites[warp], i;
+    for (i = 0; i < ns && (sites[i].pc != pc || sites[i].global != global); i++) {}
+    if (i == ns) {
+        if (ns == sites.size()) sites.emplace_back();
+        BankSite &fresh = sites[ns++];
+        fresh.pc = pc;
+        fresh.global = global;
+        memset(fresh.runs, 0, sizeof fresh.runs);
+        fresh.n_groups = 0;
+    }
+    BankSite &site = sites[i];
+    uint32_t k = site.runs[lane]++;
+    while (site.n_groups <= k) {
+        if (site.n_groups == site.groups.size()) site.groups.emplace_back();
+        site.groups[site.n_groups++].mask = 0;
+    }
+    BankGroup &grp = site.groups[k];
+    grp.mask |= 1u << lane;
+    grp.lane[lane].off = off;
+    grp.lane[lane].size = (uint8_t)n;
 }
-/* Wavefronts of one warp-wide access (lanes [lo, hi) of g_bank_log, one warp, one site, one
-   execution): per part of 32, 16 or 8 lanes, the most distinct words any one bank holds. */
-static void bank_request(size_t lo, size_t hi, BankCounts &c) {
+/* Wavefronts of one warp-wide shared access: per part of 32, 16 or 8 lanes, the most distinct
+   words any one bank holds. */
+static void bank_request(const BankGroup &grp, BankCounts &c) {
     int size = 0;
-    for (size_t i = lo; i < hi; i++) size = std::max(size, (int)g_bank_log[i].size);
+    for (int l = 0; l < 32; l++) if (grp.mask >> l & 1) size = std::max(size, (int)grp.lane[l].size);
     int part_lanes = size <= 4 ? 32 : 128 / size;
     c.requests++;
     for (int part = 0; part * part_lanes < 32; part++) {
         uint32_t words[32][32];   /* [bank][k]: the distinct words asked of each bank */
         int nw[32] = {0}, any = 0, most = 0;
-        for (size_t i = lo; i < hi; i++) {
-            const BankAccess &a = g_bank_log[i];
-            if (a.lane / part_lanes != part) continue;
+        for (int l = part * part_lanes; l < (part + 1) * part_lanes; l++) {
+            if (!(grp.mask >> l & 1)) continue;
+            const BankLane &a = grp.lane[l];
             any = 1;
-            for (uint32_t w = a.off / 4; w <= (a.off + a.size - 1) / 4; w++) {
+            for (uint64_t w64 = a.off / 4; w64 <= (a.off + a.size - 1) / 4; w64++) {
+                uint32_t w = (uint32_t)w64;
                 int b = (int)(w % 32), k;
                 for (k = 0; k < nw[b] && words[b][k] != w; k++) {}
                 if (k == nw[b] && nw[b] < 32) words[b][nw[b]++] = w;
@@ -472,68 +491,57 @@ static void bank_request(size_t lo, size_t hi, BankCounts &c) {
 /* Sectors of one warp-wide global access: the distinct 32-byte sectors its bytes lie in; the
    ideal is its distinct bytes / 32, rounded up (a warp reading 128 contiguous aligned bytes: 4
    of 4; 4 bytes a lane 64 bytes apart: 32 of 4). */
-static void sector_request(size_t lo, size_t hi, BankCounts &c) {
-    std::vector<std::pair<uint64_t, uint64_t>> span;   /* [begin, end) of each lane's bytes */
-    for (size_t i = lo; i < hi; i++)
-        span.push_back(std::make_pair(g_bank_log[i].off, g_bank_log[i].off + g_bank_log[i].size));
-    std::sort(span.begin(), span.end());
+static void sector_request(const BankGroup &grp, BankCounts &c) {
+    std::pair<uint64_t, uint64_t> span[32];   /* [begin, end) of each lane's bytes */
+    int n = 0;
+    for (int l = 0; l < 32; l++)
+        if (grp.mask >> l & 1) span[n++] = std::make_pair(grp.lane[l].off, grp.lane[l].off + grp.lane[l].size);
+    std::sort(span, span + n);
     uint64_t bytes = 0, sectors = 0, end = 0, last_sector = UINT64_MAX;
-    for (const std::pair<uint64_t, uint64_t> &r : span) {
-        uint64_t b = std::max(r.first, end);
-        if (r.second > b) bytes += r.second - b;
-        end = std::max(end, r.second);
-        for (uint64_t sct = r.first / 32; sct <= (r.second - 1) / 32; sct++)
+    for (int i = 0; i < n; i++) {
+        uint64_t b = std::max(span[i].first, end);
+        if (span[i].second > b) bytes += span[i].second - b;
+        end = std::max(end, span[i].second);
+        for (uint64_t sct = span[i].first / 32; sct <= (span[i].second - 1) / 32; sct++)
             if (last_sector == UINT64_MAX || sct > last_sector) { sectors++; last_sector = sct; }
     }
     c.requests++;
     c.wavefronts += (long)sectors;
     c.ideal += (long)((bytes + 31) / 32);
 }
-/* At a barrier (and at a block's end): the interval's accesses put together by (warp, site,
-   execution) and counted; every thread's executions start again from 0. */
+/* At a barrier (and at a block's end): every warp's sites counted, one request per execution,
+   and emptied (each lane's executions start again from 0). A site whose lanes ran it unequal
+   numbers of times is marked uneven. */
 static void bank_flush(void) {
-    if (g_bank_log.empty()) return;
-    std::sort(g_bank_log.begin(), g_bank_log.end(), [](const BankAccess &a, const BankAccess &b) {
-        if (a.global != b.global) return a.global < b.global;
-        if (a.warp != b.warp) return a.warp < b.warp;
-        if (a.pc != b.pc) return a.pc < b.pc;
-        if (a.occ != b.occ) return a.occ < b.occ;
-        return a.lane < b.lane;
-    });
+    if (g_banks <= 0 && g_sectors <= 0) return;
     if (g_bank_kernel.size() <= g_kindex) g_bank_kernel.resize(g_kindex + 1, BankCounts{0, 0, 0, 0, 0});
     if (g_sector_kernel.size() <= g_kindex) g_sector_kernel.resize(g_kindex + 1, BankCounts{0, 0, 0, 0, 0});
-    int uneven = 0;   /* the lanes of the current (warp, site) ran it unequal numbers of times */
-    for (size_t lo = 0, hi; lo < g_bank_log.size(); lo = hi) {
-        const BankAccess &a = g_bank_log[lo];
-        if (lo == 0 || g_bank_log[lo - 1].global != a.global || g_bank_log[lo - 1].warp != a.warp ||
-            g_bank_log[lo - 1].pc != a.pc) {
-            uint32_t runs[32] = {0};
-            size_t e;
-            for (e = lo; e < g_bank_log.size() && g_bank_log[e].global == a.global &&
-                         g_bank_log[e].warp == a.warp && g_bank_log[e].pc == a.pc; e++)
-                runs[g_bank_log[e].lane] = g_bank_log[e].occ + 1;
-            uneven = 0;
-            for (int l = 0, first = -1; l < 32; l++)
-                if (runs[l]) {
-                    if (first < 0) first = (int)runs[l];
-                    else if ((int)runs[l] != first) uneven = 1;
+    for (int w = 0; w < 32; w++) {
+        for (size_t i = 0; i < g_bank_nsites[w]; i++) {
+            const BankSite &site = g_bank_sites[w][i];
+            int uneven = 0, size = 0;
+            uint32_t first = 0;
+            for (int l = 0; l < 32; l++)
+                if (site.runs[l]) {
+                    if (!first) first = site.runs[l];
+                    else if (site.runs[l] != first) uneven = 1;
                 }
+            BankCounts sum = {0, 0, 0, 0, 0};
+            for (size_t k = 0; k < site.n_groups; k++) {
+                const BankGroup &grp = site.groups[k];
+                if (site.global) sector_request(grp, sum);
+                else bank_request(grp, sum);
+                for (int l = 0; l < 32; l++) if (grp.mask >> l & 1) size = std::max(size, (int)grp.lane[l].size);
+            }
+            BankCounts &kc = (site.global ? g_sector_kernel : g_bank_kernel)[g_kindex];
+            BankCounts &sc = (site.global ? g_sector_site : g_bank_site)[std::make_pair(g_kindex, site.pc)];
+            kc.requests += sum.requests; kc.wavefronts += sum.wavefronts; kc.ideal += sum.ideal;
+            sc.requests += sum.requests; sc.wavefronts += sum.wavefronts; sc.ideal += sum.ideal;
+            sc.size = std::max(sc.size, size);
+            sc.uneven |= uneven;
         }
-        for (hi = lo + 1; hi < g_bank_log.size() && g_bank_log[hi].global == a.global &&
-                          g_bank_log[hi].warp == a.warp && g_bank_log[hi].pc == a.pc &&
-                          g_bank_log[hi].occ == a.occ; hi++) {}
-        BankCounts one = {0, 0, 0, 0, 0};
-        if (a.global) sector_request(lo, hi, one);
-        else bank_request(lo, hi, one);
-        BankCounts &k = (a.global ? g_sector_kernel : g_bank_kernel)[g_kindex];
-        BankCounts &s = (a.global ? g_sector_site : g_bank_site)[std::make_pair(g_kindex, a.pc)];
-        k.requests += one.requests; k.wavefronts += one.wavefronts; k.ideal += one.ideal;
-        s.requests += one.requests; s.wavefronts += one.wavefronts; s.ideal += one.ideal;
-        s.size = std::max(s.size, (int)a.size);
-        s.uneven |= uneven;
+        g_bank_nsites[w] = 0;
     }
-    g_bank_log.clear();
-    for (std::vector<std::pair<const void *, uint32_t>> &o : g_bank_occ) o.clear();
 }
 static int counts_of(const std::vector<BankCounts> &table, const char *kernel, long *requests,
                      long *units, long *ideal) {
@@ -991,8 +999,7 @@ static void run_block(void) {
     g_epoch++;
     g_block_serial++;
     memset(g_wsync, 0, sizeof g_wsync);
-    g_bank_log.clear();   /* left by a block abandoned at a report */
-    for (std::vector<std::pair<const void *, uint32_t>> &o : g_bank_occ) o.clear();
+    memset(g_bank_nsites, 0, sizeof g_bank_nsites);   /* left by a block abandoned at a report */
     for (;;) {
         if (g_shuffle_seed)
             for (int i = g_nthreads - 1; i > 0; i--)

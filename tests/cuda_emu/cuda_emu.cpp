@@ -53,13 +53,16 @@ static std::string g_reports;           /* collected text (mg_emu_collect) */
 static int g_report_count, g_launch_reports, g_collect = -1;
 #define MG_EMU_MAX_PRINTED 12           /* per launch; the count goes on                      */
 
-static int collecting(void) {
-    if (g_collect < 0) {
-        const char *e = getenv("MG_EMU_CONTINUE");
-        g_collect = e && e[0] == '1';
+/* A switch of the environment (NAME=1), read once into *cached (-1: not read yet) unless the
+   program set it first. */
+static int env_switch(int *cached, const char *name) {
+    if (*cached < 0) {
+        const char *e = getenv(name);
+        *cached = e && e[0] == '1';
     }
-    return g_collect;
+    return *cached;
 }
+static int collecting(void) { return env_switch(&g_collect, "MG_EMU_CONTINUE"); }
 void mg_emu_collect(int on) { g_collect = on != 0; }
 const char *mg_emu_reports(void) { return g_reports.c_str(); }
 int mg_emu_report_count(void) { return g_report_count; }
@@ -399,7 +402,7 @@ struct BankLane { uint64_t off; uint8_t size; };   /* one lane's part of a warp-
 struct BankGroup { uint32_t mask; BankLane lane[32]; };   /* one execution of a site by a warp */
 struct BankSite {        /* an access site of one warp in this barrier interval */
     const void *pc;
-    int global;
+    int global, size;    /* global memory or shared; its accesses' width in bytes */
     uint32_t runs[32];   /* executions by each lane so far */
     size_t n_groups;     /* groups[0 … n_groups) in use */
     std::vector<BankGroup> groups;
@@ -417,20 +420,8 @@ static std::map<std::pair<size_t, const void *>, BankCounts> g_bank_site;   /* (
 static std::vector<BankCounts> g_sector_kernel;
 static std::map<std::pair<size_t, const void *>, BankCounts> g_sector_site;
 static size_t g_kindex;                       /* the running kernel's entry of g_launched */
-static int banks_on(void) {
-    if (g_banks < 0) {
-        const char *e = getenv("MG_EMU_BANKS");
-        g_banks = e && e[0] == '1';
-    }
-    return g_banks;
-}
-static int sectors_on(void) {
-    if (g_sectors < 0) {
-        const char *e = getenv("MG_EMU_SECTORS");
-        g_sectors = e && e[0] == '1';
-    }
-    return g_sectors;
-}
+static int banks_on(void) { return env_switch(&g_banks, "MG_EMU_BANKS"); }
+static int sectors_on(void) { return env_switch(&g_sectors, "MG_EMU_SECTORS"); }
 void mg_emu_banks(int on) { g_banks = on != 0; }
 void mg_emu_sectors(int on) { g_sectors = on != 0; }
 void mg_emu_banks_pause(int pause) { g_bank_paused += pause ? 1 : -1; }
@@ -448,11 +439,13 @@ static void bank_record(const void *pc, uint64_t off, size_t n, int global) {
         BankSite &fresh = sites[ns++];
         fresh.pc = pc;
         fresh.global = global;
+        fresh.size = 0;
         memset(fresh.runs, 0, sizeof fresh.runs);
         fresh.n_groups = 0;
     }
     BankSite &site = sites[i];
     uint32_t k = site.runs[lane]++;
+    site.size = std::max(site.size, (int)n);
     while (site.n_groups <= k) {
         if (site.n_groups == site.groups.size()) site.groups.emplace_back();
         site.groups[site.n_groups++].mask = 0;
@@ -462,11 +455,9 @@ static void bank_record(const void *pc, uint64_t off, size_t n, int global) {
     grp.lane[lane].off = off;
     grp.lane[lane].size = (uint8_t)n;
 }
-/* Wavefronts of one warp-wide shared access: per part of 32, 16 or 8 lanes, the most distinct
-   words any one bank holds. */
-static void bank_request(const BankGroup &grp, BankCounts &c) {
-    int size = 0;
-    for (int l = 0; l < 32; l++) if (grp.mask >> l & 1) size = std::max(size, (int)grp.lane[l].size);
+/* Wavefronts of one warp-wide shared access of `size` bytes a lane: per part of 32, 16 or 8
+   lanes, the most distinct words any one bank holds. */
+static void bank_request(const BankGroup &grp, int size, BankCounts &c) {
     int part_lanes = size <= 4 ? 32 : 128 / size;
     c.requests++;
     for (int part = 0; part * part_lanes < 32; part++) {
@@ -519,7 +510,7 @@ static void bank_flush(void) {
     for (int w = 0; w < 32; w++) {
         for (size_t i = 0; i < g_bank_nsites[w]; i++) {
             const BankSite &site = g_bank_sites[w][i];
-            int uneven = 0, size = 0;
+            int uneven = 0;
             uint32_t first = 0;
             for (int l = 0; l < 32; l++)
                 if (site.runs[l]) {
@@ -528,16 +519,14 @@ static void bank_flush(void) {
                 }
             BankCounts sum = {0, 0, 0, 0, 0};
             for (size_t k = 0; k < site.n_groups; k++) {
-                const BankGroup &grp = site.groups[k];
-                if (site.global) sector_request(grp, sum);
-                else bank_request(grp, sum);
-                for (int l = 0; l < 32; l++) if (grp.mask >> l & 1) size = std::max(size, (int)grp.lane[l].size);
+                if (site.global) sector_request(site.groups[k], sum);
+                else bank_request(site.groups[k], site.size, sum);
             }
             BankCounts &kc = (site.global ? g_sector_kernel : g_bank_kernel)[g_kindex];
             BankCounts &sc = (site.global ? g_sector_site : g_bank_site)[std::make_pair(g_kindex, site.pc)];
             kc.requests += sum.requests; kc.wavefronts += sum.wavefronts; kc.ideal += sum.ideal;
             sc.requests += sum.requests; sc.wavefronts += sum.wavefronts; sc.ideal += sum.ideal;
-            sc.size = std::max(sc.size, size);
+            sc.size = std::max(sc.size, site.size);
             sc.uneven |= uneven;
         }
         g_bank_nsites[w] = 0;
@@ -1140,8 +1129,8 @@ static void launch_log_at_exit(void) {
         counts_report("global memory (warp-wide requests, 32-byte sectors, ideal sectors: the "
                       "distinct bytes / 32; above the ideal: uncoalesced or misaligned)", "sectors",
                       g_sector_kernel, g_sector_site, 5);
-    const char *st = getenv("MG_EMU_STATS");
-    if (st && st[0] == '1') {
+    int stats = -1;
+    if (env_switch(&stats, "MG_EMU_STATS")) {
         fprintf(stderr, "mg-emu: %ld launches, %ld threads, %.3f s in kernels (%.2f us per "
                 "thread)\n", g_launch_count, g_thread_count, g_launch_seconds,
                 g_thread_count ? 1e6 * g_launch_seconds / (double)g_thread_count : 0.0);

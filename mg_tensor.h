@@ -4752,12 +4752,13 @@ __device__ static __forceinline__ void mg__fa_scores(float (*s)[4], const uint16
    address allows. Free of bank conflicts: a staged row starts 8 banks on from the row before,
    so the 4 rows of a half-warp's 8-byte stores cover the 32 banks once, and a quarter-warp's
    16-byte loads read 128 contiguous bytes of one row. */
-#define MG__FA_SCRATCH(HD) (16 * ((HD) + 8) + 16)
+#define MG__FA_LDA(HD) ((HD) + 8)                  /* a staged row's floats */
+#define MG__FA_SCRATCH(HD) (16 * MG__FA_LDA(HD) + 16)
 template <int HD, class IO>
 __device__ static __forceinline__ void mg__fa_store_rows(const IO out, const float *scratch,
                                                          const mg_attn_view &v, int64_t t0, int n,
                                                          int b, int g, int j, float scale) {
-    enum { LDA = HD + 8, LPR = HD / 4, RPS = 32 / LPR };   /* lanes a row, rows a step */
+    enum { LDA = MG__FA_LDA(HD), LPR = HD / 4, RPS = 32 / LPR };   /* lanes a row, rows a step */
     const int lane = threadIdx.x & 31, col = 4 * (lane % LPR);
     const float *weight = scratch + 16 * LDA;
     int step, e;
@@ -4782,7 +4783,7 @@ template <int HD>
 __device__ static __forceinline__ void mg__fa_write_rows(float (*acc)[4], const float w[2], float *scratch,
                                          const mg_attn_view v, int64_t t0, int n, int b, int g,
                                          int j, float scale) {
-    enum { LDA = HD + 8 };
+    enum { LDA = MG__FA_LDA(HD) };
     const int lane = threadIdx.x & 31, fr = lane >> 2, fc = 2 * (lane & 3);
     float *weight = scratch + 16 * LDA;
     int nt;

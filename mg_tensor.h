@@ -3306,6 +3306,13 @@ static unsigned mg__grid(int64_t items) {
     return (unsigned)(blocks > 65536 ? 65536 : blocks);
 }
 
+/* Loops over a thread's register arrays are unrolled so that their indices are constants and
+   the arrays stay in registers (nvcc only; the emulator compiles the same loops as they are). */
+#ifdef __NVCC__
+#define MG__UNROLL _Pragma("unroll")
+#else
+#define MG__UNROLL
+#endif
 /* --- elementwise: kernels per (output dtype, input dtype, op), 128-bit vectors ----------------
    The value of element i (x = a[i], y = b[i]) of each op, the same expression as the CPU's
    mg__map_* (6d): shared by every instantiation.                                            */
@@ -3333,13 +3340,45 @@ template <int OP> struct mg__ew_fn {
     __device__ float operator()(int64_t i, float x, float y) const {
         return mg__ew_value((mg__ew_op)OP, i, x, y, g);
     }
+    /* r[j] = f(i0 + j, x[j], y[j]) for the V elements of one vector. Dropout finds the
+       vector's row once (one 64-bit division, not V) and, when the vector lies in one row, its
+       global indices are consecutive: from a multiple of 4 it draws one Philox per 4 elements
+       (the words mg_rand_u32 returns, as the CPU's mg__dropout_run uses them), else one per
+       element. A vector across a row end goes element by element.                            */
+    template <int V> __device__ void vec(int64_t i0, const float *x, const float *y,
+                                         float *r) const {
+        if constexpr (OP == MG__EW_DROPOUT && V % 4 == 0) {
+            int64_t row = i0 / g.local_cols, col = i0 - row * g.local_cols;
+            uint64_t gi = (uint64_t)((g.row_offset + row) * g.global_cols + g.col_offset + col);
+            if (col + V <= g.local_cols) {
+                if ((gi & 3) == 0) {
+                    MG__UNROLL
+                    for (int q = 0; q < V / 4; q++) {
+                        uint64_t c = (gi >> 2) + (uint64_t)q;
+                        mg__philox4 w = mg__philox4x32(g.key, (uint32_t)c, (uint32_t)(c >> 32), 0, 0);
+                        MG__UNROLL
+                        for (int e = 0; e < 4; e++)
+                            r[4 * q + e] = mg__dropout(x[4 * q + e], w.x[e], g.threshold, g.scale);
+                    }
+                } else {
+                    MG__UNROLL
+                    for (int j = 0; j < V; j++)
+                        r[j] = mg__dropout(x[j], mg_rand_u32(g.key, gi + (uint64_t)j),
+                                           g.threshold, g.scale);
+                }
+                return;
+            }
+        }
+        MG__UNROLL
+        for (int j = 0; j < V; j++) r[j] = (*this)(i0 + j, x[j], y[j]);
+    }
 };
 /* out[i] = f(i, a[i], b[i]) over n elements; a and b share an accessor type (either may be
    NULL). With vec, the first n − n mod V elements go as V-element vectors (all pointers then
    aligned to a vector), grid-stride; the tail, or everything without vec, element by element.
    Cost: reads (a? + b?)·s and writes s bytes per element (s = storage bytes); FLOPs per
-   element: 1 (add, scale), 2 (axpy), ~20 (GELU, SiLU: one exp), ~25 (GELU'), Philox's 20
-   multiplies (dropout).                                                                       */
+   element: 1 (add, scale), 2 (axpy), ~20 (GELU, SiLU: one exp), ~25 (GELU'), ~7 (dropout:
+   a quarter of Philox's 20 multiplies, the test and the scale).                                                                       */
 template <class IO, class IA, class F> static __global__ void mg__k_ew(int64_t n, IO out, IA a,
                                                                     IA b, F f, int vec) {
     enum { V = mg__vec_of<IO, IA>::V };
@@ -3352,7 +3391,7 @@ template <class IO, class IA, class F> static __global__ void mg__k_ew(int64_t n
         for (j = 0; j < V; j++) x[j] = y[j] = 0.0f;
         if (a.p) a.template ldv<V>(i * V, x);
         if (b.p) b.template ldv<V>(i * V, y);
-        for (j = 0; j < V; j++) r[j] = f(i * V + j, x[j], y[j]);
+        f.template vec<V>(i * V, x, y, r);
         out.template stv<V>(i * V, r);
     }
     for (i = nv * V + t; i < n; i += stride)
@@ -4082,13 +4121,6 @@ template <class IO> static __global__ void mg__k_causal_softmax_backward(IO datt
    causal T×T head: T²·hd·2 FLOPs, K/V read T/64 times. Backward: dQ pass 6·32²·hd FLOPs a tile
    pair, dK/dV pass 8·32²·hd; storage read once per pair of tiles (no T×T traffic).          */
 #define MG__ATTN_THREADS 128
-/* Loops over a thread's register arrays are unrolled so that their indices are constants and
-   the arrays stay in registers (nvcc only; the emulator compiles the same loops as they are). */
-#ifdef __NVCC__
-#define MG__UNROLL _Pragma("unroll")
-#else
-#define MG__UNROLL
-#endif
 #define MG__ATTN_RPW (MG_ATTN_TILE / (MG__ATTN_THREADS / 32))   /* rows (keys) per warp: 8 */
 #define MG__ATTN_DPL (MG_ATTN_MAX_HD / 32)                    /* dims per lane at most: 8 */
 #ifdef MG_CUDA_EMU

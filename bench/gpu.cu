@@ -332,7 +332,7 @@ static void kernel_table(const bench_peaks *pk, int B, int T, int64_t C, mg_dtyp
             {"linear QKV weight gradient, no bias", k_linear_dw_nobias, (n * c + 3 * n * c) * s + 2 * 3 * c * c * 4, 2 * n * c * 3 * c, 1},
             {"GELU (unfused)", k_gelu, 8 * n * c * s, 20 * 4 * n * c, 0},
             {"residual add", k_add, 3 * n * c * s, n * c, 0},
-            {"dropout", k_dropout, 2 * n * c * s, 25 * n * c, 0},
+            {"dropout", k_dropout, 2 * n * c * s, 7 * n * c, 0},
             {"cast to fp32", k_cast, n * c * (s + 4), 0, 0},
             /* causal: half of the T² scores; forward 2 products, backward 5 (S and dP
                recomputed, dQ, dK, dV), 2·hd FLOPs per score each: on tensor cores when 16-bit */

@@ -584,6 +584,20 @@ static int op_elementwise(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     OUT(o); OUT(f); OUT(back); OUT(a); OUT(d); OUT(c);
     return nout;
 }
+/* Dropout's masks where a vector does not start a group of 4 global indices in one row: rows
+   of 36 (a bf16 vector of 8 crosses every other row end; fp32 vectors of 4 do not), rows of
+   30 (every other row starts at an index ≡ 2 mod 4, and vectors of both widths cross row
+   ends), and a row offset that makes the first row's indices start at 3 mod 4.               */
+static int op_dropout_rows(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    int nout = 0;
+    mg_tensor a = ops_dev(ctx, dt, X, 7, 36), b = ops_dev(ctx, dt, D, 6, 30);
+    mg_tensor c = ops_dev(ctx, dt, E, 5, 41), d = ops_dev(ctx, dt, NULL, 5, 41);
+    mg_dropout_forward(ctx, &a, &a, 0.3f, mg_dropout_key(2, 4, 6), 5);
+    mg_dropout_forward(ctx, &b, &b, 0.5f, mg_dropout_key(3, 5, 7), 1);
+    mg_dropout_backward(ctx, &d, &c, 0.25f, mg_dropout_key(1, 1, 1), 3);  /* 3·41 ≡ 3 mod 4 */
+    OUT(a); OUT(b); OUT(d);
+    return nout;
+}
 /* The elementwise kernels' scalar paths and fallbacks: 1001 elements (not a whole number of
    vectors: a tail), views one element past an aligned address (no vectors at all), an add of
    mixed dtypes and a bf16 <-> fp16 cast (the run-time-dtype kernel), casts fp32 <-> 16-bit,
@@ -933,6 +947,8 @@ int main(void) {
         compare("rope + gqa attention (dropout)", op_rope_gqa, dt, k ? 2 * tol : tol);
         compare("elementwise+dropout", op_elementwise, dt, tol);
         compare("elementwise: tail, unaligned, mixed dtypes", op_elementwise_odd, dt, tol);
+        compare("dropout rows of 36, 30, 41 (vectors across row ends, indices not from 0 mod 4)",
+                op_dropout_rows, dt, tol);
         compare("xent (2 vocab slices)", op_xent, dt, tol);
         compare("xent one pass (2 vocab slices)", op_xent_onepass, dt, tol);
         compare("xent rows of 511 and 516 columns (no vectors; a partial last vector)", op_xent_odd, dt, tol);

@@ -7367,6 +7367,19 @@ static double mg__tick_step(double lo, double hi) {
     return (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * p;
 }
 
+/* An axis range that can be drawn: a constant series, or one whose spread is below the
+   doubles' resolution at its magnitude (3.0 and 3.0000000000000004; iterations 1e17 and
+   1e17 + 16), is widened to its middle ± pad (at least a millionth of its magnitude, so
+   that the widening is itself representable): ticks, and positions (v − lo) / (hi − lo),
+   then stay distinct and finite.                                                         */
+static void mg__plot_widen(double *lo, double *hi, double pad) {
+    double mag = fmax(fabs(*lo), fabs(*hi)), mid = *lo / 2 + *hi / 2;
+    if (*hi - *lo > 1e-9 * mag) return;
+    if (pad < 1e-6 * mag) pad = 1e-6 * mag;
+    *lo = mid - pad;
+    *hi = mid + pad;
+}
+
 MGDEF void mg_plot_default_path(char *out, size_t cap, const char *jsonl) {
     size_t n = strlen(jsonl);
     if (n > 6 && !strcmp(jsonl + n - 6, ".jsonl")) n -= 6;
@@ -7381,9 +7394,15 @@ MGDEF int mg_plot_jsonl(const char *jsonl, const char *svg, char *err, size_t er
     char *line = NULL, num[64];
     size_t cap = 0;
     double xmin = INFINITY, xmax = -INFINITY;
+    char tmp[4200];
     int64_t n_lines = 0, k;
-    int c, p, rc = 0;
+    int c, p, rc = 0, read_errno;
     if (!in) return mg__err(err, errlen, "%s: cannot open (%s)", jsonl, strerror(errno));
+    if (mg_same_file(jsonl, svg)) {
+        fclose(in);
+        return mg__err(err, errlen, "%s: the picture would overwrite the log it draws (give "
+                       "another output name)", svg);
+    }
     memset(pts, 0, sizeof pts);
     for (;;) {                     /* one JSON object per line: getline-free, grows the buffer */
         size_t len = 0;
@@ -7412,17 +7431,22 @@ MGDEF int mg_plot_jsonl(const char *jsonl, const char *svg, char *err, size_t er
         }
         if (ch == EOF) break;
     }
+    read_errno = ferror(in) ? errno : 0;        /* a directory opens, then fails to read */
     fclose(in);
     free(line);
+    if (read_errno) {
+        for (c = 0; c < MG__NCURVES; c++) { free(pts[c].it); free(pts[c].v); }
+        return mg__err(err, errlen, "%s: cannot read (%s)", jsonl, strerror(read_errno));
+    }
     if (!isfinite(xmin)) {
         for (c = 0; c < MG__NCURVES; c++) { free(pts[c].it); free(pts[c].v); }
         return mg__err(err, errlen, "%s: no logged iteration in %lld lines (want the JSON "
                        "objects gpt_train --log-jsonl writes)", jsonl, (long long)n_lines);
     }
-    if (xmax == xmin) { xmin -= 1; xmax += 1; }
-    if (!(out = fopen(svg, "wb"))) {
+    mg__plot_widen(&xmin, &xmax, 1);
+    if (!(out = mg_atomic_fopen(svg, tmp, sizeof tmp, err, errlen))) {
         for (c = 0; c < MG__NCURVES; c++) { free(pts[c].it); free(pts[c].v); }
-        return mg__err(err, errlen, "%s: cannot write (%s)", svg, strerror(errno));
+        return -1;
     }
     fprintf(out, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/"
             "2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12"
@@ -7450,12 +7474,11 @@ MGDEF int mg_plot_jsonl(const char *jsonl, const char *svg, char *err, size_t er
         if (!isfinite(lo)) continue;                 /* nothing logged for this panel */
         logy = mg__panel_may_log[p] && lo > 0 && hi / lo >= 30;
         if (logy) { lo = log10(lo); hi = log10(hi); }
-        if (hi == lo) { lo -= lo ? fabs(lo) * 0.1 : 1; hi += hi ? fabs(hi) * 0.1 : 1; }
-        else {                            /* 5% margins; a nonnegative quantity stays >= 0 */
-            double m = (hi - lo) * 0.05;
+        if (hi - lo > 1e-9 * fmax(fabs(lo), fabs(hi))) {
+            double m = (hi - lo) * 0.05;  /* 5% margins; a nonnegative quantity stays >= 0 */
             lo = !logy && lo >= 0 && lo - m < 0 ? 0 : lo - m;
             hi += m;
-        }
+        } else mg__plot_widen(&lo, &hi, lo ? fabs(lo) * 0.1 : 1);
         /* data-* attributes: the axes' pixel box and value ranges (log: of log10 v), so a
            reader can map every point back to (iteration, value)                          */
         fprintf(out, "<g class=\"panel\" data-title=\"%s\" data-x0=\"%.2f\" data-x1=\"%.2f\" "
@@ -7467,18 +7490,19 @@ MGDEF int mg_plot_jsonl(const char *jsonl, const char *svg, char *err, size_t er
                 x0, y0, x1 - x0, PH, x0, y0 - 8, mg__panel_titles[p],
                 logy ? " (log scale)" : "");
         {   /* ticks with grid lines at round values: multiples of a 1-2-5 step (of log10 v
-               on a log axis: whole decades when the range spans several), iterations whole */
-            double sy = mg__tick_step(lo, hi), sx = mg__tick_step(xmin, xmax), v;
+               on a log axis: whole decades when the range spans several), iterations whole;
+               the i-th multiple is computed, not summed up, so rounding cannot stall it   */
+            double sy = mg__tick_step(lo, hi), sx = mg__tick_step(xmin, xmax), v, i;
             if (logy && sy < 1 && hi - lo >= 2) sy = 1;
             if (sx < 1) sx = 1;
-            for (v = ceil(lo / sy) * sy; v <= hi + 1e-9 * sy; v += sy) {
+            for (i = ceil(lo / sy); (v = i * sy) <= hi + 1e-9 * sy; i++) {
                 double py = y1 - (v - lo) / (hi - lo) * PH;
                 mg__svg_num(num, sizeof num, logy ? pow(10, v) : fabs(v) < 1e-9 * sy ? 0 : v);
                 fprintf(out, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" "
                         "stroke=\"#eee\"/><text x=\"%.2f\" y=\"%.2f\" text-anchor=\"end\">%s"
                         "</text>\n", x0, py, x1, py, x0 - 6, py + 4, num);
             }
-            for (v = ceil(xmin / sx) * sx; v <= xmax + 1e-9 * sx; v += sx) {
+            for (i = ceil(xmin / sx); (v = i * sx) <= xmax + 1e-9 * sx; i++) {
                 double px = x0 + (v - xmin) / (xmax - xmin) * (x1 - x0);
                 mg__svg_num(num, sizeof num, v);
                 fprintf(out, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" "
@@ -7516,7 +7540,7 @@ MGDEF int mg_plot_jsonl(const char *jsonl, const char *svg, char *err, size_t er
         fprintf(out, "</g>\n");
     }
     fprintf(out, "</svg>\n");
-    if (fclose(out)) rc = mg__err(err, errlen, "%s: cannot write (%s)", svg, strerror(errno));
+    rc = mg_atomic_fclose(out, tmp, svg, 1, err, errlen);
     for (c = 0; c < MG__NCURVES; c++) { free(pts[c].it); free(pts[c].v); }
     return rc;
 }

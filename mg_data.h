@@ -48,6 +48,7 @@
 #endif
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifndef MGDEF
 #ifdef MG_STATIC
@@ -283,6 +284,17 @@ MGDEF int mg_read_file(const char *path, size_t max_bytes, char **data, size_t *
 MGDEF int64_t mg_read_head(const char *path, void *buf, size_t n, char *err, size_t errlen);
 /* Writes data to PATH.tmp.<pid>, fsyncs it, renames it to PATH, fsyncs the directory.       */
 MGDEF int mg_atomic_write(const char *path, const void *data, size_t n, char *err, size_t errlen);
+/* A file written through stdio, atomically: mg_atomic_fopen opens PATH.tmp.<pid> (its name
+   returned in tmp) for writing; mg_atomic_fclose flushes, fsyncs and closes it and, when commit
+   is set and every write succeeded, renames it to PATH and fsyncs the directory, else removes
+   it. A reader never sees half a file; a failed or interrupted writer leaves the old PATH.  */
+MGDEF FILE *mg_atomic_fopen(const char *path, char *tmp, size_t tmp_cap, char *err,
+                            size_t errlen);
+MGDEF int mg_atomic_fclose(FILE *f, const char *tmp, const char *path, int commit, char *err,
+                           size_t errlen);
+/* 1 when a and b name one existing file (same device and inode, whatever the spelling or
+   link), else 0: a writer refuses an output that is one of its inputs with it.            */
+MGDEF int mg_same_file(const char *a, const char *b);
 /* Directory checkpoints: begin creates DIR.tmp.<tag> (tag NULL = the pid; ranks that write
    into one directory pass a common tag, e.g. the iteration) and returns its name in tmp_dir;
    files are written inside; commit fsyncs it and puts it in place of DIR (an existing DIR is
@@ -821,6 +833,43 @@ MGDEF int mg_atomic_write(const char *path, const void *data, size_t n, char *er
     mg_pfile f;
     if (mg_pfile_begin(&f, path, NULL, 1, (int64_t)n, data, n, err, errlen) != 0) return -1;
     return mg_pfile_commit(&f, err, errlen);
+}
+
+MGDEF FILE *mg_atomic_fopen(const char *path, char *tmp, size_t tmp_cap, char *err,
+                            size_t errlen) {
+    FILE *f;
+    if (mg__tmp_name(tmp, tmp_cap, path, NULL) != 0) {
+        mg__fail(err, errlen, "%s: path too long", path);
+        return NULL;
+    }
+    if (!(f = fopen(tmp, "wb"))) mg__fail(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+    return f;
+}
+
+MGDEF int mg_atomic_fclose(FILE *f, const char *tmp, const char *path, int commit, char *err,
+                           size_t errlen) {
+    /* fflush reports a full disk that buffered fprintf calls did not; ferror an earlier one */
+    int e = 0;
+    errno = 0;
+    if (fflush(f) != 0 || ferror(f)) e = errno ? errno : EIO;
+    else if (commit && fsync(fileno(f)) != 0) e = errno;
+    if (fclose(f) != 0 && !e) e = errno ? errno : EIO;
+    if (!commit || e) {
+        unlink(tmp);
+        return commit ? mg__fail(err, errlen, "%s: cannot write: %s", path, strerror(e)) : 0;
+    }
+    if (rename(tmp, path) != 0) {
+        e = errno;
+        unlink(tmp);
+        return mg__fail(err, errlen, "%s: cannot write (rename failed): %s", path, strerror(e));
+    }
+    return mg__fsync_parent(path, err, errlen);
+}
+
+MGDEF int mg_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
 }
 
 /* Removes a directory tree (no symlinks followed).                                          */

@@ -10,8 +10,12 @@
                logged 11 and 12 again, one grad norm null): the curves hold the first run's
                points up to 10, the second's after, the null left out; the grad norm, which
                spans 2500x, is drawn on a log scale, the loss on a linear one;
-     bad input a missing log and a log without iterations: one "mg_plot: error:" line, status 1.
+     bad input a missing log, a log without iterations, a directory, an output that names the
+               log (or a link to it): one "mg_plot: error:" line, status 1, the log intact;
+     degenerate ranges  two losses or two iterations one ulp apart: a picture of a few ticks
+               at once (no endless tick loop), both points in it, no temporary left.
    Runs in the cc flavour only (it drives build/gpt_train and build/mg_plot).                */
+#include <sys/stat.h>
 #include "gpt_test_util.h"
 
 #define MAXP 256
@@ -133,6 +137,67 @@ static void write_joined(const char *path) {
     fclose(f);
 }
 
+/* Logs whose ranges are below the doubles' resolution, an output naming the input, and a
+   directory for a log: each ends at once (a tick loop that summed its step never moved and
+   wrote gigabytes), with a picture of a few ticks or one error line; nothing is left behind. */
+static void check_degenerate(const char *tmp) {
+    static const char *const logs[2][2] = {
+        {"{\"iteration\": 1, \"lm_loss\": 3.0}\n",
+         "{\"iteration\": 2, \"lm_loss\": 3.0000000000000004}\n"},
+        {"{\"iteration\": 100000000000000000, \"lm_loss\": 3.0}\n",
+         "{\"iteration\": 100000000000000016, \"lm_loss\": 3.5}\n"}};
+    char path[400], svg[400], cmd[1200], out[4096], panels[400], before[256], after[256];
+    series got[5];
+    struct stat st_svg;
+    int i, st;
+    FILE *f;
+    for (i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/ulp%d.jsonl", tmp, i);
+        snprintf(svg, sizeof svg, "%s/ulp%d.svg", tmp, i);
+        f = fopen(path, "w");
+        fputs(logs[i][0], f);
+        fputs(logs[i][1], f);
+        fclose(f);
+        snprintf(cmd, sizeof cmd, "timeout 20 build/mg_plot %s -o %s 2>&1", path, svg);
+        st = sh(cmd, out, sizeof out);
+        if (stat(svg, &st_svg)) st_svg.st_size = -1;
+        mg_test_report(st == 0 && st_svg.st_size > 0 && st_svg.st_size < 20000,
+                       i ? "plot: iterations 1e17 and 1e17+16 (one ulp apart): a small picture"
+                         : "plot: losses 3.0 and 3.0000000000000004 (one ulp apart): a small "
+                           "picture", "status %d, %lld bytes: %s", st,
+                       (long long)st_svg.st_size, out);
+        st = svg_points(svg, got, panels, sizeof panels);
+        mg_test_report(st == 0 && got[0].n == 2, i ? "plot: the 1e17 picture holds both points"
+                       : "plot: the one-ulp picture holds both points", "status %d, %d points",
+                       st, got[0].n);
+    }
+    /* the output is the log itself, or a link to it: refused, the log unchanged */
+    snprintf(path, sizeof path, "%s/ulp0.jsonl", tmp);
+    snprintf(cmd, sizeof cmd, "cd %s && ln -sf ulp0.jsonl link.svg && md5sum < ulp0.jsonl", tmp);
+    sh(cmd, before, sizeof before);
+    for (i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "build/mg_plot %s -o %s/%s 2>&1", path, tmp,
+                 i ? "link.svg" : "./ulp0.jsonl");
+        st = sh(cmd, out, sizeof out);
+        snprintf(cmd, sizeof cmd, "md5sum < %s", path);
+        sh(cmd, after, sizeof after);
+        mg_test_report(st == 1 && strstr(out, "would overwrite the log") &&
+                       strchr(out, '\n') == out + strlen(out) - 1 && !strcmp(before, after),
+                       i ? "plot: -o a link to the log: refused, the log intact"
+                         : "plot: -o the log itself: refused, the log intact", "status %d: %s",
+                       st, out);
+    }
+    snprintf(cmd, sizeof cmd, "build/mg_plot %s 2>&1", tmp);
+    st = sh(cmd, out, sizeof out);
+    mg_test_report(st == 1 && strstr(out, "Is a directory") &&
+                   strchr(out, '\n') == out + strlen(out) - 1,
+                   "plot: a directory for a log: one error line saying so", "status %d: %s", st,
+                   out);
+    snprintf(cmd, sizeof cmd, "ls %s | grep -c '\\.tmp\\.'", tmp);
+    sh(cmd, out, sizeof out);
+    mg_test_report(atoi(out) == 0, "plot: no temporary file left behind", "%s", out);
+}
+
 static void check_plot(void) {
     char tmp[256], cmd[2048], out[1 << 14], path[400], svg[400], panels[400], name[300];
     series want[5], got[5];
@@ -208,6 +273,7 @@ static void check_plot(void) {
     mg_test_report(st == 1 && strstr(out, "no logged iteration in 3 lines"),
                    "plot: a file of other lines: the error counts the lines it read", "status %d: %s",
                    st, out);
+    check_degenerate(tmp);
     gpt_rmtree(tmp);
 }
 

@@ -1993,11 +1993,67 @@ MGDEF double mg_pipe_idle_fraction(const mg_pipe_timeline *tl, int rank) {
     return idle > 0 ? idle : 0;
 }
 
+/* A trace event with the line it came from, sorted to find what no run can produce.       */
+typedef struct mg__pipe_trace_ev { mg_pipe_event e; int line; } mg__pipe_trace_ev;
+static int mg__pipe_cmp_int(int a, int b) { return a < b ? -1 : a > b; }
+static int mg__pipe_cmp_dbl(double a, double b) { return a < b ? -1 : a > b; }
+/* by action, then line: one action twice is two neighbours                              */
+static int mg__pipe_trace_by_action(const void *x, const void *y) {
+    const mg__pipe_trace_ev *a = (const mg__pipe_trace_ev *)x, *b = (const mg__pipe_trace_ev *)y;
+    int c = mg__pipe_cmp_int(a->e.a.op, b->e.a.op);
+    if (!c) c = mg__pipe_cmp_int(a->e.a.stage, b->e.a.stage);
+    if (!c) c = mg__pipe_cmp_int(a->e.a.mb, b->e.a.mb);
+    return c ? c : mg__pipe_cmp_int(a->line, b->line);
+}
+/* by rank, start, end, line: on one rank each event must start at or after its predecessor
+   ends (an instant event [t, t] sorts before one that starts at t)                       */
+static int mg__pipe_trace_by_time(const void *x, const void *y) {
+    const mg__pipe_trace_ev *a = (const mg__pipe_trace_ev *)x, *b = (const mg__pipe_trace_ev *)y;
+    int c = mg__pipe_cmp_int(a->e.rank, b->e.rank);
+    if (!c) c = mg__pipe_cmp_dbl(a->e.start, b->e.start);
+    if (!c) c = mg__pipe_cmp_dbl(a->e.end, b->e.end);
+    return c ? c : mg__pipe_cmp_int(a->line, b->line);
+}
+static const char *mg__pipe_trace_tok(const mg_pipe_event *e, char *buf, size_t cap) {
+    return e->a.op == MG_PIPE_COMM ? "COMM" : mg_pipe_action_str(&e->a, buf, cap);
+}
+/* What a run cannot produce: an action twice, or two events of one rank that overlap (a
+   rank runs one thing at a time: its computes and its waits for send/recv groups follow one
+   another; a real trace's rounded times may touch, end == next start, but never overlap). */
+static int mg__pipe_trace_check(const mg__pipe_trace_ev *ev, int n, char *err, size_t errlen) {
+    mg__pipe_trace_ev *t = (mg__pipe_trace_ev *)mg__pipe_malloc(
+        (size_t)(n ? n : 1) * sizeof(mg__pipe_trace_ev));
+    char a[32], b[32];
+    int i, rc = 0;
+    memcpy(t, ev, (size_t)n * sizeof *t);
+    qsort(t, (size_t)n, sizeof *t, mg__pipe_trace_by_action);
+    for (i = 1; i < n && !rc; i++)
+        if (t[i].e.a.op != MG_PIPE_COMM && t[i].e.a.op == t[i - 1].e.a.op &&
+            t[i].e.a.stage == t[i - 1].e.a.stage && t[i].e.a.mb == t[i - 1].e.a.mb)
+            rc = mg__pipe_fail(err, errlen, "trace line %d: %s was already run on line %d (an "
+                               "action runs once per iteration)", t[i].line,
+                               mg__pipe_trace_tok(&t[i].e, a, sizeof a), t[i - 1].line);
+    qsort(t, (size_t)n, sizeof *t, mg__pipe_trace_by_time);
+    for (i = 1; i < n && !rc; i++)
+        if (t[i].e.rank == t[i - 1].e.rank && t[i].e.start < t[i - 1].e.end) {
+            /* named from the later line: the earlier one was fine when it was read */
+            const mg__pipe_trace_ev *x = t[i].line > t[i - 1].line ? &t[i] : &t[i - 1];
+            const mg__pipe_trace_ev *y = x == &t[i] ? &t[i - 1] : &t[i];
+            rc = mg__pipe_fail(err, errlen, "trace line %d: %s [%.9g, %.9g] overlaps line %d's "
+                               "%s [%.9g, %.9g] on rank %d (a rank runs one action at a time)",
+                               x->line, mg__pipe_trace_tok(&x->e, a, sizeof a), x->e.start,
+                               x->e.end, y->line, mg__pipe_trace_tok(&y->e, b, sizeof b),
+                               y->e.start, y->e.end, x->e.rank);
+        }
+    MG_FREE(t);
+    return rc;
+}
+
 MGDEF int mg_pipe_trace_parse(const char *text, mg_pipe_timeline *tl, char *err,
                               size_t errlen) {
     const char *c = text;
-    int line = 0, p = 0, v = 0, m = 0, version = 0, have_header = 0, n = 0, cap = 0;
-    mg_pipe_event *ev = NULL;
+    int line = 0, p = 0, v = 0, m = 0, version = 0, have_header = 0, n = 0, cap = 0, i;
+    mg__pipe_trace_ev *ev = NULL;
     memset(tl, 0, sizeof *tl);
     if (!text) return mg__pipe_fail(err, errlen, "trace text is missing");
     for (; *c; line++) {
@@ -2032,37 +2088,52 @@ MGDEF int mg_pipe_trace_parse(const char *text, mg_pipe_timeline *tl, char *err,
                                  "<end>', got '%s'", line + 1, buf);
         }
         if (n == cap) {
-            mg_pipe_event *grown;
+            mg__pipe_trace_ev *grown;
             cap = cap ? 2 * cap : 256;
-            grown = (mg_pipe_event *)mg__pipe_malloc((size_t)cap * sizeof(mg_pipe_event));
-            if (ev) { memcpy(grown, ev, (size_t)n * sizeof(mg_pipe_event)); MG_FREE(ev); }
+            grown = (mg__pipe_trace_ev *)mg__pipe_malloc((size_t)cap * sizeof *grown);
+            if (ev) { memcpy(grown, ev, (size_t)n * sizeof *grown); MG_FREE(ev); }
             ev = grown;
         }
         if (strcmp(tok, "COMM") == 0) {
-            ev[n].a = mg__pipe_act(MG_PIPE_COMM, 0, 0);
-        } else if (mg__pipe_parse_token(tok, (int)strlen(tok), &ev[n].a, line + 1, err, errlen)) {
+            ev[n].e.a = mg__pipe_act(MG_PIPE_COMM, 0, 0);
+        } else if (mg__pipe_parse_token(tok, (int)strlen(tok), &ev[n].e.a, line + 1, err,
+                                        errlen)) {
             MG_FREE(ev);
             return -1;
         }
         if (rank < 0 || rank >= p || !(t_start <= t_end) || !isfinite(t_start) ||
-            !isfinite(t_end) || (ev[n].a.op != MG_PIPE_COMM && (ev[n].a.stage >= p * v ||
-                                                                 ev[n].a.mb >= m))) {
+            !isfinite(t_end) || (ev[n].e.a.op != MG_PIPE_COMM && (ev[n].e.a.stage >= p * v ||
+                                                                   ev[n].e.a.mb >= m))) {
             MG_FREE(ev);
             return mg__pipe_fail(err, errlen, "trace line %d: '%s' is outside the pipeline "
                                  "(p=%d v=%d m=%d) or ends before it starts", line + 1, buf, p,
                                  v, m);
         }
-        ev[n].rank = rank;
-        ev[n].start = t_start;
-        ev[n].end = t_end;
+        if (ev[n].e.a.op != MG_PIPE_COMM && ev[n].e.a.stage % p != rank) {
+            int stage = ev[n].e.a.stage;
+            MG_FREE(ev);
+            return mg__pipe_fail(err, errlen, "trace line %d: '%s': stage %d runs on rank %d "
+                                 "(stage %% p), not on rank %d", line + 1, buf, stage,
+                                 stage % p, rank);
+        }
+        ev[n].e.rank = rank;
+        ev[n].e.start = t_start;
+        ev[n].e.end = t_end;
+        ev[n].line = line + 1;
         n++;
     }
     if (!have_header) return mg__pipe_fail(err, errlen, "trace is empty");
+    if (mg__pipe_trace_check(ev, n, err, errlen)) {
+        if (ev) MG_FREE(ev);
+        return -1;
+    }
     tl->p = p;
     tl->v = v;
     tl->m = m;
     tl->n_events = n;
-    tl->events = ev ? ev : (mg_pipe_event *)mg__pipe_malloc(sizeof(mg_pipe_event));
+    tl->events = (mg_pipe_event *)mg__pipe_malloc((size_t)(n ? n : 1) * sizeof(mg_pipe_event));
+    for (i = 0; i < n; i++) tl->events[i] = ev[i].e;
+    if (ev) MG_FREE(ev);
     mg__pipe_timeline_finish(tl, 0);
     return 0;
 }
@@ -2099,7 +2170,9 @@ static void mg__pipe_svg_text(FILE *f, const char *s) {
 
 MGDEF int mg_pipe_timeline_svg(const mg_pipe_timeline *tl, const char *title, FILE *f) {
     const double left = 70, top = 48, row = 30, gap = 6, plot_w = 1100;
-    double scale = tl->makespan > 0 ? plot_w / tl->makespan : 1, step, t;
+    /* pixels = time / span · plot_w: divided first, so a tiny makespan cannot overflow a
+       pixels-per-second scale to infinity                                                 */
+    double span = tl->makespan > 0 ? tl->makespan : plot_w, step, t, n_ticks;
     double height = top + tl->p * (row + gap) + 60, width = left + plot_w + 30;
     int i, r, k;
     char colour[40];
@@ -2120,7 +2193,8 @@ MGDEF int mg_pipe_timeline_svg(const mg_pipe_timeline *tl, const char *title, FI
                 r);
     for (i = 0; i < tl->n_events; i++) {
         const mg_pipe_event *e = &tl->events[i];
-        double x = left + (e->start - tl->t0) * scale, w = (e->end - e->start) * scale;
+        double x = left + (e->start - tl->t0) / span * plot_w;
+        double w = (e->end - e->start) / span * plot_w;
         double y = top + e->rank * (row + gap);
         if (w < 0.5) w = 0.5;
         if (e->a.op == MG_PIPE_COMM) {
@@ -2137,19 +2211,28 @@ MGDEF int mg_pipe_timeline_svg(const mg_pipe_timeline *tl, const char *title, FI
             fprintf(f, "<text x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\" fill=\"white\">%d"
                        "</text>\n", x + w / 2, y + (row - 6) * 0.7, e->a.mb);
     }
-    /* time axis: ticks at 1, 2 or 5 × 10^k, about ten of them                               */
-    step = tl->makespan > 0 ? pow(10, floor(log10(tl->makespan / 10))) : 1;
-    if (tl->makespan / step > 50) step *= 5;
-    else if (tl->makespan / step > 20) step *= 2;
+    /* time axis: ticks at 1, 2 or 5 × 10^k, about ten of them. The k-th tick is k·step,
+       counted, not summed: a step below the resolution of the doubles never advanced the sum.
+       A makespan so small (subnormal) that a tenth of it underflows gets the tick at 0 only. */
+    step = pow(10, floor(log10(tl->makespan / 10)));
+    n_ticks = 1;
+    if (tl->makespan > 0 && step > 0 && isfinite(tl->makespan / step)) {
+        if (tl->makespan / step > 50) step *= 5;
+        else if (tl->makespan / step > 20) step *= 2;
+        n_ticks = floor(tl->makespan / step * (1 + 1e-9)) + 1;
+    }
     {
         double y_axis = top + tl->p * (row + gap) + 4;
         fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"black\"/>\n",
                 left, y_axis, left + plot_w, y_axis);
-        for (t = 0; t <= tl->makespan * (1 + 1e-9); t += step)
+        for (k = 0; k < n_ticks; k++) {
+            double px;
+            t = k * step;
+            px = left + t / span * plot_w;
             fprintf(f, "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"black\"/>"
                        "<text x=\"%.2f\" y=\"%.1f\" text-anchor=\"middle\">%.6g</text>\n",
-                    left + t * scale, y_axis, left + t * scale, y_axis + 4, left + t * scale,
-                    y_axis + 16, t);
+                    px, y_axis, px, y_axis + 4, px, y_axis + 16, t);
+        }
         for (k = 0; k < 4; k++) {
             double x = left + k * 170;
             mg__pipe_svg_colour(legend_ops[k], 0, 1, colour, sizeof colour);

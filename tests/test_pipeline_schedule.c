@@ -5,8 +5,14 @@
    each microbatch forward and backward exactly once per chunk, has the known warm-up and
    peak-in-flight counts, round-trips through its text form, and simulates (unit costs) to
    the paper's bubble fractions exactly. Malformed schedules are rejected with messages that
-   name the problem. Random valid schedules never deadlock once lowered.                    */
+   name the problem. Random valid schedules never deadlock once lowered. Traces no run can
+   write (an action on the wrong rank or twice, two events of one rank overlapping) are
+   refused with the offending line; touching events are not. A timeline whose makespan is
+   subnormal draws a small picture (its tick loop ends). build/pipeline_sim refuses an --svg
+   that names its input and a subnormal cost, and leaves no temporary behind.             */
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include "mg_pipeline.h"
 #include "mg_test.h"
 
@@ -426,6 +432,123 @@ static void test_trace_and_svg(void) {
     mg_schedule_free(&s);
 }
 
+/* Traces no executor can write: one error line naming the line that gives it away. */
+static void test_trace_impossible(void) {
+    static const struct { const char *what, *text, *want; } bad[] = {
+        {"a stage on another rank", "mg-pipeline-trace 1 p=2 v=1 m=1\n0 1F0 0 1\n1 0F0 1 2\n",
+         "line 2: '0 1F0 0 1': stage 1 runs on rank 1"},
+        {"a chunk's stage on another rank (v=2: stage 3 on rank 1)",
+         "mg-pipeline-trace 1 p=2 v=2 m=1\n0 0F0 0 1\n0 3F0 1 2\n", "line 3: '0 3F0 1 2': "
+         "stage 3 runs on rank 1"},
+        {"an action twice", "mg-pipeline-trace 1 p=2 v=1 m=1\n0 0F0 0 1\n# comment\n"
+         "0 0F0 1 2\n", "line 4: 0F0 was already run on line 2"},
+        {"two events of a rank overlapping", "mg-pipeline-trace 1 p=1 v=1 m=2\n0 0F1 0.5 1.5\n"
+         "0 0F0 0 1\n", "line 3: 0F0 [0, 1] overlaps line 2's 0F1 [0.5, 1.5] on rank 0"},
+        {"a wait inside a compute", "mg-pipeline-trace 1 p=1 v=1 m=1\n0 0F0 0 1\n"
+         "0 COMM 0.25 0.5\n", "line 3: "},
+    };
+    mg_pipe_timeline tl;
+    char err[512], name[200];
+    int i, rc;
+    for (i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
+        err[0] = 0;
+        rc = mg_pipe_trace_parse(bad[i].text, &tl, err, sizeof err);
+        snprintf(name, sizeof name, "trace: %s refused, the line named", bad[i].what);
+        mg_test_report(rc && strstr(err, bad[i].want), name, "%s", err);
+        if (!rc) mg_pipe_timeline_free(&tl);
+    }
+    /* back to back (end == next start, as rounded times of a real run may be), a wait of no
+       length at that instant, two ranks at the same time: all possible                  */
+    rc = mg_pipe_trace_parse("mg-pipeline-trace 1 p=2 v=1 m=2\n0 0F0 0 1\n0 COMM 1 1\n"
+                             "0 0F1 1 2\n1 1F0 1 2\n1 1F1 2 3\n1 1B1 3 4\n1 1B0 4 5\n"
+                             "0 0B1 4 5\n0 0B0 5 6\n", &tl, err, sizeof err);
+    mg_test_report(rc == 0 && tl.n_events == 9 && tl.makespan == 6,
+                   "trace: events that touch (end == next start) are accepted", "%s",
+                   rc ? err : "");
+    if (!rc) mg_pipe_timeline_free(&tl);
+}
+
+/* A makespan of 1e-323 s (subnormal: a tenth of it is 0, so the tick step was 0 and the tick
+   loop wrote forever): the picture is small and has the tick at 0.                        */
+static void test_svg_tiny(void) {
+    mg_pipe_timeline tl;
+    char err[512];
+    long len = -1;
+    FILE *f = tmpfile();
+    int rc = mg_pipe_trace_parse("mg-pipeline-trace 1 p=1 v=1 m=1\n0 0F0 0 5e-324\n"
+                                 "0 0B0 5e-324 1e-323\n", &tl, err, sizeof err);
+    if (rc == 0 && f && mg_pipe_timeline_svg(&tl, "tiny", f) == 0) len = ftell(f);
+    mg_test_report(len > 0 && len < 4000, "svg: a subnormal makespan draws a small picture",
+                   "%ld bytes %s", len, rc ? err : "");
+    if (f) fclose(f);
+    if (!rc) mg_pipe_timeline_free(&tl);
+}
+
+/* Runs a shell command; its output in out, the exit status returned. */
+static int sh(const char *cmd, char *out, size_t cap) {
+    FILE *p = popen(cmd, "r");
+    size_t n = 0, got;
+    int st;
+    if (!p) return -1;
+    while (n + 1 < cap && (got = fread(out + n, 1, cap - 1 - n, p)) > 0) n += got;
+    out[n] = 0;
+    st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* build/pipeline_sim: an --svg that would overwrite the schedule file or trace it reads is
+   refused (the input intact), so is a subnormal cost; a tiny trace draws at once.         */
+/* A check on a command's output: the output only when it fails (it spans lines). */
+static void report_sh(int ok, const char *name, int rc, const char *out) {
+    mg_test_report(ok, name, ok ? NULL : "status %d: %s", rc, out);
+}
+
+static void test_tool(void) {
+    char dir[] = "/tmp/mg_test_pipesim_XXXXXX", cmd[1024], out[4096];
+    const char *sim = "build/pipeline_sim";
+    struct stat st;
+    int rc;
+    FILE *f;
+    if (access(sim, X_OK) || !mkdtemp(dir)) {
+        mg_test_report(0, "pipeline_sim: build/pipeline_sim exists", "make build/pipeline_sim");
+        return;
+    }
+    snprintf(cmd, sizeof cmd, "%s/s.sched", dir);
+    f = fopen(cmd, "w");
+    fputs("0F0 0B0\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s/t.trace", dir);
+    f = fopen(cmd, "w");
+    fputs("mg-pipeline-trace 1 p=1 v=1 m=1\n0 0F0 0 5e-324\n0 0B0 5e-324 1e-323\n", f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "cd %s && %s/%s --schedule-file s.sched --svg ./s.sched 2>&1; "
+             "echo status $?; cat s.sched", dir, getcwd(out, 512), sim);
+    rc = sh(cmd, out, sizeof out);
+    report_sh(strstr(out, "pipeline_sim: --svg ./s.sched would overwrite its input s.sched")
+                   && strstr(out, "status 2\n0F0 0B0\n"),
+                   "pipeline_sim: --svg naming the --schedule-file refused, the file intact",
+                   rc, out);
+    snprintf(cmd, sizeof cmd, "%s --trace %s/t.trace --svg %s/t.trace 2>&1", sim, dir, dir);
+    rc = sh(cmd, out, sizeof out);
+    report_sh(rc == 2 && strstr(out, "would overwrite its input"),
+                   "pipeline_sim: --svg naming the --trace refused", rc, out);
+    snprintf(cmd, sizeof cmd, "timeout 20 %s --trace %s/t.trace --svg %s/t.svg 2>&1", sim, dir,
+             dir);
+    rc = sh(cmd, out, sizeof out);
+    snprintf(cmd, sizeof cmd, "%s/t.svg", dir);
+    report_sh(rc == 0 && stat(cmd, &st) == 0 && st.st_size < 4000,
+                   "pipeline_sim: a trace 1e-323 s long draws a small SVG at once", rc, out);
+    snprintf(cmd, sizeof cmd, "%s --schedule 1f1b -p 1 -m 1 --cost-f 5e-324 --svg %s/u.svg 2>&1",
+             sim, dir);
+    rc = sh(cmd, out, sizeof out);
+    report_sh(rc == 2 && strstr(out, "bad value '5e-324' for --cost-f") &&
+                   strchr(out, '\n') == out + strlen(out) - 1,
+                   "pipeline_sim: a subnormal cost refused in one line", rc, out);
+    snprintf(cmd, sizeof cmd, "ls -a %s | grep -c tmp; rm -rf %s", dir, dir);
+    sh(cmd, out, sizeof out);
+    report_sh(atoi(out) == 0, "pipeline_sim: no temporary file left behind", 0, out);
+}
+
 int main(void) {
     int ki, p, mm;
     for (ki = 0; ki < 4; ki++)
@@ -446,5 +569,8 @@ int main(void) {
     test_descriptors();
     test_random_schedules();
     test_trace_and_svg();
+    test_trace_impossible();
+    test_svg_tiny();
+    test_tool();
     return mg_test_summary();
 }

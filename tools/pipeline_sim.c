@@ -12,10 +12,12 @@
    paper's model: an action starts when its inputs have arrived) and "executor" (the
    executor's send/recv groups, one in flight per rank). bubble_fraction is the bubble time
    over the ideal time, Σ_r (makespan − busy_r) / Σ_r busy_r. Exit status 2 on bad input. */
+#include <float.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include "mg_pipeline.h"
+#include "mg_data.h"      /* mg_atomic_fopen, mg_same_file */
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -43,10 +45,12 @@ static int parse_int(const char *s, int *out) {
     *out = (int)v;
     return 0;
 }
+/* A cost: 0, or a normal number up to 1e12 (a subnormal one has lost its precision, and a
+   makespan made of them cannot be drawn or divided by).                                   */
 static int parse_cost(const char *s, double *out) {
     char *end;
     double v = strtod(s, &end);
-    if (!*s || *end || !(v >= 0) || v > 1e12) return -1;
+    if (!*s || *end || !(v >= 0) || v > 1e12 || (v > 0 && v < DBL_MIN)) return -1;
     *out = v;
     return 0;
 }
@@ -57,12 +61,16 @@ static void print_peaks(const int *peak, int p) {
     for (r = 0; r < p; r++) printf("%d%s", peak[r], r + 1 < p ? "," : "\n");
 }
 
+/* The picture goes to a temporary twin renamed over path at the end: an interrupted run
+   never leaves half an SVG over an old one. */
 static int write_svg(const mg_pipe_timeline *tl, const char *path, const char *title) {
-    FILE *f = fopen(path, "w");
+    char tmp[4200], err[4400];
+    FILE *f = mg_atomic_fopen(path, tmp, sizeof tmp, err, sizeof err);
     int rc;
-    if (!f) return fail("cannot write '%s'", path);
+    if (!f) return fail("%s", err);
     rc = mg_pipe_timeline_svg(tl, title, f);
-    if (fclose(f) != 0 || rc) return fail("cannot write '%s'", path);
+    if (mg_atomic_fclose(f, tmp, path, rc == 0, err, sizeof err) || rc)
+        return fail(rc ? "%s: cannot write" : "%s", rc ? path : err);
     printf("svg=%s\n", path);
     return 0;
 }
@@ -124,9 +132,14 @@ int main(int argc, char **argv) {
             usage(stderr);
             return 2;
         }
-        if (bad) return fail("bad value '%s' for %s (expected a non-negative number)", val, a);
+        if (bad)
+            return fail("bad value '%s' for %s (expected a non-negative number%s)", val, a,
+                        strncmp(a, "--cost", 6) ? "" : ": 0, or from 2.2e-308 to 1e12");
         i += takes;
     }
+    if (svg && ((file && mg_same_file(svg, file)) || (trace && mg_same_file(svg, trace))))
+        return fail("--svg %s would overwrite its input %s (give another name)", svg,
+                    file ? file : trace);
     if (trace) {
         if (kind_name || file) return fail("--trace reads a measured run: drop --schedule / "
                                            "--schedule-file");

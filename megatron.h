@@ -5253,13 +5253,22 @@ MGDEF mg_tokenizer *mg_tokenizer_from_flags(const char *type, const char *vocab_
     }
     /* GPT-2: both files; the others: one file, as --tokenizer-model (Megatron-LM's flag for
        them) or --vocab-file (tools/mg_tokenize's)                                          */
-    if (t == MG_TOK_GPT2_BPE ? (!vocab_file || !merge_file || tokenizer_model)
-                             : (t != MG_TOK_BYTES && (!tokenizer_model == !vocab_file ||
-                                                      merge_file))) {
-        mg__err(err, errlen, "--tokenizer-type %s takes %s", type, t == MG_TOK_GPT2_BPE ?
-                "--vocab-file vocab.json and --merge-file merges.txt (not --tokenizer-model)" :
-                "one file: --tokenizer-model FILE (or --vocab-file FILE), no --merge-file");
-        return NULL;
+    {   /* the message names what is wrong with the files given, not a list of rules */
+        const char *why = NULL;
+        if (t == MG_TOK_GPT2_BPE)
+            why = tokenizer_model ? "not --tokenizer-model" : !vocab_file && !merge_file ?
+                  "both are missing" : !vocab_file ? "--vocab-file is missing" : !merge_file ?
+                  "--merge-file is missing" : NULL;
+        else if (t != MG_TOK_BYTES)
+            why = merge_file ? "--merge-file is not one of its files" : tokenizer_model &&
+                  vocab_file ? "both were given" : !tokenizer_model && !vocab_file ?
+                  "none was given" : NULL;
+        if (why) {
+            mg__err(err, errlen, "--tokenizer-type %s takes %s: %s", type,
+                    t == MG_TOK_GPT2_BPE ? "--vocab-file vocab.json and --merge-file merges.txt"
+                    : "one file, --tokenizer-model FILE or --vocab-file FILE", why);
+            return NULL;
+        }
     }
     if ((t == MG_TOK_BYTES && (vocab_file || merge_file || tokenizer_model)) ||
         (tiktoken_pattern && t != MG_TOK_TIKTOKEN)) {

@@ -3394,7 +3394,9 @@ static int mg__json_value(mg__json *J) {
         }
         size_t k = J->ns - base;
         J->kids = (uint32_t *)mg__tok_grow(J->kids, &J->kcap, J->nk + k + 1, sizeof(uint32_t));
-        memcpy(J->kids + J->nk, J->stack + base, k * sizeof(uint32_t));
+        /* {} or [] first: no stack grown yet (NULL), and memcpy wants a valid pointer even
+           for 0 bytes                                                                       */
+        if (k) memcpy(J->kids + J->nk, J->stack + base, k * sizeof(uint32_t));
         nd.a = (uint32_t)J->nk; nd.n = (uint32_t)(obj ? k / 2 : k);
         J->nk += k;
         J->ns = base;

@@ -15,8 +15,9 @@
        --bad-lines skip each bad line is named and left out, and the rest equals the input
        without those lines; a truncated .gz is an error whatever --bad-lines says;
      - flags: --split-sentences, an unknown --tokenizer-type, a tokenizer file without
-       --tokenizer-type, --input with text files, --json-keys on text files are one-line errors
-       (exit 2, nothing written);
+       --tokenizer-type, a tokenizer without its files (the message names the missing one),
+       --input with text files, --json-keys on text files are
+       one-line errors (exit 2, nothing written);
      - progress on a terminal: under script(1) (a pseudo-terminal) stderr shows documents,
        MB/s and ETA; through a pipe it shows none;
      - a real vocabulary: with GPT-2's ranks (.venv/share/vocab/gpt2.tiktoken, from the install
@@ -30,7 +31,9 @@
        it are refused;
      - tools/mg_tokenize, with the same tokenizer flags: GPT-2's ids of "Hello world" (15496
        995), and one-line errors for a missing or unknown --tokenizer-type, an unknown flag, a
-       stray argument, a flag without its value, a GPT-2 BPE without its merges.              */
+       stray argument, a flag without its value, a GPT-2 BPE without its merges, two files
+       for one; --decode: ids beyond 32 bits or negative are out of range (not wrapped), ids
+       on standard input are read to their end and no further.                            */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -221,9 +224,15 @@ static void check_flag_errors(void) {
         {"--input " DATA "prep_input.jsonl -o DIR/e --vocab-file v.json",
          "--vocab-file needs --tokenizer-type"},
         {"--input " DATA "prep_input.jsonl -o DIR/e --tokenizer-type GPT2BPETokenizer "
-         "--vocab-file v.json", "GPT2BPETokenizer takes --vocab-file vocab.json and --merge-file"},
+         "--vocab-file v.json", "GPT2BPETokenizer takes --vocab-file vocab.json and --merge-file "
+         "merges.txt: --merge-file is missing"},
+        {"--input " DATA "prep_input.jsonl -o DIR/e --tokenizer-type GPT2BPETokenizer "
+         "--merge-file m.txt", "merges.txt: --vocab-file is missing"},
         {"--input " DATA "prep_input.jsonl -o DIR/e --tokenizer-type TikTokenizer "
-         "--vocab-file a --tokenizer-model b", "TikTokenizer takes one file: --tokenizer-model"},
+         "--vocab-file a --tokenizer-model b", "TikTokenizer takes one file, --tokenizer-model "
+         "FILE or --vocab-file FILE: both were given"},
+        {"--input " DATA "prep_input.jsonl -o DIR/e --tokenizer-type HuggingFaceTokenizer",
+         "--vocab-file FILE: none was given"},
         {"--json-keys text -o DIR/e data/01_the_river_town.txt",
          "--json-keys applies to --input"},
         {"-o DIR/e --bad-lines skip data/01_the_river_town.txt",
@@ -284,7 +293,16 @@ static void check_tokenize_cli(void) {
          "(the text goes after --text, or on standard input)"},
         {"--tokenizer-type ByteTokenizer --text", "2", "mg_tokenize: --text needs a value"},
         {"--tokenizer-type GPT2BPETokenizer --vocab-file v.json --text hi", "1", "mg_tokenize: "
-         "--tokenizer-type GPT2BPETokenizer takes --vocab-file vocab.json and --merge-file"},
+         "--tokenizer-type GPT2BPETokenizer takes --vocab-file vocab.json and --merge-file "
+         "merges.txt: --merge-file is missing"},
+        {"--tokenizer-type HuggingFaceTokenizer --vocab-file X --tokenizer-model X", "1",
+         "mg_tokenize: --tokenizer-type HuggingFaceTokenizer takes one file, --tokenizer-model "
+         "FILE or --vocab-file FILE: both were given"},
+        {"--tokenizer-type ByteTokenizer --decode --text '4294967361 4294967362'", "1",
+         "mg_tokenize: --decode: an id is outside 0..255 (4294967361)"},
+        {"--tokenizer-type ByteTokenizer --decode --text '65 -1'", "1",
+         "mg_tokenize: --decode: an id is outside 0..255 (-1)"},
+        {"--tokenizer-type ByteTokenizer --decode --text '65,66 67'", "0", "ABC\n"},
         {"--tokenizer-type Foo --text hi", "1", "mg_tokenize: --tokenizer-type Foo: unknown"},
         {"--tokenizer-type TikTokenizer --vocab-file " VOCAB " --text 'Hello world'", "0",
          "15496 995\n2 tokens, vocabulary 50257, eod 50256, bos -1\n"},
@@ -301,6 +319,13 @@ static void check_tokenize_cli(void) {
                                            : !strcmp(out, cases[i][2])),
                        name, "rc %d: %.300s", rc, out);
     }
+    /* ids on standard input: read to its end and no further (the buffer was not terminated,
+       and the parser ran on into whatever the allocator left there: MALLOC_PERTURB_ fills it) */
+    char out[2048];
+    int rc = run("printf '65 66' | MALLOC_PERTURB_=85 build/mg_tokenize --tokenizer-type "
+                 "ByteTokenizer --decode", out, sizeof out);
+    mg_test_report(rc == 0 && !strcmp(out, "AB\n"), "tokenize: --decode reads the ids on "
+                   "standard input and nothing past them", "rc %d: %.300s", rc, out);
 }
 
 static void check_tiktoken(void) {

@@ -14,12 +14,13 @@
         equal to tokenizers' Split on every text;
      3. decode(encode(x)) == x for random bytes (invalid UTF-8, encoded surrogates, NULs);
      4. near-linear time on one long word; threads give the same ids; the cap protocol;
-        bad files give one line.                                                           */
+        bad files give one line, a JSON file of {} or [] too (no undefined behaviour).     */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include "mg_tokenizer.h"
 #include "tests/mg_test.h"
 
@@ -398,9 +399,37 @@ static void check_errors(void) {
                    "Megatron's --tokenizer-type names", NULL);
 }
 
+/* A vocab.json or tokenizer.json that is {} or [] (JSON, but empty): one line, and no
+   memcpy from the parser's not yet grown (NULL) stack — UBSan, in the asan flavour.     */
+static void check_empty_json(void) {
+    static const char *const texts[2] = {"{}", "[]"};
+    char path[64] = "/tmp/mg_test_tok_XXXXXX", merges[80], err[512], first[600] = "";
+    int fd = mkstemp(path), bad = 0;
+    FILE *f;
+    snprintf(merges, sizeof merges, "%s.merges", path);
+    f = fopen(merges, "w");
+    if (f) { fputs("#version: 0.2\n", f); fclose(f); }
+    for (int i = 0; i < 2 && fd >= 0; i++) {
+        mg_tokenizer_desc hf = {MG_TOK_HF, path, NULL, NULL}, bpe = {MG_TOK_GPT2_BPE, path, merges, NULL};
+        f = fopen(path, "w");
+        if (f) { fputs(texts[i], f); fclose(f); }
+        for (int k = 0; k < 2; k++) {
+            mg_tokenizer *t = mg_tokenizer_load(k ? &bpe : &hf, err, sizeof err);
+            if ((t || !err[0] || strchr(err, '\n')) && !bad++)
+                snprintf(first, sizeof first, "%s as %s: %.400s", texts[i], k ? "vocab.json" : "tokenizer.json", t ? "loaded" : err);
+            mg_tokenizer_free(t);
+        }
+    }
+    if (fd >= 0) close(fd);
+    unlink(path);
+    unlink(merges);
+    mg_test_report(fd >= 0 && !bad, "a vocab.json or tokenizer.json of {} or []: one line", bad ? "%s" : NULL, first);
+}
+
 int main(void) {
     mg_tokenizer_desc bytes = {MG_TOK_BYTES, NULL, NULL, NULL};
     check_roundtrip("bytes", bytes);
+    check_empty_json();
     struct stat st;
     if (stat(".venv/bin/python", &st) != 0) {
         printf("ok - reference tokenizers # skip .venv missing (run make deps)\n");

@@ -11,6 +11,8 @@
    (--pieces: id:"decoded bytes" per token, bytes outside printable ASCII as \xNN), then a line
    "N tokens, vocabulary V, eod E, bos B". --decode: the text is ids; prints the bytes.    */
 #include "megatron.h"   /* mg_tokenizer_from_flags: the flags, checked as gpt_train does */
+#include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,29 +63,48 @@ int main(int argc, char **argv) {
     size_t n = 0;
     if (text) n = strlen(text);
     else {
+        /* n bytes read, and a NUL after them (room for it kept): --decode parses the ids as a
+           string, and the input itself may hold NUL bytes, which encode takes as text      */
         size_t cap = 1 << 16;
         buf = (char *)malloc(cap);
         size_t r;
-        while ((r = fread(buf + n, 1, cap - n, stdin)) > 0) {
+        while (buf && (r = fread(buf + n, 1, cap - 1 - n, stdin)) > 0) {
             n += r;
-            if (n == cap) buf = (char *)realloc(buf, cap *= 2);
+            if (n + 1 == cap) buf = (char *)realloc(buf, cap *= 2);
         }
+        if (!buf) { fprintf(stderr, "mg_tokenize: out of memory reading standard input\n"); return 1; }
+        if (ferror(stdin)) {
+            fprintf(stderr, "mg_tokenize: cannot read standard input (%s)\n", strerror(errno));
+            return 1;
+        }
+        buf[n] = 0;
         text = buf;
     }
     if (decode) {
-        int64_t m = 0, cap = 16;
+        int64_t m = 0, cap = 16, V = mg_tokenizer_vocab_size(t);
         int32_t *ids = (int32_t *)malloc((size_t)cap * sizeof(int32_t));
-        for (const char *p = text; *p;) {
+        for (const char *p = text; p < text + n;) {
             char *e;
-            long v = strtol(p, &e, 10);
-            if (e == p) { if (*p == ' ' || *p == '\n' || *p == '\t' || *p == ',') { p++; continue; }
-                          fprintf(stderr, "mg_tokenize: --decode: '%c' is not part of an id\n", *p); return 2; }
+            long long v;
+            if (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r' || *p == ',') { p++; continue; }
+            errno = 0;
+            v = strtoll(p, &e, 10);
+            if (e == p) {
+                fprintf(stderr, "mg_tokenize: --decode: '%c' is not part of an id\n", *p);
+                return 2;
+            }
+            /* range-checked here, before the int32 an id is stored in could wrap it */
+            if (errno == ERANGE || v < 0 || v >= V) {
+                fprintf(stderr, "mg_tokenize: --decode: an id is outside 0..%lld (%.*s)\n",
+                        (long long)V - 1, (int)(e - p), p);
+                return 1;
+            }
             if (m == cap) ids = (int32_t *)realloc(ids, (size_t)(cap *= 2) * sizeof(int32_t));
             ids[m++] = (int32_t)v;
             p = e;
         }
         int64_t k = mg_tokenizer_decode(t, ids, m, NULL, 0);
-        if (k < 0) { fprintf(stderr, "mg_tokenize: --decode: an id is outside 0..%d\n", mg_tokenizer_vocab_size(t) - 1); return 1; }
+        if (k < 0) { fprintf(stderr, "mg_tokenize: --decode: an id is outside 0..%d (or names no token)\n", mg_tokenizer_vocab_size(t) - 1); return 1; }
         char *out = (char *)malloc((size_t)k + 1);
         mg_tokenizer_decode(t, ids, m, out, k);
         fwrite(out, 1, (size_t)k, stdout);

@@ -475,7 +475,9 @@ typedef struct mg_json {
 } mg_json;
 MGDEF int mg_json_parse(mg_json *js, const char *text, size_t len, char *err, size_t errlen);
 MGDEF void mg_json_free(mg_json *js);
-/* Object member lookup: token index of the value of key in object tok, or -1.             */
+/* Object member lookup: token index of the value of key in object tok, or -1. A key given
+   twice means its last value, as Python's json.loads (and JavaScript) read it: the files
+   read here are written, and their references read, by Python.                           */
 MGDEF int64_t mg_json_get(const mg_json *js, int64_t obj, const char *key);
 /* Decodes string token tok (escapes, \u incl. surrogate pairs -> UTF-8) into a new
    NUL-terminated string allocated with MG_MALLOC (release with MG_FREE, by default free);
@@ -2304,7 +2306,7 @@ MGDEF char *mg_json_strdup(const mg_json *js, int64_t tok) {
 MGDEF int64_t mg_json_get(const mg_json *js, int64_t obj, const char *key) {
     if (obj < 0 || obj >= js->n || js->toks[obj].type != MG_JSON_OBJECT) return -1;
     int64_t k = obj + 1, found = -1;
-    for (int64_t m = 0; m < js->toks[obj].size && found < 0; m++) {
+    for (int64_t m = 0; m < js->toks[obj].size; m++) {     /* to the end: the last one wins */
         char *name = mg_json_strdup(js, k);
         if (name && strcmp(name, key) == 0) found = k + 1;
         MG_FREE(name);

@@ -739,9 +739,10 @@ static void test_hf_config(void) {
 /* The GPT2Config keys that change the math (transformers 4.40.2): what megatron.h computes
    is accepted, anything else refused with the key named; the writer states every one.      */
 static void test_hf_config_math(void) {
-    /* a valid config of n_embd 8 with one member put first (the first of a name counts) */
-    static const char *const base = "{%s\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 8, "
-                                    "\"n_positions\": 4, \"vocab_size\": 9}";
+    /* a valid config of n_embd 8 with one member put last (a name given twice means its last
+       value, as Python's json.loads, which transformers reads config.json with, takes it)   */
+    static const char *const base = "{\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 8, "
+                                    "\"n_positions\": 4, \"vocab_size\": 9%s}";
     static const struct { const char *member, *needle; } bad[] = {
         {"\"model_type\": \"gpt_neo\"", "\"model_type\" is \"gpt_neo\"; megatron.h imports GPT-2"},
         {"\"model_type\": null", "\"model_type\" is null"},
@@ -774,7 +775,7 @@ static void test_hf_config_math(void) {
     mg_hf_config c;
     int ok = 1;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(member, sizeof member, "%s, ", bad[i].member);
+        snprintf(member, sizeof member, ", %s", bad[i].member);
         snprintf(text, sizeof text, base, member);
         put_file(tp("math.json"), text, strlen(text));
         snprintf(label, sizeof label, "config.json: %s is refused, the key named", bad[i].member);
@@ -782,7 +783,7 @@ static void test_hf_config_math(void) {
     }
     for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
         member[0] = 0;
-        if (good[i][0]) snprintf(member, sizeof member, "%s, ", good[i]);
+        if (good[i][0]) snprintf(member, sizeof member, ", %s", good[i]);
         snprintf(text, sizeof text, base, member);
         put_file(tp("math.json"), text, strlen(text));
         if (mg_hf_config_read(tp("math.json"), &c, err, sizeof err) != 0 || c.n_embd != 8) {

@@ -124,7 +124,8 @@ typedef struct mg_idx_writer {
     int32_t *lengths; int64_t n_seq, cap_seq;
     int64_t *docs; int64_t n_docs, cap_docs;  /* document_indices, starting with 0          */
     int out_of_memory;          /* end_document could not grow docs: finish fails          */
-    char prefix[400], bin_tmp[440];
+    int prepared;               /* both temporaries complete and synced, not yet renamed    */
+    char prefix[400], bin_tmp[440], idx_tmp[440];
 } mg_idx_writer;
 MGDEF int mg_idx_writer_begin(mg_idx_writer *w, const char *prefix, mg_idx_dtype dtype,
                               char *err, size_t errlen);
@@ -133,6 +134,12 @@ MGDEF int mg_idx_writer_add(mg_idx_writer *w, const int32_t *tokens, int64_t n,
 MGDEF void mg_idx_writer_end_document(mg_idx_writer *w);        /* closes the open document */
 MGDEF int mg_idx_writer_finish(mg_idx_writer *w, char *err, size_t errlen); /* closes docs  */
 MGDEF void mg_idx_writer_abort(mg_idx_writer *w);               /* removes the temporaries  */
+/* finish in two steps, for several datasets that are written all or none: prepare checks the
+   dataset and completes both temporaries (synced) without renaming; once every writer has
+   prepared, commit renames each into place (.bin, then .idx). A failed prepare has aborted
+   its writer; abort removes a prepared writer's temporaries too.                         */
+MGDEF int mg_idx_writer_prepare(mg_idx_writer *w, char *err, size_t errlen);
+MGDEF int mg_idx_writer_commit(mg_idx_writer *w, char *err, size_t errlen);
 
 /* llm.c token file writer: header (20240520, 1, n) + n uint16 tokens, atomically.          */
 MGDEF int mg_llmc_tokens_write(const char *path, const int32_t *tokens, int64_t n,
@@ -1290,10 +1297,10 @@ MGDEF void mg_idx_writer_end_document(mg_idx_writer *w) {
     w->docs[w->n_docs++] = w->n_seq;
 }
 
-/* .bin first (fsync, rename), then .idx through mg_atomic_write. A reader that sees the new
-   .bin beside an old .idx rejects the pair (size check), it never misreads it.             */
-MGDEF int mg_idx_writer_finish(mg_idx_writer *w, char *err, size_t errlen) {
-    char bin[420], idx[420];
+/* Both files complete under temporary names: the .bin synced and closed, the .idx written
+   and synced. Nothing is renamed yet.                                                      */
+MGDEF int mg_idx_writer_prepare(mg_idx_writer *w, char *err, size_t errlen) {
+    char idx[420];
     if (w->fd < 0) return mg__fail(err, errlen, "%s: writer is not open", w->prefix);
     if (w->docs[w->n_docs - 1] != w->n_seq) mg_idx_writer_end_document(w);
     if (w->out_of_memory) {
@@ -1303,6 +1310,11 @@ MGDEF int mg_idx_writer_finish(mg_idx_writer *w, char *err, size_t errlen) {
     if (w->n_tokens == 0) {
         mg_idx_writer_abort(w);
         return mg__fail(err, errlen, "%s: no tokens to write (empty dataset)", w->prefix);
+    }
+    snprintf(idx, sizeof idx, "%s.idx", w->prefix);
+    if (mg__tmp_name(w->idx_tmp, sizeof w->idx_tmp, idx, NULL) != 0) {
+        mg_idx_writer_abort(w);
+        return mg__fail(err, errlen, "%s: path too long", idx);
     }
     int64_t S = w->n_seq, D = w->n_docs;
     size_t n = (size_t)(MG__IDX_HEADER + 12 * S + 8 * D);
@@ -1321,28 +1333,60 @@ MGDEF int mg_idx_writer_finish(mg_idx_writer *w, char *err, size_t errlen) {
         ptr += (int64_t)w->lengths[i] * mg__idx_size(w->dtype);
     }
     memcpy(buf + MG__IDX_HEADER + 12 * S, w->docs, (size_t)(8 * D));
-    snprintf(bin, sizeof bin, "%s.bin", w->prefix);
-    snprintf(idx, sizeof idx, "%s.idx", w->prefix);
-    int rc = fsync(w->fd);
+    int rc = fsync(w->fd), e = errno;
     close(w->fd);
     w->fd = -1;
-    if (rc != 0 || rename(w->bin_tmp, bin) != 0) {
-        rc = mg__fail(err, errlen, "%s: cannot write: %s", bin, strerror(errno));
-        unlink(w->bin_tmp);
-    } else {
-        rc = mg_atomic_write(idx, buf, n, err, errlen);
+    w->prepared = 1;            /* from here abort removes both temporaries */
+    if (rc != 0) {
+        mg_idx_writer_abort(w);
+        MG_FREE(buf);
+        return mg__fail(err, errlen, "%s.bin: cannot write: %s", w->prefix, strerror(e));
+    }
+    int fd = open(w->idx_tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    rc = fd < 0 || mg__write_all(fd, 0, buf, n) != 0 || fsync(fd) != 0;
+    e = errno;
+    if (fd >= 0 && close(fd) != 0 && !rc) {
+        rc = 1;
+        e = errno;
     }
     MG_FREE(buf);
-    mg_idx_writer_abort(w);  /* frees the arrays; the temporary is gone already */
+    if (rc) {
+        mg_idx_writer_abort(w);
+        return mg__fail(err, errlen, "%s: cannot write: %s", idx, strerror(e));
+    }
+    return 0;
+}
+
+/* .bin first, then .idx. A reader that sees the new .bin beside an old .idx rejects the
+   pair (size check), it never misreads it.                                                 */
+MGDEF int mg_idx_writer_commit(mg_idx_writer *w, char *err, size_t errlen) {
+    char bin[420], idx[420];
+    int rc = 0;
+    if (!w->prepared) return mg__fail(err, errlen, "%s: writer is not prepared", w->prefix);
+    snprintf(bin, sizeof bin, "%s.bin", w->prefix);
+    snprintf(idx, sizeof idx, "%s.idx", w->prefix);
+    if (rename(w->bin_tmp, bin) != 0)
+        rc = mg__fail(err, errlen, "%s: cannot write (rename failed): %s", bin, strerror(errno));
+    else if (rename(w->idx_tmp, idx) != 0)
+        rc = mg__fail(err, errlen, "%s: cannot write (rename failed): %s", idx, strerror(errno));
+    else
+        w->prepared = 0;        /* renamed: nothing of ours left to remove */
+    if (rc == 0) rc = mg__fsync_parent(idx, err, errlen);
+    mg_idx_writer_abort(w);     /* frees the arrays (and removes what was not renamed) */
     return rc;
 }
 
+MGDEF int mg_idx_writer_finish(mg_idx_writer *w, char *err, size_t errlen) {
+    if (mg_idx_writer_prepare(w, err, errlen) != 0) return -1;
+    return mg_idx_writer_commit(w, err, errlen);
+}
+
 MGDEF void mg_idx_writer_abort(mg_idx_writer *w) {
-    if (w->fd >= 0) {
-        close(w->fd);
-        unlink(w->bin_tmp);
-    }
+    if (w->fd >= 0) close(w->fd);
+    if (w->fd >= 0 || w->prepared) unlink(w->bin_tmp);
+    if (w->prepared) unlink(w->idx_tmp);
     w->fd = -1;
+    w->prepared = 0;
     MG_FREE(w->lengths);
     MG_FREE(w->docs);
     w->lengths = NULL;

@@ -14,9 +14,14 @@
      - a malformed line: by default the run stops naming FILE:LINE and writes nothing; with
        --bad-lines skip each bad line is named and left out, and the rest equals the input
        without those lines; a truncated .gz is an error whatever --bad-lines says;
+     - all or none: a key whose dataset has no tokens fails the run and no key's dataset is
+       left; a key twice in one JSON object is its last value (Python's json.loads); blank
+       lines are never documents of their own (line and paragraph modes, a blank file);
+       options after the text files apply; an output naming an input is refused; a .gz with
+       garbage after its last member is refused, zero padding and two members are read;
      - flags: --split-sentences, an unknown --tokenizer-type, a tokenizer file without
        --tokenizer-type, a tokenizer without its files (the message names the missing one),
-       --input with text files, --json-keys on text files are
+       a --json-keys key twice, --input with text files, --json-keys on text files are
        one-line errors (exit 2, nothing written);
      - progress on a terminal: under script(1) (a pseudo-terminal) stderr shows documents,
        MB/s and ETA; through a pipe it shows none;
@@ -215,6 +220,123 @@ static void check_bad_lines(void) {
                    "nothing written", "rc %d: %.300s", rc, out);
 }
 
+static void write_text(const char *name, const char *text) {
+    FILE *f = fopen(tp(name), "wb");
+    if (f) { fputs(text, f); fclose(f); }
+}
+
+/* The token lengths of each document of a byte-level dataset, "6,4" (documents without a
+   sequence as 0); "" when it cannot be read.                                             */
+static void doc_lengths(const char *prefix, char *out, size_t cap) {
+    mg_dataset ds;
+    char err[MG_ERRLEN];
+    size_t n = 0;
+    out[0] = 0;
+    if (mg_dataset_open(tp(prefix), &ds, err, sizeof err)) return;
+    for (int64_t d = 0; d < ds.n_documents && n + 24 < cap; d++) {
+        int64_t len = 0;
+        for (int64_t q = mg_dataset_doc_bound(&ds, d); q < mg_dataset_doc_bound(&ds, d + 1); q++)
+            len += mg_dataset_seq_len(&ds, q);
+        n += (size_t)snprintf(out + n, cap - n, "%s%lld", d ? "," : "", (long long)len);
+    }
+    mg_dataset_close(&ds);
+}
+
+/* Several datasets are written all or none; a key given twice in a JSON object is its last
+   value (Python's json.loads); blank lines are never documents of their own; options after
+   the text files; outputs that would replace inputs; what follows a .gz's last member.   */
+static void check_all_or_none(void) {
+    char cmd[2048], out[4096], lens[200];
+    int rc;
+    /* title empty on every line: its dataset fails, and text's is not left behind */
+    write_text("aon.jsonl", "{\"text\":\"abc\",\"title\":\"\"}\n{\"text\":\"de\",\"title\":\"\"}\n");
+    snprintf(cmd, sizeof cmd, TOOL " --input %s --output-prefix %s/aon --json-keys text title",
+             tp("aon.jsonl"), dir);
+    rc = run(cmd, out, sizeof out);
+    mg_test_report(rc == 1 && strstr(out, "aon_title_document: no tokens to write") &&
+                   count_names("aon_") == 0, "prepare: one key's dataset fails (no tokens): no "
+                   "dataset of any key is written, no temporary left", "rc %d, %d files: %.300s",
+                   rc, count_names("aon_"), out);
+    write_text("dk.jsonl", "{\"text\":\"first\",\"text\":\"second\"}\n");
+    snprintf(cmd, sizeof cmd, TOOL " --quiet --input %s --output-prefix %s/dk", tp("dk.jsonl"),
+             dir);
+    rc = run(cmd, out, sizeof out);
+    {
+        mg_dataset ds;
+        char err[MG_ERRLEN], text[16] = "";
+        if (rc == 0 && mg_dataset_open(tp("dk_text_document"), &ds, err, sizeof err) == 0) {
+            for (int64_t i = 0; i < ds.n_tokens && i < 15; i++) text[i] = (char)mg_dataset_token(&ds, i);
+            mg_dataset_close(&ds);
+        }
+        mg_test_report(!strcmp(text, "second"), "prepare: a key twice in one JSON object is its "
+                       "last value, as Python's json.loads", "rc %d, got '%s': %.200s", rc, text,
+                       out);
+    }
+    /* blank lines: part of the document before them, never one of their own */
+    write_text("ln.txt", "one\n\n\ntwo\n");
+    write_text("pp.txt", "\n\npara\n");
+    write_text("ws.txt", " \n\t\n\r\n");
+    /* ... and options after the files are options (they were opened as files) */
+    static const struct { const char *args, *prefix, *want, *name; } modes[] = {
+        {"--quiet --documents line ln.txt", "ln", "6,4", "prepare: --documents line on 'one\\n"
+         "\\n\\ntwo\\n': 2 documents (6, 4 bytes), the blank lines with 'one'"},
+        {"--quiet --documents paragraph pp.txt ws.txt", "pp", "7", "prepare: --documents "
+         "paragraph: leading blank lines go with the first paragraph, a file of blank lines "
+         "adds nothing"},
+        {"ln.txt --append-eod --documents line", "late", "7,5", "prepare: options after the "
+         "text files (--append-eod --documents line) apply"},
+    };
+    char repo[1024];
+    if (!getcwd(repo, sizeof repo)) repo[0] = 0;
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        snprintf(cmd, sizeof cmd, "cd %s && %s/" TOOL " -o %s %s", dir, repo, modes[i].prefix,
+                 modes[i].args);
+        rc = run(cmd, out, sizeof out);
+        doc_lengths(modes[i].prefix, lens, sizeof lens);
+        mg_test_report(rc == 0 && !strcmp(lens, modes[i].want), modes[i].name,
+                       "rc %d, lengths %s: %.200s", rc, lens, out);
+    }
+    /* outputs that name an input: refused up front, the input intact */
+    write_text("same.bin", "keep me\n");
+    snprintf(cmd, sizeof cmd, TOOL " -o %s/same %s", dir, tp("same.bin"));
+    rc = run(cmd, out, sizeof out);
+    mg_test_report(rc == 2 && strstr(out, "same.bin: the output would overwrite the input") &&
+                   same_file(tp("same.bin"), tp("same.bin")) && count_names("same.") == 1,
+                   "prepare: -o PREFIX whose PREFIX.bin is the input: refused, one line",
+                   "rc %d: %.300s", rc, out);
+    snprintf(cmd, sizeof cmd, TOOL " --llmc %s %s", tp("ln.txt"), tp("ln.txt"));
+    rc = run(cmd, out, sizeof out);
+    mg_test_report(rc == 2 && strstr(out, "ln.txt: the output would overwrite the input"),
+                   "prepare: --llmc FILE that is the input: refused, one line", "rc %d: %.300s",
+                   rc, out);
+    /* after the last gzip member: garbage is refused, zero padding and a second member read */
+    snprintf(cmd, sizeof cmd, "cp " DATA "prep_input.jsonl.gz %s && printf 'x' >> %s && "
+             TOOL " --input %s --output-prefix %s/tg", tp("tg.jsonl.gz"), tp("tg.jsonl.gz"),
+             tp("tg.jsonl.gz"), dir);
+    rc = run(cmd, out, sizeof out);
+    mg_test_report(rc == 1 && strstr(out, "tg.jsonl.gz: cannot read after line 200 (bytes after "
+                   "the last gzip member that are neither gzip nor zero padding") &&
+                   count_names("tg_") == 0, "prepare: a .gz with garbage after its last member "
+                   "is refused, nothing written", "rc %d: %.300s", rc, out);
+    snprintf(cmd, sizeof cmd, "(cat " DATA "prep_input.jsonl.gz; head -c 700 /dev/zero) > %s && "
+             TOOL " --quiet --input %s --output-prefix %s/tz --json-keys text title "
+             "--append-eod", tp("tz.jsonl.gz"), tp("tz.jsonl.gz"), dir);
+    rc = run(cmd, out, sizeof out);
+    mg_test_report(rc == 0 && same_file(tp("tz_text_document.bin"), DATA
+                   "prep_ref_eod_text_document.bin") && same_file(tp("tz_text_document.idx"),
+                   DATA "prep_ref_eod_text_document.idx"), "prepare: a .gz with zero padding "
+                   "after it (as gzip, skipped): the same dataset", "rc %d: %.300s", rc, out);
+    snprintf(cmd, sizeof cmd, "(head -n 120 " DATA "prep_input.jsonl | gzip -c; tail -n +121 "
+             DATA "prep_input.jsonl | gzip -c) > %s && " TOOL " --quiet --input %s "
+             "--output-prefix %s/tm --json-keys text title --append-eod", tp("tm.jsonl.gz"),
+             tp("tm.jsonl.gz"), dir);
+    rc = run(cmd, out, sizeof out);
+    mg_test_report(rc == 0 && same_file(tp("tm_title_document.bin"), DATA
+                   "prep_ref_eod_title_document.bin") && same_file(tp("tm_title_document.idx"),
+                   DATA "prep_ref_eod_title_document.idx"), "prepare: a .gz of two members "
+                   "(as gzip joins them): the same dataset", "rc %d: %.300s", rc, out);
+}
+
 static void check_flag_errors(void) {
     static const char *const cases[][2] = {
         {"--input " DATA "prep_input.jsonl -o DIR/e --split-sentences",
@@ -233,6 +355,8 @@ static void check_flag_errors(void) {
          "FILE or --vocab-file FILE: both were given"},
         {"--input " DATA "prep_input.jsonl -o DIR/e --tokenizer-type HuggingFaceTokenizer",
          "--vocab-file FILE: none was given"},
+        {"--input " DATA "prep_input.jsonl -o DIR/e --json-keys text title text",
+         "--json-keys: 'text' is given twice"},
         {"--json-keys text -o DIR/e data/01_the_river_town.txt",
          "--json-keys applies to --input"},
         {"-o DIR/e --bad-lines skip data/01_the_river_town.txt",
@@ -437,6 +561,7 @@ int main(void) {
     check_empty_docs();
     check_workers();
     check_bad_lines();
+    check_all_or_none();
     check_flag_errors();
     check_progress();
     check_tiktoken();

@@ -19,8 +19,9 @@
    them either). A line that is not such an object (bad JSON, a missing key, a value of
    another type, a \u0000 inside a string) stops the run naming FILE:LINE, or with
    --bad-lines skip is reported (FILE:LINE: why) and left out.
-   Plain text files (positional): documents per file, paragraph or line (--documents); each
-   document keeps its newlines, empty documents are skipped; today's flags all still work.
+   Plain text files (positional, options before or after them): documents per file, paragraph
+   or line (--documents); each document keeps its newlines and the blank lines after it, so
+   no document is blank; a file that is empty or blank adds none.
    Tokens: --tokenizer-type (Megatron-LM's names; default ByteTokenizer: id = byte value,
    vocabulary 256). Token dtype uint16 when the vocabulary is < 65,500, else int32 (Megatron's
    DType.optimal_dtype), unless --dtype says.
@@ -31,6 +32,7 @@
 #include "megatron.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +61,7 @@ typedef struct prep_args {
     int64_t log_interval;
     doc_mode mode;
     bad_mode bad;
-    char **files;                /* plain text inputs (positional)                           */
+    char **files;                /* plain text inputs (positional, wherever they stand)      */
     int n_files;
 } prep_args;
 
@@ -113,14 +115,45 @@ static int die_usage(const char *fmt, const char *a, const char *b) {
     return 2;
 }
 
-/* Parses argv into a; returns 0, 1 (help printed) or 2 (one error line printed).          */
+/* An output that names an input (the same file, under any name) would be renamed over it
+   once the run ends: refused with one line (2), before anything is read.                 */
+static int output_overwrites_input(const prep_args *a) {
+    char out[MAX_KEYS * 2 + 1][600];
+    int n_out = 0;
+    if (a->llmc) snprintf(out[n_out++], sizeof out[0], "%s", a->llmc);
+    for (int k = 0; a->output_prefix && k < (a->input ? a->n_keys : 1); k++)
+        for (int e = 0; e < 2; e++)
+            snprintf(out[n_out++], sizeof out[0], a->input ? "%s_%s_document.%s" : "%s%s.%s",
+                     a->output_prefix, a->input ? a->keys[k] : "", e ? "idx" : "bin");
+    for (int o = 0; o < n_out; o++)
+        for (int i = 0; i < (a->input ? 1 : a->n_files); i++) {
+            const char *in = a->input ? a->input : a->files[i];
+            if (mg_same_file(out[o], in))
+                return die_usage("%s: the output would overwrite the input %s (give another "
+                                 "output name)", out[o], in);
+        }
+    return 0;
+}
+
+/* Parses argv into a; returns 0, 1 (help printed) or 2 (one error line printed). Options
+   and text files mix in any order, as in most tools (`-o x a.txt --append-eod`); after
+   `--` every word is a file, for names that start with '-'. The files are gathered at the
+   front of argv (a->files points there): argv's order is free to change.                  */
 static int parse_args(prep_args *a, int argc, char **argv) {
+    int only_files = 0;
     memset(a, 0, sizeof *a);
     a->workers = 1;
     a->log_interval = 1000;
     a->dtype = MG_IDX_U16;
+    a->files = argv + 1;
     for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *arg = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (only_files || arg[0] != '-' || !arg[1]) {      /* a plain text file */
+            a->files[a->n_files++] = arg;    /* never past i: the words before it were read */
+            continue;
+        }
+        if (!strcmp(arg, "--")) { only_files = 1; continue; }
         if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) { usage(stdout); return 1; }
         if (!strcmp(arg, "--append-eod")) { a->append_eod = 1; continue; }
         if (!strcmp(arg, "--quiet")) { a->quiet = 1; continue; }
@@ -133,15 +166,15 @@ static int parse_args(prep_args *a, int argc, char **argv) {
             while (i + 1 < argc && argv[i + 1][0] != '-') {
                 if (a->n_keys == MAX_KEYS) return die_usage("--json-keys: more than %s keys%s",
                                                             "16", "");
+                for (int k = 0; k < a->n_keys; k++)   /* two writers of one dataset */
+                    if (!strcmp(a->keys[k], argv[i + 1]))
+                        return die_usage("--json-keys: '%s' is given twice (each key writes its "
+                                         "own dataset, PREFIX_%s_document)", argv[i + 1],
+                                         argv[i + 1]);
                 a->keys[a->n_keys++] = argv[++i];
             }
             if (!a->n_keys) return die_usage("--json-keys needs at least one key%s%s", "", "");
             continue;
-        }
-        if (arg[0] != '-' || !arg[1]) {      /* the plain text files */
-            a->files = argv + i;
-            a->n_files = argc - i;
-            break;
         }
         if (!v) return die_usage("%s needs a value (see --help)%s", arg, "");
         if (!strcmp(arg, "--input")) a->input = v;
@@ -201,7 +234,7 @@ static int parse_args(prep_args *a, int argc, char **argv) {
                          a->vocab_file ? "--vocab-file" : a->merge_file ? "--merge-file" :
                          a->tokenizer_model ? "--tokenizer-model" : "--tiktoken-pattern", "");
     if (!a->n_keys) a->keys[a->n_keys++] = "text";
-    return 0;
+    return output_overwrites_input(a);
 }
 
 /* ---- encoding ------------------------------------------------------------------------------ */
@@ -367,40 +400,136 @@ static void encode_line(line_job *j, const prep_args *a, const mg_tokenizer *tok
     mg_json_free(&js);
 }
 
-/* The input through zlib (plain files are read as they are), buffered: lines of any length
-   and any bytes (a NUL byte stays in the line, and makes it bad JSON).                      */
+/* The input, buffered: a file that starts with gzip's magic bytes is inflated (zlib), member
+   after member as gzip does; any other file is read as it is. Lines of any length and any
+   bytes (a NUL byte stays in the line, and makes it bad JSON). Inflating here, not through
+   gzread, is what sees the end of the last member: gzread ignores whatever follows it, and
+   bytes there that are neither another member nor zero padding (which gzip itself skips)
+   are a damaged or wrongly joined file, refused as gzip warns of them.                     */
 typedef struct line_reader {
-    gzFile f;
+    int fd, gz, in_eof;
+    int done, failed;            /* the last gzip member has ended; what follows is bad   */
+    z_stream zs;
+    unsigned char in[1 << 16];
     char buf[1 << 16];
     int pos, len, eof;
+    int64_t raw;                 /* bytes read from the file (progress)                    */
+    const char *why;             /* an error: what is wrong                                 */
 } line_reader;
 
+/* More input after the bytes not yet consumed (kept, moved to the front); 1, 0 at the end
+   of the file, -1 on a read error.                                                         */
+static int reader_more(line_reader *r) {
+    ssize_t got;
+    uInt keep = r->zs.avail_in;
+    if (r->in_eof) return 0;
+    if (keep) memmove(r->in, r->zs.next_in, keep);
+    do got = read(r->fd, r->in + keep, sizeof r->in - keep); while (got < 0 && errno == EINTR);
+    if (got < 0) { r->why = strerror(errno); return -1; }
+    if (got == 0) r->in_eof = 1;
+    r->raw += got;
+    r->zs.next_in = r->in;
+    r->zs.avail_in = keep + (uInt)got;
+    return got > 0;
+}
+
+static int reader_open(line_reader *r, const char *path) {
+    memset(r, 0, sizeof *r);
+    if ((r->fd = open(path, O_RDONLY)) < 0) return -1;
+    while (r->zs.avail_in < 2 && reader_more(r) > 0) {}   /* a read error shows at the first read */
+    r->gz = r->zs.avail_in >= 2 && r->in[0] == 0x1f && r->in[1] == 0x8b;
+    return r->gz && inflateInit2(&r->zs, 15 + 16) != Z_OK ? -1 : 0;
+}
+
+static void reader_close(line_reader *r) {
+    if (r->gz) inflateEnd(&r->zs);
+    if (r->fd >= 0) close(r->fd);
+}
+
+/* After a gzip member: another member (1: reset, go on), the end of the file or zero padding
+   up to it (0), or bytes that are neither (-1).                                           */
+static int reader_after_member(line_reader *r) {
+    int padding = 0;
+    for (;;) {
+        while (r->zs.avail_in < 2 && !r->in_eof)
+            if (reader_more(r) < 0) return -1;
+        if (r->zs.avail_in == 0) return 0;
+        if (!padding && r->zs.avail_in >= 2 && r->zs.next_in[0] == 0x1f &&
+            r->zs.next_in[1] == 0x8b)
+            return inflateReset(&r->zs) == Z_OK ? 1 : -1;
+        for (uInt i = 0; i < r->zs.avail_in; i++)
+            if (r->zs.next_in[i]) {
+                r->why = "bytes after the last gzip member that are neither gzip nor zero "
+                         "padding: a damaged or wrongly joined file";
+                return -1;
+            }
+        padding = 1;                         /* zeros: skipped, as gzip skips them */
+        r->zs.avail_in = 0;
+    }
+}
+
+/* The next bytes of the text into r->buf (r->len); 0 at the end, -1 with r->why.         */
+static int reader_fill(line_reader *r) {
+    if (!r->gz) {
+        if (r->zs.avail_in == 0 && reader_more(r) < 0) return -1;
+        memcpy(r->buf, r->zs.next_in, r->zs.avail_in);
+        r->len = (int)r->zs.avail_in;
+        r->zs.avail_in = 0;
+        return r->len > 0;
+    }
+    if (r->failed) return -1;  /* after the text that came before the bad bytes (r->why) */
+    if (r->done) return 0;
+    r->zs.next_out = (Bytef *)r->buf;
+    r->zs.avail_out = sizeof r->buf;
+    while (r->zs.avail_out == sizeof r->buf) {
+        int z;
+        if (r->zs.avail_in == 0) {
+            int more = reader_more(r);
+            if (more < 0) return -1;
+            if (more == 0) {
+                r->why = "damaged compressed data";   /* cut short inside a member */
+                return -1;
+            }
+        }
+        z = inflate(&r->zs, Z_NO_FLUSH);
+        if (z == Z_STREAM_END) {
+            int next = reader_after_member(r);
+            if (next < 0) {
+                if (!r->why) r->why = "damaged compressed data";
+                r->failed = 1;
+                break;
+            }
+            if (next == 0) { r->done = 1; break; }   /* the end of the last member */
+        } else if (z != Z_OK && z != Z_BUF_ERROR) {
+            r->why = "damaged compressed data";
+            return -1;
+        }
+    }
+    r->len = (int)(sizeof r->buf - r->zs.avail_out);
+    return r->len > 0 ? 1 : r->failed ? -1 : 0;
+}
+
 /* Reads the next line (without its '\n') into a new buffer; 1, 0 at the end, -1 on an error
-   (out of memory, or zlib: a damaged .gz).                                                  */
+   (out of memory, a read error, damaged .gz: r->why).                                       */
 static int read_line(line_reader *r, char **out, size_t *len) {
     size_t cap = 256, n = 0;
     char *line = (char *)malloc(cap);
     int got = 0;                 /* saw any byte of this line (an empty line is a line)  */
-    if (!line) return -1;
+    if (!line) { r->why = "out of memory"; return -1; }
     for (;;) {
         if (r->pos == r->len) {
             if (r->eof) break;
-            r->len = gzread(r->f, r->buf, sizeof r->buf);
+            int more = reader_fill(r);
             r->pos = 0;
-            if (r->len == 0) {   /* the end, or a .gz cut short ("unexpected end of file") */
-                int e = Z_OK;
-                gzerror(r->f, &e);
-                if (e != Z_OK) r->len = -1;
-            }
-            if (r->len < 0) { free(line); return -1; }
-            if (r->len == 0) { r->eof = 1; break; }
+            if (more < 0) { free(line); return -1; }
+            if (more == 0) { r->len = 0; r->eof = 1; break; }
         }
         char *nl = (char *)memchr(r->buf + r->pos, '\n', (size_t)(r->len - r->pos));
         size_t take = nl ? (size_t)(nl - (r->buf + r->pos)) : (size_t)(r->len - r->pos);
         if (n + take + 1 > cap) {
             while (n + take + 1 > cap) cap *= 2;
             char *p = (char *)realloc(line, cap);
-            if (!p) { free(line); return -1; }
+            if (!p) { free(line); r->why = "out of memory"; return -1; }
             line = p;
         }
         memcpy(line + n, r->buf + r->pos, take);
@@ -440,15 +569,15 @@ static int run_jsonl(const prep_args *a, const mg_tokenizer *tok, mg_idx_dtype d
         return 1;
     }
     jobs = (line_job *)calloc(BATCH_LINES, sizeof *jobs);
-    if (rd) rd->f = gzopen(a->input, "rb");   /* plain files as they are, .gz through zlib */
-    if (!rd || !rd->f || !jobs) {
-        fprintf(stderr, "mg_prepare: --input %s: cannot open\n", a->input);
-        if (rd && rd->f) gzclose(rd->f);
+    if (rd) rd->fd = -1;
+    if (!rd || !jobs || reader_open(rd, a->input) != 0) {
+        fprintf(stderr, "mg_prepare: --input %s: cannot open (%s)\n", a->input,
+                rd && jobs ? strerror(errno) : "out of memory");
+        if (rd) reader_close(rd);
         free(rd);
         free(jobs);
         return 1;
     }
-    gzbuffer(rd->f, 1 << 20);
     for (int k = 0; k < a->n_keys; k++, o->n_open++) {
         snprintf(prefix, sizeof prefix, "%s_%s_document", a->output_prefix, a->keys[k]);
         if (mg_idx_writer_begin(&o->w[k], prefix, dtype, err, sizeof err)) {
@@ -470,8 +599,7 @@ static int run_jsonl(const prep_args *a, const mg_tokenizer *tok, mg_idx_dtype d
             int r = read_line(rd, &jobs[n].text, &jobs[n].len);
             if (r < 0) {
                 fprintf(stderr, "mg_prepare: %s: cannot read after line %lld (%s)\n", a->input,
-                        (long long)line_no, rd->len < 0 ? "damaged compressed data" :
-                        "out of memory");
+                        (long long)line_no, rd->why ? rd->why : "out of memory");
                 rc = 1;
             }
             if (r <= 0) { at_end = 1; break; }
@@ -480,7 +608,7 @@ static int run_jsonl(const prep_args *a, const mg_tokenizer *tok, mg_idx_dtype d
             n++;
         }
         if (rc) break;
-        off1 = (double)gzoffset(rd->f);
+        off1 = (double)rd->raw;
         #pragma omp parallel for num_threads(a->workers) schedule(dynamic, 1)
         for (int i = 0; i < n; i++) encode_line(&jobs[i], a, tok, eod);
         for (int i = 0; i < n; i++) {   /* in input order: the same output for any workers */
@@ -509,38 +637,48 @@ static int run_jsonl(const prep_args *a, const mg_tokenizer *tok, mg_idx_dtype d
         off0 = off1;
     }
     if (rc == 0) progress_show(&pg, o->docs, *bytes_in, pg.total, 1);
-    gzclose(rd->f);
+    reader_close(rd);
     free(rd);
     free(jobs);
     return rc;
 }
 
 /* ---- plain text files ---------------------------------------------------------------------- */
-/* End (exclusive) of the document starting at `start` in text[0..n).                     */
+/* If the line at i is blank (only spaces, tabs, '\r', up to a '\n' or the end of the text),
+   the index just after it; else -1.                                                          */
+static long blank_line_end(const unsigned char *text, long n, long i) {
+    if (i >= n) return -1;
+    while (i < n && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r')) i++;
+    return i == n ? n : text[i] == '\n' ? i + 1 : -1;
+}
+static long skip_blank_lines(const unsigned char *text, long n, long i) {
+    long j;
+    while ((j = blank_line_end(text, n, i)) >= 0) i = j;
+    return i;
+}
+
+/* End (exclusive) of the document starting at `start` in text[0..n). A line or paragraph
+   document holds its text and the run of blank lines after it, so every byte of the file is
+   in one document and no document is only blank lines (blank lines at the very start of a
+   file belong to its first document).                                                    */
 static long document_end(const unsigned char *text, long n, long start, doc_mode mode) {
+    long i = skip_blank_lines(text, n, start);
     if (mode == DOC_FILE) return n;
-    long i = start;
-    if (mode == DOC_LINE) {
+    for (;;) {                          /* at a line with text: through its newline */
         while (i < n && text[i] != '\n') i++;
-        return i < n ? i + 1 : n;
+        if (i < n) i++;
+        if (i >= n) return n;
+        if (mode == DOC_LINE || blank_line_end(text, n, i) >= 0)
+            return skip_blank_lines(text, n, i);
     }
-    /* paragraph: up to the first blank line (a '\n' followed by optional spaces/tabs/'\r'
-       and another '\n'), then through all following blank lines.                        */
-    while (i < n) {
-        if (text[i++] != '\n') continue;
-        long j = i;
-        while (j < n && (text[j] == ' ' || text[j] == '\t' || text[j] == '\r')) j++;
-        if (j < n && text[j] == '\n') {  /* blank line: swallow the whole run */
-            i = j + 1;
-            for (;;) {
-                j = i;
-                while (j < n && (text[j] == ' ' || text[j] == '\t' || text[j] == '\r')) j++;
-                if (j < n && text[j] == '\n') i = j + 1; else break;
-            }
-            return i;
-        }
-    }
-    return n;
+}
+
+/* A file of nothing but blank lines (spaces, tabs, '\r' and newlines) is one such document:
+   empty, skipped as an empty one is.                                                     */
+static int blank_document(const char *text, long n) {
+    for (long i = 0; i < n; i++)
+        if (text[i] != ' ' && text[i] != '\t' && text[i] != '\r' && text[i] != '\n') return 0;
+    return 1;
 }
 
 /* Text files: each file's documents encoded by the workers, added in order (indexed) or to
@@ -559,7 +697,7 @@ static int run_text(const prep_args *a, const mg_tokenizer *tok, prep_out *o, in
     for (int f = 0; f < a->n_files && rc == 0; f++) {
         char *bytes = NULL;
         size_t len = 0;
-        long n_docs = 0, cap_docs = 0, *starts = NULL;
+        long n_docs = 0, cap_docs = 0, *starts = NULL;   /* document d: [starts[2d], [2d+1]) */
         doc_out *docs;
         /* a directory, a named pipe or an oversized file: one line, nothing waited on */
         if (mg_read_file(a->files[f], MAX_INPUT_BYTES, &bytes, &len, err, sizeof err) != 0) {
@@ -567,16 +705,17 @@ static int run_text(const prep_args *a, const mg_tokenizer *tok, prep_out *o, in
             return 1;
         }
         *bytes_in += (double)len;
-        for (long s = 0; s < (long)len;) {      /* document boundaries */
-            if (n_docs + 2 > cap_docs) {
+        for (long s = 0, e; s < (long)len; s = e) {      /* document boundaries */
+            e = document_end((const unsigned char *)bytes, (long)len, s, a->mode);
+            if (blank_document(bytes + s, e - s)) continue;
+            if (2 * n_docs + 2 > cap_docs) {
                 cap_docs = 2 * cap_docs + 64;
                 long *p = (long *)realloc(starts, (size_t)cap_docs * sizeof(long));
                 if (!p) { rc = 1; break; }
                 starts = p;
             }
-            starts[n_docs++] = s;
-            s = document_end((const unsigned char *)bytes, (long)len, s, a->mode);
-            starts[n_docs] = s;
+            starts[2 * n_docs] = s;
+            starts[2 * n_docs++ + 1] = e;
         }
         docs = (doc_out *)calloc((size_t)(n_docs ? n_docs : 1), sizeof *docs);
         if (rc || !docs) {
@@ -589,8 +728,8 @@ static int run_text(const prep_args *a, const mg_tokenizer *tok, prep_out *o, in
         int failed = 0;
         #pragma omp parallel for num_threads(a->workers) schedule(dynamic, 1) reduction(|:failed)
         for (long d = 0; d < n_docs; d++)
-            failed |= doc_add_text(&docs[d], tok, bytes + starts[d],
-                                   (size_t)(starts[d + 1] - starts[d])) ||
+            failed |= doc_add_text(&docs[d], tok, bytes + starts[2 * d],
+                                   (size_t)(starts[2 * d + 1] - starts[2 * d])) ||
                       doc_finish(&docs[d], eod, a->append_eod);
         if (failed) {
             fprintf(stderr, "mg_prepare: %s: out of memory while encoding\n", a->files[f]);
@@ -665,8 +804,15 @@ int main(int argc, char **argv) {
         }
         rc = run_text(&a, tok, &o, &stream, &n_stream, &bytes_in);
     }
-    for (int k = 0; k < o.n_open; k++) {   /* finish every dataset, or remove them all */
-        if (rc == 0 && mg_idx_writer_finish(&o.w[k], err, sizeof err)) {
+    /* all datasets or none: every one checked and complete under its temporary name first
+       (an empty one fails here), then all renamed into place                             */
+    for (int k = 0; k < o.n_open && rc == 0; k++)
+        if (mg_idx_writer_prepare(&o.w[k], err, sizeof err)) {
+            fprintf(stderr, "mg_prepare: %s\n", err);
+            rc = 1;
+        }
+    for (int k = 0; k < o.n_open; k++) {
+        if (rc == 0 && mg_idx_writer_commit(&o.w[k], err, sizeof err)) {
             fprintf(stderr, "mg_prepare: %s\n", err);
             rc = 1;
         } else if (rc) {

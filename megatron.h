@@ -892,6 +892,11 @@ MGDEF void mg_train_args_default(mg_train_args *a);
 /* Returns 0, or -1 with "what is wrong, what would be valid" in err. --help sets a->help.   */
 MGDEF int mg_train_parse(mg_train_args *a, int argc, char **argv, char *err, size_t errlen);
 MGDEF int mg_train_flag_given(const mg_train_args *a, const char *flag); /* "--lr" -> 0/1 */
+/* The model that gpt_train's model flags describe (argv[1..argc): --num-layers,
+   --hidden-size, the Llama family's …), checked as gpt_train checks it: each flag's range,
+   then mg_gpt_config_check at t = 1. 0, or -1 with gpt_train's own message in err. The
+   planner (mg_plan.h) checks the model through it, so it never plans one gpt_train refuses. */
+MGDEF int mg_train_model_check(int argc, char **argv, char *err, size_t errlen);
 MGDEF void mg_train_print_help(FILE *out, const char *prog);
 /* Flag i of the table ("--lr"; NULL past the last one) and the --help group it is listed
    under (*group: "learning rate"), for tools and tests that walk the command line.        */
@@ -5075,6 +5080,24 @@ static int mg__switches_from_hf(mg_train_args *a, const mg_weights_file *f, char
     for (i = 0; i < MG__NSWITCH_FLAGS && !rc; i++)
         rc = mg__switch_merge(a, mg__switch_flags[i], v[i], what, err, errlen);
     return rc;
+}
+
+static void mg__llama_config(const mg_train_args *a, mg_gpt_config *c);
+MGDEF int mg_train_model_check(int argc, char **argv, char *err, size_t errlen) {
+    mg_train_args a;
+    mg_gpt_config c;
+    mg_train_args_default(&a);
+    if (mg_train_parse(&a, argc, argv, err, errlen)) return -1;
+    memset(&c, 0, sizeof c);
+    c.n_layer = (int)a.num_layers;
+    c.hidden = (int)a.hidden_size;
+    c.n_head = (int)a.num_attention_heads;
+    c.seq_len = (int)a.seq_length;
+    c.max_pos = (int)(a.max_position_embeddings ? a.max_position_embeddings : a.seq_length);
+    c.vocab_size = (int)a.vocab_size;
+    c.padded_vocab = mg_gpt_pad_vocab(c.vocab_size, 1);
+    mg__llama_config(&a, &c);
+    return mg_gpt_config_check(&c, 1, err, errlen);
 }
 
 /* The Llama-family fields of the model configuration from the flags. */

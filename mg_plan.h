@@ -353,6 +353,7 @@ MGDEF int mg_plan_main(int argc, char **argv, FILE *out, FILE *errf);
 #ifndef MG_PLAN_NO_CBLAS
 #include <cblas.h>
 #endif
+#include "megatron.h"   /* mg_train_model_check: the command line's model, as gpt_train checks it */
 
 #define MG__PLAN_GIB 1073741824.0
 
@@ -1521,7 +1522,8 @@ typedef struct mg__plan_cli {
     int layers_per_virtual;         /* --num-layers-per-virtual-pipeline-stage               */
     int precision_given, search, json, top, calibrate, gpus_per_node_given;
     int group_query_attention;      /* --group-query-attention given                          */
-    double rope_unused;             /* --rotary-base etc.: checked, no effect on the costs    */
+    double rope_unused;             /* --rotary-base etc.: checked (gpt_train's rules), no
+                                       effect on the costs                                    */
     double train_tokens;
     /* GPU overrides (negative: not given) */
     double peak, mem, hbm, nvlink, ib, gemm_eff, reserve, hbm_eff, kernel_us;
@@ -1612,9 +1614,23 @@ static const char *mg__plan_usage =
     "           --rotary-base --rotary-percent --use-rope-scaling --rope-scaling-factor\n";
 
 /* Parses argv into cli. Returns 0, 1 for --help, -1 with err. */
+/* gpt_train's flags that describe the model: the planner hands them to mg_train_model_check,
+   the trainer's own check, so the two never disagree on which models exist.              */
+static const char *const mg__plan_model_flags[] = {
+    "--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length",
+    "--max-position-embeddings", "--ffn-hidden-size", "--num-query-groups", "--kv-channels",
+    "--swiglu", "--group-query-attention", "--untie-embeddings-and-output-weights",
+    "--disable-bias-linear", "--add-qkv-bias", "--use-rope-scaling", "--norm-epsilon",
+    "--rotary-base", "--rotary-percent", "--rope-scaling-factor", "--normalization",
+    "--position-embedding-type"};
+#define MG__PLAN_NMODEL ((int)(sizeof mg__plan_model_flags / sizeof mg__plan_model_flags[0]))
+
 static int mg__plan_parse(int argc, char **argv, mg__plan_cli *c, char *err, size_t errlen) {
-    int i;
+    int i, k, model_argc = 1;
+    char vocab[48];
+    char *model_argv[2 * MG__PLAN_NMODEL + 4];   /* each flag once (a repeat is refused) */
     memset(c, 0, sizeof(*c));
+    model_argv[0] = (char *)"mg_plan";
     c->model.vocab_size = 51200;
     c->train.precision = MG_PLAN_BF16;
     c->train.scatter_gather = 1;
@@ -1726,6 +1742,15 @@ static int mg__plan_parse(int argc, char **argv, mg__plan_cli *c, char *err, siz
 #undef MG__CHOICE
 #undef MG__SWITCH
         if (rc) return -1;
+        for (k = 0; k < MG__PLAN_NMODEL && strcmp(flag, mg__plan_model_flags[k]); k++) {}
+        if (k < MG__PLAN_NMODEL) {       /* the words as given, for gpt_train's check */
+            if (model_argc + 2 >= (int)(sizeof model_argv / sizeof model_argv[0])) {
+                mg__plan_err(err, errlen, "%s: a model flag given twice", flag);
+                return -1;
+            }
+            model_argv[model_argc++] = argv[i];
+            if (took && !eq) model_argv[model_argc++] = argv[i + 1];
+        }
         if (took && !eq) i++;
     }
     if (c->model.num_query_groups && !c->group_query_attention) {
@@ -1745,6 +1770,9 @@ static int mg__plan_parse(int argc, char **argv, mg__plan_cli *c, char *err, siz
                      "and --seq-length");
         return -1;
     }
+    snprintf(vocab, sizeof vocab, "--vocab-size=%d", c->model.vocab_size);
+    model_argv[model_argc++] = vocab;
+    if (mg_train_model_check(model_argc, model_argv, err, errlen)) return -1;
     if (!c->train.global_batch_size) { mg__plan_err(err, errlen, "--global-batch-size is required"); return -1; }
     if (!c->cluster.gpus) { mg__plan_err(err, errlen, "--gpus is required"); return -1; }
     return 0;

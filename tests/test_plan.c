@@ -708,6 +708,46 @@ static void test_tool(void) {
         mg_test_report(rc == 2 && strncmp(err, "mg_plan: error: ", 16) == 0 && count_lines(err) == 1 && !out[0],
                        name, "rc %d: %s", rc, err);
     }
+    {   /* models gpt_train refuses are refused with gpt_train's own message (one function,
+           mg_train_model_check, checks both), and a model it takes is planned */
+        static struct { const char *args[24], *gpt_train; } models[] = {
+            {{"--num-layers", "24", "--hidden-size", "2032", "--num-attention-heads", "16",
+              "--seq-length", "2048", "--global-batch-size", "64", "--gpus", "8",
+              "--position-embedding-type", "rope", NULL},
+             "rotary positions need an even head dimension (127: "},
+            {{"--num-layers", "24", "--hidden-size", "2048", "--num-attention-heads", "16",
+              "--seq-length", "2048", "--global-batch-size", "64", "--gpus", "8",
+              "--rotary-percent", "5", NULL}, "--rotary-percent 5: out of range"},
+            {{"--num-layers", "24", "--hidden-size", "2048", "--num-attention-heads", "16",
+              "--seq-length", "2048", "--global-batch-size", "64", "--gpus", "8",
+              "--norm-epsilon", "3", NULL}, "--norm-epsilon 3: out of range"},
+            {{"--num-layers", "24", "--hidden-size", "2048", "--num-attention-heads", "16",
+              "--seq-length", "2048", "--global-batch-size", "64", "--gpus", "8",
+              "--position-embedding-type", "rope", "--kv-channels", "96",
+              "--rotary-percent", "0.01", NULL}, "leaves 0 (need at least 2)"},
+        };
+        for (i = 0; i < (int)(sizeof models / sizeof models[0]); i++) {
+            char name[160], want[MG_ERRLEN + 32], gerr[MG_ERRLEN];
+            char *argv[24];
+            int argc = 1, k;
+            argv[0] = (char *)"gpt_train";
+            for (k = 0; models[i].args[k]; k += 2)   /* the model's flags: gpt_train's check */
+                if (strcmp(models[i].args[k], "--gpus") &&
+                    strcmp(models[i].args[k], "--global-batch-size")) {
+                    argv[argc++] = (char *)models[i].args[k];
+                    argv[argc++] = (char *)models[i].args[k + 1];
+                }
+            argv[argc++] = (char *)"--vocab-size";
+            argv[argc++] = (char *)"51200";
+            mg_train_model_check(argc, argv, gerr, sizeof gerr);
+            snprintf(want, sizeof want, "mg_plan: error: %s\n", gerr);
+            rc = run_tool(models[i].args, err, sizeof(err), out, sizeof(out));
+            snprintf(name, sizeof(name), "a model gpt_train refuses (%s…) is refused in "
+                     "gpt_train's words", models[i].gpt_train);
+            mg_test_report(rc == 2 && !strcmp(err, want) && strstr(err, models[i].gpt_train) &&
+                           !out[0], name, "rc %d: %s (gpt_train: %s)", rc, err, gerr);
+        }
+    }
     {   /* gpt_train's --attention-backend names: unfused and local plan the unfused core; flash,
            auto and fused the tiled one (which stores no scores: less memory) */
         static const char *names[] = {"unfused", "local", "flash", "auto", "fused"};

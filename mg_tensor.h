@@ -1500,12 +1500,22 @@ MG_HD static inline float mg__attn_round(float p, mg_dtype dt) {
 /* One recomputed entry of the backward (every backend's), from the scaled score s and the
    raw dp = dO·v: P = exp(s − lse), *pd = D(P) and the result dS = P·(D'(dp) − Δ), both
    rounded to dt, the type the products take them in (fp32: as they are). */
+MG_HD static inline float mg__attn_ds_bits(const mg__attn_drop_k *k, uint32_t bits, float s,
+                                           float dp, float lse, float delta, mg_dtype dt,
+                                           float *pd) {
+    float p = mg__exp(s - lse);
+    *pd = mg__attn_round(k->on ? mg__dropout(p, bits, k->threshold, k->scale) : p, dt);
+    return mg__attn_round(p * ((k->on ? mg__dropout(dp, bits, k->threshold, k->scale) : dp) -
+                               delta), dt);
+}
+/* The same with the entry's random word drawn here (from its position). */
 MG_HD static inline float mg__attn_ds(const mg__attn_drop_k *k, int b, int h, int64_t qpos,
                                       int64_t kpos, float s, float dp, float lse, float delta,
                                       mg_dtype dt, float *pd) {
-    float p = mg__exp(s - lse);
-    *pd = mg__attn_round(mg__attn_drop(k, b, h, qpos, kpos, p), dt);
-    return mg__attn_round(p * (mg__attn_drop(k, b, h, qpos, kpos, dp) - delta), dt);
+    uint32_t bits = k->on ? mg_rand_u32(k->key, mg__attn_drop_index((int64_t)b * k->nh_total +
+                                                                    k->bh0 + h, k->T_g, qpos, kpos))
+                          : 0u;
+    return mg__attn_ds_bits(k, bits, s, dp, lse, delta, dt, pd);
 }
 /* End of a query row's online softmax: o = acc/l and lse = m + log l (−inf, o = 0, for a row
    that saw no key), merged with an earlier (o_old, lse_old) when merge: the weights
@@ -4867,6 +4877,69 @@ static size_t mg__fa_smem(int hd, int kernel) {   /* 0 forward, 1 dQ, 2 dK/dV */
          : kernel == 1 ? (2 * MG__FA_ROWS + 4 * MG_ATTN_TILE) * row
                        : (2 * MG__FA_ROWS + 4 * MG_ATTN_TILE) * row + 4 * MG_ATTN_TILE * 4;
 }
+/* Dropout's random words for the 4 values of a lane's m16n8 C fragment: elements [2r + e] at
+   (row fr + 8r, column 2q + e), fr = lane/4, q = lane%4. Drawing per element costs a whole
+   Philox evaluation (~70 instructions) per score, several times the score's share of the
+   tensor-core products. Word i mod 4 of an evaluation belongs to index i, and the 4 indices of
+   a group lie in 2 or 4 lanes of the fragment, so with `shared` (the groups aligned: T_g and
+   the first key a multiple of 4; block-uniform) each lane evaluates one group and the lanes
+   trade words by shuffles: one evaluation a lane for its 4 values. Warp-collective then: all
+   32 lanes call it. Without `shared`, one draw per element.
+   Keys along the columns (forward, dQ): (row, column) = (query qrow + 8r, key kcol + 2q + e).
+   A group (query, keys 4p … 4p + 3 of the 8) sits in lanes q = 2p and 2p + 1 (two words each);
+   the even lane evaluates row fr's group, the odd one row fr + 8's, and each sends the other
+   the two words it lacks.                                                                    */
+__device__ static inline void mg__fa_drop_words_keycols(const mg__attn_drop_k &dk, int64_t bh,
+                                                        int64_t qrow, int64_t kcol, int shared,
+                                                        uint32_t w[4]) {
+    const int lane = threadIdx.x & 31, q = lane & 3, odd = q & 1;
+    if (shared) {
+        uint64_t c = mg__attn_drop_index(bh, dk.T_g, qrow + 8 * odd, kcol + 4 * (q >> 1)) >> 2;
+        mg__philox4 x = mg__philox4x32(dk.key, (uint32_t)c, (uint32_t)(c >> 32), 0, 0);
+        uint32_t got0 = __shfl_xor_sync(0xFFFFFFFFu, odd ? x.x[0] : x.x[2], 1);
+        uint32_t got1 = __shfl_xor_sync(0xFFFFFFFFu, odd ? x.x[1] : x.x[3], 1);
+        w[0] = odd ? got0 : x.x[0]; w[1] = odd ? got1 : x.x[1];
+        w[2] = odd ? x.x[2] : got0; w[3] = odd ? x.x[3] : got1;
+    } else {
+        int k;
+        MG__UNROLL
+        for (k = 0; k < 4; k++)
+            w[k] = mg_rand_u32(dk.key, mg__attn_drop_index(bh, dk.T_g, qrow + 8 * (k >> 1),
+                                                           kcol + 2 * q + (k & 1)));
+    }
+}
+/* v[i] for a run-time i < 4, by selects (a run-time index would put v in local memory). */
+__device__ static __forceinline__ uint32_t mg__sel4(const uint32_t v[4], int i) {
+    return (i & 2) ? ((i & 1) ? v[3] : v[2]) : ((i & 1) ? v[1] : v[0]);
+}
+/* Keys along the rows (dK/dV): (row, column) = (key krow + 8r, query qcol + 2q + e), krow the
+   key of the lane's row fr. A group (query, keys 4p … 4p + 3 of the 16) sits in the 4 lanes
+   fr = 4p + i, i = fr mod 4 (lane bits 2–3), word i in lane i; those lanes need the same 4
+   groups, (query qcol + 2q + e, keys from krow − i + 8r) for 2r + e = 0 … 3. Lane i evaluates
+   group i; three shuffle rounds d = 1, 2, 3 between lanes i and i ^ d transpose the words.  */
+__device__ static inline void mg__fa_drop_words_keyrows(const mg__attn_drop_k &dk, int64_t bh,
+                                                        int64_t krow, int64_t qcol, int shared,
+                                                        uint32_t w[4]) {
+    const int lane = threadIdx.x & 31, q = lane & 3, i = (lane >> 2) & 3;
+    int k;
+    if (shared) {
+        uint64_t c = mg__attn_drop_index(bh, dk.T_g, qcol + 2 * q + (i & 1),
+                                         krow - i + 8 * (i >> 1)) >> 2;
+        mg__philox4 x = mg__philox4x32(dk.key, (uint32_t)c, (uint32_t)(c >> 32), 0, 0);
+        uint32_t got[4];
+        got[0] = mg__sel4(x.x, i);                     /* word i of lane i's own group */
+        MG__UNROLL
+        for (k = 1; k < 4; k++)                        /* word i of group i ^ k, from lane i ^ k */
+            got[k] = __shfl_xor_sync(0xFFFFFFFFu, mg__sel4(x.x, i ^ k), k << 2);
+        MG__UNROLL
+        for (k = 0; k < 4; k++) w[k] = mg__sel4(got, k ^ i);
+    } else {
+        MG__UNROLL
+        for (k = 0; k < 4; k++)
+            w[k] = mg_rand_u32(dk.key, mg__attn_drop_index(bh, dk.T_g, qcol + 2 * q + (k & 1),
+                                                           krow + 8 * (k >> 1)));
+    }
+}
 /* A kernel's head dim and storage type are one integer template argument CFG = hd | (fp16 ? 1
    : 0) (64, 65, 128, 129), so that a launch names one concrete kernel, mg__k_fa_forward<65>.
    Forward: grid (⌈Tq / 64⌉, B·n_head). A lane holds rows fr and fr + 8 of its warp's 16:
@@ -4883,6 +4956,9 @@ static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, 
     const int64_t t0 = (int64_t)blockIdx.x * MG__FA_ROWS;
     const int nq = (int)(a.Tq - t0 < MG__FA_ROWS ? a.Tq - t0 : MG__FA_ROWS);
     const int64_t qpos0 = a.q_pos0 + t0 + i0, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
+    /* dropout's words: one Philox a lane for 4 scores when the groups align */
+    const int64_t bh = (int64_t)b * dk.nh_total + dk.bh0 + h;
+    const int drop_shared = dk.T_g % 4 == 0 && a.k_pos0 % 4 == 0;
     uint16_t *Qs = (uint16_t *)sm, *Kb = Qs + MG__FA_ROWS * LDH, *Vb = Kb + 2 * TL * LDH;
     float acc[HD / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     int nkt, wkt, kt, nt, r, e;
@@ -4927,7 +5003,7 @@ static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, 
                     int c = 8 * nt + fc + e;
                     float p = c < nv[r] ? mg__exp(s[nt][2 * r + e] - mx[r]) : 0.0f;
                     sum[r] += p;
-                    s[nt][2 * r + e] = c < nv[r] ? mg__attn_drop(&dk, b, h, qpos0 + 8 * r, kpos + c, p) : 0.0f;
+                    s[nt][2 * r + e] = p;
                 }
             sum[r] += __shfl_xor_sync(0xFFFFFFFFu, sum[r], 1);
             sum[r] += __shfl_xor_sync(0xFFFFFFFFu, sum[r], 2);
@@ -4941,6 +5017,14 @@ static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, 
                 }
             }
         }
+        if (dk.on)                               /* P takes D(P) */
+            MG__UNROLL
+            for (nt = 0; nt < NT; nt++) {
+                uint32_t w[4];
+                mg__fa_drop_words_keycols(dk, bh, qpos0, kpos + 8 * nt, drop_shared, w);
+                MG__UNROLL
+                for (e = 0; e < 4; e++) s[nt][e] = mg__dropout(s[nt][e], w[e], dk.threshold, dk.scale);
+            }
         MG__UNROLL
         for (e = 0; e < TL / 16; e++) {          /* acc += D(P)·V, 16 keys at a time */
             mg__fa_pack(pf, s, e, dt);
@@ -4978,6 +5062,8 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dq(mg_attn_block
     const int64_t t0 = (int64_t)blockIdx.x * MG__FA_ROWS;
     const int nq = (int)(a.Tq - t0 < MG__FA_ROWS ? a.Tq - t0 : MG__FA_ROWS);
     const int64_t qpos0 = a.q_pos0 + t0 + i0, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
+    const int64_t bh = (int64_t)b * dk.nh_total + dk.bh0 + h;   /* dropout: as the forward */
+    const int drop_shared = dk.T_g % 4 == 0 && a.k_pos0 % 4 == 0;
     uint16_t *Qs = (uint16_t *)sm, *dOs = Qs + MG__FA_ROWS * LDH, *Kb = dOs + MG__FA_ROWS * LDH;
     uint16_t *Vb = Kb + 2 * TL * LDH;
     float acc[HD / 8][4], lse_r[2], delta_r[2];
@@ -5005,18 +5091,22 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dq(mg_attn_block
         if (kt >= wkt) continue;
         mg__fa_scores<F16, HD>(s, Qs + warp * 16 * LDH, Ks, LDH);    /* S = Q·Kᵀ */
         mg__fa_scores<F16, HD>(dp, dOs + warp * 16 * LDH, Vs, LDH);  /* dP = dO·Vᵀ */
+        int nv[2];
         MG__UNROLL
-        for (r = 0; r < 2; r++) {                /* S takes dS */
-            int nv = i0 + 8 * r < nq ? mg__attn_visible(qpos0 + 8 * r, kpos, nk) : 0;
+        for (r = 0; r < 2; r++) nv[r] = i0 + 8 * r < nq ? mg__attn_visible(qpos0 + 8 * r, kpos, nk) : 0;
+        MG__UNROLL
+        for (nt = 0; nt < NT; nt++) {            /* S takes dS */
+            uint32_t w[4] = {0u, 0u, 0u, 0u};
+            if (dk.on) mg__fa_drop_words_keycols(dk, bh, qpos0, kpos + 8 * nt, drop_shared, w);
             MG__UNROLL
-            for (nt = 0; nt < NT; nt++)
+            for (r = 0; r < 2; r++)
                 MG__UNROLL
                 for (e = 0; e < 2; e++) {
                     int c = 8 * nt + fc + e;
                     float pd, *x = &s[nt][2 * r + e];
-                    *x = c < nv ? mg__attn_ds(&dk, b, h, qpos0 + 8 * r, kpos + c, scale * *x,
-                                              dp[nt][2 * r + e], lse_r[r], delta_r[r], dt, &pd)
-                                : 0.0f;
+                    *x = c < nv[r] ? mg__attn_ds_bits(&dk, w[2 * r + e], scale * *x, dp[nt][2 * r + e],
+                                                      lse_r[r], delta_r[r], dt, &pd)
+                                   : 0.0f;
                 }
         }
         MG__UNROLL
@@ -5048,6 +5138,7 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dkv(mg_attn_bloc
     const int64_t s0 = (int64_t)blockIdx.x * MG__FA_ROWS;
     const int nk = (int)(a.Tk - s0 < MG__FA_ROWS ? a.Tk - s0 : MG__FA_ROWS);
     const int64_t kpos0 = a.k_pos0 + s0 + c0;
+    const int drop_shared = dk.T_g % 4 == 0 && a.k_pos0 % 4 == 0;   /* dropout: as the forward */
     uint16_t *Ks = (uint16_t *)sm, *Vs = Ks + MG__FA_ROWS * LDH, *Qb = Vs + MG__FA_ROWS * LDH;
     uint16_t *dOb = Qb + 2 * TL * LDH;
     float *lse_b = (float *)(dOb + 2 * TL * LDH), *delta_b = lse_b + 2 * TL;
@@ -5088,21 +5179,25 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dkv(mg_attn_bloc
             if (warp * 16 >= nk || qt < wqt0) continue;   /* no keys, or no query sees them */
             mg__fa_scores<F16, HD>(st, Ks + warp * 16 * LDH, Qs, LDH);    /* Sᵀ = K·Qᵀ */
             mg__fa_scores<F16, HD>(dpt, Vs + warp * 16 * LDH, dOs, LDH);  /* dPᵀ = V·dOᵀ */
+            const int64_t bh = (int64_t)b * dk.nh_total + dk.bh0 + h;   /* dropout's head */
             MG__UNROLL
-            for (r = 0; r < 2; r++)              /* Sᵀ takes D(P)ᵀ, dPᵀ takes dSᵀ */
+            for (nt = 0; nt < NT; nt++) {        /* Sᵀ takes D(P)ᵀ, dPᵀ takes dSᵀ */
+                uint32_t w[4] = {0u, 0u, 0u, 0u};
+                if (dk.on) mg__fa_drop_words_keyrows(dk, bh, kpos0, a.q_pos0 + t0 + 8 * nt, drop_shared, w);
                 MG__UNROLL
-                for (nt = 0; nt < NT; nt++)
+                for (r = 0; r < 2; r++)
                     MG__UNROLL
                     for (e = 0; e < 2; e++) {
                         int q = 8 * nt + fc + e;
                         int64_t qpos = a.q_pos0 + t0 + q, kpos = kpos0 + 8 * r;
                         float pd = 0.0f, ds = 0.0f;
                         if (c0 + 8 * r < nk && q < nq && kpos <= qpos)
-                            ds = mg__attn_ds(&dk, b, h, qpos, kpos, scale * st[nt][2 * r + e],
-                                             dpt[nt][2 * r + e], lse_s[q], delta_s[q], dt, &pd);
+                            ds = mg__attn_ds_bits(&dk, w[2 * r + e], scale * st[nt][2 * r + e],
+                                                  dpt[nt][2 * r + e], lse_s[q], delta_s[q], dt, &pd);
                         st[nt][2 * r + e] = pd;
                         dpt[nt][2 * r + e] = ds;
                     }
+            }
             MG__UNROLL
             for (e = 0; e < TL / 16; e++) {      /* 16 queries at a time */
                 mg__fa_pack(pf, st, e, dt);

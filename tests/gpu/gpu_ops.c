@@ -426,20 +426,27 @@ static int op_flash(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
 static int op_flash_gqa(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     return flash_case(ctx, dt, outs, n, 1, FT, 6, 2, 128, 0.1f);
 }
-static int op_flash_blocks(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
-    enum { FH = 4, FG = 2, FD = 32, FW = (FH / FG + 2) * FD, FC3 = FG * FW };
+/* The block API: queries 0…99 against keys 0…49 and 50…99, merged by log-sum-exp, the backward
+   accumulated over both, with dropout. Head dim 32 with fp32 outputs: the 32-row kernels; head
+   dim 64 with outputs of the inputs' dtype: in 16 bits the 64-row ones, whose dropout words
+   are shared by lanes where the key block starts at a multiple of 4 (the first block) and
+   drawn per element where it does not (the second, from key 50).                             */
+static int flash_blocks_case(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n, int FD,
+                             mg_dtype odt) {
+    enum { FH = 4, FG = 2 };
+    const int FW = (FH / FG + 2) * FD, FC3 = FG * FW;
     int nout = 0, k;
     mg_attn_dropout drop = {0.15f, 5, 0, FH};
-    mg_tensor qkv = ops_dev(ctx, dt, X, FT, FC3), out = ops_dev(ctx, MG_F32, NULL, FT, FH * FD);
-    mg_tensor dout = ops_dev(ctx, MG_F32, D, FT, FH * FD), dqkv = ops_dev(ctx, MG_F32, NULL, FT, FC3);
+    mg_tensor qkv = ops_dev(ctx, dt, X, FT, FC3), out = ops_dev(ctx, odt, NULL, FT, FH * FD);
+    mg_tensor dout = ops_dev(ctx, odt, D, FT, FH * FD), dqkv = ops_dev(ctx, odt, NULL, FT, FC3);
     float *lse = ops_dev_f32(ctx, NULL, FH * FT), *delta = ops_dev_f32(ctx, NULL, FH * FT);
     mg_attn_block a;
-    mg_attn_view o = {out.data, MG_F32, FH * FD, FH * FD, (FH / FG) * FD, FD}, dO = o, dq, dk, dv;
+    mg_attn_view o = {out.data, odt, FH * FD, FH * FD, (FH / FG) * FD, FD}, dO = o, dq, dk, dv;
     memset(&a, 0, sizeof a);
     a.B = 1; a.Tq = FT; a.n_head = FH; a.n_group = FG; a.hd = FD; a.T_global = FT; a.drop = &drop;
     a.q.data = qkv.data; a.q.dtype = dt; a.q.ld_t = a.q.ld_b = FC3; a.q.ld_g = FW; a.q.ld_h = FD;
     dO.data = dout.data;
-    dq = a.q; dq.data = dqkv.data; dq.dtype = MG_F32;
+    dq = a.q; dq.data = dqkv.data; dq.dtype = odt;
     mg_memset_zero(ctx, dqkv.data, mg_nbytes(&dqkv));
     for (k = 0; k < 2; k++) {               /* forward: keys 0..149, then 150..299 merged */
         a.Tk = FT / 2; a.k_pos0 = k * (FT / 2);
@@ -454,8 +461,9 @@ static int op_flash_blocks(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
         a.k = a.q; a.k.data = mg_tensor_rows(&qkv, k * (FT / 2), 1).data;
         a.k.data = (char *)a.k.data + (size_t)(FH / FG) * FD * mg_dtype_size(dt);
         a.v = a.k; a.v.data = (char *)a.k.data + (size_t)FD * mg_dtype_size(dt);
-        dk = dq; dk.data = (float *)mg_tensor_rows(&dqkv, k * (FT / 2), 1).data + (FH / FG) * FD;
-        dv = dk; dv.data = (float *)dk.data + FD;
+        dk = dq;
+        dk.data = (char *)mg_tensor_rows(&dqkv, k * (FT / 2), 1).data + (size_t)(FH / FG) * FD * mg_dtype_size(odt);
+        dv = dk; dv.data = (char *)dk.data + (size_t)FD * mg_dtype_size(odt);
         mg_attn_block_backward(ctx, &a, &dO, lse, delta, &dq, &dk, &dv, 1);
     }
     {
@@ -464,6 +472,16 @@ static int op_flash_blocks(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
         OUT(out); OUT(l); OUT(dqkv);
     }
     return nout;
+}
+static int op_flash_blocks(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    return flash_blocks_case(ctx, dt, outs, n, 32, MG_F32);
+}
+static int op_flash_blocks64(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    return flash_blocks_case(ctx, dt, outs, n, 64, dt);
+}
+/* T = 99: the dropout's index groups do not align with the key tiles (T_g ≢ 0 mod 4). */
+static int op_flash_odd(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    return flash_case(ctx, dt, outs, n, 2, 99, 4, 2, 64, 0.2f);
 }
 /* The Llama family's ops: RMSNorm (eps 1e-6, rows longer and shorter than a block), SwiGLU,
    rotary embedding (6 query heads in 2 groups, hd 32, 24 of its dims rotated, Llama 3 scaling,
@@ -940,6 +958,10 @@ int main(void) {
                       k ? 4 * tol : tol);
         compare_grads("tiled attention blocks merged and accumulated", op_flash_blocks, dt,
                       k ? 2 * tol : tol, 2, k ? 4 * tol : tol);
+        compare_grads("tiled attention blocks merged and accumulated, hd 64 (keys from 0 and 50)",
+                      op_flash_blocks64, dt, k ? 2 * tol : tol, 2, k ? 4 * tol : tol);
+        compare_grads("tiled attention T=99 hd 64 gqa dropout", op_flash_odd, dt, k ? 2 * tol : tol, 2,
+                      k ? 4 * tol : tol);
         compare("rmsnorm C=384", op_rmsnorm, dt, tol);
         compare("rmsnorm C=40", op_rmsnorm_narrow, dt, tol);
         compare("swiglu", op_swiglu, dt, tol);

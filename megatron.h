@@ -1101,6 +1101,7 @@ MGDEF void mg_plot_default_path(char *out, size_t cap, const char *jsonl);
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1127,6 +1128,19 @@ static int mg__err(char *err, size_t errlen, const char *fmt, ...) {
     vsnprintf(err, errlen, fmt, ap);
     va_end(ap);
     mg__one_line(err);
+    return -1;
+}
+
+/* A path built by snprintf into out[cap]: 0, or -1 when it does not fit (out then holds no
+   path: a cut one would name another file).                                               */
+static int mg__path(char *out, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    int n;
+    va_start(ap, fmt);
+    n = vsnprintf(out, cap, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n < cap) return 0;
+    if (cap) out[0] = 0;
     return -1;
 }
 
@@ -4835,21 +4849,60 @@ static int mg__parent_is_dir(const char *path) {
     return mg__is_dir(dir);
 }
 
-/* An output path: a directory (want_dir) or a file that may be created. */
-static int mg__check_output(const char *flag, const char *path, int want_dir, char *err,
-                            size_t errlen) {
+/* An output path: a directory (want_dir) or a regular file, checked before any work. A
+   named pipe, a device or a socket is refused (opening one would wait for a reader, and the
+   log is read back to draw it). When probe is set (the rank that will write it), the path is
+   also tried for real: a new directory is created and removed, a new file created and
+   removed, an existing directory gets a probe file created and removed in it, an existing
+   file is opened for appending — so that a read-only place fails here, not after training. */
+static int mg__check_output(const char *flag, const char *path, int want_dir, int probe,
+                            char *err, size_t errlen) {
     struct stat st;
+    char probe_path[MG_PATH_MAX];
+    int fd, e;
     if (stat(path, &st) == 0) {
         if (want_dir && !S_ISDIR(st.st_mode))
             return mg__err(err, errlen, "%s %s: exists and is not a directory (give a directory, "
                            "or a new name to create one)", flag, path);
         if (!want_dir && S_ISDIR(st.st_mode))
             return mg__err(err, errlen, "%s %s: is a directory (expected a file name)", flag, path);
+        if (!want_dir && !S_ISREG(st.st_mode))
+            return mg__err(err, errlen, "%s %s: not a regular file (a named pipe, device or "
+                           "socket; give the name of a file to write)", flag, path);
+        if (!probe) return 0;
+        if (want_dir) {
+            if (mg__path(probe_path, sizeof probe_path, "%s/.mg_write_probe.%ld", path,
+                         (long)getpid()) == 0 &&
+                (fd = open(probe_path, O_WRONLY | O_CREAT | O_EXCL, 0600)) >= 0) {
+                close(fd);
+                unlink(probe_path);
+                return 0;
+            }
+            return mg__err(err, errlen, "%s %s: cannot create files in this directory (%s)",
+                           flag, path, strerror(errno));
+        }
+        if ((fd = open(path, O_WRONLY | O_APPEND | O_NONBLOCK)) < 0)
+            return mg__err(err, errlen, "%s %s: cannot write to this file (%s)", flag, path,
+                           strerror(errno));
+        close(fd);
         return 0;
     }
+    e = errno;
+    if (e != ENOENT)   /* a component that is a file, a name too long, no permission */
+        return mg__err(err, errlen, "%s %s: %s", flag, path, strerror(e));
     if (!mg__parent_is_dir(path))
         return mg__err(err, errlen, "%s %s: the directory it would be created in does not exist "
                        "(create that first, or give a path in an existing directory)", flag, path);
+    if (!probe) return 0;
+    if (want_dir ? mkdir(path, 0755) != 0
+                 : (fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644)) < 0)
+        return mg__err(err, errlen, "%s %s: cannot create this %s (%s)", flag, path,
+                       want_dir ? "directory" : "file", strerror(errno));
+    if (want_dir) rmdir(path);
+    else {
+        close(fd);
+        unlink(path);
+    }
     return 0;
 }
 
@@ -5150,6 +5203,8 @@ static int mg__merge_arch(const mg_train_args *a, const int64_t src[6], const ch
 
 /* Checks of numbers and their combinations, no files. */
 static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
+    int rank0 = !a->comm || a->comm->world_rank == 0;
+    int last_rank = !a->comm || a->comm->world_rank == a->comm->world_size - 1;
     if (mg_train_flag_given(a, "--num-query-groups") && !a->group_query_attention)
         return mg__err(err, errlen, "--num-query-groups %lld needs --group-query-attention (as "
                        "in Megatron-LM; without it every head has its own keys and values)",
@@ -5245,13 +5300,18 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
         return mg__err(err, errlen, "--device cuda: this program was built without CUDA (use "
                        "the _cuda build, or --device cpu)");
 #endif
-    if (a->save && mg__check_output("--save", a->save, 1, err, errlen)) return -1;
-    if (a->log_jsonl && mg__check_output("--log-jsonl", a->log_jsonl, 0, err, errlen)) return -1;
-    if (a->tensorboard_dir && mg__check_output("--tensorboard-dir", a->tensorboard_dir, 1, err,
-                                               errlen)) return -1;
+    /* the outputs, each tried by the rank that writes it: world rank 0, TensorBoard's the
+       last rank (every stage writes its part of the pipeline trace: rank 0 tries it)        */
+    if (a->save && mg__check_output("--save", a->save, 1, rank0, err, errlen)) return -1;
+    if (a->log_jsonl && mg__check_output("--log-jsonl", a->log_jsonl, 0, rank0, err, errlen))
+        return -1;
+    if (a->tensorboard_dir && mg__check_output("--tensorboard-dir", a->tensorboard_dir, 1,
+                                               last_rank, err, errlen)) return -1;
     if (a->pipeline_trace &&
-        mg__check_output("--pipeline-trace", a->pipeline_trace, 0, err, errlen)) return -1;
-    if (a->export_hf && mg__check_output("--export-hf", a->export_hf, 1, err, errlen)) return -1;
+        mg__check_output("--pipeline-trace", a->pipeline_trace, 0, rank0, err, errlen))
+        return -1;
+    if (a->export_hf && mg__check_output("--export-hf", a->export_hf, 1, rank0, err, errlen))
+        return -1;
     if (a->load && !mg__is_dir(a->load) && !mg__parent_is_dir(a->load))
         return mg__err(err, errlen, "--load %s: no such directory, nor the directory it would "
                        "be in (give a checkpoint directory, or a new one to start from scratch)",

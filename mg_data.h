@@ -65,6 +65,9 @@ extern "C" {
 /* Every function that can fail returns 0 on success and -1 on failure, with one line (no
    trailing newline) describing the failure written to err[0..errlen) (err may be NULL).     */
 #define MG_ERRLEN 512
+/* The longest path the files of the library are written and read under, the NUL included
+   (Linux's PATH_MAX): longer names are refused with a message, never cut.                  */
+#define MG_PATH_MAX 4096
 
 /* ---------------------------------------------------------------------------------------------
    1. Token datasets

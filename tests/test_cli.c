@@ -189,6 +189,69 @@ static void check_paths_and_data(void) {
     expect_error("--log-jsonl in a missing directory", line, "does not exist");
     snprintf(line, sizeof line, BASE "--export-hf %s", path);
     expect_error("--export-hf names a file", line, "exists and is not a directory");
+    /* a named pipe as an output: refused up front, never opened (opening it waits for a
+       reader, and the log is read back to draw it) */
+    alarm(60);
+    snprintf(path, sizeof path, "%s/out.fifo", tmp);
+    if (mkfifo(path, 0600) == 0) {
+        snprintf(line, sizeof line, BASE "--log-jsonl %s", path);
+        expect_error("--log-jsonl a named pipe: refused without waiting", line, "out.fifo: not a "
+                     "regular file (a named pipe, device or socket; give the name of a file to "
+                     "write)");
+        snprintf(line, sizeof line, BASE "--pipeline-trace %s", path);
+        snprintf(bad, sizeof bad, "^--pipeline-trace %.400s: not a regular file", path);
+        expect_error("--pipeline-trace a named pipe: refused without waiting", line, bad);
+        remove(path);
+    }
+    alarm(0);
+    /* outputs that cannot be created or written: refused before any work (root may write
+       into a read-only directory: /proc refuses everyone) */
+    if (geteuid() == 0) snprintf(path, sizeof path, "/proc/self/mg_no_such_ckpt");
+    else {
+        snprintf(path, sizeof path, "%s/readonly", tmp);
+        mkdir(path, 0555);
+        chmod(path, 0555);
+        snprintf(path + strlen(path), sizeof path - strlen(path), "/ckpt");
+    }
+    {
+        static const char *const outs[3][3] = {   /* flag, name suffix, the error */
+            {"--save", "", "cannot create this directory ("},
+            {"--export-hf", "", "cannot create this directory ("},
+            {"--log-jsonl", ".jsonl", "cannot create this file ("}};
+        for (i = 0; i < 3; i++) {
+            char what[120];
+            snprintf(line, sizeof line, BASE "%s %s%s", outs[i][0], path, outs[i][1]);
+            snprintf(what, sizeof what, "%s in a directory where nothing can be created",
+                     outs[i][0]);
+            expect_error(what, line, outs[i][2]);
+        }
+    }
+    *strrchr(path, '/') = 0;                    /* the read-only directory itself */
+    snprintf(line, sizeof line, BASE "--save %s", path);
+    expect_error("--save an existing directory where nothing can be created", line,
+                 "cannot create files in this directory (");
+    /* a file no one may write: mode 0444 (sysfs's refuses root too) */
+    if (geteuid() == 0) snprintf(path, sizeof path, "/sys/kernel/uevent_seqnum");
+    else {
+        snprintf(path, sizeof path, "%s/readonly.jsonl", tmp);
+        write_file(path, "", 0);
+        chmod(path, 0444);
+    }
+    snprintf(line, sizeof line, BASE "--log-jsonl %s", path);
+    if (access(path, F_OK) == 0)
+        expect_error("--log-jsonl an existing file that cannot be written", line,
+                     ": cannot write to this file (");
+    snprintf(path, sizeof path, "%s/probe_save", tmp);
+    snprintf(line, sizeof line, BASE "--save %s", path);
+    {   /* a new --save directory that can be created: tried, and not left behind */
+        mg_trainer tr;
+        int rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+        struct stat st;
+        mg_test_report(!rc && stat(path, &st) != 0, "cli: --save of a new directory: tried at "
+                       "setup and removed again (created by the first save)", "%s",
+                       rc ? err : stat(path, &st) == 0 ? "left behind" : "");
+        if (!rc) mg_trainer_free(&tr);
+    }
     /* data */
     expect_error("missing data", "--data-path /nonexistent/data --vocab-size 37 --num-layers 1 "
                  "--hidden-size 16 --num-attention-heads 2 --seq-length 8 --train-iters 2 --lr 1",

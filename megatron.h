@@ -548,7 +548,7 @@ typedef enum { MG_WEIGHTS_LLMC = 1, MG_WEIGHTS_HF, MG_WEIGHTS_MEGATRON, MG_WEIGH
     mg_weights_kind;
 typedef struct mg_weights_file {
     mg_weights_kind kind;
-    char path[1100];
+    char path[MG_PATH_MAX];
     mg_llmc_checkpoint llmc;   /* MG_WEIGHTS_LLMC                                              */
     mg_st_file st;             /* MG_WEIGHTS_HF / MG_WEIGHTS_MEGATRON                          */
     mg_st_file *shards;        /* MG_WEIGHTS_HF_LLAMA: model.safetensors, or every file that
@@ -2506,7 +2506,7 @@ static int mg__file_dim(const char *path, const char *what, int64_t v, int *out,
    config.json in the file's directory (which must then describe the same model, in every
    key that changes the math: mg_hf_config_read), else from the file's metadata, else stay 0. */
 static int mg__hf_architecture(mg_weights_file *f, const char *dir, char *err, size_t errlen) {
-    char name[160], cfgpath[1100];
+    char name[160], cfgpath[MG_PATH_MAX];
     const mg_st_tensor *wte, *wpe, *head;
     mg_hf_config hc;
     struct stat sb;
@@ -2764,16 +2764,15 @@ static const mg_st_tensor *mg__wf_find(const mg_weights_file *f, const char *nam
 /* Opens the safetensors of a Llama-family directory: DIR/model.safetensors, or every file
    model.safetensors.index.json's weight_map names (each opened once, in the order met). */
 static int mg__hf_llama_shards(mg_weights_file *f, const char *dir, char *err, size_t errlen) {
-    char path[1100], file[1300], why[MG_ERRLEN], *text = NULL, **seen;
+    char path[MG_PATH_MAX], file[MG_PATH_MAX], why[MG_ERRLEN], *text = NULL, **seen;
     mg_json js;
     int64_t map, t;
     int n_seen = 0, i, rc = 0;
-    if (snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir) >= (int)sizeof path)
+    if (mg__path(path, sizeof path, "%s/model.safetensors.index.json", dir))
         return mg__err(err, errlen, "%s: directory name too long", dir);
     f->shards = NULL;
     if (access(path, F_OK) != 0) {
-        if (snprintf(f->path, sizeof f->path, "%s/model.safetensors", dir) >=
-            (int)sizeof f->path)
+        if (mg__path(f->path, sizeof f->path, "%s/model.safetensors", dir))
             return mg__err(err, errlen, "%s: directory name too long", dir);
         f->shards = (mg_st_file *)MG_MALLOC(sizeof(mg_st_file));
         MG_ASSERT(f->shards, "out of host memory");
@@ -2807,8 +2806,9 @@ static int mg__hf_llama_shards(mg_weights_file *f, const char *dir, char *err, s
         for (i = 0; i < n_seen && !dup; i++) dup = !strcmp(seen[i], name);
         if (dup) { MG_FREE(name); continue; }
         seen[n_seen++] = name;
-        snprintf(file, sizeof file, "%s/%s", dir, name);
-        if (mg_st_open(file, &f->shards[f->n_shards], why, sizeof why))
+        if (mg__path(file, sizeof file, "%s/%s", dir, name))
+            rc = mg__err(err, errlen, "%s/%s: path too long (named in %s)", dir, name, path);
+        else if (mg_st_open(file, &f->shards[f->n_shards], why, sizeof why))
             rc = mg__err(err, errlen, "%s (named in %s)", why, path);
         else f->n_shards++;
     }
@@ -2824,11 +2824,11 @@ static int mg__hf_llama_shards(mg_weights_file *f, const char *dir, char *err, s
    file (then that file alone holds the tensors), else NULL.                                */
 static int mg__hf_llama_open(mg_weights_file *f, const char *dir, const char *file, char *err,
                              size_t errlen) {
-    char path[1100], why[MG_ERRLEN], *text = NULL;
+    char path[MG_PATH_MAX], why[MG_ERRLEN], *text = NULL;
     mg_json js;
     int family, rc;
     struct stat sb;
-    if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
+    if (mg__path(path, sizeof path, "%s/config.json", dir))
         return mg__err(err, errlen, "%s: directory name too long", dir);
     if (stat(path, &sb) != 0 && errno == ENOENT) return 0;
     if (mg__json_file(path, MG__CONFIG_MAX_BYTES, &text, &js, err, errlen)) return -1;
@@ -2857,17 +2857,16 @@ static int mg__hf_llama_open(mg_weights_file *f, const char *dir, const char *fi
 }
 
 MGDEF int mg_weights_open(mg_weights_file *f, const char *path, char *err, size_t errlen) {
-    char file[1100], dir[1100], why[MG_ERRLEN];
+    char file[MG_PATH_MAX], dir[MG_PATH_MAX], why[MG_ERRLEN];
     unsigned char head[4] = {0, 0, 0, 0};
     char *slash;
     int rc;
     memset(f, 0, sizeof *f);
-    if (mg__is_dir(path)) {
-        snprintf(file, sizeof file, "%s/model.safetensors", path);
-        snprintf(dir, sizeof dir, "%s", path);
-    } else {
-        snprintf(file, sizeof file, "%s", path);
-        snprintf(dir, sizeof dir, "%s", path);
+    if (mg__path(file, sizeof file, mg__is_dir(path) ? "%s/model.safetensors" : "%s", path) ||
+        mg__path(dir, sizeof dir, "%s", path))
+        return mg__err(err, errlen, "%s: path too long (at most %d characters)", path,
+                       MG_PATH_MAX - 1);
+    if (!mg__is_dir(path)) {
         slash = strrchr(dir, '/');
         if (slash) *slash = 0; else snprintf(dir, sizeof dir, ".");
     }
@@ -3271,7 +3270,7 @@ static int mg__llama_config_write(const mg_gpt_config *c, int cls, const char *p
    goes back to [q | k | v] (mg__qkv_ext_row): GPT-2's c_attn, or the Llama family's
    q_proj, k_proj, v_proj (three tensors of the file: n_out = n_all + 2 per QKV tensor).  */
 MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen) {
-    char path[1100], why[MG_ERRLEN];
+    char path[MG_PATH_MAX], why[MG_ERRLEN];
     mg_gpt_layout whole = mg_gpt_layout_single(&m->cfg, 1, 1, 1);   /* global shapes */
     int n_all = mg__build_params(&m->cfg, &whole, NULL, NULL), n_out = n_all;
     mg_param_desc *all = (mg_param_desc *)MG_MALLOC(sizeof(mg_param_desc) * (size_t)n_all);
@@ -3316,7 +3315,8 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
             o->shape[1] = conv ? d->shape[0] : d->shape[1];
         }
     }
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (writer && !rc && mg__path(path, sizeof path, "%s/model.safetensors", dir))
+        rc = mg__err(err, errlen, "%s: directory name too long", dir);
     if (writer && !rc &&
         mg_st_writer_begin(&w, path, NULL, 1, spec, n_out, mk, mv, 1, why, sizeof why))
         rc = mg__err(err, errlen, "%s", why);
@@ -3356,7 +3356,8 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
     hc.n_embd = m->cfg.hidden;
     hc.n_positions = m->cfg.max_pos;
     hc.vocab_size = m->cfg.vocab_size;
-    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (writer && !rc && mg__path(path, sizeof path, "%s/config.json", dir))
+        rc = mg__err(err, errlen, "%s: directory name too long", dir);
     if (writer && !rc && (llama ? mg__llama_config_write(&m->cfg, cls, path, why, sizeof why)
                                 : mg_hf_config_write(path, &hc, why, sizeof why)))
         rc = mg__err(err, errlen, "%s", why);
@@ -4548,10 +4549,10 @@ static void mg__flag_text(const mg_train_args *a, const mg__flag *f, char *val, 
         size_t m = 0;
         int w;
         if (json) val[m++] = '[';
-        for (w = 0; w < l->n && m + 260 < cap; w++) {
+        for (w = 0; w < l->n && m + 8 < cap; w++) {
             if (w) val[m++] = json ? ',' : ' ';
-            if (json) mg__json_str(val + m, 256, l->v[w]);
-            else snprintf(val + m, 256, "%s", l->v[w]);
+            if (json) mg__json_str(val + m, cap - m - 2, l->v[w]);
+            else snprintf(val + m, cap - m - 2, "%s", l->v[w]);
             m += strlen(val + m);
         }
         snprintf(val + m, cap - m, json ? "]" : "");
@@ -4560,6 +4561,20 @@ static void mg__flag_text(const mg_train_args *a, const mg__flag *f, char *val, 
         if (json) mg__json_str(val, cap, *(const char *const *)field);
         else snprintf(val, cap, "%s", *(const char *const *)field);
     } else snprintf(val, cap, json ? "null" : "");
+}
+
+/* Room mg__flag_text needs for a flag's value, the NUL included (JSON escapes each byte in
+   at most 6).                                                                               */
+static size_t mg__flag_text_cap(const mg_train_args *a, const mg__flag *f) {
+    const char *field = (const char *)a + f->offset;
+    size_t need = 128;
+    int w;
+    if (f->type == MG__F_LIST)
+        for (w = 0; w < ((const mg_str_list *)field)->n; w++)
+            need += 6 * strlen(((const mg_str_list *)field)->v[w]) + 4;
+    else if (f->type == MG__F_STR && *(const char *const *)field)
+        need += 6 * strlen(*(const char *const *)field);
+    return need;
 }
 
 /* The flag named by arg ("--name" or "--name=value"), or -1; *eq at the '=' or NULL. */
@@ -4837,10 +4852,31 @@ static void mg__compute_timer(void *user, int backward, int start) {
 }
 
 /* Parent directory of path exists (the path itself may not). */
+/* The most characters a run adds to a path it is given: under a directory flag the longest
+   name is DIR/iter_<up to 20 digits>.tmp.save<20>/optimizer_sq.safetensors.tmp.save<20>
+   (109 characters; TensorBoard's events.out.tfevents.<time>.<host>.<pid>: at most 117);
+   beside a file (--log-jsonl's picture LOG.svg and its temporary twin) far less.           */
+#define MG__DIR_ROOM 128
+#define MG__FILE_ROOM 32
+
+/* A path flag whose value leaves room for what is written under (or beside) it within
+   MG_PATH_MAX; the message shows the path's two ends and its length.                       */
+static int mg__check_path_room(const char *flag, const char *path, size_t room, char *err,
+                               size_t errlen) {
+    size_t n = strlen(path);
+    if (n + room < MG_PATH_MAX) return 0;
+    return mg__err(err, errlen, "%s %.40s…%s: a path of %zu characters; with the %zu more that "
+                   "the names %s it take it would pass the %d characters a path may have (give "
+                   "a path of at most %zu characters, e.g. a relative one or a symbolic link)",
+                   flag, path, path + (n > 20 ? n - 20 : 0), n, room,
+                   room == MG__DIR_ROOM ? "under" : "beside", MG_PATH_MAX - 1,
+                   MG_PATH_MAX - 1 - room);
+}
+
 static int mg__parent_is_dir(const char *path) {
-    char dir[1100];
+    char dir[MG_PATH_MAX];
     char *slash;
-    snprintf(dir, sizeof dir, "%s", path);
+    if (mg__path(dir, sizeof dir, "%s", path)) return 0;   /* too long: no such directory */
     while ((slash = strrchr(dir, '/')) && slash[1] == 0 && slash != dir) *slash = 0; /* "a/" */
     slash = strrchr(dir, '/');
     if (!slash) return 1;                       /* relative name: the working directory */
@@ -4914,11 +4950,14 @@ static int mg__check_output(const char *flag, const char *path, int want_dir, in
    holding one of those.                                                                    */
 #define MG__LATEST_MAX_BYTES 4096   /* Megatron writes "300" or "release" */
 static int mg__latest_iteration(const char *dir, int64_t *iter, char *err, size_t errlen) {
-    char path[1100], release[1200], why[MG_ERRLEN], *text = NULL, *b, *e, *c;
+    char path[MG_PATH_MAX], release[MG_PATH_MAX], why[MG_ERRLEN], *text = NULL, *b, *e, *c;
     size_t len = 0;
     struct stat sb;
     int rc = 1;
-    snprintf(path, sizeof path, "%s/latest_checkpointed_iteration.txt", dir);
+    if (mg__path(path, sizeof path, "%s/latest_checkpointed_iteration.txt", dir))
+        return mg__err(err, errlen, "%.60s…: a directory name of %zu characters, too long to "
+                       "look for its latest_checkpointed_iteration.txt (at most %d)", dir,
+                       strlen(dir), MG_PATH_MAX - 1 - MG__DIR_ROOM);
     if (stat(path, &sb) != 0 && errno == ENOENT) return 0;
     if (mg_read_file(path, MG__LATEST_MAX_BYTES, &text, &len, why, sizeof why))
         return mg__err(err, errlen, "%s", why);
@@ -4928,8 +4967,8 @@ static int mg__latest_iteration(const char *dir, int64_t *iter, char *err, size_
                                    e[-1] == '\t'); e--) {}
     *e = 0;                                                  /* [b, e): Python's strip() */
     if (!strcmp(b, "release")) {
-        snprintf(release, sizeof release, "%s/release/model.safetensors", dir);
-        rc = stat(release, &sb) == 0 ? 2 :
+        rc = mg__path(release, sizeof release, "%s/release/model.safetensors", dir) == 0 &&
+             stat(release, &sb) == 0 ? 2 :
              mg__err(err, errlen, "%s says 'release', but %s does not exist (megatron.h reads a "
                      "release directory holding model.safetensors; Megatron-LM's torch files "
                      "release/mp_rank_*/model_optim_rng.pt must be converted, e.g. to Hugging "
@@ -5083,7 +5122,7 @@ static int mg__switch_merge(mg_train_args *a, const char *flag, const char *val,
    taken from there; one given must agree.                                                  */
 static int mg__switches_from_state(mg_train_args *a, const char *path, char *err,
                                    size_t errlen) {
-    char *text = NULL, val[256], what[1200];
+    char *text = NULL, val[256], what[MG_PATH_MAX + 32];
     mg_json js;
     int64_t args;
     int i, rc = 0;
@@ -5108,7 +5147,7 @@ static int mg__switches_from_state(mg_train_args *a, const char *path, char *err
 static int mg__switches_from_hf(mg_train_args *a, const mg_weights_file *f, char *err,
                                 size_t errlen) {
     const mg_gpt_config *c = &f->cfg;
-    char v[MG__NSWITCH_FLAGS][40], what[1200], *slash;
+    char v[MG__NSWITCH_FLAGS][40], what[MG_PATH_MAX + 32], *slash;
     int i, rc = 0;
     snprintf(what, sizeof what, "%s", f->path);
     slash = strrchr(what, '/');
@@ -5300,6 +5339,18 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
         return mg__err(err, errlen, "--device cuda: this program was built without CUDA (use "
                        "the _cuda build, or --device cpu)");
 #endif
+    {   /* every path leaves room for the names a run makes under or beside it */
+        const char *const dirs[4] = {"--save", "--load", "--export-hf", "--tensorboard-dir"};
+        const char *const dir_val[4] = {a->save, a->load, a->export_hf, a->tensorboard_dir};
+        int k;
+        for (k = 0; k < 4; k++)
+            if (dir_val[k] && mg__check_path_room(dirs[k], dir_val[k], MG__DIR_ROOM, err, errlen))
+                return -1;
+        if (a->log_jsonl && mg__check_path_room("--log-jsonl", a->log_jsonl, MG__FILE_ROOM, err,
+                                                errlen)) return -1;
+        if (a->pipeline_trace && mg__check_path_room("--pipeline-trace", a->pipeline_trace,
+                                                     MG__FILE_ROOM, err, errlen)) return -1;
+    }
     /* the outputs, each tried by the rank that writes it: world rank 0, TensorBoard's the
        last rank (every stage writes its part of the pipeline trace: rank 0 tries it)        */
     if (a->save && mg__check_output("--save", a->save, 1, rank0, err, errlen)) return -1;
@@ -5325,7 +5376,7 @@ MGDEF mg_tokenizer *mg_tokenizer_from_flags(const char *type, const char *vocab_
                                             const char *tiktoken_pattern, char *err,
                                             size_t errlen) {
     mg_tokenizer_desc d;
-    char json[1100];
+    char json[MG_PATH_MAX];
     int t = type ? mg_tok_type_from_name(type) : MG_TOK_BYTES;
     memset(&d, 0, sizeof d);
     if (t < 0) {
@@ -5365,7 +5416,10 @@ MGDEF mg_tokenizer *mg_tokenizer_from_flags(const char *type, const char *vocab_
     d.merge_file = merge_file;
     d.pattern = tiktoken_pattern;
     if (t == MG_TOK_HF && mg__is_dir(d.vocab_file)) {   /* a model directory */
-        snprintf(json, sizeof json, "%s/tokenizer.json", d.vocab_file);
+        if (mg__path(json, sizeof json, "%s/tokenizer.json", d.vocab_file)) {
+            mg__err(err, errlen, "%s: directory name too long", d.vocab_file);
+            return NULL;
+        }
         d.vocab_file = json;
     }
     return mg_tokenizer_load(&d, err, errlen);
@@ -5928,7 +5982,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     int64_t src[6], arch[6], load_iter = 0;
     const int64_t *srcp = NULL;
     const char *src_name = NULL, *weights_from = args->init_from;
-    char path[1100], srcdesc[1200], release[1100], why[MG_ERRLEN];
+    char path[MG_PATH_MAX], srcdesc[MG_PATH_MAX + 32], release[MG_PATH_MAX], why[MG_ERRLEN];
     int has_ckpt = 0, has_weights = 0, agreed = 0, rc, tp, tp_rank = 0, pp_rank = 0, n_slots = 1;
     int split = 0;
     mg_gpt_layout layout;
@@ -5951,11 +6005,12 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         if (rc < 0) { mg__err(err, errlen, "--load %s: %s", a->load, why); goto fail; }
         tr->load_found = rc;
         if (rc == 2) {   /* Megatron's 'release': its weights, from iteration 0 (as --init-from) */
-            snprintf(release, sizeof release, "%s/release", a->load);
+            mg__path(release, sizeof release, "%s/release", a->load);   /* fits: checked */
             weights_from = release;
         }
         if (rc == 1) {
-            snprintf(path, sizeof path, "%s/iter_%07lld/state.json", a->load, (long long)load_iter);
+            mg__path(path, sizeof path, "%s/iter_%07lld/state.json", a->load,
+                     (long long)load_iter);                            /* fits: checked */
             if (access(path, F_OK) != 0) {
                 mg__err(err, errlen, "--load %s: latest_checkpointed_iteration.txt names iteration "
                         "%lld, but %s does not exist (a checkpoint moved or cut short: write an "
@@ -6874,7 +6929,7 @@ static void mg__json_str(char *out, size_t cap, const char *s) {
 /* state.json: the counters a resume needs, the architecture, and every flag of the run. */
 static char *mg__state_json(const mg_trainer *tr) {
     size_t cap = 16384, n = 0;
-    char *s = (char *)MG_MALLOC(cap), val[1200];
+    char *s = (char *)MG_MALLOC(cap), *val;
     const mg_train_args *a = &tr->args;
     int64_t arch[6];
     int i;
@@ -6905,12 +6960,25 @@ static char *mg__state_json(const mg_trainer *tr) {
     }
     n += (size_t)snprintf(s + n, cap - n, "  \"padded_vocab_size\": %d,\n  \"args\": {",
                           tr->cfg.padded_vocab);
-    for (i = 0; i < MG__NFLAGS && n + 1300 < cap; i++) {
+    for (i = 0; i < MG__NFLAGS; i++) {   /* every flag whole, however long its paths */
         const mg__flag *f = &mg__flags[i];
+        size_t need = mg__flag_text_cap(a, f);
         if (f->type == MG__F_HELP) continue;
-        mg__flag_text(a, f, val, sizeof val, 1);
+        val = (char *)MG_MALLOC(need);
+        if (n + need + 128 > cap) {      /* grow (MG_MALLOC/MG_FREE: no realloc to override) */
+            char *grown;
+            while (n + need + 128 > cap) cap *= 2;
+            grown = (char *)MG_MALLOC(cap);
+            MG_ASSERT(grown, "out of host memory");
+            memcpy(grown, s, n + 1);
+            MG_FREE(s);
+            s = grown;
+        }
+        MG_ASSERT(val, "out of host memory");
+        mg__flag_text(a, f, val, need, 1);
         n += (size_t)snprintf(s + n, cap - n, "%s\n    \"%s\": %s", n && s[n - 1] == '{' ? "" : ",",
                               f->name + 2, val);
+        MG_FREE(val);
     }
     snprintf(s + n, cap - n, "\n  }\n}\n");
     return s;
@@ -7079,7 +7147,7 @@ static void mg__test_sigterm_in_save(const mg_trainer *tr) {
 }
 
 MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t errlen) {
-    char iterdir[1100], tmp[1200], path[1300], why[MG_ERRLEN], latest[32], tag[32];
+    char iterdir[MG_PATH_MAX], tmp[MG_PATH_MAX], path[MG_PATH_MAX], why[MG_ERRLEN], latest[32], tag[32];
     char *state;
     int rc = 0, w = tr->writer, f, i, open_files = 0;
     mg_gpt *m = &tr->model;
@@ -7089,13 +7157,20 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
     mg__progress prog;
     int pass;
     mg__trainer_pull(tr, NULL);   /* the step count and the loss scaler from the device */
-    snprintf(iterdir, sizeof iterdir, "%s/iter_%07lld", dir, (long long)tr->iteration);
+    if (mg__path(iterdir, sizeof iterdir, "%s/iter_%07lld", dir, (long long)tr->iteration) ||
+        mg__path(tmp, sizeof tmp, "%s.tmp.save%lld/optimizer_sq.safetensors.tmp.save%lld",
+                 iterdir, (long long)tr->iteration, (long long)tr->iteration) ||
+        mg__path(path, sizeof path, "%s/latest_checkpointed_iteration.txt.tmp.%ld", dir,
+                 (long)getpid()))   /* the longest names a save makes (all ranks agree) */
+        return mg__err(err, errlen, "%.60s…: a directory name of %zu characters, too long for "
+                       "the files a save writes (at most %d)", dir, strlen(dir),
+                       MG_PATH_MAX - 1 - MG__DIR_ROOM);
     memset(&prog, 0, sizeof prog);
     prog.out = w ? tr->args.progress : NULL;
     prog.what = iterdir;
     prog.t0 = mg__now_ms();
     snprintf(tag, sizeof tag, "save%lld", (long long)tr->iteration);  /* common to all ranks */
-    snprintf(tmp, sizeof tmp, "%s.tmp.%s", iterdir, tag);              /* mg_atomic_dir_begin's */
+    mg__path(tmp, sizeof tmp, "%s.tmp.%s", iterdir, tag);      /* mg_atomic_dir_begin's; fits */
     if (w && !mg__is_dir(dir) && mkdir(dir, 0755) != 0)
         rc = mg__err(err, errlen, "--save %s: cannot create directory (%s)", dir,
                      strerror(errno));
@@ -7103,7 +7178,7 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
         rc = mg__err(err, errlen, "%s", why);
     /* rank 0 creates the three files at their final size; then every other rank joins */
     for (f = 0; f < MG__CKPT_FILES && w && !rc; f++) {
-        snprintf(path, sizeof path, "%s/%s.safetensors", tmp, mg__ckpt_file[f]);
+        mg__path(path, sizeof path, "%s/%s.safetensors", tmp, mg__ckpt_file[f]);   /* fits */
         if (mg__ckpt_begin(m, &files[f], path, tag, f, 1, err, errlen)) rc = -1;
         else open_files = f + 1;
     }
@@ -7113,7 +7188,7 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
         return w ? -1 : mg__err(err, errlen, "rank 0 could not save");
     }
     for (f = 0; f < MG__CKPT_FILES && !w && !rc; f++) {
-        snprintf(path, sizeof path, "%s/%s.safetensors", tmp, mg__ckpt_file[f]);
+        mg__path(path, sizeof path, "%s/%s.safetensors", tmp, mg__ckpt_file[f]);   /* fits */
         if (mg__ckpt_begin(m, &files[f], path, tag, f, 0, err, errlen)) rc = -1;
         else open_files = f + 1;
     }
@@ -7164,7 +7239,7 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
             if (mg_st_writer_commit(&files[f], why, sizeof why) && !rc)
                 rc = mg__err(err, errlen, "%s", why);
         state = mg__state_json(tr);
-        snprintf(path, sizeof path, "%s/state.json", tmp);
+        mg__path(path, sizeof path, "%s/state.json", tmp);                          /* fits */
         if (!rc && mg_atomic_write(path, state, strlen(state), why, sizeof why))
             rc = mg__err(err, errlen, "%s", why);
         MG_FREE(state);
@@ -7172,7 +7247,7 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
             rc = mg__err(err, errlen, "%s", why);
         if (rc) mg_atomic_dir_abort(tmp);
         snprintf(latest, sizeof latest, "%lld\n", (long long)tr->iteration);
-        snprintf(path, sizeof path, "%s/latest_checkpointed_iteration.txt", dir);
+        mg__path(path, sizeof path, "%s/latest_checkpointed_iteration.txt", dir);   /* fits */
         if (!rc && mg_atomic_write(path, latest, strlen(latest), why, sizeof why))
             rc = mg__err(err, errlen, "%s", why);
     }
@@ -7223,15 +7298,19 @@ static void mg__load_progress(const mg_trainer *tr, const char *path, int k, dou
 }
 
 MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t errlen) {
-    char path[1300];
+    char path[MG_PATH_MAX];
     int64_t iter = 0;
     mg__ckpt_state st;
     mg_weights_file wf;
     double t0 = mg__now_ms();
     int rc = mg__latest_iteration(dir, &iter, err, errlen);
     if (rc <= 0) return rc;
+    if (mg__path(path, sizeof path, "%s/iter_%07lld/optimizer_sq.safetensors", dir,
+                 (long long)iter))   /* the longest name read: every other one fits too */
+        return mg__err(err, errlen, "%.60s…: a directory name of %zu characters, too long for "
+                       "the files of its checkpoint", dir, strlen(dir));
     if (rc == 2) {       /* 'release': the weights only (Megatron: no optimizer, iteration 0) */
-        snprintf(path, sizeof path, "%s/release", dir);
+        mg__path(path, sizeof path, "%s/release", dir);                             /* fits */
         if (mg_weights_open(&wf, path, err, errlen)) return -1;
         rc = mg_gpt_import(&tr->model, &wf, err, errlen);
         mg_weights_close(&wf);
@@ -7239,9 +7318,9 @@ MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t err
         mg_adamw_take_master(&tr->opt, &tr->model);
         return 1;
     }
-    snprintf(path, sizeof path, "%s/iter_%07lld/state.json", dir, (long long)iter);
+    mg__path(path, sizeof path, "%s/iter_%07lld/state.json", dir, (long long)iter);
     if (mg__read_state(path, iter, &st, err, errlen)) return -1;
-    snprintf(path, sizeof path, "%s/iter_%07lld/model.safetensors", dir, (long long)iter);
+    mg__path(path, sizeof path, "%s/iter_%07lld/model.safetensors", dir, (long long)iter);
     if (mg_weights_open(&wf, path, err, errlen)) return -1;
     if (wf.kind != MG_WEIGHTS_MEGATRON) {
         mg_weights_close(&wf);
@@ -7254,12 +7333,12 @@ MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t err
     mg_adamw_take_master(&tr->opt, &tr->model);   /* before the moments use the staging */
     /* moments: straight into the flat buffers, or (distributed optimizer) into the free
        gradient buffer, then this rank's pieces out of it                                   */
-    snprintf(path, sizeof path, "%s/iter_%07lld/optimizer.safetensors", dir, (long long)iter);
+    mg__path(path, sizeof path, "%s/iter_%07lld/optimizer.safetensors", dir, (long long)iter);
     if (mg__load_moment(&tr->model, tr->opt.dp ? tr->model.grad_buf : tr->opt.m, path,
                         ".exp_avg", err, errlen)) return -1;
     mg__load_progress(tr, path, 2, t0);
     if (tr->opt.dp) mg_dp_moment_flat(&tr->dp, tr->opt.m, tr->model.grad_buf, 0);
-    snprintf(path, sizeof path, "%s/iter_%07lld/optimizer_sq.safetensors", dir, (long long)iter);
+    mg__path(path, sizeof path, "%s/iter_%07lld/optimizer_sq.safetensors", dir, (long long)iter);
     if (mg__load_moment(&tr->model, tr->opt.dp ? tr->model.grad_buf : tr->opt.v, path,
                         ".exp_avg_sq", err, errlen)) return -1;
     mg__load_progress(tr, path, 3, t0);

@@ -64,10 +64,11 @@ extern "C" {
 
 /* Every function that can fail returns 0 on success and -1 on failure, with one line (no
    trailing newline) describing the failure written to err[0..errlen) (err may be NULL).     */
-#define MG_ERRLEN 512
 /* The longest path the files of the library are written and read under, the NUL included
    (Linux's PATH_MAX): longer names are refused with a message, never cut.                  */
 #define MG_PATH_MAX 4096
+/* Room for a message naming two such paths whole.                                          */
+#define MG_ERRLEN (2 * MG_PATH_MAX + 1024)
 
 /* ---------------------------------------------------------------------------------------------
    1. Token datasets
@@ -98,7 +99,7 @@ typedef struct mg_dataset {
     int64_t n_tokens;           /* all tokens, all sequences                                */
     int64_t n_sequences;
     int64_t n_documents;
-    char path[400];             /* what was opened (for messages)                           */
+    char path[MG_PATH_MAX];     /* what was opened (for messages)                           */
     /* private: mapped files and the raw (possibly unaligned) index arrays */
     const unsigned char *mg__tokens, *mg__lengths, *mg__pointers, *mg__docs;
     void *mg__map[2]; size_t mg__map_len[2];
@@ -322,7 +323,7 @@ MGDEF void mg_atomic_dir_abort(const char *tmp_dir);
 typedef struct mg_pfile {
     int fd, creator;
     int64_t size;
-    char path[400], tmp[460];
+    char path[MG_PATH_MAX], tmp[MG_PATH_MAX];
 } mg_pfile;
 MGDEF int mg_pfile_begin(mg_pfile *f, const char *path, const char *tag, int create, int64_t size,
                          const void *header, size_t header_len, char *err, size_t errlen);
@@ -719,7 +720,7 @@ static int mg__is_file(const char *path) {
 
 /* fsync of the directory holding path, so that a rename inside it is durable.              */
 static int mg__fsync_parent(const char *path, char *err, size_t errlen) {
-    char dir[1024];
+    char dir[MG_PATH_MAX];
     const char *slash = strrchr(path, '/');
     if (!slash) {
         strcpy(dir, ".");
@@ -942,7 +943,7 @@ MGDEF int mg_atomic_dir_commit(const char *tmp_dir, const char *dir, char *err, 
         return 0;
     }
     /* Fallback: move the old one aside, put the new one in place, delete the old one.      */
-    char old[1100];
+    char old[MG_PATH_MAX];
     if (snprintf(old, sizeof old, "%s.old.%ld", dir, (long)getpid()) >= (int)sizeof old)
         return mg__fail(err, errlen, "%s: path too long", dir);
     if (rename(dir, old) != 0)

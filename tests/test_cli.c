@@ -710,6 +710,49 @@ static void check_small_files(void) {
     free(good_state);
 }
 
+/* Long paths: a checkpoint directory of 1500 characters (past the old buffers of 400 and
+   1100, which cut the name: --load then found no checkpoint and trained from random weights)
+   saves and resumes; a path without room for the names a run makes under it is refused
+   before any work, naming its length and the limit.                                        */
+static void check_long_paths(void) {
+    char dir[1700], line[8192], err[MG_ERRLEN], flag_path[4100];
+    mg_trainer tr;
+    int rc, k;
+    size_t n = (size_t)snprintf(dir, sizeof dir, "%s/long", tmp);
+    mkdir(dir, 0755);
+    while (n < 1400) {                   /* components of 200 characters */
+        dir[n++] = '/';
+        for (k = 0; k < 200; k++) dir[n++] = (char)('a' + k % 26);
+        dir[n] = 0;
+        mkdir(dir, 0755);
+    }
+    snprintf(dir + n, sizeof dir - n, "/ckpt");
+    save_one_iteration(dir);
+    snprintf(line, sizeof line, BASE "--load %s --train-iters 3", dir);
+    rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+    mg_test_report(!rc && tr.loaded_iteration == 1, "cli: --load of a directory of 1400+ "
+                   "characters resumes its checkpoint (iteration 1)", "%zu characters: %s",
+                   strlen(dir), rc ? err : tr.loaded_iteration == 1 ? "" : "not resumed");
+    if (!rc) mg_trainer_free(&tr);
+    memset(flag_path, 'x', sizeof flag_path);
+    flag_path[0] = '/';
+    flag_path[4000] = 0;
+    snprintf(line, sizeof line, BASE "--save %s", flag_path);
+    expect_error("--save of 4000 characters: refused before any work", line, "^--save /xxxx");
+    expect_error("--save of 4000 characters: the message says why", line, "a path of 4000 "
+                 "characters; with the 128 more that the names under it take it would pass "
+                 "the 4095 characters a path may have (give a path of at most 3967 characters");
+    snprintf(line, sizeof line, BASE "--load %s", flag_path);
+    expect_error("--load of 4000 characters: refused", line, "^--load /xxx");
+    snprintf(line, sizeof line, BASE "--export-hf %s", flag_path);
+    expect_error("--export-hf of 4000 characters: refused", line, "^--export-hf /xxx");
+    flag_path[4070] = 0;
+    memset(flag_path + 4000, 'x', 70);
+    snprintf(line, sizeof line, BASE "--log-jsonl %s", flag_path);
+    expect_error("--log-jsonl of 4070 characters: refused", line, "the 32 more that the names "
+                 "beside it take");
+}
+
 /* The program itself: exit status 2 and one stderr line for a bad flag; a short real run. */
 static void check_program(void) {
     char cmd[2048], out[8192] = {0};
@@ -830,6 +873,7 @@ int main(void) {
     check_no_validation();
     check_weights_and_checkpoints();
     check_small_files();
+    check_long_paths();
     check_program();
     check_make_help();
     gpt_rmtree(tmp);

@@ -4126,8 +4126,9 @@ static const mg__flag mg__flags[] = {
     {"--micro-batch-size", MG__F_INT, MG__OFF(micro_batch_size), "B", 1, 1e6,
      "sequences per microbatch (default 1)"},
     {"--global-batch-size", MG__F_INT, MG__OFF(global_batch_size), "N", 1, 1e9,
-     "sequences per iteration, a multiple of --micro-batch-size: gradients accumulate over "
-     "global/micro microbatches (default: --micro-batch-size)"},
+     "sequences per iteration, a multiple of --micro-batch-size x the data-parallel size d: "
+     "gradients accumulate over global/(micro x d) microbatches per replica (default: "
+     "--micro-batch-size x d, as Megatron-LM)"},
     {"--train-iters", MG__F_INT, MG__OFF(train_iters), "N", 0, MG__BIG,
      "iterations to train (required; 0: no training, e.g. to convert or sample)"},
     {"--exit-signal-handler", MG__F_SWITCH, MG__OFF(exit_signal_handler), NULL, 0, 0,
@@ -5996,7 +5997,11 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     tr->start_ms = mg__now_ms();
     tr->writer = !a->comm || a->comm->world_rank == 0;
     /* every check first (each failure: goto fail, where the ranks agree on it), then build   */
-    if (!mg_train_flag_given(a, "--global-batch-size")) a->global_batch_size = a->micro_batch_size;
+    if (!mg_train_flag_given(a, "--global-batch-size")) {   /* Megatron-LM: B x d */
+        int64_t mp = a->tensor_model_parallel_size * a->context_parallel_size *
+                     a->pipeline_model_parallel_size, world = a->comm ? a->comm->world_size : 1;
+        a->global_batch_size = a->micro_batch_size * (world % mp ? 1 : world / mp);
+    }
     if (mg__check_run(a, err, errlen)) goto fail;
     if (a->lr < 0) a->lr = 0;                       /* no training: no learning rate needed */
     /* architecture: the checkpoint to resume, else the weights to start from, else flags */

@@ -88,6 +88,21 @@ static void check_library(void) {
                  "rank sets up without a validation set", world, world > 1 ? "s" : "");
         mg_test_report(mg_test_agree(ok), name, "%s", err);
     }
+    {   /* no --global-batch-size: Megatron-LM's default, micro-batch x d */
+        mg_trainer tr;
+        char err[MG_ERRLEN] = {0}, name[200];
+        int ok;
+        snprintf(line, sizeof line, BASE "--micro-batch-size 2");
+        ok = gpt_setup_line(&tr, line, &comm, err, sizeof err) == 0;
+        if (ok) {
+            ok = tr.args.global_batch_size == 2 * world && tr.n_micro == 1;
+            mg_trainer_free(&tr);
+        }
+        snprintf(name, sizeof name, "cli dp (%d rank%s): no --global-batch-size: the default is "
+                 "--micro-batch-size 2 x d = %d, one microbatch per replica", world,
+                 world > 1 ? "s" : "", 2 * world);
+        mg_test_report(mg_test_agree(ok), name, "%s", err);
+    }
     /* valid lines: t = 1 (d = world) with and without the distributed optimizer */
     for (k = 0; k < 2; k++) {
         mg_trainer tr;

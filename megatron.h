@@ -1120,14 +1120,13 @@ static void mg__one_line(char *text) {
         if (*text == '\n' || *text == '\r') *text = ' ';
 }
 
-/* One error line into err (what is wrong, what would be valid); returns -1. */
+/* One error line into err (what is wrong, what would be valid; a long one keeps its two
+   ends: mg__vline); returns -1.                                                             */
 static int mg__err(char *err, size_t errlen, const char *fmt, ...) {
     va_list ap;
-    if (!err || !errlen) return -1;
     va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
+    mg__vline(err, errlen, fmt, ap);
     va_end(ap);
-    mg__one_line(err);
     return -1;
 }
 

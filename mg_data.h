@@ -63,12 +63,12 @@ extern "C" {
 #endif
 
 /* Every function that can fail returns 0 on success and -1 on failure, with one line (no
-   trailing newline) describing the failure written to err[0..errlen) (err may be NULL).     */
+   trailing newline) describing the failure written to err[0..errlen) (err may be NULL); a
+   longer message keeps its beginning and its end, "…" in between.                          */
+#define MG_ERRLEN 512
 /* The longest path the files of the library are written and read under, the NUL included
    (Linux's PATH_MAX): longer names are refused with a message, never cut.                  */
 #define MG_PATH_MAX 4096
-/* Room for a message naming two such paths whole.                                          */
-#define MG_ERRLEN (2 * MG_PATH_MAX + 1024)
 
 /* ---------------------------------------------------------------------------------------------
    1. Token datasets
@@ -565,15 +565,38 @@ MGDEF uint32_t mg_crc32c(uint32_t crc, const void *data, size_t n);
    ------------------------------------------------------------------------------------------ */
 
 /* Formats one line into err (newlines become spaces) and returns -1.                         */
-static int mg__fail(char *err, size_t errlen, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-        for (char *c = err; *c; c++)
-            if (*c == '\n' || *c == '\r') *c = ' ';
+/* One message line into out[cap]: line breaks become blanks, and a message longer than cap
+   (long paths) keeps its beginning (what failed) and its end (why), with "…" for the middle
+   instead of losing the reason at the cut.                                                 */
+static void mg__vline(char *out, size_t cap, const char *fmt, va_list ap) {
+    va_list again;
+    int n;
+    if (!out || !cap) return;
+    va_copy(again, ap);
+    n = vsnprintf(out, cap, fmt, ap);
+    if (n > 0 && (size_t)n >= cap && cap > 64) {
+        char *full = (char *)MG_MALLOC((size_t)n + 1);
+        if (full) {
+            size_t tail = (cap - 1) / 2, head = cap - 1 - tail - 3;   /* "…" is 3 bytes */
+            vsnprintf(full, (size_t)n + 1, fmt, again);
+            while (head > 0 && ((unsigned char)full[head] & 0xC0) == 0x80) head--;  /* UTF-8 */
+            while (tail > 0 && ((unsigned char)full[n - tail] & 0xC0) == 0x80) tail--;
+            memcpy(out, full, head);
+            memcpy(out + head, "\xe2\x80\xa6", 3);
+            memcpy(out + head + 3, full + n - tail, tail + 1);
+            MG_FREE(full);
+        }
     }
+    va_end(again);
+    for (char *c = out; *c; c++)
+        if (*c == '\n' || *c == '\r') *c = ' ';
+}
+
+static int mg__fail(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    mg__vline(err, errlen, fmt, ap);
+    va_end(ap);
     return -1;
 }
 

@@ -728,7 +728,7 @@ static void check_long_paths(void) {
     }
     snprintf(dir + n, sizeof dir - n, "/ckpt");
     save_one_iteration(dir);
-    snprintf(line, sizeof line, BASE "--load %s --train-iters 3", dir);
+    snprintf(line, sizeof line, BASE "--load %s", dir);
     rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
     mg_test_report(!rc && tr.loaded_iteration == 1, "cli: --load of a directory of 1400+ "
                    "characters resumes its checkpoint (iteration 1)", "%zu characters: %s",
@@ -746,6 +746,21 @@ static void check_long_paths(void) {
     expect_error("--load of 4000 characters: refused", line, "^--load /xxx");
     snprintf(line, sizeof line, BASE "--export-hf %s", flag_path);
     expect_error("--export-hf of 4000 characters: refused", line, "^--export-hf /xxx");
+    /* an error naming a long path keeps its end, the reason (MG_ERRLEN cuts the middle) */
+    snprintf(line, sizeof line, "--data-path %s --vocab-size 37 --num-layers 1 --hidden-size "
+             "16 --num-attention-heads 2 --seq-length 8 --train-iters 2 --lr 1", flag_path);
+    {
+        char err2[MG_ERRLEN] = {0};
+        mg_train_args a;
+        mg_trainer t2;
+        int failed = gpt_parse_line(&a, line, err2, sizeof err2) != 0 ||
+                     mg_trainer_setup(&t2, &a, err2, sizeof err2) != 0;
+        size_t len = strlen(err2);
+        mg_test_report(failed && !strncmp(err2, "--data-path: /xxx", 17) && strstr(err2, "…") &&
+                       len > 16 && !strcmp(err2 + len - 15, ": path too long"), "cli: an error about "
+                       "a 4000-character path keeps its beginning and its reason, '…' between",
+                       "%s", err2);
+    }
     flag_path[4070] = 0;
     memset(flag_path + 4000, 'x', 70);
     snprintf(line, sizeof line, BASE "--log-jsonl %s", flag_path);

@@ -838,6 +838,9 @@ typedef struct mg_train_args {
     double lr, min_lr, weight_decay, clip_grad, adam_beta1, adam_beta2, adam_eps;
     int lr_decay_style;                  /* mg_lr_style                                        */
     int64_t lr_warmup_iters, lr_decay_iters;
+    /* on --load, a schedule that differs from the checkpoint's: the command line's
+       (override) or the checkpoint's (use_checkpoint); neither: an error (Megatron-LM)      */
+    int override_opt_param_scheduler, use_checkpoint_opt_param_scheduler;
     /* logging, evaluation, checkpoints, data                                                */
     int64_t seed, log_interval, eval_interval, eval_iters, save_interval, sample_tokens;
     const char *save, *load, *split, *init_from, *log_jsonl, *export_hf;
@@ -4173,6 +4176,13 @@ static const mg__flag mg__flags[] = {
      "linear warm-up from 0 over N iterations (default 0)"},
     {"--lr-decay-iters", MG__F_INT, MG__OFF(lr_decay_iters), "N", 1, MG__BIG,
      "iterations until --min-lr is reached (default: --train-iters)"},
+    {"--override-opt_param-scheduler", MG__F_SWITCH, MG__OFF(override_opt_param_scheduler),
+     NULL, 0, 0, "on --load, take --lr, --min-lr, --lr-warmup-iters, --lr-decay-iters (or "
+     "--train-iters), --lr-decay-style and --weight-decay from the command line even where "
+     "the checkpoint's differ (without either switch a difference is an error)"},
+    {"--use-checkpoint-opt_param-scheduler", MG__F_SWITCH,
+     MG__OFF(use_checkpoint_opt_param_scheduler), NULL, 0, 0, "on --load, take those values "
+     "from the checkpoint (--lr may then be left out)"},
     {"checkpointing", MG__F_HELP, 0, NULL, 0, 0, ""},
     {"--save", MG__F_STR, MG__OFF(save), "DIR", 0, 0,
      "save DIR/iter_NNNNNNN every --save-interval iterations and at the end"},
@@ -4993,9 +5003,45 @@ typedef struct mg__ckpt_state {
     int64_t growth_tracker, hysteresis_tracker;
     /* optional "rope_scaling": Llama 3's numbers that have no flag (0: the defaults)        */
     double rope_low, rope_high, rope_orig;
+    /* optional "opt_param_scheduler" (not in older files): the schedule the run used       */
+    int has_sched;
+    mg_lr_schedule sched;
+    double weight_decay;
 } mg__ckpt_state;
 static const char *const mg__state_arch_keys[6] = {"num_layers", "hidden_size",
     "num_attention_heads", "seq_length", "max_position_embeddings", "vocab_size"};
+
+/* state.json's "opt_param_scheduler" object (token k): Megatron-LM's OptimizerParamScheduler
+   state — peak and minimum learning rate, warm-up and decay iterations, decay style, weight
+   decay — each in its flag's range.                                                         */
+static int mg__read_sched(const mg_json *js, int64_t k, const char *path, mg__ckpt_state *s,
+                          char *err, size_t errlen) {
+    double v[5];
+    const char *const keys[5] = {"max_lr", "min_lr", "lr_warmup_iters", "lr_decay_iters",
+                                 "weight_decay"};
+    const double hi[5] = {1e3, 1e3, MG__BIG, MG__BIG, 1e3};
+    char style[16] = "";
+    int64_t t;
+    int i;
+    for (i = 0; i < 5; i++)
+        if (mg__cfg_num(js, k, path, keys[i], NAN, 0, hi[i], &v[i], err, errlen)) return -1;
+    t = mg_json_get(js, k, "lr_decay_style");
+    if (t >= 0 && js->toks[t].type == MG_JSON_STRING)
+        snprintf(style, sizeof style, "%.*s", (int)(js->toks[t].end - js->toks[t].start),
+                 js->text + js->toks[t].start);
+    s->sched.style = (mg_lr_style)mg__choice("constant|linear|cosine", style, 0);
+    if ((int)s->sched.style < 0 || v[2] != floor(v[2]) || v[3] != floor(v[3]))
+        return mg__err(err, errlen, "%s: opt_param_scheduler holds a decay style that is not "
+                       "constant, linear or cosine, or iterations that are not whole numbers",
+                       path);
+    s->sched.max_lr = v[0];
+    s->sched.min_lr = v[1];
+    s->sched.warmup_iters = (int64_t)v[2];
+    s->sched.decay_iters = (int64_t)v[3];
+    s->weight_decay = v[4];
+    s->has_sched = 1;
+    return 0;
+}
 
 /* Reads a checkpoint's state.json (at most 1 MiB: ours hold ~3 KB) written for iteration
    `iteration`; every value must be in range for what it counts (so nothing read here can wrap
@@ -5066,6 +5112,9 @@ static int mg__read_state(const char *path, int64_t iteration, mg__ckpt_state *s
                 rc = mg__err(err, errlen, "%s: loss_scale is not a positive number", path);
         }
     }
+    s->has_sched = 0;
+    if (!rc && (k = (int)mg_json_get(&js, 0, "opt_param_scheduler")) >= 0)
+        rc = mg__read_sched(&js, k, path, s, err, errlen);
     s->rope_low = s->rope_high = s->rope_orig = 0;
     if (!rc && (k = (int)mg_json_get(&js, 0, "rope_scaling")) >= 0 &&
         (mg__cfg_num(&js, k, path, "low_freq_factor", NAN, 1e-6, 1e6, &s->rope_low, err,
@@ -5078,6 +5127,61 @@ static int mg__read_state(const char *path, int64_t iteration, mg__ckpt_state *s
     mg_json_free(&js);
     MG_FREE(text);
     return rc;
+}
+
+/* Megatron-LM's OptimizerParamScheduler.load_state_dict on --load: the schedule of the
+   command line (peak and minimum learning rate, warm-up, decay length — --lr-decay-iters,
+   else --train-iters — decay style, weight decay) against the checkpoint's. With
+   --override-opt_param-scheduler the command line's stands, with
+   --use-checkpoint-opt_param-scheduler the checkpoint's is taken into a, otherwise a
+   difference is an error. A checkpoint without the schedule (older files), or a run that
+   trains no further, is not checked.                                                       */
+static int mg__sched_merge(mg_train_args *a, const mg__ckpt_state *st, char *err,
+                           size_t errlen) {
+    static const char *const flags[6] = {"--lr", "--min-lr", "--lr-warmup-iters",
+                                         "--lr-decay-iters", "--lr-decay-style",
+                                         "--weight-decay"};
+    static const char *const styles[3] = {"constant", "linear", "cosine"};
+    const mg_lr_schedule *c = &st->sched;
+    double mine[6], theirs[6];
+    char mv[64], cv[64];
+    int k;
+    if (!st->has_sched || a->train_iters <= st->iteration || a->override_opt_param_scheduler)
+        return 0;
+    if (a->use_checkpoint_opt_param_scheduler) {
+        a->lr = c->max_lr;
+        a->min_lr = c->min_lr;
+        a->lr_warmup_iters = c->warmup_iters;
+        a->lr_decay_iters = c->decay_iters;
+        a->lr_decay_style = c->style;
+        a->weight_decay = st->weight_decay;
+        return 0;
+    }
+    mine[0] = a->lr; mine[1] = a->min_lr; mine[2] = (double)a->lr_warmup_iters;
+    mine[3] = (double)(a->lr_decay_iters ? a->lr_decay_iters : a->train_iters);
+    mine[4] = a->lr_decay_style; mine[5] = a->weight_decay;
+    theirs[0] = c->max_lr; theirs[1] = c->min_lr; theirs[2] = (double)c->warmup_iters;
+    theirs[3] = (double)c->decay_iters; theirs[4] = c->style; theirs[5] = st->weight_decay;
+    for (k = 0; k < 6; k++) {
+        if (mine[k] == theirs[k]) continue;
+        if (k == 4) {
+            snprintf(mv, sizeof mv, "%s", styles[(int)mine[k]]);
+            snprintf(cv, sizeof cv, "%s", styles[(int)theirs[k]]);
+        } else {   /* as typed: 2, 0.001 (not 2.0) */
+            mg__num_text(mv, sizeof mv, mine[k], 0);
+            mg__num_text(cv, sizeof cv, theirs[k], 0);
+            if (mine[k] == floor(mine[k])) snprintf(mv, sizeof mv, "%.0f", mine[k]);
+            if (theirs[k] == floor(theirs[k])) snprintf(cv, sizeof cv, "%.0f", theirs[k]);
+        }
+        return mg__err(err, errlen, "%s %s%s differs from the checkpoint's %s (on resume "
+                       "Megatron-LM's OptimizerParamScheduler refuses a changed schedule: give "
+                       "--use-checkpoint-opt_param-scheduler to keep the checkpoint's, or "
+                       "--override-opt_param-scheduler to take the command line's)",
+                       k == 3 && !a->lr_decay_iters ? "--train-iters" : flags[k], mv,
+                       k == 3 && !a->lr_decay_iters ? " (the decay length without "
+                       "--lr-decay-iters)" : "", cv);
+    }
+    return 0;
 }
 
 /* The architecture switches beyond the six sizes (the Llama family's), as flags. */
@@ -5251,7 +5355,11 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
     if (a->train_iters < 0)
         return mg__err(err, errlen, "--train-iters is required (the number of iterations, e.g. "
                        "--train-iters 1000)");
-    if (a->lr < 0 && a->train_iters > 0)
+    if (a->override_opt_param_scheduler && a->use_checkpoint_opt_param_scheduler)
+        return mg__err(err, errlen, "--override-opt_param-scheduler and "
+                       "--use-checkpoint-opt_param-scheduler exclude each other (the command "
+                       "line's schedule or the checkpoint's: pick one)");
+    if (a->lr < 0 && a->train_iters > 0 && !(a->use_checkpoint_opt_param_scheduler && a->load))
         return mg__err(err, errlen, "--lr is required (the peak learning rate, e.g. --lr 3e-4)");
     if (a->lr >= 0 && a->min_lr > a->lr)
         return mg__err(err, errlen, "--min-lr %g is larger than --lr %g (it must be <= --lr)",
@@ -6002,7 +6110,6 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         a->global_batch_size = a->micro_batch_size * (world % mp ? 1 : world / mp);
     }
     if (mg__check_run(a, err, errlen)) goto fail;
-    if (a->lr < 0) a->lr = 0;                       /* no training: no learning rate needed */
     /* architecture: the checkpoint to resume, else the weights to start from, else flags */
     if (a->load) {
         rc = mg__latest_iteration(a->load, &load_iter, why, sizeof why);
@@ -6045,8 +6152,16 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
             }
             a->seed = st.seed;
             a->data_order = st.data_order;
+            if (mg__sched_merge(a, &st, err, errlen)) goto fail;
         }
     }
+    if (a->lr < 0 && a->train_iters > 0) {   /* --use-checkpoint-opt_param-scheduler, no
+                                                schedule in --load: the flag is needed   */
+        mg__err(err, errlen, "--lr is required (the peak learning rate, e.g. --lr 3e-4; "
+                "--use-checkpoint-opt_param-scheduler found no schedule in --load %s)", a->load);
+        goto fail;
+    }
+    if (a->lr < 0) a->lr = 0;                       /* no training: no learning rate needed */
     if (!has_ckpt && weights_from) {
         if (mg_weights_open(&wf, weights_from, why, sizeof why)) {
             mg__err(err, errlen, "%s %s: %s%s", weights_from == a->init_from ? "--init-from" :
@@ -6962,6 +7077,13 @@ static char *mg__state_json(const mg_trainer *tr) {
                               lc.rope_freq.low_freq_factor, lc.rope_freq.high_freq_factor,
                               lc.rope_freq.original_max_pos);
     }
+    n += (size_t)snprintf(s + n, cap - n, "  \"opt_param_scheduler\": {\"max_lr\": %.17g, "
+                          "\"min_lr\": %.17g, \"lr_warmup_iters\": %lld, \"lr_decay_iters\": "
+                          "%lld, \"lr_decay_style\": \"%s\", \"weight_decay\": %.17g},\n",
+                          tr->sched.max_lr, tr->sched.min_lr, (long long)tr->sched.warmup_iters,
+                          (long long)tr->sched.decay_iters, tr->sched.style == MG_LR_CONSTANT ?
+                          "constant" : tr->sched.style == MG_LR_LINEAR ? "linear" : "cosine",
+                          a->weight_decay);
     n += (size_t)snprintf(s + n, cap - n, "  \"padded_vocab_size\": %d,\n  \"args\": {",
                           tr->cfg.padded_vocab);
     for (i = 0; i < MG__NFLAGS; i++) {   /* every flag whole, however long its paths */

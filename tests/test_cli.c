@@ -464,6 +464,84 @@ static void save_one_iteration(const char *dir) {
     mg_trainer_free(&tr);
 }
 
+/* Resuming with another learning-rate schedule (the checkpoint of save_one_iteration: --lr
+   1e-3, linear decay over --train-iters 2, weight decay 0.01), as Megatron-LM's
+   OptimizerParamScheduler: a difference is an error naming the flag and both values;
+   --override-opt_param-scheduler takes the command line's, --use-checkpoint-opt_param-
+   scheduler the checkpoint's (then --lr may be left out); a checkpoint written before the
+   schedule was stored is not checked.                                                      */
+static void check_schedule_on_resume(const char *dir) {
+    static const char *const changed[][2] = {
+        {"--lr 2e-3", "^--lr 0.002 differs from the checkpoint's 0.001 (on resume Megatron-LM's "
+                      "OptimizerParamScheduler refuses a changed schedule: give "
+                      "--use-checkpoint-opt_param-scheduler to keep the checkpoint's, or "
+                      "--override-opt_param-scheduler to take the command line's)"},
+        {"--min-lr 1e-4", "^--min-lr 0.0001 differs from the checkpoint's 0 ("},
+        {"--lr-warmup-iters 1 --train-iters 3", "^--lr-warmup-iters 1 differs from the "
+                                                "checkpoint's 0 ("},
+        {"--train-iters 3", "^--train-iters 3 (the decay length without --lr-decay-iters) "
+                            "differs from the checkpoint's 2 ("},
+        {"--lr-decay-iters 5", "^--lr-decay-iters 5 differs from the checkpoint's 2 ("},
+        {"--lr-decay-style cosine", "^--lr-decay-style cosine differs from the checkpoint's "
+                                    "linear ("},
+        {"--weight-decay 0.1", "^--weight-decay 0.1 differs from the checkpoint's 0.01 ("},
+    };
+    char line[2048], what[200], state[700], err[MG_ERRLEN];
+    char *text, *cut;
+    long len = 0;
+    size_t i;
+    mg_trainer tr;
+    int rc;
+    for (i = 0; i < sizeof changed / sizeof changed[0]; i++) {
+        snprintf(line, sizeof line, BASE "--load %s --seed 7 %s", dir, changed[i][0]);
+        snprintf(what, sizeof what, "--load with %s: the schedule differs", changed[i][0]);
+        expect_error(what, line, changed[i][1]);
+    }
+    expect_error("both schedule switches", BASE "--override-opt_param-scheduler "
+                 "--use-checkpoint-opt_param-scheduler", "^--override-opt_param-scheduler and "
+                 "--use-checkpoint-opt_param-scheduler exclude each other");
+    snprintf(line, sizeof line, BASE "--load %s --lr 2e-3 --train-iters 3 "
+             "--override-opt_param-scheduler", dir);
+    rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+    mg_test_report(!rc && tr.sched.max_lr == 2e-3 && tr.sched.decay_iters == 3,
+                   "cli: --override-opt_param-scheduler: the command line's schedule (lr 2e-3, "
+                   "decay 3)", "%s", rc ? err : "");
+    if (!rc) mg_trainer_free(&tr);
+    /* the checkpoint's, --lr left out */
+    snprintf(line, sizeof line, "--data-path " GPT_DATA "gpt_tokens.bin --train-iters 3 --split "
+             "1,0,0 --eval-iters 0 --lr-decay-style cosine --weight-decay 0.5 --load %s "
+             "--use-checkpoint-opt_param-scheduler", dir);
+    rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+    mg_test_report(!rc && tr.sched.max_lr == 1e-3 && tr.sched.decay_iters == 2 &&
+                   tr.sched.style == MG_LR_LINEAR && tr.args.weight_decay == 0.01,
+                   "cli: --use-checkpoint-opt_param-scheduler: the checkpoint's schedule, --lr "
+                   "left out", "%s", rc ? err : "");
+    if (!rc) mg_trainer_free(&tr);
+    /* a checkpoint from before the schedule was stored: not checked */
+    snprintf(state, sizeof state, "%s/iter_0000001/state.json", dir);
+    text = (char *)mg_test_read_file(state, &len);
+    if (!text || !(cut = strstr(text, "  \"opt_param_scheduler\""))) {
+        mg_test_report(0, "cli: state.json holds opt_param_scheduler", "%s", state);
+        free(text);
+        return;
+    }
+    write_file(state, text, (size_t)(cut - text));
+    {
+        char *nl = strchr(cut, '\n') + 1;
+        FILE *f = fopen(state, "ab");
+        fwrite(nl, 1, (size_t)(text + len - nl), f);
+        fclose(f);
+    }
+    snprintf(line, sizeof line, BASE "--load %s --train-iters 3", dir);
+    rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+    mg_test_report(!rc && tr.sched.decay_iters == 3, "cli: --load of a checkpoint without "
+                   "opt_param_scheduler (older files): the schedule is not checked", "%s",
+                   rc ? err : "");
+    if (!rc) mg_trainer_free(&tr);
+    write_file(state, text, (size_t)len);
+    free(text);
+}
+
 static void check_weights_and_checkpoints(void) {
     char line[2048], path[700], dir[512], sub[700];
     long len = 0;
@@ -498,6 +576,7 @@ static void check_weights_and_checkpoints(void) {
                  "from the checkpoint's shuffled");
     snprintf(line, sizeof line, BASE "--load %s --hidden-size 32 --num-attention-heads 2", dir);
     expect_error("--load with another architecture", line, "--hidden-size 32 does not match");
+    check_schedule_on_resume(dir);
     /* nothing on disk changes when setup fails */
     snprintf(sub, sizeof sub, "%s/iter_0000001/model.safetensors", dir);
     stat(sub, &st1);

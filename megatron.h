@@ -4993,6 +4993,21 @@ static int mg__latest_iteration(const char *dir, int64_t *iter, char *err, size_
     return rc;
 }
 
+/* Whether dir is one iteration of a checkpoint (it holds state.json or model.safetensors);
+   then parent gets the directory above it, the one --load takes ("." for a bare name).      */
+static int mg__is_checkpoint_dir(const char *dir, char *parent, size_t cap) {
+    char probe[MG_PATH_MAX], *slash;
+    if (mg__path(probe, sizeof probe, "%s/state.json", dir) || access(probe, F_OK) != 0)
+        if (mg__path(probe, sizeof probe, "%s/model.safetensors", dir) ||
+            access(probe, F_OK) != 0) return 0;
+    if (mg__path(parent, cap, "%s", dir)) return 0;
+    while ((slash = strrchr(parent, '/')) && slash[1] == 0 && slash != parent) *slash = 0;
+    slash = strrchr(parent, '/');
+    if (!slash) snprintf(parent, cap, ".");
+    else slash[slash == parent] = 0;              /* "/iter_1": "/" */
+    return 1;
+}
+
 /* The checkpoint's state.json, parsed. */
 typedef struct mg__ckpt_state {
     int64_t iteration, consumed, consumed_valid, adam_step, skipped, nan_iters, seed;
@@ -6115,6 +6130,13 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         rc = mg__latest_iteration(a->load, &load_iter, why, sizeof why);
         if (rc < 0) { mg__err(err, errlen, "--load %s: %s", a->load, why); goto fail; }
         tr->load_found = rc;
+        if (rc == 0 && mg__is_checkpoint_dir(a->load, path, sizeof path)) {
+            mg__err(err, errlen, "--load %s: holds a checkpoint's files (state.json, "
+                    "model.safetensors) but no latest_checkpointed_iteration.txt: --load takes "
+                    "the directory that holds the iter_NNNNNNN directories (--load %s), as in "
+                    "Megatron-LM", a->load, path);
+            goto fail;
+        }
         if (rc == 2) {   /* Megatron's 'release': its weights, from iteration 0 (as --init-from) */
             mg__path(release, sizeof release, "%s/release", a->load);   /* fits: checked */
             weights_from = release;

@@ -577,6 +577,17 @@ static void check_weights_and_checkpoints(void) {
     snprintf(line, sizeof line, BASE "--load %s --hidden-size 32 --num-attention-heads 2", dir);
     expect_error("--load with another architecture", line, "--hidden-size 32 does not match");
     check_schedule_on_resume(dir);
+    /* the iteration's directory instead of the checkpoint's: refused (it would start from
+       random weights, saying there is no checkpoint there) */
+    snprintf(line, sizeof line, BASE "--load %s/iter_0000001", dir);
+    {
+        char want[1400];
+        snprintf(want, sizeof want, "--load %s/iter_0000001: holds a checkpoint's files "
+                 "(state.json, model.safetensors) but no latest_checkpointed_iteration.txt: "
+                 "--load takes the directory that holds the iter_NNNNNNN directories (--load "
+                 "%s), as in Megatron-LM", dir, dir);
+        expect_error("--load of an iteration's directory", line, want);
+    }
     /* nothing on disk changes when setup fails */
     snprintf(sub, sizeof sub, "%s/iter_0000001/model.safetensors", dir);
     stat(sub, &st1);

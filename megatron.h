@@ -3050,6 +3050,18 @@ static int mg__weights_get(const mg_weights_file *f, const mg_gpt_config *cfg,
                            f->path, name, mg_st_dtype_name(t->dtype));
         }
     }
+    for (r = 0; r < numel && isfinite(tmp[r]); r++) {}
+    if (r < numel) {   /* a NaN or an infinity: every loss of the run would be nan */
+        char name[200];
+        float bad = tmp[r];
+        if (f->kind == MG_WEIGHTS_HF || f->kind == MG_WEIGHTS_MEGATRON)
+            mg__ext_name(name, sizeof name, f->kind, f->prefix, d->kind, d->layer);
+        else snprintf(name, sizeof name, "%s", d->name);
+        MG_FREE(tmp);
+        return mg__err(err, errlen, "%s: tensor %s holds %s at element %lld (in the file's "
+                       "order); weights must be finite (every loss would be nan)", f->path,
+                       name, isnan(bad) ? "nan" : bad > 0 ? "inf" : "-inf", (long long)r);
+    }
     if (transposed) {                 /* Conv1D (in, out) -> Linear (out, in) */
         int64_t c;
         for (r = 0; r < rows; r++)
@@ -3114,19 +3126,44 @@ static int mg__layer_mismatch(const mg_gpt_config *a, const mg_gpt_config *b, co
     return 0;
 }
 
-MGDEF int mg_gpt_import(mg_gpt *m, const mg_weights_file *f, char *err, size_t errlen) {
-    int i;
-    int64_t biggest = 1;
-    float *global;
+/* The architecture of f against the model's cfg. */
+static int mg__weights_match(const mg_gpt_config *cfg, const mg_weights_file *f, char *err,
+                             size_t errlen) {
     mg_gpt_config fc = f->cfg;
-    if (!fc.n_head) fc.n_head = m->cfg.n_head;   /* a safetensors file without config.json */
-    if (mg__config_mismatch(&m->cfg, &fc, f->path, err, errlen)) return -1;
+    if (!fc.n_head) fc.n_head = cfg->n_head;   /* a safetensors file without config.json */
+    if (mg__config_mismatch(cfg, &fc, f->path, err, errlen)) return -1;
     /* the file's architecture switches: config.json's for the Llama family; GPT-2's (all
        zero in fc) for llm.c checkpoints and Hugging Face GPT-2 files, whose tensors hold no
        gate, no untied output layer, … (our own files carry no switches: a difference shows
        as a missing tensor)                                                                 */
-    if (f->kind != MG_WEIGHTS_MEGATRON && mg__layer_mismatch(&m->cfg, &fc, f->path, err, errlen))
-        return -1;
+    return f->kind != MG_WEIGHTS_MEGATRON && mg__layer_mismatch(cfg, &fc, f->path, err, errlen)
+           ? -1 : 0;
+}
+
+/* Every tensor of f that a model of cfg takes, read as mg_gpt_import reads it (present, of
+   its shape and dtype, finite), without a model: a weights file checked before any work.  */
+static int mg__weights_verify(const mg_gpt_config *cfg, const mg_weights_file *f, char *err,
+                              size_t errlen) {
+    mg_gpt_layout whole = mg_gpt_layout_single(cfg, 1, 1, 1);
+    int n = mg__build_params(cfg, &whole, NULL, NULL), i, rc = 0;
+    mg_param_desc *all;
+    float *global;
+    if (mg__weights_match(cfg, f, err, errlen)) return -1;
+    all = (mg_param_desc *)MG_MALLOC(sizeof(mg_param_desc) * (size_t)n);
+    global = (float *)MG_MALLOC((size_t)mg__max_global_elems(cfg) * sizeof(float));
+    MG_ASSERT(all && global, "out of host memory");
+    mg__build_params(cfg, &whole, all, NULL);
+    for (i = 0; i < n && !rc; i++) rc = mg__weights_get(f, cfg, &all[i], global, err, errlen);
+    MG_FREE(all);
+    MG_FREE(global);
+    return rc;
+}
+
+MGDEF int mg_gpt_import(mg_gpt *m, const mg_weights_file *f, char *err, size_t errlen) {
+    int i;
+    int64_t biggest = 1;
+    float *global;
+    if (mg__weights_match(&m->cfg, f, err, errlen)) return -1;
     for (i = 0; i < m->n_params; i++)
         if (m->params[i].shape[0] * (m->params[i].ndim == 2 ? m->params[i].shape[1] : 1) > biggest)
             biggest = m->params[i].shape[0] * (m->params[i].ndim == 2 ? m->params[i].shape[1] : 1);
@@ -6251,6 +6288,12 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     tr->cfg.padded_vocab = mg_gpt_pad_vocab(tr->cfg.vocab_size, tp);
     if (mg__check_world(a, err, errlen)) goto fail;
     if (mg_gpt_config_check(&tr->cfg, tp, err, errlen)) goto fail;
+    /* the weights to start from, read whole once (world rank 0) before any work */
+    if (has_weights && tr->writer && mg__weights_verify(&tr->cfg, &wf, why, sizeof why)) {
+        mg__err(err, errlen, "%s %s: %s", weights_from == a->init_from ? "--init-from" :
+                "--load", weights_from == a->init_from ? a->init_from : a->load, why);
+        goto fail;
+    }
     /* d = world/(t·c·p) replicas, each running 1/d of the global batch's microbatches */
     tr->cp_size = (int)a->context_parallel_size;
     tr->dp_size = (a->comm ? a->comm->world_size : 1) /
@@ -6967,7 +7010,7 @@ static void mg__print_eval(mg_trainer *tr, FILE *out, const char *where, const c
                 "-----------------------\n validation loss at iteration %lld%s | lm loss value: "
                 "%.6E | lm loss PPL: %.6E | \n----------------------------------------------"
                 "------------------------------------------------\n", (long long)tr->iteration,
-                where, loss, exp(loss < 700 ? loss : 700));
+                where, isnan(loss) ? NAN : loss, isnan(loss) ? NAN : exp(loss < 700 ? loss : 700));
         fflush(out);
     }
     if (where[0] == 0) {   /* Megatron's evaluate_and_print_results: the validation only */

@@ -453,6 +453,35 @@ static void check_no_validation(void) {
     if (!rc) mg_trainer_free(&tr);
 }
 
+/* A validation loss that is nan prints a perplexity of NAN, not exp(700) = 1e304. */
+static void check_nan_validation(void) {
+    char err[MG_ERRLEN], text[4096] = {0};
+    mg_trainer tr;
+    FILE *out = tmpfile();
+    int64_t i;
+    size_t n;
+    double loss;
+    int rc = gpt_setup_line(&tr, "--train-data-path " GPT_DATA "gpt_tokens.bin "
+                            "--valid-data-path " GPT_DATA "gpt_tokens.bin --vocab-size 37 "
+                            "--num-layers 1 --hidden-size 16 --num-attention-heads 2 "
+                            "--seq-length 8 --train-iters 2 --lr 1e-3 --eval-iters 1", NULL,
+                            err, sizeof err);
+    if (rc || !out) {
+        mg_test_report(0, "cli: a nan validation loss prints a nan perplexity", "%s", err);
+        if (out) fclose(out);
+        return;
+    }
+    for (i = 0; i < tr.model.n_elems; i++) mg_gpt_fp32_params(&tr.model)[i] = NAN;
+    loss = mg_trainer_evaluate(&tr, out);
+    rewind(out);
+    n = fread(text, 1, sizeof text - 1, out);
+    text[n] = 0;
+    fclose(out);
+    mg_test_report(isnan(loss) && strstr(text, "lm loss value: NAN | lm loss PPL: NAN |"),
+                   "cli: a nan validation loss prints a nan perplexity (not 1e304)", "%s", text);
+    mg_trainer_free(&tr);
+}
+
 /* A checkpoint of iteration 1 (the base line, --seed 7) in dir. */
 static void save_one_iteration(const char *dir) {
     char line[2048], err[MG_ERRLEN];
@@ -577,6 +606,25 @@ static void check_weights_and_checkpoints(void) {
     snprintf(line, sizeof line, BASE "--load %s --hidden-size 32 --num-attention-heads 2", dir);
     expect_error("--load with another architecture", line, "--hidden-size 32 does not match");
     check_schedule_on_resume(dir);
+    {   /* weights that are not finite: refused before any work, naming tensor and element */
+        char *st;
+        uint64_t hlen;
+        const uint32_t nan_bits = 0x7fc00000u, inf_bits = 0xff800000u;
+        snprintf(sub, sizeof sub, "%s/iter_0000001/model.safetensors", dir);
+        st = (char *)mg_test_read_file(sub, &len);
+        memcpy(&hlen, st, 8);
+        memcpy(st + 8 + hlen + 4 * 5, &nan_bits, 4);      /* element 5 of the first tensor */
+        snprintf(path, sizeof path, "%s/nan.safetensors", tmp);
+        write_file(path, st, (size_t)len);
+        snprintf(line, sizeof line, BASE "--init-from %s", path);
+        expect_error("--init-from weights holding a nan", line, "nan.safetensors: tensor "
+                     "embedding.word_embeddings.weight holds nan at element 5 (in the file's "
+                     "order); weights must be finite (every loss would be nan)");
+        memcpy(st + 8 + hlen + 4 * 5, &inf_bits, 4);
+        write_file(path, st, (size_t)len);
+        expect_error("--init-from weights holding -inf", line, "holds -inf at element 5");
+        free(st);
+    }
     /* the iteration's directory instead of the checkpoint's: refused (it would start from
        random weights, saying there is no checkpoint there) */
     snprintf(line, sizeof line, BASE "--load %s/iter_0000001", dir);
@@ -976,6 +1024,7 @@ int main(void) {
     check_required_and_sizes();
     check_paths_and_data();
     check_no_validation();
+    check_nan_validation();
     check_weights_and_checkpoints();
     check_small_files();
     check_long_paths();

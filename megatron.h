@@ -2987,9 +2987,12 @@ static int mg__llama_tensor(const mg_weights_file *f, const mg_param_desc *d, in
 }
 
 /* Reads one GLOBAL tensor of the model (our layout, d->shape) from the file into out. The
-   word embedding takes the file's first V rows, the padding rows are zero.                  */
+   word embedding takes the file's first V rows, the padding rows are zero. finite: a NaN or
+   an infinity in it is an error (starting weights; a checkpoint of a diverged run loads as
+   it was saved).                                                                           */
 static int mg__weights_get(const mg_weights_file *f, const mg_gpt_config *cfg,
-                           const mg_param_desc *d, float *out, char *err, size_t errlen) {
+                           const mg_param_desc *d, float *out, int finite, char *err,
+                           size_t errlen) {
     int64_t rows = d->shape[0], cols = d->ndim == 2 ? d->shape[1] : 1;
     int64_t copy_rows = mg__vocab_rows(d->kind) ? cfg->vocab_size : rows, numel = copy_rows * cols;
     mg_layer_config lc = mg_gpt_layer_config(cfg, 1, MG_F32);
@@ -3050,8 +3053,8 @@ static int mg__weights_get(const mg_weights_file *f, const mg_gpt_config *cfg,
                            f->path, name, mg_st_dtype_name(t->dtype));
         }
     }
-    for (r = 0; r < numel && isfinite(tmp[r]); r++) {}
-    if (r < numel) {   /* a NaN or an infinity: every loss of the run would be nan */
+    for (r = 0; finite && r < numel && isfinite(tmp[r]); r++) {}
+    if (finite && r < numel) {   /* a NaN or an infinity: every loss of the run would be nan */
         char name[200];
         float bad = tmp[r];
         if (f->kind == MG_WEIGHTS_HF || f->kind == MG_WEIGHTS_MEGATRON)
@@ -3153,7 +3156,7 @@ static int mg__weights_verify(const mg_gpt_config *cfg, const mg_weights_file *f
     global = (float *)MG_MALLOC((size_t)mg__max_global_elems(cfg) * sizeof(float));
     MG_ASSERT(all && global, "out of host memory");
     mg__build_params(cfg, &whole, all, NULL);
-    for (i = 0; i < n && !rc; i++) rc = mg__weights_get(f, cfg, &all[i], global, err, errlen);
+    for (i = 0; i < n && !rc; i++) rc = mg__weights_get(f, cfg, &all[i], global, 1, err, errlen);
     MG_FREE(all);
     MG_FREE(global);
     return rc;
@@ -3170,7 +3173,7 @@ MGDEF int mg_gpt_import(mg_gpt *m, const mg_weights_file *f, char *err, size_t e
     global = (float *)MG_MALLOC((size_t)biggest * sizeof(float));
     MG_ASSERT(global, "out of host memory");
     for (i = 0; i < m->n_params; i++) {
-        if (mg__weights_get(f, &m->cfg, &m->params[i], global, err, errlen)) {
+        if (mg__weights_get(f, &m->cfg, &m->params[i], global, 0, err, errlen)) {
             MG_FREE(global);
             return -1;
         }
@@ -7470,7 +7473,7 @@ static int mg__load_moment(mg_gpt *m, float *flat, const char *path, const char 
         return mg__err(err, errlen, "%s", why);
     }
     for (i = 0; i < m->n_params && !rc; i++) {
-        rc = mg__weights_get(&f, &m->cfg, &m->params[i], global, err, errlen);
+        rc = mg__weights_get(&f, &m->cfg, &m->params[i], global, 0, err, errlen);
         if (!rc) mg_gpt_global_to_shard(m, i, flat, global);
     }
     mg_st_close(&f.st);

@@ -6731,6 +6731,26 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     return r;
 }
 
+/* --log-jsonl records: mg__jsonl_begin before one (the file's size: whole records up to
+   there), mg__jsonl_end after it (flushed). A failed write — a full disk, a file-size limit
+   — cuts the file back to its last whole record, warns once and writes no more: training goes
+   on, as Megatron-LM's goes on when a log cannot be written.                               */
+static int64_t mg__jsonl_begin(mg_trainer *tr) {
+    return fflush(tr->jsonl) == 0 ? (int64_t)lseek(fileno(tr->jsonl), 0, SEEK_END) : -1;
+}
+static void mg__jsonl_end(mg_trainer *tr, int64_t mark) {
+    int e;
+    if (mark >= 0 && fflush(tr->jsonl) == 0 && !ferror(tr->jsonl)) return;
+    e = errno;
+    if (mark >= 0 && ftruncate(fileno(tr->jsonl), (off_t)mark) != 0) mark = -1;
+    fprintf(stderr, "gpt_train: warning: --log-jsonl %s: cannot write the record of iteration "
+            "%lld (%s); %s, and no more are written (training goes on)\n", tr->args.log_jsonl,
+            (long long)tr->iteration, strerror(e), mark >= 0 ? "the file keeps the whole "
+            "records before it" : "the file may end in a cut record");
+    fclose(tr->jsonl);
+    tr->jsonl = NULL;
+}
+
 /* A double for JSON: non-finite values become null. */
 static void mg__json_num(FILE *f, const char *key, double v, int last) {
     if (isfinite(v)) fprintf(f, "\"%s\": %.9g%s", key, v, last ? "" : ", ");
@@ -6947,6 +6967,7 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
         }
     }
     if (tr->jsonl) {
+        int64_t mark = mg__jsonl_begin(tr);
         fprintf(tr->jsonl, "{\"iteration\": %lld, \"consumed_samples\": %lld, ",
                 (long long)tr->iteration, (long long)tr->consumed_samples);
         mg__json_num(tr->jsonl, "lm_loss", loss, 0);
@@ -6981,7 +7002,7 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
         fprintf(tr->jsonl, "\"global_batch_size\": %lld, \"skipped_iterations\": %lld, "
                 "\"nan_iterations\": %lld}\n", (long long)G, (long long)tr->log_skipped,
                 (long long)tr->log_nan);
-        fflush(tr->jsonl);
+        mg__jsonl_end(tr, mark);
     }
     MG_FREE(timers);
     tr->log_count = tr->log_skipped = tr->log_nan = 0;
@@ -7022,10 +7043,11 @@ static void mg__print_eval(mg_trainer *tr, FILE *out, const char *where, const c
             mg__tb_pair(tr, "lm loss validation ppl", exp(loss < 20 ? loss : 20));
     }
     if (tr->jsonl) {
+        int64_t mark = mg__jsonl_begin(tr);
         fprintf(tr->jsonl, "{\"iteration\": %lld, ", (long long)tr->iteration);
         mg__json_num(tr->jsonl, key, loss, 1);
         fprintf(tr->jsonl, "}\n");
-        fflush(tr->jsonl);
+        mg__jsonl_end(tr, mark);
     }
 }
 

@@ -14,6 +14,8 @@
    validation (as Megatron-LM does) and one line says why. --help lists every flag once under
    its Megatron-LM argument group; `make help` lists every phony target and the variables.  */
 #include "gpt_test_util.h"
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -451,6 +453,63 @@ static void check_no_validation(void) {
                    "validation, a note says the flags do nothing", "%s",
                    rc ? err : tr.valid_note);
     if (!rc) mg_trainer_free(&tr);
+}
+
+/* --log-jsonl on a full disk (a file-size limit makes its writes fail, EFBIG): one warning
+   line, the file cut back to its whole records (none ends mid-object), no more records, and
+   training goes on.                                                                         */
+static void check_jsonl_write_failure(void) {
+    char line[1024], jsonl[512], warn[512], err[MG_ERRLEN], *text;
+    mg_trainer tr;
+    struct rlimit old, rl;
+    void (*prev)(int);
+    long len = 0, before;
+    int rc, k, saved_stderr, warnings = 0;
+    FILE *w;
+    snprintf(jsonl, sizeof jsonl, "%s/full.jsonl", tmp);
+    snprintf(warn, sizeof warn, "%s/full.stderr", tmp);
+    snprintf(line, sizeof line, BASE "--train-iters 6 --log-interval 1 --log-jsonl %s", jsonl);
+    rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+    if (rc) { mg_test_report(0, "cli: --log-jsonl on a full disk", "%s", err); return; }
+    for (k = 0; k < 2; k++) {
+        mg_step_result r = mg_trainer_step(&tr);
+        mg_trainer_log(&tr, &r, NULL);
+    }
+    free(mg_test_read_file(jsonl, &before));
+    getrlimit(RLIMIT_FSIZE, &old);
+    rl = old;
+    rl.rlim_cur = (rlim_t)before + 40;             /* the next record does not fit */
+    prev = signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &rl);
+    fflush(stderr);
+    saved_stderr = dup(2);
+    w = fopen(warn, "w");
+    dup2(fileno(w), 2);
+    for (k = 0; k < 3; k++) {                      /* three more logged iterations */
+        mg_step_result r = mg_trainer_step(&tr);
+        mg_trainer_log(&tr, &r, NULL);
+    }
+    fflush(stderr);
+    dup2(saved_stderr, 2);
+    close(saved_stderr);
+    fclose(w);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, prev);
+    text = (char *)mg_test_read_file(warn, &len);
+    for (k = 0; text && k < len; k++) warnings += text[k] == '\n';
+    mg_test_report(warnings == 1 && text && strstr(text, "gpt_train: warning: --log-jsonl ") &&
+                   strstr(text, "cannot write the record of iteration 3 (File too large); the "
+                          "file keeps the whole records before it, and no more are written "
+                          "(training goes on)"), "cli: --log-jsonl on a full disk: one warning "
+                   "line with the reason", "%.*s", (int)len, text ? text : "");
+    free(text);
+    text = (char *)mg_test_read_file(jsonl, &len);
+    mg_test_report(tr.jsonl == NULL && tr.iteration == 5 && len == before && text &&
+                   text[len - 1] == '\n', "cli: --log-jsonl on a full disk: the file keeps its "
+                   "two whole records, training went on to iteration 5", "%ld bytes of %ld, "
+                   "iteration %lld", len, before, (long long)tr.iteration);
+    free(text);
+    mg_trainer_free(&tr);
 }
 
 /* A validation loss that is nan prints a perplexity of NAN, not exp(700) = 1e304. */
@@ -1025,6 +1084,7 @@ int main(void) {
     check_paths_and_data();
     check_no_validation();
     check_nan_validation();
+    check_jsonl_write_failure();
     check_weights_and_checkpoints();
     check_small_files();
     check_long_paths();

@@ -4439,12 +4439,13 @@ static int mg__choice(const char *choices, const char *value, int nocase) {
 }
 
 /* What a flag's value must be, for messages: "B, a whole number in 1 … 1000000",
-   "LR, a number >= 0", "one of constant|linear|cosine", "DIR". */
-static void mg__expects(const mg__flag *f, char *out, size_t cap) {
+   "LR, a number >= 0", "one of constant|linear|cosine", "DIR". A bound of 1e15 or more is
+   left out ("N, a whole number >= 0") unless full: a value above it is told both.          */
+static void mg__expects(const mg__flag *f, int full, char *out, size_t cap) {
     const char *kind = f->type == MG__F_INT ? "a whole number" : "a number";
     if (f->type == MG__F_CHOICE) snprintf(out, cap, "one of %s", f->metavar);
     else if (f->type != MG__F_INT && f->type != MG__F_FLOAT) snprintf(out, cap, "%s", f->metavar);
-    else if (f->hi >= MG__BIG) snprintf(out, cap, "%s, %s >= %g", f->metavar, kind, f->lo);
+    else if (f->hi >= MG__BIG && !full) snprintf(out, cap, "%s, %s >= %g", f->metavar, kind, f->lo);
     else if (f->type == MG__F_INT) snprintf(out, cap, "%s, %s in %.0f … %.0f", f->metavar, kind,
                                             f->lo, f->hi);
     else if (f->hi == 0.999999)   /* the table's bound for [lo, 1): probabilities, betas */
@@ -4528,7 +4529,7 @@ static int mg__set_flag(mg_train_args *a, const mg__flag *f, const char *v, char
                         size_t errlen) {
     char *end = NULL, want[160];
     char *field = (char *)a + f->offset;
-    mg__expects(f, want, sizeof want);
+    mg__expects(f, 0, want, sizeof want);
     if (!v[0])
         return mg__err(err, errlen, "%s: empty value (expected %s)", f->name, want);
     if (f->type == MG__F_STR) {
@@ -4558,16 +4559,20 @@ static int mg__set_flag(mg_train_args *a, const mg__flag *f, const char *v, char
         long long x = strtoll(v, &end, 10);
         if (*end || errno)
             return mg__err(err, errlen, "%s %s: not an integer (expected %s)", f->name, v, want);
-        if ((double)x < f->lo || (double)x > f->hi)
+        if ((double)x < f->lo || (double)x > f->hi) {
+            mg__expects(f, (double)x > f->hi, want, sizeof want);   /* the bound it broke */
             return mg__err(err, errlen, "%s %s: out of range (expected %s)", f->name, v, want);
+        }
         *(int64_t *)field = x;
     } else {
         double x = strtod(v, &end);
         if (*end || errno || !isfinite(x))
             return mg__err(err, errlen, "%s %s: not a number (expected %s, e.g. %s)", f->name, v,
                            want, f->lo > 0 ? "1e-8" : "3e-4");
-        if (x < f->lo || x > f->hi)
+        if (x < f->lo || x > f->hi) {
+            mg__expects(f, x > f->hi, want, sizeof want);           /* the bound it broke */
             return mg__err(err, errlen, "%s %s: out of range (expected %s)", f->name, v, want);
+        }
         *(double *)field = x;
     }
     return 0;
@@ -4689,7 +4694,7 @@ MGDEF int mg_train_parse(mg_train_args *a, int argc, char **argv, char *err, siz
             a->given[k] = 1;
             continue;
         }
-        mg__expects(&mg__flags[k], want, sizeof want);
+        mg__expects(&mg__flags[k], 0, want, sizeof want);
         if (eq) value = eq + 1;
         else if (i + 1 < argc && !(argv[i + 1][0] == '-' && argv[i + 1][1] == '-'))
             value = argv[++i];

@@ -101,6 +101,12 @@ static void check_flags(void) {
                  "^--enable-cuda-graph needs the GPU (--device cpu was given)");
     expect_error("zero interval", BASE "--eval-interval 0",
                  "^--eval-interval 0: out of range (expected N, a whole number >= 1)");
+    expect_error("a whole number above a bound of 1e15", BASE "--train-iters "
+                 "9223372036854775807", "^--train-iters 9223372036854775807: out of range "
+                 "(expected N, a whole number in 0 … 1000000000000000)");
+    expect_error("a number above a bound of 1e30", BASE "--fp16 --initial-loss-scale 1e40",
+                 "^--initial-loss-scale 1e40: out of range (expected X, a number in 1e-30 … "
+                 "1e+30)");
     expect_error("choice in capitals", BASE "--lr-decay-style Cosine", "^--lr-decay-style Cosine: "
                  "invalid choice (expected one of constant|linear|cosine; did you mean cosine?)");
     expect_error("choice in other capitals", BASE "--normalization rmsnorm", "^--normalization "

@@ -1424,10 +1424,23 @@ static int mg__layout_check(const mg_gpt_config *cfg, const mg_gpt_layout *L, ch
         L->n_chunks > MG_MAX_CHUNKS)
         return mg__err(err, errlen, "layout: %d slots, %d microbatches, %d chunks", L->n_slots,
                        L->max_microbatches, L->n_chunks);
-    if ((int64_t)L->micro_batch * cfg->seq_len * 4 * cfg->hidden > INT32_MAX ||
-        (int64_t)L->micro_batch * cfg->seq_len * (cfg->padded_vocab / L->tp_size) > INT32_MAX)
-        return mg__err(err, errlen, "--micro-batch-size %d × --seq-length %d is too large for "
-                       "32-bit GEMM sizes", L->micro_batch, cfg->seq_len);
+    if ((int64_t)L->micro_batch * cfg->seq_len * 4 * cfg->hidden > INT32_MAX)
+        return mg__err(err, errlen, "--micro-batch-size %d × --seq-length %d × 4 × "
+                       "--hidden-size %d = %lld elements of the MLP's activations, more than "
+                       "the %d a 32-bit GEMM size holds (a smaller --micro-batch-size, "
+                       "--seq-length or --hidden-size fits)", L->micro_batch, cfg->seq_len,
+                       cfg->hidden, (long long)L->micro_batch * cfg->seq_len * 4 * cfg->hidden,
+                       INT32_MAX);
+    if ((int64_t)L->micro_batch * cfg->seq_len * (cfg->padded_vocab / L->tp_size) > INT32_MAX)
+        return mg__err(err, errlen, "--micro-batch-size %d × --seq-length %d × %d vocabulary "
+                       "rows per rank (--vocab-size %d padded to %d, / "
+                       "--tensor-model-parallel-size %d) = %lld logits, more than the %d a "
+                       "32-bit GEMM size holds (a smaller --micro-batch-size or --seq-length, "
+                       "or a larger --tensor-model-parallel-size, which divides the vocabulary, "
+                       "fits)", L->micro_batch, cfg->seq_len, cfg->padded_vocab / L->tp_size,
+                       cfg->vocab_size, cfg->padded_vocab, L->tp_size,
+                       (long long)L->micro_batch * cfg->seq_len *
+                           (cfg->padded_vocab / L->tp_size), INT32_MAX);
     if (L->recompute_granularity < MG_RECOMPUTE_NONE ||
         L->recompute_granularity > MG_RECOMPUTE_FULL ||
         L->recompute_method < MG_RECOMPUTE_UNIFORM || L->recompute_method > MG_RECOMPUTE_BLOCK)

@@ -156,6 +156,16 @@ static void check_required_and_sizes(void) {
                  "--max-position-embeddings 4 is smaller than --seq-length 8");
     expect_error("sequence past 32-bit T x T", BASE "--seq-length 100000", "^--seq-length 100000: "
                  "at most 46340 (sizes in the GEMM seam are 32-bit: T x T must fit)");
+    expect_error("logits past 32-bit GEMM sizes", BASE "--vocab-size 1073741824",
+                 "^--micro-batch-size 1 × --seq-length 8 × 1073741824 vocabulary rows per rank "
+                 "(--vocab-size 1073741824 padded to 1073741824, / --tensor-model-parallel-size "
+                 "1) = 8589934592 logits, more than the 2147483647 a 32-bit GEMM size holds (a "
+                 "smaller --micro-batch-size or --seq-length, or a larger "
+                 "--tensor-model-parallel-size, which divides the vocabulary, fits)");
+    expect_error("MLP activations past 32-bit GEMM sizes", BASE "--hidden-size 40000 "
+                 "--num-attention-heads 2 --micro-batch-size 2000", "^--micro-batch-size 2000 × "
+                 "--seq-length 8 × 4 × --hidden-size 40000 = 2560000000 elements of the MLP's "
+                 "activations, more than the 2147483647");
     expect_error("global batch not a multiple", BASE "--micro-batch-size 4 --global-batch-size 6",
                  "^--global-batch-size 6 is not a multiple of --micro-batch-size 4 (gradients "
                  "accumulate over whole microbatches: use a multiple of 4, e.g. 8)");

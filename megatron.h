@@ -5557,7 +5557,7 @@ MGDEF mg_tokenizer *mg_tokenizer_from_flags(const char *type, const char *vocab_
                                             const char *tiktoken_pattern, char *err,
                                             size_t errlen) {
     mg_tokenizer_desc d;
-    char json[MG_PATH_MAX];
+    char json[MG_PATH_MAX], why[MG_ERRLEN];
     int t = type ? mg_tok_type_from_name(type) : MG_TOK_BYTES;
     memset(&d, 0, sizeof d);
     if (t < 0) {
@@ -5603,7 +5603,20 @@ MGDEF mg_tokenizer *mg_tokenizer_from_flags(const char *type, const char *vocab_
         }
         d.vocab_file = json;
     }
-    return mg_tokenizer_load(&d, err, errlen);
+    {   /* the file's error, named by its flag ("--vocab-file vocab.json: invalid JSON …") */
+        mg_tokenizer *tok = mg_tokenizer_load(&d, why, sizeof why);
+        size_t mn = merge_file ? strlen(merge_file) : 0;
+        size_t vn = d.vocab_file ? strlen(d.vocab_file) : 0;
+        int in_merges = mn && !strncmp(why, merge_file, mn);
+        const char *flag = in_merges ? "--merge-file" : tokenizer_model ? "--tokenizer-model"
+                                                                         : "--vocab-file";
+        if (tok) return tok;
+        if (in_merges || (vn && !strncmp(why, d.vocab_file, vn)))   /* "FILE: what is wrong" */
+            mg__err(err, errlen, "%s %s", flag, why);
+        else if (vn) mg__err(err, errlen, "%s %s: %s", flag, d.vocab_file, why);
+        else mg__err(err, errlen, "--tokenizer-type %s: %s", type, why);
+        return NULL;
+    }
 }
 
 /* The datasets one data flag names (mg_blend_parse's words), opened into tr->datasets from
@@ -6308,6 +6321,17 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     tp = (int)a->tensor_model_parallel_size;
     tr->cfg.padded_vocab = mg_gpt_pad_vocab(tr->cfg.vocab_size, tp);
     if (mg__check_world(a, err, errlen)) goto fail;
+    if (srcp && srcp[4] && !mg_train_flag_given(a, "--max-position-embeddings") &&
+        tr->cfg.seq_len > tr->cfg.max_pos) {   /* the positions came from the file */
+        mg__err(err, errlen, "--seq-length %d is longer than the %d positions of the model in "
+                "%s (%s there; give --seq-length %d or less)", tr->cfg.seq_len,
+                tr->cfg.max_pos, srcdesc, has_ckpt ? "max_position_embeddings" :
+                wf.kind == MG_WEIGHTS_HF ? "config.json's n_positions" :
+                wf.kind == MG_WEIGHTS_HF_LLAMA ? "config.json's max_position_embeddings" :
+                wf.kind == MG_WEIGHTS_LLMC ? "the llm.c header's maxT" :
+                "the file's max_position_embeddings", tr->cfg.max_pos);
+        goto fail;
+    }
     if (mg_gpt_config_check(&tr->cfg, tp, err, errlen)) goto fail;
     /* the weights to start from, read whole once (world rank 0) before any work */
     if (has_weights && tr->writer && mg__weights_verify(&tr->cfg, &wf, why, sizeof why)) {

@@ -1200,6 +1200,10 @@ MGDEF int mg_dataset_open(const char *path, mg_dataset *ds, char *err, size_t er
         rc = mg__open_llmc_tokens(path, ds, err, errlen);
     } else if (mg__is_file(idx)) {
         rc = mg__open_indexed(prefix, ds, err, errlen);
+    } else if (stat(idx, &st) == 0) {   /* there, but a directory, a pipe, … */
+        rc = mg__fail(err, errlen, "%s: %s is %s, not an index file (a dataset is PREFIX.idx + "
+                      "PREFIX.bin, two regular files)", path, idx,
+                      S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
     } else if (got >= 4 && mg__ld32(head) == MG__LLMC_CKPT_MAGIC) {
         rc = mg__fail(err, errlen, "%s: this is an llm.c model checkpoint, not token data", path);
     } else if (got >= 9 && memcmp(head, MG__IDX_MAGIC, 9) == 0) {

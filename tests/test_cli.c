@@ -314,6 +314,36 @@ static void check_paths_and_data(void) {
                  "^--split '1,2,3,4': more than three weights (expected train,valid,test");
     expect_error("--split without training data", BASE "--split 0,1,0", "^--split 0,1,0 gives "
                  "the training part no weight (the first number is the training share");
+    /* PREFIX.idx a directory: said so (not "does not exist") */
+    snprintf(path, sizeof path, "%s/dirprefix.idx", tmp);
+    mkdir(path, 0755);
+    snprintf(line, sizeof line, "--data-path %s/dirprefix --vocab-size 37 --num-layers 1 "
+             "--hidden-size 16 --num-attention-heads 2 --seq-length 8 --train-iters 2 --lr 1",
+             tmp);
+    expect_error("PREFIX.idx a directory", line, "dirprefix.idx is a directory, not an index "
+                 "file (a dataset is PREFIX.idx + PREFIX.bin, two regular files)");
+    /* a sequence longer than the positions of the model file: where they came from */
+    expect_error("--seq-length past config.json's n_positions", "--init-from " GPT_DATA
+                 "hf_base --data-path " GPT_DATA "gpt_tokens.bin --train-iters 1 --lr 1e-3 "
+                 "--split 1,0,0 --seq-length 32", "^--seq-length 32 is longer than the 16 "
+                 "positions of the model in " GPT_DATA "hf_base/model.safetensors "
+                 "(config.json's n_positions there; give --seq-length 16 or less)");
+    /* tokenizer files: the message names the flag */
+    snprintf(path, sizeof path, "%s/badvocab.json", tmp);
+    write_file(path, "{\"a\": 0, \"b\"", 14);
+    snprintf(bad, sizeof bad, "%s/merges.txt", tmp);
+    write_file(bad, "#version: 0.2\na b\n", 19);
+    snprintf(line, sizeof line, BASE "--tokenizer-type GPT2BPETokenizer --vocab-file %s "
+             "--merge-file %s", path, bad);
+    {
+        char want[700];
+        snprintf(want, sizeof want, "^--vocab-file %.400s: ", path);
+        expect_error("a broken --vocab-file: the flag named", line, want);
+        write_file(bad, "#version: 0.2\nab\n", 18);
+        write_file(path, "{\"a\": 0, \"b\": 1, \"ab\": 2}", 25);
+        snprintf(want, sizeof want, "^--merge-file %.400s: ", bad);
+        expect_error("a broken --merge-file: the flag named", line, want);
+    }
     expect_error("--load under a missing directory", BASE "--load /nonexistent/x/y",
                  "^--load /nonexistent/x/y: no such directory, nor the directory it would be in");
 }

@@ -40,7 +40,7 @@ static void check_library(void) {
         snprintf(want, sizeof want, "--global-batch-size 1 is not a multiple of "
                  "--micro-batch-size 1 x %d data-parallel replicas", world);
         expect_error("ranks left for data parallelism need a divisible batch", BASE
-                     "--hidden-size 32 --num-attention-heads 4", want);
+                     "--hidden-size 32 --num-attention-heads 4 --global-batch-size 1", want);
         /* sizes against t = world */
         snprintf(line, sizeof line, BASE "--hidden-size %d --num-attention-heads 3 "
                  "--tensor-model-parallel-size %d", 3 * (t + 1), t);

@@ -898,7 +898,8 @@ MGDEF int mg_train_flag_given(const mg_train_args *a, const char *flag); /* "--l
 /* The model that gpt_train's model flags describe (argv[1..argc): --num-layers,
    --hidden-size, the Llama family's …), checked as gpt_train checks it: each flag's range,
    then mg_gpt_config_check at t = 1. 0, or -1 with gpt_train's own message in err. The
-   planner (mg_plan.h) checks the model through it, so it never plans one gpt_train refuses. */
+   planner tool hands it to mg_plan_set_model_check, so it never plans a model gpt_train
+   refuses.                                                                                 */
 MGDEF int mg_train_model_check(int argc, char **argv, char *err, size_t errlen);
 MGDEF void mg_train_print_help(FILE *out, const char *prog);
 /* Flag i of the table ("--lr"; NULL past the last one) and the --help group it is listed

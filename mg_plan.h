@@ -329,6 +329,14 @@ MGDEF int mg_plan_calibrate_cpu(mg_plan_gpu *gpu, int threads, int ranks_per_nod
    Returns the exit status: 0 ok, 1 nothing fits (search), 2 bad flags (one line
    "mg_plan: error: …" on errf). */
 MGDEF int mg_plan_main(int argc, char **argv, FILE *out, FILE *errf);
+/* The trainer's check of the command line's model (its flags as typed, argv[0] a name, plus
+   --vocab-size), run by mg_plan_main after the planner's own checks: 0, or -1 with the reason
+   in err. mg_plan.h includes nothing of the library, so the check comes from the program:
+   tools/mg_plan.c sets megatron.h's mg_train_model_check (gpt_train's flag ranges and
+   mg_gpt_config_check), so the tool never plans a model gpt_train refuses. NULL (the
+   default): the planner's checks only.                                                     */
+typedef int (*mg_plan_model_check_fn)(int argc, char **argv, char *err, size_t errlen);
+MGDEF void mg_plan_set_model_check(mg_plan_model_check_fn check);
 
 #ifdef __cplusplus
 }
@@ -353,7 +361,6 @@ MGDEF int mg_plan_main(int argc, char **argv, FILE *out, FILE *errf);
 #ifndef MG_PLAN_NO_CBLAS
 #include <cblas.h>
 #endif
-#include "megatron.h"   /* mg_train_model_check: the command line's model, as gpt_train checks it */
 
 #define MG__PLAN_GIB 1073741824.0
 
@@ -1613,9 +1620,13 @@ static const char *mg__plan_usage =
     "           accepted for the same command line, no effect on the costs: --norm-epsilon\n"
     "           --rotary-base --rotary-percent --use-rope-scaling --rope-scaling-factor\n";
 
+static mg_plan_model_check_fn mg__plan_model_check;   /* see mg_plan_set_model_check */
+MGDEF void mg_plan_set_model_check(mg_plan_model_check_fn check) { mg__plan_model_check = check; }
+
 /* Parses argv into cli. Returns 0, 1 for --help, -1 with err. */
-/* gpt_train's flags that describe the model: the planner hands them to mg_train_model_check,
-   the trainer's own check, so the two never disagree on which models exist.              */
+/* gpt_train's flags that describe the model: the planner hands them to the model check
+   (mg_plan_set_model_check), so that with the trainer's own the two never disagree on which
+   models exist.                                                                           */
 static const char *const mg__plan_model_flags[] = {
     "--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length",
     "--max-position-embeddings", "--ffn-hidden-size", "--num-query-groups", "--kv-channels",
@@ -1772,7 +1783,8 @@ static int mg__plan_parse(int argc, char **argv, mg__plan_cli *c, char *err, siz
     }
     snprintf(vocab, sizeof vocab, "--vocab-size=%d", c->model.vocab_size);
     model_argv[model_argc++] = vocab;
-    if (mg_train_model_check(model_argc, model_argv, err, errlen)) return -1;
+    if (mg__plan_model_check && mg__plan_model_check(model_argc, model_argv, err, errlen))
+        return -1;
     if (!c->train.global_batch_size) { mg__plan_err(err, errlen, "--global-batch-size is required"); return -1; }
     if (!c->cluster.gpus) { mg__plan_err(err, errlen, "--gpus is required"); return -1; }
     return 0;

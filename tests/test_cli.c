@@ -330,16 +330,16 @@ static void check_paths_and_data(void) {
                  "(config.json's n_positions there; give --seq-length 16 or less)");
     /* tokenizer files: the message names the flag */
     snprintf(path, sizeof path, "%s/badvocab.json", tmp);
-    write_file(path, "{\"a\": 0, \"b\"", 14);
+    write_file(path, "{\"a\": 0, \"b\"", strlen("{\"a\": 0, \"b\""));
     snprintf(bad, sizeof bad, "%s/merges.txt", tmp);
-    write_file(bad, "#version: 0.2\na b\n", 19);
+    write_file(bad, "#version: 0.2\na b\n", strlen("#version: 0.2\na b\n"));
     snprintf(line, sizeof line, BASE "--tokenizer-type GPT2BPETokenizer --vocab-file %s "
              "--merge-file %s", path, bad);
     {
         char want[700];
         snprintf(want, sizeof want, "^--vocab-file %.400s: ", path);
         expect_error("a broken --vocab-file: the flag named", line, want);
-        write_file(bad, "#version: 0.2\nab\n", 18);
+        write_file(bad, "#version: 0.2\nab\n", 17);
         write_file(path, "{\"a\": 0, \"b\": 1, \"ab\": 2}", 25);
         snprintf(want, sizeof want, "^--merge-file %.400s: ", bad);
         expect_error("a broken --merge-file: the flag named", line, want);

@@ -114,7 +114,8 @@ static void check_program(void) {
     mg_test_report(n == 1 && status == 2 && strstr(first, "--seq-length 15 is not divisible"),
                    "cli tp: mpirun -np 2 gpt_train --sequence-parallel with an odd sequence: one "
                    "error line, exit status 2", "%d lines, status %d: %s", n, status, first);
-    n = program_errors("--hidden-size 32 --num-attention-heads 4", &status, first, sizeof first);
+    n = program_errors("--hidden-size 32 --num-attention-heads 4 --global-batch-size 1", &status,
+                       first, sizeof first);
     mg_test_report(n == 1 && status == 2 && strstr(first, "data-parallel replicas"),
                    "cli tp: mpirun -np 2 gpt_train without --tensor-model-parallel-size: one "
                    "error line, exit status 2", "%d lines, status %d: %s", n, status, first);

@@ -333,7 +333,7 @@ static void write_st(const char *path, int n, const char *const *names, const in
    weights path as a named pipe, a directory, an oversized or a garbage file; shapes and
    metadata that do not fit an int.                                                         */
 static void check_careless(void) {
-    static const char *const bad[][2] = {   /* member put first (it wins), key in the error */
+    static const char *const bad[][2] = {   /* member put last (it wins), key in the error */
         {"\"model_type\": \"gpt_neo\"", "\"model_type\" is \"gpt_neo\""},
         {"\"activation_function\": \"relu\"", "\"activation_function\" is \"relu\""},
         {"\"activation_function\": \"gelu\"", "\"activation_function\" is \"gelu\""},
@@ -368,8 +368,14 @@ static void check_careless(void) {
         fclose(f);
     }
     snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    {   /* the members go before the object's closing brace: the last of a repeated key wins,
+           as Python's json.loads (and transformers) read it */
+        char *close = strrchr(orig, '}');
+        if (!close) { fprintf(stderr, "hf_base/config.json: no closing brace\n"); exit(1); }
+        *close = 0;
+    }
     for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(text, sizeof text, "{%s,%s", bad[i][0], orig + 1);
+        snprintf(text, sizeof text, "%s, %s}\n", orig, bad[i][0]);
         write_text(cfg, text);
         snprintf(what, sizeof what, "config.json with %s beside transformers' weights: refused, "
                  "the key named", bad[i][0]);
@@ -377,7 +383,7 @@ static void check_careless(void) {
     }
     for (i = 0; i < sizeof good / sizeof good[0]; i++) {
         int rc;
-        snprintf(text, sizeof text, "{%s,%s", good[i], orig + 1);
+        snprintf(text, sizeof text, "%s, %s}\n", orig, good[i]);
         write_text(cfg, text);
         rc = mg_weights_open(&wf, dir, err, sizeof err);
         snprintf(what, sizeof what, "hf: config.json with %s (the same function): opens", good[i]);

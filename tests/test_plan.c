@@ -907,6 +907,7 @@ static void test_context_parallel(void) {
 }
 
 int main(void) {
+    mg_plan_set_model_check(mg_train_model_check);   /* as tools/mg_plan.c does */
     test_counting();
     test_llama_counts();
     test_llama_memory();

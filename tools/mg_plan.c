@@ -5,6 +5,10 @@
      build/mg_plan --num-layers 128 --hidden-size 25600 --num-attention-heads 160 \
        --seq-length 2048 --global-batch-size 3072 --fp16 --recompute-granularity full \
        --gpus 3072 --gpu a100-80gb --tensor-model-parallel-size 8 --pipeline-model-parallel-size 64 */
+#include "megatron.h"   /* mg_train_model_check: the model as gpt_train checks it */
 #include "mg_plan.h"
 
-int main(int argc, char **argv) { return mg_plan_main(argc, argv, stdout, stderr); }
+int main(int argc, char **argv) {
+    mg_plan_set_model_check(mg_train_model_check);
+    return mg_plan_main(argc, argv, stdout, stderr);
+}

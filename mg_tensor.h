@@ -1440,6 +1440,16 @@ MG_HD static inline float mg__softmax_grad(float p, float dp, float dot_p_dp) {
 MG_HD static inline float mg__dropout(float x, uint32_t bits, uint32_t threshold, float scale) {
     return bits >= threshold ? x * scale : 0.0f;
 }
+/* Dropout of a[0..4), the 4 elements of index group c (global indices 4c … 4c + 3): one
+   Philox evaluation, its word i for element 4c + i (what mg_rand_u32 returns for each). */
+MG_HD static MG__FORCE_INLINE void mg__dropout_group(float *o, const float *a, uint64_t key,
+                                                    uint64_t c, uint32_t threshold, float scale) {
+    mg__philox4 w = mg__philox4x32(key, (uint32_t)c, (uint32_t)(c >> 32), 0, 0);
+    o[0] = mg__dropout(a[0], w.x[0], threshold, scale);
+    o[1] = mg__dropout(a[1], w.x[1], threshold, scale);
+    o[2] = mg__dropout(a[2], w.x[2], threshold, scale);
+    o[3] = mg__dropout(a[3], w.x[3], threshold, scale);
+}
 static uint32_t mg__dropout_threshold(float p) {
     double t = (double)p * 4294967296.0;
     return t >= 4294967295.0 ? 0xFFFFFFFFu : (uint32_t)t;
@@ -1481,10 +1491,22 @@ typedef struct mg__attn_drop_k {
     int64_t bh0, T_g;        /* b·n_head_total + head_offset: add the local head */
     int nh_total;
 } mg__attn_drop_k;
+/* Head h of sequence b as the generator's index counts heads: b·n_head_total + offset + h. */
+MG_HD static inline int64_t mg__attn_drop_bh(const mg__attn_drop_k *k, int b, int h) {
+    return (int64_t)b * k->nh_total + k->bh0 + h;
+}
+/* The random word of score (qpos, kpos) of that head. */
+MG_HD static inline uint32_t mg__attn_drop_word(const mg__attn_drop_k *k, int b, int h,
+                                                int64_t qpos, int64_t kpos) {
+    return mg_rand_u32(k->key, mg__attn_drop_index(mg__attn_drop_bh(k, b, h), k->T_g, qpos, kpos));
+}
+/* x through the dropout whose word is bits (x itself when dropout is off). */
+MG_HD static inline float mg__attn_drop_bits(const mg__attn_drop_k *k, uint32_t bits, float x) {
+    return k->on ? mg__dropout(x, bits, k->threshold, k->scale) : x;
+}
 MG_HD static inline float mg__attn_drop(const mg__attn_drop_k *k, int b, int h, int64_t qpos,
                                         int64_t kpos, float x) {
-    uint64_t gi = mg__attn_drop_index((int64_t)b * k->nh_total + k->bh0 + h, k->T_g, qpos, kpos);
-    return k->on ? mg__dropout(x, mg_rand_u32(k->key, gi), k->threshold, k->scale) : x;
+    return k->on ? mg__attn_drop_bits(k, mg__attn_drop_word(k, b, h, qpos, kpos), x) : x;
 }
 /* x as the 16 bits of a 16-bit storage type dt (bf16 or fp16): the tensor-core kernels' P and
    dS tiles. */
@@ -1504,17 +1526,14 @@ MG_HD static inline float mg__attn_ds_bits(const mg__attn_drop_k *k, uint32_t bi
                                            float dp, float lse, float delta, mg_dtype dt,
                                            float *pd) {
     float p = mg__exp(s - lse);
-    *pd = mg__attn_round(k->on ? mg__dropout(p, bits, k->threshold, k->scale) : p, dt);
-    return mg__attn_round(p * ((k->on ? mg__dropout(dp, bits, k->threshold, k->scale) : dp) -
-                               delta), dt);
+    *pd = mg__attn_round(mg__attn_drop_bits(k, bits, p), dt);
+    return mg__attn_round(p * (mg__attn_drop_bits(k, bits, dp) - delta), dt);
 }
 /* The same with the entry's random word drawn here (from its position). */
 MG_HD static inline float mg__attn_ds(const mg__attn_drop_k *k, int b, int h, int64_t qpos,
                                       int64_t kpos, float s, float dp, float lse, float delta,
                                       mg_dtype dt, float *pd) {
-    uint32_t bits = k->on ? mg_rand_u32(k->key, mg__attn_drop_index((int64_t)b * k->nh_total +
-                                                                    k->bh0 + h, k->T_g, qpos, kpos))
-                          : 0u;
+    uint32_t bits = k->on ? mg__attn_drop_word(k, b, h, qpos, kpos) : 0u;
     return mg__attn_ds_bits(k, bits, s, dp, lse, delta, dt, pd);
 }
 /* End of a query row's online softmax: o = acc/l and lse = m + log l (−inf, o = 0, for a row
@@ -2205,15 +2224,9 @@ static void mg__dropout_run(float *o, const float *a, int64_t len, uint64_t g0,
     groups = (len - j) / 4;
     c0 = (g0 + (uint64_t)j) >> 2;
     #pragma omp simd
-    for (q = 0; q < groups; q++) {
-        uint64_t c = c0 + (uint64_t)q;
-        mg__philox4 w = mg__philox4x32(g->key, (uint32_t)c, (uint32_t)(c >> 32), 0, 0);
-        int64_t e = j + 4 * q;
-        o[e] = mg__dropout(a[e], w.x[0], g->threshold, g->scale);
-        o[e + 1] = mg__dropout(a[e + 1], w.x[1], g->threshold, g->scale);
-        o[e + 2] = mg__dropout(a[e + 2], w.x[2], g->threshold, g->scale);
-        o[e + 3] = mg__dropout(a[e + 3], w.x[3], g->threshold, g->scale);
-    }
+    for (q = 0; q < groups; q++)
+        mg__dropout_group(o + j + 4 * q, a + j + 4 * q, g->key, c0 + (uint64_t)q, g->threshold,
+                          g->scale);
     for (j += 4 * groups; j < len; j++)
         o[j] = mg__dropout(a[j], mg_rand_u32(g->key, g0 + (uint64_t)j), g->threshold, g->scale);
 }
@@ -3367,13 +3380,9 @@ template <int OP> struct mg__ew_fn {
             if (col + V <= g.local_cols) {
                 if ((gi & 3) == 0) {
                     MG__UNROLL
-                    for (int q = 0; q < V / 4; q++) {
-                        uint64_t c = (gi >> 2) + (uint64_t)q;
-                        mg__philox4 w = mg__philox4x32(g.key, (uint32_t)c, (uint32_t)(c >> 32), 0, 0);
-                        MG__UNROLL
-                        for (int e = 0; e < 4; e++)
-                            r[4 * q + e] = mg__dropout(x[4 * q + e], w.x[e], g.threshold, g.scale);
-                    }
+                    for (int q = 0; q < V / 4; q++)
+                        mg__dropout_group(r + 4 * q, x + 4 * q, g.key, (gi >> 2) + (uint64_t)q,
+                                          g.threshold, g.scale);
                 } else {
                     MG__UNROLL
                     for (int j = 0; j < V; j++)
@@ -3392,7 +3401,7 @@ template <int OP> struct mg__ew_fn {
    aligned to a vector), grid-stride; the tail, or everything without vec, element by element.
    Cost: reads (a? + b?)·s and writes s bytes per element (s = storage bytes); FLOPs per
    element: 1 (add, scale), 2 (axpy), ~20 (GELU, SiLU: one exp), ~25 (GELU'), ~7 (dropout:
-   a quarter of Philox's 20 multiplies, the test and the scale).                                                                       */
+   a quarter of Philox's 20 multiplies, the test and the scale).                               */
 template <class IO, class IA, class F> static __global__ void mg__k_ew(int64_t n, IO out, IA a,
                                                                     IA b, F f, int vec) {
     enum { V = mg__vec_of<IO, IA>::V };
@@ -4940,6 +4949,11 @@ __device__ static inline void mg__fa_drop_words_keyrows(const mg__attn_drop_k &d
                                                            krow + 8 * (k >> 1)));
     }
 }
+/* The `shared` of the two above for a block: its index groups align with the fragments when
+   the sequence length and the block's first key are multiples of 4 (its tiles start 32 apart). */
+__device__ static inline int mg__fa_drop_shared(const mg__attn_drop_k &dk, const mg_attn_block &a) {
+    return dk.T_g % 4 == 0 && a.k_pos0 % 4 == 0;
+}
 /* A kernel's head dim and storage type are one integer template argument CFG = hd | (fp16 ? 1
    : 0) (64, 65, 128, 129), so that a launch names one concrete kernel, mg__k_fa_forward<65>.
    Forward: grid (⌈Tq / 64⌉, B·n_head). A lane holds rows fr and fr + 8 of its warp's 16:
@@ -4957,8 +4971,8 @@ static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, 
     const int nq = (int)(a.Tq - t0 < MG__FA_ROWS ? a.Tq - t0 : MG__FA_ROWS);
     const int64_t qpos0 = a.q_pos0 + t0 + i0, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
     /* dropout's words: one Philox a lane for 4 scores when the groups align */
-    const int64_t bh = (int64_t)b * dk.nh_total + dk.bh0 + h;
-    const int drop_shared = dk.T_g % 4 == 0 && a.k_pos0 % 4 == 0;
+    const int64_t bh = mg__attn_drop_bh(&dk, b, h);
+    const int drop_shared = mg__fa_drop_shared(dk, a);
     uint16_t *Qs = (uint16_t *)sm, *Kb = Qs + MG__FA_ROWS * LDH, *Vb = Kb + 2 * TL * LDH;
     float acc[HD / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     int nkt, wkt, kt, nt, r, e;
@@ -5062,8 +5076,8 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dq(mg_attn_block
     const int64_t t0 = (int64_t)blockIdx.x * MG__FA_ROWS;
     const int nq = (int)(a.Tq - t0 < MG__FA_ROWS ? a.Tq - t0 : MG__FA_ROWS);
     const int64_t qpos0 = a.q_pos0 + t0 + i0, row0 = ((int64_t)b * a.n_head + h) * a.Tq + t0;
-    const int64_t bh = (int64_t)b * dk.nh_total + dk.bh0 + h;   /* dropout: as the forward */
-    const int drop_shared = dk.T_g % 4 == 0 && a.k_pos0 % 4 == 0;
+    const int64_t bh = mg__attn_drop_bh(&dk, b, h);   /* dropout: as the forward */
+    const int drop_shared = mg__fa_drop_shared(dk, a);
     uint16_t *Qs = (uint16_t *)sm, *dOs = Qs + MG__FA_ROWS * LDH, *Kb = dOs + MG__FA_ROWS * LDH;
     uint16_t *Vb = Kb + 2 * TL * LDH;
     float acc[HD / 8][4], lse_r[2], delta_r[2];
@@ -5138,7 +5152,7 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dkv(mg_attn_bloc
     const int64_t s0 = (int64_t)blockIdx.x * MG__FA_ROWS;
     const int nk = (int)(a.Tk - s0 < MG__FA_ROWS ? a.Tk - s0 : MG__FA_ROWS);
     const int64_t kpos0 = a.k_pos0 + s0 + c0;
-    const int drop_shared = dk.T_g % 4 == 0 && a.k_pos0 % 4 == 0;   /* dropout: as the forward */
+    const int drop_shared = mg__fa_drop_shared(dk, a);   /* dropout: as the forward */
     uint16_t *Ks = (uint16_t *)sm, *Vs = Ks + MG__FA_ROWS * LDH, *Qb = Vs + MG__FA_ROWS * LDH;
     uint16_t *dOb = Qb + 2 * TL * LDH;
     float *lse_b = (float *)(dOb + 2 * TL * LDH), *delta_b = lse_b + 2 * TL;
@@ -5179,7 +5193,7 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dkv(mg_attn_bloc
             if (warp * 16 >= nk || qt < wqt0) continue;   /* no keys, or no query sees them */
             mg__fa_scores<F16, HD>(st, Ks + warp * 16 * LDH, Qs, LDH);    /* Sᵀ = K·Qᵀ */
             mg__fa_scores<F16, HD>(dpt, Vs + warp * 16 * LDH, dOs, LDH);  /* dPᵀ = V·dOᵀ */
-            const int64_t bh = (int64_t)b * dk.nh_total + dk.bh0 + h;   /* dropout's head */
+            const int64_t bh = mg__attn_drop_bh(&dk, b, h);   /* dropout's head */
             MG__UNROLL
             for (nt = 0; nt < NT; nt++) {        /* Sᵀ takes D(P)ᵀ, dPᵀ takes dSᵀ */
                 uint32_t w[4] = {0u, 0u, 0u, 0u};

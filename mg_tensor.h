@@ -1519,15 +1519,19 @@ MG_HD static inline float mg__attn_round(float p, mg_dtype dt) {
     return dt == MG_BF16 ? mg_bf16_to_f32(mg_f32_to_bf16(p)) :
            dt == MG_F16 ? mg_f16_to_f32(mg_f32_to_f16(p)) : p;
 }
-/* One recomputed entry of the backward (every backend's), from the scaled score s and the
-   raw dp = dO·v: P = exp(s − lse), *pd = D(P) and the result dS = P·(D'(dp) − Δ), both
-   rounded to dt, the type the products take them in (fp32: as they are). */
+/* One recomputed entry of the backward (every backend's), from its probability p and the
+   raw dp = dO·v: *pd = D(P) and the result dS = P·(D'(dp) − Δ), both rounded to dt, the type
+   the products take them in (fp32: as they are). */
+MG_HD static inline float mg__attn_ds_p(const mg__attn_drop_k *k, uint32_t bits, float p,
+                                        float dp, float delta, mg_dtype dt, float *pd) {
+    *pd = mg__attn_round(mg__attn_drop_bits(k, bits, p), dt);
+    return mg__attn_round(p * (mg__attn_drop_bits(k, bits, dp) - delta), dt);
+}
+/* The same from the scaled score s: P = exp(s − lse). */
 MG_HD static inline float mg__attn_ds_bits(const mg__attn_drop_k *k, uint32_t bits, float s,
                                            float dp, float lse, float delta, mg_dtype dt,
                                            float *pd) {
-    float p = mg__exp(s - lse);
-    *pd = mg__attn_round(mg__attn_drop_bits(k, bits, p), dt);
-    return mg__attn_round(p * (mg__attn_drop_bits(k, bits, dp) - delta), dt);
+    return mg__attn_ds_p(k, bits, mg__exp(s - lse), dp, delta, dt, pd);
 }
 /* The same with the entry's random word drawn here (from its position). */
 MG_HD static inline float mg__attn_ds(const mg__attn_drop_k *k, int b, int h, int64_t qpos,
@@ -3961,7 +3965,7 @@ template <class IO, class IA> static void mg__embed_backward_launch(mg_ctx *ctx,
    (and dout) and one write; rows past L1 read again from L2.                               */
 #define MG__NORM_WARP_MAX 4096
 #define MG__NORM_ROWS_PER_BLOCK (MG__CUDA_THREADS / 32)
-template <int K> struct mg__int_tag {};   /* a compile-time int as an argument (deduced) */
+template <int K> struct mg__int_tag { static constexpr int value = K; };   /* a compile-time int as an argument */
 template <int WARP> __device__ static inline float mg__row_sum(float v) {
     if constexpr (WARP) {
         for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, off);
@@ -4584,7 +4588,13 @@ static size_t mg__attn_tc_smem(int hd) {
    to the storage type for their products, dK/dV summed over the group's heads and then the
    query tiles in order. Two orders differ from the CPU twin's: a row's sum of P adds each
    lane's 8 values and then the quad's 4 partial sums (not the 32 in key order), and the
-   tensor cores sum each product's 16 terms in their own order.
+   tensor cores sum each product's 16 terms in their own order. And the exponentials are
+   base 2: the scores are scaled by scale·log2(e) and P = 2^(s − m) (backward: 2^(s − lse·
+   log2 e)) by one ex2.approx (mg__ex2, within 2 ulp of the CPU's e^x), the running max and
+   the rescale factor in the same units. Per value the softmax is a multiply, a max, a
+   subtract, the ex2 and an add; P, D(P) and dS are rounded to 16 bits once, two at a time
+   by one cvt (mg__pack16x2), and a warp whose 16 rows see every key of the tile
+   (mg__fa_tile_full: every tile below the diagonal) skips the masks.
    Per tile pair (16 rows × 32 keys a warp): forward 4·16·32·hd FLOPs on tensor cores, the
    backward passes 8·16·32·hd each; K/V (or Q/dO) tiles read from L2 once per 64 rows.       */
 #define MG__FA_ROWS 64     /* query rows (forward, dQ) or keys (dK/dV) of a block: 4 warps × 16 */
@@ -4718,6 +4728,38 @@ __device__ static __forceinline__ void mg__mma16816(float d[4], const uint32_t a
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #endif
 }
+/* 2^x by the special-function unit, ex2.approx.ftz.f32 (a subnormal result flushes to 0):
+   the 64-row kernels run their softmax in base 2, log2(e) folded into the score scale, so a
+   probability costs an add (or an fma) and this one instruction instead of expf's range
+   reduction (11 PTX instructions). Its error is the bound the CUDA Programming Guide gives
+   exp2f, which compiles to it: 2 ulp. The emulator takes the host's exp2f, flushed alike. */
+#define MG__LOG2E 1.4426950408889634f
+#define MG__LN2 0.6931471805599453f
+__device__ static __forceinline__ float mg__ex2(float x) {
+#ifdef MG_CUDA_EMU
+    float y = exp2f(x);
+    return y < 1.17549435e-38f ? 0.0f : y;   /* FLT_MIN; NaN stays NaN */
+#else
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+#endif
+}
+/* lo and hi rounded to nearest even into one register of two 16-bit values (fp16 when F16,
+   else bf16), lo in the low half: one cvt.rn.{f16x2,bf16x2}.f32 (sm_80+; its first source
+   goes to the high half), the bits of mg_f32_to_f16 / mg_f32_to_bf16 (a NaN becomes the
+   canonical NaN) without their ~10 integer instructions a value. The emulator composes those. */
+template <int F16> __device__ static __forceinline__ uint32_t mg__pack16x2(float lo, float hi) {
+#ifdef MG_CUDA_EMU
+    return F16 ? (uint32_t)mg_f32_to_f16(lo) | (uint32_t)mg_f32_to_f16(hi) << 16
+               : (uint32_t)mg_f32_to_bf16(lo) | (uint32_t)mg_f32_to_bf16(hi) << 16;
+#else
+    uint32_t r;
+    if (F16) asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    else asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+#endif
+}
 /* ldmatrix.sync.aligned.m8n8.x4{.trans}.shared.b16 (sm_75+): four 8×8 matrices of 16-bit
    elements from shared memory, row i of matrix q at the address lane 8q + i gives (16-byte
    aligned: 8 elements). Lane l receives one 32-bit register per matrix, r[q]: without TRANS the
@@ -4774,14 +4816,16 @@ __device__ static __forceinline__ void mg__fa_frag_b2(uint32_t b0[2], uint32_t b
     b0[0] = r[0]; b0[1] = r[1]; b1[0] = r[2]; b1[1] = r[3];
 }
 /* The A fragment of columns 16kk … 16kk+15 of a warp's 16 × 32 tile held as 4 D fragments
-   (p[nt] for columns 8nt …), each value rounded to the storage type dt (exact for values the
-   caller already rounded). */
-__device__ static __forceinline__ void mg__fa_pack(uint32_t a[4], float (*p)[4], int kk, mg_dtype dt) {
+   (p[nt] for columns 8nt …), each value rounded to the storage type (fp16 when F16, else
+   bf16): the one rounding of P, D(P) and dS before their products, as the CPU twin rounds
+   them (mg__attn_round). */
+template <int F16>
+__device__ static __forceinline__ void mg__fa_pack(uint32_t a[4], float (*p)[4], int kk) {
     int u;
     MG__UNROLL
     for (u = 0; u < 4; u++) {
         const float *x = p[2 * kk + (u >> 1)] + 2 * (u & 1);
-        a[u] = (uint32_t)mg__attn_to16(x[0], dt) | (uint32_t)mg__attn_to16(x[1], dt) << 16;
+        a[u] = mg__pack16x2<F16>(x[0], x[1]);
     }
 }
 /* acc[nt] += A·B[:, 8nt … 8nt+7] for nt < HD/8, A the packed 16 × 16 fragment, B 16 rows of hd
@@ -4949,6 +4993,14 @@ __device__ static inline void mg__fa_drop_words_keyrows(const mg__attn_drop_k &d
                                                            krow + 8 * (k >> 1)));
     }
 }
+/* Whether a warp's 16 rows (of which `rows` exist) and a tile's MG_ATTN_TILE columns (of
+   which `cols` exist) are all real, and every key among them is visible to every query among
+   them (the last key's position at most the first query's): the softmax and dS then need no
+   mask per value. The same for the warp's lanes. */
+__device__ static __forceinline__ bool mg__fa_tile_full(int rows, int cols, int64_t key_last,
+                                                        int64_t query_first) {
+    return rows >= 16 && cols >= MG_ATTN_TILE && key_last <= query_first;
+}
 /* The `shared` of the two above for a block: its index groups align with the fragments when
    the sequence length and the block's first key are multiples of 4 (its tiles start 32 apart). */
 __device__ static inline int mg__fa_drop_shared(const mg__attn_drop_k &dk, const mg_attn_block &a) {
@@ -4962,7 +5014,6 @@ template <int CFG>
 static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, mg__attn_drop_k dk,
         float scale, mg_attn_view o, float *lse, int merge, int vec) {
     enum { F16 = CFG & 1, HD = CFG & ~1, TL = MG_ATTN_TILE, LDH = HD + 8, NT = TL / 8 };
-    const mg_dtype dt = F16 ? MG_F16 : MG_BF16;
     MG__DYN_SHARED(float, sm);
     const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int b = blockIdx.y / a.n_head, h = blockIdx.y % a.n_head, g = h / per, j = h % per;
@@ -4973,8 +5024,9 @@ static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, 
     /* dropout's words: one Philox a lane for 4 scores when the groups align */
     const int64_t bh = mg__attn_drop_bh(&dk, b, h);
     const int drop_shared = mg__fa_drop_shared(dk, a);
+    const float scale2 = scale * MG__LOG2E;      /* scores in base 2: P = 2^(S·scale2 − m) */
     uint16_t *Qs = (uint16_t *)sm, *Kb = Qs + MG__FA_ROWS * LDH, *Vb = Kb + 2 * TL * LDH;
-    float acc[HD / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float acc[HD / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};   /* m: base 2 */
     int nkt, wkt, kt, nt, r, e;
     MG__UNROLL
     for (nt = 0; nt < HD / 8; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
@@ -4994,35 +5046,46 @@ static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, 
         if (kt >= wkt) continue;                 /* the warp's rows see none of this tile */
         mg__fa_scores<F16, HD>(s, Qs + warp * 16 * LDH, Ks, LDH);
         MG__UNROLL
-        for (r = 0; r < 2; r++) {                /* the row's max over its visible keys */
+        for (r = 0; r < 2; r++)
             nv[r] = i0 + 8 * r < nq ? mg__attn_visible(qpos0 + 8 * r, kpos, nk) : 0;
-            mx[r] = -INFINITY;
+        /* the row's max over its visible keys, then P = 2^(S − max) summed; S takes P. FULL
+           (mg__int_tag<1>): every key visible to every row of the warp, no masks */
+        auto softmax = [&](auto full_tag) {
+            constexpr bool FULL = decltype(full_tag)::value;
             MG__UNROLL
-            for (nt = 0; nt < NT; nt++)
+            for (r = 0; r < 2; r++) {
+                mx[r] = m[r];
                 MG__UNROLL
-                for (e = 0; e < 2; e++) {
-                    float *x = &s[nt][2 * r + e];
-                    *x = 8 * nt + fc + e < nv[r] ? scale * *x : -INFINITY;
-                    mx[r] = fmaxf(mx[r], *x);
-                }
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xFFFFFFFFu, mx[r], 1));
-            mx[r] = fmaxf(m[r], fmaxf(mx[r], __shfl_xor_sync(0xFFFFFFFFu, mx[r], 2)));
-        }
+                for (nt = 0; nt < NT; nt++)
+                    MG__UNROLL
+                    for (e = 0; e < 2; e++) {
+                        float *x = &s[nt][2 * r + e];
+                        *x = FULL || 8 * nt + fc + e < nv[r] ? scale2 * *x : -INFINITY;
+                        mx[r] = fmaxf(mx[r], *x);
+                    }
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xFFFFFFFFu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xFFFFFFFFu, mx[r], 2));
+                MG__UNROLL
+                for (nt = 0; nt < NT; nt++)
+                    MG__UNROLL
+                    for (e = 0; e < 2; e++) {   /* masked: 2^−∞ = 0 (even where max is −∞) */
+                        float *x = &s[nt][2 * r + e];
+                        float p = mg__ex2(FULL || 8 * nt + fc + e < nv[r] ? *x - mx[r] : -INFINITY);
+                        sum[r] += p;
+                        *x = p;
+                    }
+            }
+        };
+        if (mg__fa_tile_full(nq - warp * 16, nk, kpos + TL - 1, a.q_pos0 + t0 + warp * 16))
+            softmax(mg__int_tag<1>());
+        else
+            softmax(mg__int_tag<0>());
         MG__UNROLL
-        for (r = 0; r < 2; r++) {                /* P = exp(S − max), summed; S takes D(P) */
-            MG__UNROLL
-            for (nt = 0; nt < NT; nt++)
-                MG__UNROLL
-                for (e = 0; e < 2; e++) {
-                    int c = 8 * nt + fc + e;
-                    float p = c < nv[r] ? mg__exp(s[nt][2 * r + e] - mx[r]) : 0.0f;
-                    sum[r] += p;
-                    s[nt][2 * r + e] = p;
-                }
+        for (r = 0; r < 2; r++) {                /* the quad's sum; rescale by 2^(m − max) */
             sum[r] += __shfl_xor_sync(0xFFFFFFFFu, sum[r], 1);
             sum[r] += __shfl_xor_sync(0xFFFFFFFFu, sum[r], 2);
             if (nv[r]) {
-                float alpha = m[r] == -INFINITY ? 0.0f : mg__exp(m[r] - mx[r]);
+                float alpha = m[r] == -INFINITY ? 0.0f : mg__ex2(m[r] - mx[r]);
                 l[r] = l[r] * alpha + sum[r];
                 m[r] = mx[r];
                 if (alpha != 1.0f) {
@@ -5041,7 +5104,7 @@ static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, 
             }
         MG__UNROLL
         for (e = 0; e < TL / 16; e++) {          /* acc += D(P)·V, 16 keys at a time */
-            mg__fa_pack(pf, s, e, dt);
+            mg__fa_pack<F16>(pf, s, e);
             mg__fa_accumulate<F16, HD>(acc, pf, Vs + e * 16 * LDH, LDH);
         }
     }
@@ -5053,7 +5116,8 @@ static __global__ void __launch_bounds__(128) mg__k_fa_forward(mg_attn_block a, 
         __syncthreads();   /* every warp is done with K, V: the rows take the accumulators */
         MG__UNROLL
         for (r = 0; r < 2; r++) {
-            float w_new = 0.0f, lse_i = mg__attn_finish(m[r], l[r], merge, lse_old[r], &w_new, &w_old[r]);
+            float w_new = 0.0f, lse_i = mg__attn_finish(m[r] * MG__LN2, l[r], merge, lse_old[r], &w_new,
+                                                        &w_old[r]);
             MG__UNROLL
             for (nt = 0; nt < HD / 8; nt++) { acc[nt][2 * r] *= w_new; acc[nt][2 * r + 1] *= w_new; }
             if (fc == 0 && i0 + 8 * r < nq) lse[row0 + i0 + 8 * r] = lse_i;
@@ -5068,7 +5132,6 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dq(mg_attn_block
         mg__attn_drop_k dk, float scale, mg_attn_view dout, const float *lse, const float *delta,
         mg_attn_view dq, int accumulate, int vec) {
     enum { F16 = CFG & 1, HD = CFG & ~1, TL = MG_ATTN_TILE, LDH = HD + 8, NT = TL / 8 };
-    const mg_dtype dt = F16 ? MG_F16 : MG_BF16;
     MG__DYN_SHARED(float, sm);
     const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int b = blockIdx.y / a.n_head, h = blockIdx.y % a.n_head, g = h / per, j = h % per;
@@ -5080,10 +5143,11 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dq(mg_attn_block
     const int drop_shared = mg__fa_drop_shared(dk, a);
     uint16_t *Qs = (uint16_t *)sm, *dOs = Qs + MG__FA_ROWS * LDH, *Kb = dOs + MG__FA_ROWS * LDH;
     uint16_t *Vb = Kb + 2 * TL * LDH;
-    float acc[HD / 8][4], lse_r[2], delta_r[2];
+    const float scale2 = scale * MG__LOG2E;      /* P = 2^(S·scale2 − lse·log2 e) */
+    float acc[HD / 8][4], lse_r[2], delta_r[2];  /* lse_r in base 2 */
     int nkt, wkt, kt, nt, r, e;
     for (r = 0; r < 2; r++) {
-        lse_r[r] = i0 + 8 * r < nq ? lse[row0 + i0 + 8 * r] : 0.0f;
+        lse_r[r] = i0 + 8 * r < nq ? lse[row0 + i0 + 8 * r] * MG__LOG2E : 0.0f;
         delta_r[r] = i0 + 8 * r < nq ? delta[row0 + i0 + 8 * r] : 0.0f;
     }
     MG__UNROLL
@@ -5108,24 +5172,34 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dq(mg_attn_block
         int nv[2];
         MG__UNROLL
         for (r = 0; r < 2; r++) nv[r] = i0 + 8 * r < nq ? mg__attn_visible(qpos0 + 8 * r, kpos, nk) : 0;
-        MG__UNROLL
-        for (nt = 0; nt < NT; nt++) {            /* S takes dS */
-            uint32_t w[4] = {0u, 0u, 0u, 0u};
-            if (dk.on) mg__fa_drop_words_keycols(dk, bh, qpos0, kpos + 8 * nt, drop_shared, w);
+        /* S takes dS (rounded by the pack). Every value is computed and the masked ones set
+           to 0 after: selects, not branches. FULL (mg__int_tag<1>): no masks */
+        auto dS_tile = [&](auto full_tag) {
+            constexpr bool FULL = decltype(full_tag)::value;
             MG__UNROLL
-            for (r = 0; r < 2; r++)
+            for (nt = 0; nt < NT; nt++) {
+                uint32_t w[4] = {0u, 0u, 0u, 0u};
+                if (dk.on) mg__fa_drop_words_keycols(dk, bh, qpos0, kpos + 8 * nt, drop_shared, w);
                 MG__UNROLL
-                for (e = 0; e < 2; e++) {
-                    int c = 8 * nt + fc + e;
-                    float pd, *x = &s[nt][2 * r + e];
-                    *x = c < nv[r] ? mg__attn_ds_bits(&dk, w[2 * r + e], scale * *x, dp[nt][2 * r + e],
-                                                      lse_r[r], delta_r[r], dt, &pd)
-                                   : 0.0f;
-                }
-        }
+                for (r = 0; r < 2; r++)
+                    MG__UNROLL
+                    for (e = 0; e < 2; e++) {
+                        const bool vis = FULL || 8 * nt + fc + e < nv[r];
+                        float pd, *x = &s[nt][2 * r + e];
+                        float p = mg__ex2(vis ? fmaf(*x, scale2, -lse_r[r]) : -INFINITY);
+                        float ds = mg__attn_ds_p(&dk, w[2 * r + e], p, dp[nt][2 * r + e], delta_r[r],
+                                                 MG_F32, &pd);
+                        *x = vis ? ds : 0.0f;
+                    }
+            }
+        };
+        if (mg__fa_tile_full(nq - warp * 16, nk, kpos + TL - 1, a.q_pos0 + t0 + warp * 16))
+            dS_tile(mg__int_tag<1>());
+        else
+            dS_tile(mg__int_tag<0>());
         MG__UNROLL
         for (e = 0; e < TL / 16; e++) {          /* dQ += dS·K, 16 keys at a time */
-            mg__fa_pack(pf, s, e, dt);
+            mg__fa_pack<F16>(pf, s, e);
             mg__fa_accumulate<F16, HD>(acc, pf, Ks + e * 16 * LDH, LDH);
         }
     }
@@ -5144,7 +5218,6 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dkv(mg_attn_bloc
         mg__attn_drop_k dk, float scale, mg_attn_view dout, const float *lse, const float *delta,
         mg_attn_view dkv_k, mg_attn_view dkv_v, int accumulate, int vec) {
     enum { F16 = CFG & 1, HD = CFG & ~1, TL = MG_ATTN_TILE, LDH = HD + 8, NT = TL / 8 };
-    const mg_dtype dt = F16 ? MG_F16 : MG_BF16;
     MG__DYN_SHARED(float, sm);
     const int per = a.n_head / a.n_group, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int b = blockIdx.y / a.n_group, g = blockIdx.y % a.n_group;
@@ -5155,7 +5228,8 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dkv(mg_attn_bloc
     const int drop_shared = mg__fa_drop_shared(dk, a);   /* dropout: as the forward */
     uint16_t *Ks = (uint16_t *)sm, *Vs = Ks + MG__FA_ROWS * LDH, *Qb = Vs + MG__FA_ROWS * LDH;
     uint16_t *dOb = Qb + 2 * TL * LDH;
-    float *lse_b = (float *)(dOb + 2 * TL * LDH), *delta_b = lse_b + 2 * TL;
+    float *lse_b = (float *)(dOb + 2 * TL * LDH), *delta_b = lse_b + 2 * TL;   /* lse in base 2 */
+    const float scale2 = scale * MG__LOG2E;      /* P = 2^(S·scale2 − lse·log2 e) */
     float dKa[HD / 8][4], dVa[HD / 8][4];
     int nqt = (a.Tq + TL - 1) / TL, qt0 = mg__attn_first_query_tile(&a, a.k_pos0 + s0);
     int wqt0 = mg__attn_first_query_tile(&a, a.k_pos0 + s0 + warp * 16), nt, r, e, it;
@@ -5170,7 +5244,7 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dkv(mg_attn_bloc
         mg__fa_prefetch<HD>(Qb, dOb, LDH, it1 & 1, a.q, dout, it1 < n_it, qt1, a.Tq, b, g, jh1, vec);
         if (it1 < n_it)
             for (u = threadIdx.x; u < TL; u += blockDim.x) {
-                lse_b[(it1 & 1) * TL + u] = u < nq1 ? lse[row1 + u] : 0.0f;
+                lse_b[(it1 & 1) * TL + u] = u < nq1 ? lse[row1 + u] * MG__LOG2E : 0.0f;
                 delta_b[(it1 & 1) * TL + u] = u < nq1 ? delta[row1 + u] : 0.0f;
             }
     };
@@ -5194,29 +5268,38 @@ static __global__ void __launch_bounds__(128) mg__k_fa_backward_dkv(mg_attn_bloc
             mg__fa_scores<F16, HD>(st, Ks + warp * 16 * LDH, Qs, LDH);    /* Sᵀ = K·Qᵀ */
             mg__fa_scores<F16, HD>(dpt, Vs + warp * 16 * LDH, dOs, LDH);  /* dPᵀ = V·dOᵀ */
             const int64_t bh = mg__attn_drop_bh(&dk, b, h);   /* dropout's head */
-            MG__UNROLL
-            for (nt = 0; nt < NT; nt++) {        /* Sᵀ takes D(P)ᵀ, dPᵀ takes dSᵀ */
-                uint32_t w[4] = {0u, 0u, 0u, 0u};
-                if (dk.on) mg__fa_drop_words_keyrows(dk, bh, kpos0, a.q_pos0 + t0 + 8 * nt, drop_shared, w);
+            /* Sᵀ takes D(P)ᵀ, dPᵀ takes dSᵀ (rounded by the pack). Every value is computed and
+               the masked ones set to 0 after: selects, not branches. FULL: no masks */
+            auto dS_tile = [&](auto full_tag) {
+                constexpr bool FULL = decltype(full_tag)::value;
                 MG__UNROLL
-                for (r = 0; r < 2; r++)
+                for (nt = 0; nt < NT; nt++) {
+                    uint32_t w[4] = {0u, 0u, 0u, 0u};
+                    if (dk.on) mg__fa_drop_words_keyrows(dk, bh, kpos0, a.q_pos0 + t0 + 8 * nt, drop_shared, w);
                     MG__UNROLL
-                    for (e = 0; e < 2; e++) {
-                        int q = 8 * nt + fc + e;
-                        int64_t qpos = a.q_pos0 + t0 + q, kpos = kpos0 + 8 * r;
-                        float pd = 0.0f, ds = 0.0f;
-                        if (c0 + 8 * r < nk && q < nq && kpos <= qpos)
-                            ds = mg__attn_ds_bits(&dk, w[2 * r + e], scale * st[nt][2 * r + e],
-                                                  dpt[nt][2 * r + e], lse_s[q], delta_s[q], dt, &pd);
-                        st[nt][2 * r + e] = pd;
-                        dpt[nt][2 * r + e] = ds;
-                    }
-            }
+                    for (r = 0; r < 2; r++)
+                        MG__UNROLL
+                        for (e = 0; e < 2; e++) {
+                            int q = 8 * nt + fc + e;
+                            const bool vis = FULL || (c0 + 8 * r < nk && q < nq &&
+                                                      kpos0 + 8 * r <= a.q_pos0 + t0 + q);
+                            float pd, p = mg__ex2(vis ? fmaf(st[nt][2 * r + e], scale2, -lse_s[q]) : -INFINITY);
+                            float ds = mg__attn_ds_p(&dk, w[2 * r + e], p, dpt[nt][2 * r + e], delta_s[q],
+                                                     MG_F32, &pd);
+                            st[nt][2 * r + e] = vis ? pd : 0.0f;
+                            dpt[nt][2 * r + e] = vis ? ds : 0.0f;
+                        }
+                }
+            };
+            if (mg__fa_tile_full(nk - warp * 16, nq, a.k_pos0 + s0 + warp * 16 + 15, a.q_pos0 + t0))
+                dS_tile(mg__int_tag<1>());
+            else
+                dS_tile(mg__int_tag<0>());
             MG__UNROLL
             for (e = 0; e < TL / 16; e++) {      /* 16 queries at a time */
-                mg__fa_pack(pf, st, e, dt);
+                mg__fa_pack<F16>(pf, st, e);
                 mg__fa_accumulate<F16, HD>(dVa, pf, dOs + e * 16 * LDH, LDH);   /* dV += D(P)ᵀ·dO */
-                mg__fa_pack(pf, dpt, e, dt);
+                mg__fa_pack<F16>(pf, dpt, e);
                 mg__fa_accumulate<F16, HD>(dKa, pf, Qs + e * 16 * LDH, LDH);    /* dK += dSᵀ·Q */
             }
         }

@@ -161,6 +161,12 @@ static void memory_report(mg_trainer *tr, FILE *out) {
 }
 
 /* --log-jsonl: the log drawn as a picture beside it (LOG.svg), by the rank that wrote it. */
+/* The line every successful save prints (interval, exit and final saves alike). */
+static void print_saved(const mg_trainer *tr) {
+    printf("gpt_train: saved %s/iter_%07lld\n", tr->args.save, (long long)tr->iteration);
+    fflush(stdout);
+}
+
 static void draw_curves(const mg_trainer *tr) {
     char path[4096], err[MG_ERRLEN];
     if (!tr->jsonl) return;
@@ -290,9 +296,12 @@ int main(int argc, char **argv) {
         if (tr.iteration == tr.first_iteration + 1) memory_report(&tr, out);
         if (tr.has_valid && tr.iteration % tr.args.eval_interval == 0)
             mg_trainer_evaluate(&tr, out);
-        if (tr.args.save && tr.args.save_interval > 0 && tr.iteration % tr.args.save_interval == 0
-            && mg_trainer_save(&tr, tr.args.save, err, sizeof err) && out)
-            fprintf(stderr, "gpt_train: warning: checkpoint not saved: %s\n", err);
+        if (tr.args.save && tr.args.save_interval > 0 &&
+            tr.iteration % tr.args.save_interval == 0) {
+            if (mg_trainer_save(&tr, tr.args.save, err, sizeof err)) {
+                if (out) fprintf(stderr, "gpt_train: warning: checkpoint not saved: %s\n", err);
+            } else if (out) print_saved(&tr);
+        }
         /* --exit-signal-handler, --exit-duration-in-mins, --exit-interval: every rank agrees to
            stop after this iteration; save (unless just saved) and exit 0, as Megatron does */
         if ((why = mg_trainer_exit_check(&tr)) != MG_EXIT_NONE) {
@@ -330,7 +339,7 @@ int main(int argc, char **argv) {
             mg_trainer_free(&tr);
             return finish(1, NULL);
         }
-        if (out) printf("gpt_train: saved %s/iter_%07lld\n", tr.args.save, (long long)tr.iteration);
+        if (out) print_saved(&tr);
     }
     if (iters > 0 && tr.has_valid && tr.iteration % tr.args.eval_interval != 0)
         mg_trainer_evaluate(&tr, out);

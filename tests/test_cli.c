@@ -1040,8 +1040,8 @@ static void check_program(void) {
     snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s --init-from %sgpt_model.bin --data-path "
              "%s/docs --split 8,2,0 --seq-length 16 --micro-batch-size 2 "
              "--global-batch-size 4 --train-iters 4 --lr 1e-3 --log-interval 2 --eval-interval 2 "
-             "--eval-iters 1 --save %s/run --export-hf %s/hf --sample-tokens 5 2>&1; "
-             "echo \"status $?\"", prog, GPT_DATA, tmp, tmp, tmp);
+             "--eval-iters 1 --save %s/run --save-interval 2 --export-hf %s/hf "
+             "--sample-tokens 5 2>&1; echo \"status $?\"", prog, GPT_DATA, tmp, tmp, tmp);
     p = popen(cmd, "r");
     n = p ? fread(out, 1, sizeof out - 1, p) : 0;
     out[n] = 0;
@@ -1051,6 +1051,23 @@ static void check_program(void) {
           strstr(out, "----- sample") && strstr(out, "status 0\n"),
           "cli: gpt_train trains, validates, saves, exports and samples");
     if (!strstr(out, "status 0\n")) fprintf(stderr, "%s\n", out);
+    {   /* every save prints its line, as Megatron-LM's "successfully saved checkpoint from
+           iteration N to DIR": the --save-interval ones (after that iteration's validation)
+           as the final one; iteration 4 is saved once, by the interval */
+        char saved2[600], saved4[600];
+        const char *at2, *at4;
+        snprintf(saved2, sizeof saved2, "\ngpt_train: saved %s/run/iter_0000002\n", tmp);
+        snprintf(saved4, sizeof saved4, "\ngpt_train: saved %s/run/iter_0000004\n", tmp);
+        at2 = strstr(out, saved2);
+        at4 = strstr(out, saved4);
+        CHECK(at2 && at4 && at2 > strstr(out, "validation loss at iteration 2 ") &&
+              at4 > strstr(out, "validation loss at iteration 4 ") &&
+              !strstr(at4 + 1, saved4) && !strstr(out, "iter_0000001") &&
+              !strstr(out, "iter_0000003"), "cli: --save-interval 2 of 4 iterations prints "
+              "'gpt_train: saved DIR/iter_0000002' and '…/iter_0000004', each once, after "
+              "the iteration's validation");
+        if (!at2 || !at4) fprintf(stderr, "%s\n", out);
+    }
     /* one document, the default --split 969,30,1: trains, one line says validation is
        skipped, no validation at --eval-interval nor at the end */
     snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s --data-path %s/one.bin --vocab-size 37 "

@@ -593,14 +593,17 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
 typedef enum { MG_LR_CONSTANT = 0, MG_LR_LINEAR, MG_LR_COSINE } mg_lr_style;
 typedef struct mg_lr_schedule {
     double max_lr, min_lr;       /* --lr, --min-lr                                              */
-    int64_t warmup_iters;        /* --lr-warmup-iters                                           */
+    double init_lr;              /* --lr-warmup-init: the rate the warm-up starts from          */
+    double warmup_iters;         /* --lr-warmup-iters, or --lr-warmup-fraction × decay_iters    */
     int64_t decay_iters;         /* --lr-decay-iters (Megatron's default: --train-iters)        */
     mg_lr_style style;           /* --lr-decay-style                                            */
 } mg_lr_schedule;
 /* Megatron-LM's OptimizerParamScheduler.get_lr after num_steps successful optimizer updates
    (iteration k, 1-based, trains with num_steps = k − 1 − the iterations skipped before it;
    Megatron advances the scheduler only when an update succeeded):
-     warm-up (num_steps <= warmup, warmup > 0): max_lr · num_steps / warmup
+     warm-up (num_steps <= warmup, warmup > 0): init_lr + (max_lr - init_lr)·num_steps/warmup
+          (warmup is --lr-warmup-fraction × decay_iters when that is given: a fraction of an
+          iteration is kept, as Megatron counts the warm-up in samples)
      constant: max_lr;  past decay_iters: min_lr
      else ratio = (num_steps - warmup)/(decay - warmup), coeff = 1 - ratio (linear) or
           ½(cos(π·ratio) + 1) (cosine), lr = min_lr + coeff·(max_lr - min_lr).              */
@@ -838,6 +841,8 @@ typedef struct mg_train_args {
     double lr, min_lr, weight_decay, clip_grad, adam_beta1, adam_beta2, adam_eps;
     int lr_decay_style;                  /* mg_lr_style                                        */
     int64_t lr_warmup_iters, lr_decay_iters;
+    double lr_warmup_fraction;           /* given: warm-up = fraction × the decay iterations   */
+    double lr_warmup_init;               /* the rate the warm-up starts from (default 0)       */
     /* on --load, a schedule that differs from the checkpoint's: the command line's
        (override) or the checkpoint's (use_checkpoint); neither: an error (Megatron-LM)      */
     int override_opt_param_scheduler, use_checkpoint_opt_param_scheduler;
@@ -3434,11 +3439,11 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
 /* mg_lr_at's math, host and device (the fused step's learning rate is made on the device). */
 MG_HD static inline double mg__lr_at(const mg_lr_schedule *s, int64_t num_steps) {
     double ratio, coeff;
-    if (s->warmup_iters > 0 && num_steps <= s->warmup_iters)
-        return s->max_lr * (double)num_steps / (double)s->warmup_iters;
+    if (s->warmup_iters > 0 && (double)num_steps <= s->warmup_iters)
+        return s->init_lr + (s->max_lr - s->init_lr) * (double)num_steps / s->warmup_iters;
     if (s->style == MG_LR_CONSTANT) return s->max_lr;
     if (num_steps > s->decay_iters) return s->min_lr;
-    ratio = (double)(num_steps - s->warmup_iters) / (double)(s->decay_iters - s->warmup_iters);
+    ratio = ((double)num_steps - s->warmup_iters) / ((double)s->decay_iters - s->warmup_iters);
     coeff = s->style == MG_LR_LINEAR ? 1.0 - ratio
                                      : 0.5 * (cos(3.14159265358979323846 * ratio) + 1.0);
     return s->min_lr + coeff * (s->max_lr - s->min_lr);
@@ -4227,7 +4232,12 @@ static const mg__flag mg__flags[] = {
     {"--lr-decay-style", MG__F_CHOICE, MG__OFF(lr_decay_style), "constant|linear|cosine", 0, 0,
      "decay after the warm-up (default linear)"},
     {"--lr-warmup-iters", MG__F_INT, MG__OFF(lr_warmup_iters), "N", 0, MG__BIG,
-     "linear warm-up from 0 over N iterations (default 0)"},
+     "linear warm-up from --lr-warmup-init over N iterations (default 0)"},
+    {"--lr-warmup-fraction", MG__F_FLOAT, MG__OFF(lr_warmup_fraction), "F", 0, 1,
+     "instead of --lr-warmup-iters: warm up over F x the decay iterations (--lr-decay-iters, "
+     "else --train-iters; a fraction of an iteration counts, as in Megatron-LM)"},
+    {"--lr-warmup-init", MG__F_FLOAT, MG__OFF(lr_warmup_init), "LR", 0, 1e3,
+     "the learning rate the warm-up starts from, <= --lr (default 0)"},
     {"--lr-decay-iters", MG__F_INT, MG__OFF(lr_decay_iters), "N", 1, MG__BIG,
      "iterations until --min-lr is reached (default: --train-iters)"},
     {"--override-opt_param-scheduler", MG__F_SWITCH, MG__OFF(override_opt_param_scheduler),
@@ -5104,13 +5114,13 @@ static int mg__read_sched(const mg_json *js, int64_t k, const char *path, mg__ck
         snprintf(style, sizeof style, "%.*s", (int)(js->toks[t].end - js->toks[t].start),
                  js->text + js->toks[t].start);
     s->sched.style = (mg_lr_style)mg__choice("constant|linear|cosine", style, 0);
-    if ((int)s->sched.style < 0 || v[2] != floor(v[2]) || v[3] != floor(v[3]))
+    if ((int)s->sched.style < 0 || v[3] != floor(v[3]))   /* a fraction's warm-up need not be */
         return mg__err(err, errlen, "%s: opt_param_scheduler holds a decay style that is not "
-                       "constant, linear or cosine, or iterations that are not whole numbers",
-                       path);
+                       "constant, linear or cosine, or decay iterations that are not a whole "
+                       "number", path);
     s->sched.max_lr = v[0];
     s->sched.min_lr = v[1];
-    s->sched.warmup_iters = (int64_t)v[2];
+    s->sched.warmup_iters = v[2];
     s->sched.decay_iters = (int64_t)v[3];
     s->weight_decay = v[4];
     s->has_sched = 1;
@@ -5203,6 +5213,18 @@ static int mg__read_state(const char *path, int64_t iteration, mg__ckpt_state *s
     return rc;
 }
 
+/* The schedule's decay and warm-up lengths in iterations, as Megatron's
+   get_optimizer_param_scheduler makes them: --lr-decay-iters, else --train-iters; the warm-up
+   --lr-warmup-fraction × that when given (not rounded), else --lr-warmup-iters.             */
+static int64_t mg__decay_iters(const mg_train_args *a) {
+    return a->lr_decay_iters ? a->lr_decay_iters : a->train_iters;
+}
+static double mg__warmup_iters(const mg_train_args *a) {
+    return mg_train_flag_given(a, "--lr-warmup-fraction")
+               ? a->lr_warmup_fraction * (double)mg__decay_iters(a)
+               : (double)a->lr_warmup_iters;
+}
+
 /* Megatron-LM's OptimizerParamScheduler.load_state_dict on --load: the schedule of the
    command line (peak and minimum learning rate, warm-up, decay length — --lr-decay-iters,
    else --train-iters — decay style, weight decay) against the checkpoint's. With
@@ -5225,16 +5247,23 @@ static int mg__sched_merge(mg_train_args *a, const mg__ckpt_state *st, char *err
     if (a->use_checkpoint_opt_param_scheduler) {
         a->lr = c->max_lr;
         a->min_lr = c->min_lr;
-        a->lr_warmup_iters = c->warmup_iters;
         a->lr_decay_iters = c->decay_iters;
+        if (c->warmup_iters == floor(c->warmup_iters)) {
+            a->lr_warmup_iters = (int64_t)c->warmup_iters;
+            a->given[mg__flag_index("--lr-warmup-fraction")] = 0;
+        } else {   /* a fraction's warm-up */
+            a->lr_warmup_iters = 0;
+            a->lr_warmup_fraction = c->warmup_iters / (double)c->decay_iters;
+            a->given[mg__flag_index("--lr-warmup-fraction")] = 1;
+        }
         a->lr_decay_style = c->style;
         a->weight_decay = st->weight_decay;
         return 0;
     }
-    mine[0] = a->lr; mine[1] = a->min_lr; mine[2] = (double)a->lr_warmup_iters;
-    mine[3] = (double)(a->lr_decay_iters ? a->lr_decay_iters : a->train_iters);
+    mine[0] = a->lr; mine[1] = a->min_lr; mine[2] = mg__warmup_iters(a);
+    mine[3] = (double)mg__decay_iters(a);
     mine[4] = a->lr_decay_style; mine[5] = a->weight_decay;
-    theirs[0] = c->max_lr; theirs[1] = c->min_lr; theirs[2] = (double)c->warmup_iters;
+    theirs[0] = c->max_lr; theirs[1] = c->min_lr; theirs[2] = c->warmup_iters;
     theirs[3] = (double)c->decay_iters; theirs[4] = c->style; theirs[5] = st->weight_decay;
     for (k = 0; k < 6; k++) {
         if (mine[k] == theirs[k]) continue;
@@ -5445,13 +5474,22 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
                        (long long)a->micro_batch_size, (long long)a->micro_batch_size,
                        (long long)((a->global_batch_size / a->micro_batch_size + 1) *
                                    a->micro_batch_size));
-    if (a->lr_decay_style != MG_LR_CONSTANT && a->train_iters > 0) {
-        int64_t decay = a->lr_decay_iters ? a->lr_decay_iters : a->train_iters;
-        if (a->lr_warmup_iters >= decay)
-            return mg__err(err, errlen, "--lr-warmup-iters %lld must be smaller than "
-                           "--lr-decay-iters %lld (default: --train-iters) for the %s decay",
-                           (long long)a->lr_warmup_iters, (long long)decay,
-                           a->lr_decay_style == MG_LR_LINEAR ? "linear" : "cosine");
+    if (mg_train_flag_given(a, "--lr-warmup-fraction") && a->lr_warmup_iters)
+        return mg__err(err, errlen, "--lr-warmup-fraction and --lr-warmup-iters %lld exclude "
+                       "each other (Megatron-LM takes one of them: give one)",
+                       (long long)a->lr_warmup_iters);
+    if (a->lr >= 0 && a->lr_warmup_init > a->lr)
+        return mg__err(err, errlen, "--lr-warmup-init %g is larger than --lr %g (the warm-up "
+                       "rises to --lr: it must be <= --lr)", a->lr_warmup_init, a->lr);
+    /* Megatron's OptimizerParamScheduler asserts warm-up < decay for every style */
+    if (a->train_iters > 0 && mg__warmup_iters(a) >= (double)mg__decay_iters(a)) {
+        char warm[64];
+        if (mg_train_flag_given(a, "--lr-warmup-fraction"))
+            snprintf(warm, sizeof warm, "--lr-warmup-fraction %g", a->lr_warmup_fraction);
+        else snprintf(warm, sizeof warm, "--lr-warmup-iters %lld", (long long)a->lr_warmup_iters);
+        return mg__err(err, errlen, "%s: the warm-up must be shorter than the decay, "
+                       "--lr-decay-iters %lld (default: --train-iters)", warm,
+                       (long long)mg__decay_iters(a));
     }
     if (mg_train_flag_given(a, "--save-interval") && !a->save)
         return mg__err(err, errlen, "--save-interval needs --save DIR (where to write)");
@@ -6522,8 +6560,9 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         mg_loss_scaler_init(&tr->scaler, 0, 1.0, 1.0, 1, 1);
     tr->sched.max_lr = a->lr;
     tr->sched.min_lr = a->min_lr;
-    tr->sched.warmup_iters = a->lr_warmup_iters;
-    tr->sched.decay_iters = a->lr_decay_iters ? a->lr_decay_iters : a->train_iters;
+    tr->sched.init_lr = a->lr_warmup_init;
+    tr->sched.warmup_iters = mg__warmup_iters(a);
+    tr->sched.decay_iters = mg__decay_iters(a);
     tr->sched.style = (mg_lr_style)a->lr_decay_style;
     mg_gpt_init_weights(&tr->model, (uint64_t)a->seed);
     if (has_ckpt) {
@@ -7211,9 +7250,9 @@ static char *mg__state_json(const mg_trainer *tr) {
                               lc.rope_freq.original_max_pos);
     }
     n += (size_t)snprintf(s + n, cap - n, "  \"opt_param_scheduler\": {\"max_lr\": %.17g, "
-                          "\"min_lr\": %.17g, \"lr_warmup_iters\": %lld, \"lr_decay_iters\": "
+                          "\"min_lr\": %.17g, \"lr_warmup_iters\": %.17g, \"lr_decay_iters\": "
                           "%lld, \"lr_decay_style\": \"%s\", \"weight_decay\": %.17g},\n",
-                          tr->sched.max_lr, tr->sched.min_lr, (long long)tr->sched.warmup_iters,
+                          tr->sched.max_lr, tr->sched.min_lr, tr->sched.warmup_iters,
                           (long long)tr->sched.decay_iters, tr->sched.style == MG_LR_CONSTANT ?
                           "constant" : tr->sched.style == MG_LR_LINEAR ? "linear" : "cosine",
                           a->weight_decay);

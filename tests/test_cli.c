@@ -172,7 +172,19 @@ static void check_required_and_sizes(void) {
     expect_error("recompute layers without full", BASE "--recompute-num-layers 1",
                  "^--recompute-num-layers applies to --recompute-granularity full only");
     expect_error("warm-up not shorter than decay", BASE "--lr-warmup-iters 5 --lr-decay-iters 5",
-                 "--lr-warmup-iters 5 must be smaller than --lr-decay-iters 5");
+                 "^--lr-warmup-iters 5: the warm-up must be shorter than the decay, "
+                 "--lr-decay-iters 5 (default: --train-iters)");
+    /* Megatron's OptimizerParamScheduler asserts it for the constant style too */
+    expect_error("warm-up not shorter than decay, constant", BASE "--lr-decay-style constant "
+                 "--lr-warmup-iters 2", "^--lr-warmup-iters 2: the warm-up must be shorter than "
+                 "the decay, --lr-decay-iters 2 (default: --train-iters)");
+    expect_error("a warm-up fraction of the whole decay", BASE "--lr-warmup-fraction 1",
+                 "^--lr-warmup-fraction 1: the warm-up must be shorter than the decay");
+    expect_error("--lr-warmup-fraction with --lr-warmup-iters", BASE "--train-iters 10 "
+                 "--lr-warmup-fraction 0.1 --lr-warmup-iters 1", "^--lr-warmup-fraction and "
+                 "--lr-warmup-iters 1 exclude each other");
+    expect_error("--lr-warmup-init above --lr", BASE "--lr-warmup-init 0.01",
+                 "^--lr-warmup-init 0.01 is larger than --lr 0.001");
     expect_error("min-lr above lr", BASE "--min-lr 0.1", "--min-lr 0.1 is larger than --lr");
     expect_error("vocabulary of one", BASE "--vocab-size 1", "--vocab-size 1: out of range");
     expect_error("model larger than memory", BASE "--hidden-size 65536 --num-attention-heads 2 "
@@ -676,6 +688,45 @@ static void check_schedule_on_resume(const char *dir) {
     free(text);
 }
 
+/* --lr-warmup-fraction and --lr-warmup-init against Megatron-LM's OptimizerParamScheduler.get_lr
+   (megatron/core/optimizer_param_scheduler.py) run in Python, counting samples as Megatron does
+   (4 per iteration): warm-up 0.25 x 10 decay iterations = 2.5 iterations from 1e-4 to --lr 1e-3,
+   then down to --min-lr 5e-5 at iteration 10; lr after k updates, k = 0 … 11.           */
+static void check_warmup_fraction_and_init(void) {
+    static const char *const styles[3] = {"cosine", "linear", "constant"};
+    static const double megatron[3][12] = {
+        {0.0001, 0.00045999999999999996, 0.00081999999999999998, 0.00098962011034855763,
+         0.00090928307232810009, 0.00076250000000000005, 0.00057465102005213543,
+         0.00037821692767190003, 0.00020716296197954249, 9.1065907619764538e-05,
+         5.0000000000000002e-05, 5.0000000000000002e-05},
+        {0.0001, 0.00045999999999999996, 0.00081999999999999998, 0.0009366666666666667,
+         0.00081000000000000006, 0.00068333333333333343, 0.00055666666666666668,
+         0.00043000000000000004, 0.00030333333333333341, 0.00017666666666666663,
+         5.0000000000000002e-05, 5.0000000000000002e-05},
+        {0.0001, 0.00045999999999999996, 0.00081999999999999998, 0.001, 0.001, 0.001, 0.001,
+         0.001, 0.001, 0.001, 0.001, 0.001}};
+    char line[2048], err[MG_ERRLEN], what[200];
+    mg_trainer tr;
+    int s, k;
+    for (s = 0; s < 3; s++) {
+        double worst = 0;
+        int rc;
+        snprintf(line, sizeof line, BASE "--micro-batch-size 4 --train-iters 12 --lr 1e-3 "
+                 "--min-lr 5e-5 --lr-warmup-init 1e-4 --lr-warmup-fraction 0.25 "
+                 "--lr-decay-iters 10 --lr-decay-style %s", styles[s]);
+        rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+        for (k = 0; !rc && k < 12; k++) {
+            double e = fabs(mg_lr_at(&tr.sched, k) - megatron[s][k]) / megatron[s][k];
+            if (e > worst) worst = e;
+        }
+        snprintf(what, sizeof what, "cli: --lr-warmup-fraction 0.25 --lr-warmup-init 1e-4, "
+                 "%s decay: the learning rates of Megatron-LM's scheduler", styles[s]);
+        mg_test_report(!rc && worst < 1e-14, what, "%s worst relative error %.3g",
+                       rc ? err : "", worst);
+        if (!rc) mg_trainer_free(&tr);
+    }
+}
+
 static void check_weights_and_checkpoints(void) {
     char line[2048], path[700], dir[512], sub[700];
     long len = 0;
@@ -1148,6 +1199,7 @@ int main(void) {
     check_no_validation();
     check_nan_validation();
     check_jsonl_write_failure();
+    check_warmup_fraction_and_init();
     check_weights_and_checkpoints();
     check_small_files();
     check_long_paths();

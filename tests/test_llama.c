@@ -93,7 +93,7 @@ static void check_training(void) {
     mg_gpt_config cfg = gpt_llama_config();
     gpt_fixture f;
     mg_adamw opt;
-    mg_lr_schedule sched;
+    mg_lr_schedule sched = {0};
     int B = (int)ref_num("micro_batch"), Bg = (int)ref_num("global_batch"), n_micro = Bg / B;
     int iters = (int)ref_num("train_iters"), T = cfg.seq_len, k, i, worst = 0;
     int64_t n;

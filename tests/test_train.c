@@ -79,7 +79,7 @@ static void check_against_pytorch(void) {
 }
 
 static void check_lr_schedule(void) {
-    mg_lr_schedule s;
+    mg_lr_schedule s = {0};
     int ok = 1;
     double pi = 3.14159265358979323846;
     s.max_lr = 1.0; s.min_lr = 0.1; s.warmup_iters = 10; s.decay_iters = 110;

@@ -590,13 +590,35 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
 /* ---------------------------------------------------------------------------------------------
    4. Optimizer
    ------------------------------------------------------------------------------------------ */
-typedef enum { MG_LR_CONSTANT = 0, MG_LR_LINEAR, MG_LR_COSINE } mg_lr_style;
+/* --lr-decay-style, --lr-wsd-decay-style and --weight-decay-incr-style, in the order of their
+   choices (Megatron-LM's names).                                                            */
+typedef enum { MG_LR_CONSTANT = 0, MG_LR_LINEAR, MG_LR_COSINE, MG_LR_INVERSE_SQRT,
+               MG_LR_WSD } mg_lr_style;
+typedef enum { MG_WSD_EXPONENTIAL = 0, MG_WSD_LINEAR, MG_WSD_COSINE,
+               MG_WSD_MINUS_SQRT } mg_wsd_style;
+typedef enum { MG_WD_CONSTANT = 0, MG_WD_LINEAR, MG_WD_COSINE } mg_wd_style;
+#define MG__LR_STYLES "constant|linear|cosine|inverse-square-root|WSD"
+#define MG__WSD_STYLES "exponential|linear|cosine|minus_sqrt"
+#define MG__WD_STYLES "constant|linear|cosine"
+/* Megatron-LM's OptimizerParamScheduler: the learning rate and the weight decay of every
+   optimizer step.                                                                           */
 typedef struct mg_lr_schedule {
     double max_lr, min_lr;       /* --lr, --min-lr                                              */
     double init_lr;              /* --lr-warmup-init: the rate the warm-up starts from          */
     double warmup_iters;         /* --lr-warmup-iters, or --lr-warmup-fraction × decay_iters    */
     int64_t decay_iters;         /* --lr-decay-iters (Megatron's default: --train-iters)        */
     mg_lr_style style;           /* --lr-decay-style                                            */
+    int64_t wsd_decay_iters;     /* --lr-wsd-decay-iters: WSD's annealing, the last iterations
+                                    of decay_iters                                             */
+    mg_wsd_style wsd_style;      /* --lr-wsd-decay-style                                        */
+    int64_t samples_per_iter;    /* the global batch size (0 counts as 1): Megatron counts the
+                                    steps in samples, which only inverse-square-root's
+                                    max(·, 1) tells apart from iterations                      */
+    double start_wd, end_wd;     /* --start-weight-decay, --end-weight-decay (the constant
+                                    style: --weight-decay both)                               */
+    int64_t wd_incr_iters;       /* the increment's length (Megatron's wd_incr_steps):
+                                    --train-iters                                              */
+    mg_wd_style wd_style;        /* --weight-decay-incr-style                                   */
 } mg_lr_schedule;
 /* Megatron-LM's OptimizerParamScheduler.get_lr after num_steps successful optimizer updates
    (iteration k, 1-based, trains with num_steps = k − 1 − the iterations skipped before it;
@@ -605,9 +627,19 @@ typedef struct mg_lr_schedule {
           (warmup is --lr-warmup-fraction × decay_iters when that is given: a fraction of an
           iteration is kept, as Megatron counts the warm-up in samples)
      constant: max_lr;  past decay_iters: min_lr
+     inverse-square-root: max(min_lr, max_lr·√max(warmup·S, 1) / √max(num_steps·S, 1)),
+          S = samples_per_iter (Megatron's steps are samples)
+     WSD: coeff = 1 up to anneal = decay − wsd_decay_iters, then r = (num_steps − anneal) /
+          wsd_decay_iters and coeff = 2·0.5^r − 1 (exponential), 1 − r (linear),
+          ½(cos(π·r) + 1) (cosine) or 1 − √r (minus_sqrt)
      else ratio = (num_steps - warmup)/(decay - warmup), coeff = 1 - ratio (linear) or
-          ½(cos(π·ratio) + 1) (cosine), lr = min_lr + coeff·(max_lr - min_lr).              */
+          ½(cos(π·ratio) + 1) (cosine);  lr = min_lr + coeff·(max_lr - min_lr).            */
 MGDEF double mg_lr_at(const mg_lr_schedule *s, int64_t num_steps);
+/* Its get_wd, the weight decay of the same step (each weight's; biases and norms take none):
+     past wd_incr_iters, or the constant style: end_wd
+     else r = num_steps / wd_incr_iters, coeff = r (linear) or ½(cos(π·(1 − r)) + 1) (cosine),
+          wd = start_wd + coeff·(end_wd − start_wd).                                        */
+MGDEF double mg_wd_at(const mg_lr_schedule *s, int64_t num_steps);
 
 /* 4b. Data parallelism (d replicas of the model; Megatron's DistributedDataParallel and
        DistributedOptimizer). Each data-parallel rank runs its own microbatches of the global
@@ -843,6 +875,13 @@ typedef struct mg_train_args {
     int64_t lr_warmup_iters, lr_decay_iters;
     double lr_warmup_fraction;           /* given: warm-up = fraction × the decay iterations   */
     double lr_warmup_init;               /* the rate the warm-up starts from (default 0)       */
+    int lr_wsd_decay_style;              /* mg_wsd_style: WSD's annealing                       */
+    int64_t lr_wsd_decay_iters;          /* WSD's annealing iterations (required with WSD)     */
+    int weight_decay_incr_style;         /* mg_wd_style                                        */
+    double start_weight_decay, end_weight_decay; /* the increment's ends (not constant)       */
+    int64_t wd_incr_iters;               /* (no flag) the increment's length: 0 is
+                                            --train-iters; the checkpoint's under
+                                            --use-checkpoint-opt_param-scheduler              */
     /* on --load, a schedule that differs from the checkpoint's: the command line's
        (override) or the checkpoint's (use_checkpoint); neither: an error (Megatron-LM)      */
     int override_opt_param_scheduler, use_checkpoint_opt_param_scheduler;
@@ -3436,20 +3475,50 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
 /* =============================================================================================
    4. Optimizer
    ========================================================================================== */
-/* mg_lr_at's math, host and device (the fused step's learning rate is made on the device). */
+/* mg_lr_at's and mg_wd_at's math, host and device (the fused step's learning rate and weight
+   decay are made on the device).                                                           */
+#define MG__PI 3.14159265358979323846
 MG_HD static inline double mg__lr_at(const mg_lr_schedule *s, int64_t num_steps) {
     double ratio, coeff;
     if (s->warmup_iters > 0 && (double)num_steps <= s->warmup_iters)
         return s->init_lr + (s->max_lr - s->init_lr) * (double)num_steps / s->warmup_iters;
     if (s->style == MG_LR_CONSTANT) return s->max_lr;
     if (num_steps > s->decay_iters) return s->min_lr;
-    ratio = ((double)num_steps - s->warmup_iters) / ((double)s->decay_iters - s->warmup_iters);
-    coeff = s->style == MG_LR_LINEAR ? 1.0 - ratio
-                                     : 0.5 * (cos(3.14159265358979323846 * ratio) + 1.0);
+    if (s->style == MG_LR_INVERSE_SQRT) {
+        double samples = s->samples_per_iter > 0 ? (double)s->samples_per_iter : 1.0;
+        double warmup = fmax(s->warmup_iters * samples, 1.0);
+        double now = fmax((double)num_steps * samples, 1.0);
+        double lr = s->max_lr * sqrt(warmup) / sqrt(now);
+        return lr > s->min_lr ? lr : s->min_lr;
+    }
+    if (s->style == MG_LR_WSD) {
+        int64_t anneal = s->decay_iters - s->wsd_decay_iters;
+        ratio = num_steps <= anneal ? 0.0
+                                    : (double)(num_steps - anneal) / (double)s->wsd_decay_iters;
+        coeff = num_steps <= anneal                ? 1.0
+              : s->wsd_style == MG_WSD_EXPONENTIAL ? 2.0 * pow(0.5, ratio) - 1.0
+              : s->wsd_style == MG_WSD_LINEAR      ? 1.0 - ratio
+              : s->wsd_style == MG_WSD_COSINE      ? 0.5 * (cos(MG__PI * ratio) + 1.0)
+                                                   : 1.0 - sqrt(ratio);
+    } else {
+        ratio = ((double)num_steps - s->warmup_iters) /
+                ((double)s->decay_iters - s->warmup_iters);
+        coeff = s->style == MG_LR_LINEAR ? 1.0 - ratio : 0.5 * (cos(MG__PI * ratio) + 1.0);
+    }
     return s->min_lr + coeff * (s->max_lr - s->min_lr);
+}
+MG_HD static inline double mg__wd_at(const mg_lr_schedule *s, int64_t num_steps) {
+    double ratio, coeff;
+    if (num_steps > s->wd_incr_iters || s->wd_style == MG_WD_CONSTANT) return s->end_wd;
+    ratio = (double)num_steps / (double)s->wd_incr_iters;
+    coeff = s->wd_style == MG_WD_LINEAR ? ratio : 0.5 * (cos(MG__PI * (1.0 - ratio)) + 1.0);
+    return s->start_wd + coeff * (s->end_wd - s->start_wd);
 }
 MGDEF double mg_lr_at(const mg_lr_schedule *s, int64_t num_steps) {
     return mg__lr_at(s, num_steps);
+}
+MGDEF double mg_wd_at(const mg_lr_schedule *s, int64_t num_steps) {
+    return mg__wd_at(s, num_steps);
 }
 
 /* ---- Exact sums of doubles over a group ---------------------------------------------------
@@ -3714,7 +3783,8 @@ static void mg__for_owned(const mg_adamw *opt, const mg_gpt *m, mg__owned_fn vis
 /* The fused step's table: one mg_adamw_piece per owned piece, in mg__for_owned's order (the
    order the per-piece steps ran in): the sharded master when the master is sharded, else the
    model's fp32 parameters; with mixed precision the 16-bit working copy of the same values
-   (written by the same kernel); weight decay per parameter (none on biases and norms).
+   (written by the same kernel); wd_mult 1 for weights, 0 for biases and norms (the step's
+   weight decay, mg_optim_state's args, comes from the schedule).
    pieces NULL: count only.                                                                  */
 typedef struct { mg_adamw *opt; mg_gpt *m; mg_adamw_piece *pieces; int n; } mg__table_acc;
 static void mg__table_visit(void *user, const mg_param_desc *d, int64_t x0, int64_t x1,
@@ -3731,7 +3801,7 @@ static void mg__table_visit(void *user, const mg_param_desc *d, int64_t x0, int6
     p->m = acc->opt->m + moment0;
     p->v = acc->opt->v + moment0;
     p->n = x1 - x0;
-    p->weight_decay = d->weight_decay ? acc->opt->weight_decay : 0.0f;
+    p->wd_mult = d->weight_decay ? 1.0f : 0.0f;
 }
 
 MGDEF size_t mg_adamw_arena_bytes(int n_params, int world_size) {
@@ -3952,7 +4022,8 @@ static void mg__embedding_grad_all_reduce(mg_gpt *m) {
 
 /* The step's decisions, on the device from the Σ g² there (mg_optim_state):
      norm = √Σg² / scale (the gradients carry the loss scale); not finite: skip (grad_norm nan)
-     else step += 1, lr = the schedule at the updates taken before, bias corrections of step,
+     else step += 1, lr and weight decay = the schedule's at the updates taken before, bias
+          corrections of step,
           grad_scale = 1/scale · min(1, clip / (norm + 1e-6)) (clip_grad_norm_; clip 0: off)
      the loss scaler's update with found_inf = skip; with tokens > 0 (the trainer) also the
      iteration's loss = loss_sum / tokens, the next seed dloss = scale / tokens and the counts
@@ -3973,6 +4044,7 @@ MG_HD static inline void mg__optim_decide_run(const mg__optim_decide *d) {
     int bad = !isfinite(s->sumsq);
     s->loss_scale = s->scaler.scale;
     s->lr = mg__lr_at(&d->sched, s->step);
+    s->args.weight_decay = (float)mg__wd_at(&d->sched, s->step);
     s->grad_norm = bad ? NAN : norm;
     s->args.skip = bad || !isfinite(norm);
     if (!s->args.skip) {
@@ -4035,8 +4107,9 @@ static void mg__adamw_gather_params(mg_adamw *opt, mg_gpt *m) {
         for (k = 0; k < dp->n_buckets; k++) mg_wait(dp->comm, &dp->req[k]);
     }
 }
-/* The public update: the loss scale opt->loss_scale (constant), a constant learning rate;
-   the state read back once at the end (the return value and *grad_norm need it).          */
+/* The public update: the loss scale opt->loss_scale (constant), a constant learning rate and
+   weight decay (opt->weight_decay); the state read back once at the end (the return value
+   and *grad_norm need it).                                                                  */
 MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, double *grad_norm) {
     mg_optim_state s;
     mg_loss_scaler constant;
@@ -4047,6 +4120,7 @@ MGDEF int mg_adamw_update(mg_adamw *opt, mg_gpt *m, float lr, float clip_grad, d
     memset(&sched, 0, sizeof sched);
     sched.max_lr = sched.min_lr = lr;
     sched.style = MG_LR_CONSTANT;
+    sched.start_wd = sched.end_wd = opt->weight_decay;   /* style MG_WD_CONSTANT */
     mg__adamw_clip(opt, m, &sched, clip_grad, 0);
     mg__adamw_inner_step(opt, m);
     mg__adamw_gather_params(opt, m);
@@ -4172,6 +4246,15 @@ static const mg__flag mg__flags[] = {
      "biases and layernorms), global-norm gradient clipping, dropout"},
     {"--weight-decay", MG__F_FLOAT, MG__OFF(weight_decay), "WD", 0, 1e3,
      "decoupled weight decay of the weights (default 0.01)"},
+    {"--weight-decay-incr-style", MG__F_CHOICE, MG__OFF(weight_decay_incr_style),
+     MG__WD_STYLES, 0, 0, "linear or cosine: the weight decay rises from "
+     "--start-weight-decay to --end-weight-decay over --train-iters (default constant: "
+     "--weight-decay throughout)"},
+    {"--start-weight-decay", MG__F_FLOAT, MG__OFF(start_weight_decay), "WD", 0, 1e3,
+     "the first iteration's weight decay (a linear or cosine --weight-decay-incr-style only)"},
+    {"--end-weight-decay", MG__F_FLOAT, MG__OFF(end_weight_decay), "WD", 0, 1e3,
+     "the weight decay at --train-iters, >= --start-weight-decay (a linear or cosine "
+     "--weight-decay-incr-style only)"},
     {"--clip-grad", MG__F_FLOAT, MG__OFF(clip_grad), "NORM", 0, 1e9,
      "clip the global gradient norm to NORM; 0 disables (default 1.0)"},
     {"--adam-beta1", MG__F_FLOAT, MG__OFF(adam_beta1), "B1", 0, 0.999999, "default 0.9"},
@@ -4229,8 +4312,11 @@ static const mg__flag mg__flags[] = {
     {"--lr", MG__F_FLOAT, MG__OFF(lr), "LR", 0, 1e3, "peak learning rate (required to train)"},
     {"--min-lr", MG__F_FLOAT, MG__OFF(min_lr), "LR", 0, 1e3, "learning rate at the end of the "
      "decay (default 0)"},
-    {"--lr-decay-style", MG__F_CHOICE, MG__OFF(lr_decay_style), "constant|linear|cosine", 0, 0,
-     "decay after the warm-up (default linear)"},
+    {"--lr-decay-style", MG__F_CHOICE, MG__OFF(lr_decay_style),
+     MG__LR_STYLES, 0, 0, "decay after the warm-up; "
+     "inverse-square-root: --lr x sqrt(warm-up / iteration), in samples, not below --min-lr; "
+     "WSD: --lr until the last --lr-wsd-decay-iters of the decay, then down to --min-lr "
+     "(default linear)"},
     {"--lr-warmup-iters", MG__F_INT, MG__OFF(lr_warmup_iters), "N", 0, MG__BIG,
      "linear warm-up from --lr-warmup-init over N iterations (default 0)"},
     {"--lr-warmup-fraction", MG__F_FLOAT, MG__OFF(lr_warmup_fraction), "F", 0, 1,
@@ -4240,10 +4326,17 @@ static const mg__flag mg__flags[] = {
      "the learning rate the warm-up starts from, <= --lr (default 0)"},
     {"--lr-decay-iters", MG__F_INT, MG__OFF(lr_decay_iters), "N", 1, MG__BIG,
      "iterations until --min-lr is reached (default: --train-iters)"},
+    {"--lr-wsd-decay-style", MG__F_CHOICE, MG__OFF(lr_wsd_decay_style),
+     MG__WSD_STYLES, 0, 0, "WSD's annealing, of its progress r: "
+     "2 x 0.5^r - 1, 1 - r, (cos(pi r) + 1) / 2 or 1 - sqrt(r) (default exponential)"},
+    {"--lr-wsd-decay-iters", MG__F_INT, MG__OFF(lr_wsd_decay_iters), "N", 0, MG__BIG,
+     "WSD's annealing: the last N iterations of the decay (required with --lr-decay-style "
+     "WSD)"},
     {"--override-opt_param-scheduler", MG__F_SWITCH, MG__OFF(override_opt_param_scheduler),
      NULL, 0, 0, "on --load, take --lr, --min-lr, --lr-warmup-iters, --lr-decay-iters (or "
-     "--train-iters), --lr-decay-style and --weight-decay from the command line even where "
-     "the checkpoint's differ (without either switch a difference is an error)"},
+     "--train-iters), --lr-decay-style and the weight decay (--weight-decay, or "
+     "--weight-decay-incr-style's) from the command line even where the checkpoint's differ "
+     "(without either switch a difference is an error)"},
     {"--use-checkpoint-opt_param-scheduler", MG__F_SWITCH,
      MG__OFF(use_checkpoint_opt_param_scheduler), NULL, 0, 0, "on --load, take those values "
      "from the checkpoint (--lr may then be left out)"},
@@ -4462,6 +4555,13 @@ static int mg__choice(const char *choices, const char *value, int nocase) {
     return -1;
 }
 
+/* The k-th of the "a|b|c" choices into out. */
+static void mg__choice_name(const char *choices, int k, char *out, size_t cap) {
+    const char *p = choices;
+    while (k-- > 0 && strchr(p, '|')) p = strchr(p, '|') + 1;
+    snprintf(out, cap, "%.*s", (int)(strchr(p, '|') ? strchr(p, '|') - p : (long)strlen(p)), p);
+}
+
 /* What a flag's value must be, for messages: "B, a whole number in 1 … 1000000",
    "LR, a number >= 0", "one of constant|linear|cosine", "DIR". A bound of 1e15 or more is
    left out ("N, a whole number >= 0") unless full: a value above it is told both.          */
@@ -4563,16 +4663,13 @@ static int mg__set_flag(mg_train_args *a, const mg__flag *f, const char *v, char
     if (f->type == MG__F_CHOICE) {
         int c = mg__choice(f->metavar, v, 0);
         char spelled[64];
-        const char *p = f->metavar;
         if (c >= 0) {
             *(int *)field = c;
             return 0;
         }
         c = mg__choice(f->metavar, v, 1);   /* the same word in other capitals: name it */
         if (c >= 0) {
-            while (c-- > 0) p = strchr(p, '|') + 1;
-            snprintf(spelled, sizeof spelled, "%.*s",
-                     (int)(strchr(p, '|') ? strchr(p, '|') - p : (long)strlen(p)), p);
+            mg__choice_name(f->metavar, c, spelled, sizeof spelled);
             return mg__err(err, errlen, "%s %s: invalid choice (expected %s; did you mean %s?)",
                            f->name, v, want, spelled);
         }
@@ -4616,11 +4713,7 @@ static void mg__flag_text(const mg_train_args *a, const mg__flag *f, char *val, 
         snprintf(val, cap, "%s", *(const int *)field ? "true" : "false");
     else if (f->type == MG__F_CHOICE) {
         char choice[64];
-        const char *p = f->metavar;
-        int k = *(const int *)field;
-        while (k-- > 0 && strchr(p, '|')) p = strchr(p, '|') + 1;
-        snprintf(choice, sizeof choice, "%.*s", (int)(strchr(p, '|') ? strchr(p, '|') - p :
-                 (long)strlen(p)), p);
+        mg__choice_name(f->metavar, *(const int *)field, choice, sizeof choice);
         if (json) mg__json_str(val, cap, choice);
         else snprintf(val, cap, "%s", choice);
     } else if (f->type == MG__F_LIST) {   /* the words: a JSON array, or space-separated */
@@ -5090,39 +5183,58 @@ typedef struct mg__ckpt_state {
     /* optional "opt_param_scheduler" (not in older files): the schedule the run used       */
     int has_sched;
     mg_lr_schedule sched;
-    double weight_decay;
 } mg__ckpt_state;
 static const char *const mg__state_arch_keys[6] = {"num_layers", "hidden_size",
     "num_attention_heads", "seq_length", "max_position_embeddings", "vocab_size"};
 
+/* One of a state.json object's style names (key) as its index among choices, or -1. */
+static int mg__json_choice(const mg_json *js, int64_t obj, const char *key,
+                           const char *choices) {
+    int64_t t = mg_json_get(js, obj, key);
+    char name[32];
+    if (t < 0 || js->toks[t].type != MG_JSON_STRING) return -1;
+    snprintf(name, sizeof name, "%.*s", (int)(js->toks[t].end - js->toks[t].start),
+             js->text + js->toks[t].start);
+    return mg__choice(choices, name, 0);
+}
+
 /* state.json's "opt_param_scheduler" object (token k): Megatron-LM's OptimizerParamScheduler
-   state — peak and minimum learning rate, warm-up and decay iterations, decay style, weight
-   decay — each in its flag's range.                                                         */
+   state — peak and minimum learning rate, warm-up and decay iterations, decay style, and the
+   weight decay's start, end, increment length and style (a file from before the increment
+   holds one "weight_decay": the constant style) — each in its flag's range.               */
 static int mg__read_sched(const mg_json *js, int64_t k, const char *path, mg__ckpt_state *s,
                           char *err, size_t errlen) {
-    double v[5];
-    const char *const keys[5] = {"max_lr", "min_lr", "lr_warmup_iters", "lr_decay_iters",
-                                 "weight_decay"};
-    const double hi[5] = {1e3, 1e3, MG__BIG, MG__BIG, 1e3};
-    char style[16] = "";
-    int64_t t;
-    int i;
-    for (i = 0; i < 5; i++)
+    double v[7];
+    const char *const keys[7] = {"max_lr", "min_lr", "lr_warmup_iters", "lr_decay_iters",
+                                 "start_wd", "end_wd", "wd_incr_iters"};
+    const double hi[7] = {1e3, 1e3, MG__BIG, MG__BIG, 1e3, 1e3, MG__BIG};
+    int has_incr = mg_json_get(js, k, "start_wd") >= 0, lr_style, wd_style = MG_WD_CONSTANT;
+    int i, n = has_incr ? 7 : 4;
+    for (i = 0; i < n; i++)
         if (mg__cfg_num(js, k, path, keys[i], NAN, 0, hi[i], &v[i], err, errlen)) return -1;
-    t = mg_json_get(js, k, "lr_decay_style");
-    if (t >= 0 && js->toks[t].type == MG_JSON_STRING)
-        snprintf(style, sizeof style, "%.*s", (int)(js->toks[t].end - js->toks[t].start),
-                 js->text + js->toks[t].start);
-    s->sched.style = (mg_lr_style)mg__choice("constant|linear|cosine", style, 0);
-    if ((int)s->sched.style < 0 || v[3] != floor(v[3]))   /* a fraction's warm-up need not be */
+    if (!has_incr) {   /* older files: one constant weight decay */
+        if (mg__cfg_num(js, k, path, "weight_decay", NAN, 0, 1e3, &v[4], err, errlen))
+            return -1;
+        v[5] = v[4];
+        v[6] = 0;
+    } else if ((wd_style = mg__json_choice(js, k, "wd_incr_style", MG__WD_STYLES)) < 0) {
+        return mg__err(err, errlen, "%s: opt_param_scheduler's wd_incr_style is not one of "
+                       MG__WD_STYLES, path);
+    }
+    lr_style = mg__json_choice(js, k, "lr_decay_style", MG__LR_STYLES);
+    if (lr_style < 0 || v[3] != floor(v[3]) || v[6] != floor(v[6]))
         return mg__err(err, errlen, "%s: opt_param_scheduler holds a decay style that is not "
-                       "constant, linear or cosine, or decay iterations that are not a whole "
-                       "number", path);
+                       "one of " MG__LR_STYLES ", or decay or weight-decay iterations that are "
+                       "not a whole number", path);   /* a fraction's warm-up need not be */
     s->sched.max_lr = v[0];
     s->sched.min_lr = v[1];
     s->sched.warmup_iters = v[2];
     s->sched.decay_iters = (int64_t)v[3];
-    s->weight_decay = v[4];
+    s->sched.style = (mg_lr_style)lr_style;
+    s->sched.start_wd = v[4];
+    s->sched.end_wd = v[5];
+    s->sched.wd_incr_iters = (int64_t)v[6];
+    s->sched.wd_style = (mg_wd_style)wd_style;
     s->has_sched = 1;
     return 0;
 }
@@ -5224,22 +5336,48 @@ static double mg__warmup_iters(const mg_train_args *a) {
                ? a->lr_warmup_fraction * (double)mg__decay_iters(a)
                : (double)a->lr_warmup_iters;
 }
+/* The command line's schedule, as Megatron's validate_args and get_optimizer_param_scheduler
+   make it: the constant weight-decay style decays by --weight-decay from start to end; the
+   increment lasts --train-iters (Megatron's wd_incr_steps = train_iters × global batch).  */
+static void mg__sched_of(const mg_train_args *a, mg_lr_schedule *s) {
+    int constant_wd = a->weight_decay_incr_style == MG_WD_CONSTANT;
+    memset(s, 0, sizeof *s);
+    s->max_lr = a->lr;
+    s->min_lr = a->min_lr;
+    s->init_lr = a->lr_warmup_init;
+    s->warmup_iters = mg__warmup_iters(a);
+    s->decay_iters = mg__decay_iters(a);
+    s->style = (mg_lr_style)a->lr_decay_style;
+    s->wsd_decay_iters = a->lr_wsd_decay_iters;
+    s->wsd_style = (mg_wsd_style)a->lr_wsd_decay_style;
+    s->samples_per_iter = a->global_batch_size;
+    s->start_wd = constant_wd ? a->weight_decay : a->start_weight_decay;
+    s->end_wd = constant_wd ? a->weight_decay : a->end_weight_decay;
+    s->wd_incr_iters = a->wd_incr_iters ? a->wd_incr_iters : a->train_iters;
+    s->wd_style = (mg_wd_style)a->weight_decay_incr_style;
+}
 
 /* Megatron-LM's OptimizerParamScheduler.load_state_dict on --load: the schedule of the
-   command line (peak and minimum learning rate, warm-up, decay length — --lr-decay-iters,
-   else --train-iters — decay style, weight decay) against the checkpoint's. With
-   --override-opt_param-scheduler the command line's stands, with
+   command line against the checkpoint's, field by field in its order — peak and minimum
+   learning rate, warm-up, decay length (--lr-decay-iters, else --train-iters), decay style,
+   then the weight decay's start, end, increment length (--train-iters; compared only where
+   both styles increment: it changes nothing for the constant one) and style. WSD's
+   --lr-wsd-decay-iters and --lr-wsd-decay-style are not in Megatron's state: the command
+   line's hold. With --override-opt_param-scheduler the command line's schedule stands, with
    --use-checkpoint-opt_param-scheduler the checkpoint's is taken into a, otherwise a
    difference is an error. A checkpoint without the schedule (older files), or a run that
    trains no further, is not checked.                                                       */
 static int mg__sched_merge(mg_train_args *a, const mg__ckpt_state *st, char *err,
                            size_t errlen) {
-    static const char *const flags[6] = {"--lr", "--min-lr", "--lr-warmup-iters",
-                                         "--lr-decay-iters", "--lr-decay-style",
-                                         "--weight-decay"};
-    static const char *const styles[3] = {"constant", "linear", "cosine"};
     const mg_lr_schedule *c = &st->sched;
-    double mine[6], theirs[6];
+    mg_lr_schedule cmd;
+    int constant_wd = a->weight_decay_incr_style == MG_WD_CONSTANT;
+    const char *const flags[9] = {"--lr", "--min-lr", "--lr-warmup-iters", "--lr-decay-iters",
+                                  "--lr-decay-style",
+                                  constant_wd ? "--weight-decay" : "--start-weight-decay",
+                                  constant_wd ? "--weight-decay" : "--end-weight-decay",
+                                  "--train-iters", "--weight-decay-incr-style"};
+    double mine[9], theirs[9];
     char mv[64], cv[64];
     int k;
     if (!st->has_sched || a->train_iters <= st->iteration || a->override_opt_param_scheduler)
@@ -5257,19 +5395,32 @@ static int mg__sched_merge(mg_train_args *a, const mg__ckpt_state *st, char *err
             a->given[mg__flag_index("--lr-warmup-fraction")] = 1;
         }
         a->lr_decay_style = c->style;
-        a->weight_decay = st->weight_decay;
+        if (c->style == MG_LR_WSD && !mg_train_flag_given(a, "--lr-wsd-decay-iters"))
+            return mg__err(err, errlen, "--use-checkpoint-opt_param-scheduler: the checkpoint's "
+                           "--lr-decay-style WSD needs --lr-wsd-decay-iters N on the command "
+                           "line (Megatron-LM's scheduler state does not hold it)");
+        a->weight_decay_incr_style = c->wd_style;
+        a->weight_decay = c->end_wd;   /* the constant style's */
+        a->start_weight_decay = c->start_wd;
+        a->end_weight_decay = c->end_wd;
+        a->wd_incr_iters = c->wd_incr_iters;
         return 0;
     }
-    mine[0] = a->lr; mine[1] = a->min_lr; mine[2] = mg__warmup_iters(a);
-    mine[3] = (double)mg__decay_iters(a);
-    mine[4] = a->lr_decay_style; mine[5] = a->weight_decay;
+    mg__sched_of(a, &cmd);
+    mine[0] = cmd.max_lr; mine[1] = cmd.min_lr; mine[2] = cmd.warmup_iters;
+    mine[3] = (double)cmd.decay_iters; mine[4] = cmd.style; mine[5] = cmd.start_wd;
+    mine[6] = cmd.end_wd; mine[7] = (double)cmd.wd_incr_iters; mine[8] = cmd.wd_style;
     theirs[0] = c->max_lr; theirs[1] = c->min_lr; theirs[2] = c->warmup_iters;
-    theirs[3] = (double)c->decay_iters; theirs[4] = c->style; theirs[5] = st->weight_decay;
-    for (k = 0; k < 6; k++) {
+    theirs[3] = (double)c->decay_iters; theirs[4] = c->style; theirs[5] = c->start_wd;
+    theirs[6] = c->end_wd; theirs[7] = (double)c->wd_incr_iters; theirs[8] = c->wd_style;
+    for (k = 0; k < 9; k++) {
         if (mine[k] == theirs[k]) continue;
-        if (k == 4) {
-            snprintf(mv, sizeof mv, "%s", styles[(int)mine[k]]);
-            snprintf(cv, sizeof cv, "%s", styles[(int)theirs[k]]);
+        if (k == 7 && (cmd.wd_style == MG_WD_CONSTANT || c->wd_style == MG_WD_CONSTANT))
+            continue;
+        if (k == 4 || k == 8) {
+            mg__choice_name(k == 4 ? MG__LR_STYLES : MG__WD_STYLES, (int)mine[k], mv, sizeof mv);
+            mg__choice_name(k == 4 ? MG__LR_STYLES : MG__WD_STYLES, (int)theirs[k], cv,
+                            sizeof cv);
         } else {   /* as typed: 2, 0.001 (not 2.0) */
             mg__num_text(mv, sizeof mv, mine[k], 0);
             mg__num_text(cv, sizeof cv, theirs[k], 0);
@@ -5282,7 +5433,8 @@ static int mg__sched_merge(mg_train_args *a, const mg__ckpt_state *st, char *err
                        "--override-opt_param-scheduler to take the command line's)",
                        k == 3 && !a->lr_decay_iters ? "--train-iters" : flags[k], mv,
                        k == 3 && !a->lr_decay_iters ? " (the decay length without "
-                       "--lr-decay-iters)" : "", cv);
+                       "--lr-decay-iters)" : k == 7 ? " (the weight-decay increment's length)"
+                       : "", cv);
     }
     return 0;
 }
@@ -5490,6 +5642,31 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
         return mg__err(err, errlen, "%s: the warm-up must be shorter than the decay, "
                        "--lr-decay-iters %lld (default: --train-iters)", warm,
                        (long long)mg__decay_iters(a));
+    }
+    /* Megatron's OptimizerParamScheduler asserts wsd_decay_steps is not None for WSD */
+    if (a->lr_decay_style == MG_LR_WSD && !mg_train_flag_given(a, "--lr-wsd-decay-iters"))
+        return mg__err(err, errlen, "--lr-decay-style WSD needs --lr-wsd-decay-iters N (the "
+                       "iterations of its annealing, at the end of the decay)");
+    /* Megatron's validate_args: the constant style takes --weight-decay and neither end;
+       linear and cosine take both ends; its scheduler asserts end >= start */
+    if (a->weight_decay_incr_style == MG_WD_CONSTANT) {
+        const char *end = mg_train_flag_given(a, "--start-weight-decay") ? "--start-weight-decay"
+                        : mg_train_flag_given(a, "--end-weight-decay") ? "--end-weight-decay"
+                        : NULL;
+        if (end)
+            return mg__err(err, errlen, "%s needs --weight-decay-incr-style linear or cosine "
+                           "(the constant style decays by --weight-decay throughout)", end);
+    } else {
+        char style[32];
+        mg__choice_name(MG__WD_STYLES, a->weight_decay_incr_style, style, sizeof style);
+        if (!mg_train_flag_given(a, "--start-weight-decay") ||
+            !mg_train_flag_given(a, "--end-weight-decay"))
+            return mg__err(err, errlen, "--weight-decay-incr-style %s needs --start-weight-decay "
+                           "and --end-weight-decay (the weight decay it rises between)", style);
+        if (a->end_weight_decay < a->start_weight_decay)
+            return mg__err(err, errlen, "--end-weight-decay %g is smaller than "
+                           "--start-weight-decay %g (the weight decay only rises: it must be >=)",
+                           a->end_weight_decay, a->start_weight_decay);
     }
     if (mg_train_flag_given(a, "--save-interval") && !a->save)
         return mg__err(err, errlen, "--save-interval needs --save DIR (where to write)");
@@ -6558,12 +6735,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
                             a->min_loss_scale, a->loss_scale_window, a->hysteresis);
     else
         mg_loss_scaler_init(&tr->scaler, 0, 1.0, 1.0, 1, 1);
-    tr->sched.max_lr = a->lr;
-    tr->sched.min_lr = a->min_lr;
-    tr->sched.init_lr = a->lr_warmup_init;
-    tr->sched.warmup_iters = mg__warmup_iters(a);
-    tr->sched.decay_iters = mg__decay_iters(a);
-    tr->sched.style = (mg_lr_style)a->lr_decay_style;
+    mg__sched_of(a, &tr->sched);
     mg_gpt_init_weights(&tr->model, (uint64_t)a->seed);
     if (has_ckpt) {
         if (mg_trainer_load(tr, a->load, why, sizeof why) < 0) {
@@ -7220,7 +7392,7 @@ static void mg__json_str(char *out, size_t cap, const char *s) {
 /* state.json: the counters a resume needs, the architecture, and every flag of the run. */
 static char *mg__state_json(const mg_trainer *tr) {
     size_t cap = 16384, n = 0;
-    char *s = (char *)MG_MALLOC(cap), *val;
+    char *s = (char *)MG_MALLOC(cap), *val, lr_style[32], wd_style[32];
     const mg_train_args *a = &tr->args;
     int64_t arch[6];
     int i;
@@ -7249,13 +7421,15 @@ static char *mg__state_json(const mg_trainer *tr) {
                               lc.rope_freq.low_freq_factor, lc.rope_freq.high_freq_factor,
                               lc.rope_freq.original_max_pos);
     }
+    mg__choice_name(MG__LR_STYLES, tr->sched.style, lr_style, sizeof lr_style);
+    mg__choice_name(MG__WD_STYLES, tr->sched.wd_style, wd_style, sizeof wd_style);
     n += (size_t)snprintf(s + n, cap - n, "  \"opt_param_scheduler\": {\"max_lr\": %.17g, "
                           "\"min_lr\": %.17g, \"lr_warmup_iters\": %.17g, \"lr_decay_iters\": "
-                          "%lld, \"lr_decay_style\": \"%s\", \"weight_decay\": %.17g},\n",
+                          "%lld, \"lr_decay_style\": \"%s\", \"start_wd\": %.17g, \"end_wd\": "
+                          "%.17g, \"wd_incr_iters\": %lld, \"wd_incr_style\": \"%s\"},\n",
                           tr->sched.max_lr, tr->sched.min_lr, tr->sched.warmup_iters,
-                          (long long)tr->sched.decay_iters, tr->sched.style == MG_LR_CONSTANT ?
-                          "constant" : tr->sched.style == MG_LR_LINEAR ? "linear" : "cosine",
-                          a->weight_decay);
+                          (long long)tr->sched.decay_iters, lr_style, tr->sched.start_wd,
+                          tr->sched.end_wd, (long long)tr->sched.wd_incr_iters, wd_style);
     n += (size_t)snprintf(s + n, cap - n, "  \"padded_vocab_size\": %d,\n  \"args\": {",
                           tr->cfg.padded_vocab);
     for (i = 0; i < MG__NFLAGS; i++) {   /* every flag whole, however long its paths */

@@ -300,10 +300,11 @@ static void kernel_table(const bench_peaks *pk, int B, int T, int64_t C, mg_dtyp
         piece.v = piece.param + 3 * L.adamw_n;
         piece.param16 = dt == MG_F32 ? NULL : mg_alloc(&g_ctx, (size_t)L.adamw_n * 2);
         piece.n = L.adamw_n;
-        piece.weight_decay = 0.1f;
+        piece.wd_mult = 1.0f;
         mg_adamw_table_begin(&piece, 1);
         memset(&args, 0, sizeof args);
         mg_adamw_args_set(&args, 1e-4f, 10, 0.9f, 0.95f);
+        args.weight_decay = 0.1f;
         args.grad_scale = 1.0f;
         L.adamw_table = (mg_adamw_piece *)mg_alloc(&g_ctx, sizeof piece);
         L.adamw_args = (mg_adamw_args *)mg_alloc(&g_ctx, sizeof args);

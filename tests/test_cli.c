@@ -108,7 +108,8 @@ static void check_flags(void) {
                  "^--initial-loss-scale 1e40: out of range (expected X, a number in 1e-30 … "
                  "1e+30)");
     expect_error("choice in capitals", BASE "--lr-decay-style Cosine", "^--lr-decay-style Cosine: "
-                 "invalid choice (expected one of constant|linear|cosine; did you mean cosine?)");
+                 "invalid choice (expected one of constant|linear|cosine|inverse-square-root|WSD; did you "
+                 "mean cosine?)");
     expect_error("choice in other capitals", BASE "--normalization rmsnorm", "^--normalization "
                  "rmsnorm: invalid choice (expected one of LayerNorm|RMSNorm; did you mean "
                  "RMSNorm?)");
@@ -126,7 +127,8 @@ static void check_flags(void) {
     expect_error("beta out of [0, 1)", BASE "--adam-beta2 1.5", "out of range");
     expect_error("nan value", BASE "--weight-decay nan", "not a number");
     expect_error("bad choice", BASE "--lr-decay-style exponential",
-                 "invalid choice (expected one of constant|linear|cosine)");
+                 "invalid choice (expected one of constant|linear|cosine|inverse-square-root|"
+                 "WSD)");
     expect_error("bad device", BASE "--device tpu", "expected one of auto|cpu|cuda");
     expect_error("stray argument", BASE "extra", "unexpected argument 'extra'");
     expect_error("empty string value", BASE "--save=", "empty value");
@@ -185,6 +187,27 @@ static void check_required_and_sizes(void) {
                  "--lr-warmup-iters 1 exclude each other");
     expect_error("--lr-warmup-init above --lr", BASE "--lr-warmup-init 0.01",
                  "^--lr-warmup-init 0.01 is larger than --lr 0.001");
+    /* Megatron-LM's OptimizerParamScheduler asserts WSD's annealing length is given, and its
+       validate_args the weight decay's ends for linear and cosine only (end >= start) */
+    expect_error("WSD without its annealing", BASE "--lr-decay-style WSD",
+                 "^--lr-decay-style WSD needs --lr-wsd-decay-iters N (the iterations of its "
+                 "annealing, at the end of the decay)");
+    expect_error("bad WSD annealing", BASE "--lr-decay-style WSD --lr-wsd-decay-iters 1 "
+                 "--lr-wsd-decay-style sqrt", "^--lr-wsd-decay-style sqrt: invalid choice "
+                 "(expected one of exponential|linear|cosine|minus_sqrt)");
+    expect_error("start weight decay with the constant style", BASE "--start-weight-decay 0.1",
+                 "^--start-weight-decay needs --weight-decay-incr-style linear or cosine (the "
+                 "constant style decays by --weight-decay throughout)");
+    expect_error("end weight decay with the constant style", BASE "--end-weight-decay 0.1",
+                 "^--end-weight-decay needs --weight-decay-incr-style linear or cosine");
+    expect_error("an increment without its end", BASE "--weight-decay-incr-style cosine "
+                 "--start-weight-decay 0", "^--weight-decay-incr-style cosine needs "
+                 "--start-weight-decay and --end-weight-decay (the weight decay it rises "
+                 "between)");
+    expect_error("a falling weight decay", BASE "--weight-decay-incr-style linear "
+                 "--start-weight-decay 0.1 --end-weight-decay 0.01", "^--end-weight-decay 0.01 "
+                 "is smaller than --start-weight-decay 0.1 (the weight decay only rises: it must "
+                 "be >=)");
     expect_error("min-lr above lr", BASE "--min-lr 0.1", "--min-lr 0.1 is larger than --lr");
     expect_error("vocabulary of one", BASE "--vocab-size 1", "--vocab-size 1: out of range");
     expect_error("model larger than memory", BASE "--hidden-size 65536 --num-attention-heads 2 "
@@ -688,6 +711,26 @@ static void check_schedule_on_resume(const char *dir) {
     free(text);
 }
 
+/* The schedule of BASE + flags — its learning rates (at: mg_lr_at) or weight decays
+   (mg_wd_at) after k = 0 … n − 1 updates — against Megatron-LM's, to 1e-14 relative, reported
+   as what; returns 0 with the trainer set up in *tr (the caller frees it).                 */
+static int expect_schedule(mg_trainer *tr, const char *flags,
+                           double (*at)(const mg_lr_schedule *, int64_t), const double *megatron,
+                           int n, const char *what) {
+    char line[2048], err[MG_ERRLEN];
+    double worst = 0;
+    int rc, k;
+    snprintf(line, sizeof line, BASE "%s", flags);
+    rc = gpt_setup_line(tr, line, NULL, err, sizeof err);
+    for (k = 0; !rc && k < n; k++) {
+        double e = fabs(at(&tr->sched, k) - megatron[k]) / megatron[k];
+        if (!(e <= worst)) worst = e;
+    }
+    mg_test_report(!rc && worst < 1e-14, what, "%s worst relative error %.3g", rc ? err : "",
+                   worst);
+    return rc;
+}
+
 /* --lr-warmup-fraction and --lr-warmup-init against Megatron-LM's OptimizerParamScheduler.get_lr
    (megatron/core/optimizer_param_scheduler.py) run in Python, counting samples as Megatron does
    (4 per iteration): warm-up 0.25 x 10 decay iterations = 2.5 iterations from 1e-4 to --lr 1e-3,
@@ -705,26 +748,159 @@ static void check_warmup_fraction_and_init(void) {
          5.0000000000000002e-05, 5.0000000000000002e-05},
         {0.0001, 0.00045999999999999996, 0.00081999999999999998, 0.001, 0.001, 0.001, 0.001,
          0.001, 0.001, 0.001, 0.001, 0.001}};
-    char line[2048], err[MG_ERRLEN], what[200];
+    char flags[300], what[200];
     mg_trainer tr;
-    int s, k;
+    int s;
     for (s = 0; s < 3; s++) {
-        double worst = 0;
-        int rc;
-        snprintf(line, sizeof line, BASE "--micro-batch-size 4 --train-iters 12 --lr 1e-3 "
+        snprintf(flags, sizeof flags, "--micro-batch-size 4 --train-iters 12 --lr 1e-3 "
                  "--min-lr 5e-5 --lr-warmup-init 1e-4 --lr-warmup-fraction 0.25 "
                  "--lr-decay-iters 10 --lr-decay-style %s", styles[s]);
-        rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
-        for (k = 0; !rc && k < 12; k++) {
-            double e = fabs(mg_lr_at(&tr.sched, k) - megatron[s][k]) / megatron[s][k];
-            if (e > worst) worst = e;
-        }
         snprintf(what, sizeof what, "cli: --lr-warmup-fraction 0.25 --lr-warmup-init 1e-4, "
                  "%s decay: the learning rates of Megatron-LM's scheduler", styles[s]);
-        mg_test_report(!rc && worst < 1e-14, what, "%s worst relative error %.3g",
-                       rc ? err : "", worst);
-        if (!rc) mg_trainer_free(&tr);
+        if (!expect_schedule(&tr, flags, mg_lr_at, megatron[s], 12, what)) mg_trainer_free(&tr);
     }
+}
+
+/* The learning-rate styles inverse-square-root and WSD and the weight-decay increment against
+   Megatron-LM's OptimizerParamScheduler.get_lr and get_wd (megatron/core/
+   optimizer_param_scheduler.py), transcribed in tests/oracle/lr_schedule.py and run there
+   with the steps counted in samples as Megatron does (4 per iteration): --lr 1e-3 --min-lr
+   5e-5 --lr-warmup-init 1e-4 over --lr-decay-iters 10 of --train-iters 12, the rates after
+   k = 0 … 12 updates (past the decay's end included); WSD warms up over 2 iterations and
+   anneals over the last 4 (from k = 6 to 10); inverse-square-root with 3 iterations of
+   warm-up and with none (then the first rate is --lr and the next --lr / √4: samples); the
+   weight decay from 0.01 to 0.1 over the 12 iterations, k = 0 … 14. The trainer's fused
+   step then takes each iteration's weight decay (mg_optim_state's args).                 */
+static void check_lr_styles_and_weight_decay_incr(void) {
+    static const char *const lr_flags[6] = {
+        "--lr-decay-style inverse-square-root --lr-warmup-iters 3",
+        "--lr-decay-style inverse-square-root",
+        "--lr-decay-style WSD --lr-warmup-iters 2 --lr-wsd-decay-iters 4",
+        "--lr-decay-style WSD --lr-warmup-iters 2 --lr-wsd-decay-iters 4 "
+        "--lr-wsd-decay-style linear",
+        "--lr-decay-style WSD --lr-warmup-iters 2 --lr-wsd-decay-iters 4 "
+        "--lr-wsd-decay-style cosine",
+        "--lr-decay-style WSD --lr-warmup-iters 2 --lr-wsd-decay-iters 4 "
+        "--lr-wsd-decay-style minus_sqrt"};
+    static const double megatron_lr[6][13] = {
+        /* inverse-square-root, warm-up 3 */
+        {0.0001, 0.00039999999999999996, 0.0007, 0.001, 0.0008660254037844386,
+         0.0007745966692414833, 0.0007071067811865475, 0.000654653670707977,
+         0.0006123724356957945, 0.0005773502691896257, 0.000547722557505166, 5e-05, 5e-05},
+        /* inverse-square-root, warm-up 0 */
+        {0.001, 0.0005, 0.00035355339059327376, 0.0002886751345948129, 0.00025,
+         0.00022360679774997895, 0.00020412414523193154, 0.0001889822365046136,
+         0.00017677669529663688, 0.00016666666666666666, 0.00015811388300841897, 5e-05, 5e-05},
+        /* WSD, warm-up 2, annealing 4 (exponential) */
+        {0.0001, 0.00055, 0.001, 0.001, 0.001, 0.001, 0.001, 0.0006977031889820576,
+         0.0004435028842544404, 0.00022974675925258498, 5e-05, 5e-05, 5e-05},
+        /* WSD, warm-up 2, annealing 4 (linear) */
+        {0.0001, 0.00055, 0.001, 0.001, 0.001, 0.001, 0.001, 0.0007625, 0.000525, 0.0002875,
+         5e-05, 5e-05, 5e-05},
+        /* WSD, warm-up 2, annealing 4 (cosine) */
+        {0.0001, 0.00055, 0.001, 0.001, 0.001, 0.001, 0.001, 0.0008608757210636101, 0.000525,
+         0.00018912427893638995, 5e-05, 5e-05, 5e-05},
+        /* WSD, warm-up 2, annealing 4 (minus_sqrt) */
+        {0.0001, 0.00055, 0.001, 0.001, 0.001, 0.001, 0.001, 0.000525, 0.0003282485578727798,
+         0.00017727586640478333, 5e-05, 5e-05, 5e-05},
+    };
+    static const char *const wd_styles[2] = {"linear", "cosine"};
+    static const double megatron_wd[2][15] = {
+        /* weight decay 0.01 -> 0.1 over 12 iterations (linear) */
+        {0.01, 0.0175, 0.025, 0.0325, 0.04, 0.04750000000000001, 0.05500000000000001,
+         0.06250000000000001, 0.07, 0.0775, 0.085, 0.0925, 0.1, 0.1, 0.1},
+        /* weight decay 0.01 -> 0.1 over 12 iterations (cosine) */
+        {0.01, 0.011533337816991932, 0.01602885682970026, 0.023180194846605363,
+         0.032499999999999994, 0.04335314297038659, 0.05500000000000001, 0.06664685702961345,
+         0.0775, 0.08681980515339464, 0.09397114317029975, 0.09846666218300808, 0.1, 0.1, 0.1},
+    };
+    char flags[300], what[300];
+    mg_trainer tr;
+    int s, k;
+    for (s = 0; s < 6; s++) {
+        snprintf(flags, sizeof flags, "--micro-batch-size 4 --train-iters 12 --lr 1e-3 "
+                 "--min-lr 5e-5 --lr-warmup-init 1e-4 --lr-decay-iters 10 %s", lr_flags[s]);
+        snprintf(what, sizeof what, "cli: %s: the learning rates of Megatron-LM's scheduler "
+                 "after 0 … 12 updates", lr_flags[s]);
+        if (!expect_schedule(&tr, flags, mg_lr_at, megatron_lr[s], 13, what))
+            mg_trainer_free(&tr);
+    }
+    for (s = 0; s < 2; s++) {
+        int stepped = 1;
+        snprintf(flags, sizeof flags, "--micro-batch-size 4 --train-iters 12 "
+                 "--weight-decay-incr-style %s --start-weight-decay 0.01 "
+                 "--end-weight-decay 0.1", wd_styles[s]);
+        snprintf(what, sizeof what, "cli: --weight-decay-incr-style %s 0.01 -> 0.1: the weight "
+                 "decays of Megatron-LM's scheduler after 0 … 14 updates", wd_styles[s]);
+        if (expect_schedule(&tr, flags, mg_wd_at, megatron_wd[s], 15, what)) continue;
+        for (k = 0; k < 3; k++) {   /* iteration k + 1 decays by the weight decay after k */
+            mg_trainer_step(&tr);
+            stepped &= tr.opt.state->args.weight_decay == (float)megatron_wd[s][k];
+        }
+        snprintf(what, sizeof what, "cli: --weight-decay-incr-style %s: the fused AdamW step of "
+                 "iterations 1 … 3 takes the schedule's weight decay", wd_styles[s]);
+        mg_test_report(stepped, what, "");
+        mg_trainer_free(&tr);
+    }
+}
+
+/* Resuming a WSD run whose weight decay rises (linear, 0.01 -> 0.1 over --train-iters 4),
+   as Megatron-LM's OptimizerParamScheduler.load_state_dict: the decay style and the weight
+   decay's start, end, increment length and style must equal the checkpoint's;
+   --lr-wsd-decay-iters and --lr-wsd-decay-style are not in Megatron's state (state_dict holds
+   neither), so the command line's are taken; --use-checkpoint-opt_param-scheduler takes the
+   rest from the checkpoint but still needs WSD's annealing on the command line.           */
+#define WSD_RUN "--train-iters 4 --lr-decay-style WSD --lr-wsd-decay-iters 2 --seed 7 " \
+                "--weight-decay-incr-style linear --start-weight-decay 0.01 --end-weight-decay 0.1 "
+static void check_wsd_and_wd_incr_on_resume(const char *tmp) {
+    static const char *const changed[][2] = {
+        {"--lr-decay-style cosine", "^--lr-decay-style cosine differs from the checkpoint's WSD "
+                                    "(on resume Megatron-LM's OptimizerParamScheduler refuses"},
+        {"--end-weight-decay 0.2", "^--end-weight-decay 0.2 differs from the checkpoint's 0.1 ("},
+        {"--lr-decay-iters 4 --train-iters 6", "^--train-iters 6 (the weight-decay increment's "
+                                               "length) differs from the checkpoint's 4 ("},
+        {"--weight-decay-incr-style cosine", "^--weight-decay-incr-style cosine differs from the "
+                                             "checkpoint's linear ("},
+    };
+    char dir[600], line[2048], what[300], err[MG_ERRLEN];
+    mg_trainer tr;
+    size_t i;
+    int rc;
+    snprintf(dir, sizeof dir, "%s/ckpt_wsd", tmp);
+    snprintf(line, sizeof line, BASE WSD_RUN "--save %s", dir);
+    gpt_trainer_from_line(&tr, line);
+    mg_trainer_step(&tr);
+    if (mg_trainer_save(&tr, dir, err, sizeof err)) fprintf(stderr, "%s\n", err);
+    mg_trainer_free(&tr);
+    for (i = 0; i < sizeof changed / sizeof changed[0]; i++) {
+        snprintf(line, sizeof line, BASE WSD_RUN "--load %s %s", dir, changed[i][0]);
+        snprintf(what, sizeof what, "--load of a WSD run with %s: the schedule differs",
+                 changed[i][0]);
+        expect_error(what, line, changed[i][1]);
+    }
+    snprintf(line, sizeof line, BASE WSD_RUN "--load %s --lr-wsd-decay-iters 1 "
+             "--lr-wsd-decay-style cosine", dir);
+    rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+    mg_test_report(!rc && tr.sched.wsd_decay_iters == 1 && tr.sched.wsd_style == MG_WSD_COSINE,
+                   "cli: --load of a WSD run with another --lr-wsd-decay-iters and "
+                   "--lr-wsd-decay-style: the command line's (not in Megatron-LM's state)", "%s",
+                   rc ? err : "");
+    if (!rc) mg_trainer_free(&tr);
+    snprintf(line, sizeof line, BASE "--train-iters 6 --load %s "
+             "--use-checkpoint-opt_param-scheduler", dir);
+    expect_error("--use-checkpoint-opt_param-scheduler of a WSD run without its annealing",
+                 line, "^--use-checkpoint-opt_param-scheduler: the checkpoint's --lr-decay-style "
+                 "WSD needs --lr-wsd-decay-iters N on the command line");
+    snprintf(line, sizeof line, BASE "--train-iters 6 --lr-wsd-decay-iters 2 --load %s "
+             "--use-checkpoint-opt_param-scheduler", dir);
+    rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+    mg_test_report(!rc && tr.sched.style == MG_LR_WSD && tr.sched.decay_iters == 4 &&
+                   tr.sched.wd_style == MG_WD_LINEAR && tr.sched.start_wd == 0.01 &&
+                   tr.sched.end_wd == 0.1 && tr.sched.wd_incr_iters == 4,
+                   "cli: --use-checkpoint-opt_param-scheduler of a WSD run: the checkpoint's "
+                   "decay and weight-decay increment (over its 4 iterations, not 6)", "%s",
+                   rc ? err : "");
+    if (!rc) mg_trainer_free(&tr);
 }
 
 static void check_weights_and_checkpoints(void) {
@@ -762,6 +938,7 @@ static void check_weights_and_checkpoints(void) {
     snprintf(line, sizeof line, BASE "--load %s --hidden-size 32 --num-attention-heads 2", dir);
     expect_error("--load with another architecture", line, "--hidden-size 32 does not match");
     check_schedule_on_resume(dir);
+    check_wsd_and_wd_incr_on_resume(tmp);
     {   /* weights that are not finite: refused before any work, naming tensor and element */
         char *st;
         uint64_t hlen;
@@ -1200,6 +1377,7 @@ int main(void) {
     check_nan_validation();
     check_jsonl_write_failure();
     check_warmup_fraction_and_init();
+    check_lr_styles_and_weight_decay_incr();
     check_weights_and_checkpoints();
     check_small_files();
     check_long_paths();

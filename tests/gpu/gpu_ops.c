@@ -850,7 +850,7 @@ static int adamw_multi(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n, int g
         host[k].v = (float *)v.data + at[k];
         host[k].param16 = dt == MG_F32 || k == 2 ? NULL : (char *)p16.data + at[k] * mg_dtype_size(dt);
         host[k].n = len[k];
-        host[k].weight_decay = k % 2 ? 0.1f : 0.0f;
+        host[k].wd_mult = k % 2 ? 1.0f : 0.0f;   /* weight decay 0.1 on odd pieces */
     }
     total = mg_adamw_table_begin(host, NP);
     mg_copy_to_device(ctx, table, host, sizeof host);
@@ -866,6 +866,7 @@ static int adamw_multi(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n, int g
     }
     for (step = 1; step <= 4; step++) {
         mg_adamw_args_set(&args, 3e-3f, step > 2 ? step - 1 : step, 0.9f, 0.95f);
+        args.weight_decay = 0.1f;
         args.grad_scale = 0.7f;
         args.skip = step == 2;   /* the skipped step: its arguments must not matter */
         if (args.skip) args.lr = args.step_size = NAN;

@@ -550,9 +550,10 @@ typedef struct mg_weights_file {
     mg_weights_kind kind;
     char path[MG_PATH_MAX];
     mg_llmc_checkpoint llmc;   /* MG_WEIGHTS_LLMC                                              */
-    mg_st_file st;             /* MG_WEIGHTS_HF / MG_WEIGHTS_MEGATRON                          */
+    mg_st_file st;             /* MG_WEIGHTS_HF (one file) / MG_WEIGHTS_MEGATRON               */
     mg_st_file *shards;        /* MG_WEIGHTS_HF_LLAMA: model.safetensors, or every file that
-                                  model.safetensors.index.json's weight_map names           */
+                                  model.safetensors.index.json's weight_map names; a sharded
+                                  MG_WEIGHTS_HF directory: those files                      */
     int n_shards;
     char prefix[16];           /* Hugging Face names: "" or "transformer."                     */
     mg_gpt_config cfg;         /* the architecture the file describes (padded_vocab left 0);
@@ -562,8 +563,8 @@ typedef struct mg_weights_file {
     char arch[40];
     double norm_eps, rope_theta, rope_factor;
 } mg_weights_file;
-/* Opens and checks a weights file; a directory means DIR/model.safetensors, or for the Llama
-   family DIR/model.safetensors.index.json with its shards. The kind: an llm.c checkpoint by
+/* Opens and checks a weights file; a directory means DIR/model.safetensors, or
+   DIR/model.safetensors.index.json with its shards (save_pretrained's max_shard_size). The kind: an llm.c checkpoint by
    its magic; our model file by its tensor names; a Llama family directory by config.json's
    architectures (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM; or model_type llama,
    mistral, qwen2), whose keys give the whole architecture (FORMATS.md) — a key megatron.h
@@ -2562,6 +2563,15 @@ static int mg__file_dim(const char *path, const char *what, int64_t v, int *out,
     return 0;
 }
 
+/* The tensor NAME of a weights file (in any of its shards when sharded), or NULL. */
+static const mg_st_tensor *mg__wf_find(const mg_weights_file *f, const char *name) {
+    int i;
+    const mg_st_tensor *t;
+    for (i = 0; i < f->n_shards; i++)
+        if ((t = mg_st_find(&f->shards[i], name)) != NULL) return t;
+    return f->n_shards ? NULL : mg_st_find(&f->st, name);
+}
+
 /* Hugging Face architecture: shapes give layers, C, V and positions; heads come from
    config.json in the file's directory (which must then describe the same model, in every
    key that changes the math: mg_hf_config_read), else from the file's metadata, else stay 0. */
@@ -2574,14 +2584,14 @@ static int mg__hf_architecture(mg_weights_file *f, const char *dir, char *err, s
     int64_t meta_heads;
     const char *meta;
     snprintf(name, sizeof name, "%swte.weight", f->prefix);
-    wte = mg_st_find(&f->st, name);
+    wte = mg__wf_find(f, name);
     snprintf(name, sizeof name, "%swpe.weight", f->prefix);
-    wpe = mg_st_find(&f->st, name);
+    wpe = mg__wf_find(f, name);
     if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2 || wte->shape[1] != wpe->shape[1])
         return mg__err(err, errlen, "%s: wte.weight / wpe.weight missing or not [V, C] and "
                        "[positions, C]", f->path);
     /* the output layer is tied to wte here: an lm_head.weight of its own would be dropped */
-    head = mg_st_find(&f->st, "lm_head.weight");
+    head = mg__wf_find(f, "lm_head.weight");
     if (head && (head->dtype != wte->dtype || head->nbytes != wte->nbytes ||
                  memcmp(head->data, wte->data, wte->nbytes)))
         return mg__err(err, errlen, "%s: lm_head.weight differs from wte.weight (an untied "
@@ -2589,7 +2599,7 @@ static int mg__hf_architecture(mg_weights_file *f, const char *dir, char *err, s
                        "so only tied GPT-2 models can be imported", f->path);
     for (;; l++) {
         snprintf(name, sizeof name, "%sh.%d.ln_1.weight", f->prefix, l);
-        if (!mg_st_find(&f->st, name)) break;
+        if (!mg__wf_find(f, name)) break;
     }
     f->cfg.n_layer = l;
     /* safetensors shapes are int64: the model's sizes are ints */
@@ -2812,18 +2822,9 @@ static int mg__hf_llama_config(mg_weights_file *f, const mg_json *js, int family
     return 0;
 }
 
-/* The tensor NAME of a weights file (a Llama family's in any of its shards), or NULL. */
-static const mg_st_tensor *mg__wf_find(const mg_weights_file *f, const char *name) {
-    int i;
-    const mg_st_tensor *t;
-    for (i = 0; i < f->n_shards; i++)
-        if ((t = mg_st_find(&f->shards[i], name)) != NULL) return t;
-    return f->n_shards ? NULL : mg_st_find(&f->st, name);
-}
-
-/* Opens the safetensors of a Llama-family directory: DIR/model.safetensors, or every file
+/* Opens the safetensors of a Hugging Face directory: DIR/model.safetensors, or every file
    model.safetensors.index.json's weight_map names (each opened once, in the order met). */
-static int mg__hf_llama_shards(mg_weights_file *f, const char *dir, char *err, size_t errlen) {
+static int mg__hf_shards(mg_weights_file *f, const char *dir, char *err, size_t errlen) {
     char path[MG_PATH_MAX], file[MG_PATH_MAX], why[MG_ERRLEN], *text = NULL, **seen;
     mg_json js;
     int64_t map, t;
@@ -2907,7 +2908,7 @@ static int mg__hf_llama_open(mg_weights_file *f, const char *dir, const char *fi
                 rc = mg__err(err, errlen, "%s", why);
             else f->n_shards = 1;
         } else if (!rc) {
-            rc = mg__hf_llama_shards(f, dir, err, errlen);
+            rc = mg__hf_shards(f, dir, err, errlen);
         }
         if (!rc) rc = 1;
     }
@@ -2917,7 +2918,7 @@ static int mg__hf_llama_open(mg_weights_file *f, const char *dir, const char *fi
 }
 
 MGDEF int mg_weights_open(mg_weights_file *f, const char *path, char *err, size_t errlen) {
-    char file[MG_PATH_MAX], dir[MG_PATH_MAX], why[MG_ERRLEN];
+    char file[MG_PATH_MAX], dir[MG_PATH_MAX], index[MG_PATH_MAX], why[MG_ERRLEN];
     unsigned char head[4] = {0, 0, 0, 0};
     char *slash;
     int rc;
@@ -2937,9 +2938,16 @@ MGDEF int mg_weights_open(mg_weights_file *f, const char *path, char *err, size_
         if (rc < 0) mg_weights_close(f);
         return rc < 0 ? -1 : 0;
     }
-    /* the first 4 bytes tell the format (a pipe or a directory is refused, not waited on) */
-    if (mg_read_head(file, head, 4, why, sizeof why) < 0) return mg__err(err, errlen, "%s", why);
-    if (((uint32_t)head[0] | (uint32_t)head[1] << 8 | (uint32_t)head[2] << 16 |
+    /* GPT-2 saved with save_pretrained's max_shard_size: no DIR/model.safetensors, an index */
+    if (mg__is_dir(path) && access(file, F_OK) != 0 &&
+        !mg__path(index, sizeof index, "%s/model.safetensors.index.json", dir) &&
+        access(index, F_OK) == 0) {
+        f->kind = MG_WEIGHTS_HF;
+        if (mg__hf_shards(f, dir, err, errlen)) { mg_weights_close(f); return -1; }
+    } else if (mg_read_head(file, head, 4, why, sizeof why) < 0) {
+        /* the first 4 bytes tell the format (a pipe or a directory is refused, not waited on) */
+        return mg__err(err, errlen, "%s", why);
+    } else if (((uint32_t)head[0] | (uint32_t)head[1] << 8 | (uint32_t)head[2] << 16 |
          (uint32_t)head[3] << 24) == 20240326u) {          /* an llm.c checkpoint's magic */
         const mg_llmc_config *c = &f->llmc.cfg;
         if (mg_llmc_open(file, &f->llmc, why, sizeof why)) return mg__err(err, errlen, "%s", why);
@@ -2950,11 +2958,11 @@ MGDEF int mg_weights_open(mg_weights_file *f, const char *path, char *err, size_
         f->cfg.max_pos = c->max_seq_len;
         f->cfg.vocab_size = c->vocab_size;
         return 0;
-    }
-    if (mg_st_open(file, &f->st, why, sizeof why))
+    } else if (mg_st_open(file, &f->st, why, sizeof why)) {
         return mg__err(err, errlen, "%s: neither an llm.c checkpoint (magic 20240326) nor a "
                        "readable safetensors file: %s", file, why);
-    if (mg_st_find(&f->st, mg__names[MG_WTE].mg)) {
+    }
+    if (!f->n_shards && mg_st_find(&f->st, mg__names[MG_WTE].mg)) {
         const char *keys[5] = {"num_layers", "hidden_size", "num_attention_heads",
                                "max_position_embeddings", "vocab_size"};
         int *vals[5], k;
@@ -2976,8 +2984,8 @@ MGDEF int mg_weights_open(mg_weights_file *f, const char *path, char *err, size_
         }
         return 0;
     }
-    if (mg_st_find(&f->st, "transformer.wte.weight")) snprintf(f->prefix, sizeof f->prefix,
-                                                               "transformer.");
+    if (mg__wf_find(f, "transformer.wte.weight")) snprintf(f->prefix, sizeof f->prefix,
+                                                           "transformer.");
     f->kind = MG_WEIGHTS_HF;
     if (mg__hf_architecture(f, dir, err, errlen)) { mg_weights_close(f); return -1; }
     return 0;
@@ -2986,7 +2994,7 @@ MGDEF int mg_weights_open(mg_weights_file *f, const char *path, char *err, size_
 MGDEF void mg_weights_close(mg_weights_file *f) {
     int i;
     if (f->kind == MG_WEIGHTS_LLMC) mg_llmc_close(&f->llmc);
-    else if (f->kind == MG_WEIGHTS_HF_LLAMA) {
+    else if (f->kind == MG_WEIGHTS_HF_LLAMA || f->shards) {
         for (i = 0; i < f->n_shards; i++) mg_st_close(&f->shards[i]);
         MG_FREE(f->shards);
     } else if (f->kind) mg_st_close(&f->st);
@@ -3089,7 +3097,7 @@ static int mg__weights_get(const mg_weights_file *f, const mg_gpt_config *cfg,
         const mg_st_tensor *t;
         int64_t want0 = transposed ? cols : copy_rows, want1 = transposed ? rows : cols;
         mg__ext_name(name, sizeof name, f->kind, f->prefix, d->kind, d->layer);
-        t = mg_st_find(&f->st, name);
+        t = mg__wf_find(f, name);
         if (!t) {
             MG_FREE(tmp);
             return mg__err(err, errlen, "%s: tensor %s missing", f->path, name);

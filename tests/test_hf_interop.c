@@ -6,6 +6,8 @@
        GPT2Model.save_pretrained (no prefix, odd vocabulary 37): the architecture read from
        the files and config.json, then the loss of a fixed batch = transformers' own forward
        (labels=tokens) and every logit = transformers' (<= 1e-5 relative);
+     - the GPT2LMHeadModel save sharded (max_shard_size: model-0000N-of-0000M.safetensors and
+       model.safetensors.index.json) imports bit-identical to the one-file save;
      - a Hub-style file (h.{i}.attn.bias buffers, no config.json) and an llm.c checkpoint
        (train_gpt2.py write_model: version 3, Vp 128) of the same weights import bit-identical
        to the GPT2Model save;
@@ -487,7 +489,7 @@ static void check_same_import(const hf_run *got, const hf_run *want, const char 
 
 int main(int argc, char **argv) {
     hf_ref r;
-    hf_run lm, base, hub, llmc;
+    hf_run lm, lm_sharded, base, hub, llmc;
     if (argc > 1) data_dir = argv[1];
     ref_open(&r);
 
@@ -496,6 +498,11 @@ int main(int argc, char **argv) {
     check_against_transformers(&lm, "lm", "GPT2LMHeadModel save (V 50)");
     check_export(&r, &lm, "lm", "GPT2LMHeadModel save", "hf_lm/model.safetensors",
                  "transformer.");
+
+    /* the same model saved in four shards, found through model.safetensors.index.json */
+    open_and_run(&lm_sharded, &r, "lm", "hf_lm_sharded", MG_WEIGHTS_HF, "transformer.", 1);
+    check_same_import(&lm_sharded, &lm, "hf: GPT2LMHeadModel save in 4 shards (index.json) "
+                      "imports bit-identical to the one-file save");
 
     /* GPT2Model.save_pretrained: bare names, vocabulary 37 (padded to 128 inside) */
     open_and_run(&base, &r, "base", "hf_base", MG_WEIGHTS_HF, "", 1);
@@ -519,6 +526,7 @@ int main(int argc, char **argv) {
     check_export_states_keys(&base);
 
     hf_run_free(&lm);
+    hf_run_free(&lm_sharded);
     hf_run_free(&base);
     hf_run_free(&hub);
     hf_run_free(&llmc);

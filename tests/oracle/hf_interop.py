@@ -12,6 +12,9 @@ and layernorms too, so no path is trivially zero), and written the way real chec
                  `transformer.` prefix, lm_head.weight is absent (tied), no attn.bias buffers;
                  config.json + generation_config.json exactly as transformers writes them.
                  2 layers, hidden 24, 4 heads, 20 positions, vocabulary 50.
+  hf_lm_sharded/ the hf_lm model saved with max_shard_size="20KB": its tensors spread over
+                 model-0000N-of-0000M.safetensors, model.safetensors.index.json naming them
+                 (how save_pretrained writes any model over 5 GB, GPT-2 XL in fp32 among them).
   hf_base/       GPT2Model.save_pretrained of a second model (odd vocabulary 37, 1 layer,
                  hidden 16, 2 heads, 16 positions): no prefix, architectures ["GPT2Model"].
   hf_hub.safetensors   the hf_base weights laid out like the Hub's own gpt2 model.safetensors
@@ -142,9 +145,11 @@ def llmc_write_model(model, filename):
 
 def write_fixtures(out):
     models = {"lm": make_model(MODELS["lm"], 1234), "base": make_model(MODELS["base"], 4321)}
-    for d in ("hf_lm", "hf_base", "hf_untied"):
+    for d in ("hf_lm", "hf_lm_sharded", "hf_base", "hf_untied"):
         shutil.rmtree(os.path.join(out, d), ignore_errors=True)
     models["lm"].save_pretrained(os.path.join(out, "hf_lm"), safe_serialization=True)
+    models["lm"].save_pretrained(os.path.join(out, "hf_lm_sharded"), safe_serialization=True,
+                                 max_shard_size="20KB")
     models["base"].transformer.save_pretrained(os.path.join(out, "hf_base"),
                                                safe_serialization=True)
     base = models["base"].transformer

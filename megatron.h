@@ -2720,6 +2720,21 @@ static int mg__cfg_bool(const mg_json *js, const char *path, const char *key, in
     return mg__err(err, errlen, "%s: \"%s\" is %s (expected true or false)", path, key, shown);
 }
 
+/* rope_scaling {"rope_type": "default", …} (or "type"): transformers' plain rotary positions,
+   inv_freq = θ^(−2i/d) with no factor applied — the same as rope_scaling null. */
+static int mg__rope_is_default(const mg_json *js, int64_t rope_scaling) {
+    int64_t type;
+    char *name;
+    int is_default;
+    if (js->toks[rope_scaling].type != MG_JSON_OBJECT) return 0;
+    type = mg_json_get(js, rope_scaling, "rope_type");
+    if (type < 0) type = mg_json_get(js, rope_scaling, "type");
+    name = type >= 0 ? mg_json_strdup(js, type) : NULL;
+    is_default = name && !strcmp(name, "default");
+    MG_FREE(name);
+    return is_default;
+}
+
 /* The architecture of a Llama-family config.json (FORMATS.md) as mg_gpt_config switches:
    RMSNorm with rms_norm_eps, SwiGLU of intermediate_size, rotary positions (rope_theta, Llama
    3 scaling), num_key_value_heads query groups, head_dim, an output layer of its own unless
@@ -2781,7 +2796,7 @@ static int mg__hf_llama_config(mg_weights_file *f, const mg_json *js, int family
                            window, v[3]);
     }
     f->rope_factor = 8;
-    if (rs >= 0 && js->toks[rs].type != MG_JSON_NULL) {
+    if (rs >= 0 && js->toks[rs].type != MG_JSON_NULL && !mg__rope_is_default(js, rs)) {
         int64_t type = mg_json_get(js, rs, "rope_type");
         char *name, shown[64];
         double low, high, orig;
@@ -2794,7 +2809,8 @@ static int mg__hf_llama_config(mg_weights_file *f, const mg_json *js, int family
         if (type >= 0) mg__json_shown(js, type, shown, sizeof shown);
         if (!k)
             return mg__err(err, errlen, "%s: rope_scaling of rope_type %s; megatron.h computes "
-                           "\"llama3\" scaling (--use-rope-scaling) or none (null)", path,
+                           "\"llama3\" scaling (--use-rope-scaling) or none (null or "
+                           "\"default\")", path,
                            type >= 0 ? shown : "(missing)");
         if (mg__cfg_num(js, rs, path, "factor", NaN, 1, 1e6, &f->rope_factor, err, errlen) ||
             mg__cfg_num(js, rs, path, "low_freq_factor", NaN, 1e-6, 1e6, &low, err, errlen) ||

@@ -13,7 +13,8 @@
        class and gives the same logits (tests/oracle/hf_llama.py --check, through .venv/hf);
      - bad input gets one line naming it: heads not divisible by groups, groups not
        divisible by t, an odd head dimension with rope, flags contradicting config.json, an
-       unsupported architecture, rope_scaling of another type, hidden_act, attention_bias
+       unsupported architecture, rope_scaling of another type (of type "default": read
+       as plain rotary positions, as transformers computes it), hidden_act, attention_bias
        without mlp_bias, a short sliding window; a model no Hugging Face class holds is not
        exported.                                                                            */
 #include "gpt_test_util.h"
@@ -192,6 +193,34 @@ static void check_checkpoint(void) {
     check_transformers(0, out, "hf_llama through a checkpoint");
 }
 
+/* rope_scaling {"rope_type": "default", …} (LlamaConfig(rope_scaling={"rope_type":
+   "default"}).save_pretrained writes it): transformers computes plain rotary positions, the
+   numbers beside it unused — the model of rope_scaling null, so hf_llama imported without
+   its Llama 3 scaling.                                                                     */
+static void bad_dir(int k, const char *from, const char *to, char *dir, size_t cap);
+static void check_rope_default(void) {
+    char dir[400], err[MG_ERRLEN];
+    const char *what = "hf_llama: rope_scaling of rope_type \"default\" opens as plain rotary "
+                       "positions (transformers' default rope)";
+    mg_weights_file plain, wf;
+    bad_dir(0, "\"rope_type\": \"llama3\"", "\"rope_type\": \"default\"", dir, sizeof dir);
+    if (mg_weights_open(&wf, dir, err, sizeof err)) { mg_test_report(0, what, "%s", err); return; }
+    if (mg_weights_open(&plain, GPT_DATA "hf_llama", err, sizeof err)) {
+        mg_test_report(0, what, "%s", err);
+        mg_weights_close(&wf);
+        return;
+    }
+    plain.cfg.use_rope_scaling = 0;
+    plain.cfg.rope_scaling_factor = plain.cfg.rope_low_freq_factor = 0;
+    plain.cfg.rope_high_freq_factor = 0;
+    plain.cfg.rope_original_max_pos = 0;
+    mg_test_report(!memcmp(&wf.cfg, &plain.cfg, sizeof wf.cfg), what,
+                   "use_rope_scaling %d, factor %g", wf.cfg.use_rope_scaling,
+                   (double)wf.cfg.rope_scaling_factor);
+    mg_weights_close(&plain);
+    mg_weights_close(&wf);
+}
+
 /* --- bad input: one line --------------------------------------------------------------- */
 /* A copy of model k's directory (symlinked weights) whose config.json has `from` replaced by
    `to` (which must occur); returns the directory in dir.                                  */
@@ -248,6 +277,7 @@ int main(void) {
     check_export(0, 2, "--tensor-model-parallel-size 2");
     check_export(1, 2, "--pipeline-model-parallel-size 2");
     check_checkpoint();
+    check_rope_default();
 
     expect_bad_config("heads not divisible by key/value groups", 0, "\"num_key_value_heads\": 2",
                       "\"num_key_value_heads\": 3", "",

@@ -127,6 +127,9 @@ typedef struct mg_gpt_config {
     int untie_embeddings; /* --untie-embeddings-and-output-weights: an output layer of its own  */
     int disable_bias_linear; /* --disable-bias-linear: no biases on the linear layers           */
     int add_qkv_bias;     /* --add-qkv-bias: the Q/K/V bias even so (Qwen2)                     */
+    float init_method_std; /* --init-method-std, σ of the weights' normal initialisation (0:
+                              0.02); attention-out and MLP-down take σ/√(2·layers), Megatron's
+                              scaled_init_method_normal                                     */
 } mg_gpt_config;
 enum { MG_NORM_LAYERNORM = 0, MG_NORM_RMSNORM = 1 };
 enum { MG_POS_LEARNED = 0, MG_POS_ROPE = 1, MG_POS_NONE = 2 };
@@ -305,8 +308,8 @@ typedef struct mg_param_desc {
     int64_t row0, col0;     /* the shard's first global row / column                           */
     mg_tp_split split;
     mg_init_kind init;
-    float init_std;         /* MG_INIT_NORMAL: 0.02, or 0.02/√(2·layers) for the output
-                               projections of attention and MLP                               */
+    float init_std;         /* MG_INIT_NORMAL: σ (cfg's init_method_std, 0.02), or σ/√(2·layers)
+                               for the output projections of attention and MLP                */
     int weight_decay;       /* 1 for weights; 0 for biases and layernorm parameters            */
     int64_t offset;         /* first element in the flat buffers                               */
     int64_t numel;          /* local elements                                                  */
@@ -908,6 +911,7 @@ typedef struct mg_train_args {
     int use_distributed_optimizer;       /* a switch: ZeRO-1 over the data-parallel group     */
     int64_t bucket_size;                 /* gradient-reduction bucket, elements (0: default)   */
     double hidden_dropout, attention_dropout;
+    double init_method_std;              /* --init-method-std (default 0.02)                   */
     /* memory: activation recomputation (mg_recompute, mg_recompute_method)                  */
     int recompute_granularity, recompute_method;
     int attention_backend;        /* --attention-backend: 0 auto, 1 flash, 2 unfused, 3 fused
@@ -932,7 +936,7 @@ typedef struct mg_train_args {
     const char *pipeline_schedule_file, *pipeline_trace;
     double comm_timeout;                 /* --comm-timeout: the program sets comm->timeout_s  */
     int help;
-    unsigned char given[128];            /* given[i]: flag i of the table was on the line     */
+    unsigned char given[256];            /* given[i]: flag i of the table was on the line     */
 } mg_train_args;
 
 /* Defaults (Megatron-LM's where it has them). */
@@ -1581,11 +1585,12 @@ static void mg__describe(mg_param_desc *d, const mg_gpt_config *c, int kind, int
     }
     d->ndim = d->shape[1] ? 2 : 1;
     if (d->ndim == 2) {
+        double sigma = c->init_method_std > 0 ? c->init_method_std : 0.02;
         d->init = MG_INIT_NORMAL;
-        d->init_std = 0.02f;
+        d->init_std = (float)sigma;
         d->weight_decay = 1;
-        if (kind == MG_PROJ_W || kind == MG_FC2_W)  /* GPT-2's scaled residual projections */
-            d->init_std = (float)(0.02 / sqrt(2.0 * c->n_layer));
+        if (kind == MG_PROJ_W || kind == MG_FC2_W)  /* the scaled residual projections */
+            d->init_std = (float)(sigma / sqrt(2.0 * c->n_layer));
     } else {
         d->init = kind == MG_LN1_W || kind == MG_LN2_W || kind == MG_LNF_W ? MG_INIT_ONE
                                                                           : MG_INIT_ZERO;
@@ -4284,6 +4289,9 @@ static const mg__flag mg__flags[] = {
     {"--adam-beta1", MG__F_FLOAT, MG__OFF(adam_beta1), "B1", 0, 0.999999, "default 0.9"},
     {"--adam-beta2", MG__F_FLOAT, MG__OFF(adam_beta2), "B2", 0, 0.999999, "default 0.999"},
     {"--adam-eps", MG__F_FLOAT, MG__OFF(adam_eps), "EPS", 1e-30, 1, "default 1e-8"},
+    {"--init-method-std", MG__F_FLOAT, MG__OFF(init_method_std), "STD", 1e-30, 1e3,
+     "standard deviation of the weights' normal initialisation; attention-out and MLP-down "
+     "take STD/sqrt(2 x layers) (default 0.02)"},
     {"--hidden-dropout", MG__F_FLOAT, MG__OFF(hidden_dropout), "P", 0, 0.999999,
      "dropout after the embedding and after attention-out and MLP-down, before the residual "
      "add (default 0)"},
@@ -4515,7 +4523,7 @@ static const mg__flag mg__flags[] = {
      "as one CUDA graph at the first iteration and replay it (one rank on the GPU)"},
 };
 #define MG__NFLAGS ((int)(sizeof mg__flags / sizeof mg__flags[0]))
-typedef char mg__flags_fit_given[MG__NFLAGS <= 128 ? 1 : -1]; /* mg_train_args.given[128] */
+typedef char mg__flags_fit_given[MG__NFLAGS <= 256 ? 1 : -1]; /* mg_train_args.given[256] */
 
 MGDEF void mg_train_args_default(mg_train_args *a) {
     memset(a, 0, sizeof *a);
@@ -4524,6 +4532,7 @@ MGDEF void mg_train_args_default(mg_train_args *a) {
     a->train_iters = -1;                 /* required                                           */
     a->lr_decay_style = MG_LR_LINEAR;
     a->weight_decay = 0.01;
+    a->init_method_std = 0.02;
     a->clip_grad = 1.0;
     a->adam_beta1 = 0.9;
     a->adam_beta2 = 0.999;
@@ -5575,7 +5584,8 @@ MGDEF int mg_train_model_check(int argc, char **argv, char *err, size_t errlen) 
     return mg_gpt_config_check(&c, 1, err, errlen);
 }
 
-/* The Llama-family fields of the model configuration from the flags. */
+/* The model configuration's fields beyond its sizes from the flags: the Llama family's
+   switches and the initialisation's σ. */
 static void mg__llama_config(const mg_train_args *a, mg_gpt_config *c) {
     c->normalization = a->normalization;
     c->norm_epsilon = (float)a->norm_epsilon;
@@ -5593,6 +5603,7 @@ static void mg__llama_config(const mg_train_args *a, mg_gpt_config *c) {
     c->untie_embeddings = a->untie_embeddings_and_output_weights;
     c->disable_bias_linear = a->disable_bias_linear;
     c->add_qkv_bias = a->add_qkv_bias;
+    c->init_method_std = (float)a->init_method_std;
 }
 
 /* Fills the architecture in *cfg from the flags and from a loaded source (checkpoint state

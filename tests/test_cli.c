@@ -1366,6 +1366,45 @@ static void check_make_help(void) {
     free(mk);
 }
 
+/* --init-method-std σ: the weights' normal initialisation takes σ, attention-out and MLP-down
+   σ/√(2·layers) (Megatron-LM's init_method_normal and scaled_init_method_normal): each
+   descriptor's σ, and the sample standard deviation of the initialised MLP weights (4096
+   values a tensor: within 10 % of σ). */
+static void check_init_method_std(void) {
+    static const char line[] = BASE "--num-layers 2 --hidden-size 32 --init-method-std 0.05";
+    mg_trainer tr;
+    char err[MG_ERRLEN] = {0}, worst[160] = "";
+    double worst_rel = 0;
+    float *h;
+    int i;
+    if (gpt_setup_line(&tr, line, NULL, err, sizeof err)) {
+        mg_test_report(0, "cli: --init-method-std 0.05: the initialisation's sigma", "%s", err);
+        return;
+    }
+    h = gpt_host(&tr.model, tr.model.param_buf);
+    for (i = 0; i < tr.model.n_params; i++) {
+        const mg_param_desc *d = &tr.model.params[i];
+        double want = d->kind == MG_PROJ_W || d->kind == MG_FC2_W ? 0.05 / sqrt(2.0 * 2) : 0.05;
+        double rel = 0, ss = 0;
+        int64_t k;
+        if (d->init != MG_INIT_NORMAL) continue;
+        rel = fabs(d->init_std - want) / want;
+        if (d->kind == MG_FC1_W || d->kind == MG_FC2_W) {
+            for (k = 0; k < d->numel; k++) ss += (double)h[d->offset + k] * h[d->offset + k];
+            if (fabs(sqrt(ss / (double)d->numel) - want) / want > 0.1) rel = 1;
+        }
+        if (rel > worst_rel) {
+            worst_rel = rel;
+            snprintf(worst, sizeof worst, "%s: sigma %g (sample %g), want %g", d->name,
+                     d->init_std, d->numel ? sqrt(ss / (double)d->numel) : 0.0, want);
+        }
+    }
+    mg_test_report(worst_rel < 1e-6, "cli: --init-method-std 0.05: weights 0.05, attention-out "
+                   "and MLP-down 0.05/sqrt(2 x 2 layers), as initialised", "%s", worst);
+    free(h);
+    mg_trainer_free(&tr);
+}
+
 int main(void) {
     gpt_tmpdir(tmp, sizeof tmp, "cli");
     check_flags();
@@ -1378,6 +1417,7 @@ int main(void) {
     check_jsonl_write_failure();
     check_warmup_fraction_and_init();
     check_lr_styles_and_weight_decay_incr();
+    check_init_method_std();
     check_weights_and_checkpoints();
     check_small_files();
     check_long_paths();

@@ -18,7 +18,8 @@
         so a failed run never leaves a half-written file under the final name.
      1. Token datasets (gpt_train --data-path): a Megatron indexed dataset (PREFIX.bin +
         PREFIX.idx, megatron/core/datasets/indexed_dataset.py) or an llm.c token file
-        (magic 20240520), told apart by content. Sequences, documents and token access.
+        (GPT-2 kind, magic 20240520; Llama-3 kind, magic 20240801), told apart by content.
+        Sequences, documents and token access.
         A writer for indexed datasets and one for llm.c token files (used by tools/mg_prepare).
      2. Samplers: samples of seq_len+1 tokens for a --split part, in Megatron's GPTDataset order
         (shuffled document index, sample index, shuffled sample index from
@@ -75,26 +76,39 @@ extern "C" {
    ---------------------------------------------------------------------------------------------
    mg_dataset_open(path) accepts
      - a Megatron prefix P (P.idx + P.bin), or either file name P.idx / P.bin;
-     - an llm.c token file (256 int32 header, magic 20240520, version 1, N; then N uint16).
+     - an llm.c token file, as llm.c's dev/data/data_common.py write_datafile writes it: a
+       header of 256 int32 (magic, version, token count N, then zeros), then N tokens, in one
+       of llm.c's two kinds (HEADERS_INFO there):
+         GPT-2:   magic 20240520, version 1, uint16 tokens;
+         Llama-3: magic 20240801, version 7, uint32 tokens.
+       llm.c's evaluation files (magic 20240522, dev/data/hellaswag.py, mmlu.py: multiple-
+       choice examples, not a token stream) and its model checkpoints are refused as such.
    The format is told by the bytes (an llm.c file is usually also named *.bin).
    A dataset is a list of SEQUENCES (contiguous token runs) grouped into DOCUMENTS. Megatron's
    GPTDataset treats each sequence as one "document" when splitting and sampling; so do we.
-   For an llm.c file the sequences are the runs that start at each end-of-text token
-   (MG_LLMC_EOT = 50256, which llm.c's data scripts put before every document); a file without
+   For an llm.c file the sequences are the runs that start at each token llm.c's data scripts
+   put before every document: GPT-2's end-of-text MG_LLMC_EOT = 50256 in the GPT-2 kind,
+   Llama 3's begin-of-text MG_LLMC_LLAMA3_BOT = 128000 in the Llama-3 kind; a file without
    that token is one sequence. The dataset holds at least one token.                          */
 #define MG_LLMC_EOT 50256
+#define MG_LLMC_LLAMA3_BOT 128000
 
 typedef enum { MG_DATA_INDEXED = 1, MG_DATA_LLMC_TOKENS = 2 } mg_data_format;
 
-/* Megatron's dtype codes in the .idx header. Only integer codes are valid token types.      */
+/* Megatron's dtype codes in the .idx header. Only integer codes are valid token types.
+   MG_TOKEN_U32 is not one (Megatron's DType has no uint32): it is the storage of llm.c's
+   Llama-3 token files only, and an .idx naming code 32 is refused as an unknown code.       */
 typedef enum {
     MG_IDX_U8 = 1, MG_IDX_I8 = 2, MG_IDX_I16 = 3, MG_IDX_I32 = 4, MG_IDX_I64 = 5,
-    MG_IDX_F64 = 6, MG_IDX_F32 = 7, MG_IDX_U16 = 8
+    MG_IDX_F64 = 6, MG_IDX_F32 = 7, MG_IDX_U16 = 8, MG_TOKEN_U32 = 32
 } mg_idx_dtype;
+
+/* The two kinds of llm.c token file (llm.c's model descriptors "gpt-2" and "llama-3").     */
+typedef enum { MG_LLMC_GPT2 = 0, MG_LLMC_LLAMA3 = 1 } mg_llmc_tokens_kind;
 
 typedef struct mg_dataset {
     mg_data_format format;
-    mg_idx_dtype token_dtype;   /* llm.c files: MG_IDX_U16                                  */
+    mg_idx_dtype token_dtype;   /* llm.c files: MG_IDX_U16 (GPT-2), MG_TOKEN_U32 (Llama-3)  */
     int token_size;             /* bytes per token                                          */
     int64_t n_tokens;           /* all tokens, all sequences                                */
     int64_t n_sequences;
@@ -145,9 +159,10 @@ MGDEF void mg_idx_writer_abort(mg_idx_writer *w);               /* removes the t
 MGDEF int mg_idx_writer_prepare(mg_idx_writer *w, char *err, size_t errlen);
 MGDEF int mg_idx_writer_commit(mg_idx_writer *w, char *err, size_t errlen);
 
-/* llm.c token file writer: header (20240520, 1, n) + n uint16 tokens, atomically.          */
-MGDEF int mg_llmc_tokens_write(const char *path, const int32_t *tokens, int64_t n,
-                               char *err, size_t errlen);
+/* llm.c token file writer, atomically: the header of `kind` (GPT-2: 20240520, 1, n; Llama-3:
+   20240801, 7, n) + n tokens (uint16; uint32). A token the kind cannot hold is refused.     */
+MGDEF int mg_llmc_tokens_write(const char *path, mg_llmc_tokens_kind kind, const int32_t *tokens,
+                               int64_t n, char *err, size_t errlen);
 
 /* ---------------------------------------------------------------------------------------------
    2. Samplers
@@ -988,8 +1003,37 @@ MGDEF void mg_atomic_dir_abort(const char *tmp_dir) { mg__remove_tree(tmp_dir, 0
    ------------------------------------------------------------------------------------------ */
 #define MG__IDX_MAGIC "MMIDIDX\0\0"
 #define MG__IDX_HEADER 34      /* magic 9 + version 8 + dtype 1 + S 8 + D 8                */
-#define MG__LLMC_TOKENS_MAGIC 20240520
 #define MG__LLMC_CKPT_MAGIC 20240326
+#define MG__LLMC_EVAL_MAGIC 20240522   /* llm.c's data_common.py write_evalfile             */
+
+/* llm.c's token file kinds, indexed by mg_llmc_tokens_kind: llm.c's dev/data/data_common.py
+   HEADERS_INFO (magic, version, token dtype), which write_datafile puts in header[0], [1]
+   with the token count in [2]; doc_start is the token its data scripts put before every
+   document (dev/data/fineweb.py: GPT-2's <|endoftext|>, Llama 3's <|begin_of_text|>).        */
+static const struct mg__llmc_tokens_info {
+    int32_t magic, version;
+    int token_bytes;
+    mg_idx_dtype dtype;
+    int64_t doc_start;
+    const char *name;
+} mg__llmc_tokens_kinds[2] = {
+    {20240520, 1, 2, MG_IDX_U16, MG_LLMC_EOT, "GPT-2"},
+    {20240801, 7, 4, MG_TOKEN_U32, MG_LLMC_LLAMA3_BOT, "Llama-3"},
+};
+/* The kind whose magic a file starts with, or NULL.                                         */
+static const struct mg__llmc_tokens_info *mg__llmc_tokens_kind_of(int32_t magic) {
+    for (int k = 0; k < 2; k++)
+        if (mg__llmc_tokens_kinds[k].magic == magic) return &mg__llmc_tokens_kinds[k];
+    return NULL;
+}
+/* What an llm.c file that holds no token stream is, by its magic; NULL for any other magic. */
+static const char *mg__llmc_other_file(int32_t magic) {
+    if (magic == MG__LLMC_CKPT_MAGIC) return "an llm.c model checkpoint";
+    if (magic == MG__LLMC_EVAL_MAGIC)
+        return "an llm.c evaluation file (magic 20240522: multiple-choice examples, as llm.c's "
+               "dev/data/hellaswag.py and mmlu.py write them)";
+    return NULL;
+}
 
 /* Bytes per element of a Megatron dtype code; 0 for an unknown code.                       */
 static int mg__idx_size(int code) {
@@ -1008,6 +1052,7 @@ static int64_t mg__load_token(const unsigned char *base, mg_idx_dtype dt, int64_
     case MG_IDX_I8: return (int8_t)base[i];
     case MG_IDX_I16: return (int16_t)mg__ld16(base + 2 * i);
     case MG_IDX_U16: return mg__ld16(base + 2 * i);
+    case MG_TOKEN_U32: return mg__ld32(base + 4 * i);
     case MG_IDX_I32: return mg__ldi32(base + 4 * i);
     case MG_IDX_I64: return mg__ldi64(base + 8 * i);
     default: return 0;  /* float codes are rejected at open */
@@ -1123,44 +1168,50 @@ static int mg__open_indexed(const char *prefix, mg_dataset *ds, char *err, size_
     return 0;
 }
 
-/* llm.c token file. Sequences start at offset 0 and at every MG_LLMC_EOT token; each is one
-   document. The index arrays are built in memory, in the .idx layout.                      */
+/* llm.c token file, either kind, checked as llm.c's readers check it (GPT-2: llmc/
+   dataloader.h dataloader_load_shard_; Llama-3: train_llama3.py _load_data_shard): magic,
+   version, then the file size against 1024 + N·token bytes (N = 0 fails in mg_dataset_open
+   as an empty dataset, as llm.c's assert(ntok > 0)). Sequences start at offset 0 and at every
+   doc_start token of the kind; each is one document. The index arrays are built in memory, in
+   the .idx layout.                                                                          */
 static int mg__open_llmc_tokens(const char *path, mg_dataset *ds, char *err, size_t errlen) {
     void *map; size_t len;
     if (mg__map_header(path, MG_LLMC_HEADER_BYTES, &map, &len, err, errlen) != 0) return -1;
     ds->mg__map[0] = map; ds->mg__map_len[0] = len;
     const unsigned char *p = (const unsigned char *)map;
     int32_t magic = mg__ldi32(p), version = mg__ldi32(p + 4), n = mg__ldi32(p + 8);
-    if (magic == MG__LLMC_CKPT_MAGIC)
-        return mg__fail(err, errlen, "%s: this is an llm.c model checkpoint, not token data", path);
-    if (magic != MG__LLMC_TOKENS_MAGIC)
-        return mg__fail(err, errlen, "%s: bad magic %d (llm.c token files have %d)", path, magic,
-                        MG__LLMC_TOKENS_MAGIC);
-    if (version != 1)
-        return mg__fail(err, errlen, "%s: unsupported version %d (expected 1)", path, version);
+    const struct mg__llmc_tokens_info *kind = mg__llmc_tokens_kind_of(magic);
+    if (!kind)   /* mg_dataset_open saw a token magic: the file changed since */
+        return mg__fail(err, errlen, "%s: bad magic %d (llm.c token files have %d or %d)", path,
+                        magic, mg__llmc_tokens_kinds[0].magic, mg__llmc_tokens_kinds[1].magic);
+    if (version != kind->version)
+        return mg__fail(err, errlen, "%s: llm.c %s token file (magic %d) of unsupported version "
+                        "%d (llm.c writes version %d)", path, kind->name, magic, version,
+                        kind->version);
     if (n < 0) return mg__fail(err, errlen, "%s: negative token count %d", path, n);
-    uint64_t need = MG_LLMC_HEADER_BYTES + 2 * (uint64_t)n;
+    uint64_t need = MG_LLMC_HEADER_BYTES + (uint64_t)kind->token_bytes * (uint64_t)n;
     if (len != need)
-        return mg__fail(err, errlen, "%s: %s: %zu bytes, but %d tokens need %llu", path,
-                        len < need ? "truncated" : "size mismatch", len, n,
-                        (unsigned long long)need);
+        return mg__fail(err, errlen, "%s: %s: %zu bytes, but %d %s tokens (%d bytes each) need "
+                        "%llu", path, len < need ? "truncated" : "size mismatch", len, n,
+                        kind->name, kind->token_bytes, (unsigned long long)need);
     ds->mg__tokens = p + MG_LLMC_HEADER_BYTES;
-    ds->token_dtype = MG_IDX_U16;
-    ds->token_size = 2;
+    ds->token_dtype = kind->dtype;
+    ds->token_size = kind->token_bytes;
     ds->n_tokens = n;
     int64_t S = 0;
     for (int64_t i = 0; i < n; i++)
-        if (i == 0 || mg__ld16(ds->mg__tokens + 2 * i) == MG_LLMC_EOT) S++;
+        if (i == 0 || mg__load_token(ds->mg__tokens, ds->token_dtype, i) == kind->doc_start) S++;
     /* lengths int32[S] | pointers int64[S] | documents int64[S+1]                            */
     unsigned char *idx = (unsigned char *)mg__alloc((size_t)(S * 20 + 8));
     if (!idx) return mg__fail(err, errlen, "%s: out of memory for the index", path);
     ds->mg__owned = idx;
     int64_t s = -1, start = 0;
     for (int64_t i = 0; i <= n; i++) {
-        int boundary = i == n || (i > 0 && mg__ld16(ds->mg__tokens + 2 * i) == MG_LLMC_EOT);
+        int boundary = i == n || (i > 0 && mg__load_token(ds->mg__tokens, ds->token_dtype, i) ==
+                                              kind->doc_start);
         if (i > 0 && boundary) { /* close sequence s = [start, i) */
             int32_t length = (int32_t)(i - start);
-            int64_t ptr = 2 * start, doc = s + 1;
+            int64_t ptr = kind->token_bytes * start, doc = s + 1;
             memcpy(idx + 4 * s, &length, 4);
             memcpy(idx + 4 * S + 8 * s, &ptr, 8);
             memcpy(idx + 12 * S + 8 * (s + 1), &doc, 8);
@@ -1178,8 +1229,8 @@ static int mg__open_llmc_tokens(const char *path, mg_dataset *ds, char *err, siz
     return 0;
 }
 
-/* Tells the format by the bytes: PATH.idx -> indexed; a file starting with the llm.c token
-   magic -> llm.c; PREFIX.bin or PREFIX with a PREFIX.idx beside it -> indexed.               */
+/* Tells the format by the bytes: PATH.idx -> indexed; a file starting with an llm.c token
+   magic (either kind) -> llm.c; PREFIX.bin or PREFIX with a PREFIX.idx beside it -> indexed. */
 MGDEF int mg_dataset_open(const char *path, mg_dataset *ds, char *err, size_t errlen) {
     memset(ds, 0, sizeof *ds);
     snprintf(ds->path, sizeof ds->path, "%s", path);
@@ -1196,7 +1247,7 @@ MGDEF int mg_dataset_open(const char *path, mg_dataset *ds, char *err, size_t er
     int rc;
     if (mg__ends_with(path, ".idx")) {
         rc = mg__open_indexed(prefix, ds, err, errlen);
-    } else if (got >= 4 && mg__ld32(head) == MG__LLMC_TOKENS_MAGIC) {
+    } else if (got >= 4 && mg__llmc_tokens_kind_of(mg__ldi32(head))) {
         rc = mg__open_llmc_tokens(path, ds, err, errlen);
     } else if (mg__is_file(idx)) {
         rc = mg__open_indexed(prefix, ds, err, errlen);
@@ -1204,14 +1255,16 @@ MGDEF int mg_dataset_open(const char *path, mg_dataset *ds, char *err, size_t er
         rc = mg__fail(err, errlen, "%s: %s is %s, not an index file (a dataset is PREFIX.idx + "
                       "PREFIX.bin, two regular files)", path, idx,
                       S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
-    } else if (got >= 4 && mg__ld32(head) == MG__LLMC_CKPT_MAGIC) {
-        rc = mg__fail(err, errlen, "%s: this is an llm.c model checkpoint, not token data", path);
+    } else if (got >= 4 && mg__llmc_other_file(mg__ldi32(head))) {
+        rc = mg__fail(err, errlen, "%s: this is %s, not token data", path,
+                      mg__llmc_other_file(mg__ldi32(head)));
     } else if (got >= 9 && memcmp(head, MG__IDX_MAGIC, 9) == 0) {
         rc = mg__fail(err, errlen, "%s: a Megatron index under another name; pass its prefix "
                       "(PREFIX.idx + PREFIX.bin)", path);
     } else if (got >= 0) {
-        rc = mg__fail(err, errlen, "%s: neither an llm.c token file (magic %d) nor part of a "
-                      "Megatron indexed dataset (%s not found)", path, MG__LLMC_TOKENS_MAGIC, idx);
+        rc = mg__fail(err, errlen, "%s: neither an llm.c token file (magic %d or %d) nor part "
+                      "of a Megatron indexed dataset (%s not found)", path,
+                      mg__llmc_tokens_kinds[0].magic, mg__llmc_tokens_kinds[1].magic, idx);
     } else if (stat(path, &st) != 0 && errno == ENOENT) {
         char bin[1110];       /* an llm.c file named without its .bin: name it in full */
         snprintf(bin, sizeof bin, "%s.bin", prefix);
@@ -1426,26 +1479,36 @@ MGDEF void mg_idx_writer_abort(mg_idx_writer *w) {
 }
 
 /* llm.c token file writer ----------------------------------------------------------------- */
-MGDEF int mg_llmc_tokens_write(const char *path, const int32_t *tokens, int64_t n, char *err,
-                               size_t errlen) {
+MGDEF int mg_llmc_tokens_write(const char *path, mg_llmc_tokens_kind kind, const int32_t *tokens,
+                               int64_t n, char *err, size_t errlen) {
     int32_t header[256] = {0};
-    uint16_t chunk[4096];
+    unsigned char chunk[16384];
     mg_pfile f;
+    if (kind != MG_LLMC_GPT2 && kind != MG_LLMC_LLAMA3)
+        return mg__fail(err, errlen, "%s: unknown llm.c token file kind %d", path, (int)kind);
+    const struct mg__llmc_tokens_info *info = &mg__llmc_tokens_kinds[kind];
+    const int width = info->token_bytes, per = (int)sizeof chunk / width;
+    /* llm.c's write_datafile: assert len(toks) < 2**31                                      */
     if (n < 0 || n > INT32_MAX)
         return mg__fail(err, errlen, "%s: token count %lld out of range", path, (long long)n);
     for (int64_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] > 65535)
-            return mg__fail(err, errlen, "%s: token %d does not fit uint16", path, tokens[i]);
-    header[0] = MG__LLMC_TOKENS_MAGIC;
-    header[1] = 1;
+        if (tokens[i] < 0 || (width == 2 && tokens[i] > 65535))
+            return mg__fail(err, errlen, "%s: token %d does not fit %s (llm.c %s token file)",
+                            path, tokens[i], width == 2 ? "uint16" : "uint32", info->name);
+    header[0] = info->magic;
+    header[1] = info->version;
     header[2] = (int32_t)n;
-    if (mg_pfile_begin(&f, path, NULL, 1, MG_LLMC_HEADER_BYTES + 2 * n, header, sizeof header,
-                       err, errlen) != 0)
+    if (mg_pfile_begin(&f, path, NULL, 1, MG_LLMC_HEADER_BYTES + (int64_t)width * n, header,
+                       sizeof header, err, errlen) != 0)
         return -1;
-    for (int64_t i = 0; i < n; i += 4096) {
-        int64_t m = n - i < 4096 ? n - i : 4096;
-        for (int64_t j = 0; j < m; j++) chunk[j] = (uint16_t)tokens[i + j];
-        if (mg_pfile_write(&f, MG_LLMC_HEADER_BYTES + 2 * i, chunk, (size_t)(2 * m), err,
+    for (int64_t i = 0; i < n; i += per) {
+        int64_t m = n - i < per ? n - i : per;
+        for (int64_t j = 0; j < m; j++) {
+            uint32_t t = (uint32_t)tokens[i + j];   /* little-endian, as the host (see top) */
+            if (width == 2) { uint16_t t16 = (uint16_t)t; memcpy(chunk + 2 * j, &t16, 2); }
+            else memcpy(chunk + 4 * j, &t, 4);
+        }
+        if (mg_pfile_write(&f, MG_LLMC_HEADER_BYTES + width * i, chunk, (size_t)(width * m), err,
                            errlen) != 0) {
             mg_pfile_abort(&f);
             return -1;
@@ -2049,8 +2112,12 @@ MGDEF int mg_llmc_open(const char *path, mg_llmc_checkpoint *ck, char *err, size
     ck->mg__map_len = len;
     const unsigned char *p = (const unsigned char *)map;
     int rc = 0;
-    if (mg__ldi32(p) == MG__LLMC_TOKENS_MAGIC) {
-        rc = mg__fail(err, errlen, "%s: this is an llm.c token file, not a model checkpoint", path);
+    if (mg__llmc_tokens_kind_of(mg__ldi32(p))) {
+        rc = mg__fail(err, errlen, "%s: this is an llm.c %s token file, not a model checkpoint",
+                      path, mg__llmc_tokens_kind_of(mg__ldi32(p))->name);
+    } else if (mg__ldi32(p) == MG__LLMC_EVAL_MAGIC) {
+        rc = mg__fail(err, errlen, "%s: this is %s, not a model checkpoint", path,
+                      mg__llmc_other_file(MG__LLMC_EVAL_MAGIC));
     } else if (mg__ldi32(p) != MG__LLMC_CKPT_MAGIC) {
         rc = mg__fail(err, errlen, "%s: bad magic %d (llm.c checkpoints have %d)", path,
                       mg__ldi32(p), MG__LLMC_CKPT_MAGIC);

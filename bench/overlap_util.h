@@ -33,7 +33,7 @@ static int bench_tokens(const char *path, int64_t n_tokens) {
     int32_t *tokens = (int32_t *)malloc(sizeof(int32_t) * (size_t)n_tokens);
     int rc;
     for (i = 0; i < n_tokens; i++) tokens[i] = (int32_t)(mg_rand_u32(7, (uint64_t)i) & 255);
-    rc = mg_llmc_tokens_write(path, tokens, n_tokens, err, sizeof err);
+    rc = mg_llmc_tokens_write(path, MG_LLMC_GPT2, tokens, n_tokens, err, sizeof err);
     if (rc) fprintf(stderr, "bench: %s\n", err);
     free(tokens);
     return rc;

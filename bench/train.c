@@ -181,7 +181,7 @@ int main(int argc, char **argv) {
     tokens = (int32_t *)malloc(sizeof(int32_t) * (size_t)n_tokens);
     for (k = 0; k < n_tokens; k++) tokens[k] = (int32_t)(mg_rand_u32(7, (uint64_t)k) & 255);
     snprintf(path, sizeof path, "%s/tokens.bin", dir);
-    if (mg_llmc_tokens_write(path, tokens, n_tokens, err, sizeof err)) {
+    if (mg_llmc_tokens_write(path, MG_LLMC_GPT2, tokens, n_tokens, err, sizeof err)) {
         fprintf(stderr, "train: error: %s\n", err);
         return 1;
     }

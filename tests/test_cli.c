@@ -328,9 +328,21 @@ static void check_paths_and_data(void) {
                  "--vocab-size 20 --num-layers 1 --hidden-size 16 --num-attention-heads 2 "
                  "--seq-length 8 --train-iters 2 --lr 1 --split 1,0,0",
                  "is outside the vocabulary (--vocab-size 20");
+    /* llm.c's Llama-3 token file (tests/oracle/data.py, llm.c's write_datafile): read (before:
+       "neither an llm.c token file"), its ids up to 2^32-1 checked against the vocabulary;
+       llm.c's evaluation file (magic 20240522) named as what it is                          */
+    expect_error("an llm.c Llama-3 token file's ids beyond the vocabulary", "--data-path "
+                 "tests/data/data_llmc_llama3.bin --vocab-size 128256 --num-layers 1 "
+                 "--hidden-size 16 --num-attention-heads 2 --seq-length 8 --train-iters 2 --lr 1",
+                 "data_llmc_llama3.bin: token id 4294967295 is outside the vocabulary "
+                 "(--vocab-size 128256: ids 0 … 128255)");
+    expect_error("an llm.c evaluation file given as data", "--data-path "
+                 "tests/data/data_llmc_eval.bin --vocab-size 37 --num-layers 1 --hidden-size 16 "
+                 "--num-attention-heads 2 --seq-length 8 --train-iters 2 --lr 1",
+                 "data_llmc_eval.bin: this is an llm.c evaluation file (magic 20240522");
     for (i = 0; i < 5; i++) toks[i] = i;
     snprintf(path, sizeof path, "%s/short.bin", tmp);
-    mg_llmc_tokens_write(path, toks, 5, err, sizeof err);
+    mg_llmc_tokens_write(path, MG_LLMC_GPT2, toks, 5, err, sizeof err);
     snprintf(line, sizeof line, "--data-path %s --vocab-size 37 --num-layers 1 --hidden-size 16 "
              "--num-attention-heads 2 --seq-length 8 --train-iters 2 --lr 1 --split 1,0,0", path);
     expect_error("data shorter than one sample", line, "fewer than one sample needs "
@@ -471,7 +483,7 @@ static void check_no_validation(void) {
     }
     for (i = 0; i < 200; i++) toks[i] = (i * 5) % 37;      /* no end-of-text: one document */
     snprintf(one, sizeof one, "%s/one.bin", tmp);
-    if (mg_llmc_tokens_write(one, toks, 200, err, sizeof err)) { fprintf(stderr, "%s\n", err); exit(1); }
+    if (mg_llmc_tokens_write(one, MG_LLMC_GPT2, toks, 200, err, sizeof err)) { fprintf(stderr, "%s\n", err); exit(1); }
     snprintf(jsonl, sizeof jsonl, "%s/novalid.jsonl", tmp);
     snprintf(line, sizeof line, "--data-path %s --vocab-size 37 --num-layers 1 --hidden-size 16 "
              "--num-attention-heads 2 --seq-length 8 --train-iters 2 --lr 1e-3 --eval-interval 1 "
@@ -502,7 +514,7 @@ static void check_no_validation(void) {
     {
         int32_t five[205];
         for (i = 0; i < 205; i++) five[i] = i % 41 == 0 ? MG_LLMC_EOT : (i * 3) % 37;
-        if (mg_llmc_tokens_write(one, five, 205, err, sizeof err)) { fprintf(stderr, "%s\n", err); exit(1); }
+        if (mg_llmc_tokens_write(one, MG_LLMC_GPT2, five, 205, err, sizeof err)) { fprintf(stderr, "%s\n", err); exit(1); }
     }
     snprintf(line, sizeof line, "--data-path %s --vocab-size 50257 --num-layers 1 --hidden-size 16 "
              "--num-attention-heads 2 --seq-length 8 --train-iters 2 --lr 1e-3", one);

@@ -40,7 +40,7 @@ static void write_one_document(char *path, size_t cap) {
     if (fd < 0) { perror("mkstemp"); exit(1); }
     close(fd);
     for (i = 0; i < 200; i++) toks[i] = (i * 5) % 37;
-    if (mg_llmc_tokens_write(path, toks, 200, err, sizeof err)) { fprintf(stderr, "%s\n", err); exit(1); }
+    if (mg_llmc_tokens_write(path, MG_LLMC_GPT2, toks, 200, err, sizeof err)) { fprintf(stderr, "%s\n", err); exit(1); }
 }
 
 static void check_library(void) {

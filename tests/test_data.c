@@ -471,7 +471,7 @@ static void test_indexed_roundtrip(void) {
 static void test_llmc_tokens(void) {
     static const int32_t toks[12] = {50256, 1, 2, 3, 50256, 4, 50256, 50256, 5, 6, 7, 65535};
     mg_dataset ds;
-    int rc = mg_llmc_tokens_write(tp("tok.bin"), toks, 12, err, sizeof err);
+    int rc = mg_llmc_tokens_write(tp("tok.bin"), MG_LLMC_GPT2, toks, 12, err, sizeof err);
     if (rc == 0) rc = mg_dataset_open(tp("tok.bin"), &ds, err, sizeof err);
     int ok = rc == 0 && ds.format == MG_DATA_LLMC_TOKENS && ds.n_tokens == 12 &&
              ds.n_sequences == 4 && ds.n_documents == 4;
@@ -482,17 +482,73 @@ static void test_llmc_tokens(void) {
     for (int i = 0; ok && i < 12; i++) ok = mg_dataset_token(&ds, i) == toks[i];
     mg_test_report(ok, "llm.c tokens: round trip; documents split at token 50256", rc ? "%s" : "", err);
     if (rc == 0) mg_dataset_close(&ds);
-    rc = mg_llmc_tokens_write(tp("tok2.bin"), toks + 1, 3, err, sizeof err);
+    rc = mg_llmc_tokens_write(tp("tok2.bin"), MG_LLMC_GPT2, toks + 1, 3, err, sizeof err);
     if (rc == 0) rc = mg_dataset_open(tp("tok2.bin"), &ds, err, sizeof err);
     CHECK(rc == 0 && ds.n_sequences == 1 && mg_dataset_seq_len(&ds, 0) == 3,
           "llm.c tokens: without 50256 the file is one sequence");
     if (rc == 0) mg_dataset_close(&ds);
     int32_t bad[2] = {1, 70000};
     expect_fail("llm.c tokens: 70000 does not fit uint16",
-                mg_llmc_tokens_write(tp("tok.bin"), bad, 2, err, sizeof err), "does not fit uint16");
+                mg_llmc_tokens_write(tp("tok.bin"), MG_LLMC_GPT2, bad, 2, err, sizeof err),
+                "does not fit uint16");
     rc = mg_dataset_open(tp("tok.bin"), &ds, err, sizeof err);
     CHECK(rc == 0 && ds.n_tokens == 12, "llm.c tokens: a failed write leaves the old file intact");
     if (rc == 0) mg_dataset_close(&ds);
+}
+
+/* llm.c token files of both kinds, written by tests/oracle/data.py's transcription of llm.c's
+   dev/data/data_common.py write_datafile (HEADERS_INFO: GPT-2 magic 20240520 version 1
+   uint16; Llama-3 magic 20240801 version 7 uint32): the tokens of data_llmc.json, sequences
+   starting at 50256 (GPT-2) or 128000 (Llama-3).                                          */
+static void test_llmc_python(void) {
+    static const char *const kinds[2] = {"gpt2", "llama3"};
+    char *text;
+    mg_json js = load_json("tests/data/data_llmc.json", &text);
+    for (int k = 0; k < 2; k++) {
+        char path[200], label[200];
+        int64_t n_tok, n_seq, *tok, *seq, lo = 0, hi = 0;
+        int64_t obj = jget(&js, 0, kinds[k]);
+        tok = jints(&js, jget(&js, obj, "tokens"), &n_tok);
+        seq = jints(&js, jget(&js, obj, "seq_lens"), &n_seq);
+        snprintf(path, sizeof path, "tests/data/data_llmc_%s.bin", kinds[k]);
+        mg_dataset ds;
+        int rc = mg_dataset_open(path, &ds, err, sizeof err);
+        int ok = rc == 0 && ds.format == MG_DATA_LLMC_TOKENS && ds.n_tokens == n_tok &&
+                 ds.token_dtype == (k ? MG_TOKEN_U32 : MG_IDX_U16) && ds.token_size == 2 + 2 * k &&
+                 ds.n_sequences == n_seq && ds.n_documents == n_seq;
+        for (int64_t i = 0, pos = 0; ok && i < n_seq; pos += seq[i++])
+            ok = mg_dataset_seq_len(&ds, i) == seq[i] && mg_dataset_seq_start(&ds, i) == pos;
+        for (int64_t i = 0; ok && i < n_tok; i++) ok = mg_dataset_token(&ds, i) == tok[i];
+        if (ok) mg_dataset_token_range(&ds, &lo, &hi);
+        ok = ok && lo == 0 && hi == (k ? 4294967295LL : 65535);
+        snprintf(label, sizeof label, "llm.c tokens written by llm.c's write_datafile (%s kind): "
+                 "tokens%s, sequences, token range", k ? "Llama-3" : "GPT-2",
+                 k ? " (ids above 65535 up to 2^32-1 kept)" : "");
+        mg_test_report(ok, label, rc ? "%s" : "", err);
+        if (rc == 0) mg_dataset_close(&ds);
+        /* our writer writes the same bytes (Llama-3: the tokens that fit int32, all but the
+           last; the header's count patched to match)                                        */
+        long n_py = 0, n_ours = 0;
+        unsigned char *py = (unsigned char *)mg_test_read_file(path, &n_py), *ours = NULL;
+        int32_t n_write = (int32_t)(k ? n_tok - 1 : n_tok), t32[64];
+        for (int i = 0; i < n_write; i++) t32[i] = (int32_t)tok[i];
+        rc = mg_llmc_tokens_write(tp("ours.bin"), k ? MG_LLMC_LLAMA3 : MG_LLMC_GPT2, t32, n_write,
+                                  err, sizeof err);
+        if (rc == 0) ours = (unsigned char *)mg_test_read_file(tp("ours.bin"), &n_ours);
+        if (py) memcpy(py + 8, &n_write, 4);
+        ok = rc == 0 && py && ours && n_ours == 1024 + (2 + 2 * k) * n_write &&
+             !memcmp(py, ours, (size_t)n_ours);
+        snprintf(label, sizeof label, "llm.c tokens: mg_llmc_tokens_write (%s kind) writes the "
+                 "bytes of llm.c's write_datafile", k ? "Llama-3" : "GPT-2");
+        mg_test_report(ok, label, rc ? "%s" : "", err);
+        free(py); free(ours); free(tok); free(seq);
+    }
+    mg_json_free(&js);
+    free(text);
+    int32_t neg[2] = {1, -1};
+    expect_fail("llm.c tokens: a negative id does not fit the Llama-3 kind",
+                mg_llmc_tokens_write(tp("ours.bin"), MG_LLMC_LLAMA3, neg, 2, err, sizeof err),
+                "token -1 does not fit uint32");
 }
 
 static void test_llmc_checkpoint(void) {
@@ -932,9 +988,45 @@ static void test_bad_llmc(void) {
     put_file(tp("t.bin"), hdr, 100);
     expect_fail("llm.c tokens: truncated header", mg_dataset_open(tp("t.bin"), &ds, err, sizeof err),
                 "truncated header");
+    /* the Llama-3 kind (uint32 tokens): the same checks, sizes of 4 bytes a token          */
+    int32_t l3[256 + 9] = {20240801, 7, 8};
+    put_file(tp("t.bin"), l3, 1024 + 2 * 8);   /* 8 tokens of a GPT-2 file's size */
+    expect_fail("llm.c Llama-3 tokens: truncated data",
+                mg_dataset_open(tp("t.bin"), &ds, err, sizeof err),
+                "truncated: 1040 bytes, but 8 Llama-3 tokens (4 bytes each) need 1056");
+    put_file(tp("t.bin"), l3, 1024 + 4 * 8 + 2);
+    expect_fail("llm.c Llama-3 tokens: size mismatch", mg_dataset_open(tp("t.bin"), &ds, err,
+                sizeof err), "size mismatch: 1058 bytes, but 8 Llama-3 tokens");
+    l3[1] = 1;
+    put_file(tp("t.bin"), l3, 1024 + 4 * 8);
+    expect_fail("llm.c Llama-3 tokens: the GPT-2 kind's version under the Llama-3 magic",
+                mg_dataset_open(tp("t.bin"), &ds, err, sizeof err),
+                "llm.c Llama-3 token file (magic 20240801) of unsupported version 1 (llm.c writes "
+                "version 7)");
+    hdr[1] = 7; hdr[2] = 8;
+    put_file(tp("t.bin"), hdr, 1024 + 2 * 8);
+    expect_fail("llm.c tokens: the Llama-3 kind's version under the GPT-2 magic",
+                mg_dataset_open(tp("t.bin"), &ds, err, sizeof err),
+                "llm.c GPT-2 token file (magic 20240520) of unsupported version 7 (llm.c writes "
+                "version 1)");
+    hdr[1] = 1;
+    l3[1] = 7; l3[2] = 0;
+    put_file(tp("t.bin"), l3, 1024);
+    expect_fail("llm.c Llama-3 tokens: no tokens",
+                mg_dataset_open(tp("t.bin"), &ds, err, sizeof err), "empty dataset");
+    expect_fail("dataset: an llm.c evaluation file (hellaswag) is not training tokens",
+                mg_dataset_open("tests/data/data_llmc_eval.bin", &ds, err, sizeof err),
+                "data_llmc_eval.bin: this is an llm.c evaluation file (magic 20240522: "
+                "multiple-choice examples");
+    expect_fail("llm.c checkpoint: an llm.c evaluation file is not one",
+                mg_llmc_open("tests/data/data_llmc_eval.bin", &ck, err, sizeof err),
+                "an llm.c evaluation file");
+    expect_fail("llm.c checkpoint: a Llama-3 token file is not one",
+                mg_llmc_open("tests/data/data_llmc_llama3.bin", &ck, err, sizeof err),
+                "this is an llm.c Llama-3 token file, not a model checkpoint");
     put_file(tp("junk.txt"), "hello world", 11);
     expect_fail("dataset: unknown format", mg_dataset_open(tp("junk.txt"), &ds, err, sizeof err),
-                "neither an llm.c token file");
+                "neither an llm.c token file (magic 20240520 or 20240801)");
     expect_fail("dataset: no such path", mg_dataset_open(tp("nothing"), &ds, err, sizeof err), "no such dataset");
 
     int32_t ch[256] = {20240326, 3, 8, 10, 2, 2, 4, 16};
@@ -1314,6 +1406,7 @@ int main(void) {
     test_sampler_errors();
     test_indexed_roundtrip();
     test_llmc_tokens();
+    test_llmc_python();
     test_llmc_checkpoint();
     test_safetensors_roundtrip();
     test_safetensors_python();

@@ -823,7 +823,7 @@ int main(int argc, char **argv) {
         if (n_stream == 0) {
             fprintf(stderr, "mg_prepare: %s: no tokens to write (empty input)\n", a.llmc);
             rc = 1;
-        } else if (mg_llmc_tokens_write(a.llmc, stream, n_stream, err, sizeof err)) {
+        } else if (mg_llmc_tokens_write(a.llmc, MG_LLMC_GPT2, stream, n_stream, err, sizeof err)) {
             fprintf(stderr, "mg_prepare: %s\n", err);
             rc = 1;
         }

@@ -42,9 +42,12 @@ def llmc_checkpoint(version, maxT=2, V=3, L=1, NH=1, C=2, Vp=4):
     return header + bytes((i * 7) % 256 for i in range(n * size))
 
 
-def llmc_tokens(tokens):
-    header = struct.pack("<3i", 20240520, 1, len(tokens)) + bytes(4 * 253)
-    return header + struct.pack("<%dH" % len(tokens), *tokens)
+def llmc_tokens(tokens, llama3=False):
+    """llm.c's write_datafile: GPT-2 kind (20240520, 1, uint16) or Llama-3 kind (20240801, 7,
+    uint32)."""
+    magic, version, fmt = (20240801, 7, "I") if llama3 else (20240520, 1, "H")
+    header = struct.pack("<3i", magic, version, len(tokens)) + bytes(4 * 253)
+    return header + struct.pack("<%d%s" % (len(tokens), fmt), *tokens)
 
 
 def idx_file(code, lengths, docs):
@@ -88,6 +91,9 @@ def main():
     put(out, "llmc", "gpt_tokens.bin", read("gpt_tokens.bin"))
     put(out, "llmc", "tokens_eot", llmc_tokens([50256, 1, 2, 3, 50256, 4, 50256, 50256, 5, 6]))
     put(out, "llmc", "tokens_plain", llmc_tokens(list(range(1, 12))))
+    put(out, "llmc", "tokens_llama3", llmc_tokens([128000, 9906, 70000, 128000, 5, 2**32 - 1],
+                                                  llama3=True))
+    put(out, "llmc", "data_llmc_eval.bin", read("data_llmc_eval.bin"))
     put(out, "llmc", "ckpt_v3", llmc_checkpoint(3))
     put(out, "llmc", "ckpt_v5", llmc_checkpoint(5))
     # the trainer's small files: a state.json as mg_trainer_save writes it (fp16 run, the

@@ -21,6 +21,12 @@ Writes, all under the given directory, named data_*:
         a safetensors file written with struct + json (F32, BF16, F16 through torch's
         conversions, metadata with escapes, a zero-size tensor, unsorted offsets), and the
         values each tensor must read as (float32 of the stored values).
+  data_llmc_gpt2.bin, data_llmc_llama3.bin, data_llmc_eval.bin, data_llmc.json
+        llm.c token files of both kinds and an llm.c evaluation file, written by
+        transcriptions of llm.c's dev/data/data_common.py write_datafile (HEADERS_INFO) and
+        write_evalfile, numpy only; the json holds each token file's tokens and sequence
+        lengths (sequences start at each token llm.c's scripts put before a document: 50256
+        for GPT-2, 128000, Llama 3's <|begin_of_text|>, for Llama-3).
 Needs numpy and torch (only for the 16-bit conversions). Deterministic: the same files every
 run, so they are committed.
 """
@@ -289,12 +295,76 @@ def safetensors_fixture(out):
         json.dump(dict(tensors=expect, metadata=header["__metadata__"]), f)
 
 
+# --------------------------------------------------------------------------------------------
+# llm.c's token and evaluation files (karpathy/llm.c dev/data/data_common.py), numpy only.
+_LLMC_HEADERS_INFO = {
+    "gpt-2": {"magic": 20240520, "version": 1, "token_dtype": numpy.uint16},
+    "llama-3": {"magic": 20240801, "version": 7, "token_dtype": numpy.uint32},
+}
+
+
+def llmc_write_datafile(filename, toks, model_desc):
+    assert len(toks) < 2**31
+    info = _LLMC_HEADERS_INFO[model_desc]
+    header = numpy.zeros(256, dtype=numpy.int32)
+    header[0] = info["magic"]
+    header[1] = info["version"]
+    header[2] = len(toks)
+    toks_np = numpy.array(toks, dtype=info["token_dtype"])
+    with open(filename, "wb") as f:
+        f.write(header.tobytes())
+        f.write(toks_np.tobytes())
+
+
+def llmc_write_evalfile(filename, datas):
+    header = numpy.zeros(256, dtype=numpy.int32)
+    header[0] = 20240522
+    header[1] = 1
+    header[2] = len(datas)
+    stream, longest = [], 0
+    for idx, data in enumerate(datas):
+        ex = [2**16 - 1, 0, idx, data["label"], len(data["ending_tokens"])]
+        ex += [len(data["ctx_tokens"])] + data["ctx_tokens"]
+        for end in data["ending_tokens"]:
+            ex += [len(end)] + end
+        ex[1] = 2 * len(ex)
+        longest = max(longest, ex[1])
+        stream += ex
+    header[3] = longest
+    with open(filename, "wb") as f:
+        f.write(header.tobytes())
+        f.write(numpy.array(stream, dtype=numpy.uint16).tobytes())
+
+
+def llmc_fixtures(out):
+    kinds = {
+        # documents start at 50256; 65535 is the largest uint16
+        "gpt2": ("gpt-2", [50256, 15496, 995, 50256, 0, 65535, 50256, 11]),
+        # documents start at 128000; ids above 65535 (up to uint32's largest); 50256 is an
+        # ordinary token here
+        "llama3": ("llama-3", [128000, 9906, 50256, 0, 65535, 65536, 70000, 128000, 128255, 5,
+                               128000, 100276, 2**32 - 1]),
+    }
+    expect = {}
+    for name, (desc, toks) in kinds.items():
+        llmc_write_datafile(os.path.join(out, "data_llmc_%s.bin" % name), toks, desc)
+        start = 50256 if desc == "gpt-2" else 128000
+        cuts = [i for i, t in enumerate(toks) if i == 0 or t == start] + [len(toks)]
+        expect[name] = dict(tokens=toks, seq_lens=[b - a for a, b in zip(cuts, cuts[1:])])
+    llmc_write_evalfile(os.path.join(out, "data_llmc_eval.bin"),
+                        [dict(label=2, ctx_tokens=[464, 3797], ending_tokens=[[318], [373, 257],
+                                                                                [1110], [257]])])
+    with open(os.path.join(out, "data_llmc.json"), "w") as f:
+        json.dump(expect, f)
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else "tests/data"
     os.makedirs(out, exist_ok=True)
     megatron_fixtures(out)
     mt19937_fixtures(out)
     safetensors_fixture(out)
+    llmc_fixtures(out)
 
 
 if __name__ == "__main__":

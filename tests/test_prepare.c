@@ -366,6 +366,8 @@ static void check_flag_errors(void) {
         {"--input " DATA "prep_input.jsonl -o DIR/e --workers 0",
          "--workers 0: expected a whole number >= 1"},
         {"--input " DATA "prep_input.jsonl", "--input needs --output-prefix"},
+        {"--llmc DIR/e.bin --dtype uint16 data/01_the_river_town.txt",
+         "--dtype applies to -o PREFIX; an llm.c token file (--llmc) stores uint16 or uint32"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char cmd[2048], out[2048], args[1200], name[300], *p;
@@ -452,6 +454,59 @@ static void check_tokenize_cli(void) {
                    "standard input and nothing past them", "rc %d: %.300s", rc, out);
 }
 
+/* --llmc picks llm.c's kind by the vocabulary, as llm.c's data scripts pick it by the
+   tokenizer (data_common.py write_datafile's model_desc): GPT-2's ranks (50,257 ids) give
+   the GPT-2 kind (uint16), cl100k_base's (100,277) the Llama-3 kind (uint32); either holds the
+   tokens of the same text as -o PREFIX writes them, ids above 65535 kept (before: refused).
+   gpt_train trains on the Llama-3 kind file.                                              */
+static void check_llmc_kinds(void) {
+    static const char *const vocab[2] = {VOCAB, ".venv/share/vocab/cl100k_base.tiktoken"};
+    static const char *const pattern[2] = {"gpt2", "cl100k_base"};
+    const char *text = "data/01_the_river_town.txt";
+    char cmd[2048], out[4096], err[MG_ERRLEN], name[300];
+    for (int k = 0; k < 2; k++) {
+        mg_dataset ll, ix;
+        int64_t hi = 0;
+        int ok = 0;
+        snprintf(cmd, sizeof cmd, TOOL " --quiet --llmc %s/kind%d_llmc.bin --tokenizer-type "
+                 "TikTokenizer --tokenizer-model %s --tiktoken-pattern %s %s && " TOOL " --quiet "
+                 "-o %s/kind%d_idx --dtype int32 --tokenizer-type TikTokenizer "
+                 "--tokenizer-model %s --tiktoken-pattern %s %s", dir, k, vocab[k], pattern[k],
+                 text, dir, k, vocab[k], pattern[k], text);
+        int rc = run(cmd, out, sizeof out);
+        snprintf(cmd, sizeof cmd, "%s/kind%d_llmc.bin", dir, k);
+        if (rc == 0 && mg_dataset_open(cmd, &ll, err, sizeof err) == 0) {
+            snprintf(cmd, sizeof cmd, "%s/kind%d_idx", dir, k);
+            if (mg_dataset_open(cmd, &ix, err, sizeof err) == 0) {
+                ok = ll.format == MG_DATA_LLMC_TOKENS && ll.n_tokens == ix.n_tokens &&
+                     ll.token_dtype == (k ? MG_TOKEN_U32 : MG_IDX_U16);
+                for (int64_t i = 0; ok && i < ll.n_tokens; i++)
+                    ok = mg_dataset_token(&ll, i) == mg_dataset_token(&ix, i);
+                mg_dataset_token_range(&ll, NULL, &hi);
+                ok = ok && (k ? hi > 65535 : hi < 50257);
+                mg_dataset_close(&ix);
+            }
+            mg_dataset_close(&ll);
+        }
+        snprintf(name, sizeof name, "prepare: --llmc with %s's ranks writes llm.c's %s kind, the "
+                 "tokens of -o PREFIX%s", pattern[k], k ? "Llama-3" : "GPT-2",
+                 k ? " (ids above 65535 kept)" : "");
+        mg_test_report(ok, name, "rc %d: %.300s %s (largest id %lld)", rc, out, err,
+                       (long long)hi);
+    }
+    snprintf(cmd, sizeof cmd, TRAIN "--data-path %s/kind1_llmc.bin --vocab-size 100352 "
+             "--train-iters 1", dir);
+    int rc = run(cmd, out, sizeof out);
+    mg_test_report(rc == 0, "prepare: gpt_train trains on the Llama-3 kind llm.c file",
+                   "rc %d: %.600s", rc, out);
+    snprintf(cmd, sizeof cmd, TRAIN "--data-path %s/kind1_llmc.bin --vocab-size 50257 "
+             "--train-iters 1", dir);
+    rc = run(cmd, out, sizeof out);
+    mg_test_report(rc != 0 && strstr(out, "is outside the vocabulary (--vocab-size 50257: ids "
+                   "0 … 50256)"), "prepare: gpt_train refuses a Llama-3 kind file with ids "
+                   "beyond --vocab-size", "rc %d: %.600s", rc, out);
+}
+
 static void check_tiktoken(void) {
     char cmd[2048], out[4096];
     int rc, ok;
@@ -479,6 +534,7 @@ static void check_tiktoken(void) {
                    && same_file(tp("tkv_text_document.idx"), tp("tk_text_document.idx")),
                    "prepare: TikTokenizer's file as --vocab-file = as --tokenizer-model",
                    "rc %d: %.300s", rc, out);
+    check_llmc_kinds();
 }
 
 static void check_train_text(void) {

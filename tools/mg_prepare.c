@@ -24,7 +24,10 @@
    no document is blank; a file that is empty or blank adds none.
    Tokens: --tokenizer-type (Megatron-LM's names; default ByteTokenizer: id = byte value,
    vocabulary 256). Token dtype uint16 when the vocabulary is < 65,500, else int32 (Megatron's
-   DType.optimal_dtype), unless --dtype says.
+   DType.optimal_dtype), unless --dtype says. An llm.c token file (--llmc) is of llm.c's kind
+   for the vocabulary, as llm.c's data scripts pick it by the tokenizer (data_common.py
+   write_datafile's model_desc): the GPT-2 kind (uint16) for a vocabulary of at most 65,536
+   ids, else the Llama-3 kind (uint32).
    Workers: --workers N threads encode a batch of lines (or documents) at a time; the writer
    adds them in input order, so the output is byte-identical for every N.
    Progress: on a terminal (stderr), every --log-interval documents: documents, MB/s, percent
@@ -78,7 +81,8 @@ static void usage(FILE *to) {
         "Plain text files:\n"
         "  -o, --output-prefix PREFIX  write PREFIX.bin + PREFIX.idx (jsonl: "
         "PREFIX_KEY_document.bin/.idx)\n"
-        "  --llmc FILE                 write an llm.c token file (uint16, one stream)\n"
+        "  --llmc FILE                 write an llm.c token file (one stream; GPT-2 kind,\n"
+        "                              uint16, up to 65,536 ids, else Llama-3 kind, uint32)\n"
         "  --documents MODE            file (default): one document per file; paragraph: split\n"
         "                              after blank lines; line: one document per line\n"
         "Tokenizer (Megatron-LM's flags):\n"
@@ -222,6 +226,10 @@ static int parse_args(prep_args *a, int argc, char **argv) {
     if (!a->input && (!a->n_files || (!a->output_prefix) == (!a->llmc)))
         return die_usage("give --input FILE.jsonl --output-prefix PREFIX, or one of -o PREFIX / "
                          "--llmc FILE then text files (see --help)%s%s", "", "");
+    if (a->llmc && a->dtype_given)
+        return die_usage("--dtype applies to -o PREFIX; an llm.c token file (--llmc) stores "
+                         "uint16 or uint32 by the vocabulary (llm.c's GPT-2 or Llama-3 kind)%s%s",
+                         "", "");
     if (!a->input && (a->n_keys || a->bad))
         return die_usage("%s applies to --input (JSON lines)%s", a->n_keys ? "--json-keys" :
                          "--bad-lines", "");
@@ -781,12 +789,14 @@ int main(int argc, char **argv) {
     vocab = mg_tokenizer_vocab_size(tok);
     /* DType.optimal_dtype(vocab_size); a --dtype too narrow for the vocabulary is refused  */
     dtype = a.dtype_given ? a.dtype : vocab < 65500 ? MG_IDX_U16 : MG_IDX_I32;
-    if ((dtype == MG_IDX_U8 && vocab > 256) || (dtype == MG_IDX_U16 && vocab > 65536) ||
-        (a.llmc && vocab > 65536)) {
-        fprintf(stderr, "mg_prepare: %s: the %s vocabulary has %lld ids (up to %lld), more than "
-                "%s holds; use %s\n", a.llmc ? "--llmc" : "--dtype", a.tokenizer_type,
-                (long long)vocab, (long long)vocab - 1, a.llmc ? "an llm.c file (uint16)" :
-                dtype == MG_IDX_U8 ? "uint8" : "uint16", a.llmc ? "-o PREFIX" : "--dtype int32");
+    /* llm.c's rule: the token file's kind follows the tokenizer (GPT-2's uint16 or Llama 3's
+       uint32); ours, whose tokenizers are many, follows the vocabulary's size              */
+    mg_llmc_tokens_kind llmc_kind = vocab > 65536 ? MG_LLMC_LLAMA3 : MG_LLMC_GPT2;
+    if (!a.llmc &&
+        ((dtype == MG_IDX_U8 && vocab > 256) || (dtype == MG_IDX_U16 && vocab > 65536))) {
+        fprintf(stderr, "mg_prepare: --dtype: the %s vocabulary has %lld ids (up to %lld), more "
+                "than %s holds; use --dtype int32\n", a.tokenizer_type, (long long)vocab,
+                (long long)vocab - 1, dtype == MG_IDX_U8 ? "uint8" : "uint16");
         mg_tokenizer_free(tok);
         return 2;
     }
@@ -823,7 +833,7 @@ int main(int argc, char **argv) {
         if (n_stream == 0) {
             fprintf(stderr, "mg_prepare: %s: no tokens to write (empty input)\n", a.llmc);
             rc = 1;
-        } else if (mg_llmc_tokens_write(a.llmc, MG_LLMC_GPT2, stream, n_stream, err, sizeof err)) {
+        } else if (mg_llmc_tokens_write(a.llmc, llmc_kind, stream, n_stream, err, sizeof err)) {
             fprintf(stderr, "mg_prepare: %s\n", err);
             rc = 1;
         }
@@ -845,7 +855,9 @@ int main(int argc, char **argv) {
         else
             printf("mg_prepare: %d file(s), %lld documents, %lld tokens (%s, vocab %lld) -> ",
                    a.n_files, (long long)o.docs, (long long)o.tokens, name, (long long)vocab);
-        if (a.llmc) printf("%s (llm.c)\n", a.llmc);
+        if (a.llmc)
+            printf("%s (llm.c%s)\n", a.llmc,
+                   llmc_kind == MG_LLMC_LLAMA3 ? ", Llama-3 kind: uint32" : "");
         else if (!a.input) printf("%s.bin, %s.idx\n", a.output_prefix, a.output_prefix);
         else
             for (int k = 0; k < a.n_keys; k++)

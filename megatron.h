@@ -4418,7 +4418,7 @@ static const mg__flag mg__flags[] = {
      "rank holds v = layers/(p*K) model chunks of K layers (rank i: chunks i, i+p, …)"},
     {"--pipeline-schedule", MG__F_CHOICE, MG__OFF(pipeline_schedule),
      "gpipe|1f1b|interleaved|zb-h1", 0, 0, "the order of forward and backward passes (default "
-     "1f1b; interleaved when --num-layers-per-virtual-pipeline-stage is given)"},
+     "1f1b; interleaved when --num-layers-per-virtual-pipeline-stage gives v > 1)"},
     {"--microbatch-group-size-per-virtual-pipeline-stage", MG__F_INT,
      MG__OFF(microbatch_group_size_per_vp_stage), "N", 1, 1e6, "interleaved schedule: "
      "microbatches each chunk runs before the next chunk takes over, p <= N <= m (default p)"},
@@ -6218,8 +6218,11 @@ static int mg__pipe_configure(mg_trainer *tr, char *err, size_t errlen) {
                            a->pipeline_schedule_file, v, L, p * v);
         }
     } else {
+        /* Megatron-LM's validate_args: one virtual stage per rank is no virtual pipeline
+           (virtual_pipeline_model_parallel_size = None), so 1F1B runs, not the interleaved
+           schedule with its rule on the microbatches */
         kind = mg_train_flag_given(a, "--pipeline-schedule") ? a->pipeline_schedule
-               : K_given ? MG_SCHED_INTERLEAVED : MG_SCHED_1F1B;
+               : v > 1 ? MG_SCHED_INTERLEAVED : MG_SCHED_1F1B;
         sd = mg_schedule_desc_default(kind, p, v, m);
         sd.microbatch_group = (int)a->microbatch_group_size_per_vp_stage;   /* 0: p */
         if (mg_train_flag_given(a, "--microbatch-group-size-per-virtual-pipeline-stage") &&

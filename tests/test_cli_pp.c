@@ -5,6 +5,7 @@
      share; p > 1 without enough ranks), layers and p·v, --num-layers-per-virtual-pipeline-
      stage, the pipeline flags without a pipeline, schedules that cannot run the chunks or
      the microbatches (1F1B or ZB-H1 with v > 1, interleaved with a bad microbatch count;
+     K giving one chunk per rank is 1F1B, as in Megatron-LM, with any microbatch count;
      ZB-H1 with 16 bits and full recomputation is accepted — trained in test_recompute,
      test_mixed and test_dp),
      --pipeline-schedule with --pipeline-schedule-file, schedule files (missing, malformed,
@@ -39,8 +40,9 @@ static void expect_error(int world, const char *what, const char *line, const ch
     mg_test_report(ok, name, "%s", failed ? err : "accepted");
 }
 
-/* On a world of `world` ranks only: the line must pass parse and setup on every rank. */
-static void expect_ok(int world, const char *what, const char *line) {
+/* On a world of `world` ranks only: the line passes parse and setup on every rank and
+   (kind >= 0) builds schedule `kind` with v chunks per rank.                                */
+static void expect_schedule(int world, const char *what, const char *line, int kind, int v) {
     mg_train_args a;
     mg_trainer tr;
     char err[MG_ERRLEN] = {0}, name[300];
@@ -49,9 +51,20 @@ static void expect_ok(int world, const char *what, const char *line) {
     ok = gpt_parse_line(&a, line, err, sizeof err) == 0;
     a.comm = &comm;
     ok = ok && mg_trainer_setup(&tr, &a, err, sizeof err) == 0;
-    if (ok) mg_trainer_free(&tr);
+    if (ok) {
+        if (kind >= 0 && (tr.pipe_sched.kind != kind || tr.vp != v)) {
+            snprintf(err, sizeof err, "schedule %s with v = %d",
+                     mg_schedule_kind_name(tr.pipe_sched.kind), tr.vp);
+            ok = 0;
+        }
+        mg_trainer_free(&tr);
+    }
     snprintf(name, sizeof name, "cli pp (%d rank%s): %s", world, world > 1 ? "s" : "", what);
     mg_test_report(mg_test_agree(ok), name, "%s", err);
+}
+
+static void expect_ok(int world, const char *what, const char *line) {
+    expect_schedule(world, what, line, -1, 0);
 }
 
 /* A valid base: 4 layers, 4 microbatches of 1. */
@@ -112,6 +125,14 @@ static void check_schedules(void) {
     expect_error(2, "interleaved with m = 3 microbatches", BASE "--pipeline-model-parallel-size "
                  "2 --num-layers-per-virtual-pipeline-stage 1 --global-batch-size 3",
                  "m = 3 microbatches must be a multiple of the microbatch group");
+    /* Megatron-LM's validate_args: K = the layers of a rank is one virtual stage, no virtual
+       pipeline (virtual_pipeline_model_parallel_size None): 1F1B, any microbatch count */
+    expect_schedule(2, "K giving one chunk per rank runs 1F1B, m = 3 accepted", BASE
+                    "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 2 "
+                    "--global-batch-size 3", MG_SCHED_1F1B, 1);
+    expect_schedule(2, "K giving two chunks per rank runs the interleaved schedule", BASE
+                    "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1",
+                    MG_SCHED_INTERLEAVED, 2);
     expect_error(2, "microbatch group outside Megatron's rule", BASE "--pipeline-model-parallel-"
                  "size 2 --num-layers-per-virtual-pipeline-stage 1 "
                  "--microbatch-group-size-per-virtual-pipeline-stage 3", "microbatch group");

@@ -931,7 +931,7 @@ typedef struct mg_train_args {
     int enable_cuda_graph;               /* a switch: the optimizer step as one CUDA graph    */
     /* pipeline parallelism                                                                  */
     int64_t pipeline_model_parallel_size, num_layers_per_virtual_pipeline_stage,
-            microbatch_group_size_per_vp_stage;
+            num_virtual_stages_per_pipeline_rank, microbatch_group_size_per_vp_stage;
     int pipeline_schedule;               /* mg_schedule_kind (default 1f1b; interleaved with K)  */
     const char *pipeline_schedule_file, *pipeline_trace;
     double comm_timeout;                 /* --comm-timeout: the program sets comm->timeout_s  */
@@ -4416,6 +4416,10 @@ static const mg__flag mg__flags[] = {
     {"--num-layers-per-virtual-pipeline-stage", MG__F_INT,
      MG__OFF(num_layers_per_virtual_pipeline_stage), "K", 1, 1e6, "interleaved schedule: each "
      "rank holds v = layers/(p*K) model chunks of K layers (rank i: chunks i, i+p, …)"},
+    {"--num-virtual-stages-per-pipeline-rank", MG__F_INT,
+     MG__OFF(num_virtual_stages_per_pipeline_rank), "V", 1, 1e6, "interleaved schedule: "
+     "each rank holds v = V model chunks of layers/(p*V) layers (instead of K; p*V divides "
+     "the layers)"},
     {"--pipeline-schedule", MG__F_CHOICE, MG__OFF(pipeline_schedule),
      "gpipe|1f1b|interleaved|zb-h1", 0, 0, "the order of forward and backward passes (default "
      "1f1b; interleaved when --num-layers-per-virtual-pipeline-stage gives v > 1)"},
@@ -6168,6 +6172,7 @@ static int mg__pipe_configure(mg_trainer *tr, char *err, size_t errlen) {
     const mg_train_args *a = &tr->args;
     int L = tr->cfg.n_layer, p, v = 1, kind;
     int K_given = mg_train_flag_given(a, "--num-layers-per-virtual-pipeline-stage");
+    int V_given = mg_train_flag_given(a, "--num-virtual-stages-per-pipeline-rank");
     int file = a->pipeline_schedule_file != NULL, m = tr->n_micro;
     char why[MG_ERRLEN];
     mg_schedule_desc sd;
@@ -6175,6 +6180,7 @@ static int mg__pipe_configure(mg_trainer *tr, char *err, size_t errlen) {
     tr->vp = 1;
     if (p == 1) {
         const char *needs_p = K_given ? "--num-layers-per-virtual-pipeline-stage" :
+            V_given ? "--num-virtual-stages-per-pipeline-rank" :
             mg_train_flag_given(a, "--microbatch-group-size-per-virtual-pipeline-stage") ?
             "--microbatch-group-size-per-virtual-pipeline-stage" :
             mg_train_flag_given(a, "--pipeline-schedule") ? "--pipeline-schedule" :
@@ -6199,6 +6205,22 @@ static int mg__pipe_configure(mg_trainer *tr, char *err, size_t errlen) {
             return mg__err(err, errlen, "--num-layers-per-virtual-pipeline-stage %lld gives %d "
                            "model chunks per rank, more than %d", (long long)K, v, MG_MAX_CHUNKS);
     }
+    /* Megatron-LM's validate_args: at most one of the two ways to give v */
+    if (K_given && V_given)
+        return mg__err(err, errlen, "--num-layers-per-virtual-pipeline-stage and "
+                       "--num-virtual-stages-per-pipeline-rank exclude each other (both give "
+                       "the model chunks per rank: give one)");
+    if (V_given) {
+        int64_t V = a->num_virtual_stages_per_pipeline_rank;
+        if (V > MG_MAX_CHUNKS)
+            return mg__err(err, errlen, "--num-virtual-stages-per-pipeline-rank %lld: more than "
+                           "%d model chunks per rank", (long long)V, MG_MAX_CHUNKS);
+        if ((L / p) % V)
+            return mg__err(err, errlen, "--num-virtual-stages-per-pipeline-rank %lld does not "
+                           "divide the %d layers of a pipeline rank (--num-layers %d / "
+                           "--pipeline-model-parallel-size %d)", (long long)V, L / p, L, p);
+        v = (int)V;
+    }
     if (file && mg_train_flag_given(a, "--pipeline-schedule"))
         return mg__err(err, errlen, "--pipeline-schedule and --pipeline-schedule-file exclude "
                        "each other (give one)");
@@ -6206,7 +6228,8 @@ static int mg__pipe_configure(mg_trainer *tr, char *err, size_t errlen) {
         return mg__err(err, errlen, "--microbatch-group-size-per-virtual-pipeline-stage applies "
                        "to the built-in interleaved schedule, not to --pipeline-schedule-file");
     if (file) {
-        if (mg_schedule_load(&tr->pipe_sched, a->pipeline_schedule_file, p, K_given ? v : 0, m, why,
+        if (mg_schedule_load(&tr->pipe_sched, a->pipeline_schedule_file, p,
+                             K_given || V_given ? v : 0, m, why,
                              sizeof why))
             return mg__err(err, errlen, "--pipeline-schedule-file %s: %s",
                            a->pipeline_schedule_file, why);

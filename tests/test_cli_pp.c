@@ -6,6 +6,7 @@
      stage, the pipeline flags without a pipeline, schedules that cannot run the chunks or
      the microbatches (1F1B or ZB-H1 with v > 1, interleaved with a bad microbatch count;
      K giving one chunk per rank is 1F1B, as in Megatron-LM, with any microbatch count;
+     --num-virtual-stages-per-pipeline-rank V: v = V, not with K, V dividing a rank's layers;
      ZB-H1 with 16 bits and full recomputation is accepted — trained in test_recompute,
      test_mixed and test_dp),
      --pipeline-schedule with --pipeline-schedule-file, schedule files (missing, malformed,
@@ -133,6 +134,25 @@ static void check_schedules(void) {
     expect_schedule(2, "K giving two chunks per rank runs the interleaved schedule", BASE
                     "--pipeline-model-parallel-size 2 --num-layers-per-virtual-pipeline-stage 1",
                     MG_SCHED_INTERLEAVED, 2);
+    /* Megatron-LM's other name for v: --num-virtual-stages-per-pipeline-rank V */
+    expect_schedule(2, "V = 2 chunks per rank runs the interleaved schedule", BASE
+                    "--pipeline-model-parallel-size 2 --num-virtual-stages-per-pipeline-rank 2",
+                    MG_SCHED_INTERLEAVED, 2);
+    expect_schedule(2, "V = 1 runs 1F1B, m = 3 accepted", BASE "--pipeline-model-parallel-size "
+                    "2 --num-virtual-stages-per-pipeline-rank 1 --global-batch-size 3",
+                    MG_SCHED_1F1B, 1);
+    expect_error(2, "K with V", BASE "--pipeline-model-parallel-size 2 "
+                 "--num-layers-per-virtual-pipeline-stage 1 "
+                 "--num-virtual-stages-per-pipeline-rank 2",
+                 "--num-layers-per-virtual-pipeline-stage and "
+                 "--num-virtual-stages-per-pipeline-rank exclude each other");
+    expect_error(2, "V does not divide a rank's layers", BASE "--pipeline-model-parallel-size 2 "
+                 "--num-virtual-stages-per-pipeline-rank 3",
+                 "--num-virtual-stages-per-pipeline-rank 3 does not divide the 2 layers of a "
+                 "pipeline rank");
+    expect_error(1, "V without a pipeline", BASE "--num-virtual-stages-per-pipeline-rank 2",
+                 "--num-virtual-stages-per-pipeline-rank needs --pipeline-model-parallel-size "
+                 "> 1");
     expect_error(2, "microbatch group outside Megatron's rule", BASE "--pipeline-model-parallel-"
                  "size 2 --num-layers-per-virtual-pipeline-stage 1 "
                  "--microbatch-group-size-per-virtual-pipeline-stage 3", "microbatch group");

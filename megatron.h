@@ -5709,14 +5709,17 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
     }
     if (mg_train_flag_given(a, "--save-interval") && !a->save)
         return mg__err(err, errlen, "--save-interval needs --save DIR (where to write)");
-    if (a->recompute_granularity != MG_RECOMPUTE_FULL &&
+    /* Megatron-LM: validate_args asserts no method with selective, TransformerConfig's
+       __post_init__ no layer count with selective; without a granularity neither is
+       looked at (accepted, and nothing is recomputed) */
+    if (a->recompute_granularity == MG_RECOMPUTE_SELECTIVE &&
         (mg_train_flag_given(a, "--recompute-method") ||
          mg_train_flag_given(a, "--recompute-num-layers")))
-        return mg__err(err, errlen, "%s applies to --recompute-granularity full only (add "
-                       "--recompute-granularity full, or leave it out)",
+        return mg__err(err, errlen, "%s applies to --recompute-granularity full only, not to "
+                       "selective (use --recompute-granularity full, or leave it out)",
                        mg_train_flag_given(a, "--recompute-method") ? "--recompute-method" :
                        "--recompute-num-layers");
-    if (a->recompute_num_layers > 0 && a->num_layers > 0 &&
+    if (a->recompute_granularity == MG_RECOMPUTE_FULL && a->num_layers > 0 &&
         a->recompute_num_layers > a->num_layers)
         return mg__err(err, errlen, "--recompute-num-layers %lld: must be 1 … --num-layers %lld",
                        (long long)a->recompute_num_layers, (long long)a->num_layers);
@@ -6648,7 +6651,8 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     layout.sequence_parallel = a->sequence_parallel;
     layout.recompute_granularity = a->recompute_granularity;
     layout.recompute_method = a->recompute_method;
-    layout.recompute_num_layers = (int)a->recompute_num_layers;
+    layout.recompute_num_layers = a->recompute_granularity == MG_RECOMPUTE_FULL
+                                      ? (int)a->recompute_num_layers : 0;   /* full only */
     layout.attention_backend = a->attention_backend == 2 || a->attention_backend == 4
                                    ? MG_ATTN_UNFUSED : MG_ATTN_FLASH;   /* unfused, local */
     layout.classifier_chunk_rows = a->classifier_chunk_rows > INT32_MAX

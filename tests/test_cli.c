@@ -171,8 +171,9 @@ static void check_required_and_sizes(void) {
     expect_error("global batch not a multiple", BASE "--micro-batch-size 4 --global-batch-size 6",
                  "^--global-batch-size 6 is not a multiple of --micro-batch-size 4 (gradients "
                  "accumulate over whole microbatches: use a multiple of 4, e.g. 8)");
-    expect_error("recompute layers without full", BASE "--recompute-num-layers 1",
-                 "^--recompute-num-layers applies to --recompute-granularity full only");
+    expect_error("recompute layers with selective", BASE "--recompute-granularity selective "
+                 "--recompute-num-layers 1", "^--recompute-num-layers applies to "
+                 "--recompute-granularity full only, not to selective");
     expect_error("warm-up not shorter than decay", BASE "--lr-warmup-iters 5 --lr-decay-iters 5",
                  "^--lr-warmup-iters 5: the warm-up must be shorter than the decay, "
                  "--lr-decay-iters 5 (default: --train-iters)");

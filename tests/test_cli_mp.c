@@ -2,7 +2,8 @@
 /* test_cli_mp.c — the recomputation and mixed-precision flags of gpt_train (issue 8).
    Bad combinations are refused with one line "what is wrong, what would be valid", on every
    rank, before any communication: --bf16 with --fp16; loss-scale flags without --fp16;
-   --recompute-method / --recompute-num-layers without --recompute-granularity full; more
+   --recompute-method / --recompute-num-layers with --recompute-granularity selective (without
+   a granularity they are accepted and ignored, as in Megatron-LM); more
    recomputed layers than layers; an unknown granularity; --hysteresis 0; a minimum loss
    scale above the initial one. Then, from the 1-rank run, the program itself: an fp16 run
    with selective recomputation prints its precision line, the loss scale in Megatron's log
@@ -14,7 +15,9 @@
 static mg_comm comm;
 static int world;
 
-static void expect_error(const char *what, const char *line, const char *want) {
+/* The line must fail with one line containing want on every rank, before any tensor-group
+   communication; want NULL: it must be accepted (parse and setup) on every rank. */
+static void expect_verdict(const char *what, const char *line, const char *want) {
     mg_train_args a;
     mg_trainer tr;
     char err[MG_ERRLEN] = {0}, name[300];
@@ -25,12 +28,13 @@ static void expect_error(const char *what, const char *line, const char *want) {
         failed = mg_trainer_setup(&tr, &a, err, sizeof err) != 0;
         if (!failed) mg_trainer_free(&tr);
     }
-    ok = failed && strstr(err, want) && !strchr(err, '\n') &&
-         comm.bytes_sent[MG_GROUP_TENSOR] == sent;
+    ok = want ? failed && strstr(err, want) && !strchr(err, '\n') &&
+                    comm.bytes_sent[MG_GROUP_TENSOR] == sent
+              : !failed;
     snprintf(name, sizeof name, "cli mp (%d rank%s): %s", world, world > 1 ? "s" : "", what);
     if (!ok)
         fprintf(stderr, "rank %d: %s: got '%s', want '%s'\n", comm.world_rank, what,
-                failed ? err : "accepted", want);
+                failed ? err : "accepted", want ? want : "accepted");
     mg_test_report(mg_test_agree(ok), name, "%s", failed ? err : "accepted");
 }
 
@@ -41,34 +45,40 @@ static void expect_error(const char *what, const char *line, const char *want) {
 static void check_library(void) {
     char line[1024];
     snprintf(line, sizeof line, BASE "--tensor-model-parallel-size %d --bf16 --fp16", world);
-    expect_error("--bf16 with --fp16", line, "--bf16 and --fp16 exclude each other");
+    expect_verdict("--bf16 with --fp16", line, "--bf16 and --fp16 exclude each other");
     snprintf(line, sizeof line, BASE "--tensor-model-parallel-size %d --bf16 --loss-scale 8",
              world);
-    expect_error("--loss-scale without --fp16", line, "--loss-scale applies to --fp16 only");
+    expect_verdict("--loss-scale without --fp16", line, "--loss-scale applies to --fp16 only");
     snprintf(line, sizeof line, BASE "--tensor-model-parallel-size %d --hysteresis 3", world);
-    expect_error("--hysteresis without --fp16", line, "--hysteresis applies to --fp16 only");
+    expect_verdict("--hysteresis without --fp16", line, "--hysteresis applies to --fp16 only");
     snprintf(line, sizeof line, BASE "--tensor-model-parallel-size %d --fp16 --hysteresis 0",
              world);
-    expect_error("--hysteresis 0", line, "--hysteresis 0: out of range");
+    expect_verdict("--hysteresis 0", line, "--hysteresis 0: out of range");
     snprintf(line, sizeof line, BASE "--tensor-model-parallel-size %d --fp16 "
              "--initial-loss-scale 4 --min-loss-scale 8", world);
-    expect_error("min loss scale above the initial", line,
+    expect_verdict("min loss scale above the initial", line,
                  "--min-loss-scale 8 is larger than --initial-loss-scale 4");
-    snprintf(line, sizeof line, BASE "--tensor-model-parallel-size %d --recompute-method block",
-             world);
-    expect_error("--recompute-method without full", line,
-                 "--recompute-method applies to --recompute-granularity full only");
+    /* Megatron-LM looks at the method and the layer count only with a granularity */
+    snprintf(line, sizeof line, BASE "--tensor-model-parallel-size %d --recompute-method block "
+             "--recompute-num-layers 3", world);
+    expect_verdict("--recompute-method and --recompute-num-layers without a granularity are "
+                 "accepted", line, NULL);
+    snprintf(line, sizeof line, BASE "--tensor-model-parallel-size %d --recompute-granularity "
+             "selective --recompute-method uniform", world);
+    expect_verdict("--recompute-method with selective", line,
+                 "--recompute-method applies to --recompute-granularity full only, not to "
+                 "selective");
     snprintf(line, sizeof line, BASE "--tensor-model-parallel-size %d --recompute-granularity "
              "selective --recompute-num-layers 1", world);
-    expect_error("--recompute-num-layers with selective", line,
+    expect_verdict("--recompute-num-layers with selective", line,
                  "--recompute-num-layers applies to --recompute-granularity full only");
     snprintf(line, sizeof line, BASE "--tensor-model-parallel-size %d --recompute-granularity "
              "full --recompute-num-layers 3", world);
-    expect_error("more recomputed layers than layers", line,
+    expect_verdict("more recomputed layers than layers", line,
                  "--recompute-num-layers 3: must be 1 … --num-layers 2");
     snprintf(line, sizeof line, BASE "--tensor-model-parallel-size %d --recompute-granularity "
              "layer", world);
-    expect_error("unknown granularity", line,
+    expect_verdict("unknown granularity", line,
                  "--recompute-granularity layer: invalid choice (expected one of "
                  "none|selective|full)");
 }

@@ -215,6 +215,10 @@ int main(int argc, char **argv) {
                    tr.cfg.untie_embeddings ? "untied" : "tied",
                    k.bias ? "biases" : k.qkv_bias ? "Q/K/V biases only" : "no biases");
         }
+        if (tr.args.sequence_parallel && tr.model.layout.tp_size == 1)   /* Megatron warns too */
+            fprintf(stderr, "gpt_train: warning: --sequence-parallel is off: it needs "
+                    "--tensor-model-parallel-size > 1 (Megatron-LM: \"Disabling sequence "
+                    "parallelism because tensor model parallelism is disabled\")\n");
         if (tr.model.layout.tp_size > 1)
             printf("gpt_train: tensor-parallel size %d%s\n", tr.model.layout.tp_size,
                    tr.model.tf.tp.sequence_parallel ? ", sequence parallel" : "");

@@ -6,7 +6,8 @@
      world size not a multiple of --tensor-model-parallel-size; ranks left over for data
      parallelism with a global batch they cannot share; hidden size or heads not divisible by t; sequence
      length not divisible by t with --sequence-parallel; --sequence-parallel given a value;
-     dropout probabilities outside [0, 1); t out of range.
+     dropout probabilities outside [0, 1); t out of range. --sequence-parallel with t = 1 runs
+     with one warning that it is off (Megatron-LM's validate_args).
    Checked through the library (mg_train_parse + mg_trainer_setup with the job's comm) on 1, 2
    and 4 ranks, and, from the 1-rank run, through the program itself launched by mpirun on 2
    ranks: exit status 2 and exactly one error line for the whole job.                       */
@@ -96,8 +97,18 @@ static int program_errors(const char *flags, int *status, char *first, size_t ca
     return gpt_mpirun_train(2, args, status, first, cap, NULL, NULL);
 }
 
+/* on_line of gpt_mpirun_train: counts the lines that begin with prefix. */
+typedef struct { const char *prefix; int count; } line_count;
+static void count_lines(const char *line, void *user) {
+    line_count *c = (line_count *)user;
+    if (!strncmp(line, c->prefix, strlen(c->prefix))) c->count++;
+}
+
 static void check_program(void) {
     char first[1024];
+    line_count warning = {"gpt_train: warning: --sequence-parallel is off: it needs "
+                          "--tensor-model-parallel-size > 1", 0};
+    char args[2048];
     int status, n;
     if (access("build/gpt_train", X_OK) != 0) {
         mg_test_report(0, "cli tp: build/gpt_train exists", "build it with make build/gpt_train");
@@ -114,6 +125,13 @@ static void check_program(void) {
     mg_test_report(n == 1 && status == 2 && strstr(first, "--seq-length 15 is not divisible"),
                    "cli tp: mpirun -np 2 gpt_train --sequence-parallel with an odd sequence: one "
                    "error line, exit status 2", "%d lines, status %d: %s", n, status, first);
+    /* Megatron-LM's validate_args turns it off with t = 1 and warns once (warn_rank_0) */
+    snprintf(args, sizeof args, BASE "--hidden-size 32 --num-attention-heads 4 "
+             "--sequence-parallel --log-interval 1");
+    n = gpt_mpirun_train(2, args, &status, first, sizeof first, count_lines, &warning);
+    mg_test_report(n == 0 && status == 0 && warning.count == 1, "cli tp: mpirun -np 2 "
+                   "gpt_train --sequence-parallel with t = 1 trains and warns once that it is "
+                   "off", "%d error lines, status %d, %d warnings", n, status, warning.count);
     n = program_errors("--hidden-size 32 --num-attention-heads 4 --global-batch-size 1", &status,
                        first, sizeof first);
     mg_test_report(n == 1 && status == 2 && strstr(first, "data-parallel replicas"),

@@ -60,9 +60,9 @@
    CONVENTIONS (see mg_tensor.h for the op-level ones)
      - T = sequence length, B = micro-batch size, N = T·B activation rows (sequence-major: row
        r = t·B + b), C = hidden size, nh = heads, hd = C/nh, V = vocabulary, Vp = V padded to a
-       multiple of 128·t (the padding rows never enter the softmax or the loss; they are
-       initialised to zero, stay zero, and checkpoints store only the V real rows, so files
-       and initialisation do not depend on t).
+       multiple of N·t (N: --make-vocab-size-divisible-by, default 128; the padding rows never
+       enter the softmax or the loss; they are initialised to zero, stay zero, and checkpoints
+       store only the V real rows, so files and initialisation depend on neither N nor t).
      - Linear weights are (out, in). The QKV weight's output rows are ordered (head, {q,k,v},
        hd) — Megatron's interleaved layout — so a tensor-parallel rank owns a contiguous block
        of rows (its heads); with grouped-query attention, per key/value group: its query
@@ -101,7 +101,9 @@ typedef struct mg_gpt_config {
     int seq_len;          /* --seq-length, T (tokens a sample is trained on)                    */
     int max_pos;          /* --max-position-embeddings (rows of the position embedding, >= T)   */
     int vocab_size;       /* --vocab-size, V: the real token ids 0 … V-1                        */
-    int padded_vocab;     /* Vp: V rounded up to a multiple of 128·t (mg_gpt_pad_vocab)         */
+    int padded_vocab;     /* Vp: V rounded up to a multiple of N·t (mg_gpt_pad_vocab; N:
+                             --make-vocab-size-divisible-by, default 128); any Vp >= V that t
+                             divides works: the padding rows never enter the softmax          */
     /* dropout (training only; 0 = off): Megatron's --hidden-dropout after the embedding and
        after attention-out and MLP-down (before the residual add), --attention-dropout on the
        attention probabilities. Masks come from the counter-based generator keyed by
@@ -140,8 +142,9 @@ MGDEF int mg_gpt_is_gpt2(const mg_gpt_config *cfg);
 MGDEF mg_layer_config mg_gpt_layer_config(const mg_gpt_config *cfg, int micro_batch,
                                           mg_dtype dtype);
 
-/* Megatron's --make-vocab-size-divisible-by 128, times the tensor-parallel size. */
-MGDEF int mg_gpt_pad_vocab(int vocab_size, int tp_size);
+/* V rounded up to a multiple of divisor·tp_size, as Megatron-LM pads the vocabulary to
+   --make-vocab-size-divisible-by (its default 128) times the tensor-parallel size.        */
+MGDEF int mg_gpt_pad_vocab(int vocab_size, int divisor, int tp_size);
 /* Checks sizes and divisibility (heads divide C, T <= max positions, …) for tp_size ranks.
    Returns 0, or -1 with a one-line reason (what is wrong, what would be valid) in err.        */
 MGDEF int mg_gpt_config_check(const mg_gpt_config *cfg, int tp_size, char *err, size_t errlen);
@@ -242,7 +245,7 @@ MGDEF mg_gpt_layout mg_gpt_layout_single(const mg_gpt_config *cfg, int micro_bat
                                          int max_microbatches, int n_chunks);
 /* Makes a layout tensor-parallel over comm's tensor group (set up by mg_comm_setup_groups):
    tp_rank/tp_size from the group, sequence parallelism on or off. cfg->padded_vocab must be
-   a multiple of 128·tp_size (mg_gpt_pad_vocab).                                            */
+   a multiple of tp_size (mg_gpt_pad_vocab).                                               */
 MGDEF void mg_gpt_layout_tp(mg_gpt_layout *layout, mg_comm *comm, int sequence_parallel);
 /* Makes a layout context-parallel over comm's context group (mg_comm_setup_groups_cp):
    cp_rank/cp_size from the group. --seq-length must divide into 2·cp_size chunks.          */
@@ -906,6 +909,7 @@ typedef struct mg_train_args {
     mg_str_list data_path, train_data_path, valid_data_path, test_data_path;
     /* parallelism and regularisation                                                        */
     int64_t tensor_model_parallel_size;
+    int64_t make_vocab_size_divisible_by; /* N: the vocabulary is padded to a multiple of N·t */
     int64_t context_parallel_size;       /* c: ranks that split every sequence (default 1)     */
     int sequence_parallel;               /* a switch: given = 1                                */
     int use_distributed_optimizer;       /* a switch: ZeRO-1 over the data-parallel group     */
@@ -937,6 +941,8 @@ typedef struct mg_train_args {
     double comm_timeout;                 /* --comm-timeout: the program sets comm->timeout_s  */
     int help;
     unsigned char given[256];            /* given[i]: flag i of the table was on the line     */
+    unsigned char compat_given[64];      /* row i of Megatron-LM's compatibility flags (a
+                                            switch, or the value of a valued one) was given   */
 } mg_train_args;
 
 /* Defaults (Megatron-LM's where it has them). */
@@ -951,6 +957,9 @@ MGDEF int mg_train_flag_given(const mg_train_args *a, const char *flag); /* "--l
    refuses.                                                                                 */
 MGDEF int mg_train_model_check(int argc, char **argv, char *err, size_t errlen);
 MGDEF void mg_train_print_help(FILE *out, const char *prog);
+/* One line "PROG: warning: FLAG VALUE: why" on out for each Megatron-LM flag given that is
+   accepted but does not apply literally (--transformer-impl transformer_engine, …).        */
+MGDEF void mg_train_print_compat_notes(const mg_train_args *a, FILE *out, const char *prog);
 /* Flag i of the table ("--lr"; NULL past the last one) and the --help group it is listed
    under (*group: "learning rate"), for tools and tests that walk the command line.        */
 MGDEF const char *mg_train_flag_name(int i, const char **group);
@@ -1199,8 +1208,8 @@ static int mg__path(char *out, size_t cap, const char *fmt, ...) {
 /* =============================================================================================
    1. Configuration
    ========================================================================================== */
-MGDEF int mg_gpt_pad_vocab(int vocab_size, int tp_size) {
-    int64_t mult = 128 * (int64_t)(tp_size > 0 ? tp_size : 1);
+MGDEF int mg_gpt_pad_vocab(int vocab_size, int divisor, int tp_size) {
+    int64_t mult = (int64_t)(divisor > 0 ? divisor : 1) * (tp_size > 0 ? tp_size : 1);
     return (int)((vocab_size + mult - 1) / mult * mult);
 }
 
@@ -1269,9 +1278,9 @@ MGDEF int mg_gpt_config_check(const mg_gpt_config *c, int tp_size, char *err, si
                        "%d (it must be >= the sequence length)", c->max_pos, c->seq_len);
     if (c->vocab_size < 2 || c->vocab_size > 1 << 30)
         return mg__err(err, errlen, "--vocab-size %d: must be in 2 … %d", c->vocab_size, 1 << 30);
-    if (c->padded_vocab < c->vocab_size || c->padded_vocab % (128 * tp_size))
+    if (c->padded_vocab < c->vocab_size || c->padded_vocab % tp_size)
         return mg__err(err, errlen, "padded vocabulary %d: must be >= %d and a multiple of %d",
-                       c->padded_vocab, c->vocab_size, 128 * tp_size);
+                       c->padded_vocab, c->vocab_size, tp_size);
     /* Sizes are ints in the GEMM seam: every dimension product that becomes one must fit. */
     if ((int64_t)c->hidden * 4 > INT32_MAX / 4)
         return mg__err(err, errlen, "--hidden-size %d: at most %d (sizes in the GEMM seam are "
@@ -4235,7 +4244,11 @@ static const mg__flag mg__flags[] = {
      "rows of the position embedding, >= --seq-length (default: --seq-length)"},
     {"--vocab-size", MG__F_INT, MG__OFF(vocab_size), "V", 2, 1 << 30,
      "vocabulary size; every token id of the data must be below it; padded to a multiple of "
-     "128·t inside the model (t: --tensor-model-parallel-size)"},
+     "N·t inside the model (N: --make-vocab-size-divisible-by, t: "
+     "--tensor-model-parallel-size)"},
+    {"--make-vocab-size-divisible-by", MG__F_INT, MG__OFF(make_vocab_size_divisible_by), "N",
+     1, 1 << 20, "pad the vocabulary to a multiple of N·t (default 128); the padding rows never "
+     "enter the softmax or the loss, and checkpoints hold the V real rows"},
     {"--normalization", MG__F_CHOICE, MG__OFF(normalization), "LayerNorm|RMSNorm", 0, 0,
      "the norms of the layers and the final norm (default LayerNorm; RMSNorm has no bias)"},
     {"--norm-epsilon", MG__F_FLOAT, MG__OFF(norm_epsilon), "EPS", 1e-30, 0.5,
@@ -4529,6 +4542,131 @@ static const mg__flag mg__flags[] = {
 #define MG__NFLAGS ((int)(sizeof mg__flags / sizeof mg__flags[0]))
 typedef char mg__flags_fit_given[MG__NFLAGS <= 256 ? 1 : -1]; /* mg_train_args.given[256] */
 
+/* Megatron-LM flags taken for compatibility (docs/training-cli.md, "Megatron-LM flags
+   accepted for compatibility"): launch scripts written for Megatron-LM carry switches that
+   pick its kernels, fusions and implementations, and flags of features megatron.h lacks. One
+   row per flag (or per flag and group of values): what happens here, and why —
+   - MG__COMPAT_SAME: accepted; the run is what megatron.h always does (text: why);
+   - MG__COMPAT_NOTE: accepted, but it does not apply literally: the text is printed once as a
+     warning (mg_train_print_compat_notes) and the run goes on;
+   - MG__COMPAT_ALIAS: Megatron's older spelling of one of our flags (text: "--flag value"),
+     applied after the command line is read, as Megatron's validate_args overrides;
+   - MG__COMPAT_REFUSED: it would change the numbers and megatron.h does not implement it: an
+     error naming it (text: what is missing).
+   values: NULL for a switch; "N" a whole number >= 0; "DIR" any text; else the words "a|b"
+   this row takes (a flag's rows together give its choices). A refused flag is refused by its
+   name, before its value is read, unless its row lists words.                                */
+typedef enum { MG__COMPAT_SAME, MG__COMPAT_NOTE, MG__COMPAT_ALIAS, MG__COMPAT_REFUSED }
+    mg__compat_kind;
+typedef struct mg__compat_flag {
+    const char *name, *values;
+    mg__compat_kind kind;
+    const char *text;
+} mg__compat_flag;
+#define MG__FUSION "a kernel fusion: megatron.h's kernels are its own, the math is the same"
+#define MG__NO_RNG "no random state is saved: dropout masks and the data order are functions " \
+    "of --seed, the iteration and the sample"
+static const mg__compat_flag mg__compat_flags[] = {
+    {"--use-mcore-models", NULL, MG__COMPAT_SAME, "Megatron-LM's default model classes "
+     "(the flag is deprecated there): megatron.h has one implementation"},
+    {"--transformer-impl", "local", MG__COMPAT_SAME, "megatron.h's own layers are local ones"},
+    {"--transformer-impl", "transformer_engine", MG__COMPAT_NOTE, "no Transformer Engine "
+     "here: megatron.h's own layers run (the same math)"},
+    {"--use-flash-attn", NULL, MG__COMPAT_SAME, "the default attention is flash attention "
+     "(tiled, online softmax: --attention-backend flash); refused with --attention-backend "
+     "unfused or local"},
+    {"--attention-softmax-in-fp32", NULL, MG__COMPAT_SAME, "the softmax statistics are fp32 "
+     "in every precision"},
+    {"--apply-query-key-layer-scaling", NULL, MG__COMPAT_SAME, "Megatron divides the scores "
+     "by the layer number and multiplies them back inside its fp32 softmax: the same "
+     "probabilities as without it (megatron.h's softmax is fp32)"},
+    {"--masked-softmax-fusion", NULL, MG__COMPAT_SAME, MG__FUSION},
+    {"--no-masked-softmax-fusion", NULL, MG__COMPAT_SAME, MG__FUSION},
+    {"--bias-gelu-fusion", NULL, MG__COMPAT_SAME, MG__FUSION},
+    {"--no-bias-gelu-fusion", NULL, MG__COMPAT_SAME, MG__FUSION},
+    {"--no-bias-dropout-fusion", NULL, MG__COMPAT_SAME, MG__FUSION},
+    {"--no-bias-swiglu-fusion", NULL, MG__COMPAT_SAME, MG__FUSION},
+    {"--no-rope-fusion", NULL, MG__COMPAT_SAME, MG__FUSION},
+    {"--no-gradient-accumulation-fusion", NULL, MG__COMPAT_SAME, "weight gradients "
+     "accumulate in fp32 either way (Megatron's fusion only writes them in place)"},
+    {"--cross-entropy-loss-fusion", NULL, MG__COMPAT_SAME, "the output layer and the "
+     "cross-entropy are always fused (--classifier-chunk-rows)"},
+    {"--accumulate-allreduce-grads-in-fp32", NULL, MG__COMPAT_SAME, "gradients are "
+     "accumulated and reduced in fp32 in every precision"},
+    {"--overlap-grad-reduce", NULL, MG__COMPAT_SAME, "each gradient bucket's reduction "
+     "already starts while the backward goes on (docs/parallelism.md)"},
+    {"--overlap-param-gather", NULL, MG__COMPAT_SAME, "a scheduling choice: the updated "
+     "parameters are all-gathered after the step, the same weights; needs "
+     "--use-distributed-optimizer and --overlap-grad-reduce, as in Megatron-LM"},
+    {"--ddp-average-in-collective", NULL, MG__COMPAT_SAME, "the data-parallel reduction sums "
+     "gradients seeded with 1/(global tokens): the same mean"},
+    {"--no-async-tensor-model-parallel-allreduce", NULL, MG__COMPAT_SAME, "a scheduling "
+     "choice of Megatron's: the all-reduce and its result are the same"},
+    {"--distributed-backend", "nccl", MG__COMPAT_SAME, "ranks talk through MPI, and NCCL on "
+     "GPUs"},
+    {"--distributed-backend", "gloo", MG__COMPAT_NOTE, "ranks talk through MPI (NCCL on "
+     "GPUs), not gloo: the same sums"},
+    {"--use-cpu-initialization", NULL, MG__COMPAT_SAME, "the initial weights are drawn "
+     "from --seed by global position: the same on every device and layout"},
+    {"--empty-unused-memory-level", "0|1|2", MG__COMPAT_SAME, "memory is preallocated arenas; "
+     "there is no allocator cache to empty"},
+    {"--num-workers", "N", MG__COMPAT_SAME, "samples are read by the training thread from the "
+     "mapped data files"},
+    {"--dataloader-type", "single", MG__COMPAT_SAME, "Megatron's default: each sample once, "
+     "in the dataset's shuffled order"},
+    {"--dataloader-type", "cyclic|external", MG__COMPAT_REFUSED, "megatron.h reads the samples "
+     "in the order of --dataloader-type single (Megatron's default)"},
+    {"--no-create-attention-mask-in-dataloader", NULL, MG__COMPAT_SAME, "the causal mask is "
+     "never materialised"},
+    {"--data-cache-path", "DIR", MG__COMPAT_SAME, "the sample index is built in memory at "
+     "startup; nothing is cached"},
+    {"--no-load-rng", NULL, MG__COMPAT_SAME, MG__NO_RNG},
+    {"--no-save-rng", NULL, MG__COMPAT_SAME, MG__NO_RNG},
+    {"--ckpt-format", "torch|torch_dist|torch_dcp|zarr|fsdp_dtensor", MG__COMPAT_NOTE,
+     "checkpoints are megatron.h's layout-free safetensors (docs/checkpoints.md), not "
+     "Megatron-LM's files: they load here under any layout, not in Megatron-LM"},
+    {"--recompute-activations", NULL, MG__COMPAT_ALIAS, "--recompute-granularity selective"},
+    {"--use-rotary-position-embeddings", NULL, MG__COMPAT_ALIAS,
+     "--position-embedding-type rope"},
+    {"--eod-mask-loss", NULL, MG__COMPAT_REFUSED, "every target token counts in the loss, the "
+     "end-of-document token too"},
+    {"--reset-position-ids", NULL, MG__COMPAT_REFUSED, "positions run over the whole "
+     "sequence, across document boundaries"},
+    {"--reset-attention-mask", NULL, MG__COMPAT_REFUSED, "attention is causal over the whole "
+     "sequence, across document boundaries"},
+    {"--qk-layernorm", NULL, MG__COMPAT_REFUSED, "no norm on queries and keys"},
+    {"--train-samples", "N", MG__COMPAT_REFUSED, "training is counted in iterations: give "
+     "--train-iters (samples / --global-batch-size)"},
+    {"--lr-decay-samples", "N", MG__COMPAT_REFUSED, "the schedule is counted in iterations: "
+     "give --lr-decay-iters"},
+    {"--lr-warmup-samples", "N", MG__COMPAT_REFUSED, "the schedule is counted in iterations: "
+     "give --lr-warmup-iters"},
+    {"--rampup-batch-size", "N", MG__COMPAT_REFUSED, "the global batch is constant "
+     "(--global-batch-size)"},
+    {"--no-load-optim", NULL, MG__COMPAT_REFUSED, "a checkpoint loads with its optimizer and "
+     "schedule (Megatron restarts both but keeps the iteration); --finetune loads its weights "
+     "alone from iteration 0"},
+    {"--no-save-optim", NULL, MG__COMPAT_REFUSED, "a checkpoint always holds the optimizer "
+     "state; --finetune loads a checkpoint's weights alone"},
+};
+#define MG__NCOMPAT ((int)(sizeof mg__compat_flags / sizeof mg__compat_flags[0]))
+typedef char mg__compat_fit_given[MG__NCOMPAT <= 64 ? 1 : -1]; /* mg_train_args.compat_given */
+
+/* The first row of the compatibility flag name, or -1. */
+static int mg__compat_index(const char *name) {
+    int i;
+    for (i = 0; i < MG__NCOMPAT; i++)
+        if (!strcmp(mg__compat_flags[i].name, name)) return i;
+    return -1;
+}
+
+static int mg__compat_given(const mg_train_args *a, const char *name) {
+    int i;
+    for (i = 0; i < MG__NCOMPAT; i++)
+        if (a->compat_given[i] && !strcmp(mg__compat_flags[i].name, name)) return 1;
+    return 0;
+}
+
 MGDEF void mg_train_args_default(mg_train_args *a) {
     memset(a, 0, sizeof *a);
     a->micro_batch_size = 1;
@@ -4543,6 +4681,7 @@ MGDEF void mg_train_args_default(mg_train_args *a) {
     a->adam_eps = 1e-8;
     a->seed = 1234;
     a->tensor_model_parallel_size = 1;
+    a->make_vocab_size_divisible_by = 128;
     a->context_parallel_size = 1;
     a->log_interval = 100;
     a->tensorboard_log_interval = 1;
@@ -4597,6 +4736,49 @@ static void mg__choice_name(const char *choices, int k, char *out, size_t cap) {
     const char *p = choices;
     while (k-- > 0 && strchr(p, '|')) p = strchr(p, '|') + 1;
     snprintf(out, cap, "%.*s", (int)(strchr(p, '|') ? strchr(p, '|') - p : (long)strlen(p)), p);
+}
+
+/* The command line's word argv[*i] names compatibility row `row`'s flag (name, and the value
+   after '=' at eq or NULL): takes its value (argv[*i + 1] when not after '='), marks the row
+   it matches given, or refuses. 0, or -1 with the line in err.                              */
+static int mg__compat_parse(mg_train_args *a, int row, const char *name, const char *eq,
+                            int argc, char **argv, int *i, char *err, size_t errlen) {
+    const mg__compat_flag *f = &mg__compat_flags[row];
+    const char *value;
+    char choices[160] = "";
+    int k;
+    size_t n = 0;
+    if (f->kind == MG__COMPAT_REFUSED && (!f->values || !strcmp(f->values, "N")))
+        return mg__err(err, errlen, "%s is not supported by megatron.h: %s", name, f->text);
+    if (!f->values) {
+        if (eq) return mg__err(err, errlen, "%s takes no value (give the flag alone to turn it "
+                               "on)", name);
+        a->compat_given[row] = 1;
+        return 0;
+    }
+    if (eq) value = eq + 1;
+    else if (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2)) value = argv[++*i];
+    else value = "";
+    for (k = row; k < MG__NCOMPAT; k++) {   /* the rows of this flag: the one value fits */
+        const mg__compat_flag *g = &mg__compat_flags[k];
+        char *end = NULL;
+        if (strcmp(g->name, name)) continue;
+        n += (size_t)snprintf(choices + n, n < sizeof choices ? sizeof choices - n : 0, "%s%s",
+                              n ? "|" : "", g->values);
+        if (!value[0]) continue;
+        if (!strcmp(g->values, "DIR") || mg__choice(g->values, value, 0) >= 0 ||
+            (!strcmp(g->values, "N") && strtoll(value, &end, 10) >= 0 && !*end)) {
+            if (g->kind == MG__COMPAT_REFUSED)
+                return mg__err(err, errlen, "%s %s is not supported by megatron.h: %s", name,
+                               value, g->text);
+            a->compat_given[k] = 1;
+            return 0;
+        }
+    }
+    if (!value[0]) return mg__err(err, errlen, "%s needs a value (expected %s)", name, choices);
+    return mg__err(err, errlen, "%s %s: invalid %s (expected %s)", name, value,
+                   strcmp(choices, "N") ? "choice" : "value", strcmp(choices, "N") ? choices :
+                   "a whole number >= 0");
 }
 
 /* What a flag's value must be, for messages: "B, a whole number in 1 … 1000000",
@@ -4794,6 +4976,51 @@ static int mg__arg_flag(const char *arg, const char **eq) {
     return strncmp(arg, "--", 2) || !strcmp(name, "--help") ? -1 : mg__flag_index(name);
 }
 
+/* After the command line: Megatron's old spellings take effect (validate_args sets
+   recompute_granularity = 'selective' for --recompute-activations and position_embedding_type
+   = 'rope' for --use-rotary-position-embeddings, whatever else was given), then its checks of
+   the compatibility flags. 0, or -1 with one line in err.                                    */
+static int mg__compat_apply(mg_train_args *a, char *err, size_t errlen) {
+    int i;
+    for (i = 0; i < MG__NCOMPAT; i++) {
+        const mg__compat_flag *f = &mg__compat_flags[i];
+        char flag[64];
+        const char *value;
+        int k;
+        if (!a->compat_given[i] || f->kind != MG__COMPAT_ALIAS) continue;
+        value = strchr(f->text, ' ') + 1;
+        snprintf(flag, sizeof flag, "%.*s", (int)(value - 1 - f->text), f->text);
+        k = mg__flag_index(flag);
+        if (mg__set_flag(a, &mg__flags[k], value, err, errlen)) return -1;
+        a->given[k] = 1;
+    }
+    if (mg__compat_given(a, "--overlap-param-gather") && !a->use_distributed_optimizer)
+        return mg__err(err, errlen, "--overlap-param-gather needs --use-distributed-optimizer "
+                       "(Megatron-LM: '--overlap-param-gather only supported with distributed "
+                       "optimizer')");
+    if (mg__compat_given(a, "--overlap-param-gather") &&
+        !mg__compat_given(a, "--overlap-grad-reduce"))
+        return mg__err(err, errlen, "--overlap-param-gather needs --overlap-grad-reduce "
+                       "(Megatron-LM: 'Must use --overlap-param-gather with "
+                       "--overlap-grad-reduce')");
+    if (mg__compat_given(a, "--use-flash-attn") &&
+        (a->attention_backend == 2 || a->attention_backend == 4))
+        return mg__err(err, errlen, "--use-flash-attn contradicts --attention-backend %s (the "
+                       "T x T attention, not flash): give one of them",
+                       a->attention_backend == 2 ? "unfused" : "local");
+    return 0;
+}
+
+MGDEF void mg_train_print_compat_notes(const mg_train_args *a, FILE *out, const char *prog) {
+    int i;
+    for (i = 0; i < MG__NCOMPAT; i++)
+        if (a->compat_given[i] && mg__compat_flags[i].kind == MG__COMPAT_NOTE)
+            fprintf(out, "%s: warning: %s%s%s: %s\n", prog, mg__compat_flags[i].name,
+                    strchr(mg__compat_flags[i].values, '|') ? "" : " ",   /* the one value */
+                    strchr(mg__compat_flags[i].values, '|') ? "" : mg__compat_flags[i].values,
+                    mg__compat_flags[i].text);
+}
+
 MGDEF int mg_train_parse(mg_train_args *a, int argc, char **argv, char *err, size_t errlen) {
     int i;
     for (i = 1; i < argc; i++) {
@@ -4811,8 +5038,10 @@ MGDEF int mg_train_parse(mg_train_args *a, int argc, char **argv, char *err, siz
             if (mg__arg_flag(name, &eq2) >= 0)
                 return mg__err(err, errlen, "unexpected argument '%s' (did you mean --%s?)", arg,
                                arg);
-            if (i > 1 && (k = mg__arg_flag(argv[i - 1], &eq2)) >= 0 &&
-                mg__flags[k].type == MG__F_SWITCH)
+            if (i > 1 && (((k = mg__arg_flag(argv[i - 1], &eq2)) >= 0 &&
+                           mg__flags[k].type == MG__F_SWITCH) ||
+                          ((k = mg__compat_index(argv[i - 1])) >= 0 &&
+                           !mg__compat_flags[k].values)))
                 return mg__err(err, errlen, "unexpected argument '%s' after %s, which takes no "
                                "value (give the flag alone to turn it on)", arg, argv[i - 1]);
             return mg__err(err, errlen, "unexpected argument '%s' (flags are --name VALUE or "
@@ -4822,6 +5051,10 @@ MGDEF int mg_train_parse(mg_train_args *a, int argc, char **argv, char *err, siz
         snprintf(name, sizeof name, "%.*s", eq ? (int)(eq - arg) : (int)strlen(arg), arg);
         if (!strcmp(name, "--help"))
             return mg__err(err, errlen, "--help takes no value (give it alone)");
+        if (k < 0 && (k = mg__compat_index(name)) >= 0) {   /* one of Megatron's, taken */
+            if (mg__compat_parse(a, k, name, eq, argc, argv, &i, err, errlen)) return -1;
+            continue;
+        }
         if (k < 0) {
             mg__suggest_flag(name, hint, sizeof hint);
             return mg__err(err, errlen, "unknown flag %s%s (see --help for every flag)", name, hint);
@@ -4859,7 +5092,7 @@ MGDEF int mg_train_parse(mg_train_args *a, int argc, char **argv, char *err, siz
         if (mg__set_flag(a, &mg__flags[k], value, err, errlen)) return -1;
         a->given[k] = 1;
     }
-    return 0;
+    return mg__compat_apply(a, err, errlen);
 }
 
 /* text from column `indent` on (the cursor is there), wrapped at 96 columns under it. */
@@ -4924,6 +5157,35 @@ MGDEF void mg_train_print_help(FILE *out, const char *prog) {
         if (f->metavar) snprintf(left, sizeof left, "%s %s", f->name, f->metavar);
         else snprintf(left, sizeof left, "%s", f->name);
         mg__print_wrapped(out, left, f->help);
+    }
+    fprintf(out, "\nMegatron-LM flags accepted for compatibility:\n  ");
+    mg__print_wrapped_text(out, 2, "Megatron-LM's switches of its kernels and implementations, "
+                           "which megatron.h's run already matches (they change nothing), "
+                           "and its older spellings of flags above (docs/training-cli.md)");
+    for (i = 0; i < MG__NCOMPAT; i++) {
+        const mg__compat_flag *f = &mg__compat_flags[i];
+        char left[96], text[400];
+        if (f->kind == MG__COMPAT_REFUSED) continue;
+        snprintf(left, sizeof left, "%s%s%s", f->name, f->values ? " " : "",
+                 f->values ? f->values : "");
+        snprintf(text, sizeof text, "%s%s", f->kind == MG__COMPAT_ALIAS ? "the same as " :
+                 f->kind == MG__COMPAT_NOTE ? "accepted with a warning: " : "", f->text);
+        mg__print_wrapped(out, left, text);
+    }
+    {   /* the refused ones, by name (their reasons: in their error lines) */
+        char names[1024];
+        size_t n = 0;
+        for (i = 0; i < MG__NCOMPAT; i++)
+            if (mg__compat_flags[i].kind == MG__COMPAT_REFUSED)
+                n += (size_t)snprintf(names + n, n < sizeof names ? sizeof names - n : 0,
+                                      "%s%s%s%s", n ? " " : "", mg__compat_flags[i].name,
+                                      mg__compat_flags[i].values && strcmp(mg__compat_flags[i]
+                                      .values, "N") ? " " : "", mg__compat_flags[i].values &&
+                                      strcmp(mg__compat_flags[i].values, "N") ?
+                                      mg__compat_flags[i].values : "");
+        fprintf(out, "\nMegatron-LM flags refused, each with the reason (features megatron.h "
+                "does not have):\n  ");
+        mg__print_wrapped_text(out, 2, names);
     }
     fprintf(out,
         "\nThe log line (every --log-interval iterations) shows iteration, consumed samples,\n"
@@ -5583,7 +5845,7 @@ MGDEF int mg_train_model_check(int argc, char **argv, char *err, size_t errlen) 
     c.seq_len = (int)a.seq_length;
     c.max_pos = (int)(a.max_position_embeddings ? a.max_position_embeddings : a.seq_length);
     c.vocab_size = (int)a.vocab_size;
-    c.padded_vocab = mg_gpt_pad_vocab(c.vocab_size, 1);
+    c.padded_vocab = mg_gpt_pad_vocab(c.vocab_size, (int)a.make_vocab_size_divisible_by, 1);
     mg__llama_config(&a, &c);
     return mg_gpt_config_check(&c, 1, err, errlen);
 }
@@ -6599,7 +6861,8 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         tr->cfg.rope_original_max_pos = (int)st.rope_orig;
     }
     tp = (int)a->tensor_model_parallel_size;
-    tr->cfg.padded_vocab = mg_gpt_pad_vocab(tr->cfg.vocab_size, tp);
+    tr->cfg.padded_vocab = mg_gpt_pad_vocab(tr->cfg.vocab_size,
+                                            (int)a->make_vocab_size_divisible_by, tp);
     if (mg__check_world(a, err, errlen)) goto fail;
     if (srcp && srcp[4] && !mg_train_flag_given(a, "--max-position-embeddings") &&
         tr->cfg.seq_len > tr->cfg.max_pos) {   /* the positions came from the file */

@@ -76,7 +76,8 @@ typedef struct mg_plan_model {
     int hidden_size;           /* h */
     int num_attention_heads;   /* a */
     int seq_length;            /* s */
-    int vocab_size;            /* V (padded to a multiple of 128·t for the compute, as Megatron) */
+    int vocab_size;            /* V (padded to a multiple of N·t for the compute, as Megatron) */
+    int make_vocab_size_divisible_by; /* N, --make-vocab-size-divisible-by (0: 128)           */
     /* The Llama family, gpt_train's flags (Megatron-LM's names); zero everywhere is GPT-2, so
        a model that sets only the five sizes above is the paper's GPT.                        */
     int num_query_groups;      /* g, --num-query-groups: key/value heads (0: a, one per head)  */
@@ -863,7 +864,7 @@ typedef struct mg__plan_env {
     const mg_plan_layout *L;
     int e;                      /* bytes per activation/weight element                      */
     double peak;                /* GEMM FLOP/s at this precision                            */
-    double vocab_padded;        /* V rounded up to a multiple of 128·t                       */
+    double vocab_padded;        /* V rounded up to a multiple of N·t                         */
     double tokens;              /* b·s/c, rows of every activation of a microbatch           */
     double c;                   /* context-parallel size                                      */
     double r;                   /* 1/t under sequence parallelism, else 1                    */
@@ -1091,7 +1092,11 @@ MGDEF int mg_plan_evaluate(const mg_plan_model *m, const mg_plan_training *tr,
     env.m = m; env.tr = tr; env.cl = cl; env.L = L;
     env.e = (int)e;
     env.peak = g->peak_tflops * 1e12 * (tr->precision == MG_PLAN_FP32 ? g->fp32_ratio : 1.0);
-    env.vocab_padded = ceil((double)m->vocab_size / (128.0 * L->t)) * 128.0 * L->t;
+    {   /* Megatron's padding: a multiple of N·t */
+        double mult = (m->make_vocab_size_divisible_by > 0 ? m->make_vocab_size_divisible_by
+                                                           : 128) * (double)L->t;
+        env.vocab_padded = ceil((double)m->vocab_size / mult) * mult;
+    }
     env.c = mg__plan_c(L);
     env.tokens = (double)L->micro_batch_size * m->seq_length / env.c;
     env.r = L->sequence_parallel ? 1.0 / L->t : 1.0;
@@ -1594,7 +1599,8 @@ static int mg__plan_parse_choice(const char *flag, const char *val, const char *
 
 static const char *mg__plan_usage =
     "usage: mg_plan --num-layers L --hidden-size H --num-attention-heads A --seq-length S\n"
-    "               [--vocab-size V (51200)] --global-batch-size B --gpus N [options]\n"
+    "               [--vocab-size V (51200)] [--make-vocab-size-divisible-by N (128)]\n"
+    "               --global-batch-size B --gpus N [options]\n"
     "training:  --micro-batch-size b  --bf16 | --fp16 | --fp32  --recompute-granularity\n"
     "           {none,selective,full}  --sequence-parallel | --no-sequence-parallel\n"
     "           --use-distributed-optimizer | --no-distributed-optimizer\n"
@@ -1629,7 +1635,7 @@ MGDEF void mg_plan_set_model_check(mg_plan_model_check_fn check) { mg__plan_mode
    models exist.                                                                           */
 static const char *const mg__plan_model_flags[] = {
     "--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length",
-    "--max-position-embeddings", "--ffn-hidden-size", "--num-query-groups", "--kv-channels",
+    "--max-position-embeddings", "--make-vocab-size-divisible-by", "--ffn-hidden-size", "--num-query-groups", "--kv-channels",
     "--swiglu", "--group-query-attention", "--untie-embeddings-and-output-weights",
     "--disable-bias-linear", "--add-qkv-bias", "--use-rope-scaling", "--norm-epsilon",
     "--rotary-base", "--rotary-percent", "--rope-scaling-factor", "--normalization",
@@ -1683,6 +1689,8 @@ static int mg__plan_parse(int argc, char **argv, mg__plan_cli *c, char *err, siz
         else if (MG__FLAG("--num-attention-heads")) MG__INT(c->model.num_attention_heads, 1);
         else if (MG__FLAG("--seq-length")) MG__INT(c->model.seq_length, 1);
         else if (MG__FLAG("--vocab-size")) MG__INT(c->model.vocab_size, 1);
+        else if (MG__FLAG("--make-vocab-size-divisible-by"))
+            MG__INT(c->model.make_vocab_size_divisible_by, 1);
         else if (MG__FLAG("--max-position-embeddings")) MG__INT(c->model.max_position_embeddings, 1);
         else if (MG__FLAG("--ffn-hidden-size")) MG__INT(c->model.ffn_hidden_size, 1);
         else if (MG__FLAG("--num-query-groups")) MG__INT(c->model.num_query_groups, 1);

@@ -42,7 +42,7 @@ static mg_gpt_config config_of(const bench_args *a) {
     c.seq_len = a->seq;
     c.max_pos = a->seq;
     c.vocab_size = a->vocab;
-    c.padded_vocab = mg_gpt_pad_vocab(a->vocab, 1);
+    c.padded_vocab = mg_gpt_pad_vocab(a->vocab, 128, 1);
     return c;
 }
 

@@ -75,7 +75,7 @@ static mg_gpt_config config_of(const bench_args *a, int layers, int t) {
     c.seq_len = a->seq;
     c.max_pos = a->seq;
     c.vocab_size = a->vocab;
-    c.padded_vocab = mg_gpt_pad_vocab(a->vocab, t);
+    c.padded_vocab = mg_gpt_pad_vocab(a->vocab, 128, t);
     return c;
 }
 
@@ -189,7 +189,7 @@ static void classifier_table(const bench_args *a, int t) {
     for (i = 0; i < 3; i++)
         for (j = 0; j < 3; j++) {
             int64_t V = i ? vocabs[i] : a->vocab, N = j ? tokens[j] : (int64_t)a->batch * a->seq;
-            int64_t Vs = mg_gpt_pad_vocab((int)V, t) / t;
+            int64_t Vs = mg_gpt_pad_vocab((int)V, 128, t) / t;
             int64_t R = mg_classifier_chunk_rows(N, Vs, dt, MG_CLASSIFIER_CHUNK_BYTES);
             double before = (double)N * Vs * 4 + 3.0 * N * 4 + (a->bf16 ? (double)N * Vs * e : 0);
             double after = (double)N * a->hidden * e +

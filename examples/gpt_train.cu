@@ -219,6 +219,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "gpt_train: warning: --sequence-parallel is off: it needs "
                     "--tensor-model-parallel-size > 1 (Megatron-LM: \"Disabling sequence "
                     "parallelism because tensor model parallelism is disabled\")\n");
+        mg_train_print_compat_notes(&tr.args, stderr, "gpt_train");   /* Megatron's flags */
         if (tr.model.layout.tp_size > 1)
             printf("gpt_train: tensor-parallel size %d%s\n", tr.model.layout.tp_size,
                    tr.model.tf.tp.sequence_parallel ? ", sequence parallel" : "");

@@ -67,7 +67,7 @@ static inline mg_gpt_config gpt_ref_config(void) {
     c.seq_len = (int)gpt_ref_num("seq_len");
     c.max_pos = (int)gpt_ref_num("n_positions");
     c.vocab_size = (int)gpt_ref_num("vocab_size");
-    c.padded_vocab = mg_gpt_pad_vocab(c.vocab_size, 1);
+    c.padded_vocab = mg_gpt_pad_vocab(c.vocab_size, 128, 1);
     return c;
 }
 
@@ -86,7 +86,7 @@ static inline mg_gpt_config gpt_llama_config(void) {
     c.seq_len = (int)gpt_json_num(LLAMA_REF, "seq_len");
     c.max_pos = (int)gpt_json_num(LLAMA_REF, "max_position_embeddings");
     c.vocab_size = (int)gpt_json_num(LLAMA_REF, "vocab_size");
-    c.padded_vocab = mg_gpt_pad_vocab(c.vocab_size, 1);
+    c.padded_vocab = mg_gpt_pad_vocab(c.vocab_size, 128, 1);
     c.normalization = MG_NORM_RMSNORM;
     c.norm_epsilon = (float)gpt_json_num(LLAMA_REF, "rms_norm_eps");
     c.swiglu = 1;

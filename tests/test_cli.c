@@ -414,6 +414,9 @@ static void check_help(void) {
     rewind(f);
     while (n < 400 && fgets(lines[n], sizeof lines[n], f)) n++;
     fclose(f);
+    for (i = 0; i < n; i++)   /* the table's flags end where Megatron-LM's compatibility ones
+                                 begin (check_megatron_compat) */
+        if (!strcmp(lines[i], "Megatron-LM flags accepted for compatibility:\n")) n = i;
     /* headings: "title:" after a blank line, in Megatron-LM's order */
     for (i = 1; i < n; i++) {
         size_t len = strlen(lines[i]);
@@ -1418,6 +1421,158 @@ static void check_init_method_std(void) {
     mg_trainer_free(&tr);
 }
 
+/* Megatron-LM launch scripts run: its switches that megatron.h's run already matches are
+   accepted (an alias sets our flag; one that does not apply literally prints one warning),
+   its features megatron.h lacks are refused with one line naming the flag and the reason,
+   its own checks of these flags are kept. --help lists the accepted ones, and each parses. */
+static void check_megatron_compat(void) {
+    mg_train_args a;
+    mg_trainer tr;
+    char err[MG_ERRLEN], line[160], cmd[4096], out[16384] = {0};
+    int n = 0, i, listed = 0, parsed = 0, warnings = 0, status;
+    FILE *f = tmpfile(), *p;
+    size_t got;
+    expect_error("--eod-mask-loss refused", BASE "--eod-mask-loss", "^--eod-mask-loss is not "
+                 "supported by megatron.h: every target token counts in the loss");
+    expect_error("--reset-position-ids refused", BASE "--reset-position-ids",
+                 "^--reset-position-ids is not supported by megatron.h: ");
+    expect_error("--reset-attention-mask refused", BASE "--reset-attention-mask",
+                 "^--reset-attention-mask is not supported by megatron.h: ");
+    expect_error("--qk-layernorm refused", BASE "--qk-layernorm",
+                 "^--qk-layernorm is not supported by megatron.h: ");
+    expect_error("--train-samples refused", BASE "--train-samples 64", "^--train-samples is not "
+                 "supported by megatron.h: training is counted in iterations: give --train-iters");
+    expect_error("--lr-decay-samples refused", BASE "--lr-decay-samples 64",
+                 "^--lr-decay-samples is not supported by megatron.h: ");
+    expect_error("--lr-warmup-samples refused", BASE "--lr-warmup-samples 64",
+                 "^--lr-warmup-samples is not supported by megatron.h: ");
+    expect_error("--rampup-batch-size refused by its name", BASE "--rampup-batch-size 4 4 100",
+                 "^--rampup-batch-size is not supported by megatron.h: ");
+    expect_error("--no-load-optim refused", BASE "--no-load-optim",
+                 "^--no-load-optim is not supported by megatron.h: ");
+    expect_error("--no-save-optim refused", BASE "--no-save-optim",
+                 "^--no-save-optim is not supported by megatron.h: ");
+    expect_error("--dataloader-type cyclic refused", BASE "--dataloader-type cyclic",
+                 "^--dataloader-type cyclic is not supported by megatron.h: ");
+    expect_error("--transformer-impl of no choice", BASE "--transformer-impl te",
+                 "^--transformer-impl te: invalid choice (expected local|transformer_engine)");
+    expect_error("--num-workers not a number", BASE "--num-workers two", "^--num-workers two: "
+                 "invalid value (expected a whole number >= 0)");
+    expect_error("--distributed-backend without its value", BASE "--distributed-backend",
+                 "^--distributed-backend needs a value (expected nccl|gloo)");
+    expect_error("a compatibility switch with a value", BASE "--use-flash-attn=1",
+                 "^--use-flash-attn takes no value");
+    expect_error("--overlap-param-gather without the distributed optimizer",
+                 BASE "--overlap-grad-reduce --overlap-param-gather", "^--overlap-param-gather "
+                 "needs --use-distributed-optimizer (Megatron-LM: '--overlap-param-gather only "
+                 "supported with distributed optimizer')");
+    expect_error("--overlap-param-gather without --overlap-grad-reduce",
+                 BASE "--use-distributed-optimizer --overlap-param-gather",
+                 "^--overlap-param-gather needs --overlap-grad-reduce");
+    expect_error("--use-flash-attn with --attention-backend unfused",
+                 BASE "--use-flash-attn --attention-backend unfused",
+                 "^--use-flash-attn contradicts --attention-backend unfused");
+    /* the old spellings: Megatron's validate_args sets the new flag, whatever else was given */
+    CHECK(gpt_parse_line(&a, BASE "--recompute-activations --recompute-granularity full", err,
+                         sizeof err) == 0 && a.recompute_granularity == MG_RECOMPUTE_SELECTIVE &&
+          mg_train_flag_given(&a, "--recompute-granularity"), "cli: --recompute-activations is "
+          "--recompute-granularity selective");
+    CHECK(gpt_parse_line(&a, BASE "--use-rotary-position-embeddings", err, sizeof err) == 0 &&
+          a.position_embedding_type == MG_POS_ROPE, "cli: --use-rotary-position-embeddings is "
+          "--position-embedding-type rope");
+    CHECK(gpt_parse_line(&a, BASE "--use-distributed-optimizer --overlap-grad-reduce "
+                         "--overlap-param-gather --transformer-impl=local --num-workers=2",
+                         err, sizeof err) == 0, "cli: --overlap-param-gather with its two "
+          "flags, and valued compatibility flags as --name=VALUE");
+    /* --help: each line of the compatibility section is a flag (and value) that parses */
+    if (!f) { perror("tmpfile"); exit(1); }
+    mg_train_print_help(f, "gpt_train");
+    rewind(f);
+    while (fgets(line, sizeof line, f)) {
+        char flag[96] = "", value[96] = "", full[512];
+        if (!strcmp(line, "Megatron-LM flags accepted for compatibility:\n")) n = 1;
+        else if (n && line[0] != ' ') n = line[0] == '\n' ? n : 0;
+        if (!n || strncmp(line, "  --", 4)) continue;
+        listed++;
+        if (strlen(line) > 35 && line[35] == ' ')
+            line[35] = 0;             /* the left column: "--flag VALUES" (help after it) */
+        sscanf(line + 2, "%95s %95s", flag, value);
+        if (strchr(value, '|')) *strchr(value, '|') = 0;   /* the first of its values */
+        if (!strcmp(value, "N")) snprintf(value, sizeof value, "1");
+        if (value[0] && (value[0] < 'A' || value[0] > 'Z' || !strcmp(value, "DIR")))
+            snprintf(full, sizeof full, BASE "%s %s", flag, !strcmp(value, "DIR") ? tmp : value);
+        else snprintf(full, sizeof full, BASE "%s%s", flag, strcmp(flag, "--overlap-param-gather")
+                      ? "" : " --use-distributed-optimizer --overlap-grad-reduce");
+        if (gpt_parse_line(&a, full, err, sizeof err) == 0) parsed++;
+        else fprintf(stderr, "%s: %s\n", full, err);
+    }
+    fclose(f);
+    mg_test_report(listed >= 30 && parsed == listed, "cli: --help lists Megatron-LM's flags "
+                   "accepted for compatibility, and each parses", "%d listed, %d parsed",
+                   listed, parsed);
+    /* a Megatron-LM pretrain_gpt.sh-style line trains: every switch accepted, one warning
+       for Transformer Engine */
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 build/gpt_train --num-layers 1 --hidden-size 16 "
+             "--num-attention-heads 2 --seq-length 8 --max-position-embeddings 8 "
+             "--micro-batch-size 1 --global-batch-size 2 --lr 1e-3 --train-iters 2 "
+             "--lr-decay-style cosine --min-lr 1e-4 --weight-decay 0.1 --clip-grad 1.0 "
+             "--data-path " GPT_DATA "gpt_tokens.bin --vocab-size 37 --split 1,0,0 "
+             "--eval-iters 0 --log-interval 1 --use-mcore-models --transformer-impl "
+             "transformer_engine --use-flash-attn --overlap-grad-reduce "
+             "--accumulate-allreduce-grads-in-fp32 --attention-softmax-in-fp32 "
+             "--no-masked-softmax-fusion --no-bias-gelu-fusion --no-bias-dropout-fusion "
+             "--no-gradient-accumulation-fusion --no-async-tensor-model-parallel-allreduce "
+             "--distributed-backend nccl --use-cpu-initialization --num-workers 2 "
+             "--dataloader-type single --empty-unused-memory-level 0 --data-cache-path %s "
+             "--no-create-attention-mask-in-dataloader --log-throughput "
+             "--recompute-activations --make-vocab-size-divisible-by 128 --no-load-rng "
+             "--no-save-rng --ckpt-format torch 2>&1; echo \"status $?\"", tmp);
+    p = popen(cmd, "r");
+    got = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[got] = 0;
+    status = p ? pclose(p) : -1;
+    for (i = 0; out[i]; i++)
+        warnings += !strncmp(out + i, "gpt_train: warning:", 19);
+    CHECK(status == 0 && strstr(out, "iteration        2/       2") &&
+          strstr(out, "recomputation selective") && strstr(out, "status 0\n") && warnings == 2 &&
+          strstr(out, "gpt_train: warning: --transformer-impl transformer_engine: no Transformer "
+                 "Engine here") && strstr(out, "gpt_train: warning: --ckpt-format: checkpoints "
+                 "are megatron.h's"), "cli: a Megatron-LM pretrain_gpt.sh-style line (fusion "
+          "switches, --use-mcore-models, --use-flash-attn, --overlap-grad-reduce, …) trains 2 "
+          "iterations, with one warning for --transformer-impl transformer_engine and one for "
+          "--ckpt-format");
+    if (!strstr(out, "status 0\n") || warnings != 2) fprintf(stderr, "%s\n", out);
+    (void)tr;
+}
+
+/* --make-vocab-size-divisible-by N pads V to a multiple of N·t (Megatron-LM's rule; default
+   128); checkpoints hold the V real rows, so one saved under one N loads under another.   */
+static void check_vocab_divisor(void) {
+    mg_trainer tr;
+    char dir[400], err[MG_ERRLEN];
+    int rc;
+    gpt_trainer_from_line(&tr, BASE "--make-vocab-size-divisible-by 1");
+    mg_test_report(tr.cfg.padded_vocab == 37, "cli: --make-vocab-size-divisible-by 1 leaves "
+                   "V = 37 unpadded", "padded %d", tr.cfg.padded_vocab);
+    mg_trainer_step(&tr);
+    snprintf(dir, sizeof dir, "%s/vocab_divisor", tmp);
+    rc = mg_trainer_save(&tr, dir, err, sizeof err);
+    mg_trainer_free(&tr);
+    mg_test_report(rc == 0, "cli: saved under --make-vocab-size-divisible-by 1", "%s",
+                   rc ? err : "saved");
+    {
+        char line[1024];
+        snprintf(line, sizeof line, BASE "--make-vocab-size-divisible-by 48 --load %s", dir);
+        gpt_trainer_from_line(&tr, line);
+        CHECK(tr.cfg.padded_vocab == 48 && tr.loaded_iteration == 1, "cli: that checkpoint "
+              "resumes under --make-vocab-size-divisible-by 48 (V padded to 48, iteration 1)");
+        mg_trainer_free(&tr);
+    }
+    gpt_trainer_from_line(&tr, BASE);
+    CHECK(tr.cfg.padded_vocab == 128, "cli: the default pads V = 37 to 128");
+    mg_trainer_free(&tr);
+}
+
 int main(void) {
     gpt_tmpdir(tmp, sizeof tmp, "cli");
     check_flags();
@@ -1436,6 +1591,8 @@ int main(void) {
     check_long_paths();
     check_program();
     check_make_help();
+    check_megatron_compat();
+    check_vocab_divisor();
     gpt_rmtree(tmp);
     return mg_test_summary();
 }

@@ -65,7 +65,7 @@ static mg_gpt_config ref_config(const hf_ref *r, const char *model) {
     c.seq_len = ref_int(r, model, "seq_len");
     c.max_pos = ref_int(r, model, "n_positions");
     c.vocab_size = ref_int(r, model, "vocab_size");
-    c.padded_vocab = mg_gpt_pad_vocab(c.vocab_size, 1);
+    c.padded_vocab = mg_gpt_pad_vocab(c.vocab_size, 128, 1);
     return c;
 }
 

@@ -59,7 +59,7 @@ static void check_import(int k) {
     T = (int)(n_tok / B) - 1;
     V = cfg.vocab_size;
     cfg.seq_len = T;
-    cfg.padded_vocab = mg_gpt_pad_vocab(V, 1);
+    cfg.padded_vocab = mg_gpt_pad_vocab(V, 128, 1);
     gpt_fixture_make(&f, &cfg, B, 1, 1);
     if (mg_gpt_import(&f.m, &wf, err, sizeof err)) {
         snprintf(what, sizeof what, "hf_llama: %s imports", models[k]);

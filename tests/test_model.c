@@ -176,7 +176,7 @@ static void check_init(void) {
     CHECK(ok_pad, "model: init padding rows of the vocabulary zero");
     /* tensor-parallel shards (t = 2, each rank alone): the slice of the unsplit tensor */
     cfg2 = cfg;
-    cfg2.padded_vocab = mg_gpt_pad_vocab(cfg.vocab_size, 2);
+    cfg2.padded_vocab = mg_gpt_pad_vocab(cfg.vocab_size, 128, 2);
     for (r = 0; r < 2; r++) {
         mg_gpt_layout L = mg_gpt_layout_single(&cfg2, 1, 1, 1);
         mg_gpt sh;

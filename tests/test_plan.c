@@ -153,7 +153,7 @@ static mg_gpt_config gpt_config_of(const mg_plan_model *m) {
     c.seq_len = m->seq_length;
     c.max_pos = m->max_position_embeddings > 0 ? m->max_position_embeddings : m->seq_length;
     c.vocab_size = m->vocab_size;
-    c.padded_vocab = mg_gpt_pad_vocab(m->vocab_size, 1);
+    c.padded_vocab = mg_gpt_pad_vocab(m->vocab_size, 128, 1);
     c.normalization = m->rmsnorm ? MG_NORM_RMSNORM : MG_NORM_LAYERNORM;
     c.swiglu = m->swiglu;
     c.ffn_hidden = m->ffn_hidden_size;

@@ -145,7 +145,7 @@ static void model_make(gpt_fixture *f, int gran, int method, int n, mg_dtype dt,
     char err[MG_ERRLEN];
     memset(&c, 0, sizeof c);
     c.n_layer = 5; c.hidden = 32; c.n_head = 4; c.seq_len = 8; c.max_pos = 8;
-    c.vocab_size = 37; c.padded_vocab = mg_gpt_pad_vocab(37, 1);
+    c.vocab_size = 37; c.padded_vocab = mg_gpt_pad_vocab(37, 128, 1);
     c.hidden_dropout = 0.1f; c.attention_dropout = 0.2f; c.dropout_seed = 11;
     L = mg_gpt_layout_single(&c, 2, 2, 2);
     L.dtype = dt;
@@ -319,7 +319,7 @@ static void check_flops(void) {
     double B = 8, s, h, l, V, paper, got;
     memset(&c, 0, sizeof c);
     c.n_layer = 6; c.hidden = 64; c.n_head = 4; c.seq_len = 32; c.max_pos = 32;
-    c.vocab_size = 300; c.padded_vocab = mg_gpt_pad_vocab(300, 1);
+    c.vocab_size = 300; c.padded_vocab = mg_gpt_pad_vocab(300, 128, 1);
     s = c.seq_len; h = c.hidden; l = c.n_layer; V = c.padded_vocab;
     L = mg_gpt_layout_single(&c, 1, 1, 2);
     L.recompute_granularity = MG_RECOMPUTE_FULL;

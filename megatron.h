@@ -892,6 +892,7 @@ typedef struct mg_train_args {
     /* on --load, a schedule that differs from the checkpoint's: the command line's
        (override) or the checkpoint's (use_checkpoint); neither: an error (Megatron-LM)      */
     int override_opt_param_scheduler, use_checkpoint_opt_param_scheduler;
+    int finetune;                        /* --finetune: --load's weights only, from iteration 0 */
     /* logging, evaluation, checkpoints, data                                                */
     int64_t seed, log_interval, eval_interval, eval_iters, save_interval, sample_tokens;
     const char *save, *load, *split, *init_from, *log_jsonl, *export_hf;
@@ -1039,7 +1040,8 @@ typedef struct mg_trainer {
     int64_t loaded_iteration;           /* iteration of the checkpoint loaded (-1: none)       */
     int load_found;                     /* what --load found: 0 nothing (or no --load: a start
                                            from --init-from or the seed), 1 a checkpoint,
-                                           2 Megatron's 'release' weights (iteration 0)        */
+                                           2 Megatron's 'release' weights (iteration 0), 3 a
+                                           checkpoint whose weights alone --finetune takes  */
     int64_t last_saved;                 /* iteration of the last checkpoint written (-1)       */
     int64_t first_iteration;            /* iteration the run started at (0, or the loaded one) */
     double start_ms;                    /* mg__now_ms() at setup: the run's elapsed time,
@@ -4392,6 +4394,9 @@ static const mg__flag mg__flags[] = {
      "iterations between checkpoints (needs --save)"},
     {"--load", MG__F_STR, MG__OFF(load), "DIR",  0, 0,
      "resume from the latest checkpoint in DIR (none there: start from scratch)"},
+    {"--finetune", MG__F_SWITCH, MG__OFF(finetune), NULL, 0, 0,
+     "take only the weights of --load's checkpoint: iteration 0, no samples consumed, a fresh "
+     "optimizer and schedule, this command line's seed (Megatron-LM's --finetune)"},
     {"--export-hf", MG__F_STR, MG__OFF(export_hf), "DIR", 0, 0,
      "at the end, write DIR/model.safetensors + DIR/config.json for Hugging Face transformers "
      "(GPT2LMHeadModel, or LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM)"},
@@ -6769,6 +6774,12 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
                 mg__err(err, errlen, "--load %s: %s", a->load, why);
                 goto fail;
             }
+        }
+        if (rc == 1 && a->finetune) {   /* the checkpoint's weights, as --init-from reads them */
+            mg__path(release, sizeof release, "%s/iter_%07lld", a->load, (long long)load_iter);
+            weights_from = release;
+            tr->load_found = 3;
+        } else if (rc == 1) {
             has_ckpt = 1;
             srcp = st.arch;
             src_name = path;

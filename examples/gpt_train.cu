@@ -282,6 +282,10 @@ int main(int argc, char **argv) {
             printf("gpt_train: weights from %s/release (a released checkpoint: iteration 0, fresh "
                    "optimizer%s)\n", tr.args.load, tr.args.init_from ? "; --init-from not used"
                    : "");
+        else if (tr.load_found == 3)
+            printf("gpt_train: --finetune: the weights of the latest checkpoint in %s, from "
+                   "iteration 0 (fresh optimizer and schedule%s)\n", tr.args.load,
+                   tr.args.init_from ? "; --init-from not used" : "");
         else if (tr.args.load && tr.args.init_from)   /* Megatron-LM warns and starts afresh */
             printf("gpt_train: --load %s: no checkpoint there yet (no latest_checkpointed_"
                    "iteration.txt); starting from --init-from %s\n", tr.args.load,

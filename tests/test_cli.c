@@ -649,6 +649,34 @@ static void save_one_iteration(const char *dir) {
     mg_trainer_free(&tr);
 }
 
+/* --finetune (Megatron-LM's): the weights of --load's latest checkpoint and nothing else —
+   iteration 0, no samples consumed, no optimizer steps, the command line's seed and schedule
+   (another --seed and --lr than the checkpoint's are taken, where a resume refuses them). */
+static void check_finetune(void) {
+    char line[2048], dir[512], err[MG_ERRLEN];
+    mg_trainer tr, ref;
+    float *want, *got;
+    int rc;
+    snprintf(dir, sizeof dir, "%s/finetune", tmp);
+    save_one_iteration(dir);                        /* --seed 7, --lr 1e-3, one iteration */
+    snprintf(line, sizeof line, BASE "--load %s", dir);
+    gpt_setup_or_die(&ref, line, NULL);
+    want = gpt_host(&ref.model, ref.model.param_buf);
+    snprintf(line, sizeof line, BASE "--load %s --finetune --seed 11 --lr 5e-4", dir);
+    rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+    got = rc ? NULL : gpt_host(&tr.model, tr.model.param_buf);
+    mg_test_report(!rc && tr.load_found == 3 && tr.iteration == 0 && tr.loaded_iteration == -1 &&
+                   tr.consumed_samples == 0 && tr.opt.step == 0 && tr.args.seed == 11 &&
+                   tr.sched.max_lr == 5e-4 && ref.iteration == 1 &&
+                   !memcmp(got, want, sizeof(float) * (size_t)ref.model.n_elems),
+                   "cli: --load DIR --finetune: the checkpoint's weights, iteration 0, no "
+                   "optimizer steps, the line's --seed and --lr", "%s", rc ? err : "");
+    free(got);
+    free(want);
+    if (!rc) mg_trainer_free(&tr);
+    mg_trainer_free(&ref);
+}
+
 /* Resuming with another learning-rate schedule (the checkpoint of save_one_iteration: --lr
    1e-3, linear decay over --train-iters 2, weight decay 0.01), as Megatron-LM's
    OptimizerParamScheduler: a difference is an error naming the flag and both values;
@@ -1588,6 +1616,7 @@ int main(void) {
     check_init_method_std();
     check_weights_and_checkpoints();
     check_small_files();
+    check_finetune();
     check_long_paths();
     check_program();
     check_make_help();

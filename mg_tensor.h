@@ -340,7 +340,9 @@ MGDEF void mg_layernorm_backward(mg_ctx *ctx, mg_tensor *dinp, mg_tensor *dweigh
    backward_input:  dinp[N, I] = dout[N, O] · weight   (OVERWRITE, or += when accumulate)
    backward_weight: dweight[O, I] += dout ᵀ · inp ; dbias[O] += Σ_rows dout (dbias may be NULL)
    The two backward halves are separate so a zero-bubble schedule can run them at different
-   times and data-parallel reduction can start per layer.                                     */
+   times and data-parallel reduction can start per layer. Each result (out, dinp, dweight; pre
+   and dpre below) is written while the operands are read: one that shares memory with an
+   operand is refused (in place is not possible).                                           */
 MGDEF void mg_linear_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
                              const mg_tensor *weight, const mg_tensor *bias);
 /* The linear layer then the residual connection: out = inp·Wᵀ + bias + resid (resid [N, O],
@@ -1168,9 +1170,13 @@ MGDEF void mg_copy_to_device(mg_ctx *ctx, void *dst_dev, const void *src_host, s
 MGDEF void mg_copy_to_host(mg_ctx *ctx, void *dst_host, const void *src_dev, size_t bytes) {
     mg__copy(ctx, dst_host, src_dev, bytes, 2);
 }
+/* 1 iff the byte ranges [a, a + na) and [b, b + nb) share a byte. */
+static int mg__ranges_overlap(const void *a, size_t na, const void *b, size_t nb) {
+    uintptr_t a0 = (uintptr_t)a, b0 = (uintptr_t)b;
+    return na && nb && a0 < b0 + nb && b0 < a0 + na;
+}
 MGDEF void mg_copy(mg_ctx *ctx, void *dst_dev, const void *src_dev, size_t bytes) {
-    uintptr_t d = (uintptr_t)dst_dev, s = (uintptr_t)src_dev;
-    if (d != s && d < s + bytes && s < d + bytes)
+    if (dst_dev != src_dev && mg__ranges_overlap(dst_dev, bytes, src_dev, bytes))
         mg_fatal(__FILE__, __LINE__, "mg_copy: %zu bytes from %p to %p: the ranges overlap "
                  "(they must be equal or disjoint)", bytes, src_dev, dst_dev);
     mg__copy(ctx, dst_dev, src_dev, bytes, 3);
@@ -5974,6 +5980,13 @@ static void mg__check_numel(const char *op, const char *name, const mg_tensor *t
         mg_fatal(__FILE__, __LINE__, "%s: %s has %lld elements, expected %lld", op, name,
                  t ? (long long)mg_numel(t) : -1LL, (long long)n);
 }
+/* An output that a GEMM writes while it reads `in`: the two must not share memory.          */
+static void mg__check_apart(const char *op, const char *out_name, const mg_tensor *out,
+                            const char *in_name, const mg_tensor *in) {
+    if (mg__ranges_overlap(out->data, mg_nbytes(out), in->data, mg_nbytes(in)))
+        mg_fatal(__FILE__, __LINE__, "%s: %s overlaps %s (it is written while %s is read): "
+                 "give %s a buffer of its own", op, out_name, in_name, in_name, out_name);
+}
 static void mg__check_same_dtype(const char *op, const mg_tensor *a, const mg_tensor *b) {
     if (a->dtype != b->dtype)
         mg_fatal(__FILE__, __LINE__, "%s: dtypes %s and %s must match", op,
@@ -6237,6 +6250,8 @@ static void mg__linear_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp
     size_t mark = mg_arena_mark(ctx);
     mg__cpu_epi epi = {NULL, add, NULL};
     mg__check_linear("mg_linear_forward", inp, weight, out);
+    mg__check_apart("mg_linear_forward", "out", out, "inp", inp);
+    mg__check_apart("mg_linear_forward", "out", out, "weight", weight);
     if (bias) {
         mg__check_numel("mg_linear_forward", "bias", bias, Out);
 #ifdef __CUDACC__
@@ -6279,9 +6294,11 @@ MGDEF void mg_linear_forward_residual(mg_ctx *ctx, mg_tensor *out, const mg_tens
                                       const mg_tensor *resid) {
     const char *op = "mg_linear_forward_residual";
     mg__check_2d(op, "resid", resid, mg_rows(out), mg_cols(out));
-    if (resid->dtype != out->dtype || (resid->data == out->data && mg_numel(out) > 0))
-        mg_fatal(__FILE__, __LINE__, "%s: resid must be a buffer of its own of the output's dtype",
-                 op);
+    if (resid->dtype != out->dtype)
+        mg_fatal(__FILE__, __LINE__, "%s: resid is %s but out is %s: resid must be a buffer of "
+                 "its own of the output's dtype", op, mg_dtype_name(resid->dtype),
+                 mg_dtype_name(out->dtype));
+    mg__check_apart(op, "out", out, "resid", resid);
     if (!mg__is_cuda(ctx) && out->dtype == MG_F32) {   /* one GEMM: the sum added per tile */
         mg__linear_forward(ctx, out, inp, weight, bias, (const float *)resid->data);
         return;
@@ -6293,6 +6310,8 @@ MGDEF void mg_linear_backward_input(mg_ctx *ctx, mg_tensor *dinp, const mg_tenso
                                     const mg_tensor *weight, int accumulate) {
     int N = (int)mg_rows(dout), Out = (int)mg_cols(dout), In = (int)mg_cols(weight);
     mg__check_linear("mg_linear_backward_input", dinp, weight, dout);
+    mg__check_apart("mg_linear_backward_input", "dinp", dinp, "dout", dout);
+    mg__check_apart("mg_linear_backward_input", "dinp", dinp, "weight", weight);
     mg_gemm(ctx, 0, 0, In, N, Out, 1.0f, weight->data, weight->dtype, In, dout->data, dout->dtype, Out,
             accumulate ? 1.0f : 0.0f, dinp->data, dinp->dtype, In);
 }
@@ -6302,6 +6321,8 @@ MGDEF void mg_linear_backward_weight(mg_ctx *ctx, mg_tensor *dweight, mg_tensor 
     mg__check_2d("mg_linear_backward_weight", "dout", dout, N, Out);
     mg__check_2d("mg_linear_backward_weight", "dweight", dweight, Out, In);
     mg__check_int("mg_linear_backward_weight", "rows", N);
+    mg__check_apart("mg_linear_backward_weight", "dweight", dweight, "inp", inp);
+    mg__check_apart("mg_linear_backward_weight", "dweight", dweight, "dout", dout);
     size_t mark = mg_arena_mark(ctx);
     mg__cpu_epi epi = {NULL, NULL, NULL};
     if (dbias) mg__check_numel("mg_linear_backward_weight", "dbias", dbias, Out);
@@ -6339,6 +6360,10 @@ MGDEF void mg_linear_gelu_forward(mg_ctx *ctx, mg_tensor *out, mg_tensor *pre,
     float *acc;
     mg__check_linear(op, inp, weight, out);
     mg__check_linear_gelu(op, out, pre, bias, Out);
+    mg__check_apart(op, "out", out, "inp", inp);
+    mg__check_apart(op, "pre", pre, "inp", inp);
+    mg__check_apart(op, "out", out, "weight", weight);
+    mg__check_apart(op, "pre", pre, "weight", weight);
     if (N == 0 || Out == 0) return;
     /* Both backends: GEMM into fp32, then bias and the exact GELU as one pass (rounding pre and
        out once each). Not cuBLASLt's GELU_AUX(_BIAS) epilogue: on an H100 it was faster (81 µs
@@ -6371,6 +6396,8 @@ MGDEF void mg_linear_backward_input_gelu(mg_ctx *ctx, mg_tensor *dpre, mg_tensor
     float *acc;
     mg__check_linear(op, dpre, weight, dout);
     mg__check_linear_gelu(op, dpre, pre, NULL, In);
+    mg__check_apart(op, "dpre", dpre, "dout", dout);
+    mg__check_apart(op, "dpre", dpre, "weight", weight);
     if (dbias) mg__check_numel(op, "dbias", dbias, In);
     if (N == 0 || In == 0) return;
     bg = mg_tensor_wrap(NULL, dpre->dtype, 1, &shape[1]);

@@ -627,6 +627,29 @@ static void test_llama_ops(mg_ctx *ctx) {
     mg_arena_release(ctx, mark);
 }
 
+/* Calls a hurried program makes: each is refused with one line naming the op and argument. */
+static void test_misuse(mg_ctx *ctx) {
+    size_t mark = mg_arena_mark(ctx);
+    mg_tensor sq = ops_dev(ctx, MG_F32, NULL, 4, 4), w = ops_dev(ctx, MG_F32, NULL, 4, 4);
+    mg_tensor out = ops_dev(ctx, MG_F32, NULL, 4, 4), big = ops_dev(ctx, MG_F32, NULL, 8, 4);
+    mg_tensor half = mg_tensor_rows(&big, 2, 4), low = mg_tensor_rows(&big, 0, 4);
+    /* a GEMM writing its own operand computed garbage (zeros) without a word */
+    OPS_EXPECT_FATAL("linear rejects out aliasing inp", "mg_linear_forward: out overlaps inp",
+                     mg_linear_forward(ctx, &sq, &sq, &w, NULL));
+    OPS_EXPECT_FATAL("linear rejects out overlapping weight", "out overlaps weight",
+                     mg_linear_forward(ctx, &w, &sq, &w, NULL));
+    OPS_EXPECT_FATAL("linear backward input rejects dinp aliasing dout",
+                     "mg_linear_backward_input: dinp overlaps dout",
+                     mg_linear_backward_input(ctx, &sq, &sq, &w, 0));
+    OPS_EXPECT_FATAL("linear backward weight rejects dweight aliasing inp",
+                     "mg_linear_backward_weight: dweight overlaps inp",
+                     mg_linear_backward_weight(ctx, &sq, NULL, &out, &sq));
+    OPS_EXPECT_FATAL("linear+residual rejects resid overlapping out",
+                     "mg_linear_forward_residual: out overlaps resid",
+                     mg_linear_forward_residual(ctx, &half, &sq, &w, NULL, &low));
+    mg_arena_release(ctx, mark);
+}
+
 int main(void) {
     mg_ctx ctx = ops_ctx_make((size_t)64 << 20);
     printf("# device %s, %d threads\n", mg_device_name(&ctx), ctx.n_threads);
@@ -640,6 +663,7 @@ int main(void) {
     test_classifier_fused(&ctx);
     test_adamw(&ctx);
     test_llama_ops(&ctx);
+    test_misuse(&ctx);
     mg_ctx_free(&ctx);
     return mg_test_summary();
 }

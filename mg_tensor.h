@@ -1304,10 +1304,15 @@ MGDEF mg_tensor mg_tensor_wrap(void *data, mg_dtype dt, int ndim, const int64_t 
     int i;
     memset(&t, 0, sizeof t);
     if (ndim < 1 || ndim > 4) mg_fatal(__FILE__, __LINE__, "tensor ndim %d (expected 1..4)", ndim);
-    (void)mg_dtype_size(dt);
+    int64_t max_numel = INT64_MAX / (int64_t)mg_dtype_size(dt), numel = 1;
     for (i = 0; i < ndim; i++) {
         if (shape[i] < 0)
             mg_fatal(__FILE__, __LINE__, "tensor dim %d is %lld (< 0)", i, (long long)shape[i]);
+        if (shape[i] > 0 && numel > max_numel / shape[i])   /* numel and bytes fit an int64 */
+            mg_fatal(__FILE__, __LINE__, "tensor dim %d is %lld: %lld x %lld elements of %s "
+                     "are more bytes than an int64 counts", i, (long long)shape[i],
+                     (long long)numel, (long long)shape[i], mg_dtype_name(dt));
+        numel *= shape[i];
         t.shape[i] = shape[i];
     }
     t.data = data;

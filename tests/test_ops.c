@@ -647,6 +647,10 @@ static void test_misuse(mg_ctx *ctx) {
     OPS_EXPECT_FATAL("linear+residual rejects resid overlapping out",
                      "mg_linear_forward_residual: out overlaps resid",
                      mg_linear_forward_residual(ctx, &half, &sq, &w, NULL, &low));
+    /* a shape whose byte count overflows int64 was signed-overflow UB, then a bogus size */
+    OPS_EXPECT_FATAL("tensor rejects a byte count beyond int64", "more bytes than an int64",
+                     mg_tensor_wrap(NULL, MG_F32, 2, (const int64_t[]){(int64_t)1 << 40,
+                                                                      (int64_t)1 << 40}));
     mg_arena_release(ctx, mark);
 }
 

@@ -342,7 +342,8 @@ MGDEF void mg_layernorm_backward(mg_ctx *ctx, mg_tensor *dinp, mg_tensor *dweigh
    The two backward halves are separate so a zero-bubble schedule can run them at different
    times and data-parallel reduction can start per layer. Each result (out, dinp, dweight; pre
    and dpre below) is written while the operands are read: one that shares memory with an
-   operand is refused (in place is not possible).                                           */
+   operand is refused (in place is not possible), as are a NULL tensor and a weight of no
+   input or no output feature (BLAS has no layout for it); N = 0 rows is an empty op.      */
 MGDEF void mg_linear_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
                              const mg_tensor *weight, const mg_tensor *bias);
 /* The linear layer then the residual connection: out = inp·Wᵀ + bias + resid (resid [N, O],
@@ -5992,6 +5993,10 @@ static void mg__check_apart(const char *op, const char *out_name, const mg_tenso
         mg_fatal(__FILE__, __LINE__, "%s: %s overlaps %s (it is written while %s is read): "
                  "give %s a buffer of its own", op, out_name, in_name, in_name, out_name);
 }
+/* A required tensor (or other argument): NULL is refused before anything reads it.          */
+static void mg__need(const char *op, const char *name, const void *arg) {
+    if (!arg) mg_fatal(__FILE__, __LINE__, "%s: %s is NULL (required)", op, name);
+}
 static void mg__check_same_dtype(const char *op, const mg_tensor *a, const mg_tensor *b) {
     if (a->dtype != b->dtype)
         mg_fatal(__FILE__, __LINE__, "%s: dtypes %s and %s must match", op,
@@ -6004,6 +6009,7 @@ static void mg__check_same_dtype(const char *op, const mg_tensor *a, const mg_te
 static void mg__check_gemm(int ta, int tb, int m, int n, int k, mg_dtype a_dt, int lda,
                            mg_dtype b_dt, int ldb, mg_dtype c_dt, int ldc, int batch) {
     int arows = ta ? k : m, brows = tb ? n : k;
+    int need_a = arows > 1 ? arows : 1, need_b = brows > 1 ? brows : 1, need_c = m > 1 ? m : 1;
     if (m < 0 || n < 0 || k < 0 || batch < 0)
         mg_fatal(__FILE__, __LINE__, "mg_gemm: negative size (m %d, n %d, k %d, batch %d)", m, n,
                  k, batch);
@@ -6014,9 +6020,9 @@ static void mg__check_gemm(int ta, int tb, int m, int n, int k, mg_dtype a_dt, i
     if (c_dt != a_dt && c_dt != MG_F32)
         mg_fatal(__FILE__, __LINE__, "mg_gemm: C is %s but the inputs are %s (C must be the "
                  "inputs' dtype or fp32)", mg_dtype_name(c_dt), mg_dtype_name(a_dt));
-    if (lda < (arows > 1 ? arows : 1) || ldb < (brows > 1 ? brows : 1) || ldc < (m > 1 ? m : 1))
+    if (lda < need_a || ldb < need_b || ldc < need_c)   /* BLAS: ld >= max(1, rows) */
         mg_fatal(__FILE__, __LINE__, "mg_gemm: leading dimensions lda %d ldb %d ldc %d too small "
-                 "(need >= %d, %d, %d)", lda, ldb, ldc, arows, brows, m);
+                 "(need >= %d, %d, %d)", lda, ldb, ldc, need_a, need_b, need_c);
 }
 MGDEF void mg_gemm(mg_ctx *ctx, int transa, int transb, int m, int n, int k, float alpha,
                    const void *A, mg_dtype a_dt, int lda, const void *B, mg_dtype b_dt, int ldb,
@@ -6229,12 +6235,20 @@ MGDEF void mg_layernorm_backward(mg_ctx *ctx, mg_tensor *dinp, mg_tensor *dweigh
      dinp     dinpᵀ (In×N)  = Wᵀ (In×Out) · doutᵀ (Out×N)   A = weight, op N; B = dout, op N
      dweight  dWᵀ (In×Out) += inpᵀ (In×N) · dout (N×Out)    A = inp, op N;    B = dout, op T
    (In, Out rather than I, O: <complex.h>, pulled in by cblas.h, defines I.)                  */
+/* A weight [Out, In] of at least one feature each way: In and Out are GEMM dimensions whose
+   leading dimension BLAS wants >= 1, so an empty weight has no layout (rows N = 0 are fine). */
+static void mg__check_features(const char *op, int64_t Out, int64_t In) {
+    if (In == 0 || Out == 0)
+        mg_fatal(__FILE__, __LINE__, "%s: weight is [%lld, %lld]: a linear layer needs at least "
+                 "one input and one output feature", op, (long long)Out, (long long)In);
+}
 static void mg__check_linear(const char *op, const mg_tensor *x, const mg_tensor *w,
                              const mg_tensor *y) {
     int64_t N = mg_rows(x), In = mg_cols(x), Out = mg_rows(w);
     if (mg_cols(w) != In)
         mg_fatal(__FILE__, __LINE__, "%s: weight is [%lld, %lld] but the input has %lld features",
                  op, (long long)Out, (long long)mg_cols(w), (long long)In);
+    mg__check_features(op, Out, In);
     mg__check_2d(op, "output", y, N, Out);
     mg__check_same_dtype(op, x, w);
     mg__check_int(op, "rows", N);
@@ -6251,6 +6265,9 @@ static float *mg__f32_accumulator(mg_ctx *ctx, const mg_tensor *t) {
    result inside the GEMM (mg__cpu_epi).                                                      */
 static void mg__linear_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
                                const mg_tensor *weight, const mg_tensor *bias, const float *add) {
+    mg__need("mg_linear_forward", "out", out);
+    mg__need("mg_linear_forward", "inp", inp);
+    mg__need("mg_linear_forward", "weight", weight);
     int N = (int)mg_rows(inp), In = (int)mg_cols(inp), Out = (int)mg_rows(weight);
     size_t mark = mg_arena_mark(ctx);
     mg__cpu_epi epi = {NULL, add, NULL};
@@ -6313,6 +6330,9 @@ MGDEF void mg_linear_forward_residual(mg_ctx *ctx, mg_tensor *out, const mg_tens
 }
 MGDEF void mg_linear_backward_input(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *dout,
                                     const mg_tensor *weight, int accumulate) {
+    mg__need("mg_linear_backward_input", "dinp", dinp);
+    mg__need("mg_linear_backward_input", "dout", dout);
+    mg__need("mg_linear_backward_input", "weight", weight);
     int N = (int)mg_rows(dout), Out = (int)mg_cols(dout), In = (int)mg_cols(weight);
     mg__check_linear("mg_linear_backward_input", dinp, weight, dout);
     mg__check_apart("mg_linear_backward_input", "dinp", dinp, "dout", dout);
@@ -6322,9 +6342,13 @@ MGDEF void mg_linear_backward_input(mg_ctx *ctx, mg_tensor *dinp, const mg_tenso
 }
 MGDEF void mg_linear_backward_weight(mg_ctx *ctx, mg_tensor *dweight, mg_tensor *dbias,
                                      const mg_tensor *dout, const mg_tensor *inp) {
+    mg__need("mg_linear_backward_weight", "dweight", dweight);
+    mg__need("mg_linear_backward_weight", "dout", dout);
+    mg__need("mg_linear_backward_weight", "inp", inp);
     int N = (int)mg_rows(inp), In = (int)mg_cols(inp), Out = (int)mg_cols(dout);
     mg__check_2d("mg_linear_backward_weight", "dout", dout, N, Out);
     mg__check_2d("mg_linear_backward_weight", "dweight", dweight, Out, In);
+    mg__check_features("mg_linear_backward_weight", Out, In);
     mg__check_int("mg_linear_backward_weight", "rows", N);
     mg__check_apart("mg_linear_backward_weight", "dweight", dweight, "inp", inp);
     mg__check_apart("mg_linear_backward_weight", "dweight", dweight, "dout", dout);
@@ -6360,6 +6384,10 @@ MGDEF void mg_linear_gelu_forward(mg_ctx *ctx, mg_tensor *out, mg_tensor *pre,
                                   const mg_tensor *inp, const mg_tensor *weight,
                                   const mg_tensor *bias) {
     const char *op = "mg_linear_gelu_forward";
+    mg__need(op, "out", out);
+    mg__need(op, "pre", pre);
+    mg__need(op, "inp", inp);
+    mg__need(op, "weight", weight);
     int N = (int)mg_rows(inp), In = (int)mg_cols(inp), Out = (int)mg_rows(weight);
     size_t mark = mg_arena_mark(ctx);
     float *acc;
@@ -6394,6 +6422,10 @@ MGDEF void mg_linear_backward_input_gelu(mg_ctx *ctx, mg_tensor *dpre, mg_tensor
                                          const mg_tensor *dout, const mg_tensor *weight,
                                          const mg_tensor *pre) {
     const char *op = "mg_linear_backward_input_gelu";
+    mg__need(op, "dpre", dpre);
+    mg__need(op, "dout", dout);
+    mg__need(op, "weight", weight);
+    mg__need(op, "pre", pre);
     int N = (int)mg_rows(dout), Out = (int)mg_cols(dout), In = (int)mg_cols(weight);
     size_t mark = mg_arena_mark(ctx);
     int64_t shape[2] = {N, In};

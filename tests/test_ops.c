@@ -647,6 +647,21 @@ static void test_misuse(mg_ctx *ctx) {
     OPS_EXPECT_FATAL("linear+residual rejects resid overlapping out",
                      "mg_linear_forward_residual: out overlaps resid",
                      mg_linear_forward_residual(ctx, &half, &sq, &w, NULL, &low));
+    /* a NULL tensor was read before any check (segfault) */
+    OPS_EXPECT_FATAL("linear rejects a NULL weight", "mg_linear_forward: weight is NULL",
+                     mg_linear_forward(ctx, &out, &sq, NULL, NULL));
+    OPS_EXPECT_FATAL("linear backward weight rejects a NULL input",
+                     "mg_linear_backward_weight: inp is NULL",
+                     mg_linear_backward_weight(ctx, &w, NULL, &out, NULL));
+    {   /* zero input features: mg_gemm's 'lda 0 too small (need >= 0)' contradicted itself */
+        mg_tensor x0 = mg_tensor_2d(ctx, MG_F32, 4, 0), w0 = mg_tensor_2d(ctx, MG_F32, 4, 0);
+        OPS_EXPECT_FATAL("linear rejects a weight of zero input features",
+                         "mg_linear_forward: weight is [4, 0]: a linear layer needs at least one",
+                         mg_linear_forward(ctx, &out, &x0, &w0, NULL));
+        OPS_EXPECT_FATAL("gemm names the leading dimension BLAS needs", "need >= 1, 1, 4",
+                         mg_gemm(ctx, 1, 0, 4, 4, 0, 1.0f, w0.data, MG_F32, 0, x0.data, MG_F32, 0,
+                                 0.0f, out.data, MG_F32, 4));
+    }
     /* a shape whose byte count overflows int64 was signed-overflow UB, then a bogus size */
     OPS_EXPECT_FATAL("tensor rejects a byte count beyond int64", "more bytes than an int64",
                      mg_tensor_wrap(NULL, MG_F32, 2, (const int64_t[]){(int64_t)1 << 40,

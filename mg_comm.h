@@ -195,7 +195,8 @@ MGDEF mg_group *mg_comm_group(mg_comm *comm, mg_group_kind kind);
       all_gather:     send count, recv count·size; in place when send == recv + rank·count.
       broadcast:      count elements from group rank root; in place when send == recv; send
                       is read on the root only.
-      Any other overlap of send and recv is an error. MG_AVG = MG_SUM / group size.
+      Any other overlap of send and recv is an error, and so is a NULL buffer with count > 0
+      (broadcast's send only on the root). MG_AVG = MG_SUM / group size.
       mg_barrier: every member has reached it (a host-side MPI barrier; on CUDA it does not
       wait for queued GPU work).                                                              */
 MGDEF void mg_all_reduce(mg_comm *comm, mg_group *g, const void *send, void *recv, int64_t count,
@@ -1350,6 +1351,18 @@ static void mg__coll_begin(mg_comm *comm, const mg_group *g, const char *op, int
     mg__comm_check_op(comm, g, op, count, dt);
 }
 
+/* A buffer the operation reads or writes: NULL is refused unless count is 0.                 */
+static void mg__check_buffer(const char *op, const char *name, const void *buf, int64_t count) {
+    if (!buf && count > 0)
+        mg_fatal(__FILE__, __LINE__, "%s: %s buffer is NULL with count %lld", op, name,
+                 (long long)count);
+}
+/* send and recv of a collective. */
+static void mg__check_buffers(const char *op, const void *send, const void *recv, int64_t count) {
+    mg__check_buffer(op, "send", send, count);
+    mg__check_buffer(op, "recv", recv, count);
+}
+
 static void mg__check_redop(const char *op, mg_redop r) {
     if ((int)r < 0 || r > MG_AVG)
         mg_fatal(__FILE__, __LINE__, "%s: unknown reduction %d", op, (int)r);
@@ -1448,6 +1461,7 @@ static mg_request mg__all_reduce(mg_comm *comm, mg_group *g, const void *send, v
     size_t bytes;
     mg__request_slot *s;
     mg__coll_begin(comm, g, name, count, dt);
+    mg__check_buffers(name, send, recv, count);
     mg__check_redop(name, op);
     bytes = (size_t)count * mg_dtype_size(dt);
     mg__check_overlap(name, send, bytes, recv, bytes, send == recv);
@@ -1489,6 +1503,7 @@ static mg_request mg__reduce_scatter(mg_comm *comm, mg_group *g, const void *sen
     int in_place;
     mg__request_slot *s;
     mg__coll_begin(comm, g, name, count, dt);
+    mg__check_buffers(name, send, recv, count);
     mg__check_redop(name, op);
     esize = mg_dtype_size(dt);
     chunk = (size_t)count * esize;
@@ -1540,6 +1555,7 @@ static mg_request mg__all_gather(mg_comm *comm, mg_group *g, const void *send, v
     int in_place;
     mg__request_slot *s;
     mg__coll_begin(comm, g, name, count, dt);
+    mg__check_buffers(name, send, recv, count);
     chunk = (size_t)count * mg_dtype_size(dt);
     in_place = (const char *)send == (const char *)recv + (size_t)g->rank * chunk;
     mg__check_overlap(name, send, chunk, recv, chunk * (size_t)g->size, in_place);
@@ -1571,6 +1587,8 @@ static mg_request mg__broadcast(mg_comm *comm, mg_group *g, const void *send, vo
     if (root < 0 || root >= g->size)
         mg_fatal(__FILE__, __LINE__, "broadcast: root %d is not a rank of the %s group (size %d)",
                  root, g->name, g->size);
+    mg__check_buffer(name, "recv", recv, count);
+    if (g->rank == root) mg__check_buffer(name, "send (the root's)", send, count);
     bytes = (size_t)count * mg_dtype_size(dt);
     if (g->rank == root) mg__check_overlap(name, send, bytes, recv, bytes, send == recv);
     s = mg__coll_slot(comm, g, name, (uint64_t)(g->size - 1) * bytes, recv, send, bytes);
@@ -1715,6 +1733,7 @@ static mg_request mg__p2p(mg_comm *comm, mg_group *g, int is_send, void *buf, in
     struct mg_comm_state *st = comm->state;
     mg__request_slot *s;
     mg__comm_check_op(comm, g, name, count, dt);
+    mg__check_buffer(name, is_send ? "send" : "recv", buf, count);
     if (peer < 0 || peer >= g->size)
         mg_fatal(__FILE__, __LINE__, "%s: peer %d is not a rank of the %s group (size %d)", name,
                  peer, g->name, g->size);

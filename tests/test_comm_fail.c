@@ -15,6 +15,8 @@
      badtopo   t·p does not divide the world: one line on rank 0, status 1 from every rank,
                before any communication.
      stale     waiting twice on one request is caught (one rank).
+     nullbuf   an all-reduce of 16 elements from a NULL send buffer: one line naming the
+               collective and the buffer (it was a segfault in the copy or in MPI).
    Needs mpirun on PATH; built without MPI, only the one-rank scenarios run.                 */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1   /* popen, readlink */
@@ -63,6 +65,8 @@ static int scenario(const char *name, int *argc, char ***argv) {
         if (comm.world_rank == 1) mg_barrier(&comm, &broken);
 #endif
         mg_barrier(&comm, &comm.world);
+    } else if (!strcmp(name, "nullbuf")) {
+        mg_all_reduce(&comm, &comm.world, NULL, buf, 16, MG_F32, MG_SUM);
     } else if (!strcmp(name, "stale")) {
         /* a message to self: a real request even on one rank (collectives of one copy) */
         mg_request r = mg_irecv(&comm, &comm.world, buf, 8, MG_F32, comm.world_rank);
@@ -164,6 +168,8 @@ int main(int argc, char **argv) {
     static scenario_run runs[] = {
         {"stale", "a second wait on one request is an error", 1, 0, 20,
          {"rank 0 of 1", "mg_wait", "already completed", NULL}, NULL, 0, 0, ""},
+        {"nullbuf", "a NULL buffer with a count is refused by name", 1, 0, 20,
+         {"rank 0 of 1", "all_reduce: send buffer is NULL with count 16", NULL}, NULL, 0, 0, ""},
 #ifdef MG_USE_MPI
         {"hang", "a stopped rank: the watchdog aborts the job", 2, 2, 20,
          {"rank 0 of 2", "watchdog: all_reduce on the world group",

@@ -171,7 +171,9 @@ MGDEF void mg_comm_abort(mg_comm *comm, const char *file, int line, const char *
    on rank 0 and every rank exits with status 1 before communicating — then builds the groups
    on ctx's device (MPI communicators; plus NCCL communicators on CUDA: ncclCommSplit from a
    world communicator whose id is broadcast over MPI, or ncclCommInitRank per group before NCCL
-   2.18). It may be called again with another topology.                                       */
+   2.18). It may be called again with another topology. Every rank must pass the same sizes:
+   ranks that disagree (each topology valid on its own) fail the setup on every rank with
+   one line naming both, instead of building groups that do not match and hanging.       */
 MGDEF int mg_topology_validate(int world_size, int t, int p, int v, char *err, size_t errlen);
 MGDEF int mg_topology_init(mg_topology *topo, int world_size, int world_rank, int t, int p,
                            int v, char *err, size_t errlen);
@@ -984,6 +986,24 @@ static void mg__comm_gpu_streams(mg_comm *comm) {
 }
 #endif
 
+#ifdef MG_USE_MPI
+/* Every rank must pass the same sizes: ranks that disagree would build groups that do not
+   match (each valid on its own) and hang in their first collective. One all-gather of the
+   four sizes at setup tells them apart.                                                    */
+static void mg__same_topology(mg_comm *comm, int t, int c, int p, int v) {
+    int mine[4] = {t, c, p, v}, *all = (int *)MG_MALLOC(sizeof(int) * 4 * (size_t)comm->world_size);
+    if (!all) mg_fatal(__FILE__, __LINE__, "mg_comm_setup_groups: out of host memory");
+    MG__MPI_CHECK(MPI_Allgather(mine, 4, MPI_INT, all, 4, MPI_INT,
+                                *(MPI_Comm *)comm->world.mpi_comm));
+    for (int r = 0; r < comm->world_size; r++)
+        if (memcmp(all + 4 * r, mine, sizeof mine))
+            mg_fatal(__FILE__, __LINE__, "mg_comm_setup_groups: ranks disagree on the topology: "
+                     "this rank passed t=%d c=%d p=%d v=%d, world rank %d passed t=%d c=%d p=%d "
+                     "v=%d (every rank must pass the same)", t, c, p, v, r, all[4 * r],
+                     all[4 * r + 1], all[4 * r + 2], all[4 * r + 3]);
+    MG_FREE(all);
+}
+#endif
 MGDEF void mg_comm_setup_groups(mg_comm *comm, mg_ctx *ctx, int t, int p, int v) {
     mg_comm_setup_groups_cp(comm, ctx, t, 1, p, v);
 }
@@ -1011,6 +1031,7 @@ MGDEF void mg_comm_setup_groups_cp(mg_comm *comm, mg_ctx *ctx, int t, int c, int
 #ifdef MG_USE_MPI
     mg__watch_arm(comm, "setup_groups", &comm->world, mg__comm_now());   /* a peer that never
                                                                   arrives ends the job too */
+    mg__same_topology(comm, t, c, p, v);
 #endif
 #ifdef __CUDACC__
     if (mg__comm_on_gpu(comm)) { mg__comm_gpu_streams(comm); mg__nccl_world(comm); }

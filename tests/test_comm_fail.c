@@ -17,6 +17,8 @@
      stale     waiting twice on one request is caught (one rank).
      nullbuf   an all-reduce of 16 elements from a NULL send buffer: one line naming the
                collective and the buffer (it was a segfault in the copy or in MPI).
+     topodiffer  rank 1 sets up t=2 while rank 0 sets up t=1 (each valid on its own): the setup
+               fails on every rank naming both (it built mismatched groups, then hung).
    Needs mpirun on PATH; built without MPI, only the one-rank scenarios run.                 */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1   /* popen, readlink */
@@ -67,6 +69,9 @@ static int scenario(const char *name, int *argc, char ***argv) {
         mg_barrier(&comm, &comm.world);
     } else if (!strcmp(name, "nullbuf")) {
         mg_all_reduce(&comm, &comm.world, NULL, buf, 16, MG_F32, MG_SUM);
+    } else if (!strcmp(name, "topodiffer")) {
+        mg_comm_setup_groups(&comm, &ctx, comm.world_rank == 1 ? 2 : 1, 1, 1);
+        mg_all_reduce(&comm, &comm.tensor, buf, buf, 16, MG_F32, MG_SUM);
     } else if (!strcmp(name, "stale")) {
         /* a message to self: a real request even on one rank (collectives of one copy) */
         mg_request r = mg_irecv(&comm, &comm.world, buf, 8, MG_F32, comm.world_rank);
@@ -171,6 +176,9 @@ int main(int argc, char **argv) {
         {"nullbuf", "a NULL buffer with a count is refused by name", 1, 0, 20,
          {"rank 0 of 1", "all_reduce: send buffer is NULL with count 16", NULL}, NULL, 0, 0, ""},
 #ifdef MG_USE_MPI
+        {"topodiffer", "ranks passing different topologies fail the setup, naming both", 2, 0,
+         20, {"ranks disagree on the topology", "this rank passed t=", "passed t=2 c=1 p=1 v=1",
+         NULL}, NULL, 0, 0, ""},
         {"hang", "a stopped rank: the watchdog aborts the job", 2, 2, 20,
          {"rank 0 of 2", "watchdog: all_reduce on the world group",
           "did not complete within 2 s", NULL}, NULL, 0, 0, ""},

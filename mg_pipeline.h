@@ -163,7 +163,7 @@ MGDEF int mg_schedule_rank_actions(const mg_schedule_desc *d, int rank, mg_pipe_
 /* Builds every rank's list and validates it (section 4). */
 MGDEF int mg_schedule_build(mg_schedule *s, const mg_schedule_desc *d, char *err, size_t errlen);
 MGDEF void mg_schedule_free(mg_schedule *s);
-/* Actions of one rank. */
+/* Actions of one rank (0 <= rank < p; another rank fails through mg_fatal). */
 MGDEF int mg_schedule_count(const mg_schedule *s, int rank);
 MGDEF const mg_pipe_action *mg_schedule_rank(const mg_schedule *s, int rank);
 
@@ -344,7 +344,7 @@ MGDEF int mg_pipe_simulate(const mg_schedule *s, const mg_pipe_costs *c, int mod
 MGDEF int mg_pipe_trace_parse(const char *text, mg_pipe_timeline *tl, char *err,
                               size_t errlen);
 MGDEF int mg_pipe_trace_load(const char *path, mg_pipe_timeline *tl, char *err, size_t errlen);
-/* Idle fraction of one rank: (makespan − busy_r) / makespan. */
+/* Idle fraction of one rank (0 <= rank < p, else mg_fatal): (makespan − busy_r) / makespan. */
 MGDEF double mg_pipe_idle_fraction(const mg_pipe_timeline *tl, int rank);
 /* SVG picture: one row per pipeline rank, one box per action (F blue, B/I green, W orange,
    lighter for higher chunks, labelled with the microbatch), COMM groups as thin grey bars. */
@@ -635,10 +635,17 @@ MGDEF void mg_schedule_free(mg_schedule *s) {
     s->start = NULL;
     s->actions = NULL;
 }
+/* A pipeline rank of a schedule or timeline of p ranks (an index into its per-rank arrays). */
+static void mg__pipe_check_rank(const char *fn, int rank, int p) {
+    if (rank < 0 || rank >= p)
+        mg_fatal(__FILE__, __LINE__, "%s: rank %d is outside the pipeline (p = %d)", fn, rank, p);
+}
 MGDEF int mg_schedule_count(const mg_schedule *s, int rank) {
+    mg__pipe_check_rank("mg_schedule_count", rank, s->p);
     return s->start[rank + 1] - s->start[rank];
 }
 MGDEF const mg_pipe_action *mg_schedule_rank(const mg_schedule *s, int rank) {
+    mg__pipe_check_rank("mg_schedule_rank", rank, s->p);
     return s->actions + s->start[rank];
 }
 /* An empty schedule shell with room for n actions in all. */
@@ -1989,6 +1996,7 @@ MGDEF void mg_pipe_timeline_free(mg_pipe_timeline *tl) {
 MGDEF double mg_pipe_idle_fraction(const mg_pipe_timeline *tl, int rank) {
     /* A rank cannot be busy longer than the makespan: busy is a sum of durations, so for
        back-to-back actions it can exceed the makespan by rounding alone — that is no idle time. */
+    mg__pipe_check_rank("mg_pipe_idle_fraction", rank, tl->p);
     double idle = tl->makespan > 0 ? (tl->makespan - tl->busy[rank]) / tl->makespan : 0;
     return idle > 0 ? idle : 0;
 }

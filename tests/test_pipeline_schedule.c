@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include "mg_pipeline.h"
 #include "mg_test.h"
+#include "ops_util.h"   /* OPS_EXPECT_FATAL */
 
 static const int kinds[4] = {MG_SCHED_GPIPE, MG_SCHED_1F1B, MG_SCHED_INTERLEAVED, MG_SCHED_ZB_H1};
 
@@ -549,6 +550,32 @@ static void test_tool(void) {
     report_sh(atoi(out) == 0, "pipeline_sim: no temporary file left behind", 0, out);
 }
 
+/* The per-rank accessors index arrays of p entries: a rank outside [0, p) read past them. */
+static void test_rank_range(void) {
+    mg_schedule s;
+    mg_pipe_timeline tl;
+    mg_pipe_costs costs = {1, 1, 1, 0};
+    char err[512];
+    mg_schedule_desc d = mg_schedule_desc_default(MG_SCHED_1F1B, 2, 1, 2);
+    memset(&tl, 0, sizeof tl);
+    if (mg_schedule_build(&s, &d, err, sizeof err) ||
+        mg_pipe_simulate(&s, &costs, MG_SIM_IDEAL, &tl, err, sizeof err)) {
+        mg_test_report(0, "rank range: a 1F1B schedule of p = 2", "%s", err);
+        return;
+    }
+    OPS_EXPECT_FATAL("mg_schedule_count rejects rank p",
+                     "mg_schedule_count: rank 2 is outside the pipeline (p = 2)",
+                     mg_schedule_count(&s, 2));
+    OPS_EXPECT_FATAL("mg_schedule_rank rejects rank -1",
+                     "mg_schedule_rank: rank -1 is outside the pipeline (p = 2)",
+                     mg_schedule_rank(&s, -1));
+    OPS_EXPECT_FATAL("mg_pipe_idle_fraction rejects rank 5",
+                     "mg_pipe_idle_fraction: rank 5 is outside the pipeline (p = 2)",
+                     mg_pipe_idle_fraction(&tl, 5));
+    mg_pipe_timeline_free(&tl);
+    mg_schedule_free(&s);
+}
+
 int main(void) {
     int ki, p, mm;
     for (ki = 0; ki < 4; ki++)
@@ -572,5 +599,6 @@ int main(void) {
     test_trace_impossible();
     test_svg_tiny();
     test_tool();
+    test_rank_range();
     return mg_test_summary();
 }

@@ -1233,6 +1233,7 @@ static int mg__open_llmc_tokens(const char *path, mg_dataset *ds, char *err, siz
    magic (either kind) -> llm.c; PREFIX.bin or PREFIX with a PREFIX.idx beside it -> indexed. */
 MGDEF int mg_dataset_open(const char *path, mg_dataset *ds, char *err, size_t errlen) {
     memset(ds, 0, sizeof *ds);
+    if (!path) return mg__fail(err, errlen, "mg_dataset_open: path is NULL");
     snprintf(ds->path, sizeof ds->path, "%s", path);
     char prefix[1100], idx[1110];
     unsigned char head[9];
@@ -1355,6 +1356,9 @@ MGDEF int mg_idx_writer_add(mg_idx_writer *w, const int32_t *tokens, int64_t n, 
     if (n < 0 || n > INT32_MAX)
         return mg__fail(err, errlen, "%s: sequence length %lld out of range", w->prefix,
                         (long long)n);
+    if (!tokens && n > 0)
+        return mg__fail(err, errlen, "%s: mg_idx_writer_add: tokens is NULL with %lld tokens",
+                        w->prefix, (long long)n);
     mg__idx_limits(w->dtype, &lo, &hi);
     for (int64_t i = 0; i < n; i++)
         if (tokens[i] < lo || tokens[i] > hi)
@@ -1749,6 +1753,8 @@ static int mg__build_sample_index(mg_sampler *smp, int64_t num_samples, char *er
 MGDEF int mg_sampler_init(mg_sampler *smp, const mg_dataset *ds, const mg_sampler_desc *desc,
                           char *err, size_t errlen) {
     memset(smp, 0, sizeof *smp);
+    if (!ds || !desc)
+        return mg__fail(err, errlen, "mg_sampler_init: %s is NULL", ds ? "desc" : "ds");
     smp->ds = ds;
     smp->order = desc->order;
     smp->seq_len = desc->seq_len;
@@ -1864,6 +1870,9 @@ MGDEF int mg_sampler_get(const mg_sampler *smp, int64_t i, int32_t *tokens, char
                          size_t errlen) {
     const mg_dataset *ds = smp->ds;
     int64_t s = smp->seq_len;
+    if (!tokens)
+        return mg__fail(err, errlen, "%s: mg_sampler_get: tokens is NULL (room for %lld needed)",
+                        ds->path, (long long)(s + 1));
     if (i < 0 || i >= smp->n_samples)
         return mg__fail(err, errlen, "%s: sample %lld requested, only %lld available", ds->path,
                         (long long)i, (long long)smp->n_samples);

@@ -411,6 +411,31 @@ static void test_sampler_errors(void) {
                 "overflow");
     d.n_samples = 2; d.order = (mg_data_order)7;
     expect_fail("sampler: unknown order", mg_sampler_init(&smp, &ds, &d, err, sizeof err), "unknown data order");
+    /* NULL arguments were dereferenced (segfault); each is now an error return by name */
+    expect_fail("sampler: NULL desc", mg_sampler_init(&smp, &ds, NULL, err, sizeof err),
+                "mg_sampler_init: desc is NULL");
+    d.order = MG_ORDER_SEQUENTIAL;
+    if (mg_sampler_init(&smp, &ds, &d, err, sizeof err) == 0) {
+        expect_fail("sampler: NULL tokens", mg_sampler_get(&smp, 0, NULL, err, sizeof err),
+                    "mg_sampler_get: tokens is NULL (room for 9 needed)");
+        mg_sampler_free(&smp);
+    } else {
+        CHECK(0, "sampler: a sequential sampler of 2 samples");
+    }
+    {
+        mg_dataset none;
+        mg_idx_writer wr;
+        expect_fail("dataset: NULL path", mg_dataset_open(NULL, &none, err, sizeof err),
+                    "mg_dataset_open: path is NULL");
+        if (mg_idx_writer_begin(&wr, tp("nulltokens"), MG_IDX_U16, err, sizeof err) == 0) {
+            expect_fail("writer: NULL tokens with a count",
+                        mg_idx_writer_add(&wr, NULL, 3, err, sizeof err),
+                        "mg_idx_writer_add: tokens is NULL with 3 tokens");
+            mg_idx_writer_abort(&wr);
+        } else {
+            CHECK(0, "writer: begin in the test directory");
+        }
+    }
     mg_data_num_samples(100, 8, 10, 2, out);
     CHECK(out[0] == 800 && out[1] == 176 && out[2] == 16, "num_samples: Megatron's formula");
     mg_dataset_close(&ds);

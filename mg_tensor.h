@@ -5972,9 +5972,20 @@ static void mg__check_int(const char *op, const char *what, int64_t v) {
     if (v < 0 || v > 2147483647)
         mg_fatal(__FILE__, __LINE__, "%s: %s = %lld does not fit a BLAS int", op, what, (long long)v);
 }
+/* A required tensor (or other argument): NULL is refused before anything reads it.          */
+static void mg__need(const char *op, const char *name, const void *arg) {
+    if (!arg) mg_fatal(__FILE__, __LINE__, "%s: %s is NULL (required)", op, name);
+}
+/* A required per-row array of n entries (rowmax, targets, losses …): NULL only when n = 0. */
+static void mg__need_rows(const char *op, const char *name, const void *arg, int64_t n) {
+    if (!arg && n > 0)
+        mg_fatal(__FILE__, __LINE__, "%s: %s is NULL (required: %lld rows)", op, name,
+                 (long long)n);
+}
 static void mg__check_2d(const char *op, const char *name, const mg_tensor *t, int64_t rows,
                          int64_t cols) {
-    if (!t || (!t->data && rows * cols > 0))
+    mg__need(op, name, t);
+    if (!t->data && rows * cols > 0)
         mg_fatal(__FILE__, __LINE__, "%s: %s is missing", op, name);
     if (mg_rows(t) != rows || mg_cols(t) != cols)
         mg_fatal(__FILE__, __LINE__, "%s: %s is [%lld, %lld] (as rows x last dim), expected "
@@ -5982,9 +5993,10 @@ static void mg__check_2d(const char *op, const char *name, const mg_tensor *t, i
                  (long long)rows, (long long)cols);
 }
 static void mg__check_numel(const char *op, const char *name, const mg_tensor *t, int64_t n) {
-    if (!t || mg_numel(t) != n)
+    mg__need(op, name, t);
+    if (mg_numel(t) != n)
         mg_fatal(__FILE__, __LINE__, "%s: %s has %lld elements, expected %lld", op, name,
-                 t ? (long long)mg_numel(t) : -1LL, (long long)n);
+                 (long long)mg_numel(t), (long long)n);
 }
 /* An output that a GEMM writes while it reads `in`: the two must not share memory.          */
 static void mg__check_apart(const char *op, const char *out_name, const mg_tensor *out,
@@ -5992,10 +6004,6 @@ static void mg__check_apart(const char *op, const char *out_name, const mg_tenso
     if (mg__ranges_overlap(out->data, mg_nbytes(out), in->data, mg_nbytes(in)))
         mg_fatal(__FILE__, __LINE__, "%s: %s overlaps %s (it is written while %s is read): "
                  "give %s a buffer of its own", op, out_name, in_name, in_name, out_name);
-}
-/* A required tensor (or other argument): NULL is refused before anything reads it.          */
-static void mg__need(const char *op, const char *name, const void *arg) {
-    if (!arg) mg_fatal(__FILE__, __LINE__, "%s: %s is NULL (required)", op, name);
 }
 static void mg__check_same_dtype(const char *op, const mg_tensor *a, const mg_tensor *b) {
     if (a->dtype != b->dtype)
@@ -6172,6 +6180,8 @@ MGDEF void mg_embedding_backward(mg_ctx *ctx, mg_tensor *dwte, mg_tensor *dwpe,
 MGDEF void mg_norm_forward(mg_ctx *ctx, const mg_norm *kind, mg_tensor *out, float *mean,
                            float *rstd, const mg_tensor *inp, const mg_tensor *weight,
                            const mg_tensor *bias) {
+    mg__need("mg_norm_forward", "kind", kind);
+    mg__need("mg_norm_forward", "inp", inp);
     const char *op = kind->rms ? "mg_norm_forward (RMSNorm)" : "mg_norm_forward (LayerNorm)";
     int64_t N = mg_rows(inp), C = mg_cols(inp);
     mg__check_2d(op, "out", out, N, C);
@@ -6192,6 +6202,8 @@ MGDEF void mg_norm_backward(mg_ctx *ctx, const mg_norm *kind, mg_tensor *dinp, m
                             mg_tensor *dbias, const mg_tensor *dout, const mg_tensor *inp,
                             const mg_tensor *weight, const float *mean, const float *rstd,
                             int accumulate) {
+    mg__need("mg_norm_backward", "kind", kind);
+    mg__need("mg_norm_backward", "inp", inp);
     const char *op = kind->rms ? "mg_norm_backward (RMSNorm)" : "mg_norm_backward (LayerNorm)";
     int64_t N = mg_rows(inp), C = mg_cols(inp);
     mg__check_2d(op, "dinp", dinp, N, C);
@@ -6480,11 +6492,13 @@ MGDEF void mg_linear_backward_input_gelu(mg_ctx *ctx, mg_tensor *dpre, mg_tensor
 
 /* --- GELU ----------------------------------------------------------------------------------- */
 MGDEF void mg_gelu_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp) {
+    mg__need("mg_gelu_forward", "inp", inp);
     mg__check_numel("mg_gelu_forward", "out", out, mg_numel(inp));
     mg__map(ctx, MG__EW_GELU, out, inp, NULL, NULL);
 }
 MGDEF void mg_gelu_backward(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *inp,
                             const mg_tensor *dout) {
+    mg__need("mg_gelu_backward", "inp", inp);
     mg__check_numel("mg_gelu_backward", "dinp", dinp, mg_numel(inp));
     mg__check_numel("mg_gelu_backward", "dout", dout, mg_numel(inp));
     mg__map(ctx, MG__EW_GELU_GRAD, dinp, inp, dout, NULL);
@@ -7012,6 +7026,7 @@ MGDEF void mg_rope_backward(mg_ctx *ctx, mg_tensor *dqkv, int B, int n_head, int
 }
 MGDEF void mg_swiglu_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *gate,
                              const mg_tensor *up) {
+    mg__need("mg_swiglu_forward", "out", out);
     mg__check_numel("mg_swiglu_forward", "gate", gate, mg_numel(out));
     mg__check_numel("mg_swiglu_forward", "up", up, mg_numel(out));
     mg__map(ctx, MG__EW_SWIGLU, out, gate, up, NULL);
@@ -7019,6 +7034,7 @@ MGDEF void mg_swiglu_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *gate,
 MGDEF void mg_swiglu_backward(mg_ctx *ctx, mg_tensor *dgate, mg_tensor *dup,
                               const mg_tensor *dout, const mg_tensor *gate, const mg_tensor *up) {
     const char *op = "mg_swiglu_backward";
+    mg__need(op, "dout", dout);
     int64_t n = mg_numel(dout);
     mg__check_numel(op, "dgate", dgate, n);
     mg__check_numel(op, "dup", dup, n);
@@ -7045,12 +7061,14 @@ MGDEF void mg_swiglu_backward(mg_ctx *ctx, mg_tensor *dgate, mg_tensor *dup,
 
 /* --- elementwise ---------------------------------------------------------------------------- */
 MGDEF void mg_add(mg_ctx *ctx, mg_tensor *out, const mg_tensor *a, const mg_tensor *b) {
+    mg__need("mg_add", "out", out);
     mg__check_numel("mg_add", "a", a, mg_numel(out));
     mg__check_numel("mg_add", "b", b, mg_numel(out));
     mg__map(ctx, MG__EW_ADD, out, a, b, NULL);
 }
 MGDEF void mg_axpy(mg_ctx *ctx, mg_tensor *y, float alpha, const mg_tensor *x) {
     mg__map_args g;
+    mg__need("mg_axpy", "y", y);
     mg__check_numel("mg_axpy", "x", x, mg_numel(y));
     memset(&g, 0, sizeof g);
     g.alpha = alpha;
@@ -7058,17 +7076,20 @@ MGDEF void mg_axpy(mg_ctx *ctx, mg_tensor *y, float alpha, const mg_tensor *x) {
 }
 MGDEF void mg_scale(mg_ctx *ctx, mg_tensor *x, float alpha) {
     mg__map_args g;
+    mg__need("mg_scale", "x", x);
     memset(&g, 0, sizeof g);
     g.alpha = alpha;
     mg__map(ctx, MG__EW_SCALE, x, x, NULL, &g);
 }
 MGDEF void mg_fill(mg_ctx *ctx, mg_tensor *x, float value) {
     mg__map_args g;
+    mg__need("mg_fill", "x", x);
     memset(&g, 0, sizeof g);
     g.alpha = value;
     mg__map(ctx, MG__EW_FILL, x, NULL, NULL, &g);
 }
 MGDEF void mg_cast(mg_ctx *ctx, mg_tensor *dst, const mg_tensor *src) {
+    mg__need("mg_cast", "dst", dst);
     mg__check_numel("mg_cast", "src", src, mg_numel(dst));
     if (dst->dtype == src->dtype) mg_copy(ctx, dst->data, src->data, mg_nbytes(dst));
     else mg__map(ctx, MG__EW_COPY, dst, src, NULL, NULL);
@@ -7082,6 +7103,7 @@ MGDEF uint64_t mg_dropout_key(uint64_t seed, uint64_t site, uint64_t microbatch)
 }
 static void mg__dropout_op(mg_ctx *ctx, const char *op, mg_tensor *out, const mg_tensor *inp,
                         float p, uint64_t key, int64_t row_offset) {
+    mg__need(op, "input", inp);
     int64_t cols = mg_cols(inp);
     mg__check_numel(op, "output", out, mg_numel(inp));
     if (!(p >= 0.0f && p < 1.0f) || row_offset < 0)
@@ -7102,6 +7124,7 @@ MGDEF void mg_dropout_backward(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *do
 /* --- vocabulary-slice cross-entropy --------------------------------------------------------- */
 static int64_t mg__check_xent(const char *op, const mg_tensor *logits, int64_t vocab_start,
                               int64_t vocab_size) {
+    mg__need(op, "logits", logits);
     if (vocab_start < 0 || vocab_size <= 0)
         mg_fatal(__FILE__, __LINE__, "%s: vocab_start %lld, vocab_size %lld: need >= 0 and > 0", op,
                  (long long)vocab_start, (long long)vocab_size);
@@ -7110,6 +7133,7 @@ static int64_t mg__check_xent(const char *op, const mg_tensor *logits, int64_t v
 MGDEF void mg_xent_max(mg_ctx *ctx, float *rowmax, const mg_tensor *logits,
                        int64_t vocab_start, int64_t vocab_size) {
     int64_t nreal = mg__check_xent("mg_xent_max", logits, vocab_start, vocab_size);
+    mg__need_rows("mg_xent_max", "rowmax", rowmax, mg_rows(logits));
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         if (mg_rows(logits) == 0) return;
@@ -7128,6 +7152,10 @@ static void mg__xent_stats(mg_ctx *ctx, const char *op, float *sumexp, float *tl
                            const mg_tensor *logits, const int32_t *targets, float *rowmax,
                            int64_t vocab_start, int64_t vocab_size, int local_max) {
     int64_t nreal = mg__check_xent(op, logits, vocab_start, vocab_size);
+    mg__need_rows(op, "sumexp", sumexp, mg_rows(logits));
+    mg__need_rows(op, "tlogit", tlogit, mg_rows(logits));
+    mg__need_rows(op, "targets", targets, mg_rows(logits));
+    mg__need_rows(op, "rowmax", rowmax, mg_rows(logits));
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         if (mg_rows(logits) == 0) return;
@@ -7172,6 +7200,10 @@ MGDEF void mg_xent_rescale(mg_ctx *ctx, float *sumexp, const float *rowmax, cons
 MGDEF void mg_xent_loss(mg_ctx *ctx, float *losses, const float *rowmax, const float *sumexp,
                         const float *tlogit, int64_t N) {
     int64_t r;
+    mg__need_rows("mg_xent_loss", "losses", losses, N);
+    mg__need_rows("mg_xent_loss", "rowmax", rowmax, N);
+    mg__need_rows("mg_xent_loss", "sumexp", sumexp, N);
+    mg__need_rows("mg_xent_loss", "tlogit", tlogit, N);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         mg__f_xent_loss f = {losses, rowmax, sumexp, tlogit};
@@ -7189,6 +7221,9 @@ static void mg__xent_backward(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *
                               int64_t vocab_size) {
     int64_t nreal = mg__check_xent("mg_xent_backward", logits, vocab_start, vocab_size);
     mg__check_2d("mg_xent_backward", "dlogits", dlogits, mg_rows(logits), mg_cols(logits));
+    mg__need_rows("mg_xent_backward", "targets", targets, mg_rows(logits));
+    mg__need_rows("mg_xent_backward", "rowmax", rowmax, mg_rows(logits));
+    mg__need_rows("mg_xent_backward", "sumexp", sumexp, mg_rows(logits));
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         if (mg_rows(logits) == 0) return;

@@ -653,6 +653,22 @@ static void test_misuse(mg_ctx *ctx) {
     OPS_EXPECT_FATAL("linear backward weight rejects a NULL input",
                      "mg_linear_backward_weight: inp is NULL",
                      mg_linear_backward_weight(ctx, &w, NULL, &out, NULL));
+    {   /* the same for the norms, the element-wise ops and cross-entropy's row arrays */
+        float *rows = ops_dev_f32(ctx, NULL, 8);
+        mg_tensor wv = mg_tensor_rows(&w, 0, 1);
+        mg_norm rms = {1, 1e-6f};
+        OPS_EXPECT_FATAL("norm rejects a NULL input", "mg_norm_forward: inp is NULL",
+                         mg_norm_forward(ctx, &rms, &out, rows, rows + 4, NULL, &wv, NULL));
+        OPS_EXPECT_FATAL("norm rejects a NULL kind", "mg_norm_forward: kind is NULL",
+                         mg_norm_forward(ctx, NULL, &out, rows, rows + 4, &sq, &wv, NULL));
+        OPS_EXPECT_FATAL("add rejects a NULL output", "mg_add: out is NULL",
+                         mg_add(ctx, NULL, &sq, &w));
+        OPS_EXPECT_FATAL("add names a NULL operand", "mg_add: b is NULL (required)",
+                         mg_add(ctx, &out, &sq, NULL));
+        OPS_EXPECT_FATAL("xent max rejects a NULL rowmax",
+                         "mg_xent_max: rowmax is NULL (required: 4 rows)",
+                         mg_xent_max(ctx, NULL, &sq, 0, 4));
+    }
     {   /* zero input features: mg_gemm's 'lda 0 too small (need >= 0)' contradicted itself */
         mg_tensor x0 = mg_tensor_2d(ctx, MG_F32, 4, 0), w0 = mg_tensor_2d(ctx, MG_F32, 4, 0);
         OPS_EXPECT_FATAL("linear rejects a weight of zero input features",

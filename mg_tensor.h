@@ -165,6 +165,9 @@ typedef struct mg_ctx {
 } mg_ctx;
 
 MGDEF void mg_ctx_init(mg_ctx *ctx, const mg_ctx_desc *desc);
+/* Frees what the context holds and zeroes it: an mg_alloc from it afterwards fails with one
+   line; tensors taken from it before are dangling (nothing records which context they came
+   from, so ops on them cannot tell).                                                        */
 MGDEF void mg_ctx_free(mg_ctx *ctx);
 /* What the context holds, in the terms of torch.cuda.memory_stats() (device memory on CUDA,
    host memory on the CPU): reserved = every allocation the context made (the arena, and on
@@ -1119,6 +1122,9 @@ MGDEF const char *mg_device_name(const mg_ctx *ctx) {
 MGDEF void *mg_alloc(mg_ctx *ctx, size_t bytes) {
     size_t need = (bytes + MG__ARENA_ALIGN - 1) & ~(size_t)(MG__ARENA_ALIGN - 1);
     void *p;
+    if (ctx->device != MG_DEVICE_CPU && ctx->device != MG_DEVICE_CUDA)   /* zeroed: freed */
+        mg_fatal(__FILE__, __LINE__, "mg_alloc: the context is not initialised (mg_ctx_init) "
+                 "or was freed (mg_ctx_free)");
     if (need < bytes || need > ctx->arena_size - ctx->arena_used)
         mg_fatal(__FILE__, __LINE__, "arena exhausted: %zu bytes requested, %zu of %zu in use "
                  "(raise arena_bytes)", bytes, ctx->arena_used, ctx->arena_size);

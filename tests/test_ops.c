@@ -683,6 +683,13 @@ static void test_misuse(mg_ctx *ctx) {
                      mg_tensor_wrap(NULL, MG_F32, 2, (const int64_t[]){(int64_t)1 << 40,
                                                                       (int64_t)1 << 40}));
     mg_arena_release(ctx, mark);
+    {   /* a freed context said 'arena exhausted: 64 bytes requested, 0 of 0 in use' */
+        mg_ctx gone = ops_ctx_make(1 << 20);
+        mg_ctx_free(&gone);
+        OPS_EXPECT_FATAL("alloc from a freed context names it",
+                         "mg_alloc: the context is not initialised (mg_ctx_init) or was freed",
+                         mg_alloc(&gone, 64));
+    }
 }
 
 int main(void) {

@@ -93,7 +93,7 @@ static void check_training(void) {
     mg_gpt_config cfg = gpt_llama_config();
     gpt_fixture f;
     mg_adamw opt;
-    mg_lr_schedule sched = {0};
+    mg_lr_schedule sched;
     int B = (int)ref_num("micro_batch"), Bg = (int)ref_num("global_batch"), n_micro = Bg / B;
     int iters = (int)ref_num("train_iters"), T = cfg.seq_len, k, i, worst = 0;
     int64_t n;
@@ -103,6 +103,7 @@ static void check_training(void) {
     long len = 0;
     uint16_t *stream = (uint16_t *)mg_test_read_file(GPT_DATA "llama_tokens.bin", &len);
     double e;
+    memset(&sched, 0, sizeof sched);   /* fields a test does not set: 0 (init_lr, WSD, ...) */
     got_losses = (float *)malloc(sizeof(float) * (size_t)iters);
     got_norms = (float *)malloc(sizeof(float) * (size_t)iters);
     got_lrs = (float *)malloc(sizeof(float) * (size_t)iters);

@@ -95,13 +95,15 @@ MGDEF int32_t mg_tokenizer_bos(const mg_tokenizer *t); /* beginning of sequence;
 /* Encodes len bytes (any bytes: invalid UTF-8 is fine). allow_special: special-token strings in
    the text become their ids (else they are ordinary text), as tiktoken's allowed_special="all".
    Writes up to cap ids; returns how many the whole text needs (call again with more room when
-   larger than cap). Thread-safe on one loaded tokenizer (threads encode different texts).    */
+   larger than cap). Thread-safe on one loaded tokenizer (threads encode different texts).
+   -1 for a NULL tokenizer, a NULL text of len > 0 or a negative cap.                         */
 MGDEF int64_t mg_tokenizer_encode(const mg_tokenizer *t, const char *text, size_t len,
                                   int allow_special, int32_t *ids, int64_t cap);
 /* Decodes n ids to bytes; returns the byte count the whole needs (writes up to cap). An id out
-   of range is an error: returns -1. decode(encode(x)) == x for every x (SentencePiece: for
-   valid UTF-8 and a lossless normalizer; a tokenizer.json with a normalizer such as Qwen2's
-   NFC: == mg_tokenizer_normalize(x); see docs/tokenizers.md).                              */
+   of range is an error: returns -1 (as do a NULL tokenizer, NULL ids with n > 0, and a
+   negative n or cap). decode(encode(x)) == x for every x (SentencePiece: for valid UTF-8 and
+   a lossless normalizer; a tokenizer.json with a normalizer such as Qwen2's NFC:
+   == mg_tokenizer_normalize(x); see docs/tokenizers.md).                                    */
 MGDEF int64_t mg_tokenizer_decode(const mg_tokenizer *t, const int32_t *ids, int64_t n,
                                   char *out, int64_t cap);
 /* The Unicode version of the category and normalization tables ("16.0.0").                 */
@@ -3154,6 +3156,7 @@ MGDEF int64_t mg_tokenizer_normalize(const mg_tokenizer *t, const char *text, si
 MGDEF int64_t mg_tokenizer_encode(const mg_tokenizer *t, const char *text, size_t len,
                                   int allow_special, int32_t *ids, int64_t cap) {
     mg__enc E;
+    if (!t || (!text && len > 0) || cap < 0) return -1;
     memset(&E, 0, sizeof E);
     E.t = t; E.text = (const unsigned char *)text; E.out = ids; E.cap = ids ? cap : 0;
     E.piece_base = E.text; E.piece_cacheable = 1;
@@ -3216,6 +3219,7 @@ MGDEF int64_t mg_tokenizer_decode(const mg_tokenizer *t, const int32_t *ids, int
                                   char *out, int64_t cap) {
     int64_t m = 0;
     int bos_ws = 1;
+    if (!t || (!ids && n > 0) || n < 0 || cap < 0) return -1;
     if (!out) cap = 0;
 #define MG__PUT(p, k) do { for (size_t q_ = 0; q_ < (size_t)(k); q_++) { if (m < cap) out[m] = (p)[q_]; m++; } } while (0)
     for (int64_t i = 0; i < n; i++) {

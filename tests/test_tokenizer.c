@@ -426,10 +426,34 @@ static void check_empty_json(void) {
     mg_test_report(fd >= 0 && !bad, "a vocab.json or tokenizer.json of {} or []: one line", bad ? "%s" : NULL, first);
 }
 
+/* Careless calls: a NULL tokenizer, a NULL text or ids with a length, a negative cap or n
+   give -1 (the API's error value), never a crash; a NULL text of length 0 is the empty text. */
+static void check_null_arguments(void) {
+    mg_tokenizer_desc bytes = {MG_TOK_BYTES, NULL, NULL, NULL};
+    char err[256] = "";
+    mg_tokenizer *t = mg_tokenizer_load(&bytes, err, sizeof err);
+    int32_t ids[4] = {104, 105, 0, 0};
+    char out[8];
+    int ok = t && mg_tokenizer_encode(NULL, "hi", 2, 0, ids, 4) == -1 &&
+             mg_tokenizer_encode(t, NULL, 5, 0, ids, 4) == -1 &&
+             mg_tokenizer_encode(t, "hi", 2, 0, ids, -1) == -1 &&
+             mg_tokenizer_encode(t, NULL, 0, 0, ids, 4) == 0 &&
+             mg_tokenizer_decode(NULL, ids, 2, out, sizeof out) == -1 &&
+             mg_tokenizer_decode(t, NULL, 2, out, sizeof out) == -1 &&
+             mg_tokenizer_decode(t, ids, -1, out, sizeof out) == -1 &&
+             mg_tokenizer_decode(t, ids, 2, out, -1) == -1 &&
+             mg_tokenizer_decode(t, NULL, 0, out, sizeof out) == 0 &&
+             mg_tokenizer_decode(t, ids, 2, out, sizeof out) == 2;
+    mg_test_report(ok, "encode/decode with a NULL tokenizer, NULL text or ids, negative n or cap: -1",
+                   "%s", t ? "" : err);
+    mg_tokenizer_free(t);
+}
+
 int main(void) {
     mg_tokenizer_desc bytes = {MG_TOK_BYTES, NULL, NULL, NULL};
     check_roundtrip("bytes", bytes);
     check_empty_json();
+    check_null_arguments();
     struct stat st;
     if (stat(".venv/bin/python", &st) != 0) {
         printf("ok - reference tokenizers # skip .venv missing (run make deps)\n");

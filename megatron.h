@@ -1098,8 +1098,9 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out);
    --log-jsonl). Without a validation set (tr->has_valid 0: see tr->valid_note) it returns
    NAN and prints and writes nothing.                                                       */
 MGDEF double mg_trainer_evaluate(mg_trainer *tr, FILE *out);
-/* Mean loss over the first --eval-iters global batches of --test-data-path (NAN without it);
-   Megatron's line " validation loss at iteration N on test set | …" to out.               */
+/* Mean loss over the first --eval-iters global batches of the test part — --test-data-path,
+   or --split's third share (NAN without one); Megatron's line " validation loss at iteration
+   N on test set | …" to out.                                                              */
 MGDEF double mg_trainer_test(mg_trainer *tr, FILE *out);
 /* Megatron's clean exits, checked after every iteration by every rank: returns MG_EXIT_NONE
    (go on) or why to save and stop now — --exit-signal-handler's SIGTERM arrived (on any
@@ -6273,6 +6274,27 @@ static int mg__setup_valid(mg_trainer *tr, const mg__data_group *g, double weigh
     return 0;
 }
 
+/* --split's test part, which Megatron-LM evaluates once after training ("validation loss at
+   iteration N on test set"): set up when every dataset of the blend gives it a sequence and
+   each holds a sample; else there is no test evaluation, as Megatron builds no test dataset
+   for an empty part.                                                                        */
+static int mg__setup_split_test(mg_trainer *tr, const mg__data_group *g, double weight,
+                                int64_t n_samples, char *err, size_t errlen) {
+    const mg_train_args *a = &tr->args;
+    int k;
+    if (weight <= 0) return 0;
+    for (k = 0; k < g->n; k++)
+        if (mg_split_count(a->split, MG_SPLIT_TEST, g->ds[k]->n_sequences) <= 0) return 0;
+    if (mg__part_blend(tr, &tr->test_data, g, a->split, MG_SPLIT_TEST, n_samples, err, errlen))
+        return -1;
+    if (mg__short_part(tr, &tr->test_data) >= 0) {
+        mg_blend_free(&tr->test_data);
+        return 0;
+    }
+    tr->has_test = 1;
+    return 0;
+}
+
 /* Opens the data and the blends of the training, validation and test parts: --data-path
    (one blend, each dataset split by --split) or --train/valid/test-data-path (one blend
    per part, each dataset used whole: Megatron's blend_per_split).                         */
@@ -6316,7 +6338,9 @@ static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
             }
         }
         if (a->eval_iters > 0 &&
-            mg__setup_valid(tr, &g[0], weights[1], counts[1], err, errlen))
+            (mg__setup_valid(tr, &g[0], weights[1], counts[1], err, errlen) ||
+             (a->train_iters > 0 &&
+              mg__setup_split_test(tr, &g[0], weights[2], counts[2], err, errlen))))
             goto done;
     } else {   /* Megatron's blend_per_split: each part's datasets used whole */
         static const char *const flags[3] = {"--train-data-path", "--valid-data-path",

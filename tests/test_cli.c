@@ -1320,8 +1320,9 @@ static void check_program(void) {
     if (p) pclose(p);
     CHECK(strstr(out, "iteration        4/       4") && strstr(out, "validation loss at "
           "iteration 4") && strstr(out, "saved") && strstr(out, "exported") &&
-          strstr(out, "----- sample") && strstr(out, "status 0\n"),
-          "cli: gpt_train trains, validates, saves, exports and samples");
+          strstr(out, "----- sample") && strstr(out, "status 0\n") &&
+          !strstr(out, "on test set"), "cli: gpt_train trains, validates, saves, exports and "
+          "samples (--split 8,2,0: no test part, no test line)");
     if (!strstr(out, "status 0\n")) fprintf(stderr, "%s\n", out);
     {   /* every save prints its line, as Megatron-LM's "successfully saved checkpoint from
            iteration N to DIR": the --save-interval ones (after that iteration's validation)
@@ -1339,6 +1340,26 @@ static void check_program(void) {
               "'gpt_train: saved DIR/iter_0000002' and '…/iter_0000004', each once, after "
               "the iteration's validation");
         if (!at2 || !at4) fprintf(stderr, "%s\n", out);
+    }
+    /* --split's third share is the test part: Megatron-LM evaluates it once after training
+       ("validation loss at iteration N on test set"); with no share, no test line */
+    snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s --data-path %s/docs --vocab-size 37 "
+             "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16 "
+             "--micro-batch-size 2 --global-batch-size 4 --train-iters 2 --lr 1e-3 "
+             "--eval-interval 2 --eval-iters 1 --split 8,1,1 2>&1; echo \"status $?\"", prog,
+             tmp);
+    p = popen(cmd, "r");
+    n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    if (p) pclose(p);
+    {
+        const char *valid = strstr(out, " validation loss at iteration 2 | lm loss value: ");
+        const char *test = strstr(out, " validation loss at iteration 2 on test set | lm loss "
+                                  "value: ");
+        CHECK(valid && test && test > valid && strstr(out, "status 0\n"), "cli: --split 8,1,1: "
+              "the test part evaluated after training, 'validation loss at iteration 2 on test "
+              "set', after the validation");
+        if (!test) fprintf(stderr, "%s\n", out);
     }
     /* one document, the default --split 969,30,1: trains, one line says validation is
        skipped, no validation at --eval-interval nor at the end */

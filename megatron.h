@@ -5475,6 +5475,21 @@ static int mg__is_checkpoint_dir(const char *dir, char *parent, size_t cap) {
     return 1;
 }
 
+/* Megatron-LM's own checkpoint files in an iteration directory — the torch format's
+   mp_rank_TT[_PPP]/model_optim_rng.pt, torch_dist's .metadata, common.pt and metadata.json:
+   the first name found, or NULL.                                                           */
+static const char *mg__megatron_ckpt_file(const char *iter_dir) {
+    static const char *const names[] = {"mp_rank_00", "mp_rank_00_000", ".metadata", "common.pt",
+                                        "metadata.json"};
+    char probe[MG_PATH_MAX];
+    size_t i;
+    for (i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!mg__path(probe, sizeof probe, "%s/%s", iter_dir, names[i]) &&
+            access(probe, F_OK) == 0)
+            return names[i];
+    return NULL;
+}
+
 /* The checkpoint's state.json, parsed. */
 typedef struct mg__ckpt_state {
     int64_t iteration, consumed, consumed_valid, adam_step, skipped, nan_iters, seed;
@@ -6787,10 +6802,19 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
             mg__path(path, sizeof path, "%s/iter_%07lld/state.json", a->load,
                      (long long)load_iter);                            /* fits: checked */
             if (access(path, F_OK) != 0) {
-                mg__err(err, errlen, "--load %s: latest_checkpointed_iteration.txt names iteration "
-                        "%lld, but %s does not exist (a checkpoint moved or cut short: write an "
-                        "iteration that is there into that file)", a->load, (long long)load_iter,
-                        path);
+                const char *theirs;
+                mg__path(release, sizeof release, "%s/iter_%07lld", a->load, (long long)load_iter);
+                if ((theirs = mg__megatron_ckpt_file(release)))
+                    mg__err(err, errlen, "--load %s: %s holds Megatron-LM's own checkpoint files "
+                            "(%s), not megatron.h's (state.json, model.safetensors); megatron.h "
+                            "does not read Megatron-LM's torch or torch_dist checkpoints: convert "
+                            "the weights to Hugging Face safetensors and start from them with "
+                            "--init-from", a->load, release, theirs);
+                else
+                    mg__err(err, errlen, "--load %s: latest_checkpointed_iteration.txt names "
+                            "iteration %lld, but %s does not exist (a checkpoint moved or cut "
+                            "short: write an iteration that is there into that file)", a->load,
+                            (long long)load_iter, path);
                 goto fail;
             }
             if (mg__read_state(path, load_iter, &st, why, sizeof why) ||

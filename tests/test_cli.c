@@ -1174,6 +1174,24 @@ static void check_small_files(void) {
     }
     free(want);
     mg_trainer_free(&ref);
+    /* an iteration directory of Megatron-LM's own checkpoint files (torch: mp_rank_00/…,
+       torch_dist: .metadata): refused by name, not as a moved checkpoint */
+    snprintf(path, sizeof path, "%s/iter_0000002", dir);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/iter_0000002/mp_rank_00", dir);
+    mkdir(path, 0755);
+    write_file(latest, "2\n", 2);
+    expect_error("--load of Megatron-LM's torch checkpoint (iter_0000002/mp_rank_00): named", line,
+                 "iter_0000002 holds Megatron-LM's own checkpoint files (mp_rank_00), not "
+                 "megatron.h's");
+    snprintf(path, sizeof path, "%s/iter_0000003", dir);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/iter_0000003/.metadata", dir);
+    write_file(path, "x", 1);
+    write_file(latest, "3\n", 2);
+    expect_error("--load of Megatron-LM's torch_dist checkpoint (iter_0000003/.metadata): named",
+                 line, "iter_0000003 holds Megatron-LM's own checkpoint files (.metadata)");
+    write_file(latest, "1\n", 2);
 
     /* state.json */
     for (i = 0; i < sizeof state_bad / sizeof state_bad[0]; i++) {

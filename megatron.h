@@ -5460,13 +5460,22 @@ static int mg__latest_iteration(const char *dir, int64_t *iter, char *err, size_
     return rc;
 }
 
+/* The first of names[0 … n) that exists in dir, or NULL. */
+static const char *mg__first_present(const char *dir, const char *const *names, size_t n) {
+    char probe[MG_PATH_MAX];
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (!mg__path(probe, sizeof probe, "%s/%s", dir, names[i]) && access(probe, F_OK) == 0)
+            return names[i];
+    return NULL;
+}
+
 /* Whether dir is one iteration of a checkpoint (it holds state.json or model.safetensors);
    then parent gets the directory above it, the one --load takes ("." for a bare name).      */
 static int mg__is_checkpoint_dir(const char *dir, char *parent, size_t cap) {
-    char probe[MG_PATH_MAX], *slash;
-    if (mg__path(probe, sizeof probe, "%s/state.json", dir) || access(probe, F_OK) != 0)
-        if (mg__path(probe, sizeof probe, "%s/model.safetensors", dir) ||
-            access(probe, F_OK) != 0) return 0;
+    static const char *const ours[] = {"state.json", "model.safetensors"};
+    char *slash;
+    if (!mg__first_present(dir, ours, 2)) return 0;
     if (mg__path(parent, cap, "%s", dir)) return 0;
     while ((slash = strrchr(parent, '/')) && slash[1] == 0 && slash != parent) *slash = 0;
     slash = strrchr(parent, '/');
@@ -5479,15 +5488,9 @@ static int mg__is_checkpoint_dir(const char *dir, char *parent, size_t cap) {
    mp_rank_TT[_PPP]/model_optim_rng.pt, torch_dist's .metadata, common.pt and metadata.json:
    the first name found, or NULL.                                                           */
 static const char *mg__megatron_ckpt_file(const char *iter_dir) {
-    static const char *const names[] = {"mp_rank_00", "mp_rank_00_000", ".metadata", "common.pt",
-                                        "metadata.json"};
-    char probe[MG_PATH_MAX];
-    size_t i;
-    for (i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!mg__path(probe, sizeof probe, "%s/%s", iter_dir, names[i]) &&
-            access(probe, F_OK) == 0)
-            return names[i];
-    return NULL;
+    static const char *const theirs[] = {"mp_rank_00", "mp_rank_00_000", ".metadata",
+                                         "common.pt", "metadata.json"};
+    return mg__first_present(iter_dir, theirs, sizeof theirs / sizeof theirs[0]);
 }
 
 /* The checkpoint's state.json, parsed. */
@@ -6762,7 +6765,8 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     int64_t src[6], arch[6], load_iter = 0;
     const int64_t *srcp = NULL;
     const char *src_name = NULL, *weights_from = args->init_from;
-    char path[MG_PATH_MAX], srcdesc[MG_PATH_MAX + 32], release[MG_PATH_MAX], why[MG_ERRLEN];
+    char path[MG_PATH_MAX], srcdesc[MG_PATH_MAX + 32], why[MG_ERRLEN];
+    char load_dir[MG_PATH_MAX];   /* --load's DIR/release or DIR/iter_NNNNNNN */
     int has_ckpt = 0, has_weights = 0, agreed = 0, rc, tp, tp_rank = 0, pp_rank = 0, n_slots = 1;
     int split = 0;
     mg_gpt_layout layout;
@@ -6795,21 +6799,21 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
             goto fail;
         }
         if (rc == 2) {   /* Megatron's 'release': its weights, from iteration 0 (as --init-from) */
-            mg__path(release, sizeof release, "%s/release", a->load);   /* fits: checked */
-            weights_from = release;
+            mg__path(load_dir, sizeof load_dir, "%s/release", a->load);   /* fits: checked */
+            weights_from = load_dir;
         }
         if (rc == 1) {
-            mg__path(path, sizeof path, "%s/iter_%07lld/state.json", a->load,
+            mg__path(load_dir, sizeof load_dir, "%s/iter_%07lld", a->load,
                      (long long)load_iter);                            /* fits: checked */
+            mg__path(path, sizeof path, "%s/state.json", load_dir);
             if (access(path, F_OK) != 0) {
-                const char *theirs;
-                mg__path(release, sizeof release, "%s/iter_%07lld", a->load, (long long)load_iter);
-                if ((theirs = mg__megatron_ckpt_file(release)))
+                const char *theirs = mg__megatron_ckpt_file(load_dir);
+                if (theirs)
                     mg__err(err, errlen, "--load %s: %s holds Megatron-LM's own checkpoint files "
                             "(%s), not megatron.h's (state.json, model.safetensors); megatron.h "
                             "does not read Megatron-LM's torch or torch_dist checkpoints: convert "
                             "the weights to Hugging Face safetensors and start from them with "
-                            "--init-from", a->load, release, theirs);
+                            "--init-from", a->load, load_dir, theirs);
                 else
                     mg__err(err, errlen, "--load %s: latest_checkpointed_iteration.txt names "
                             "iteration %lld, but %s does not exist (a checkpoint moved or cut "
@@ -6824,8 +6828,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
             }
         }
         if (rc == 1 && a->finetune) {   /* the checkpoint's weights, as --init-from reads them */
-            mg__path(release, sizeof release, "%s/iter_%07lld", a->load, (long long)load_iter);
-            weights_from = release;
+            weights_from = load_dir;
             tr->load_found = 3;
         } else if (rc == 1) {
             has_ckpt = 1;

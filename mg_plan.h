@@ -1635,7 +1635,8 @@ MGDEF void mg_plan_set_model_check(mg_plan_model_check_fn check) { mg__plan_mode
    models exist.                                                                           */
 static const char *const mg__plan_model_flags[] = {
     "--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length",
-    "--max-position-embeddings", "--make-vocab-size-divisible-by", "--ffn-hidden-size", "--num-query-groups", "--kv-channels",
+    "--max-position-embeddings", "--make-vocab-size-divisible-by", "--ffn-hidden-size",
+    "--num-query-groups", "--kv-channels",
     "--swiglu", "--group-query-attention", "--untie-embeddings-and-output-weights",
     "--disable-bias-linear", "--add-qkv-bias", "--use-rope-scaling", "--norm-epsilon",
     "--rotary-base", "--rotary-percent", "--rope-scaling-factor", "--normalization",

@@ -228,8 +228,8 @@ static int parse_args(prep_args *a, int argc, char **argv) {
                          "--llmc FILE then text files (see --help)%s%s", "", "");
     if (a->llmc && a->dtype_given)
         return die_usage("--dtype applies to -o PREFIX; an llm.c token file (--llmc) stores "
-                         "uint16 or uint32 by the vocabulary (llm.c's GPT-2 or Llama-3 kind)%s%s",
-                         "", "");
+                         "uint16 or uint32 by the vocabulary (llm.c's GPT-2 or Llama-3 kind)",
+                         NULL, NULL);
     if (!a->input && (a->n_keys || a->bad))
         return die_usage("%s applies to --input (JSON lines)%s", a->n_keys ? "--json-keys" :
                          "--bad-lines", "");

@@ -269,7 +269,9 @@ MGDEF mg_gpt_layout mg_gpt_layout_pipeline(const mg_gpt_config *cfg, int micro_b
    turns the 72 form above into the paper's 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)). With a split
    backward (layout.split_backward, ZB-H1) a full-recomputed layer's forward runs twice more —
    before the input half and again before the weight half (mg_gpt_backward_weight) — and is
-   counted twice; selective recomputation once (the weight half needs no probabilities).     */
+   counted twice; selective recomputation once (the weight half needs no probabilities), and
+   only with the unfused attention (layout.attention_backend): the tiled attention's backward
+   recomputes its scores whether or not selective recomputation is asked for.               */
 MGDEF double mg_gpt_flops_recomputed(const mg_gpt_config *cfg, const mg_gpt_layout *layout,
                                      int64_t samples);
 
@@ -1380,7 +1382,10 @@ MGDEF double mg_gpt_flops_recomputed(const mg_gpt_config *c, const mg_gpt_layout
     /* one layer's forward: QKV, scores and P·V (the core), projection, MLP */
     double core = 4.0 * B * s * s * q, layer = 2.0 * B * s * h * (q + 2 * kv + q + F) + core;
     int ch, i, first = 0, last = -1, held = 0, full = 0;
-    if (L->recompute_granularity == MG_RECOMPUTE_SELECTIVE) return core * c->n_layer;
+    /* selective reruns the core of the unfused attention only: the tiled backward
+       recomputes its scores with or without it (none and selective do the same work) */
+    if (L->recompute_granularity == MG_RECOMPUTE_SELECTIVE)
+        return L->attention_backend == MG_ATTN_UNFUSED ? core * c->n_layer : 0;
     if (L->recompute_granularity != MG_RECOMPUTE_FULL) return 0;
     for (ch = 0; ch < L->n_chunks; ch++) {
         int nl = L->chunks[ch].layer_end - L->chunks[ch].layer_begin;

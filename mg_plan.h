@@ -187,7 +187,8 @@ typedef struct mg_plan_result {
     double iteration_time;
     double bubble_fraction;         /* bubble / (m · stage time): (p−1)/(v·m) for equal stages    */
     /* throughput */
-    double flops_per_iteration;     /* counted as the paper counts (recompute included)           */
+    double flops_per_iteration;     /* counted as the paper counts (recompute included;
+                                       selective counts as none under the tiled attention) */
     double model_flops_per_iteration; /* 72-coefficient formula (no recompute): MFU              */
     double tflops_per_gpu;          /* flops_per_iteration / (iteration_time · n) / 1e12          */
     double percent_of_peak;         /* tflops_per_gpu / peak (16-bit, or fp32 rate for fp32)      */
@@ -1191,8 +1192,14 @@ MGDEF int mg_plan_evaluate(const mg_plan_model *m, const mg_plan_training *tr,
     out->iteration_time = t_pipe + out->time_dp_comm + out->time_optimizer;   /* the ring's
                                                       time is inside the stage times */
 
-    /* Throughput, counted as the paper counts (recomputed forward included). */
-    out->flops_per_iteration = mg_plan_flops(m, (double)tr->global_batch_size, L->recompute);
+    /* Throughput, counted as the paper counts (recomputed forward included). Selective
+       recomputation recomputes nothing where the attention is tiled (flash_attention, or the
+       ring at c > 1: the backward recomputes the scores either way, as the time above
+       assumes), so there it counts as none. */
+    out->flops_per_iteration = mg_plan_flops(m, (double)tr->global_batch_size,
+                                             L->recompute == MG_PLAN_RECOMPUTE_SELECTIVE &&
+                                             mc.flash_attention ? MG_PLAN_RECOMPUTE_NONE
+                                                                : L->recompute);
     out->model_flops_per_iteration = mg_plan_flops(m, (double)tr->global_batch_size,
                                                    MG_PLAN_RECOMPUTE_NONE);
     out->tflops_per_gpu = out->flops_per_iteration / (out->iteration_time * cl->gpus) / 1e12;

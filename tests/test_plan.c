@@ -203,7 +203,8 @@ static void test_llama_counts(void) {
         snprintf(name, sizeof(name), "FLOPs = mg_gpt_flops_per_iteration: %s", names[i]);
         CHECK_REL(none, mg_gpt_flops_per_iteration(&c, (int64_t)B), 1e-13, name);
         /* recomputation: what the trainer counts as repeated forward FLOPs */
-        L.recompute_granularity = MG_RECOMPUTE_SELECTIVE;
+        L.recompute_granularity = MG_RECOMPUTE_SELECTIVE;   /* the paper's: unfused attention */
+        L.attention_backend = MG_ATTN_UNFUSED;
         snprintf(name, sizeof(name), "selective recompute adds mg_gpt_flops_recomputed: %s", names[i]);
         CHECK_REL(mg_plan_flops(&cases[i], B, MG_PLAN_RECOMPUTE_SELECTIVE) - none,
                   mg_gpt_flops_recomputed(&c, &L, (int64_t)B), 1e-9, name);
@@ -853,7 +854,9 @@ static void test_calibrate(void) {
    tokens; the ring keeps no scores): at least the 32 layers' s/c·b·h·34/t bytes with SP
    (Korthikanti's 34 without the 5·a·s/h term) plus the fp32 lse, 4·a/t per token, while
    c = 1 also holds one layer's a·s² scores for the selective recomputation; the ring costs
-   time (its exposed transfers) and the FLOPs are the same; c = 1 does not fit 80 GB, c = 4
+   time (its exposed transfers); the FLOPs counted are the paper's selective ones at c = 1 and
+   those without recomputation at c > 1, whose tiled attention recomputes nothing more (the
+   same as c = 1 with the tiled attention); c = 1 does not fit 80 GB, c = 4
    does; the search with c free picks c > 1; and mg_plan_check refuses a c that does not
    divide the GPUs. */
 static void test_context_parallel(void) {
@@ -887,11 +890,23 @@ static void test_context_parallel(void) {
                    r[1].mem_activations / 1073741824.0, r[2].mem_activations / 1073741824.0);
     mg_test_report(ok && r[0].time_cp_comm == 0 && r[1].time_cp_comm > 0 &&
                    r[2].time_cp_comm > 0 && !r[0].fits && r[2].fits &&
-                   r[1].flops_per_iteration == r[0].flops_per_iteration,
-                   "context parallelism: the ring costs time, c = 1 does not fit, c = 4 does",
+                   r[0].flops_per_iteration == mg_plan_flops(&m, 64, MG_PLAN_RECOMPUTE_SELECTIVE) &&
+                   r[1].flops_per_iteration == mg_plan_flops(&m, 64, MG_PLAN_RECOMPUTE_NONE) &&
+                   r[2].flops_per_iteration == r[1].flops_per_iteration,
+                   "context parallelism: the ring costs time, c = 1 does not fit, c = 4 does; "
+                   "selective counts its recomputed FLOPs at c = 1 only",
                    "ring %.3g, %.3g s; memory %.1f, %.1f, %.1f GB", r[1].time_cp_comm,
                    r[2].time_cp_comm, r[0].mem_total / 1073741824.0,
                    r[1].mem_total / 1073741824.0, r[2].mem_total / 1073741824.0);
+    m.flash_attention = 1;   /* c = 1 with the tiled attention: selective recomputes nothing */
+    L.c = 1;
+    L.d = 8;
+    mg_test_report(mg_plan_evaluate(&m, &tr, &c, &L, &r[0], err, sizeof err) == 0 &&
+                   r[0].flops_per_iteration == mg_plan_flops(&m, 64, MG_PLAN_RECOMPUTE_NONE),
+                   "selective recomputation under the tiled attention counts no extra FLOPs",
+                   "%.6g vs %.6g", r[0].flops_per_iteration,
+                   mg_plan_flops(&m, 64, MG_PLAN_RECOMPUTE_NONE));
+    m.flash_attention = 0;
     fx = mg_plan_layout_any();
     fx.t = 8;
     k = mg_plan_search(&m, &tr, &c, &fx, top, 1, &st, err, sizeof err);

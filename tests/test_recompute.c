@@ -311,7 +311,8 @@ static void check_model_split(void) {
 }
 
 /* Recomputed FLOPs: full recomputation of every layer turns the 72 form into the paper's
-   96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)); selective adds the attention core 4·B·s²·h per layer;
+   96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)); selective adds the attention core 4·B·s²·h per layer
+   with the unfused attention and nothing with the tiled one;
    block recomputes N layers per chunk.                                                    */
 static void check_flops(void) {
     mg_gpt_config c;
@@ -328,9 +329,14 @@ static void check_flops(void) {
     mg_test_report(fabs(got / paper - 1) < 1e-12, "recompute FLOPs: full = the paper's 96 form",
                    "%.6g vs %.6g", got, paper);
     L.recompute_granularity = MG_RECOMPUTE_SELECTIVE;
+    mg_test_report(mg_gpt_flops_recomputed(&c, &L, 8) == 0,
+                   "recompute FLOPs: selective with the tiled attention = 0 (its backward "
+                   "recomputes the scores either way)", "%.6g", mg_gpt_flops_recomputed(&c, &L, 8));
+    L.attention_backend = MG_ATTN_UNFUSED;
     mg_test_report(mg_gpt_flops_recomputed(&c, &L, 8) == 4 * B * s * s * h * l,
-                   "recompute FLOPs: selective = 4·B·s²·h per layer", "%.6g",
-                   mg_gpt_flops_recomputed(&c, &L, 8));
+                   "recompute FLOPs: selective with the unfused attention = 4·B·s²·h per layer",
+                   "%.6g", mg_gpt_flops_recomputed(&c, &L, 8));
+    L.attention_backend = MG_ATTN_FLASH;
     L.recompute_granularity = MG_RECOMPUTE_FULL;
     L.recompute_method = MG_RECOMPUTE_BLOCK;
     L.recompute_num_layers = 1;            /* 1 of the 3 layers of each chunk */
@@ -342,8 +348,9 @@ static void check_flops(void) {
                    "recompute FLOPs: split backward counts full recomputation twice", "%.6g",
                    mg_gpt_flops_recomputed(&c, &L, 8));
     L.recompute_granularity = MG_RECOMPUTE_SELECTIVE;
+    L.attention_backend = MG_ATTN_UNFUSED;
     mg_test_report(mg_gpt_flops_recomputed(&c, &L, 8) == 4 * B * s * s * h * l,
-                   "recompute FLOPs: split backward counts selective once", "%.6g",
+                   "recompute FLOPs: split backward counts selective (unfused) once", "%.6g",
                    mg_gpt_flops_recomputed(&c, &L, 8));
 }
 

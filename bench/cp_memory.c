@@ -8,14 +8,16 @@
    the tiled attention. For c = 1, 2, 4, … up to 16 (every c that cuts the sequence into 2c
    chunks) one line per c:
      model     the bytes per rank of the model's activations (mg_gpt.act_bytes: every layer's
-               kept tensors, the embedding output, the final layernorm, the fp32 logits and
-               loss statistics) and of its shared scratch (mg_gpt.scratch_bytes: the residual
-               gradient, one layer's backward temporaries, with c > 1 the ring's two K/V
-               buffers, three fp32 dK/dV buffers and the fp32 dQ), and their sum, as the model
-               claims them from its arena for a rank of a context group of c — counted, nothing
-               runs;
+               kept tensors, the embedding output, the final layernorm and the gradient the
+               fused classifier leaves for it, in place of the [N, V] logits) and of its
+               shared scratch (mg_gpt.scratch_bytes: the residual gradient, one layer's
+               backward temporaries, the classifier's chunk of logits, with c > 1 the ring's
+               two K/V buffers, three fp32 dK/dV buffers and the fp32 dQ), and their sum, as
+               the model claims them from its arena for a rank of a context group of c —
+               counted, nothing runs;
      planner   mg_plan_evaluate's activation bytes for the same layout (t = p = d = 1, c GPUs,
-               the tiled attention);
+               the tiled attention, the fused classifier): the model's activations plus the
+               one chunk of fp32 logits, which the model claims as scratch;
      measured  for c = the job's size only: activations + scratch + the arena's high-water mark
                above the model during a real forward + backward of one microbatch on these
                ranks (the ops' temporary scratch), the peak per rank (--count-only: skipped);
@@ -73,6 +75,7 @@ static double planned(const bench_args *a, int cp) {
     t.precision = MG_PLAN_FP32;
     t.grads_in_fp32 = 1;
     t.grad_accum_fusion = 1;
+    t.fused_classifier = 1;  /* the model's classifier: fused, in chunks of rows */
     cl.gpus = cl.gpus_per_node = cp;
     mg_plan_gpu_preset("h100-sxm", &cl.gpu);
     L.t = L.p = L.d = L.v = 1;

@@ -198,7 +198,19 @@ typedef struct mg_sampler_desc {
     int64_t n_samples;          /* samples the run will ask for: indices [0, n_samples)      */
     uint32_t seed;              /* Megatron --seed (default 1234)                           */
     mg_data_order order;
+    int index_width;            /* 0: each index array 4 bytes an entry where all its values
+                                   fit, else 8 (mg_sampler); 8: 8 regardless (a test hook
+                                   for the 64-bit path, which small data never reach)       */
 } mg_sampler_desc;
+
+/* An index array of non-negative integers, 4 bytes an entry (uint32) when every value it
+   will hold fits 32 bits, else 8 (int64): how Megatron's GPTDataset stores its sample index
+   (int32 pairs) and shuffle index (uint32) where they fit. Entry k: mg_ix_get(a, k).       */
+typedef struct mg_ix {
+    void *v;
+    int width;                  /* bytes an entry: 4 or 8                                   */
+} mg_ix;
+MGDEF int64_t mg_ix_get(mg_ix a, int64_t k);
 
 typedef struct mg_sampler {
     const mg_dataset *ds;
@@ -211,8 +223,10 @@ typedef struct mg_sampler {
     int separate_final_epoch;
     int32_t *doc_index;         /* [n_doc_index] sequence ids (shuffled order)              */
     int64_t n_doc_index;
-    int64_t *sample_index;      /* [(n_samples + 1) * 2]: (position in doc_index, offset)   */
-    int64_t *shuffle_index;     /* [n_samples]                                               */
+    /* Shuffled order. A sample costs 12 bytes of these (32-bit entries) below 2^32 samples,
+       16 above (a 64-bit shuffle index); mg_sampler_index_bytes adds them up.             */
+    mg_ix sample_index;         /* [(n_samples + 1) * 2]: (position in doc_index, offset)   */
+    mg_ix shuffle_index;        /* [n_samples]                                               */
 } mg_sampler;
 
 /* Parses a --split string into three normalised weights.                                   */
@@ -234,6 +248,8 @@ MGDEF int mg_sampler_init(mg_sampler *smp, const mg_dataset *ds, const mg_sample
 MGDEF int mg_sampler_get(const mg_sampler *smp, int64_t i, int32_t *tokens,
                          char *err, size_t errlen);
 MGDEF void mg_sampler_free(mg_sampler *smp);
+/* Bytes the sampler's indices hold (document, sample and shuffle index; 0 when sequential). */
+MGDEF int64_t mg_sampler_index_bytes(const mg_sampler *smp);
 
 /* ---------------------------------------------------------------------------------------------
    2b. Blended data (Megatron's BlendedDataset; gpt_train --data-path 0.7 A 0.3 B)
@@ -1574,18 +1590,32 @@ MGDEF uint64_t mg_mt19937_interval(mg_mt19937 *mt, uint64_t max) {
     }
     return value;
 }
-/* numpy RandomState.shuffle of a 1-D array: for i = n-1 down to 1, swap x[i], x[interval(i)]. */
-MGDEF void mg_mt19937_shuffle_i32(mg_mt19937 *mt, int32_t *x, int64_t n) {
+MGDEF int64_t mg_ix_get(mg_ix a, int64_t k) {
+    return a.width == 4 ? (int64_t)((const uint32_t *)a.v)[k] : ((const int64_t *)a.v)[k];
+}
+static void mg__ix_set(mg_ix a, int64_t k, int64_t x) {
+    if (a.width == 4) ((uint32_t *)a.v)[k] = (uint32_t)x;
+    else ((int64_t *)a.v)[k] = x;
+}
+/* numpy RandomState.shuffle of y = the n entries x[first .. first + n) (a 1-D array): for
+   i = n-1 down to 1, swap y[i], y[interval(i)]. The draws depend on n alone, not on the entry
+   width: numpy shuffles an int32, uint32 or int64 array of one length the same. An int32
+   array passes as width 4 (read and written as uint32, which keeps its bits).              */
+static void mg__ix_shuffle(mg_mt19937 *mt, mg_ix x, int64_t first, int64_t n) {
     for (int64_t i = n - 1; i >= 1; i--) {
         int64_t j = (int64_t)mg_mt19937_interval(mt, (uint64_t)i);
-        int32_t t = x[i]; x[i] = x[j]; x[j] = t;
+        int64_t t = mg_ix_get(x, first + i);
+        mg__ix_set(x, first + i, mg_ix_get(x, first + j));
+        mg__ix_set(x, first + j, t);
     }
 }
+MGDEF void mg_mt19937_shuffle_i32(mg_mt19937 *mt, int32_t *x, int64_t n) {
+    mg_ix a = {x, 4};
+    mg__ix_shuffle(mt, a, 0, n);
+}
 MGDEF void mg_mt19937_shuffle_i64(mg_mt19937 *mt, int64_t *x, int64_t n) {
-    for (int64_t i = n - 1; i >= 1; i--) {
-        int64_t j = (int64_t)mg_mt19937_interval(mt, (uint64_t)i);
-        int64_t t = x[i]; x[i] = x[j]; x[j] = t;
-    }
+    mg_ix a = {x, 8};
+    mg__ix_shuffle(mt, a, 0, n);
 }
 
 /* --split ------------------------------------------------------------------------------------
@@ -1700,9 +1730,14 @@ MGDEF void mg_data_num_samples(int64_t train_iters, int64_t global_batch, int64_
 
 MGDEF void mg_sampler_free(mg_sampler *smp) {
     MG_FREE(smp->doc_index);
-    MG_FREE(smp->sample_index);
-    MG_FREE(smp->shuffle_index);
+    MG_FREE(smp->sample_index.v);
+    MG_FREE(smp->shuffle_index.v);
     memset(smp, 0, sizeof *smp);
+}
+MGDEF int64_t mg_sampler_index_bytes(const mg_sampler *smp) {
+    if (!smp->doc_index) return 0;
+    return 4 * smp->n_doc_index + (int64_t)smp->sample_index.width * 2 * (smp->n_samples + 1) +
+           (int64_t)smp->shuffle_index.width * smp->n_samples;
 }
 
 /* Megatron's _build_document_index: the part's sequence ids repeated `epochs` times, shuffled
@@ -1717,13 +1752,15 @@ static void mg__build_doc_index(int32_t *out, int64_t seq_begin, int64_t seq_end
 
 /* Megatron's build_sample_idx (helpers.cpp) with add_extra_token_to_sequence = 1 and
    drop_last_partial_sequence: sample j is (position in doc_index, token offset) of its first
-   token; each sample takes s + 1 tokens, the next one starts at its last token.           */
+   token; each sample takes s + 1 tokens, the next one starts at its last token. An offset
+   is at most the length of its sequence minus 1 (both branches below that set it).         */
 static int mg__build_sample_index(mg_sampler *smp, int64_t num_samples, char *err,
                                   size_t errlen) {
     const mg_dataset *ds = smp->ds;
-    int64_t *si = smp->sample_index, pos = 0, offset = 0;
-    si[0] = 0;
-    si[1] = 0;
+    mg_ix si = smp->sample_index;
+    int64_t pos = 0, offset = 0;
+    mg__ix_set(si, 0, 0);
+    mg__ix_set(si, 1, 0);
     for (int64_t k = 1; k <= num_samples; k++) {
         int64_t remaining = smp->seq_len + 1;
         while (remaining != 0) {
@@ -1744,8 +1781,8 @@ static int mg__build_sample_index(mg_sampler *smp, int64_t num_samples, char *er
                 offset = 0;
             }
         }
-        si[2 * k] = pos;
-        si[2 * k + 1] = offset;
+        mg__ix_set(si, 2 * k, pos);
+        mg__ix_set(si, 2 * k + 1, offset);
     }
     return 0;
 }
@@ -1761,6 +1798,9 @@ MGDEF int mg_sampler_init(mg_sampler *smp, const mg_dataset *ds, const mg_sample
     int64_t s = desc->seq_len, n = desc->n_samples, need_tokens;
     if (desc->order != MG_ORDER_SHUFFLED && desc->order != MG_ORDER_SEQUENTIAL)
         return mg__fail(err, errlen, "unknown data order %d", (int)desc->order);
+    if (desc->index_width != 0 && desc->index_width != 8)
+        return mg__fail(err, errlen, "index width %d: 0 (4 bytes where the values fit) or 8",
+                        desc->index_width);
     if (s < (desc->order == MG_ORDER_SHUFFLED ? 2 : 1))
         return mg__fail(err, errlen, "sequence length (--seq-length) %lld too small: %s",
                         (long long)s, desc->order == MG_ORDER_SHUFFLED ? "the shuffled order "
@@ -1821,10 +1861,19 @@ MGDEF int mg_sampler_init(mg_sampler *smp, const mg_dataset *ds, const mg_sample
                         (long long)n, (long long)s, (long long)epochs, mg__part_name(desc->part),
                         (long long)n_part, (long long)T, (long long)smp->n_doc_index);
     num_samples = (total - 1) / s;
+    /* Entry widths, fixed before building from bounds on the values (Megatron's helpers.cpp
+       build_sample_idx gives int32 pairs, _build_shuffle_index uint32, where they fit):
+       sample index: positions < n_doc_index <= 2^31 - 1 (refused above otherwise); offsets
+         <= a sequence's length - 1 <= 2^31 - 2, lengths being int32 (mg_dataset_seq_len: an
+         .idx stores them so, an llm.c header counts all its tokens in an int32): always fits;
+       shuffle index: values < num_samples, 32-bit while num_samples - 1 <= 2^32 - 1.       */
+    int wide = desc->index_width == 8;
+    smp->sample_index.width = wide ? 8 : 4;
+    smp->shuffle_index.width = wide || num_samples - 1 > (int64_t)UINT32_MAX ? 8 : 4;
     smp->doc_index = (int32_t *)mg__alloc((size_t)smp->n_doc_index * 4);
-    smp->sample_index = (int64_t *)mg__alloc((size_t)(num_samples + 1) * 16);
-    smp->shuffle_index = (int64_t *)mg__alloc((size_t)num_samples * 8);
-    if (!smp->doc_index || !smp->sample_index || !smp->shuffle_index) {
+    smp->sample_index.v = mg__alloc((size_t)(num_samples + 1) * 2 * smp->sample_index.width);
+    smp->shuffle_index.v = mg__alloc((size_t)num_samples * smp->shuffle_index.width);
+    if (!smp->doc_index || !smp->sample_index.v || !smp->shuffle_index.v) {
         mg_sampler_free(smp);
         return mg__fail(err, errlen, "%s: out of memory for the sample index (%lld samples)",
                         ds->path, (long long)num_samples);
@@ -1838,7 +1887,6 @@ MGDEF int mg_sampler_init(mg_sampler *smp, const mg_dataset *ds, const mg_sample
         mg__build_doc_index(smp->doc_index + (epochs - 1) * n_part, smp->seq_begin, smp->seq_end,
                             1, &rng);
     }
-    smp->sample_index[0] = 0;
     if (mg__build_sample_index(smp, num_samples, err, errlen) != 0) {
         mg_sampler_free(smp);
         return -1;
@@ -1846,9 +1894,9 @@ MGDEF int mg_sampler_init(mg_sampler *smp, const mg_dataset *ds, const mg_sample
     /* Shuffle index (_build_shuffle_index): [0, m) shuffled, then [m, total) shuffled, with
        m = the samples before the final epoch when it is separate, else all of them.       */
     int64_t m = smp->separate_final_epoch ? sans_final : num_samples;
-    for (int64_t i = 0; i < num_samples; i++) smp->shuffle_index[i] = i;
-    mg_mt19937_shuffle_i64(&rng, smp->shuffle_index, m);
-    if (m < num_samples) mg_mt19937_shuffle_i64(&rng, smp->shuffle_index + m, num_samples - m);
+    for (int64_t i = 0; i < num_samples; i++) mg__ix_set(smp->shuffle_index, i, i);
+    mg__ix_shuffle(&rng, smp->shuffle_index, 0, m);
+    if (m < num_samples) mg__ix_shuffle(&rng, smp->shuffle_index, m, num_samples - m);
     smp->n_samples = num_samples;
     return 0;
 }
@@ -1890,9 +1938,10 @@ MGDEF int mg_sampler_get(const mg_sampler *smp, int64_t i, int32_t *tokens, char
     }
     /* Shuffled: sample shuffle[i] spans doc_index[b] from offset bo to doc_index[e] up to and
        including offset eo (GPTDataset._query_document_sample_shuffle_indices).            */
-    int64_t j = smp->shuffle_index[i];
-    int64_t b = smp->sample_index[2 * j], bo = smp->sample_index[2 * j + 1];
-    int64_t e = smp->sample_index[2 * j + 2], eo = smp->sample_index[2 * j + 3];
+    int64_t j = mg_ix_get(smp->shuffle_index, i);
+    int64_t b = mg_ix_get(smp->sample_index, 2 * j), bo = mg_ix_get(smp->sample_index, 2 * j + 1);
+    int64_t e = mg_ix_get(smp->sample_index, 2 * j + 2);
+    int64_t eo = mg_ix_get(smp->sample_index, 2 * j + 3);
     int64_t k = 0;
     for (int64_t d = b; d <= e; d++) {
         int32_t seq = smp->doc_index[d];

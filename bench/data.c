@@ -2,6 +2,7 @@
      index   mg_sampler_init in Megatron's shuffled order (document index shuffle, sample index,
              sample shuffle) for S sequences and n samples; its peer is numpy doing Megatron's
              two RandomState shuffles on the same sizes (bench/data_numpy.py prints both);
+             and the bytes a sample of the indices (mg_sampler_index_bytes / samples);
      get     mg_sampler_get of random samples (tokens/s, data in the page cache);
      st      safetensors: writer (begin, one write per tensor, fsync + rename) and reader (open
              = mmap + header parse + checks, then a read of every byte), GB/s.
@@ -86,6 +87,8 @@ int main(int argc, char **argv) {
     printf("data index_doc_entries %lld count\n", (long long)smp.n_doc_index);
     printf("data index_samples %lld count\n", (long long)smp.n_samples);
     printf("data index_epochs %d count\n", smp.num_epochs);
+    printf("data index_bytes_per_sample %.2f B\n",
+           (double)mg_sampler_index_bytes(&smp) / (double)smp.n_samples);
     printf("data index_build %.2f ms\n", 1e3 * best);
 
     /* Random sample reads.                                                                  */

@@ -272,51 +272,72 @@ static void test_megatron(void) {
         snprintf(prefix, sizeof prefix, "tests/data/data_megatron_%s", dsname);
         snprintf(split, sizeof split, "%s", sp);
         free(dsname); free(sp);
-        mg_sampler_desc desc;
-        memset(&desc, 0, sizeof desc);
-        desc.split = split;
-        desc.part = (mg_split_part)jint(&js, jget(&js, o, "part"));
-        desc.seq_len = (int)jint(&js, jget(&js, o, "seq_len"));
-        desc.n_samples = jint(&js, jget(&js, o, "n_samples"));
-        desc.seed = (uint32_t)jint(&js, jget(&js, o, "seed"));
-        desc.order = MG_ORDER_SHUFFLED;
         int64_t *di = jints(&js, jget(&js, o, "doc_index"), &n_di);
         int64_t *si = jints(&js, jget(&js, o, "sample_index"), &n_si);
         int64_t *sh = jints(&js, jget(&js, o, "shuffle_index"), &n_sh);
-        mg_dataset ds;
-        mg_sampler smp;
-        int rc = mg_dataset_open(prefix, &ds, err, sizeof err);
-        if (rc == 0) rc = mg_sampler_init(&smp, &ds, &desc, err, sizeof err);
-        int ok = rc == 0 && smp.num_epochs == jint(&js, jget(&js, o, "num_epochs")) &&
-                 smp.separate_final_epoch == jint(&js, jget(&js, o, "separate_final_epoch")) &&
-                 smp.seq_begin == jint(&js, jget(&js, o, "begin")) &&
-                 smp.seq_end == jint(&js, jget(&js, o, "end")) && smp.n_doc_index == n_di &&
-                 smp.n_samples == n_sh && 2 * (smp.n_samples + 1) == n_si;
-        for (int64_t i = 0; ok && i < n_di; i++) ok &= smp.doc_index[i] == di[i];
-        for (int64_t i = 0; ok && i < n_si; i++) ok &= smp.sample_index[i] == si[i];
-        for (int64_t i = 0; ok && i < n_sh; i++) ok &= smp.shuffle_index[i] == sh[i];
-        snprintf(label, sizeof label, "sampler vs Megatron: %s split '%s' part %d s=%d n=%lld seed %u: "
-                 "indices equal", prefix + 11, split, (int)desc.part, desc.seq_len,
-                 (long long)desc.n_samples, desc.seed);
-        if (rc != 0)
-            mg_test_report(0, label, "%s", err);
-        else
-            mg_test_report(ok, label, "epochs %d, separate final epoch %d, %lld samples",
-                           smp.num_epochs, smp.separate_final_epoch, (long long)smp.n_samples);
-        int64_t samples = jget(&js, o, "samples");
-        int32_t tokens[64];
-        int tok_ok = rc == 0;
-        for (int64_t i = 0; tok_ok && i < js.toks[samples].size; i++) {
-            int64_t n, *want = jints(&js, jat(&js, samples, i), &n);
-            tok_ok = n == desc.seq_len + 1 && mg_sampler_get(&smp, i, tokens, err, sizeof err) == 0;
-            for (int64_t j = 0; tok_ok && j < n; j++) tok_ok = tokens[j] == want[j];
-            free(want);
+        /* Each case twice: the default (sample and shuffle index 32-bit, as Megatron stores
+           them below 2^31 document entries and 2^32 samples: 12 bytes a sample besides the
+           document index) and the 64-bit storage that only data past those sizes would get,
+           forced by index_width = 8 (24 bytes a sample).                                  */
+        for (int wide = 0; wide < 2; wide++) {
+            mg_sampler_desc desc;
+            memset(&desc, 0, sizeof desc);
+            desc.split = split;
+            desc.part = (mg_split_part)jint(&js, jget(&js, o, "part"));
+            desc.seq_len = (int)jint(&js, jget(&js, o, "seq_len"));
+            desc.n_samples = jint(&js, jget(&js, o, "n_samples"));
+            desc.seed = (uint32_t)jint(&js, jget(&js, o, "seed"));
+            desc.order = MG_ORDER_SHUFFLED;
+            desc.index_width = wide ? 8 : 0;
+            const char *width = wide ? " (64-bit index)" : "";
+            mg_dataset ds;
+            mg_sampler smp;
+            int rc = mg_dataset_open(prefix, &ds, err, sizeof err);
+            if (rc == 0) rc = mg_sampler_init(&smp, &ds, &desc, err, sizeof err);
+            int ok = rc == 0 && smp.num_epochs == jint(&js, jget(&js, o, "num_epochs")) &&
+                     smp.separate_final_epoch == jint(&js, jget(&js, o, "separate_final_epoch")) &&
+                     smp.seq_begin == jint(&js, jget(&js, o, "begin")) &&
+                     smp.seq_end == jint(&js, jget(&js, o, "end")) && smp.n_doc_index == n_di &&
+                     smp.n_samples == n_sh && 2 * (smp.n_samples + 1) == n_si;
+            for (int64_t i = 0; ok && i < n_di; i++) ok &= smp.doc_index[i] == di[i];
+            for (int64_t i = 0; ok && i < n_si; i++) ok &= mg_ix_get(smp.sample_index, i) == si[i];
+            for (int64_t i = 0; ok && i < n_sh; i++) ok &= mg_ix_get(smp.shuffle_index, i) == sh[i];
+            snprintf(label, sizeof label, "sampler vs Megatron: %s split '%s' part %d s=%d n=%lld "
+                     "seed %u: indices equal%s", prefix + 11, split, (int)desc.part, desc.seq_len,
+                     (long long)desc.n_samples, desc.seed, width);
+            if (rc != 0)
+                mg_test_report(0, label, "%s", err);
+            else
+                mg_test_report(ok, label, "epochs %d, separate final epoch %d, %lld samples",
+                               smp.num_epochs, smp.separate_final_epoch, (long long)smp.n_samples);
+            if (rc == 0) {
+                int64_t w = wide ? 8 : 4, n = smp.n_samples;
+                int64_t want = 4 * n_di + 2 * w * (n + 1) + w * n;
+                int64_t got = mg_sampler_index_bytes(&smp);
+                snprintf(label, sizeof label, "sampler: %s case %lld: index entries %lld-bit, "
+                         "%lld bytes a sample + 4 a document entry", prefix + 11, (long long)c,
+                         (long long)(8 * w), (long long)(3 * w));
+                mg_test_report(smp.sample_index.width == w && smp.shuffle_index.width == w &&
+                               got == want, label, "widths %d %d, %lld bytes, want %lld",
+                               smp.sample_index.width, smp.shuffle_index.width, (long long)got,
+                               (long long)want);
+            }
+            int64_t samples = jget(&js, o, "samples");
+            int32_t tokens[64];
+            int tok_ok = rc == 0;
+            for (int64_t i = 0; tok_ok && i < js.toks[samples].size; i++) {
+                int64_t n, *want = jints(&js, jat(&js, samples, i), &n);
+                tok_ok = n == desc.seq_len + 1 &&
+                         mg_sampler_get(&smp, i, tokens, err, sizeof err) == 0;
+                for (int64_t j = 0; tok_ok && j < n; j++) tok_ok = tokens[j] == want[j];
+                free(want);
+            }
+            snprintf(label, sizeof label, "sampler vs Megatron: %s case %lld: sample tokens "
+                     "equal%s", prefix + 11, (long long)c, width);
+            CHECK(tok_ok, label);
+            if (rc == 0) mg_sampler_free(&smp);
+            mg_dataset_close(&ds);
         }
-        snprintf(label, sizeof label, "sampler vs Megatron: %s case %lld: sample tokens equal",
-                 prefix + 11, (long long)c);
-        CHECK(tok_ok, label);
-        if (rc == 0) mg_sampler_free(&smp);
-        mg_dataset_close(&ds);
         free(di); free(si); free(sh);
     }
 
@@ -411,6 +432,10 @@ static void test_sampler_errors(void) {
                 "overflow");
     d.n_samples = 2; d.order = (mg_data_order)7;
     expect_fail("sampler: unknown order", mg_sampler_init(&smp, &ds, &d, err, sizeof err), "unknown data order");
+    d.order = MG_ORDER_SHUFFLED; d.index_width = 4;
+    expect_fail("sampler: index width other than 0 or 8", mg_sampler_init(&smp, &ds, &d, err,
+                sizeof err), "index width 4: 0 (4 bytes where the values fit) or 8");
+    d.index_width = 0;
     /* NULL arguments were dereferenced (segfault); each is now an error return by name */
     expect_fail("sampler: NULL desc", mg_sampler_init(&smp, &ds, NULL, err, sizeof err),
                 "mg_sampler_init: desc is NULL");

@@ -9,7 +9,11 @@
    …` and the text files of data work; what a block writes stays out of the repository); a
    block fails when it exits non-zero or runs past 180 s, and the page's later blocks are skipped
    (they usually build on it). MPI runs oversubscribed, as root where needed, with passive
-   OpenMP waiting. DOCS_ONLY=substring limits the pages (e.g. DOCS_ONLY=data.md).          */
+   OpenMP waiting. DOCS_ONLY=substring limits the pages (e.g. DOCS_ONLY=data.md).
+   What a block prints is not compared with the ```text block a page shows under it (times,
+   dates and last digits vary by machine); DOCS_DIFF=1 prints, for each run block followed by
+   a text block, `diff -u` of the two (the shown text against the output, dates in brackets
+   masked), for a person to read: a maintainer's aid that passes or fails nothing.        */
 #include "mg_test.h"
 #include <dirent.h>
 #include <stdio.h>
@@ -46,8 +50,9 @@ static int is_fence_close(const char *line) {
 /* Runs the page's blocks; reports one check per block (and per unmarked block). */
 static void run_page(const char *page) {
     char path[4600], dir[256], line[8192], prev[8192] = "", label[4800], cmd[16384];
-    FILE *f, *blk = NULL;
+    FILE *f, *blk = NULL, *shown = NULL;
     int lineno = 0, block_line = 0, in_block = 0, marker = 0, failed_before = 0;
+    int diff = getenv("DOCS_DIFF") && getenv("DOCS_DIFF")[0] == '1', ran = 0, ran_line = 0;
     snprintf(path, sizeof path, "%s/%s", repo, page);
     f = fopen(path, "r");
     if (!f) {
@@ -68,6 +73,16 @@ static void run_page(const char *page) {
         if (in_block) {
             if (is_fence_close(line)) {
                 in_block = 0;
+                if (shown) {   /* DOCS_DIFF: the text shown under the last run block */
+                    fclose(shown);
+                    shown = NULL;
+                    printf("# %s:%d: shown (-) against printed (+)\n", page, ran_line);
+                    fflush(stdout);
+                    snprintf(cmd, sizeof cmd, "cd %s && sed -E 's/^ ?\\[[0-9]{4}-[0-9: -]+\\]/[date]/' "
+                             "block.log > printed.txt && diff -u shown.txt printed.txt | tail -n "
+                             "+3 | sed 's/^/  | /'", dir);
+                    if (system(cmd) != 0) printf("  | (diff failed)\n");
+                }
                 if (blk) {
                     double t0 = now_s(), dt;
                     int rc;
@@ -93,17 +108,33 @@ static void run_page(const char *page) {
                             failed_before = 1;
                         } else {
                             mg_test_report(1, label, "%.1f s", dt);
+                            ran = diff;
+                            ran_line = block_line;
                         }
                     }
                 }
             } else if (blk) {
                 fputs(line, blk);
+            } else if (shown) {
+                const char *d = line;   /* dates in brackets masked, as in printed.txt */
+                if (d[0] == ' ') d++;
+                if (d[0] == '[' && strspn(d + 1, "0123456789") == 4 && d[5] == '-' &&
+                    strchr(d, ']')) {   /* [YYYY-MM-DD HH:MM:SS] */
+                    fputs("[date]", shown);
+                    d = strchr(d, ']') + 1;
+                }
+                fputs(d, shown);
             }
         } else if (starts(line, "```")) {
             const char *info = line;
             while (*info == ' ') info++;
             info += 3;
             in_block = 1;
+            if (ran && !strncmp(info, "text", 4)) {
+                snprintf(cmd, sizeof cmd, "%s/shown.txt", dir);
+                shown = fopen(cmd, "w");
+            }
+            ran = 0;
             if (!strncmp(info, "sh", 2) && (info[2] == '\n' || info[2] == ' ' || !info[2])) {
                 block_line = lineno;
                 marker = starts(prev, "<!-- run -->") ? 1 : starts(prev, "<!-- norun:") ? 2 : 0;
@@ -118,10 +149,12 @@ static void run_page(const char *page) {
                 }
             }
         }
+        if (!in_block && line[strspn(line, " \r\n")]) ran = ran && starts(line, "```");
         strcpy(prev, line);
     }
     fclose(f);
     if (blk) fclose(blk);
+    if (shown) fclose(shown);
     if (in_block) {
         snprintf(label, sizeof label, "%s: a fence opened is closed", page);
         mg_test_report(0, label, "the file ends inside a fenced block");

@@ -6061,6 +6061,13 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
         return mg__err(err, errlen, "--data-path is required to train (an indexed dataset "
                        "prefix or an llm.c token file, or a blend W1 PATH1 W2 PATH2 …; "
                        "--train-iters 0 needs none)");
+    {   /* the environment the context will read: MG_DEVICE (with --device auto) and
+           MG_ATTN_KERNELS, refused here by every rank rather than inside mg_ctx_init       */
+        mg_ctx_desc env;
+        memset(&env, 0, sizeof env);
+        env.device = (mg_device)a->device;
+        if (mg_ctx_env_check(&env, err, errlen)) return -1;
+    }
     if (a->device == MG_DEVICE_CUDA && !mg_cuda_available())
 #ifdef __CUDACC__
         return mg__err(err, errlen, "--device cuda: no CUDA GPU is available (use --device "

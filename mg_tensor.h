@@ -132,6 +132,16 @@ MGDEF MG_NORETURN void mg_fatal(const char *file, int line, const char *fmt, ...
    2. Context
    ------------------------------------------------------------------------------------------ */
 typedef enum { MG_DEVICE_AUTO = 0, MG_DEVICE_CPU = 1, MG_DEVICE_CUDA = 2 } mg_device;
+/* CUDA: the newest family of tiled-attention kernels a context may run (each call takes the
+   newest that applies to its dtypes and head dim, up to this one). MMA: the 64-row mma.sync
+   kernels (16-bit q, k, v and output alike, head dim 64 or 128), else WMMA; WMMA: the 32-row
+   tensor-core kernels (the same dtypes, head dim a multiple of 16), else SIMT; SIMT: the
+   CUDA-core kernels (any dtypes and head dim); AUTO counts as MMA. Every family computes the
+   CPU twin's function; the choice changes speed and the last bits. Ignored on the CPU.   */
+typedef enum {
+    MG_ATTN_KERNELS_AUTO = 0, MG_ATTN_KERNELS_MMA = 1, MG_ATTN_KERNELS_WMMA = 2,
+    MG_ATTN_KERNELS_SIMT = 3
+} mg_attn_kernels;
 
 typedef struct mg_ctx_desc {
     mg_device device;     /* AUTO: the environment variable MG_DEVICE=cpu|cuda|auto if set, else
@@ -162,9 +172,19 @@ typedef struct mg_ctx {
     size_t *blocks;       /* arena offsets of the live mg_alloc blocks, in order (a stack:
                              release pops those at or above the mark); n_blocks of cap_blocks */
     int64_t n_blocks, cap_blocks;
+    mg_attn_kernels attn_kernels;   /* MMA, WMMA or SIMT: from the environment variable
+                                       MG_ATTN_KERNELS=mma|wmma|simt|auto at mg_ctx_init (unset
+                                       or auto: MMA, the newest); a program may change it
+                                       between calls (bench/gpu times each family)           */
 } mg_ctx;
 
 MGDEF void mg_ctx_init(mg_ctx *ctx, const mg_ctx_desc *desc);
+/* The environment variables mg_ctx_init would read for desc (NULL: all of them): MG_DEVICE
+   where desc->device is AUTO, and MG_ATTN_KERNELS. 0 when they are unset or valid; else -1
+   and one line in err ("MG_DEVICE=gpu: expected cpu, cuda or auto"), which mg_ctx_init
+   would stop with — for a program that checks its setup before any communication (gpt_train
+   does).                                                                                   */
+MGDEF int mg_ctx_env_check(const mg_ctx_desc *desc, char *err, size_t errlen);
 /* Frees what the context holds and zeroes it: an mg_alloc from it afterwards fails with one
    line; tensors taken from it before are dangling (nothing records which context they came
    from, so ops on them cannot tell).                                                        */
@@ -952,18 +972,53 @@ MGDEF int mg_cuda_available(void) {
 
 static inline int mg__is_cuda(const mg_ctx *ctx) { return ctx->device == MG_DEVICE_CUDA; }
 
+/* The environment variables a context reads, their values in enum order (AUTO first). */
+static const char *const mg__device_names[3] = {"auto", "cpu", "cuda"};
+static const char *const mg__attn_kernel_names[4] = {"auto", "mma", "wmma", "simt"};
+
+/* The index of environment variable var's value among names[0..n) (names[0] is "auto"); -1
+   when it is unset or empty; -2, with "VAR=value: expected a, b or auto" in msg, when it is
+   none of them.                                                                            */
+static int mg__env_choice(const char *var, const char *const *names, int n, char *msg,
+                          size_t msglen) {
+    const char *v = getenv(var);
+    size_t len;
+    int k;
+    if (!v || !v[0]) return -1;
+    for (k = 0; k < n; k++)
+        if (!strcmp(v, names[k])) return k;
+    if (!msg || !msglen) return -2;
+    snprintf(msg, msglen, "%s=%s: expected ", var, v);
+    for (k = 1; k < n; k++) {
+        len = strlen(msg);
+        snprintf(msg + len, msglen - len, "%s%s", names[k], k + 1 < n ? ", " : " or auto");
+    }
+    return -2;
+}
+
+MGDEF int mg_ctx_env_check(const mg_ctx_desc *desc, char *err, size_t errlen) {
+    if ((!desc || desc->device == MG_DEVICE_AUTO) &&
+        mg__env_choice("MG_DEVICE", mg__device_names, 3, err, errlen) == -2) return -1;
+    if (mg__env_choice("MG_ATTN_KERNELS", mg__attn_kernel_names, 4, err, errlen) == -2)
+        return -1;
+    return 0;
+}
+
+/* want, or where it is 0 (AUTO) the choice of environment variable var among names (0 when
+   unset); a value outside them stops the program with mg__env_choice's line.              */
+static int mg__env_or(int want, const char *var, const char *const *names, int n) {
+    char msg[160];
+    int k;
+    if (want != 0) return want;
+    k = mg__env_choice(var, names, n, msg, sizeof msg);
+    if (k == -2) mg_fatal(__FILE__, __LINE__, "%s", msg);
+    return k > 0 ? k : 0;
+}
+
 /* AUTO -> MG_DEVICE environment variable (cpu|cuda|auto) -> CUDA if built by nvcc and a GPU
    answers, else CPU. An explicit CUDA request without CUDA is an error, not a silent CPU run. */
 static mg_device mg__resolve_device(mg_device want) {
-    if (want == MG_DEVICE_AUTO) {
-        const char *env = getenv("MG_DEVICE");
-        if (env && env[0]) {
-            if (!strcmp(env, "cpu")) want = MG_DEVICE_CPU;
-            else if (!strcmp(env, "cuda")) want = MG_DEVICE_CUDA;
-            else if (strcmp(env, "auto"))
-                mg_fatal(__FILE__, __LINE__, "MG_DEVICE=%s: expected cpu, cuda or auto", env);
-        }
-    }
+    want = (mg_device)mg__env_or(want, "MG_DEVICE", mg__device_names, 3);
     if (want == MG_DEVICE_AUTO) return mg_cuda_available() ? MG_DEVICE_CUDA : MG_DEVICE_CPU;
     if (want == MG_DEVICE_CUDA && !mg_cuda_available()) {
 #ifdef __CUDACC__
@@ -976,6 +1031,12 @@ static mg_device mg__resolve_device(mg_device want) {
     if (want != MG_DEVICE_CPU && want != MG_DEVICE_CUDA)
         mg_fatal(__FILE__, __LINE__, "unknown device %d (expected auto, cpu or cuda)", (int)want);
     return want;
+}
+
+/* The context's attn_kernels: MG_ATTN_KERNELS=mma|wmma|simt|auto (unset or auto: MMA). */
+static mg_attn_kernels mg__resolve_attn_kernels(void) {
+    int k = mg__env_or(0, "MG_ATTN_KERNELS", mg__attn_kernel_names, 4);
+    return k ? (mg_attn_kernels)k : MG_ATTN_KERNELS_MMA;
 }
 
 #define MG__ARENA_ALIGN 256
@@ -1010,6 +1071,7 @@ MGDEF void mg_ctx_init(mg_ctx *ctx, const mg_ctx_desc *desc) {
     memset(&d, 0, sizeof d);
     if (desc) d = *desc;
     ctx->device = mg__resolve_device(d.device);
+    ctx->attn_kernels = mg__resolve_attn_kernels();
     if (d.n_threads < 0) mg_fatal(__FILE__, __LINE__, "n_threads %d < 0", d.n_threads);
     ctx->n_threads = mg__ctx_threads(d.n_threads);
     /* GEMMs are parallelised by the library (OpenMP over the batch or over blocks of C), each
@@ -6766,6 +6828,17 @@ static int mg__fa_vec(const mg_attn_view *v) {
     return (uintptr_t)v->data % 16 == 0 && v->ld_t % 8 == 0 && v->ld_b % 8 == 0 &&
            v->ld_g % 8 == 0 && v->ld_h % 8 == 0;
 }
+/* The family of kernels that runs a tiled-attention call on the GPU, io being the dtype of its
+   output (forward) or of dout (backward): 2 the 64-row mma.sync kernels, 1 the 32-row WMMA
+   tensor-core kernels, 0 the CUDA-core kernels — the newest that applies, up to the context's
+   attn_kernels. The tensor-core families need q, k, v and io of one 16-bit dtype.            */
+static int mg__attn_family(const mg_ctx *ctx, const mg_attn_block *a, mg_dtype io) {
+    mg_dtype dt = a->q.dtype;
+    int tc = (dt == MG_BF16 || dt == MG_F16) && a->k.dtype == dt && a->v.dtype == dt && io == dt;
+    if (tc && (a->hd == 64 || a->hd == 128) && ctx->attn_kernels <= MG_ATTN_KERNELS_MMA) return 2;
+    if (tc && a->hd % 16 == 0 && ctx->attn_kernels <= MG_ATTN_KERNELS_WMMA) return 1;
+    return 0;
+}
 /* LAUNCH(CFG) for the block's head dim and dtype, CFG a literal (see mg__k_fa_forward). */
 #define MG__FA_DISPATCH(LAUNCH) do { \
         switch (a->hd | (a->q.dtype == MG_F16)) { \
@@ -6804,18 +6877,16 @@ MGDEF void mg_attn_block_forward(mg_ctx *ctx, const mg_attn_block *a, const mg_a
     if (mg__is_cuda(ctx)) {
         size_t smem = mg__attn_smem(a->hd, 3, 1);
         dim3 grid((unsigned)ge.nqt, (unsigned)(a->B * a->n_head));
-        mg_dtype dt = a->q.dtype;
-        if ((dt == MG_BF16 || dt == MG_F16) && a->k.dtype == dt && a->v.dtype == dt &&
-            o->dtype == dt && (a->hd == 64 || a->hd == 128)) {   /* 64-row blocks */
+        int family = mg__attn_family(ctx, a, o->dtype);
+        if (family == 2) {   /* 64-row blocks */
             int vec = mg__fa_vec(&a->q) && mg__fa_vec(&a->k) && mg__fa_vec(&a->v) && mg__fa_vec(o);
             MG__FA_DISPATCH(MG__FA_FORWARD);
             MG_CUDA_LAUNCH_CHECK();
             return;
         }
-        if ((dt == MG_BF16 || dt == MG_F16) && a->k.dtype == dt && a->v.dtype == dt &&
-            o->dtype == dt && a->hd % 16 == 0) {   /* tensor cores */
+        if (family == 1) {   /* tensor cores */
             smem = mg__attn_tc_smem(a->hd);
-            if (dt == MG_BF16) {
+            if (a->q.dtype == MG_BF16) {
                 MG__ATTN_SMEM_OPT_IN(mg__k_attn_forward_tc<__nv_bfloat16>, smem);
                 MG_LAUNCH(mg__k_attn_forward_tc<__nv_bfloat16>, grid, MG__ATTN_THREADS, smem,
                           MG__STREAM(ctx), *a, ge.drop, ge.scale, *o, lse, merge);
@@ -6864,20 +6935,18 @@ MGDEF void mg_attn_block_backward(mg_ctx *ctx, const mg_attn_block *a, const mg_
         size_t smem_q = mg__attn_smem(a->hd, 4, 1), smem_kv = mg__attn_smem(a->hd, 4, 2);
         dim3 grid_q((unsigned)ge.nqt, (unsigned)(a->B * a->n_head));
         dim3 grid_kv((unsigned)ge.nkt, (unsigned)(a->B * a->n_group));
-        mg_dtype dt = a->q.dtype;
-        if ((dt == MG_BF16 || dt == MG_F16) && a->k.dtype == dt && a->v.dtype == dt &&
-            dout->dtype == dt && (a->hd == 64 || a->hd == 128)) {   /* 64-row blocks */
+        int family = mg__attn_family(ctx, a, dout->dtype);
+        if (family == 2) {   /* 64-row blocks */
             int vec = mg__fa_vec(&a->q) && mg__fa_vec(&a->k) && mg__fa_vec(&a->v) &&
                       mg__fa_vec(dout) && mg__fa_vec(dq) && mg__fa_vec(dk) && mg__fa_vec(dv);
             MG__FA_DISPATCH(MG__FA_BACKWARD);
             MG_CUDA_LAUNCH_CHECK();
             return;
         }
-        if ((dt == MG_BF16 || dt == MG_F16) && a->k.dtype == dt && a->v.dtype == dt &&
-            dout->dtype == dt && a->hd % 16 == 0) {   /* tensor cores */
+        if (family == 1) {   /* tensor cores */
             smem_q = mg__attn_tc_bwd_smem(a->hd, 0);
             smem_kv = mg__attn_tc_bwd_smem(a->hd, 1);
-            if (dt == MG_BF16) {
+            if (a->q.dtype == MG_BF16) {
                 MG__ATTN_SMEM_OPT_IN(mg__k_attn_backward_dq_tc<__nv_bfloat16>, smem_q);
                 MG__ATTN_SMEM_OPT_IN(mg__k_attn_backward_dkv_tc<__nv_bfloat16>, smem_kv);
                 MG_LAUNCH(mg__k_attn_backward_dq_tc<__nv_bfloat16>, grid_q, MG__ATTN_THREADS,

@@ -7,7 +7,9 @@
       rows, C = 768; --seq changes T): the mean time of --reps calls (default 20, after one
       warm-up) between two CUDA events, the bytes and FLOPs of one call (the formulas of the
       notes beside the kernels in mg_tensor.h: DRAM traffic counting each tensor once), the
-      roofline time max(bytes / bandwidth, FLOPs / peak) and the achieved fraction of it. The
+      roofline time max(bytes / bandwidth, FLOPs / peak) and the achieved fraction of it (in
+      16 bits the tiled attention twice: its 64-row mma.sync kernels, then the 32-row WMMA ones
+      through mg_ctx.attn_kernels, as MG_ATTN_KERNELS=wmma selects them). The
       peak is the tensor-core rate for 16-bit GEMMs and the CUDA-core fp32 rate for fp32 GEMMs
       and every other kernel. After the layer's kernels: the embedding forward and backward
       (vocabulary 50304; once per step), the Llama family's rope, SwiGLU and RMSNorm at the
@@ -188,6 +190,16 @@ static void k_attn_bwd(void *p) {
     mg_flash_attention_backward(&g_ctx, &L->dq3, &L->x, &L->y, &L->lse, &L->q3, L->B, L->T,
                                 L->n_head, L->n_head, NULL);
 }
+/* The same with the context's attention kernels capped (mg_ctx.attn_kernels): in 16 bits the
+   32-row WMMA kernels instead of the 64-row mma.sync ones, timed in the same run.            */
+static void capped(void (*f)(void *), void *p, mg_attn_kernels cap) {
+    mg_attn_kernels was = g_ctx.attn_kernels;
+    g_ctx.attn_kernels = cap;
+    f(p);
+    g_ctx.attn_kernels = was;
+}
+static void k_attn_fwd_wmma(void *p) { capped(k_attn_fwd, p, MG_ATTN_KERNELS_WMMA); }
+static void k_attn_bwd_wmma(void *p) { capped(k_attn_bwd, p, MG_ATTN_KERNELS_WMMA); }
 
 /* The embedding: token rows of wte plus the positions' rows of wpe; backward: the radix sort
    and the deterministic scatter-add into fp32 dwte, and dwpe (GPT-2's vocabulary, T positions). */
@@ -339,6 +351,8 @@ static void kernel_table(const bench_peaks *pk, int B, int T, int64_t C, mg_dtyp
                recomputed, dQ, dK, dV), 2·hd FLOPs per score each: on tensor cores when 16-bit */
             {"tiled attention forward (causal)", k_attn_fwd, 4 * n * c * s + 4 * n * (c / 64), 2.0 * n * T * c, 1},
             {"tiled attention backward (causal)", k_attn_bwd, 8 * n * c * s + 8 * n * (c / 64), 5.0 * n * T * c, 1},
+            {"tiled attention forward (causal), MG_ATTN_KERNELS=wmma", k_attn_fwd_wmma, 4 * n * c * s + 4 * n * (c / 64), 2.0 * n * T * c, 1},
+            {"tiled attention backward (causal), MG_ATTN_KERNELS=wmma", k_attn_bwd_wmma, 8 * n * c * s + 8 * n * (c / 64), 5.0 * n * T * c, 1},
             /* the rows gathered from wte, wpe's T rows, the ids */
             {"embedding forward (wte rows + wpe)", k_embed_fwd, (2 * n * c + T * c) * s + 4 * n, n * c, 0},
             /* sort: 2 passes over the ids; add: dout once, each touched dwte row read and
@@ -365,6 +379,8 @@ static void kernel_table(const bench_peaks *pk, int B, int T, int64_t C, mg_dtyp
         printf("| kernel | ms | GB/s | TFLOP/s | roofline ms | of roofline |\n|---|---|---|---|---|---|\n");
         for (i = 0; i < (int)(sizeof rows / sizeof rows[0]); i++) {
             kernel_row *r = &rows[i];
+            if (dt == MG_F32 && (r->f == k_attn_fwd_wmma || r->f == k_attn_bwd_wmma))
+                continue;   /* fp32 storage runs the CUDA-core kernels either way */
             double ms = time_ms(r->f, &L), peak = r->gemm && dt != MG_F32 ? pk->tc16 : pk->fp32;
             double roof = 1e3 * (r->bytes / pk->bw > r->flops / peak ? r->bytes / pk->bw : r->flops / peak);
             printf("| %s | %.4f | %.0f | %.1f | %.4f | %.0f%% |\n", r->name, ms,

@@ -75,6 +75,38 @@ static void check_attention_backend_names(void) {
                  "--attention-backend sdpa: invalid choice (expected one of auto|flash|unfused|fused|local)");
 }
 
+/* The environment the context reads is checked in setup (every rank, before any
+   communication), one line each: MG_ATTN_KERNELS always, MG_DEVICE where --device is auto.
+   A valid MG_ATTN_KERNELS reaches the trainer's context. */
+static void check_environment(void) {
+    const char *dev = getenv("MG_DEVICE");
+    char keep[64] = "", err[MG_ERRLEN] = {0};
+    mg_train_args a;
+    mg_trainer tr;
+    int ok = 0;
+    if (dev) snprintf(keep, sizeof keep, "%s", dev);
+    setenv("MG_ATTN_KERNELS", "fast", 1);
+    expect_error("MG_ATTN_KERNELS=fast refused in setup", BASE,
+                 "^MG_ATTN_KERNELS=fast: expected mma, wmma, simt or auto");
+    setenv("MG_ATTN_KERNELS", "wmma", 1);
+    if (gpt_parse_line(&a, BASE, err, sizeof err) == 0 &&
+        mg_trainer_setup(&tr, &a, err, sizeof err) == 0) {
+        ok = tr.ctx.attn_kernels == MG_ATTN_KERNELS_WMMA;
+        mg_trainer_free(&tr);
+    }
+    mg_test_report(ok, "cli: MG_ATTN_KERNELS=wmma reaches the context", "%s", err);
+    unsetenv("MG_ATTN_KERNELS");
+    setenv("MG_DEVICE", "gpu", 1);
+    expect_error("MG_DEVICE=gpu refused in setup (--device auto)", BASE,
+                 "^MG_DEVICE=gpu: expected cpu, cuda or auto");
+    ok = gpt_parse_line(&a, BASE "--device cpu", err, sizeof err) == 0 &&
+         mg_trainer_setup(&tr, &a, err, sizeof err) == 0;
+    if (ok) mg_trainer_free(&tr);
+    mg_test_report(ok, "cli: MG_DEVICE is not read with --device cpu", "%s", err);
+    if (dev) setenv("MG_DEVICE", keep, 1);
+    else unsetenv("MG_DEVICE");
+}
+
 static void check_flags(void) {
     char line[1024];
     mg_train_args a;
@@ -1644,6 +1676,7 @@ int main(void) {
     gpt_tmpdir(tmp, sizeof tmp, "cli");
     check_flags();
     check_attention_backend_names();
+    check_environment();
     check_help();
     check_required_and_sizes();
     check_paths_and_data();

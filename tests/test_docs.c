@@ -116,14 +116,14 @@ static void run_page(const char *page) {
             } else if (blk) {
                 fputs(line, blk);
             } else if (shown) {
-                const char *d = line;   /* dates in brackets masked, as in printed.txt */
-                if (d[0] == ' ') d++;
+                const char *d = line + (line[0] == ' ');   /* " [YYYY-MM-DD HH:MM:SS]" */
                 if (d[0] == '[' && strspn(d + 1, "0123456789") == 4 && d[5] == '-' &&
-                    strchr(d, ']')) {   /* [YYYY-MM-DD HH:MM:SS] */
+                    strchr(d, ']')) {   /* masked, as in printed.txt */
                     fputs("[date]", shown);
-                    d = strchr(d, ']') + 1;
+                    fputs(strchr(d, ']') + 1, shown);
+                } else {
+                    fputs(line, shown);
                 }
-                fputs(d, shown);
             }
         } else if (starts(line, "```")) {
             const char *info = line;

@@ -1045,6 +1045,7 @@ typedef struct mg_trainer {
                                            2 Megatron's 'release' weights (iteration 0), 3 a
                                            checkpoint whose weights alone --finetune takes  */
     int64_t last_saved;                 /* iteration of the last checkpoint written (-1)       */
+    int64_t last_validated;             /* iteration of the last mg_trainer_evaluate (-1)      */
     int64_t first_iteration;            /* iteration the run started at (0, or the loaded one) */
     double start_ms;                    /* mg__now_ms() at setup: the run's elapsed time,
                                            --exit-duration-in-mins and the log line's ETA      */
@@ -1100,6 +1101,12 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out);
    --log-jsonl). Without a validation set (tr->has_valid 0: see tr->valid_note) it returns
    NAN and prints and writes nothing.                                                       */
 MGDEF double mg_trainer_evaluate(mg_trainer *tr, FILE *out);
+/* The validation once more after training, as Megatron-LM's pretrain runs it when the loop
+   ends (even right after an interval's validation): the next --eval-iters batches, printed
+   as " validation loss at iteration N on validation set | …", and to TensorBoard and
+   --log-jsonl as mg_trainer_evaluate's unless that one just wrote this iteration's (one
+   value a step). NAN without a validation set.                                             */
+MGDEF double mg_trainer_evaluate_final(mg_trainer *tr, FILE *out);
 /* Mean loss over the first --eval-iters global batches of the test part — --test-data-path,
    or --split's third share (NAN without one); Megatron's line " validation loss at iteration
    N on test set | …" to out.                                                              */
@@ -6788,7 +6795,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     memset(&wf, 0, sizeof wf);
     tr->args = *args;
     tr->comm = args->comm;
-    tr->loaded_iteration = tr->last_saved = -1;
+    tr->loaded_iteration = tr->last_saved = tr->last_validated = -1;
     tr->start_ms = mg__now_ms();
     tr->writer = !a->comm || a->comm->world_rank == 0;
     /* every check first (each failure: goto fail, where the ranks agree on it), then build   */
@@ -7219,12 +7226,17 @@ MGDEF void mg_trainer_free(mg_trainer *tr) {
    5. Trainer: iteration, logging, evaluation
    ========================================================================================== */
 /* Samples [first, first + count) of a part's blend into tr->batch ([count, T+1]). */
-static void mg__fetch(mg_trainer *tr, const mg_blend *b, int64_t first, int64_t count) {
-    int64_t i;
+/* Samples first … first + count − 1 of b into tr->batch; cyclic: sample k is k mod the
+   samples b holds (the evaluations: see mg__evaluate_blend).                              */
+static void mg__fetch(mg_trainer *tr, const mg_blend *b, int64_t first, int64_t count,
+                      int cyclic) {
+    int64_t i, k;
     char why[MG_ERRLEN];
-    for (i = 0; i < count; i++)
-        if (mg_blend_get(b, first + i, tr->batch + i * (tr->cfg.seq_len + 1), why, sizeof why))
-            mg_fatal(__FILE__, __LINE__, "sample %lld: %s", (long long)(first + i), why);
+    for (i = 0; i < count; i++) {
+        k = cyclic && b->n_samples > 0 ? (first + i) % b->n_samples : first + i;
+        if (mg_blend_get(b, k, tr->batch + i * (tr->cfg.seq_len + 1), why, sizeof why))
+            mg_fatal(__FILE__, __LINE__, "sample %lld: %s", (long long)k, why);
+    }
 }
 
 /* Data parallelism: replica r of d takes samples [r·G/d, (r+1)·G/d) of the global batch
@@ -7285,7 +7297,7 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     r.params_norm = r.num_zeros = r.loss = r.grad_norm = r.lr = r.loss_scale = NAN;
     mg__timer_start(tr, MG_TIMER_FORWARD_BACKWARD);
     mg__timer_start(tr, MG_TIMER_BATCH_GENERATOR);
-    mg__fetch(tr, &tr->train_data, tr->consumed_samples + tr->dp_rank * Gl, Gl);
+    mg__fetch(tr, &tr->train_data, tr->consumed_samples + tr->dp_rank * Gl, Gl, 0);
     mg__timer_stop(tr, MG_TIMER_BATCH_GENERATOR);
     mg_gpt_zero_grad(&tr->model);
     /* dropout on, keyed by the global microbatch index: iteration · microbatches + i */
@@ -7670,8 +7682,13 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
 static double mg__evaluate_blend(mg_trainer *tr, const mg_blend *b, int64_t *consumed) {
     int64_t G = tr->args.global_batch_size, Gl = G / tr->dp_size, k;
     double tokens = (double)G * tr->cfg.seq_len, sum = 0;
+    /* The validation part holds (train_iters / eval_interval + 1)·eval_iters·G samples
+       (Megatron's count: each interval's validation and the one after training); a run
+       resumed with another --eval-interval or --eval-iters than the checkpoint's can ask
+       for more, so the samples are read cyclically, as Megatron reads its validation
+       iterator (which restarts at the run's first sample, not at 0).                     */
     for (k = 0; k < tr->args.eval_iters; k++) {   /* each replica its share, summed */
-        mg__fetch(tr, b, *consumed + tr->dp_rank * Gl, Gl);
+        mg__fetch(tr, b, *consumed + tr->dp_rank * Gl, Gl, 1);
         *consumed += G;
         sum += mg_dp_sum(&tr->dp, tr->pp > 1 ? mg__pipe_run(tr, &tr->pipe_eval_exec, tr->batch,
                                                             0.0f, 1)
@@ -7682,9 +7699,10 @@ static double mg__evaluate_blend(mg_trainer *tr, const mg_blend *b, int64_t *con
     return sum / (double)tr->args.eval_iters;
 }
 
-/* Megatron's validation line (where: "" or " on test set") and the JSON object.           */
+/* Megatron's validation line (where: "", " on validation set" or " on test set"), and, when
+   log, the JSON object (and TensorBoard's scalars for the validation).                    */
 static void mg__print_eval(mg_trainer *tr, FILE *out, const char *where, const char *key,
-                           double loss) {
+                           double loss, int log) {
     if (out) {
         fprintf(out, "-----------------------------------------------------------------------"
                 "-----------------------\n validation loss at iteration %lld%s | lm loss value: "
@@ -7693,7 +7711,11 @@ static void mg__print_eval(mg_trainer *tr, FILE *out, const char *where, const c
                 where, isnan(loss) ? NAN : loss, isnan(loss) ? NAN : exp(loss < 700 ? loss : 700));
         fflush(out);
     }
-    if (where[0] == 0) {   /* Megatron's evaluate_and_print_results: the validation only */
+    if (!log) return;
+    /* TensorBoard: the validation's (Megatron's evaluate_and_print_results writes the test
+       set's under these "validation" tags too, which would mix the two; the test loss goes to
+       the JSONL log only) */
+    if (!strcmp(key, "valid_lm_loss")) {
         mg__tb_pair(tr, "lm loss validation", loss);
         if (tr->args.log_validation_ppl_to_tensorboard)   /* its ppl: exp(min(20, loss)) */
             mg__tb_pair(tr, "lm loss validation ppl", exp(loss < 20 ? loss : 20));
@@ -7707,12 +7729,24 @@ static void mg__print_eval(mg_trainer *tr, FILE *out, const char *where, const c
     }
 }
 
-MGDEF double mg_trainer_evaluate(mg_trainer *tr, FILE *out) {
+/* The validation, printed with where ("" in the loop, " on validation set" after it). An
+   iteration's log and TensorBoard hold one validation loss: the one after training is
+   written there only when the loop did not just validate that iteration (Megatron-LM's
+   writes TensorBoard a second value at the same step).                                   */
+static double mg__trainer_validate(mg_trainer *tr, FILE *out, int final) {
     double loss;
+    int log = !final || tr->last_validated != tr->iteration;
     if (!tr->has_valid || tr->args.eval_iters <= 0) return NAN;
     loss = mg__evaluate_blend(tr, &tr->valid_data, &tr->consumed_valid_samples);
-    mg__print_eval(tr, out, "", "valid_lm_loss", loss);
+    mg__print_eval(tr, out, final ? " on validation set" : "", "valid_lm_loss", loss, log);
+    tr->last_validated = tr->iteration;
     return loss;
+}
+MGDEF double mg_trainer_evaluate(mg_trainer *tr, FILE *out) {
+    return mg__trainer_validate(tr, out, 0);
+}
+MGDEF double mg_trainer_evaluate_final(mg_trainer *tr, FILE *out) {
+    return mg__trainer_validate(tr, out, 1);
 }
 
 MGDEF double mg_trainer_test(mg_trainer *tr, FILE *out) {
@@ -7720,7 +7754,7 @@ MGDEF double mg_trainer_test(mg_trainer *tr, FILE *out) {
     double loss;
     if (!tr->has_test || tr->args.eval_iters <= 0) return NAN;
     loss = mg__evaluate_blend(tr, &tr->test_data, &consumed);
-    mg__print_eval(tr, out, " on test set", "test_lm_loss", loss);
+    mg__print_eval(tr, out, " on test set", "test_lm_loss", loss, 1);
     return loss;
 }
 

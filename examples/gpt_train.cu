@@ -350,8 +350,7 @@ int main(int argc, char **argv) {
         }
         if (out) print_saved(&tr);
     }
-    if (iters > 0 && tr.has_valid && tr.iteration % tr.args.eval_interval != 0)
-        mg_trainer_evaluate(&tr, out);
+    if (iters > 0) mg_trainer_evaluate_final(&tr, out);   /* "… on validation set" */
     if (iters > 0) mg_trainer_test(&tr, out);    /* --test-data-path, or --split's third share */
     if (tr.args.export_hf) {
         if (mg_trainer_export_hf(&tr, tr.args.export_hf, err, sizeof err)) {

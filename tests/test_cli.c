@@ -1396,21 +1396,54 @@ static void check_program(void) {
     snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s --data-path %s/docs --vocab-size 37 "
              "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 16 "
              "--micro-batch-size 2 --global-batch-size 4 --train-iters 2 --lr 1e-3 "
-             "--eval-interval 2 --eval-iters 1 --split 8,1,1 2>&1; echo \"status $?\"", prog,
-             tmp);
+             "--eval-interval 2 --eval-iters 1 --split 8,1,1 --log-jsonl %s/split.jsonl 2>&1; "
+             "echo \"status $?\"", prog, tmp, tmp);
     p = popen(cmd, "r");
     n = p ? fread(out, 1, sizeof out - 1, p) : 0;
     out[n] = 0;
     if (p) pclose(p);
-    {
+    {   /* Megatron's pretrain: the interval's validation, the validation again after the
+           loop, then the test set; the JSONL log keeps one validation loss an iteration */
         const char *valid = strstr(out, " validation loss at iteration 2 | lm loss value: ");
+        const char *final = strstr(out, " validation loss at iteration 2 on validation set | "
+                                   "lm loss value: ");
         const char *test = strstr(out, " validation loss at iteration 2 on test set | lm loss "
                                   "value: ");
-        CHECK(valid && test && test > valid && strstr(out, "status 0\n"), "cli: --split 8,1,1: "
-              "the test part evaluated after training, 'validation loss at iteration 2 on test "
-              "set', after the validation");
-        if (!test) fprintf(stderr, "%s\n", out);
+        char path[300], jl[4096] = {0};
+        FILE *jf;
+        int n_valid = 0;
+        snprintf(path, sizeof path, "%s/split.jsonl", tmp);
+        jf = fopen(path, "r");
+        if (jf) {
+            while (fgets(jl, sizeof jl, jf)) n_valid += strstr(jl, "\"valid_lm_loss\"") != NULL;
+            fclose(jf);
+        }
+        CHECK(valid && final && test && valid < final && final < test && n_valid == 1 &&
+              strstr(out, "status 0\n"), "cli: --split 8,1,1: after training the validation "
+              "again ('… on validation set') and the test part ('… on test set'), in "
+              "Megatron-LM's order; one validation loss in the JSONL log");
+        if (!test || !final) fprintf(stderr, "%s\n", out);
     }
+    /* A run resumed with a longer --eval-interval than its checkpoint's: the first run
+       validated at iterations 1 … 4 (4 batches of the validation part consumed), the
+       resumed one sizes the part for (6 / 6 + 1) = 2 and validates twice more (at 6 and
+       after training): the samples are read cyclically, as Megatron-LM's validation
+       iterator is, rather than past the end. */
+    snprintf(cmd, sizeof cmd, "for a in '--train-iters 4 --eval-interval 1 --save %s/rv' "
+             "'--train-iters 6 --eval-interval 6 --load %s/rv --override-opt_param-scheduler'; "
+             "do OMP_NUM_THREADS=1 %s "
+             "--data-path %s/docs --vocab-size 37 --num-layers 1 --hidden-size 16 "
+             "--num-attention-heads 2 --seq-length 16 --micro-batch-size 2 "
+             "--global-batch-size 4 --lr 1e-3 --eval-iters 1 --split 8,2,0 $a 2>&1 || echo "
+             "failed; done; echo \"status $?\"", tmp, tmp, prog, tmp);
+    p = popen(cmd, "r");
+    n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    if (p) pclose(p);
+    CHECK(strstr(out, "validation loss at iteration 6 on validation set") &&
+          !strstr(out, "failed") && strstr(out, "status 0\n"), "cli: a run resumed with a "
+          "longer --eval-interval validates past its part's samples, cyclically");
+    if (!strstr(out, "on validation set") || strstr(out, "failed")) fprintf(stderr, "%s\n", out);
     /* one document, the default --split 969,30,1: trains, one line says validation is
        skipped, no validation at --eval-interval nor at the end */
     snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 %s --data-path %s/one.bin --vocab-size 37 "

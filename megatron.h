@@ -1045,7 +1045,7 @@ typedef struct mg_trainer {
                                            2 Megatron's 'release' weights (iteration 0), 3 a
                                            checkpoint whose weights alone --finetune takes  */
     int64_t last_saved;                 /* iteration of the last checkpoint written (-1)       */
-    int64_t last_validated;             /* iteration of the last mg_trainer_evaluate (-1)      */
+    int64_t last_validated;             /* iteration of the last validation (-1)              */
     int64_t first_iteration;            /* iteration the run started at (0, or the loaded one) */
     double start_ms;                    /* mg__now_ms() at setup: the run's elapsed time,
                                            --exit-duration-in-mins and the log line's ETA      */
@@ -4660,7 +4660,8 @@ static const mg__compat_flag mg__compat_flags[] = {
     {"--lr-warmup-samples", "N", MG__COMPAT_REFUSED, "the schedule is counted in iterations: "
      "give --lr-warmup-iters"},
     {"--rampup-batch-size", "N", MG__COMPAT_REFUSED, "the global batch is constant "
-     "(--global-batch-size)"},
+     "(--global-batch-size); Megatron-LM ramps it up only with --train-samples, and refuses it "
+     "with --train-iters too"},
     {"--no-load-optim", NULL, MG__COMPAT_REFUSED, "a checkpoint loads with its optimizer and "
      "schedule (Megatron restarts both but keeps the iteration); --finetune loads its weights "
      "alone from iteration 0"},
@@ -7225,9 +7226,8 @@ MGDEF void mg_trainer_free(mg_trainer *tr) {
 /* =============================================================================================
    5. Trainer: iteration, logging, evaluation
    ========================================================================================== */
-/* Samples [first, first + count) of a part's blend into tr->batch ([count, T+1]). */
-/* Samples first … first + count − 1 of b into tr->batch; cyclic: sample k is k mod the
-   samples b holds (the evaluations: see mg__evaluate_blend).                              */
+/* Samples [first, first + count) of a part's blend into tr->batch ([count, T+1]); cyclic:
+   sample k is k mod the samples b holds (the evaluations: see mg__evaluate_blend).        */
 static void mg__fetch(mg_trainer *tr, const mg_blend *b, int64_t first, int64_t count,
                       int cyclic) {
     int64_t i, k;

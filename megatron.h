@@ -4638,6 +4638,12 @@ static const mg__compat_flag mg__compat_flags[] = {
      "never materialised"},
     {"--data-cache-path", "DIR", MG__COMPAT_SAME, "the sample index is built in memory at "
      "startup; nothing is cached"},
+    {"--no-check-for-nan-in-loss-and-grad", NULL, MG__COMPAT_SAME, "a non-finite gradient "
+     "norm never stops a run here (Megatron-LM's check raises): in every precision the update "
+     "is skipped and counted in the log's 'number of skipped iterations'"},
+    {"--no-position-embedding", NULL, MG__COMPAT_SAME, "rotary positions keep no position "
+     "table; with any other --position-embedding-type it is refused, as Megatron-LM refuses "
+     "it"},
     {"--no-load-rng", NULL, MG__COMPAT_SAME, MG__NO_RNG},
     {"--no-save-rng", NULL, MG__COMPAT_SAME, MG__NO_RNG},
     {"--ckpt-format", "torch|torch_dist|torch_dcp|zarr|fsdp_dtensor", MG__COMPAT_NOTE,
@@ -5022,6 +5028,14 @@ static int mg__compat_apply(mg_train_args *a, char *err, size_t errlen) {
         return mg__err(err, errlen, "--overlap-param-gather needs --overlap-grad-reduce "
                        "(Megatron-LM: 'Must use --overlap-param-gather with "
                        "--overlap-grad-reduce')");
+    if (mg__compat_given(a, "--no-position-embedding") &&
+        a->position_embedding_type != MG_POS_ROPE)
+        return mg__err(err, errlen, "--no-position-embedding with --position-embedding-type %s: "
+                       "give --position-embedding-type none for a model without positions "
+                       "(Megatron-LM: '--no-position-embedding is deprecated, use "
+                       "--position-embedding-type'; it takes it with rope only, which keeps no "
+                       "position table)", a->position_embedding_type == MG_POS_NONE ? "none"
+                       : "learned_absolute");
     if (mg__compat_given(a, "--use-flash-attn") &&
         (a->attention_backend == 2 || a->attention_backend == 4))
         return mg__err(err, errlen, "--use-flash-attn contradicts --attention-backend %s (the "

@@ -1612,6 +1612,15 @@ static void check_megatron_compat(void) {
     CHECK(gpt_parse_line(&a, BASE "--use-rotary-position-embeddings", err, sizeof err) == 0 &&
           a.position_embedding_type == MG_POS_ROPE, "cli: --use-rotary-position-embeddings is "
           "--position-embedding-type rope");
+    /* Llama launch scripts: rope and --no-position-embedding (either spelling of rope) */
+    CHECK(gpt_parse_line(&a, BASE "--position-embedding-type rope --no-position-embedding", err,
+                         sizeof err) == 0 &&
+          gpt_parse_line(&a, BASE "--no-position-embedding --use-rotary-position-embeddings",
+                         err, sizeof err) == 0 && a.position_embedding_type == MG_POS_ROPE,
+          "cli: --no-position-embedding with rotary positions");
+    expect_error("--no-position-embedding without rope", BASE "--no-position-embedding",
+                 "^--no-position-embedding with --position-embedding-type learned_absolute: "
+                 "give --position-embedding-type none");
     CHECK(gpt_parse_line(&a, BASE "--use-distributed-optimizer --overlap-grad-reduce "
                          "--overlap-param-gather --transformer-impl=local --num-workers=2",
                          err, sizeof err) == 0, "cli: --overlap-param-gather with its two "
@@ -1633,8 +1642,11 @@ static void check_megatron_compat(void) {
         if (!strcmp(value, "N")) snprintf(value, sizeof value, "1");
         if (value[0] && (value[0] < 'A' || value[0] > 'Z' || !strcmp(value, "DIR")))
             snprintf(full, sizeof full, BASE "%s %s", flag, !strcmp(value, "DIR") ? tmp : value);
-        else snprintf(full, sizeof full, BASE "%s%s", flag, strcmp(flag, "--overlap-param-gather")
-                      ? "" : " --use-distributed-optimizer --overlap-grad-reduce");
+        else snprintf(full, sizeof full, BASE "%s%s", flag,
+                      !strcmp(flag, "--overlap-param-gather")
+                          ? " --use-distributed-optimizer --overlap-grad-reduce"
+                      : !strcmp(flag, "--no-position-embedding")
+                          ? " --position-embedding-type rope" : "");
         if (gpt_parse_line(&a, full, err, sizeof err) == 0) parsed++;
         else fprintf(stderr, "%s: %s\n", full, err);
     }

@@ -4584,6 +4584,8 @@ typedef struct mg__compat_flag {
 #define MG__FUSION "a kernel fusion: megatron.h's kernels are its own, the math is the same"
 #define MG__NO_RNG "no random state is saved: dropout masks and the data order are functions " \
     "of --seed, the iteration and the sample"
+#define MG__NO_WANDB "no Weights & Biases logging here: the figures go to --tensorboard-dir " \
+    "and --log-jsonl"
 static const mg__compat_flag mg__compat_flags[] = {
     {"--use-mcore-models", NULL, MG__COMPAT_SAME, "Megatron-LM's default model classes "
      "(the flag is deprecated there): megatron.h has one implementation"},
@@ -4636,6 +4638,23 @@ static const mg__compat_flag mg__compat_flags[] = {
      "in the order of --dataloader-type single (Megatron's default)"},
     {"--no-create-attention-mask-in-dataloader", NULL, MG__COMPAT_SAME, "the causal mask is "
      "never materialised"},
+    {"--no-persist-layer-norm", NULL, MG__COMPAT_SAME, MG__FUSION},
+    {"--manual-gc", NULL, MG__COMPAT_SAME, "there is no Python garbage collector to schedule"},
+    {"--manual-gc-interval", "N", MG__COMPAT_SAME, "there is no Python garbage collector to "
+     "schedule"},
+    {"--tensorboard-queue-size", "N", MG__COMPAT_SAME, "TensorBoard events are written and "
+     "flushed as they come"},
+    {"--wandb-project", "DIR", MG__COMPAT_NOTE, MG__NO_WANDB},
+    {"--wandb-exp-name", "DIR", MG__COMPAT_NOTE, MG__NO_WANDB},
+    {"--wandb-save-dir", "DIR", MG__COMPAT_NOTE, MG__NO_WANDB},
+    {"--async-save", NULL, MG__COMPAT_NOTE, "checkpoints are saved while training waits "
+     "(written to temporary names, fsynced, renamed): the same files"},
+    {"--tp-comm-overlap", NULL, MG__COMPAT_NOTE, "Transformer Engine's overlap of the "
+     "tensor-parallel communication with the GEMMs is not here: the collectives run between "
+     "the GEMMs (the same sums)"},
+    {"--exit-on-missing-checkpoint", NULL, MG__COMPAT_SAME, "with --load and no checkpoint "
+     "there, the run stops with one line instead of starting from random weights, as "
+     "Megatron-LM's exits"},
     {"--data-cache-path", "DIR", MG__COMPAT_SAME, "the sample index is built in memory at "
      "startup; nothing is cached"},
     {"--no-check-for-nan-in-loss-and-grad", NULL, MG__COMPAT_SAME, "a non-finite gradient "
@@ -5046,12 +5065,15 @@ static int mg__compat_apply(mg_train_args *a, char *err, size_t errlen) {
 
 MGDEF void mg_train_print_compat_notes(const mg_train_args *a, FILE *out, const char *prog) {
     int i;
-    for (i = 0; i < MG__NCOMPAT; i++)
-        if (a->compat_given[i] && mg__compat_flags[i].kind == MG__COMPAT_NOTE)
-            fprintf(out, "%s: warning: %s%s%s: %s\n", prog, mg__compat_flags[i].name,
-                    strchr(mg__compat_flags[i].values, '|') ? "" : " ",   /* the one value */
-                    strchr(mg__compat_flags[i].values, '|') ? "" : mg__compat_flags[i].values,
-                    mg__compat_flags[i].text);
+    for (i = 0; i < MG__NCOMPAT; i++) {
+        const mg__compat_flag *f = &mg__compat_flags[i];
+        /* the row's value when it is one word (a switch, a number or a path: none) */
+        int word = f->values && !strchr(f->values, '|') && strcmp(f->values, "N") &&
+                   strcmp(f->values, "DIR");
+        if (a->compat_given[i] && f->kind == MG__COMPAT_NOTE)
+            fprintf(out, "%s: warning: %s%s%s: %s\n", prog, f->name, word ? " " : "",
+                    word ? f->values : "", f->text);
+    }
 }
 
 MGDEF int mg_train_parse(mg_train_args *a, int argc, char **argv, char *err, size_t errlen) {
@@ -6830,6 +6852,12 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
                     "model.safetensors) but no latest_checkpointed_iteration.txt: --load takes "
                     "the directory that holds the iter_NNNNNNN directories (--load %s), as in "
                     "Megatron-LM", a->load, path);
+            goto fail;
+        }
+        if (rc == 0 && mg__compat_given(a, "--exit-on-missing-checkpoint")) {
+            mg__err(err, errlen, "--load %s: no checkpoint there (no latest_checkpointed_"
+                    "iteration.txt), and --exit-on-missing-checkpoint stops the run rather than "
+                    "start from %s", a->load, a->init_from ? "--init-from" : "random weights");
             goto fail;
         }
         if (rc == 2) {   /* Megatron's 'release': its weights, from iteration 0 (as --init-from) */

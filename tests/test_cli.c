@@ -1612,6 +1612,33 @@ static void check_megatron_compat(void) {
     CHECK(gpt_parse_line(&a, BASE "--use-rotary-position-embeddings", err, sizeof err) == 0 &&
           a.position_embedding_type == MG_POS_ROPE, "cli: --use-rotary-position-embeddings is "
           "--position-embedding-type rope");
+    {   /* the warning of a NOTE row names the flag, without the value's placeholder */
+        FILE *nf = tmpfile();
+        char notes[1024] = {0};
+        size_t got = 0;
+        int parsed = gpt_parse_line(&a, BASE "--async-save --wandb-project proj", err,
+                                    sizeof err) == 0;
+        if (nf && parsed) {
+            mg_train_print_compat_notes(&a, nf, "gpt_train");
+            rewind(nf);
+            got = fread(notes, 1, sizeof notes - 1, nf);
+        }
+        if (nf) fclose(nf);
+        notes[got] = 0;
+        CHECK(parsed && !strcmp(notes, "gpt_train: warning: --wandb-project: no Weights & "
+                                "Biases logging here: the figures go to --tensorboard-dir and "
+                                "--log-jsonl\ngpt_train: warning: --async-save: checkpoints are "
+                                "saved while training waits (written to temporary names, "
+                                "fsynced, renamed): the same files\n"),
+              "cli: a switch's and a named value's compatibility warnings");
+        if (!parsed || strncmp(notes, "gpt_train: warning: --wandb", 27))
+            fprintf(stderr, "%s%s\n", err, notes);
+    }
+    snprintf(cmd, sizeof cmd, BASE "--load %s/no_ckpt_here --exit-on-missing-checkpoint", tmp);
+    expect_error("--exit-on-missing-checkpoint without a checkpoint", cmd,
+                 "no checkpoint there (no latest_checkpointed_iteration.txt), and "
+                 "--exit-on-missing-checkpoint stops the run rather than start from random "
+                 "weights");
     /* Llama launch scripts: rope and --no-position-embedding (either spelling of rope) */
     CHECK(gpt_parse_line(&a, BASE "--position-embedding-type rope --no-position-embedding", err,
                          sizeof err) == 0 &&

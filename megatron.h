@@ -895,6 +895,8 @@ typedef struct mg_train_args {
        (override) or the checkpoint's (use_checkpoint); neither: an error (Megatron-LM)      */
     int override_opt_param_scheduler, use_checkpoint_opt_param_scheduler;
     int finetune;                        /* --finetune: --load's weights only, from iteration 0 */
+    int no_load_optim;                   /* --no-load-optim: --load's weights and progress, a
+                                            fresh optimizer (and so a restarted schedule)    */
     /* logging, evaluation, checkpoints, data                                                */
     int64_t seed, log_interval, eval_interval, eval_iters, save_interval, sample_tokens;
     const char *save, *load, *split, *init_from, *log_jsonl, *export_hf;
@@ -4410,6 +4412,10 @@ static const mg__flag mg__flags[] = {
     {"--finetune", MG__F_SWITCH, MG__OFF(finetune), NULL, 0, 0,
      "take only the weights of --load's checkpoint: iteration 0, no samples consumed, a fresh "
      "optimizer and schedule, this command line's seed (Megatron-LM's --finetune)"},
+    {"--no-load-optim", MG__F_SWITCH, MG__OFF(no_load_optim), NULL, 0, 0,
+     "take --load's weights, iteration and consumed samples but not its optimizer: fresh Adam "
+     "moments, step count and loss scaler, so the learning-rate schedule starts again from "
+     "its warm-up (Megatron-LM's --no-load-optim)"},
     {"--export-hf", MG__F_STR, MG__OFF(export_hf), "DIR", 0, 0,
      "at the end, write DIR/model.safetensors + DIR/config.json for Hugging Face transformers "
      "(GPT2LMHeadModel, or LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM)"},
@@ -4687,11 +4693,8 @@ static const mg__compat_flag mg__compat_flags[] = {
     {"--rampup-batch-size", "N", MG__COMPAT_REFUSED, "the global batch is constant "
      "(--global-batch-size); Megatron-LM ramps it up only with --train-samples, and refuses it "
      "with --train-iters too"},
-    {"--no-load-optim", NULL, MG__COMPAT_REFUSED, "a checkpoint loads with its optimizer and "
-     "schedule (Megatron restarts both but keeps the iteration); --finetune loads its weights "
-     "alone from iteration 0"},
     {"--no-save-optim", NULL, MG__COMPAT_REFUSED, "a checkpoint always holds the optimizer "
-     "state; --finetune loads a checkpoint's weights alone"},
+     "state; --finetune or --no-load-optim loads a checkpoint's weights without it"},
 };
 #define MG__NCOMPAT ((int)(sizeof mg__compat_flags / sizeof mg__compat_flags[0]))
 typedef char mg__compat_fit_given[MG__NCOMPAT <= 64 ? 1 : -1]; /* mg_train_args.compat_given */
@@ -5752,7 +5755,8 @@ static int mg__sched_merge(mg_train_args *a, const mg__ckpt_state *st, char *err
     double mine[9], theirs[9];
     char mv[64], cv[64];
     int k;
-    if (!st->has_sched || a->train_iters <= st->iteration || a->override_opt_param_scheduler)
+    if (!st->has_sched || a->train_iters <= st->iteration || a->override_opt_param_scheduler ||
+        a->no_load_optim)   /* Megatron loads no scheduler state then: nothing to compare */
         return 0;
     if (a->use_checkpoint_opt_param_scheduler) {
         a->lr = c->max_lr;
@@ -5984,6 +5988,9 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
     if (a->train_iters < 0)
         return mg__err(err, errlen, "--train-iters is required (the number of iterations, e.g. "
                        "--train-iters 1000)");
+    if (a->no_load_optim && !a->load)
+        return mg__err(err, errlen, "--no-load-optim applies to the checkpoint of --load (no "
+                       "--load given)");
     if (a->override_opt_param_scheduler && a->use_checkpoint_opt_param_scheduler)
         return mg__err(err, errlen, "--override-opt_param-scheduler and "
                        "--use-checkpoint-opt_param-scheduler exclude each other (the command "
@@ -8282,25 +8289,33 @@ MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t err
     mg__load_progress(tr, path, 1, t0);
     mg_adamw_take_master(&tr->opt, &tr->model);   /* before the moments use the staging */
     /* moments: straight into the flat buffers, or (distributed optimizer) into the free
-       gradient buffer, then this rank's pieces out of it                                   */
-    mg__path(path, sizeof path, "%s/iter_%07lld/optimizer.safetensors", dir, (long long)iter);
-    if (mg__load_moment(&tr->model, tr->opt.dp ? tr->model.grad_buf : tr->opt.m, path,
-                        ".exp_avg", err, errlen)) return -1;
-    mg__load_progress(tr, path, 2, t0);
-    if (tr->opt.dp) mg_dp_moment_flat(&tr->dp, tr->opt.m, tr->model.grad_buf, 0);
-    mg__path(path, sizeof path, "%s/iter_%07lld/optimizer_sq.safetensors", dir, (long long)iter);
-    if (mg__load_moment(&tr->model, tr->opt.dp ? tr->model.grad_buf : tr->opt.v, path,
-                        ".exp_avg_sq", err, errlen)) return -1;
-    mg__load_progress(tr, path, 3, t0);
-    if (tr->opt.dp) mg_dp_moment_flat(&tr->dp, tr->opt.v, tr->model.grad_buf, 0);
+       gradient buffer, then this rank's pieces out of it. --no-load-optim (Megatron's
+       load_checkpoint with args.no_load_optim) keeps the fresh optimizer's zeros, its step 0
+       and its loss scaler; the fp32 master weights are the checkpoint's (Megatron copies its
+       16-bit weights into them unless --load-main-params-from-ckpt).                     */
+    if (!tr->args.no_load_optim) {
+        static const char *const file[2] = {"optimizer", "optimizer_sq"};
+        static const char *const suffix[2] = {".exp_avg", ".exp_avg_sq"};
+        float *moment[2] = {tr->opt.m, tr->opt.v};
+        int k;
+        for (k = 0; k < 2; k++) {
+            mg__path(path, sizeof path, "%s/iter_%07lld/%s.safetensors", dir, (long long)iter,
+                     file[k]);
+            if (mg__load_moment(&tr->model, tr->opt.dp ? tr->model.grad_buf : moment[k], path,
+                                suffix[k], err, errlen)) return -1;
+            mg__load_progress(tr, path, 2 + k, t0);
+            if (tr->opt.dp) mg_dp_moment_flat(&tr->dp, moment[k], tr->model.grad_buf, 0);
+        }
+        tr->opt.step = st.adam_step;
+    }
     mg_gpt_zero_grad(&tr->model);
     tr->iteration = st.iteration;
     tr->consumed_samples = st.consumed;
     tr->consumed_valid_samples = st.consumed_valid;
-    tr->opt.step = st.adam_step;
     tr->skipped_iters = st.skipped;
     tr->nan_iters = st.nan_iters;
-    if (st.has_scaler && tr->scaler.dynamic) {    /* Megatron restores the grad scaler too */
+    if (st.has_scaler && tr->scaler.dynamic && !tr->args.no_load_optim) {   /* Megatron
+                                                   restores the grad scaler with the rest */
         tr->scaler.scale = st.loss_scale;
         tr->scaler.growth_tracker = st.growth_tracker;
         tr->scaler.hysteresis_tracker = st.hysteresis_tracker;

@@ -275,9 +275,11 @@ int main(int argc, char **argv) {
         if (tr.valid_note[0] && iters > tr.iteration)   /* no validation set: trains anyway */
             printf("gpt_train: %s\n", tr.valid_note);
         if (tr.loaded_iteration >= 0)
-            printf("gpt_train: resumed from %s at iteration %lld%s\n", tr.args.load,
-                   (long long)tr.loaded_iteration, tr.args.init_from ? " (--init-from not used: "
-                   "the checkpoint has the weights)" : "");
+            printf("gpt_train: resumed from %s at iteration %lld%s%s\n", tr.args.load,
+                   (long long)tr.loaded_iteration, tr.args.no_load_optim ? " (--no-load-optim: "
+                   "a fresh optimizer; the learning-rate schedule starts again)" : "",
+                   tr.args.init_from ? " (--init-from not used: the checkpoint has the weights)"
+                   : "");
         else if (tr.load_found == 2)
             printf("gpt_train: weights from %s/release (a released checkpoint: iteration 0, fresh "
                    "optimizer%s)\n", tr.args.load, tr.args.init_from ? "; --init-from not used"

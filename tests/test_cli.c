@@ -709,6 +709,52 @@ static void check_finetune(void) {
     mg_trainer_free(&ref);
 }
 
+/* --no-load-optim (Megatron-LM's): --load's weights, iteration and consumed samples, not its
+   optimizer — zero Adam moments, step 0 — so the learning-rate schedule starts again: a
+   changed schedule is taken without --override-opt_param-scheduler (no scheduler state is
+   loaded to compare), and with one warm-up iteration the first update's rate is 0. Without
+   --load it is refused.                                                                    */
+static void check_no_load_optim(void) {
+    char line[2048], dir[512], err[MG_ERRLEN];
+    mg_trainer tr, ref;
+    float *want, *got, *m, *v;
+    int rc, zero = 0;
+    int64_t i;
+    mg_step_result r;
+    memset(&r, 0, sizeof r);
+    snprintf(dir, sizeof dir, "%s/no_load_optim", tmp);
+    save_one_iteration(dir);                        /* --seed 7, --lr 1e-3, one iteration */
+    snprintf(line, sizeof line, BASE "--load %s", dir);
+    gpt_setup_or_die(&ref, line, NULL);
+    want = gpt_host(&ref.model, ref.model.param_buf);
+    snprintf(line, sizeof line, BASE "--load %s --no-load-optim --lr 2e-3 --lr-warmup-iters 1 "
+             "--train-iters 3 --log-interval 1", dir);
+    rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+    got = rc ? NULL : gpt_host(&tr.model, tr.model.param_buf);
+    m = rc ? NULL : gpt_host(&tr.model, tr.opt.m);
+    v = rc ? NULL : gpt_host(&tr.model, tr.opt.v);
+    for (i = 0; !rc && i < tr.model.n_elems; i++) zero += m[i] == 0.0f && v[i] == 0.0f;
+    mg_test_report(!rc && tr.iteration == 1 && tr.loaded_iteration == 1 && ref.opt.step == 1 &&
+                   tr.opt.step == 0 && tr.consumed_samples == ref.consumed_samples &&
+                   tr.sched.max_lr == 2e-3 && zero == tr.model.n_elems &&
+                   !memcmp(got, want, sizeof(float) * (size_t)ref.model.n_elems),
+                   "cli: --load DIR --no-load-optim: the checkpoint's weights, iteration and "
+                   "samples; zero moments, step 0; the line's schedule", "%s",
+                   rc ? err : "");
+    if (!rc) r = mg_trainer_step(&tr);
+    mg_test_report(!rc && r.has_values && r.lr == 0.0 && tr.iteration == 2 && tr.opt.step == 1,
+                   "cli: --no-load-optim: the schedule starts again (warm-up: the first "
+                   "update's learning rate 0)", "lr %g", r.lr);
+    free(got);
+    free(m);
+    free(v);
+    free(want);
+    if (!rc) mg_trainer_free(&tr);
+    mg_trainer_free(&ref);
+    expect_error("--no-load-optim without --load", BASE "--no-load-optim",
+                 "^--no-load-optim applies to the checkpoint of --load (no --load given)");
+}
+
 /* Resuming with another learning-rate schedule (the checkpoint of save_one_iteration: --lr
    1e-3, linear decay over --train-iters 2, weight decay 0.01), as Megatron-LM's
    OptimizerParamScheduler: a difference is an error naming the flag and both values;
@@ -1580,8 +1626,6 @@ static void check_megatron_compat(void) {
                  "^--lr-warmup-samples is not supported by megatron.h: ");
     expect_error("--rampup-batch-size refused by its name", BASE "--rampup-batch-size 4 4 100",
                  "^--rampup-batch-size is not supported by megatron.h: ");
-    expect_error("--no-load-optim refused", BASE "--no-load-optim",
-                 "^--no-load-optim is not supported by megatron.h: ");
     expect_error("--no-save-optim refused", BASE "--no-save-optim",
                  "^--no-save-optim is not supported by megatron.h: ");
     expect_error("--dataloader-type cyclic refused", BASE "--dataloader-type cyclic",
@@ -1761,6 +1805,7 @@ int main(void) {
     check_weights_and_checkpoints();
     check_small_files();
     check_finetune();
+    check_no_load_optim();
     check_long_paths();
     check_program();
     check_make_help();

@@ -897,6 +897,8 @@ typedef struct mg_train_args {
     int finetune;                        /* --finetune: --load's weights only, from iteration 0 */
     int no_load_optim;                   /* --no-load-optim: --load's weights and progress, a
                                             fresh optimizer (and so a restarted schedule)    */
+    int load_main_params_from_ckpt;      /* with it: the checkpoint's fp32 master weights, not
+                                            the 16-bit ones widened (Megatron-LM's flag)     */
     /* logging, evaluation, checkpoints, data                                                */
     int64_t seed, log_interval, eval_interval, eval_iters, save_interval, sample_tokens;
     const char *save, *load, *split, *init_from, *log_jsonl, *export_hf;
@@ -4415,7 +4417,10 @@ static const mg__flag mg__flags[] = {
     {"--no-load-optim", MG__F_SWITCH, MG__OFF(no_load_optim), NULL, 0, 0,
      "take --load's weights, iteration and consumed samples but not its optimizer: fresh Adam "
      "moments, step count and loss scaler, so the learning-rate schedule starts again from "
-     "its warm-up (Megatron-LM's --no-load-optim)"},
+     "its warm-up; with --bf16 or --fp16 the fp32 master weights are the checkpoint's 16-bit "
+     "weights widened, as Megatron-LM's --no-load-optim"},
+    {"--load-main-params-from-ckpt", MG__F_SWITCH, MG__OFF(load_main_params_from_ckpt), NULL, 0,
+     0, "with --no-load-optim: the checkpoint's fp32 master weights instead"},
     {"--export-hf", MG__F_STR, MG__OFF(export_hf), "DIR", 0, 0,
      "at the end, write DIR/model.safetensors + DIR/config.json for Hugging Face transformers "
      "(GPT2LMHeadModel, or LlamaForCausalLM / Qwen2ForCausalLM / MistralForCausalLM)"},
@@ -5991,6 +5996,9 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
     if (a->no_load_optim && !a->load)
         return mg__err(err, errlen, "--no-load-optim applies to the checkpoint of --load (no "
                        "--load given)");
+    if (a->load_main_params_from_ckpt && !a->no_load_optim)   /* Megatron-LM asserts it too */
+        return mg__err(err, errlen, "--load-main-params-from-ckpt must be used with "
+                       "--no-load-optim (a resume takes the checkpoint's master weights anyway)");
     if (a->override_opt_param_scheduler && a->use_checkpoint_opt_param_scheduler)
         return mg__err(err, errlen, "--override-opt_param-scheduler and "
                        "--use-checkpoint-opt_param-scheduler exclude each other (the command "
@@ -8287,12 +8295,20 @@ MGDEF int mg_trainer_load(mg_trainer *tr, const char *dir, char *err, size_t err
     mg_weights_close(&wf);
     if (rc) return -1;
     mg__load_progress(tr, path, 1, t0);
+    if (tr->args.no_load_optim && !tr->args.load_main_params_from_ckpt && tr->model.param16) {
+        /* Megatron's reload_model_params: with no optimizer state loaded, the fp32 master
+           weights are the 16-bit model weights widened — the checkpoint's rounded once */
+        mg_gpt *m = &tr->model;
+        mg_tensor f32 = mg_tensor_wrap(mg_gpt_fp32_params(m), MG_F32, 1, &m->n_elems);
+        mg_tensor w16 = mg_tensor_wrap(m->param16, m->dtype, 1, &m->n_elems);
+        mg_cast(m->ctx, &w16, &f32);
+        mg_cast(m->ctx, &f32, &w16);
+    }
     mg_adamw_take_master(&tr->opt, &tr->model);   /* before the moments use the staging */
     /* moments: straight into the flat buffers, or (distributed optimizer) into the free
        gradient buffer, then this rank's pieces out of it. --no-load-optim (Megatron's
        load_checkpoint with args.no_load_optim) keeps the fresh optimizer's zeros, its step 0
-       and its loss scaler; the fp32 master weights are the checkpoint's (Megatron copies its
-       16-bit weights into them unless --load-main-params-from-ckpt).                     */
+       and its loss scaler.                                                                */
     if (!tr->args.no_load_optim) {
         static const char *const file[2] = {"optimizer", "optimizer_sq"};
         static const char *const suffix[2] = {".exp_avg", ".exp_avg_sq"};

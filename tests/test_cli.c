@@ -748,11 +748,33 @@ static void check_no_load_optim(void) {
     free(got);
     free(m);
     free(v);
-    free(want);
     if (!rc) mg_trainer_free(&tr);
+    /* bf16: the fp32 masters are the checkpoint's weights rounded to bf16 (Megatron's
+       reload_model_params), or with --load-main-params-from-ckpt the checkpoint's own */
+    for (i = 0; i < 2; i++) {
+        int64_t k, same = 0;
+        snprintf(line, sizeof line, BASE "--load %s --no-load-optim --bf16%s", dir,
+                 i ? " --load-main-params-from-ckpt" : "");
+        rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+        got = rc ? NULL : gpt_host(&tr.model, mg_gpt_fp32_params(&tr.model));
+        for (k = 0; !rc && k < tr.model.n_elems; k++)
+            same += got[k] == (i ? want[k] : mg_bf16_to_f32(mg_f32_to_bf16(want[k])));
+        mg_test_report(!rc && same == tr.model.n_elems, i ? "cli: --no-load-optim "
+                       "--load-main-params-from-ckpt --bf16: the checkpoint's fp32 masters"
+                       : "cli: --no-load-optim --bf16: the masters are the checkpoint's "
+                       "weights rounded to bf16, as Megatron-LM's reload_model_params",
+                       "%s %lld of %lld", rc ? err : "", (long long)same,
+                       rc ? 0LL : (long long)tr.model.n_elems);
+        free(got);
+        if (!rc) mg_trainer_free(&tr);
+    }
+    free(want);
     mg_trainer_free(&ref);
     expect_error("--no-load-optim without --load", BASE "--no-load-optim",
                  "^--no-load-optim applies to the checkpoint of --load (no --load given)");
+    snprintf(line, sizeof line, BASE "--load %s --load-main-params-from-ckpt", dir);
+    expect_error("--load-main-params-from-ckpt without --no-load-optim", line,
+                 "^--load-main-params-from-ckpt must be used with --no-load-optim");
 }
 
 /* Resuming with another learning-rate schedule (the checkpoint of save_one_iteration: --lr

@@ -948,7 +948,7 @@ typedef struct mg_train_args {
     double comm_timeout;                 /* --comm-timeout: the program sets comm->timeout_s  */
     int help;
     unsigned char given[256];            /* given[i]: flag i of the table was on the line     */
-    unsigned char compat_given[64];      /* row i of Megatron-LM's compatibility flags (a
+    unsigned char compat_given[96];      /* row i of Megatron-LM's compatibility flags (a
                                             switch, or the value of a valued one) was given   */
 } mg_train_args;
 
@@ -4668,6 +4668,19 @@ static const mg__compat_flag mg__compat_flags[] = {
      "Megatron-LM's exits"},
     {"--data-cache-path", "DIR", MG__COMPAT_SAME, "the sample index is built in memory at "
      "startup; nothing is cached"},
+    {"--data-impl", "mmap|infer", MG__COMPAT_SAME, "Megatron's indexed datasets are read "
+     "memory-mapped (the flag left Megatron-LM in 2023)"},
+    {"--data-impl", "lazy|cached", MG__COMPAT_REFUSED, "only the mmap format of Megatron's "
+     "indexed datasets is read"},
+    {"--calculate-per-token-loss", NULL, MG__COMPAT_SAME, "every microbatch holds the same "
+     "number of tokens (no loss mask), so the loss over all tokens equals the mean of the "
+     "microbatches' means: the same loss and gradients"},
+    {"--use-checkpoint-args", NULL, MG__COMPAT_SAME, "the model flags always come from "
+     "--load's checkpoint (flags given as well must agree)"},
+    {"--no-initialization", NULL, MG__COMPAT_SAME, "initial weights are drawn at setup "
+     "either way; a checkpoint's or --init-from's replace them"},
+    {"--use-dist-ckpt", NULL, MG__COMPAT_NOTE, "checkpoints are megatron.h's layout-free "
+     "safetensors (docs/checkpoints.md), which load under any layout"},
     {"--no-check-for-nan-in-loss-and-grad", NULL, MG__COMPAT_SAME, "a non-finite gradient "
      "norm never stops a run here (Megatron-LM's check raises): in every precision the update "
      "is skipped and counted in the log's 'number of skipped iterations'"},
@@ -4702,7 +4715,7 @@ static const mg__compat_flag mg__compat_flags[] = {
      "state; --finetune or --no-load-optim loads a checkpoint's weights without it"},
 };
 #define MG__NCOMPAT ((int)(sizeof mg__compat_flags / sizeof mg__compat_flags[0]))
-typedef char mg__compat_fit_given[MG__NCOMPAT <= 64 ? 1 : -1]; /* mg_train_args.compat_given */
+typedef char mg__compat_fit_given[MG__NCOMPAT <= 96 ? 1 : -1]; /* mg_train_args.compat_given */
 
 /* The first row of the compatibility flag name, or -1. */
 static int mg__compat_index(const char *name) {

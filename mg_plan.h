@@ -1636,7 +1636,6 @@ static const char *mg__plan_usage =
 static mg_plan_model_check_fn mg__plan_model_check;   /* see mg_plan_set_model_check */
 MGDEF void mg_plan_set_model_check(mg_plan_model_check_fn check) { mg__plan_model_check = check; }
 
-/* Parses argv into cli. Returns 0, 1 for --help, -1 with err. */
 /* gpt_train's flags that describe the model: the planner hands them to the model check
    (mg_plan_set_model_check), so that with the trainer's own the two never disagree on which
    models exist.                                                                           */
@@ -1650,6 +1649,7 @@ static const char *const mg__plan_model_flags[] = {
     "--position-embedding-type"};
 #define MG__PLAN_NMODEL ((int)(sizeof mg__plan_model_flags / sizeof mg__plan_model_flags[0]))
 
+/* Parses argv into c. Returns 0, 1 for --help, -1 with err. */
 static int mg__plan_parse(int argc, char **argv, mg__plan_cli *c, char *err, size_t errlen) {
     int i, k, model_argc = 1;
     char vocab[48];

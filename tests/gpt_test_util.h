@@ -267,6 +267,14 @@ static inline void gpt_expect_error(mg_comm *comm, const char *label, const char
                 failed ? err : "accepted", want);
     mg_test_report(mg_test_agree(ok), name, "%s", failed ? err : "accepted");
 }
+/* Runs cmd through the shell and reads what it prints into out (cap bytes, NUL-terminated);
+   returns pclose's status, -1 when it did not run.                                         */
+static inline int gpt_capture(const char *cmd, char *out, size_t cap) {
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(out, 1, cap - 1, p) : 0;
+    out[n] = 0;
+    return p ? pclose(p) : -1;
+}
 /* build/gpt_train ARGS under `mpirun -np np` (one OpenMP thread per rank), its stdout and
    stderr read line by line: returns the number of "gpt_train: error:" lines (the first one
    copied to first), *status the exit status (-1: it did not run); on_line (may be NULL)

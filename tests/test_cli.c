@@ -1404,8 +1404,6 @@ static void check_long_paths(void) {
 /* The program itself: exit status 2 and one stderr line for a bad flag; a short real run. */
 static void check_program(void) {
     char cmd[2048], out[8192] = {0};
-    FILE *p;
-    size_t n;
     int status;
     const char *prog = "build/gpt_train";
     if (access(prog, X_OK) != 0) {
@@ -1413,17 +1411,11 @@ static void check_program(void) {
         return;
     }
     snprintf(cmd, sizeof cmd, "%s " BASE "--bogus 1 2>&1 >/dev/null; echo \"status $?\"", prog);
-    p = popen(cmd, "r");
-    n = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[n] = 0;
-    status = p ? pclose(p) : -1;
+    status = gpt_capture(cmd, out, sizeof out);
     CHECK(status == 0 && !strcmp(out, "gpt_train: error: unknown flag --bogus (see --help for "
           "every flag)\nstatus 2\n"), "cli: gpt_train prints one error line and exits with 2");
     snprintf(cmd, sizeof cmd, "%s --help > /dev/null; echo \"status $?\"", prog);
-    p = popen(cmd, "r");
-    n = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[n] = 0;
-    if (p) pclose(p);
+    gpt_capture(cmd, out, sizeof out);
     CHECK(!strcmp(out, "status 0\n"), "cli: gpt_train --help exits with 0");
     snprintf(cmd, sizeof cmd, "%s/docs", tmp);
     gpt_make_docs(cmd);
@@ -1432,10 +1424,7 @@ static void check_program(void) {
              "--global-batch-size 4 --train-iters 4 --lr 1e-3 --log-interval 2 --eval-interval 2 "
              "--eval-iters 1 --save %s/run --save-interval 2 --export-hf %s/hf "
              "--sample-tokens 5 2>&1; echo \"status $?\"", prog, GPT_DATA, tmp, tmp, tmp);
-    p = popen(cmd, "r");
-    n = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[n] = 0;
-    if (p) pclose(p);
+    gpt_capture(cmd, out, sizeof out);
     CHECK(strstr(out, "iteration        4/       4") && strstr(out, "validation loss at "
           "iteration 4") && strstr(out, "saved") && strstr(out, "exported") &&
           strstr(out, "----- sample") && strstr(out, "status 0\n") &&
@@ -1466,10 +1455,7 @@ static void check_program(void) {
              "--micro-batch-size 2 --global-batch-size 4 --train-iters 2 --lr 1e-3 "
              "--eval-interval 2 --eval-iters 1 --split 8,1,1 --log-jsonl %s/split.jsonl 2>&1; "
              "echo \"status $?\"", prog, tmp, tmp);
-    p = popen(cmd, "r");
-    n = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[n] = 0;
-    if (p) pclose(p);
+    gpt_capture(cmd, out, sizeof out);
     {   /* Megatron's pretrain: the interval's validation, the validation again after the
            loop, then the test set; the JSONL log keeps one validation loss an iteration */
         const char *valid = strstr(out, " validation loss at iteration 2 | lm loss value: ");
@@ -1504,10 +1490,7 @@ static void check_program(void) {
              "--num-attention-heads 2 --seq-length 16 --micro-batch-size 2 "
              "--global-batch-size 4 --lr 1e-3 --eval-iters 1 --split 8,2,0 $a 2>&1 || echo "
              "failed; done; echo \"status $?\"", tmp, tmp, prog, tmp);
-    p = popen(cmd, "r");
-    n = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[n] = 0;
-    if (p) pclose(p);
+    gpt_capture(cmd, out, sizeof out);
     CHECK(strstr(out, "validation loss at iteration 6 on validation set") &&
           !strstr(out, "failed") && strstr(out, "status 0\n"), "cli: a run resumed with a "
           "longer --eval-interval validates past its part's samples, cyclically");
@@ -1518,10 +1501,7 @@ static void check_program(void) {
              "--num-layers 1 --hidden-size 16 --num-attention-heads 2 --seq-length 8 "
              "--train-iters 3 --lr 1e-3 --log-interval 1 --eval-interval 2 2>&1; "
              "echo \"status $?\"", prog, tmp);
-    p = popen(cmd, "r");
-    n = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[n] = 0;
-    if (p) pclose(p);
+    gpt_capture(cmd, out, sizeof out);
     {
         const char *skip = strstr(out, "\ngpt_train: validation skipped: --split 969,30,1 gives "
                                   "the validation part none of the 1 document of ");
@@ -1630,8 +1610,7 @@ static void check_megatron_compat(void) {
     mg_trainer tr;
     char err[MG_ERRLEN], line[160], cmd[4096], out[16384] = {0};
     int n = 0, i, listed = 0, parsed = 0, warnings = 0, status;
-    FILE *f = tmpfile(), *p;
-    size_t got;
+    FILE *f = tmpfile();
     expect_error("--eod-mask-loss refused", BASE "--eod-mask-loss", "^--eod-mask-loss is not "
                  "supported by megatron.h: every target token counts in the loss");
     expect_error("--reset-position-ids refused", BASE "--reset-position-ids",
@@ -1764,10 +1743,7 @@ static void check_megatron_compat(void) {
              "--no-create-attention-mask-in-dataloader --log-throughput "
              "--recompute-activations --make-vocab-size-divisible-by 128 --no-load-rng "
              "--no-save-rng --ckpt-format torch 2>&1; echo \"status $?\"", tmp);
-    p = popen(cmd, "r");
-    got = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[got] = 0;
-    status = p ? pclose(p) : -1;
+    status = gpt_capture(cmd, out, sizeof out);
     for (i = 0; out[i]; i++)
         warnings += !strncmp(out + i, "gpt_train: warning:", 19);
     CHECK(status == 0 && strstr(out, "iteration        2/       2") &&

@@ -87,16 +87,11 @@ static void check_library(void) {
 static const char *run(const char *flags) {
     static char out[16384];
     char cmd[2048];
-    FILE *p;
-    size_t n;
     snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 build/gpt_train --init-from %sgpt_model.bin "
              "--data-path %sgpt_tokens.bin --split 1,0,0 --eval-iters 0 --seq-length 16 "
              "--micro-batch-size 2 --global-batch-size 4 --lr 1e-3 --log-interval 1 %s 2>&1; "
              "echo \"status $?\"", GPT_DATA, GPT_DATA, flags);
-    p = popen(cmd, "r");
-    n = p ? fread(out, 1, sizeof out - 1, p) : 0;
-    out[n] = 0;
-    if (p) pclose(p);
+    gpt_capture(cmd, out, sizeof out);
     return out;
 }
 

@@ -247,8 +247,6 @@ static void check_outputs_and_agreement(void) {
    mpirun (a child of an MPI process would try to join its job): status 2, one stderr line. */
 static void check_program(void) {
     char cmd[1024], out[2048];
-    size_t n;
-    FILE *p;
     int status;
     if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE")) return;
     if (access("build/gpt_train", X_OK) != 0) {
@@ -257,10 +255,7 @@ static void check_program(void) {
     }
     snprintf(cmd, sizeof cmd, "build/gpt_train " BASE
              "--pipeline-model-parallel-size 2 2>&1 >/dev/null; echo status $?");
-    p = popen(cmd, "r");
-    n = fread(out, 1, sizeof out - 1, p);
-    out[n] = 0;
-    status = pclose(p);
+    status = gpt_capture(cmd, out, sizeof out);
     CHECK(status == 0 && !strcmp(out, "gpt_train: error: --pipeline-model-parallel-size 2 does "
           "not divide the 1 launched ranks (mpirun -np N with N a multiple of 2)\nstatus 2\n"),
           "cli pp: gpt_train prints one error line and exits with 2");

@@ -582,6 +582,9 @@ MG_HD static inline float mg_rand_normal(uint64_t key, uint64_t index);   /* N(0
    logits: [N, Vs] — this slice holds vocabulary ids [vocab_start, vocab_start + Vs); of them
    only ids < vocab_size are real (the rest is padding and never enters max, sum or gradient).
    targets: int32 [N] global ids (device memory on CUDA), in sequence-major row order.
+   targets[r] < 0: the row is ignored (loss 0, gradient 0), as PyTorch's ignore_index — its
+   tlogit is 0 and mg_xent_backward writes its dlogits row as exact zeros (padding too);
+   mg_xent_loss takes no targets, so its caller sets those rows' losses to 0 itself.
    Three steps, with the merge between them done by the caller (an all-reduce across slices):
      1. mg_xent_max:    rowmax[r]  = max over the slice's real ids          -> merge by MAX
      2. mg_xent_sumexp: sumexp[r]  = Σ exp(logit - rowmax[r]) (rowmax = merged global max)
@@ -590,7 +593,8 @@ MG_HD static inline float mg_rand_normal(uint64_t key, uint64_t index);   /* N(0
      3. mg_xent_loss:   losses[r]  = log(sumexp[r]) + rowmax[r] - tlogit[r]
         mg_xent_backward: dlogits = (softmax - onehot(target)) · dloss  (padding -> 0);
                           dlogits may alias logits.
-   With one slice (no merge) this is the ordinary cross-entropy.
+   With one slice (no merge) this is the ordinary cross-entropy. Every slice sees the same
+   targets, so the slices agree on which rows are ignored.
    rowmax, sumexp, tlogit, losses: fp32 [N], device memory on CUDA. Targets are not range
    checked (the data loader validates token ids): an id >= vocab_size matches no column.    */
 MGDEF void mg_xent_max(mg_ctx *ctx, float *rowmax, const mg_tensor *logits,
@@ -635,11 +639,14 @@ MGDEF void mg_xent_rescale(mg_ctx *ctx, float *sumexp, const float *rowmax, cons
              Σexp and target logits (S and TL adjacent) — merge NULL: one slice, no merge
      losses[r] = log S + M − TL                           (losses may be NULL)
    and, when dx or dw is given (training), with the same chunk still in the scratch:
-     dlogits = (softmax − onehot)·dloss over the logits in place (16-bit x: rounded into the
-               scratch's 16-bit copy, the GEMMs' operand dtype), then
+     dlogits = (softmax − onehot)·dloss·dloss_scale over the logits in place (16-bit x:
+               rounded into the scratch's 16-bit copy, the GEMMs' operand dtype), then
      dx_c  = dlogits · w      [R, C], x's dtype, OVERWRITE (this slice's partial sum: the
                               caller reduces dx over the slices)
      dw   += dlogitsᵀ · x_c   [Vs, C] fp32, ACCUMULATE (may be NULL; dx may be NULL)
+   targets[r] < 0: the row is ignored (loss 0, gradient 0), as PyTorch's ignore_index —
+   losses[r] = 0 exactly and its dlogits row is 0, so its dx row is 0 and it adds nothing to
+   dw (the row still takes part in the GEMMs and the merges, with every slice agreeing).
    Merges run on every slice in the same order (collective when merge is an all-reduce).
    Results equal the three-step ops on the full logits followed by the linear backward, to
    fp32 rounding (the dw sum is split at chunk boundaries; with several slices Σexp is summed
@@ -659,6 +666,8 @@ typedef struct mg_classifier {
     void *scratch;
     void (*merge)(void *user, float *buf, int64_t n, int is_max); /* NULL: one slice            */
     void *merge_user;
+    float dloss_scale;            /* multiplies dloss (or *dloss_at) for every row of the call,
+                                     e.g. tokens / tokens kept under a loss mask; 0 reads as 1 */
 } mg_classifier;
 MGDEF size_t mg_classifier_scratch_bytes(int64_t chunk_rows, int64_t Vs, mg_dtype dt);
 MGDEF int64_t mg_classifier_chunk_rows(int64_t N, int64_t Vs, mg_dtype dt, size_t max_bytes);
@@ -3207,6 +3216,8 @@ static void mg__cpu_xent_sumexp(mg_ctx *ctx, float *sumexp, float *tlogit, const
     }
     mg_arena_release(ctx, mark);
 }
+/* A row whose target is negative (ignored) has no real columns: all Vs of its dlogits are
+   written as 0 (not computed and multiplied by 0, which an inf logit would turn into NaN). */
 static void mg__cpu_xent_backward(mg_ctx *ctx, const mg_tensor *dlogits, const mg_tensor *logits,
                                   const int32_t *targets, const float *rowmax, const float *sumexp,
                                   float dloss, int64_t vocab_start, int64_t nreal) {
@@ -3219,10 +3230,10 @@ static void mg__cpu_xent_backward(mg_ctx *ctx, const mg_tensor *dlogits, const m
         const float *l = mg__cpu_span(logits, r * Vs, Vs, sc);
         float *d = mg__cpu_out_span(dlogits, r * Vs, sc ? sc + Vs : NULL);
         float mx = rowmax[r], se = sumexp[r];
-        int64_t j, tgt = (int64_t)targets[r] - vocab_start;
+        int64_t j, tgt = (int64_t)targets[r] - vocab_start, real = targets[r] < 0 ? 0 : nreal;
         #pragma omp simd
-        for (j = 0; j < nreal; j++) d[j] = mg__xent_dlogit(l[j], mx, se, (float)(j == tgt), dloss);
-        for (j = nreal; j < Vs; j++) d[j] = 0.0f;
+        for (j = 0; j < real; j++) d[j] = mg__xent_dlogit(l[j], mx, se, (float)(j == tgt), dloss);
+        for (j = real; j < Vs; j++) d[j] = 0.0f;
         mg__cpu_commit(dlogits, r * Vs, d, Vs);
     }
     mg_arena_release(ctx, mark);
@@ -5629,14 +5640,18 @@ static __global__ void mg__k_xent_sumexp(float *sumexp, float *tlogit, IL logits
         tlogit[blockIdx.x] = (tgt >= 0 && tgt < nreal) ? logits.ld(base + tgt) : 0.0f;
     }
 }
+/* dloss (or *dloss_at) times scale; a row whose target is negative (ignored) has no real
+   columns, so its whole row is written as 0.                                               */
 template <class ID, class IL>
 static __global__ void mg__k_xent_backward(ID dlogits, IL logits, const int32_t *targets,
                                            const float *rowmax, const float *sumexp, float dloss,
-                                           const float *dloss_at, int64_t Vs, int64_t nreal,
-                                           int64_t vocab_start, int vec) {
+                                           const float *dloss_at, float scale, int64_t Vs,
+                                           int64_t nreal, int64_t vocab_start, int vec) {
     int64_t base = blockIdx.x * Vs, tgt = (int64_t)targets[blockIdx.x] - vocab_start, j;
     float mx = rowmax[blockIdx.x], se = sumexp[blockIdx.x];
+    if (targets[blockIdx.x] < 0) nreal = 0;
     if (dloss_at) dloss = *dloss_at;
+    dloss *= scale;
     for (j = vec ? 4 * (int64_t)threadIdx.x : threadIdx.x; j < Vs; j += vec ? 4 * (int64_t)blockDim.x : blockDim.x) {
         float v[4];
         int e, w = vec ? 4 : 1;
@@ -5661,10 +5676,10 @@ static int mg__xent_vec(const mg_tensor *t) {   /* rows of t read 4 columns at a
         else if (ldt_ == MG_F16) LAUNCH(mg__io_f16, vec_); \
         else LAUNCH(mg__io_dyn, 0); \
     } while (0)
-struct mg__f_xent_loss {
-    float *losses; const float *rowmax, *sumexp, *tlogit;
+struct mg__f_xent_loss {   /* targets NULL: every row counts; else a negative one gives 0 */
+    float *losses; const float *rowmax, *sumexp, *tlogit; const int32_t *targets;
     __device__ void operator()(int64_t i) const {
-        losses[i] = mg__xent_loss(rowmax[i], sumexp[i], tlogit[i]);
+        losses[i] = targets && targets[i] < 0 ? 0.0f : mg__xent_loss(rowmax[i], sumexp[i], tlogit[i]);
     }
 };
 struct mg__f_xent_rescale {
@@ -7272,8 +7287,11 @@ MGDEF void mg_xent_rescale(mg_ctx *ctx, float *sumexp, const float *rowmax, cons
     (void)ctx;
     for (r = 0; r < N; r++) sumexp[r] = mg__xent_rescale(sumexp[r], rowmax[r], M[r]);
 }
-MGDEF void mg_xent_loss(mg_ctx *ctx, float *losses, const float *rowmax, const float *sumexp,
-                        const float *tlogit, int64_t N) {
+/* The loss step; targets NULL: every row counts (mg_xent_loss), else a row whose target is
+   negative (ignored) gets loss 0 exactly (the fused classifier).                             */
+static void mg__xent_loss_rows(mg_ctx *ctx, float *losses, const float *rowmax,
+                               const float *sumexp, const float *tlogit, const int32_t *targets,
+                               int64_t N) {
     int64_t r;
     mg__need_rows("mg_xent_loss", "losses", losses, N);
     mg__need_rows("mg_xent_loss", "rowmax", rowmax, N);
@@ -7281,19 +7299,25 @@ MGDEF void mg_xent_loss(mg_ctx *ctx, float *losses, const float *rowmax, const f
     mg__need_rows("mg_xent_loss", "tlogit", tlogit, N);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
-        mg__f_xent_loss f = {losses, rowmax, sumexp, tlogit};
+        mg__f_xent_loss f = {losses, rowmax, sumexp, tlogit, targets};
         mg__cuda_map(ctx, N, f);
         return;
     }
 #endif
     (void)ctx;
-    for (r = 0; r < N; r++) losses[r] = mg__xent_loss(rowmax[r], sumexp[r], tlogit[r]);
+    for (r = 0; r < N; r++)
+        losses[r] = targets && targets[r] < 0 ? 0.0f : mg__xent_loss(rowmax[r], sumexp[r], tlogit[r]);
 }
-/* dloss_at non-NULL: dloss is read there (by the kernel on CUDA).                          */
+MGDEF void mg_xent_loss(mg_ctx *ctx, float *losses, const float *rowmax, const float *sumexp,
+                        const float *tlogit, int64_t N) {
+    mg__xent_loss_rows(ctx, losses, rowmax, sumexp, tlogit, NULL, N);
+}
+/* dloss_at non-NULL: dloss is read there (by the kernel on CUDA); either way it is then
+   multiplied by scale (1 for the public ops: the same bits).                               */
 static void mg__xent_backward(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *logits,
                               const int32_t *targets, const float *rowmax, const float *sumexp,
-                              float dloss, const float *dloss_at, int64_t vocab_start,
-                              int64_t vocab_size) {
+                              float dloss, const float *dloss_at, float scale,
+                              int64_t vocab_start, int64_t vocab_size) {
     int64_t nreal = mg__check_xent("mg_xent_backward", logits, vocab_start, vocab_size);
     mg__check_2d("mg_xent_backward", "dlogits", dlogits, mg_rows(logits), mg_cols(logits));
     mg__need_rows("mg_xent_backward", "targets", targets, mg_rows(logits));
@@ -7307,7 +7331,7 @@ static void mg__xent_backward(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *
 #define MG__XENT_BWD(ID, IL, vec) MG_LAUNCH(mg__k_xent_backward, mg__cuda_row_grid(mg_rows(logits)), \
                                             MG__CUDA_THREADS, 0, MG__STREAM(ctx), \
                                             mg__io_make<ID>(dlogits), mg__io_make<IL>(logits), targets, \
-                                            rowmax, sumexp, dloss, dloss_at, mg_cols(logits), nreal, \
+                                            rowmax, sumexp, dloss, dloss_at, scale, mg_cols(logits), nreal, \
                                             vocab_start, vec)
         mg_dtype ld = logits->dtype, dd = dlogits->dtype;
         int vec = mg__xent_vec(logits) && mg__xent_vec(dlogits);
@@ -7323,19 +7347,19 @@ static void mg__xent_backward(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *
     }
 #endif
     mg__cpu_xent_backward(ctx, dlogits, logits, targets, rowmax, sumexp,
-                          dloss_at ? *dloss_at : dloss, vocab_start, nreal);
+                          (dloss_at ? *dloss_at : dloss) * scale, vocab_start, nreal);
 }
 MGDEF void mg_xent_backward(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *logits,
                             const int32_t *targets, const float *rowmax, const float *sumexp,
                             float dloss, int64_t vocab_start, int64_t vocab_size) {
-    mg__xent_backward(ctx, dlogits, logits, targets, rowmax, sumexp, dloss, NULL, vocab_start,
-                      vocab_size);
+    mg__xent_backward(ctx, dlogits, logits, targets, rowmax, sumexp, dloss, NULL, 1.0f,
+                      vocab_start, vocab_size);
 }
 MGDEF void mg_xent_backward_at(mg_ctx *ctx, mg_tensor *dlogits, const mg_tensor *logits,
                                const int32_t *targets, const float *rowmax, const float *sumexp,
                                const float *dloss, int64_t vocab_start, int64_t vocab_size) {
-    mg__xent_backward(ctx, dlogits, logits, targets, rowmax, sumexp, 0.0f, dloss, vocab_start,
-                      vocab_size);
+    mg__xent_backward(ctx, dlogits, logits, targets, rowmax, sumexp, 0.0f, dloss, 1.0f,
+                      vocab_start, vocab_size);
 }
 
 /* --- fused, chunked classifier ---------------------------------------------------------------
@@ -7401,11 +7425,12 @@ MGDEF void mg_classifier_fused(mg_ctx *ctx, const mg_classifier *c) {
             mg_xent_rescale(ctx, S, mloc, M, n);
             c->merge(c->merge_user, S, 2 * n, 0);
         }
-        if (c->losses) mg_xent_loss(ctx, c->losses + r0, M, S, TL, n);
+        if (c->losses) mg__xent_loss_rows(ctx, c->losses + r0, M, S, TL, tg, n);
         if (!c->dx && !c->dw) continue;
         dlogits = dt == MG_F32 ? logits : mg_tensor_wrap(grad16, dt, 2, shape);
-        mg__xent_backward(ctx, &dlogits, &logits, tg, M, S, c->dloss, c->dloss_at, c->vocab_start,
-                         c->vocab_size);
+        mg__xent_backward(ctx, &dlogits, &logits, tg, M, S, c->dloss, c->dloss_at,
+                          c->dloss_scale != 0.0f ? c->dloss_scale : 1.0f, c->vocab_start,
+                          c->vocab_size);
         if (c->dx) {
             mg_tensor dxc = mg_tensor_rows(c->dx, r0, n);
             mg_linear_backward_input(ctx, &dxc, &dlogits, c->w, 0);

@@ -8,8 +8,12 @@
                   all-reduce over the threads (a barrier, then every thread reduces the t
                   buffers in slice order); dx is the sum of the slices' partial dx in slice
                   order, dw the slices' rows stacked.
-   x [N, C], w [Vp, C] (rows >= V are padding: any values), targets [N] < V; host fp32 values,
-   rounded to dt on upload. dw starts from dw0 (both accumulate).                           */
+   x [N, C], w [Vp, C] (rows >= V are padding: any values), targets [N] < V, negative for an
+   ignored row; host fp32 values, rounded to dt on upload. dw starts from dw0 (both
+   accumulate). The gradient scales by dloss·dloss_scale (0: 1); cls_unfused multiplies the
+   two itself and zeroes the ignored rows' losses itself (mg_xent_loss has no targets).
+     cls_kept     the case of the kept rows alone (targets >= 0): the same dw wanted;
+     cls_ignored_zero  whether every ignored row has loss 0 and a dx row of 0 exactly.       */
 #ifndef CLASSIFIER_UTIL_H
 #define CLASSIFIER_UTIL_H
 #include <omp.h>
@@ -20,7 +24,7 @@ typedef struct cls_case {
     int64_t N, C, Vp, V;
     const float *x, *w, *dw0;
     const int32_t *targets;
-    float dloss;
+    float dloss, dloss_scale;   /* dloss_scale 0: 1, as mg_classifier's                    */
     int backward;           /* 0: losses only (dx, dw untouched)                           */
 } cls_case;
 typedef struct cls_out { float losses[256], *dx, *dw; } cls_out;   /* dx [N, C], dw [Vp, C] */
@@ -40,14 +44,18 @@ static inline void cls_unfused(mg_ctx *ctx, const cls_case *k, cls_out *o) {
     mg_tensor dx = ops_dev(ctx, k->dt, NULL, N, k->C), dw = ops_dev(ctx, MG_F32, k->dw0, k->Vp, k->C);
     float *mx = ops_dev_f32(ctx, NULL, N), *se = ops_dev_f32(ctx, NULL, N);
     float *tl = ops_dev_f32(ctx, NULL, N), *loss = ops_dev_f32(ctx, NULL, N), *h;
+    float scale = k->dloss_scale != 0.0f ? k->dloss_scale : 1.0f;
     int32_t *tg = ops_dev_i32(ctx, k->targets, N);
+    int64_t i;
     mg_linear_forward(ctx, &logits, &x, &w, NULL);
     mg_xent_max(ctx, mx, &logits, 0, k->V);
     mg_xent_sumexp(ctx, se, tl, &logits, tg, mx, 0, k->V);
     mg_xent_loss(ctx, loss, mx, se, tl, N);
     mg_copy_to_host(ctx, o->losses, loss, (size_t)N * sizeof(float));
+    for (i = 0; i < N; i++)
+        if (k->targets[i] < 0) o->losses[i] = 0.0f;
     if (k->backward) {
-        mg_xent_backward(ctx, &dl, &logits, tg, mx, se, k->dloss, 0, k->V);
+        mg_xent_backward(ctx, &dl, &logits, tg, mx, se, k->dloss * scale, 0, k->V);
         mg_linear_backward_input(ctx, &dx, &dl, &w, 0);
         mg_linear_backward_weight(ctx, &dw, NULL, &dl, &x);
         h = ops_host(ctx, &dx);
@@ -118,6 +126,7 @@ static inline int cls_fused(const cls_case *k, int t, int64_t chunk_rows, cls_ou
         c.vocab_size = k->V;
         c.losses = losses;
         c.dloss = k->dloss;
+        c.dloss_scale = k->dloss_scale;
         c.dx = k->backward ? &dx : NULL;
         c.dw = k->backward ? &dw : NULL;
         c.chunk_rows = chunk_rows;
@@ -149,5 +158,32 @@ static inline int cls_fused(const cls_case *k, int t, int64_t chunk_rows, cls_ou
     free(dx_slices);
     free(loss_slices);
     return agree;
+}
+
+/* kept = k with only the rows whose target is >= 0, their x rows copied into xk [N, C] and
+   their targets into tk [N]. Returns the number of rows kept.                              */
+static inline int64_t cls_kept(const cls_case *k, cls_case *kept, float *xk, int32_t *tk) {
+    int64_t i, n = 0;
+    for (i = 0; i < k->N; i++)
+        if (k->targets[i] >= 0) {
+            memcpy(xk + n * k->C, k->x + i * k->C, (size_t)k->C * sizeof(float));
+            tk[n++] = k->targets[i];
+        }
+    *kept = *k;
+    kept->N = n;
+    kept->x = xk;
+    kept->targets = tk;
+    return n;
+}
+/* 1 iff every ignored row (target < 0) has loss 0 and (training) a dx row of 0, exactly. */
+static inline int cls_ignored_zero(const cls_case *k, const cls_out *o) {
+    int64_t i, j;
+    for (i = 0; i < k->N; i++) {
+        if (k->targets[i] >= 0) continue;
+        if (o->losses[i] != 0.0f) return 0;
+        for (j = 0; k->backward && j < k->C; j++)
+            if (o->dx[i * k->C + j] != 0.0f) return 0;
+    }
+    return 1;
 }
 #endif

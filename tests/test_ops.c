@@ -406,6 +406,51 @@ static void test_xent(mg_ctx *ctx) {
     free(r.blob);
 }
 
+/* Ignored rows (target < 0) in the three-step ops, on one slice of 8 columns (6 real): row 1
+   is ignored and holds +inf logits, which make its statistics inf and NaN. Its tlogit is 0,
+   its dlogits row is exactly 0 (padding too: a gradient computed and multiplied by 0 would
+   be NaN), from mg_xent_backward and mg_xent_backward_at alike; rows 0 and 2 are the bits
+   of the same rows with row 1's target 3 instead.                                          */
+static void test_xent_ignored(mg_ctx *ctx) {
+    enum { XN = 3, XV = 6, XVP = 8 };
+    size_t mark = mg_arena_mark(ctx);
+    float lg[XN * XVP], one = 0.5f, *tl_h, *d1, *d2, *d3;
+    int32_t tg[XN] = {2, -1, 5}, tg_kept[XN] = {2, 3, 5};
+    float *mx = ops_dev_f32(ctx, NULL, XN), *se = ops_dev_f32(ctx, NULL, XN);
+    float *tl = ops_dev_f32(ctx, NULL, XN), *at = ops_dev_f32(ctx, &one, 1);
+    int32_t *tgd = ops_dev_i32(ctx, tg, XN), *tgd_kept = ops_dev_i32(ctx, tg_kept, XN);
+    mg_tensor logits, dl1, dl2, dl3;
+    int i, ok = 1;
+    for (i = 0; i < XN * XVP; i++) lg[i] = 0.25f * (float)((i * 7) % 11) - 1.0f;
+    lg[1 * XVP + 2] = INFINITY;
+    lg[1 * XVP + 7] = INFINITY;   /* a padding column */
+    logits = ops_dev(ctx, MG_F32, lg, XN, XVP);
+    for (i = 0; i < XN * XVP; i++) lg[i] = 7.0f;   /* dlogits start as junk */
+    dl1 = ops_dev(ctx, MG_F32, lg, XN, XVP);
+    dl2 = ops_dev(ctx, MG_F32, lg, XN, XVP);
+    dl3 = ops_dev(ctx, MG_F32, lg, XN, XVP);
+    mg_xent_max(ctx, mx, &logits, 0, XV);
+    mg_xent_sumexp(ctx, se, tl, &logits, tgd, mx, 0, XV);
+    tl_h = ops_host_f32(ctx, tl, XN);
+    mg_xent_backward(ctx, &dl1, &logits, tgd, mx, se, 0.5f, 0, XV);
+    mg_xent_backward_at(ctx, &dl2, &logits, tgd, mx, se, at, 0, XV);
+    mg_xent_backward(ctx, &dl3, &logits, tgd_kept, mx, se, 0.5f, 0, XV);
+    d1 = ops_host(ctx, &dl1);
+    d2 = ops_host(ctx, &dl2);
+    d3 = ops_host(ctx, &dl3);
+    for (i = 0; i < XVP; i++) ok &= d1[XVP + i] == 0.0f && d2[XVP + i] == 0.0f;
+    CHECK(tl_h[1] == 0.0f, "xent: an ignored row's target logit is 0");
+    CHECK(ok, "xent backward (and _at): an ignored row's dlogits are exactly 0 (+inf logits)");
+    CHECK(!memcmp(d1, d3, XVP * 4) && !memcmp(d1 + 2 * XVP, d3 + 2 * XVP, XVP * 4) &&
+          !memcmp(d1, d2, XVP * 4) && !memcmp(d1 + 2 * XVP, d2 + 2 * XVP, XVP * 4),
+          "xent backward: the rows beside an ignored one are unchanged");
+    free(tl_h);
+    free(d1);
+    free(d2);
+    free(d3);
+    mg_arena_release(ctx, mark);
+}
+
 /* The fused classifier (mg_classifier_fused) equals the unfused one — full logits, three-step
    cross-entropy, dx = dlogits·w, dw += dlogitsᵀ·x — in fp32 for 1, 2 and 4 vocabulary slices
    (merged by the all-reduce of cls_fused's threads) and chunks of 13 (one), 5 (5, 5, 3: the
@@ -414,60 +459,100 @@ static void test_xent(mg_ctx *ctx) {
    split leaves slice 3 one real id (36, a target) and 11 padding rows. Tolerance 4e-6
    relative to max(|want|, RMS/10) — about 3 ulps of an RMS-sized term measured at the
    floor (1 ulp there reads 1.2e-6): the sums differ from the reference only in order — dw
-   is summed chunk by chunk, Σexp of several slices after the rescaling, dx over slices.  */
-static void test_classifier_fused(mg_ctx *ctx) {
-    enum { CN = 13, CC = 12, CV = 37, CVP = 48 };
+   is summed chunk by chunk, Σexp of several slices after the rescaling, dx over slices.
+   Then the same with rows ignored (targets −1: the first and last rows and all of rows 5..9,
+   a whole chunk of 5) and dloss_scale 13/6 (the rows over the rows kept, as the loss mask's
+   rescaling): the ignored rows' losses and dx rows are exactly 0, and dw equals the unfused
+   one of the 6 kept rows alone (x and targets without the ignored rows).                   */
+enum { CN = 13, CC = 12, CV = 37, CVP = 48 };
+/* the fused classifier over 1, 2, 4 slices and chunks of 13, 5, 1 against cls_unfused */
+static void classifier_grid(mg_ctx *ctx, const cls_case *k, const char *what) {
     static const int slices[3] = {1, 2, 4};
     static const int64_t chunks[3] = {13, 5, 1};
+    float xk[CN * CC];
+    int32_t tk[CN];
+    cls_case kept;
+    cls_out ref, ref_kept, got;
+    char name[200];
+    int a, b, masked = cls_kept(k, &kept, xk, tk) < k->N;
+    cls_out_alloc(&ref, k);
+    cls_unfused(ctx, k, &ref);
+    cls_out_alloc(&ref_kept, &kept);
+    cls_unfused(ctx, &kept, &ref_kept);
+    for (a = 0; a < 3; a++)
+        for (b = 0; b < 3; b++) {
+            int agree;
+            cls_out_alloc(&got, k);
+            agree = cls_fused(k, slices[a], chunks[b], &got);
+            snprintf(name, sizeof name, "%s, %d slice%s, chunks of %lld rows: losses = unfused",
+                     what, slices[a], slices[a] > 1 ? "s" : "", (long long)chunks[b]);
+            ops_close_host(name, got.losses, ref.losses, CN, 4e-6, 1e-6);
+            snprintf(name, sizeof name, "%s, %d slice%s, chunks of %lld rows: dx = unfused",
+                     what, slices[a], slices[a] > 1 ? "s" : "", (long long)chunks[b]);
+            ops_close_host(name, got.dx, ref.dx, CN * CC, 4e-6, 1e-6);
+            snprintf(name, sizeof name, "%s, %d slice%s, chunks of %lld rows: dw += unfused "
+                     "(padding rows unchanged)", what, slices[a], slices[a] > 1 ? "s" : "",
+                     (long long)chunks[b]);
+            ops_close_host(name, got.dw, ref.dw, CVP * CC, 4e-6, 1e-6);
+            snprintf(name, sizeof name, "%s: every slice's losses bit-identical; padding rows "
+                     "of dw untouched", what);
+            CHECK(agree && !memcmp(got.dw + CV * CC, k->dw0 + CV * CC, (CVP - CV) * CC * 4), name);
+            if (masked) {
+                snprintf(name, sizeof name, "%s, %d slice%s, chunks of %lld rows: dw += unfused "
+                         "of the kept rows alone", what, slices[a], slices[a] > 1 ? "s" : "",
+                         (long long)chunks[b]);
+                ops_close_host(name, got.dw, ref_kept.dw, CVP * CC, 4e-6, 1e-6);
+                snprintf(name, sizeof name, "%s, %d slice%s, chunks of %lld rows: ignored rows' "
+                         "losses and dx rows exactly 0", what, slices[a], slices[a] > 1 ? "s" : "",
+                         (long long)chunks[b]);
+                CHECK(cls_ignored_zero(k, &got), name);
+            }
+            cls_out_free(&got);
+        }
+    cls_out_free(&ref);
+    cls_out_free(&ref_kept);
+}
+static void test_classifier_fused(mg_ctx *ctx) {
     float *x = ops_randn_array(CN * CC, 1.0f), *w = ops_randn_array(CVP * CC, 0.5f);
     float *dw0 = ops_randn_array(CVP * CC, 0.1f);
-    int32_t tgt[CN];
-    cls_case k;
-    cls_out ref, got;
-    char name[160];
-    int i, a, b;
+    int32_t tgt[CN], tgt_masked[CN];
+    cls_case k, km;
+    int i;
     for (i = CV * CC; i < CVP * CC; i++) w[i] = 5.0f;   /* padding: logits of ~±20 */
     for (i = 0; i < CN; i++) tgt[i] = (int32_t)((i * 11 + 3) % CV);
     tgt[4] = 36;                                         /* the last real id */
     memset(&k, 0, sizeof k);
     k.dt = MG_F32; k.N = CN; k.C = CC; k.Vp = CVP; k.V = CV;
     k.x = x; k.w = w; k.dw0 = dw0; k.targets = tgt; k.dloss = 0.37f; k.backward = 1;
-    cls_out_alloc(&ref, &k);
-    cls_unfused(ctx, &k, &ref);
-    for (a = 0; a < 3; a++)
-        for (b = 0; b < 3; b++) {
-            int agree;
-            cls_out_alloc(&got, &k);
-            agree = cls_fused(&k, slices[a], chunks[b], &got);
-            snprintf(name, sizeof name, "fused classifier, %d slice%s, chunks of %lld rows: "
-                     "losses = unfused", slices[a], slices[a] > 1 ? "s" : "", (long long)chunks[b]);
-            ops_close_host(name, got.losses, ref.losses, CN, 4e-6, 1e-6);
-            snprintf(name, sizeof name, "fused classifier, %d slice%s, chunks of %lld rows: dx "
-                     "= unfused", slices[a], slices[a] > 1 ? "s" : "", (long long)chunks[b]);
-            ops_close_host(name, got.dx, ref.dx, CN * CC, 4e-6, 1e-6);
-            snprintf(name, sizeof name, "fused classifier, %d slice%s, chunks of %lld rows: dw "
-                     "+= unfused (padding rows unchanged)", slices[a], slices[a] > 1 ? "s" : "",
-                     (long long)chunks[b]);
-            ops_close_host(name, got.dw, ref.dw, CVP * CC, 4e-6, 1e-6);
-            CHECK(agree && !memcmp(got.dw + CV * CC, dw0 + CV * CC, (CVP - CV) * CC * 4),
-                  "fused classifier: every slice's losses bit-identical; padding rows of dw "
-                  "untouched");
-            cls_out_free(&got);
-        }
-    /* evaluation: losses only, the same bits as training's, dx and dw untouched */
+    classifier_grid(ctx, &k, "fused classifier");
+    for (i = 0; i < CN; i++) tgt_masked[i] = i == 0 || i == CN - 1 || (i >= 5 && i < 10) ? -1 : tgt[i];
+    km = k;
+    km.targets = tgt_masked;
+    km.dloss_scale = 13.0f / 6.0f;
+    classifier_grid(ctx, &km, "fused classifier, rows ignored, dloss_scale 13/6");
+    /* evaluation: losses only, the same bits as training's, dx and dw untouched; and
+       dloss_scale 1 is dloss_scale 0 (unset), bit for bit */
     {
-        cls_out train, eval;
-        cls_out_alloc(&train, &k);
-        cls_fused(&k, 2, 5, &train);
-        k.backward = 0;
-        cls_out_alloc(&eval, &k);
-        cls_fused(&k, 2, 5, &eval);
-        CHECK(!memcmp(eval.losses, train.losses, sizeof(float) * CN) &&
-              !memcmp(eval.dw, dw0, sizeof(float) * CVP * CC),
+        cls_case eval = k, one = k;
+        cls_out o, o_eval, o_one;
+        eval.backward = 0;
+        one.dloss_scale = 1.0f;
+        cls_out_alloc(&o, &k);
+        cls_fused(&k, 2, 5, &o);
+        cls_out_alloc(&o_eval, &eval);
+        cls_fused(&eval, 2, 5, &o_eval);
+        cls_out_alloc(&o_one, &one);
+        cls_fused(&one, 2, 5, &o_one);
+        CHECK(!memcmp(o_eval.losses, o.losses, sizeof(float) * CN) &&
+              !memcmp(o_eval.dw, dw0, sizeof(float) * CVP * CC),
               "fused classifier without dx, dw (evaluation): the same losses, dw untouched");
-        k.backward = 1;
-        cls_out_free(&train);
-        cls_out_free(&eval);
+        CHECK(!memcmp(o_one.losses, o.losses, sizeof(float) * CN) &&
+              !memcmp(o_one.dx, o.dx, sizeof(float) * CN * CC) &&
+              !memcmp(o_one.dw, o.dw, sizeof(float) * CVP * CC),
+              "fused classifier: dloss_scale 1 = dloss_scale 0 (unset), bit for bit");
+        cls_out_free(&o);
+        cls_out_free(&o_eval);
+        cls_out_free(&o_one);
     }
     /* the automatic chunk: the most rows whose scratch fits the budget */
     {
@@ -489,7 +574,6 @@ static void test_classifier_fused(mg_ctx *ctx) {
         OPS_EXPECT_FATAL("fused classifier rejects 0 rows per chunk", "chunk_rows 0",
                          mg_classifier_fused(ctx, &c));
     }
-    cls_out_free(&ref);
     free(x);
     free(w);
     free(dw0);
@@ -702,6 +786,7 @@ int main(void) {
     test_linear_gelu(&ctx);
     test_attention(&ctx);
     test_xent(&ctx);
+    test_xent_ignored(&ctx);
     test_classifier_fused(&ctx);
     test_adamw(&ctx);
     test_llama_ops(&ctx);

@@ -44,6 +44,65 @@ static pair mk(mg_ctx *ctx, mg_dtype dt, const float *src, int64_t rows, int64_t
     return p;
 }
 
+/* The fused classifier in 16 bits against the unfused one in the same dtype (the model's head
+   before fusing: fp32 logits, 16-bit dlogits, 16-bit dx, fp32 dw), for 1, 2 and 4 vocabulary
+   slices of VP and chunks of 5 rows (5, 5, 5, 3), x and w the rounded x [N, C] and e [VP, C],
+   dw starting from dw0.
+   Both compute the same fp32 values up to summation order (Σexp rescaled per slice, dw chunk
+   by chunk); the losses stay fp32 (4e-6, as test_ops' fp32 check). The 16-bit results — the
+   rounded dlogits behind dx and dw, and dx itself — may then round to the neighbouring 16-bit
+   value: the format's tolerance above. dx is compared with one slice only: with several, each
+   slice's partial dx is rounded to 16 bits before the sum (as the model's tensor-parallel
+   all-reduce of it, fused or not), an error relative to the partials, which may cancel;
+   test_ops checks the slices' dx in fp32. With targets < 0 (ignored rows) the ignored rows'
+   losses and dx rows are exactly 0 and dw is the unfused one of the kept rows alone.       */
+static void classifier_16(mg_ctx *ctx, mg_dtype dt, const float *x, const float *e,
+                          const float *dw0, const int32_t *targets, float dloss_scale,
+                          const char *what) {
+    cls_case k, kept;
+    cls_out ref, ref_kept, got;
+    float *xr = rounded(x, N * C, dt);
+    float *wr = rounded(e, VP * C, dt), xk[N * C];
+    int32_t tk[N];
+    char label[160];
+    int t, masked;
+    memset(&k, 0, sizeof k);
+    k.dt = dt; k.N = N; k.C = C; k.Vp = VP; k.V = V;
+    k.x = xr; k.w = wr; k.dw0 = dw0; k.targets = targets; k.dloss = 0.5f; k.backward = 1;
+    k.dloss_scale = dloss_scale;
+    masked = cls_kept(&k, &kept, xk, tk) < N;
+    cls_out_alloc(&ref, &k);
+    cls_unfused(ctx, &k, &ref);
+    cls_out_alloc(&ref_kept, &kept);
+    cls_unfused(ctx, &kept, &ref_kept);
+    for (t = 1; t <= 4; t *= 2) {
+        cls_out_alloc(&got, &k);
+        cls_fused(&k, t, 5, &got);
+        snprintf(label, sizeof label, "fused classifier in %s%s, %d slices, chunks of 5: losses",
+                 mg_dtype_name(dt), what, t);
+        ops_close_host(label, got.losses, ref.losses, N, 4e-6, 1e-6);
+        snprintf(label, sizeof label, "fused classifier in %s%s, %d slices, chunks of 5: dx",
+                 mg_dtype_name(dt), what, t);
+        if (t == 1) ops_close_host(label, got.dx, ref.dx, N * C, tol_of(dt), 1e-6);
+        snprintf(label, sizeof label, "fused classifier in %s%s, %d slices, chunks of 5: dw",
+                 mg_dtype_name(dt), what, t);
+        ops_close_host(label, got.dw, ref.dw, VP * C, tol_of(dt), 1e-6);
+        if (masked) {
+            snprintf(label, sizeof label, "fused classifier in %s%s, %d slices, chunks of 5: dw "
+                     "= unfused of the kept rows alone", mg_dtype_name(dt), what, t);
+            ops_close_host(label, got.dw, ref_kept.dw, VP * C, tol_of(dt), 1e-6);
+            snprintf(label, sizeof label, "fused classifier in %s%s, %d slices, chunks of 5: "
+                     "ignored rows' losses and dx rows exactly 0", mg_dtype_name(dt), what, t);
+            CHECK(cls_ignored_zero(&k, &got), label);
+        }
+        cls_out_free(&got);
+    }
+    cls_out_free(&ref);
+    cls_out_free(&ref_kept);
+    free(xr);
+    free(wr);
+}
+
 static void test_dtype(mg_ctx *ctx, mg_dtype dt) {
     size_t mark = mg_arena_mark(ctx);
     float *x = ops_randn_array(N * 4 * C, 1), *w = ops_randn_array(4 * C * 4 * C, 0.3f);
@@ -131,45 +190,14 @@ static void test_dtype(mg_ctx *ctx, mg_dtype dt) {
         free(h1);
         free(h2);
     }
-    { /* the fused classifier in 16 bits against the unfused one in the same dtype (the
-         model's head before fusing: fp32 logits, 16-bit dlogits, 16-bit dx, fp32 dw), for 1,
-         2 and 4 vocabulary slices of VP and chunks of 5 rows (5, 5, 5, 3). Both compute the
-         same fp32 values up to summation order (Σexp rescaled per slice, dw chunk by chunk);
-         the losses stay fp32 (4e-6, as test_ops' fp32 check). The 16-bit results — the
-         rounded dlogits behind dx and dw, and dx itself — may then round to the neighbouring
-         16-bit value: the format's tolerance above. dx is compared with one slice only: with
-         several, each slice's partial dx is rounded to 16 bits before the sum (as the
-         model's tensor-parallel all-reduce of it, fused or not), an error relative to the
-         partials, which may cancel; test_ops checks the slices' dx in fp32.               */
-        cls_case k;
-        cls_out ref, got;
-        float *dw0 = ops_randn_array(VP * C, 0.1f), *xr = rounded(x, N * C, dt);
-        float *wr = rounded(e, VP * C, dt);
-        char label[96];
-        int t;
-        memset(&k, 0, sizeof k);
-        k.dt = dt; k.N = N; k.C = C; k.Vp = VP; k.V = V;
-        k.x = xr; k.w = wr; k.dw0 = dw0; k.targets = tok; k.dloss = 0.5f; k.backward = 1;
-        cls_out_alloc(&ref, &k);
-        cls_unfused(ctx, &k, &ref);
-        for (t = 1; t <= 4; t *= 2) {
-            cls_out_alloc(&got, &k);
-            cls_fused(&k, t, 5, &got);
-            snprintf(label, sizeof label, "fused classifier in %s, %d slices, chunks of 5: losses",
-                     mg_dtype_name(dt), t);
-            ops_close_host(label, got.losses, ref.losses, N, 4e-6, 1e-6);
-            snprintf(label, sizeof label, "fused classifier in %s, %d slices, chunks of 5: dx",
-                     mg_dtype_name(dt), t);
-            if (t == 1) ops_close_host(label, got.dx, ref.dx, N * C, tol_of(dt), 1e-6);
-            snprintf(label, sizeof label, "fused classifier in %s, %d slices, chunks of 5: dw",
-                     mg_dtype_name(dt), t);
-            ops_close_host(label, got.dw, ref.dw, VP * C, tol_of(dt), 1e-6);
-            cls_out_free(&got);
-        }
-        cls_out_free(&ref);
+    { /* then rows ignored: the first, the last and the whole second chunk (5..9), the
+         gradient scaled by the rows over the rows kept */
+        float *dw0 = ops_randn_array(VP * C, 0.1f);
+        int32_t masked[N];
+        classifier_16(ctx, dt, x, e, dw0, tok, 0.0f, "");
+        for (i = 0; i < N; i++) masked[i] = i == 0 || i == N - 1 || (i >= 5 && i < 10) ? -1 : tok[i];
+        classifier_16(ctx, dt, x, e, dw0, masked, (float)N / 11.0f, ", rows ignored, dloss_scale 18/11");
         free(dw0);
-        free(xr);
-        free(wr);
     }
     { /* embedding: 16-bit tables and output; 16-bit dwte scatter (one token is repeated) */
         pair wte = mk(ctx, dt, e, VP, C), wpe = mk(ctx, dt, w, T, C), out = mk(ctx, dt, NULL, N, C);

@@ -774,33 +774,56 @@ static void merge_identity(void *user, float *buf, int64_t n, int is_max) {
 }
 /* The fused classifier on vocabulary slice 1 of op_xent (ids 512..1023 of V = 1000: 24 padding
    rows) for N = 144 rows of C = 384 in ragged chunks of 50 (50, 50, 44), training, without
-   and with the merge path; dw accumulates onto values already there.                     */
+   and with the merge path; dw accumulates onto values already there. Passes 2 and 3 the same
+   with rows ignored (targets −1: rows 0 and 143 and the whole second chunk, 50..99) and
+   dloss_scale 144/92 (the rows over the rows kept), pass 3 with dloss read from device
+   memory (dloss_at, then scaled); on the device the ignored rows' losses and dx rows must be
+   exactly 0.                                                                               */
 static int op_classifier(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
-    int nout = 0, i, pass;
-    int32_t tgt[N];
+    int nout = 0, i, j, pass, zero = 1;
+    int32_t tgt[N], masked[N];
+    float dloss = 1.0f / N, *at = (float *)mg_alloc(ctx, sizeof dloss);
     mg_tensor x = ops_dev(ctx, dt, X, N, C), w = ops_dev(ctx, dt, W, 512, C);
-    mg_tensor dx[2], dw[2], loss[2];
+    mg_tensor dx[4], dw[4], loss[4];
     mg_classifier c;
     for (i = 0; i < N; i++) tgt[i] = i % 3 ? 512 + (i * 37) % 488 : (i * 37) % 512;
+    for (i = 0; i < N; i++) masked[i] = i == 0 || i == N - 1 || (i >= 50 && i < 100) ? -1 : tgt[i];
+    mg_copy_to_device(ctx, at, &dloss, sizeof dloss);
     memset(&c, 0, sizeof c);
     c.x = &x;
     c.w = &w;
-    c.targets = ops_dev_i32(ctx, tgt, N);
     c.vocab_start = 512;
     c.vocab_size = V;
-    c.dloss = 1.0f / N;
+    c.dloss = dloss;
     c.chunk_rows = 50;
     c.scratch = mg_alloc(ctx, mg_classifier_scratch_bytes(50, 512, dt));
-    for (pass = 0; pass < 2; pass++) {
+    for (pass = 0; pass < 4; pass++) {
         dx[pass] = ops_dev(ctx, dt, NULL, N, C);
         dw[pass] = ops_dev(ctx, MG_F32, D, 512, C);
         loss[pass] = mg_tensor_2d(ctx, MG_F32, 1, N);
+        c.targets = ops_dev_i32(ctx, pass < 2 ? tgt : masked, N);
         c.losses = (float *)loss[pass].data;
         c.dx = &dx[pass];
         c.dw = &dw[pass];
-        c.merge = pass ? merge_identity : NULL;
+        c.merge = pass % 2 ? merge_identity : NULL;
+        c.dloss_scale = pass < 2 ? 0.0f : (float)N / 92.0f;
+        c.dloss_at = pass == 3 ? at : NULL;
         mg_classifier_fused(ctx, &c);
         OUT(loss[pass]); OUT(dx[pass]); OUT(dw[pass]);
+    }
+    for (pass = 2; pass < 4 && ctx == g_dev; pass++) {   /* outputs: loss, dx, dw per pass */
+        const float *lh = outs[3 * pass], *dxh = outs[3 * pass + 1];
+        for (i = 0; i < N; i++) {
+            if (masked[i] >= 0) continue;
+            zero &= lh[i] == 0.0f;
+            for (j = 0; j < C; j++) zero &= dxh[i * C + j] == 0.0f;
+        }
+    }
+    if (ctx == g_dev) {
+        char label[120];
+        snprintf(label, sizeof label, "fused classifier [%s] on the device: ignored rows' losses "
+                 "and dx rows exactly 0", mg_dtype_name(dt));
+        CHECK(zero, label);
     }
     return nout;
 }

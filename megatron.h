@@ -355,6 +355,8 @@ typedef struct mg_gpt_acts {
     int head_fused;           /* the forward already ran the classifier's backward with
                                  head_dloss (m->head_dloss was set): dlnf and dWout are done  */
     float head_dloss;
+    float dloss_scale;        /* the microbatch's factor on dloss (the loss mask: B·T / the
+                                 positions it keeps, or m->dloss_scale_all; 1 without mask)  */
 } mg_gpt_acts;
 
 typedef struct mg_gpt {
@@ -445,6 +447,19 @@ typedef struct mg_gpt {
        read back (the run then returns 0)                                                    */
     const float *dloss_at;
     double *loss_at;
+    /* the loss mask (the trainer's --eod-mask-loss): with eod_mask set, mg_gpt_set_batch
+       leaves out of the loss every position whose INPUT token is eod_id (Megatron-LM's
+       loss_mask[tokens == eod] = 0: the prediction across a document boundary) — its target
+       becomes -1, a row the classifier ignores — and gives the microbatch the factor
+       dloss_scale = B·T / (the positions of the microbatch it keeps), so each microbatch's
+       loss is the mean over its kept positions, as Megatron-LM's loss_func divides by
+       loss_mask.sum(); 0 kept: 0. dloss_scale_all > 0 replaces that factor for every
+       microbatch (the trainer's --calculate-per-token-loss). loss_tokens counts the targets
+       set_batch kept for this rank's head chunk (the caller zeroes it).                    */
+    int eod_mask;
+    int32_t eod_id;
+    float dloss_scale_all;
+    int64_t loss_tokens;
     float *tp_scalars;        /* [3 + 3t] device floats: the tensor group's scalar exchanges   */
     float *vocab_row;         /* [Vp] one row of logits gathered over the vocabulary slices
                                  (mg_gpt_logits_row recomputes the row into head_scratch)     */
@@ -486,7 +501,8 @@ MGDEF void mg_gpt_global_to_shard(mg_gpt *m, int idx, float *flat, const float *
 
 /* Upload microbatch data into (chunk, slot): samples is host int32 [B, T+1] (a sample is T+1
    consecutive tokens); tokens become [B, T] and targets [N] in row order t·B + b.
-   Every id must be < V (checked).                                                          */
+   Every id must be < V (checked). With m->eod_mask, positions whose input is m->eod_id get
+   target -1 (no loss) and the slot the microbatch's dloss factor (see mg_gpt.eod_mask).    */
 MGDEF void mg_gpt_set_batch(mg_gpt *m, int chunk, int slot, const int32_t *samples);
 /* Forward of one chunk for the microbatch in `slot`. The first chunk embeds the tokens; any
    other reads mg_gpt_chunk_input (filled by the caller). The last chunk writes the per-token
@@ -823,7 +839,9 @@ typedef struct mg_optim_state {
     /* the trainer's iteration (mg_trainer_step; mg_adamw_update leaves them): */
     double loss_sum;             /* Σ of the global batch's per-token losses (summed over the
                                     data group, the last pipeline stage's on every stage)      */
-    double loss;                 /* loss_sum / tokens                                           */
+    double loss_tokens;          /* the loss mask (model eod_mask): the positions of the global
+                                    batch the loss keeps, summed as loss_sum is               */
+    double loss;                 /* loss_sum / tokens (/ loss_tokens under the loss mask)       */
     int64_t nan_iters;           /* iterations whose loss was not finite                        */
     struct {                     /* the log interval's (reset by mg_trainer_log when it prints) */
         double loss_sum;         /* Σ loss over the iterations not skipped                      */
@@ -912,6 +930,12 @@ typedef struct mg_train_args {
     /* text: the tokenizer (4c; NULL type: ids only) and a generation prompt                  */
     const char *tokenizer_type, *vocab_file, *merge_file, *tokenizer_model, *tiktoken_pattern,
                *prompt;
+    /* the loss mask: --eod-mask-loss (a switch) leaves positions whose input is the
+       end-of-document id (the tokenizer's, or --eod-token-id's; -1: none) out of the loss;
+       --calculate-per-token-loss (a switch) then takes the mean over the global batch's kept
+       positions instead of the mean of the microbatches' means                           */
+    int eod_mask_loss, calculate_per_token_loss;
+    int64_t eod_token_id;
     /* data: one blend split by --split, or one blend per part (mg_blend_parse's words)     */
     mg_str_list data_path, train_data_path, valid_data_path, test_data_path;
     /* parallelism and regularisation                                                        */
@@ -1039,6 +1063,7 @@ typedef struct mg_trainer {
     int n_datasets;
     mg_blend train_data, valid_data, test_data;  /* samples of each part (mg_data.h, 2b)     */
     mg_tokenizer *tok;                  /* --tokenizer-type: vocabulary, EOD, text I/O (NULL) */
+    int64_t eod_id;                     /* --eod-mask-loss: the end-of-document id it masks   */
     int32_t *batch;                     /* host [global_batch / d, T+1]: this rank's samples    */
     int64_t iteration;                  /* completed iterations                                 */
     int64_t consumed_samples, consumed_valid_samples;
@@ -2095,6 +2120,7 @@ MGDEF void mg_gpt_set_batch(mg_gpt *m, int chunk, int slot, const int32_t *sampl
     int B = m->layout.micro_batch, T = mg_gpt_local_seq(&m->cfg, &m->layout), b, t;
     int Tg = m->cfg.seq_len;
     if (!c->has_embedding && !c->has_head) return;
+    int64_t kept_mb = 0, kept_here = 0;   /* loss mask: the microbatch's, this rank's */
     for (b = 0; b < B; b++) {
         const int32_t *row = samples + (int64_t)b * (Tg + 1);
         for (t = 0; t <= Tg; t++)
@@ -2102,11 +2128,18 @@ MGDEF void mg_gpt_set_batch(mg_gpt *m, int chunk, int slot, const int32_t *sampl
                       "vocabulary 0 … %d", row[t], m->cfg.vocab_size - 1);
         /* the embedding reads the whole [B, T] sequence, batch-major, at its positions */
         memcpy(m->host_tokens + (size_t)b * Tg, row, sizeof(int32_t) * (size_t)Tg);
-        for (t = 0; t < T; t++)   /* [T, B] row order of the activations: this rank's
-                                     positions (context parallelism: mg_cp_global_pos)  */
-            m->host_targets[t * B + b] = row[mg_cp_global_pos(m->tf.cp.rank, m->tf.cp.size, T,
-                                                              t) + 1];
+        for (t = 0; t < Tg; t++) kept_mb += !m->eod_mask || row[t] != m->eod_id;
+        for (t = 0; t < T; t++) {   /* [T, B] row order of the activations: this rank's
+                                       positions (context parallelism: mg_cp_global_pos)  */
+            int64_t pos = mg_cp_global_pos(m->tf.cp.rank, m->tf.cp.size, T, t);
+            int keep = !m->eod_mask || row[pos] != m->eod_id;
+            m->host_targets[t * B + b] = keep ? row[pos + 1] : -1;
+            kept_here += keep;
+        }
     }
+    a->dloss_scale = !m->eod_mask ? 1.0f : m->dloss_scale_all > 0 ? m->dloss_scale_all :
+                     kept_mb ? (float)((double)B * Tg / (double)kept_mb) : 0.0f;
+    if (c->has_head) m->loss_tokens += kept_here;
     mg_copy_to_device(m->ctx, a->tokens, m->host_tokens, sizeof(int32_t) * (size_t)B * Tg);
     mg_copy_to_device(m->ctx, a->targets, m->host_targets, sizeof(int32_t) * (size_t)B * T);
 }
@@ -2180,6 +2213,7 @@ static void mg__head_classifier(mg_gpt *m, mg_gpt_acts *a, float *losses, int ba
     c.vocab_start = m->params[iout].row0;
     c.vocab_size = m->cfg.vocab_size;
     c.losses = losses;
+    c.dloss_scale = a->dloss_scale;
     c.chunk_rows = m->head_chunk_rows;
     c.scratch = m->head_scratch;
     c.merge = m->tf.tp.size > 1 ? mg__tp_merge : NULL;
@@ -4083,14 +4117,16 @@ static void mg__embedding_grad_all_reduce(mg_gpt *m) {
           corrections of step,
           grad_scale = 1/scale · min(1, clip / (norm + 1e-6)) (clip_grad_norm_; clip 0: off)
      the loss scaler's update with found_inf = skip; with tokens > 0 (the trainer) also the
-     iteration's loss = loss_sum / tokens, the next seed dloss = scale / tokens and the counts
-     of the log interval (the loss of iterations not skipped, skipped and nan iterations).  */
+     iteration's loss = loss_sum / tokens (/ loss_tokens under the loss mask), the next seed
+     dloss = scale / tokens and the counts of the log interval (the loss of iterations not
+     skipped, skipped and nan iterations).                                                  */
 typedef struct mg__optim_decide mg__optim_decide;
 MG_HD static inline void mg__optim_decide_run(const mg__optim_decide *d);
 struct mg__optim_decide {
     mg_optim_state *s;
     mg_lr_schedule sched;
     double clip_grad, tokens;
+    int masked;                  /* the loss mask: the loss is loss_sum / s->loss_tokens        */
     float beta1, beta2;
     MG__DEVICE_CALL(mg__optim_decide, mg__optim_decide_run)
 };
@@ -4114,8 +4150,9 @@ MG_HD static inline void mg__optim_decide_run(const mg__optim_decide *d) {
     }
     mg__loss_scaler_step(&s->scaler, s->args.skip);
     if (d->tokens > 0) {   /* the trainer's bookkeeping of the iteration */
-        int nan = !isfinite(s->loss_sum);
-        s->loss = s->loss_sum / d->tokens;
+        int nan;
+        s->loss = s->loss_sum / (d->masked ? s->loss_tokens : d->tokens);
+        nan = !isfinite(s->loss);   /* also 0/0: a masked batch that kept no position */
         s->dloss = (float)(s->scaler.scale / d->tokens);
         if (!s->args.skip) s->interval.loss_sum += s->loss;
         s->interval.skipped += s->args.skip;
@@ -4136,6 +4173,7 @@ static void mg__adamw_clip(mg_adamw *opt, mg_gpt *m, const mg_lr_schedule *sched
     d.sched = *sched;
     d.clip_grad = clip_grad;
     d.tokens = tokens;
+    d.masked = m->eod_mask;
     d.beta1 = opt->beta1;
     d.beta2 = opt->beta2;
     MG__ON_DEVICE(m->ctx, d, mg__optim_decide_run);
@@ -4522,6 +4560,16 @@ static const mg__flag mg__flags[] = {
      "directory); SentencePieceTokenizer, Llama2Tokenizer: tokenizer.model"},
     {"--tiktoken-pattern", MG__F_STR, MG__OFF(tiktoken_pattern), "NAME", 0, 0,
      "TikTokenizer: gpt2, r50k_base, cl100k_base or o200k_base (default: from the rank count)"},
+    {"--eod-mask-loss", MG__F_SWITCH, MG__OFF(eod_mask_loss), NULL, 0, 0,
+     "leave out of the loss every position whose input token is the end-of-document id (the "
+     "prediction of a document's first token from the previous document): each microbatch's "
+     "loss is the mean over the positions it keeps (Megatron-LM's loss mask)"},
+    {"--eod-token-id", MG__F_INT, MG__OFF(eod_token_id), "ID", 0, 2147483647.0,
+     "with --eod-mask-loss: the end-of-document id (default: --tokenizer-type's; give it for "
+     "ids-only data)"},
+    {"--calculate-per-token-loss", MG__F_SWITCH, MG__OFF(calculate_per_token_loss), NULL, 0, 0,
+     "with --eod-mask-loss: the loss and its gradient are the mean over all kept positions of "
+     "the global batch, not the mean of the microbatches' means (without a mask they agree)"},
     {"logging", MG__F_HELP, 0, NULL, 0, 0, ""},
     {"--log-interval", MG__F_INT, MG__OFF(log_interval), "N", 1, MG__BIG,
      "print the training line every N iterations (default 100)"},
@@ -4672,9 +4720,6 @@ static const mg__compat_flag mg__compat_flags[] = {
      "memory-mapped (the flag left Megatron-LM in 2023)"},
     {"--data-impl", "lazy|cached", MG__COMPAT_REFUSED, "only the mmap format of Megatron's "
      "indexed datasets is read"},
-    {"--calculate-per-token-loss", NULL, MG__COMPAT_SAME, "every microbatch holds the same "
-     "number of tokens (no loss mask), so the loss over all tokens equals the mean of the "
-     "microbatches' means: the same loss and gradients"},
     {"--use-checkpoint-args", NULL, MG__COMPAT_SAME, "the model flags always come from "
      "--load's checkpoint (flags given as well must agree)"},
     {"--no-initialization", NULL, MG__COMPAT_SAME, "initial weights are drawn at setup "
@@ -4695,8 +4740,6 @@ static const mg__compat_flag mg__compat_flags[] = {
     {"--recompute-activations", NULL, MG__COMPAT_ALIAS, "--recompute-granularity selective"},
     {"--use-rotary-position-embeddings", NULL, MG__COMPAT_ALIAS,
      "--position-embedding-type rope"},
-    {"--eod-mask-loss", NULL, MG__COMPAT_REFUSED, "every target token counts in the loss, the "
-     "end-of-document token too"},
     {"--reset-position-ids", NULL, MG__COMPAT_REFUSED, "positions run over the whole "
      "sequence, across document boundaries"},
     {"--reset-attention-mask", NULL, MG__COMPAT_REFUSED, "attention is causal over the whole "
@@ -4754,6 +4797,7 @@ MGDEF void mg_train_args_default(mg_train_args *a) {
     a->eval_interval = 1000;
     a->eval_iters = 100;
     a->split = "969,30,1";
+    a->eod_token_id = -1;
     a->data_order = MG_ORDER_SHUFFLED;
     a->device = MG_DEVICE_AUTO;
     a->pipeline_model_parallel_size = 1;
@@ -6129,6 +6173,12 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
         return mg__err(err, errlen, "--prompt needs %s (it is encoded, then the sample "
                        "continues it)", !a->tokenizer_type ? "--tokenizer-type (ByteTokenizer "
                        "for mg_prepare's default byte data)" : "--sample-tokens N");
+    if (a->eod_token_id >= 0 && !a->eod_mask_loss)
+        return mg__err(err, errlen, "--eod-token-id %lld applies to --eod-mask-loss (give both, "
+                       "or neither)", (long long)a->eod_token_id);
+    if (a->eod_mask_loss && a->eod_token_id < 0 && !a->tokenizer_type)
+        return mg__err(err, errlen, "--eod-mask-loss needs the end-of-document id: "
+                       "--tokenizer-type (its end-of-document token) or --eod-token-id ID");
     if (a->train_iters > 0 && !a->data_path.n && !a->train_data_path.n)
         return mg__err(err, errlen, "--data-path is required to train (an indexed dataset "
                        "prefix or an llm.c token file, or a blend W1 PATH1 W2 PATH2 …; "
@@ -7028,6 +7078,26 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         goto fail;
     }
     if (mg_gpt_config_check(&tr->cfg, tp, err, errlen)) goto fail;
+    if (a->eod_mask_loss) {   /* the loss mask's end-of-document id */
+        int64_t tok_eod = tr->tok ? mg_tokenizer_eod(tr->tok) : -1;
+        if (tr->tok && tok_eod < 0 && a->eod_token_id < 0) {
+            mg__err(err, errlen, "--eod-mask-loss: --tokenizer-type %s has no end-of-document "
+                    "token (give --eod-token-id ID)", a->tokenizer_type);
+            goto fail;
+        }
+        if (tok_eod >= 0 && a->eod_token_id >= 0 && a->eod_token_id != tok_eod) {
+            mg__err(err, errlen, "--eod-token-id %lld disagrees with --tokenizer-type %s, whose "
+                    "end-of-document id is %lld (leave --eod-token-id out)",
+                    (long long)a->eod_token_id, a->tokenizer_type, (long long)tok_eod);
+            goto fail;
+        }
+        tr->eod_id = a->eod_token_id >= 0 ? a->eod_token_id : tok_eod;
+        if (tr->eod_id >= tr->cfg.vocab_size) {
+            mg__err(err, errlen, "--eod-token-id %lld is outside the vocabulary 0 … %d",
+                    (long long)tr->eod_id, tr->cfg.vocab_size - 1);
+            goto fail;
+        }
+    }
     /* the weights to start from, read whole once (world rank 0) before any work */
     if (has_weights && tr->writer && mg__weights_verify(&tr->cfg, &wf, why, sizeof why)) {
         mg__err(err, errlen, "%s %s: %s", weights_from == a->init_from ? "--init-from" :
@@ -7186,6 +7256,8 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     }
     if (mg_gpt_create(&tr->model, &tr->ctx, &tr->cfg, &layout, err, errlen)) goto fail;
     tr->model.comm = tr->comm;
+    tr->model.eod_mask = a->eod_mask_loss;
+    tr->model.eod_id = (int32_t)tr->eod_id;
     if (a->timing_log_level >= 2) {   /* forward-/backward-compute without a pipeline */
         tr->model.compute_timer = mg__compute_timer;
         tr->model.compute_timer_user = tr;
@@ -7356,6 +7428,33 @@ static int mg__trainer_shows(const mg_trainer *tr, int64_t it) {
            (tr->args.tensorboard_dir && it % tr->args.tensorboard_log_interval == 0);
 }
 
+/* The loss mask (--eod-mask-loss), in two parts of a step.
+   mg__per_token_scale: --calculate-per-token-loss's factor for every microbatch, G·T / (the
+   positions the global batch keeps), counted before the first forward — each rank counts
+   its data-parallel share of tr->batch (n samples); the data group's sum counts each share
+   once per context-parallel rank of its replica (0 kept: 0, the step then learns nothing).
+   mg__loss_tokens_dev: the iteration's kept positions into *dst (device): the targets this
+   rank's head kept (0 on the other stages), the last stage's to every stage, summed over the
+   data group (× context), as the losses are.                                              */
+static float mg__per_token_scale(mg_trainer *tr, int64_t n) {
+    int64_t T = tr->cfg.seq_len, i, t, kept = 0;
+    double all;
+    for (i = 0; i < n; i++)
+        for (t = 0; t < T; t++) kept += tr->batch[i * (T + 1) + t] != tr->eod_id;
+    all = mg_dp_sum(&tr->dp, (double)kept) / (tr->cp_size > 1 ? tr->cp_size : 1);
+    return all > 0 ? (float)((double)tr->args.global_batch_size * (double)T / all) : 0.0f;
+}
+static double mg__loss_tokens_local(const mg_trainer *tr) {
+    const mg_gpt *m = &tr->model;
+    return m->layout.chunks[m->layout.n_chunks - 1].has_head ? (double)m->loss_tokens : 0.0;
+}
+static void mg__loss_tokens_dev(mg_trainer *tr, double *dst) {
+    double kept = mg__loss_tokens_local(tr);
+    mg_copy_to_device(&tr->ctx, dst, &kept, sizeof kept);
+    if (tr->pp > 1) mg_broadcast(tr->comm, &tr->comm->pipeline, dst, dst, 2, MG_F32, tr->pp - 1);
+    if (tr->dp.comm) mg__group_sum_dev(&tr->opt, &tr->model, tr->dp.comm, tr->dp.group, dst);
+}
+
 MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     mg_step_result r;
     mg_optim_state *dev = tr->opt.state;
@@ -7369,6 +7468,9 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     mg__timer_start(tr, MG_TIMER_BATCH_GENERATOR);
     mg__fetch(tr, &tr->train_data, tr->consumed_samples + tr->dp_rank * Gl, Gl, 0);
     mg__timer_stop(tr, MG_TIMER_BATCH_GENERATOR);
+    tr->model.loss_tokens = 0;
+    if (tr->model.eod_mask && tr->args.calculate_per_token_loss)
+        tr->model.dloss_scale_all = mg__per_token_scale(tr, Gl);
     mg_gpt_zero_grad(&tr->model);
     /* dropout on, keyed by the global microbatch index: iteration · microbatches + i */
     tr->model.training = 1;
@@ -7407,6 +7509,7 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     if (!tr->dp.comm_timer) mg__timer_stop(tr, MG_TIMER_ALL_GRADS_SYNC);
     if (tr->dp.comm)   /* the loss summed over the replicas, as mg_dp_sum but on the device */
         mg__group_sum_dev(&tr->opt, &tr->model, tr->dp.comm, tr->dp.group, &dev->loss_sum);
+    if (tr->model.eod_mask) mg__loss_tokens_dev(tr, &dev->loss_tokens);
     tr->model.training = 0;
     mg__timer_start_on(tr, MG_TIMER_LAYERNORM_GRADS, 1);
     mg_gpt_reduce_grads(&tr->model);
@@ -7751,7 +7854,8 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
 /* Mean loss over --eval-iters global batches of a part's blend from sample *consumed on. */
 static double mg__evaluate_blend(mg_trainer *tr, const mg_blend *b, int64_t *consumed) {
     int64_t G = tr->args.global_batch_size, Gl = G / tr->dp_size, k;
-    double tokens = (double)G * tr->cfg.seq_len, sum = 0;
+    double tokens = (double)G * tr->cfg.seq_len, sum = 0, kept = 0;
+    mg_gpt *m = &tr->model;
     /* The validation part holds (train_iters / eval_interval + 1)·eval_iters·G samples
        (Megatron's count: each interval's validation and the one after training); a run
        resumed with another --eval-interval or --eval-iters than the checkpoint's can ask
@@ -7760,13 +7864,22 @@ static double mg__evaluate_blend(mg_trainer *tr, const mg_blend *b, int64_t *con
     for (k = 0; k < tr->args.eval_iters; k++) {   /* each replica its share, summed */
         mg__fetch(tr, b, *consumed + tr->dp_rank * Gl, Gl, 1);
         *consumed += G;
+        m->loss_tokens = 0;
         sum += mg_dp_sum(&tr->dp, tr->pp > 1 ? mg__pipe_run(tr, &tr->pipe_eval_exec, tr->batch,
                                                             0.0f, 1)
-                                             : mg_gpt_run_microbatches(&tr->model, tr->batch,
+                                             : mg_gpt_run_microbatches(m, tr->batch,
                                                                        tr->n_micro, 0.0f, 0))
-               / tokens;
+               / (m->eod_mask ? 1.0 : tokens);
+        if (m->eod_mask)   /* the kept positions, counted as the losses are summed */
+            kept += mg_dp_sum(&tr->dp, tr->pp > 1 ? mg__group_bcast_f64(m, &tr->comm->pipeline,
+                                                                        mg__loss_tokens_local(tr),
+                                                                        tr->pp - 1)
+                                                  : mg__loss_tokens_local(tr));
     }
-    return sum / (double)tr->args.eval_iters;
+    /* the mean over the positions evaluated: under the loss mask the losses and the kept
+       positions summed over the iterations, then divided (as Megatron-LM's evaluate does);
+       unmasked every batch holds G·T of them, so the mean of the batches' means          */
+    return m->eod_mask ? sum / kept : sum / (double)tr->args.eval_iters;
 }
 
 /* Megatron's validation line (where: "", " on validation set" or " on test set"), and, when

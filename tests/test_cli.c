@@ -1611,8 +1611,18 @@ static void check_megatron_compat(void) {
     char err[MG_ERRLEN], line[160], cmd[4096], out[16384] = {0};
     int n = 0, i, listed = 0, parsed = 0, warnings = 0, status;
     FILE *f = tmpfile();
-    expect_error("--eod-mask-loss refused", BASE "--eod-mask-loss", "^--eod-mask-loss is not "
-                 "supported by megatron.h: every target token counts in the loss");
+    /* --eod-mask-loss takes the tokenizer's end-of-document id (ByteTokenizer's is 255) */
+#define BYTES "--data-path " GPT_DATA "gpt_tokens.bin --num-layers 1 --hidden-size 16 "  \
+              "--num-attention-heads 2 --seq-length 8 --train-iters 2 --lr 1e-3 --split 1,0,0 " \
+              "--eval-iters 0 --tokenizer-type ByteTokenizer "
+    CHECK(gpt_setup_line(&tr, BYTES "--eod-mask-loss", NULL, err, sizeof err) == 0 && tr.eod_id == 255 && tr.model.eod_mask &&
+          tr.model.eod_id == 255, "cli: --eod-mask-loss masks --tokenizer-type's "
+          "end-of-document id");
+    mg_trainer_free(&tr);
+    expect_error("--eod-token-id against the tokenizer's", BYTES "--eod-mask-loss "
+                 "--eod-token-id 3", "^--eod-token-id 3 disagrees with "
+                 "--tokenizer-type ByteTokenizer, whose end-of-document id is 255 (leave "
+                 "--eod-token-id out)");
     expect_error("--reset-position-ids refused", BASE "--reset-position-ids",
                  "^--reset-position-ids is not supported by megatron.h: ");
     expect_error("--reset-attention-mask refused", BASE "--reset-attention-mask",

@@ -5,6 +5,9 @@
        tests/oracle/gpt.py: loss, gradient norm and learning rate of every step to <= 1e-5
        relative; the final weights too (all but the key bias, whose gradient is exactly zero:
        see gpt_mask_key_bias);
+     - the loss mask (--eod-mask-loss): the same 50 steps track the oracle's masked runs, each
+       microbatch's loss the mean over its kept positions, and with --calculate-per-token-loss
+       the mean over the global batch's (the two differ: the test tells them apart);
      - Megatron's learning-rate schedule (constant / linear / cosine, warm-up) from its formulas;
      - save at iteration k, resume, continue: losses and weights bit-identical to the
        uninterrupted run; resuming with another micro-batch size gives the same run to fp32
@@ -76,6 +79,41 @@ static void check_against_pytorch(void) {
     gpt_fixture_free(&ref);
     mg_trainer_free(&tr);
     free(want_loss); free(want_norm); free(want_lr); free(loss); free(norm); free(lr);
+}
+
+/* The loss mask: --eod-mask-loss with the oracle's end-of-document id, without and with
+   --calculate-per-token-loss, against tests/oracle/gpt.py's masked runs. */
+static void check_eod_mask(void) {
+    int per_token;
+    for (per_token = 0; per_token < 2; per_token++) {
+        char line[2048], extra[96], name[160];
+        mg_trainer tr;
+        int64_t n = 0, k;
+        float *want_loss = gpt_ref_tensor(GPT_DATA "gpt_ref_eod.safetensors",
+                                          per_token ? "pt_losses" : "losses", &n);
+        float *want_norm = gpt_ref_tensor(GPT_DATA "gpt_ref_eod.safetensors",
+                                          per_token ? "pt_grad_norms" : "grad_norms", NULL);
+        float *loss = (float *)calloc((size_t)n, sizeof(float));
+        float *norm = (float *)calloc((size_t)n, sizeof(float));
+        const char *how = per_token ? " --calculate-per-token-loss" : "";
+        snprintf(extra, sizeof extra, "--eod-mask-loss --eod-token-id %d%s",
+                 (int)gpt_ref_num("eod_id"), how);
+        oracle_line(line, sizeof line, extra);
+        gpt_trainer_from_line(&tr, line);
+        for (k = 0; k < n && tr.iteration < tr.args.train_iters; k++) {
+            mg_step_result r = mg_trainer_step(&tr);
+            loss[k] = (float)r.loss;
+            norm[k] = (float)r.grad_norm;
+        }
+        snprintf(name, sizeof name, "train: --eod-mask-loss%s: 50 losses track PyTorch's "
+                 "masked run", how);
+        mg_test_close(name, loss, want_loss, n, 1e-5, 0);
+        snprintf(name, sizeof name, "train: --eod-mask-loss%s: 50 gradient norms track "
+                 "PyTorch's", how);
+        mg_test_close(name, norm, want_norm, n, 1e-5, 0);
+        mg_trainer_free(&tr);
+        free(want_loss); free(want_norm); free(loss); free(norm);
+    }
 }
 
 static void check_lr_schedule(void) {
@@ -315,6 +353,7 @@ static void check_validation(void) {
 int main(void) {
     check_lr_schedule();
     check_against_pytorch();
+    check_eod_mask();
     check_resume();
     check_failed_save();
     check_logging();

@@ -12,7 +12,8 @@
 #      bf16 2^-7 nats (2u, the bound tests/test_mixed.c holds bf16 to against fp32); 1 rank fp16
 #      with dynamic loss scaling whose first iterations overflow (skipped: "lm loss: NAN" on both),
 #      2^-9 nats (an fp16 ulp at the loss's magnitude), and the same with --enable-cuda-graph on
-#      the emulated device (the optimizer step captured and replayed) against the plain CPU run
+#      the emulated device (the optimizer step captured and replayed) against the plain CPU run;
+#      the loss mask (--eod-mask-loss) at 1 rank fp16 with the graph, and at p=2 per token
 #   5. the timers of --timing-log-level 2 on the GPU path (CUDA events) add up: 4 ranks, and 1
 #      rank with more timed regions than a timer's pool of event pairs
 #   6. bench/gpu.cu (build/gpu_emu --tiny): the GPU benchmark runs start to end on tiny shapes
@@ -113,6 +114,12 @@ train_case "2 ranks c=2 fp32 GQA, rope, attention dropout" 2 rel 1e-5 \
   "--context-parallel-size 2 --group-query-attention --num-query-groups 2
    --position-embedding-type rope --normalization RMSNorm --swiglu --ffn-hidden-size 48
    --attention-dropout 0.1"
+train_case "1 rank fp16 loss mask (--eod-mask-loss: ignored rows, per-microbatch factors, the kept count on the device), optimizer step as a CUDA graph" \
+  1 abs 0.001953125 "--fp16 --initial-loss-scale 4194304 --hysteresis 1 --loss-scale-window 3
+   --clip-grad 0.5 --eod-mask-loss --eod-token-id 7" "--enable-cuda-graph"
+train_case "2 ranks p=2 fp32 loss mask, per-token (the kept count broadcast from the last stage)" \
+  2 rel 1e-5 "--pipeline-model-parallel-size 2 --eod-mask-loss --eod-token-id 7
+   --calculate-per-token-loss"
 
 # --- the timers on the GPU path: CUDA events on the compute and communication streams ---------
 # 4 ranks, p=2 x d=2 with the distributed optimizer, every timer of --timing-log-level 2, each

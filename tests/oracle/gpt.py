@@ -20,6 +20,13 @@ It writes, into OUTDIR:
   gpt_ref.safetensors    tokens (I32 [B, T+1], the first global batch), loss (F32 [1]), and per
                          step: losses, grad_norms (before clipping), lrs (F32 [50])
   gpt_ref.json           the hyper-parameters used (the C test reads the same numbers from here)
+  gpt_ref_eod.safetensors  the same 50 steps from the same weights with Megatron-LM's loss mask
+                         (--eod-mask-loss, eod_id in gpt_ref.json: the stream's most frequent id):
+                         positions whose INPUT token is eod_id leave the loss; losses, grad_norms
+                         with each microbatch's loss the mean over its kept positions (Megatron's
+                         default), and pt_losses, pt_grad_norms with the loss the mean over the
+                         global batch's kept positions (--calculate-per-token-loss); the losses
+                         reported are Megatron-core's: Σ kept losses / Σ kept positions
 The learning rate follows Megatron's OptimizerParamScheduler: the rate used by iteration k
 (1-based) is get_lr(k - 1) — linear warm-up from 0, then cosine decay to min_lr, then min_lr.
 Weight decay applies to weights only (not to biases and layernorm parameters); gradients are
@@ -76,9 +83,10 @@ def init_params(gen):
     return {k: P[k].clone().requires_grad_(True) for k in hf_names()}
 
 
-def gpt2_forward(P, idx, targets, n_layer, n_head):
+def gpt2_forward(P, idx, targets, n_layer, n_head, reduction="mean"):
     """GPT-2 with Hugging Face names and Conv1D weights P; idx, targets: int64 [B, T]. Returns
-    the mean cross-entropy over all B*T positions. (bench/train.py imports it too.)"""
+    the mean cross-entropy over all B*T positions (reduction "none": the B*T losses, batch-
+    major). (bench/train.py imports it too.)"""
     B, Tn = idx.shape
     C = P["wte.weight"].shape[1]
     NH = n_head
@@ -102,7 +110,8 @@ def gpt2_forward(P, idx, targets, n_layer, n_head):
         x = x + h @ P[p + "mlp.c_proj.weight"] + P[p + "mlp.c_proj.bias"]
     x = F.layer_norm(x, (C,), P["ln_f.weight"], P["ln_f.bias"], 1e-5)
     logits = x @ P["wte.weight"].t()                                            # [B, T, V]
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                           reduction=reduction)
 
 
 def forward(P, idx, targets):
@@ -123,10 +132,21 @@ def megatron_lr(num_steps):
     return min_lr + coeff * (max_lr - min_lr)
 
 
-def adamw_run(P, names, decay, forward_fn, batch):
+def masked_loss(P, inp, tgt, eod):
+    """Megatron-LM's loss mask: Σ of the losses at positions whose input is not eod, and
+    their count."""
+    per = gpt2_forward(P, inp, tgt, L, NH, reduction="none")
+    keep = (inp != eod).reshape(-1).to(per.dtype)
+    return (per * keep).sum(), keep.sum()
+
+
+def adamw_run(P, names, decay, forward_fn, batch, eod=None, per_token=False):
     """HP["train_iters"] steps of torch.optim.AdamW (weight decay on the names in decay only)
     at Megatron's learning rate, gradients accumulated over the global batch's microbatches and
-    clipped to a global norm. Returns the per-step losses, norms (before clipping) and lrs."""
+    clipped to a global norm. Returns the per-step losses, norms (before clipping) and lrs.
+    eod given: the loss mask (masked_loss), each microbatch's loss its kept positions' mean
+    divided by the microbatches (per_token: the global batch's kept positions' mean); the
+    loss returned is Σ kept losses / Σ kept positions, as Megatron-core reports it."""
     Bm, Bg = HP["micro_batch"], HP["global_batch"]
     opt = torch.optim.AdamW([{"params": [P[n] for n in names if n in decay],
                               "weight_decay": HP["weight_decay"]},
@@ -140,11 +160,17 @@ def adamw_run(P, names, decay, forward_fn, batch):
             g["lr"] = lr
         opt.zero_grad(set_to_none=False)
         gb, total = batch(k), 0.0
+        kept_all = (gb[:, :-1] != eod).sum().item() if eod is not None else 0
         for mb in range(Bg // Bm):
             sub = gb[mb * Bm:(mb + 1) * Bm]
-            loss = forward_fn(P, sub[:, :-1], sub[:, 1:]) * (Bm / Bg)
+            if eod is None:
+                loss = forward_fn(P, sub[:, :-1], sub[:, 1:]) * (Bm / Bg)
+                total += loss.item()
+            else:
+                s, kept = masked_loss(P, sub[:, :-1], sub[:, 1:], eod)
+                loss = s / kept_all if per_token else s / kept * (Bm / Bg)
+                total += s.item() / kept_all
             loss.backward()
-            total += loss.item()
         norm = torch.nn.utils.clip_grad_norm_([P[n] for n in names], HP["clip_grad"])
         opt.step()
         losses.append(total); norms.append(norm.item()); lrs.append(lr)
@@ -247,6 +273,7 @@ def main():
 
     # 50 AdamW steps with gradient accumulation over Bg / Bm microbatches
     decay = [n for n in names if n.endswith(".weight") and "ln_" not in n]
+    P0 = {n: P[n].detach().clone() for n in names}
     losses, norms, lrs = adamw_run(P, names, decay, forward, batch)
     write_safetensors(os.path.join(out, "gpt_final.safetensors"), [(n, P[n]) for n in names],
                       hf_meta)
@@ -254,8 +281,18 @@ def main():
         ("tokens", first.to(torch.int32)), ("loss", loss0.detach().float().reshape(1)),
         ("losses", torch.tensor(losses)), ("grad_norms", torch.tensor(norms)),
         ("lrs", torch.tensor(lrs))])
+    # the loss mask (--eod-mask-loss) from the same initial weights, both normalisations
+    eod = max(range(V), key=lambda i: (stream.count(i), -i))
+    eod_runs = []
+    for per_token in (False, True):
+        Pm = {n: P0[n].clone().requires_grad_(True) for n in names}
+        eod_runs.append(adamw_run(Pm, names, decay, forward, batch, eod, per_token))
+    write_safetensors(os.path.join(out, "gpt_ref_eod.safetensors"), [
+        ("losses", torch.tensor(eod_runs[0][0])), ("grad_norms", torch.tensor(eod_runs[0][1])),
+        ("pt_losses", torch.tensor(eod_runs[1][0])),
+        ("pt_grad_norms", torch.tensor(eod_runs[1][1]))])
     with open(os.path.join(out, "gpt_ref.json"), "w") as f:
-        json.dump(dict(CFG, **HP), f, indent=1)
+        json.dump(dict(CFG, eod_id=eod, **HP), f, indent=1)
     print("oracle gpt: loss %.6f -> %.6f after %d steps; grad norm %.4f (clip %.1f)"
           % (losses[0], losses[-1], iters, norms[0], HP["clip_grad"]))
 

@@ -970,6 +970,7 @@ typedef struct mg_train_args {
     int pipeline_schedule;               /* mg_schedule_kind (default 1f1b; interleaved with K)  */
     const char *pipeline_schedule_file, *pipeline_trace;
     double comm_timeout;                 /* --comm-timeout: the program sets comm->timeout_s  */
+    double distributed_timeout_minutes;  /* given: comm_timeout = 60 x it (Megatron-LM's)    */
     int help;
     unsigned char given[256];            /* given[i]: flag i of the table was on the line     */
     unsigned char compat_given[96];      /* row i of Megatron-LM's compatibility flags (a
@@ -4521,6 +4522,9 @@ static const mg__flag mg__flags[] = {
     {"--comm-timeout", MG__F_FLOAT, MG__OFF(comm_timeout), "SECONDS", 1e-3, 1e9,
      "a collective or pipeline transfer that waits longer than this stops the job with a "
      "message naming the operation and group (default 600)"},
+    {"--distributed-timeout-minutes", MG__F_FLOAT, MG__OFF(distributed_timeout_minutes),
+     "MINUTES", 1e-3 / 60, 1e9 / 60, "Megatron-LM's spelling of the same bound: --comm-timeout "
+     "60 x MINUTES (Megatron's default 10 is --comm-timeout's 600)"},
     {"validation", MG__F_HELP, 0, NULL, 0, 0, "the loss on the validation part of --split (or "
      "on --valid-data-path; --test-data-path: once after training); a "
      "data set too small to give that part a document (or one sample) trains without "
@@ -4662,7 +4666,9 @@ static const mg__compat_flag mg__compat_flags[] = {
     {"--masked-softmax-fusion", NULL, MG__COMPAT_SAME, MG__FUSION},
     {"--no-masked-softmax-fusion", NULL, MG__COMPAT_SAME, MG__FUSION},
     {"--bias-gelu-fusion", NULL, MG__COMPAT_SAME, MG__FUSION},
-    {"--no-bias-gelu-fusion", NULL, MG__COMPAT_SAME, MG__FUSION},
+    {"--no-bias-gelu-fusion", NULL, MG__COMPAT_NOTE, "Megatron-LM's unfused MLP then computes "
+     "the exact (erf) GELU; megatron.h keeps the tanh approximation its fused bias-GELU kernel "
+     "computes (they differ by at most 4.7e-4)"},
     {"--no-bias-dropout-fusion", NULL, MG__COMPAT_SAME, MG__FUSION},
     {"--no-bias-swiglu-fusion", NULL, MG__COMPAT_SAME, MG__FUSION},
     {"--no-rope-fusion", NULL, MG__COMPAT_SAME, MG__FUSION},
@@ -5088,7 +5094,8 @@ static int mg__arg_flag(const char *arg, const char **eq) {
 /* After the command line: Megatron's old spellings take effect (validate_args sets
    recompute_granularity = 'selective' for --recompute-activations and position_embedding_type
    = 'rope' for --use-rotary-position-embeddings, whatever else was given), then its checks of
-   the compatibility flags. 0, or -1 with one line in err.                                    */
+   the compatibility flags; --distributed-timeout-minutes becomes --comm-timeout. 0, or -1
+   with one line in err.                                                                      */
 static int mg__compat_apply(mg_train_args *a, char *err, size_t errlen) {
     int i;
     for (i = 0; i < MG__NCOMPAT; i++) {
@@ -5102,6 +5109,12 @@ static int mg__compat_apply(mg_train_args *a, char *err, size_t errlen) {
         k = mg__flag_index(flag);
         if (mg__set_flag(a, &mg__flags[k], value, err, errlen)) return -1;
         a->given[k] = 1;
+    }
+    if (mg_train_flag_given(a, "--distributed-timeout-minutes")) {
+        if (mg_train_flag_given(a, "--comm-timeout"))
+            return mg__err(err, errlen, "--distributed-timeout-minutes and --comm-timeout set "
+                           "the same bound: give one of them");
+        a->comm_timeout = 60.0 * a->distributed_timeout_minutes;
     }
     if (mg__compat_given(a, "--overlap-param-gather") && !a->use_distributed_optimizer)
         return mg__err(err, errlen, "--overlap-param-gather needs --use-distributed-optimizer "

@@ -1619,6 +1619,28 @@ static void check_megatron_compat(void) {
           tr.model.eod_id == 255, "cli: --eod-mask-loss masks --tokenizer-type's "
           "end-of-document id");
     mg_trainer_free(&tr);
+    /* Megatron's --distributed-timeout-minutes is --comm-timeout in minutes */
+    CHECK(gpt_parse_line(&a, BASE "--distributed-timeout-minutes 2.5", err, sizeof err) == 0 &&
+          a.comm_timeout == 150.0, "cli: --distributed-timeout-minutes 2.5 = --comm-timeout 150");
+    expect_error("--distributed-timeout-minutes with --comm-timeout", BASE "--comm-timeout 60 "
+                 "--distributed-timeout-minutes 1", "^--distributed-timeout-minutes and "
+                 "--comm-timeout set the same bound: give one of them");
+    /* --no-bias-gelu-fusion: Megatron's unfused GELU is erf's; one warning says so */
+    {
+        char notes[400] = {0};
+        FILE *nf = tmpfile();
+        CHECK(gpt_parse_line(&a, BASE "--no-bias-gelu-fusion", err, sizeof err) == 0 && nf,
+              "cli: --no-bias-gelu-fusion parses");
+        if (nf) {
+            mg_train_print_compat_notes(&a, nf, "gpt_train");
+            rewind(nf);
+            if (!fgets(notes, sizeof notes, nf)) notes[0] = 0;
+            fclose(nf);
+        }
+        CHECK(!strncmp(notes, "gpt_train: warning: --no-bias-gelu-fusion: Megatron-LM's "
+                       "unfused MLP then computes the exact (erf) GELU", 95),
+              "cli: --no-bias-gelu-fusion warns that megatron.h keeps the tanh GELU");
+    }
     expect_error("--eod-token-id against the tokenizer's", BYTES "--eod-mask-loss "
                  "--eod-token-id 3", "^--eod-token-id 3 disagrees with "
                  "--tokenizer-type ByteTokenizer, whose end-of-document id is 255 (leave "

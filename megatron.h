@@ -4671,6 +4671,10 @@ static const mg__compat_flag mg__compat_flags[] = {
      "computes (they differ by at most 4.7e-4)"},
     {"--no-bias-dropout-fusion", NULL, MG__COMPAT_SAME, MG__FUSION},
     {"--no-bias-swiglu-fusion", NULL, MG__COMPAT_SAME, MG__FUSION},
+    {"--openai-gelu", NULL, MG__COMPAT_SAME, "OpenAI's GELU is the tanh approximation "
+     "megatron.h computes"},
+    {"--use-legacy-models", NULL, MG__COMPAT_SAME, "Megatron-LM's older model classes compute "
+     "the same GPT; megatron.h has one implementation"},
     {"--no-rope-fusion", NULL, MG__COMPAT_SAME, MG__FUSION},
     {"--no-gradient-accumulation-fusion", NULL, MG__COMPAT_SAME, "weight gradients "
      "accumulate in fp32 either way (Megatron's fusion only writes them in place)"},
@@ -4751,6 +4755,15 @@ static const mg__compat_flag mg__compat_flags[] = {
     {"--reset-attention-mask", NULL, MG__COMPAT_REFUSED, "attention is causal over the whole "
      "sequence, across document boundaries"},
     {"--qk-layernorm", NULL, MG__COMPAT_REFUSED, "no norm on queries and keys"},
+    {"--apply-layernorm-1p", NULL, MG__COMPAT_REFUSED, "LayerNorm's weight is used as stored, "
+     "not as 1 + a zero-centred weight"},
+    {"--squared-relu", NULL, MG__COMPAT_REFUSED, "the MLP's activation is GELU (or SwiGLU with "
+     "--swiglu)"},
+    {"--init-method-xavier-uniform", NULL, MG__COMPAT_REFUSED, "weights are drawn from a normal "
+     "distribution of --init-method-std"},
+    {"--num-experts", "N", MG__COMPAT_REFUSED, "no mixture of experts: every layer has one "
+     "MLP"},
+    {"--fp8-format", NULL, MG__COMPAT_REFUSED, "no fp8 training: --bf16 or --fp16"},
     {"--train-samples", "N", MG__COMPAT_REFUSED, "training is counted in iterations: give "
      "--train-iters (samples / --global-batch-size)"},
     {"--lr-decay-samples", "N", MG__COMPAT_REFUSED, "the schedule is counted in iterations: "

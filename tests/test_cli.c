@@ -1651,6 +1651,16 @@ static void check_megatron_compat(void) {
                  "^--reset-attention-mask is not supported by megatron.h: ");
     expect_error("--qk-layernorm refused", BASE "--qk-layernorm",
                  "^--qk-layernorm is not supported by megatron.h: ");
+    expect_error("--apply-layernorm-1p refused", BASE "--apply-layernorm-1p",
+                 "^--apply-layernorm-1p is not supported by megatron.h: LayerNorm's weight");
+    expect_error("--squared-relu refused", BASE "--squared-relu",
+                 "^--squared-relu is not supported by megatron.h: the MLP's activation is GELU");
+    expect_error("--init-method-xavier-uniform refused", BASE "--init-method-xavier-uniform",
+                 "^--init-method-xavier-uniform is not supported by megatron.h: ");
+    expect_error("--num-experts refused by its name", BASE "--num-experts 8",
+                 "^--num-experts is not supported by megatron.h: no mixture of experts");
+    expect_error("--fp8-format refused by its name", BASE "--fp8-format hybrid",
+                 "^--fp8-format is not supported by megatron.h: no fp8 training");
     expect_error("--train-samples refused", BASE "--train-samples 64", "^--train-samples is not "
                  "supported by megatron.h: training is counted in iterations: give --train-iters");
     expect_error("--lr-decay-samples refused", BASE "--lr-decay-samples 64",

@@ -377,7 +377,7 @@ static void test_xent(mg_ctx *ctx) {
     const float *lref, *dref;
     const int32_t *tgt;
     float dloss, losses[N], *logits3, *dlog = (float *)malloc(N * VP3 * 4), *dref3;
-    char name[64];
+    char name[128];
     int slices, i, j;
     if (!ops_ref_load(&r, "xent")) { free(dlog); return; }
     lref = OPS_F32(&r, "logits", N * VP);
@@ -399,6 +399,20 @@ static void test_xent(mg_ctx *ctx) {
         snprintf(name, sizeof name, "xent dlogits, %d vocabulary slice%s (padding 0)", slices,
                  slices > 1 ? "s" : "");
         ops_close_host(name, dlog, slices == 3 ? dref3 : dref, N * Vp, TOL, FLOOR);
+    }
+    {   /* ignored rows (target -1) against PyTorch's ignore_index; mg_xent_loss has no
+           targets, so the caller zeroes those rows' losses (as mg_classifier_fused does) */
+        const int32_t *tgt_ign = OPS_I32(&r, "targets_ign", N);
+        for (slices = 1; slices <= 2; slices++) {
+            xent_sliced(ctx, lref, tgt_ign, VP, slices == 2 ? 4 : 1, dloss, losses, dlog);
+            for (i = 0; i < N; i++) if (tgt_ign[i] < 0) losses[i] = 0.0f;
+            snprintf(name, sizeof name, "xent, rows with target -1, %d slice%s: loss = "
+                     "PyTorch's ignore_index", slices == 2 ? 4 : 1, slices == 2 ? "s" : "");
+            ops_close_host(name, losses, OPS_F32(&r, "losses_ign", N), N, TOL, FLOOR);
+            snprintf(name, sizeof name, "xent, rows with target -1, %d slice%s: dlogits = "
+                     "PyTorch's (0 on those rows)", slices == 2 ? 4 : 1, slices == 2 ? "s" : "");
+            ops_close_host(name, dlog, OPS_F32(&r, "dlogits_ign", N * VP), N * VP, TOL, FLOOR);
+        }
     }
     free(logits3);
     free(dref3);

@@ -249,8 +249,15 @@ def main():
                                   torch.full((N,), dloss, dtype=DT))
     agree("xent", losses, F.cross_entropy(logits[:, :V], targets.long(), reduction="none"))
     gradcheck("xent", lambda l: xent(l, targets), [logits])
+    # rows 0, 5 and the last ignored (target -1), as PyTorch's ignore_index: loss 0, gradient 0
+    targets_ign = targets.clone()
+    targets_ign[[0, 5, N - 1]] = -1
+    losses_ign, (dlogits_ign,) = backward(
+        lambda l: F.cross_entropy(l[:, :V], targets_ign.long(), ignore_index=-1, reduction="none"),
+        [logits], torch.full((N,), dloss, dtype=DT))
     for k, v in dict(logits=logits, targets=targets, losses=losses, dlogits=dlogits,
-                     dloss=torch.tensor([dloss])).items():
+                     dloss=torch.tensor([dloss]), targets_ign=targets_ign, losses_ign=losses_ign,
+                     dlogits_ign=dlogits_ign).items():
         w.add(k, v)
     w.save(os.path.join(outdir, "ops_xent.bin"))
 

@@ -6,7 +6,8 @@
    microbatch's loss is the mean over its own kept positions, which a layout that mixed up
    microbatches, positions or counts would change. Every row trains 8 AdamW steps (a global
    batch of 8 sequences of 16 tokens, micro-batch 1 or 2) and is compared with the serial run
-   of the same flags in the same process: losses and gradient norms to <= 1e-5 relative, the
+   of the same flags in the same process: losses and gradient norms, and the masked validation
+   loss after the 8 steps (one global batch, the same data), to <= 1e-5 relative, the
    final weights (gathered) to <= 5e-5 of each tensor's RMS, and the weights bit-identical on
    every replica. (The weights' tolerance: Adam divides each gradient by √v, which amplifies
    the fp32 reordering of an element whose gradient is near zero — with per-token loss under
@@ -34,8 +35,9 @@ static int world;
 #define WTOL 5e-5   /* see the top of the file */
 #define EOD " --eod-mask-loss --eod-token-id 7"
 #define PER_TOKEN " --calculate-per-token-loss"
-#define BASE_LINE "--data-path " GPT_DATA "gpt_tokens.bin --data-order sequential --split 1,0,0 " \
-    "--eval-iters 0 --seq-length 16 --global-batch-size 8 --train-iters 8 "                    \
+#define BASE_LINE "--train-data-path " GPT_DATA "gpt_tokens.bin --valid-data-path " GPT_DATA     \
+    "gpt_tokens.bin --data-order sequential --eval-iters 1 --eval-interval 1000 "              \
+    "--seq-length 16 --global-batch-size 8 --train-iters 8 "                                  \
     "--lr 3e-3 --min-lr 3e-4 --lr-warmup-iters 2 --lr-decay-iters 8 --lr-decay-style cosine "   \
     "--weight-decay 0.1 --adam-beta2 0.95 --clip-grad 1.0 --seed 7 --vocab-size 37 "            \
     "--num-layers 2 --hidden-size 32 --num-attention-heads 4 "
@@ -70,6 +72,7 @@ static void line_of(char *out, size_t cap, int micro, int per_token, const char 
 /* The serial runs, one per (micro-batch size, per-token), made when first needed. */
 static mg_trainer ser[3][2];
 static float ser_loss[3][2][STEPS], ser_norm[3][2][STEPS];
+static double ser_valid[3][2];
 static int have[3][2];
 static mg_trainer *serial(int micro, int per_token) {
     if (!have[micro][per_token]) {
@@ -78,6 +81,7 @@ static mg_trainer *serial(int micro, int per_token) {
         gpt_setup_or_die(&ser[micro][per_token], line, NULL);
         gpt_train_steps(&ser[micro][per_token], STEPS, ser_loss[micro][per_token],
                         ser_norm[micro][per_token]);
+        ser_valid[micro][per_token] = mg_trainer_evaluate(&ser[micro][per_token], NULL);
         have[micro][per_token] = 1;
     }
     return &ser[micro][per_token];
@@ -87,22 +91,26 @@ static void check_row(const mask_row *row) {
     char line[2048], name[400];
     mg_trainer tr, *s = serial(row->micro, row->per_token);
     float loss[STEPS], norm[STEPS];
-    double e_loss, e_norm, e_w;
+    double e_loss, e_norm, e_w, valid, e_valid;
     uint64_t sum;
     line_of(line, sizeof line, row->micro, row->per_token, row->layout, "");
     gpt_setup_or_die(&tr, line, &comm);
     gpt_train_steps(&tr, STEPS, loss, norm);
     e_loss = gpt_agree_max(mg_test_max_rel(loss, ser_loss[row->micro][row->per_token], STEPS, 0));
     e_norm = gpt_agree_max(mg_test_max_rel(norm, ser_norm[row->micro][row->per_token], STEPS, 0));
+    valid = mg_trainer_evaluate(&tr, NULL);   /* the masked validation loss, every rank */
+    e_valid = gpt_agree_max(fabs(valid - ser_valid[row->micro][row->per_token]) /
+                            fabs(ser_valid[row->micro][row->per_token]));
     mg_adamw_gather_master(&tr.opt, &tr.model);
     e_w = gpt_agree_max(gpt_compare_weights(&tr.model, &s->model, &sum));
-    snprintf(name, sizeof name, "loss mask%s: %s (micro-batch %d, d=%d): %d steps = serial; "
-             "weights bit-identical on every replica", row->per_token ? ", per token" : "",
-             row->layout[0] ? row->layout : "data parallel", row->micro, tr.dp_size, STEPS);
-    mg_test_report(e_loss <= TOL && e_norm <= TOL && e_w <= WTOL &&
-                   gpt_same_on_stage(&comm, sum), name,
-                   "losses %.3g, grad norms %.3g, weights %.3g (tol %.0e, weights %.0e)", e_loss,
-                   e_norm, e_w, TOL, WTOL);
+    snprintf(name, sizeof name, "loss mask%s: %s (micro-batch %d, d=%d): %d steps and the "
+             "validation loss after them = serial; weights bit-identical on every replica",
+             row->per_token ? ", per token" : "", row->layout[0] ? row->layout : "data parallel",
+             row->micro, tr.dp_size, STEPS);
+    mg_test_report(e_loss <= TOL && e_norm <= TOL && e_valid <= TOL && e_w <= WTOL &&
+                   gpt_same_on_stage(&comm, sum), name, "losses %.3g, grad norms %.3g, "
+                   "validation %.3g, weights %.3g (tol %.0e, weights %.0e)", e_loss, e_norm,
+                   e_valid, e_w, TOL, WTOL);
     mg_trainer_free(&tr);
 }
 
@@ -115,13 +123,7 @@ static void check_serial(void) {
     mg_step_result r;
     int k, same = 1;
     /* validation from the training data at iteration 0 = the first step's loss */
-    snprintf(line, sizeof line, BASE_LINE "--micro-batch-size 2" EOD " --train-data-path "
-             GPT_DATA "gpt_tokens.bin --valid-data-path " GPT_DATA "gpt_tokens.bin --eval-iters 1");
-    {   /* --split goes with --data-path only */
-        char *p = strstr(line, "--data-path "), *q = strstr(line, "--split 1,0,0 ");
-        memset(p, ' ', strlen("--data-path " GPT_DATA "gpt_tokens.bin"));
-        memset(q, ' ', strlen("--split 1,0,0"));
-    }
+    snprintf(line, sizeof line, BASE_LINE "--micro-batch-size 2" EOD);
     gpt_setup_or_die(&tr, line, NULL);
     valid = mg_trainer_evaluate(&tr, NULL);
     r = mg_trainer_step(&tr);

@@ -997,7 +997,8 @@ MGDEF void mg_train_print_compat_notes(const mg_train_args *a, FILE *out, const 
 MGDEF const char *mg_train_flag_name(int i, const char **group);
 
 typedef struct mg_step_result {
-    double loss;              /* mean over the global batch's target tokens                     */
+    double loss;              /* mean over the global batch's target tokens (the ones the loss
+                                 mask keeps, with --eod-mask-loss)                              */
     double grad_norm;         /* before clipping; nan when not finite                           */
     double params_norm;       /* --log-params-norm: ‖fp32 weights‖₂ after the update (else nan) */
     double num_zeros;         /* --log-num-zeros-in-grad: zero gradient entries (else nan)      */

@@ -71,7 +71,10 @@
        (mg__qkv_ext_row, section 3b).
      - Loss = mean over all target tokens of the global batch: each microbatch's backward is
        seeded with dloss = 1 / (global batch · T), on every data-parallel replica too, so the
-       replicas' gradients are SUMMED (not averaged) over the data group.
+       replicas' gradients are SUMMED (not averaged) over the data group. Under the loss mask
+       (--eod-mask-loss: positions whose input is the end-of-document id leave the loss) each
+       microbatch's seed is multiplied by B·T / its kept positions, so the loss is the mean of
+       the microbatches' kept-position means, as Megatron-LM's (mg_gpt.eod_mask).
      - Parameter gradients accumulate over microbatches; the trainer zeroes them per iteration.
 */
 #ifndef MEGATRON_H

@@ -4635,7 +4635,9 @@ typedef char mg__flags_fit_given[MG__NFLAGS <= 256 ? 1 : -1]; /* mg_train_args.g
    - MG__COMPAT_NOTE: accepted, but it does not apply literally: the text is printed once as a
      warning (mg_train_print_compat_notes) and the run goes on;
    - MG__COMPAT_ALIAS: Megatron's older spelling of one of our flags (text: "--flag value"),
-     applied after the command line is read, as Megatron's validate_args overrides;
+     applied after the command line is read, as Megatron's validate_args overrides; with
+     values (a metavariable such as "EPS"), an older name of a valued flag (text: "--flag"),
+     set where it stands on the line with the value given;
    - MG__COMPAT_REFUSED: it would change the numbers and megatron.h does not implement it: an
      error naming it (text: what is missing).
    values: NULL for a switch; "N" a whole number >= 0; "DIR" any text; else the words "a|b"
@@ -4695,6 +4697,20 @@ static const mg__compat_flag mg__compat_flags[] = {
      "gradients seeded with 1/(global tokens): the same mean"},
     {"--no-async-tensor-model-parallel-allreduce", NULL, MG__COMPAT_SAME, "a scheduling "
      "choice of Megatron's: the all-reduce and its result are the same"},
+    {"--async-tensor-model-parallel-allreduce", NULL, MG__COMPAT_SAME, "a scheduling "
+     "choice of Megatron's: the all-reduce and its result are the same"},
+    {"--no-scatter-gather-tensors-in-pipeline", NULL, MG__COMPAT_SAME, "how Megatron splits a "
+     "pipeline transfer over the tensor group: the same activations arrive"},
+    {"--DDP-impl", "local|torch", MG__COMPAT_SAME, "gradients are reduced by megatron.h's own "
+     "bucketed data parallelism: the same mean"},
+    {"--use-contiguous-buffers-in-local-ddp", NULL, MG__COMPAT_SAME, "gradients live in one "
+     "flat buffer either way"},
+    {"--no-contiguous-buffers-in-local-ddp", NULL, MG__COMPAT_SAME, "gradients live in one "
+     "flat buffer either way"},
+    {"--no-query-key-layer-scaling", NULL, MG__COMPAT_SAME, "the softmax is fp32 here, where "
+     "dividing the scores by the layer number and multiplying them back changes nothing"},
+    {"--fp16-lm-cross-entropy", NULL, MG__COMPAT_NOTE, "the cross-entropy is computed in fp32 "
+     "from fp32 logits (Megatron-LM computes it in fp16 with this flag)"},
     {"--distributed-backend", "nccl", MG__COMPAT_SAME, "ranks talk through MPI, and NCCL on "
      "GPUs"},
     {"--distributed-backend", "gloo", MG__COMPAT_NOTE, "ranks talk through MPI (NCCL on "
@@ -4752,6 +4768,7 @@ static const mg__compat_flag mg__compat_flags[] = {
      "checkpoints are megatron.h's layout-free safetensors (docs/checkpoints.md), not "
      "Megatron-LM's files: they load here under any layout, not in Megatron-LM"},
     {"--recompute-activations", NULL, MG__COMPAT_ALIAS, "--recompute-granularity selective"},
+    {"--layernorm-epsilon", "EPS", MG__COMPAT_ALIAS, "--norm-epsilon"},
     {"--use-rotary-position-embeddings", NULL, MG__COMPAT_ALIAS,
      "--position-embedding-type rope"},
     {"--reset-position-ids", NULL, MG__COMPAT_REFUSED, "positions run over the whole "
@@ -4759,6 +4776,11 @@ static const mg__compat_flag mg__compat_flags[] = {
     {"--reset-attention-mask", NULL, MG__COMPAT_REFUSED, "attention is causal over the whole "
      "sequence, across document boundaries"},
     {"--qk-layernorm", NULL, MG__COMPAT_REFUSED, "no norm on queries and keys"},
+    {"--checkpoint-activations", NULL, MG__COMPAT_REFUSED, "Megatron-LM's removed spelling "
+     "(it refuses it too): give --recompute-activations, or --recompute-granularity full "
+     "--recompute-method uniform --recompute-num-layers N"},
+    {"--checkpoint-num-layers", "N", MG__COMPAT_REFUSED, "Megatron-LM's removed spelling: give "
+     "--recompute-num-layers N with --recompute-granularity full"},
     {"--apply-layernorm-1p", NULL, MG__COMPAT_REFUSED, "LayerNorm's weight is used as stored, "
      "not as 1 + a zero-centred weight"},
     {"--squared-relu", NULL, MG__COMPAT_REFUSED, "the MLP's activation is GELU (or SwiGLU with "
@@ -4873,6 +4895,8 @@ static void mg__choice_name(const char *choices, int k, char *out, size_t cap) {
 /* The command line's word argv[*i] names compatibility row `row`'s flag (name, and the value
    after '=' at eq or NULL): takes its value (argv[*i + 1] when not after '='), marks the row
    it matches given, or refuses. 0, or -1 with the line in err.                              */
+static int mg__set_flag(mg_train_args *a, const mg__flag *f, const char *v, char *err,
+                        size_t errlen);
 static int mg__compat_parse(mg_train_args *a, int row, const char *name, const char *eq,
                             int argc, char **argv, int *i, char *err, size_t errlen) {
     const mg__compat_flag *f = &mg__compat_flags[row];
@@ -4891,6 +4915,18 @@ static int mg__compat_parse(mg_train_args *a, int row, const char *name, const c
     if (eq) value = eq + 1;
     else if (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2)) value = argv[++*i];
     else value = "";
+    if (f->kind == MG__COMPAT_ALIAS) {   /* an older name of a valued flag: set that flag */
+        mg__flag as_typed;
+        k = mg__flag_index(f->text);
+        as_typed = mg__flags[k];
+        as_typed.name = name;            /* its errors name the flag as the line spells it */
+        if (!value[0]) return mg__err(err, errlen, "%s needs a value (expected %s, as %s)", name,
+                                      f->values, f->text);
+        if (mg__set_flag(a, &as_typed, value, err, errlen)) return -1;
+        a->given[k] = 1;
+        a->compat_given[row] = 1;
+        return 0;
+    }
     for (k = row; k < MG__NCOMPAT; k++) {   /* the rows of this flag: the one value fits */
         const mg__compat_flag *g = &mg__compat_flags[k];
         char *end = NULL;
@@ -5120,7 +5156,7 @@ static int mg__compat_apply(mg_train_args *a, char *err, size_t errlen) {
         char flag[64];
         const char *value;
         int k;
-        if (!a->compat_given[i] || f->kind != MG__COMPAT_ALIAS) continue;
+        if (!a->compat_given[i] || f->kind != MG__COMPAT_ALIAS || f->values) continue;
         value = strchr(f->text, ' ') + 1;
         snprintf(flag, sizeof flag, "%.*s", (int)(value - 1 - f->text), f->text);
         k = mg__flag_index(flag);

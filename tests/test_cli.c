@@ -1619,6 +1619,23 @@ static void check_megatron_compat(void) {
           tr.model.eod_id == 255, "cli: --eod-mask-loss masks --tokenizer-type's "
           "end-of-document id");
     mg_trainer_free(&tr);
+    /* older spellings: --layernorm-epsilon is --norm-epsilon, set where it stands */
+    CHECK(gpt_parse_line(&a, BASE "--layernorm-epsilon 1e-6", err, sizeof err) == 0 &&
+          a.norm_epsilon == 1e-6 && mg_train_flag_given(&a, "--norm-epsilon") &&
+          gpt_parse_line(&a, BASE "--layernorm-epsilon 1e-6 --norm-epsilon 2e-6", err,
+                         sizeof err) == 0 && a.norm_epsilon == 2e-6,
+          "cli: --layernorm-epsilon EPS is --norm-epsilon EPS (the later one counts)");
+    expect_error("--layernorm-epsilon not a number", BASE "--layernorm-epsilon tiny",
+                 "^--layernorm-epsilon tiny: not a number");
+    expect_error("--layernorm-epsilon without its value", BASE "--layernorm-epsilon",
+                 "^--layernorm-epsilon needs a value (expected EPS, as --norm-epsilon)");
+    expect_error("--checkpoint-activations refused with the new spelling",
+                 BASE "--checkpoint-activations", "^--checkpoint-activations is not supported "
+                 "by megatron.h: Megatron-LM's removed spelling (it refuses it too): give "
+                 "--recompute-activations");
+    expect_error("--checkpoint-num-layers refused with the new spelling",
+                 BASE "--checkpoint-num-layers 2", "^--checkpoint-num-layers is not supported "
+                 "by megatron.h: Megatron-LM's removed spelling: give --recompute-num-layers");
     /* Megatron's --distributed-timeout-minutes is --comm-timeout in minutes */
     CHECK(gpt_parse_line(&a, BASE "--distributed-timeout-minutes 2.5", err, sizeof err) == 0 &&
           a.comm_timeout == 150.0, "cli: --distributed-timeout-minutes 2.5 = --comm-timeout 150");
@@ -1754,6 +1771,7 @@ static void check_megatron_compat(void) {
         sscanf(line + 2, "%95s %95s", flag, value);
         if (strchr(value, '|')) *strchr(value, '|') = 0;   /* the first of its values */
         if (!strcmp(value, "N")) snprintf(value, sizeof value, "1");
+        if (!strcmp(value, "EPS")) snprintf(value, sizeof value, "1e-6");
         if (value[0] && (value[0] < 'A' || value[0] > 'Z' || !strcmp(value, "DIR")))
             snprintf(full, sizeof full, BASE "%s %s", flag, !strcmp(value, "DIR") ? tmp : value);
         else snprintf(full, sizeof full, BASE "%s%s", flag,

@@ -976,7 +976,7 @@ typedef struct mg_train_args {
     double distributed_timeout_minutes;  /* given: comm_timeout = 60 x it (Megatron-LM's)    */
     int help;
     unsigned char given[256];            /* given[i]: flag i of the table was on the line     */
-    unsigned char compat_given[96];      /* row i of Megatron-LM's compatibility flags (a
+    unsigned char compat_given[128];      /* row i of Megatron-LM's compatibility flags (a
                                             switch, or the value of a valued one) was given   */
 } mg_train_args;
 
@@ -4651,6 +4651,10 @@ typedef struct mg__compat_flag {
     const char *text;
 } mg__compat_flag;
 #define MG__FUSION "a kernel fusion: megatron.h's kernels are its own, the math is the same"
+#define MG__SCHEDULING "a scheduling choice of Megatron's collectives and transfers: the same " \
+    "sums arrive"
+#define MG__DIST_CKPT "an option of Megatron-LM's distributed checkpoint format; megatron.h " \
+    "writes its own layout-free checkpoints (docs/checkpoints.md)"
 #define MG__NO_RNG "no random state is saved: dropout masks and the data order are functions " \
     "of --seed, the iteration and the sample"
 #define MG__NO_WANDB "no Weights & Biases logging here: the figures go to --tensorboard-dir " \
@@ -4709,6 +4713,45 @@ static const mg__compat_flag mg__compat_flags[] = {
      "flat buffer either way"},
     {"--no-query-key-layer-scaling", NULL, MG__COMPAT_SAME, "the softmax is fp32 here, where "
      "dividing the scores by the layer number and multiplying them back changes nothing"},
+    {"--overlap-p2p-communication", NULL, MG__COMPAT_SAME, MG__SCHEDULING},
+    {"--no-overlap-p2p-communication", NULL, MG__COMPAT_SAME, MG__SCHEDULING},
+    {"--defer-embedding-wgrad-compute", NULL, MG__COMPAT_SAME, MG__SCHEDULING},
+    {"--delay-param-gather", NULL, MG__COMPAT_SAME, MG__SCHEDULING},
+    {"--align-grad-reduce", NULL, MG__COMPAT_SAME, MG__SCHEDULING},
+    {"--no-align-grad-reduce", NULL, MG__COMPAT_SAME, MG__SCHEDULING},
+    {"--align-param-gather", NULL, MG__COMPAT_SAME, MG__SCHEDULING},
+    {"--no-align-param-gather", NULL, MG__COMPAT_SAME, MG__SCHEDULING},
+    {"--use-tp-pp-dp-mapping", NULL, MG__COMPAT_SAME, "the order of the ranks in the groups "
+     "decides which ranks talk, not the numbers"},
+    {"--optimizer", "adam", MG__COMPAT_SAME, "Megatron-LM's adam is AdamW (decoupled weight "
+     "decay), the optimizer here"},
+    {"--optimizer", "sgd", MG__COMPAT_REFUSED, "the optimizer is AdamW (Megatron-LM's adam)"},
+    {"--use-precision-aware-optimizer", NULL, MG__COMPAT_SAME, "with the optimizer dtypes at "
+     "their fp32 defaults it is the same AdamW; lower-precision states are refused"},
+    {"--main-grads-dtype", "fp32", MG__COMPAT_SAME, "main gradients are fp32 here"},
+    {"--main-grads-dtype", "bf16", MG__COMPAT_REFUSED, "main gradients are fp32"},
+    {"--main-params-dtype", "fp32", MG__COMPAT_SAME, "master weights are fp32 here"},
+    {"--main-params-dtype", "fp16", MG__COMPAT_REFUSED, "master weights are fp32"},
+    {"--exp-avg-dtype", "fp32", MG__COMPAT_SAME, "Adam's moments are fp32 here"},
+    {"--exp-avg-dtype", "fp16|bf16|fp8", MG__COMPAT_REFUSED, "Adam's moments are fp32"},
+    {"--exp-avg-sq-dtype", "fp32", MG__COMPAT_SAME, "Adam's moments are fp32 here"},
+    {"--exp-avg-sq-dtype", "fp16|bf16|fp8", MG__COMPAT_REFUSED, "Adam's moments are fp32"},
+    {"--grad-reduce-in-bf16", NULL, MG__COMPAT_NOTE, "gradients are reduced in fp32 here, as "
+     "without the flag"},
+    {"--cross-entropy-fusion-impl", "native|te", MG__COMPAT_SAME, "the output layer and the "
+     "cross-entropy are always fused (--classifier-chunk-rows)"},
+    {"--ckpt-fully-parallel-save", NULL, MG__COMPAT_SAME, MG__DIST_CKPT},
+    {"--no-ckpt-fully-parallel-save", NULL, MG__COMPAT_SAME, MG__DIST_CKPT},
+    {"--ckpt-fully-parallel-load", NULL, MG__COMPAT_SAME, MG__DIST_CKPT},
+    {"--ckpt-assume-constant-structure", NULL, MG__COMPAT_SAME, MG__DIST_CKPT},
+    {"--use-persistent-ckpt-worker", NULL, MG__COMPAT_SAME, MG__DIST_CKPT},
+    {"--auto-detect-ckpt-format", NULL, MG__COMPAT_SAME, "checkpoints and weight files are "
+     "recognised by their content"},
+    {"--mmap-bin-files", NULL, MG__COMPAT_SAME, "the .bin files are read through a memory map"},
+    {"--no-mmap-bin-files", NULL, MG__COMPAT_SAME, "the .bin files are read through a memory "
+     "map: the same tokens"},
+    {"--log-straggler", NULL, MG__COMPAT_NOTE, "no straggler detector here: --timing-log-option "
+     "minmax or all shows every rank's times"},
     {"--fp16-lm-cross-entropy", NULL, MG__COMPAT_NOTE, "the cross-entropy is computed in fp32 "
      "from fp32 logits (Megatron-LM computes it in fp16 with this flag)"},
     {"--distributed-backend", "nccl", MG__COMPAT_SAME, "ranks talk through MPI, and NCCL on "
@@ -4776,6 +4819,10 @@ static const mg__compat_flag mg__compat_flags[] = {
     {"--reset-attention-mask", NULL, MG__COMPAT_REFUSED, "attention is causal over the whole "
      "sequence, across document boundaries"},
     {"--qk-layernorm", NULL, MG__COMPAT_REFUSED, "no norm on queries and keys"},
+    {"--rotary-interleaved", NULL, MG__COMPAT_REFUSED, "rotary dimensions pair as rotate-half "
+     "(i, i + d/2), Megatron-LM's default, not interleaved"},
+    {"--mock-data", NULL, MG__COMPAT_REFUSED, "no synthetic dataset: give --data-path (build/"
+     "mg_prepare makes one from text)"},
     {"--checkpoint-activations", NULL, MG__COMPAT_REFUSED, "Megatron-LM's removed spelling "
      "(it refuses it too): give --recompute-activations, or --recompute-granularity full "
      "--recompute-method uniform --recompute-num-layers N"},
@@ -4803,7 +4850,7 @@ static const mg__compat_flag mg__compat_flags[] = {
      "state; --finetune or --no-load-optim loads a checkpoint's weights without it"},
 };
 #define MG__NCOMPAT ((int)(sizeof mg__compat_flags / sizeof mg__compat_flags[0]))
-typedef char mg__compat_fit_given[MG__NCOMPAT <= 96 ? 1 : -1]; /* mg_train_args.compat_given */
+typedef char mg__compat_fit_given[MG__NCOMPAT <= 128 ? 1 : -1]; /* mg_train_args.compat_given */
 
 /* The first row of the compatibility flag name, or -1. */
 static int mg__compat_index(const char *name) {

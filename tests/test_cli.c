@@ -1678,6 +1678,15 @@ static void check_megatron_compat(void) {
                  "^--num-experts is not supported by megatron.h: no mixture of experts");
     expect_error("--fp8-format refused by its name", BASE "--fp8-format hybrid",
                  "^--fp8-format is not supported by megatron.h: no fp8 training");
+    expect_error("--optimizer sgd refused (adam is taken)", BASE "--optimizer sgd",
+                 "^--optimizer sgd is not supported by megatron.h: the optimizer is AdamW");
+    expect_error("--exp-avg-dtype bf16 refused (fp32 is taken)", BASE "--exp-avg-dtype bf16",
+                 "^--exp-avg-dtype bf16 is not supported by megatron.h: Adam's moments are fp32");
+    expect_error("--mock-data refused", BASE "--mock-data",
+                 "^--mock-data is not supported by megatron.h: no synthetic dataset");
+    expect_error("--rotary-interleaved refused", BASE "--rotary-interleaved",
+                 "^--rotary-interleaved is not supported by megatron.h: rotary dimensions pair "
+                 "as rotate-half");
     expect_error("--train-samples refused", BASE "--train-samples 64", "^--train-samples is not "
                  "supported by megatron.h: training is counted in iterations: give --train-iters");
     expect_error("--lr-decay-samples refused", BASE "--lr-decay-samples 64",

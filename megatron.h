@@ -993,7 +993,9 @@ MGDEF int mg_train_flag_given(const mg_train_args *a, const char *flag); /* "--l
 MGDEF int mg_train_model_check(int argc, char **argv, char *err, size_t errlen);
 MGDEF void mg_train_print_help(FILE *out, const char *prog);
 /* One line "PROG: warning: FLAG VALUE: why" on out for each Megatron-LM flag given that is
-   accepted but does not apply literally (--transformer-impl transformer_engine, …).        */
+   accepted but does not apply literally (--transformer-impl transformer_engine, …), and for
+   a GELU model without biases (Megatron computes the erf GELU there). Call it after
+   mg_trainer_setup, on its args: the model's switches may come from a loaded config.      */
 MGDEF void mg_train_print_compat_notes(const mg_train_args *a, FILE *out, const char *prog);
 /* Flag i of the table ("--lr"; NULL past the last one) and the --help group it is listed
    under (*group: "learning rate"), for tools and tests that walk the command line.        */
@@ -5252,6 +5254,10 @@ MGDEF void mg_train_print_compat_notes(const mg_train_args *a, FILE *out, const 
             fprintf(out, "%s: warning: %s%s%s: %s\n", prog, f->name, word ? " " : "",
                     word ? f->values : "", f->text);
     }
+    if (a->disable_bias_linear && !a->swiglu)   /* Megatron's validate_args: no bias, no fusion */
+        fprintf(out, "%s: warning: --disable-bias-linear without --swiglu: Megatron-LM then "
+                "turns its bias-GELU fusion off and computes the exact (erf) GELU; megatron.h "
+                "keeps the tanh approximation (at most 4.7e-4 apart)\n", prog);
 }
 
 MGDEF int mg_train_parse(mg_train_args *a, int argc, char **argv, char *err, size_t errlen) {

@@ -1605,6 +1605,24 @@ static void check_init_method_std(void) {
    accepted (an alias sets our flag; one that does not apply literally prints one warning),
    its features megatron.h lacks are refused with one line naming the flag and the reason,
    its own checks of these flags are kept. --help lists the accepted ones, and each parses. */
+/* The first line mg_train_print_compat_notes prints after setting up `line` (one rank) into
+   notes ("" for none); 0 when the setup failed. */
+static int first_compat_note(const char *line, char *notes, size_t cap) {
+    char err[MG_ERRLEN];
+    mg_trainer tr;
+    FILE *f = tmpfile();
+    int ok = f && gpt_setup_line(&tr, line, NULL, err, sizeof err) == 0;
+    notes[0] = 0;
+    if (ok) {
+        mg_train_print_compat_notes(&tr.args, f, "gpt_train");
+        rewind(f);
+        if (!fgets(notes, (int)cap, f)) notes[0] = 0;
+        mg_trainer_free(&tr);
+    }
+    if (f) fclose(f);
+    return ok;
+}
+
 static void check_megatron_compat(void) {
     mg_train_args a;
     mg_trainer tr;
@@ -1642,6 +1660,17 @@ static void check_megatron_compat(void) {
     expect_error("--distributed-timeout-minutes with --comm-timeout", BASE "--comm-timeout 60 "
                  "--distributed-timeout-minutes 1", "^--distributed-timeout-minutes and "
                  "--comm-timeout set the same bound: give one of them");
+    /* a GELU model without biases: Megatron computes the erf GELU there; one warning */
+    {
+        char notes[400];
+        CHECK(first_compat_note(BASE "--disable-bias-linear", notes, sizeof notes) &&
+              !strncmp(notes, "gpt_train: warning: --disable-bias-linear without --swiglu: "
+                       "Megatron-LM then turns its bias-GELU fusion off", 99),
+              "cli: --disable-bias-linear without --swiglu warns of Megatron's erf GELU");
+        CHECK(first_compat_note(BASE "--disable-bias-linear --swiglu --ffn-hidden-size 32", notes,
+                                sizeof notes) && notes[0] == 0,
+              "cli: --disable-bias-linear with --swiglu: no warning");
+    }
     /* --no-bias-gelu-fusion: Megatron's unfused GELU is erf's; one warning says so */
     {
         char notes[400] = {0};

@@ -2121,13 +2121,24 @@ MGDEF mg_tensor *mg_gpt_chunk_output(mg_gpt *m, int chunk, int slot) {
     return nl ? &a->layers[nl - 1].out : &a->input;
 }
 
+/* The positions the loss mask keeps in n samples (host int32 [n, T+1]): those whose input
+   token (positions 0 … T-1 of a sample) is not eod_id. mg_gpt_set_batch counts a microbatch
+   with it, the trainer's --calculate-per-token-loss a rank's share of the global batch.      */
+static int64_t mg__kept_positions(const int32_t *samples, int64_t n, int T, int64_t eod_id) {
+    int64_t kept = 0, i;
+    int t;
+    for (i = 0; i < n; i++)
+        for (t = 0; t < T; t++) kept += samples[i * (T + 1) + t] != eod_id;
+    return kept;
+}
+
 MGDEF void mg_gpt_set_batch(mg_gpt *m, int chunk, int slot, const int32_t *samples) {
     mg_gpt_acts *a = mg__acts(m, chunk, slot);
     const mg_gpt_chunk *c = &m->layout.chunks[chunk];
     int B = m->layout.micro_batch, T = mg_gpt_local_seq(&m->cfg, &m->layout), b, t;
     int Tg = m->cfg.seq_len;
     if (!c->has_embedding && !c->has_head) return;
-    int64_t kept_mb = 0, kept_here = 0;   /* loss mask: the microbatch's, this rank's */
+    int64_t kept_here = 0;   /* loss mask: the targets this rank keeps */
     for (b = 0; b < B; b++) {
         const int32_t *row = samples + (int64_t)b * (Tg + 1);
         for (t = 0; t <= Tg; t++)
@@ -2135,7 +2146,6 @@ MGDEF void mg_gpt_set_batch(mg_gpt *m, int chunk, int slot, const int32_t *sampl
                       "vocabulary 0 … %d", row[t], m->cfg.vocab_size - 1);
         /* the embedding reads the whole [B, T] sequence, batch-major, at its positions */
         memcpy(m->host_tokens + (size_t)b * Tg, row, sizeof(int32_t) * (size_t)Tg);
-        for (t = 0; t < Tg; t++) kept_mb += !m->eod_mask || row[t] != m->eod_id;
         for (t = 0; t < T; t++) {   /* [T, B] row order of the activations: this rank's
                                        positions (context parallelism: mg_cp_global_pos)  */
             int64_t pos = mg_cp_global_pos(m->tf.cp.rank, m->tf.cp.size, T, t);
@@ -2144,8 +2154,12 @@ MGDEF void mg_gpt_set_batch(mg_gpt *m, int chunk, int slot, const int32_t *sampl
             kept_here += keep;
         }
     }
-    a->dloss_scale = !m->eod_mask ? 1.0f : m->dloss_scale_all > 0 ? m->dloss_scale_all :
-                     kept_mb ? (float)((double)B * Tg / (double)kept_mb) : 0.0f;
+    if (!m->eod_mask) a->dloss_scale = 1.0f;
+    else if (m->dloss_scale_all > 0) a->dloss_scale = m->dloss_scale_all;
+    else {   /* the whole microbatch's kept positions, whatever part of it this rank holds */
+        int64_t kept_mb = mg__kept_positions(samples, B, Tg, m->eod_id);
+        a->dloss_scale = kept_mb ? (float)((double)B * Tg / (double)kept_mb) : 0.0f;
+    }
     if (c->has_head) m->loss_tokens += kept_here;
     mg_copy_to_device(m->ctx, a->tokens, m->host_tokens, sizeof(int32_t) * (size_t)B * Tg);
     mg_copy_to_device(m->ctx, a->targets, m->host_targets, sizeof(int32_t) * (size_t)B * T);
@@ -7556,11 +7570,9 @@ static int mg__trainer_shows(const mg_trainer *tr, int64_t it) {
    rank's head kept (0 on the other stages), the last stage's to every stage, summed over the
    data group (× context), as the losses are.                                              */
 static float mg__per_token_scale(mg_trainer *tr, int64_t n) {
-    int64_t T = tr->cfg.seq_len, i, t, kept = 0;
-    double all;
-    for (i = 0; i < n; i++)
-        for (t = 0; t < T; t++) kept += tr->batch[i * (T + 1) + t] != tr->eod_id;
-    all = mg_dp_sum(&tr->dp, (double)kept) / (tr->cp_size > 1 ? tr->cp_size : 1);
+    int T = tr->cfg.seq_len;
+    int64_t kept = mg__kept_positions(tr->batch, n, T, tr->eod_id);
+    double all = mg_dp_sum(&tr->dp, (double)kept) / (tr->cp_size > 1 ? tr->cp_size : 1);
     return all > 0 ? (float)((double)tr->args.global_batch_size * (double)T / all) : 0.0f;
 }
 static double mg__loss_tokens_local(const mg_trainer *tr) {

@@ -1605,21 +1605,23 @@ static void check_init_method_std(void) {
    accepted (an alias sets our flag; one that does not apply literally prints one warning),
    its features megatron.h lacks are refused with one line naming the flag and the reason,
    its own checks of these flags are kept. --help lists the accepted ones, and each parses. */
-/* The first line mg_train_print_compat_notes prints after setting up `line` (one rank) into
-   notes ("" for none); 0 when the setup failed. */
-static int first_compat_note(const char *line, char *notes, size_t cap) {
-    char err[MG_ERRLEN];
+/* What mg_train_print_compat_notes prints after setting up `line` (one rank), into notes
+   ("" for nothing); 0 when the setup failed (notes then holds its error). */
+static int compat_notes(const char *line, char *notes, size_t cap) {
+    char err[MG_ERRLEN] = "";
     mg_trainer tr;
     FILE *f = tmpfile();
+    size_t got = 0;
     int ok = f && gpt_setup_line(&tr, line, NULL, err, sizeof err) == 0;
-    notes[0] = 0;
     if (ok) {
         mg_train_print_compat_notes(&tr.args, f, "gpt_train");
         rewind(f);
-        if (!fgets(notes, (int)cap, f)) notes[0] = 0;
+        got = fread(notes, 1, cap - 1, f);
         mg_trainer_free(&tr);
     }
     if (f) fclose(f);
+    notes[got] = 0;
+    if (!ok) snprintf(notes, cap, "%s", err);
     return ok;
 }
 
@@ -1663,26 +1665,19 @@ static void check_megatron_compat(void) {
     /* a GELU model without biases: Megatron computes the erf GELU there; one warning */
     {
         char notes[400];
-        CHECK(first_compat_note(BASE "--disable-bias-linear", notes, sizeof notes) &&
+        CHECK(compat_notes(BASE "--disable-bias-linear", notes, sizeof notes) &&
               !strncmp(notes, "gpt_train: warning: --disable-bias-linear without --swiglu: "
                        "Megatron-LM then turns its bias-GELU fusion off", 99),
               "cli: --disable-bias-linear without --swiglu warns of Megatron's erf GELU");
-        CHECK(first_compat_note(BASE "--disable-bias-linear --swiglu --ffn-hidden-size 32", notes,
-                                sizeof notes) && notes[0] == 0,
+        CHECK(compat_notes(BASE "--disable-bias-linear --swiglu --ffn-hidden-size 32", notes,
+                           sizeof notes) && notes[0] == 0,
               "cli: --disable-bias-linear with --swiglu: no warning");
     }
     /* --no-bias-gelu-fusion: Megatron's unfused GELU is erf's; one warning says so */
     {
-        char notes[400] = {0};
-        FILE *nf = tmpfile();
-        CHECK(gpt_parse_line(&a, BASE "--no-bias-gelu-fusion", err, sizeof err) == 0 && nf,
+        char notes[400];
+        CHECK(compat_notes(BASE "--no-bias-gelu-fusion", notes, sizeof notes),
               "cli: --no-bias-gelu-fusion parses");
-        if (nf) {
-            mg_train_print_compat_notes(&a, nf, "gpt_train");
-            rewind(nf);
-            if (!fgets(notes, sizeof notes, nf)) notes[0] = 0;
-            fclose(nf);
-        }
         CHECK(!strncmp(notes, "gpt_train: warning: --no-bias-gelu-fusion: Megatron-LM's "
                        "unfused MLP then computes the exact (erf) GELU", 95),
               "cli: --no-bias-gelu-fusion warns that megatron.h keeps the tanh GELU");
@@ -1755,18 +1750,8 @@ static void check_megatron_compat(void) {
           a.position_embedding_type == MG_POS_ROPE, "cli: --use-rotary-position-embeddings is "
           "--position-embedding-type rope");
     {   /* the warning of a NOTE row names the flag, without the value's placeholder */
-        FILE *nf = tmpfile();
-        char notes[1024] = {0};
-        size_t got = 0;
-        int parsed = gpt_parse_line(&a, BASE "--async-save --wandb-project proj", err,
-                                    sizeof err) == 0;
-        if (nf && parsed) {
-            mg_train_print_compat_notes(&a, nf, "gpt_train");
-            rewind(nf);
-            got = fread(notes, 1, sizeof notes - 1, nf);
-        }
-        if (nf) fclose(nf);
-        notes[got] = 0;
+        char notes[1024];
+        int parsed = compat_notes(BASE "--async-save --wandb-project proj", notes, sizeof notes);
         CHECK(parsed && !strcmp(notes, "gpt_train: warning: --wandb-project: no Weights & "
                                 "Biases logging here: the figures go to --tensorboard-dir and "
                                 "--log-jsonl\ngpt_train: warning: --async-save: checkpoints are "
@@ -1774,7 +1759,7 @@ static void check_megatron_compat(void) {
                                 "fsynced, renamed): the same files\n"),
               "cli: a switch's and a named value's compatibility warnings");
         if (!parsed || strncmp(notes, "gpt_train: warning: --wandb", 27))
-            fprintf(stderr, "%s%s\n", err, notes);
+            fprintf(stderr, "%s\n", notes);
     }
     snprintf(cmd, sizeof cmd, BASE "--load %s/no_ckpt_here --exit-on-missing-checkpoint", tmp);
     expect_error("--exit-on-missing-checkpoint without a checkpoint", cmd,

@@ -21,6 +21,8 @@
         (GPT-2 kind, magic 20240520; Llama-3 kind, magic 20240801), told apart by content.
         Sequences, documents and token access.
         A writer for indexed datasets and one for llm.c token files (used by tools/mg_prepare).
+        Megatron's mock data (--mock-data): 100 000 computed sequences, lengths from numpy's
+        default_rng(0) (PCG64 and SeedSequence, reproduced bit for bit, in 2).
      2. Samplers: samples of seq_len+1 tokens for a --split part, in Megatron's GPTDataset order
         (shuffled document index, sample index, shuffled sample index from
         numpy.random.RandomState(seed) — reproduced bit for bit, MT19937 included) or in plain
@@ -93,7 +95,7 @@ extern "C" {
 #define MG_LLMC_EOT 50256
 #define MG_LLMC_LLAMA3_BOT 128000
 
-typedef enum { MG_DATA_INDEXED = 1, MG_DATA_LLMC_TOKENS = 2 } mg_data_format;
+typedef enum { MG_DATA_INDEXED = 1, MG_DATA_LLMC_TOKENS = 2, MG_DATA_MOCK = 3 } mg_data_format;
 
 /* Megatron's dtype codes in the .idx header. Only integer codes are valid token types.
    MG_TOKEN_U32 is not one (Megatron's DType has no uint32): it is the storage of llm.c's
@@ -117,7 +119,8 @@ typedef struct mg_dataset {
     /* private: mapped files and the raw (possibly unaligned) index arrays */
     const unsigned char *mg__tokens, *mg__lengths, *mg__pointers, *mg__docs;
     void *mg__map[2]; size_t mg__map_len[2];
-    void *mg__owned;            /* llm.c: the index arrays built at open                    */
+    void *mg__owned;            /* llm.c, mock: the index arrays built at open              */
+    int64_t mg__mock_vocab, mg__mock_eod;   /* mock: tokens are computed from these         */
 } mg_dataset;
 
 MGDEF int mg_dataset_open(const char *path, mg_dataset *ds, char *err, size_t errlen);
@@ -131,6 +134,20 @@ MGDEF int64_t mg_dataset_token(const mg_dataset *ds, int64_t i);
 /* Smallest and largest token of the whole dataset (one pass over the data). gpt_train
    checks 0 <= min and max < vocab_size before training.                                    */
 MGDEF void mg_dataset_token_range(const mg_dataset *ds, int64_t *min_token, int64_t *max_token);
+
+/* Megatron-LM's mock data (gpt_train --mock-data; MockGPTLowLevelDataset in megatron/core/
+   datasets/gpt_dataset.py): MG_MOCK_SEQUENCES sequences, each its own document, of lengths
+       L = numpy.random.default_rng(0).integers(1, MG_MOCK_MAX_LEN, size=100000, dtype=int32)
+   (1 … 4095 tokens, 2048 on average: about 205 M tokens in all), sequence k holding
+       1, 2, …, L_k − 1 (each modulo vocab_size), then eod.
+   Only the lengths are stored (1.2 MiB of index); the tokens are computed where they are read,
+   so the samplers, splits and blends work on it as on a file, in Megatron's order. vocab_size
+   is the tokenizer's (unpadded) size, eod its end-of-document id (0 <= eod < vocab_size).
+   Megatron's mock dataset fixes the seed, the count and the longest length; so does this.   */
+#define MG_MOCK_SEQUENCES 100000
+#define MG_MOCK_MAX_LEN 4096
+MGDEF int mg_dataset_open_mock(mg_dataset *ds, int64_t vocab_size, int64_t eod, char *err,
+                               size_t errlen);
 
 /* Indexed dataset writer (Megatron's IndexedDatasetBuilder): add sequences, close documents,
    finish. Writes PREFIX.bin and PREFIX.idx atomically (temporary names, fsync, rename).
@@ -310,6 +327,23 @@ MGDEF uint32_t mg_mt19937_next32(mg_mt19937 *mt);
 MGDEF uint64_t mg_mt19937_interval(mg_mt19937 *mt, uint64_t max);  /* uniform in [0, max]    */
 MGDEF void mg_mt19937_shuffle_i32(mg_mt19937 *mt, int32_t *x, int64_t n);
 MGDEF void mg_mt19937_shuffle_i64(mg_mt19937 *mt, int64_t *x, int64_t n);
+
+/* numpy.random.default_rng(seed)'s generator (exposed for tests and tools): PCG64 (128-bit LCG,
+   XSL-RR output) seeded through numpy's SeedSequence(seed) (its hash mix of the seed's 32-bit
+   words into a pool of 4, then generate_state(4, uint64): state = words 0-1, increment 2-3).
+   next32 is numpy's next_uint32: the low half of a 64-bit output, then its high half.
+   bounded32(rng) is uniform in [0, rng] by Lemire's multiply-and-reject with numpy's threshold
+   (buffered_bounded_lemire_uint32; rng < 2^32 − 1): Generator.integers(low, high, size,
+   dtype=int32) gives low + bounded32(high − 1 − low) for each element in turn.             */
+typedef struct mg_pcg64 {
+    uint64_t state_hi, state_lo, inc_hi, inc_lo;
+    int has_half;               /* the high half of the last output is still unused         */
+    uint32_t half;
+} mg_pcg64;
+MGDEF void mg_pcg64_seed(mg_pcg64 *g, uint64_t seed);
+MGDEF uint64_t mg_pcg64_next64(mg_pcg64 *g);
+MGDEF uint32_t mg_pcg64_next32(mg_pcg64 *g);
+MGDEF uint32_t mg_pcg64_bounded32(mg_pcg64 *g, uint32_t rng);
 
 /* ---------------------------------------------------------------------------------------------
    3. Atomic files and directories
@@ -1084,12 +1118,41 @@ MGDEF int64_t mg_dataset_seq_start(const mg_dataset *ds, int64_t i) {
 MGDEF int64_t mg_dataset_doc_bound(const mg_dataset *ds, int64_t d) {
     return mg__ldi64(ds->mg__docs + 8 * d);
 }
+/* Mock data: the sequence holding token i (binary search of the starts), and its tokens.   */
+static int64_t mg__mock_seq_of(const mg_dataset *ds, int64_t i) {
+    int64_t lo = 0, hi = ds->n_sequences - 1;
+    while (lo < hi) {   /* the last sequence starting at or before i */
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        if (mg_dataset_seq_start(ds, mid) <= i) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+/* Token `offset` of a mock sequence of `length` tokens: 1 + offset mod vocab, eod last.    */
+static int64_t mg__mock_token(const mg_dataset *ds, int64_t offset, int64_t length) {
+    return offset == length - 1 ? ds->mg__mock_eod : (offset + 1) % ds->mg__mock_vocab;
+}
 MGDEF int64_t mg_dataset_token(const mg_dataset *ds, int64_t i) {
+    if (ds->format == MG_DATA_MOCK) {
+        int64_t s = mg__mock_seq_of(ds, i);
+        return mg__mock_token(ds, i - mg_dataset_seq_start(ds, s), mg_dataset_seq_len(ds, s));
+    }
     return mg__load_token(ds->mg__tokens, ds->token_dtype, i);
 }
 MGDEF void mg_dataset_token_range(const mg_dataset *ds, int64_t *min_token, int64_t *max_token) {
     int64_t lo = INT64_MAX, hi = INT64_MIN;
-    for (int64_t i = 0; i < ds->n_tokens; i++) {
+    if (ds->format == MG_DATA_MOCK) {   /* per sequence, from its length: no pass over tokens */
+        for (int64_t s = 0; s < ds->n_sequences; s++) {
+            int64_t n = mg_dataset_seq_len(ds, s) - 1;   /* tokens before the eod */
+            int64_t a = n >= ds->mg__mock_vocab ? 0 : 1;
+            int64_t b = n >= ds->mg__mock_vocab ? ds->mg__mock_vocab - 1 : n;
+            if (n >= 1 && a < lo) lo = a;
+            if (n >= 1 && b > hi) hi = b;
+        }
+        if (ds->n_sequences && ds->mg__mock_eod < lo) lo = ds->mg__mock_eod;
+        if (ds->n_sequences && ds->mg__mock_eod > hi) hi = ds->mg__mock_eod;
+    }
+    for (int64_t i = 0; ds->format != MG_DATA_MOCK && i < ds->n_tokens; i++) {
         int64_t t = mg__load_token(ds->mg__tokens, ds->token_dtype, i);
         if (t < lo) lo = t;
         if (t > hi) hi = t;
@@ -1184,6 +1247,17 @@ static int mg__open_indexed(const char *prefix, mg_dataset *ds, char *err, size_
     return 0;
 }
 
+/* An index built in memory (llm.c, mock): S sequences, each its own document, in the .idx
+   layout lengths int32[S] | pointers int64[S] | documents int64[S+1]; the dataset owns it. */
+static void mg__index_in_memory(mg_dataset *ds, unsigned char *idx, int64_t S) {
+    ds->mg__owned = idx;
+    ds->mg__lengths = idx;
+    ds->mg__pointers = idx + 4 * S;
+    ds->mg__docs = idx + 12 * S;
+    ds->n_sequences = S;
+    ds->n_documents = S;
+}
+
 /* llm.c token file, either kind, checked as llm.c's readers check it (GPT-2: llmc/
    dataloader.h dataloader_load_shard_; Llama-3: train_llama3.py _load_data_shard): magic,
    version, then the file size against 1024 + N·token bytes (N = 0 fails in mg_dataset_open
@@ -1236,12 +1310,45 @@ static int mg__open_llmc_tokens(const char *path, mg_dataset *ds, char *err, siz
     }
     int64_t zero = 0;
     memcpy(idx + 12 * S, &zero, 8);
-    ds->mg__lengths = idx;
-    ds->mg__pointers = idx + 4 * S;
-    ds->mg__docs = idx + 12 * S;
-    ds->n_sequences = S;
-    ds->n_documents = S;
+    mg__index_in_memory(ds, idx, S);
     ds->format = MG_DATA_LLMC_TOKENS;
+    return 0;
+}
+
+/* The mock dataset: the lengths drawn as numpy's default_rng(0).integers(1, 4096, 100000,
+   dtype=int32) draws them, the index arrays in the .idx layout (pointers in tokens: the
+   token size reads as 1).                                                                   */
+MGDEF int mg_dataset_open_mock(mg_dataset *ds, int64_t vocab_size, int64_t eod, char *err,
+                               size_t errlen) {
+    const int64_t S = MG_MOCK_SEQUENCES;
+    memset(ds, 0, sizeof *ds);
+    snprintf(ds->path, sizeof ds->path, "mock data");
+    if (vocab_size < 1 || vocab_size > INT32_MAX)
+        return mg__fail(err, errlen, "mock data: a vocabulary of %lld ids (1 … 2^31 − 1)",
+                        (long long)vocab_size);
+    if (eod < 0 || eod >= vocab_size)
+        return mg__fail(err, errlen, "mock data: end-of-document id %lld outside the vocabulary "
+                        "(0 … %lld)", (long long)eod, (long long)vocab_size - 1);
+    unsigned char *idx = (unsigned char *)mg__alloc((size_t)(S * 20 + 8));
+    if (!idx) return mg__fail(err, errlen, "mock data: out of memory for the index");
+    mg_pcg64 g;
+    mg_pcg64_seed(&g, 0);
+    int64_t ptr = 0;
+    for (int64_t s = 0; s <= S; s++) {
+        memcpy(idx + 12 * S + 8 * s, &s, 8);   /* document s = sequence s */
+        if (s == S) break;
+        int32_t length = 1 + (int32_t)mg_pcg64_bounded32(&g, MG_MOCK_MAX_LEN - 2);
+        memcpy(idx + 4 * s, &length, 4);
+        memcpy(idx + 4 * S + 8 * s, &ptr, 8);
+        ptr += length;
+    }
+    mg__index_in_memory(ds, idx, S);
+    ds->mg__mock_vocab = vocab_size;
+    ds->mg__mock_eod = eod;
+    ds->format = MG_DATA_MOCK;
+    ds->token_dtype = MG_IDX_I64;
+    ds->token_size = 1;
+    ds->n_tokens = ptr;
     return 0;
 }
 
@@ -1618,6 +1725,100 @@ MGDEF void mg_mt19937_shuffle_i64(mg_mt19937 *mt, int64_t *x, int64_t n) {
     mg__ix_shuffle(mt, a, 0, n);
 }
 
+/* numpy.random.default_rng(seed): SeedSequence, then PCG64 (numpy/random/bit_generator.pyx,
+   numpy/random/src/pcg64). 128-bit arithmetic on (high, low) 64-bit pairs. ---------------- */
+/* SeedSequence's hashmix and mix (O'Neill's seed_seq_fe constants), 32-bit words.          */
+static uint32_t mg__ss_hashmix(uint32_t value, uint32_t *hash_const) {
+    value ^= *hash_const;
+    *hash_const *= 0x931e8875u;
+    value *= *hash_const;
+    return value ^ (value >> 16);
+}
+static uint32_t mg__ss_mix(uint32_t x, uint32_t y) {
+    uint32_t r = 0xca01f9ddu * x - 0x4973f715u * y;
+    return r ^ (r >> 16);
+}
+/* hi:lo = a·b, 64 × 64 -> 128 bits.                                                         */
+static void mg__mul64(uint64_t a, uint64_t b, uint64_t *hi, uint64_t *lo) {
+    uint64_t a0 = a & 0xffffffffu, a1 = a >> 32, b0 = b & 0xffffffffu, b1 = b >> 32;
+    uint64_t p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
+    uint64_t mid = (p00 >> 32) + (p01 & 0xffffffffu) + (p10 & 0xffffffffu);
+    *lo = (mid << 32) | (p00 & 0xffffffffu);
+    *hi = p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
+}
+/* state = state · MULT + inc (mod 2^128), MULT = PCG's default 128-bit multiplier.          */
+static void mg__pcg64_step(mg_pcg64 *g) {
+    const uint64_t mult_hi = 2549297995355413924ull, mult_lo = 4865540595714422341ull;
+    uint64_t hi, lo;
+    mg__mul64(g->state_lo, mult_lo, &hi, &lo);
+    hi += g->state_hi * mult_lo + g->state_lo * mult_hi;
+    lo += g->inc_lo;
+    hi += g->inc_hi + (lo < g->inc_lo);
+    g->state_hi = hi;
+    g->state_lo = lo;
+}
+MGDEF void mg_pcg64_seed(mg_pcg64 *g, uint64_t seed) {
+    /* SeedSequence(seed): the entropy as 32-bit words, least significant first ([0] for 0),
+       mixed into a pool of 4 words; then generate_state(4, uint64) = 8 words read as 4
+       little-endian uint64: seed = (w[0], w[1]) as (high, low), increment = (w[2], w[3]).  */
+    uint32_t entropy[2], pool[4], hash_const = 0x43b0d7e5u, words[8];
+    uint64_t v[4];
+    int n_entropy = 0, i, j;
+    do { entropy[n_entropy++] = (uint32_t)seed; seed >>= 32; } while (seed);
+    for (i = 0; i < 4; i++) pool[i] = mg__ss_hashmix(i < n_entropy ? entropy[i] : 0, &hash_const);
+    for (i = 0; i < 4; i++)
+        for (j = 0; j < 4; j++)
+            if (i != j) pool[j] = mg__ss_mix(pool[j], mg__ss_hashmix(pool[i], &hash_const));
+    hash_const = 0x8b51f9ddu;
+    for (i = 0; i < 8; i++) {
+        uint32_t w = pool[i % 4] ^ hash_const;
+        hash_const *= 0x58f38dedu;
+        w *= hash_const;
+        words[i] = w ^ (w >> 16);
+    }
+    for (i = 0; i < 4; i++) v[i] = (uint64_t)words[2 * i] | (uint64_t)words[2 * i + 1] << 32;
+    /* pcg_setseq_128_srandom_r(state = (v0, v1), initseq = (v2, v3)): inc = initseq·2 + 1,
+       state = 0, step, state += seed, step                                                 */
+    g->inc_hi = v[2] << 1 | v[3] >> 63;
+    g->inc_lo = v[3] << 1 | 1u;
+    g->state_hi = g->state_lo = 0;
+    mg__pcg64_step(g);
+    g->state_lo += v[1];
+    g->state_hi += v[0] + (g->state_lo < v[1]);
+    mg__pcg64_step(g);
+    g->has_half = 0;
+    g->half = 0;
+}
+/* Step, then XSL-RR: (high ^ low) rotated right by the state's top 6 bits.                  */
+MGDEF uint64_t mg_pcg64_next64(mg_pcg64 *g) {
+    mg__pcg64_step(g);
+    uint64_t x = g->state_hi ^ g->state_lo;
+    unsigned rot = (unsigned)(g->state_hi >> 58);
+    return (x >> rot) | (x << ((64u - rot) & 63u));
+}
+MGDEF uint32_t mg_pcg64_next32(mg_pcg64 *g) {
+    if (g->has_half) { g->has_half = 0; return g->half; }
+    uint64_t next = mg_pcg64_next64(g);
+    g->has_half = 1;
+    g->half = (uint32_t)(next >> 32);
+    return (uint32_t)next;
+}
+/* Lemire: m = next32 · (rng + 1); its low word below the threshold (2^32 − rng − 1) mod
+   (rng + 1) is rejected and drawn again; the high word is the value.                        */
+MGDEF uint32_t mg_pcg64_bounded32(mg_pcg64 *g, uint32_t rng) {
+    uint32_t excl = rng + 1u;
+    uint64_t m = (uint64_t)mg_pcg64_next32(g) * excl;
+    uint32_t leftover = (uint32_t)m;
+    if (leftover < excl) {
+        uint32_t threshold = (0xffffffffu - rng) % excl;
+        while (leftover < threshold) {
+            m = (uint64_t)mg_pcg64_next32(g) * excl;
+            leftover = (uint32_t)m;
+        }
+    }
+    return (uint32_t)(m >> 32);
+}
+
 /* --split ------------------------------------------------------------------------------------
    Megatron: the numbers found by the regex [.0-9]+ (at most three, missing ones are 0),
    normalised by their sum; cumulative bounds c = [0, w0, w0+w1, w0+w1+w2]; part i exists
@@ -1904,6 +2105,16 @@ MGDEF int mg_sampler_init(mg_sampler *smp, const mg_dataset *ds, const mg_sample
 /* Copies n tokens of the dataset starting at token index first into out, as int32.         */
 static int mg__copy_tokens(const mg_dataset *ds, int64_t first, int64_t n, int32_t *out,
                            char *err, size_t errlen) {
+    if (ds->format == MG_DATA_MOCK) {   /* computed, sequence by sequence (ids fit int32) */
+        int64_t s = n > 0 ? mg__mock_seq_of(ds, first) : 0, k = 0;
+        while (k < n) {
+            int64_t start = mg_dataset_seq_start(ds, s), len = mg_dataset_seq_len(ds, s);
+            for (int64_t o = first + k - start; o < len && k < n; o++, k++)
+                out[k] = (int32_t)mg__mock_token(ds, o, len);
+            s++;
+        }
+        return 0;
+    }
     for (int64_t k = 0; k < n; k++) {
         int64_t t = mg__load_token(ds->mg__tokens, ds->token_dtype, first + k);
         if (t < INT32_MIN || t > INT32_MAX)

@@ -387,6 +387,171 @@ static void test_megatron(void) {
     free(text);
 }
 
+/* ---- numpy's default_rng and Megatron's mock data (data_mock.json, tests/oracle/data.py) -- */
+static uint64_t hex64(const char *s) { return strtoull(s, NULL, 16); }
+/* checksum as the oracle's: sum of (i mod 1000 + 1) * a[i].                                  */
+static int64_t ix_checksum(mg_ix a, int64_t n) {
+    int64_t sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += (i % 1000 + 1) * mg_ix_get(a, i);
+    return sum;
+}
+static void test_mock(void) {
+    char *text, label[256];
+    mg_json js = load_json("tests/data/data_mock.json", &text);
+    int64_t pcg = jget(&js, 0, "pcg64"), draws = jget(&js, 0, "integers");
+    int64_t mock = jget(&js, 0, "mock"), cases = jget(&js, 0, "cases");
+    int ok = js.toks[pcg].size == 5;
+    for (int64_t c = 0; c < js.toks[pcg].size; c++) {
+        int64_t o = jat(&js, pcg, c), raw = jget(&js, o, "raw");
+        char *seed = mg_json_strdup(&js, jget(&js, o, "seed"));
+        char *state = mg_json_strdup(&js, jget(&js, o, "state"));
+        char *inc = mg_json_strdup(&js, jget(&js, o, "inc"));
+        char want_state[40], want_inc[40];
+        mg_pcg64 g;
+        mg_pcg64_seed(&g, strtoull(seed, NULL, 10));
+        snprintf(want_state, sizeof want_state, "%016llx%016llx", (unsigned long long)g.state_hi,
+                 (unsigned long long)g.state_lo);
+        snprintf(want_inc, sizeof want_inc, "%016llx%016llx", (unsigned long long)g.inc_hi,
+                 (unsigned long long)g.inc_lo);
+        ok &= !strcmp(state, want_state) && !strcmp(inc, want_inc);
+        for (int64_t i = 0; i < js.toks[raw].size; i++) {
+            char *h = mg_json_strdup(&js, jat(&js, raw, i));
+            ok &= mg_pcg64_next64(&g) == hex64(h);
+            free(h);
+        }
+        free(seed); free(state); free(inc);
+    }
+    CHECK(ok, "pcg64: SeedSequence seeding and raw outputs equal numpy's (seeds 0 … 2^64-1)");
+    ok = js.toks[draws].size == 5;
+    for (int64_t c = 0; c < js.toks[draws].size; c++) {
+        int64_t o = jat(&js, draws, c), nh, sum = 0;
+        int64_t low = jint(&js, jget(&js, o, "low")), high = jint(&js, jget(&js, o, "high"));
+        int64_t *head = jints(&js, jget(&js, o, "head"), &nh);
+        mg_pcg64 g;
+        mg_pcg64_seed(&g, (uint64_t)jint(&js, jget(&js, o, "seed")));
+        for (int64_t i = 0; i < 10000; i++) {
+            int64_t x = low + (int64_t)mg_pcg64_bounded32(&g, (uint32_t)(high - 1 - low));
+            if (i < nh) ok &= x == head[i];
+            sum += (i % 1000 + 1) * x;
+        }
+        ok &= sum == jint(&js, jget(&js, o, "checksum"));
+        free(head);
+    }
+    CHECK(ok, "pcg64: Generator.integers(low, high, dtype=int32) draws equal numpy's");
+
+    mg_dataset ds;
+    int rc = mg_dataset_open_mock(&ds, 50257, 50256, err, sizeof err);
+    int64_t nh, nt, sum = 0;
+    int64_t *head = jints(&js, jget(&js, mock, "head"), &nh);
+    int64_t *tail = jints(&js, jget(&js, mock, "tail"), &nt);
+    ok = rc == 0 && ds.format == MG_DATA_MOCK && ds.n_sequences == MG_MOCK_SEQUENCES &&
+         ds.n_documents == MG_MOCK_SEQUENCES &&
+         ds.n_tokens == jint(&js, jget(&js, mock, "n_tokens"));
+    for (int64_t s = 0; ok && s < ds.n_sequences; s++) {
+        int64_t L = mg_dataset_seq_len(&ds, s);
+        sum += (s % 1000 + 1) * L;
+        if (s < nh) ok &= L == head[s];
+        if (s >= ds.n_sequences - nt) ok &= L == tail[s - (ds.n_sequences - nt)];
+        ok &= mg_dataset_doc_bound(&ds, s) == s;
+    }
+    ok = ok && sum == jint(&js, jget(&js, mock, "checksum"));
+    mg_test_report(ok, "mock data: 100000 sequence lengths equal Megatron's (default_rng(0))",
+                   rc ? "%s" : "", err);
+    if (rc == 0) {   /* tokens by index, at sequence edges; the range from the lengths */
+        int64_t lo, hi, s = 7, start = mg_dataset_seq_start(&ds, s), L = mg_dataset_seq_len(&ds, s);
+        mg_dataset_token_range(&ds, &lo, &hi);
+        CHECK(mg_dataset_token(&ds, start) == 1 && mg_dataset_token(&ds, start + L - 2) == L - 1 &&
+              mg_dataset_token(&ds, start + L - 1) == 50256 && mg_dataset_token(&ds, start + L) == 1 &&
+              lo == 1 && hi == 50256, "mock data: tokens 1 … L-1 then the eod; range 1 … eod");
+        mg_dataset_close(&ds);
+    }
+    rc = mg_dataset_open_mock(&ds, 1001, 1000, err, sizeof err);
+    if (rc == 0) {   /* sequences longer than the vocabulary wrap: 0 appears */
+        int64_t lo, hi;
+        mg_dataset_token_range(&ds, &lo, &hi);
+        CHECK(lo == 0 && hi == 1000, "mock data, vocabulary 1001: ids wrap to 0 … 1000");
+        mg_dataset_close(&ds);
+    }
+    expect_fail("mock data: eod outside the vocabulary",
+                mg_dataset_open_mock(&ds, 100, 100, err, sizeof err), "outside the vocabulary");
+    expect_fail("mock data: empty vocabulary", mg_dataset_open_mock(&ds, 0, 0, err, sizeof err),
+                "a vocabulary of 0 ids");
+    free(head); free(tail);
+
+    for (int64_t c = 0; c < js.toks[cases].size; c++) {
+        int64_t o = jat(&js, cases, c), nd, nsh;
+        char *sp = mg_json_strdup(&js, jget(&js, o, "split"));
+        int64_t *dhead = jints(&js, jget(&js, o, "doc_index_head"), &nd);
+        int64_t *shead = jints(&js, jget(&js, o, "shuffle_head"), &nsh);
+        mg_sampler_desc desc;
+        mg_sampler smp;
+        memset(&desc, 0, sizeof desc);
+        desc.split = sp;
+        desc.part = (mg_split_part)jint(&js, jget(&js, o, "part"));
+        desc.seq_len = (int)jint(&js, jget(&js, o, "seq_len"));
+        desc.n_samples = jint(&js, jget(&js, o, "n_samples"));
+        desc.seed = (uint32_t)jint(&js, jget(&js, o, "seed"));
+        desc.order = MG_ORDER_SHUFFLED;
+        rc = mg_dataset_open_mock(&ds, jint(&js, jget(&js, o, "vocab")),
+                                  jint(&js, jget(&js, o, "eod")), err, sizeof err);
+        if (rc == 0) rc = mg_sampler_init(&smp, &ds, &desc, err, sizeof err);
+        int64_t n_total = jint(&js, jget(&js, o, "n_total"));
+        ok = rc == 0 && smp.num_epochs == jint(&js, jget(&js, o, "num_epochs")) &&
+             smp.separate_final_epoch == jint(&js, jget(&js, o, "separate_final_epoch")) &&
+             smp.seq_begin == jint(&js, jget(&js, o, "begin")) &&
+             smp.seq_end == jint(&js, jget(&js, o, "end")) &&
+             smp.n_doc_index == jint(&js, jget(&js, o, "n_doc_index")) && smp.n_samples == n_total;
+        if (ok) {
+            mg_ix di = {smp.doc_index, 4};
+            ok = ix_checksum(di, smp.n_doc_index) == jint(&js, jget(&js, o, "doc_index")) &&
+                 ix_checksum(smp.sample_index, 2 * (n_total + 1)) ==
+                 jint(&js, jget(&js, o, "sample_index")) &&
+                 ix_checksum(smp.shuffle_index, n_total) == jint(&js, jget(&js, o, "shuffle_index"));
+            for (int64_t i = 0; i < nd; i++) ok &= smp.doc_index[i] == dhead[i];
+            for (int64_t i = 0; i < nsh; i++) ok &= mg_ix_get(smp.shuffle_index, i) == shead[i];
+        }
+        snprintf(label, sizeof label, "mock data vs Megatron: vocab %lld split '%s' part %d s=%d "
+                 "n=%lld seed %u: indices equal", (long long)jint(&js, jget(&js, o, "vocab")), sp,
+                 (int)desc.part, desc.seq_len, (long long)desc.n_samples, desc.seed);
+        mg_test_report(ok, label, rc ? "%s" : "", err);
+        int64_t samples = jget(&js, o, "samples");
+        int32_t *tokens = (int32_t *)malloc((size_t)(desc.seq_len + 1) * 4);
+        int tok_ok = rc == 0;
+        for (int64_t i = 0; tok_ok && i < js.toks[samples].size; i++) {
+            int64_t n, *want = jints(&js, jat(&js, samples, i), &n);
+            tok_ok = n == desc.seq_len + 1 && mg_sampler_get(&smp, i, tokens, err, sizeof err) == 0;
+            for (int64_t j = 0; tok_ok && j < n; j++) tok_ok = tokens[j] == want[j];
+            free(want);
+        }
+        snprintf(label, sizeof label, "mock data vs Megatron: case %lld: sample tokens equal",
+                 (long long)c);
+        CHECK(tok_ok, label);
+        if (rc == 0) { mg_sampler_free(&smp); mg_dataset_close(&ds); }
+        free(tokens); free(dhead); free(shead); free(sp);
+    }
+    /* sequential order reads runs across many sequences                                      */
+    if (mg_dataset_open_mock(&ds, 50257, 50256, err, sizeof err) == 0) {
+        mg_sampler_desc desc;
+        mg_sampler smp;
+        int32_t tokens[5001];
+        memset(&desc, 0, sizeof desc);
+        desc.seq_len = 5000;
+        desc.n_samples = 10;
+        desc.order = MG_ORDER_SEQUENTIAL;
+        ok = mg_sampler_init(&smp, &ds, &desc, err, sizeof err) == 0;
+        for (int64_t i = 0; ok && i < 10; i++) {
+            ok = mg_sampler_get(&smp, i, tokens, err, sizeof err) == 0;
+            for (int k = 0; ok && k <= 5000; k++)
+                ok = tokens[k] == mg_dataset_token(&ds, i * 5000 + k);
+        }
+        CHECK(ok, "mock data: sequential samples equal the tokens by index, across sequences");
+        if (ok) mg_sampler_free(&smp);
+        mg_dataset_close(&ds);
+    }
+    mg_json_free(&js);
+    free(text);
+}
+
 /* ---- sampler and split errors --------------------------------------------------------------- */
 static void test_sampler_errors(void) {
     mg_dataset ds;
@@ -1453,6 +1618,7 @@ int main(void) {
     test_json();
     test_mt19937();
     test_megatron();
+    test_mock();
     test_sampler_errors();
     test_indexed_roundtrip();
     test_llmc_tokens();

@@ -17,6 +17,13 @@ Writes, all under the given directory, named data_*:
         tokens as _query_document_sample_shuffle_indices returns them.
   data_mt19937.json
         raw MT19937 outputs of numpy's legacy seeding and RandomState.shuffle results.
+  data_mock.json
+        numpy.random.default_rng(seed) itself (PCG64 seeded by SeedSequence): states, raw
+        outputs and Generator.integers draws; Megatron's mock data (a transcription of
+        MockGPTLowLevelDataset, megatron/core/datasets/gpt_dataset.py: the sequence lengths
+        from default_rng(0), tokens 1 … L−1 modulo the vocabulary, then the end-of-document
+        id) and the GPTDataset indices and first samples over it for several cases
+        (checksums and heads of the indices: the full arrays are millions of entries).
   data_st_py.safetensors, data_st_py.json
         a safetensors file written with struct + json (F32, BF16, F16 through torch's
         conversions, metadata with escapes, a zero-size tensor, unsorted offsets), and the
@@ -259,6 +266,71 @@ def mt19937_fixtures(out):
         json.dump(dict(raw=raw, shuffles=shuffles), f, separators=(",", ":"))
 
 
+class MockLowLevel:
+    """Megatron's MockGPTLowLevelDataset: seed 0, 100000 sequences, lengths [1, 4096)."""
+    seed, size, max_sequence_length = 0, 100000, 4096
+
+    def __init__(self, vocab_size, eod):
+        self.vocab_size, self.eod = vocab_size, eod
+        rng = numpy.random.default_rng(seed=self.seed)
+        self.sequence_lengths = rng.integers(low=1, high=self.max_sequence_length,
+                                             size=self.size, dtype=numpy.int32)
+
+    def __getitem__(self, idx):
+        length = self.sequence_lengths[idx]
+        return numpy.int64(numpy.concatenate([(numpy.arange(length - 1) + 1) % self.vocab_size,
+                                              [self.eod]]))
+
+
+def checksum(a):
+    """sum over i of (i mod 1000 + 1) * a[i], exact (Python ints)."""
+    a = numpy.asarray(a, dtype=numpy.int64).reshape(-1)
+    w = numpy.arange(a.size, dtype=numpy.int64) % 1000 + 1
+    return int(numpy.sum(a * w))
+
+
+def mock_fixtures(out):
+    pcg = []
+    for seed in (0, 1, 1234, 2**32 + 5, 2**64 - 1):
+        st = numpy.random.PCG64(seed).state["state"]
+        raw = numpy.random.PCG64(seed).random_raw(5)
+        pcg.append(dict(seed="%d" % seed, state="%032x" % st["state"], inc="%032x" % st["inc"],
+                        raw=["%016x" % int(v) for v in raw]))
+    draws = []
+    for seed, low, high in ((0, 1, 4096), (3, 0, 3), (4, 0, 2**31 - 1), (5, -5, 7), (6, 0, 1)):
+        x = numpy.random.default_rng(seed).integers(low, high, size=10000, dtype=numpy.int32)
+        draws.append(dict(seed=seed, low=low, high=high, head=[int(v) for v in x[:20]],
+                          checksum=checksum(x)))
+    lows = MockLowLevel(50257, 50256).sequence_lengths
+    mock = dict(n_tokens=int(lows.sum(dtype=numpy.int64)), checksum=checksum(lows),
+                head=[int(v) for v in lows[:20]], tail=[int(v) for v in lows[-20:]])
+    cases = []
+    # (vocab, eod, split, part, seq_length, num_samples, seed, samples to keep)
+    for vocab, eod, split, part, s, n, seed, keep in (
+            (50257, 50256, "969,30,1", 0, 1024, 64, 1234, 6),
+            (1001, 1000, "969,30,1", 1, 256, 3000, 1234, 8),     # NullTokenizer --vocab-size 1000
+            (50257, 50256, "98,2,0", 1, 2048, 2100, 7, 4)):       # a separate final epoch
+        low = MockLowLevel(vocab, eod)
+        ix = gpt_indices(low.sequence_lengths, split, part, s, n, seed)
+        samples = [query_sample(low, ix, i, s) for i in range(keep)]
+        cases.append(dict(vocab=vocab, eod=eod, split=split, part=part, seq_len=s, n_samples=n,
+                          seed=seed, begin=ix["begin"], end=ix["end"],
+                          num_epochs=ix["num_epochs"],
+                          separate_final_epoch=ix["separate_final_epoch"],
+                          n_doc_index=int(ix["doc_index"].size),
+                          doc_index=checksum(ix["doc_index"]),
+                          doc_index_head=[int(x) for x in ix["doc_index"][:16]],
+                          n_total=int(ix["shuffle_index"].size),
+                          sample_index=checksum(ix["sample_index"]),
+                          shuffle_index=checksum(ix["shuffle_index"]),
+                          shuffle_head=[int(x) for x in ix["shuffle_index"][:16]],
+                          samples=samples))
+    with open(os.path.join(out, "data_mock.json"), "w") as f:
+        json.dump(dict(pcg64=pcg, integers=draws, mock=mock, cases=cases), f,
+                  separators=(",", ":"))
+    print("  %d mock cases; epochs %s" % (len(cases), [c["num_epochs"] for c in cases]))
+
+
 def safetensors_fixture(out):
     import torch
     g = torch.Generator().manual_seed(3)
@@ -363,6 +435,7 @@ def main():
     os.makedirs(out, exist_ok=True)
     megatron_fixtures(out)
     mt19937_fixtures(out)
+    mock_fixtures(out)
     safetensors_fixture(out)
     llmc_fixtures(out)
 

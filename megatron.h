@@ -857,18 +857,20 @@ typedef struct mg_optim_state {
    4c. Tokenizer flags
       Megatron-LM's flags to an mg_tokenizer.h tokenizer: --tokenizer-type NAME (GPT2BPETokenizer,
       TikTokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, Llama2Tokenizer,
-      ByteTokenizer); GPT2BPETokenizer takes --vocab-file vocab.json and --merge-file
-      merges.txt; the others one file, --tokenizer-model (or --vocab-file, as
-      tools/mg_tokenize takes it): TikTokenizer the .tiktoken rank file (pattern
-      --tiktoken-pattern gpt2|r50k_base|cl100k_base|o200k_base, else guessed from its size),
-      HuggingFaceTokenizer a tokenizer.json or the directory holding one, SentencePiece and
-      Llama2 the tokenizer.model. type NULL: ByteTokenizer. A flag the type does not use is an
-      error. NULL with one line in err.
+      NullTokenizer, ByteTokenizer); GPT2BPETokenizer takes --vocab-file vocab.json and
+      --merge-file merges.txt; NullTokenizer and ByteTokenizer no file; the others one file,
+      --tokenizer-model (or --vocab-file, as tools/mg_tokenize takes it): TikTokenizer the
+      .tiktoken rank file (pattern --tiktoken-pattern gpt2|r50k_base|cl100k_base|o200k_base,
+      else guessed from its size), HuggingFaceTokenizer a tokenizer.json or the directory
+      holding one, SentencePiece and Llama2 the tokenizer.model. NullTokenizer takes
+      null_vocab_size = --vocab-size V (V + 1 ids, V the end of document; < 1: not given, an
+      error), which the other types ignore. type NULL: ByteTokenizer. A flag the type does
+      not use is an error. NULL with one line in err.
    ------------------------------------------------------------------------------------------ */
 MGDEF mg_tokenizer *mg_tokenizer_from_flags(const char *type, const char *vocab_file,
                                             const char *merge_file, const char *tokenizer_model,
-                                            const char *tiktoken_pattern, char *err,
-                                            size_t errlen);
+                                            const char *tiktoken_pattern,
+                                            int64_t null_vocab_size, char *err, size_t errlen);
 
 /* ---------------------------------------------------------------------------------------------
    5. Trainer
@@ -941,6 +943,8 @@ typedef struct mg_train_args {
     int64_t eod_token_id;
     /* data: one blend split by --split, or one blend per part (mg_blend_parse's words)     */
     mg_str_list data_path, train_data_path, valid_data_path, test_data_path;
+    int mock_data;                       /* --mock-data: Megatron's mock dataset, split by
+                                            --split, instead of --data-path (mg_data.h)      */
     /* parallelism and regularisation                                                        */
     int64_t tensor_model_parallel_size;
     int64_t make_vocab_size_divisible_by; /* N: the vocabulary is padded to a multiple of N·t */
@@ -4323,7 +4327,8 @@ static const mg__flag mg__flags[] = {
     {"--vocab-size", MG__F_INT, MG__OFF(vocab_size), "V", 2, 1 << 30,
      "vocabulary size; every token id of the data must be below it; padded to a multiple of "
      "N·t inside the model (N: --make-vocab-size-divisible-by, t: "
-     "--tensor-model-parallel-size)"},
+     "--tensor-model-parallel-size); with --tokenizer-type NullTokenizer the ids before its "
+     "end-of-document id V (V + 1 ids)"},
     {"--make-vocab-size-divisible-by", MG__F_INT, MG__OFF(make_vocab_size_divisible_by), "N",
      1, 1 << 20, "pad the vocabulary to a multiple of N·t (default 128); the padding rows never "
      "enter the softmax or the loss, and checkpoints hold the V real rows"},
@@ -4558,6 +4563,11 @@ static const mg__flag mg__flags[] = {
      "a Megatron indexed dataset prefix (PATH.bin + PATH.idx) or an llm.c token file; or a "
      "blend: weight, prefix pairs (weights normalised; Megatron's BlendedDataset), each "
      "dataset split by --split"},
+    {"--mock-data", MG__F_SWITCH, MG__OFF(mock_data), NULL, 0, 0,
+     "instead of --data-path: Megatron-LM's mock dataset (100000 documents of 1 to 4095 "
+     "tokens, lengths from numpy's default_rng(0), tokens 1, 2, … then the tokenizer's "
+     "end-of-document id), split by --split and sampled in Megatron's order; needs "
+     "--tokenizer-type (e.g. NullTokenizer --vocab-size V)"},
     {"--split", MG__F_STR, MG__OFF(split), "A,B,C", 0, 0,
      "train,validation,test weights of the data's documents (default 969,30,1)"},
     {"--train-data-path", MG__F_LIST, MG__OFF(train_data_path), "[W1] PATH1 ...", 0, 0,
@@ -4573,7 +4583,8 @@ static const mg__flag mg__flags[] = {
      "[(k*B+i)*T, (k*B+i)*T+T+1) of the split (default shuffled)"},
     {"--tokenizer-type", MG__F_STR, MG__OFF(tokenizer_type), "NAME", 0, 0,
      "GPT2BPETokenizer, TikTokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, "
-     "Llama2Tokenizer or ByteTokenizer: sets --vocab-size, checks the data's ids, decodes the "
+     "Llama2Tokenizer, NullTokenizer (no file: ids 0 … V-1 and V its end of document, with "
+     "--vocab-size V) or ByteTokenizer: sets --vocab-size, checks the data's ids, decodes the "
      "generated sample and encodes --prompt"},
     {"--vocab-file", MG__F_STR, MG__OFF(vocab_file), "FILE", 0, 0,
      "GPT2BPETokenizer: vocab.json (the other types: their one file, as --tokenizer-model)"},
@@ -4837,8 +4848,6 @@ static const mg__compat_flag mg__compat_flags[] = {
     {"--qk-layernorm", NULL, MG__COMPAT_REFUSED, "no norm on queries and keys"},
     {"--rotary-interleaved", NULL, MG__COMPAT_REFUSED, "rotary dimensions pair as rotate-half "
      "(i, i + d/2), Megatron-LM's default, not interleaved"},
-    {"--mock-data", NULL, MG__COMPAT_REFUSED, "no synthetic dataset: give --data-path (build/"
-     "mg_prepare makes one from text)"},
     {"--checkpoint-activations", NULL, MG__COMPAT_REFUSED, "Megatron-LM's removed spelling "
      "(it refuses it too): give --recompute-activations, or --recompute-granularity full "
      "--recompute-method uniform --recompute-num-layers N"},
@@ -6286,6 +6295,15 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
         return mg__err(err, errlen, "--enable-cuda-graph needs the GPU (%s)",
                        a->device == MG_DEVICE_CPU ? "--device cpu was given" :
                        "this program runs on the CPU: no GPU, or built without CUDA");
+    if (a->mock_data && (a->data_path.n || a->train_data_path.n || a->valid_data_path.n ||
+                         a->test_data_path.n))
+        return mg__err(err, errlen, "--mock-data with --%sdata-path: give either the mock "
+                       "dataset or a dataset", a->data_path.n ? "" : a->train_data_path.n ?
+                       "train-" : a->valid_data_path.n ? "valid-" : "test-");
+    if (a->mock_data && !a->tokenizer_type)
+        return mg__err(err, errlen, "--mock-data needs --tokenizer-type: its documents end with "
+                       "the tokenizer's end-of-document id and its ids wrap at its vocabulary "
+                       "(--tokenizer-type NullTokenizer --vocab-size V needs no file)");
     if (a->data_path.n && (a->train_data_path.n || a->valid_data_path.n || a->test_data_path.n))
         return mg__err(err, errlen, "--data-path with --%s-data-path: give either --data-path "
                        "(split by --split) or --train-data-path [--valid-data-path] "
@@ -6312,10 +6330,11 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
     if (a->eod_mask_loss && a->eod_token_id < 0 && !a->tokenizer_type)
         return mg__err(err, errlen, "--eod-mask-loss needs the end-of-document id: "
                        "--tokenizer-type (its end-of-document token) or --eod-token-id ID");
-    if (a->train_iters > 0 && !a->data_path.n && !a->train_data_path.n)
+    if (a->train_iters > 0 && !a->data_path.n && !a->train_data_path.n && !a->mock_data)
         return mg__err(err, errlen, "--data-path is required to train (an indexed dataset "
                        "prefix or an llm.c token file, or a blend W1 PATH1 W2 PATH2 …; "
-                       "--train-iters 0 needs none)");
+                       "--mock-data for Megatron-LM's mock dataset; --train-iters 0 needs "
+                       "none)");
     {   /* the environment the context will read: MG_DEVICE (with --device auto) and
            MG_ATTN_KERNELS, refused here by every rank rather than inside mg_ctx_init       */
         mg_ctx_desc env;
@@ -6365,16 +6384,21 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
 /* ---- 4c. Tokenizer flags ------------------------------------------------------------------ */
 MGDEF mg_tokenizer *mg_tokenizer_from_flags(const char *type, const char *vocab_file,
                                             const char *merge_file, const char *tokenizer_model,
-                                            const char *tiktoken_pattern, char *err,
-                                            size_t errlen) {
+                                            const char *tiktoken_pattern,
+                                            int64_t null_vocab_size, char *err, size_t errlen) {
     mg_tokenizer_desc d;
     char json[MG_PATH_MAX], why[MG_ERRLEN];
     int t = type ? mg_tok_type_from_name(type) : MG_TOK_BYTES;
     memset(&d, 0, sizeof d);
     if (t < 0) {
         mg__err(err, errlen, "--tokenizer-type %s: unknown (expected GPT2BPETokenizer, "
-                "TikTokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, Llama2Tokenizer or "
-                "ByteTokenizer)", type);
+                "TikTokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, Llama2Tokenizer, "
+                "NullTokenizer or ByteTokenizer)", type);
+        return NULL;
+    }
+    if (t == MG_TOK_NULL && null_vocab_size < 1) {
+        mg__err(err, errlen, "--tokenizer-type NullTokenizer needs --vocab-size V (ids 0 … V-1, "
+                "and V the end of document: V + 1 ids)");
         return NULL;
     }
     /* GPT-2: both files; the others: one file, as --tokenizer-model (Megatron-LM's flag for
@@ -6385,7 +6409,7 @@ MGDEF mg_tokenizer *mg_tokenizer_from_flags(const char *type, const char *vocab_
             why = tokenizer_model ? "not --tokenizer-model" : !vocab_file && !merge_file ?
                   "both are missing" : !vocab_file ? "--vocab-file is missing" : !merge_file ?
                   "--merge-file is missing" : NULL;
-        else if (t != MG_TOK_BYTES)
+        else if (t != MG_TOK_BYTES && t != MG_TOK_NULL)
             why = merge_file ? "--merge-file is not one of its files" : tokenizer_model &&
                   vocab_file ? "both were given" : !tokenizer_model && !vocab_file ?
                   "none was given" : NULL;
@@ -6396,7 +6420,8 @@ MGDEF mg_tokenizer *mg_tokenizer_from_flags(const char *type, const char *vocab_
             return NULL;
         }
     }
-    if ((t == MG_TOK_BYTES && (vocab_file || merge_file || tokenizer_model)) ||
+    if (((t == MG_TOK_BYTES || t == MG_TOK_NULL) &&
+         (vocab_file || merge_file || tokenizer_model)) ||
         (tiktoken_pattern && t != MG_TOK_TIKTOKEN)) {
         mg__err(err, errlen, "--tokenizer-type %s takes no %s", type ? type : "ByteTokenizer",
                 tiktoken_pattern && t != MG_TOK_TIKTOKEN ? "--tiktoken-pattern" :
@@ -6407,6 +6432,7 @@ MGDEF mg_tokenizer *mg_tokenizer_from_flags(const char *type, const char *vocab_
     d.vocab_file = tokenizer_model ? tokenizer_model : vocab_file;
     d.merge_file = merge_file;
     d.pattern = tiktoken_pattern;
+    if (t == MG_TOK_NULL) return mg_tokenizer_null(null_vocab_size, err, errlen);
     if (t == MG_TOK_HF && mg__is_dir(d.vocab_file)) {   /* a model directory */
         if (mg__path(json, sizeof json, "%s/tokenizer.json", d.vocab_file)) {
             mg__err(err, errlen, "%s: directory name too long", d.vocab_file);
@@ -6445,13 +6471,21 @@ static int mg__open_data_group(mg_trainer *tr, mg__data_group *g, const char *fl
     char why[MG_ERRLEN];
     int k;
     g->flag = flag;
-    if (mg_blend_parse(flag, words->v, words->n, g->prefix, g->weight, MG_DATA_WORDS / 2, &g->n,
-                       &g->weighted, why, sizeof why))
+    if (!words) {   /* --mock-data: the mock dataset, with the tokenizer's ids */
+        if (mg_tokenizer_eod(tr->tok) < 0)
+            return mg__err(err, errlen, "--mock-data: --tokenizer-type %s has no end-of-document "
+                           "token to end its documents with", tr->args.tokenizer_type);
+        g->n = 1;
+        g->prefix[0] = "(Megatron-LM's mock dataset)";
+    } else if (mg_blend_parse(flag, words->v, words->n, g->prefix, g->weight,
+                              MG_DATA_WORDS / 2, &g->n, &g->weighted, why, sizeof why))
         return mg__err(err, errlen, "%s", why);
     for (k = 0; k < g->n; k++) {
         mg_dataset *ds = &tr->datasets[tr->n_datasets];
         int64_t lo, hi;
-        if (mg_dataset_open(g->prefix[k], ds, why, sizeof why))
+        if (words ? mg_dataset_open(g->prefix[k], ds, why, sizeof why) :
+            mg_dataset_open_mock(ds, mg_tokenizer_vocab_size(tr->tok), mg_tokenizer_eod(tr->tok),
+                                 why, sizeof why))
             return mg__err(err, errlen, "%s: %s", flag, why);
         tr->n_datasets++;
         g->ds[k] = ds;
@@ -6590,7 +6624,7 @@ static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
     double weights[3];
     mg__data_group *g = NULL;
     int n_words = a->data_path.n + a->train_data_path.n + a->valid_data_path.n +
-                  a->test_data_path.n, rc = -1, k;
+                  a->test_data_path.n + a->mock_data, rc = -1, k;
     if (!n_words) return 0;
     g = (mg__data_group *)MG_MALLOC(3 * sizeof *g);
     tr->datasets = (mg_dataset *)MG_MALLOC(sizeof(mg_dataset) * (size_t)n_words);
@@ -6598,12 +6632,14 @@ static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
     memset(g, 0, 3 * sizeof *g);
     mg_data_num_samples(a->train_iters, a->global_batch_size, a->eval_interval, a->eval_iters,
                         counts);
-    if (a->data_path.n) {
+    if (a->data_path.n || a->mock_data) {
         if (mg_split_parse(a->split, weights, why, sizeof why)) {   /* its message names --split */
             mg__err(err, errlen, "%s", why);
             goto done;
         }
-        if (mg__open_data_group(tr, &g[0], "--data-path", &a->data_path, err, errlen)) goto done;
+        if (mg__open_data_group(tr, &g[0], a->mock_data ? "--mock-data" : "--data-path",
+                                a->mock_data ? NULL : &a->data_path, err, errlen))
+            goto done;
         if (a->train_iters > 0) {
             if (weights[0] <= 0) {
                 mg__err(err, errlen, "--split %s gives the training part no weight (the first "
@@ -6615,10 +6651,10 @@ static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
                 goto done;
             if ((k = mg__short_part(tr, &tr->train_data)) >= 0) {
                 int64_t held = tr->train_data.smp[k].part_tokens;
-                mg__err(err, errlen, "--data-path %s: the training part holds %lld tokens, "
+                mg__err(err, errlen, "%s %s: the training part holds %lld tokens, "
                         "fewer than one sample needs (--seq-length + 1 = %d); --seq-length "
-                        "%lld or less, or more data, fits", g[0].prefix[k], (long long)held,
-                        tr->cfg.seq_len + 1, (long long)held - 1);
+                        "%lld or less, or more data, fits", g[0].flag, g[0].prefix[k],
+                        (long long)held, tr->cfg.seq_len + 1, (long long)held - 1);
                 goto done;
             }
         }
@@ -7150,11 +7186,14 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     snprintf(srcdesc, sizeof srcdesc, "%s", src_name ? src_name : "");
     if (a->tokenizer_type) {   /* the vocabulary is the tokenizer's */
         int64_t V;
+        int null_tok = mg_tok_type_from_name(a->tokenizer_type) == MG_TOK_NULL;
         tr->tok = mg_tokenizer_from_flags(a->tokenizer_type, a->vocab_file, a->merge_file,
-                                          a->tokenizer_model, a->tiktoken_pattern, err, errlen);
+                                          a->tokenizer_model, a->tiktoken_pattern,
+                                          mg_train_flag_given(a, "--vocab-size") ?
+                                          a->vocab_size : -1, err, errlen);
         if (!tr->tok) goto fail;
-        V = mg_tokenizer_vocab_size(tr->tok);
-        if (mg_train_flag_given(a, "--vocab-size") && a->vocab_size != V) {
+        V = mg_tokenizer_vocab_size(tr->tok);   /* NullTokenizer: --vocab-size + 1 */
+        if (!null_tok && mg_train_flag_given(a, "--vocab-size") && a->vocab_size != V) {
             mg__err(err, errlen, "--vocab-size %lld disagrees with --tokenizer-type %s, which has "
                     "%lld ids (leave --vocab-size out)", (long long)a->vocab_size,
                     a->tokenizer_type, (long long)V);

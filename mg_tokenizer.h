@@ -67,8 +67,11 @@ typedef enum {
     MG_TOK_GPT2_BPE,      /* vocab.json + merges.txt            (Megatron's GPT2BPETokenizer)  */
     MG_TOK_TIKTOKEN,      /* *.tiktoken rank file + pattern     (TikTokenizer)                 */
     MG_TOK_HF,            /* tokenizer.json, byte-level BPE     (HuggingFaceTokenizer)         */
-    MG_TOK_SENTENCEPIECE  /* tokenizer.model, BPE + byte fallback (SentencePieceTokenizer,
+    MG_TOK_SENTENCEPIECE, /* tokenizer.model, BPE + byte fallback (SentencePieceTokenizer,
                              Llama2Tokenizer)                                                  */
+    MG_TOK_NULL           /* no vocabulary file: text is decimal ids separated by single
+                             spaces, ids 0 … V−1 plus V, the end of document (NullTokenizer,
+                             --vocab-size V; Megatron's mock data and pre-tokenized ids)      */
 } mg_tok_type;
 
 typedef struct mg_tokenizer_desc {
@@ -83,10 +86,14 @@ typedef struct mg_tokenizer_desc {
 typedef struct mg_tokenizer mg_tokenizer; /* opaque */
 
 /* Megatron-LM's --tokenizer-type names -> type (-1 unknown): GPT2BPETokenizer, TikTokenizer,
-   HuggingFaceTokenizer, SentencePieceTokenizer, Llama2Tokenizer, ByteTokenizer.            */
+   HuggingFaceTokenizer, SentencePieceTokenizer, Llama2Tokenizer, NullTokenizer, and
+   megatron.h's ByteTokenizer.                                                              */
 MGDEF int mg_tok_type_from_name(const char *name);
 /* Loads a tokenizer; NULL with one line in err (file, what is wrong) on failure.            */
 MGDEF mg_tokenizer *mg_tokenizer_load(const mg_tokenizer_desc *d, char *err, size_t errlen);
+/* NullTokenizer (it has no file, so no desc): vocab_size = V, the ids before the end of
+   document (Megatron's --vocab-size): V + 1 ids, V the end of document; V in 1 … 2^31 − 2. */
+MGDEF mg_tokenizer *mg_tokenizer_null(int64_t vocab_size, char *err, size_t errlen);
 MGDEF void mg_tokenizer_free(mg_tokenizer *t);
 MGDEF int32_t mg_tokenizer_vocab_size(const mg_tokenizer *t); /* ids 0…size-1, specials included */
 MGDEF int32_t mg_tokenizer_eod(const mg_tokenizer *t); /* end of document; -1 none             */
@@ -96,12 +103,17 @@ MGDEF int32_t mg_tokenizer_bos(const mg_tokenizer *t); /* beginning of sequence;
    the text become their ids (else they are ordinary text), as tiktoken's allowed_special="all".
    Writes up to cap ids; returns how many the whole text needs (call again with more room when
    larger than cap). Thread-safe on one loaded tokenizer (threads encode different texts).
-   -1 for a NULL tokenizer, a NULL text of len > 0 or a negative cap.                         */
+   -1 for a NULL tokenizer, a NULL text of len > 0 or a negative cap, and for NullTokenizer
+   a text that is not ids: NullTokenizer reads it as Megatron's [int(x) for x in
+   text.split(' ')] does (each word between single spaces an integer as Python's int() reads
+   one: surrounding whitespace, a sign, _ between digits), each id in 0 … V; an empty text
+   gives no ids.                                                                             */
 MGDEF int64_t mg_tokenizer_encode(const mg_tokenizer *t, const char *text, size_t len,
                                   int allow_special, int32_t *ids, int64_t cap);
 /* Decodes n ids to bytes; returns the byte count the whole needs (writes up to cap). An id out
    of range is an error: returns -1 (as do a NULL tokenizer, NULL ids with n > 0, and a
-   negative n or cap). decode(encode(x)) == x for every x (SentencePiece: for valid UTF-8 and
+   negative n or cap). NullTokenizer writes the ids in decimal, one space between them.
+   decode(encode(x)) == x for every x (SentencePiece: for valid UTF-8 and
    a lossless normalizer; a tokenizer.json with a normalizer such as Qwen2's NFC:
    == mg_tokenizer_normalize(x); see docs/tokenizers.md).                                    */
 MGDEF int64_t mg_tokenizer_decode(const mg_tokenizer *t, const int32_t *ids, int64_t n,
@@ -3153,10 +3165,47 @@ MGDEF int64_t mg_tokenizer_normalize(const mg_tokenizer *t, const char *text, si
     return m;
 }
 
+/* NullTokenizer: one word of text.split(' ') as Python's int() reads a decimal integer —
+   optional whitespace, an optional sign, digits with single underscores between them,
+   optional whitespace — that must be an id in 0 … n_vocab − 1; -1 when it is not.          */
+static int64_t mg__null_word(const mg_tokenizer *t, const char *w, size_t n) {
+    size_t i = 0;
+    int neg = 0, digits = 0;
+    int64_t v = 0;
+    while (i < n && strchr("\t\n\v\f\r", w[i]) && w[i]) i++;
+    while (n > i && strchr("\t\n\v\f\r", w[n - 1]) && w[n - 1]) n--;
+    if (i < n && (w[i] == '+' || w[i] == '-')) neg = w[i++] == '-';
+    for (; i < n; i++) {
+        if (w[i] == '_' && digits && i + 1 < n && w[i + 1] >= '0' && w[i + 1] <= '9') continue;
+        if (w[i] < '0' || w[i] > '9') return -1;
+        if (v < ((int64_t)1 << 40)) v = v * 10 + (w[i] - '0');   /* large stays large */
+        digits++;
+    }
+    if (!digits || (neg && v) || v >= t->n_vocab) return -1;
+    return v;
+}
+static int64_t mg__null_encode(const mg_tokenizer *t, const char *text, size_t len,
+                               int32_t *ids, int64_t cap) {
+    int64_t count = 0;
+    size_t a = 0;
+    if (len == 0) return 0;
+    for (;;) {
+        size_t b = a;
+        while (b < len && text[b] != ' ') b++;
+        int64_t id = mg__null_word(t, text + a, b - a);
+        if (id < 0) return -1;
+        if (ids && count < cap) ids[count] = (int32_t)id;
+        count++;
+        if (b == len) return count;
+        a = b + 1;
+    }
+}
+
 MGDEF int64_t mg_tokenizer_encode(const mg_tokenizer *t, const char *text, size_t len,
                                   int allow_special, int32_t *ids, int64_t cap) {
     mg__enc E;
     if (!t || (!text && len > 0) || cap < 0) return -1;
+    if (t->type == MG_TOK_NULL) return mg__null_encode(t, text, len, ids, cap);
     memset(&E, 0, sizeof E);
     E.t = t; E.text = (const unsigned char *)text; E.out = ids; E.cap = ids ? cap : 0;
     E.piece_base = E.text; E.piece_cacheable = 1;
@@ -3226,6 +3275,12 @@ MGDEF int64_t mg_tokenizer_decode(const mg_tokenizer *t, const int32_t *ids, int
         int32_t id = ids[i];
         if (id < 0 || id >= t->n_vocab) return -1;
         if (t->type == MG_TOK_BYTES) { char c = (char)id; MG__PUT(&c, 1); continue; }
+        if (t->type == MG_TOK_NULL) {   /* ' '.join(str(x) for x in ids) */
+            char num[16];
+            int k = snprintf(num, sizeof num, "%s%d", i ? " " : "", (int)id);
+            MG__PUT(num, k);
+            continue;
+        }
         if (t->len[id] == MG__NOTOK) return -1;
         const char *p = t->blob + t->off[id];
         size_t L = t->len[id];
@@ -3273,7 +3328,8 @@ MGDEF int mg_tok_type_from_name(const char *name) {
     static const struct { const char *n; int type; } names[] = {
         {"GPT2BPETokenizer", MG_TOK_GPT2_BPE}, {"TikTokenizer", MG_TOK_TIKTOKEN},
         {"HuggingFaceTokenizer", MG_TOK_HF}, {"SentencePieceTokenizer", MG_TOK_SENTENCEPIECE},
-        {"Llama2Tokenizer", MG_TOK_SENTENCEPIECE}, {"ByteTokenizer", MG_TOK_BYTES}, {NULL, 0}};
+        {"Llama2Tokenizer", MG_TOK_SENTENCEPIECE}, {"ByteTokenizer", MG_TOK_BYTES},
+        {"NullTokenizer", MG_TOK_NULL}, {NULL, 0}};
     for (int i = 0; name && names[i].n; i++) if (strcmp(name, names[i].n) == 0) return names[i].type;
     return -1;
 }
@@ -4076,16 +4132,37 @@ MGDEF mg_tokenizer *mg_tokenizer_load(const mg_tokenizer_desc *d, char *err, siz
     case MG_TOK_BYTES:
         t->n_vocab = 256; t->eod = 255; rc = 0;
         break;
+    case MG_TOK_NULL:
+        mg__tok_err(err, errlen, "NullTokenizer has no file to load: mg_tokenizer_null(V)");
+        rc = -1;
+        break;
     case MG_TOK_GPT2_BPE: rc = mg__load_gpt2(t, d, err, errlen); break;
     case MG_TOK_TIKTOKEN: rc = mg__load_tiktoken(t, d, err, errlen); break;
     case MG_TOK_HF: rc = mg__load_hf(t, d, err, errlen); break;
     case MG_TOK_SENTENCEPIECE: rc = mg__load_spm(t, d, err, errlen); break;
     default:
-        mg__tok_err(err, errlen, "tokenizer type %d unknown (0..4: bytes, GPT-2 BPE, tiktoken, HF, SentencePiece)", (int)d->type);
+        mg__tok_err(err, errlen, "tokenizer type %d unknown (0..5: bytes, GPT-2 BPE, tiktoken, HF, SentencePiece, null)", (int)d->type);
         rc = -1;
     }
     if (rc) { mg_tokenizer_free(t); return NULL; }
     mg__added_index(t);
+    return t;
+}
+
+/* Megatron's _NullTokenizer: vocab_size V + 1, eod V; text is ids (mg__null_encode).       */
+MGDEF mg_tokenizer *mg_tokenizer_null(int64_t vocab_size, char *err, size_t errlen) {
+    if (err && errlen) err[0] = 0;
+    if (vocab_size < 1 || vocab_size > 0x7ffffffe) {
+        mg__tok_err(err, errlen, "NullTokenizer: vocabulary size %lld (it takes V = 1 … 2^31 - 2: "
+                    "ids 0 … V-1, and V the end of document)", (long long)vocab_size);
+        return NULL;
+    }
+    mg_tokenizer *t = (mg_tokenizer *)calloc(1, sizeof *t);
+    if (!t) { mg__tok_err(err, errlen, "NullTokenizer: out of memory"); return NULL; }
+    t->type = MG_TOK_NULL;
+    t->n_vocab = (int32_t)vocab_size + 1;
+    t->eod = (int32_t)vocab_size;
+    t->bos = t->unk = -1;
     return t;
 }
 

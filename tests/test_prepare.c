@@ -21,8 +21,11 @@
        garbage after its last member is refused, zero padding and two members are read;
      - flags: --split-sentences, an unknown --tokenizer-type, a tokenizer file without
        --tokenizer-type, a tokenizer without its files (the message names the missing one),
-       a --json-keys key twice, --input with text files, --json-keys on text files are
-       one-line errors (exit 2, nothing written);
+       a --json-keys key twice, --input with text files, --json-keys on text files,
+       NullTokenizer without --vocab-size and --vocab-size without it are one-line errors
+       (exit 2, nothing written);
+     - NullTokenizer (text that is ids): each line's ids then the end of document V; an id
+       past V or a word that is no id stops the run (FILE, or FILE:LINE), nothing written;
      - progress on a terminal: under script(1) (a pseudo-terminal) stderr shows documents,
        MB/s and ETA; through a pipe it shows none;
      - a real vocabulary: with GPT-2's ranks (.venv/share/vocab/gpt2.tiktoken, from the install
@@ -368,6 +371,10 @@ static void check_flag_errors(void) {
         {"--input " DATA "prep_input.jsonl", "--input needs --output-prefix"},
         {"--llmc DIR/e.bin --dtype uint16 data/01_the_river_town.txt",
          "--dtype applies to -o PREFIX; an llm.c token file (--llmc) stores uint16 or uint32"},
+        {"--input " DATA "prep_input.jsonl -o DIR/e --tokenizer-type NullTokenizer",
+         "--tokenizer-type NullTokenizer needs --vocab-size V"},
+        {"--input " DATA "prep_input.jsonl -o DIR/e --vocab-size 10",
+         "--vocab-size applies to --tokenizer-type NullTokenizer"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char cmd[2048], out[2048], args[1200], name[300], *p;
@@ -385,6 +392,42 @@ static void check_flag_errors(void) {
                        && nl && !nl[1] && count_names("e_") == 0, name, "rc %d: %.300s", rc,
                        out);
     }
+}
+
+/* NullTokenizer (Megatron's, for text that is ids already): each line's ids, then the end of
+   document V = --vocab-size; a text that is not ids stops the run naming the file (or
+   FILE:LINE) and writes nothing.                                                           */
+static void check_null_tokenizer(void) {
+    char cmd[2048], out[2048];
+    mg_dataset ds;
+    int rc, ok;
+    write_text("ids.txt", "1 2 3\n4 5\n");
+    snprintf(cmd, sizeof cmd, TOOL " --tokenizer-type NullTokenizer --vocab-size 10 --append-eod "
+             "--documents line -o %s %s", tp("ids"), tp("ids.txt"));
+    rc = run(cmd, out, sizeof out);
+    ok = rc == 0 && mg_dataset_open(tp("ids"), &ds, out, sizeof out) == 0;
+    if (ok) {
+        static const int64_t want[7] = {1, 2, 3, 10, 4, 5, 10};
+        ok = ds.n_documents == 2 && ds.n_tokens == 7;
+        for (int64_t i = 0; ok && i < 7; i++) ok = mg_dataset_token(&ds, i) == want[i];
+        mg_dataset_close(&ds);
+    }
+    mg_test_report(ok, "prepare: NullTokenizer --vocab-size 10: each line's ids, then eod 10",
+                   "rc %d: %.300s", rc, out);
+    write_text("bad_ids.txt", "1 2 33\n");
+    snprintf(cmd, sizeof cmd, TOOL " --tokenizer-type NullTokenizer --vocab-size 10 -o %s/e %s",
+             dir, tp("bad_ids.txt"));
+    rc = run(cmd, out, sizeof out);
+    mg_test_report(rc == 1 && strstr(out, "bad_ids.txt: not NullTokenizer ids") &&
+                   count_names("e.") == 0, "prepare: NullTokenizer: an id past V stops the run, "
+                   "nothing written", "rc %d: %.300s", rc, out);
+    write_text("bad_ids.jsonl", "{\"text\": \"7 8 9\"}\n{\"text\": \"1 x\"}\n");
+    snprintf(cmd, sizeof cmd, TOOL " --tokenizer-type NullTokenizer --vocab-size 10 --input %s "
+             "--output-prefix %s/e", tp("bad_ids.jsonl"), dir);
+    rc = run(cmd, out, sizeof out);
+    mg_test_report(rc == 1 && strstr(out, "bad_ids.jsonl:2: not NullTokenizer ids") &&
+                   count_names("e_") == 0, "prepare: NullTokenizer: a JSON line that is not ids "
+                   "is named FILE:LINE", "rc %d: %.300s", rc, out);
 }
 
 static void check_progress(void) {
@@ -619,6 +662,7 @@ int main(void) {
     check_bad_lines();
     check_all_or_none();
     check_flag_errors();
+    check_null_tokenizer();
     check_progress();
     check_tiktoken();
     check_tokenize_cli();

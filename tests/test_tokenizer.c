@@ -395,7 +395,8 @@ static void check_errors(void) {
     mg_test_report(bad == 0, "bad files and names: one line saying what is wrong", bad ? "%s" : NULL, first);
     mg_test_report(mg_tok_type_from_name("TikTokenizer") == MG_TOK_TIKTOKEN && mg_tok_type_from_name("Llama2Tokenizer") == MG_TOK_SENTENCEPIECE &&
                    mg_tok_type_from_name("GPT2BPETokenizer") == MG_TOK_GPT2_BPE && mg_tok_type_from_name("HuggingFaceTokenizer") == MG_TOK_HF &&
-                   mg_tok_type_from_name("ByteTokenizer") == MG_TOK_BYTES && mg_tok_type_from_name("BertWordPieceLowerCase") == -1,
+                   mg_tok_type_from_name("ByteTokenizer") == MG_TOK_BYTES && mg_tok_type_from_name("NullTokenizer") == MG_TOK_NULL &&
+                   mg_tok_type_from_name("BertWordPieceLowerCase") == -1,
                    "Megatron's --tokenizer-type names", NULL);
 }
 
@@ -449,11 +450,54 @@ static void check_null_arguments(void) {
     mg_tokenizer_free(t);
 }
 
+/* NullTokenizer, as Megatron's _NullTokenizer(V): vocab_size V + 1, eod V; tokenize is
+   [int(x) for x in text.split(' ')] and detokenize ' '.join(map(str, ids)). The texts and the
+   ids (or the ValueError, -1 here) are what Python 3 gives for them; an id past V is
+   refused, and the empty text (a ValueError in Python) is no ids.                          */
+static void check_null_tokenizer(void) {
+    static const struct { const char *text; int64_t n; int32_t ids[4]; } cases[] = {
+        {"1 2 3", 3, {1, 2, 3}}, {"1000", 1, {1000}}, {"0 007 +5 -0", 4, {0, 7, 5, 0}},
+        {"1_000 9\n", 2, {1000, 9}}, {"\t12\r", 1, {12}}, {"", 0, {0}},
+        {" 1", -1, {0}}, {"1  2", -1, {0}}, {"12 ", -1, {0}}, {"1_", -1, {0}}, {"_1", -1, {0}},
+        {"1__2", -1, {0}}, {"abc", -1, {0}}, {"-1", -1, {0}}, {"1001", -1, {0}},
+        {"1.5", -1, {0}}, {"0x10", -1, {0}}, {"99999999999999999999", -1, {0}}};
+    char err[256], out[64], first[200] = "";
+    int bad = 0;
+    mg_tokenizer *t = mg_tokenizer_null(1000, err, sizeof err);
+    mg_test_report(t && mg_tokenizer_vocab_size(t) == 1001 && mg_tokenizer_eod(t) == 1000 &&
+                   mg_tokenizer_bos(t) == -1, "NullTokenizer(1000): 1001 ids, eod 1000", "%s",
+                   t ? "" : err);
+    if (!t) return;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int32_t ids[8];
+        int64_t n = mg_tokenizer_encode(t, cases[i].text, strlen(cases[i].text), 0, ids, 8);
+        int ok = n == cases[i].n;
+        for (int64_t k = 0; ok && k < n; k++) ok = ids[k] == cases[i].ids[k];
+        if (!ok && !bad++) snprintf(first, sizeof first, "'%s': %lld ids", cases[i].text, (long long)n);
+    }
+    mg_test_report(bad == 0, "NullTokenizer encodes as Megatron's [int(x) for x in text.split(' ')]",
+                   bad ? "%s" : NULL, first);
+    int32_t ids[3] = {5, 0, 1000}, over = 1001;
+    int64_t m = mg_tokenizer_decode(t, ids, 3, out, sizeof out);
+    mg_test_report(m == 8 && !memcmp(out, "5 0 1000", 8) && mg_tokenizer_decode(t, &over, 1, out, 64) == -1,
+                   "NullTokenizer decodes as ' '.join(map(str, ids)); an id past eod is refused", NULL);
+    mg_tokenizer_free(t);
+    mg_tokenizer_desc d = {MG_TOK_NULL, NULL, NULL, NULL};
+    t = mg_tokenizer_null(0, err, sizeof err);
+    int zero = !t && strstr(err, "vocabulary size 0");
+    mg_tokenizer_free(t);
+    t = mg_tokenizer_load(&d, err, sizeof err);
+    mg_test_report(zero && !t && strstr(err, "mg_tokenizer_null"),
+                   "NullTokenizer: V = 0 refused; mg_tokenizer_load points to mg_tokenizer_null", "%s", err);
+    mg_tokenizer_free(t);
+}
+
 int main(void) {
     mg_tokenizer_desc bytes = {MG_TOK_BYTES, NULL, NULL, NULL};
     check_roundtrip("bytes", bytes);
     check_empty_json();
     check_null_arguments();
+    check_null_tokenizer();
     struct stat st;
     if (stat(".venv/bin/python", &st) != 0) {
         printf("ok - reference tokenizers # skip .venv missing (run make deps)\n");

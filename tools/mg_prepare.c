@@ -53,12 +53,16 @@ typedef enum { BAD_STOP, BAD_SKIP } bad_mode;
 /* JSON lines are encoded in batches of this many lines (or bytes), then written in order.   */
 #define BATCH_LINES 4096
 #define BATCH_BYTES ((size_t)64 << 20)
+/* Why NullTokenizer refused a text.                                                         */
+#define NOT_IDS "not NullTokenizer ids (decimal ids 0 … V separated by single spaces, V = " \
+                "--vocab-size)"
 
 typedef struct prep_args {
     const char *input, *output_prefix, *llmc;
     const char *keys[MAX_KEYS];
     int n_keys;
     const char *tokenizer_type, *vocab_file, *merge_file, *tokenizer_model, *tiktoken_pattern;
+    int64_t null_vocab_size;     /* --vocab-size (NullTokenizer); -1 not given                */
     int append_eod, quiet, workers, dtype_given;
     mg_idx_dtype dtype;
     int64_t log_interval;
@@ -87,8 +91,11 @@ static void usage(FILE *to) {
         "                              after blank lines; line: one document per line\n"
         "Tokenizer (Megatron-LM's flags):\n"
         "  --tokenizer-type NAME       GPT2BPETokenizer, TikTokenizer, HuggingFaceTokenizer,\n"
-        "                              SentencePieceTokenizer, Llama2Tokenizer, ByteTokenizer\n"
-        "                              (default ByteTokenizer: id = byte, vocabulary 256)\n"
+        "                              SentencePieceTokenizer, Llama2Tokenizer, NullTokenizer,\n"
+        "                              ByteTokenizer (default ByteTokenizer: id = byte,\n"
+        "                              vocabulary 256)\n"
+        "  --vocab-size V              NullTokenizer: the text is decimal ids 0 … V-1 separated\n"
+        "                              by single spaces; V is its end-of-document id\n"
         "  --vocab-file FILE           GPT2BPETokenizer: vocab.json (the others: their one "
         "file,\n                              as --tokenizer-model)\n"
         "  --merge-file FILE           GPT2BPETokenizer: merges.txt\n"
@@ -147,6 +154,7 @@ static int parse_args(prep_args *a, int argc, char **argv) {
     int only_files = 0;
     memset(a, 0, sizeof *a);
     a->workers = 1;
+    a->null_vocab_size = -1;
     a->log_interval = 1000;
     a->dtype = MG_IDX_U16;
     a->files = argv + 1;
@@ -189,7 +197,13 @@ static int parse_args(prep_args *a, int argc, char **argv) {
         else if (!strcmp(arg, "--merge-file")) a->merge_file = v;
         else if (!strcmp(arg, "--tokenizer-model")) a->tokenizer_model = v;
         else if (!strcmp(arg, "--tiktoken-pattern")) a->tiktoken_pattern = v;
-        else if (!strcmp(arg, "--workers") || !strcmp(arg, "--log-interval")) {
+        else if (!strcmp(arg, "--vocab-size")) {
+            char *end;
+            long long n = strtoll(v, &end, 10);
+            if (!*v || *end || n < 1 || n > 0x7ffffffe)
+                return die_usage("--vocab-size %s: expected a whole number >= 1%s", v, "");
+            a->null_vocab_size = n;
+        } else if (!strcmp(arg, "--workers") || !strcmp(arg, "--log-interval")) {
             char *end;
             long long n = strtoll(v, &end, 10);
             if (!*v || *end || n < 1 || n > (arg[2] == 'w' ? 1024 : 1000000000000LL))
@@ -241,18 +255,23 @@ static int parse_args(prep_args *a, int argc, char **argv) {
         return die_usage("%s needs --tokenizer-type (the tokenizer it belongs to)%s",
                          a->vocab_file ? "--vocab-file" : a->merge_file ? "--merge-file" :
                          a->tokenizer_model ? "--tokenizer-model" : "--tiktoken-pattern", "");
+    if (a->null_vocab_size > 0 &&
+        (!a->tokenizer_type || mg_tok_type_from_name(a->tokenizer_type) != MG_TOK_NULL))
+        return die_usage("--vocab-size applies to --tokenizer-type NullTokenizer (the other "
+                         "tokenizers have their vocabulary)%s%s", "", "");
     if (!a->n_keys) a->keys[a->n_keys++] = "text";
     return output_overwrites_input(a);
 }
 
 /* ---- encoding ------------------------------------------------------------------------------ */
-/* Token ids of one text into a growing buffer at ids[*n...]; 0, or -1 out of memory.       */
+/* Token ids of one text into a growing buffer at ids[*n...]; 0, -1 out of memory, or -2 text
+   the tokenizer refuses (NullTokenizer: not ids).                                          */
 static int encode_append(const mg_tokenizer *tok, const char *text, size_t len, int32_t **ids,
                          int64_t *n, int64_t *cap) {
     for (;;) {
         int64_t room = *cap - *n;
         int64_t need = mg_tokenizer_encode(tok, text, len, 0, *ids + *n, room);
-        if (need < 0) return -1;
+        if (need < 0) return -2;
         if (need <= room) { *n += need; return 0; }
         int64_t grown = 2 * (*n + need) + 64;
         int32_t *p = (int32_t *)realloc(*ids, (size_t)grown * sizeof(int32_t));
@@ -283,7 +302,8 @@ static int doc_push_len(doc_out *d, int64_t len) {
 /* Encoder.encode for one text: tokens appended as one sequence when there are any.       */
 static int doc_add_text(doc_out *d, const mg_tokenizer *tok, const char *text, size_t len) {
     int64_t before = d->n_ids;
-    if (encode_append(tok, text, len, &d->ids, &d->n_ids, &d->cap_ids)) return -1;
+    int rc = encode_append(tok, text, len, &d->ids, &d->n_ids, &d->cap_ids);
+    if (rc) return rc;
     return d->n_ids > before ? doc_push_len(d, d->n_ids - before) : 0;
 }
 
@@ -398,8 +418,9 @@ static void encode_line(line_job *j, const prep_args *a, const mg_tokenizer *tok
                 snprintf(j->why, sizeof j->why, "\"%.60s\" holds \\u0000", a->keys[k]);
                 break;
             }
-            if (doc_add_text(&j->doc[k], tok, s, strlen(s)))
-                snprintf(j->why, sizeof j->why, "out of memory");
+            int added = doc_add_text(&j->doc[k], tok, s, strlen(s));
+            if (added)
+                snprintf(j->why, sizeof j->why, "%s", added == -2 ? NOT_IDS : "out of memory");
             free(s);
         }
         if (!j->why[0] && doc_finish(&j->doc[k], eod, a->append_eod))
@@ -733,14 +754,16 @@ static int run_text(const prep_args *a, const mg_tokenizer *tok, prep_out *o, in
             free(docs);
             return 1;
         }
-        int failed = 0;
+        int failed = 0;   /* 1: out of memory, 2: text the tokenizer refuses */
         #pragma omp parallel for num_threads(a->workers) schedule(dynamic, 1) reduction(|:failed)
-        for (long d = 0; d < n_docs; d++)
-            failed |= doc_add_text(&docs[d], tok, bytes + starts[2 * d],
-                                   (size_t)(starts[2 * d + 1] - starts[2 * d])) ||
-                      doc_finish(&docs[d], eod, a->append_eod);
+        for (long d = 0; d < n_docs; d++) {
+            int added = doc_add_text(&docs[d], tok, bytes + starts[2 * d],
+                                     (size_t)(starts[2 * d + 1] - starts[2 * d]));
+            failed |= added == -2 ? 2 : added || doc_finish(&docs[d], eod, a->append_eod);
+        }
         if (failed) {
-            fprintf(stderr, "mg_prepare: %s: out of memory while encoding\n", a->files[f]);
+            fprintf(stderr, "mg_prepare: %s: %s\n", a->files[f], failed & 2 ? NOT_IDS :
+                    "out of memory while encoding");
             rc = 1;
         }
         for (long d = 0; d < n_docs && rc == 0; d++) {
@@ -783,7 +806,8 @@ int main(int argc, char **argv) {
     int rc = parse_args(&a, argc, argv);
     if (rc) return rc == 1 ? 0 : 2;
     tok = mg_tokenizer_from_flags(a.tokenizer_type, a.vocab_file, a.merge_file,
-                                  a.tokenizer_model, a.tiktoken_pattern, err, sizeof err);
+                                  a.tokenizer_model, a.tiktoken_pattern, a.null_vocab_size,
+                                  err, sizeof err);
     if (!tok) { fprintf(stderr, "mg_prepare: %s\n", err); return 2; }
     if (!a.tokenizer_type) a.tokenizer_type = "ByteTokenizer";
     vocab = mg_tokenizer_vocab_size(tok);

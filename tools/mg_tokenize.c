@@ -1,12 +1,14 @@
 /* tools/mg_tokenize.c — encode text with a tokenizer (mg_tokenizer.h) and print the ids, or
    decode ids back to text. Flags are Megatron-LM's:
      build/mg_tokenize --tokenizer-type TYPE [--vocab-file F] [--merge-file F]
-                       [--tokenizer-model F] [--tiktoken-pattern P] [--allow-special]
+                       [--tokenizer-model F] [--tiktoken-pattern P] [--vocab-size V]
+                       [--allow-special]
                        [--pieces] [--decode] [--text TEXT]
    TYPE: GPT2BPETokenizer (--vocab-file vocab.json --merge-file merges.txt), TikTokenizer
    (--vocab-file *.tiktoken [--tiktoken-pattern gpt2|r50k_base|cl100k_base|o200k_base]),
    HuggingFaceTokenizer (--vocab-file tokenizer.json), SentencePieceTokenizer/Llama2Tokenizer
-   (--tokenizer-model tokenizer.model), ByteTokenizer.
+   (--tokenizer-model tokenizer.model), NullTokenizer (--vocab-size V: the text is decimal
+   ids 0 … V separated by single spaces, V the end of document), ByteTokenizer.
    Without --text it reads standard input. Prints one line: the ids separated by spaces
    (--pieces: id:"decoded bytes" per token, bytes outside printable ASCII as \xNN), then a line
    "N tokens, vocabulary V, eod E, bos B". --decode: the text is ids; prints the bytes.    */
@@ -19,23 +21,25 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: mg_tokenize --tokenizer-type TYPE [--vocab-file F] [--merge-file F] [--tokenizer-model F]\n"
-               "                   [--tiktoken-pattern P] [--allow-special] [--pieces] [--decode] [--text TEXT]\n"
+               "                   [--tiktoken-pattern P] [--vocab-size V] [--allow-special] [--pieces] [--decode]\n"
+               "                   [--text TEXT]\n"
                "TYPE: GPT2BPETokenizer, TikTokenizer, HuggingFaceTokenizer, SentencePieceTokenizer, Llama2Tokenizer,\n"
-               "      ByteTokenizer. Without --text, reads standard input.\n");
+               "      NullTokenizer (with --vocab-size V), ByteTokenizer. Without --text, reads standard input.\n");
 }
 
 int main(int argc, char **argv) {
     const char *type = NULL, *text = NULL, *vocab = NULL, *merges = NULL, *model = NULL;
-    const char *pattern = NULL;
+    const char *pattern = NULL, *vocab_size = NULL;
     static const char *const valued[] = {"--tokenizer-type", "--vocab-file", "--merge-file",
-                                         "--tokenizer-model", "--tiktoken-pattern", "--text"};
-    const char **slot[] = {&type, &vocab, &merges, &model, &pattern, &text};
+                                         "--tokenizer-model", "--tiktoken-pattern", "--text",
+                                         "--vocab-size"};
+    const char **slot[] = {&type, &vocab, &merges, &model, &pattern, &text, &vocab_size};
     int allow = 0, pieces = 0, decode = 0;
     for (int a = 1; a < argc; a++) {
         const char *f = argv[a];
         int k = 0;
-        while (k < 6 && strcmp(f, valued[k])) k++;
-        if (k < 6) {
+        while (k < 7 && strcmp(f, valued[k])) k++;
+        if (k < 7) {
             if (a + 1 >= argc) {
                 fprintf(stderr, "mg_tokenize: %s needs a value (see --help)\n", f);
                 return 2;
@@ -52,12 +56,24 @@ int main(int argc, char **argv) {
     }
     if (!type) {
         fprintf(stderr, "mg_tokenize: --tokenizer-type is required (GPT2BPETokenizer, TikTokenizer, "
-                        "HuggingFaceTokenizer, SentencePieceTokenizer, Llama2Tokenizer or "
-                        "ByteTokenizer)\n");
+                        "HuggingFaceTokenizer, SentencePieceTokenizer, Llama2Tokenizer, "
+                        "NullTokenizer or ByteTokenizer)\n");
         return 2;
     }
     char err[MG_ERRLEN];   /* the type's files checked as gpt_train and mg_prepare check them */
-    mg_tokenizer *t = mg_tokenizer_from_flags(type, vocab, merges, model, pattern, err, sizeof err);
+    long long null_vocab = -1;
+    if (vocab_size) {
+        char *end;
+        null_vocab = strtoll(vocab_size, &end, 10);
+        if (!*vocab_size || *end || null_vocab < 1 || mg_tok_type_from_name(type) != MG_TOK_NULL) {
+            fprintf(stderr, "mg_tokenize: --vocab-size %s: %s\n", vocab_size,
+                    mg_tok_type_from_name(type) != MG_TOK_NULL ? "applies to NullTokenizer" :
+                    "expected a whole number >= 1");
+            return 2;
+        }
+    }
+    mg_tokenizer *t = mg_tokenizer_from_flags(type, vocab, merges, model, pattern, null_vocab, err,
+                                              sizeof err);
     if (!t) { fprintf(stderr, "mg_tokenize: %s\n", err); return 1; }
     char *buf = NULL;
     size_t n = 0;
@@ -112,6 +128,11 @@ int main(int argc, char **argv) {
         return 0;
     }
     int64_t m = mg_tokenizer_encode(t, text, n, allow, NULL, 0);
+    if (m < 0) {   /* NullTokenizer: not ids */
+        fprintf(stderr, "mg_tokenize: the text is not %s ids (decimal, 0 … %d, separated by "
+                "single spaces)\n", type, mg_tokenizer_vocab_size(t) - 1);
+        return 1;
+    }
     int32_t *ids = (int32_t *)malloc((size_t)(m + 1) * sizeof(int32_t));
     mg_tokenizer_encode(t, text, n, allow, ids, m);
     for (int64_t i = 0; i < m; i++) {

@@ -1706,8 +1706,8 @@ static void check_megatron_compat(void) {
                  "^--optimizer sgd is not supported by megatron.h: the optimizer is AdamW");
     expect_error("--exp-avg-dtype bf16 refused (fp32 is taken)", BASE "--exp-avg-dtype bf16",
                  "^--exp-avg-dtype bf16 is not supported by megatron.h: Adam's moments are fp32");
-    expect_error("--mock-data refused", BASE "--mock-data",
-                 "^--mock-data is not supported by megatron.h: no synthetic dataset");
+    expect_error("--mock-data replaces --data-path (taken: Megatron-LM's mock dataset)",
+                 BASE "--mock-data", "^--mock-data with --data-path: give either");
     expect_error("--rotary-interleaved refused", BASE "--rotary-interleaved",
                  "^--rotary-interleaved is not supported by megatron.h: rotary dimensions pair "
                  "as rotate-half");

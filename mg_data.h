@@ -140,7 +140,7 @@ MGDEF void mg_dataset_token_range(const mg_dataset *ds, int64_t *min_token, int6
        L = numpy.random.default_rng(0).integers(1, MG_MOCK_MAX_LEN, size=100000, dtype=int32)
    (1 … 4095 tokens, 2048 on average: about 205 M tokens in all), sequence k holding
        1, 2, …, L_k − 1 (each modulo vocab_size), then eod.
-   Only the lengths are stored (1.2 MiB of index); the tokens are computed where they are read,
+   Only the index is stored (2 MB); the tokens are computed where they are read,
    so the samplers, splits and blends work on it as on a file, in Megatron's order. vocab_size
    is the tokenizer's (unpadded) size, eod its end-of-document id (0 <= eod < vocab_size).
    Megatron's mock dataset fixes the seed, the count and the longest length; so does this.   */

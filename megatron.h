@@ -633,10 +633,13 @@ typedef enum { MG_WD_CONSTANT = 0, MG_WD_LINEAR, MG_WD_COSINE } mg_wd_style;
 typedef struct mg_lr_schedule {
     double max_lr, min_lr;       /* --lr, --min-lr                                              */
     double init_lr;              /* --lr-warmup-init: the rate the warm-up starts from          */
+    /* The lengths are in iterations; sample-based training (--train-samples) gives them in
+       samples, which here read as samples / samples_per_iter: a fraction of an iteration
+       counts, as Megatron counts every length in samples.                                    */
     double warmup_iters;         /* --lr-warmup-iters, or --lr-warmup-fraction × decay_iters    */
-    int64_t decay_iters;         /* --lr-decay-iters (Megatron's default: --train-iters)        */
+    double decay_iters;          /* --lr-decay-iters (Megatron's default: --train-iters)        */
     mg_lr_style style;           /* --lr-decay-style                                            */
-    int64_t wsd_decay_iters;     /* --lr-wsd-decay-iters: WSD's annealing, the last iterations
+    double wsd_decay_iters;      /* --lr-wsd-decay-iters: WSD's annealing, the last iterations
                                     of decay_iters                                             */
     mg_wsd_style wsd_style;      /* --lr-wsd-decay-style                                        */
     int64_t samples_per_iter;    /* the global batch size (0 counts as 1): Megatron counts the
@@ -644,7 +647,7 @@ typedef struct mg_lr_schedule {
                                     max(·, 1) tells apart from iterations                      */
     double start_wd, end_wd;     /* --start-weight-decay, --end-weight-decay (the constant
                                     style: --weight-decay both)                               */
-    int64_t wd_incr_iters;       /* the increment's length (Megatron's wd_incr_steps):
+    double wd_incr_iters;        /* the increment's length (Megatron's wd_incr_steps):
                                     --train-iters                                              */
     mg_wd_style wd_style;        /* --weight-decay-incr-style                                   */
 } mg_lr_schedule;
@@ -896,6 +899,9 @@ typedef struct mg_train_args {
     int64_t ffn_hidden_size, num_query_groups, kv_channels;
     /* batch and length of the run                                                           */
     int64_t micro_batch_size, global_batch_size, train_iters;
+    /* sample-based training (Megatron's): --train-samples N trains N / global batch
+       iterations, and the schedule's lengths are given in samples (0: not given)          */
+    int64_t train_samples, lr_decay_samples, lr_warmup_samples, lr_wsd_decay_samples;
     /* clean exits (mg_trainer_exit_check): on SIGTERM (a switch), after a wall-clock budget,
        at a multiple of an iteration count (0: never)                                        */
     int exit_signal_handler;
@@ -911,7 +917,7 @@ typedef struct mg_train_args {
     int64_t lr_wsd_decay_iters;          /* WSD's annealing iterations (required with WSD)     */
     int weight_decay_incr_style;         /* mg_wd_style                                        */
     double start_weight_decay, end_weight_decay; /* the increment's ends (not constant)       */
-    int64_t wd_incr_iters;               /* (no flag) the increment's length: 0 is
+    double wd_incr_iters;                /* (no flag) the increment's length: 0 is
                                             --train-iters; the checkpoint's under
                                             --use-checkpoint-opt_param-scheduler              */
     /* on --load, a schedule that differs from the checkpoint's: the command line's
@@ -3599,7 +3605,7 @@ MG_HD static inline double mg__lr_at(const mg_lr_schedule *s, int64_t num_steps)
     if (s->warmup_iters > 0 && (double)num_steps <= s->warmup_iters)
         return s->init_lr + (s->max_lr - s->init_lr) * (double)num_steps / s->warmup_iters;
     if (s->style == MG_LR_CONSTANT) return s->max_lr;
-    if (num_steps > s->decay_iters) return s->min_lr;
+    if ((double)num_steps > s->decay_iters) return s->min_lr;
     if (s->style == MG_LR_INVERSE_SQRT) {
         double samples = s->samples_per_iter > 0 ? (double)s->samples_per_iter : 1.0;
         double warmup = fmax(s->warmup_iters * samples, 1.0);
@@ -3608,25 +3614,24 @@ MG_HD static inline double mg__lr_at(const mg_lr_schedule *s, int64_t num_steps)
         return lr > s->min_lr ? lr : s->min_lr;
     }
     if (s->style == MG_LR_WSD) {
-        int64_t anneal = s->decay_iters - s->wsd_decay_iters;
-        ratio = num_steps <= anneal ? 0.0
-                                    : (double)(num_steps - anneal) / (double)s->wsd_decay_iters;
-        coeff = num_steps <= anneal                ? 1.0
+        double anneal = s->decay_iters - s->wsd_decay_iters;
+        ratio = (double)num_steps <= anneal ? 0.0
+                                            : ((double)num_steps - anneal) / s->wsd_decay_iters;
+        coeff = (double)num_steps <= anneal        ? 1.0
               : s->wsd_style == MG_WSD_EXPONENTIAL ? 2.0 * pow(0.5, ratio) - 1.0
               : s->wsd_style == MG_WSD_LINEAR      ? 1.0 - ratio
               : s->wsd_style == MG_WSD_COSINE      ? 0.5 * (cos(MG__PI * ratio) + 1.0)
                                                    : 1.0 - sqrt(ratio);
     } else {
-        ratio = ((double)num_steps - s->warmup_iters) /
-                ((double)s->decay_iters - s->warmup_iters);
+        ratio = ((double)num_steps - s->warmup_iters) / (s->decay_iters - s->warmup_iters);
         coeff = s->style == MG_LR_LINEAR ? 1.0 - ratio : 0.5 * (cos(MG__PI * ratio) + 1.0);
     }
     return s->min_lr + coeff * (s->max_lr - s->min_lr);
 }
 MG_HD static inline double mg__wd_at(const mg_lr_schedule *s, int64_t num_steps) {
     double ratio, coeff;
-    if (num_steps > s->wd_incr_iters || s->wd_style == MG_WD_CONSTANT) return s->end_wd;
-    ratio = (double)num_steps / (double)s->wd_incr_iters;
+    if ((double)num_steps > s->wd_incr_iters || s->wd_style == MG_WD_CONSTANT) return s->end_wd;
+    ratio = (double)num_steps / s->wd_incr_iters;
     coeff = s->wd_style == MG_WD_LINEAR ? ratio : 0.5 * (cos(MG__PI * (1.0 - ratio)) + 1.0);
     return s->start_wd + coeff * (s->end_wd - s->start_wd);
 }
@@ -4402,7 +4407,12 @@ static const mg__flag mg__flags[] = {
      "gradients accumulate over global/(micro x d) microbatches per replica (default: "
      "--micro-batch-size x d, as Megatron-LM)"},
     {"--train-iters", MG__F_INT, MG__OFF(train_iters), "N", 0, MG__BIG,
-     "iterations to train (required; 0: no training, e.g. to convert or sample)"},
+     "iterations to train (required, or --train-samples; 0: no training, e.g. to convert or "
+     "sample)"},
+    {"--train-samples", MG__F_INT, MG__OFF(train_samples), "N", 1, MG__BIG,
+     "instead of --train-iters: train N / --global-batch-size iterations (rounded down) and "
+     "count the schedule in samples: --lr-decay-samples, --lr-warmup-samples, "
+     "--lr-wsd-decay-samples (Megatron-LM's sample-based training)"},
     {"--exit-signal-handler", MG__F_SWITCH, MG__OFF(exit_signal_handler), NULL, 0, 0,
      "on SIGTERM (to any rank): finish the iteration, save (with --save), exit 0 everywhere"},
     {"--exit-duration-in-mins", MG__F_FLOAT, MG__OFF(exit_duration_in_mins), "M", 1e-6, 1e9,
@@ -4454,12 +4464,18 @@ static const mg__flag mg__flags[] = {
      "the learning rate the warm-up starts from, <= --lr (default 0)"},
     {"--lr-decay-iters", MG__F_INT, MG__OFF(lr_decay_iters), "N", 1, MG__BIG,
      "iterations until --min-lr is reached (default: --train-iters)"},
+    {"--lr-warmup-samples", MG__F_INT, MG__OFF(lr_warmup_samples), "N", 0, MG__BIG,
+     "with --train-samples: the warm-up in samples (default 0)"},
+    {"--lr-decay-samples", MG__F_INT, MG__OFF(lr_decay_samples), "N", 1, MG__BIG,
+     "with --train-samples: samples until --min-lr is reached (default: --train-samples)"},
     {"--lr-wsd-decay-style", MG__F_CHOICE, MG__OFF(lr_wsd_decay_style),
      MG__WSD_STYLES, 0, 0, "WSD's annealing, of its progress r: "
      "2 x 0.5^r - 1, 1 - r, (cos(pi r) + 1) / 2 or 1 - sqrt(r) (default exponential)"},
     {"--lr-wsd-decay-iters", MG__F_INT, MG__OFF(lr_wsd_decay_iters), "N", 0, MG__BIG,
      "WSD's annealing: the last N iterations of the decay (required with --lr-decay-style "
      "WSD)"},
+    {"--lr-wsd-decay-samples", MG__F_INT, MG__OFF(lr_wsd_decay_samples), "N", 0, MG__BIG,
+     "with --train-samples: WSD's annealing, the last N samples of the decay"},
     {"--override-opt_param-scheduler", MG__F_SWITCH, MG__OFF(override_opt_param_scheduler),
      NULL, 0, 0, "on --load, take --lr, --min-lr, --lr-warmup-iters, --lr-decay-iters (or "
      "--train-iters), --lr-decay-style and the weight decay (--weight-decay, or "
@@ -4862,12 +4878,6 @@ static const mg__compat_flag mg__compat_flags[] = {
     {"--num-experts", "N", MG__COMPAT_REFUSED, "no mixture of experts: every layer has one "
      "MLP"},
     {"--fp8-format", NULL, MG__COMPAT_REFUSED, "no fp8 training: --bf16 or --fp16"},
-    {"--train-samples", "N", MG__COMPAT_REFUSED, "training is counted in iterations: give "
-     "--train-iters (samples / --global-batch-size)"},
-    {"--lr-decay-samples", "N", MG__COMPAT_REFUSED, "the schedule is counted in iterations: "
-     "give --lr-decay-iters"},
-    {"--lr-warmup-samples", "N", MG__COMPAT_REFUSED, "the schedule is counted in iterations: "
-     "give --lr-warmup-iters"},
     {"--rampup-batch-size", "N", MG__COMPAT_REFUSED, "the global batch is constant "
      "(--global-batch-size); Megatron-LM ramps it up only with --train-samples, and refuses it "
      "with --train-iters too"},
@@ -5801,18 +5811,17 @@ static int mg__read_sched(const mg_json *js, int64_t k, const char *path, mg__ck
                        MG__WD_STYLES, path);
     }
     lr_style = mg__json_choice(js, k, "lr_decay_style", MG__LR_STYLES);
-    if (lr_style < 0 || v[3] != floor(v[3]) || v[6] != floor(v[6]))
+    if (lr_style < 0)   /* the lengths may be fractions: sample-based runs count samples */
         return mg__err(err, errlen, "%s: opt_param_scheduler holds a decay style that is not "
-                       "one of " MG__LR_STYLES ", or decay or weight-decay iterations that are "
-                       "not a whole number", path);   /* a fraction's warm-up need not be */
+                       "one of " MG__LR_STYLES, path);
     s->sched.max_lr = v[0];
     s->sched.min_lr = v[1];
     s->sched.warmup_iters = v[2];
-    s->sched.decay_iters = (int64_t)v[3];
+    s->sched.decay_iters = v[3];
     s->sched.style = (mg_lr_style)lr_style;
     s->sched.start_wd = v[4];
     s->sched.end_wd = v[5];
-    s->sched.wd_incr_iters = (int64_t)v[6];
+    s->sched.wd_incr_iters = v[6];
     s->sched.wd_style = (mg_wd_style)wd_style;
     s->has_sched = 1;
     return 0;
@@ -5904,20 +5913,33 @@ static int mg__read_state(const char *path, int64_t iteration, mg__ckpt_state *s
     return rc;
 }
 
+/* Sample-based training: --train-samples given (Megatron-LM's train_samples).            */
+static int mg__sample_based(const mg_train_args *a) {
+    return mg_train_flag_given(a, "--train-samples");
+}
+/* A length in samples as iterations of the global batch (a fraction kept).                  */
+static double mg__in_iters(const mg_train_args *a, int64_t samples) {
+    return (double)samples / (double)a->global_batch_size;
+}
 /* The schedule's decay and warm-up lengths in iterations, as Megatron's
    get_optimizer_param_scheduler makes them: --lr-decay-iters, else --train-iters; the warm-up
-   --lr-warmup-fraction × that when given (not rounded), else --lr-warmup-iters.             */
-static int64_t mg__decay_iters(const mg_train_args *a) {
-    return a->lr_decay_iters ? a->lr_decay_iters : a->train_iters;
+   --lr-warmup-fraction × that when given (not rounded), else --lr-warmup-iters. Sample-based:
+   --lr-decay-samples, else --train-samples, and --lr-warmup-samples, in iterations.       */
+static double mg__decay_iters(const mg_train_args *a) {
+    if (mg__sample_based(a))
+        return mg__in_iters(a, a->lr_decay_samples ? a->lr_decay_samples : a->train_samples);
+    return (double)(a->lr_decay_iters ? a->lr_decay_iters : a->train_iters);
 }
 static double mg__warmup_iters(const mg_train_args *a) {
     return mg_train_flag_given(a, "--lr-warmup-fraction")
-               ? a->lr_warmup_fraction * (double)mg__decay_iters(a)
-               : (double)a->lr_warmup_iters;
+               ? a->lr_warmup_fraction * mg__decay_iters(a)
+               : mg__sample_based(a) ? mg__in_iters(a, a->lr_warmup_samples)
+                                     : (double)a->lr_warmup_iters;
 }
 /* The command line's schedule, as Megatron's validate_args and get_optimizer_param_scheduler
    make it: the constant weight-decay style decays by --weight-decay from start to end; the
-   increment lasts --train-iters (Megatron's wd_incr_steps = train_iters × global batch).  */
+   increment lasts --train-iters (Megatron's wd_incr_steps = train_iters × global batch;
+   sample-based: --train-samples).                                                          */
 static void mg__sched_of(const mg_train_args *a, mg_lr_schedule *s) {
     int constant_wd = a->weight_decay_incr_style == MG_WD_CONSTANT;
     memset(s, 0, sizeof *s);
@@ -5927,12 +5949,15 @@ static void mg__sched_of(const mg_train_args *a, mg_lr_schedule *s) {
     s->warmup_iters = mg__warmup_iters(a);
     s->decay_iters = mg__decay_iters(a);
     s->style = (mg_lr_style)a->lr_decay_style;
-    s->wsd_decay_iters = a->lr_wsd_decay_iters;
+    s->wsd_decay_iters = mg__sample_based(a) ? mg__in_iters(a, a->lr_wsd_decay_samples)
+                                             : (double)a->lr_wsd_decay_iters;
     s->wsd_style = (mg_wsd_style)a->lr_wsd_decay_style;
     s->samples_per_iter = a->global_batch_size;
     s->start_wd = constant_wd ? a->weight_decay : a->start_weight_decay;
     s->end_wd = constant_wd ? a->weight_decay : a->end_weight_decay;
-    s->wd_incr_iters = a->wd_incr_iters ? a->wd_incr_iters : a->train_iters;
+    s->wd_incr_iters = a->wd_incr_iters ? a->wd_incr_iters
+                     : mg__sample_based(a) ? mg__in_iters(a, a->train_samples)
+                                           : (double)a->train_iters;
     s->wd_style = (mg_wd_style)a->weight_decay_incr_style;
 }
 
@@ -5951,11 +5976,17 @@ static int mg__sched_merge(mg_train_args *a, const mg__ckpt_state *st, char *err
     const mg_lr_schedule *c = &st->sched;
     mg_lr_schedule cmd;
     int constant_wd = a->weight_decay_incr_style == MG_WD_CONSTANT;
-    const char *const flags[9] = {"--lr", "--min-lr", "--lr-warmup-iters", "--lr-decay-iters",
+    int samples = mg__sample_based(a);   /* lengths named and shown in samples */
+    const char *const flags[9] = {"--lr", "--min-lr",
+                                  samples ? "--lr-warmup-samples" : "--lr-warmup-iters",
+                                  samples ? "--lr-decay-samples" : "--lr-decay-iters",
                                   "--lr-decay-style",
                                   constant_wd ? "--weight-decay" : "--start-weight-decay",
                                   constant_wd ? "--weight-decay" : "--end-weight-decay",
-                                  "--train-iters", "--weight-decay-incr-style"};
+                                  samples ? "--train-samples" : "--train-iters",
+                                  "--weight-decay-incr-style"};
+    int decay_given = samples ? a->lr_decay_samples != 0 : a->lr_decay_iters != 0;
+    double unit = samples ? (double)a->global_batch_size : 1.0;
     double mine[9], theirs[9];
     char mv[64], cv[64];
     int k;
@@ -5963,22 +5994,27 @@ static int mg__sched_merge(mg_train_args *a, const mg__ckpt_state *st, char *err
         a->no_load_optim)   /* Megatron loads no scheduler state then: nothing to compare */
         return 0;
     if (a->use_checkpoint_opt_param_scheduler) {
+        double warm = c->warmup_iters * unit;   /* in the run's unit */
         a->lr = c->max_lr;
         a->min_lr = c->min_lr;
-        a->lr_decay_iters = c->decay_iters;
-        if (c->warmup_iters == floor(c->warmup_iters)) {
-            a->lr_warmup_iters = (int64_t)c->warmup_iters;
+        if (samples) a->lr_decay_samples = (int64_t)floor(c->decay_iters * unit + 0.5);
+        else a->lr_decay_iters = (int64_t)c->decay_iters;
+        if (samples ? fabs(warm - floor(warm + 0.5)) < 1e-6 : warm == floor(warm)) {
+            if (samples) a->lr_warmup_samples = (int64_t)floor(warm + 0.5);
+            else a->lr_warmup_iters = (int64_t)floor(warm + 0.5);
             a->given[mg__flag_index("--lr-warmup-fraction")] = 0;
         } else {   /* a fraction's warm-up */
-            a->lr_warmup_iters = 0;
-            a->lr_warmup_fraction = c->warmup_iters / (double)c->decay_iters;
+            a->lr_warmup_iters = a->lr_warmup_samples = 0;
+            a->lr_warmup_fraction = c->warmup_iters / c->decay_iters;
             a->given[mg__flag_index("--lr-warmup-fraction")] = 1;
         }
         a->lr_decay_style = c->style;
-        if (c->style == MG_LR_WSD && !mg_train_flag_given(a, "--lr-wsd-decay-iters"))
+        if (c->style == MG_LR_WSD &&
+            !mg_train_flag_given(a, samples ? "--lr-wsd-decay-samples" : "--lr-wsd-decay-iters"))
             return mg__err(err, errlen, "--use-checkpoint-opt_param-scheduler: the checkpoint's "
-                           "--lr-decay-style WSD needs --lr-wsd-decay-iters N on the command "
-                           "line (Megatron-LM's scheduler state does not hold it)");
+                           "--lr-decay-style WSD needs %s N on the command line (Megatron-LM's "
+                           "scheduler state does not hold it)", samples ?
+                           "--lr-wsd-decay-samples" : "--lr-wsd-decay-iters");
         a->weight_decay_incr_style = c->wd_style;
         a->weight_decay = c->end_wd;   /* the constant style's */
         a->start_weight_decay = c->start_wd;
@@ -6001,7 +6037,8 @@ static int mg__sched_merge(mg_train_args *a, const mg__ckpt_state *st, char *err
             mg__choice_name(k == 4 ? MG__LR_STYLES : MG__WD_STYLES, (int)mine[k], mv, sizeof mv);
             mg__choice_name(k == 4 ? MG__LR_STYLES : MG__WD_STYLES, (int)theirs[k], cv,
                             sizeof cv);
-        } else {   /* as typed: 2, 0.001 (not 2.0) */
+        } else {   /* as typed: 2, 0.001 (not 2.0); lengths in the run's unit */
+            if (k == 2 || k == 3 || k == 7) { mine[k] *= unit; theirs[k] *= unit; }
             mg__num_text(mv, sizeof mv, mine[k], 0);
             mg__num_text(cv, sizeof cv, theirs[k], 0);
             if (mine[k] == floor(mine[k])) snprintf(mv, sizeof mv, "%.0f", mine[k]);
@@ -6011,10 +6048,10 @@ static int mg__sched_merge(mg_train_args *a, const mg__ckpt_state *st, char *err
                        "Megatron-LM's OptimizerParamScheduler refuses a changed schedule: give "
                        "--use-checkpoint-opt_param-scheduler to keep the checkpoint's, or "
                        "--override-opt_param-scheduler to take the command line's)",
-                       k == 3 && !a->lr_decay_iters ? "--train-iters" : flags[k], mv,
-                       k == 3 && !a->lr_decay_iters ? " (the decay length without "
-                       "--lr-decay-iters)" : k == 7 ? " (the weight-decay increment's length)"
-                       : "", cv);
+                       k == 3 && !decay_given ? flags[7] : flags[k], mv,
+                       k == 3 && !decay_given ? (samples ? " (the decay length without "
+                       "--lr-decay-samples)" : " (the decay length without --lr-decay-iters)")
+                       : k == 7 ? " (the weight-decay increment's length)" : "", cv);
     }
     return 0;
 }
@@ -6182,6 +6219,42 @@ static int mg__merge_arch(const mg_train_args *a, const int64_t src[6], const ch
 }
 
 /* Checks of numbers and their combinations, no files. */
+/* Sample-based training, as Megatron-LM's validate_args and update_train_iters: the sample
+   flags only with --train-samples and the iteration ones only without it; then --train-iters
+   = --train-samples / --global-batch-size, rounded down (the schedule keeps the samples).   */
+static int mg__setup_samples(mg_train_args *a, char *err, size_t errlen) {
+    static const char *const per_sample[3] = {"--lr-decay-samples", "--lr-warmup-samples",
+                                              "--lr-wsd-decay-samples"};
+    static const char *const per_iter[3] = {"--lr-decay-iters", "--lr-warmup-iters",
+                                            "--lr-wsd-decay-iters"};
+    int k;
+    if (!mg__sample_based(a)) {
+        for (k = 0; k < 3; k++)
+            if (mg_train_flag_given(a, per_sample[k]))
+                return mg__err(err, errlen, "%s applies to sample-based training "
+                               "(--train-samples); with --train-iters give %s", per_sample[k],
+                               per_iter[k]);
+        return 0;
+    }
+    if (mg_train_flag_given(a, "--train-iters"))
+        return mg__err(err, errlen, "--train-samples and --train-iters exclude each other "
+                       "(Megatron-LM counts a run in samples or in iterations: give one)");
+    for (k = 0; k < 3; k++)
+        if (mg_train_flag_given(a, per_iter[k]) && (k != 1 || a->lr_warmup_iters))
+            return mg__err(err, errlen, "%s with --train-samples: the schedule is counted in "
+                           "samples (give %s)", per_iter[k], per_sample[k]);
+    if (mg_train_flag_given(a, "--lr-warmup-fraction") && a->lr_warmup_samples)
+        return mg__err(err, errlen, "--lr-warmup-fraction and --lr-warmup-samples %lld exclude "
+                       "each other (Megatron-LM takes one of them: give one)",
+                       (long long)a->lr_warmup_samples);
+    if (a->train_samples < a->global_batch_size)
+        return mg__err(err, errlen, "--train-samples %lld is less than one global batch "
+                       "(--global-batch-size %lld): no iteration to train",
+                       (long long)a->train_samples, (long long)a->global_batch_size);
+    a->train_iters = a->train_samples / a->global_batch_size;
+    return 0;
+}
+
 static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
     int rank0 = !a->comm || a->comm->world_rank == 0;
     int last_rank = !a->comm || a->comm->world_rank == a->comm->world_size - 1;
@@ -6191,7 +6264,7 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
                        (long long)a->num_query_groups);
     if (a->train_iters < 0)
         return mg__err(err, errlen, "--train-iters is required (the number of iterations, e.g. "
-                       "--train-iters 1000)");
+                       "--train-iters 1000; or --train-samples N)");
     if (a->no_load_optim && !a->load)
         return mg__err(err, errlen, "--no-load-optim applies to the checkpoint of --load (no "
                        "--load given)");
@@ -6222,19 +6295,27 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
         return mg__err(err, errlen, "--lr-warmup-init %g is larger than --lr %g (the warm-up "
                        "rises to --lr: it must be <= --lr)", a->lr_warmup_init, a->lr);
     /* Megatron's OptimizerParamScheduler asserts warm-up < decay for every style */
-    if (a->train_iters > 0 && mg__warmup_iters(a) >= (double)mg__decay_iters(a)) {
+    if (a->train_iters > 0 && mg__warmup_iters(a) >= mg__decay_iters(a)) {
         char warm[64];
+        int samples = mg__sample_based(a);
         if (mg_train_flag_given(a, "--lr-warmup-fraction"))
             snprintf(warm, sizeof warm, "--lr-warmup-fraction %g", a->lr_warmup_fraction);
-        else snprintf(warm, sizeof warm, "--lr-warmup-iters %lld", (long long)a->lr_warmup_iters);
+        else snprintf(warm, sizeof warm, "--lr-warmup-%s %lld", samples ? "samples" : "iters",
+                      (long long)(samples ? a->lr_warmup_samples : a->lr_warmup_iters));
         return mg__err(err, errlen, "%s: the warm-up must be shorter than the decay, "
-                       "--lr-decay-iters %lld (default: --train-iters)", warm,
-                       (long long)mg__decay_iters(a));
+                       "--lr-decay-%s %lld (default: --train-%s)", warm,
+                       samples ? "samples" : "iters", (long long)(samples ? (a->lr_decay_samples
+                       ? a->lr_decay_samples : a->train_samples) : (int64_t)mg__decay_iters(a)),
+                       samples ? "samples" : "iters");
     }
     /* Megatron's OptimizerParamScheduler asserts wsd_decay_steps is not None for WSD */
-    if (a->lr_decay_style == MG_LR_WSD && !mg_train_flag_given(a, "--lr-wsd-decay-iters"))
-        return mg__err(err, errlen, "--lr-decay-style WSD needs --lr-wsd-decay-iters N (the "
-                       "iterations of its annealing, at the end of the decay)");
+    if (a->lr_decay_style == MG_LR_WSD &&
+        !mg_train_flag_given(a, mg__sample_based(a) ? "--lr-wsd-decay-samples"
+                                                    : "--lr-wsd-decay-iters"))
+        return mg__err(err, errlen, "--lr-decay-style WSD needs --lr-wsd-decay-%s N (the "
+                       "%s of its annealing, at the end of the decay)",
+                       mg__sample_based(a) ? "samples" : "iters",
+                       mg__sample_based(a) ? "samples" : "iterations");
     /* Megatron's validate_args: the constant style takes --weight-decay and neither end;
        linear and cosine take both ends; its scheduler asserts end >= start */
     if (a->weight_decay_incr_style == MG_WD_CONSTANT) {
@@ -6632,6 +6713,7 @@ static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
     memset(g, 0, 3 * sizeof *g);
     mg_data_num_samples(a->train_iters, a->global_batch_size, a->eval_interval, a->eval_iters,
                         counts);
+    if (mg__sample_based(a)) counts[0] = a->train_samples;   /* Megatron asks for them all */
     if (a->data_path.n || a->mock_data) {
         if (mg_split_parse(a->split, weights, why, sizeof why)) {   /* its message names --split */
             mg__err(err, errlen, "%s", why);
@@ -7088,7 +7170,7 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
                      a->pipeline_model_parallel_size, world = a->comm ? a->comm->world_size : 1;
         a->global_batch_size = a->micro_batch_size * (world % mp ? 1 : world / mp);
     }
-    if (mg__check_run(a, err, errlen)) goto fail;
+    if (mg__setup_samples(a, err, errlen) || mg__check_run(a, err, errlen)) goto fail;
     /* architecture: the checkpoint to resume, else the weights to start from, else flags */
     if (a->load) {
         rc = mg__latest_iteration(a->load, &load_iter, why, sizeof why);
@@ -8214,11 +8296,11 @@ static char *mg__state_json(const mg_trainer *tr) {
     mg__choice_name(MG__WD_STYLES, tr->sched.wd_style, wd_style, sizeof wd_style);
     n += (size_t)snprintf(s + n, cap - n, "  \"opt_param_scheduler\": {\"max_lr\": %.17g, "
                           "\"min_lr\": %.17g, \"lr_warmup_iters\": %.17g, \"lr_decay_iters\": "
-                          "%lld, \"lr_decay_style\": \"%s\", \"start_wd\": %.17g, \"end_wd\": "
-                          "%.17g, \"wd_incr_iters\": %lld, \"wd_incr_style\": \"%s\"},\n",
+                          "%.17g, \"lr_decay_style\": \"%s\", \"start_wd\": %.17g, \"end_wd\": "
+                          "%.17g, \"wd_incr_iters\": %.17g, \"wd_incr_style\": \"%s\"},\n",
                           tr->sched.max_lr, tr->sched.min_lr, tr->sched.warmup_iters,
-                          (long long)tr->sched.decay_iters, lr_style, tr->sched.start_wd,
-                          tr->sched.end_wd, (long long)tr->sched.wd_incr_iters, wd_style);
+                          tr->sched.decay_iters, lr_style, tr->sched.start_wd,
+                          tr->sched.end_wd, tr->sched.wd_incr_iters, wd_style);
     n += (size_t)snprintf(s + n, cap - n, "  \"padded_vocab_size\": %d,\n  \"args\": {",
                           tr->cfg.padded_vocab);
     for (i = 0; i < MG__NFLAGS; i++) {   /* every flag whole, however long its paths */

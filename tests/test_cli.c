@@ -114,8 +114,9 @@ static void check_flags(void) {
     CHECK(gpt_parse_line(&a, BASE, err, sizeof err) == 0, "cli: the base line parses");
     expect_error("unknown flag", BASE "--num-layer 2",
                  "^unknown flag --num-layer; did you mean --num-layers? (see --help");
-    expect_error("unknown flag, the start of two", BASE "--lr-decay cosine", "^unknown flag "
-                 "--lr-decay; did you mean --lr-decay-style or --lr-decay-iters?");
+    expect_error("unknown flag, the start of three", BASE "--lr-decay cosine", "^unknown flag "
+                 "--lr-decay; did you mean --lr-decay-style or --lr-decay-iters or "
+                 "--lr-decay-samples?");
     expect_error("unknown flag, the words of one", BASE "--tensor-parallel 2",
                  "^unknown flag --tensor-parallel; did you mean --tensor-model-parallel-size?");
     expect_error("unknown flag, '_' and capitals", BASE "--Num_Layers 2",
@@ -988,6 +989,150 @@ static void check_lr_styles_and_weight_decay_incr(void) {
     }
 }
 
+/* Sample-based training (Megatron-LM's --train-samples, --lr-decay-samples,
+   --lr-warmup-samples, --lr-wsd-decay-samples): --train-samples 50 with 4 samples an iteration
+   trains 12 iterations, and the schedule's lengths, none a multiple of 4, stay in samples.
+   The rates and weight decays after k = 0 … 12 (14) updates against Megatron-LM's
+   OptimizerParamScheduler run in Python with those lengths (tests/oracle/lr_schedule.py), to
+   1e-14; a checkpoint of such a run (its lengths fractions of an iteration) resumes, refuses
+   another length naming it in samples, and --use-checkpoint-opt_param-scheduler takes it back
+   in samples; and Megatron's validate_args: the sample flags need --train-samples, the
+   iteration ones are refused with it.                                                       */
+#define SBASE "--data-path " GPT_DATA "gpt_tokens.bin --vocab-size 37 --num-layers 1 " \
+              "--hidden-size 16 --num-attention-heads 2 --seq-length 8 --lr 1e-3 --split 1,0,0 " \
+              "--eval-iters 0 --micro-batch-size 4 --train-samples 50 --min-lr 5e-5 " \
+              "--lr-warmup-init 1e-4 "
+static void check_sample_based(void) {
+    static const char *const lr_flags[5] = {
+        "--lr-warmup-samples 9 --lr-decay-samples 41 --lr-decay-style cosine",
+        "--lr-warmup-samples 9 --lr-decay-samples 41 --lr-decay-style linear",
+        "--lr-warmup-samples 9 --lr-decay-samples 41 --lr-decay-style WSD "
+        "--lr-wsd-decay-samples 17 --lr-wsd-decay-style cosine",
+        "--lr-warmup-samples 9 --lr-decay-samples 41 --lr-decay-style inverse-square-root",
+        "--lr-warmup-fraction 0.25 --lr-decay-samples 41 --lr-decay-style cosine"};
+    static const double megatron_lr[5][13] = {
+        /* samples: warm-up 9, decay 41 (cosine) */
+        {0.0001, 0.0005, 0.0009, 0.0009795466594727993, 0.0008921799653473,
+         0.0007489134499923491, 0.0005715581416565414, 0.0003871147783041305,
+         0.00022366319002226843, 0.0001060873994345314, 5.228725483070651e-05, 5e-05, 5e-05},
+        /* samples: warm-up 9, decay 41 (linear) */
+        {0.0001, 0.0005, 0.0009, 0.0009109375000000001, 0.0007921875, 0.0006734375,
+         0.0005546875000000001, 0.0004359375, 0.00031718750000000003, 0.0001984375, 7.96875e-05,
+         5e-05, 5e-05},
+        /* samples: warm-up 9, decay 41, WSD annealing 17 (cosine) */
+        {0.0001, 0.0005, 0.0009, 0.001, 0.001, 0.001, 0.001, 0.0008760292356798131,
+         0.0005688274707450685, 0.00023874854771985325, 5.808777765014666e-05, 5e-05, 5e-05},
+        /* samples: warm-up 9, decay 41 (inverse-square-root) */
+        {0.0001, 0.0005, 0.0009, 0.0008660254037844387, 0.00075, 0.0006708203932499369,
+         0.0006123724356957946, 0.0005669467095138408, 0.0005303300858899106, 0.0005,
+         0.00047434164902525685, 5e-05, 5e-05},
+        /* samples: warm-up 0.25 x 41 (cosine) */
+        {0.0001, 0.0004512195121951219, 0.0008024390243902439, 0.0009924283239048921,
+         0.0009203688293623029, 0.0007831945862505801, 0.0006034973258521003,
+         0.00041087205176965617, 0.00023704292979084707, 0.00011063851819099189,
+         5.247682503772102e-05, 5e-05, 5e-05}};
+    static const double megatron_wd[15] = {
+        /* samples: weight decay 0.01 -> 0.1 over --train-samples 50 (linear) */
+        0.01, 0.0172, 0.0244, 0.0316, 0.0388, 0.046000000000000006, 0.053200000000000004,
+        0.06040000000000001, 0.06760000000000001, 0.0748, 0.082, 0.0892, 0.0964, 0.1, 0.1};
+    static const char *const errors[][2] = {
+        {"--train-iters 12", "^--train-samples and --train-iters exclude each other"},
+        {"--lr-decay-iters 10", "^--lr-decay-iters with --train-samples: the schedule is counted "
+                                "in samples (give --lr-decay-samples)"},
+        {"--lr-warmup-iters 2", "^--lr-warmup-iters with --train-samples: the schedule is "
+                                "counted in samples (give --lr-warmup-samples)"},
+        {"--lr-decay-style WSD --lr-wsd-decay-iters 2", "^--lr-wsd-decay-iters with "
+                                                        "--train-samples"},
+        {"--lr-decay-style WSD", "^--lr-decay-style WSD needs --lr-wsd-decay-samples N (the "
+                                 "samples of its annealing"},
+        {"--lr-warmup-fraction 0.1 --lr-warmup-samples 4", "^--lr-warmup-fraction and "
+                                                           "--lr-warmup-samples 4 exclude"},
+        {"--lr-warmup-samples 41 --lr-decay-samples 41", "^--lr-warmup-samples 41: the warm-up "
+                                                         "must be shorter than the decay, "
+                                                         "--lr-decay-samples 41"},
+        {"--global-batch-size 64", "^--train-samples 50 is less than one global batch "
+                                   "(--global-batch-size 64)"},
+    };
+    char flags[400], line[2048], what[300], err[MG_ERRLEN], dir[600];
+    mg_trainer tr;
+    int s, k, rc;
+    for (s = 0; s < 5; s++) {
+        snprintf(line, sizeof line, SBASE "%s", lr_flags[s]);
+        snprintf(what, sizeof what, "cli: --train-samples 50 %s: the learning rates of "
+                 "Megatron-LM's scheduler after 0 … 12 updates (samples)", lr_flags[s]);
+        rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+        if (!rc) {
+            double worst = 0;
+            for (k = 0; k < 13; k++) {
+                double e = fabs(mg_lr_at(&tr.sched, k) - megatron_lr[s][k]) / megatron_lr[s][k];
+                if (!(e <= worst)) worst = e;
+            }
+            mg_test_report(worst < 1e-14 && tr.args.train_iters == 12, what, "worst relative "
+                           "error %.3g, %lld iterations", worst, (long long)tr.args.train_iters);
+            mg_trainer_free(&tr);
+        } else {
+            mg_test_report(0, what, "%s", err);
+        }
+    }
+    snprintf(line, sizeof line, SBASE "--weight-decay-incr-style linear --start-weight-decay "
+             "0.01 --end-weight-decay 0.1");
+    rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+    if (!rc) {
+        double worst = 0;
+        for (k = 0; k < 15; k++) {
+            double e = fabs(mg_wd_at(&tr.sched, k) - megatron_wd[k]) / megatron_wd[k];
+            if (!(e <= worst)) worst = e;
+        }
+        mg_test_report(worst < 1e-14, "cli: --train-samples 50: the weight-decay increment over "
+                       "50 samples, Megatron-LM's get_wd", "worst relative error %.3g", worst);
+        mg_trainer_free(&tr);
+    } else {
+        mg_test_report(0, "cli: --train-samples 50: the weight-decay increment", "%s", err);
+    }
+    for (k = 0; k < (int)(sizeof errors / sizeof errors[0]); k++) {
+        snprintf(line, sizeof line, SBASE "%s", errors[k][0]);
+        snprintf(what, sizeof what, "--train-samples with %s", errors[k][0]);
+        expect_error(what, line, errors[k][1]);
+    }
+    expect_error("--lr-decay-samples without --train-samples", BASE "--lr-decay-samples 64",
+                 "^--lr-decay-samples applies to sample-based training (--train-samples); with "
+                 "--train-iters give --lr-decay-iters");
+    expect_error("--lr-warmup-samples without --train-samples", BASE "--lr-warmup-samples 8",
+                 "^--lr-warmup-samples applies to sample-based training");
+    /* a checkpoint of iteration 2: decay 41 / 4 = 10.25 iterations, warm-up 2.25 */
+    snprintf(dir, sizeof dir, "%s/ckpt_samples", tmp);
+    snprintf(flags, sizeof flags, "--lr-warmup-samples 9 --lr-decay-samples 41 --seed 7 ");
+    snprintf(line, sizeof line, SBASE "%s--save %s", flags, dir);
+    gpt_trainer_from_line(&tr, line);
+    mg_trainer_step(&tr);
+    mg_trainer_step(&tr);
+    if (mg_trainer_save(&tr, dir, err, sizeof err)) fprintf(stderr, "%s\n", err);
+    mg_trainer_free(&tr);
+    snprintf(line, sizeof line, SBASE "%s--load %s", flags, dir);
+    rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+    mg_test_report(!rc && tr.iteration == 2 && tr.sched.decay_iters == 10.25 &&
+                   tr.sched.warmup_iters == 2.25, "cli: --load of a sample-based run: the same "
+                   "schedule (decay 41 samples = 10.25 iterations) resumes", "%s",
+                   rc ? err : "");
+    if (!rc) mg_trainer_free(&tr);
+    snprintf(line, sizeof line, SBASE "--lr-warmup-samples 9 --lr-decay-samples 40 --seed 7 "
+             "--load %s", dir);
+    expect_error("--load of a sample-based run with another --lr-decay-samples", line,
+                 "^--lr-decay-samples 40 differs from the checkpoint's 41 (");
+    snprintf(line, sizeof line, SBASE "--lr-warmup-samples 9 --seed 7 --load %s", dir);
+    expect_error("--load of a sample-based run without its --lr-decay-samples", line,
+                 "^--train-samples 50 (the decay length without --lr-decay-samples) differs "
+                 "from the checkpoint's 41 (");
+    snprintf(line, sizeof line, SBASE "--seed 7 --load %s --use-checkpoint-opt_param-scheduler",
+             dir);
+    rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+    mg_test_report(!rc && tr.args.lr_decay_samples == 41 && tr.args.lr_warmup_samples == 9 &&
+                   tr.sched.decay_iters == 10.25, "cli: --use-checkpoint-opt_param-scheduler of "
+                   "a sample-based run: its decay and warm-up back in samples (41, 9)", "%s",
+                   rc ? err : "");
+    if (!rc) mg_trainer_free(&tr);
+}
+
 /* Resuming a WSD run whose weight decay rises (linear, 0.01 -> 0.1 over --train-iters 4),
    as Megatron-LM's OptimizerParamScheduler.load_state_dict: the decay style and the weight
    decay's start, end, increment length and style must equal the checkpoint's;
@@ -1711,12 +1856,6 @@ static void check_megatron_compat(void) {
     expect_error("--rotary-interleaved refused", BASE "--rotary-interleaved",
                  "^--rotary-interleaved is not supported by megatron.h: rotary dimensions pair "
                  "as rotate-half");
-    expect_error("--train-samples refused", BASE "--train-samples 64", "^--train-samples is not "
-                 "supported by megatron.h: training is counted in iterations: give --train-iters");
-    expect_error("--lr-decay-samples refused", BASE "--lr-decay-samples 64",
-                 "^--lr-decay-samples is not supported by megatron.h: ");
-    expect_error("--lr-warmup-samples refused", BASE "--lr-warmup-samples 64",
-                 "^--lr-warmup-samples is not supported by megatron.h: ");
     expect_error("--rampup-batch-size refused by its name", BASE "--rampup-batch-size 4 4 100",
                  "^--rampup-batch-size is not supported by megatron.h: ");
     expect_error("--no-save-optim refused", BASE "--no-save-optim",
@@ -1884,6 +2023,7 @@ int main(void) {
     check_jsonl_write_failure();
     check_warmup_fraction_and_init();
     check_lr_styles_and_weight_decay_incr();
+    check_sample_based();
     check_init_method_std();
     check_weights_and_checkpoints();
     check_small_files();

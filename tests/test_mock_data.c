@@ -11,6 +11,11 @@
        of document masks the loss), equals bit for bit a run on an indexed dataset written
        with the same tokens (read through mg_dataset_token) and --eod-token-id 1000 — so the
        tokens, the end-of-document id and the vocabulary reach the model unchanged;
+     - sample-based training asks the data for --train-samples samples, as Megatron-LM's
+       get_train_valid_test_num_samples does, not for the iterations' whole batches: one
+       epoch of the training part holds 193,533 samples of 1024 tokens, so --train-samples
+       193535 (48,383 iterations of 4) needs a second epoch where --train-iters 48383
+       (193,532 samples) does not;
      - on 2 ranks the mock data under d = 2 and under t = 2 trains like the serial run;
      - the errors: --mock-data without a tokenizer, with --data-path, NullTokenizer without
        --vocab-size or with a vocabulary file.                                              */
@@ -113,6 +118,30 @@ static void check_same_as_file(void) {
     gpt_run_free(&file);
 }
 
+/* The training part's epochs under --train-samples 193535 and --train-iters 48383.         */
+static void check_train_samples_count(void) {
+    static const char *const counts[2] = {"--train-samples 193535", "--train-iters 48383"};
+    char line[2048], err[MG_ERRLEN];
+    int epochs[2] = {0, 0}, iters[2] = {0, 0}, k;
+    mg_trainer tr;
+    for (k = 0; k < 2; k++) {
+        snprintf(line, sizeof line, NULL_TOK(50256) "--seq-length 1024 --max-position-embeddings "
+                 "1024 --micro-batch-size 4 --eval-iters 0 --seed 1234 --num-layers 1 "
+                 "--hidden-size 16 --num-attention-heads 2 --lr 1e-3 %s", counts[k]);
+        if (gpt_setup_line(&tr, line, NULL, err, sizeof err) == 0) {
+            epochs[k] = tr.train_data.smp[0].num_epochs;
+            iters[k] = (int)tr.args.train_iters;
+            mg_trainer_free(&tr);
+        } else {
+            fprintf(stderr, "%s\n", err);
+        }
+    }
+    mg_test_report(epochs[0] == 2 && epochs[1] == 1 && iters[0] == 48383 && iters[1] == 48383,
+                   "mock data: --train-samples 193535 asks for 193,535 samples (2 epochs), "
+                   "--train-iters 48383 for 193,532 (1 epoch)", "epochs %d and %d, iterations "
+                   "%d and %d", epochs[0], epochs[1], iters[0], iters[1]);
+}
+
 /* Two ranks: the mock data's shuffled samples, read by each data-parallel replica for its
    share or by both tensor ranks, train as on one rank.                                     */
 static void check_layouts(void) {
@@ -161,6 +190,7 @@ int main(int argc, char **argv) {
                       "--seed 1234 --num-layers 1 --hidden-size 16 --num-attention-heads 2 --lr 1e-3",
                       1, 1);
         check_same_as_file();
+        check_train_samples_count();
     } else {
         check_layouts();
     }

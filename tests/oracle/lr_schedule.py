@@ -63,3 +63,16 @@ for s in ('exponential', 'linear', 'cosine', 'minus_sqrt'):
 for s in ('linear', 'cosine'):
     table('weight decay 0.01 -> 0.1 over 12 iterations (%s)' % s,
           [get_wd(k * GB, 0.01, 0.1, 12 * GB, s) for k in range(15)])
+# Sample-based training (--train-samples 50 with --micro-batch-size 4: 12 iterations of 4
+# samples): the lengths in samples, none a multiple of the batch.
+for style in ('cosine', 'linear'):
+    table('samples: warm-up 9, decay 41 (%s)' % style,
+          [get_lr(k * GB, 1e-4, 1e-3, 5e-5, 9, 41, style) for k in K])
+table('samples: warm-up 9, decay 41, WSD annealing 17 (cosine)',
+      [get_lr(k * GB, 1e-4, 1e-3, 5e-5, 9, 41, 'WSD', 17, 'cosine') for k in K])
+table('samples: warm-up 9, decay 41 (inverse-square-root)',
+      [get_lr(k * GB, 1e-4, 1e-3, 5e-5, 9, 41, 'inverse-square-root') for k in K])
+table('samples: warm-up 0.25 x 41 (cosine)',
+      [get_lr(k * GB, 1e-4, 1e-3, 5e-5, 0.25 * 41, 41, 'cosine') for k in K])
+table('samples: weight decay 0.01 -> 0.1 over --train-samples 50 (linear)',
+      [get_wd(k * GB, 0.01, 0.1, 50, 'linear') for k in range(15)])

@@ -7170,6 +7170,10 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
                      a->pipeline_model_parallel_size, world = a->comm ? a->comm->world_size : 1;
         a->global_batch_size = a->micro_batch_size * (world % mp ? 1 : world / mp);
     }
+    /* Megatron-LM's pretrain_gpt.py defaults --tokenizer-type to GPT2BPETokenizer: a launch
+       script that gives GPT-2's vocab.json and merges.txt alone means that tokenizer        */
+    if (!a->tokenizer_type && a->vocab_file && a->merge_file && !a->tokenizer_model)
+        a->tokenizer_type = "GPT2BPETokenizer";
     if (mg__setup_samples(a, err, errlen) || mg__check_run(a, err, errlen)) goto fail;
     /* architecture: the checkpoint to resume, else the weights to start from, else flags */
     if (a->load) {
@@ -7289,7 +7293,9 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         a->vocab_size = V;
         a->given[mg__flag_index("--vocab-size")] = 1;
     } else if (a->vocab_file || a->merge_file || a->tokenizer_model || a->tiktoken_pattern) {
-        mg__err(err, errlen, "%s needs --tokenizer-type (the tokenizer it belongs to)",
+        mg__err(err, errlen, "%s needs --tokenizer-type (the tokenizer it belongs to; "
+                "--vocab-file and --merge-file together mean GPT2BPETokenizer, as in "
+                "Megatron-LM's pretrain_gpt.py)",
                 a->vocab_file ? "--vocab-file" : a->merge_file ? "--merge-file" :
                 a->tokenizer_model ? "--tokenizer-model" : "--tiktoken-pattern");
         goto fail;

@@ -424,6 +424,21 @@ static void check_paths_and_data(void) {
         write_file(path, "{\"a\": 0, \"b\": 1, \"ab\": 2}", 25);
         snprintf(want, sizeof want, "^--merge-file %.400s: ", bad);
         expect_error("a broken --merge-file: the flag named", line, want);
+        /* both files without --tokenizer-type: GPT2BPETokenizer, pretrain_gpt.py's default
+           (its loader reads them, and says this vocabulary lacks GPT-2's byte tokens) */
+        write_file(bad, "#version: 0.2\na b\n", strlen("#version: 0.2\na b\n"));
+        snprintf(line, sizeof line, "--data-path " GPT_DATA "gpt_tokens.bin --num-layers 1 "
+                 "--hidden-size 16 --num-attention-heads 2 --seq-length 8 --train-iters 2 "
+                 "--lr 1e-3 --split 1,0,0 --eval-iters 0 --vocab-file %s --merge-file %s", path,
+                 bad);
+        snprintf(want, sizeof want, "^--vocab-file %.400s: byte 0x00 has no token (not a "
+                 "byte-level vocabulary)", path);
+        expect_error("--vocab-file and --merge-file alone: GPT2BPETokenizer (pretrain_gpt.py's "
+                     "default)", line, want);
+        snprintf(line, sizeof line, BASE "--merge-file %s", bad);
+        expect_error("--merge-file alone: no tokenizer to take", line, "^--merge-file needs "
+                     "--tokenizer-type (the tokenizer it belongs to; --vocab-file and "
+                     "--merge-file together mean GPT2BPETokenizer");
     }
     expect_error("--load under a missing directory", BASE "--load /nonexistent/x/y",
                  "^--load /nonexistent/x/y: no such directory, nor the directory it would be in");

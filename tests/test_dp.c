@@ -9,8 +9,9 @@
    the same data; then:
      - the 20 losses and gradient norms equal the serial run's to <= 1e-5 relative;
      - the final weights, gathered from the tensor-parallel shards, equal the serial model's
-       to <= 1e-5 relative (per tensor, against its RMS; the key bias, whose gradient is
-       exactly zero, left out), and are bit-identical on every replica (checksum);
+       to <= 5e-5 relative (per tensor, against its RMS; the key bias, whose gradient is
+       exactly zero, left out; see FP32_WTOL), and are bit-identical on every replica
+       (checksum);
      - the optimizer state per rank: AdamW's two moments and, with bf16, the fp32 master
        weights hold 8 or 12 bytes per element of the (padded) flat buffer, divided by d with
        the distributed optimizer — which with bf16 shards the master too, so the model keeps
@@ -95,9 +96,14 @@ static int serial_index(const dp_row *row) {
            (strstr(row->pipe, "--bf16") ? 4 : 0);
 }
 
-/* The tolerance of a fp32 row against its serial run: 1e-5 (the order of additions). A bf16
-   row's tolerances are measured instead: see bf16_spread.                                  */
+/* The tolerance of a fp32 row against its serial run: 1e-5 for the losses and gradient norms
+   (the order of additions), 5e-5 for the weights, as test_loss_mask holds them: Adam divides
+   each gradient by √v, which amplifies the fp32 reordering of an element whose gradient is
+   near zero — in the interleaved p=2 × d=2 row one element of a QKV bias lands 1.07e-5 (of
+   the bias's RMS) from the serial run's in the sanitizer build on a Zen 3, 20 steps whose
+   losses agree bit for bit. A bf16 row's tolerances are measured instead: see bf16_spread. */
 #define FP32_TOL 1e-5
+#define FP32_WTOL 5e-5
 static int row_bf16(const dp_row *row) { return strstr(row->pipe, "--bf16") != NULL; }
 
 static void trainer_make(mg_trainer *tr, const char *line, int with_comm) {
@@ -202,9 +208,9 @@ static void check_row(const dp_row *row, mg_trainer *ser, const float *want_loss
                        "run's spread, %.3g, %.3g, %.3g)", e_loss, e_norm, e_w, tol[0], tol[1],
                        tol[2]);
     } else {
-        mg_test_report(e_loss <= FP32_TOL && e_norm <= FP32_TOL && e_w <= FP32_TOL, name,
-                       "losses %.3g, grad norms %.3g, weights %.3g (tol %.3g)", e_loss, e_norm,
-                       e_w, FP32_TOL);
+        mg_test_report(e_loss <= FP32_TOL && e_norm <= FP32_TOL && e_w <= FP32_WTOL, name,
+                       "losses %.3g, grad norms %.3g, weights %.3g (tol %.3g, weights %.3g)",
+                       e_loss, e_norm, e_w, FP32_TOL, FP32_WTOL);
     }
     CHECK(gpt_same_on_stage(&comm, sum), "dp: the final weights are bit-identical on every rank");
     /* overlap: in the last iteration every bucket was started from the backward hook (each

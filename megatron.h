@@ -885,7 +885,7 @@ MGDEF mg_tokenizer *mg_tokenizer_from_flags(const char *type, const char *vocab_
    ------------------------------------------------------------------------------------------ */
 /* A flag that takes several words (--data-path 0.7 A 0.3 B): the words up to the next
    --option, pointers into argv.                                                             */
-#define MG_DATA_WORDS 256
+#define MG_DATA_WORDS 4096
 typedef struct mg_str_list { int n; const char *v[MG_DATA_WORDS]; } mg_str_list;
 typedef struct mg_train_args {
     /* model (optional when --init-from / --load supply them; they must agree if given)       */
@@ -951,6 +951,9 @@ typedef struct mg_train_args {
     mg_str_list data_path, train_data_path, valid_data_path, test_data_path;
     int mock_data;                       /* --mock-data: Megatron's mock dataset, split by
                                             --split, instead of --data-path (mg_data.h)      */
+    const char *data_args_path;          /* --data-args-path: --data-path's words in a file   */
+    const char *per_split_data_args_path;/* --per-split-data-args-path: a JSON file of the
+                                            train, valid and test blends                     */
     /* parallelism and regularisation                                                        */
     int64_t tensor_model_parallel_size;
     int64_t make_vocab_size_divisible_by; /* N: the vocabulary is padded to a multiple of N·t */
@@ -1078,6 +1081,9 @@ typedef struct mg_trainer {
     char valid_note[MG_ERRLEN];         /* "validation skipped: …" or empty                    */
     mg_dataset *datasets;               /* every dataset the data flags name, opened          */
     int n_datasets;
+    char **data_words;                  /* the words --data-args-path and
+                                           --per-split-data-args-path read (args point here) */
+    int n_data_words, cap_data_words;
     mg_blend train_data, valid_data, test_data;  /* samples of each part (mg_data.h, 2b)     */
     mg_tokenizer *tok;                  /* --tokenizer-type: vocabulary, EOD, text I/O (NULL) */
     int64_t eod_id;                     /* --eod-mask-loss: the end-of-document id it masks   */
@@ -4579,6 +4585,13 @@ static const mg__flag mg__flags[] = {
      "a Megatron indexed dataset prefix (PATH.bin + PATH.idx) or an llm.c token file; or a "
      "blend: weight, prefix pairs (weights normalised; Megatron's BlendedDataset), each "
      "dataset split by --split"},
+    {"--data-args-path", MG__F_STR, MG__OFF(data_args_path), "FILE", 0, 0,
+     "instead of --data-path: a file holding its words (PATH, or W1 PATH1 W2 PATH2 …, "
+     "separated by any whitespace), for blends too long for a command line"},
+    {"--per-split-data-args-path", MG__F_STR, MG__OFF(per_split_data_args_path), "FILE", 0, 0,
+     "instead of --train-data-path, --valid-data-path and --test-data-path: a JSON file "
+     "{\"train\": …, \"valid\": …, \"test\": …}, each a list of words or one string of them "
+     "(null: none)"},
     {"--mock-data", MG__F_SWITCH, MG__OFF(mock_data), NULL, 0, 0,
      "instead of --data-path: Megatron-LM's mock dataset (100000 documents of 1 to 4095 "
      "tokens, lengths from numpy's default_rng(0), tokens 1, 2, … then the tokenizer's "
@@ -6219,6 +6232,153 @@ static int mg__merge_arch(const mg_train_args *a, const int64_t src[6], const ch
 }
 
 /* Checks of numbers and their combinations, no files. */
+/* Megatron-LM's --data-args-path and --per-split-data-args-path (get_blend_and_blend_per_split):
+   the data flags' words read from files, for blends of many datasets. The first file is
+   --data-path's words, separated by any whitespace (Python's str.split()); the second a JSON
+   object whose "train", "valid" and "test" each hold a list of words (strings, or numbers
+   for the weights) or one string of them, or null. The words are kept in tr->data_words and
+   the lists of tr->args point at them, as if they had been typed.                          */
+static int mg__keep_word(mg_trainer *tr, mg_str_list *l, const char *flag, const char *w,
+                         size_t n, char *err, size_t errlen) {
+    char *copy;
+    if (l->n == MG_DATA_WORDS)
+        return mg__err(err, errlen, "%s: more than %d words (%d datasets)", flag, MG_DATA_WORDS,
+                       MG_DATA_WORDS / 2);
+    if (tr->n_data_words == tr->cap_data_words) {
+        int cap = tr->cap_data_words ? 2 * tr->cap_data_words : 64;
+        char **grown = (char **)MG_MALLOC(sizeof(char *) * (size_t)cap);
+        MG_ASSERT(grown, "out of host memory");
+        if (tr->n_data_words)
+            memcpy(grown, tr->data_words, sizeof(char *) * (size_t)tr->n_data_words);
+        MG_FREE(tr->data_words);
+        tr->data_words = grown;
+        tr->cap_data_words = cap;
+    }
+    copy = (char *)MG_MALLOC(n + 1);
+    MG_ASSERT(copy, "out of host memory");
+    memcpy(copy, w, n);
+    copy[n] = 0;
+    tr->data_words[tr->n_data_words++] = copy;
+    l->v[l->n++] = copy;
+    return 0;
+}
+/* The whitespace-separated words of text[0, n) appended to l.                               */
+static int mg__keep_words(mg_trainer *tr, mg_str_list *l, const char *flag, const char *text,
+                          size_t n, char *err, size_t errlen) {
+    size_t i = 0, j;
+    while (i < n) {
+        while (i < n && isspace((unsigned char)text[i])) i++;
+        for (j = i; j < n && !isspace((unsigned char)text[j]); j++) {}
+        if (j > i && mg__keep_word(tr, l, flag, text + i, j - i, err, errlen)) return -1;
+        i = j;
+    }
+    return 0;
+}
+static int mg__data_args_files(mg_trainer *tr, char *err, size_t errlen) {
+    mg_train_args *a = &tr->args;
+    static const char *const parts[3] = {"train", "valid", "test"};
+    mg_str_list *lists[3];
+    char *text = NULL, why[MG_ERRLEN];
+    size_t len = 0;
+    mg_json js;
+    int p, rc = -1;
+    lists[0] = &a->train_data_path;
+    lists[1] = &a->valid_data_path;
+    lists[2] = &a->test_data_path;
+    if (a->data_args_path && a->per_split_data_args_path)
+        return mg__err(err, errlen, "--data-args-path and --per-split-data-args-path exclude each "
+                       "other (one blend split by --split, or one per part: give one)");
+    if (a->data_args_path && a->data_path.n)
+        return mg__err(err, errlen, "--data-args-path with --data-path: give the words in one "
+                       "place");
+    if (a->per_split_data_args_path &&
+        (a->train_data_path.n || a->valid_data_path.n || a->test_data_path.n))
+        return mg__err(err, errlen, "--per-split-data-args-path with --%s-data-path: give the "
+                       "parts in one place", a->train_data_path.n ? "train" :
+                       a->valid_data_path.n ? "valid" : "test");
+    if (a->data_args_path) {
+        if (mg_read_file(a->data_args_path, (size_t)64 << 20, &text, &len, why, sizeof why))
+            return mg__err(err, errlen, "--data-args-path %s", why);
+        rc = mg__keep_words(tr, &a->data_path, "--data-args-path", text, len, err, errlen);
+        MG_FREE(text);
+        if (rc == 0 && !a->data_path.n)
+            rc = mg__err(err, errlen, "--data-args-path %s: no words (expected PATH, or W1 "
+                         "PATH1 W2 PATH2 …)", a->data_args_path);
+        return rc;
+    }
+    if (!a->per_split_data_args_path) return 0;
+    if (mg_read_file(a->per_split_data_args_path, (size_t)64 << 20, &text, &len, why,
+                     sizeof why))
+        return mg__err(err, errlen, "--per-split-data-args-path %s", why);
+    if (mg_json_parse(&js, text, len, why, sizeof why)) {
+        mg__err(err, errlen, "--per-split-data-args-path %s: %s", a->per_split_data_args_path,
+                why);
+        MG_FREE(text);
+        return -1;
+    }
+    if (js.toks[0].type != MG_JSON_OBJECT) {
+        mg__err(err, errlen, "--per-split-data-args-path %s: not a JSON object (expected "
+                "{\"train\": [...], \"valid\": [...], \"test\": [...]})",
+                a->per_split_data_args_path);
+        goto done;
+    }
+    for (p = 0; p < 3; p++) {
+        int64_t v = mg_json_get(&js, 0, parts[p]), t, k;
+        const mg_json_tok *tok;
+        if (v < 0) {
+            mg__err(err, errlen, "--per-split-data-args-path %s: no \"%s\" (Megatron-LM reads "
+                    "\"train\", \"valid\" and \"test\"; null for a part without data)",
+                    a->per_split_data_args_path, parts[p]);
+            goto done;
+        }
+        tok = &js.toks[v];
+        if (tok->type == MG_JSON_NULL) continue;
+        if (tok->type == MG_JSON_STRING) {   /* one string of words (no escapes to undo) */
+            char *words = mg_json_strdup(&js, v);
+            int bad = !words || mg__keep_words(tr, lists[p], "--per-split-data-args-path",
+                                               words, strlen(words), err, errlen);
+            MG_FREE(words);
+            if (bad) {
+                if (!words) mg__err(err, errlen, "--per-split-data-args-path %s: \"%s\" holds "
+                                    "\\u0000", a->per_split_data_args_path, parts[p]);
+                goto done;
+            }
+            continue;
+        }
+        if (tok->type != MG_JSON_ARRAY) {
+            mg__err(err, errlen, "--per-split-data-args-path %s: \"%s\" is not a list of words, "
+                    "a string or null", a->per_split_data_args_path, parts[p]);
+            goto done;
+        }
+        for (k = 0, t = v + 1; k < tok->size; k++, t = js.toks[t].next) {
+            const mg_json_tok *e = &js.toks[t];
+            char *w = e->type == MG_JSON_STRING ? mg_json_strdup(&js, t) : NULL;
+            int bad;
+            if (e->type != MG_JSON_STRING && e->type != MG_JSON_NUMBER) {
+                mg__err(err, errlen, "--per-split-data-args-path %s: \"%s\" element %lld is "
+                        "neither a path nor a weight", a->per_split_data_args_path, parts[p],
+                        (long long)k);
+                goto done;
+            }
+            bad = e->type == MG_JSON_STRING
+                  ? !w || !*w || mg__keep_word(tr, lists[p], "--per-split-data-args-path", w,
+                                               strlen(w), err, errlen)
+                  : mg__keep_word(tr, lists[p], "--per-split-data-args-path", js.text + e->start,
+                                  (size_t)(e->end - e->start), err, errlen);
+            if (bad && e->type == MG_JSON_STRING && (!w || !*w))
+                mg__err(err, errlen, "--per-split-data-args-path %s: \"%s\" element %lld is an "
+                        "empty path", a->per_split_data_args_path, parts[p], (long long)k);
+            MG_FREE(w);
+            if (bad) goto done;
+        }
+    }
+    rc = 0;
+done:
+    mg_json_free(&js);
+    MG_FREE(text);
+    return rc;
+}
+
 /* Sample-based training, as Megatron-LM's validate_args and update_train_iters: the sample
    flags only with --train-samples and the iteration ones only without it; then --train-iters
    = --train-samples / --global-batch-size, rounded down (the schedule keeps the samples).   */
@@ -6378,9 +6538,11 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
                        "this program runs on the CPU: no GPU, or built without CUDA");
     if (a->mock_data && (a->data_path.n || a->train_data_path.n || a->valid_data_path.n ||
                          a->test_data_path.n))
-        return mg__err(err, errlen, "--mock-data with --%sdata-path: give either the mock "
-                       "dataset or a dataset", a->data_path.n ? "" : a->train_data_path.n ?
-                       "train-" : a->valid_data_path.n ? "valid-" : "test-");
+        return mg__err(err, errlen, "--mock-data with --%sdata-%s: give either the mock "
+                       "dataset or a dataset", a->data_args_path ? "" : a->per_split_data_args_path
+                       ? "per-split-" : a->data_path.n ? "" : a->train_data_path.n ? "train-" :
+                       a->valid_data_path.n ? "valid-" : "test-", a->data_args_path ||
+                       a->per_split_data_args_path ? "args-path" : "path");
     if (a->mock_data && !a->tokenizer_type)
         return mg__err(err, errlen, "--mock-data needs --tokenizer-type: its documents end with "
                        "the tokenizer's end-of-document id and its ids wrap at its vocabulary "
@@ -6719,7 +6881,8 @@ static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
             mg__err(err, errlen, "%s", why);
             goto done;
         }
-        if (mg__open_data_group(tr, &g[0], a->mock_data ? "--mock-data" : "--data-path",
+        if (mg__open_data_group(tr, &g[0], a->mock_data ? "--mock-data" : a->data_args_path ?
+                                "--data-args-path" : "--data-path",
                                 a->mock_data ? NULL : &a->data_path, err, errlen))
             goto done;
         if (a->train_iters > 0) {
@@ -6746,8 +6909,12 @@ static int mg__setup_data(mg_trainer *tr, char *err, size_t errlen) {
               mg__setup_split_test(tr, &g[0], weights[2], counts[2], err, errlen))))
             goto done;
     } else {   /* Megatron's blend_per_split: each part's datasets used whole */
-        static const char *const flags[3] = {"--train-data-path", "--valid-data-path",
+        static const char *const typed[3] = {"--train-data-path", "--valid-data-path",
                                              "--test-data-path"};
+        static const char *const from_file[3] = {"--per-split-data-args-path \"train\"",
+                                                 "--per-split-data-args-path \"valid\"",
+                                                 "--per-split-data-args-path \"test\""};
+        const char *const *flags = a->per_split_data_args_path ? from_file : typed;
         static const char *const names[3] = {"training", "validation", "test"};
         static const char *const whole[3] = {"1,0,0", "0,1,0", "0,0,1"};
         const mg_str_list *words[3] = {&a->train_data_path, &a->valid_data_path,
@@ -7174,7 +7341,9 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
        script that gives GPT-2's vocab.json and merges.txt alone means that tokenizer        */
     if (!a->tokenizer_type && a->vocab_file && a->merge_file && !a->tokenizer_model)
         a->tokenizer_type = "GPT2BPETokenizer";
-    if (mg__setup_samples(a, err, errlen) || mg__check_run(a, err, errlen)) goto fail;
+    if (mg__data_args_files(tr, err, errlen) || mg__setup_samples(a, err, errlen) ||
+        mg__check_run(a, err, errlen))
+        goto fail;
     /* architecture: the checkpoint to resume, else the weights to start from, else flags */
     if (a->load) {
         rc = mg__latest_iteration(a->load, &load_iter, why, sizeof why);
@@ -7611,6 +7780,8 @@ MGDEF void mg_trainer_free(mg_trainer *tr) {
     mg_blend_free(&tr->test_data);
     while (tr->n_datasets > 0) mg_dataset_close(&tr->datasets[--tr->n_datasets]);
     MG_FREE(tr->datasets);
+    while (tr->n_data_words > 0) MG_FREE(tr->data_words[--tr->n_data_words]);
+    MG_FREE(tr->data_words);
     if (tr->has_pipe_exec) mg_pipe_exec_free(&tr->pipe_exec);
     if (tr->has_pipe_eval_exec) mg_pipe_exec_free(&tr->pipe_eval_exec);
     mg_schedule_free(&tr->pipe_sched);

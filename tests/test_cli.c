@@ -444,6 +444,108 @@ static void check_paths_and_data(void) {
                  "^--load /nonexistent/x/y: no such directory, nor the directory it would be in");
 }
 
+/* Megatron-LM's --data-args-path (--data-path's words in a file, any whitespace between them)
+   and --per-split-data-args-path (a JSON object of the train, valid and test blends: lists of
+   words, weights as strings or numbers, one string of words, or null): each trains exactly
+   as the same words typed; and the files' errors, one line each.                           */
+#define DARGS_BASE "--vocab-size 1000 --num-layers 1 --hidden-size 16 --num-attention-heads 2 " \
+                   "--seq-length 8 --train-iters 3 --lr 1e-3 --seed 7 "
+static void check_data_args_files(void) {
+    static const char *const blend = "tests/data/data_megatron_u16 0.3 "
+                                     "tests/data/prep_ref_eod_text_document";
+    char path[600], json[600], line[2048], typed[2048], want[900];
+    gpt_run file_run, typed_run;
+    FILE *f;
+    int k;
+    snprintf(path, sizeof path, "%s/data_args.txt", tmp);
+    f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "0.7\n\ttests/data/data_megatron_u16   0.3\r\n"
+                "tests/data/prep_ref_eod_text_document\n");
+        fclose(f);
+    }
+    snprintf(line, sizeof line, DARGS_BASE "--eval-iters 1 --eval-interval 3 --data-args-path %s",
+             path);
+    snprintf(typed, sizeof typed, DARGS_BASE "--eval-iters 1 --eval-interval 3 --data-path 0.7 %s",
+             blend);
+    gpt_run_train(&file_run, line, NULL, 3);
+    gpt_run_train(&typed_run, typed, NULL, 3);
+    mg_test_report(gpt_run_same(&file_run, &typed_run), "cli: --data-args-path (the words on "
+                   "several lines) trains as --data-path with the same words typed, bit for bit",
+                   "losses %.6f / %.6f", file_run.loss[2], typed_run.loss[2]);
+    gpt_run_free(&file_run);
+    gpt_run_free(&typed_run);
+    snprintf(json, sizeof json, "%s/per_split.json", tmp);
+    f = fopen(json, "w");
+    if (f) {
+        fprintf(f, "{\"train\": [\"0.5\", \"tests/data/data_megatron_u16\", 0.5, "
+                "\"tests/data/prep_ref_eod_text_document\"], \"valid\": "
+                "\"tests/data/prep_ref_eod_text_document\", \"test\": null}");
+        fclose(f);
+    }
+    snprintf(line, sizeof line, DARGS_BASE "--eval-iters 1 --per-split-data-args-path %s", json);
+    snprintf(typed, sizeof typed, DARGS_BASE "--eval-iters 1 --train-data-path 0.5 "
+             "tests/data/data_megatron_u16 0.5 tests/data/prep_ref_eod_text_document "
+             "--valid-data-path tests/data/prep_ref_eod_text_document");
+    gpt_run_train(&file_run, line, NULL, 3);
+    gpt_run_train(&typed_run, typed, NULL, 3);
+    mg_test_report(gpt_run_same(&file_run, &typed_run), "cli: --per-split-data-args-path (a "
+                   "list with string and number weights, a string, null) trains as "
+                   "--train-data-path and --valid-data-path typed, bit for bit",
+                   "losses %.6f / %.6f", file_run.loss[2], typed_run.loss[2]);
+    gpt_run_free(&file_run);
+    gpt_run_free(&typed_run);
+    /* the errors */
+    snprintf(line, sizeof line, DARGS_BASE "--data-args-path %s --per-split-data-args-path %s",
+             path, json);
+    expect_error("--data-args-path with --per-split-data-args-path", line,
+                 "^--data-args-path and --per-split-data-args-path exclude each other");
+    snprintf(line, sizeof line, DARGS_BASE "--data-args-path %s --data-path x", path);
+    expect_error("--data-args-path with --data-path", line, "^--data-args-path with "
+                 "--data-path: give the words in one place");
+    snprintf(line, sizeof line, DARGS_BASE "--per-split-data-args-path %s --valid-data-path x",
+             json);
+    expect_error("--per-split-data-args-path with --valid-data-path", line,
+                 "^--per-split-data-args-path with --valid-data-path");
+    snprintf(line, sizeof line, DARGS_BASE "--data-args-path %s/missing.txt", tmp);
+    snprintf(want, sizeof want, "^--data-args-path %s/missing.txt", tmp);
+    expect_error("--data-args-path: a missing file", line, want);
+    {   /* an empty file; JSON that is not the object; a missing part; a bad element */
+        static const char *const bad[][2] = {
+            {"", "no words (expected PATH, or W1 PATH1 W2 PATH2"},
+            {"[\"a\"]", "not a JSON object (expected {\"train\": [...], \"valid\": [...], "
+                        "\"test\": [...]})"},
+            {"{\"train\": \"a\", \"test\": null}", "no \"valid\" (Megatron-LM reads \"train\", "
+                                                    "\"valid\" and \"test\"; null for a part "
+                                                    "without data)"},
+            {"{\"train\": [\"a\", true], \"valid\": null, \"test\": null}",
+             "\"train\" element 1 is neither a path nor a weight"},
+            {"{\"train\": 3, \"valid\": null, \"test\": null}", "\"train\" is not a list of "
+                                                               "words, a string or null"},
+            {"{\"train\": [\"\"], \"valid\": null, \"test\": null}", "\"train\" element 0 is an "
+                                                                  "empty path"},
+        };
+        for (k = 0; k < (int)(sizeof bad / sizeof bad[0]); k++) {
+            char what[200];
+            snprintf(path, sizeof path, "%s/bad_args_%d", tmp, k);
+            write_file(path, bad[k][0], strlen(bad[k][0]));
+            snprintf(line, sizeof line, DARGS_BASE "--%s %s", k ? "per-split-data-args-path" :
+                     "data-args-path", path);
+            snprintf(what, sizeof what, "--%s: %s", k ? "per-split-data-args-path" :
+                     "data-args-path", bad[k][1]);
+            expect_error(what, line, bad[k][1]);
+        }
+    }
+    /* 4098 words: one more pair than the 4096 a data flag holds */
+    snprintf(path, sizeof path, "%s/many_args.txt", tmp);
+    f = fopen(path, "w");
+    for (k = 0; f && k < 2049; k++) fprintf(f, "1 tests/data/data_megatron_u16\n");
+    if (f) fclose(f);
+    snprintf(line, sizeof line, DARGS_BASE "--data-args-path %s", path);
+    expect_error("--data-args-path: more words than a data flag holds", line,
+                 "^--data-args-path: more than 4096 words (2048 datasets)");
+}
+
 /* --help lists the flags in Megatron-LM's argument groups: the headings in their order, and
    every flag of the table exactly once, under the heading of its group (no line for a flag
    the table does not hold). */
@@ -2034,6 +2136,7 @@ int main(void) {
     check_required_and_sizes();
     check_paths_and_data();
     check_no_validation();
+    check_data_args_files();
     check_nan_validation();
     check_jsonl_write_failure();
     check_warmup_fraction_and_init();

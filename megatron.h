@@ -4870,8 +4870,9 @@ static const mg__compat_flag mg__compat_flags[] = {
     {"--layernorm-epsilon", "EPS", MG__COMPAT_ALIAS, "--norm-epsilon"},
     {"--use-rotary-position-embeddings", NULL, MG__COMPAT_ALIAS,
      "--position-embedding-type rope"},
-    {"--reset-position-ids", NULL, MG__COMPAT_REFUSED, "positions run over the whole "
-     "sequence, across document boundaries"},
+    {"--reset-position-ids", NULL, MG__COMPAT_NOTE, "rotary positions run over the whole "
+     "sequence, as in Megatron-LM, whose rotary embedding reads no position ids (it resets "
+     "learned absolute positions only, which megatron.h refuses)"},
     {"--reset-attention-mask", NULL, MG__COMPAT_REFUSED, "attention is causal over the whole "
      "sequence, across document boundaries"},
     {"--qk-layernorm", NULL, MG__COMPAT_REFUSED, "no norm on queries and keys"},
@@ -7480,6 +7481,17 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
     tr->cfg.attention_dropout = (float)a->attention_dropout;
     tr->cfg.dropout_seed = (uint64_t)a->seed;
     mg__llama_config(a, &tr->cfg);
+    /* Megatron-LM's --reset-position-ids restarts the position ids at each document; its
+       models read them only for learned absolute positions (the rotary embedding is built
+       from the sequence length), so it changes nothing with rope or no positions          */
+    if (mg__compat_given(a, "--reset-position-ids") &&
+        tr->cfg.position_embedding == MG_POS_LEARNED) {
+        mg__err(err, errlen, "--reset-position-ids is not supported by megatron.h with learned "
+                "absolute positions: they run over the whole sequence, across document "
+                "boundaries (with --position-embedding-type rope it changes nothing, as in "
+                "Megatron-LM)");
+        goto fail;
+    }
     /* Llama 3's other rope_scaling numbers have no flag (Megatron-LM fixes them): from
        config.json, or from the checkpoint's state.json */
     if (has_weights && wf.kind == MG_WEIGHTS_HF_LLAMA && wf.cfg.use_rope_scaling) {

@@ -1948,8 +1948,18 @@ static void check_megatron_compat(void) {
                  "--eod-token-id 3", "^--eod-token-id 3 disagrees with "
                  "--tokenizer-type ByteTokenizer, whose end-of-document id is 255 (leave "
                  "--eod-token-id out)");
-    expect_error("--reset-position-ids refused", BASE "--reset-position-ids",
-                 "^--reset-position-ids is not supported by megatron.h: ");
+    expect_error("--reset-position-ids refused with learned positions",
+                 BASE "--reset-position-ids", "^--reset-position-ids is not supported by "
+                 "megatron.h with learned absolute positions: they run over the whole sequence");
+    {   /* with rope it is taken with a note (it changes nothing, as in Megatron-LM) */
+        char notes[1024];
+        int ok = compat_notes(BASE "--position-embedding-type rope --reset-position-ids", notes,
+                              sizeof notes) &&
+                 strstr(notes, "warning: --reset-position-ids: rotary positions run over the "
+                               "whole sequence, as in Megatron-LM") != NULL;
+        mg_test_report(ok, "cli: --reset-position-ids with rope: taken (Megatron-LM's rotary "
+                       "embedding reads no position ids), with a note", "%s", notes);
+    }
     expect_error("--reset-attention-mask refused", BASE "--reset-attention-mask",
                  "^--reset-attention-mask is not supported by megatron.h: ");
     expect_error("--qk-layernorm refused", BASE "--qk-layernorm",

@@ -6771,6 +6771,14 @@ static int mg__part_blend(mg_trainer *tr, mg_blend *b, const mg__data_group *g,
         return mg__err(err, errlen, "%s%s%s, %s part (%lld samples: %s): %s", g->flag,
                        g->n == 1 ? " " : "", g->n == 1 ? g->prefix[0] : "", names[part],
                        (long long)n_samples, asked[part], why);
+    if (part == MG_SPLIT_TRAIN && b->n_samples < n_samples) {   /* blended by size: one epoch */
+        mg__err(err, errlen, "%s: the %d datasets without weights are blended by their sizes, "
+                "one epoch of each: %lld training samples, fewer than the %lld the run trains "
+                "on (%s; Megatron-LM's unweighted blend has no more: give weights to draw more)",
+                g->flag, g->n, (long long)b->n_samples, (long long)n_samples, asked[part]);
+        mg_blend_free(b);
+        return -1;
+    }
     return 0;
 }
 

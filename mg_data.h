@@ -280,15 +280,19 @@ MGDEF int64_t mg_sampler_index_bytes(const mg_sampler *smp);
    Dataset k's own sampler (its --split part, shuffled or sequential, same seed) is asked for
    ceil(ceil(N·w_k)·1.005) samples (Megatron's _get_size_per_split_per_dataset with its
    default 0.5% surplus), N the blend's size; a blend of one unweighted dataset is that
-   dataset's sampler itself (sample i = its sample i, N asked).
+   dataset's sampler itself (sample i = its sample i, N asked). Several unweighted datasets
+   are blended by their sizes, as Megatron's BlendedMegatronDatasetBuilder does when the blend
+   has no weights: each sampler holds one epoch of its part (num_samples None), w_k = its
+   samples / all their samples, and the blend holds min(N, all their samples) samples.
    The indices are a pure function of (weights, N): every rank builds the same, and a resumed
    run (same N) reads exactly the samples the uninterrupted run would.                       */
 #define MG_BLEND_MAX 32767      /* Megatron stores dataset_index as int16                  */
 
-/* Megatron's get_blend_from_list: words = one PREFIX, or "W1 P1 W2 P2 …" (weights > 0,
-   normalised here). Fills prefixes[i] (pointers into words) and weights[i] (NULL result
-   weights for one unweighted prefix: *weighted = 0); *n = datasets. cap = room in both arrays.
-   flag names the option for the error line ("--data-path").                                */
+/* Megatron's get_blend_from_list: words = one PREFIX, "W1 P1 W2 P2 …" (weights > 0,
+   normalised here), or several prefixes without weights ("P1 P2 …", none a number: blended
+   by their sizes). Fills prefixes[i] (pointers into words) and weights[i] (unweighted:
+   *weighted = 0, weights untouched); *n = datasets. cap = room in both arrays. flag names
+   the option for the error line ("--data-path").                                            */
 MGDEF int mg_blend_parse(const char *flag, const char *const *words, int n_words,
                          const char **prefixes, double *weights, int cap, int *n, int *weighted,
                          char *err, size_t errlen);
@@ -300,7 +304,7 @@ MGDEF int mg_blend_indices(const double *weights, int n, int64_t size, int16_t *
 typedef struct mg_blend {
     int n;                      /* datasets                                                 */
     int weighted;               /* 0: one dataset, no blending indices                     */
-    double *weights;            /* [n] normalised                                          */
+    double *weights;            /* [n] normalised (several unweighted datasets: their sizes) */
     mg_sampler *smp;            /* [n] each dataset's sampler over its part                */
     int64_t n_samples;          /* valid sample indices [0, n_samples)                      */
     int16_t *dataset_index;     /* [n_samples] (weighted)                                   */
@@ -2194,9 +2198,23 @@ MGDEF int mg_blend_parse(const char *flag, const char *const *words, int n_words
         *n = 1;
         return 0;
     }
+    {   /* no word a number: several prefixes, blended by their sizes (Megatron-LM's
+           get_blend_from_list gives them no weights); a number among them is a typo here */
+        int numbers = 0;
+        double w;
+        for (int i = 0; i < n_words; i++) numbers += mg__blend_weight(words[i], &w);
+        if (!numbers) {
+            if (n_words > cap)
+                return mg__fail(err, errlen, "%s: %d datasets, at most %d", flag, n_words, cap);
+            for (int i = 0; i < n_words; i++) prefixes[i] = words[i];
+            *n = n_words;
+            return 0;
+        }
+    }
     if (n_words % 2)
         return mg__fail(err, errlen, "%s: %d words; a blend is pairs WEIGHT PREFIX (e.g. 0.7 A "
-                        "0.3 B), a single dataset one PREFIX", flag, n_words);
+                        "0.3 B), a single dataset one PREFIX, or prefixes alone (blended by "
+                        "their sizes)", flag, n_words);
     if (n_words / 2 > cap)
         return mg__fail(err, errlen, "%s: %d datasets, at most %d", flag, n_words / 2, cap);
     for (int i = 0; i < n_words / 2; i++) {
@@ -2253,10 +2271,11 @@ MGDEF int mg_blend_init(mg_blend *b, const mg_dataset *const *ds, const double *
                         size_t errlen) {
     int64_t N = desc->n_samples;
     memset(b, 0, sizeof *b);
-    if (n < 1 || n > MG_BLEND_MAX || (!weighted && n != 1))
-        return mg__fail(err, errlen, "a blend of %d datasets (1 … %d; several need weights)", n,
-                        MG_BLEND_MAX);
+    int by_size = !weighted && n > 1;   /* Megatron's blend of unweighted datasets */
+    if (n < 1 || n > MG_BLEND_MAX)
+        return mg__fail(err, errlen, "a blend of %d datasets (1 … %d)", n, MG_BLEND_MAX);
     if (N < 1) return mg__fail(err, errlen, "no samples requested (%lld)", (long long)N);
+    if (by_size) weighted = 1;          /* weights from the sizes, below, then as given ones */
     b->n = n;
     b->weighted = weighted;
     b->n_samples = N;
@@ -2273,13 +2292,21 @@ MGDEF int mg_blend_init(mg_blend *b, const mg_dataset *const *ds, const double *
     }
     for (int k = 0; k < n; k++) {
         mg_sampler_desc d = *desc;
-        b->weights[k] = weighted ? weights[k] : 1.0;
-        /* Megatron's per-dataset request: ceil(ceil(N·w)·(1 + 0.005))                     */
-        if (weighted) d.n_samples = (int64_t)ceil(ceil((double)N * weights[k]) * 1.005);
+        b->weights[k] = weighted && !by_size ? weights[k] : 1.0;
+        /* Megatron's per-dataset request: ceil(ceil(N·w)·(1 + 0.005)); by size: one epoch
+           (its num_samples None), as 1 asks for                                          */
+        if (by_size) d.n_samples = 1;
+        else if (weighted) d.n_samples = (int64_t)ceil(ceil((double)N * weights[k]) * 1.005);
         if (mg_sampler_init(&b->smp[k], ds[k], &d, err, errlen) != 0) {
             mg_blend_free(b);
             return -1;
         }
+    }
+    if (by_size) {   /* weights = the samples of one epoch of each, normalised; at most all */
+        int64_t total = 0;
+        for (int k = 0; k < n; k++) total += b->smp[k].n_samples;
+        for (int k = 0; k < n; k++) b->weights[k] = (double)b->smp[k].n_samples / (double)total;
+        if (total < N) b->n_samples = N = total;
     }
     if (weighted) {
         if (mg_blend_indices(b->weights, n, N, b->dataset_index, b->dataset_sample_index)) {

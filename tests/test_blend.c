@@ -9,6 +9,10 @@
        0, 1, 2, … in order;
      - mg_blend_parse: one prefix alone is unweighted; pairs are normalised; an odd word count,
        a word that is not a number, a zero weight are refused with one line;
+     - several prefixes without weights (Megatron-LM's blend by size): each dataset's part one
+       epoch, weights = its samples / all their samples, the blend min(N, all) samples and
+       the indices of those weights; a run asking for more training samples than one epoch of
+       each is one error line;
      - mg_blend_init asks each dataset's sampler for ceil(ceil(N·w)·1.005) samples (Megatron's
        surplus), and blended sample i is exactly sample dataset_sample_index[i] of dataset
        dataset_index[i];
@@ -249,6 +253,54 @@ static void check_trainer_blend(void) {
                      "--valid-data-path needs --train-data-path");
 }
 
+/* --data-path A B: no weights, blended by size (BlendedMegatronDatasetBuilder with weights
+   None): one epoch of each dataset's training part, weights = their sample counts over the
+   sum, the blend the run's N samples (N <= the sum) with the blending indices of those
+   weights; a run of more samples than the sum is refused.                                   */
+static void check_unweighted_blend(void) {
+    const char *prefixes[4];
+    const char *words[2];
+    double w[4];
+    int n, weighted, rc, ok, k;
+    char err[MG_ERRLEN], line[2048];
+    mg_trainer tr;
+    words[0] = pa;
+    words[1] = pb;
+    rc = mg_blend_parse("--data-path", words, 2, prefixes, w, 4, &n, &weighted, err, sizeof err);
+    mg_test_report(rc == 0 && n == 2 && !weighted && prefixes[1] == pb, "blend: A B (no "
+                   "weights) -> two datasets, blended by size", "rc %d n %d weighted %d", rc, n,
+                   weighted);
+    snprintf(line, sizeof line, MODEL "--data-path %s %s --train-iters 28 --eval-iters 1 "
+             "--eval-interval 14", pa, pb);
+    gpt_trainer_on(&tr, line, NULL);
+    {
+        const mg_blend *b = &tr.train_data;
+        int64_t total = b->smp[0].n_samples + b->smp[1].n_samples, i;
+        int16_t *di = (int16_t *)malloc(224 * sizeof(int16_t));
+        int64_t *dsi = (int64_t *)malloc(224 * sizeof(int64_t));
+        double want[2];
+        for (k = 0; k < 2; k++) want[k] = (double)b->smp[k].n_samples / (double)total;
+        ok = b->n == 2 && b->weighted && b->n_samples == 224 && total >= 224 &&
+             b->smp[0].num_epochs == 1 && b->smp[1].num_epochs == 1 &&
+             b->weights[0] == want[0] && b->weights[1] == want[1] &&
+             mg_blend_indices(want, 2, 224, di, dsi) == 0;
+        for (i = 0; ok && i < 224; i++)
+            ok = di[i] == b->dataset_index[i] && dsi[i] == b->dataset_sample_index[i];
+        mg_test_report(ok && tr.has_valid && tr.valid_data.n == 2, "blend: gpt_train "
+                       "--data-path A B: one epoch of each, weights their shares, 224 training "
+                       "samples blended by them; validation blended too", "%lld + %lld samples, "
+                       "weights %.4f %.4f", (long long)b->smp[0].n_samples,
+                       (long long)b->smp[1].n_samples, b->weights[0], b->weights[1]);
+        free(di);
+        free(dsi);
+    }
+    mg_trainer_free(&tr);
+    snprintf(line, sizeof line, MODEL "--data-path %s %s --train-iters 30", pa, pb);
+    gpt_expect_error(NULL, "blend", "--data-path A B asking for more than one epoch of each",
+                     line, "datasets without weights are blended by their sizes, one epoch of "
+                     "each: 229 training samples, fewer than the 240 the run trains on");
+}
+
 /* A blend whose second dataset is one document: under the default --split 969,30,1 that
    dataset gives validation no document, so the run trains without validation (as a single
    small dataset does, test_cli): setup succeeds, has_valid is 0, one note line names the
@@ -363,6 +415,7 @@ int main(int argc, char **argv) {
         check_parse();
         check_blend_samples();
         check_trainer_blend();
+        check_unweighted_blend();
         check_blend_no_validation();
         check_resume();
     } else if (world == 2 || world == 4) {

@@ -127,6 +127,8 @@ typedef struct mg_gpt_config {
     int use_rope_scaling; /* --use-rope-scaling: Llama 3's frequency scaling, with            */
     float rope_scaling_factor, rope_low_freq_factor, rope_high_freq_factor; /* (0: 8, 1, 4)   */
     int rope_original_max_pos;  /* (0: 8192)                                                   */
+    float rotary_interpolation; /* --rotary-seq-len-interpolation-factor F: rotary positions
+                                   p / F (transformers' rope_type "linear") (0: 1, none)      */
     int n_query_groups;   /* --num-query-groups with --group-query-attention (0: n_head)        */
     int kv_channels;      /* --kv-channels, the head dimension (0: C / n_head)                  */
     int untie_embeddings; /* --untie-embeddings-and-output-weights: an output layer of its own  */
@@ -896,6 +898,7 @@ typedef struct mg_train_args {
     int swiglu, use_rope_scaling, group_query_attention, untie_embeddings_and_output_weights,
         disable_bias_linear, add_qkv_bias;             /* switches                            */
     double norm_epsilon, rotary_base, rotary_percent, rope_scaling_factor;
+    double rotary_seq_len_interpolation_factor;   /* 1: none                                 */
     int64_t ffn_hidden_size, num_query_groups, kv_channels;
     /* batch and length of the run                                                           */
     int64_t micro_batch_size, global_batch_size, train_iters;
@@ -1334,6 +1337,14 @@ MGDEF int mg_gpt_config_check(const mg_gpt_config *c, int tp_size, char *err, si
             return mg__err(err, errlen, "Llama 3 rope scaling needs high_freq_factor %g > "
                            "low_freq_factor %g", k.rope_freq.high_freq_factor,
                            k.rope_freq.low_freq_factor);
+        if (c->rotary_interpolation != 0 && !(c->rotary_interpolation >= 1))
+            return mg__err(err, errlen, "--rotary-seq-len-interpolation-factor %g: must be at "
+                           "least 1 (rotary positions are divided by it)",
+                           c->rotary_interpolation);
+        if (c->rotary_interpolation > 1 && c->position_embedding != MG_POS_ROPE)
+            return mg__err(err, errlen, "--rotary-seq-len-interpolation-factor %g applies to "
+                           "rotary positions (--position-embedding-type rope)",
+                           c->rotary_interpolation);
     }
     if (c->seq_len < 1)
         return mg__err(err, errlen, "--seq-length %d: must be at least 1", c->seq_len);
@@ -1392,6 +1403,7 @@ MGDEF mg_layer_config mg_gpt_layer_config(const mg_gpt_config *c, int micro_batc
     k.rot_dim = (int)(k.head_dim * (c->rotary_percent > 0 ? c->rotary_percent : 1.0f)) / 2 * 2;
     k.rope_freq.base = c->rotary_base > 0 ? c->rotary_base : 10000.0f;
     k.rope_freq.llama3 = c->use_rope_scaling;
+    k.rope_freq.linear_factor = c->rotary_interpolation > 0 ? c->rotary_interpolation : 1.0f;
     k.rope_freq.factor = c->rope_scaling_factor > 0 ? c->rope_scaling_factor : 8.0f;
     k.rope_freq.low_freq_factor = c->rope_low_freq_factor > 0 ? c->rope_low_freq_factor : 1.0f;
     k.rope_freq.high_freq_factor = c->rope_high_freq_factor > 0 ? c->rope_high_freq_factor : 4.0f;
@@ -2903,30 +2915,39 @@ static int mg__hf_llama_config(mg_weights_file *f, const mg_json *js, int family
     if (rs >= 0 && js->toks[rs].type != MG_JSON_NULL && !mg__rope_is_default(js, rs)) {
         int64_t type = mg_json_get(js, rs, "rope_type");
         char *name, shown[64];
-        double low, high, orig;
+        double low = 0, high = 0, orig = 0;
         if (js->toks[rs].type != MG_JSON_OBJECT)
             return mg__err(err, errlen, "%s: rope_scaling is not an object or null", path);
         if (type < 0) type = mg_json_get(js, rs, "type");
         name = type >= 0 ? mg_json_strdup(js, type) : NULL;
-        k = name && !strcmp(name, "llama3");
+        k = name && !strcmp(name, "llama3") ? 1 : name && !strcmp(name, "linear") ? 2 : 0;
         MG_FREE(name);
         if (type >= 0) mg__json_shown(js, type, shown, sizeof shown);
         if (!k)
             return mg__err(err, errlen, "%s: rope_scaling of rope_type %s; megatron.h computes "
-                           "\"llama3\" scaling (--use-rope-scaling) or none (null or "
+                           "\"llama3\" scaling (--use-rope-scaling), \"linear\" "
+                           "(--rotary-seq-len-interpolation-factor) or none (null or "
                            "\"default\")", path,
                            type >= 0 ? shown : "(missing)");
-        if (mg__cfg_num(js, rs, path, "factor", NaN, 1, 1e6, &f->rope_factor, err, errlen) ||
+        if (k == 2) {   /* positions / factor */
+            double lin;
+            if (mg__cfg_num(js, rs, path, "factor", NaN, 1, 1e6, &lin, err, errlen)) return -1;
+            c->rotary_interpolation = (float)lin;
+        }
+        if (k == 1 &&
+            (mg__cfg_num(js, rs, path, "factor", NaN, 1, 1e6, &f->rope_factor, err, errlen) ||
             mg__cfg_num(js, rs, path, "low_freq_factor", NaN, 1e-6, 1e6, &low, err, errlen) ||
             mg__cfg_num(js, rs, path, "high_freq_factor", NaN, 1e-6, 1e6, &high, err, errlen) ||
             mg__cfg_num(js, rs, path, "original_max_position_embeddings", NaN, 1, INT32_MAX,
-                        &orig, err, errlen))
+                        &orig, err, errlen)))
             return -1;
-        c->use_rope_scaling = 1;
-        c->rope_scaling_factor = (float)f->rope_factor;
-        c->rope_low_freq_factor = (float)low;
-        c->rope_high_freq_factor = (float)high;
-        c->rope_original_max_pos = (int)orig;
+        if (k == 1) {
+            c->use_rope_scaling = 1;
+            c->rope_scaling_factor = (float)f->rope_factor;
+            c->rope_low_freq_factor = (float)low;
+            c->rope_high_freq_factor = (float)high;
+            c->rope_original_max_pos = (int)orig;
+        }
     }
     c->normalization = MG_NORM_RMSNORM;
     c->norm_epsilon = (float)f->norm_eps;
@@ -3469,12 +3490,19 @@ static int mg__llama_config_write(const mg_gpt_config *c, int cls, const char *p
     mg__num_text(fac, sizeof fac, k.rope_freq.factor, 1);
     mg__num_text(lo, sizeof lo, k.rope_freq.low_freq_factor, 1);
     mg__num_text(hi, sizeof hi, k.rope_freq.high_freq_factor, 1);
+    if (k.rope_freq.llama3 && k.rope_freq.linear_factor != 1.0f)
+        return mg__err(err, errlen, "%s: Llama 3's rope scaling and a linear position "
+                       "interpolation together have no config.json form (its rope_scaling is "
+                       "one type)", path);
     if (k.rope_freq.llama3)
         snprintf(rope, sizeof rope, "{\"rope_type\": \"llama3\", \"factor\": %s, "
                  "\"low_freq_factor\": %s, \"high_freq_factor\": %s, "
                  "\"original_max_position_embeddings\": %d}", fac, lo, hi,
                  k.rope_freq.original_max_pos);
-    else snprintf(rope, sizeof rope, "null");
+    else if (k.rope_freq.linear_factor != 1.0f) {
+        mg__num_text(fac, sizeof fac, k.rope_freq.linear_factor, 1);
+        snprintf(rope, sizeof rope, "{\"rope_type\": \"linear\", \"factor\": %s}", fac);
+    } else snprintf(rope, sizeof rope, "null");
     n = snprintf(s, sizeof s, "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
         "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n"
         "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
@@ -4359,6 +4387,10 @@ static const mg__flag mg__flags[] = {
      "rotary base (default 10000; Llama 3: 500000)"},
     {"--rotary-percent", MG__F_FLOAT, MG__OFF(rotary_percent), "P", 1e-6, 1,
      "share of each head's dims rotated (default 1.0)"},
+    {"--rotary-seq-len-interpolation-factor", MG__F_FLOAT,
+     MG__OFF(rotary_seq_len_interpolation_factor), "F", 1, 1e6,
+     "linear position interpolation: rotary positions p / F (Hugging Face rope_type "
+     "\"linear\"; default 1: none)"},
     {"--use-rope-scaling", MG__F_SWITCH, MG__OFF(use_rope_scaling), NULL, 0, 0,
      "Llama 3.1's rotary frequency scaling (low/high frequency factors 1 and 4, original "
      "context 8192, as Megatron-LM)"},
@@ -4952,6 +4984,7 @@ MGDEF void mg_train_args_default(mg_train_args *a) {
     a->rotary_base = 10000;
     a->rotary_percent = 1.0;
     a->rope_scaling_factor = 8.0;
+    a->rotary_seq_len_interpolation_factor = 1.0;
 }
 
 static int mg__flag_index(const char *name) {
@@ -6075,7 +6108,8 @@ static const char *const mg__switch_flags[] = {
     "--normalization", "--norm-epsilon", "--swiglu", "--ffn-hidden-size",
     "--position-embedding-type", "--rotary-base", "--rotary-percent", "--use-rope-scaling",
     "--rope-scaling-factor", "--group-query-attention", "--num-query-groups", "--kv-channels",
-    "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias"};
+    "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias",
+    "--rotary-seq-len-interpolation-factor"};
 #define MG__NSWITCH_FLAGS ((int)(sizeof mg__switch_flags / sizeof mg__switch_flags[0]))
 
 /* One switch of a source — a checkpoint's state.json args, a Hugging Face config.json —
@@ -6159,6 +6193,7 @@ static int mg__switches_from_hf(mg_train_args *a, const mg_weights_file *f, char
     snprintf(v[12], 40, "%s", c->untie_embeddings ? "true" : "false");
     snprintf(v[13], 40, "%s", c->disable_bias_linear ? "true" : "false");
     snprintf(v[14], 40, "%s", c->add_qkv_bias ? "true" : "false");
+    mg__num_text(v[15], 40, c->rotary_interpolation > 0 ? c->rotary_interpolation : 1.0, 0);
     for (i = 0; i < MG__NSWITCH_FLAGS && !rc; i++)
         rc = mg__switch_merge(a, mg__switch_flags[i], v[i], what, err, errlen);
     return rc;
@@ -6194,6 +6229,7 @@ static void mg__llama_config(const mg_train_args *a, mg_gpt_config *c) {
     c->rotary_percent = (float)a->rotary_percent;
     c->use_rope_scaling = a->use_rope_scaling;
     c->rope_scaling_factor = (float)a->rope_scaling_factor;
+    c->rotary_interpolation = (float)a->rotary_seq_len_interpolation_factor;
     /* Megatron-LM: --num-query-groups counts only with --group-query-attention (default 1) */
     c->n_query_groups = !a->group_query_attention ? 0
                         : a->num_query_groups > 0 ? (int)a->num_query_groups : 1;

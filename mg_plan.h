@@ -1631,7 +1631,8 @@ static const char *mg__plan_usage =
     "           --position-embedding-type {learned_absolute,rope,none}\n"
     "           --max-position-embeddings N (s)\n"
     "           accepted for the same command line, no effect on the costs: --norm-epsilon\n"
-    "           --rotary-base --rotary-percent --use-rope-scaling --rope-scaling-factor\n";
+    "           --rotary-base --rotary-percent --use-rope-scaling --rope-scaling-factor\n"
+    "           --rotary-seq-len-interpolation-factor\n";
 
 static mg_plan_model_check_fn mg__plan_model_check;   /* see mg_plan_set_model_check */
 MGDEF void mg_plan_set_model_check(mg_plan_model_check_fn check) { mg__plan_model_check = check; }
@@ -1646,7 +1647,7 @@ static const char *const mg__plan_model_flags[] = {
     "--swiglu", "--group-query-attention", "--untie-embeddings-and-output-weights",
     "--disable-bias-linear", "--add-qkv-bias", "--use-rope-scaling", "--norm-epsilon",
     "--rotary-base", "--rotary-percent", "--rope-scaling-factor", "--normalization",
-    "--position-embedding-type"};
+    "--position-embedding-type", "--rotary-seq-len-interpolation-factor"};
 #define MG__PLAN_NMODEL ((int)(sizeof mg__plan_model_flags / sizeof mg__plan_model_flags[0]))
 
 /* Parses argv into c. Returns 0, 1 for --help, -1 with err. */
@@ -1716,7 +1717,8 @@ static int mg__plan_parse(int argc, char **argv, mg__plan_cli *c, char *err, siz
         }
         else if (MG__FLAG("--use-rope-scaling")) MG__SWITCH((void)0);
         else if (MG__FLAG("--norm-epsilon") || MG__FLAG("--rotary-base") ||
-                 MG__FLAG("--rotary-percent") || MG__FLAG("--rope-scaling-factor")) MG__DBL(c->rope_unused);
+                 MG__FLAG("--rotary-percent") || MG__FLAG("--rope-scaling-factor") ||
+                 MG__FLAG("--rotary-seq-len-interpolation-factor")) MG__DBL(c->rope_unused);
         else if (MG__FLAG("--normalization")) MG__CHOICE(c->model.rmsnorm, "LayerNorm|RMSNorm");
         else if (MG__FLAG("--position-embedding-type"))
             MG__CHOICE(c->model.position_embedding, "learned_absolute|rope|none");

@@ -534,10 +534,15 @@ typedef struct mg_rope {
     int llama3;                 /* --use-rope-scaling                                            */
     float factor, low_freq_factor, high_freq_factor;  /* 8, 1, 4 for Llama 3.1               */
     int original_max_pos;       /* 8192 for Llama 3.1                                           */
+    float linear_factor;        /* linear position interpolation (Megatron-LM's
+                                   --rotary-seq-len-interpolation-factor, transformers'
+                                   rope_type "linear"): inv_freq / F, i.e. positions p / F
+                                   (0 and 1: none)                                             */
 } mg_rope;
 /* Host table for mg_rope_forward: cos_sin[(p·h + i)·2 + {0,1}] = cos, sin of θ = p·inv_freq_i
    (the angle rounded to fp32 as the reference's fp32 product, cos/sin then in double and
-   rounded once), for positions p < n_pos.                                                    */
+   rounded once), for positions p < n_pos. With linear_factor F, inv_freq_i / F in fp32 (after
+   Llama 3's scaling, when both are set), as transformers 4.44 divides it.                   */
 MGDEF void mg_rope_table(float *cos_sin, int n_pos, int rot_dim, const mg_rope *rope);
 
 /* SwiGLU's gated activation (Shazeer 2020; the Llama MLP): out = silu(gate) ⊙ up with
@@ -7076,6 +7081,7 @@ MGDEF void mg_rope_table(float *cos_sin, int n_pos, int rot_dim, const mg_rope *
                 inv = (1.0f - smooth) * inv / rope->factor + smooth * inv;
             }
         }
+        if (rope->linear_factor > 0) inv = inv / rope->linear_factor;   /* positions / F */
         for (p = 0; p < n_pos; p++) {
             float angle = (float)p * inv;
             cos_sin[((size_t)p * h + i) * 2] = (float)cos((double)angle);

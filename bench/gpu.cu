@@ -288,7 +288,7 @@ static void kernel_table(const bench_peaks *pk, int B, int T, int64_t C, mg_dtyp
     {   /* token ids spread over the vocabulary; rope's table for head dim 64 */
         int32_t *tok = (int32_t *)malloc(sizeof(int32_t) * (size_t)N);
         float *cs = (float *)malloc(sizeof(float) * (size_t)T * 64);
-        mg_rope rope = {10000.0f, 0, 0.0f, 0.0f, 0.0f, 0};
+        mg_rope rope = {10000.0f, 0, 0.0f, 0.0f, 0.0f, 0, 0.0f};
         for (i = 0; i < N; i++) tok[i] = (int32_t)(mg_rand_u32(11, (uint64_t)i) % (uint32_t)L.V);
         mg_rope_table(cs, T, 64, &rope);
         L.tokens = (int32_t *)mg_alloc(&g_ctx, sizeof(int32_t) * (size_t)N);

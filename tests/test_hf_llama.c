@@ -2,7 +2,9 @@
 /* test_hf_llama.c — Hugging Face Llama-family interop: megatron.h against directories that
    transformers 4.44.2 wrote (tests/oracle/hf_llama.py: tests/data/hf_llama/ sharded fp32 Llama
    with Llama 3 rope scaling, 2 key/value groups, all biases, untied; hf_qwen2/ tied Qwen2 with
-   Q/K/V biases and one group; hf_mistral/ bf16 Mistral with head_dim 12 ≠ hidden/heads):
+   Q/K/V biases and one group; hf_mistral/ bf16 Mistral with head_dim 12 ≠ hidden/heads;
+   hf_llama_linear/ Llama with linear rope scaling, factor 4, Megatron-LM's
+   --rotary-seq-len-interpolation-factor 4):
      - mg_weights_open reads each directory's architecture from config.json (and the shards
        from model.safetensors.index.json); imported, the model gives transformers' logits and
        loss on the oracle's batch (<= 1e-5 relative; the bf16 file in fp32 on both sides);
@@ -22,9 +24,9 @@
 #include <sys/stat.h>
 
 #define REF GPT_DATA "hf_llama_ref.safetensors"
-static const char *const models[3] = {"hf_llama", "hf_qwen2", "hf_mistral"};
-static const char *const archs[3] = {"LlamaForCausalLM", "Qwen2ForCausalLM",
-                                     "MistralForCausalLM"};
+static const char *const models[4] = {"hf_llama", "hf_qwen2", "hf_mistral", "hf_llama_linear"};
+static const char *const archs[4] = {"LlamaForCausalLM", "Qwen2ForCausalLM",
+                                     "MistralForCausalLM", "LlamaForCausalLM"};
 static char tmp[300];
 
 /* --- import: the model's logits against transformers' ------------------------------------ */
@@ -193,6 +195,39 @@ static void check_checkpoint(void) {
     check_transformers(0, out, "hf_llama through a checkpoint");
 }
 
+/* Linear rope scaling (hf_llama_linear, factor 4) is Megatron-LM's
+   --rotary-seq-len-interpolation-factor: a checkpoint keeps it (another factor on --load is
+   refused, naming both), config.json's refuses another on the command line, and it needs
+   rotary positions.                                                                          */
+static void check_linear_rope_flag(void) {
+    char args[1000], ck[400], first[600];
+    int status, errs;
+    snprintf(ck, sizeof ck, "%s/ckpt_linear", tmp);
+    snprintf(args, sizeof args, "--init-from " GPT_DATA "hf_llama_linear --train-iters 0 "
+             "--seq-length 12 --save %s", ck);
+    errs = gpt_mpirun_train(1, args, &status, first, sizeof first, NULL, NULL);
+    if (!errs && !status) {
+        snprintf(args, sizeof args, "--load %s --train-iters 0 "
+                 "--rotary-seq-len-interpolation-factor 2", ck);
+        errs = gpt_mpirun_train(1, args, &status, first, sizeof first, NULL, NULL);
+    }
+    mg_test_report(errs == 1 && status == 2 && strstr(first, "--rotary-seq-len-interpolation-"
+                   "factor 2.0 on the command line differs from the checkpoint") &&
+                   strstr(first, "which has 4.0"), "hf_llama: a checkpoint of hf_llama_linear "
+                   "keeps --rotary-seq-len-interpolation-factor 4", "status %d: %s", status,
+                   first);
+    gpt_expect_error(NULL, "hf_llama", "--rotary-seq-len-interpolation-factor contradicting "
+                     "config.json", "--init-from " GPT_DATA "hf_llama_linear --train-iters 0 "
+                     "--seq-length 12 --rotary-seq-len-interpolation-factor 2",
+                     "--rotary-seq-len-interpolation-factor 2.0 on the command line differs from "
+                     GPT_DATA "hf_llama_linear/config.json, which has 4.0");
+    gpt_expect_error(NULL, "hf_llama", "--rotary-seq-len-interpolation-factor without rotary "
+                     "positions", "--num-layers 1 --hidden-size 32 --num-attention-heads 4 "
+                     "--seq-length 8 --vocab-size 50 --train-iters 0 "
+                     "--rotary-seq-len-interpolation-factor 4",
+                     "--rotary-seq-len-interpolation-factor 4 applies to rotary positions");
+}
+
 /* rope_scaling {"rope_type": "default", …} (LlamaConfig(rope_scaling={"rope_type":
    "default"}).save_pretrained writes it): transformers computes plain rotary positions, the
    numbers beside it unused — the model of rope_scaling null, so hf_llama imported without
@@ -272,11 +307,13 @@ static void expect_cli_error(const char *what, int np, const char *args, const c
 int main(void) {
     int k;
     gpt_tmpdir(tmp, sizeof tmp, "hfllama");
-    for (k = 0; k < 3; k++) check_import(k);
-    for (k = 0; k < 3; k++) check_export(k, 1, "");
+    for (k = 0; k < 4; k++) check_import(k);
+    for (k = 0; k < 4; k++) check_export(k, 1, "");
+    check_export(3, 2, "--tensor-model-parallel-size 2");
     check_export(0, 2, "--tensor-model-parallel-size 2");
     check_export(1, 2, "--pipeline-model-parallel-size 2");
     check_checkpoint();
+    check_linear_rope_flag();
     check_rope_default();
 
     expect_bad_config("heads not divisible by key/value groups", 0, "\"num_key_value_heads\": 2",

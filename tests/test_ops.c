@@ -649,7 +649,7 @@ static void test_llama_ops(mg_ctx *ctx) {
     ops_ref r;
     size_t mark = mg_arena_mark(ctx);
     mg_norm rms = {1, 1e-6f}, ln = {0, 1e-5f};
-    mg_rope rope = {500000.0f, 0, 8.0f, 1.0f, 4.0f, 8};
+    mg_rope rope = {500000.0f, 0, 8.0f, 1.0f, 4.0f, 8, 0.0f};
     mg_tensor x, w, dout, out, dx, dw, gate, up, dgate, qkv, att, datt, dqkv;
     float *mean, *rstd, table[(T + 3) * (ROT / 2) * 2], *table_dev;
     if (!ops_ref_load(&r, "llama")) return;

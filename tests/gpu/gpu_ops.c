@@ -536,7 +536,7 @@ static int op_swiglu(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
 enum { GQ = 6, GG = 2, GHD = 32, GROT = 24, GW = (GQ + 2 * GG) * GHD };
 static int op_rope_gqa(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     int nout = 0;
-    mg_rope rope = {500000.0f, 1, 8.0f, 1.0f, 4.0f, 16};
+    mg_rope rope = {500000.0f, 1, 8.0f, 1.0f, 4.0f, 16, 0.0f};
     mg_attn_dropout drop = {0.1f, 7, 0, GQ};
     float *table = (float *)malloc(sizeof(float) * (T + 5) * GROT), *cs;
     mg_tensor qkv = ops_dev(ctx, dt, X, N, GW), dqkv = ops_dev(ctx, dt, NULL, N, GW);
@@ -561,7 +561,7 @@ static int op_rope(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
            SW = (RQ + 2 * RG) * SHD };
     int nout = 0;
     int64_t shape[2] = {N, SW};
-    mg_rope rope = {10000.0f, 0, 0.0f, 0.0f, 0.0f, 0};
+    mg_rope rope = {10000.0f, 0, 0.0f, 0.0f, 0.0f, 0, 0.0f};
     float *table = (float *)malloc(sizeof(float) * (T + 3) * RHD);
     float *small = (float *)malloc(sizeof(float) * (T + 3) * SROT), *cs, *cs_small;
     mg_tensor qkv = ops_dev(ctx, dt, X, N, RW), dqkv = ops_dev(ctx, dt, D, N, RW);

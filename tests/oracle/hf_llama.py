@@ -21,6 +21,10 @@ and biases too), saved with save_pretrained (safetensors) into OUTDIR:
   hf_mistral/  MistralForCausalLM: 1 layer, hidden 32, 4 heads of head_dim 12 (not 32/4) in 2
                groups, width 56, vocabulary 64, sliding_window null, untied; saved in BF16
                (torch_dtype bfloat16): the reference runs the same bf16 values in fp32.
+  hf_llama_linear/  LlamaForCausalLM with linear rope scaling (rope_type "linear", factor 4:
+               positions / 4, Megatron-LM's --rotary-seq-len-interpolation-factor 4): 2
+               layers, hidden 32, 4 heads in 2 groups, width 48, vocabulary 61, no biases,
+               untied; fp32, one file.
   hf_llama_ref.safetensors  per model M: M.tokens I32 [B, T+1], and transformers' forward
                of M.tokens[:, :T] in fp32: M.logits F32 [B, T, V] and M.loss F32 [1] (mean
                cross-entropy against M.tokens[:, 1:]).
@@ -67,8 +71,14 @@ MODELS = {
         head_dim=12, intermediate_size=56, vocab_size=64, max_position_embeddings=16,
         rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=None,
         tie_word_embeddings=False)),
+    "hf_llama_linear": (LlamaForCausalLM, LlamaConfig, dict(
+        num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=48, vocab_size=61, max_position_embeddings=16, rms_norm_eps=1e-5,
+        rope_theta=10000.0, rope_scaling=dict(rope_type="linear", factor=4.0),
+        attention_bias=False, mlp_bias=False, tie_word_embeddings=False)),
 }
-SAVE = {"hf_llama": dict(max_shard_size="40KB"), "hf_qwen2": {}, "hf_mistral": {}}
+SAVE = {"hf_llama": dict(max_shard_size="40KB"), "hf_qwen2": {}, "hf_mistral": {},
+        "hf_llama_linear": {}}
 
 
 def forward(model, tokens):

@@ -4850,6 +4850,10 @@ static const mg__compat_flag mg__compat_flags[] = {
      "from --seed by global position: the same on every device and layout"},
     {"--empty-unused-memory-level", "0|1|2", MG__COMPAT_SAME, "memory is preallocated arenas; "
      "there is no allocator cache to empty"},
+    {"--distribute-saved-activations", NULL, MG__COMPAT_NOTE, "it changes where recomputation's "
+     "checkpointed inputs are kept, not the math; each tensor rank keeps them whole here"},
+    {"--log-progress", NULL, MG__COMPAT_NOTE, "no progress.txt of tokens and FLOPs is written "
+     "in the checkpoint directory (the log line and --log-jsonl hold both)"},
     {"--num-workers", "N", MG__COMPAT_SAME, "samples are read by the training thread from the "
      "mapped data files"},
     {"--dataloader-type", "single", MG__COMPAT_SAME, "Megatron's default: each sample once, "
@@ -4921,6 +4925,12 @@ static const mg__compat_flag mg__compat_flags[] = {
      "--swiglu)"},
     {"--init-method-xavier-uniform", NULL, MG__COMPAT_REFUSED, "weights are drawn from a normal "
      "distribution of --init-method-std"},
+    {"--apply-residual-connection-post-layernorm", NULL, MG__COMPAT_REFUSED, "the residual "
+     "adds the layer's input, before its norm (pre-norm, GPT's ordering)"},
+    {"--decoupled-lr", "N", MG__COMPAT_REFUSED, "one learning-rate schedule for every "
+     "parameter, the embedding and output layer too (--lr, --min-lr)"},
+    {"--decoupled-min-lr", "N", MG__COMPAT_REFUSED, "one learning-rate schedule for every "
+     "parameter, the embedding and output layer too (--lr, --min-lr)"},
     {"--num-experts", "N", MG__COMPAT_REFUSED, "no mixture of experts: every layer has one "
      "MLP"},
     {"--fp8-format", NULL, MG__COMPAT_REFUSED, "no fp8 training: --bf16 or --fp16"},

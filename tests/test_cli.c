@@ -1970,6 +1970,20 @@ static void check_megatron_compat(void) {
                  "^--squared-relu is not supported by megatron.h: the MLP's activation is GELU");
     expect_error("--init-method-xavier-uniform refused", BASE "--init-method-xavier-uniform",
                  "^--init-method-xavier-uniform is not supported by megatron.h: ");
+    expect_error("--decoupled-lr refused by its name", BASE "--decoupled-lr 1e-4",
+                 "^--decoupled-lr is not supported by megatron.h: one learning-rate schedule");
+    expect_error("--apply-residual-connection-post-layernorm refused by its name",
+                 BASE "--apply-residual-connection-post-layernorm", "^--apply-residual-"
+                 "connection-post-layernorm is not supported by megatron.h: ");
+    {   /* the notes: taken, one warning each */
+        char notes[2048];
+        int ok = compat_notes(BASE "--distribute-saved-activations --log-progress", notes,
+                              sizeof notes) &&
+                 strstr(notes, "warning: --distribute-saved-activations: it changes where") &&
+                 strstr(notes, "warning: --log-progress: no progress.txt");
+        mg_test_report(ok, "cli: --distribute-saved-activations and --log-progress: taken, one "
+                       "warning each", "%s", notes);
+    }
     expect_error("--num-experts refused by its name", BASE "--num-experts 8",
                  "^--num-experts is not supported by megatron.h: no mixture of experts");
     expect_error("--fp8-format refused by its name", BASE "--fp8-format hybrid",

@@ -4904,6 +4904,25 @@ static const mg__compat_flag mg__compat_flags[] = {
      "Megatron-LM's files: they load here under any layout, not in Megatron-LM"},
     {"--recompute-activations", NULL, MG__COMPAT_ALIAS, "--recompute-granularity selective"},
     {"--layernorm-epsilon", "EPS", MG__COMPAT_ALIAS, "--norm-epsilon"},
+    {"--ddp-bucket-size", "N", MG__COMPAT_ALIAS, "--bucket-size"},
+    {"--deterministic-mode", NULL, MG__COMPAT_SAME, "megatron.h has no nondeterministic "
+     "kernels to turn off: its sums run in a fixed order"},
+    {"--profile", NULL, MG__COMPAT_NOTE, "no profiler hooks: run nsys or ncu on the program "
+     "(docs/performance.md)"},
+    {"--use-pytorch-profiler", NULL, MG__COMPAT_NOTE, "no PyTorch profiler: run nsys or ncu on "
+     "the program (docs/performance.md)"},
+    {"--profile-step-start", "N", MG__COMPAT_NOTE, "no profiler hooks: run nsys or ncu on the "
+     "program"},
+    {"--profile-step-end", "N", MG__COMPAT_NOTE, "no profiler hooks: run nsys or ncu on the "
+     "program"},
+    {"--record-memory-history", NULL, MG__COMPAT_NOTE, "no PyTorch allocator history: the "
+     "memory report after the first iteration gives the arena's use"},
+    {"--check-weight-hash-across-dp-replicas-interval", "N", MG__COMPAT_NOTE, "no periodic "
+     "hash check: the replicas' weights are bit-identical by construction (tests/test_dp.c)"},
+    {"--non-persistent-save-interval", "N", MG__COMPAT_REFUSED, "no non-persistent (local) "
+     "checkpoints: --save-interval writes every checkpoint"},
+    {"--window-size", NULL, MG__COMPAT_REFUSED, "attention sees every earlier position (no "
+     "sliding window)"},
     {"--use-rotary-position-embeddings", NULL, MG__COMPAT_ALIAS,
      "--position-embedding-type rope"},
     {"--reset-position-ids", NULL, MG__COMPAT_NOTE, "rotary positions run over the whole "

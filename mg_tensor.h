@@ -326,8 +326,9 @@ MGDEF void mg_gemm_strided_batched(mg_ctx *ctx, int transa, int transb, int m, i
    out[t, b] = wte[tok - vocab_start] if vocab_start <= tok < vocab_start + wte rows, else 0;
              + wpe[t0 + t] when wpe is non-NULL.
    backward: scatter-ADD dout into dwte (same range rule; dwte may be NULL) and, if dwpe is
-   non-NULL, into dwpe. The CPU adds rows in order (deterministic); CUDA uses atomic adds into
-   dwte, so rows sharing a token add in arbitrary order (fp32-rounding nondeterminism).      */
+   non-NULL, into dwpe. Both backends add each token's rows in increasing row order
+   (deterministic: CUDA sorts the rows by token first, no float atomics), so the gradients are
+   the same bits every run and on either backend.                                            */
 MGDEF void mg_embedding_forward(mg_ctx *ctx, mg_tensor *out, const int32_t *tokens, int B, int T,
                                 int t0, const mg_tensor *wte, int64_t vocab_start,
                                 const mg_tensor *wpe);

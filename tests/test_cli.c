@@ -1970,6 +1970,17 @@ static void check_megatron_compat(void) {
                  "^--squared-relu is not supported by megatron.h: the MLP's activation is GELU");
     expect_error("--init-method-xavier-uniform refused", BASE "--init-method-xavier-uniform",
                  "^--init-method-xavier-uniform is not supported by megatron.h: ");
+    {   /* --ddp-bucket-size: --bucket-size under Megatron-LM's newer name */
+        mg_train_args a;
+        char err[MG_ERRLEN] = {0};
+        int ok = gpt_parse_line(&a, BASE "--ddp-bucket-size 1000", err, sizeof err) == 0 &&
+                 a.bucket_size == 1000;
+        mg_test_report(ok, "cli: --ddp-bucket-size N sets --bucket-size N", "%s", err);
+    }
+    expect_error("--non-persistent-save-interval refused", BASE "--non-persistent-save-interval "
+                 "5", "^--non-persistent-save-interval is not supported by megatron.h: ");
+    expect_error("--window-size refused", BASE "--window-size 128,0",
+                 "^--window-size is not supported by megatron.h: attention sees every earlier");
     expect_error("--decoupled-lr refused by its name", BASE "--decoupled-lr 1e-4",
                  "^--decoupled-lr is not supported by megatron.h: one learning-rate schedule");
     expect_error("--apply-residual-connection-post-layernorm refused by its name",

@@ -100,8 +100,8 @@ static int serial_index(const dp_row *row) {
    (the order of additions), 5e-5 for the weights, as test_loss_mask holds them: Adam divides
    each gradient by √v, which amplifies the fp32 reordering of an element whose gradient is
    near zero — in the interleaved p=2 × d=2 row one element of a QKV bias lands 1.07e-5 (of
-   the bias's RMS) from the serial run's in the sanitizer build on a Zen 3, 20 steps whose
-   losses agree bit for bit. A bf16 row's tolerances are measured instead: see bf16_spread. */
+   the bias's RMS) from the serial run's in the sanitizer build on an AMD EPYC with AVX-512,
+   20 steps whose losses agree bit for bit. A bf16 row's tolerances are measured instead: see bf16_spread. */
 #define FP32_TOL 1e-5
 #define FP32_WTOL 5e-5
 static int row_bf16(const dp_row *row) { return strstr(row->pipe, "--bf16") != NULL; }

@@ -129,6 +129,10 @@ typedef struct mg_gpt_config {
     int rope_original_max_pos;  /* (0: 8192)                                                   */
     float rotary_interpolation; /* --rotary-seq-len-interpolation-factor F: rotary positions
                                    p / F (transformers' rope_type "linear") (0: 1, none)      */
+    int gelu_erf;         /* the GELU MLP's GELU is the exact (erf) one, as Megatron-LM's MLP
+                             computes it without its fused bias-GELU kernel (--no-bias-gelu-
+                             fusion, or no biases: --disable-bias-linear), Hugging Face "gelu";
+                             0: the tanh approximation                                        */
     int n_query_groups;   /* --num-query-groups with --group-query-attention (0: n_head)        */
     int kv_channels;      /* --kv-channels, the head dimension (0: C / n_head)                  */
     int untie_embeddings; /* --untie-embeddings-and-output-weights: an output layer of its own  */
@@ -899,6 +903,8 @@ typedef struct mg_train_args {
         disable_bias_linear, add_qkv_bias;             /* switches                            */
     double norm_epsilon, rotary_base, rotary_percent, rope_scaling_factor;
     double rotary_seq_len_interpolation_factor;   /* 1: none                                 */
+    int no_bias_gelu_fusion;             /* --no-bias-gelu-fusion: the exact (erf) GELU        */
+    int openai_gelu;                     /* --openai-gelu: the tanh GELU even so               */
     int64_t ffn_hidden_size, num_query_groups, kv_channels;
     /* batch and length of the run                                                           */
     int64_t micro_batch_size, global_batch_size, train_iters;
@@ -1404,6 +1410,7 @@ MGDEF mg_layer_config mg_gpt_layer_config(const mg_gpt_config *c, int micro_batc
     k.rope_freq.base = c->rotary_base > 0 ? c->rotary_base : 10000.0f;
     k.rope_freq.llama3 = c->use_rope_scaling;
     k.rope_freq.linear_factor = c->rotary_interpolation > 0 ? c->rotary_interpolation : 1.0f;
+    k.gelu = c->gelu_erf && !c->swiglu ? MG_GELU_ERF : MG_GELU_TANH;
     k.rope_freq.factor = c->rope_scaling_factor > 0 ? c->rope_scaling_factor : 8.0f;
     k.rope_freq.low_freq_factor = c->rope_low_freq_factor > 0 ? c->rope_low_freq_factor : 1.0f;
     k.rope_freq.high_freq_factor = c->rope_high_freq_factor > 0 ? c->rope_high_freq_factor : 4.0f;
@@ -2740,6 +2747,7 @@ static int mg__hf_architecture(mg_weights_file *f, const char *dir, char *err, s
                            cfgpath, hc.n_layer, hc.n_embd, hc.vocab_size, hc.n_positions,
                            f->path, l, f->cfg.hidden, f->cfg.vocab_size, f->cfg.max_pos);
         f->cfg.n_head = hc.n_head;
+        f->cfg.gelu_erf = hc.gelu_exact;
         return 0;
     }
     meta = mg_st_meta(&f->st, "n_head");
@@ -3311,25 +3319,27 @@ static int mg__config_mismatch(const mg_gpt_config *a, const mg_gpt_config *b, c
    the model a and the file's config.json b differ (writes nothing if equal).              */
 static int mg__layer_mismatch(const mg_gpt_config *a, const mg_gpt_config *b, const char *what,
                               char *err, size_t errlen) {
-    static const char *const flags[14] = {"--normalization", "--swiglu", "--ffn-hidden-size",
+    static const char *const flags[15] = {"--normalization", "--swiglu", "--ffn-hidden-size",
         "--position-embedding-type", "--num-query-groups", "--kv-channels",
         "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias",
         "--use-rope-scaling", "--norm-epsilon", "--rotary-base", "--rope-scaling-factor",
-        "--rotary-percent"};
+        "--rotary-percent", "exact (erf) GELU"};
     mg_layer_config x = mg_gpt_layer_config(a, 1, MG_F32), y = mg_gpt_layer_config(b, 1, MG_F32);
-    double va[14], vb[14];
+    double va[15], vb[15];
     int k;
     va[0] = x.norm.rms; va[1] = x.swiglu; va[2] = x.ffn_hidden; va[3] = x.rope;
     va[4] = x.n_group; va[5] = x.head_dim; va[6] = a->untie_embeddings; va[7] = !x.bias;
     va[8] = x.qkv_bias; va[9] = x.rope_freq.llama3; va[10] = x.norm.eps;
     va[11] = x.rope_freq.base; va[12] = x.rope_freq.llama3 ? x.rope_freq.factor : 0;
     va[13] = x.rot_dim;
+    va[14] = x.gelu == MG_GELU_ERF;
     vb[0] = y.norm.rms; vb[1] = y.swiglu; vb[2] = y.ffn_hidden; vb[3] = y.rope;
     vb[4] = y.n_group; vb[5] = y.head_dim; vb[6] = b->untie_embeddings; vb[7] = !y.bias;
     vb[8] = y.qkv_bias; vb[9] = y.rope_freq.llama3; vb[10] = y.norm.eps;
     vb[11] = y.rope_freq.base; vb[12] = y.rope_freq.llama3 ? y.rope_freq.factor : 0;
     vb[13] = y.rot_dim;
-    for (k = 0; k < 14; k++)
+    vb[14] = y.gelu == MG_GELU_ERF;
+    for (k = 0; k < 15; k++)
         if (va[k] != vb[k])
             return mg__err(err, errlen, "the model's %s (%g) does not match %s, which has %g",
                            flags[k], va[k], what, vb[k]);
@@ -3612,6 +3622,7 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
     hc.n_embd = m->cfg.hidden;
     hc.n_positions = m->cfg.max_pos;
     hc.vocab_size = m->cfg.vocab_size;
+    hc.gelu_exact = m->cfg.gelu_erf;
     if (writer && !rc && mg__path(path, sizeof path, "%s/config.json", dir))
         rc = mg__err(err, errlen, "%s: directory name too long", dir);
     if (writer && !rc && (llama ? mg__llama_config_write(&m->cfg, cls, path, why, sizeof why)
@@ -4407,7 +4418,14 @@ static const mg__flag mg__flags[] = {
      MG__OFF(untie_embeddings_and_output_weights), NULL, 0, 0,
      "an output layer of its own instead of the word embedding"},
     {"--disable-bias-linear", MG__F_SWITCH, MG__OFF(disable_bias_linear), NULL, 0, 0,
-     "no biases on the linear layers"},
+     "no biases on the linear layers (a GELU MLP then computes the exact (erf) GELU, as "
+     "Megatron-LM's without its fused bias-GELU kernel)"},
+    {"--no-bias-gelu-fusion", MG__F_SWITCH, MG__OFF(no_bias_gelu_fusion), NULL, 0, 0,
+     "the GELU MLP computes the exact (erf) GELU, as Megatron-LM's MLP does without its fused "
+     "bias-GELU kernel (default: that kernel's tanh approximation, GPT-2's)"},
+    {"--openai-gelu", MG__F_SWITCH, MG__OFF(openai_gelu), NULL, 0, 0,
+     "the tanh approximation of GELU (OpenAI's, GPT-2's) even under --no-bias-gelu-fusion "
+     "or --disable-bias-linear"},
     {"--add-qkv-bias", MG__F_SWITCH, MG__OFF(add_qkv_bias), NULL, 0, 0,
      "a bias on Q, K and V even with --disable-bias-linear (Qwen2)"},
     {"regularization", MG__F_HELP, 0, NULL, 0, 0, "AdamW with decoupled weight decay (none on "
@@ -4764,13 +4782,8 @@ static const mg__compat_flag mg__compat_flags[] = {
     {"--masked-softmax-fusion", NULL, MG__COMPAT_SAME, MG__FUSION},
     {"--no-masked-softmax-fusion", NULL, MG__COMPAT_SAME, MG__FUSION},
     {"--bias-gelu-fusion", NULL, MG__COMPAT_SAME, MG__FUSION},
-    {"--no-bias-gelu-fusion", NULL, MG__COMPAT_NOTE, "Megatron-LM's unfused MLP then computes "
-     "the exact (erf) GELU; megatron.h keeps the tanh approximation its fused bias-GELU kernel "
-     "computes (they differ by at most 4.7e-4)"},
     {"--no-bias-dropout-fusion", NULL, MG__COMPAT_SAME, MG__FUSION},
     {"--no-bias-swiglu-fusion", NULL, MG__COMPAT_SAME, MG__FUSION},
-    {"--openai-gelu", NULL, MG__COMPAT_SAME, "OpenAI's GELU is the tanh approximation "
-     "megatron.h computes"},
     {"--use-legacy-models", NULL, MG__COMPAT_SAME, "Megatron-LM's older model classes compute "
      "the same GPT; megatron.h has one implementation"},
     {"--no-rope-fusion", NULL, MG__COMPAT_SAME, MG__FUSION},
@@ -5363,10 +5376,6 @@ MGDEF void mg_train_print_compat_notes(const mg_train_args *a, FILE *out, const 
             fprintf(out, "%s: warning: %s%s%s: %s\n", prog, f->name, word ? " " : "",
                     word ? f->values : "", f->text);
     }
-    if (a->disable_bias_linear && !a->swiglu)   /* Megatron's validate_args: no bias, no fusion */
-        fprintf(out, "%s: warning: --disable-bias-linear without --swiglu: Megatron-LM then "
-                "turns its bias-GELU fusion off and computes the exact (erf) GELU; megatron.h "
-                "keeps the tanh approximation (at most 4.7e-4 apart)\n", prog);
 }
 
 MGDEF int mg_train_parse(mg_train_args *a, int argc, char **argv, char *err, size_t errlen) {
@@ -6138,7 +6147,7 @@ static const char *const mg__switch_flags[] = {
     "--position-embedding-type", "--rotary-base", "--rotary-percent", "--use-rope-scaling",
     "--rope-scaling-factor", "--group-query-attention", "--num-query-groups", "--kv-channels",
     "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias",
-    "--rotary-seq-len-interpolation-factor"};
+    "--rotary-seq-len-interpolation-factor", "--no-bias-gelu-fusion", "--openai-gelu"};
 #define MG__NSWITCH_FLAGS ((int)(sizeof mg__switch_flags / sizeof mg__switch_flags[0]))
 
 /* One switch of a source — a checkpoint's state.json args, a Hugging Face config.json —
@@ -6184,10 +6193,13 @@ static int mg__switches_from_state(mg_train_args *a, const char *path, char *err
     snprintf(what, sizeof what, "the checkpoint %s", path);
     for (i = 0; i < MG__NSWITCH_FLAGS && args >= 0 && !rc; i++) {
         int64_t t = mg_json_get(&js, args, mg__switch_flags[i] + 2);
-        if (t < 0) continue;   /* a checkpoint from before the flag: its default */
+        /* a checkpoint from before a flag: its default, except that one from before the
+           exact GELU computed the tanh GELU whatever its flags                             */
+        if (t < 0 && strcmp(mg__switch_flags[i], "--openai-gelu")) continue;
         /* the value's text: strings (choices) inside their quotes, numbers and booleans raw */
-        snprintf(val, sizeof val, "%.*s", (int)(js.toks[t].end - js.toks[t].start),
-                 text + js.toks[t].start);
+        if (t < 0) snprintf(val, sizeof val, "true");
+        else snprintf(val, sizeof val, "%.*s", (int)(js.toks[t].end - js.toks[t].start),
+                      text + js.toks[t].start);
         rc = mg__switch_merge(a, mg__switch_flags[i], val, what, err, errlen);
     }
     mg_json_free(&js);
@@ -6223,6 +6235,8 @@ static int mg__switches_from_hf(mg_train_args *a, const mg_weights_file *f, char
     snprintf(v[13], 40, "%s", c->disable_bias_linear ? "true" : "false");
     snprintf(v[14], 40, "%s", c->add_qkv_bias ? "true" : "false");
     mg__num_text(v[15], 40, c->rotary_interpolation > 0 ? c->rotary_interpolation : 1.0, 0);
+    snprintf(v[16], 40, "false");   /* SwiGLU: no GELU */
+    snprintf(v[17], 40, "false");
     for (i = 0; i < MG__NSWITCH_FLAGS && !rc; i++)
         rc = mg__switch_merge(a, mg__switch_flags[i], v[i], what, err, errlen);
     return rc;
@@ -6259,6 +6273,11 @@ static void mg__llama_config(const mg_train_args *a, mg_gpt_config *c) {
     c->use_rope_scaling = a->use_rope_scaling;
     c->rope_scaling_factor = (float)a->rope_scaling_factor;
     c->rotary_interpolation = (float)a->rotary_seq_len_interpolation_factor;
+    /* Megatron-LM's MLP: its fused bias-GELU kernel (tanh) unless --no-bias-gelu-fusion, or
+       no biases (validate_args turns the fusion off), then F.gelu (erf); --openai-gelu keeps
+       the tanh GELU either way                                                             */
+    c->gelu_erf = !a->swiglu && !a->openai_gelu &&
+                  (a->no_bias_gelu_fusion || a->disable_bias_linear);
     /* Megatron-LM: --num-query-groups counts only with --group-query-attention (default 1) */
     c->n_query_groups = !a->group_query_attention ? 0
                         : a->num_query_groups > 0 ? (int)a->num_query_groups : 1;
@@ -7507,6 +7526,19 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         }
         has_weights = 1;
         if (wf.kind == MG_WEIGHTS_HF_LLAMA && mg__switches_from_hf(a, &wf, err, errlen)) goto fail;
+        if (wf.kind == MG_WEIGHTS_HF && wf.cfg.gelu_erf && a->openai_gelu) {
+            mg__err(err, errlen, "--openai-gelu (the tanh GELU) differs from %s, whose GELU is "
+                    "the exact one (config.json's activation_function; leave the flag out)",
+                    wf.path);
+            goto fail;
+        } else if (wf.kind == MG_WEIGHTS_HF && wf.cfg.gelu_erf) {
+            a->no_bias_gelu_fusion = 1;   /* config.json's "gelu": the exact GELU */
+        } else if (wf.kind == MG_WEIGHTS_HF && a->no_bias_gelu_fusion) {
+            mg__err(err, errlen, "--no-bias-gelu-fusion (the exact GELU) differs from %s, whose "
+                    "GELU is the tanh approximation (config.json's activation_function; leave "
+                    "the flag out)", wf.path);
+            goto fail;
+        }
         src[0] = wf.cfg.n_layer; src[1] = wf.cfg.hidden; src[2] = wf.cfg.n_head;
         src[3] = 0; src[4] = wf.cfg.max_pos; src[5] = wf.cfg.vocab_size;
         srcp = src;

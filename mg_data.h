@@ -514,18 +514,20 @@ MGDEF void mg_st_writer_abort(mg_st_writer *w);
    ------------------------------------------------------------------------------------------ */
 typedef struct mg_hf_config {
     int n_layer, n_head, n_embd, n_positions, vocab_size;
+    int gelu_exact;             /* activation_function "gelu" (erf); 0: the tanh GELU        */
 } mg_hf_config;
 /* Writes a GPT2Config-compatible config.json: the sizes, and every key that decides the math
-   stated explicitly with megatron.h's value (model_type gpt2, activation gelu_new, layernorm
-   eps 1e-5, scaled attention, no per-layer scaling, no cross-attention, n_inner null, tied
-   word embeddings).                                                                        */
+   stated explicitly with megatron.h's value (model_type gpt2, activation gelu_new, or gelu
+   with gelu_exact, layernorm eps 1e-5, scaled attention, no per-layer scaling, no
+   cross-attention, n_inner null, tied word embeddings).                                    */
 MGDEF int mg_hf_config_write(const char *path, const mg_hf_config *cfg, char *err, size_t errlen);
 /* Reads a GPT-2 config.json (at most 16 MiB, a JSON object). The five sizes are positive
    integers below 2^31. The GPT2Config keys that change the function the model computes must
    hold what megatron.h computes, else one line names the key, its value and ours:
      model_type "gpt2"; activation_function one of the tanh GELUs ("gelu_new",
      "gelu_pytorch_tanh", "gelu_fast", "gelu_accurate": one function, equal to fp32
-     rounding); layer_norm_epsilon 1e-5; scale_attn_weights true;
+     rounding), or the exact one, "gelu" or "gelu_python" (gelu_exact 1);
+     layer_norm_epsilon 1e-5; scale_attn_weights true;
      scale_attn_by_inverse_layer_idx false; add_cross_attention false; n_inner null or
      4·n_embd; tie_word_embeddings true; reorder_and_upcast_attn true or false (it only
      upcasts the attention scores to fp32 and scales before the product: the same in fp32).
@@ -3168,7 +3170,7 @@ MGDEF int mg_hf_config_write(const char *path, const mg_hf_config *cfg, char *er
     char text[1024];
     int n = snprintf(text, sizeof text,
         "{\n"
-        "  \"activation_function\": \"gelu_new\",\n"
+        "  \"activation_function\": \"%s\",\n"
         "  \"add_cross_attention\": false,\n"
         "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
         "  \"attn_pdrop\": 0.0,\n"
@@ -3189,8 +3191,8 @@ MGDEF int mg_hf_config_write(const char *path, const mg_hf_config *cfg, char *er
         "  \"tie_word_embeddings\": true,\n"
         "  \"vocab_size\": %d\n"
         "}\n",
-        cfg->n_positions, cfg->n_embd, cfg->n_head, cfg->n_layer, cfg->n_positions,
-        cfg->vocab_size);
+        cfg->gelu_exact ? "gelu" : "gelu_new", cfg->n_positions, cfg->n_embd, cfg->n_head,
+        cfg->n_layer, cfg->n_positions, cfg->vocab_size);
     if (n < 0 || n >= (int)sizeof text)
         return mg__fail(err, errlen, "%s: config text does not fit its buffer", path);
     return mg_atomic_write(path, text, (size_t)n, err, errlen);
@@ -3213,10 +3215,11 @@ static void mg__json_shown(const mg_json *js, int64_t tok, char *out, size_t cap
 /* The GPT2Config keys (transformers 4.40.2) that change the function a GPT-2 computes, each
    against what megatron.h computes; an absent key is GPT2Config's default, which is ours.
    The first one that differs is named in err.                                              */
-static int mg__hf_config_math(const mg_json *js, const char *path, int64_t n_embd, char *err,
-                              size_t errlen) {
-    /* our GELU is the tanh approximation; these four names all compute it (gelu_pytorch_tanh
-       in one fused op, gelu_fast with the constant folded, gelu_accurate spelled out) */
+static int mg__hf_config_math(const mg_json *js, const char *path, int64_t n_embd,
+                              int *gelu_exact, char *err, size_t errlen) {
+    /* GELU's tanh approximation (GPT-2's): these four names all compute it
+       (gelu_pytorch_tanh in one fused op, gelu_fast with the constant folded, gelu_accurate
+       spelled out); the exact (erf) GELU: "gelu" (F.gelu) and "gelu_python" (spelled out) */
     static const char *const gelus[4] = {"gelu_new", "gelu_pytorch_tanh", "gelu_fast",
                                          "gelu_accurate"};
     /* booleans: the value required (-1: either); why it is ours */
@@ -3244,13 +3247,14 @@ static int mg__hf_config_math(const mg_json *js, const char *path, int64_t n_emb
         char *v = mg_json_strdup(js, tok);
         int ok = 0;
         for (int k = 0; v && k < 4; k++) ok |= strcmp(v, gelus[k]) == 0;
+        *gelu_exact = v && (!strcmp(v, "gelu") || !strcmp(v, "gelu_python"));
         MG_FREE(v);
-        if (!ok) {
+        if (!ok && !*gelu_exact) {
             mg__json_shown(js, tok, shown, sizeof shown);
             return mg__fail(err, errlen, "%s: \"activation_function\" is %s; megatron.h computes "
                             "GELU's tanh approximation (\"gelu_new\", also accepted: "
-                            "\"gelu_pytorch_tanh\", \"gelu_fast\", \"gelu_accurate\")", path,
-                            shown);
+                            "\"gelu_pytorch_tanh\", \"gelu_fast\", \"gelu_accurate\") or the "
+                            "exact one (\"gelu\", also accepted: \"gelu_python\")", path, shown);
         }
     }
     tok = mg_json_get(js, 0, "layer_norm_epsilon");
@@ -3321,7 +3325,9 @@ MGDEF int mg_hf_config_read(const char *path, mg_hf_config *cfg, char *err, size
                 *fields[k] = (int)v;
             }
         }
-        if (rc == 0) rc = mg__hf_config_math(&js, path, cfg->n_embd, err, errlen);
+        cfg->gelu_exact = 0;
+        if (rc == 0) rc = mg__hf_config_math(&js, path, cfg->n_embd, &cfg->gelu_exact, err,
+                                             errlen);
         mg_json_free(&js);
     }
     MG_FREE(text);

@@ -409,6 +409,21 @@ MGDEF void mg_linear_backward_input_gelu(mg_ctx *ctx, mg_tensor *dpre, mg_tensor
 MGDEF void mg_gelu_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp);
 MGDEF void mg_gelu_backward(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *inp,
                             const mg_tensor *dout);
+/* Which GELU: the tanh approximation above (GPT-2's, Megatron-LM's fused bias-GELU kernel,
+   Hugging Face's "gelu_new") or the exact one, 0.5·x·(1 + erf(x/√2)) (PyTorch's F.gelu,
+   Megatron-LM's unfused MLP, Hugging Face's "gelu"). The _k functions take it; the ones
+   without _k compute the tanh GELU.                                                         */
+typedef enum { MG_GELU_TANH = 0, MG_GELU_ERF = 1 } mg_gelu_kind;
+MGDEF void mg_linear_gelu_forward_k(mg_ctx *ctx, mg_tensor *out, mg_tensor *pre,
+                                    const mg_tensor *inp, const mg_tensor *weight,
+                                    const mg_tensor *bias, mg_gelu_kind kind);
+MGDEF void mg_linear_backward_input_gelu_k(mg_ctx *ctx, mg_tensor *dpre, mg_tensor *dbias,
+                                           const mg_tensor *dout, const mg_tensor *weight,
+                                           const mg_tensor *pre, mg_gelu_kind kind);
+MGDEF void mg_gelu_forward_k(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
+                             mg_gelu_kind kind);
+MGDEF void mg_gelu_backward_k(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *inp,
+                              const mg_tensor *dout, mg_gelu_kind kind);
 
 /* Causal self-attention core for n_head heads of head_dim = C3/(3·n_head).
    qkv: [T, B, n_head, 3, head_dim] (per head [q k v], Megatron's interleaved layout), i.e.
@@ -1499,6 +1514,16 @@ MG_HD static inline float mg__gelu_grad(float x) {
     float du = MG__SQRT_2_OVER_PI * (1.0f + 3.0f * MG__GELU_C * x * x);
     return s * (1.0f + 2.0f * x * (1.0f - s) * du);
 }
+/* GELU, exact (erf): PyTorch's F.gelu, Megatron-LM's unfused MLP, Hugging Face's "gelu":
+     gelu(x) = x·Φ(x),  Φ(x) = ½·(1 + erf(x/√2)),  gelu'(x) = Φ(x) + x·φ(x),  φ(x) = e^(−x²/2)/√(2π)
+   (PyTorch's kernels' formulas).                                                            */
+MG_HD static inline float mg__gelu_erf(float x) {
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f));
+}
+MG_HD static inline float mg__gelu_erf_grad(float x) {
+    float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752440f));
+    return cdf + x * (0.39894228040143267794f * expf(-0.5f * x * x));
+}
 
 /* LayerNorm of a row x[C]: mean μ, variance σ² = mean((x−μ)²) (biased, as PyTorch),
    rstd = 1/√(σ²+ε), norm = (x−μ)·rstd, out = norm·w + b. Backward with g = dout·w:
@@ -2189,7 +2214,7 @@ static void mg__cpu_gemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float
                  rows in order, so each column is summed in row order (mg__cpu_colsum's bits) */
 static void mg__cpu_epi_bias_gelu(mg_ctx *ctx, const float *acc, int64_t N, int64_t C,
                                   const mg_tensor *bias, const mg_tensor *pre,
-                                  const mg_tensor *out) {
+                                  const mg_tensor *out, int erf) {
     int64_t r;
     size_t mark = mg_arena_mark(ctx);
     float *b = (float *)mg_alloc(ctx, (size_t)C * sizeof(float));
@@ -2203,11 +2228,19 @@ static void mg__cpu_epi_bias_gelu(mg_ctx *ctx, const float *acc, int64_t N, int6
         float *p = mg__cpu_out_span(pre, r * C, sc);
         float *o = mg__cpu_out_span(out, r * C, sc ? sc + C : NULL);
         int64_t j;
-        #pragma omp simd
-        for (j = 0; j < C; j++) {
-            float v = a[j] + b[j];
-            p[j] = v;
-            o[j] = mg__gelu(v);
+        if (erf) {   /* libm's erff: a scalar loop (no vector erff without -ffast-math) */
+            for (j = 0; j < C; j++) {
+                float v = a[j] + b[j];
+                p[j] = v;
+                o[j] = mg__gelu_erf(v);
+            }
+        } else {
+            #pragma omp simd
+            for (j = 0; j < C; j++) {
+                float v = a[j] + b[j];
+                p[j] = v;
+                o[j] = mg__gelu(v);
+            }
         }
         mg__cpu_commit(pre, r * C, p, C);
         mg__cpu_commit(out, r * C, o, C);
@@ -2215,7 +2248,7 @@ static void mg__cpu_epi_bias_gelu(mg_ctx *ctx, const float *acc, int64_t N, int6
     mg_arena_release(ctx, mark);
 }
 static void mg__cpu_epi_dgelu(mg_ctx *ctx, float *acc, int64_t N, int64_t C, const mg_tensor *pre,
-                              const mg_tensor *dpre, float *bsum) {
+                              const mg_tensor *dpre, float *bsum, int erf) {
     enum { W = 4 * MG__COLBLOCK };   /* wide column blocks: long vector runs per row */
     int64_t nblk = (C + W - 1) / W, blk;
     const size_t esize = mg_dtype_size(pre->dtype);
@@ -2234,10 +2267,17 @@ static void mg__cpu_epi_dgelu(mg_ctx *ctx, float *acc, int64_t N, int64_t C, con
                     __builtin_prefetch((const char *)pre->data + (size_t)((r + 2) * C + c0 + j) * esize, 0, 3);
                     __builtin_prefetch(a + 2 * C + j, 1, 3);
                 }
-            #pragma omp simd
-            for (j = 0; j < w; j++) {
-                a[j] *= mg__gelu_grad(x[j]);
-                sum[j] += a[j];
+            if (erf) {   /* erff: scalar */
+                for (j = 0; j < w; j++) {
+                    a[j] *= mg__gelu_erf_grad(x[j]);
+                    sum[j] += a[j];
+                }
+            } else {
+                #pragma omp simd
+                for (j = 0; j < w; j++) {
+                    a[j] *= mg__gelu_grad(x[j]);
+                    sum[j] += a[j];
+                }
             }
             /* rounded into dpre: a no-op when acc is dpre */
             mg__cpu_narrow(dpre->data, dpre->dtype, r * C + c0, a, w);
@@ -2259,7 +2299,8 @@ typedef struct mg__map_args {
 /* The elementwise ops, by code: the CPU runs mg__map_fns[op] on fp32 chunks, the CUDA
    backend one functor that switches on the code.                                            */
 typedef enum { MG__EW_ADD, MG__EW_AXPY, MG__EW_SCALE, MG__EW_FILL, MG__EW_COPY, MG__EW_GELU,
-               MG__EW_GELU_GRAD, MG__EW_DROPOUT, MG__EW_SWIGLU, MG__EW_COUNT } mg__ew_op;
+               MG__EW_GELU_GRAD, MG__EW_DROPOUT, MG__EW_SWIGLU, MG__EW_GELU_ERF,
+               MG__EW_GELU_ERF_GRAD, MG__EW_COUNT } mg__ew_op;
 /* out[0..n) = f(a[0..n), b[0..n)) for the chunk whose first element has flat index i0. */
 typedef void (*mg__map_fn)(float *out, const float *a, const float *b, int64_t n, int64_t i0,
                            const mg__map_args *args);
@@ -2314,6 +2355,18 @@ static void mg__map_gelu_grad(float *o, const float *a, const float *b, int64_t 
     #pragma omp simd
     for (i = 0; i < n; i++) o[i] = b[i] * mg__gelu_grad(a[i]);
 }
+static void mg__map_gelu_erf(float *o, const float *a, const float *b, int64_t n, int64_t i0,
+                             const mg__map_args *g) {
+    int64_t i;
+    (void)b; (void)i0; (void)g;
+    for (i = 0; i < n; i++) o[i] = mg__gelu_erf(a[i]);   /* libm's erff, one at a time */
+}
+static void mg__map_gelu_erf_grad(float *o, const float *a, const float *b, int64_t n,
+                                  int64_t i0, const mg__map_args *g) {
+    int64_t i;
+    (void)i0; (void)g;
+    for (i = 0; i < n; i++) o[i] = b[i] * mg__gelu_erf_grad(a[i]);
+}
 /* Dropout of len consecutive elements whose global indices start at g0. The middle part runs
    over whole aligned groups of 4 indices, one Philox evaluation per group (exactly the words
    mg_rand_u32 returns), in a loop the compiler vectorises; head and tail go one by one.    */
@@ -2357,7 +2410,7 @@ static void mg__map_swiglu(float *o, const float *a, const float *b, int64_t n, 
 
 static const mg__map_fn mg__map_fns[MG__EW_COUNT] = {
     mg__map_add, mg__map_axpy, mg__map_scale, mg__map_fill, mg__map_copy, mg__map_gelu,
-    mg__map_gelu_grad, mg__map_dropout, mg__map_swiglu};
+    mg__map_gelu_grad, mg__map_dropout, mg__map_swiglu, mg__map_gelu_erf, mg__map_gelu_erf_grad};
 
 static void mg__cpu_map(mg_ctx *ctx, mg__ew_op op, const mg_tensor *out, const mg_tensor *a,
                         const mg_tensor *b, const mg__map_args *args) {
@@ -3456,6 +3509,8 @@ __device__ static inline float mg__ew_value(mg__ew_op op, int64_t i, float x, fl
     case MG__EW_FILL: return g.alpha;
     case MG__EW_GELU: return mg__gelu(x);
     case MG__EW_GELU_GRAD: return y * mg__gelu_grad(x);
+    case MG__EW_GELU_ERF: return mg__gelu_erf(x);
+    case MG__EW_GELU_ERF_GRAD: return y * mg__gelu_erf_grad(x);
     case MG__EW_SWIGLU: return mg__silu(x) * y;
     case MG__EW_DROPOUT: {
         int64_t row = i / g.local_cols, col = i % g.local_cols;
@@ -3564,6 +3619,8 @@ static void mg__cuda_ew(mg_ctx *ctx, mg__ew_op op, const mg_tensor *out, const m
     case MG__EW_FILL: mg__cuda_ew_op<MG__EW_FILL>(ctx, out, a, b, g); break;
     case MG__EW_GELU: mg__cuda_ew_op<MG__EW_GELU>(ctx, out, a, b, g); break;
     case MG__EW_GELU_GRAD: mg__cuda_ew_op<MG__EW_GELU_GRAD>(ctx, out, a, b, g); break;
+    case MG__EW_GELU_ERF: mg__cuda_ew_op<MG__EW_GELU_ERF>(ctx, out, a, b, g); break;
+    case MG__EW_GELU_ERF_GRAD: mg__cuda_ew_op<MG__EW_GELU_ERF_GRAD>(ctx, out, a, b, g); break;
     case MG__EW_DROPOUT: mg__cuda_ew_op<MG__EW_DROPOUT>(ctx, out, a, b, g); break;
     case MG__EW_SWIGLU: mg__cuda_ew_op<MG__EW_SWIGLU>(ctx, out, a, b, g); break;
     default: mg__cuda_ew_op<MG__EW_COPY>(ctx, out, a, b, g); break;
@@ -3706,7 +3763,10 @@ template <class IO> static void mg__rope_launch(mg_ctx *ctx, const mg_tensor *qk
 /* gelu (the linear + GELU backward, mg__cuda_colsum_gelu): src is the fp32 product dout·W and
    each element becomes v = src·gelu'(pre), stored to gelu->dpre and summed (one pass instead of
    a dGELU pass writing fp32 and a sum reading it back). */
-typedef struct mg__colsum_gelu { const void *pre; mg_dtype prd; void *dpre; mg_dtype dd; } mg__colsum_gelu;
+typedef struct mg__colsum_gelu {
+    const void *pre; mg_dtype prd; void *dpre; mg_dtype dd;
+    int erf;                    /* the exact GELU's derivative (mg_gelu_kind MG_GELU_ERF)    */
+} mg__colsum_gelu;
 /* Pass 1 with src read through accessor IS and inp, pre and dpre through IX: V columns a
    thread with the compiled accessors, 1 with the run-time-dtype one (launched only where C and
    the pointers allow V). */
@@ -3715,7 +3775,7 @@ template <> struct mg__colsum_vec<mg__io_dyn> { enum { V = 1 }; };
 template <class IS, class IX>
 static __global__ void __launch_bounds__(32 * MG__COLSUM_LANES, 2) mg__k_colsum_part(float *part,
         void *dst, mg_dtype dd, void *plain, mg_dtype pd, IS src, IX inp, const float *mean,
-        const float *rstd, int64_t N, int64_t C, int64_t R, IX pre, IX dpre) {
+        const float *rstd, int64_t N, int64_t C, int64_t R, IX pre, IX dpre, int gelu_erf) {
     enum { V = mg__colsum_vec<IS>::V };
     /* column j of a thread's V at [y][32·j + x]: a warp (one y) stores and reads 32 consecutive
        words at a time, free of bank conflicts */
@@ -3749,7 +3809,8 @@ static __global__ void __launch_bounds__(32 * MG__COLSUM_LANES, 2) mg__k_colsum_
                 int64_t ru = r + (int64_t)u * MG__COLSUM_LANES;
                 if (ru >= r1) break;
                 if (pre.p) {
-                    for (j = 0; j < V; j++) v[u][j] *= mg__gelu_grad(g[u][j]);
+                    for (j = 0; j < V; j++)
+                        v[u][j] *= gelu_erf ? mg__gelu_erf_grad(g[u][j]) : mg__gelu_grad(g[u][j]);
                     dpre.template stv<V>(ru * C + c, v[u]);
                 }
                 if (inp.p) {
@@ -3806,7 +3867,8 @@ static void mg__colsum_part_launch(mg_ctx *ctx, dim3 grid, float *part, const mg
     MG_LAUNCH(mg__k_colsum_part, grid, dim3(32, MG__COLSUM_LANES), 0, MG__STREAM(ctx),
               part, dst->data, dst->dtype, plain ? plain->data : NULL,
               plain ? plain->dtype : MG_F32, mg__io_make<IS>(src), mg__io_make<IX>(inp), mean,
-              rstd, N, C, R, mg__io_ptr<IX>(gelu.pre, gelu.prd), mg__io_ptr<IX>(gelu.dpre, gelu.dd));
+              rstd, N, C, R, mg__io_ptr<IX>(gelu.pre, gelu.prd), mg__io_ptr<IX>(gelu.dpre, gelu.dd),
+              gelu.erf);
 }
 /* plain (dbias beside the norm's dweight) is read only with inp. */
 static void mg__cuda_colsum_gelu(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *src,
@@ -3859,7 +3921,7 @@ static void mg__cuda_colsum_gelu(mg_ctx *ctx, const mg_tensor *dst, const mg_ten
 static void mg__cuda_colsum(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *src,
                             const mg_tensor *inp, const float *mean, const float *rstd,
                             const mg_tensor *plain) {
-    mg__colsum_gelu none = {NULL, MG_F32, NULL, MG_F32};
+    mg__colsum_gelu none = {NULL, MG_F32, NULL, MG_F32, 0};
     mg__cuda_colsum_gelu(ctx, dst, src, inp, mean, rstd, plain, none);
 }
 
@@ -5870,8 +5932,8 @@ template <int V, int GELU, class IO, class IB> __device__ static inline void mg_
                 bias.template ldv<V>(c, b);
                 for (e = 0; e < V; e++) v[e] += b[e];
             }
-            if (GELU) {   /* pre = acc + bias, out = GELU(pre) */
-                for (e = 0; e < V; e++) g[e] = mg__gelu(v[e]);
+            if (GELU) {   /* pre = acc + bias, out = GELU(pre): 1 tanh, 2 exact (erf) */
+                for (e = 0; e < V; e++) g[e] = GELU == 2 ? mg__gelu_erf(v[e]) : mg__gelu(v[e]);
                 pre.template stv<V>(at, v);
                 out.template stv<V>(at, g);
             } else {      /* out = acc + bias */
@@ -5885,8 +5947,8 @@ template <int GELU, class IO, class IB> static __global__ void mg__k_epi_bias(
     if (vec) mg__epi_bias_items<4, GELU>(acc, bias, pre, out, N, C);
     else mg__epi_bias_items<1, GELU>(acc, bias, pre, out, N, C);
 }
-template <class IO> static __global__ void mg__k_epi_dgelu(mg__io_f32 acc, IO pre, IO dpre,
-                                                           int64_t n, int vec) {
+template <int ERF, class IO> static __global__ void mg__k_epi_dgelu(mg__io_f32 acc, IO pre,
+                                                                    IO dpre, int64_t n, int vec) {
     int64_t nv = vec ? n / 4 : 0, stride = (int64_t)gridDim.x * blockDim.x, i;
     int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     for (i = t; i < nv; i += stride) {
@@ -5894,10 +5956,13 @@ template <class IO> static __global__ void mg__k_epi_dgelu(mg__io_f32 acc, IO pr
         int e;
         acc.template ldv<4>(i * 4, a);
         pre.template ldv<4>(i * 4, x);
-        for (e = 0; e < 4; e++) a[e] *= mg__gelu_grad(x[e]);
+        for (e = 0; e < 4; e++) a[e] *= ERF ? mg__gelu_erf_grad(x[e]) : mg__gelu_grad(x[e]);
         dpre.template stv<4>(i * 4, a);
     }
-    for (i = nv * 4 + t; i < n; i += stride) dpre.st(i, acc.ld(i) * mg__gelu_grad(pre.ld(i)));
+    for (i = nv * 4 + t; i < n; i += stride) {
+        float x = pre.ld(i);
+        dpre.st(i, acc.ld(i) * (ERF ? mg__gelu_erf_grad(x) : mg__gelu_grad(x)));
+    }
 }
 /* The launches (N, C > 0): acc [N, C] fp32; pre (NULL without GELU), out (dpre) of one dtype. */
 template <int GELU, class IO, class IB> static void mg__epi_bias_launch(mg_ctx *ctx,
@@ -5913,12 +5978,13 @@ template <int GELU, class IO, class IB> static void mg__epi_bias_launch(mg_ctx *
               mg__io_make<IO>(pre), mg__io_make<IO>(out), N, C, vec);
     MG_CUDA_LAUNCH_CHECK();
 }
-template <class IO> static void mg__epi_dgelu_launch(mg_ctx *ctx, const float *acc,
-                                                     const mg_tensor *pre, const mg_tensor *dpre) {
+template <int ERF, class IO> static void mg__epi_dgelu_launch(mg_ctx *ctx, const float *acc,
+                                                              const mg_tensor *pre,
+                                                              const mg_tensor *dpre) {
     int64_t n = mg_numel(dpre);
     int vec = mg__vec_ok(acc, 4, 4) && mg__vec_ok(pre->data, 4, IO::BYTES) &&
               mg__vec_ok(dpre->data, 4, IO::BYTES);
-    MG_LAUNCH(mg__k_epi_dgelu, mg__grid(vec ? n / 4 + n % 4 : n), MG__CUDA_THREADS, 0,
+    MG_LAUNCH(mg__k_epi_dgelu<ERF>, mg__grid(vec ? n / 4 + n % 4 : n), MG__CUDA_THREADS, 0,
               MG__STREAM(ctx), mg__io_ptr<mg__io_f32>(acc, MG_F32), mg__io_make<IO>(pre),
               mg__io_make<IO>(dpre), n, vec);
     MG_CUDA_LAUNCH_CHECK();
@@ -6484,6 +6550,11 @@ static void mg__check_linear_gelu(const char *op, const mg_tensor *a, const mg_t
 MGDEF void mg_linear_gelu_forward(mg_ctx *ctx, mg_tensor *out, mg_tensor *pre,
                                   const mg_tensor *inp, const mg_tensor *weight,
                                   const mg_tensor *bias) {
+    mg_linear_gelu_forward_k(ctx, out, pre, inp, weight, bias, MG_GELU_TANH);
+}
+MGDEF void mg_linear_gelu_forward_k(mg_ctx *ctx, mg_tensor *out, mg_tensor *pre,
+                                    const mg_tensor *inp, const mg_tensor *weight,
+                                    const mg_tensor *bias, mg_gelu_kind kind) {
     const char *op = "mg_linear_gelu_forward";
     mg__need(op, "out", out);
     mg__need(op, "pre", pre);
@@ -6511,17 +6582,30 @@ MGDEF void mg_linear_gelu_forward(mg_ctx *ctx, mg_tensor *out, mg_tensor *pre,
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
 #define MG__EPI_LAUNCH(IO, IB) mg__epi_bias_launch<1, IO, IB>(ctx, acc, bias, pre, out, N, Out)
-        if (pre->dtype != out->dtype) MG__EPI_LAUNCH(mg__io_dyn, mg__io_dyn);
-        else MG__IO_PAIR_DISPATCH(out->dtype, bias ? bias->dtype : out->dtype, MG__EPI_LAUNCH);
+#define MG__EPI_LAUNCH_ERF(IO, IB) mg__epi_bias_launch<2, IO, IB>(ctx, acc, bias, pre, out, N, Out)
+        if (kind == MG_GELU_ERF) {
+            if (pre->dtype != out->dtype) MG__EPI_LAUNCH_ERF(mg__io_dyn, mg__io_dyn);
+            else MG__IO_PAIR_DISPATCH(out->dtype, bias ? bias->dtype : out->dtype,
+                                      MG__EPI_LAUNCH_ERF);
+        } else {
+            if (pre->dtype != out->dtype) MG__EPI_LAUNCH(mg__io_dyn, mg__io_dyn);
+            else MG__IO_PAIR_DISPATCH(out->dtype, bias ? bias->dtype : out->dtype, MG__EPI_LAUNCH);
+        }
+#undef MG__EPI_LAUNCH_ERF
 #undef MG__EPI_LAUNCH
     } else
 #endif
-    mg__cpu_epi_bias_gelu(ctx, acc, N, Out, bias, pre, out);
+    mg__cpu_epi_bias_gelu(ctx, acc, N, Out, bias, pre, out, kind == MG_GELU_ERF);
     mg_arena_release(ctx, mark);
 }
 MGDEF void mg_linear_backward_input_gelu(mg_ctx *ctx, mg_tensor *dpre, mg_tensor *dbias,
                                          const mg_tensor *dout, const mg_tensor *weight,
                                          const mg_tensor *pre) {
+    mg_linear_backward_input_gelu_k(ctx, dpre, dbias, dout, weight, pre, MG_GELU_TANH);
+}
+MGDEF void mg_linear_backward_input_gelu_k(mg_ctx *ctx, mg_tensor *dpre, mg_tensor *dbias,
+                                           const mg_tensor *dout, const mg_tensor *weight,
+                                           const mg_tensor *pre, mg_gelu_kind kind) {
     const char *op = "mg_linear_backward_input_gelu";
     mg__need(op, "dpre", dpre);
     mg__need(op, "dout", dout);
@@ -6555,18 +6639,27 @@ MGDEF void mg_linear_backward_input_gelu(mg_ctx *ctx, mg_tensor *dpre, mg_tensor
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         if (dbias) {   /* dGELU and the column sums in one pass over the fp32 product */
-            mg__colsum_gelu gl = {pre->data, pre->dtype, dpre->data, dpre->dtype};
+            mg__colsum_gelu gl = {pre->data, pre->dtype, dpre->data, dpre->dtype,
+                                  kind == MG_GELU_ERF};
             mg_tensor acc_t = mg_tensor_wrap(acc, MG_F32, 2, shape);
             mg__cuda_colsum_gelu(ctx, &b32, &acc_t, NULL, NULL, NULL, NULL, gl);
         } else {
-#define MG__EPI_DGELU(IO) mg__epi_dgelu_launch<IO>(ctx, acc, pre, dpre)
-            if (pre->dtype != dpre->dtype) MG__EPI_DGELU(mg__io_dyn);
-            else MG__IO_DISPATCH(dpre->dtype, MG__EPI_DGELU);
+#define MG__EPI_DGELU(IO) mg__epi_dgelu_launch<0, IO>(ctx, acc, pre, dpre)
+#define MG__EPI_DGELU_ERF(IO) mg__epi_dgelu_launch<1, IO>(ctx, acc, pre, dpre)
+            if (kind == MG_GELU_ERF) {
+                if (pre->dtype != dpre->dtype) MG__EPI_DGELU_ERF(mg__io_dyn);
+                else MG__IO_DISPATCH(dpre->dtype, MG__EPI_DGELU_ERF);
+            } else {
+                if (pre->dtype != dpre->dtype) MG__EPI_DGELU(mg__io_dyn);
+                else MG__IO_DISPATCH(dpre->dtype, MG__EPI_DGELU);
+            }
+#undef MG__EPI_DGELU_ERF
 #undef MG__EPI_DGELU
         }
     } else
 #endif
-    mg__cpu_epi_dgelu(ctx, acc, N, In, pre, dpre, (float *)b32.data);   /* sums in the same pass */
+    mg__cpu_epi_dgelu(ctx, acc, N, In, pre, dpre, (float *)b32.data,   /* sums in the same pass */
+                      kind == MG_GELU_ERF);
     if (dbias) {   /* Σ_rows of the fp32 dpre, rounded once to dpre's dtype, added to dbias */
         if (bg.dtype != MG_F32) {
             bg.data = mg_alloc(ctx, (size_t)In * mg_dtype_size(bg.dtype));
@@ -6581,16 +6674,25 @@ MGDEF void mg_linear_backward_input_gelu(mg_ctx *ctx, mg_tensor *dpre, mg_tensor
 
 /* --- GELU ----------------------------------------------------------------------------------- */
 MGDEF void mg_gelu_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp) {
+    mg_gelu_forward_k(ctx, out, inp, MG_GELU_TANH);
+}
+MGDEF void mg_gelu_forward_k(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
+                             mg_gelu_kind kind) {
     mg__need("mg_gelu_forward", "inp", inp);
     mg__check_numel("mg_gelu_forward", "out", out, mg_numel(inp));
-    mg__map(ctx, MG__EW_GELU, out, inp, NULL, NULL);
+    mg__map(ctx, kind == MG_GELU_ERF ? MG__EW_GELU_ERF : MG__EW_GELU, out, inp, NULL, NULL);
 }
 MGDEF void mg_gelu_backward(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *inp,
                             const mg_tensor *dout) {
+    mg_gelu_backward_k(ctx, dinp, inp, dout, MG_GELU_TANH);
+}
+MGDEF void mg_gelu_backward_k(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *inp,
+                              const mg_tensor *dout, mg_gelu_kind kind) {
     mg__need("mg_gelu_backward", "inp", inp);
     mg__check_numel("mg_gelu_backward", "dinp", dinp, mg_numel(inp));
     mg__check_numel("mg_gelu_backward", "dout", dout, mg_numel(inp));
-    mg__map(ctx, MG__EW_GELU_GRAD, dinp, inp, dout, NULL);
+    mg__map(ctx, kind == MG_GELU_ERF ? MG__EW_GELU_ERF_GRAD : MG__EW_GELU_GRAD, dinp, inp,
+            dout, NULL);
 }
 
 /* --- causal self-attention core --------------------------------------------------------------

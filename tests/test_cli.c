@@ -799,6 +799,75 @@ static void save_one_iteration(const char *dir) {
     mg_trainer_free(&tr);
 }
 
+/* The GELU a checkpoint was trained with comes back on --load without its flags: the exact
+   one of --disable-bias-linear, the tanh one of --disable-bias-linear --openai-gelu; a flag
+   that contradicts it is refused; a checkpoint from before --openai-gelu was stored (every
+   GELU was the tanh one then) resumes with the tanh GELU.                                  */
+static void check_gelu_on_resume(void) {
+    static const struct { const char *flags; int erf; } saved[] = {
+        {"--disable-bias-linear", 1}, {"--disable-bias-linear --openai-gelu", 0}};
+    char line[2048], dir[512], err[MG_ERRLEN], what[200], state[700];
+    mg_trainer tr;
+    int i, rc;
+    for (i = 0; i < 2; i++) {
+        snprintf(dir, sizeof dir, "%s/gelu%d", tmp, i);
+        snprintf(line, sizeof line, BASE "%s --save %s --seed 7", saved[i].flags, dir);
+        gpt_trainer_from_line(&tr, line);
+        mg_trainer_step(&tr);
+        rc = mg_trainer_save(&tr, dir, err, sizeof err);
+        mg_trainer_free(&tr);
+        if (rc) { mg_test_report(0, "cli: save for the GELU resume", "%s", err); return; }
+        snprintf(line, sizeof line, BASE "--load %s --seed 7", dir);
+        rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+        snprintf(what, sizeof what, "cli: a checkpoint of %s resumes with the %s GELU, its "
+                 "flags left out", saved[i].flags, saved[i].erf ? "exact" : "tanh");
+        mg_test_report(!rc && tr.cfg.gelu_erf == saved[i].erf,
+                       what, "%s", rc ? err : "");
+        if (!rc) mg_trainer_free(&tr);
+    }
+    /* a Hugging Face GPT-2 file says which GELU it computes: a flag that contradicts it */
+#define HF_LINE "--data-path " GPT_DATA "gpt_tokens.bin --seq-length 8 --train-iters 2 " \
+                "--lr 1e-3 --split 1,0,0 --eval-iters 0 --init-from " GPT_DATA
+    expect_error("--openai-gelu against an exact-GELU Hugging Face file", HF_LINE "hf_gelu "
+                 "--openai-gelu", "^--openai-gelu (the tanh GELU) differs from " GPT_DATA
+                 "hf_gelu/model.safetensors, whose GELU is the exact one");
+    expect_error("--no-bias-gelu-fusion against GPT-2's tanh GELU", HF_LINE "hf_base "
+                 "--no-bias-gelu-fusion", "^--no-bias-gelu-fusion (the exact GELU) differs "
+                 "from " GPT_DATA "hf_base/model.safetensors, whose GELU is the tanh "
+                 "approximation");
+    rc = gpt_setup_line(&tr, HF_LINE "hf_gelu", NULL, err, sizeof err);
+    mg_test_report(!rc && tr.cfg.gelu_erf && tr.model.tf.cfg.gelu == MG_GELU_ERF,
+                   "cli: --init-from an exact-GELU Hugging Face file: the exact GELU, no flag "
+                   "needed", "%s", rc ? err : "");
+    if (!rc) mg_trainer_free(&tr);
+#undef HF_LINE
+    snprintf(line, sizeof line, BASE "--load %s/gelu0 --seed 7 --openai-gelu", tmp);
+    expect_error("--openai-gelu against an exact-GELU checkpoint", line, "--openai-gelu on the "
+                 "command line differs from the checkpoint");
+    /* gelu1's state.json without its "openai-gelu" key: a checkpoint from before the flag */
+    snprintf(state, sizeof state, "%s/gelu1/iter_0000001/state.json", tmp);
+    {
+        long len = 0;
+        char *text = (char *)mg_test_read_file(state, &len), *key;
+        char *end;
+        if (!text || !(key = strstr(text, ",\n    \"openai-gelu\": true"))) {
+            mg_test_report(0, "cli: state.json holds \"openai-gelu\": true", "%s", state);
+            free(text);
+            return;
+        }
+        end = key + strlen(",\n    \"openai-gelu\": true");
+        memmove(key, end, (size_t)(text + len - end));
+        write_file(state, text, (size_t)(len - (end - key)));
+        free(text);
+    }
+    snprintf(line, sizeof line, BASE "--load %s/gelu1 --seed 7", tmp);
+    rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
+    mg_test_report(!rc && tr.cfg.gelu_erf == 0 && tr.cfg.disable_bias_linear,
+                   "cli: a --disable-bias-linear checkpoint from before --openai-gelu was stored "
+                   "resumes with the tanh GELU it trained with", "%s", rc ? err : "");
+    if (!rc) mg_trainer_free(&tr);
+}
+
 /* --finetune (Megatron-LM's): the weights of --load's latest checkpoint and nothing else —
    iteration 0, no samples consumed, no optimizer steps, the command line's seed and schedule
    (another --seed and --lr than the checkpoint's are taken, where a resume refuses them). */
@@ -1924,25 +1993,36 @@ static void check_megatron_compat(void) {
     expect_error("--distributed-timeout-minutes with --comm-timeout", BASE "--comm-timeout 60 "
                  "--distributed-timeout-minutes 1", "^--distributed-timeout-minutes and "
                  "--comm-timeout set the same bound: give one of them");
-    /* a GELU model without biases: Megatron computes the erf GELU there; one warning */
+    /* Megatron-LM's MLP computes the exact (erf) GELU where its fused bias-GELU kernel (tanh)
+       is off: --no-bias-gelu-fusion, or --disable-bias-linear (validate_args turns the fusion
+       off); --openai-gelu keeps the tanh GELU; SwiGLU has no GELU. No warning either way.   */
     {
-        char notes[400];
-        CHECK(compat_notes(BASE "--disable-bias-linear", notes, sizeof notes) &&
-              !strncmp(notes, "gpt_train: warning: --disable-bias-linear without --swiglu: "
-                       "Megatron-LM then turns its bias-GELU fusion off", 99),
-              "cli: --disable-bias-linear without --swiglu warns of Megatron's erf GELU");
-        CHECK(compat_notes(BASE "--disable-bias-linear --swiglu --ffn-hidden-size 32", notes,
-                           sizeof notes) && notes[0] == 0,
-              "cli: --disable-bias-linear with --swiglu: no warning");
-    }
-    /* --no-bias-gelu-fusion: Megatron's unfused GELU is erf's; one warning says so */
-    {
-        char notes[400];
-        CHECK(compat_notes(BASE "--no-bias-gelu-fusion", notes, sizeof notes),
-              "cli: --no-bias-gelu-fusion parses");
-        CHECK(!strncmp(notes, "gpt_train: warning: --no-bias-gelu-fusion: Megatron-LM's "
-                       "unfused MLP then computes the exact (erf) GELU", 95),
-              "cli: --no-bias-gelu-fusion warns that megatron.h keeps the tanh GELU");
+        static const struct { const char *flags; int erf; } gelu[] = {
+            {"", 0}, {"--no-bias-gelu-fusion", 1}, {"--disable-bias-linear", 1},
+            {"--disable-bias-linear --openai-gelu", 0}, {"--no-bias-gelu-fusion --openai-gelu", 0},
+            {"--bias-gelu-fusion", 0},
+            {"--disable-bias-linear --swiglu --ffn-hidden-size 32", 0}};
+        int i;
+        for (i = 0; i < (int)(sizeof gelu / sizeof gelu[0]); i++) {
+            char notes[400], name[160], gl[1024];
+            mg_trainer tg;
+            int ok = 0, kind = -1;
+            snprintf(gl, sizeof gl, BASE "%s", gelu[i].flags);
+            err[0] = 0;
+            if (gpt_parse_line(&a, gl, err, sizeof err) == 0 &&
+                mg_trainer_setup(&tg, &a, err, sizeof err) == 0) {
+                kind = (int)tg.model.tf.cfg.gelu;
+                ok = tg.cfg.gelu_erf == gelu[i].erf &&
+                     kind == (gelu[i].erf ? MG_GELU_ERF : MG_GELU_TANH);
+                mg_trainer_free(&tg);
+            }
+            ok = ok && compat_notes(gl, notes, sizeof notes) && notes[0] == 0;
+            snprintf(name, sizeof name, "cli: %s: %s, no warning",
+                     gelu[i].flags[0] ? gelu[i].flags : "the default",
+                     strstr(gelu[i].flags, "swiglu") ? "SwiGLU, no GELU"
+                     : gelu[i].erf ? "the exact (erf) GELU" : "the tanh GELU");
+            mg_test_report(ok, name, "layer's kind %d%s%s", kind, err[0] ? "; " : "", err);
+        }
     }
     expect_error("--eod-token-id against the tokenizer's", BYTES "--eod-mask-loss "
                  "--eod-token-id 3", "^--eod-token-id 3 disagrees with "
@@ -2101,7 +2181,8 @@ static void check_megatron_compat(void) {
                    "accepted for compatibility, and each parses", "%d listed, %d parsed",
                    listed, parsed);
     /* a Megatron-LM pretrain_gpt.sh-style line trains: every switch accepted, one warning
-       each for Transformer Engine, the checkpoint format and the unfused (erf) GELU */
+       each for Transformer Engine and the checkpoint format; --no-bias-gelu-fusion gives
+       the exact GELU, as there                                                          */
     snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=1 build/gpt_train --num-layers 1 --hidden-size 16 "
              "--num-attention-heads 2 --seq-length 8 --max-position-embeddings 8 "
              "--micro-batch-size 1 --global-batch-size 2 --lr 1e-3 --train-iters 2 "
@@ -2121,16 +2202,16 @@ static void check_megatron_compat(void) {
     for (i = 0; out[i]; i++)
         warnings += !strncmp(out + i, "gpt_train: warning:", 19);
     CHECK(status == 0 && strstr(out, "iteration        2/       2") &&
-          strstr(out, "recomputation selective") && strstr(out, "status 0\n") && warnings == 3 &&
+          strstr(out, "recomputation selective") && strstr(out, "status 0\n") && warnings == 2 &&
+          strstr(out, "LayerNorm, exact-GELU MLP of width 64") &&
           strstr(out, "gpt_train: warning: --transformer-impl transformer_engine: no Transformer "
                  "Engine here") && strstr(out, "gpt_train: warning: --ckpt-format: checkpoints "
-                 "are megatron.h's") && strstr(out, "gpt_train: warning: --no-bias-gelu-fusion: "
-                 "Megatron-LM's unfused MLP then computes the exact (erf) GELU"),
+                 "are megatron.h's"),
           "cli: a Megatron-LM pretrain_gpt.sh-style line (fusion switches, --use-mcore-models, "
           "--use-flash-attn, --overlap-grad-reduce, …) trains 2 iterations, with one warning "
-          "each for --transformer-impl transformer_engine, --ckpt-format and "
-          "--no-bias-gelu-fusion");
-    if (!strstr(out, "status 0\n") || warnings != 3) fprintf(stderr, "%s\n", out);
+          "each for --transformer-impl transformer_engine and --ckpt-format, and the exact "
+          "GELU of --no-bias-gelu-fusion");
+    if (!strstr(out, "status 0\n") || warnings != 2) fprintf(stderr, "%s\n", out);
     (void)tr;
 }
 
@@ -2181,6 +2262,7 @@ int main(void) {
     check_weights_and_checkpoints();
     check_small_files();
     check_finetune();
+    check_gelu_on_resume();
     check_no_load_optim();
     check_long_paths();
     check_program();

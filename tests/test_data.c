@@ -968,7 +968,7 @@ static void test_safetensors_python(void) {
 }
 
 static void test_hf_config(void) {
-    mg_hf_config c = {3, 4, 64, 128, 256}, r;
+    mg_hf_config c = {3, 4, 64, 128, 256, 0}, r;
     memset(&r, 0, sizeof r);
     int rc = mg_hf_config_write(tp("config.json"), &c, err, sizeof err);
     if (rc == 0) rc = mg_hf_config_read(tp("config.json"), &r, err, sizeof err);
@@ -1017,7 +1017,7 @@ static void test_hf_config_math(void) {
     static const struct { const char *member, *needle; } bad[] = {
         {"\"model_type\": \"gpt_neo\"", "\"model_type\" is \"gpt_neo\"; megatron.h imports GPT-2"},
         {"\"model_type\": null", "\"model_type\" is null"},
-        {"\"activation_function\": \"gelu\"", "\"activation_function\" is \"gelu\"; megatron.h"},
+        {"\"activation_function\": \"gelu_10\"", "\"activation_function\" is \"gelu_10\"; megatron.h"},
         {"\"activation_function\": \"relu\"", "\"activation_function\" is \"relu\""},
         {"\"activation_function\": 1", "\"activation_function\" is 1"},
         {"\"layer_norm_epsilon\": 1e-6", "\"layer_norm_epsilon\" is 1e-6; megatron.h's layernorms"},
@@ -1037,7 +1037,8 @@ static void test_hf_config_math(void) {
     static const char *const good[] = {
         "", "\"model_type\": \"gpt2\"", "\"activation_function\": \"gelu_new\"",
         "\"activation_function\": \"gelu_pytorch_tanh\"", "\"activation_function\": \"gelu_fast\"",
-        "\"activation_function\": \"gelu_accurate\"", "\"layer_norm_epsilon\": 1e-05",
+        "\"activation_function\": \"gelu_accurate\"", "\"activation_function\": \"gelu\"",
+        "\"activation_function\": \"gelu_python\"", "\"layer_norm_epsilon\": 1e-05",
         "\"layer_norm_epsilon\": 9.99999974737875e-06", "\"reorder_and_upcast_attn\": true",
         "\"reorder_and_upcast_attn\": false", "\"n_inner\": null", "\"n_inner\": 32",
         "\"scale_attn_weights\": true", "\"scale_attn_by_inverse_layer_idx\": false",
@@ -1057,9 +1058,13 @@ static void test_hf_config_math(void) {
         if (good[i][0]) snprintf(member, sizeof member, ", %s", good[i]);
         snprintf(text, sizeof text, base, member);
         put_file(tp("math.json"), text, strlen(text));
-        if (mg_hf_config_read(tp("math.json"), &c, err, sizeof err) != 0 || c.n_embd != 8) {
-            mg_test_report(0, "config.json: what megatron.h computes is accepted", "%s: %s",
-                           good[i], err);
+        /* the exact GELU's two names; every other variant is the tanh GELU */
+        int exact = strstr(good[i], "\"gelu\"") || strstr(good[i], "gelu_python");
+        err[0] = 0;
+        if (mg_hf_config_read(tp("math.json"), &c, err, sizeof err) != 0 || c.n_embd != 8 ||
+            c.gelu_exact != exact) {
+            mg_test_report(0, "config.json: what megatron.h computes is accepted", "%s: %s "
+                           "(gelu_exact %d)", good[i], err, c.gelu_exact);
             ok = 0;
         }
     }
@@ -1072,7 +1077,7 @@ static void test_hf_config_math(void) {
          c.n_layer == 1 && c.vocab_size == 37;
     mg_test_report(ok, "config.json: transformers' own files (hf_lm, hf_base) read", "%s", err);
     /* the writer states every math key with our value (no reader has to know the defaults) */
-    mg_hf_config w = {2, 2, 8, 4, 9};
+    mg_hf_config w = {2, 2, 8, 4, 9, 0};
     char *written = NULL;
     size_t len = 0;
     mg_json js;

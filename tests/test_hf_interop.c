@@ -55,10 +55,14 @@ static int ref_int(const hf_ref *r, const char *model, const char *key) {
     return (int)v;
 }
 
-/* The architecture of one oracle model ("lm" or "base"). */
+/* The architecture of one oracle model ("lm", "base" or "gelu"). */
 static mg_gpt_config ref_config(const hf_ref *r, const char *model) {
     mg_gpt_config c;
+    int64_t act = mg_json_get(&r->js, mg_json_get(&r->js, 0, model), "activation_function");
+    char *name = act >= 0 ? mg_json_strdup(&r->js, act) : NULL;
     memset(&c, 0, sizeof c);
+    c.gelu_erf = name && !strcmp(name, "gelu");   /* "gelu_new" (GPT-2's): the tanh GELU */
+    free(name);
     c.n_layer = ref_int(r, model, "n_layer");
     c.hidden = ref_int(r, model, "n_embd");
     c.n_head = ref_int(r, model, "n_head");
@@ -272,6 +276,33 @@ static void check_export(const hf_ref *r, hf_run *run, const char *model, const 
     gpt_rmtree(dir);
 }
 
+/* A file's GELU must be the model's: the exact-GELU file into a tanh model, and GPT-2's
+   tanh file into an exact-GELU model, are refused by mg_gpt_import with one line.        */
+static void check_gelu_mismatch(const hf_ref *r) {
+    static const struct { const char *file, *model; int erf; } cases[] = {
+        {"hf_gelu", "gelu", 0}, {"hf_lm", "lm", 1}};
+    int i;
+    for (i = 0; i < 2; i++) {
+        mg_gpt_config cfg = ref_config(r, cases[i].model);
+        mg_weights_file wf;
+        gpt_fixture f;
+        char path[600], err[MG_ERRLEN] = "", what[200];
+        int rc = -1;
+        cfg.gelu_erf = cases[i].erf;
+        data_path(path, sizeof path, cases[i].file);
+        gpt_fixture_make(&f, &cfg, 1, 1, 1);
+        if (!mg_weights_open(&wf, path, err, sizeof err)) {
+            rc = mg_gpt_import(&f.m, &wf, err, sizeof err);
+            mg_weights_close(&wf);
+        }
+        snprintf(what, sizeof what, "hf: %s into a model of the %s GELU: refused", cases[i].file,
+                 cases[i].erf ? "exact" : "tanh");
+        mg_test_report(rc != 0 && strstr(err, "exact (erf) GELU") && !strchr(err, '\n'), what,
+                       "%s", err);
+        gpt_fixture_free(&f);
+    }
+}
+
 /* A GPT2LMHeadModel whose lm_head is not the word embedding cannot be represented: refused. */
 static void check_untied(void) {
     mg_weights_file wf;
@@ -338,7 +369,7 @@ static void check_careless(void) {
     static const char *const bad[][2] = {   /* member put last (it wins), key in the error */
         {"\"model_type\": \"gpt_neo\"", "\"model_type\" is \"gpt_neo\""},
         {"\"activation_function\": \"relu\"", "\"activation_function\" is \"relu\""},
-        {"\"activation_function\": \"gelu\"", "\"activation_function\" is \"gelu\""},
+        {"\"activation_function\": \"quick_gelu\"", "\"activation_function\" is \"quick_gelu\""},
         {"\"layer_norm_epsilon\": 1e-06", "\"layer_norm_epsilon\" is 1e-06"},
         {"\"scale_attn_weights\": false", "\"scale_attn_weights\" is false"},
         {"\"scale_attn_by_inverse_layer_idx\": true", "\"scale_attn_by_inverse_layer_idx\" is true"},
@@ -349,7 +380,8 @@ static void check_careless(void) {
     };
     static const char *const good[] = {"\"reorder_and_upcast_attn\": true",
                                        "\"activation_function\": \"gelu_pytorch_tanh\"",
-                                       "\"n_inner\": 64"};
+                                       "\"n_inner\": 64", "\"activation_function\": \"gelu\"",
+                                       "\"activation_function\": \"gelu_python\""};
     char dir[256], path[600], cfg[600], text[4096], what[300];
     char *orig;
     long len = 0;
@@ -388,8 +420,11 @@ static void check_careless(void) {
         snprintf(text, sizeof text, "%s, %s}\n", orig, good[i]);
         write_text(cfg, text);
         rc = mg_weights_open(&wf, dir, err, sizeof err);
-        snprintf(what, sizeof what, "hf: config.json with %s (the same function): opens", good[i]);
-        mg_test_report(!rc && wf.cfg.n_head == 2 && wf.cfg.hidden == 16, what, "%s", rc ? err : "");
+        int exact = strstr(good[i], "\"gelu\"") || strstr(good[i], "gelu_python");
+        snprintf(what, sizeof what, "hf: config.json with %s %s: opens", good[i],
+                 exact ? "(the exact GELU)" : "(the same function)");
+        mg_test_report(!rc && wf.cfg.n_head == 2 && wf.cfg.hidden == 16 &&
+                       wf.cfg.gelu_erf == exact, what, "%s", rc ? err : "");
         if (!rc) mg_weights_close(&wf);
     }
     /* config.json that is no small regular file: refused, never waited on */
@@ -489,7 +524,7 @@ static void check_same_import(const hf_run *got, const hf_run *want, const char 
 
 int main(int argc, char **argv) {
     hf_ref r;
-    hf_run lm, lm_sharded, base, hub, llmc;
+    hf_run lm, lm_sharded, base, hub, llmc, gelu;
     if (argc > 1) data_dir = argv[1];
     ref_open(&r);
 
@@ -521,6 +556,15 @@ int main(int argc, char **argv) {
     check_against_transformers(&llmc, "base", "llm.c checkpoint");
     check_export(&r, &llmc, "base", "llm.c -> HF", "hf_base/model.safetensors", "");
 
+    /* activation_function "gelu": the exact (erf) GELU, imported, run and exported as such */
+    open_and_run(&gelu, &r, "gelu", "hf_gelu", MG_WEIGHTS_HF, "transformer.", 1);
+    CHECK(gelu.f.m.cfg.gelu_erf == 1 && gelu.f.m.tf.cfg.gelu == MG_GELU_ERF,
+          "hf: activation_function \"gelu\": the model computes the exact (erf) GELU");
+    check_against_transformers(&gelu, "gelu", "GPT2LMHeadModel, exact GELU");
+    check_export(&r, &gelu, "gelu", "GPT2LMHeadModel, exact GELU", "hf_gelu/model.safetensors",
+                 "transformer.");
+    check_gelu_mismatch(&r);
+
     check_untied();
     check_careless();
     check_export_states_keys(&base);
@@ -530,6 +574,7 @@ int main(int argc, char **argv) {
     hf_run_free(&base);
     hf_run_free(&hub);
     hf_run_free(&llmc);
+    hf_run_free(&gelu);
     ref_close(&r);
     return mg_test_summary();
 }

@@ -183,22 +183,27 @@ static void test_linear(mg_ctx *ctx) {
     free(r.blob);
 }
 
-static void test_gelu(mg_ctx *ctx) {
+/* GELU, the tanh approximation (ops_gelu.bin) or the exact one (ops_gelu_erf.bin, PyTorch's
+   F.gelu on the same inputs), against PyTorch.                                              */
+static void test_gelu(mg_ctx *ctx, mg_gelu_kind kind) {
     ops_ref r;
     size_t mark = mg_arena_mark(ctx);
-    int n = N * 4 * C;
+    int n = N * 4 * C, erf = kind == MG_GELU_ERF;
     mg_tensor inp, dout, out, dinp;
-    if (!ops_ref_load(&r, "gelu")) return;
+    if (!ops_ref_load(&r, erf ? "gelu_erf" : "gelu")) return;
     inp = ops_dev(ctx, MG_F32, OPS_F32(&r, "inp", n), N, 4 * C);
     dout = ops_dev(ctx, MG_F32, OPS_F32(&r, "dout", n), N, 4 * C);
     out = ops_dev(ctx, MG_F32, NULL, N, 4 * C);
     dinp = ops_dev(ctx, MG_F32, NULL, N, 4 * C);
-    mg_gelu_forward(ctx, &out, &inp);
-    ops_close(ctx, "gelu forward", &out, OPS_F32(&r, "out", n), TOL, FLOOR);
-    mg_gelu_backward(ctx, &dinp, &inp, &dout);
-    ops_close(ctx, "gelu backward", &dinp, OPS_F32(&r, "dinp", n), TOL, FLOOR);
-    mg_gelu_backward(ctx, &dout, &inp, &dout); /* dinp may alias dout */
-    ops_close(ctx, "gelu backward in place", &dout, OPS_F32(&r, "dinp", n), TOL, FLOOR);
+    mg_gelu_forward_k(ctx, &out, &inp, kind);
+    ops_close(ctx, erf ? "gelu (erf) forward" : "gelu forward", &out, OPS_F32(&r, "out", n), TOL,
+              FLOOR);
+    mg_gelu_backward_k(ctx, &dinp, &inp, &dout, kind);
+    ops_close(ctx, erf ? "gelu (erf) backward" : "gelu backward", &dinp, OPS_F32(&r, "dinp", n),
+              TOL, FLOOR);
+    mg_gelu_backward_k(ctx, &dout, &inp, &dout, kind); /* dinp may alias dout */
+    ops_close(ctx, erf ? "gelu (erf) backward in place" : "gelu backward in place", &dout,
+              OPS_F32(&r, "dinp", n), TOL, FLOOR);
     free(r.blob);
     mg_arena_release(ctx, mark);
 }
@@ -209,7 +214,9 @@ static void test_gelu(mg_ctx *ctx) {
    rounded pre; the bias gradient bf16-rounded before it is added). On the CPU (the twin: a
    GEMM into fp32, then the epilogue) these are exact; on a GPU cuBLASLt's GELU and GEMM may
    move a result by rounding, so the tolerances are then 1e-5 and one bf16 ulp.             */
-static void test_linear_gelu(mg_ctx *ctx) {
+static void test_linear_gelu(mg_ctx *ctx, mg_gelu_kind kind) {
+    char nm[200];   /* the check's name, "erf " in front for the exact GELU */
+#define LG(s) (snprintf(nm, sizeof nm, "%s%s", kind == MG_GELU_ERF ? "erf " : "", s), nm)
     enum { FI = C, FO = 4 * C, FO2 = C };   /* in, out, next layer's out */
     size_t mark = mg_arena_mark(ctx);
     int exact = ctx->device == MG_DEVICE_CPU, i, k;
@@ -234,8 +241,8 @@ static void test_linear_gelu(mg_ctx *ctx) {
             }
     }
     for (k = 0; k < 2; k++) {
-        mg_linear_gelu_forward(ctx, &t[k][5], &t[k][6], &t[k][0], &t[k][1], &t[k][2]);
-        mg_linear_backward_input_gelu(ctx, &t[k][7], &t[k][8], &t[k][4], &t[k][3], &t[k][6]);
+        mg_linear_gelu_forward_k(ctx, &t[k][5], &t[k][6], &t[k][0], &t[k][1], &t[k][2], kind);
+        mg_linear_backward_input_gelu_k(ctx, &t[k][7], &t[k][8], &t[k][4], &t[k][3], &t[k][6], kind);
     }
     {   /* fp32 against the unfused ops */
         mg_tensor pre = ops_dev(ctx, MG_F32, NULL, N, FO), act = ops_dev(ctx, MG_F32, NULL, N, FO);
@@ -243,31 +250,31 @@ static void test_linear_gelu(mg_ctx *ctx) {
         mg_tensor dw1 = ops_dev(ctx, MG_F32, NULL, FO, FI);
         float *h;
         mg_linear_forward(ctx, &pre, &t[0][0], &t[0][1], &t[0][2]);
-        mg_gelu_forward(ctx, &act, &t[0][6]);
+        mg_gelu_forward_k(ctx, &act, &t[0][6], kind);
         mg_linear_backward_input(ctx, &da, &t[0][4], &t[0][3], 0);
-        mg_gelu_backward(ctx, &da, &t[0][6], &da);
+        mg_gelu_backward_k(ctx, &da, &t[0][6], &da, kind);
         mg_linear_backward_weight(ctx, &dw1, &db, &da, &t[0][0]);   /* db += Σ_rows da */
         h = ops_host(ctx, &pre);
-        ops_close(ctx, "linear+gelu fp32: pre = linear forward", &t[0][6], h, exact ? 1e-6 : 1e-5, FLOOR);
+        ops_close(ctx, LG("linear+gelu fp32: pre = linear forward"), &t[0][6], h, exact ? 1e-6 : 1e-5, FLOOR);
         free(h);
         h = ops_host(ctx, &act);
-        ops_close(ctx, "linear+gelu fp32: out = gelu(pre)", &t[0][5], h, tol32, FLOOR);
+        ops_close(ctx, LG("linear+gelu fp32: out = gelu(pre)"), &t[0][5], h, tol32, FLOOR);
         free(h);
         h = ops_host(ctx, &da);
-        ops_close(ctx, "linear+gelu fp32: dpre = gelu'(pre) * (dout W)", &t[0][7], h, tol32, FLOOR);
+        ops_close(ctx, LG("linear+gelu fp32: dpre = gelu'(pre) * (dout W)"), &t[0][7], h, tol32, FLOOR);
         free(h);
         h = ops_host(ctx, &db);
-        ops_close(ctx, "linear+gelu fp32: dbias += column sums of dpre", &t[0][8], h, tol32, FLOOR);
+        ops_close(ctx, LG("linear+gelu fp32: dbias += column sums of dpre"), &t[0][8], h, tol32, FLOOR);
         free(h);
     }
     /* bf16: each output the fp32 run's value rounded once */
     pre32 = ops_host(ctx, &t[0][6]);
     for (i = 0; i < N * FO; i++) want[i] = mg_bf16_to_f32(mg_f32_to_bf16(pre32[i]));
-    ops_close(ctx, "linear+gelu bf16: pre = bf16(fp32 pre)", &t[1][6], want, tol16, FLOOR);
+    ops_close(ctx, LG("linear+gelu bf16: pre = bf16(fp32 pre)"), &t[1][6], want, tol16, FLOOR);
     {
         float *act32 = ops_host(ctx, &t[0][5]);
         for (i = 0; i < N * FO; i++) want[i] = mg_bf16_to_f32(mg_f32_to_bf16(act32[i]));
-        ops_close(ctx, "linear+gelu bf16: out = bf16(gelu(fp32 pre)), one rounding", &t[1][5], want, tol16, FLOOR);
+        ops_close(ctx, LG("linear+gelu bf16: out = bf16(gelu(fp32 pre)), one rounding"), &t[1][5], want, tol16, FLOOR);
         free(act32);
     }
     {   /* dpre in bf16 uses the bf16 pre: compare with the fp32 formula on it */
@@ -275,20 +282,23 @@ static void test_linear_gelu(mg_ctx *ctx) {
         mg_tensor p32 = ops_dev(ctx, MG_F32, preb, N, FO), d32 = ops_dev(ctx, MG_F32, NULL, N, FO);
         mg_tensor db = ops_dev(ctx, MG_F32, NULL, 1, FO);
         float *h, *dsum;
-        mg_linear_backward_input_gelu(ctx, &d32, &db, &t[0][4], &t[0][3], &p32);
+        mg_linear_backward_input_gelu_k(ctx, &d32, &db, &t[0][4], &t[0][3], &p32, kind);
         h = ops_host(ctx, &d32);
         dsum = ops_host(ctx, &db);
         for (i = 0; i < N * FO; i++) want[i] = mg_bf16_to_f32(mg_f32_to_bf16(h[i]));
-        ops_close(ctx, "linear+gelu bf16: dpre = bf16(fp32 dpre)", &t[1][7], want, tol16, FLOOR);
+        ops_close(ctx, LG("linear+gelu bf16: dpre = bf16(fp32 dpre)"), &t[1][7], want, tol16, FLOOR);
         for (i = 0; i < FO; i++) want[i] = init[i] + mg_bf16_to_f32(mg_f32_to_bf16(dsum[i]));
-        ops_close(ctx, "linear+gelu bf16: dbias += bf16(fp32 column sums)", &t[1][8], want, tol16, FLOOR);
+        ops_close(ctx, LG("linear+gelu bf16: dbias += bf16(fp32 column sums)"), &t[1][8], want, tol16, FLOOR);
         free(h); free(dsum); free(preb);
     }
-    OPS_EXPECT_FATAL("linear+gelu rejects pre aliasing out", "distinct buffers of one dtype",
-                     mg_linear_gelu_forward(ctx, &t[0][5], &t[0][5], &t[0][0], &t[0][1], &t[0][2]));
+    if (kind == MG_GELU_TANH) {
+        OPS_EXPECT_FATAL("linear+gelu rejects pre aliasing out", "distinct buffers of one dtype",
+                         mg_linear_gelu_forward(ctx, &t[0][5], &t[0][5], &t[0][0], &t[0][1], &t[0][2]));
+    }
     free(x); free(w); free(bb); free(w2); free(dy); free(init); free(want);
     free(pre32);
     mg_arena_release(ctx, mark);
+#undef LG
 }
 
 static void test_attention(mg_ctx *ctx) {
@@ -796,8 +806,9 @@ int main(void) {
     test_embedding(&ctx);
     test_layernorm(&ctx);
     test_linear(&ctx);
-    test_gelu(&ctx);
-    test_linear_gelu(&ctx);
+    test_gelu(&ctx, MG_GELU_TANH);
+    test_gelu(&ctx, MG_GELU_ERF);
+    test_linear_gelu(&ctx, MG_GELU_TANH);
     test_attention(&ctx);
     test_xent(&ctx);
     test_xent_ignored(&ctx);
@@ -805,6 +816,7 @@ int main(void) {
     test_adamw(&ctx);
     test_llama_ops(&ctx);
     test_misuse(&ctx);
+    test_linear_gelu(&ctx, MG_GELU_ERF);   /* last: its random inputs leave the others' alone */
     mg_ctx_free(&ctx);
     return mg_test_summary();
 }

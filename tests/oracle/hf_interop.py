@@ -25,7 +25,10 @@ and layernorms too, so no path is trivially zero), and written the way real chec
                  Vp = 37 rounded up to 128 with zero rows, llm.c's (out, in) Linear layout).
   hf_untied/     GPT2LMHeadModel with tie_word_embeddings=False (lm_head.weight present and
                  different from wte): megatron.h ties the output layer, so it must refuse it.
-  hf_ref.safetensors   per model ("lm", "base"): tokens I32 [B, T+1], and transformers' own
+  hf_gelu/       GPT2LMHeadModel with activation_function "gelu" (the exact, erf GELU, not
+                 GPT-2's "gelu_new" tanh approximation): 2 layers, hidden 16, 2 heads, 16
+                 positions, vocabulary 37.
+  hf_ref.safetensors   per model ("lm", "base", "gelu"): tokens I32 [B, T+1], and transformers' own
                  forward on them: loss F32 [1] (labels=tokens: the mean cross-entropy of
                  positions 0..T-1 predicting tokens 1..T) and logits F32 [B, T, V].
   hf_ref.json    the sizes, and the GPT2Config values that decide the model's math (what an
@@ -36,7 +39,7 @@ Then, when the programs are built and newer than the headers (build/test_hf_inte
 build/gpt_train), the live checks:
   - build/test_hf_interop OUTDIR: the C test on the fixtures just written;
   - build/gpt_train --init-from X --train-iters 0 --export-hf DIR, for X = hf_lm/, hf_base/,
-    hf_llmc.bin and hf_hub.safetensors, then AutoModelForCausalLM.from_pretrained(DIR,
+    hf_llmc.bin, hf_hub.safetensors and hf_gelu/, then AutoModelForCausalLM.from_pretrained(DIR,
     output_loading_info=True): a GPT2LMHeadModel, no missing, unexpected or mismatched keys,
     no errors, lm_head tied, every parameter equal to the source model's, the same loss and
     logits as the source model on the same tokens.
@@ -58,8 +61,11 @@ B = 2
 MODELS = {   # name: GPT-2 sizes; T = n_positions - 1 tokens are scored per sequence
     "lm": dict(n_layer=2, n_embd=24, n_head=4, n_positions=20, vocab_size=50),
     "base": dict(n_layer=1, n_embd=16, n_head=2, n_positions=16, vocab_size=37),
+    # the exact GELU (GPT2Config's "gelu": F.gelu, erf), GPT2LMHeadModel save
+    "gelu": dict(n_layer=2, n_embd=16, n_head=2, n_positions=16, vocab_size=37,
+                 activation_function="gelu"),
 }
-T = {"lm": 15, "base": 15}
+T = {"lm": 15, "base": 15, "gelu": 15}
 # GPT2Config fields that change the math; an exported config.json must give them these values
 MATH_KEYS = ["model_type", "activation_function", "layer_norm_epsilon", "n_layer", "n_head",
              "n_embd", "n_positions", "vocab_size", "n_inner", "scale_attn_weights",
@@ -144,8 +150,9 @@ def llmc_write_model(model, filename):
 
 
 def write_fixtures(out):
-    models = {"lm": make_model(MODELS["lm"], 1234), "base": make_model(MODELS["base"], 4321)}
-    for d in ("hf_lm", "hf_lm_sharded", "hf_base", "hf_untied"):
+    models = {"lm": make_model(MODELS["lm"], 1234), "base": make_model(MODELS["base"], 4321),
+              "gelu": make_model(MODELS["gelu"], 2468)}
+    for d in ("hf_lm", "hf_lm_sharded", "hf_base", "hf_untied", "hf_gelu"):
         shutil.rmtree(os.path.join(out, d), ignore_errors=True)
     models["lm"].save_pretrained(os.path.join(out, "hf_lm"), safe_serialization=True)
     models["lm"].save_pretrained(os.path.join(out, "hf_lm_sharded"), safe_serialization=True,
@@ -160,6 +167,7 @@ def write_fixtures(out):
     llmc_write_model(models["base"], os.path.join(out, "hf_llmc.bin"))
     untied = make_model(MODELS["base"], 99, tied=False)
     untied.save_pretrained(os.path.join(out, "hf_untied"), safe_serialization=True)
+    models["gelu"].save_pretrained(os.path.join(out, "hf_gelu"), safe_serialization=True)
 
     gen = torch.Generator().manual_seed(7)
     ref, ref_json = {}, {"batch": B, "transformers_version": transformers.__version__}
@@ -209,7 +217,7 @@ def live_checks(out, models, ref):
     if not gpt_train:
         return
     sources = [("hf_lm/", "lm"), ("hf_base/", "base"), ("hf_llmc.bin", "base"),
-               ("hf_hub.safetensors", "base")]
+               ("hf_hub.safetensors", "base"), ("hf_gelu/", "gelu")]
     for src, name in sources:
         tmp = tempfile.mkdtemp(prefix="hf_interop_")
         dst = os.path.join(tmp, "export")

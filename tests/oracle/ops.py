@@ -224,6 +224,15 @@ def main():
         w.add(k, v)
     w.save(os.path.join(outdir, "ops_gelu.bin"))
 
+    # gelu, exact (erf): F.gelu itself, on the same inputs (no new draws: the later fixtures
+    # keep their bytes)
+    w = Writer()
+    out, (dx,) = backward(lambda a: F.gelu(a), [x], dout)
+    gradcheck("gelu_erf", lambda a: F.gelu(a), [x])
+    for k, v in dict(inp=x, dout=dout, out=out, dinp=dx).items():
+        w.add(k, v)
+    w.save(os.path.join(outdir, "ops_gelu_erf.bin"))
+
     # attention core
     w = Writer()
     qkv, dout = f32(T, B, NH, 3, HD), f32(T, B, NH * HD)

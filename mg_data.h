@@ -515,10 +515,11 @@ MGDEF void mg_st_writer_abort(mg_st_writer *w);
 typedef struct mg_hf_config {
     int n_layer, n_head, n_embd, n_positions, vocab_size;
     int gelu_exact;             /* activation_function "gelu" (erf); 0: the tanh GELU        */
+    int relu2;                  /* activation_function "relu2": the squared ReLU             */
 } mg_hf_config;
 /* Writes a GPT2Config-compatible config.json: the sizes, and every key that decides the math
    stated explicitly with megatron.h's value (model_type gpt2, activation gelu_new, or gelu
-   with gelu_exact, layernorm eps 1e-5, scaled attention, no per-layer scaling, no
+   with gelu_exact, or relu2 with relu2, layernorm eps 1e-5, scaled attention, no per-layer scaling, no
    cross-attention, n_inner null, tied word embeddings).                                    */
 MGDEF int mg_hf_config_write(const char *path, const mg_hf_config *cfg, char *err, size_t errlen);
 /* Reads a GPT-2 config.json (at most 16 MiB, a JSON object). The five sizes are positive
@@ -526,7 +527,8 @@ MGDEF int mg_hf_config_write(const char *path, const mg_hf_config *cfg, char *er
    hold what megatron.h computes, else one line names the key, its value and ours:
      model_type "gpt2"; activation_function one of the tanh GELUs ("gelu_new",
      "gelu_pytorch_tanh", "gelu_fast", "gelu_accurate": one function, equal to fp32
-     rounding), or the exact one, "gelu" or "gelu_python" (gelu_exact 1);
+     rounding), or the exact one, "gelu" or "gelu_python" (gelu_exact 1), or the squared
+     ReLU, "relu2" (relu2 1);
      layer_norm_epsilon 1e-5; scale_attn_weights true;
      scale_attn_by_inverse_layer_idx false; add_cross_attention false; n_inner null or
      4·n_embd; tie_word_embeddings true; reorder_and_upcast_attn true or false (it only
@@ -3191,7 +3193,7 @@ MGDEF int mg_hf_config_write(const char *path, const mg_hf_config *cfg, char *er
         "  \"tie_word_embeddings\": true,\n"
         "  \"vocab_size\": %d\n"
         "}\n",
-        cfg->gelu_exact ? "gelu" : "gelu_new", cfg->n_positions, cfg->n_embd, cfg->n_head,
+        cfg->relu2 ? "relu2" : cfg->gelu_exact ? "gelu" : "gelu_new", cfg->n_positions, cfg->n_embd, cfg->n_head,
         cfg->n_layer, cfg->n_positions, cfg->vocab_size);
     if (n < 0 || n >= (int)sizeof text)
         return mg__fail(err, errlen, "%s: config text does not fit its buffer", path);
@@ -3216,7 +3218,7 @@ static void mg__json_shown(const mg_json *js, int64_t tok, char *out, size_t cap
    against what megatron.h computes; an absent key is GPT2Config's default, which is ours.
    The first one that differs is named in err.                                              */
 static int mg__hf_config_math(const mg_json *js, const char *path, int64_t n_embd,
-                              int *gelu_exact, char *err, size_t errlen) {
+                              int *gelu_exact, int *relu2, char *err, size_t errlen) {
     /* GELU's tanh approximation (GPT-2's): these four names all compute it
        (gelu_pytorch_tanh in one fused op, gelu_fast with the constant folded, gelu_accurate
        spelled out); the exact (erf) GELU: "gelu" (F.gelu) and "gelu_python" (spelled out) */
@@ -3248,13 +3250,15 @@ static int mg__hf_config_math(const mg_json *js, const char *path, int64_t n_emb
         int ok = 0;
         for (int k = 0; v && k < 4; k++) ok |= strcmp(v, gelus[k]) == 0;
         *gelu_exact = v && (!strcmp(v, "gelu") || !strcmp(v, "gelu_python"));
+        *relu2 = v && !strcmp(v, "relu2");   /* max(x, 0)², Megatron-LM's --squared-relu */
         MG_FREE(v);
-        if (!ok && !*gelu_exact) {
+        if (!ok && !*gelu_exact && !*relu2) {
             mg__json_shown(js, tok, shown, sizeof shown);
             return mg__fail(err, errlen, "%s: \"activation_function\" is %s; megatron.h computes "
                             "GELU's tanh approximation (\"gelu_new\", also accepted: "
                             "\"gelu_pytorch_tanh\", \"gelu_fast\", \"gelu_accurate\") or the "
-                            "exact one (\"gelu\", also accepted: \"gelu_python\")", path, shown);
+                            "exact one (\"gelu\", also accepted: \"gelu_python\"), or the squared ReLU "
+                            "(\"relu2\")", path, shown);
         }
     }
     tok = mg_json_get(js, 0, "layer_norm_epsilon");
@@ -3325,9 +3329,9 @@ MGDEF int mg_hf_config_read(const char *path, mg_hf_config *cfg, char *err, size
                 *fields[k] = (int)v;
             }
         }
-        cfg->gelu_exact = 0;
-        if (rc == 0) rc = mg__hf_config_math(&js, path, cfg->n_embd, &cfg->gelu_exact, err,
-                                             errlen);
+        cfg->gelu_exact = cfg->relu2 = 0;
+        if (rc == 0) rc = mg__hf_config_math(&js, path, cfg->n_embd, &cfg->gelu_exact,
+                                             &cfg->relu2, err, errlen);
         mg_json_free(&js);
     }
     MG_FREE(text);

@@ -409,21 +409,22 @@ MGDEF void mg_linear_backward_input_gelu(mg_ctx *ctx, mg_tensor *dpre, mg_tensor
 MGDEF void mg_gelu_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp);
 MGDEF void mg_gelu_backward(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *inp,
                             const mg_tensor *dout);
-/* Which GELU: the tanh approximation above (GPT-2's, Megatron-LM's fused bias-GELU kernel,
-   Hugging Face's "gelu_new") or the exact one, 0.5·x·(1 + erf(x/√2)) (PyTorch's F.gelu,
-   Megatron-LM's unfused MLP, Hugging Face's "gelu"). The _k functions take it; the ones
-   without _k compute the tanh GELU.                                                         */
-typedef enum { MG_GELU_TANH = 0, MG_GELU_ERF = 1 } mg_gelu_kind;
-MGDEF void mg_linear_gelu_forward_k(mg_ctx *ctx, mg_tensor *out, mg_tensor *pre,
+/* The MLP's activation: GELU's tanh approximation above (GPT-2's, Megatron-LM's fused
+   bias-GELU kernel, Hugging Face's "gelu_new"); the exact GELU, 0.5·x·(1 + erf(x/√2))
+   (PyTorch's F.gelu, Megatron-LM's unfused MLP, Hugging Face's "gelu"); or the squared ReLU,
+   max(x, 0)² with derivative 2·max(x, 0) (Megatron-LM's --squared-relu, Nemotron-4's,
+   Hugging Face's "relu2"). The _act functions take it; the _gelu ones compute the tanh GELU. */
+typedef enum { MG_ACT_GELU = 0, MG_ACT_GELU_ERF = 1, MG_ACT_RELU2 = 2 } mg_act_kind;
+MGDEF void mg_linear_act_forward(mg_ctx *ctx, mg_tensor *out, mg_tensor *pre,
                                     const mg_tensor *inp, const mg_tensor *weight,
-                                    const mg_tensor *bias, mg_gelu_kind kind);
-MGDEF void mg_linear_backward_input_gelu_k(mg_ctx *ctx, mg_tensor *dpre, mg_tensor *dbias,
+                                    const mg_tensor *bias, mg_act_kind kind);
+MGDEF void mg_linear_backward_input_act(mg_ctx *ctx, mg_tensor *dpre, mg_tensor *dbias,
                                            const mg_tensor *dout, const mg_tensor *weight,
-                                           const mg_tensor *pre, mg_gelu_kind kind);
-MGDEF void mg_gelu_forward_k(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
-                             mg_gelu_kind kind);
-MGDEF void mg_gelu_backward_k(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *inp,
-                              const mg_tensor *dout, mg_gelu_kind kind);
+                                           const mg_tensor *pre, mg_act_kind kind);
+MGDEF void mg_act_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
+                             mg_act_kind kind);
+MGDEF void mg_act_backward(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *inp,
+                              const mg_tensor *dout, mg_act_kind kind);
 
 /* Causal self-attention core for n_head heads of head_dim = C3/(3·n_head).
    qkv: [T, B, n_head, 3, head_dim] (per head [q k v], Megatron's interleaved layout), i.e.
@@ -1536,6 +1537,22 @@ MG_HD static inline float mg__gelu_erf(float x) { return x * mg__phi(x); }
 MG_HD static inline float mg__gelu_erf_grad(float x) {
     return mg__phi(x) + x * (0.39894228040143267794f * mg__exp(-0.5f * x * x));
 }
+/* Squared ReLU: relu2(x) = max(x, 0)², relu2'(x) = 2·max(x, 0) (0 at x = 0, as PyTorch's
+   autograd of pow(relu(x), 2) gives).                                                      */
+MG_HD static inline float mg__relu2(float x) {
+    float r = x > 0.0f ? x : 0.0f;
+    return r * r;
+}
+MG_HD static inline float mg__relu2_grad(float x) { return x > 0.0f ? 2.0f * x : 0.0f; }
+/* The activation of kind k (mg_act_kind) and its derivative. */
+MG_HD static inline float mg__act(int k, float x) {
+    return k == MG_ACT_RELU2 ? mg__relu2(x) : k == MG_ACT_GELU_ERF ? mg__gelu_erf(x) : mg__gelu(x);
+}
+MG_HD static inline float mg__act_grad(int k, float x) {
+    return k == MG_ACT_RELU2     ? mg__relu2_grad(x)
+           : k == MG_ACT_GELU_ERF ? mg__gelu_erf_grad(x)
+                                  : mg__gelu_grad(x);
+}
 
 /* LayerNorm of a row x[C]: mean μ, variance σ² = mean((x−μ)²) (biased, as PyTorch),
    rstd = 1/√(σ²+ε), norm = (x−μ)·rstd, out = norm·w + b. Backward with g = dout·w:
@@ -2226,7 +2243,7 @@ static void mg__cpu_gemm(mg_ctx *ctx, int ta, int tb, int m, int n, int k, float
                  rows in order, so each column is summed in row order (mg__cpu_colsum's bits) */
 static void mg__cpu_epi_bias_gelu(mg_ctx *ctx, const float *acc, int64_t N, int64_t C,
                                   const mg_tensor *bias, const mg_tensor *pre,
-                                  const mg_tensor *out, int erf) {
+                                  const mg_tensor *out, int kind) {
     int64_t r;
     size_t mark = mg_arena_mark(ctx);
     float *b = (float *)mg_alloc(ctx, (size_t)C * sizeof(float));
@@ -2240,12 +2257,19 @@ static void mg__cpu_epi_bias_gelu(mg_ctx *ctx, const float *acc, int64_t N, int6
         float *p = mg__cpu_out_span(pre, r * C, sc);
         float *o = mg__cpu_out_span(out, r * C, sc ? sc + C : NULL);
         int64_t j;
-        if (erf) {
+        if (kind == MG_ACT_GELU_ERF) {   /* one loop per kind: each vectorises */
             #pragma omp simd
             for (j = 0; j < C; j++) {
                 float v = a[j] + b[j];
                 p[j] = v;
                 o[j] = mg__gelu_erf(v);
+            }
+        } else if (kind == MG_ACT_RELU2) {
+            #pragma omp simd
+            for (j = 0; j < C; j++) {
+                float v = a[j] + b[j];
+                p[j] = v;
+                o[j] = mg__relu2(v);
             }
         } else {
             #pragma omp simd
@@ -2261,7 +2285,7 @@ static void mg__cpu_epi_bias_gelu(mg_ctx *ctx, const float *acc, int64_t N, int6
     mg_arena_release(ctx, mark);
 }
 static void mg__cpu_epi_dgelu(mg_ctx *ctx, float *acc, int64_t N, int64_t C, const mg_tensor *pre,
-                              const mg_tensor *dpre, float *bsum, int erf) {
+                              const mg_tensor *dpre, float *bsum, int kind) {
     enum { W = 4 * MG__COLBLOCK };   /* wide column blocks: long vector runs per row */
     int64_t nblk = (C + W - 1) / W, blk;
     const size_t esize = mg_dtype_size(pre->dtype);
@@ -2280,10 +2304,16 @@ static void mg__cpu_epi_dgelu(mg_ctx *ctx, float *acc, int64_t N, int64_t C, con
                     __builtin_prefetch((const char *)pre->data + (size_t)((r + 2) * C + c0 + j) * esize, 0, 3);
                     __builtin_prefetch(a + 2 * C + j, 1, 3);
                 }
-            if (erf) {
+            if (kind == MG_ACT_GELU_ERF) {
                 #pragma omp simd
                 for (j = 0; j < w; j++) {
                     a[j] *= mg__gelu_erf_grad(x[j]);
+                    sum[j] += a[j];
+                }
+            } else if (kind == MG_ACT_RELU2) {
+                #pragma omp simd
+                for (j = 0; j < w; j++) {
+                    a[j] *= mg__relu2_grad(x[j]);
                     sum[j] += a[j];
                 }
             } else {
@@ -2314,7 +2344,7 @@ typedef struct mg__map_args {
    backend one functor that switches on the code.                                            */
 typedef enum { MG__EW_ADD, MG__EW_AXPY, MG__EW_SCALE, MG__EW_FILL, MG__EW_COPY, MG__EW_GELU,
                MG__EW_GELU_GRAD, MG__EW_DROPOUT, MG__EW_SWIGLU, MG__EW_GELU_ERF,
-               MG__EW_GELU_ERF_GRAD, MG__EW_COUNT } mg__ew_op;
+               MG__EW_GELU_ERF_GRAD, MG__EW_RELU2, MG__EW_RELU2_GRAD, MG__EW_COUNT } mg__ew_op;
 /* out[0..n) = f(a[0..n), b[0..n)) for the chunk whose first element has flat index i0. */
 typedef void (*mg__map_fn)(float *out, const float *a, const float *b, int64_t n, int64_t i0,
                            const mg__map_args *args);
@@ -2383,6 +2413,20 @@ static void mg__map_gelu_erf_grad(float *o, const float *a, const float *b, int6
     #pragma omp simd
     for (i = 0; i < n; i++) o[i] = b[i] * mg__gelu_erf_grad(a[i]);
 }
+static void mg__map_relu2(float *o, const float *a, const float *b, int64_t n, int64_t i0,
+                          const mg__map_args *g) {
+    int64_t i;
+    (void)b; (void)i0; (void)g;
+    #pragma omp simd
+    for (i = 0; i < n; i++) o[i] = mg__relu2(a[i]);
+}
+static void mg__map_relu2_grad(float *o, const float *a, const float *b, int64_t n, int64_t i0,
+                               const mg__map_args *g) {
+    int64_t i;
+    (void)i0; (void)g;
+    #pragma omp simd
+    for (i = 0; i < n; i++) o[i] = b[i] * mg__relu2_grad(a[i]);
+}
 /* Dropout of len consecutive elements whose global indices start at g0. The middle part runs
    over whole aligned groups of 4 indices, one Philox evaluation per group (exactly the words
    mg_rand_u32 returns), in a loop the compiler vectorises; head and tail go one by one.    */
@@ -2426,7 +2470,8 @@ static void mg__map_swiglu(float *o, const float *a, const float *b, int64_t n, 
 
 static const mg__map_fn mg__map_fns[MG__EW_COUNT] = {
     mg__map_add, mg__map_axpy, mg__map_scale, mg__map_fill, mg__map_copy, mg__map_gelu,
-    mg__map_gelu_grad, mg__map_dropout, mg__map_swiglu, mg__map_gelu_erf, mg__map_gelu_erf_grad};
+    mg__map_gelu_grad, mg__map_dropout, mg__map_swiglu, mg__map_gelu_erf, mg__map_gelu_erf_grad,
+    mg__map_relu2, mg__map_relu2_grad};
 
 static void mg__cpu_map(mg_ctx *ctx, mg__ew_op op, const mg_tensor *out, const mg_tensor *a,
                         const mg_tensor *b, const mg__map_args *args) {
@@ -3527,6 +3572,8 @@ __device__ static inline float mg__ew_value(mg__ew_op op, int64_t i, float x, fl
     case MG__EW_GELU_GRAD: return y * mg__gelu_grad(x);
     case MG__EW_GELU_ERF: return mg__gelu_erf(x);
     case MG__EW_GELU_ERF_GRAD: return y * mg__gelu_erf_grad(x);
+    case MG__EW_RELU2: return mg__relu2(x);
+    case MG__EW_RELU2_GRAD: return y * mg__relu2_grad(x);
     case MG__EW_SWIGLU: return mg__silu(x) * y;
     case MG__EW_DROPOUT: {
         int64_t row = i / g.local_cols, col = i % g.local_cols;
@@ -3637,6 +3684,8 @@ static void mg__cuda_ew(mg_ctx *ctx, mg__ew_op op, const mg_tensor *out, const m
     case MG__EW_GELU_GRAD: mg__cuda_ew_op<MG__EW_GELU_GRAD>(ctx, out, a, b, g); break;
     case MG__EW_GELU_ERF: mg__cuda_ew_op<MG__EW_GELU_ERF>(ctx, out, a, b, g); break;
     case MG__EW_GELU_ERF_GRAD: mg__cuda_ew_op<MG__EW_GELU_ERF_GRAD>(ctx, out, a, b, g); break;
+    case MG__EW_RELU2: mg__cuda_ew_op<MG__EW_RELU2>(ctx, out, a, b, g); break;
+    case MG__EW_RELU2_GRAD: mg__cuda_ew_op<MG__EW_RELU2_GRAD>(ctx, out, a, b, g); break;
     case MG__EW_DROPOUT: mg__cuda_ew_op<MG__EW_DROPOUT>(ctx, out, a, b, g); break;
     case MG__EW_SWIGLU: mg__cuda_ew_op<MG__EW_SWIGLU>(ctx, out, a, b, g); break;
     default: mg__cuda_ew_op<MG__EW_COPY>(ctx, out, a, b, g); break;
@@ -3776,12 +3825,12 @@ template <class IO> static void mg__rope_launch(mg_ctx *ctx, const mg_tensor *qk
 #define MG__COLSUM_MIN_ROWS 64   /* per chunk: below, partials and pass 2 cost more than they save */
 #define MG__COLSUM_LANES 16      /* row lanes of a block (× 32 column lanes: 512 threads) */
 #define MG__COLSUM_UNROLL 2      /* rows a thread loads before it adds them                */
-/* gelu (the linear + GELU backward, mg__cuda_colsum_gelu): src is the fp32 product dout·W and
-   each element becomes v = src·gelu'(pre), stored to gelu->dpre and summed (one pass instead of
-   a dGELU pass writing fp32 and a sum reading it back). */
+/* gelu (the linear + activation backward, mg__cuda_colsum_gelu): src is the fp32 product
+   dout·W and each element becomes v = src·act'(pre), stored to gelu->dpre and summed (one pass
+   instead of a dGELU pass writing fp32 and a sum reading it back). */
 typedef struct mg__colsum_gelu {
     const void *pre; mg_dtype prd; void *dpre; mg_dtype dd;
-    int erf;                    /* the exact GELU's derivative (mg_gelu_kind MG_GELU_ERF)    */
+    int act;                    /* the activation (mg_act_kind) whose derivative applies        */
 } mg__colsum_gelu;
 /* Pass 1 with src read through accessor IS and inp, pre and dpre through IX: V columns a
    thread with the compiled accessors, 1 with the run-time-dtype one (launched only where C and
@@ -3791,7 +3840,7 @@ template <> struct mg__colsum_vec<mg__io_dyn> { enum { V = 1 }; };
 template <class IS, class IX>
 static __global__ void __launch_bounds__(32 * MG__COLSUM_LANES, 2) mg__k_colsum_part(float *part,
         void *dst, mg_dtype dd, void *plain, mg_dtype pd, IS src, IX inp, const float *mean,
-        const float *rstd, int64_t N, int64_t C, int64_t R, IX pre, IX dpre, int gelu_erf) {
+        const float *rstd, int64_t N, int64_t C, int64_t R, IX pre, IX dpre, int act) {
     enum { V = mg__colsum_vec<IS>::V };
     /* column j of a thread's V at [y][32·j + x]: a warp (one y) stores and reads 32 consecutive
        words at a time, free of bank conflicts */
@@ -3826,7 +3875,7 @@ static __global__ void __launch_bounds__(32 * MG__COLSUM_LANES, 2) mg__k_colsum_
                 if (ru >= r1) break;
                 if (pre.p) {
                     for (j = 0; j < V; j++)
-                        v[u][j] *= gelu_erf ? mg__gelu_erf_grad(g[u][j]) : mg__gelu_grad(g[u][j]);
+                        v[u][j] *= mg__act_grad(act, g[u][j]);
                     dpre.template stv<V>(ru * C + c, v[u]);
                 }
                 if (inp.p) {
@@ -3884,7 +3933,7 @@ static void mg__colsum_part_launch(mg_ctx *ctx, dim3 grid, float *part, const mg
               part, dst->data, dst->dtype, plain ? plain->data : NULL,
               plain ? plain->dtype : MG_F32, mg__io_make<IS>(src), mg__io_make<IX>(inp), mean,
               rstd, N, C, R, mg__io_ptr<IX>(gelu.pre, gelu.prd), mg__io_ptr<IX>(gelu.dpre, gelu.dd),
-              gelu.erf);
+              gelu.act);
 }
 /* plain (dbias beside the norm's dweight) is read only with inp. */
 static void mg__cuda_colsum_gelu(mg_ctx *ctx, const mg_tensor *dst, const mg_tensor *src,
@@ -5948,8 +5997,8 @@ template <int V, int GELU, class IO, class IB> __device__ static inline void mg_
                 bias.template ldv<V>(c, b);
                 for (e = 0; e < V; e++) v[e] += b[e];
             }
-            if (GELU) {   /* pre = acc + bias, out = GELU(pre): 1 tanh, 2 exact (erf) */
-                for (e = 0; e < V; e++) g[e] = GELU == 2 ? mg__gelu_erf(v[e]) : mg__gelu(v[e]);
+            if (GELU) {   /* pre = acc + bias, out = act(pre), act of kind GELU − 1 */
+                for (e = 0; e < V; e++) g[e] = mg__act(GELU - 1, v[e]);
                 pre.template stv<V>(at, v);
                 out.template stv<V>(at, g);
             } else {      /* out = acc + bias */
@@ -5963,7 +6012,7 @@ template <int GELU, class IO, class IB> static __global__ void mg__k_epi_bias(
     if (vec) mg__epi_bias_items<4, GELU>(acc, bias, pre, out, N, C);
     else mg__epi_bias_items<1, GELU>(acc, bias, pre, out, N, C);
 }
-template <int ERF, class IO> static __global__ void mg__k_epi_dgelu(mg__io_f32 acc, IO pre,
+template <int ACT, class IO> static __global__ void mg__k_epi_dgelu(mg__io_f32 acc, IO pre,
                                                                     IO dpre, int64_t n, int vec) {
     int64_t nv = vec ? n / 4 : 0, stride = (int64_t)gridDim.x * blockDim.x, i;
     int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
@@ -5972,12 +6021,12 @@ template <int ERF, class IO> static __global__ void mg__k_epi_dgelu(mg__io_f32 a
         int e;
         acc.template ldv<4>(i * 4, a);
         pre.template ldv<4>(i * 4, x);
-        for (e = 0; e < 4; e++) a[e] *= ERF ? mg__gelu_erf_grad(x[e]) : mg__gelu_grad(x[e]);
+        for (e = 0; e < 4; e++) a[e] *= mg__act_grad(ACT, x[e]);
         dpre.template stv<4>(i * 4, a);
     }
     for (i = nv * 4 + t; i < n; i += stride) {
         float x = pre.ld(i);
-        dpre.st(i, acc.ld(i) * (ERF ? mg__gelu_erf_grad(x) : mg__gelu_grad(x)));
+        dpre.st(i, acc.ld(i) * mg__act_grad(ACT, x));
     }
 }
 /* The launches (N, C > 0): acc [N, C] fp32; pre (NULL without GELU), out (dpre) of one dtype. */
@@ -5994,13 +6043,13 @@ template <int GELU, class IO, class IB> static void mg__epi_bias_launch(mg_ctx *
               mg__io_make<IO>(pre), mg__io_make<IO>(out), N, C, vec);
     MG_CUDA_LAUNCH_CHECK();
 }
-template <int ERF, class IO> static void mg__epi_dgelu_launch(mg_ctx *ctx, const float *acc,
+template <int ACT, class IO> static void mg__epi_dgelu_launch(mg_ctx *ctx, const float *acc,
                                                               const mg_tensor *pre,
                                                               const mg_tensor *dpre) {
     int64_t n = mg_numel(dpre);
     int vec = mg__vec_ok(acc, 4, 4) && mg__vec_ok(pre->data, 4, IO::BYTES) &&
               mg__vec_ok(dpre->data, 4, IO::BYTES);
-    MG_LAUNCH(mg__k_epi_dgelu<ERF>, mg__grid(vec ? n / 4 + n % 4 : n), MG__CUDA_THREADS, 0,
+    MG_LAUNCH(mg__k_epi_dgelu<ACT>, mg__grid(vec ? n / 4 + n % 4 : n), MG__CUDA_THREADS, 0,
               MG__STREAM(ctx), mg__io_ptr<mg__io_f32>(acc, MG_F32), mg__io_make<IO>(pre),
               mg__io_make<IO>(dpre), n, vec);
     MG_CUDA_LAUNCH_CHECK();
@@ -6566,11 +6615,11 @@ static void mg__check_linear_gelu(const char *op, const mg_tensor *a, const mg_t
 MGDEF void mg_linear_gelu_forward(mg_ctx *ctx, mg_tensor *out, mg_tensor *pre,
                                   const mg_tensor *inp, const mg_tensor *weight,
                                   const mg_tensor *bias) {
-    mg_linear_gelu_forward_k(ctx, out, pre, inp, weight, bias, MG_GELU_TANH);
+    mg_linear_act_forward(ctx, out, pre, inp, weight, bias, MG_ACT_GELU);
 }
-MGDEF void mg_linear_gelu_forward_k(mg_ctx *ctx, mg_tensor *out, mg_tensor *pre,
+MGDEF void mg_linear_act_forward(mg_ctx *ctx, mg_tensor *out, mg_tensor *pre,
                                     const mg_tensor *inp, const mg_tensor *weight,
-                                    const mg_tensor *bias, mg_gelu_kind kind) {
+                                    const mg_tensor *bias, mg_act_kind kind) {
     const char *op = "mg_linear_gelu_forward";
     mg__need(op, "out", out);
     mg__need(op, "pre", pre);
@@ -6597,31 +6646,33 @@ MGDEF void mg_linear_gelu_forward_k(mg_ctx *ctx, mg_tensor *out, mg_tensor *pre,
             In, 0.0f, acc, MG_F32, Out);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
+        /* the kernel's GELU template value: 1 + the activation's kind (0: no activation) */
 #define MG__EPI_LAUNCH(IO, IB) mg__epi_bias_launch<1, IO, IB>(ctx, acc, bias, pre, out, N, Out)
 #define MG__EPI_LAUNCH_ERF(IO, IB) mg__epi_bias_launch<2, IO, IB>(ctx, acc, bias, pre, out, N, Out)
-        if (kind == MG_GELU_ERF) {
-            if (pre->dtype != out->dtype) MG__EPI_LAUNCH_ERF(mg__io_dyn, mg__io_dyn);
-            else MG__IO_PAIR_DISPATCH(out->dtype, bias ? bias->dtype : out->dtype,
-                                      MG__EPI_LAUNCH_ERF);
-        } else {
-            if (pre->dtype != out->dtype) MG__EPI_LAUNCH(mg__io_dyn, mg__io_dyn);
-            else MG__IO_PAIR_DISPATCH(out->dtype, bias ? bias->dtype : out->dtype, MG__EPI_LAUNCH);
-        }
+#define MG__EPI_LAUNCH_RELU2(IO, IB) mg__epi_bias_launch<3, IO, IB>(ctx, acc, bias, pre, out, N, Out)
+#define MG__EPI_KIND(L)                                                                    \
+        if (pre->dtype != out->dtype) L(mg__io_dyn, mg__io_dyn);                           \
+        else MG__IO_PAIR_DISPATCH(out->dtype, bias ? bias->dtype : out->dtype, L)
+        if (kind == MG_ACT_GELU_ERF) { MG__EPI_KIND(MG__EPI_LAUNCH_ERF); }
+        else if (kind == MG_ACT_RELU2) { MG__EPI_KIND(MG__EPI_LAUNCH_RELU2); }
+        else { MG__EPI_KIND(MG__EPI_LAUNCH); }
+#undef MG__EPI_KIND
+#undef MG__EPI_LAUNCH_RELU2
 #undef MG__EPI_LAUNCH_ERF
 #undef MG__EPI_LAUNCH
     } else
 #endif
-    mg__cpu_epi_bias_gelu(ctx, acc, N, Out, bias, pre, out, kind == MG_GELU_ERF);
+    mg__cpu_epi_bias_gelu(ctx, acc, N, Out, bias, pre, out, kind);
     mg_arena_release(ctx, mark);
 }
 MGDEF void mg_linear_backward_input_gelu(mg_ctx *ctx, mg_tensor *dpre, mg_tensor *dbias,
                                          const mg_tensor *dout, const mg_tensor *weight,
                                          const mg_tensor *pre) {
-    mg_linear_backward_input_gelu_k(ctx, dpre, dbias, dout, weight, pre, MG_GELU_TANH);
+    mg_linear_backward_input_act(ctx, dpre, dbias, dout, weight, pre, MG_ACT_GELU);
 }
-MGDEF void mg_linear_backward_input_gelu_k(mg_ctx *ctx, mg_tensor *dpre, mg_tensor *dbias,
+MGDEF void mg_linear_backward_input_act(mg_ctx *ctx, mg_tensor *dpre, mg_tensor *dbias,
                                            const mg_tensor *dout, const mg_tensor *weight,
-                                           const mg_tensor *pre, mg_gelu_kind kind) {
+                                           const mg_tensor *pre, mg_act_kind kind) {
     const char *op = "mg_linear_backward_input_gelu";
     mg__need(op, "dpre", dpre);
     mg__need(op, "dout", dout);
@@ -6655,27 +6706,28 @@ MGDEF void mg_linear_backward_input_gelu_k(mg_ctx *ctx, mg_tensor *dpre, mg_tens
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         if (dbias) {   /* dGELU and the column sums in one pass over the fp32 product */
-            mg__colsum_gelu gl = {pre->data, pre->dtype, dpre->data, dpre->dtype,
-                                  kind == MG_GELU_ERF};
+            mg__colsum_gelu gl = {pre->data, pre->dtype, dpre->data, dpre->dtype, (int)kind};
             mg_tensor acc_t = mg_tensor_wrap(acc, MG_F32, 2, shape);
             mg__cuda_colsum_gelu(ctx, &b32, &acc_t, NULL, NULL, NULL, NULL, gl);
         } else {
-#define MG__EPI_DGELU(IO) mg__epi_dgelu_launch<0, IO>(ctx, acc, pre, dpre)
-#define MG__EPI_DGELU_ERF(IO) mg__epi_dgelu_launch<1, IO>(ctx, acc, pre, dpre)
-            if (kind == MG_GELU_ERF) {
-                if (pre->dtype != dpre->dtype) MG__EPI_DGELU_ERF(mg__io_dyn);
-                else MG__IO_DISPATCH(dpre->dtype, MG__EPI_DGELU_ERF);
-            } else {
-                if (pre->dtype != dpre->dtype) MG__EPI_DGELU(mg__io_dyn);
-                else MG__IO_DISPATCH(dpre->dtype, MG__EPI_DGELU);
-            }
+#define MG__EPI_DGELU(IO) mg__epi_dgelu_launch<MG_ACT_GELU, IO>(ctx, acc, pre, dpre)
+#define MG__EPI_DGELU_ERF(IO) mg__epi_dgelu_launch<MG_ACT_GELU_ERF, IO>(ctx, acc, pre, dpre)
+#define MG__EPI_DRELU2(IO) mg__epi_dgelu_launch<MG_ACT_RELU2, IO>(ctx, acc, pre, dpre)
+#define MG__EPI_DKIND(L)                                                                   \
+            if (pre->dtype != dpre->dtype) L(mg__io_dyn);                                  \
+            else MG__IO_DISPATCH(dpre->dtype, L)
+            if (kind == MG_ACT_GELU_ERF) { MG__EPI_DKIND(MG__EPI_DGELU_ERF); }
+            else if (kind == MG_ACT_RELU2) { MG__EPI_DKIND(MG__EPI_DRELU2); }
+            else { MG__EPI_DKIND(MG__EPI_DGELU); }
+#undef MG__EPI_DKIND
+#undef MG__EPI_DRELU2
 #undef MG__EPI_DGELU_ERF
 #undef MG__EPI_DGELU
         }
     } else
 #endif
     mg__cpu_epi_dgelu(ctx, acc, N, In, pre, dpre, (float *)b32.data,   /* sums in the same pass */
-                      kind == MG_GELU_ERF);
+                      (int)kind);
     if (dbias) {   /* Σ_rows of the fp32 dpre, rounded once to dpre's dtype, added to dbias */
         if (bg.dtype != MG_F32) {
             bg.data = mg_alloc(ctx, (size_t)In * mg_dtype_size(bg.dtype));
@@ -6688,27 +6740,31 @@ MGDEF void mg_linear_backward_input_gelu_k(mg_ctx *ctx, mg_tensor *dpre, mg_tens
     mg_arena_release(ctx, mark);
 }
 
-/* --- GELU ----------------------------------------------------------------------------------- */
+/* --- GELU and the other MLP activations --------------------------------------------------- */
 MGDEF void mg_gelu_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp) {
-    mg_gelu_forward_k(ctx, out, inp, MG_GELU_TANH);
+    mg_act_forward(ctx, out, inp, MG_ACT_GELU);
 }
-MGDEF void mg_gelu_forward_k(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
-                             mg_gelu_kind kind) {
+MGDEF void mg_act_forward(mg_ctx *ctx, mg_tensor *out, const mg_tensor *inp,
+                          mg_act_kind kind) {
     mg__need("mg_gelu_forward", "inp", inp);
     mg__check_numel("mg_gelu_forward", "out", out, mg_numel(inp));
-    mg__map(ctx, kind == MG_GELU_ERF ? MG__EW_GELU_ERF : MG__EW_GELU, out, inp, NULL, NULL);
+    mg__map(ctx, kind == MG_ACT_GELU_ERF ? MG__EW_GELU_ERF : kind == MG_ACT_RELU2 ? MG__EW_RELU2
+                                                                              : MG__EW_GELU,
+            out, inp, NULL, NULL);
 }
 MGDEF void mg_gelu_backward(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *inp,
                             const mg_tensor *dout) {
-    mg_gelu_backward_k(ctx, dinp, inp, dout, MG_GELU_TANH);
+    mg_act_backward(ctx, dinp, inp, dout, MG_ACT_GELU);
 }
-MGDEF void mg_gelu_backward_k(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *inp,
-                              const mg_tensor *dout, mg_gelu_kind kind) {
+MGDEF void mg_act_backward(mg_ctx *ctx, mg_tensor *dinp, const mg_tensor *inp,
+                           const mg_tensor *dout, mg_act_kind kind) {
     mg__need("mg_gelu_backward", "inp", inp);
     mg__check_numel("mg_gelu_backward", "dinp", dinp, mg_numel(inp));
     mg__check_numel("mg_gelu_backward", "dout", dout, mg_numel(inp));
-    mg__map(ctx, kind == MG_GELU_ERF ? MG__EW_GELU_ERF_GRAD : MG__EW_GELU_GRAD, dinp, inp,
-            dout, NULL);
+    mg__map(ctx, kind == MG_ACT_GELU_ERF ? MG__EW_GELU_ERF_GRAD
+                 : kind == MG_ACT_RELU2  ? MG__EW_RELU2_GRAD
+                                         : MG__EW_GELU_GRAD,
+            dinp, inp, dout, NULL);
 }
 
 /* --- causal self-attention core --------------------------------------------------------------

@@ -168,7 +168,8 @@ typedef struct mg_layer_config {
        mg_flash_attention_* (keeps a log-sum-exp per row; its backward recomputes the
        probabilities tile by tile), or MG_ATTN_UNFUSED (keeps the [B, nh/t, T, T] probabilities) */
     int attention_backend;
-    mg_gelu_kind gelu;        /* the GELU MLP's: MG_GELU_TANH (GPT-2's) or MG_GELU_ERF         */
+    mg_act_kind act;          /* the MLP's activation without swiglu: MG_ACT_GELU (GPT-2's),
+                                 MG_ACT_GELU_ERF or MG_ACT_RELU2                              */
 } mg_layer_config;
 enum { MG_ATTN_FLASH = 0, MG_ATTN_UNFUSED = 1 };
 
@@ -630,7 +631,7 @@ static const mg_tensor *mg__row_parallel_backward(mg_transformer *tf, mg_tensor 
                                                   mg_tensor *db, mg_tensor *keep_g) {
     const mg_tensor *g = mg_tp_gather(&tf->tp, dz, &tf->full_b);
     if (keep_g) mg_copy(tf->ctx, keep_g->data, g->data, mg_nbytes(g));
-    if (y_pre) mg_linear_backward_input_gelu_k(tf->ctx, dy, db_pre, g, w, y_pre, tf->cfg.gelu);
+    if (y_pre) mg_linear_backward_input_act(tf->ctx, dy, db_pre, g, w, y_pre, tf->cfg.act);
     else mg_linear_backward_input(tf->ctx, dy, g, w, 0);
     if (dw) mg_linear_backward_weight(tf->ctx, dw, db, g, y);
     return g;
@@ -652,8 +653,8 @@ MGDEF const mg_tensor *mg_row_parallel_linear_backward_gelu(mg_transformer *tf, 
 MGDEF void mg_column_parallel_linear_gelu_forward(mg_transformer *tf, mg_tensor *y,
                                                   mg_tensor *y_pre, const mg_tensor *x,
                                                   const mg_tensor *w, const mg_tensor *b) {
-    mg_linear_gelu_forward_k(tf->ctx, y, y_pre, mg_tp_gather(&tf->tp, x, &tf->full_a), w, b,
-                             tf->cfg.gelu);
+    mg_linear_act_forward(tf->ctx, y, y_pre, mg_tp_gather(&tf->tp, x, &tf->full_a), w, b,
+                             tf->cfg.act);
 }
 
 /* ---- 3. The layer ------------------------------------------------------------------------- */

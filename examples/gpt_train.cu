@@ -208,7 +208,9 @@ int main(int argc, char **argv) {
             mg_layer_config k = tr.model.tf.cfg;
             printf("gpt_train: %s, %s MLP of width %d, %s positions, %d query group%s of head "
                    "dim %d, %s output layer, %s\n", k.norm.rms ? "RMSNorm" : "LayerNorm",
-                   k.swiglu ? "SwiGLU" : k.gelu == MG_GELU_ERF ? "exact-GELU" : "GELU", k.ffn_hidden,
+                   k.swiglu ? "SwiGLU" : k.act == MG_ACT_GELU_ERF ? "exact-GELU"
+                                              : k.act == MG_ACT_RELU2 ? "squared-ReLU" : "GELU",
+                   k.ffn_hidden,
                    k.rope ? "rotary" : tr.cfg.position_embedding == MG_POS_NONE ? "no"
                                                                               : "learned",
                    k.n_group, k.n_group > 1 ? "s" : "", k.head_dim,

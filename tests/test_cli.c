@@ -805,11 +805,12 @@ static void save_one_iteration(const char *dir) {
    GELU was the tanh one then) resumes with the tanh GELU.                                  */
 static void check_gelu_on_resume(void) {
     static const struct { const char *flags; int erf; } saved[] = {
-        {"--disable-bias-linear", 1}, {"--disable-bias-linear --openai-gelu", 0}};
+        {"--disable-bias-linear", 1}, {"--disable-bias-linear --openai-gelu", 0},
+        {"--squared-relu", 2}};   /* erf 2: the squared ReLU */
     char line[2048], dir[512], err[MG_ERRLEN], what[200], state[700];
     mg_trainer tr;
     int i, rc;
-    for (i = 0; i < 2; i++) {
+    for (i = 0; i < 3; i++) {
         snprintf(dir, sizeof dir, "%s/gelu%d", tmp, i);
         snprintf(line, sizeof line, BASE "%s --save %s --seed 7", saved[i].flags, dir);
         gpt_trainer_from_line(&tr, line);
@@ -819,10 +820,11 @@ static void check_gelu_on_resume(void) {
         if (rc) { mg_test_report(0, "cli: save for the GELU resume", "%s", err); return; }
         snprintf(line, sizeof line, BASE "--load %s --seed 7", dir);
         rc = gpt_setup_line(&tr, line, NULL, err, sizeof err);
-        snprintf(what, sizeof what, "cli: a checkpoint of %s resumes with the %s GELU, its "
-                 "flags left out", saved[i].flags, saved[i].erf ? "exact" : "tanh");
-        mg_test_report(!rc && tr.cfg.gelu_erf == saved[i].erf,
-                       what, "%s", rc ? err : "");
+        snprintf(what, sizeof what, "cli: a checkpoint of %s resumes with %s, its flags left "
+                 "out", saved[i].flags, saved[i].erf == 2 ? "the squared ReLU"
+                 : saved[i].erf ? "the exact GELU" : "the tanh GELU");
+        mg_test_report(!rc && tr.cfg.gelu_erf == (saved[i].erf == 1) &&
+                       tr.cfg.squared_relu == (saved[i].erf == 2), what, "%s", rc ? err : "");
         if (!rc) mg_trainer_free(&tr);
     }
     /* a Hugging Face GPT-2 file says which GELU it computes: a flag that contradicts it */
@@ -835,8 +837,16 @@ static void check_gelu_on_resume(void) {
                  "--no-bias-gelu-fusion", "^--no-bias-gelu-fusion (the exact GELU) differs "
                  "from " GPT_DATA "hf_base/model.safetensors, whose GELU is the tanh "
                  "approximation");
+    expect_error("--squared-relu against a GELU Hugging Face file", HF_LINE "hf_base "
+                 "--squared-relu", "^--squared-relu differs from " GPT_DATA
+                 "hf_base/model.safetensors, whose MLP computes GELU");
+    rc = gpt_setup_line(&tr, HF_LINE "hf_relu2 --no-bias-gelu-fusion", NULL, err, sizeof err);
+    mg_test_report(!rc && tr.cfg.squared_relu && tr.model.tf.cfg.act == MG_ACT_RELU2,
+                   "cli: --init-from a squared-ReLU Hugging Face file: the squared ReLU, no flag "
+                   "needed (a GELU flag beside it changes nothing)", "%s", rc ? err : "");
+    if (!rc) mg_trainer_free(&tr);
     rc = gpt_setup_line(&tr, HF_LINE "hf_gelu", NULL, err, sizeof err);
-    mg_test_report(!rc && tr.cfg.gelu_erf && tr.model.tf.cfg.gelu == MG_GELU_ERF,
+    mg_test_report(!rc && tr.cfg.gelu_erf && tr.model.tf.cfg.act == MG_ACT_GELU_ERF,
                    "cli: --init-from an exact-GELU Hugging Face file: the exact GELU, no flag "
                    "needed", "%s", rc ? err : "");
     if (!rc) mg_trainer_free(&tr);
@@ -1995,13 +2005,16 @@ static void check_megatron_compat(void) {
                  "--comm-timeout set the same bound: give one of them");
     /* Megatron-LM's MLP computes the exact (erf) GELU where its fused bias-GELU kernel (tanh)
        is off: --no-bias-gelu-fusion, or --disable-bias-linear (validate_args turns the fusion
-       off); --openai-gelu keeps the tanh GELU; SwiGLU has no GELU. No warning either way.   */
+       off); --openai-gelu keeps the tanh GELU; SwiGLU has no GELU; --squared-relu replaces it
+       (Nemotron's lines give it with the fusion off). No warning either way.               */
     {
-        static const struct { const char *flags; int erf; } gelu[] = {
-            {"", 0}, {"--no-bias-gelu-fusion", 1}, {"--disable-bias-linear", 1},
-            {"--disable-bias-linear --openai-gelu", 0}, {"--no-bias-gelu-fusion --openai-gelu", 0},
-            {"--bias-gelu-fusion", 0},
-            {"--disable-bias-linear --swiglu --ffn-hidden-size 32", 0}};
+        static const struct { const char *flags; int erf, relu2; } gelu[] = {
+            {"", 0, 0}, {"--no-bias-gelu-fusion", 1, 0}, {"--disable-bias-linear", 1, 0},
+            {"--disable-bias-linear --openai-gelu", 0, 0},
+            {"--no-bias-gelu-fusion --openai-gelu", 0, 0}, {"--bias-gelu-fusion", 0, 0},
+            {"--disable-bias-linear --swiglu --ffn-hidden-size 32", 0, 0},
+            {"--squared-relu", 0, 1}, {"--squared-relu --disable-bias-linear", 0, 1},
+            {"--squared-relu --no-bias-gelu-fusion", 0, 1}};
         int i;
         for (i = 0; i < (int)(sizeof gelu / sizeof gelu[0]); i++) {
             char notes[400], name[160], gl[1024];
@@ -2011,19 +2024,23 @@ static void check_megatron_compat(void) {
             err[0] = 0;
             if (gpt_parse_line(&a, gl, err, sizeof err) == 0 &&
                 mg_trainer_setup(&tg, &a, err, sizeof err) == 0) {
-                kind = (int)tg.model.tf.cfg.gelu;
-                ok = tg.cfg.gelu_erf == gelu[i].erf &&
-                     kind == (gelu[i].erf ? MG_GELU_ERF : MG_GELU_TANH);
+                kind = (int)tg.model.tf.cfg.act;
+                ok = tg.cfg.gelu_erf == gelu[i].erf && tg.cfg.squared_relu == gelu[i].relu2 &&
+                     kind == (gelu[i].relu2 ? MG_ACT_RELU2
+                              : gelu[i].erf ? MG_ACT_GELU_ERF : MG_ACT_GELU);
                 mg_trainer_free(&tg);
             }
             ok = ok && compat_notes(gl, notes, sizeof notes) && notes[0] == 0;
             snprintf(name, sizeof name, "cli: %s: %s, no warning",
                      gelu[i].flags[0] ? gelu[i].flags : "the default",
                      strstr(gelu[i].flags, "swiglu") ? "SwiGLU, no GELU"
+                     : gelu[i].relu2 ? "the squared ReLU"
                      : gelu[i].erf ? "the exact (erf) GELU" : "the tanh GELU");
             mg_test_report(ok, name, "layer's kind %d%s%s", kind, err[0] ? "; " : "", err);
         }
     }
+    expect_error("--squared-relu with --swiglu", BASE "--squared-relu --swiglu "
+                 "--ffn-hidden-size 32", "^--squared-relu and --swiglu exclude each other");
     expect_error("--eod-token-id against the tokenizer's", BYTES "--eod-mask-loss "
                  "--eod-token-id 3", "^--eod-token-id 3 disagrees with "
                  "--tokenizer-type ByteTokenizer, whose end-of-document id is 255 (leave "
@@ -2046,8 +2063,6 @@ static void check_megatron_compat(void) {
                  "^--qk-layernorm is not supported by megatron.h: ");
     expect_error("--apply-layernorm-1p refused", BASE "--apply-layernorm-1p",
                  "^--apply-layernorm-1p is not supported by megatron.h: LayerNorm's weight");
-    expect_error("--squared-relu refused", BASE "--squared-relu",
-                 "^--squared-relu is not supported by megatron.h: the MLP's activation is GELU");
     expect_error("--init-method-xavier-uniform refused", BASE "--init-method-xavier-uniform",
                  "^--init-method-xavier-uniform is not supported by megatron.h: ");
     {   /* --ddp-bucket-size: --bucket-size under Megatron-LM's newer name */

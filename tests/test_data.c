@@ -968,7 +968,7 @@ static void test_safetensors_python(void) {
 }
 
 static void test_hf_config(void) {
-    mg_hf_config c = {3, 4, 64, 128, 256, 0}, r;
+    mg_hf_config c = {3, 4, 64, 128, 256, 0, 0}, r;
     memset(&r, 0, sizeof r);
     int rc = mg_hf_config_write(tp("config.json"), &c, err, sizeof err);
     if (rc == 0) rc = mg_hf_config_read(tp("config.json"), &r, err, sizeof err);
@@ -1077,7 +1077,7 @@ static void test_hf_config_math(void) {
          c.n_layer == 1 && c.vocab_size == 37;
     mg_test_report(ok, "config.json: transformers' own files (hf_lm, hf_base) read", "%s", err);
     /* the writer states every math key with our value (no reader has to know the defaults) */
-    mg_hf_config w = {2, 2, 8, 4, 9, 0};
+    mg_hf_config w = {2, 2, 8, 4, 9, 0, 0};
     char *written = NULL;
     size_t len = 0;
     mg_json js;

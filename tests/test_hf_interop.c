@@ -55,13 +55,14 @@ static int ref_int(const hf_ref *r, const char *model, const char *key) {
     return (int)v;
 }
 
-/* The architecture of one oracle model ("lm", "base" or "gelu"). */
+/* The architecture of one oracle model ("lm", "base", "gelu" or "relu2"). */
 static mg_gpt_config ref_config(const hf_ref *r, const char *model) {
     mg_gpt_config c;
     int64_t act = mg_json_get(&r->js, mg_json_get(&r->js, 0, model), "activation_function");
     char *name = act >= 0 ? mg_json_strdup(&r->js, act) : NULL;
     memset(&c, 0, sizeof c);
     c.gelu_erf = name && !strcmp(name, "gelu");   /* "gelu_new" (GPT-2's): the tanh GELU */
+    c.squared_relu = name && !strcmp(name, "relu2");
     free(name);
     c.n_layer = ref_int(r, model, "n_layer");
     c.hidden = ref_int(r, model, "n_embd");
@@ -276,29 +277,35 @@ static void check_export(const hf_ref *r, hf_run *run, const char *model, const 
     gpt_rmtree(dir);
 }
 
-/* A file's GELU must be the model's: the exact-GELU file into a tanh model, and GPT-2's
-   tanh file into an exact-GELU model, are refused by mg_gpt_import with one line.        */
+/* A file's MLP activation must be the model's: the exact-GELU and squared-ReLU files into a
+   tanh-GELU model, GPT-2's tanh file into an exact-GELU or a squared-ReLU model, are refused
+   by mg_gpt_import with one line.                                                          */
 static void check_gelu_mismatch(const hf_ref *r) {
-    static const struct { const char *file, *model; int erf; } cases[] = {
-        {"hf_gelu", "gelu", 0}, {"hf_lm", "lm", 1}};
+    static const struct { const char *file, *model; int erf, relu2; const char *want; } cases[] = {
+        {"hf_gelu", "gelu", 0, 0, "the model's MLP computes the tanh GELU, "},
+        {"hf_lm", "lm", 1, 0, "the model's MLP computes the exact (erf) GELU, "},
+        {"hf_relu2", "relu2", 0, 0, "the model's MLP computes the tanh GELU, "},
+        {"hf_lm", "lm", 0, 1, "the model's MLP computes the squared ReLU, "}};
     int i;
-    for (i = 0; i < 2; i++) {
+    for (i = 0; i < 4; i++) {
         mg_gpt_config cfg = ref_config(r, cases[i].model);
         mg_weights_file wf;
         gpt_fixture f;
         char path[600], err[MG_ERRLEN] = "", what[200];
         int rc = -1;
         cfg.gelu_erf = cases[i].erf;
+        cfg.squared_relu = cases[i].relu2;
         data_path(path, sizeof path, cases[i].file);
         gpt_fixture_make(&f, &cfg, 1, 1, 1);
         if (!mg_weights_open(&wf, path, err, sizeof err)) {
             rc = mg_gpt_import(&f.m, &wf, err, sizeof err);
             mg_weights_close(&wf);
         }
-        snprintf(what, sizeof what, "hf: %s into a model of the %s GELU: refused", cases[i].file,
-                 cases[i].erf ? "exact" : "tanh");
-        mg_test_report(rc != 0 && strstr(err, "exact (erf) GELU") && !strchr(err, '\n'), what,
-                       "%s", err);
+        snprintf(what, sizeof what, "hf: %s into a model of %s: refused", cases[i].file,
+                 cases[i].relu2 ? "the squared ReLU" : cases[i].erf ? "the exact GELU"
+                                                                    : "the tanh GELU");
+        mg_test_report(rc != 0 && !strncmp(err, cases[i].want, strlen(cases[i].want)) &&
+                       !strchr(err, '\n'), what, "%s", err);
         gpt_fixture_free(&f);
     }
 }
@@ -524,7 +531,7 @@ static void check_same_import(const hf_run *got, const hf_run *want, const char 
 
 int main(int argc, char **argv) {
     hf_ref r;
-    hf_run lm, lm_sharded, base, hub, llmc, gelu;
+    hf_run lm, lm_sharded, base, hub, llmc, gelu, relu2;
     if (argc > 1) data_dir = argv[1];
     ref_open(&r);
 
@@ -558,12 +565,20 @@ int main(int argc, char **argv) {
 
     /* activation_function "gelu": the exact (erf) GELU, imported, run and exported as such */
     open_and_run(&gelu, &r, "gelu", "hf_gelu", MG_WEIGHTS_HF, "transformer.", 1);
-    CHECK(gelu.f.m.cfg.gelu_erf == 1 && gelu.f.m.tf.cfg.gelu == MG_GELU_ERF,
+    CHECK(gelu.f.m.cfg.gelu_erf == 1 && gelu.f.m.tf.cfg.act == MG_ACT_GELU_ERF,
           "hf: activation_function \"gelu\": the model computes the exact (erf) GELU");
     check_against_transformers(&gelu, "gelu", "GPT2LMHeadModel, exact GELU");
     check_export(&r, &gelu, "gelu", "GPT2LMHeadModel, exact GELU", "hf_gelu/model.safetensors",
                  "transformer.");
     check_gelu_mismatch(&r);
+
+    /* activation_function "relu2": the squared ReLU (Megatron-LM's --squared-relu) */
+    open_and_run(&relu2, &r, "relu2", "hf_relu2", MG_WEIGHTS_HF, "transformer.", 1);
+    CHECK(relu2.f.m.cfg.squared_relu == 1 && relu2.f.m.tf.cfg.act == MG_ACT_RELU2,
+          "hf: activation_function \"relu2\": the model computes the squared ReLU");
+    check_against_transformers(&relu2, "relu2", "GPT2LMHeadModel, squared ReLU");
+    check_export(&r, &relu2, "relu2", "GPT2LMHeadModel, squared ReLU",
+                 "hf_relu2/model.safetensors", "transformer.");
 
     check_untied();
     check_careless();
@@ -575,6 +590,7 @@ int main(int argc, char **argv) {
     hf_run_free(&hub);
     hf_run_free(&llmc);
     hf_run_free(&gelu);
+    hf_run_free(&relu2);
     ref_close(&r);
     return mg_test_summary();
 }

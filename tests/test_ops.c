@@ -183,27 +183,30 @@ static void test_linear(mg_ctx *ctx) {
     free(r.blob);
 }
 
-/* GELU, the tanh approximation (ops_gelu.bin) or the exact one (ops_gelu_erf.bin, PyTorch's
-   F.gelu on the same inputs), against PyTorch.                                              */
-static void test_gelu(mg_ctx *ctx, mg_gelu_kind kind) {
+/* The MLP's activations against PyTorch on the same inputs: GELU's tanh approximation
+   (ops_gelu.bin), the exact GELU (ops_gelu_erf.bin, F.gelu) and the squared ReLU
+   (ops_relu2.bin, torch.pow(F.relu(x), 2)).                                                */
+static void test_gelu(mg_ctx *ctx, mg_act_kind kind) {
+    static const char *const file[3] = {"gelu", "gelu_erf", "relu2"};
+    static const char *const what[3][3] = {
+        {"gelu forward", "gelu backward", "gelu backward in place"},
+        {"gelu (erf) forward", "gelu (erf) backward", "gelu (erf) backward in place"},
+        {"squared relu forward", "squared relu backward", "squared relu backward in place"}};
     ops_ref r;
     size_t mark = mg_arena_mark(ctx);
-    int n = N * 4 * C, erf = kind == MG_GELU_ERF;
+    int n = N * 4 * C;
     mg_tensor inp, dout, out, dinp;
-    if (!ops_ref_load(&r, erf ? "gelu_erf" : "gelu")) return;
+    if (!ops_ref_load(&r, file[kind])) return;
     inp = ops_dev(ctx, MG_F32, OPS_F32(&r, "inp", n), N, 4 * C);
     dout = ops_dev(ctx, MG_F32, OPS_F32(&r, "dout", n), N, 4 * C);
     out = ops_dev(ctx, MG_F32, NULL, N, 4 * C);
     dinp = ops_dev(ctx, MG_F32, NULL, N, 4 * C);
-    mg_gelu_forward_k(ctx, &out, &inp, kind);
-    ops_close(ctx, erf ? "gelu (erf) forward" : "gelu forward", &out, OPS_F32(&r, "out", n), TOL,
-              FLOOR);
-    mg_gelu_backward_k(ctx, &dinp, &inp, &dout, kind);
-    ops_close(ctx, erf ? "gelu (erf) backward" : "gelu backward", &dinp, OPS_F32(&r, "dinp", n),
-              TOL, FLOOR);
-    mg_gelu_backward_k(ctx, &dout, &inp, &dout, kind); /* dinp may alias dout */
-    ops_close(ctx, erf ? "gelu (erf) backward in place" : "gelu backward in place", &dout,
-              OPS_F32(&r, "dinp", n), TOL, FLOOR);
+    mg_act_forward(ctx, &out, &inp, kind);
+    ops_close(ctx, what[kind][0], &out, OPS_F32(&r, "out", n), TOL, FLOOR);
+    mg_act_backward(ctx, &dinp, &inp, &dout, kind);
+    ops_close(ctx, what[kind][1], &dinp, OPS_F32(&r, "dinp", n), TOL, FLOOR);
+    mg_act_backward(ctx, &dout, &inp, &dout, kind); /* dinp may alias dout */
+    ops_close(ctx, what[kind][2], &dout, OPS_F32(&r, "dinp", n), TOL, FLOOR);
     free(r.blob);
     mg_arena_release(ctx, mark);
 }
@@ -214,9 +217,10 @@ static void test_gelu(mg_ctx *ctx, mg_gelu_kind kind) {
    rounded pre; the bias gradient bf16-rounded before it is added). On the CPU (the twin: a
    GEMM into fp32, then the epilogue) these are exact; on a GPU cuBLASLt's GELU and GEMM may
    move a result by rounding, so the tolerances are then 1e-5 and one bf16 ulp.             */
-static void test_linear_gelu(mg_ctx *ctx, mg_gelu_kind kind) {
-    char nm[200];   /* the check's name, "erf " in front for the exact GELU */
-#define LG(s) (snprintf(nm, sizeof nm, "%s%s", kind == MG_GELU_ERF ? "erf " : "", s), nm)
+static void test_linear_gelu(mg_ctx *ctx, mg_act_kind kind) {
+    char nm[200];   /* the check's name, "erf " or "relu2 " in front for the other kinds */
+#define LG(s) (snprintf(nm, sizeof nm, "%s%s", kind == MG_ACT_GELU_ERF ? "erf "        \
+                        : kind == MG_ACT_RELU2 ? "relu2 " : "", s), nm)
     enum { FI = C, FO = 4 * C, FO2 = C };   /* in, out, next layer's out */
     size_t mark = mg_arena_mark(ctx);
     int exact = ctx->device == MG_DEVICE_CPU, i, k;
@@ -241,8 +245,8 @@ static void test_linear_gelu(mg_ctx *ctx, mg_gelu_kind kind) {
             }
     }
     for (k = 0; k < 2; k++) {
-        mg_linear_gelu_forward_k(ctx, &t[k][5], &t[k][6], &t[k][0], &t[k][1], &t[k][2], kind);
-        mg_linear_backward_input_gelu_k(ctx, &t[k][7], &t[k][8], &t[k][4], &t[k][3], &t[k][6], kind);
+        mg_linear_act_forward(ctx, &t[k][5], &t[k][6], &t[k][0], &t[k][1], &t[k][2], kind);
+        mg_linear_backward_input_act(ctx, &t[k][7], &t[k][8], &t[k][4], &t[k][3], &t[k][6], kind);
     }
     {   /* fp32 against the unfused ops */
         mg_tensor pre = ops_dev(ctx, MG_F32, NULL, N, FO), act = ops_dev(ctx, MG_F32, NULL, N, FO);
@@ -250,9 +254,9 @@ static void test_linear_gelu(mg_ctx *ctx, mg_gelu_kind kind) {
         mg_tensor dw1 = ops_dev(ctx, MG_F32, NULL, FO, FI);
         float *h;
         mg_linear_forward(ctx, &pre, &t[0][0], &t[0][1], &t[0][2]);
-        mg_gelu_forward_k(ctx, &act, &t[0][6], kind);
+        mg_act_forward(ctx, &act, &t[0][6], kind);
         mg_linear_backward_input(ctx, &da, &t[0][4], &t[0][3], 0);
-        mg_gelu_backward_k(ctx, &da, &t[0][6], &da, kind);
+        mg_act_backward(ctx, &da, &t[0][6], &da, kind);
         mg_linear_backward_weight(ctx, &dw1, &db, &da, &t[0][0]);   /* db += Σ_rows da */
         h = ops_host(ctx, &pre);
         ops_close(ctx, LG("linear+gelu fp32: pre = linear forward"), &t[0][6], h, exact ? 1e-6 : 1e-5, FLOOR);
@@ -282,7 +286,7 @@ static void test_linear_gelu(mg_ctx *ctx, mg_gelu_kind kind) {
         mg_tensor p32 = ops_dev(ctx, MG_F32, preb, N, FO), d32 = ops_dev(ctx, MG_F32, NULL, N, FO);
         mg_tensor db = ops_dev(ctx, MG_F32, NULL, 1, FO);
         float *h, *dsum;
-        mg_linear_backward_input_gelu_k(ctx, &d32, &db, &t[0][4], &t[0][3], &p32, kind);
+        mg_linear_backward_input_act(ctx, &d32, &db, &t[0][4], &t[0][3], &p32, kind);
         h = ops_host(ctx, &d32);
         dsum = ops_host(ctx, &db);
         for (i = 0; i < N * FO; i++) want[i] = mg_bf16_to_f32(mg_f32_to_bf16(h[i]));
@@ -291,7 +295,7 @@ static void test_linear_gelu(mg_ctx *ctx, mg_gelu_kind kind) {
         ops_close(ctx, LG("linear+gelu bf16: dbias += bf16(fp32 column sums)"), &t[1][8], want, tol16, FLOOR);
         free(h); free(dsum); free(preb);
     }
-    if (kind == MG_GELU_TANH) {
+    if (kind == MG_ACT_GELU) {
         OPS_EXPECT_FATAL("linear+gelu rejects pre aliasing out", "distinct buffers of one dtype",
                          mg_linear_gelu_forward(ctx, &t[0][5], &t[0][5], &t[0][0], &t[0][1], &t[0][2]));
     }
@@ -806,9 +810,10 @@ int main(void) {
     test_embedding(&ctx);
     test_layernorm(&ctx);
     test_linear(&ctx);
-    test_gelu(&ctx, MG_GELU_TANH);
-    test_gelu(&ctx, MG_GELU_ERF);
-    test_linear_gelu(&ctx, MG_GELU_TANH);
+    test_gelu(&ctx, MG_ACT_GELU);
+    test_gelu(&ctx, MG_ACT_GELU_ERF);
+    test_gelu(&ctx, MG_ACT_RELU2);
+    test_linear_gelu(&ctx, MG_ACT_GELU);
     test_attention(&ctx);
     test_xent(&ctx);
     test_xent_ignored(&ctx);
@@ -816,7 +821,8 @@ int main(void) {
     test_adamw(&ctx);
     test_llama_ops(&ctx);
     test_misuse(&ctx);
-    test_linear_gelu(&ctx, MG_GELU_ERF);   /* last: its random inputs leave the others' alone */
+    test_linear_gelu(&ctx, MG_ACT_GELU_ERF);   /* last: their random inputs leave the others' alone */
+    test_linear_gelu(&ctx, MG_ACT_RELU2);
     mg_ctx_free(&ctx);
     return mg_test_summary();
 }

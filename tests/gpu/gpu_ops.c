@@ -352,47 +352,55 @@ static int op_colsum(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
    bias gradients accumulate onto nonzero values; the rows N = 144 are not a multiple of 8 or
    32. */
 static int linear_gelu_case(mg_ctx *ctx, mg_dtype dt, mg_dtype ot, float **outs, int64_t *n,
-                            int o, int with_bias, mg_gelu_kind kind) {
+                            int o, int with_bias, mg_act_kind kind) {
     int nout = 0;
     mg_tensor in = ops_dev(ctx, dt, X, N, C), w1 = ops_dev(ctx, dt, W, o, C);
     mg_tensor b1 = ops_dev(ctx, ot, E, 1, o), w2 = ops_dev(ctx, ot, W + o * C, 96, o);
     mg_tensor act = ops_dev(ctx, ot, NULL, N, o), pre = ops_dev(ctx, ot, NULL, N, o);
     mg_tensor dout = ops_dev(ctx, ot, D, N, 96), dpre = ops_dev(ctx, ot, NULL, N, o);
     mg_tensor db = ops_dev(ctx, MG_F32, E + o, 1, o), db16 = ops_dev(ctx, ot, E + 2 * o, 1, o);
-    mg_linear_gelu_forward_k(ctx, &act, &pre, &in, &w1, with_bias ? &b1 : NULL, kind);
-    mg_linear_backward_input_gelu_k(ctx, &dpre, with_bias ? &db : NULL, &dout, &w2, &pre, kind);
+    mg_linear_act_forward(ctx, &act, &pre, &in, &w1, with_bias ? &b1 : NULL, kind);
+    mg_linear_backward_input_act(ctx, &dpre, with_bias ? &db : NULL, &dout, &w2, &pre, kind);
     OUT(act); OUT(pre); OUT(dpre);
     if (with_bias) {
-        mg_linear_backward_input_gelu_k(ctx, &dpre, &db16, &dout, &w2, &pre, kind);
+        mg_linear_backward_input_act(ctx, &dpre, &db16, &dout, &w2, &pre, kind);
         OUT(db); OUT(db16);
     }
     return nout;
 }
 static int op_linear_gelu(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
-    return linear_gelu_case(ctx, dt, dt, outs, n, 128, 1, MG_GELU_TANH);
+    return linear_gelu_case(ctx, dt, dt, outs, n, 128, 1, MG_ACT_GELU);
 }
 static int op_linear_gelu_odd(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
-    return linear_gelu_case(ctx, dt, dt, outs, n, 30, 0, MG_GELU_TANH) +
-           linear_gelu_case(ctx, dt, dt, outs + 3, n + 3, 64, 0, MG_GELU_TANH);
+    return linear_gelu_case(ctx, dt, dt, outs, n, 30, 0, MG_ACT_GELU) +
+           linear_gelu_case(ctx, dt, dt, outs + 3, n + 3, 64, 0, MG_ACT_GELU);
 }
 static int op_linear_gelu_f32out(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
-    return dt == MG_F32 ? 0 : linear_gelu_case(ctx, dt, MG_F32, outs, n, 64, 1, MG_GELU_TANH);
+    return dt == MG_F32 ? 0 : linear_gelu_case(ctx, dt, MG_F32, outs, n, 64, 1, MG_ACT_GELU);
 }
 /* The exact (erf) GELU through the same kernels: with a bias (the column sums' dGELU), and
    without one at an odd width (the dGELU kernel's scalar tail). */
 static int op_linear_gelu_erf(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
-    return linear_gelu_case(ctx, dt, dt, outs, n, 128, 1, MG_GELU_ERF) +
-           linear_gelu_case(ctx, dt, dt, outs + 5, n + 5, 30, 0, MG_GELU_ERF);
+    return linear_gelu_case(ctx, dt, dt, outs, n, 128, 1, MG_ACT_GELU_ERF) +
+           linear_gelu_case(ctx, dt, dt, outs + 5, n + 5, 30, 0, MG_ACT_GELU_ERF);
+}
+/* The squared ReLU (--squared-relu) likewise. */
+static int op_linear_relu2(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
+    return linear_gelu_case(ctx, dt, dt, outs, n, 128, 1, MG_ACT_RELU2) +
+           linear_gelu_case(ctx, dt, dt, outs + 5, n + 5, 30, 0, MG_ACT_RELU2);
 }
 static int op_gelu(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n) {
     int nout = 0;
     mg_tensor in = ops_dev(ctx, dt, X, N, C), out = ops_dev(ctx, dt, NULL, N, C), dout = ops_dev(ctx, dt, D, N, C);
     mg_tensor oe = ops_dev(ctx, dt, NULL, N, C), de = ops_dev(ctx, dt, D, N, C);
+    mg_tensor orl = ops_dev(ctx, dt, NULL, N, C), drl = ops_dev(ctx, dt, D, N, C);
     mg_gelu_forward(ctx, &out, &in);
     mg_gelu_backward(ctx, &dout, &in, &dout); /* dinp aliasing dout */
-    mg_gelu_forward_k(ctx, &oe, &in, MG_GELU_ERF);
-    mg_gelu_backward_k(ctx, &de, &in, &de, MG_GELU_ERF);
-    OUT(out); OUT(dout); OUT(oe); OUT(de);
+    mg_act_forward(ctx, &oe, &in, MG_ACT_GELU_ERF);
+    mg_act_backward(ctx, &de, &in, &de, MG_ACT_GELU_ERF);
+    mg_act_forward(ctx, &orl, &in, MG_ACT_RELU2);
+    mg_act_backward(ctx, &drl, &in, &drl, MG_ACT_RELU2);
+    OUT(out); OUT(dout); OUT(oe); OUT(de); OUT(orl); OUT(drl);
     return nout;
 }
 static int attention_case(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n, int Bq, int Tq,
@@ -1003,6 +1011,8 @@ int main(void) {
         compare("linear+gelu fused without bias, o=30, o=64", op_linear_gelu_odd, dt, tol);
         compare("linear+gelu fused, the exact (erf) GELU, o=128 with a bias, o=30 without",
                 op_linear_gelu_erf, dt, tol);
+        compare("linear+squared relu fused, o=128 with a bias, o=30 without", op_linear_relu2, dt,
+                tol);
         if (k) compare("linear+gelu fused, fp32 output of 16-bit inputs", op_linear_gelu_f32out, dt, tol);
         compare("attention T=48", op_attention, dt, k ? 2 * tol : tol);
         compare("attention T=300 dropout", op_attention_long, dt, k ? 2 * tol : tol);

@@ -28,7 +28,8 @@ and layernorms too, so no path is trivially zero), and written the way real chec
   hf_gelu/       GPT2LMHeadModel with activation_function "gelu" (the exact, erf GELU, not
                  GPT-2's "gelu_new" tanh approximation): 2 layers, hidden 16, 2 heads, 16
                  positions, vocabulary 37.
-  hf_ref.safetensors   per model ("lm", "base", "gelu"): tokens I32 [B, T+1], and transformers' own
+  hf_relu2/      the same sizes with activation_function "relu2", the squared ReLU.
+  hf_ref.safetensors   per model ("lm", "base", "gelu", "relu2"): tokens I32 [B, T+1], and transformers' own
                  forward on them: loss F32 [1] (labels=tokens: the mean cross-entropy of
                  positions 0..T-1 predicting tokens 1..T) and logits F32 [B, T, V].
   hf_ref.json    the sizes, and the GPT2Config values that decide the model's math (what an
@@ -39,7 +40,7 @@ Then, when the programs are built and newer than the headers (build/test_hf_inte
 build/gpt_train), the live checks:
   - build/test_hf_interop OUTDIR: the C test on the fixtures just written;
   - build/gpt_train --init-from X --train-iters 0 --export-hf DIR, for X = hf_lm/, hf_base/,
-    hf_llmc.bin, hf_hub.safetensors and hf_gelu/, then AutoModelForCausalLM.from_pretrained(DIR,
+    hf_llmc.bin, hf_hub.safetensors, hf_gelu/ and hf_relu2/, then AutoModelForCausalLM.from_pretrained(DIR,
     output_loading_info=True): a GPT2LMHeadModel, no missing, unexpected or mismatched keys,
     no errors, lm_head tied, every parameter equal to the source model's, the same loss and
     logits as the source model on the same tokens.
@@ -64,8 +65,11 @@ MODELS = {   # name: GPT-2 sizes; T = n_positions - 1 tokens are scored per sequ
     # the exact GELU (GPT2Config's "gelu": F.gelu, erf), GPT2LMHeadModel save
     "gelu": dict(n_layer=2, n_embd=16, n_head=2, n_positions=16, vocab_size=37,
                  activation_function="gelu"),
+    # the squared ReLU (transformers' "relu2", Megatron-LM's --squared-relu)
+    "relu2": dict(n_layer=2, n_embd=16, n_head=2, n_positions=16, vocab_size=37,
+                  activation_function="relu2"),
 }
-T = {"lm": 15, "base": 15, "gelu": 15}
+T = {"lm": 15, "base": 15, "gelu": 15, "relu2": 15}
 # GPT2Config fields that change the math; an exported config.json must give them these values
 MATH_KEYS = ["model_type", "activation_function", "layer_norm_epsilon", "n_layer", "n_head",
              "n_embd", "n_positions", "vocab_size", "n_inner", "scale_attn_weights",
@@ -151,8 +155,8 @@ def llmc_write_model(model, filename):
 
 def write_fixtures(out):
     models = {"lm": make_model(MODELS["lm"], 1234), "base": make_model(MODELS["base"], 4321),
-              "gelu": make_model(MODELS["gelu"], 2468)}
-    for d in ("hf_lm", "hf_lm_sharded", "hf_base", "hf_untied", "hf_gelu"):
+              "gelu": make_model(MODELS["gelu"], 2468), "relu2": make_model(MODELS["relu2"], 1357)}
+    for d in ("hf_lm", "hf_lm_sharded", "hf_base", "hf_untied", "hf_gelu", "hf_relu2"):
         shutil.rmtree(os.path.join(out, d), ignore_errors=True)
     models["lm"].save_pretrained(os.path.join(out, "hf_lm"), safe_serialization=True)
     models["lm"].save_pretrained(os.path.join(out, "hf_lm_sharded"), safe_serialization=True,
@@ -168,6 +172,7 @@ def write_fixtures(out):
     untied = make_model(MODELS["base"], 99, tied=False)
     untied.save_pretrained(os.path.join(out, "hf_untied"), safe_serialization=True)
     models["gelu"].save_pretrained(os.path.join(out, "hf_gelu"), safe_serialization=True)
+    models["relu2"].save_pretrained(os.path.join(out, "hf_relu2"), safe_serialization=True)
 
     gen = torch.Generator().manual_seed(7)
     ref, ref_json = {}, {"batch": B, "transformers_version": transformers.__version__}
@@ -217,7 +222,7 @@ def live_checks(out, models, ref):
     if not gpt_train:
         return
     sources = [("hf_lm/", "lm"), ("hf_base/", "base"), ("hf_llmc.bin", "base"),
-               ("hf_hub.safetensors", "base"), ("hf_gelu/", "gelu")]
+               ("hf_hub.safetensors", "base"), ("hf_gelu/", "gelu"), ("hf_relu2/", "relu2")]
     for src, name in sources:
         tmp = tempfile.mkdtemp(prefix="hf_interop_")
         dst = os.path.join(tmp, "export")

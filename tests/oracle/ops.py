@@ -233,6 +233,15 @@ def main():
         w.add(k, v)
     w.save(os.path.join(outdir, "ops_gelu_erf.bin"))
 
+    # squared ReLU (Megatron-LM's --squared-relu: torch.pow(F.relu(x), 2)), same inputs again
+    w = Writer()
+    relu2 = lambda a: torch.pow(F.relu(a), 2)
+    out, (dx,) = backward(relu2, [x], dout)
+    gradcheck("relu2", relu2, [x])
+    for k, v in dict(inp=x, dout=dout, out=out, dinp=dx).items():
+        w.add(k, v)
+    w.save(os.path.join(outdir, "ops_relu2.bin"))
+
     # attention core
     w = Writer()
     qkv, dout = f32(T, B, NH, 3, HD), f32(T, B, NH * HD)

@@ -135,6 +135,9 @@ typedef struct mg_gpt_config {
                              0: the tanh approximation                                        */
     int squared_relu;     /* the MLP's activation is max(x, 0)² instead of GELU
                              (--squared-relu; Hugging Face "relu2")                           */
+    int layernorm_1p;     /* zero-centred norm weights: the norms scale by 1 + weight, which
+                             starts at 0 (--apply-layernorm-1p); files of other programs hold
+                             the scale itself: 1 is subtracted on import, added on export    */
     int n_query_groups;   /* --num-query-groups with --group-query-attention (0: n_head)        */
     int kv_channels;      /* --kv-channels, the head dimension (0: C / n_head)                  */
     int untie_embeddings; /* --untie-embeddings-and-output-weights: an output layer of its own  */
@@ -908,6 +911,7 @@ typedef struct mg_train_args {
     int no_bias_gelu_fusion;             /* --no-bias-gelu-fusion: the exact (erf) GELU        */
     int openai_gelu;                     /* --openai-gelu: the tanh GELU even so               */
     int squared_relu;                    /* --squared-relu: max(x, 0)² instead of GELU         */
+    int apply_layernorm_1p;              /* --apply-layernorm-1p: zero-centred norm weights    */
     int64_t ffn_hidden_size, num_query_groups, kv_channels;
     /* batch and length of the run                                                           */
     int64_t micro_batch_size, global_batch_size, train_iters;
@@ -1404,6 +1408,7 @@ MGDEF mg_layer_config mg_gpt_layer_config(const mg_gpt_config *c, int micro_batc
     k.dtype = dtype;
     k.norm.rms = c->normalization == MG_NORM_RMSNORM;
     k.norm.eps = c->norm_epsilon > 0 ? c->norm_epsilon : 1e-5f;
+    k.norm.zero_centered = c->layernorm_1p;
     k.swiglu = c->swiglu;
     k.bias = !c->disable_bias_linear;
     k.qkv_bias = c->add_qkv_bias;
@@ -1691,8 +1696,9 @@ static void mg__describe(mg_param_desc *d, const mg_gpt_config *c, int kind, int
         if (kind == MG_PROJ_W || kind == MG_FC2_W)  /* the scaled residual projections */
             d->init_std = (float)(sigma / sqrt(2.0 * c->n_layer));
     } else {
-        d->init = kind == MG_LN1_W || kind == MG_LN2_W || kind == MG_LNF_W ? MG_INIT_ONE
-                                                                          : MG_INIT_ZERO;
+        /* norm weights start at 1 (zero-centred ones at 0: the scale 1 + 0), the rest at 0 */
+        d->init = (kind == MG_LN1_W || kind == MG_LN2_W || kind == MG_LNF_W) && !c->layernorm_1p
+                  ? MG_INIT_ONE : MG_INIT_ZERO;
     }
 }
 
@@ -3285,6 +3291,9 @@ static int mg__weights_get(const mg_weights_file *f, const mg_gpt_config *cfg,
                        "order); weights must be finite (every loss would be nan)", f->path,
                        name, isnan(bad) ? "nan" : bad > 0 ? "inf" : "-inf", (long long)r);
     }
+    if (cfg->layernorm_1p && f->kind != MG_WEIGHTS_MEGATRON &&
+        (d->kind == MG_LN1_W || d->kind == MG_LN2_W || d->kind == MG_LNF_W))
+        for (r = 0; r < numel; r++) tmp[r] -= 1.0f;   /* the scale → its zero-centred weight */
     if (transposed) {                 /* Conv1D (in, out) -> Linear (out, in) */
         int64_t c;
         for (r = 0; r < rows; r++)
@@ -3610,6 +3619,9 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
                        global + r * cols, (size_t)cols * sizeof(float));
             memcpy(global, ext, (size_t)(rows * cols) * sizeof(float));
         }
+        if (m->cfg.layernorm_1p &&   /* zero-centred weight → the scale the norm applies */
+            (d->kind == MG_LN1_W || d->kind == MG_LN2_W || d->kind == MG_LNF_W))
+            for (r = 0; r < rows * cols; r++) global[r] += 1.0f;
         if (!llama && mg__names[d->kind].hf_conv1d) {          /* Linear -> Conv1D (in, out) */
             for (r = 0; r < rows; r++)
                 for (c = 0; c < cols; c++) ext[c * rows + r] = global[r * cols + c];
@@ -4436,6 +4448,9 @@ static const mg__flag mg__flags[] = {
     {"--openai-gelu", MG__F_SWITCH, MG__OFF(openai_gelu), NULL, 0, 0,
      "the tanh approximation of GELU (OpenAI's, GPT-2's) even under --no-bias-gelu-fusion "
      "or --disable-bias-linear"},
+    {"--apply-layernorm-1p", MG__F_SWITCH, MG__OFF(apply_layernorm_1p), NULL, 0, 0,
+     "zero-centred norm weights: the norms scale by 1 + weight, which starts at 0 (Megatron-"
+     "LM's layernorm_zero_centered_gamma; LayerNorm or RMSNorm)"},
     {"--squared-relu", MG__F_SWITCH, MG__OFF(squared_relu), NULL, 0, 0,
      "the MLP's activation is the squared ReLU, max(x, 0)², instead of GELU (Nemotron-4's; "
      "not with --swiglu)"},
@@ -4964,8 +4979,6 @@ static const mg__compat_flag mg__compat_flags[] = {
      "--recompute-method uniform --recompute-num-layers N"},
     {"--checkpoint-num-layers", "N", MG__COMPAT_REFUSED, "Megatron-LM's removed spelling: give "
      "--recompute-num-layers N with --recompute-granularity full"},
-    {"--apply-layernorm-1p", NULL, MG__COMPAT_REFUSED, "LayerNorm's weight is used as stored, "
-     "not as 1 + a zero-centred weight"},
     {"--init-method-xavier-uniform", NULL, MG__COMPAT_REFUSED, "weights are drawn from a normal "
      "distribution of --init-method-std"},
     {"--apply-residual-connection-post-layernorm", NULL, MG__COMPAT_REFUSED, "the residual "
@@ -6159,7 +6172,7 @@ static const char *const mg__switch_flags[] = {
     "--rope-scaling-factor", "--group-query-attention", "--num-query-groups", "--kv-channels",
     "--untie-embeddings-and-output-weights", "--disable-bias-linear", "--add-qkv-bias",
     "--rotary-seq-len-interpolation-factor", "--no-bias-gelu-fusion", "--openai-gelu",
-    "--squared-relu"};
+    "--squared-relu", "--apply-layernorm-1p"};
 #define MG__NSWITCH_FLAGS ((int)(sizeof mg__switch_flags / sizeof mg__switch_flags[0]))
 
 /* One switch of a source — a checkpoint's state.json args, a Hugging Face config.json —
@@ -6250,6 +6263,8 @@ static int mg__switches_from_hf(mg_train_args *a, const mg_weights_file *f, char
     snprintf(v[16], 40, "false");   /* SwiGLU: no GELU */
     snprintf(v[17], 40, "false");
     snprintf(v[18], 40, "false");
+    /* the file holds the norms' scales whichever parametrisation trains them: the flag's */
+    snprintf(v[19], 40, "%s", a->apply_layernorm_1p ? "true" : "false");
     for (i = 0; i < MG__NSWITCH_FLAGS && !rc; i++)
         rc = mg__switch_merge(a, mg__switch_flags[i], v[i], what, err, errlen);
     return rc;
@@ -6290,6 +6305,7 @@ static void mg__llama_config(const mg_train_args *a, mg_gpt_config *c) {
        no biases (validate_args turns the fusion off), then F.gelu (erf); --openai-gelu keeps
        the tanh GELU either way                                                             */
     c->squared_relu = a->squared_relu;
+    c->layernorm_1p = a->apply_layernorm_1p;
     c->gelu_erf = !a->swiglu && !a->squared_relu && !a->openai_gelu &&
                   (a->no_bias_gelu_fusion || a->disable_bias_linear);
     /* Megatron-LM: --num-query-groups counts only with --group-query-attention (default 1) */

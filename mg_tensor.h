@@ -343,8 +343,11 @@ MGDEF void mg_embedding_backward(mg_ctx *ctx, mg_tensor *dwte, mg_tensor *dwpe,
                          (mean is written as 0, so the backward is LayerNorm's with μ = 0)
    backward: dinp OVERWRITTEN unless accumulate != 0 (then +=, for the residual stream);
    dweight, dbias ACCUMULATE (dbias NULL for RMSNorm).
+   zero_centered 1 (Megatron-LM's --apply-layernorm-1p, layernorm_zero_centered_gamma): the
+   stored weight is w − 1 and the norm scales by 1 + weight (rounded to weight's dtype, as
+   Megatron's `self.weight + 1`); dweight is the same either way (d(1 + w)/dw = 1).
    mg_layernorm_* are LayerNorm with eps 1e-5 (GPT-2's).                                       */
-typedef struct mg_norm { int rms; float eps; } mg_norm;
+typedef struct mg_norm { int rms; float eps; int zero_centered; } mg_norm;
 MGDEF void mg_norm_forward(mg_ctx *ctx, const mg_norm *kind, mg_tensor *out, float *mean,
                            float *rstd, const mg_tensor *inp, const mg_tensor *weight,
                            const mg_tensor *bias /* NULL for RMSNorm */);
@@ -6397,6 +6400,17 @@ MGDEF void mg_embedding_backward(mg_ctx *ctx, mg_tensor *dwte, mg_tensor *dwpe,
 }
 
 /* --- layernorm ------------------------------------------------------------------------------ */
+/* The weight a zero-centred norm scales by: 1 + weight, in weight's dtype, from the arena
+   (the caller releases it); the weight itself otherwise.                                   */
+static const mg_tensor *mg__norm_weight(mg_ctx *ctx, const mg_norm *kind, const mg_tensor *weight,
+                                        mg_tensor *scratch) {
+    if (!kind->zero_centered) return weight;
+    *scratch = mg_tensor_wrap(mg_alloc(ctx, mg_nbytes(weight)), weight->dtype, weight->ndim,
+                              weight->shape);
+    mg_fill(ctx, scratch, 1.0f);
+    mg_add(ctx, scratch, scratch, weight);
+    return scratch;
+}
 MGDEF void mg_norm_forward(mg_ctx *ctx, const mg_norm *kind, mg_tensor *out, float *mean,
                            float *rstd, const mg_tensor *inp, const mg_tensor *weight,
                            const mg_tensor *bias) {
@@ -6410,13 +6424,18 @@ MGDEF void mg_norm_forward(mg_ctx *ctx, const mg_norm *kind, mg_tensor *out, flo
     if (C <= 0 || !mean || !rstd || (!kind->rms && !bias) || !(kind->eps > 0.0f))
         mg_fatal(__FILE__, __LINE__, "%s: need C > 0, mean and rstd, eps > 0 (%g), and a bias "
                  "for LayerNorm", op, (double)kind->eps);
+    size_t mark = mg_arena_mark(ctx);
+    mg_tensor one_plus;
+    weight = mg__norm_weight(ctx, kind, weight, &one_plus);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         if (N > 0) mg__cuda_norm_forward(ctx, kind, out, mean, rstd, inp, weight, bias);
+        mg_arena_release(ctx, mark);
         return;
     }
 #endif
     mg__cpu_layernorm_forward(ctx, kind, out, mean, rstd, inp, weight, bias);
+    mg_arena_release(ctx, mark);
 }
 MGDEF void mg_norm_backward(mg_ctx *ctx, const mg_norm *kind, mg_tensor *dinp, mg_tensor *dweight,
                             mg_tensor *dbias, const mg_tensor *dout, const mg_tensor *inp,
@@ -6432,6 +6451,9 @@ MGDEF void mg_norm_backward(mg_ctx *ctx, const mg_norm *kind, mg_tensor *dinp, m
     if (!mean || !rstd) mg_fatal(__FILE__, __LINE__, "%s: mean and rstd are required", op);
     if (dweight) mg__check_numel(op, "dweight", dweight, C);
     if (dbias) mg__check_numel(op, "dbias", dbias, C);
+    size_t mark = mg_arena_mark(ctx);
+    mg_tensor one_plus;
+    weight = mg__norm_weight(ctx, kind, weight, &one_plus);
 #ifdef __CUDACC__
     if (mg__is_cuda(ctx)) {
         /* parameter gradients first: dinp may alias dout */
@@ -6439,13 +6461,15 @@ MGDEF void mg_norm_backward(mg_ctx *ctx, const mg_norm *kind, mg_tensor *dinp, m
         else if (dbias) mg__cuda_colsum(ctx, dbias, dout, NULL, NULL, NULL, NULL);
         if (N > 0)
             mg__cuda_norm_backward(ctx, kind->rms, dinp, dout, inp, weight, mean, rstd, accumulate);
+        mg_arena_release(ctx, mark);
         return;
     }
 #endif
     mg__cpu_layernorm_backward(ctx, kind, dinp, dweight, dbias, dout, inp, weight, mean, rstd,
                                accumulate);
+    mg_arena_release(ctx, mark);
 }
-static const mg_norm mg__gpt2_layernorm = {0, MG__LN_EPS};
+static const mg_norm mg__gpt2_layernorm = {0, MG__LN_EPS, 0};
 MGDEF void mg_layernorm_forward(mg_ctx *ctx, mg_tensor *out, float *mean, float *rstd,
                                 const mg_tensor *inp, const mg_tensor *weight,
                                 const mg_tensor *bias) {

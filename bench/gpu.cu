@@ -227,12 +227,12 @@ static void k_swiglu_bwd(void *p) {
 }
 static void k_rmsnorm_fwd(void *p) {
     layer_bufs *L = (layer_bufs *)p;
-    mg_norm rms = {1, 1e-6f};
+    mg_norm rms = {1, 1e-6f, 0};
     mg_norm_forward(&g_ctx, &rms, &L->y, L->mean, L->rstd, &L->x, &L->w, NULL);
 }
 static void k_rmsnorm_bwd(void *p) {
     layer_bufs *L = (layer_bufs *)p;
-    mg_norm rms = {1, 1e-6f};
+    mg_norm rms = {1, 1e-6f, 0};
     mg_norm_backward(&g_ctx, &rms, &L->y, &L->g32, NULL, &L->x, &L->x, &L->w, L->mean, L->rstd, 1);
 }
 /* The output layer and the loss, forward and backward in chunks of head_rows rows (the

@@ -207,7 +207,10 @@ int main(int argc, char **argv) {
         {   /* the layer's switches: GPT-2's, or the Llama family's */
             mg_layer_config k = tr.model.tf.cfg;
             printf("gpt_train: %s, %s MLP of width %d, %s positions, %d query group%s of head "
-                   "dim %d, %s output layer, %s\n", k.norm.rms ? "RMSNorm" : "LayerNorm",
+                   "dim %d, %s output layer, %s\n",
+                   k.norm.zero_centered ? (k.norm.rms ? "RMSNorm (scale 1 + weight)"
+                                                      : "LayerNorm (scale 1 + weight)")
+                   : k.norm.rms ? "RMSNorm" : "LayerNorm",
                    k.swiglu ? "SwiGLU" : k.act == MG_ACT_GELU_ERF ? "exact-GELU"
                                               : k.act == MG_ACT_RELU2 ? "squared-ReLU" : "GELU",
                    k.ffn_hidden,

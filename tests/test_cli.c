@@ -878,6 +878,97 @@ static void check_gelu_on_resume(void) {
     if (!rc) mg_trainer_free(&tr);
 }
 
+/* --apply-layernorm-1p (zero-centred norm weights): the norm weights start at 0 and the run
+   is the plain model's with every norm scale stored minus 1 — step 1 bit for bit (the same
+   effective weights, so the same gradients and the same Adam update), then equal to rounding
+   (1 + (w + Δ) against (1 + w) + Δ: norms take no weight decay). The export holds the scales
+   (1 + w): a plain model imports it with the 1p model's weights, and a 1p model imports them
+   back to within an ulp of 1. A checkpoint keeps the switch.                               */
+static void check_layernorm_1p(void) {
+    enum { STEPS = 12 };
+    char line[2048], dir[512], err[MG_ERRLEN];
+    mg_trainer a, b, c;
+    float la[STEPS], lb[STEPS], na[STEPS], nb[STEPS];
+    float *wa, *wc;
+    double e_loss, e_norm, e_w = 0, e_back = 0;
+    int zero = 1, i, rc, nrm = 0;
+    int64_t k;
+    snprintf(line, sizeof line, BASE "--seed 7 --train-iters %d --apply-layernorm-1p", STEPS);
+    gpt_setup_or_die(&a, line, NULL);
+    snprintf(line, sizeof line, BASE "--seed 7 --train-iters %d", STEPS);
+    gpt_setup_or_die(&b, line, NULL);
+    wa = gpt_host(&a.model, a.model.param_buf);
+    for (i = 0; i < a.model.n_params; i++) {
+        const mg_param_desc *d = &a.model.params[i];
+        if (d->kind != MG_LN1_W && d->kind != MG_LN2_W && d->kind != MG_LNF_W) continue;
+        nrm++;
+        for (k = 0; k < d->numel; k++) zero &= wa[d->offset + k] == 0.0f;
+    }
+    free(wa);
+    mg_test_report(zero && nrm == 3, "cli: --apply-layernorm-1p: the norm weights start at 0 "
+                   "(the scale 1 + 0)", "%d norm weights", nrm);
+    gpt_train_steps(&a, STEPS, la, na);
+    gpt_train_steps(&b, STEPS, lb, nb);
+    e_loss = mg_test_max_rel(la, lb, STEPS, 0);
+    e_norm = mg_test_max_rel(na, nb, STEPS, 0);
+    mg_test_report(la[0] == lb[0] && na[0] == nb[0] && e_loss <= 1e-6 && e_norm <= 1e-5,
+                   "cli: --apply-layernorm-1p trains as the plain model (step 1 bit for bit, then "
+                   "to rounding)", "loss 1: %.9g vs %.9g; %d steps: losses %.3g, grad norms %.3g",
+                   la[0], lb[0], STEPS, e_loss, e_norm);
+    gpt_tmpdir(dir, sizeof dir, "ln1p");
+    snprintf(line, sizeof line, "%s/hf", dir);
+    rc = mg_gpt_export_hf(&a.model, line, err, sizeof err);
+    if (rc) mg_test_report(0, "cli: --apply-layernorm-1p model exports", "%s", err);
+    for (i = 0; i < 2 && !rc; i++) {   /* into a plain model, then into a 1p one */
+        snprintf(line, sizeof line, BASE "--train-iters 1 --init-from %s/hf%s", dir,
+                 i ? " --apply-layernorm-1p" : "");
+        rc = gpt_setup_line(&c, line, NULL, err, sizeof err);
+        if (rc) { mg_test_report(0, "cli: import of the 1p export", "%s", err); break; }
+        wa = gpt_host(&a.model, a.model.param_buf);
+        wc = gpt_host(&c.model, c.model.param_buf);
+        for (k = 0; k < a.model.n_elems; k++) {
+            int j = 0, norm_w = 0;
+            for (j = 0; j < a.model.n_params; j++) {
+                const mg_param_desc *d = &a.model.params[j];
+                if (k >= d->offset && k < d->offset + d->numel)
+                    norm_w = d->kind == MG_LN1_W || d->kind == MG_LN2_W || d->kind == MG_LNF_W;
+            }
+            if (i == 0) {   /* the plain model holds the scales: fl(1 + w), exactly */
+                double want = norm_w ? (double)(1.0f + wa[k]) : (double)wa[k];
+                if ((double)wc[k] != want) e_w = 1;
+            } else {        /* back to w: within half an ulp of 1 */
+                double d = fabs((double)wc[k] - (double)wa[k]);
+                if (d > e_back) e_back = d;
+            }
+        }
+        free(wa);
+        free(wc);
+        mg_trainer_free(&c);
+    }
+    if (!rc) {
+        mg_test_report(e_w == 0, "cli: the 1p export holds the scales 1 + w: a plain model "
+                       "imports them bit for bit, the rest as it is", "%s", e_w ? "differs" : "");
+        mg_test_report(e_back <= 0x1p-24, "cli: a 1p model imports the export back to within "
+                       "half an ulp of 1", "max |w' - w| %.3g", e_back);
+    }
+    /* the switch in the checkpoint */
+    snprintf(line, sizeof line, "%s/ck", dir);
+    rc = mg_trainer_save(&a, line, err, sizeof err);
+    mg_trainer_free(&a);
+    mg_trainer_free(&b);
+    if (!rc) {
+        snprintf(line, sizeof line, BASE "--seed 7 --train-iters %d --load %s/ck", STEPS, dir);
+        rc = gpt_setup_line(&c, line, NULL, err, sizeof err);
+        mg_test_report(!rc && c.cfg.layernorm_1p && c.model.tf.cfg.norm.zero_centered,
+                       "cli: a checkpoint of --apply-layernorm-1p resumes with it, the flag "
+                       "left out", "%s", rc ? err : "");
+        if (!rc) mg_trainer_free(&c);
+    } else {
+        mg_test_report(0, "cli: save of the 1p model", "%s", err);
+    }
+    gpt_rmtree(dir);
+}
+
 /* --finetune (Megatron-LM's): the weights of --load's latest checkpoint and nothing else —
    iteration 0, no samples consumed, no optimizer steps, the command line's seed and schedule
    (another --seed and --lr than the checkpoint's are taken, where a resume refuses them). */
@@ -2061,8 +2152,6 @@ static void check_megatron_compat(void) {
                  "^--reset-attention-mask is not supported by megatron.h: ");
     expect_error("--qk-layernorm refused", BASE "--qk-layernorm",
                  "^--qk-layernorm is not supported by megatron.h: ");
-    expect_error("--apply-layernorm-1p refused", BASE "--apply-layernorm-1p",
-                 "^--apply-layernorm-1p is not supported by megatron.h: LayerNorm's weight");
     expect_error("--init-method-xavier-uniform refused", BASE "--init-method-xavier-uniform",
                  "^--init-method-xavier-uniform is not supported by megatron.h: ");
     {   /* --ddp-bucket-size: --bucket-size under Megatron-LM's newer name */
@@ -2278,6 +2367,7 @@ int main(void) {
     check_small_files();
     check_finetune();
     check_gelu_on_resume();
+    check_layernorm_1p();
     check_no_load_optim();
     check_long_paths();
     check_program();

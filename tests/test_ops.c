@@ -119,6 +119,22 @@ static void test_layernorm(mg_ctx *ctx) {
     mg_layernorm_backward(ctx, &dinp, NULL, NULL, &dinp, &inp, &w, mean, rstd, 0);
     ops_close(ctx, "layernorm backward dinp aliasing dout", &dinp, OPS_F32(&r, "dinp", -1), TOL,
               FLOOR);
+    {   /* zero-centred (--apply-layernorm-1p): weight − 1 stored, the same function */
+        mg_norm k1p = {0, 1e-5f, 1};
+        float *wz = (float *)malloc(C * 4);
+        mg_tensor w1p, dw1p = ops_dev(ctx, MG_F32, NULL, 1, C), db1p = ops_dev(ctx, MG_F32, NULL, 1, C);
+        for (i = 0; i < C; i++) wz[i] = OPS_F32(&r, "weight", C)[i] - 1.0f;
+        w1p = ops_dev(ctx, MG_F32, wz, 1, C);
+        mg_norm_forward(ctx, &k1p, &out, mean, rstd, &inp, &w1p, &b);
+        ops_close(ctx, "layernorm zero-centred (weight - 1 stored) forward", &out,
+                  OPS_F32(&r, "out", N * C), TOL, FLOOR);
+        mg_norm_backward(ctx, &k1p, &dinp, &dw1p, &db1p, &dout, &inp, &w1p, mean, rstd, 0);
+        ops_close(ctx, "layernorm zero-centred backward dinp", &dinp, OPS_F32(&r, "dinp", N * C),
+                  TOL, FLOOR);
+        ops_close(ctx, "layernorm zero-centred backward dweight (the same as the scale's)", &dw1p,
+                  OPS_F32(&r, "dweight", C), TOL, FLOOR);
+        free(wz);
+    }
     OPS_EXPECT_FATAL("layernorm rejects a wrong weight size", "weight has 11 elements",
                      { mg_tensor w11 = mg_tensor_rows(&dinp, 0, 1); w11.shape[1] = 11;
                        mg_layernorm_forward(ctx, &out, mean, rstd, &inp, &w11, &b); });
@@ -662,7 +678,7 @@ enum { NQ = 4, G = 2, D = 8, ROT = 6, QKV_G = (NQ + 2 * G) * D };
 static void test_llama_ops(mg_ctx *ctx) {
     ops_ref r;
     size_t mark = mg_arena_mark(ctx);
-    mg_norm rms = {1, 1e-6f}, ln = {0, 1e-5f};
+    mg_norm rms = {1, 1e-6f, 0}, ln = {0, 1e-5f, 0};
     mg_rope rope = {500000.0f, 0, 8.0f, 1.0f, 4.0f, 8, 0.0f};
     mg_tensor x, w, dout, out, dx, dw, gate, up, dgate, qkv, att, datt, dqkv;
     float *mean, *rstd, table[(T + 3) * (ROT / 2) * 2], *table_dev;
@@ -687,6 +703,24 @@ static void test_llama_ops(mg_ctx *ctx) {
     ops_close(ctx, "rmsnorm backward dweight", &dw, OPS_F32(&r, "rms_dweight", C), TOL, FLOOR);
     OPS_EXPECT_FATAL("layernorm needs its bias", "bias",
                      mg_norm_forward(ctx, &ln, &out, mean, rstd, &x, &w, NULL));
+    {   /* zero-centred RMSNorm (--apply-layernorm-1p with --normalization RMSNorm) */
+        mg_norm rms1p = {1, 1e-6f, 1};
+        float wz[C];
+        mg_tensor w1p, dw1p = ops_dev(ctx, MG_F32, NULL, 1, C);
+        int i;
+        for (i = 0; i < C; i++) wz[i] = OPS_F32(&r, "rms_weight", C)[i] - 1.0f;
+        w1p = ops_dev(ctx, MG_F32, wz, 1, C);
+        w1p.ndim = dw1p.ndim = 1;
+        w1p.shape[0] = dw1p.shape[0] = C;
+        mg_norm_forward(ctx, &rms1p, &out, mean, rstd, &x, &w1p, NULL);
+        ops_close(ctx, "rmsnorm zero-centred (weight - 1 stored) forward", &out,
+                  OPS_F32(&r, "rms_out", N * C), TOL, FLOOR);
+        mg_norm_backward(ctx, &rms1p, &dx, &dw1p, NULL, &dout, &x, &w1p, mean, rstd, 0);
+        ops_close(ctx, "rmsnorm zero-centred backward dinp", &dx, OPS_F32(&r, "rms_dinp", N * C),
+                  TOL, FLOOR);
+        ops_close(ctx, "rmsnorm zero-centred backward dweight", &dw1p,
+                  OPS_F32(&r, "rms_dweight", C), TOL, FLOOR);
+    }
     /* SwiGLU */
     gate = ops_dev(ctx, MG_F32, OPS_F32(&r, "sw_gate", N * 2 * C), N, 2 * C);
     up = ops_dev(ctx, MG_F32, OPS_F32(&r, "sw_up", N * 2 * C), N, 2 * C);
@@ -768,7 +802,7 @@ static void test_misuse(mg_ctx *ctx) {
     {   /* the same for the norms, the element-wise ops and cross-entropy's row arrays */
         float *rows = ops_dev_f32(ctx, NULL, 8);
         mg_tensor wv = mg_tensor_rows(&w, 0, 1);
-        mg_norm rms = {1, 1e-6f};
+        mg_norm rms = {1, 1e-6f, 0};
         OPS_EXPECT_FATAL("norm rejects a NULL input", "mg_norm_forward: inp is NULL",
                          mg_norm_forward(ctx, &rms, &out, rows, rows + 4, NULL, &wv, NULL));
         OPS_EXPECT_FATAL("norm rejects a NULL kind", "mg_norm_forward: kind is NULL",

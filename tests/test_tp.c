@@ -16,9 +16,9 @@
    file (QKV [q|k|v] rows sharded by heads), each with and without --sequence-parallel, and
    with --hidden-dropout / --attention-dropout on (masks keyed by global coordinates), also
    under sequence parallelism, without biases (--disable-bias-linear: the exact GELU), with
-   the squared ReLU (--squared-relu), and with the fused classifier in ragged chunks of 5 rows (both
-   runs). Before training, the imported shards gathered back equal the
-   serial import bit for bit.
+   the squared ReLU (--squared-relu), with zero-centred norms (--apply-layernorm-1p), and
+   with the fused classifier in ragged chunks of 5 rows (both runs). Before training, the
+   imported shards gathered back equal the serial import bit for bit.
    Also: dropout changes the loss (the switch is live) and its backward is right (central
    finite differences of the loss, whose masks are a pure function of the step, against
    the gradients of the dropout model); the tensor group's traffic per layer per microbatch,
@@ -358,6 +358,7 @@ int main(int argc, char **argv) {
     check_run("no biases: the exact (erf) GELU, sp", MODEL_FLAGS "--disable-bias-linear "
               "--sequence-parallel");
     check_run("squared ReLU", MODEL_FLAGS "--squared-relu");
+    check_run("zero-centred norms, sp", MODEL_FLAGS "--apply-layernorm-1p --sequence-parallel");
     check_run("dropout", MODEL_FLAGS "--hidden-dropout 0.1 --attention-dropout 0.1");
     check_run("dropout, sp", MODEL_FLAGS "--hidden-dropout 0.1 --attention-dropout 0.1 "
               "--sequence-parallel");

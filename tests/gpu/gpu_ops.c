@@ -268,7 +268,7 @@ static int norm_paths_case(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n, i
                            mg_dtype wt, int rms) {
     int nout = 0, rows = N / 3;
     int64_t shape[2] = {rows, c};
-    mg_norm k = {rms, 1e-5f};
+    mg_norm k = {rms, 1e-5f, 0};
     mg_tensor in_buf = ops_dev(ctx, dt, X, 1, (int64_t)rows * c + shift);
     mg_tensor dinp_buf = ops_dev(ctx, dt, E, 1, (int64_t)rows * c + shift);
     mg_tensor in = mg_tensor_wrap((char *)in_buf.data + shift * mg_dtype_size(dt), dt, 2, shape);
@@ -523,7 +523,7 @@ static int op_flash_odd_simt(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n)
    positions from 5) and grouped-query attention with dropout on the same qkv.               */
 static int rmsnorm_case(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n, int c) {
     int nout = 0;
-    mg_norm rms = {1, 1e-6f};
+    mg_norm rms = {1, 1e-6f, 0};
     mg_tensor in = ops_dev(ctx, dt, X, N, c), w = ops_dev(ctx, dt, W, 1, c);
     mg_tensor out = ops_dev(ctx, dt, NULL, N, c), dout = ops_dev(ctx, dt, D, N, c);
     mg_tensor dinp = ops_dev(ctx, dt, E, N, c), dw = ops_dev(ctx, MG_F32, X, 1, c);

@@ -146,6 +146,8 @@ typedef struct mg_gpt_config {
     float init_method_std; /* --init-method-std, σ of the weights' normal initialisation (0:
                               0.02); attention-out and MLP-down take σ/√(2·layers), Megatron's
                               scaled_init_method_normal                                     */
+    int init_xavier;      /* --init-method-xavier-uniform: every weight U(−a, a),
+                             a = √(6/(fan_in + fan_out)) (init_method_std unused)            */
 } mg_gpt_config;
 enum { MG_NORM_LAYERNORM = 0, MG_NORM_RMSNORM = 1 };
 enum { MG_POS_LEARNED = 0, MG_POS_ROPE = 1, MG_POS_NONE = 2 };
@@ -307,7 +309,7 @@ MGDEF double mg_gpt_flops_recomputed(const mg_gpt_config *cfg, const mg_gpt_layo
         replicated: norms, biases of row-parallel layers, position embedding
    ------------------------------------------------------------------------------------------ */
 typedef enum { MG_TP_REPLICATED = 0, MG_TP_COLUMN, MG_TP_ROW, MG_TP_VOCAB } mg_tp_split;
-typedef enum { MG_INIT_NORMAL = 0, MG_INIT_ZERO, MG_INIT_ONE } mg_init_kind;
+typedef enum { MG_INIT_NORMAL = 0, MG_INIT_ZERO, MG_INIT_ONE, MG_INIT_UNIFORM } mg_init_kind;
 
 /* The tensors outside the layers (a layer's are mg_transformer.h's mg_layer_tensor): the word
    embedding, the position embedding (learned positions), the final norm, and the output
@@ -328,7 +330,8 @@ typedef struct mg_param_desc {
     mg_tp_split split;
     mg_init_kind init;
     float init_std;         /* MG_INIT_NORMAL: σ (cfg's init_method_std, 0.02), or σ/√(2·layers)
-                               for the output projections of attention and MLP                */
+                               for the output projections of attention and MLP; MG_INIT_UNIFORM
+                               (cfg's init_xavier): the bound a of U(−a, a)                    */
     int weight_decay;       /* 1 for weights; 0 for biases and layernorm parameters            */
     int64_t offset;         /* first element in the flat buffers                               */
     int64_t numel;          /* local elements                                                  */
@@ -979,6 +982,7 @@ typedef struct mg_train_args {
     int64_t bucket_size;                 /* gradient-reduction bucket, elements (0: default)   */
     double hidden_dropout, attention_dropout;
     double init_method_std;              /* --init-method-std (default 0.02)                   */
+    int init_method_xavier_uniform;      /* --init-method-xavier-uniform                       */
     /* memory: activation recomputation (mg_recompute, mg_recompute_method)                  */
     int recompute_granularity, recompute_method;
     int attention_backend;        /* --attention-backend: 0 auto, 1 flash, 2 unfused, 3 fused
@@ -1695,6 +1699,14 @@ static void mg__describe(mg_param_desc *d, const mg_gpt_config *c, int kind, int
         d->weight_decay = 1;
         if (kind == MG_PROJ_W || kind == MG_FC2_W)  /* the scaled residual projections */
             d->init_std = (float)(sigma / sqrt(2.0 * c->n_layer));
+        if (c->init_xavier) {   /* Glorot: U(−a, a), a = √(6 / (fan_in + fan_out)), every weight
+                                   (Megatron's scaled init is xavier too); the vocabulary's
+                                   fan_out is V, not the padded rows (which depend on t) */
+            double fan_out = kind == MG_WTE || kind == MG_OUT_W ? (double)c->vocab_size
+                                                                : (double)d->shape[0];
+            d->init = MG_INIT_UNIFORM;
+            d->init_std = (float)sqrt(6.0 / ((double)d->shape[1] + fan_out));
+        }
     } else {
         /* norm weights start at 1 (zero-centred ones at 0: the scale 1 + 0), the rest at 0 */
         d->init = (kind == MG_LN1_W || kind == MG_LN2_W || kind == MG_LNF_W) && !c->layernorm_1p
@@ -1798,7 +1810,9 @@ MGDEF void mg_gpt_init_weights(mg_gpt *m, uint64_t seed) {
             if (mg__vocab_rows(d->kind) && grow >= m->cfg.vocab_size) continue;
             for (j = 0; j < cols; j++) {
                 uint64_t gidx = (uint64_t)(grow * gcols + d->col0 + j); /* global element */
-                dst[r * cols + j] = d->init_std * mg_rand_normal(key, gidx);
+                dst[r * cols + j] = d->init == MG_INIT_UNIFORM
+                    ? d->init_std * (2.0f * mg_rand_uniform(key, gidx) - 1.0f)
+                    : d->init_std * mg_rand_normal(key, gidx);
             }
         }
     }
@@ -4477,6 +4491,9 @@ static const mg__flag mg__flags[] = {
     {"--init-method-std", MG__F_FLOAT, MG__OFF(init_method_std), "STD", 1e-30, 1e3,
      "standard deviation of the weights' normal initialisation; attention-out and MLP-down "
      "take STD/sqrt(2 x layers) (default 0.02)"},
+    {"--init-method-xavier-uniform", MG__F_SWITCH, MG__OFF(init_method_xavier_uniform), NULL,
+     0, 0, "every weight drawn from U(-a, a), a = sqrt(6/(fan_in + fan_out)) (Glorot; the "
+     "attention-out and MLP-down weights too), instead of --init-method-std's normal"},
     {"--hidden-dropout", MG__F_FLOAT, MG__OFF(hidden_dropout), "P", 0, 0.999999,
      "dropout after the embedding and after attention-out and MLP-down, before the residual "
      "add (default 0)"},
@@ -4979,8 +4996,6 @@ static const mg__compat_flag mg__compat_flags[] = {
      "--recompute-method uniform --recompute-num-layers N"},
     {"--checkpoint-num-layers", "N", MG__COMPAT_REFUSED, "Megatron-LM's removed spelling: give "
      "--recompute-num-layers N with --recompute-granularity full"},
-    {"--init-method-xavier-uniform", NULL, MG__COMPAT_REFUSED, "weights are drawn from a normal "
-     "distribution of --init-method-std"},
     {"--apply-residual-connection-post-layernorm", NULL, MG__COMPAT_REFUSED, "the residual "
      "adds the layer's input, before its norm (pre-norm, GPT's ordering)"},
     {"--decoupled-lr", "N", MG__COMPAT_REFUSED, "one learning-rate schedule for every "
@@ -6316,6 +6331,7 @@ static void mg__llama_config(const mg_train_args *a, mg_gpt_config *c) {
     c->disable_bias_linear = a->disable_bias_linear;
     c->add_qkv_bias = a->add_qkv_bias;
     c->init_method_std = (float)a->init_method_std;
+    c->init_xavier = a->init_method_xavier_uniform;
 }
 
 /* Fills the architecture in *cfg from the flags and from a loaded source (checkpoint state

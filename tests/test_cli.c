@@ -2033,6 +2033,51 @@ static void check_init_method_std(void) {
     mg_trainer_free(&tr);
 }
 
+/* --init-method-xavier-uniform: every 2-D weight U(−a, a), a = √(6/(fan_in + fan_out)) of its
+   global shape (V rows for the vocabulary tensors), attention-out and MLP-down too; norms
+   and biases as before. Each descriptor's bound, every value inside it, and the sample
+   variance of the tensors of 2048 values or more within 10 % of a²/3.                     */
+static void check_init_xavier(void) {
+    static const char line[] = BASE "--num-layers 2 --hidden-size 32 --init-method-xavier-uniform";
+    mg_trainer tr;
+    char err[MG_ERRLEN] = {0}, worst[200] = "";
+    int i, n_uniform = 0, bad = 0;
+    float *h;
+    if (gpt_setup_line(&tr, line, NULL, err, sizeof err)) {
+        mg_test_report(0, "cli: --init-method-xavier-uniform", "%s", err);
+        return;
+    }
+    h = gpt_host(&tr.model, tr.model.param_buf);
+    for (i = 0; i < tr.model.n_params; i++) {
+        const mg_param_desc *d = &tr.model.params[i];
+        double fan_out = d->kind == MG_WTE || d->kind == MG_OUT_W ? tr.cfg.vocab_size
+                                                                  : (double)d->shape[0];
+        double a = sqrt(6.0 / ((double)d->shape[1] + fan_out)), ss = 0;
+        int64_t k, n = 0;
+        if (d->ndim != 2) continue;
+        n_uniform += d->init == MG_INIT_UNIFORM;
+        for (k = 0; k < d->numel; k++) {   /* the vocabulary's padding rows stay 0 */
+            float v = h[d->offset + k];
+            if (!(fabs(v) <= a)) bad = 1;
+            ss += (double)v * v;
+            n += v != 0.0f;
+        }
+        if (d->init != MG_INIT_UNIFORM || fabs(d->init_std - a) > 1e-6 * a ||
+            (n >= 2048 && fabs(ss / (double)n - a * a / 3) > 0.1 * a * a / 3) || bad) {
+            snprintf(worst, sizeof worst, "%s: kind %d bound %g want %g, sample variance %g "
+                     "want %g%s", d->name, (int)d->init, d->init_std, a, n ? ss / (double)n : 0.0,
+                     a * a / 3, bad ? ", a value outside" : "");
+            bad = 1;
+            break;
+        }
+    }
+    mg_test_report(!bad && n_uniform >= 8, "cli: --init-method-xavier-uniform: every weight "
+                   "U(-a, a), a = sqrt(6/(fan_in + fan_out))", "%d uniform tensors%s%s",
+                   n_uniform, worst[0] ? "; " : "", worst);
+    free(h);
+    mg_trainer_free(&tr);
+}
+
 /* Megatron-LM launch scripts run: its switches that megatron.h's run already matches are
    accepted (an alias sets our flag; one that does not apply literally prints one warning),
    its features megatron.h lacks are refused with one line naming the flag and the reason,
@@ -2152,8 +2197,6 @@ static void check_megatron_compat(void) {
                  "^--reset-attention-mask is not supported by megatron.h: ");
     expect_error("--qk-layernorm refused", BASE "--qk-layernorm",
                  "^--qk-layernorm is not supported by megatron.h: ");
-    expect_error("--init-method-xavier-uniform refused", BASE "--init-method-xavier-uniform",
-                 "^--init-method-xavier-uniform is not supported by megatron.h: ");
     {   /* --ddp-bucket-size: --bucket-size under Megatron-LM's newer name */
         mg_train_args a;
         char err[MG_ERRLEN] = {0};
@@ -2363,6 +2406,7 @@ int main(void) {
     check_lr_styles_and_weight_decay_incr();
     check_sample_based();
     check_init_method_std();
+    check_init_xavier();
     check_weights_and_checkpoints();
     check_small_files();
     check_finetune();

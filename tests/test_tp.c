@@ -16,7 +16,8 @@
    file (QKV [q|k|v] rows sharded by heads), each with and without --sequence-parallel, and
    with --hidden-dropout / --attention-dropout on (masks keyed by global coordinates), also
    under sequence parallelism, without biases (--disable-bias-linear: the exact GELU), with
-   the squared ReLU (--squared-relu), with zero-centred norms (--apply-layernorm-1p), and
+   the squared ReLU (--squared-relu), with zero-centred norms (--apply-layernorm-1p), from
+   --init-method-xavier-uniform, and
    with the fused classifier in ragged chunks of 5 rows (both runs). Before training, the
    imported shards gathered back equal the serial import bit for bit.
    Also: dropout changes the loss (the switch is live) and its backward is right (central
@@ -359,6 +360,7 @@ int main(int argc, char **argv) {
               "--sequence-parallel");
     check_run("squared ReLU", MODEL_FLAGS "--squared-relu");
     check_run("zero-centred norms, sp", MODEL_FLAGS "--apply-layernorm-1p --sequence-parallel");
+    check_run("xavier init", MODEL_FLAGS "--init-method-xavier-uniform");
     check_run("dropout", MODEL_FLAGS "--hidden-dropout 0.1 --attention-dropout 0.1");
     check_run("dropout, sp", MODEL_FLAGS "--hidden-dropout 0.1 --attention-dropout 0.1 "
               "--sequence-parallel");

@@ -945,6 +945,8 @@ typedef struct mg_train_args {
     int finetune;                        /* --finetune: --load's weights only, from iteration 0 */
     int no_load_optim;                   /* --no-load-optim: --load's weights and progress, a
                                             fresh optimizer (and so a restarted schedule)    */
+    int no_save_optim;                   /* --no-save-optim: checkpoints without the Adam
+                                            moments (model.safetensors and state.json)     */
     int load_main_params_from_ckpt;      /* with it: the checkpoint's fp32 master weights, not
                                             the 16-bit ones widened (Megatron-LM's flag)     */
     /* logging, evaluation, checkpoints, data                                                */
@@ -4595,6 +4597,9 @@ static const mg__flag mg__flags[] = {
     {"--finetune", MG__F_SWITCH, MG__OFF(finetune), NULL, 0, 0,
      "take only the weights of --load's checkpoint: iteration 0, no samples consumed, a fresh "
      "optimizer and schedule, this command line's seed (Megatron-LM's --finetune)"},
+    {"--no-save-optim", MG__F_SWITCH, MG__OFF(no_save_optim), NULL, 0, 0,
+     "checkpoints hold the weights and the progress but not the optimizer's moments (a third "
+     "of the size); such a checkpoint resumes with --no-load-optim or --finetune"},
     {"--no-load-optim", MG__F_SWITCH, MG__OFF(no_load_optim), NULL, 0, 0,
      "take --load's weights, iteration and consumed samples but not its optimizer: fresh Adam "
      "moments, step count and loss scaler, so the learning-rate schedule starts again from "
@@ -5008,8 +5013,6 @@ static const mg__compat_flag mg__compat_flags[] = {
     {"--rampup-batch-size", "N", MG__COMPAT_REFUSED, "the global batch is constant "
      "(--global-batch-size); Megatron-LM ramps it up only with --train-samples, and refuses it "
      "with --train-iters too"},
-    {"--no-save-optim", NULL, MG__COMPAT_REFUSED, "a checkpoint always holds the optimizer "
-     "state; --finetune or --no-load-optim loads a checkpoint's weights without it"},
 };
 #define MG__NCOMPAT ((int)(sizeof mg__compat_flags / sizeof mg__compat_flags[0]))
 typedef char mg__compat_fit_given[MG__NCOMPAT <= 128 ? 1 : -1]; /* mg_train_args.compat_given */
@@ -7537,9 +7540,18 @@ MGDEF int mg_trainer_setup(mg_trainer *tr, const mg_train_args *args, char *err,
             weights_from = load_dir;
             tr->load_found = 3;
         } else if (rc == 1) {
+            char opt_path[MG_PATH_MAX];
             has_ckpt = 1;
             srcp = st.arch;
             src_name = path;
+            mg__path(opt_path, sizeof opt_path, "%s/optimizer.safetensors", load_dir);  /* fits */
+            if (!a->no_load_optim && access(opt_path, F_OK) != 0) {   /* Megatron exits too */
+                mg__err(err, errlen, "--load %s: %s holds no optimizer state (saved with "
+                        "--no-save-optim): give --no-load-optim to resume its weights, "
+                        "iteration and samples with a fresh optimizer, or --finetune to start "
+                        "from its weights", a->load, load_dir);
+                goto fail;
+            }
             if (mg_train_flag_given(a, "--seed") && st.seed != a->seed) {
                 mg__err(err, errlen, "--seed %lld differs from the checkpoint's %lld (the data "
                         "order would change; leave --seed out to resume)", (long long)a->seed,
@@ -8843,6 +8855,7 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
     char iterdir[MG_PATH_MAX], tmp[MG_PATH_MAX], path[MG_PATH_MAX], why[MG_ERRLEN], latest[32], tag[32];
     char *state;
     int rc = 0, w = tr->writer, f, i, open_files = 0;
+    int n_files = tr->args.no_save_optim ? 1 : MG__CKPT_FILES;   /* --no-save-optim: model */
     mg_gpt *m = &tr->model;
     mg_st_writer files[MG__CKPT_FILES];
     float *host;
@@ -8869,8 +8882,8 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
                      strerror(errno));
     if (w && !rc && mg_atomic_dir_begin(iterdir, tag, tmp, sizeof tmp, why, sizeof why))
         rc = mg__err(err, errlen, "%s", why);
-    /* rank 0 creates the three files at their final size; then every other rank joins */
-    for (f = 0; f < MG__CKPT_FILES && w && !rc; f++) {
+    /* rank 0 creates the files at their final size; then every other rank joins */
+    for (f = 0; f < n_files && w && !rc; f++) {
         mg__path(path, sizeof path, "%s/%s.safetensors", tmp, mg__ckpt_file[f]);   /* fits */
         if (mg__ckpt_begin(m, &files[f], path, tag, f, 1, err, errlen)) rc = -1;
         else open_files = f + 1;
@@ -8880,7 +8893,7 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
         if (w && !mg__is_dir(iterdir)) mg_atomic_dir_abort(tmp);
         return w ? -1 : mg__err(err, errlen, "rank 0 could not save");
     }
-    for (f = 0; f < MG__CKPT_FILES && !w && !rc; f++) {
+    for (f = 0; f < n_files && !w && !rc; f++) {
         mg__path(path, sizeof path, "%s/%s.safetensors", tmp, mg__ckpt_file[f]);   /* fits */
         if (mg__ckpt_begin(m, &files[f], path, tag, f, 0, err, errlen)) rc = -1;
         else open_files = f + 1;
@@ -8928,7 +8941,7 @@ MGDEF int mg_trainer_save(mg_trainer *tr, const char *dir, char *err, size_t err
         return rc ? -1 : mg__err(err, errlen, "another rank could not write its part");
     }
     if (w) {   /* rank 0: commit the files, state.json, the directory, then "latest" */
-        for (f = 0; f < MG__CKPT_FILES; f++)
+        for (f = 0; f < n_files; f++)
             if (mg_st_writer_commit(&files[f], why, sizeof why) && !rc)
                 rc = mg__err(err, errlen, "%s", why);
         state = mg__state_json(tr);

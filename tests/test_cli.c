@@ -969,6 +969,54 @@ static void check_layernorm_1p(void) {
     gpt_rmtree(dir);
 }
 
+/* --no-save-optim: the checkpoint holds model.safetensors and state.json, no moments; a resume
+   without --no-load-optim or --finetune is refused with one line (Megatron-LM exits too),
+   with --no-load-optim it takes the weights (bit for bit), the iteration and the samples.   */
+static void check_no_save_optim(void) {
+    char line[2048], dir[512], path[700], err[MG_ERRLEN];
+    mg_trainer a, b;
+    float *wa, *wb;
+    int rc, same = 0, files;
+    gpt_tmpdir(dir, sizeof dir, "nosaveoptim");
+    snprintf(line, sizeof line, BASE "--seed 7 --no-save-optim --save %s", dir);
+    gpt_setup_or_die(&a, line, NULL);
+    mg_trainer_step(&a);
+    rc = mg_trainer_save(&a, dir, err, sizeof err);
+    snprintf(path, sizeof path, "%s/iter_0000001/model.safetensors", dir);
+    files = access(path, F_OK) == 0;
+    snprintf(path, sizeof path, "%s/iter_0000001/state.json", dir);
+    files += access(path, F_OK) == 0;
+    snprintf(path, sizeof path, "%s/iter_0000001/optimizer.safetensors", dir);
+    files += 2 * (access(path, F_OK) == 0);
+    snprintf(path, sizeof path, "%s/iter_0000001/optimizer_sq.safetensors", dir);
+    files += 2 * (access(path, F_OK) == 0);
+    mg_test_report(!rc && files == 2, "cli: --no-save-optim: the checkpoint holds "
+                   "model.safetensors and state.json, no optimizer files", "%s", rc ? err : "");
+    snprintf(line, sizeof line, BASE "--load %s", dir);
+    expect_error("--load of a --no-save-optim checkpoint without --no-load-optim", line,
+                 "holds no optimizer state (saved with --no-save-optim): give --no-load-optim");
+    snprintf(line, sizeof line, BASE "--load %s --no-load-optim", dir);
+    rc = gpt_setup_line(&b, line, NULL, err, sizeof err);
+    if (!rc) {
+        wa = gpt_host(&a.model, a.model.param_buf);
+        wb = gpt_host(&b.model, b.model.param_buf);
+        same = !memcmp(wa, wb, sizeof(float) * (size_t)a.model.n_elems) && b.iteration == 1 &&
+               b.consumed_samples == a.consumed_samples;
+        free(wa);
+        free(wb);
+        mg_trainer_free(&b);
+    }
+    mg_test_report(same, "cli: --no-load-optim resumes a --no-save-optim checkpoint: its "
+                   "weights bit for bit, iteration 1, its samples", "%s", rc ? err : "");
+    snprintf(line, sizeof line, BASE "--load %s --finetune", dir);
+    rc = gpt_setup_line(&b, line, NULL, err, sizeof err);
+    mg_test_report(!rc && b.iteration == 0, "cli: --finetune from a --no-save-optim checkpoint",
+                   "%s", rc ? err : "");
+    if (!rc) mg_trainer_free(&b);
+    mg_trainer_free(&a);
+    gpt_rmtree(dir);
+}
+
 /* --finetune (Megatron-LM's): the weights of --load's latest checkpoint and nothing else —
    iteration 0, no samples consumed, no optimizer steps, the command line's seed and schedule
    (another --seed and --lr than the checkpoint's are taken, where a resume refuses them). */
@@ -2237,8 +2285,6 @@ static void check_megatron_compat(void) {
                  "as rotate-half");
     expect_error("--rampup-batch-size refused by its name", BASE "--rampup-batch-size 4 4 100",
                  "^--rampup-batch-size is not supported by megatron.h: ");
-    expect_error("--no-save-optim refused", BASE "--no-save-optim",
-                 "^--no-save-optim is not supported by megatron.h: ");
     expect_error("--dataloader-type cyclic refused", BASE "--dataloader-type cyclic",
                  "^--dataloader-type cyclic is not supported by megatron.h: ");
     expect_error("--transformer-impl of no choice", BASE "--transformer-impl te",
@@ -2412,6 +2458,7 @@ int main(void) {
     check_finetune();
     check_gelu_on_resume();
     check_layernorm_1p();
+    check_no_save_optim();
     check_no_load_optim();
     check_long_paths();
     check_program();

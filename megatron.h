@@ -1330,6 +1330,9 @@ MGDEF int mg_gpt_config_check(const mg_gpt_config *c, int tp_size, char *err, si
     if (c->kv_channels < 0 || c->ffn_hidden < 0)
         return mg__err(err, errlen, "--kv-channels %d / --ffn-hidden-size %d: must be positive",
                        c->kv_channels, c->ffn_hidden);
+    if (c->squared_relu && c->swiglu)   /* also when one comes from a checkpoint */
+        return mg__err(err, errlen, "--squared-relu and --swiglu exclude each other (each is "
+                       "the MLP's activation: pick one)");
     {
         mg_layer_config k = mg_gpt_layer_config(c, 1, MG_F32);
         if (k.ffn_hidden < 1 || k.ffn_hidden % tp_size)

@@ -647,6 +647,10 @@ typedef enum { MG_WD_CONSTANT = 0, MG_WD_LINEAR, MG_WD_COSINE } mg_wd_style;
 typedef struct mg_lr_schedule {
     double max_lr, min_lr;       /* --lr, --min-lr                                              */
     double init_lr;              /* --lr-warmup-init: the rate the warm-up starts from          */
+    int decoupled;               /* --decoupled-lr given: the word embedding and the output
+                                    layer follow the same schedule between these two rates   */
+    double decoupled_max_lr, decoupled_min_lr;   /* --decoupled-lr, --decoupled-min-lr (its
+                                    default: --min-lr), Megatron-LM's decoupled param group  */
     /* The lengths are in iterations; sample-based training (--train-samples) gives them in
        samples, which here read as samples / samples_per_iter: a fraction of an iteration
        counts, as Megatron counts every length in samples.                                    */
@@ -851,6 +855,8 @@ typedef struct mg_optim_state {
     double sumsq;                /* Σ g² of the (scaled) gradients, every parameter once        */
     double grad_norm;            /* of the unscaled gradients before clipping; nan: skipped     */
     double lr;                   /* the learning rate this iteration used (also when skipped)   */
+    double lr2;                  /* the decoupled one (the embedding and output layer's); lr
+                                    without --decoupled-lr                                     */
     double loss_scale;           /* the scale this iteration's gradients carried                */
     mg_loss_scaler scaler;       /* updated by the iteration's found_inf                        */
     int64_t step;                /* optimizer updates taken (skipped iterations excluded)       */
@@ -928,6 +934,7 @@ typedef struct mg_train_args {
     int64_t exit_interval;
     /* optimizer and schedule                                                                */
     double lr, min_lr, weight_decay, clip_grad, adam_beta1, adam_beta2, adam_eps;
+    double decoupled_lr, decoupled_min_lr;   /* --decoupled-lr, --decoupled-min-lr          */
     int lr_decay_style;                  /* mg_lr_style                                        */
     int64_t lr_warmup_iters, lr_decay_iters;
     double lr_warmup_fraction;           /* given: warm-up = fraction × the decay iterations   */
@@ -1043,6 +1050,7 @@ typedef struct mg_step_result {
     double params_norm;       /* --log-params-norm: ‖fp32 weights‖₂ after the update (else nan) */
     double num_zeros;         /* --log-num-zeros-in-grad: zero gradient entries (else nan)      */
     double lr;                /* the learning rate this iteration used                          */
+    double lr2;               /* --decoupled-lr: the embedding and output layer's (else lr)     */
     double elapsed_ms;        /* wall time of the iteration                                     */
     int skipped;              /* 1: gradient not finite, update skipped                        */
     double loss_scale;        /* the loss scale this iteration used (1 without fp16)           */
@@ -3686,18 +3694,21 @@ MGDEF int mg_gpt_export_hf(mg_gpt *m, const char *dir, char *err, size_t errlen)
 /* mg_lr_at's and mg_wd_at's math, host and device (the fused step's learning rate and weight
    decay are made on the device).                                                           */
 #define MG__PI 3.14159265358979323846
-MG_HD static inline double mg__lr_at(const mg_lr_schedule *s, int64_t num_steps) {
+/* Between max_lr and min_lr: the schedule's own pair, or its decoupled one (Megatron's
+   get_lr(param_group) reads the group's max_lr and min_lr; the warm-up's init_lr is shared).  */
+MG_HD static inline double mg__lr_between(const mg_lr_schedule *s, int64_t num_steps,
+                                          double max_lr, double min_lr) {
     double ratio, coeff;
     if (s->warmup_iters > 0 && (double)num_steps <= s->warmup_iters)
-        return s->init_lr + (s->max_lr - s->init_lr) * (double)num_steps / s->warmup_iters;
-    if (s->style == MG_LR_CONSTANT) return s->max_lr;
-    if ((double)num_steps > s->decay_iters) return s->min_lr;
+        return s->init_lr + (max_lr - s->init_lr) * (double)num_steps / s->warmup_iters;
+    if (s->style == MG_LR_CONSTANT) return max_lr;
+    if ((double)num_steps > s->decay_iters) return min_lr;
     if (s->style == MG_LR_INVERSE_SQRT) {
         double samples = s->samples_per_iter > 0 ? (double)s->samples_per_iter : 1.0;
         double warmup = fmax(s->warmup_iters * samples, 1.0);
         double now = fmax((double)num_steps * samples, 1.0);
-        double lr = s->max_lr * sqrt(warmup) / sqrt(now);
-        return lr > s->min_lr ? lr : s->min_lr;
+        double lr = max_lr * sqrt(warmup) / sqrt(now);
+        return lr > min_lr ? lr : min_lr;
     }
     if (s->style == MG_LR_WSD) {
         double anneal = s->decay_iters - s->wsd_decay_iters;
@@ -3712,7 +3723,10 @@ MG_HD static inline double mg__lr_at(const mg_lr_schedule *s, int64_t num_steps)
         ratio = ((double)num_steps - s->warmup_iters) / (s->decay_iters - s->warmup_iters);
         coeff = s->style == MG_LR_LINEAR ? 1.0 - ratio : 0.5 * (cos(MG__PI * ratio) + 1.0);
     }
-    return s->min_lr + coeff * (s->max_lr - s->min_lr);
+    return min_lr + coeff * (max_lr - min_lr);
+}
+MG_HD static inline double mg__lr_at(const mg_lr_schedule *s, int64_t num_steps) {
+    return mg__lr_between(s, num_steps, s->max_lr, s->min_lr);
 }
 MG_HD static inline double mg__wd_at(const mg_lr_schedule *s, int64_t num_steps) {
     double ratio, coeff;
@@ -4009,6 +4023,9 @@ static void mg__table_visit(void *user, const mg_param_desc *d, int64_t x0, int6
     p->v = acc->opt->v + moment0;
     p->n = x1 - x0;
     p->wd_mult = d->weight_decay ? 1.0f : 0.0f;
+    /* Megatron's is_embedding_or_output_parameter: the word embedding (tied: the output layer
+       too) and an untied output layer take the decoupled rate (lr2 = lr without it) */
+    p->lr_group = d->kind == MG_WTE || d->kind == MG_OUT_W;
 }
 
 MGDEF size_t mg_adamw_arena_bytes(int n_params, int world_size) {
@@ -4253,6 +4270,8 @@ MG_HD static inline void mg__optim_decide_run(const mg__optim_decide *d) {
     int bad = !isfinite(s->sumsq);
     s->loss_scale = s->scaler.scale;
     s->lr = mg__lr_at(&d->sched, s->step);
+    s->lr2 = d->sched.decoupled ? mg__lr_between(&d->sched, s->step, d->sched.decoupled_max_lr,
+                                                 d->sched.decoupled_min_lr) : s->lr;
     s->args.weight_decay = (float)mg__wd_at(&d->sched, s->step);
     s->grad_norm = bad ? NAN : norm;
     s->args.skip = bad || !isfinite(norm);
@@ -4260,6 +4279,7 @@ MG_HD static inline void mg__optim_decide_run(const mg__optim_decide *d) {
         double coef = d->clip_grad > 0 ? d->clip_grad / (norm + 1e-6) : 1.0;
         s->step++;
         mg_adamw_args_set(&s->args, (float)s->lr, s->step, d->beta1, d->beta2);
+        mg_adamw_args_set_lr2(&s->args, (float)s->lr2, s->step, d->beta1);
         s->args.grad_scale = (float)(coef < 1.0 ? coef * unscale : unscale);
     } else {
         s->skipped_iters++;
@@ -4556,6 +4576,11 @@ static const mg__flag mg__flags[] = {
     {"--lr", MG__F_FLOAT, MG__OFF(lr), "LR", 0, 1e3, "peak learning rate (required to train)"},
     {"--min-lr", MG__F_FLOAT, MG__OFF(min_lr), "LR", 0, 1e3, "learning rate at the end of the "
      "decay (default 0)"},
+    {"--decoupled-lr", MG__F_FLOAT, MG__OFF(decoupled_lr), "LR", 0, 1e3, "the peak learning "
+     "rate of the word embedding and the output layer (Megatron-LM's decoupled param group: "
+     "the same schedule as --lr's, between this and --decoupled-min-lr)"},
+    {"--decoupled-min-lr", MG__F_FLOAT, MG__OFF(decoupled_min_lr), "LR", 0, 1e3, "with "
+     "--decoupled-lr: their learning rate at the end of the decay (default --min-lr)"},
     {"--lr-decay-style", MG__F_CHOICE, MG__OFF(lr_decay_style),
      MG__LR_STYLES, 0, 0, "decay after the warm-up; "
      "inverse-square-root: --lr x sqrt(warm-up / iteration), in samples, not below --min-lr; "
@@ -5006,10 +5031,6 @@ static const mg__compat_flag mg__compat_flags[] = {
      "--recompute-num-layers N with --recompute-granularity full"},
     {"--apply-residual-connection-post-layernorm", NULL, MG__COMPAT_REFUSED, "the residual "
      "adds the layer's input, before its norm (pre-norm, GPT's ordering)"},
-    {"--decoupled-lr", "N", MG__COMPAT_REFUSED, "one learning-rate schedule for every "
-     "parameter, the embedding and output layer too (--lr, --min-lr)"},
-    {"--decoupled-min-lr", "N", MG__COMPAT_REFUSED, "one learning-rate schedule for every "
-     "parameter, the embedding and output layer too (--lr, --min-lr)"},
     {"--num-experts", "N", MG__COMPAT_REFUSED, "no mixture of experts: every layer has one "
      "MLP"},
     {"--fp8-format", NULL, MG__COMPAT_REFUSED, "no fp8 training: --bf16 or --fp16"},
@@ -5953,6 +5974,13 @@ static int mg__read_sched(const mg_json *js, int64_t k, const char *path, mg__ck
     s->sched.end_wd = v[5];
     s->sched.wd_incr_iters = v[6];
     s->sched.wd_style = (mg_wd_style)wd_style;
+    s->sched.decoupled = mg_json_get(js, k, "decoupled_lr") >= 0;   /* optional */
+    if (s->sched.decoupled &&
+        (mg__cfg_num(js, k, path, "decoupled_lr", NAN, 0, 1e3, &s->sched.decoupled_max_lr, err,
+                     errlen) ||
+         mg__cfg_num(js, k, path, "decoupled_min_lr", NAN, 0, 1e3, &s->sched.decoupled_min_lr,
+                     err, errlen)))
+        return -1;
     s->has_sched = 1;
     return 0;
 }
@@ -6076,6 +6104,10 @@ static void mg__sched_of(const mg_train_args *a, mg_lr_schedule *s) {
     s->max_lr = a->lr;
     s->min_lr = a->min_lr;
     s->init_lr = a->lr_warmup_init;
+    s->decoupled = mg_train_flag_given(a, "--decoupled-lr");   /* Megatron: decoupled_lr set */
+    s->decoupled_max_lr = s->decoupled ? a->decoupled_lr : 0.0;
+    s->decoupled_min_lr = !s->decoupled ? 0.0 : mg_train_flag_given(a, "--decoupled-min-lr")
+                                                    ? a->decoupled_min_lr : a->min_lr;
     s->warmup_iters = mg__warmup_iters(a);
     s->decay_iters = mg__decay_iters(a);
     s->style = (mg_lr_style)a->lr_decay_style;
@@ -6150,6 +6182,10 @@ static int mg__sched_merge(mg_train_args *a, const mg__ckpt_state *st, char *err
         a->start_weight_decay = c->start_wd;
         a->end_weight_decay = c->end_wd;
         a->wd_incr_iters = c->wd_incr_iters;
+        a->decoupled_lr = c->decoupled_max_lr;   /* the decoupled pair, or none */
+        a->decoupled_min_lr = c->decoupled_min_lr;
+        a->given[mg__flag_index("--decoupled-lr")] = c->decoupled;
+        a->given[mg__flag_index("--decoupled-min-lr")] = c->decoupled;
         return 0;
     }
     mg__sched_of(a, &cmd);
@@ -6182,6 +6218,25 @@ static int mg__sched_merge(mg_train_args *a, const mg__ckpt_state *st, char *err
                        k == 3 && !decay_given ? (samples ? " (the decay length without "
                        "--lr-decay-samples)" : " (the decay length without --lr-decay-iters)")
                        : k == 7 ? " (the weight-decay increment's length)" : "", cv);
+    }
+    /* the decoupled param group's pair, where either run has one */
+    if (cmd.decoupled != c->decoupled || (cmd.decoupled && (cmd.decoupled_max_lr !=
+        c->decoupled_max_lr || cmd.decoupled_min_lr != c->decoupled_min_lr))) {
+        int max_differs = cmd.decoupled != c->decoupled ||
+                          cmd.decoupled_max_lr != c->decoupled_max_lr;
+        if (cmd.decoupled) mg__num_text(mv, sizeof mv, max_differs ? cmd.decoupled_max_lr
+                                                                   : cmd.decoupled_min_lr, 0);
+        else snprintf(mv, sizeof mv, "(not given)");
+        if (c->decoupled) mg__num_text(cv, sizeof cv, max_differs ? c->decoupled_max_lr
+                                                                  : c->decoupled_min_lr, 0);
+        else snprintf(cv, sizeof cv, "none");
+        if (!strcmp(mv, "0.0")) snprintf(mv, sizeof mv, "0");   /* as typed */
+        if (!strcmp(cv, "0.0")) snprintf(cv, sizeof cv, "0");
+        return mg__err(err, errlen, "%s %s differs from the checkpoint's %s (on resume "
+                       "Megatron-LM's OptimizerParamScheduler refuses a changed schedule: give "
+                       "--use-checkpoint-opt_param-scheduler to keep the checkpoint's, or "
+                       "--override-opt_param-scheduler to take the command line's)",
+                       max_differs ? "--decoupled-lr" : "--decoupled-min-lr", mv, cv);
     }
     return 0;
 }
@@ -8021,6 +8076,7 @@ static void mg__trainer_pull(mg_trainer *tr, mg_step_result *r) {
         r->has_values = 1;
         r->loss = s.loss;
         r->lr = s.lr;
+        r->lr2 = s.lr2;
         r->loss_scale = s.loss_scale;
         r->grad_norm = s.grad_norm;
         r->skipped = s.args.skip;
@@ -8080,7 +8136,7 @@ MGDEF mg_step_result mg_trainer_step(mg_trainer *tr) {
     int pull = !tr->defer_results || mg__trainer_shows(tr, tr->iteration + 1);
     float dloss;
     memset(&r, 0, sizeof r);
-    r.params_norm = r.num_zeros = r.loss = r.grad_norm = r.lr = r.loss_scale = NAN;
+    r.params_norm = r.num_zeros = r.loss = r.grad_norm = r.lr = r.lr2 = r.loss_scale = NAN;
     mg__timer_start(tr, MG_TIMER_FORWARD_BACKWARD);
     mg__timer_start(tr, MG_TIMER_BATCH_GENERATOR);
     mg__fetch(tr, &tr->train_data, tr->consumed_samples + tr->dp_rank * Gl, Gl, 0);
@@ -8343,6 +8399,7 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
        training_log; the log line below shows the interval's mean loss)                     */
     if (tr->has_tb && tr->iteration % tr->args.tensorboard_log_interval == 0) {
         mg__tb_pair(tr, "learning-rate", r->lr);
+        if (tr->sched.decoupled) mg__tb(tr, "decoupled-learning-rate", r->lr2, tr->iteration);
         mg__tb_pair(tr, "batch-size", (double)G);
         mg__tb_pair(tr, "lm loss", r->loss);
         mg__tb_pair(tr, "loss-scale", r->loss_scale);
@@ -8398,11 +8455,13 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
     if (out) {
         fprintf(out, " [%s] iteration %8lld/%8lld | consumed samples: %12lld | elapsed time per "
                 "iteration (ms): %.1f | throughput per GPU (TFLOP/s/GPU): %.3f | with recomputed "
-                "FLOPs (TFLOP/s/GPU): %.3f | tokens per second: %.0f | learning rate: %.6E | "
-                "global batch size: %5lld | lm loss: %.6E | loss scale: %.1f | grad norm: %.3f |",
+                "FLOPs (TFLOP/s/GPU): %.3f | tokens per second: %.0f | learning rate: %.6E |",
                 stamp, (long long)tr->iteration, (long long)tr->args.train_iters,
-                (long long)tr->consumed_samples, ms, tflops, tflops_rc, tokens_per_s, r->lr,
-                (long long)G, loss, r->loss_scale, r->grad_norm);
+                (long long)tr->consumed_samples, ms, tflops, tflops_rc, tokens_per_s, r->lr);
+        if (tr->sched.decoupled)   /* Megatron prints it on the first and last stages */
+            fprintf(out, " decoupled learning rate: %.6E |", r->lr2);
+        fprintf(out, " global batch size: %5lld | lm loss: %.6E | loss scale: %.1f | grad norm: "
+                "%.3f |", (long long)G, loss, r->loss_scale, r->grad_norm);
         if (tr->args.log_num_zeros_in_grad) fprintf(out, " num zeros: %.1f |", r->num_zeros);
         if (tr->args.log_params_norm) fprintf(out, " params norm: %.3f |", r->params_norm);
         fprintf(out, " number of skipped iterations: %3lld | number of nan iterations: %3lld |",
@@ -8431,6 +8490,7 @@ MGDEF void mg_trainer_log(mg_trainer *tr, const mg_step_result *r, FILE *out) {
         mg__json_num(tr->jsonl, "lm_loss", loss, 0);
         mg__json_num(tr->jsonl, "grad_norm", r->grad_norm, 0);
         mg__json_num(tr->jsonl, "lr", r->lr, 0);
+        if (tr->sched.decoupled) mg__json_num(tr->jsonl, "decoupled_lr", r->lr2, 0);
         mg__json_num(tr->jsonl, "loss_scale", r->loss_scale, 0);
         mg__json_num(tr->jsonl, "elapsed_ms", ms, 0);
         mg__json_num(tr->jsonl, "tokens_per_sec", tokens_per_s, 0);
@@ -8662,10 +8722,15 @@ static char *mg__state_json(const mg_trainer *tr) {
     n += (size_t)snprintf(s + n, cap - n, "  \"opt_param_scheduler\": {\"max_lr\": %.17g, "
                           "\"min_lr\": %.17g, \"lr_warmup_iters\": %.17g, \"lr_decay_iters\": "
                           "%.17g, \"lr_decay_style\": \"%s\", \"start_wd\": %.17g, \"end_wd\": "
-                          "%.17g, \"wd_incr_iters\": %.17g, \"wd_incr_style\": \"%s\"},\n",
+                          "%.17g, \"wd_incr_iters\": %.17g, \"wd_incr_style\": \"%s\"",
                           tr->sched.max_lr, tr->sched.min_lr, tr->sched.warmup_iters,
                           tr->sched.decay_iters, lr_style, tr->sched.start_wd,
                           tr->sched.end_wd, tr->sched.wd_incr_iters, wd_style);
+    if (tr->sched.decoupled)   /* the decoupled param group's pair (--decoupled-lr) */
+        n += (size_t)snprintf(s + n, cap - n, ", \"decoupled_lr\": %.17g, "
+                              "\"decoupled_min_lr\": %.17g", tr->sched.decoupled_max_lr,
+                              tr->sched.decoupled_min_lr);
+    n += (size_t)snprintf(s + n, cap - n, "},\n");
     n += (size_t)snprintf(s + n, cap - n, "  \"padded_vocab_size\": %d,\n  \"args\": {",
                           tr->cfg.padded_vocab);
     for (i = 0; i < MG__NFLAGS; i++) {   /* every flag whole, however long its paths */

@@ -718,12 +718,15 @@ MGDEF void mg_adamw_step(mg_ctx *ctx, float *param, const float *grad, float *m,
    value from the host: device code (the clip and loss-scale decisions) writes the scalars.
      table[i]  param (fp32 master), grad, m, v: n values each; param16 NULL or the 16-bit copy
                (dtype dt16) of param; wd_mult, the piece's share of the step's weight decay
-               (Megatron's wd_mult: 1 for weights, 0 for biases and norms); begin = Σ n of the
-               pieces before it (mg_adamw_table_begin fills it), total = Σ n of all.
+               (Megatron's wd_mult: 1 for weights, 0 for biases and norms); lr_group 1 takes
+               the second learning rate (Megatron's decoupled one: the word embedding and the
+               output layer under --decoupled-lr); begin = Σ n of the pieces before it
+               (mg_adamw_table_begin fills it), total = Σ n of all.
      args      lr, the bias corrections step_size = lr/(1−β1^step) and bc2_sqrt = √(1−β2^step)
-               (mg_adamw_args_set), the step's weight decay (a piece decays by
-               weight_decay·wd_mult), grad_scale (clipping and the loss scale divided out), and
-               skip: nonzero leaves everything unchanged (an fp16 overflow step).
+               (mg_adamw_args_set), lr2 and step_size2 for lr_group 1 (the same values unless
+               mg_adamw_args_set_lr2 sets them), the step's weight decay (a piece decays by
+               its lr·weight_decay·wd_mult), grad_scale (clipping and the loss scale divided
+               out), and skip: nonzero leaves everything unchanged (an fp16 overflow step).
    Each element is mg_adamw_step's, with the same numbers. CPU: the pieces in order, each as
    mg_adamw_step runs it. CUDA: each block takes tiles of 4·256 consecutive indices of the
    pieces laid end to end ([0, total)), finds the tile's first piece by binary search over
@@ -732,16 +735,24 @@ typedef struct mg_adamw_piece {
     float *param; const float *grad; float *m, *v; void *param16;
     int64_t n, begin;
     float wd_mult;
+    int lr_group;
 } mg_adamw_piece;
 typedef struct mg_adamw_args {
     float lr, step_size, bc2_sqrt, grad_scale, weight_decay;
     int skip;
+    float lr2, step_size2;   /* lr_group 1's */
 } mg_adamw_args;
 MG_HD static inline void mg_adamw_args_set(mg_adamw_args *a, float lr, int64_t step, float beta1,
                                            float beta2) {
-    a->lr = lr;
-    a->step_size = (float)(lr / (1.0 - pow((double)beta1, (double)step)));
+    a->lr = a->lr2 = lr;
+    a->step_size = a->step_size2 = (float)(lr / (1.0 - pow((double)beta1, (double)step)));
     a->bc2_sqrt = (float)sqrt(1.0 - pow((double)beta2, (double)step));
+}
+/* lr_group 1's learning rate (after mg_adamw_args_set). */
+MG_HD static inline void mg_adamw_args_set_lr2(mg_adamw_args *a, float lr2, int64_t step,
+                                               float beta1) {
+    a->lr2 = lr2;
+    a->step_size2 = (float)(lr2 / (1.0 - pow((double)beta1, (double)step)));
 }
 /* begin of every piece, from the n's; returns the total.                                     */
 MGDEF int64_t mg_adamw_table_begin(mg_adamw_piece *table, int n_pieces);
@@ -1751,11 +1762,11 @@ typedef struct mg__adamw_k {
     float lr, beta1, beta2, eps, decay_factor /* 1 − lr·wd */, step_size, bc2_sqrt, grad_scale;
 } mg__adamw_k;
 MG_HD static inline mg__adamw_k mg__adamw_k_of(const mg_adamw_args *a, float beta1, float beta2,
-                                               float eps, float wd_mult) {
+                                               float eps, float wd_mult, int lr_group) {
     mg__adamw_k k;
-    k.lr = a->lr; k.beta1 = beta1; k.beta2 = beta2; k.eps = eps;
-    k.decay_factor = (float)(1.0 - (double)a->lr * (a->weight_decay * wd_mult));
-    k.step_size = a->step_size;
+    k.lr = lr_group ? a->lr2 : a->lr; k.beta1 = beta1; k.beta2 = beta2; k.eps = eps;
+    k.decay_factor = (float)(1.0 - (double)k.lr * (a->weight_decay * wd_mult));
+    k.step_size = lr_group ? a->step_size2 : a->step_size;
     k.bc2_sqrt = a->bc2_sqrt;
     k.grad_scale = a->grad_scale;
     return k;
@@ -3391,7 +3402,7 @@ static void mg__cpu_adamw_multi(mg_ctx *ctx, const mg_adamw_piece *table, int n_
         for (q = 0; q < n_pieces && off < hi; off += table[q].n, q++) {
             const mg_adamw_piece *p = &table[q];
             int64_t a = lo > off ? lo - off : 0, b = hi < off + p->n ? hi - off : p->n;
-            mg__adamw_k k = mg__adamw_k_of(args, beta1, beta2, eps, p->wd_mult);
+            mg__adamw_k k = mg__adamw_k_of(args, beta1, beta2, eps, p->wd_mult, p->lr_group);
             if (a < b) mg__cpu_adamw_range(p->param, p->grad, p->m, p->v, a, b, &k, p->param16, dt16);
         }
     }
@@ -5882,7 +5893,7 @@ static __global__ void mg__k_adamw_multi(const mg_adamw_piece *table, int n_piec
         c = lo;
         p = &table[c];
         j = i - p->begin;
-        k = mg__adamw_k_of(&a, beta1, beta2, eps, p->wd_mult);
+        k = mg__adamw_k_of(&a, beta1, beta2, eps, p->wd_mult, p->lr_group);
         o.p = (decltype(o.p))p->param16;
         if (i + 4 <= end && j + 4 <= p->n && mg__vec_ok(p->param + j, 4, 4) &&
             mg__vec_ok(p->grad + j, 4, 4) && mg__vec_ok(p->m + j, 4, 4) &&
@@ -5908,7 +5919,7 @@ static __global__ void mg__k_adamw_multi(const mg_adamw_piece *table, int n_piec
             if (i + e >= table[c].begin + table[c].n) {
                 while (i + e >= table[c].begin + table[c].n) c++;
                 p = &table[c];
-                k = mg__adamw_k_of(&a, beta1, beta2, eps, p->wd_mult);
+                k = mg__adamw_k_of(&a, beta1, beta2, eps, p->wd_mult, p->lr_group);
                 o.p = (decltype(o.p))p->param16;
             }
             j = i + e - p->begin;
@@ -7649,7 +7660,7 @@ MGDEF void mg_adamw_step(mg_ctx *ctx, float *param, const float *grad, float *m,
                          int64_t n, const mg_adamw_hparams *hp, float grad_scale,
                          void *param16, mg_dtype dt16) {
     /* the fused AdamW with one piece: {param, grad, m, v, param16, n, begin, wd_mult} */
-    mg_adamw_piece piece = {param, grad, m, v, param16, n, 0, 1.0f};
+    mg_adamw_piece piece = {param, grad, m, v, param16, n, 0, 1.0f, 0};
     mg_adamw_args a;
     if (hp->step < 1 || n < 0)
         mg_fatal(__FILE__, __LINE__, "mg_adamw_step: step %d (counts from 1), n %lld", hp->step,

@@ -1017,6 +1017,86 @@ static void check_no_save_optim(void) {
     gpt_rmtree(dir);
 }
 
+/* --decoupled-lr / --decoupled-min-lr (Megatron-LM's decoupled param group: the word
+   embedding and the output layer): equal to --lr and --min-lr the run is the plain one bit
+   for bit; --decoupled-lr 0 freezes exactly those tensors (weight decay scales with the rate
+   too) while everything else trains; the log line's decoupled rate follows the schedule; a
+   checkpoint keeps the pair (a resume with another is refused, the checkpoint's is taken with
+   --use-checkpoint-opt_param-scheduler).                                                     */
+static void check_decoupled_lr(void) {
+    enum { STEPS = 6 };
+#define DEC "--seed 7 --lr 2e-3 --min-lr 2e-4 --lr-decay-style cosine --lr-warmup-iters 2 " \
+            "--lr-decay-iters 6 --weight-decay 0.1 --untie-embeddings-and-output-weights "
+    char line[2048], dir[512], err[MG_ERRLEN];
+    mg_trainer a, b;
+    float la[STEPS], lb[STEPS], na[STEPS], nb[STEPS], *w0, *w1;
+    int i, frozen = 1, moved = 1, same, rc;
+    mg_step_result r;
+    snprintf(line, sizeof line, BASE DEC "--train-iters %d --decoupled-lr 2e-3 "
+             "--decoupled-min-lr 2e-4", STEPS);
+    gpt_setup_or_die(&a, line, NULL);
+    snprintf(line, sizeof line, BASE DEC "--train-iters %d", STEPS);
+    gpt_setup_or_die(&b, line, NULL);
+    gpt_train_steps(&a, STEPS, la, na);
+    gpt_train_steps(&b, STEPS, lb, nb);
+    w0 = gpt_host(&a.model, a.model.param_buf);
+    w1 = gpt_host(&b.model, b.model.param_buf);
+    same = !memcmp(la, lb, sizeof la) && !memcmp(na, nb, sizeof na) &&
+           !memcmp(w0, w1, sizeof(float) * (size_t)a.model.n_elems);
+    mg_test_report(same, "cli: --decoupled-lr = --lr, --decoupled-min-lr = --min-lr: the plain "
+                   "run bit for bit", "%d steps", STEPS);
+    free(w0);
+    free(w1);
+    mg_trainer_free(&a);
+    mg_trainer_free(&b);
+    /* --decoupled-lr 0 --decoupled-min-lr 0 (the minimum defaults to --min-lr's 2e-4): the
+       word embedding and the output layer stay; the rest trains */
+    snprintf(line, sizeof line, BASE DEC "--train-iters %d --decoupled-lr 0 --decoupled-min-lr 0",
+             STEPS);
+    gpt_setup_or_die(&a, line, NULL);
+    w0 = gpt_host(&a.model, a.model.param_buf);
+    for (i = 0; i < STEPS; i++) r = mg_trainer_step(&a);
+    w1 = gpt_host(&a.model, a.model.param_buf);
+    for (i = 0; i < a.model.n_params; i++) {
+        const mg_param_desc *d = &a.model.params[i];
+        int dec = d->kind == MG_WTE || d->kind == MG_OUT_W;
+        int changed = memcmp(w0 + d->offset, w1 + d->offset, sizeof(float) * (size_t)d->numel);
+        if (dec && changed) frozen = 0;
+        if (!dec && d->ndim == 2 && !changed) moved = 0;
+    }
+    mg_test_report(frozen && moved && r.lr2 == 0.0 && r.lr > 0, "cli: --decoupled-lr 0 "
+                   "--decoupled-min-lr 0 freezes the word embedding and the output layer exactly "
+                   "(decay too); every other weight trains", "lr %g, decoupled %g", r.lr, r.lr2);
+    free(w0);
+    free(w1);
+    /* the checkpoint keeps the pair */
+    gpt_tmpdir(dir, sizeof dir, "decoupled");
+    rc = mg_trainer_save(&a, dir, err, sizeof err);
+    mg_trainer_free(&a);
+    if (rc) { mg_test_report(0, "cli: save with --decoupled-lr", "%s", err); gpt_rmtree(dir); return; }
+    snprintf(line, sizeof line, BASE DEC "--train-iters %d --load %s --decoupled-lr 1e-3 "
+             "--decoupled-min-lr 0", STEPS + 2, dir);
+    expect_error("resume with another --decoupled-lr", line, "--decoupled-lr 0.001 differs "
+                 "from the checkpoint's 0 (on resume");
+    snprintf(line, sizeof line, BASE DEC "--train-iters %d --load %s --decoupled-lr 0",
+             STEPS + 2, dir);
+    expect_error("resume with another --decoupled-min-lr", line, "--decoupled-min-lr 0.0002 "
+                 "differs from the checkpoint's 0 (on resume");
+    snprintf(line, sizeof line, BASE DEC "--train-iters %d --load %s", STEPS + 2, dir);
+    expect_error("resume without the checkpoint's --decoupled-lr", line, "--decoupled-lr "
+                 "(not given) differs from the checkpoint's 0 (");
+    snprintf(line, sizeof line, BASE DEC "--train-iters %d --load %s "
+             "--use-checkpoint-opt_param-scheduler", STEPS + 2, dir);
+    rc = gpt_setup_line(&a, line, NULL, err, sizeof err);
+    mg_test_report(!rc && a.sched.decoupled && a.sched.decoupled_max_lr == 0.0 &&
+                   a.sched.decoupled_min_lr == 0.0, "cli: --use-checkpoint-opt_param-scheduler "
+                   "takes the checkpoint's --decoupled-lr 0 and --decoupled-min-lr 0", "%s",
+                   rc ? err : "");
+    if (!rc) mg_trainer_free(&a);
+    gpt_rmtree(dir);
+#undef DEC
+}
+
 /* --finetune (Megatron-LM's): the weights of --load's latest checkpoint and nothing else —
    iteration 0, no samples consumed, no optimizer steps, the command line's seed and schedule
    (another --seed and --lr than the checkpoint's are taken, where a resume refuses them). */
@@ -2256,8 +2336,6 @@ static void check_megatron_compat(void) {
                  "5", "^--non-persistent-save-interval is not supported by megatron.h: ");
     expect_error("--window-size refused", BASE "--window-size 128,0",
                  "^--window-size is not supported by megatron.h: attention sees every earlier");
-    expect_error("--decoupled-lr refused by its name", BASE "--decoupled-lr 1e-4",
-                 "^--decoupled-lr is not supported by megatron.h: one learning-rate schedule");
     expect_error("--apply-residual-connection-post-layernorm refused by its name",
                  BASE "--apply-residual-connection-post-layernorm", "^--apply-residual-"
                  "connection-post-layernorm is not supported by megatron.h: ");
@@ -2459,6 +2537,7 @@ int main(void) {
     check_gelu_on_resume();
     check_layernorm_1p();
     check_no_save_optim();
+    check_decoupled_lr();
     check_no_load_optim();
     check_long_paths();
     check_program();

@@ -623,6 +623,64 @@ static void test_classifier_fused(mg_ctx *ctx) {
     free(dw0);
 }
 
+/* The fused AdamW's two learning-rate groups (Megatron's decoupled learning rate): a table of
+   a group-0 and a group-1 piece with lr and lr2 updates each exactly as mg_adamw_step with its
+   own rate (weight decay 0.1 scaled by that rate too), over 3 steps.                        */
+static void test_adamw_lr_groups(mg_ctx *ctx) {
+    enum { n = 37 };
+    size_t mark = mg_arena_mark(ctx);
+    float *init = ops_randn_array(3 * n, 1.0f), *want[2], *got;
+    float *dev = ops_dev_f32(ctx, NULL, 7 * n);   /* params 2n, grad n, m 2n, v 2n */
+    float *ref = ops_dev_f32(ctx, NULL, 3 * n);   /* param, m, v of the plain step */
+    float *host = (float *)calloc(7 * n, sizeof(float));
+    mg_adamw_piece table[2];
+    mg_adamw_args args;
+    mg_adamw_hparams hp = {0, 0.9f, 0.95f, 1e-8f, 0.1f, 0};
+    int k, step, same = 1;
+    memcpy(host, init, sizeof(float) * 3 * n);          /* two params, then the grad */
+    mg_copy_to_device(ctx, dev, host, sizeof(float) * 7 * n);
+    memset(table, 0, sizeof table);
+    for (k = 0; k < 2; k++) {
+        table[k].param = dev + k * n;
+        table[k].grad = dev + 2 * n;
+        table[k].m = dev + 3 * n + k * n;
+        table[k].v = dev + 5 * n + k * n;
+        table[k].n = n;
+        table[k].wd_mult = 1.0f;
+        table[k].lr_group = k;
+    }
+    mg_adamw_table_begin(table, 2);
+    for (step = 1; step <= 3; step++) {
+        for (k = 0; k < 2; k++) {   /* the reference: mg_adamw_step from the same state */
+            mg_copy(ctx, ref, table[k].param, sizeof(float) * n);
+            mg_copy(ctx, ref + n, table[k].m, sizeof(float) * n);
+            mg_copy(ctx, ref + 2 * n, table[k].v, sizeof(float) * n);
+            hp.lr = k ? 7e-4f : 3e-3f;
+            hp.step = step;
+            mg_adamw_step(ctx, ref, table[k].grad, ref + n, ref + 2 * n, n, &hp, 1.0f, NULL,
+                          MG_F32);
+            want[k] = ops_host_f32(ctx, ref, n);
+        }
+        memset(&args, 0, sizeof args);
+        mg_adamw_args_set(&args, 3e-3f, step, 0.9f, 0.95f);
+        mg_adamw_args_set_lr2(&args, 7e-4f, step, 0.9f);
+        args.weight_decay = 0.1f;
+        args.grad_scale = 1.0f;
+        mg_adamw_multi(ctx, table, 2, 2 * n, 0.9f, 0.95f, 1e-8f, MG_F32, &args);
+        for (k = 0; k < 2; k++) {
+            got = ops_host_f32(ctx, table[k].param, n);
+            same &= memcmp(got, want[k], sizeof(float) * n) == 0;
+            free(got);
+            free(want[k]);
+        }
+    }
+    mg_test_report(same, "adamw multi: lr_group 1 takes lr2 (the decoupled rate), group 0 lr: "
+                   "each piece bit for bit as mg_adamw_step at its rate", "3 steps");
+    free(init);
+    free(host);
+    mg_arena_release(ctx, mark);
+}
+
 static void test_adamw(mg_ctx *ctx) {
     ops_ref r;
     size_t mark = mg_arena_mark(ctx);
@@ -853,6 +911,7 @@ int main(void) {
     test_xent_ignored(&ctx);
     test_classifier_fused(&ctx);
     test_adamw(&ctx);
+    test_adamw_lr_groups(&ctx);
     test_llama_ops(&ctx);
     test_misuse(&ctx);
     test_linear_gelu(&ctx, MG_ACT_GELU_ERF);   /* last: their random inputs leave the others' alone */

@@ -17,7 +17,8 @@
    with --hidden-dropout / --attention-dropout on (masks keyed by global coordinates), also
    under sequence parallelism, without biases (--disable-bias-linear: the exact GELU), with
    the squared ReLU (--squared-relu), with zero-centred norms (--apply-layernorm-1p), from
-   --init-method-xavier-uniform, and
+   --init-method-xavier-uniform, with --decoupled-lr (the vocabulary-parallel tensors' own
+   rate), and
    with the fused classifier in ragged chunks of 5 rows (both runs). Before training, the
    imported shards gathered back equal the serial import bit for bit.
    Also: dropout changes the loss (the switch is live) and its backward is right (central
@@ -90,8 +91,10 @@ static double compare_weights(mg_gpt *par, mg_gpt *ser, int mask_key, int *pad_o
         double ss = 0, ei;
         mg_gpt_shard_to_global(par, i, par->param_buf, got);    /* collective */
         mg_gpt_shard_to_global(ser, j, ser->param_buf, want);
-        n = d->kind == MG_WTE ? (int64_t)par->cfg.vocab_size * cols : rows * cols;
-        if (d->kind == MG_WTE)
+        /* the vocabulary tensors: the V real rows (Vp = 128·t differs), the padding zero */
+        n = d->kind == MG_WTE || d->kind == MG_OUT_W ? (int64_t)par->cfg.vocab_size * cols
+                                                      : rows * cols;
+        if (d->kind == MG_WTE || d->kind == MG_OUT_W)
             for (r = n; r < rows * cols; r++) if (got[r] != 0) *pad_ok = 0;
         if (mask_key && d->kind == MG_QKV_B) {
             int64_t hd = par->cfg.hidden / par->cfg.n_head;
@@ -361,6 +364,8 @@ int main(int argc, char **argv) {
     check_run("squared ReLU", MODEL_FLAGS "--squared-relu");
     check_run("zero-centred norms, sp", MODEL_FLAGS "--apply-layernorm-1p --sequence-parallel");
     check_run("xavier init", MODEL_FLAGS "--init-method-xavier-uniform");
+    check_run("decoupled lr, untied, sp", MODEL_FLAGS "--decoupled-lr 1e-2 --decoupled-min-lr 1e-3 "
+              "--untie-embeddings-and-output-weights --sequence-parallel");
     check_run("dropout", MODEL_FLAGS "--hidden-dropout 0.1 --attention-dropout 0.1");
     check_run("dropout, sp", MODEL_FLAGS "--hidden-dropout 0.1 --attention-dropout 0.1 "
               "--sequence-parallel");

@@ -909,6 +909,7 @@ static int adamw_multi(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n, int g
         host[k].param16 = dt == MG_F32 || k == 2 ? NULL : (char *)p16.data + at[k] * mg_dtype_size(dt);
         host[k].n = len[k];
         host[k].wd_mult = k % 2 ? 1.0f : 0.0f;   /* weight decay 0.1 on odd pieces */
+        host[k].lr_group = k == 3;               /* piece 3 takes the second learning rate */
     }
     total = mg_adamw_table_begin(host, NP);
     mg_copy_to_device(ctx, table, host, sizeof host);
@@ -924,10 +925,11 @@ static int adamw_multi(mg_ctx *ctx, mg_dtype dt, float **outs, int64_t *n, int g
     }
     for (step = 1; step <= 4; step++) {
         mg_adamw_args_set(&args, 3e-3f, step > 2 ? step - 1 : step, 0.9f, 0.95f);
+        mg_adamw_args_set_lr2(&args, 1e-3f, step > 2 ? step - 1 : step, 0.9f);
         args.weight_decay = 0.1f;
         args.grad_scale = 0.7f;
         args.skip = step == 2;   /* the skipped step: its arguments must not matter */
-        if (args.skip) args.lr = args.step_size = NAN;
+        if (args.skip) args.lr = args.step_size = args.lr2 = args.step_size2 = NAN;
         mg_copy_to_device(ctx, dargs, &args, sizeof args);
         if (graph) mg_graph_launch(ctx, &gr);
         else mg_adamw_multi(ctx, table, NP, total, 0.9f, 0.95f, 1e-8f, dt, dargs);

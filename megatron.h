@@ -36,7 +36,8 @@
      3b. Weight files: import llm.c checkpoints, Hugging Face GPT-2 safetensors and Llama /
         Mistral / Qwen2 directories (told apart by content and config.json; shards, F32/BF16/
         F16), export Hugging Face safetensors + config.json (GPT-2 or the Llama family).
-     4. Optimizer: AdamW state, Megatron's learning-rate schedule, global-norm clipping.
+     4. Optimizer: AdamW state, Megatron's learning-rate schedule (and its decoupled rate for
+        the word embedding and the output layer), global-norm clipping.
      4b. Data parallelism (mg_dp): the gradient reduction over the d replicas (d·c with context
         parallelism: the data-context group) in buckets started
         during the last microbatch's backward; the distributed optimizer (ZeRO-1: sharded

@@ -23,17 +23,18 @@
         packed AVX-512 kernel where built for AVX-512, else cblas_sgemm) or cublasGemmEx /
         cublasGemmStridedBatchedEx (CUDA). All row-major reasoning lives above it.
      5. Ops, each forward beside its backward, shapes stated once per op:
-        embedding · layernorm · linear (forward, backward-input, backward-weight; linear + GELU
-        fused, forward and backward) · GELU ·
+        embedding · layernorm / RMSNorm (zero-centred or not) · linear (forward, backward-input,
+        backward-weight; linear + activation fused, forward and backward) · the MLP activations
+        (GELU's tanh approximation, the exact GELU, the squared ReLU) ·
         causal attention core · residual add / scale / axpy · dropout · casts ·
         vocabulary-slice softmax cross-entropy (three steps, or one pass) · the fused, chunked
         classifier (output layer + cross-entropy + their backward, never the full logits) ·
         AdamW · sum of squares.
      6. Implementation (under MG_IMPLEMENTATION): 6a errors, context, arena, copies · 6b dtypes
-        and tensors · 6c the shared per-element/per-row math (MG_HD functions: exp, GELU,
-        layernorm, softmax gradient, cross-entropy, dropout test, AdamW) · 6d the CPU backend
-        (OpenMP over rows/chunks/column blocks, `omp simd` inner loops, the packed sgemm or
-        OpenBLAS) · 6e the CUDA
+        and tensors · 6c the shared per-element/per-row math (MG_HD functions: exp, the
+        activations, layernorm, softmax gradient, cross-entropy, dropout test, AdamW) · 6d the
+        CPU backend (OpenMP over rows/chunks/column blocks, `omp simd` inner loops, the packed
+        sgemm or OpenBLAS) · 6e the CUDA
         backend (kernels specialised by dtype, then launchers; one pair of block-reduction
         helpers; the tiled attention's 32-row and, for head dims 64 and 128 on tensor cores,
         64-row kernels; the two-pass column sums; the embedding backward's sort of the rows by

@@ -5443,6 +5443,9 @@ MGDEF void mg_train_print_compat_notes(const mg_train_args *a, FILE *out, const 
             fprintf(out, "%s: warning: %s%s%s: %s\n", prog, f->name, word ? " " : "",
                     word ? f->values : "", f->text);
     }
+    if (mg_train_flag_given(a, "--decoupled-min-lr") && !mg_train_flag_given(a, "--decoupled-lr"))
+        fprintf(out, "%s: warning: --decoupled-min-lr without --decoupled-lr changes nothing "
+                "(as in Megatron-LM: there is no decoupled param group without it)\n", prog);
 }
 
 MGDEF int mg_train_parse(mg_train_args *a, int argc, char **argv, char *err, size_t errlen) {

@@ -1023,6 +1023,7 @@ static void check_no_save_optim(void) {
    too) while everything else trains; the log line's decoupled rate follows the schedule; a
    checkpoint keeps the pair (a resume with another is refused, the checkpoint's is taken with
    --use-checkpoint-opt_param-scheduler).                                                     */
+static int compat_notes(const char *line, char *notes, size_t cap);
 static void check_decoupled_lr(void) {
     enum { STEPS = 6 };
 #define DEC "--seed 7 --lr 2e-3 --min-lr 2e-4 --lr-decay-style cosine --lr-warmup-iters 2 " \
@@ -1049,6 +1050,13 @@ static void check_decoupled_lr(void) {
     free(w1);
     mg_trainer_free(&a);
     mg_trainer_free(&b);
+    {   /* the minimum alone: nothing to apply it to, one warning */
+        char notes[400];
+        CHECK(compat_notes(BASE "--decoupled-min-lr 1e-5", notes, sizeof notes) &&
+              !strcmp(notes, "gpt_train: warning: --decoupled-min-lr without --decoupled-lr "
+                      "changes nothing (as in Megatron-LM: there is no decoupled param group "
+                      "without it)\n"), "cli: --decoupled-min-lr alone: one warning");
+    }
     /* --decoupled-lr 0 --decoupled-min-lr 0 (the minimum defaults to --min-lr's 2e-4): the
        word embedding and the output layer stay; the rest trains */
     snprintf(line, sizeof line, BASE DEC "--train-iters %d --decoupled-lr 0 --decoupled-min-lr 0",
